@@ -1,0 +1,108 @@
+package abi
+
+// ABI version exposed in RegVersion (docs/ABI.md "Versioning"): major in the
+// high 16 bits, minor in the low 16 bits. A guest driver must refuse a device
+// whose major version differs from the one it was built for.
+const (
+	VersionMajor = 1
+	VersionMinor = 0
+	Version      = VersionMajor<<16 | VersionMinor
+)
+
+// PCI identity (docs/ABI.md "PCI identity").
+const (
+	// VendorID is not assigned by the PCI-SIG; vgpud devices are only ever
+	// seen inside VMs, where no physical device can clash with it.
+	VendorID          = 0x7667 // "gv"
+	DeviceID          = 0x0001
+	SubsystemVendorID = VendorID
+	SubsystemID       = 0x0001
+	Revision          = 0x01
+	// ClassCode is display controller / 3D controller, programming interface 0.
+	ClassCode = 0x030200
+	// InterruptPin is INTA#.
+	InterruptPin = 1
+)
+
+// BAR layout (docs/ABI.md "BAR layout").
+const (
+	// BAR0 holds the register file: 32-bit, non-prefetchable memory.
+	BAR0Size = 4096
+)
+
+// Register offsets in BAR0 (docs/ABI.md "Registers"). Every register is
+// 32 bits wide and must be accessed with naturally aligned 4-byte loads and
+// stores; 64-bit quantities are split into _LO and _HI halves.
+const (
+	RegID           = 0x000 // RO: IDMagic
+	RegVersion      = 0x004 // RO: Version
+	RegFeatures     = 0x008 // RO: feature bits, Feature*
+	RegStatus       = 0x00C // RO: StatusBit* bits
+	RegMemSizeLo    = 0x010 // RO: device memory quota in bytes
+	RegMemSizeHi    = 0x014
+	RegMaxAllocLo   = 0x018 // RO: largest single buffer in bytes
+	RegMaxAllocHi   = 0x01C
+	RegComputeUnits = 0x020 // RO: compute units of the share
+	RegMaxRingSlots = 0x024 // RO: MaxRingSlots
+	RegMaxWorkGroup = 0x028 // RO: largest work-group size
+	RegError        = 0x030 // RO: last device-level error (a Status)
+	RegErrorCount   = 0x034 // RO: device-level errors since reset
+	RegErrorAck     = 0x038 // WO: any write clears RegError and StatusBitError
+	RegRingBaseLo   = 0x040 // RW: guest-physical address of the command ring
+	RegRingBaseHi   = 0x044
+	RegComplBaseLo  = 0x048 // RW: guest-physical address of the completion array
+	RegComplBaseHi  = 0x04C
+	RegRingSlots    = 0x050 // RW: slots in the ring (power of two)
+	RegRingCtrl     = 0x054 // RW: RingCtrl* bits
+	RegRingTail     = 0x058 // RW: doorbell; producer index (free-running)
+	RegRingHead     = 0x05C // RO: commands fetched (free-running)
+	RegRingDone     = 0x060 // RO: commands completed (free-running)
+	RegProfileName  = 0x080 // RO: ProfileNameLen bytes, NUL padded
+	RegDeviceName   = 0x0A0 // RO: DeviceNameLen bytes, NUL padded
+
+	ProfileNameLen = 32
+	DeviceNameLen  = 64
+)
+
+// IDMagic is the value of RegID ("VGPU" in little-endian ASCII).
+const IDMagic = 0x55504756
+
+// RegStatus bits.
+const (
+	StatusBitRingEnabled = 1 << 0
+	StatusBitError       = 1 << 1 // sticky until RegErrorAck is written
+)
+
+// RegRingCtrl bits.
+const (
+	// RingCtrlEnable, written as 1, validates the ring configuration and
+	// starts fetching from index 0; written as 0 it stops fetching.
+	RingCtrlEnable = 1 << 0
+	// RingCtrlReset, written as 1, resets the device: the ring stops, all
+	// buffers and programs of the instance are freed, pending commands are
+	// dropped without completion records. Reads as 0.
+	RingCtrlReset = 1 << 1
+)
+
+// RegFeatures bits: none are defined in version 1.0.
+const FeaturesV1 = 0
+
+// Ring geometry (docs/ABI.md "Command ring").
+const (
+	MaxRingSlots = 4096
+	CommandSize  = 64
+	ComplSize    = 32
+	PageSize     = 4096
+)
+
+// Limits on guest-supplied sizes (docs/ABI.md "Limits").
+const (
+	MaxSourceLen     = 1 << 20 // program source bytes
+	MaxOptionsLen    = 1024    // build options bytes
+	MaxBuildLogLen   = 64 << 10
+	MaxLaunchDescLen = 4096
+	MaxKernelArgs    = 64
+	MaxScalarSize    = 256
+	KernelNameLen    = 64
+	MaxSGEntries     = 1 << 20 // entries in one scatter-gather list, chains included
+)

@@ -1,0 +1,16 @@
+package aggregator
+
+// GuestMemory is guest RAM as the transport maps it. Every method checks
+// that [gpa, gpa+len) lies inside guest RAM and returns an error wrapping
+// abi.StatusBadAddress otherwise; ranges may span adjacent RAM regions.
+// Implementations must be safe for concurrent use, including with a remap
+// of guest RAM by the transport.
+type GuestMemory interface {
+	// ReadAt copies len(p) bytes at gpa into p.
+	ReadAt(p []byte, gpa uint64) error
+	// WriteAt copies p into guest RAM at gpa.
+	WriteAt(p []byte, gpa uint64) error
+	// Store64 stores v at the 8-byte aligned gpa atomically, after all
+	// earlier writes through this GuestMemory are visible to the guest.
+	Store64(gpa uint64, v uint64) error
+}

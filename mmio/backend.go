@@ -1,0 +1,49 @@
+package mmio
+
+import "github.com/vgpud/vgpud/abi"
+
+// Limits are the read-only device limits the register file exposes.
+type Limits struct {
+	MemBytes     uint64 // device memory quota (profile)
+	MaxAlloc     uint64 // largest single buffer
+	ComputeUnits uint32
+	MaxWorkGroup uint32
+	ProfileName  string // truncated to abi.ProfileNameLen
+	DeviceName   string // truncated to abi.DeviceNameLen
+}
+
+// RingConfig is what the guest programmed before setting RingCtrlEnable.
+type RingConfig struct {
+	Base      uint64 // guest-physical address of the command ring
+	ComplBase uint64 // guest-physical address of the completion array
+	Slots     uint32
+}
+
+// Backend is the device behind the register file: the aggregator's
+// per-instance state. Every method must return promptly: they run on the
+// transport's thread while a vCPU waits for the access to complete.
+// Errors carry an abi.Status (abi.StatusOf); the register file latches it
+// into RegError.
+type Backend interface {
+	Limits() Limits
+	// EnableRing validates cfg against guest memory and starts fetching
+	// at index 0. It fails with StatusBusy while earlier work is pending.
+	EnableRing(cfg RingConfig) error
+	// DisableRing stops fetching; commands already fetched still complete.
+	DisableRing()
+	// Doorbell publishes a new producer index. It never waits for the work.
+	Doorbell(tail uint32) error
+	// Head and Done are the fetched and completed command counts.
+	Head() uint32
+	Done() uint32
+	// Reset frees every buffer and program and drops pending commands.
+	Reset()
+	// Error returns the latched device error (StatusOK if none) and the
+	// number of errors since reset; errors found asynchronously (a ring
+	// entry that became unreadable) are latched here by the backend.
+	Error() (abi.Status, uint32)
+	// LatchError records a device-level error found by the register file.
+	LatchError(abi.Status)
+	// AckError clears the latched error.
+	AckError()
+}
