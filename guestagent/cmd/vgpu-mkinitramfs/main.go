@@ -1,0 +1,84 @@
+// Command vgpu-mkinitramfs writes the initramfs of the vgpud test guest
+// (docs/guest-image.md):
+//
+//	vgpu-mkinitramfs -o out.cpio -init vgpu-init -modules build/guest/modules \
+//		-bin vgpu-mmiobench=build/guest/bin/vgpu-mmiobench
+//
+// Each -bin NAME=PATH places the host file PATH at /bin/NAME, mode 0755.
+// The archive is written to a temporary file and renamed over -o.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+
+	"github.com/vgpud/vgpud/guestagent/image"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "vgpu-mkinitramfs: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// binFlags collects repeated -bin NAME=PATH flags.
+type binFlags []image.File
+
+func (b *binFlags) String() string { return fmt.Sprint(*b) }
+
+func (b *binFlags) Set(v string) error {
+	name, p, ok := strings.Cut(v, "=")
+	if !ok || name == "" || p == "" || strings.Contains(name, "/") {
+		return fmt.Errorf("want NAME=PATH with a plain NAME, got %q", v)
+	}
+	*b = append(*b, image.File{Src: p, Dst: image.BinDir + "/" + name, Mode: 0o755})
+	return nil
+}
+
+func run(_ context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("vgpu-mkinitramfs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("o", "", "output cpio `file`")
+	initBin := fs.String("init", "", "static init `binary`, placed at /init")
+	modules := fs.String("modules", "", "`dir`ectory whose *.ko go to /lib/modules")
+	var bins binFlags
+	fs.Var(&bins, "bin", "`NAME=PATH`: place PATH at /bin/NAME (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" || *initBin == "" || fs.NArg() != 0 {
+		fs.Usage()
+		return errors.New("need -o and -init, and no positional arguments")
+	}
+	spec := image.Spec{Init: *initBin, Modules: *modules, Files: bins}
+
+	tmp, err := os.CreateTemp(filepath.Dir(*out), ".initramfs-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if err := image.Build(tmp, spec); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), *out); err != nil {
+		return fmt.Errorf("install %s: %w", *out, err)
+	}
+	return nil
+}
