@@ -1,0 +1,214 @@
+package abi
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestEveryOpcodeHasNameAndPayload(t *testing.T) {
+	for op := Opcode(0); int(op) < NumOpcodes; op++ {
+		if opcodeNames[op] == "" {
+			t.Errorf("opcode %d has no name", op)
+		}
+		c := Command{Opcode: op}
+		p, err := DecodePayload(&c)
+		if p == nil && err == nil {
+			t.Errorf("DecodePayload(%v) = nil, nil", op)
+		}
+		if p != nil && p.Op() != op {
+			t.Errorf("DecodePayload(%v).Op() = %v", op, p.Op())
+		}
+	}
+	if _, err := DecodePayload(&Command{Opcode: Opcode(NumOpcodes)}); StatusOf(err) != StatusInvalidOpcode {
+		t.Errorf("DecodePayload(undefined) status = %v, want %v", StatusOf(err), StatusInvalidOpcode)
+	}
+}
+
+func TestEveryStatusHasName(t *testing.T) {
+	for s := Status(0); int(s) < NumStatus; s++ {
+		if statusNames[s] == "" {
+			t.Errorf("status %d has no name", s)
+		}
+	}
+}
+
+func TestCommandRoundTrip(t *testing.T) {
+	payloads := []Payload{
+		&Nop{},
+		&BufferCreate{Handle: 7, Flags: BufferReadOnly, Size: 1 << 20},
+		&BufferFree{Handle: 7},
+		&Copy{ToDevice: true, Handle: 3, SGCount: 2, Offset: 64, Length: 8192, SGAddr: 0x10000},
+		&Copy{Handle: 3, SGCount: 256, Offset: 0, Length: 1, SGAddr: 0x20010},
+		&ProgramBuild{Handle: 1, SrcCount: 1, SrcLen: 100, SrcSGAddr: 0x3000, OptsAddr: 0x4000, OptsLen: 10, LogLen: 4096, LogAddr: 0x5000},
+		&ProgramFree{Handle: 1},
+		&Launch{Program: 1, DescLen: 200, DescAddr: 0x6008},
+		&Fence{Addr: 0x7000, Value: 42},
+	}
+	for _, p := range payloads {
+		c := NewCommand(p, 0, 0xdeadbeef)
+		var b [CommandSize]byte
+		c.Marshal(b[:])
+		c2, err := UnmarshalCommand(b[:])
+		if err != nil {
+			t.Fatalf("UnmarshalCommand(%v) = %v", p.Op(), err)
+		}
+		if c2.Tag != 0xdeadbeef || c2.Opcode != p.Op() {
+			t.Errorf("UnmarshalCommand(%v) = %+v", p.Op(), c2)
+		}
+		p2, err := DecodePayload(&c2)
+		if err != nil {
+			t.Fatalf("DecodePayload(%v) = %v", p.Op(), err)
+		}
+		if d := cmp.Diff(p, p2); d != "" {
+			t.Errorf("payload %v round trip (-want +got):\n%s", p.Op(), d)
+		}
+	}
+}
+
+// TestLayout pins the wire offsets documented in docs/ABI.md.
+func TestLayout(t *testing.T) {
+	c := NewCommand(&Copy{ToDevice: true, Handle: 0x11111111, SGCount: 0x22, Offset: 0x3333333333333333,
+		Length: 0x4444444444444444 - 0x3333333333333333, SGAddr: 0x5555555555555550}, FlagNondeterministic, 0x6666666666666666)
+	var b [CommandSize]byte
+	c.Marshal(b[:])
+	checks := []struct {
+		off  int
+		want uint64
+		size int
+	}{
+		{0, uint64(OpCopyToDev), 2}, {2, uint64(FlagNondeterministic), 2}, {4, 0, 4}, {8, 0x6666666666666666, 8},
+		{16, 0x11111111, 4}, {20, 0x22, 4}, {24, 0x3333333333333333, 8}, {40, 0x5555555555555550, 8},
+	}
+	for _, c := range checks {
+		var got uint64
+		switch c.size {
+		case 2:
+			got = uint64(le.Uint16(b[c.off:]))
+		case 4:
+			got = uint64(le.Uint32(b[c.off:]))
+		case 8:
+			got = le.Uint64(b[c.off:])
+		}
+		if got != c.want {
+			t.Errorf("command byte %d = %#x, want %#x", c.off, got, c.want)
+		}
+	}
+	r := Completion{Seq: 1, Tag: 2, Status: StatusBuildFailed, Opcode: OpLaunch, Detail: 5}
+	var rb [ComplSize]byte
+	r.Marshal(rb[:])
+	if le.Uint64(rb[0:]) != 1 || le.Uint64(rb[8:]) != 2 || le.Uint32(rb[16:]) != 7 || le.Uint16(rb[20:]) != 7 || le.Uint64(rb[24:]) != 5 {
+		t.Errorf("completion layout = % x", rb)
+	}
+	r2, err := UnmarshalCompletion(rb[:])
+	if err != nil || r2 != r {
+		t.Errorf("UnmarshalCompletion = %+v, %v, want %+v", r2, err, r)
+	}
+	e := SGEntry{Addr: 0x1000, Len: 4096, Flags: SGChain}
+	var eb [SGEntrySize]byte
+	e.Marshal(eb[:])
+	if le.Uint64(eb[0:]) != 0x1000 || le.Uint32(eb[8:]) != 4096 || le.Uint32(eb[12:]) != SGChain {
+		t.Errorf("sg entry layout = % x", eb)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		p    Payload
+	}{
+		{"buffer handle 0", &BufferCreate{Handle: 0, Size: 1}},
+		{"buffer size 0", &BufferCreate{Handle: 1}},
+		{"buffer both ro and wo", &BufferCreate{Handle: 1, Size: 1, Flags: BufferReadOnly | BufferWriteOnly}},
+		{"copy length 0", &Copy{Handle: 1, SGCount: 1, SGAddr: 16}},
+		{"copy overflow", &Copy{Handle: 1, SGCount: 1, Offset: ^uint64(0), Length: 2}},
+		{"copy sg misaligned", &Copy{Handle: 1, SGCount: 1, Length: 1, SGAddr: 8}},
+		{"copy sg count", &Copy{Handle: 1, SGCount: 257, Length: 1}},
+		{"source too long", &ProgramBuild{Handle: 1, SrcCount: 1, SrcLen: MaxSourceLen + 1}},
+		{"options too long", &ProgramBuild{Handle: 1, SrcCount: 1, SrcLen: 1, OptsLen: MaxOptionsLen + 1}},
+		{"launch short desc", &Launch{Program: 1, DescLen: 10}},
+		{"fence misaligned", &Fence{Addr: 4}},
+	}
+	for _, tt := range tests {
+		c := NewCommand(tt.p, 0, 0)
+		if _, err := DecodePayload(&c); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: DecodePayload = %v, want ErrMalformed", tt.name, err)
+		}
+	}
+	var b [CommandSize]byte
+	le.PutUint32(b[4:], 1)
+	if _, err := UnmarshalCommand(b[:]); !errors.Is(err, ErrMalformed) {
+		t.Errorf("UnmarshalCommand(reserved set) = %v, want ErrMalformed", err)
+	}
+}
+
+func TestLaunchDescRoundTrip(t *testing.T) {
+	d := LaunchDesc{
+		WorkDim:    2,
+		GlobalSize: [3]uint64{256, 256, 0},
+		LocalSize:  [3]uint64{16, 16, 0},
+		Kernel:     "matmul",
+		Args: []KernelArg{
+			{Kind: ArgBuffer, Handle: 1},
+			{Kind: ArgScalar, Bytes: []byte{1, 2, 3, 4}},
+			{Kind: ArgScalar, Bytes: make([]byte, 16)},
+			{Kind: ArgLocal, Local: 1024},
+		},
+	}
+	d.Args[2].Bytes[3] = 9
+	b, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := UnmarshalLaunchDesc(b)
+	if err != nil {
+		t.Fatalf("UnmarshalLaunchDesc = %v", err)
+	}
+	if diff := cmp.Diff(d, d2); diff != "" {
+		t.Errorf("launch descriptor round trip (-want +got):\n%s", diff)
+	}
+}
+
+func TestLaunchDescRejects(t *testing.T) {
+	good := LaunchDesc{WorkDim: 1, GlobalSize: [3]uint64{64}, Kernel: "k"}
+	tests := []struct {
+		name string
+		mod  func(*LaunchDesc)
+	}{
+		{"dim 0", func(d *LaunchDesc) { d.WorkDim = 0 }},
+		{"dim 4", func(d *LaunchDesc) { d.WorkDim = 4 }},
+		{"global 0", func(d *LaunchDesc) { d.GlobalSize[0] = 0 }},
+		{"unused dim set", func(d *LaunchDesc) { d.GlobalSize[2] = 1 }},
+		{"local does not divide", func(d *LaunchDesc) { d.LocalSize[0] = 7 }},
+		{"bad name", func(d *LaunchDesc) { d.Kernel = "9lives" }},
+		{"offset overflow", func(d *LaunchDesc) { d.GlobalOffset[0] = ^uint64(0) }},
+	}
+	for _, tt := range tests {
+		d := good
+		tt.mod(&d)
+		b, err := d.Marshal()
+		if err != nil {
+			continue // rejected on the encoding side already
+		}
+		if _, err := UnmarshalLaunchDesc(b); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: UnmarshalLaunchDesc = %v, want ErrMalformed", tt.name, err)
+		}
+	}
+}
+
+func TestStatusOf(t *testing.T) {
+	err := Errorf(StatusNotFound, "buffer %d", 3)
+	if got := StatusOf(errors.Join(errors.New("x"), err)); got != StatusNotFound {
+		t.Errorf("StatusOf(joined) = %v, want %v", got, StatusNotFound)
+	}
+	if !errors.Is(err, StatusNotFound.Error()) {
+		t.Errorf("errors.Is(%v, StatusNotFound) = false", err)
+	}
+	if errors.Is(err, ErrMalformed) {
+		t.Errorf("errors.Is(%v, ErrMalformed) = true", err)
+	}
+	if StatusOf(nil) != StatusOK || StatusOf(errors.New("x")) != StatusInternal {
+		t.Errorf("StatusOf(nil / plain) wrong")
+	}
+}

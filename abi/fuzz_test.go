@@ -1,0 +1,73 @@
+package abi
+
+import "testing"
+
+func FuzzDecodeCommand(f *testing.F) {
+	for _, p := range []Payload{&Nop{}, &BufferCreate{Handle: 1, Size: 4}, &Copy{ToDevice: true, Handle: 1, SGCount: 1, Length: 4, SGAddr: 16},
+		&ProgramBuild{Handle: 1, SrcCount: 1, SrcLen: 5}, &Launch{Program: 1, DescLen: LaunchHeaderSize}, &Fence{Addr: 8, Value: 1}} {
+		c := NewCommand(p, 0, 1)
+		var b [CommandSize]byte
+		c.Marshal(b[:])
+		f.Add(b[:])
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := UnmarshalCommand(b)
+		if err != nil {
+			return
+		}
+		p, err := DecodePayload(&c)
+		if err != nil {
+			if p != nil {
+				t.Fatalf("DecodePayload error %v with payload %+v", err, p)
+			}
+			return
+		}
+		// Decoded commands re-encode to the same bytes.
+		c2 := NewCommand(p, c.Flags, c.Tag)
+		var b2 [CommandSize]byte
+		c2.Marshal(b2[:])
+		if string(b2[:]) != string(b[:CommandSize]) {
+			t.Fatalf("re-encode of %v differs:\n% x\n% x", c.Opcode, b[:CommandSize], b2)
+		}
+	})
+}
+
+func FuzzLaunchDesc(f *testing.F) {
+	d := LaunchDesc{WorkDim: 2, GlobalSize: [3]uint64{8, 8}, LocalSize: [3]uint64{4, 4}, Kernel: "k",
+		Args: []KernelArg{{Kind: ArgBuffer, Handle: 1}, {Kind: ArgScalar, Bytes: make([]byte, 12)}, {Kind: ArgLocal, Local: 64}}}
+	b, _ := d.Marshal()
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := UnmarshalLaunchDesc(b)
+		if err != nil {
+			return
+		}
+		b2, err := d.Marshal()
+		if err != nil {
+			t.Fatalf("Marshal of decoded descriptor: %v", err)
+		}
+		d2, err := UnmarshalLaunchDesc(b2)
+		if err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+		b3, _ := d2.Marshal()
+		if string(b2) != string(b3) {
+			t.Fatalf("decode -> marshal not stable")
+		}
+	})
+}
+
+func FuzzSGEntry(f *testing.F) {
+	f.Add(make([]byte, SGEntrySize))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := UnmarshalSGEntry(b)
+		if err != nil {
+			return
+		}
+		var b2 [SGEntrySize]byte
+		e.Marshal(b2[:])
+		if string(b2[:]) != string(b[:SGEntrySize]) {
+			t.Fatalf("sg entry re-encode differs")
+		}
+	})
+}
