@@ -1,0 +1,457 @@
+package driver
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+var le = binary.LittleEndian
+
+// Defaults for Options.
+const (
+	DefaultSlots        = abi.PageSize / abi.CommandSize // 64: the ring fills one page
+	DefaultStagingBytes = 8 << 20
+	DefaultTimeout      = 60 * time.Second
+	// MinStagingBytes holds the largest program source (abi.MaxSourceLen)
+	// with its scatter-gather tables, options and log pages.
+	MinStagingBytes = abi.MaxSourceLen + 16*abi.PageSize
+)
+
+// Options configure Open. The zero value is usable.
+type Options struct {
+	// Slots is the number of ring slots, a power of two from 1 to 64 (one
+	// page of commands). 0 means DefaultSlots, capped by the device's
+	// abi.RegMaxRingSlots.
+	Slots int
+	// StagingBytes is the size of the DMA staging pool. 0 means
+	// DefaultStagingBytes; smaller values are raised to MinStagingBytes.
+	StagingBytes int
+	// Timeout bounds every wait for the device. 0 means DefaultTimeout.
+	Timeout time.Duration
+	// NoReset skips the device reset at Open (abi.RingCtrlReset frees every
+	// buffer and program of the instance).
+	NoReset bool
+	// Logger receives debug logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Info is what the device reports about itself at Open.
+type Info struct {
+	Version      uint32
+	Features     uint32
+	MemSize      uint64 // device memory quota of the profile, bytes
+	MaxAlloc     uint64 // largest single buffer, bytes
+	ComputeUnits uint32
+	MaxRingSlots uint32
+	MaxWorkGroup uint32
+	Profile      string
+	Name         string
+}
+
+// Stats counts the driver's work since Open.
+type Stats struct {
+	Commands  uint64 // commands written into the ring
+	Doorbells uint64 // writes of abi.RegRingTail
+	Completed uint64 // completion records reaped
+	Failed    uint64 // completion records with a non-OK status
+	Waits     uint64 // times the driver had to wait for the device
+}
+
+// page is one DMA page of the staging pool.
+type page struct {
+	buf []byte // abi.PageSize bytes
+	gpa uint64
+}
+
+// entry is the driver's bookkeeping for one in-flight command.
+type entry struct {
+	op     abi.Opcode
+	tag    uint64
+	sync   bool // the caller collects the completion itself
+	raw    bool // submitted by SubmitRaw: the record is not checked against it
+	pages  []page
+	onDone func(abi.Completion)
+}
+
+// Device is an open vGPU.
+type Device struct {
+	regs Registers
+	mem  Memory
+	opts Options
+	log  *slog.Logger
+	info Info
+
+	ring, compl, fence page
+
+	mu       sync.Mutex
+	closed   bool
+	slots    uint64
+	next     uint64 // index of the next command to write
+	rung     uint64 // tail last written to the doorbell
+	reaped   uint64 // every index below has been reaped
+	inflight []entry
+	results  map[uint64]abi.Completion // reaped completions of sync commands
+	free     []page                    // staging pool
+	poolSize int                       // pages in the pool
+	deferred error                     // first failure of an async command
+	nextBuf  uint32
+	nextProg uint32
+	fenceVal uint64
+	stats    Stats
+}
+
+// Open checks the device behind regs, sets up the ring, completion records,
+// fence page and staging pool in mem, and enables the ring.
+func Open(regs Registers, mem Memory, opts Options) (*Device, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.StagingBytes == 0 {
+		opts.StagingBytes = DefaultStagingBytes
+	}
+	if opts.StagingBytes < MinStagingBytes {
+		opts.StagingBytes = MinStagingBytes
+	}
+	d := &Device{regs: regs, mem: mem, opts: opts, log: opts.Logger, results: map[uint64]abi.Completion{}}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	if id := regs.Read32(abi.RegID); id != abi.IDMagic {
+		return nil, fmt.Errorf("open: id register %#x, want %#x: %w", id, abi.IDMagic, ErrNoDevice)
+	}
+	d.info = readInfo(regs)
+	if major := d.info.Version >> 16; major != abi.VersionMajor {
+		return nil, fmt.Errorf("open: device abi %d.%d, driver %d.%d: %w",
+			major, d.info.Version&0xffff, abi.VersionMajor, abi.VersionMinor, ErrVersion)
+	}
+	slots := opts.Slots
+	if slots == 0 {
+		slots = DefaultSlots
+		if m := int(d.info.MaxRingSlots); m > 0 && m < slots {
+			slots = m
+		}
+	}
+	if slots < 1 || slots > DefaultSlots || slots&(slots-1) != 0 {
+		return nil, fmt.Errorf("open: %d ring slots (want a power of two up to %d): %w", slots, DefaultSlots, ErrInvalid)
+	}
+	if m := int(d.info.MaxRingSlots); m > 0 && slots > m {
+		return nil, fmt.Errorf("open: %d ring slots, device allows %d: %w", slots, m, ErrInvalid)
+	}
+	d.slots = uint64(slots)
+	d.inflight = make([]entry, slots)
+
+	fixed, err := allocPages(mem, 3*abi.PageSize)
+	if err != nil {
+		return nil, fmt.Errorf("open: ring pages: %w", err)
+	}
+	d.ring, d.compl, d.fence = fixed[0], fixed[1], fixed[2]
+	for _, p := range fixed {
+		clear(p.buf)
+	}
+	d.free, err = allocPages(mem, opts.StagingBytes)
+	if err != nil {
+		return nil, fmt.Errorf("open: staging pool: %w", err)
+	}
+	d.poolSize = len(d.free)
+
+	if !opts.NoReset {
+		regs.Write32(abi.RegRingCtrl, abi.RingCtrlReset)
+	}
+	regs.Write32(abi.RegErrorAck, 1)
+	regs.Write32(abi.RegRingBaseLo, uint32(d.ring.gpa))
+	regs.Write32(abi.RegRingBaseHi, uint32(d.ring.gpa>>32))
+	regs.Write32(abi.RegComplBaseLo, uint32(d.compl.gpa))
+	regs.Write32(abi.RegComplBaseHi, uint32(d.compl.gpa>>32))
+	regs.Write32(abi.RegRingSlots, uint32(slots))
+	regs.Write32(abi.RegRingCtrl, abi.RingCtrlEnable)
+	st := regs.Read32(abi.RegStatus)
+	if st&abi.StatusBitError != 0 || st&abi.StatusBitRingEnabled == 0 {
+		s := abi.Status(regs.Read32(abi.RegError))
+		if s == abi.StatusOK {
+			s = abi.StatusRingConfig
+		}
+		return nil, fmt.Errorf("open: enable ring (status register %#x): %w", st, abi.Errorf(s, "device refused the ring"))
+	}
+	d.log.Debug("vgpu open", "profile", d.info.Profile, "device", d.info.Name, "slots", slots,
+		"staging_pages", d.poolSize, "mem", d.info.MemSize)
+	return d, nil
+}
+
+func readInfo(r Registers) Info {
+	rd64 := func(lo, hi uint32) uint64 { return uint64(r.Read32(lo)) | uint64(r.Read32(hi))<<32 }
+	return Info{
+		Version:      r.Read32(abi.RegVersion),
+		Features:     r.Read32(abi.RegFeatures),
+		MemSize:      rd64(abi.RegMemSizeLo, abi.RegMemSizeHi),
+		MaxAlloc:     rd64(abi.RegMaxAllocLo, abi.RegMaxAllocHi),
+		ComputeUnits: r.Read32(abi.RegComputeUnits),
+		MaxRingSlots: r.Read32(abi.RegMaxRingSlots),
+		MaxWorkGroup: r.Read32(abi.RegMaxWorkGroup),
+		Profile:      readString(r, abi.RegProfileName, abi.ProfileNameLen),
+		Name:         readString(r, abi.RegDeviceName, abi.DeviceNameLen),
+	}
+}
+
+func readString(r Registers, off uint32, n int) string {
+	b := make([]byte, n)
+	for i := 0; i < n; i += 4 {
+		le.PutUint32(b[i:], r.Read32(off+uint32(i)))
+	}
+	s, _, _ := strings.Cut(string(b), "\x00")
+	return s
+}
+
+// allocPages allocates n bytes from mem and splits them into pages, checking
+// that the Memory kept its contract.
+func allocPages(mem Memory, n int) ([]page, error) {
+	dma, err := mem.Alloc(n)
+	if err != nil {
+		return nil, err
+	}
+	np := (n + abi.PageSize - 1) / abi.PageSize
+	if len(dma.Pages) < np || len(dma.Buf) < len(dma.Pages)*abi.PageSize {
+		return nil, fmt.Errorf("memory returned %d bytes in %d pages for %d bytes: %w", len(dma.Buf), len(dma.Pages), n, ErrInvalid)
+	}
+	if !aligned8(dma.Buf) {
+		return nil, fmt.Errorf("memory returned a buffer not 8-byte aligned: %w", ErrInvalid)
+	}
+	ps := make([]page, len(dma.Pages))
+	for i, gpa := range dma.Pages {
+		if gpa%abi.PageSize != 0 {
+			return nil, fmt.Errorf("memory returned page address %#x not page aligned: %w", gpa, ErrInvalid)
+		}
+		ps[i] = page{buf: dma.Buf[i*abi.PageSize : (i+1)*abi.PageSize : (i+1)*abi.PageSize], gpa: gpa}
+	}
+	return ps, nil
+}
+
+// Info returns what the device reported at Open.
+func (d *Device) Info() Info { return d.info }
+
+// Regs returns the device's registers, for tests that poke them directly.
+func (d *Device) Regs() Registers { return d.regs }
+
+// Memory returns the DMA allocator the device was opened with.
+func (d *Device) Memory() Memory { return d.mem }
+
+// Stats returns the driver's counters.
+func (d *Device) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stats
+}
+
+// Close waits for every submitted command, stops the ring and makes further
+// calls fail with ErrClosed. It returns the first unreported command failure.
+// DMA pages stay pinned until the process exits.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	err := d.drain()
+	d.regs.Write32(abi.RegRingCtrl, 0)
+	d.closed = true
+	return err
+}
+
+// --- ring mechanics (d.mu held) ---
+
+func (d *Device) check() error {
+	if d.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// submit writes c into the next slot without ringing the doorbell, waiting
+// for a free slot if the ring is full.
+func (d *Device) submit(c abi.Command, e entry) (uint64, error) {
+	for d.next-d.reaped >= d.slots {
+		if err := d.reapOne(); err != nil {
+			return 0, err
+		}
+	}
+	idx := d.next
+	e.op, e.tag = c.Opcode, c.Tag
+	c.Marshal(d.ring.buf[(idx%d.slots)*abi.CommandSize:])
+	d.inflight[idx%d.slots] = e
+	d.next++
+	d.stats.Commands++
+	return idx, nil
+}
+
+// flush rings the doorbell if commands were written since the last one.
+func (d *Device) flush() {
+	if d.rung == d.next {
+		return
+	}
+	d.rung = d.next
+	d.regs.Write32(abi.RegRingTail, uint32(d.rung))
+	d.stats.Doorbells++
+}
+
+// complSeq reads the seq word of slot idx's completion record.
+func (d *Device) complSeq(idx uint64) uint64 {
+	return load64(d.compl.buf, int(idx%d.slots)*abi.ComplSize+abi.ComplSeqOffset)
+}
+
+func (d *Device) complRecord(idx uint64) abi.Completion {
+	off := int(idx%d.slots) * abi.ComplSize
+	c, _ := abi.UnmarshalCompletion(d.compl.buf[off : off+abi.ComplSize])
+	c.Seq = load64(d.compl.buf, off+abi.ComplSeqOffset)
+	return c
+}
+
+// poll waits until done returns true, spinning briefly, then yielding, then
+// sleeping, until Options.Timeout.
+func (d *Device) poll(what string, done func() bool) error {
+	if done() {
+		return nil
+	}
+	d.stats.Waits++
+	start := time.Now()
+	sleep := time.Microsecond
+	for i := 0; ; i++ {
+		if done() {
+			return nil
+		}
+		switch {
+		case i < 200:
+			// spin: completions of short commands land within microseconds
+		case i < 2000:
+			runtime.Gosched()
+		default:
+			time.Sleep(sleep)
+			if sleep < time.Millisecond {
+				sleep *= 2
+			}
+		}
+		if i%64 == 63 && time.Since(start) > d.opts.Timeout {
+			if done() {
+				return nil
+			}
+			return fmt.Errorf("wait for %s after %v (device error register: %v, head %d, done %d): %w",
+				what, d.opts.Timeout, abi.Status(d.regs.Read32(abi.RegError)),
+				d.regs.Read32(abi.RegRingHead), d.regs.Read32(abi.RegRingDone), ErrTimeout)
+		}
+	}
+}
+
+// reapOne waits for the oldest unreaped command, checks its record and
+// releases its slot and staging pages.
+func (d *Device) reapOne() error {
+	idx := d.reaped
+	if idx >= d.next {
+		return nil
+	}
+	if d.rung <= idx {
+		d.flush()
+	}
+	if err := d.poll(fmt.Sprintf("command %d", idx), func() bool { return d.complSeq(idx) == idx+1 }); err != nil {
+		return err
+	}
+	rec := d.complRecord(idx)
+	e := d.inflight[idx%d.slots]
+	d.inflight[idx%d.slots] = entry{}
+	d.reaped++
+	d.stats.Completed++
+	if !e.raw && (rec.Tag != e.tag || rec.Opcode != e.op) {
+		err := fmt.Errorf("command %d (%v, tag %#x) completed as %v tag %#x: %w", idx, e.op, e.tag, rec.Opcode, rec.Tag, ErrProtocol)
+		if e.sync {
+			rec.Status = abi.StatusInternal
+			d.results[idx] = rec
+		} else if d.deferred == nil {
+			d.deferred = err
+		}
+		d.free = append(d.free, e.pages...)
+		return nil
+	}
+	if rec.Status != abi.StatusOK {
+		d.stats.Failed++
+	}
+	if e.onDone != nil {
+		e.onDone(rec)
+	}
+	d.free = append(d.free, e.pages...)
+	switch {
+	case e.sync:
+		d.results[idx] = rec
+	case rec.Status != abi.StatusOK && d.deferred == nil:
+		d.deferred = cmdErr(idx, rec, e.op, e.tag)
+	}
+	return nil
+}
+
+func cmdErr(idx uint64, rec abi.Completion, op abi.Opcode, tag uint64) *CommandError {
+	return &CommandError{Index: idx, Opcode: op, Tag: tag, Status: rec.Status, Detail: rec.Detail}
+}
+
+// waitIndex waits for the sync command idx and returns its record.
+func (d *Device) waitIndex(idx uint64) (abi.Completion, error) {
+	if idx >= d.next {
+		return abi.Completion{}, fmt.Errorf("wait for command %d: only %d submitted: %w", idx, d.next, ErrInvalid)
+	}
+	for d.reaped <= idx {
+		if err := d.reapOne(); err != nil {
+			return abi.Completion{}, err
+		}
+	}
+	rec, ok := d.results[idx]
+	if !ok {
+		return abi.Completion{}, fmt.Errorf("wait for command %d: no result kept (not a synchronous command or already collected): %w", idx, ErrInvalid)
+	}
+	delete(d.results, idx)
+	return rec, nil
+}
+
+// waitOK waits for sync command idx and converts a failure to an error.
+func (d *Device) waitOK(idx uint64) (abi.Completion, error) {
+	rec, err := d.waitIndex(idx)
+	if err != nil {
+		return rec, err
+	}
+	if rec.Status != abi.StatusOK {
+		return rec, cmdErr(idx, rec, rec.Opcode, rec.Tag)
+	}
+	return rec, nil
+}
+
+// drain reaps every submitted command and returns (and clears) the first
+// failure of an asynchronous one.
+func (d *Device) drain() error {
+	for d.reaped < d.next {
+		if err := d.reapOne(); err != nil {
+			return err
+		}
+	}
+	err := d.deferred
+	d.deferred = nil
+	return err
+}
+
+// pages takes n staging pages, reaping completed commands to free some.
+func (d *Device) pages(n int) ([]page, error) {
+	if n > d.poolSize {
+		return nil, fmt.Errorf("need %d staging pages, pool has %d: %w", n, d.poolSize, ErrInvalid)
+	}
+	for len(d.free) < n {
+		if d.reaped == d.next {
+			return nil, fmt.Errorf("staging pool: %d pages free, %d needed, nothing in flight: %w", len(d.free), n, abi.Errorf(abi.StatusInternal, "staging leak"))
+		}
+		if err := d.reapOne(); err != nil {
+			return nil, err
+		}
+	}
+	ps := d.free[len(d.free)-n:]
+	d.free = d.free[:len(d.free)-n]
+	return append([]page(nil), ps...), nil
+}

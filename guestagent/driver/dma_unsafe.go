@@ -1,0 +1,19 @@
+package driver
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// load64 atomically loads the little-endian (x86, arm64) word at b[off:],
+// which the device may be writing concurrently. off must be 8-byte aligned
+// relative to an 8-byte aligned b.
+func load64(b []byte, off int) uint64 {
+	_ = b[off+7]
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&b[off])))
+}
+
+// aligned8 reports whether b starts on an 8-byte boundary.
+func aligned8(b []byte) bool {
+	return len(b) > 0 && uintptr(unsafe.Pointer(&b[0]))%8 == 0
+}

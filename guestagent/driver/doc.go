@@ -1,0 +1,46 @@
+// Package driver is the guest-side driver library for the vgpud virtual GPU.
+//
+// It owns the guest's view of one vGPU: the command ring and completion
+// records in guest RAM, the DMA staging pool, scatter-gather lists, handle
+// allocation for buffers and programs, batching (one doorbell per batch),
+// waiting for completions and fences by polling guest RAM, and turning
+// per-command completion statuses into errors (*CommandError).
+//
+// It works against two small interfaces (hw.go): Registers for BAR0 and
+// Memory for DMA-able pages. In a Linux guest they are provided by OpenPCI
+// (mmap of the BAR through sysfs) and NewPagemapMemory (mlocked pages whose
+// guest-physical addresses come from /proc/self/pagemap); in tests they are
+// provided by an in-process harness (see package drivertest). The same code
+// runs in both.
+//
+// The driver knows only the guest-visible ABI (package abi). It must not know
+// anything of dom0: transports, the aggregator, the physical device.
+//
+// # Performance rules
+//
+// Every trapped MMIO access costs tens of microseconds under TCG, so the hot
+// path never reads a register: commands are written into ring slots and the
+// doorbell (abi.RegRingTail) is written only by Flush, by a wait, or when
+// the ring is full; completion records and fence values are polled in guest
+// RAM. Registers are read at Open and when reporting a failure.
+//
+// # Memory
+//
+// No guest-physical contiguity is assumed beyond one page. Bulk data goes
+// through a staging pool of pages (Options.StagingBytes); copies larger than
+// half the pool are streamed through it in chunks, each chunk a separate
+// copy command with its own scatter-gather list (chained tables when it has
+// more than 256 entries). Staging pages of a command are reused once its
+// completion record has been seen.
+//
+// # Errors
+//
+// Asynchronous commands (CreateBuffer, Free, Write, Launch, FreeProgram) are
+// batched: their device status is checked when their completion is reaped,
+// and the first failure is returned by the next Finish (or Sync) as a
+// *CommandError naming the command's index, opcode and tag. Synchronous
+// calls (Read, Build, WaitIndex) return their own command's failure.
+// abi.StatusOf(err) recovers the device status from any of them.
+//
+// A Device is safe for concurrent use; its methods serialise on one mutex.
+package driver

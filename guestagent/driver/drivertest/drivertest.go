@@ -1,0 +1,448 @@
+// Package drivertest is an in-process fake vGPU for testing the guest driver
+// and the suite without QEMU or OpenCL. It implements driver.Registers and
+// driver.Memory over Go byte slices, decodes the ring with package abi and
+// executes commands synchronously when the doorbell is written. Kernels are
+// Go functions registered by name; "building" a program only scans its source
+// for kernel names and fails on a "#error" line.
+//
+// It is a model of the ABI written from the guest's side, not the real
+// device: it knows nothing of dom0's implementation, and the end-to-end tests
+// against the real harness remain the proof. Pages are handed out at
+// shuffled, non-contiguous guest-physical addresses, like the harness.
+package drivertest
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/guestagent/driver"
+)
+
+var le = binary.LittleEndian
+
+// KernelFunc runs a kernel: d is the decoded launch descriptor, buf returns
+// the contents of a buffer argument by handle (nil if absent).
+type KernelFunc func(d *abi.LaunchDesc, buf func(h uint32) []byte) error
+
+// Config sizes a fake device. Zero fields get defaults.
+type Config struct {
+	MemSize      uint64 // default 64 MiB
+	MaxAlloc     uint64 // default MemSize/2
+	MaxWorkGroup uint32 // default 256
+	Seed         uint64 // page shuffle
+}
+
+// Device is the fake vGPU.
+type Device struct {
+	cfg     Config
+	kernels map[string]KernelFunc
+
+	mu        sync.Mutex
+	pages     map[uint64][]byte // guest page number -> page
+	freePFN   []uint64
+	ringBase  uint64
+	complBase uint64
+	slots     uint32
+	enabled   bool
+	head      uint32
+	errReg    abi.Status
+	errCount  uint32
+	buffers   map[uint32][]byte
+	used      uint64
+	programs  map[uint32][]string // kernel names
+	Launches  int                 // launches executed
+}
+
+// New returns a fake device with room for 64 Ki guest pages (256 MiB).
+func New(cfg Config, kernels map[string]KernelFunc) *Device {
+	if cfg.MemSize == 0 {
+		cfg.MemSize = 64 << 20
+	}
+	if cfg.MaxAlloc == 0 {
+		cfg.MaxAlloc = cfg.MemSize / 2
+	}
+	if cfg.MaxWorkGroup == 0 {
+		cfg.MaxWorkGroup = 256
+	}
+	const npages = 1 << 16
+	pfns := make([]uint64, npages)
+	for i := range pfns {
+		pfns[i] = 0x100 + uint64(i) // guest RAM from 1 MiB
+	}
+	r := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
+	r.Shuffle(len(pfns), func(i, j int) { pfns[i], pfns[j] = pfns[j], pfns[i] })
+	return &Device{cfg: cfg, kernels: kernels, pages: map[uint64][]byte{}, freePFN: pfns,
+		buffers: map[uint32][]byte{}, programs: map[uint32][]string{}}
+}
+
+// Alloc implements driver.Memory.
+func (f *Device) Alloc(n int) (driver.DMA, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	np := (n + abi.PageSize - 1) / abi.PageSize
+	if n <= 0 || np > len(f.freePFN) {
+		return driver.DMA{}, fmt.Errorf("fake alloc of %d bytes: out of guest pages", n)
+	}
+	buf := make([]byte, np*abi.PageSize)
+	pages := make([]uint64, np)
+	for i := range pages {
+		pfn := f.freePFN[len(f.freePFN)-1]
+		f.freePFN = f.freePFN[:len(f.freePFN)-1]
+		pages[i] = pfn * abi.PageSize
+		f.pages[pfn] = buf[i*abi.PageSize : (i+1)*abi.PageSize]
+	}
+	return driver.DMA{Buf: buf, Pages: pages}, nil
+}
+
+// Buffers returns the number of live buffers.
+func (f *Device) Buffers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.buffers)
+}
+
+// Read32 implements driver.Registers.
+func (f *Device) Read32(off uint32) uint32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch off {
+	case abi.RegID:
+		return abi.IDMagic
+	case abi.RegVersion:
+		return abi.Version
+	case abi.RegStatus:
+		var s uint32
+		if f.enabled {
+			s |= abi.StatusBitRingEnabled
+		}
+		if f.errReg != abi.StatusOK {
+			s |= abi.StatusBitError
+		}
+		return s
+	case abi.RegMemSizeLo:
+		return uint32(f.cfg.MemSize)
+	case abi.RegMemSizeHi:
+		return uint32(f.cfg.MemSize >> 32)
+	case abi.RegMaxAllocLo:
+		return uint32(f.cfg.MaxAlloc)
+	case abi.RegMaxAllocHi:
+		return uint32(f.cfg.MaxAlloc >> 32)
+	case abi.RegComputeUnits:
+		return 2
+	case abi.RegMaxRingSlots:
+		return abi.MaxRingSlots
+	case abi.RegMaxWorkGroup:
+		return f.cfg.MaxWorkGroup
+	case abi.RegError:
+		return uint32(f.errReg)
+	case abi.RegErrorCount:
+		return f.errCount
+	case abi.RegRingHead, abi.RegRingDone, abi.RegRingTail:
+		return f.head
+	case abi.RegRingSlots:
+		return f.slots
+	}
+	if off >= abi.RegProfileName && off < abi.RegProfileName+abi.ProfileNameLen {
+		return nameWord("fake-1g", off-abi.RegProfileName)
+	}
+	if off >= abi.RegDeviceName && off < abi.RegDeviceName+abi.DeviceNameLen {
+		return nameWord("drivertest fake vgpu", off-abi.RegDeviceName)
+	}
+	return 0
+}
+
+func nameWord(s string, off uint32) uint32 {
+	var b [4]byte
+	for i := range b {
+		if int(off)+i < len(s) {
+			b[i] = s[int(off)+i]
+		}
+	}
+	return le.Uint32(b[:])
+}
+
+func (f *Device) fail(s abi.Status) {
+	f.errReg = s
+	f.errCount++
+}
+
+// Write32 implements driver.Registers; a doorbell runs the new commands.
+func (f *Device) Write32(off, v uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch off {
+	case abi.RegErrorAck:
+		f.errReg = abi.StatusOK
+	case abi.RegRingBaseLo:
+		f.ringBase = f.ringBase&^0xffffffff | uint64(v)
+	case abi.RegRingBaseHi:
+		f.ringBase = f.ringBase&0xffffffff | uint64(v)<<32
+	case abi.RegComplBaseLo:
+		f.complBase = f.complBase&^0xffffffff | uint64(v)
+	case abi.RegComplBaseHi:
+		f.complBase = f.complBase&0xffffffff | uint64(v)<<32
+	case abi.RegRingSlots:
+		f.slots = v
+	case abi.RegRingCtrl:
+		if v&abi.RingCtrlReset != 0 {
+			f.enabled, f.head = false, 0
+			f.buffers, f.programs, f.used = map[uint32][]byte{}, map[uint32][]string{}, 0
+			return
+		}
+		if v&abi.RingCtrlEnable == 0 {
+			f.enabled = false
+			return
+		}
+		if f.slots == 0 || f.slots > abi.MaxRingSlots || f.slots&(f.slots-1) != 0 ||
+			f.ringBase%abi.PageSize != 0 || f.complBase%abi.ComplSize != 0 {
+			f.fail(abi.StatusRingConfig)
+			return
+		}
+		f.enabled, f.head = true, 0
+	case abi.RegRingTail:
+		if !f.enabled {
+			f.fail(abi.StatusRingConfig)
+			return
+		}
+		if v-f.head > f.slots {
+			f.fail(abi.StatusRingOverflow)
+			return
+		}
+		for f.head != v {
+			f.exec(f.head)
+			f.head++
+		}
+	default:
+		f.fail(abi.StatusBadAccess)
+	}
+}
+
+// ram returns guest RAM [gpa, gpa+n), copied out, or ok=false.
+func (f *Device) read(gpa uint64, n uint64) ([]byte, bool) {
+	out := make([]byte, 0, n)
+	for n > 0 {
+		p, ok := f.pages[gpa/abi.PageSize]
+		if !ok {
+			return nil, false
+		}
+		o := gpa % abi.PageSize
+		k := min(n, abi.PageSize-o)
+		out = append(out, p[o:o+k]...)
+		gpa, n = gpa+k, n-k
+	}
+	return out, true
+}
+
+func (f *Device) write(gpa uint64, b []byte) bool {
+	for len(b) > 0 {
+		p, ok := f.pages[gpa/abi.PageSize]
+		if !ok {
+			return false
+		}
+		o := gpa % abi.PageSize
+		k := copy(p[o:], b)
+		gpa, b = gpa+uint64(k), b[k:]
+	}
+	return true
+}
+
+func (f *Device) exec(idx uint32) {
+	slot := uint64(idx % f.slots)
+	rec := abi.Completion{Seq: uint64(idx) + 1}
+	raw, ok := f.read(f.ringBase+slot*abi.CommandSize, abi.CommandSize)
+	if !ok {
+		f.fail(abi.StatusBadAddress)
+		return
+	}
+	c, err := abi.UnmarshalCommand(raw)
+	rec.Tag, rec.Opcode = c.Tag, c.Opcode
+	if err == nil {
+		var p abi.Payload
+		if p, err = abi.DecodePayload(&c); err == nil {
+			rec.Detail, err = f.run(p)
+		}
+	}
+	rec.Status = abi.StatusOf(err)
+	var b [abi.ComplSize]byte
+	rec.Marshal(b[:])
+	if !f.write(f.complBase+slot*abi.ComplSize, b[:]) {
+		f.fail(abi.StatusBadAddress)
+	}
+}
+
+// sg resolves a scatter-gather list into data ranges.
+func (f *Device) sg(addr uint64, count uint32, length uint64) ([][2]uint64, error) {
+	var out [][2]uint64
+	var total, seen uint64
+	for count > 0 {
+		tbl, ok := f.read(addr, uint64(count)*abi.SGEntrySize)
+		if !ok || addr/abi.PageSize != (addr+uint64(count)*abi.SGEntrySize-1)/abi.PageSize {
+			return nil, abi.Errorf(abi.StatusBadAddress, "sg table at %#x", addr)
+		}
+		next := uint32(0)
+		for i := uint32(0); i < count; i++ {
+			if seen++; seen > abi.MaxSGEntries {
+				return nil, abi.Errorf(abi.StatusInvalidArgument, "sg list too long")
+			}
+			e, err := abi.UnmarshalSGEntry(tbl[i*abi.SGEntrySize:])
+			if err != nil {
+				return nil, err
+			}
+			if e.Flags&abi.SGChain != 0 {
+				if i != count-1 {
+					return nil, abi.Errorf(abi.StatusInvalidArgument, "chain entry not last")
+				}
+				addr, next = e.Addr, e.Len
+				continue
+			}
+			if _, ok := f.read(e.Addr, uint64(e.Len)); !ok {
+				return nil, abi.Errorf(abi.StatusBadAddress, "sg data at %#x+%d", e.Addr, e.Len)
+			}
+			out = append(out, [2]uint64{e.Addr, uint64(e.Len)})
+			total += uint64(e.Len)
+		}
+		count = next
+	}
+	if total != length {
+		return nil, abi.Errorf(abi.StatusInvalidArgument, "sg list of %d bytes, length %d", total, length)
+	}
+	return out, nil
+}
+
+func (f *Device) gather(addr uint64, count uint32, length uint64) ([]byte, error) {
+	rs, err := f.sg(addr, count, length)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	for _, r := range rs {
+		b, _ := f.read(r[0], r[1])
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+var kernelRE = regexp.MustCompile(`__kernel\s+void\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(`)
+
+func (f *Device) run(p abi.Payload) (uint64, error) {
+	switch p := p.(type) {
+	case *abi.Nop:
+		return 0, nil
+	case *abi.BufferCreate:
+		switch {
+		case f.buffers[p.Handle] != nil:
+			return 0, abi.Errorf(abi.StatusExists, "buffer %d", p.Handle)
+		case p.Size > f.cfg.MaxAlloc:
+			return 0, abi.Errorf(abi.StatusInvalidArgument, "buffer of %d bytes", p.Size)
+		case f.used+p.Size > f.cfg.MemSize:
+			return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes", p.Size)
+		}
+		f.buffers[p.Handle] = make([]byte, p.Size)
+		f.used += p.Size
+		return 0, nil
+	case *abi.BufferFree:
+		b := f.buffers[p.Handle]
+		if b == nil {
+			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Handle)
+		}
+		f.used -= uint64(len(b))
+		delete(f.buffers, p.Handle)
+		return 0, nil
+	case *abi.Copy:
+		b := f.buffers[p.Handle]
+		if b == nil {
+			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Handle)
+		}
+		if p.Offset+p.Length > uint64(len(b)) {
+			return 0, abi.Errorf(abi.StatusInvalidArgument, "range %d+%d", p.Offset, p.Length)
+		}
+		rs, err := f.sg(p.SGAddr, p.SGCount, p.Length)
+		if err != nil {
+			return 0, err
+		}
+		pos := p.Offset
+		for _, r := range rs {
+			if p.ToDevice {
+				d, _ := f.read(r[0], r[1])
+				copy(b[pos:], d)
+			} else {
+				f.write(r[0], b[pos:pos+r[1]])
+			}
+			pos += r[1]
+		}
+		return p.Length, nil
+	case *abi.ProgramBuild:
+		if f.programs[p.Handle] != nil {
+			return 0, abi.Errorf(abi.StatusExists, "program %d", p.Handle)
+		}
+		src, err := f.gather(p.SrcSGAddr, p.SrcCount, p.SrcLen)
+		if err != nil {
+			return 0, err
+		}
+		if i := strings.Index(string(src), "#error"); i >= 0 {
+			line, _, _ := strings.Cut(string(src[i+len("#error"):]), "\n")
+			log := []byte("<source>: error: " + strings.TrimSpace(line) + "\n")
+			log = log[:min(len(log), int(p.LogLen))]
+			if !f.write(p.LogAddr, log) {
+				return 0, abi.Errorf(abi.StatusBadAddress, "log at %#x", p.LogAddr)
+			}
+			return uint64(len(log)), abi.Errorf(abi.StatusBuildFailed, "#error")
+		}
+		names := []string{}
+		for _, m := range kernelRE.FindAllStringSubmatch(string(src), -1) {
+			names = append(names, m[1])
+		}
+		f.programs[p.Handle] = names
+		return 0, nil
+	case *abi.ProgramFree:
+		if f.programs[p.Handle] == nil {
+			return 0, abi.Errorf(abi.StatusNotFound, "program %d", p.Handle)
+		}
+		delete(f.programs, p.Handle)
+		return 0, nil
+	case *abi.Launch:
+		names := f.programs[p.Program]
+		if names == nil {
+			return 0, abi.Errorf(abi.StatusNotFound, "program %d", p.Program)
+		}
+		raw, ok := f.read(p.DescAddr, uint64(p.DescLen))
+		if !ok {
+			return 0, abi.Errorf(abi.StatusBadAddress, "descriptor at %#x", p.DescAddr)
+		}
+		d, err := abi.UnmarshalLaunchDesc(raw)
+		if err != nil {
+			return 0, err
+		}
+		found := false
+		for _, n := range names {
+			found = found || n == d.Kernel
+		}
+		k := f.kernels[d.Kernel]
+		if !found || k == nil {
+			return 0, abi.Errorf(abi.StatusNotFound, "kernel %q", d.Kernel)
+		}
+		for _, a := range d.Args {
+			if a.Kind == abi.ArgBuffer && f.buffers[a.Handle] == nil {
+				return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", a.Handle)
+			}
+		}
+		if err := k(&d, func(h uint32) []byte { return f.buffers[h] }); err != nil {
+			return 0, abi.Errorf(abi.StatusLaunchFailed, "%v", err)
+		}
+		f.Launches++
+		return 1000, nil
+	case *abi.Fence:
+		var b [8]byte
+		le.PutUint64(b[:], p.Value)
+		if !f.write(p.Addr, b[:]) {
+			return 0, abi.Errorf(abi.StatusBadAddress, "fence at %#x", p.Addr)
+		}
+		return 0, nil
+	}
+	return 0, abi.Errorf(abi.StatusInvalidOpcode, "%T", p)
+}

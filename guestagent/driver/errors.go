@@ -1,0 +1,45 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// Sentinel errors.
+var (
+	// ErrNoDevice means no vGPU was found or the BAR does not identify as one.
+	ErrNoDevice = errors.New("no vgpu device")
+	// ErrVersion means the device's ABI major version is not the driver's.
+	ErrVersion = errors.New("unsupported vgpu abi version")
+	// ErrTimeout means the device did not complete a command or fence in
+	// Options.Timeout.
+	ErrTimeout = errors.New("vgpu device timed out")
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("vgpu device closed")
+	// ErrInvalid means the caller passed an argument the driver rejects
+	// before submitting anything (it wraps abi.StatusInvalidArgument).
+	ErrInvalid = abi.Errorf(abi.StatusInvalidArgument, "invalid driver argument")
+	// ErrProtocol means the device wrote a completion record that does not
+	// match the command it completes (wrong tag or opcode).
+	ErrProtocol = abi.Errorf(abi.StatusInternal, "completion does not match command")
+)
+
+// CommandError reports a command the device completed with a non-OK status.
+type CommandError struct {
+	Index  uint64     // ring index of the command (free-running)
+	Opcode abi.Opcode // opcode of the command
+	Tag    uint64     // tag of the command
+	Status abi.Status // status of the completion record
+	Detail uint64     // detail word of the completion record
+}
+
+func (e *CommandError) Error() string {
+	return fmt.Sprintf("vgpu command %d (%v, tag %#x): %v (detail %d)", e.Index, e.Opcode, e.Tag, e.Status, e.Detail)
+}
+
+// Unwrap returns an *abi.StatusError of the command's status, so that
+// abi.StatusOf(err) recovers it and errors.Is(err, abi.StatusX.Error()) holds.
+// (A Status method, as in abi.Statuser, would clash with the Status field.)
+func (e *CommandError) Unwrap() error { return e.Status.Error() }
