@@ -1,0 +1,205 @@
+package mmio
+
+import (
+	"sync"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// Device is the BAR0 register file of one vGPU instance (abi.Reg*). It
+// latches the ring configuration the guest programs and forwards
+// doorbells, ring control and error handling to its Backend. It is safe
+// for concurrent use; see the package comment for the lock order.
+type Device struct {
+	b Backend
+
+	mu        sync.Mutex
+	ringBase  uint64
+	complBase uint64
+	slots     uint32
+	tail      uint32
+	enabled   bool
+}
+
+// New returns the register file of a device backed by b.
+func New(b Backend) *Device {
+	return &Device{b: b}
+}
+
+// Reset is a PCI device reset: the backend is reset and every latched
+// register returns to 0.
+func (d *Device) Reset() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.resetLocked()
+}
+
+func (d *Device) resetLocked() {
+	d.b.Reset()
+	d.ringBase, d.complBase, d.slots, d.tail, d.enabled = 0, 0, 0, 0, false
+}
+
+// goodAccess reports whether an access is a naturally aligned 4-byte
+// access inside BAR0, the only kind the register file serves.
+func goodAccess(off uint64, size int) bool {
+	return size == 4 && off%4 == 0 && off < abi.BAR0Size
+}
+
+// ReadBAR reads the register at byte offset off of BAR0. Accesses that
+// are not naturally aligned 4-byte accesses inside BAR0 read 0 and latch
+// abi.StatusBadAccess; unassigned offsets read 0.
+func (d *Device) ReadBAR(off uint64, size int) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !goodAccess(off, size) {
+		d.b.LatchError(abi.StatusBadAccess)
+		return 0
+	}
+	return uint64(d.read32Locked(uint32(off)))
+}
+
+func (d *Device) read32Locked(off uint32) uint32 {
+	switch off {
+	case abi.RegID:
+		return abi.IDMagic
+	case abi.RegVersion:
+		return abi.Version
+	case abi.RegFeatures:
+		return abi.FeaturesV1
+	case abi.RegStatus:
+		var s uint32
+		if d.enabled {
+			s |= abi.StatusBitRingEnabled
+		}
+		if st, _ := d.b.Error(); st != abi.StatusOK {
+			s |= abi.StatusBitError
+		}
+		return s
+	case abi.RegMemSizeLo:
+		return uint32(d.b.Limits().MemBytes)
+	case abi.RegMemSizeHi:
+		return uint32(d.b.Limits().MemBytes >> 32)
+	case abi.RegMaxAllocLo:
+		return uint32(d.b.Limits().MaxAlloc)
+	case abi.RegMaxAllocHi:
+		return uint32(d.b.Limits().MaxAlloc >> 32)
+	case abi.RegComputeUnits:
+		return d.b.Limits().ComputeUnits
+	case abi.RegMaxRingSlots:
+		return abi.MaxRingSlots
+	case abi.RegMaxWorkGroup:
+		return d.b.Limits().MaxWorkGroup
+	case abi.RegError:
+		st, _ := d.b.Error()
+		return uint32(st)
+	case abi.RegErrorCount:
+		_, n := d.b.Error()
+		return n
+	case abi.RegRingBaseLo:
+		return uint32(d.ringBase)
+	case abi.RegRingBaseHi:
+		return uint32(d.ringBase >> 32)
+	case abi.RegComplBaseLo:
+		return uint32(d.complBase)
+	case abi.RegComplBaseHi:
+		return uint32(d.complBase >> 32)
+	case abi.RegRingSlots:
+		return d.slots
+	case abi.RegRingCtrl:
+		if d.enabled {
+			return abi.RingCtrlEnable
+		}
+		return 0
+	case abi.RegRingTail:
+		return d.tail
+	case abi.RegRingHead:
+		return d.b.Head()
+	case abi.RegRingDone:
+		return d.b.Done()
+	}
+	if off >= abi.RegProfileName && off < abi.RegProfileName+abi.ProfileNameLen {
+		return nameWord(d.b.Limits().ProfileName, abi.ProfileNameLen, off-abi.RegProfileName)
+	}
+	if off >= abi.RegDeviceName && off < abi.RegDeviceName+abi.DeviceNameLen {
+		return nameWord(d.b.Limits().DeviceName, abi.DeviceNameLen, off-abi.RegDeviceName)
+	}
+	return 0
+}
+
+// nameWord returns bytes [i, i+4) of name truncated to max bytes and NUL
+// padded, as a little-endian word.
+func nameWord(name string, max int, i uint32) uint32 {
+	if len(name) > max {
+		name = name[:max]
+	}
+	var v uint32
+	for k := 3; k >= 0; k-- {
+		var c byte
+		if j := int(i) + k; j < len(name) {
+			c = name[j]
+		}
+		v = v<<8 | uint32(c)
+	}
+	return v
+}
+
+// WriteBAR writes the register at byte offset off of BAR0. Writes to
+// read-only or unassigned registers are ignored; accesses that are not
+// naturally aligned 4-byte accesses inside BAR0 are ignored and latch
+// abi.StatusBadAccess.
+func (d *Device) WriteBAR(off uint64, size int, v uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !goodAccess(off, size) {
+		d.b.LatchError(abi.StatusBadAccess)
+		return
+	}
+	d.write32Locked(uint32(off), uint32(v))
+}
+
+func (d *Device) write32Locked(off, v uint32) {
+	switch off {
+	case abi.RegErrorAck:
+		d.b.AckError()
+	case abi.RegRingBaseLo:
+		d.ringBase = d.ringBase&^0xffffffff | uint64(v)
+	case abi.RegRingBaseHi:
+		d.ringBase = d.ringBase&0xffffffff | uint64(v)<<32
+	case abi.RegComplBaseLo:
+		d.complBase = d.complBase&^0xffffffff | uint64(v)
+	case abi.RegComplBaseHi:
+		d.complBase = d.complBase&0xffffffff | uint64(v)<<32
+	case abi.RegRingSlots:
+		d.slots = v
+	case abi.RegRingCtrl:
+		d.ringCtrlLocked(v)
+	case abi.RegRingTail:
+		d.tail = v
+		if err := d.b.Doorbell(v); err != nil {
+			d.b.LatchError(abi.StatusOf(err))
+		}
+	}
+}
+
+// ringCtrlLocked applies a RegRingCtrl write. Reset wins over Enable;
+// Enable while already enabled is a no-op; 0 disables. Bits other than
+// Enable and Reset are ignored.
+func (d *Device) ringCtrlLocked(v uint32) {
+	switch {
+	case v&abi.RingCtrlReset != 0:
+		d.resetLocked()
+	case v&abi.RingCtrlEnable != 0:
+		if d.enabled {
+			return
+		}
+		cfg := RingConfig{Base: d.ringBase, ComplBase: d.complBase, Slots: d.slots}
+		if err := d.b.EnableRing(cfg); err != nil {
+			d.b.LatchError(abi.StatusOf(err))
+			return
+		}
+		d.enabled = true
+	default:
+		d.b.DisableRing()
+		d.enabled = false
+	}
+}

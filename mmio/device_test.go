@@ -1,0 +1,216 @@
+package mmio
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/vgpud/vgpud/abi"
+)
+
+const longName = "pthread-0123456789-0123456789-0123456789-0123456789-0123456789-overlong"
+
+func newTestDevice(t *testing.T) (*Device, *fakeBackend) {
+	t.Helper()
+	f := &fakeBackend{limits: Limits{
+		MemBytes:     0x1_2345_6000,
+		MaxAlloc:     0x4000_0000,
+		ComputeUnits: 2,
+		MaxWorkGroup: 1024,
+		ProfileName:  "vgpu-small",
+		DeviceName:   longName,
+	}}
+	return New(f), f
+}
+
+// TestRegisterOffsets pins the register map against the ABI document.
+func TestRegisterOffsets(t *testing.T) {
+	got := []int{abi.RegID, abi.RegVersion, abi.RegFeatures, abi.RegStatus, abi.RegMemSizeLo, abi.RegMemSizeHi,
+		abi.RegMaxAllocLo, abi.RegMaxAllocHi, abi.RegComputeUnits, abi.RegMaxRingSlots, abi.RegMaxWorkGroup,
+		abi.RegError, abi.RegErrorCount, abi.RegErrorAck, abi.RegRingBaseLo, abi.RegRingBaseHi,
+		abi.RegComplBaseLo, abi.RegComplBaseHi, abi.RegRingSlots, abi.RegRingCtrl, abi.RegRingTail,
+		abi.RegRingHead, abi.RegRingDone, abi.RegProfileName, abi.RegDeviceName,
+		abi.RegDeviceName + abi.DeviceNameLen, abi.BAR0Size}
+	want := []int{0x00, 0x04, 0x08, 0x0c, 0x10, 0x14, 0x18, 0x1c, 0x20, 0x24, 0x28, 0x30, 0x34, 0x38,
+		0x40, 0x44, 0x48, 0x4c, 0x50, 0x54, 0x58, 0x5c, 0x60, 0x80, 0xa0, 0xe0, 0x1000}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("register offsets (-want +got):\n%s", diff)
+	}
+}
+
+func TestReadOnlyRegisters(t *testing.T) {
+	d, _ := newTestDevice(t)
+	tests := []struct {
+		off  uint64
+		want uint32
+	}{
+		{abi.RegID, abi.IDMagic},
+		{abi.RegVersion, abi.Version},
+		{abi.RegFeatures, abi.FeaturesV1},
+		{abi.RegStatus, 0},
+		{abi.RegMemSizeLo, 0x2345_6000},
+		{abi.RegMemSizeHi, 1},
+		{abi.RegMaxAllocLo, 0x4000_0000},
+		{abi.RegMaxAllocHi, 0},
+		{abi.RegComputeUnits, 2},
+		{abi.RegMaxRingSlots, abi.MaxRingSlots},
+		{abi.RegMaxWorkGroup, 1024},
+		{abi.RegError, 0},
+		{abi.RegErrorCount, 0},
+		{abi.RegErrorAck, 0},
+		{abi.RegProfileName, 'v' | 'g'<<8 | 'p'<<16 | 'u'<<24},
+		{abi.RegProfileName + 8, 'l' | 'l'<<8},
+		{abi.RegProfileName + 28, 0},
+		{abi.RegDeviceName, 'p' | 't'<<8 | 'h'<<16 | 'r'<<24},
+		{abi.RegDeviceName + 60, binary.LittleEndian.Uint32([]byte(longName[60:64]))}, // truncated at 64 bytes
+		{0x064, 0}, // unassigned
+		{0xffc, 0}, // unassigned, last word
+	}
+	for _, tt := range tests {
+		if got := d.ReadBAR(tt.off, 4); got != uint64(tt.want) {
+			t.Errorf("ReadBAR(%#x, 4) = %#x, want %#x", tt.off, got, tt.want)
+		}
+		d.WriteBAR(tt.off, 4, 0xdeadbeef) // RO: ignored
+		if got := d.ReadBAR(tt.off, 4); got != uint64(tt.want) {
+			t.Errorf("ReadBAR(%#x, 4) after write = %#x, want %#x", tt.off, got, tt.want)
+		}
+	}
+}
+
+func TestRingProgramming(t *testing.T) {
+	d, f := newTestDevice(t)
+	writes := []struct{ off, v uint32 }{
+		{abi.RegRingBaseLo, 0x0020_0000}, {abi.RegRingBaseHi, 0x1},
+		{abi.RegComplBaseLo, 0x0030_0000}, {abi.RegComplBaseHi, 0x2},
+		{abi.RegRingSlots, 256},
+	}
+	for _, w := range writes {
+		d.WriteBAR(uint64(w.off), 4, uint64(w.v))
+		if got := d.ReadBAR(uint64(w.off), 4); got != uint64(w.v) {
+			t.Errorf("ReadBAR(%#x) = %#x, want %#x", w.off, got, w.v)
+		}
+	}
+	d.WriteBAR(abi.RegRingCtrl, 4, abi.RingCtrlEnable)
+	want := []RingConfig{{Base: 0x1_0020_0000, ComplBase: 0x2_0030_0000, Slots: 256}}
+	if diff := cmp.Diff(want, f.enabled); diff != "" {
+		t.Errorf("EnableRing calls (-want +got):\n%s", diff)
+	}
+	if got := d.ReadBAR(abi.RegRingCtrl, 4); got != abi.RingCtrlEnable {
+		t.Errorf("RingCtrl = %#x, want Enable", got)
+	}
+	if got := d.ReadBAR(abi.RegStatus, 4); got != abi.StatusBitRingEnabled {
+		t.Errorf("Status = %#x, want RingEnabled", got)
+	}
+	d.WriteBAR(abi.RegRingCtrl, 4, abi.RingCtrlEnable) // already enabled: no-op
+	if len(f.enabled) != 1 {
+		t.Errorf("EnableRing calls after second Enable = %d, want 1", len(f.enabled))
+	}
+
+	d.WriteBAR(abi.RegRingTail, 4, 7)
+	if diff := cmp.Diff([]uint32{7}, f.doorbells); diff != "" {
+		t.Errorf("Doorbell calls (-want +got):\n%s", diff)
+	}
+	for _, off := range []uint64{abi.RegRingHead, abi.RegRingDone, abi.RegRingTail} {
+		if got := d.ReadBAR(off, 4); got != 7 {
+			t.Errorf("ReadBAR(%#x) = %d, want 7", off, got)
+		}
+	}
+
+	d.WriteBAR(abi.RegRingCtrl, 4, 0)
+	if f.disables != 1 {
+		t.Errorf("DisableRing calls = %d, want 1", f.disables)
+	}
+	if got := d.ReadBAR(abi.RegStatus, 4); got != 0 {
+		t.Errorf("Status after disable = %#x, want 0", got)
+	}
+
+	d.WriteBAR(abi.RegRingCtrl, 4, abi.RingCtrlEnable|abi.RingCtrlReset)
+	if f.resets != 1 {
+		t.Errorf("Reset calls = %d, want 1", f.resets)
+	}
+	for _, w := range writes {
+		if got := d.ReadBAR(uint64(w.off), 4); got != 0 {
+			t.Errorf("ReadBAR(%#x) after reset = %#x, want 0", w.off, got)
+		}
+	}
+	if got := d.ReadBAR(abi.RegRingCtrl, 4); got != 0 {
+		t.Errorf("RingCtrl after reset = %#x, want 0", got)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	tests := []struct {
+		name       string
+		enableErr  error
+		doorbelErr error
+		do         func(d *Device)
+		want       abi.Status
+	}{
+		{"enable fails", abi.Errorf(abi.StatusRingConfig, "slots"), nil,
+			func(d *Device) { d.WriteBAR(abi.RegRingCtrl, 4, abi.RingCtrlEnable) }, abi.StatusRingConfig},
+		{"doorbell fails", nil, abi.Errorf(abi.StatusRingOverflow, "tail"),
+			func(d *Device) { d.WriteBAR(abi.RegRingTail, 4, 99) }, abi.StatusRingOverflow},
+		{"read unaligned", nil, nil, func(d *Device) { d.ReadBAR(2, 4) }, abi.StatusBadAccess},
+		{"read byte", nil, nil, func(d *Device) { d.ReadBAR(0, 1) }, abi.StatusBadAccess},
+		{"read qword", nil, nil, func(d *Device) { d.ReadBAR(0, 8) }, abi.StatusBadAccess},
+		{"write word", nil, nil, func(d *Device) { d.WriteBAR(abi.RegRingSlots, 2, 8) }, abi.StatusBadAccess},
+		{"write past BAR", nil, nil, func(d *Device) { d.WriteBAR(abi.BAR0Size, 4, 8) }, abi.StatusBadAccess},
+		{"read huge offset", nil, nil, func(d *Device) { d.ReadBAR(^uint64(0)-3, 4) }, abi.StatusBadAccess},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, f := newTestDevice(t)
+			f.enableErr, f.doorbelErr = tt.enableErr, tt.doorbelErr
+			tt.do(d)
+			if got := d.ReadBAR(abi.RegError, 4); got != uint64(tt.want) {
+				t.Errorf("RegError = %v, want %v", abi.Status(got), tt.want)
+			}
+			if got := d.ReadBAR(abi.RegErrorCount, 4); got != 1 {
+				t.Errorf("RegErrorCount = %d, want 1", got)
+			}
+			if got := d.ReadBAR(abi.RegStatus, 4); got != abi.StatusBitError {
+				t.Errorf("RegStatus = %#x, want Error bit only", got)
+			}
+			if got := d.ReadBAR(abi.RegRingCtrl, 4); got != 0 {
+				t.Errorf("RegRingCtrl = %#x, want 0", got)
+			}
+			d.WriteBAR(abi.RegErrorAck, 4, 1)
+			if got := d.ReadBAR(abi.RegStatus, 4); got != 0 {
+				t.Errorf("RegStatus after ack = %#x, want 0", got)
+			}
+			if got := d.ReadBAR(abi.RegError, 4); got != 0 {
+				t.Errorf("RegError after ack = %v, want ok", abi.Status(got))
+			}
+		})
+	}
+}
+
+func TestBadAccessReadsZero(t *testing.T) {
+	d, _ := newTestDevice(t)
+	for _, size := range []int{0, 1, 2, 3, 8, -1} {
+		if got := d.ReadBAR(abi.RegID, size); got != 0 {
+			t.Errorf("ReadBAR(RegID, %d) = %#x, want 0", size, got)
+		}
+	}
+	d.WriteBAR(abi.RegRingSlots+1, 4, 0xffffffff)
+	d.WriteBAR(abi.RegRingSlots, 8, 0xffffffff)
+	if got := d.ReadBAR(abi.RegRingSlots, 4); got != 0 {
+		t.Errorf("RingSlots after bad writes = %#x, want 0", got)
+	}
+}
+
+func TestDeviceReset(t *testing.T) {
+	d, f := newTestDevice(t)
+	d.WriteBAR(abi.RegRingSlots, 4, 64)
+	d.WriteBAR(abi.RegRingCtrl, 4, abi.RingCtrlEnable)
+	d.Reset()
+	if f.resets != 1 {
+		t.Errorf("backend Reset calls = %d, want 1", f.resets)
+	}
+	if got := d.ReadBAR(abi.RegRingSlots, 4); got != 0 {
+		t.Errorf("RingSlots after Reset = %d, want 0", got)
+	}
+	if got := d.ReadBAR(abi.RegStatus, 4); got != 0 {
+		t.Errorf("Status after Reset = %#x, want 0", got)
+	}
+}

@@ -1,0 +1,66 @@
+package mmio
+
+import (
+	"sync"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// fakeBackend records what the register file asks of it.
+type fakeBackend struct {
+	mu         sync.Mutex
+	limits     Limits
+	enableErr  error
+	doorbelErr error
+	enabled    []RingConfig
+	disables   int
+	resets     int
+	doorbells  []uint32
+	head, done uint32
+	err        abi.Status
+	errCount   uint32
+}
+
+var _ Backend = (*fakeBackend)(nil)
+
+func (f *fakeBackend) Limits() Limits { f.mu.Lock(); defer f.mu.Unlock(); return f.limits }
+func (f *fakeBackend) EnableRing(cfg RingConfig) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.enableErr != nil {
+		return f.enableErr
+	}
+	f.enabled = append(f.enabled, cfg)
+	return nil
+}
+func (f *fakeBackend) DisableRing() { f.mu.Lock(); defer f.mu.Unlock(); f.disables++ }
+func (f *fakeBackend) Doorbell(tail uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.doorbelErr != nil {
+		return f.doorbelErr
+	}
+	f.doorbells = append(f.doorbells, tail)
+	f.head, f.done = tail, tail
+	return nil
+}
+func (f *fakeBackend) Head() uint32 { f.mu.Lock(); defer f.mu.Unlock(); return f.head }
+func (f *fakeBackend) Done() uint32 { f.mu.Lock(); defer f.mu.Unlock(); return f.done }
+func (f *fakeBackend) Reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resets++
+	f.head, f.done, f.err, f.errCount = 0, 0, abi.StatusOK, 0
+}
+func (f *fakeBackend) Error() (abi.Status, uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err, f.errCount
+}
+func (f *fakeBackend) LatchError(s abi.Status) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = s
+	f.errCount++
+}
+func (f *fakeBackend) AckError() { f.mu.Lock(); defer f.mu.Unlock(); f.err = abi.StatusOK }
