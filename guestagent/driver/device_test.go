@@ -70,7 +70,7 @@ func TestOpenRejects(t *testing.T) {
 // deadRegs is a BAR nobody answers.
 type deadRegs struct{}
 
-func (deadRegs) Read32(uint32) uint32 { return 0xffffffff }
+func (deadRegs) Read32(uint32) uint32   { return 0xffffffff }
 func (deadRegs) Write32(uint32, uint32) {}
 
 // silentRegs identifies as a vGPU but never executes anything.

@@ -1,0 +1,76 @@
+package driver
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+func writeDev(t *testing.T, root, name, vendor, device, class string) {
+	t.Helper()
+	dir := filepath.Join(root, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"vendor": vendor, "device": device, "class": class} {
+		if err := os.WriteFile(filepath.Join(dir, k), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestFindPCI(t *testing.T) {
+	root := t.TempDir()
+	writeDev(t, root, "0000:00:01.0", "0x8086", "0x7000", "0x060100")
+	writeDev(t, root, "0000:00:04.0", "0x7667", "0x0001", "0x030000") // wrong class
+	writeDev(t, root, "0000:00:05.0", "0x7667", "0x0001", "0x030200")
+	writeDev(t, root, "0000:00:06.0", "0x7667", "0x0001", "0x030200")
+	got, err := findPCI(root)
+	if want := filepath.Join(root, "0000:00:05.0"); err != nil || got != want {
+		t.Errorf("findPCI() = %q, %v, want %q", got, err, want)
+	}
+	empty := t.TempDir()
+	if _, err := findPCI(empty); !errors.Is(err, ErrNoDevice) {
+		t.Errorf("findPCI(empty) = %v, want ErrNoDevice", err)
+	}
+}
+
+func TestBARBounds(t *testing.T) {
+	b := &bar{mem: make([]byte, abi.BAR0Size)}
+	b.Write32(abi.RegRingTail, 0x12345678)
+	if got := b.Read32(abi.RegRingTail); got != 0x12345678 {
+		t.Errorf("Read32(tail) = %#x, want 0x12345678", got)
+	}
+	for _, off := range []uint32{1, abi.BAR0Size - 2, abi.BAR0Size, 0xfffffffc} {
+		b.Write32(off, 1)
+		if got := b.Read32(off); got != 0xffffffff {
+			t.Errorf("Read32(%#x) = %#x, want 0xffffffff", off, got)
+		}
+	}
+}
+
+func TestPagemapMemory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("pagemap hides page frame numbers from non-root")
+	}
+	dma, err := NewPagemapMemory().Alloc(3*abi.PageSize + 1)
+	if err != nil {
+		t.Fatalf("Alloc() = %v", err)
+	}
+	if len(dma.Pages) != 4 || len(dma.Buf) != 4*abi.PageSize {
+		t.Fatalf("Alloc(3 pages + 1) = %d pages, %d bytes, want 4 pages", len(dma.Pages), len(dma.Buf))
+	}
+	seen := map[uint64]bool{}
+	for i, p := range dma.Pages {
+		if p == 0 || p%abi.PageSize != 0 || seen[p] {
+			t.Errorf("page %d at %#x: zero, misaligned or repeated", i, p)
+		}
+		seen[p] = true
+	}
+	if _, err := NewPagemapMemory().Alloc(0); err == nil {
+		t.Errorf("Alloc(0) = nil error")
+	}
+}
