@@ -1,0 +1,36 @@
+// Package gpu is the physical compute device: the Device/Queue/Buffer/
+// Program/Kernel interface in gpu.go and its OpenCL implementation (cgo
+// against the ICD loader, OpenCL 1.2 API only, so any vendor's ICD works).
+//
+// It owns device enumeration and selection (Devices, Open), one cl_context
+// per Device, one profiling-enabled in-order command queue per Queue, and the
+// mapping of OpenCL failures to errors: *CLError names the call and the CL
+// code, matches the sentinels (ErrBuildFailed, ErrNoKernel, ErrOutOfMemory,
+// ErrInvalidLaunch, ...) with errors.Is and gives the abi.Status the guest
+// sees. It knows nothing of VMs, guests, rings or transports: callers (the
+// aggregator) hand it sizes, bytes, source text and launch geometry.
+//
+// Inputs are treated as hostile all the same. Write and Read bound-check in
+// Go before calling C; Launch checks the argument count and, from the
+// kernel's argument info (every program is built with -cl-kernel-arg-info),
+// that each argument is the kind the parameter needs, so bytes can never be
+// taken for a cl_mem handle; objects of another Queue are refused. Build
+// first runs CheckSource, because the compiler runs inside this process:
+// with PoCL 3.1, #include "/etc/..." puts a host file into the build log and
+// "#pragma clang __debug llvm_fatal_error" aborts the process.
+//
+// Concurrency: a Device is safe for concurrent use. A Queue, and the
+// Buffers, Programs and Kernels created through it, belong to that Queue and
+// are used by one goroutine at a time; an internal mutex per Queue still
+// serialises every OpenCL call on it, so Device.Close, Queue.Close and the
+// idempotent Release methods are safe against work in progress and a
+// cl_kernel's arguments are never set by two launches at once. Lock order:
+// queue, then device. Closing a Queue releases everything created through
+// it; closing a Device closes its Queues.
+//
+// PoCL 3.1 (Debian 12) facts: POCL_DEVICES="pthread basic" gives two CPU
+// devices named "pthread-..." and "basic-..." (2 and 1 compute units); the
+// first build of a program takes about 1 s, later builds of the same source
+// about 60 ms from PoCL's kernel cache; an empty launch costs about 21 us.
+// Launch returns CL_PROFILING_COMMAND_END - START, the device time only.
+package gpu

@@ -1,0 +1,889 @@
+//go:build cgo
+
+package gpu
+
+/*
+#cgo LDFLAGS: -lOpenCL
+#define CL_TARGET_OPENCL_VERSION 120
+#include <stdlib.h>
+#include <CL/cl.h>
+
+static cl_int vg_set_mem_arg(cl_kernel k, cl_uint i, cl_mem m) {
+	return clSetKernelArg(k, i, sizeof(cl_mem), &m);
+}
+
+static cl_int vg_set_local_arg(cl_kernel k, cl_uint i, size_t n) {
+	return clSetKernelArg(k, i, n, NULL);
+}
+
+static cl_int vg_create_context(cl_platform_id p, cl_device_id d, cl_context *out) {
+	cl_context_properties props[3] = {CL_CONTEXT_PLATFORM, (cl_context_properties)p, 0};
+	cl_int err = CL_SUCCESS;
+	*out = clCreateContext(props, 1, &d, NULL, NULL, &err);
+	return err;
+}
+
+static cl_int vg_create_queue(cl_context c, cl_device_id d, cl_command_queue *out) {
+	cl_int err = CL_SUCCESS;
+	*out = clCreateCommandQueue(c, d, CL_QUEUE_PROFILING_ENABLE, &err);
+	return err;
+}
+
+static cl_int vg_create_buffer(cl_context c, size_t size, cl_mem *out) {
+	cl_int err = CL_SUCCESS;
+	*out = clCreateBuffer(c, CL_MEM_READ_WRITE, size, NULL, &err);
+	return err;
+}
+
+static cl_int vg_create_program(cl_context c, const char *src, size_t len, cl_program *out) {
+	cl_int err = CL_SUCCESS;
+	*out = clCreateProgramWithSource(c, 1, &src, &len, &err);
+	return err;
+}
+
+static cl_int vg_build(cl_program p, cl_device_id d, const char *opts) {
+	return clBuildProgram(p, 1, &d, opts, NULL, NULL);
+}
+
+static cl_int vg_create_kernel(cl_program p, const char *name, cl_kernel *out) {
+	cl_int err = CL_SUCCESS;
+	*out = clCreateKernel(p, name, &err);
+	return err;
+}
+
+// vg_run enqueues k, waits for it and returns its device time in ns.
+static cl_int vg_run(cl_command_queue q, cl_kernel k, cl_uint dims,
+		size_t o0, size_t o1, size_t o2,
+		size_t g0, size_t g1, size_t g2,
+		size_t l0, size_t l1, size_t l2, int local,
+		cl_ulong *ns, const char **op) {
+	size_t off[3] = {o0, o1, o2};
+	size_t glob[3] = {g0, g1, g2};
+	size_t loc[3] = {l0, l1, l2};
+	cl_event ev = NULL;
+	cl_int err = clEnqueueNDRangeKernel(q, k, dims, off, glob, local ? loc : NULL, 0, NULL, &ev);
+	if (err != CL_SUCCESS) {
+		*op = "clEnqueueNDRangeKernel";
+		return err;
+	}
+	err = clWaitForEvents(1, &ev);
+	if (err != CL_SUCCESS) {
+		cl_int st = 0;
+		*op = "kernel execution";
+		if (clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL) == CL_SUCCESS && st < 0) {
+			err = st;
+		}
+		clReleaseEvent(ev);
+		return err;
+	}
+	cl_ulong start = 0, end = 0;
+	err = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL);
+	if (err == CL_SUCCESS) {
+		err = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+	}
+	clReleaseEvent(ev);
+	if (err != CL_SUCCESS) {
+		*op = "clGetEventProfilingInfo";
+		return err;
+	}
+	*ns = end > start ? end - start : 0;
+	return CL_SUCCESS;
+}
+*/
+import "C"
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+func clErr(op string, code C.cl_int) error {
+	if code == C.CL_SUCCESS {
+		return nil
+	}
+	return &CLError{Op: op, Code: int32(code)}
+}
+
+// entry is one enumerated device with its OpenCL handles.
+type entry struct {
+	info     Info
+	platform C.cl_platform_id
+	id       C.cl_device_id
+}
+
+// Devices lists every GPU, accelerator and CPU device of every installed
+// OpenCL platform, in the order Open indexes them.
+func Devices() ([]Info, error) {
+	es, err := enumerate()
+	if err != nil {
+		return nil, err
+	}
+	infos := make([]Info, len(es))
+	for i, e := range es {
+		infos[i] = e.info
+	}
+	return infos, nil
+}
+
+func enumerate() ([]entry, error) {
+	var n C.cl_uint
+	code := C.clGetPlatformIDs(0, nil, &n)
+	if code == clPlatformNotFoundKHR || (code == C.CL_SUCCESS && n == 0) {
+		return nil, fmt.Errorf("%w: install an OpenCL ICD (e.g. apt-get install pocl-opencl-icd)", ErrNoPlatform)
+	}
+	if err := clErr("clGetPlatformIDs", code); err != nil {
+		return nil, fmt.Errorf("list platforms: %w", err)
+	}
+	plats := make([]C.cl_platform_id, n)
+	if err := clErr("clGetPlatformIDs", C.clGetPlatformIDs(n, &plats[0], &n)); err != nil {
+		return nil, fmt.Errorf("list platforms: %w", err)
+	}
+	plats = plats[:n]
+	var es []entry
+	const types = C.CL_DEVICE_TYPE_GPU | C.CL_DEVICE_TYPE_ACCELERATOR | C.CL_DEVICE_TYPE_CPU
+	for _, p := range plats {
+		pname, err := platformString(p, C.CL_PLATFORM_NAME)
+		if err != nil {
+			return nil, err
+		}
+		var nd C.cl_uint
+		code := C.clGetDeviceIDs(p, types, 0, nil, &nd)
+		if code == C.CL_DEVICE_NOT_FOUND || (code == C.CL_SUCCESS && nd == 0) {
+			continue
+		}
+		if err := clErr("clGetDeviceIDs", code); err != nil {
+			return nil, fmt.Errorf("list devices of %q: %w", pname, err)
+		}
+		ids := make([]C.cl_device_id, nd)
+		if err := clErr("clGetDeviceIDs", C.clGetDeviceIDs(p, types, nd, &ids[0], &nd)); err != nil {
+			return nil, fmt.Errorf("list devices of %q: %w", pname, err)
+		}
+		for _, id := range ids[:nd] {
+			info, err := deviceInfo(id)
+			if err != nil {
+				return nil, fmt.Errorf("query device of %q: %w", pname, err)
+			}
+			info.Index = len(es)
+			info.Platform = pname
+			es = append(es, entry{info: info, platform: p, id: id})
+		}
+	}
+	if len(es) == 0 {
+		return nil, fmt.Errorf("%w: no GPU, accelerator or CPU device on %d platform(s)", ErrNoDevice, len(plats))
+	}
+	return es, nil
+}
+
+func platformString(p C.cl_platform_id, param C.cl_platform_info) (string, error) {
+	var n C.size_t
+	if err := clErr("clGetPlatformInfo", C.clGetPlatformInfo(p, param, 0, nil, &n)); err != nil {
+		return "", err
+	}
+	if n == 0 {
+		return "", nil
+	}
+	buf := make([]byte, n)
+	if err := clErr("clGetPlatformInfo", C.clGetPlatformInfo(p, param, n, unsafe.Pointer(&buf[0]), nil)); err != nil {
+		return "", err
+	}
+	return cString(buf), nil
+}
+
+func deviceString(d C.cl_device_id, param C.cl_device_info) (string, error) {
+	var n C.size_t
+	if err := clErr("clGetDeviceInfo", C.clGetDeviceInfo(d, param, 0, nil, &n)); err != nil {
+		return "", err
+	}
+	if n == 0 {
+		return "", nil
+	}
+	buf := make([]byte, n)
+	if err := clErr("clGetDeviceInfo", C.clGetDeviceInfo(d, param, n, unsafe.Pointer(&buf[0]), nil)); err != nil {
+		return "", err
+	}
+	return cString(buf), nil
+}
+
+// cString returns buf up to its first NUL.
+func cString(buf []byte) string {
+	if i := bytes.IndexByte(buf, 0); i >= 0 {
+		buf = buf[:i]
+	}
+	return string(buf)
+}
+
+func deviceInfo(d C.cl_device_id) (Info, error) {
+	var info Info
+	for _, s := range []struct {
+		param C.cl_device_info
+		dst   *string
+	}{
+		{C.CL_DEVICE_NAME, &info.Name},
+		{C.CL_DEVICE_VENDOR, &info.Vendor},
+		{C.CL_DEVICE_VERSION, &info.Version},
+		{C.CL_DRIVER_VERSION, &info.DriverVersion},
+	} {
+		v, err := deviceString(d, s.param)
+		if err != nil {
+			return Info{}, err
+		}
+		*s.dst = strings.TrimSpace(v)
+	}
+	var (
+		cus   C.cl_uint
+		ulong C.cl_ulong
+		sz    C.size_t
+		items [3]C.size_t
+	)
+	if err := clErr("clGetDeviceInfo", C.clGetDeviceInfo(d, C.CL_DEVICE_MAX_COMPUTE_UNITS, C.size_t(unsafe.Sizeof(cus)), unsafe.Pointer(&cus), nil)); err != nil {
+		return Info{}, err
+	}
+	info.ComputeUnits = uint32(cus)
+	for _, u := range []struct {
+		param C.cl_device_info
+		dst   *uint64
+	}{
+		{C.CL_DEVICE_GLOBAL_MEM_SIZE, &info.GlobalMemBytes},
+		{C.CL_DEVICE_MAX_MEM_ALLOC_SIZE, &info.MaxAllocBytes},
+		{C.CL_DEVICE_LOCAL_MEM_SIZE, &info.LocalMemBytes},
+	} {
+		if err := clErr("clGetDeviceInfo", C.clGetDeviceInfo(d, u.param, C.size_t(unsafe.Sizeof(ulong)), unsafe.Pointer(&ulong), nil)); err != nil {
+			return Info{}, err
+		}
+		*u.dst = uint64(ulong)
+	}
+	if err := clErr("clGetDeviceInfo", C.clGetDeviceInfo(d, C.CL_DEVICE_MAX_WORK_GROUP_SIZE, C.size_t(unsafe.Sizeof(sz)), unsafe.Pointer(&sz), nil)); err != nil {
+		return Info{}, err
+	}
+	info.MaxWorkGroupSize = uint64(sz)
+	var dims C.cl_uint
+	if err := clErr("clGetDeviceInfo", C.clGetDeviceInfo(d, C.CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS, C.size_t(unsafe.Sizeof(dims)), unsafe.Pointer(&dims), nil)); err != nil {
+		return Info{}, err
+	}
+	if dims >= 3 {
+		// Only the first three sizes fit Info; ask for exactly those when
+		// the device reports exactly three, else read them all.
+		all := make([]C.size_t, dims)
+		if err := clErr("clGetDeviceInfo", C.clGetDeviceInfo(d, C.CL_DEVICE_MAX_WORK_ITEM_SIZES, C.size_t(len(all))*C.size_t(unsafe.Sizeof(sz)), unsafe.Pointer(&all[0]), nil)); err != nil {
+			return Info{}, err
+		}
+		copy(items[:], all)
+	} else if dims > 0 {
+		if err := clErr("clGetDeviceInfo", C.clGetDeviceInfo(d, C.CL_DEVICE_MAX_WORK_ITEM_SIZES, C.size_t(dims)*C.size_t(unsafe.Sizeof(sz)), unsafe.Pointer(&items[0]), nil)); err != nil {
+			return Info{}, err
+		}
+	}
+	for i, v := range items {
+		info.MaxWorkItemSizes[i] = uint64(v)
+	}
+	return info, nil
+}
+
+// Open opens a device. selector "" picks the first device, a decimal number
+// is an index into Devices(), anything else is a case-insensitive substring
+// of exactly one device's name (e.g. "pthread" under PoCL).
+func Open(selector string) (Device, error) {
+	es, err := enumerate()
+	if err != nil {
+		return nil, err
+	}
+	infos := make([]Info, len(es))
+	for i, e := range es {
+		infos[i] = e.info
+	}
+	n, err := pick(infos, selector)
+	if err != nil {
+		return nil, fmt.Errorf("open %q: %w", selector, err)
+	}
+	e := es[n]
+	d := &device{info: e.info, id: e.id, queues: make(map[*queue]struct{})}
+	if err := clErr("clCreateContext", C.vg_create_context(e.platform, e.id, &d.ctx)); err != nil {
+		return nil, fmt.Errorf("open %s: %w", e.info.Name, err)
+	}
+	return d, nil
+}
+
+// device is a Device: one cl_context on one cl_device_id.
+//
+// Lock order: queue.mu, then device.mu. Device.Close collects the queues
+// under device.mu and closes each after unlocking it.
+type device struct {
+	info Info
+	id   C.cl_device_id
+
+	ctx  C.cl_context // released by Close after every queue is closed
+
+	mu     sync.Mutex
+	closed bool
+	queues map[*queue]struct{}
+}
+
+func (d *device) Info() Info { return d.info }
+
+func (d *device) NewQueue() (Queue, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, errorf(abi.StatusInternal, "new queue on %s: %w", d.info.Name, ErrClosed)
+	}
+	q := &queue{dev: d, buffers: make(map[*buffer]struct{}), programs: make(map[*program]struct{})}
+	if err := clErr("clCreateCommandQueue", C.vg_create_queue(d.ctx, d.id, &q.q)); err != nil {
+		return nil, fmt.Errorf("new queue on %s: %w", d.info.Name, err)
+	}
+	d.queues[q] = struct{}{}
+	return q, nil
+}
+
+// Close closes every queue still open on the device, waiting for work in
+// progress, then releases the context. It is idempotent.
+func (d *device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	qs := make([]*queue, 0, len(d.queues))
+	for q := range d.queues {
+		qs = append(qs, q)
+	}
+	clear(d.queues)
+	d.mu.Unlock()
+	var first error
+	for _, q := range qs {
+		if err := q.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	if err := clErr("clReleaseContext", C.clReleaseContext(d.ctx)); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// queue is a Queue. Its mutex serialises every OpenCL call on the queue and
+// on the buffers, programs and kernels it created, so Close and Release are
+// safe against work in progress; callers still use a queue from one
+// goroutine at a time.
+type queue struct {
+	dev *device
+
+	mu       sync.Mutex
+	q        C.cl_command_queue // nil once closed
+	buffers  map[*buffer]struct{}
+	programs map[*program]struct{}
+}
+
+// buffer, program and kernel fields other than the handles are immutable;
+// the handles are guarded by owner.mu and nil once released.
+type buffer struct {
+	owner *queue
+	size  uint64
+	mem   C.cl_mem
+}
+
+type program struct {
+	owner   *queue
+	names   []string
+	prog    C.cl_program
+	kernels map[string]*kernel
+}
+
+// argKind is what a kernel parameter needs: a buffer, __local bytes or a
+// by-value scalar; argUnknown when the implementation does not say.
+type argKind uint8
+
+const (
+	argUnknown argKind = iota
+	argBuffer
+	argLocal
+	argScalar
+	argUnsupported // images, samplers, pipes: never set from bytes
+)
+
+type kernel struct {
+	prog  *program
+	name  string
+	args  []argKind
+	types []string
+	k     C.cl_kernel
+}
+
+func (q *queue) closedErr(op string) error {
+	return errorf(abi.StatusInternal, "%s: queue: %w", op, ErrClosed)
+}
+
+func (q *queue) Alloc(size uint64) (Buffer, error) {
+	if size == 0 || size > q.dev.info.MaxAllocBytes {
+		return nil, errorf(abi.StatusInvalidArgument, "alloc %d bytes: size must be 1..%d (device max allocation): %w",
+			size, q.dev.info.MaxAllocBytes, &CLError{Op: "clCreateBuffer", Code: -61})
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.q == nil {
+		return nil, q.closedErr("alloc")
+	}
+	b := &buffer{owner: q, size: size}
+	if err := clErr("clCreateBuffer", C.vg_create_buffer(q.dev.ctx, C.size_t(size), &b.mem)); err != nil {
+		return nil, fmt.Errorf("alloc %d bytes: %w", size, err)
+	}
+	q.buffers[b] = struct{}{}
+	return b, nil
+}
+
+// checkBuffer returns b as this queue's live buffer. q.mu must be held.
+func (q *queue) checkBuffer(op string, b Buffer) (*buffer, error) {
+	bb, ok := b.(*buffer)
+	if !ok || bb == nil {
+		return nil, errorf(abi.StatusInternal, "%s: buffer %T is not an OpenCL buffer of this package: %w", op, b, ErrForeign)
+	}
+	if bb.owner != q {
+		return nil, errorf(abi.StatusInternal, "%s: buffer: %w", op, ErrForeign)
+	}
+	if bb.mem == nil {
+		return nil, errorf(abi.StatusInternal, "%s: buffer: %w", op, ErrClosed)
+	}
+	return bb, nil
+}
+
+// span checks that [off, off+n) lies in a buffer of size size without
+// overflowing.
+func span(op string, size, off uint64, n int) error {
+	if off > size || uint64(n) > size-off {
+		return errorf(abi.StatusInvalidArgument, "%s %d bytes at %d of a %d-byte buffer: %w", op, n, off, size, ErrOutOfRange)
+	}
+	return nil
+}
+
+func (q *queue) Write(b Buffer, off uint64, p []byte) error {
+	if bb, ok := b.(*buffer); ok && bb != nil {
+		if err := span("write", bb.size, off, len(p)); err != nil {
+			return err
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.q == nil {
+		return q.closedErr("write")
+	}
+	bb, err := q.checkBuffer("write", b)
+	if err != nil || len(p) == 0 {
+		return err
+	}
+	code := C.clEnqueueWriteBuffer(q.q, bb.mem, C.CL_TRUE, C.size_t(off), C.size_t(len(p)), unsafe.Pointer(&p[0]), 0, nil, nil)
+	if err := clErr("clEnqueueWriteBuffer", code); err != nil {
+		return fmt.Errorf("write %d bytes at %d: %w", len(p), off, err)
+	}
+	return nil
+}
+
+func (q *queue) Read(b Buffer, off uint64, p []byte) error {
+	if bb, ok := b.(*buffer); ok && bb != nil {
+		if err := span("read", bb.size, off, len(p)); err != nil {
+			return err
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.q == nil {
+		return q.closedErr("read")
+	}
+	bb, err := q.checkBuffer("read", b)
+	if err != nil || len(p) == 0 {
+		return err
+	}
+	code := C.clEnqueueReadBuffer(q.q, bb.mem, C.CL_TRUE, C.size_t(off), C.size_t(len(p)), unsafe.Pointer(&p[0]), 0, nil, nil)
+	if err := clErr("clEnqueueReadBuffer", code); err != nil {
+		return fmt.Errorf("read %d bytes at %d: %w", len(p), off, err)
+	}
+	return nil
+}
+
+func (q *queue) Build(source, options string) (Program, string, error) {
+	if err := CheckSource(source, options); err != nil {
+		return nil, "", err
+	}
+	if source == "" {
+		return nil, "", errorf(abi.StatusBuildFailed, "build: empty source: %w", ErrBuildFailed)
+	}
+	// Argument info lets Launch check that each argument is of the kind
+	// the kernel expects, so a scalar can never be taken for a cl_mem.
+	opts := C.CString(options + " -cl-kernel-arg-info")
+	defer C.free(unsafe.Pointer(opts))
+	src := (*C.char)(C.CBytes([]byte(source)))
+	defer C.free(unsafe.Pointer(src))
+
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.q == nil {
+		return nil, "", q.closedErr("build")
+	}
+	p := &program{owner: q, kernels: make(map[string]*kernel)}
+	if err := clErr("clCreateProgramWithSource", C.vg_create_program(q.dev.ctx, src, C.size_t(len(source)), &p.prog)); err != nil {
+		return nil, "", fmt.Errorf("build: %w", err)
+	}
+	code := C.vg_build(p.prog, q.dev.id, opts)
+	log := q.buildLog(p.prog)
+	if err := clErr("clBuildProgram", code); err != nil {
+		C.clReleaseProgram(p.prog)
+		return nil, log, fmt.Errorf("build: %w", err)
+	}
+	names, err := kernelNames(p.prog)
+	if err != nil {
+		C.clReleaseProgram(p.prog)
+		return nil, log, fmt.Errorf("build: %w", err)
+	}
+	p.names = names
+	q.programs[p] = struct{}{}
+	return p, log, nil
+}
+
+func (q *queue) buildLog(p C.cl_program) string {
+	var n C.size_t
+	if C.clGetProgramBuildInfo(p, q.dev.id, C.CL_PROGRAM_BUILD_LOG, 0, nil, &n) != C.CL_SUCCESS || n == 0 {
+		return ""
+	}
+	buf := make([]byte, n)
+	if C.clGetProgramBuildInfo(p, q.dev.id, C.CL_PROGRAM_BUILD_LOG, n, unsafe.Pointer(&buf[0]), nil) != C.CL_SUCCESS {
+		return ""
+	}
+	return strings.TrimSpace(cString(buf))
+}
+
+func kernelNames(p C.cl_program) ([]string, error) {
+	var n C.size_t
+	if err := clErr("clGetProgramInfo", C.clGetProgramInfo(p, C.CL_PROGRAM_KERNEL_NAMES, 0, nil, &n)); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	buf := make([]byte, n)
+	if err := clErr("clGetProgramInfo", C.clGetProgramInfo(p, C.CL_PROGRAM_KERNEL_NAMES, n, unsafe.Pointer(&buf[0]), nil)); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, s := range strings.Split(cString(buf), ";") {
+		if s = strings.TrimSpace(s); s != "" {
+			names = append(names, s)
+		}
+	}
+	return names, nil
+}
+
+func (q *queue) Launch(k Kernel, r NDRange, args []Arg) (time.Duration, error) {
+	kk, ok := k.(*kernel)
+	if !ok || kk == nil {
+		return 0, errorf(abi.StatusInternal, "launch: kernel %T is not an OpenCL kernel of this package: %w", k, ErrForeign)
+	}
+	if err := checkRange(r); err != nil {
+		return 0, fmt.Errorf("launch %s: %w", kk.name, err)
+	}
+	if len(args) != len(kk.args) {
+		return 0, errorf(abi.StatusLaunchFailed, "launch %s: %d arguments, kernel takes %d: %w", kk.name, len(args), len(kk.args), ErrInvalidLaunch)
+	}
+
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.q == nil {
+		return 0, q.closedErr("launch")
+	}
+	if kk.prog.owner != q {
+		return 0, errorf(abi.StatusInternal, "launch %s: kernel: %w", kk.name, ErrForeign)
+	}
+	if kk.k == nil {
+		return 0, errorf(abi.StatusInternal, "launch %s: kernel: %w", kk.name, ErrClosed)
+	}
+	for i, a := range args {
+		if err := q.setArg(kk, i, a); err != nil {
+			return 0, fmt.Errorf("launch %s: argument %d: %w", kk.name, i, err)
+		}
+	}
+	var (
+		ns    C.cl_ulong
+		op    *C.char
+		local C.int
+	)
+	if r.Local != ([3]uint64{}) {
+		local = 1
+	}
+	code := C.vg_run(q.q, kk.k, C.cl_uint(r.Dims),
+		C.size_t(r.Offset[0]), C.size_t(r.Offset[1]), C.size_t(r.Offset[2]),
+		C.size_t(r.Global[0]), C.size_t(r.Global[1]), C.size_t(r.Global[2]),
+		C.size_t(r.Local[0]), C.size_t(r.Local[1]), C.size_t(r.Local[2]), local,
+		&ns, &op)
+	if code != C.CL_SUCCESS {
+		return 0, fmt.Errorf("launch %s: %w", kk.name, &CLError{Op: C.GoString(op), Code: int32(code)})
+	}
+	if uint64(ns) > math.MaxInt64 {
+		ns = math.MaxInt64
+	}
+	return time.Duration(ns), nil
+}
+
+// checkRange validates the index space. Entries beyond Dims may be 0 or 1
+// (Offset 0); anything else there is a caller's mistake, not ignored.
+func checkRange(r NDRange) error {
+	if r.Dims < 1 || r.Dims > 3 {
+		return errorf(abi.StatusLaunchFailed, "%d dimensions, want 1..3: %w", r.Dims, ErrInvalidLaunch)
+	}
+	hasLocal := r.Local != ([3]uint64{})
+	for i := 0; i < 3; i++ {
+		if i >= r.Dims {
+			if r.Global[i] > 1 || r.Local[i] > 1 || r.Offset[i] != 0 {
+				return errorf(abi.StatusLaunchFailed, "dimension %d set beyond %d dimensions: %w", i, r.Dims, ErrInvalidLaunch)
+			}
+			continue
+		}
+		if r.Global[i] == 0 {
+			return errorf(abi.StatusLaunchFailed, "global size %d is zero: %w", i, ErrInvalidLaunch)
+		}
+		if hasLocal && r.Local[i] == 0 {
+			return errorf(abi.StatusLaunchFailed, "local size %d is zero while others are set: %w", i, ErrInvalidLaunch)
+		}
+		if r.Offset[i] > math.MaxUint64-r.Global[i] {
+			return errorf(abi.StatusLaunchFailed, "offset+global of dimension %d overflows: %w", i, ErrInvalidLaunch)
+		}
+	}
+	return nil
+}
+
+// setArg sets argument i of k. q.mu must be held.
+func (q *queue) setArg(k *kernel, i int, a Arg) error {
+	set := 0
+	if a.Buffer != nil {
+		set++
+	}
+	if len(a.Scalar) > 0 {
+		set++
+	}
+	if a.Local > 0 {
+		set++
+	}
+	if set != 1 {
+		return errorf(abi.StatusLaunchFailed, "%d of buffer, scalar and local set, want exactly one: %w", set, ErrInvalidLaunch)
+	}
+	want := k.args[i]
+	var got argKind
+	switch {
+	case a.Buffer != nil:
+		got = argBuffer
+	case a.Local > 0:
+		got = argLocal
+	default:
+		got = argScalar
+	}
+	if want == argUnsupported {
+		return errorf(abi.StatusLaunchFailed, "parameter type %q cannot be set: %w", k.types[i], ErrInvalidLaunch)
+	}
+	if want != argUnknown && want != got {
+		return errorf(abi.StatusLaunchFailed, "parameter of type %q needs a %s, got a %s: %w", k.types[i], want, got, ErrInvalidLaunch)
+	}
+	var code C.cl_int
+	switch got {
+	case argBuffer:
+		b, err := q.checkBuffer("set argument", a.Buffer)
+		if err != nil {
+			return err
+		}
+		code = C.vg_set_mem_arg(k.k, C.cl_uint(i), b.mem)
+	case argLocal:
+		code = C.vg_set_local_arg(k.k, C.cl_uint(i), C.size_t(a.Local))
+	case argScalar:
+		if want == argUnknown && len(a.Scalar) == int(unsafe.Sizeof(C.cl_mem(nil))) {
+			// Without argument info a pointer-sized scalar could be
+			// taken for a cl_mem handle and dereferenced.
+			return errorf(abi.StatusLaunchFailed, "pointer-sized scalar for a parameter of unknown kind: %w", ErrInvalidLaunch)
+		}
+		code = C.clSetKernelArg(k.k, C.cl_uint(i), C.size_t(len(a.Scalar)), unsafe.Pointer(&a.Scalar[0]))
+	}
+	return clErr("clSetKernelArg", code)
+}
+
+func (k argKind) String() string {
+	switch k {
+	case argBuffer:
+		return "buffer"
+	case argLocal:
+		return "local size"
+	case argScalar:
+		return "scalar"
+	case argUnsupported:
+		return "unsupported object"
+	}
+	return "unknown"
+}
+
+// Close releases every buffer, program and kernel of the queue and the
+// queue itself, after work in progress. It is idempotent.
+func (q *queue) Close() error {
+	q.mu.Lock()
+	var first error
+	if q.q != nil {
+		for b := range q.buffers {
+			b.releaseLocked()
+		}
+		for p := range q.programs {
+			p.releaseLocked()
+		}
+		first = clErr("clReleaseCommandQueue", C.clReleaseCommandQueue(q.q))
+		q.q = nil
+	}
+	q.mu.Unlock()
+	q.dev.mu.Lock()
+	delete(q.dev.queues, q)
+	q.dev.mu.Unlock()
+	return first
+}
+
+func (b *buffer) Size() uint64 { return b.size }
+
+// Release frees the buffer's device memory. It is idempotent.
+func (b *buffer) Release() {
+	b.owner.mu.Lock()
+	defer b.owner.mu.Unlock()
+	b.releaseLocked()
+}
+
+func (b *buffer) releaseLocked() {
+	if b.mem != nil {
+		C.clReleaseMemObject(b.mem)
+		b.mem = nil
+	}
+	delete(b.owner.buffers, b)
+}
+
+// Kernel returns the (cached) kernel named name.
+func (p *program) Kernel(name string) (Kernel, error) {
+	p.owner.mu.Lock()
+	defer p.owner.mu.Unlock()
+	if p.prog == nil {
+		return nil, errorf(abi.StatusInternal, "kernel %q: program: %w", name, ErrClosed)
+	}
+	if k, ok := p.kernels[name]; ok {
+		return k, nil
+	}
+	found := false
+	for _, n := range p.names {
+		found = found || n == name
+	}
+	if !found || strings.IndexByte(name, 0) >= 0 {
+		return nil, fmt.Errorf("kernel %q (program has %s): %w", name, strings.Join(p.names, ", "), &CLError{Op: "clCreateKernel", Code: clInvalidKernelName})
+	}
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	k := &kernel{prog: p, name: name}
+	if err := clErr("clCreateKernel", C.vg_create_kernel(p.prog, cname, &k.k)); err != nil {
+		return nil, fmt.Errorf("kernel %q: %w", name, err)
+	}
+	if err := k.describeArgs(); err != nil {
+		C.clReleaseKernel(k.k)
+		return nil, fmt.Errorf("kernel %q: %w", name, err)
+	}
+	p.kernels[name] = k
+	return k, nil
+}
+
+// describeArgs fills k.args and k.types from the kernel's argument info.
+func (k *kernel) describeArgs() error {
+	var n C.cl_uint
+	if err := clErr("clGetKernelInfo", C.clGetKernelInfo(k.k, C.CL_KERNEL_NUM_ARGS, C.size_t(unsafe.Sizeof(n)), unsafe.Pointer(&n), nil)); err != nil {
+		return err
+	}
+	k.args = make([]argKind, n)
+	k.types = make([]string, n)
+	for i := range k.args {
+		var aq C.cl_kernel_arg_address_qualifier
+		code := C.clGetKernelArgInfo(k.k, C.cl_uint(i), C.CL_KERNEL_ARG_ADDRESS_QUALIFIER, C.size_t(unsafe.Sizeof(aq)), unsafe.Pointer(&aq), nil)
+		if code == clKernelArgInfoNotAvailable {
+			continue // argUnknown: setArg is conservative
+		}
+		if err := clErr("clGetKernelArgInfo", code); err != nil {
+			return err
+		}
+		typ, err := k.argString(i, C.CL_KERNEL_ARG_TYPE_NAME)
+		if err != nil {
+			return err
+		}
+		k.types[i] = typ
+		switch {
+		case aq == C.CL_KERNEL_ARG_ADDRESS_LOCAL:
+			k.args[i] = argLocal
+		case aq == C.CL_KERNEL_ARG_ADDRESS_GLOBAL || aq == C.CL_KERNEL_ARG_ADDRESS_CONSTANT:
+			k.args[i] = argBuffer
+			if !strings.HasSuffix(typ, "*") {
+				k.args[i] = argUnsupported // images, pipes
+			}
+		case strings.HasSuffix(typ, "*") || strings.Contains(typ, "image") ||
+			strings.Contains(typ, "sampler") || strings.Contains(typ, "pipe") ||
+			strings.Contains(typ, "event") || strings.Contains(typ, "queue"):
+			k.args[i] = argUnsupported
+		default:
+			k.args[i] = argScalar
+		}
+	}
+	return nil
+}
+
+func (k *kernel) argString(i int, param C.cl_kernel_arg_info) (string, error) {
+	var n C.size_t
+	if err := clErr("clGetKernelArgInfo", C.clGetKernelArgInfo(k.k, C.cl_uint(i), param, 0, nil, &n)); err != nil {
+		return "", err
+	}
+	if n == 0 {
+		return "", nil
+	}
+	buf := make([]byte, n)
+	if err := clErr("clGetKernelArgInfo", C.clGetKernelArgInfo(k.k, C.cl_uint(i), param, n, unsafe.Pointer(&buf[0]), nil)); err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(cString(buf)), nil
+}
+
+func (p *program) KernelNames() []string { return append([]string(nil), p.names...) }
+
+// Release frees the program and its kernels. It is idempotent.
+func (p *program) Release() {
+	p.owner.mu.Lock()
+	defer p.owner.mu.Unlock()
+	p.releaseLocked()
+}
+
+func (p *program) releaseLocked() {
+	for _, k := range p.kernels {
+		k.releaseLocked()
+	}
+	if p.prog != nil {
+		C.clReleaseProgram(p.prog)
+		p.prog = nil
+	}
+	delete(p.owner.programs, p)
+}
+
+func (k *kernel) Name() string { return k.name }
+func (k *kernel) NumArgs() int { return len(k.args) }
+
+// Release frees the kernel; the program's next Kernel call for the same
+// name creates a new one. It is idempotent.
+func (k *kernel) Release() {
+	k.prog.owner.mu.Lock()
+	defer k.prog.owner.mu.Unlock()
+	k.releaseLocked()
+}
+
+func (k *kernel) releaseLocked() {
+	if k.k != nil {
+		C.clReleaseKernel(k.k)
+		k.k = nil
+	}
+	if k.prog.kernels[k.name] == k {
+		delete(k.prog.kernels, k.name)
+	}
+}

@@ -1,0 +1,303 @@
+package gpu
+
+import (
+	"strings"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// allowedDirectives are the preprocessor directives a program may use.
+// Everything else (#include, #include_next, #import, #embed, line markers,
+// unknown extensions) could make the compiler read host files.
+var allowedDirectives = map[string]bool{
+	"": true, "define": true, "undef": true, "if": true, "ifdef": true, "ifndef": true,
+	"elif": true, "else": true, "endif": true, "pragma": true, "error": true,
+	"warning": true,
+}
+
+// allowedPragmas are the first words of the #pragma lines a program may use;
+// for "clang" the second word must be in allowedClangPragmas.
+var (
+	allowedPragmas      = map[string]bool{"OPENCL": true, "STDC": true, "unroll": true, "nounroll": true, "clang": true, "once": true, "pack": true}
+	allowedClangPragmas = map[string]bool{"loop": true, "diagnostic": true, "fp": true, "attribute": true}
+)
+
+// bannedIdentifiers may not appear anywhere outside comments, literals
+// included: file probes and the operator that forms pragmas from
+// macro-built strings (clang's "#pragma clang __debug llvm_fatal_error"
+// aborts the whole process, since the OpenCL compiler runs in-process;
+// verified with PoCL 3.1). Token pasting (## and %:%:) is refused too: it
+// could build these identifiers from harmless pieces.
+var bannedIdentifiers = map[string]bool{
+	"__has_include": true, "__has_include_next": true, "__has_embed": true,
+	"_Pragma": true, "__pragma": true, "__debug": true,
+}
+
+// CheckSource rejects OpenCL C source and build options that could make an
+// in-process compiler read host files or crash it (PoCL 3.1 puts a host
+// file's lines into the build log for #include "/etc/...", and aborts the
+// process on "#pragma clang __debug llvm_fatal_error"). Refused: directives
+// outside a small allow-list (so no #include, also when spelled with %:
+// or ??= or split by comments and line splices), pragmas outside an
+// allow-list, file probes, _Pragma, __debug, token pasting, universal
+// character names in identifiers, NUL bytes, and options other than -D,
+// -U, -w, -Werror, -cl-std=CL1.0..CL3.0 and other -cl-* flags. Build calls it first; the
+// error wraps ErrSourceRejected and ErrBuildFailed and has
+// abi.StatusBuildFailed.
+func CheckSource(source, options string) error {
+	if err := checkOptions(options); err != nil {
+		return err
+	}
+	return checkSource(source)
+}
+
+func rejected(format string, args ...any) error {
+	args = append(args, ErrSourceRejected, ErrBuildFailed)
+	return errorf(abi.StatusBuildFailed, "build: "+format+": %w: %w", args...)
+}
+
+func checkOptions(options string) error {
+	for i := 0; i < len(options); i++ {
+		if c := options[i]; c < ' ' && c != '\t' && c != '\n' || c >= 0x7f || c == '"' || c == '\'' || c == '\\' {
+			return rejected("option byte %#x at %d", c, i)
+		}
+	}
+	fields := strings.Fields(options)
+	for i := 0; i < len(fields); i++ {
+		f := fields[i]
+		switch {
+		case f == "-D" || f == "-U":
+			if i+1 >= len(fields) || !isMacroDef(fields[i+1]) {
+				return rejected("option %s needs a macro name", f)
+			}
+			i++
+		case strings.HasPrefix(f, "-D") || strings.HasPrefix(f, "-U"):
+			if !isMacroDef(f[2:]) {
+				return rejected("option %q", f)
+			}
+		case strings.HasPrefix(f, "-cl-std="):
+			// C dialects only: C++ for OpenCL has digit separators and raw
+			// strings, which this scanner does not model.
+			switch f {
+			case "-cl-std=CL1.0", "-cl-std=CL1.1", "-cl-std=CL1.2", "-cl-std=CL2.0", "-cl-std=CL3.0":
+			default:
+				return rejected("option %q not allowed", f)
+			}
+		case f == "-w" || f == "-Werror" || strings.HasPrefix(f, "-cl-"):
+		default:
+			return rejected("option %q not allowed", f)
+		}
+	}
+	return nil
+}
+
+// isMacroDef reports whether s is NAME or NAME=VALUE.
+func isMacroDef(s string) bool {
+	name, _, _ := strings.Cut(s, "=")
+	if name == "" || isDigit(name[0]) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !isIdent(name[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+func isIdent(c byte) bool {
+	return c == '_' || isDigit(c) || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// spliceLines applies translation phases 1 and 2 as clang does: trigraphs
+// ??= and ??/ (in case a mode enables them), then removes backslash-newline
+// splices, including those with whitespace before the newline.
+func spliceLines(s string) string {
+	s = strings.ReplaceAll(s, "??=", "#")
+	s = strings.ReplaceAll(s, "??/", "\\")
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' {
+			j := i + 1
+			for j < len(s) && (s[j] == ' ' || s[j] == '\t' || s[j] == '\v' || s[j] == '\f') {
+				j++
+			}
+			if j < len(s) && (s[j] == '\n' || s[j] == '\r') {
+				if s[j] == '\r' && j+1 < len(s) && s[j+1] == '\n' {
+					j++
+				}
+				i = j
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func checkSource(source string) error {
+	if strings.IndexByte(source, 0) >= 0 {
+		return rejected("source contains a NUL byte")
+	}
+	s := spliceLines(source)
+	lineStart := true // only whitespace and comments since the last newline
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '\n' || c == '\r':
+			lineStart = true
+			i++
+		case c == ' ' || c == '\t' || c == '\v' || c == '\f':
+			i++
+		case strings.HasPrefix(s[i:], "//"):
+			for i < len(s) && s[i] != '\n' && s[i] != '\r' {
+				i++
+			}
+		case strings.HasPrefix(s[i:], "/*"):
+			end := strings.Index(s[i+2:], "*/")
+			if end < 0 {
+				return nil // unterminated comment: nothing follows
+			}
+			if strings.ContainsAny(s[i:i+2+end], "\n\r") {
+				lineStart = true // be conservative about directives after it
+			}
+			i += 2 + end + 2
+		case lineStart && (c == '#' || strings.HasPrefix(s[i:], "%:")):
+			if c == '#' {
+				i++
+			} else {
+				i += 2
+			}
+			lineStart = false
+			var err error
+			if i, err = checkDirective(s, i); err != nil {
+				return err
+			}
+		case c == '"' || c == '\'':
+			lineStart = false
+			j := skipLiteral(s, i)
+			if err := checkTokens(s[i:j]); err != nil {
+				return err
+			}
+			i = j
+		case strings.HasPrefix(s[i:], "##") || strings.HasPrefix(s[i:], "%:%:"):
+			return rejected("token pasting is not allowed")
+		case isIdent(c) || c >= 0x80 || c == '\\':
+			lineStart = false
+			j := i
+			for j < len(s) && (isIdent(s[j]) || s[j] >= 0x80 || s[j] == '\\') {
+				j++
+			}
+			if err := checkIdent(s[i:j]); err != nil {
+				return err
+			}
+			i = j
+		default:
+			lineStart = false
+			i++
+		}
+	}
+	return nil
+}
+
+func checkIdent(id string) error {
+	if bannedIdentifiers[id] || strings.Contains(id, "__debug") || strings.Contains(id, "\\") {
+		return rejected("%q is not allowed", id)
+	}
+	return nil
+}
+
+// checkTokens applies the identifier and pasting bans to the inside of a
+// literal, in case the compiler does not see a literal there.
+func checkTokens(lit string) error {
+	if strings.Contains(lit, "##") || strings.Contains(lit, "%:%:") {
+		return rejected("token pasting is not allowed")
+	}
+	for _, w := range strings.FieldsFunc(lit, func(r rune) bool { return r < 0x80 && !isIdent(byte(r)) }) {
+		if err := checkIdent(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// skipLiteral returns the index after the string or character literal at
+// s[i]; a literal ends at its closing quote or, unterminated, at the end of
+// the line (as the compiler ends it).
+func skipLiteral(s string, i int) int {
+	q := s[i]
+	for i++; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			if i+1 < len(s) && s[i+1] != '\n' && s[i+1] != '\r' {
+				i++
+			}
+		case q:
+			return i + 1
+		case '\n', '\r':
+			return i
+		}
+	}
+	return i
+}
+
+// checkDirective checks the directive whose name starts after horizontal
+// whitespace and comments at s[i] and returns where its name ends.
+func checkDirective(s string, i int) (int, error) {
+	for i < len(s) {
+		switch {
+		case s[i] == ' ' || s[i] == '\t' || s[i] == '\v' || s[i] == '\f':
+			i++
+			continue
+		case strings.HasPrefix(s[i:], "/*"):
+			end := strings.Index(s[i+2:], "*/")
+			if end < 0 {
+				return len(s), nil
+			}
+			i += 2 + end + 2
+			continue
+		}
+		break
+	}
+	j := i
+	for j < len(s) && (isIdent(s[j]) || s[j] >= 0x80 || s[j] == '\\') {
+		j++
+	}
+	name := s[i:j]
+	if !allowedDirectives[name] {
+		return j, rejected("directive #%q is not allowed", name)
+	}
+	if name == "pragma" {
+		end := j
+		for end < len(s) && s[end] != '\n' && s[end] != '\r' {
+			end++
+		}
+		words := strings.Fields(stripBlockComments(s[j:end]))
+		if len(words) > 0 && (!allowedPragmas[words[0]] ||
+			words[0] == "clang" && (len(words) < 2 || !allowedClangPragmas[words[1]])) {
+			return j, rejected("#pragma %s is not allowed", strings.Join(words, " "))
+		}
+	}
+	return j, nil
+}
+
+// stripBlockComments replaces each /* */ comment in line with a space.
+func stripBlockComments(line string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(line, "/*")
+		if i < 0 {
+			b.WriteString(line)
+			return b.String()
+		}
+		b.WriteString(line[:i])
+		b.WriteByte(' ')
+		end := strings.Index(line[i+2:], "*/")
+		if end < 0 {
+			return b.String()
+		}
+		line = line[i+2+end+2:]
+	}
+}
