@@ -318,7 +318,7 @@ type device struct {
 	info Info
 	id   C.cl_device_id
 
-	ctx  C.cl_context // released by Close after every queue is closed
+	ctx C.cl_context // released by Close after every queue is closed
 
 	mu     sync.Mutex
 	closed bool
