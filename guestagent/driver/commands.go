@@ -569,3 +569,6 @@ func (d *Device) HandleUsed(h uint32) bool {
 	defer d.mu.Unlock()
 	return h != 0 && h <= d.nextBuf
 }
+
+// Slots returns the number of ring slots in use.
+func (d *Device) Slots() int { return int(d.slots) }
