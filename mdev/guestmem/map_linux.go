@@ -1,0 +1,280 @@
+package guestmem
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// ErrClosed is wrapped by every access after Close. It carries
+// abi.StatusBadAddress, as every access outside guest RAM does.
+var ErrClosed = abi.Errorf(abi.StatusBadAddress, "guest memory closed")
+
+// Region is one range of guest-physical addresses backed by a file:
+// [GPA, GPA+Size) is file bytes [Offset, Offset+Size) of FD.
+type Region struct {
+	GPA, Size, Offset uint64
+	FD                int
+}
+
+// span is one mapped region: guest bytes [gpa, gpa+len(mem)).
+type span struct {
+	gpa uint64
+	mem []byte
+}
+
+// Map is guest RAM mapped from file descriptors. The zero value is an
+// empty map (every access fails until Update). It is safe for concurrent
+// use: accesses hold the read lock while they copy, Update and Close take
+// the write lock only to swap the map.
+type Map struct {
+	mu     sync.RWMutex
+	spans  []span   // sorted by gpa, non-overlapping
+	maps   [][]byte // whole-file mappings backing spans
+	closed bool
+}
+
+// Update replaces the memory map with regions. Each distinct fd is mapped
+// once, shared and read-write, over its whole size; several regions may
+// be views of one fd. Update takes ownership of the fds: it closes every
+// one of them, on success and on error. On error the previous map stays
+// in place.
+func (m *Map) Update(regions []Region) error {
+	fds := distinctFDs(regions)
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	spans, maps, err := mapRegions(regions, fds)
+	if err != nil {
+		return fmt.Errorf("update guest memory: %w", err)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		unmapAll(maps)
+		return fmt.Errorf("update guest memory: %w", ErrClosed)
+	}
+	old := m.maps
+	m.spans, m.maps = spans, maps
+	m.mu.Unlock()
+	// No reader holds the lock any more, so none uses the old mappings.
+	unmapAll(old)
+	return nil
+}
+
+func distinctFDs(regions []Region) []int {
+	var fds []int
+	seen := make(map[int]bool, len(regions))
+	for _, r := range regions {
+		if r.FD >= 0 && !seen[r.FD] {
+			seen[r.FD] = true
+			fds = append(fds, r.FD)
+		}
+	}
+	return fds
+}
+
+// mapRegions validates regions and maps their files.
+func mapRegions(regions []Region, fds []int) ([]span, [][]byte, error) {
+	sorted := append([]Region(nil), regions...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].GPA < sorted[j].GPA })
+	for i, r := range sorted {
+		if r.FD < 0 {
+			return nil, nil, abi.Errorf(abi.StatusBadAddress, "region %#x: bad fd %d", r.GPA, r.FD)
+		}
+		if r.Size == 0 {
+			return nil, nil, abi.Errorf(abi.StatusBadAddress, "region %#x: empty", r.GPA)
+		}
+		if r.GPA+r.Size < r.GPA || r.Offset+r.Size < r.Offset {
+			return nil, nil, abi.Errorf(abi.StatusBadAddress, "region %#x+%#x at offset %#x: overflows", r.GPA, r.Size, r.Offset)
+		}
+		if i > 0 && sorted[i-1].GPA+sorted[i-1].Size > r.GPA {
+			return nil, nil, abi.Errorf(abi.StatusBadAddress, "regions at %#x and %#x overlap", sorted[i-1].GPA, r.GPA)
+		}
+	}
+	mapped := make(map[int][]byte, len(fds))
+	var maps [][]byte
+	fail := func(err error) ([]span, [][]byte, error) {
+		unmapAll(maps)
+		return nil, nil, err
+	}
+	for _, fd := range fds {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return fail(fmt.Errorf("fstat fd %d: %w", fd, err))
+		}
+		if st.Size <= 0 || uint64(st.Size) > math.MaxInt {
+			return fail(abi.Errorf(abi.StatusBadAddress, "fd %d: unusable size %d", fd, st.Size))
+		}
+		mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return fail(fmt.Errorf("mmap fd %d (%d bytes): %w", fd, st.Size, err))
+		}
+		maps = append(maps, mem)
+		mapped[fd] = mem
+	}
+	spans := make([]span, 0, len(sorted))
+	for _, r := range sorted {
+		mem := mapped[r.FD]
+		if r.Offset+r.Size > uint64(len(mem)) {
+			return fail(abi.Errorf(abi.StatusBadAddress, "region %#x: offset %#x + size %#x beyond file of %#x bytes",
+				r.GPA, r.Offset, r.Size, len(mem)))
+		}
+		spans = append(spans, span{gpa: r.GPA, mem: mem[r.Offset : r.Offset+r.Size : r.Offset+r.Size]})
+	}
+	return spans, maps, nil
+}
+
+func unmapAll(maps [][]byte) {
+	for _, mem := range maps {
+		// Munmap fails only for a range that was never mapped.
+		_ = unix.Munmap(mem)
+	}
+}
+
+// Close unmaps all guest memory. Later accesses and updates fail with
+// ErrClosed. Close is idempotent.
+func (m *Map) Close() error {
+	m.mu.Lock()
+	old := m.maps
+	m.spans, m.maps, m.closed = nil, nil, true
+	m.mu.Unlock()
+	unmapAll(old)
+	return nil
+}
+
+// Regions returns the current memory map as (gpa, size) pairs, sorted.
+func (m *Map) Regions() [][2]uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([][2]uint64, len(m.spans))
+	for i, s := range m.spans {
+		out[i] = [2]uint64{s.gpa, uint64(len(s.mem))}
+	}
+	return out
+}
+
+// find returns the index of the span holding gpa. Caller holds mu.
+func (m *Map) find(gpa uint64) (int, bool) {
+	i := sort.Search(len(m.spans), func(i int) bool {
+		s := m.spans[i]
+		return s.gpa+uint64(len(s.mem)) > gpa
+	})
+	if i < len(m.spans) && m.spans[i].gpa <= gpa {
+		return i, true
+	}
+	return 0, false
+}
+
+var errBounds = errors.New("outside guest RAM")
+
+// check verifies that [gpa, gpa+n) is guest RAM, possibly spanning
+// adjacent regions. Caller holds mu.
+func (m *Map) check(gpa, n uint64) error {
+	if m.closed {
+		return ErrClosed
+	}
+	if n == 0 {
+		return nil
+	}
+	if gpa+(n-1) < gpa {
+		return abi.Errorf(abi.StatusBadAddress, "range %#x+%#x wraps: %v", gpa, n, errBounds)
+	}
+	i, ok := m.find(gpa)
+	if !ok {
+		return abi.Errorf(abi.StatusBadAddress, "%#x: %v", gpa, errBounds)
+	}
+	cur, left := gpa, n
+	for {
+		s := m.spans[i]
+		avail := s.gpa + uint64(len(s.mem)) - cur
+		if left <= avail {
+			return nil
+		}
+		cur += avail
+		left -= avail
+		i++
+		if i >= len(m.spans) || m.spans[i].gpa != cur {
+			return abi.Errorf(abi.StatusBadAddress, "range %#x+%#x: %#x: %v", gpa, n, cur, errBounds)
+		}
+	}
+}
+
+// copyRange copies between p and guest RAM at gpa after check succeeded.
+// Caller holds mu.
+func (m *Map) copyRange(p []byte, gpa uint64, write bool) {
+	i, _ := m.find(gpa)
+	for len(p) > 0 {
+		s := m.spans[i]
+		mem := s.mem[gpa-s.gpa:]
+		var n int
+		if write {
+			n = copy(mem, p)
+		} else {
+			n = copy(p, mem)
+		}
+		p = p[n:]
+		gpa += uint64(n)
+		i++
+	}
+}
+
+// ReadAt copies len(p) bytes of guest RAM at gpa into p. The whole range
+// must be guest RAM; otherwise nothing is copied and the error wraps
+// abi.StatusBadAddress.
+func (m *Map) ReadAt(p []byte, gpa uint64) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if err := m.check(gpa, uint64(len(p))); err != nil {
+		return fmt.Errorf("read guest memory: %w", err)
+	}
+	m.copyRange(p, gpa, false)
+	return nil
+}
+
+// WriteAt copies p into guest RAM at gpa. The whole range must be guest
+// RAM; otherwise nothing is written and the error wraps
+// abi.StatusBadAddress.
+func (m *Map) WriteAt(p []byte, gpa uint64) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if err := m.check(gpa, uint64(len(p))); err != nil {
+		return fmt.Errorf("write guest memory: %w", err)
+	}
+	m.copyRange(p, gpa, true)
+	return nil
+}
+
+// Store64 atomically stores v, little-endian, at the 8-byte aligned gpa.
+// The store is sequentially consistent, so every earlier write through
+// this Map is visible to the guest before it.
+func (m *Map) Store64(gpa uint64, v uint64) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if gpa%8 != 0 {
+		return fmt.Errorf("store guest memory: %w", abi.Errorf(abi.StatusBadAddress, "%#x not 8-byte aligned", gpa))
+	}
+	if err := m.check(gpa, 8); err != nil {
+		return fmt.Errorf("store guest memory: %w", err)
+	}
+	i, _ := m.find(gpa)
+	s := m.spans[i]
+	off := gpa - s.gpa
+	if off+8 > uint64(len(s.mem)) {
+		// Aligned words never straddle regions whose bounds are
+		// 8-aligned; a region of odd size could make one.
+		return fmt.Errorf("store guest memory: %w", abi.Errorf(abi.StatusBadAddress, "%#x straddles regions", gpa))
+	}
+	if !store64(s.mem[off:off+8], v) {
+		return fmt.Errorf("store guest memory: %w", abi.Errorf(abi.StatusBadAddress, "%#x maps to an unaligned host address", gpa))
+	}
+	return nil
+}
