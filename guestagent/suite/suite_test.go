@@ -14,7 +14,9 @@ import (
 
 // Go models of the kernels in Source, for the fake device.
 
-func f32(b []byte, i uint64) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])) }
+func f32(b []byte, i uint64) float32 {
+	return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+}
 func put(b []byte, i uint64, v float32) {
 	binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
 }

@@ -1,0 +1,110 @@
+// Command vgpu-suite runs inside a guest: it finds the vGPU on the PCI bus,
+// opens it with the guest driver and runs the correctness suite (-mode
+// suite) or the hostile-guest run (-mode hostile). It prints a report and a
+// machine-readable "VGPU-RESULT {json}" line on stdout and exits 0 only if
+// every case passed. It needs root (pagemap, sysfs, mlock).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/guestagent/suite"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vgpu-suite:", err)
+		os.Exit(1)
+	}
+}
+
+// errFailed means the suite ran and some case failed.
+var errFailed = errors.New("some cases failed")
+
+// openDevice finds (if path is empty) and maps the vGPU; tests replace it.
+var openDevice = func(path string) (driver.Registers, driver.Memory, error) {
+	if path == "" {
+		p, err := driver.FindPCI()
+		if err != nil {
+			return nil, nil, err
+		}
+		path = p
+	}
+	regs, err := driver.OpenPCI(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Keep compaction away from locked DMA pages (best effort: not every
+	// kernel has the knob, and only root may set it).
+	_ = os.WriteFile("/proc/sys/vm/compact_unevictable_allowed", []byte("0"), 0)
+	return regs, driver.NewPagemapMemory(), nil
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("vgpu-suite", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	mode := fs.String("mode", "suite", "what to run: suite or hostile")
+	device := fs.String("device", "", "sysfs directory of the vGPU (default: search /sys/bus/pci/devices)")
+	var o suite.Options
+	fs.Uint64Var(&o.Seed, "seed", 1, "input seed")
+	fs.IntVar(&o.VectorN, "vector-n", 262144, "vector add and SAXPY length")
+	fs.IntVar(&o.MatrixN, "matrix-n", 256, "matrix side (multiple of 16)")
+	fs.IntVar(&o.ReduceN, "reduce-n", 1<<20, "reduction length")
+	staging := fs.Int("staging", driver.DefaultStagingBytes, "DMA staging pool bytes")
+	timeout := fs.Duration("timeout", driver.DefaultTimeout, "give up on the device after this long per wait")
+	verbose := fs.Bool("v", false, "debug logs on stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var runSuite func(context.Context, *driver.Device, suite.Options) suite.Report
+	switch *mode {
+	case "suite":
+		runSuite = suite.Run
+	case "hostile":
+		runSuite = suite.RunHostile
+	default:
+		return fmt.Errorf("-mode %q: want suite or hostile", *mode)
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	regs, mem, err := openDevice(*device)
+	if err != nil {
+		return fmt.Errorf("open vgpu: %w", err)
+	}
+	start := time.Now()
+	d, err := driver.Open(regs, mem, driver.Options{StagingBytes: *staging, Timeout: *timeout, Logger: log})
+	if err != nil {
+		return fmt.Errorf("open vgpu: %w", err)
+	}
+	r := runSuite(ctx, d, o)
+	closeErr := d.Close()
+	fmt.Fprint(stdout, r.String())
+	fmt.Fprintf(stdout, "total %v\n", time.Since(start).Round(time.Millisecond))
+	fmt.Fprintln(stdout, r.MarshalLine())
+	if !r.OK() {
+		return fmt.Errorf("%s: %d of %d: %w", *mode, r.Fail, r.Pass+r.Fail, errFailed)
+	}
+	if closeErr != nil {
+		return fmt.Errorf("close vgpu: %w", closeErr)
+	}
+	return nil
+}
