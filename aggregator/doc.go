@@ -1,0 +1,25 @@
+// Package aggregator turns a guest's command ring into work on a physical
+// device. It owns, per vGPU instance, everything the instance is: the ring
+// position, the latched device error, the handle tables of buffers and
+// programs with their memory quota, and the counters; and, per physical
+// device, the scheduler that multiplexes instances on it.
+//
+// A doorbell only publishes a new producer index and wakes the instance's
+// worker goroutine, so the transport thread (and the guest vCPU waiting on
+// it) never waits for device work. The worker fetches each 64-byte command
+// from guest RAM, decodes it with package abi, executes it through gpu.Queue
+// and writes the completion record (seq last) back into guest RAM, in ring
+// order. Every guest-supplied address, handle, size and string is checked
+// here; a bad command completes with an error status and touches nothing
+// else.
+//
+// The aggregator knows nothing of transports, PCI or registers: guest RAM
+// reaches it through the GuestMemory interface that each transport
+// implements, and package mmio drives an Instance through its exported
+// methods. It does not import mmio or mdev.
+//
+// Lock order: Instance.mu is never held while calling into gpu or
+// GuestMemory and never while waiting for a device turn. The worker owns
+// the handle tables (state) alone; other goroutines reach them only through
+// requests the worker serves.
+package aggregator

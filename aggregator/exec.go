@@ -1,0 +1,274 @@
+package aggregator
+
+import (
+	"fmt"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/gpu"
+)
+
+// maxWorkItems bounds one launch's index space. OpenCL cannot preempt a
+// running kernel, so this is the only bound on how long one launch holds
+// the device; slicing long launches is the scheduler's business.
+const maxWorkItems = 1 << 32
+
+// stagingChunk is the most host memory one copy holds at a time.
+const stagingChunk = 1 << 20
+
+type handler func(in *Instance, c *abi.Command, p abi.Payload) (detail uint64, err error)
+
+// handlers dispatches by opcode; every defined opcode has an entry (tested).
+var handlers = [abi.NumOpcodes]handler{
+	abi.OpNop:          func(*Instance, *abi.Command, abi.Payload) (uint64, error) { return 0, nil },
+	abi.OpBufferCreate: (*Instance).bufferCreate,
+	abi.OpBufferFree:   (*Instance).bufferFree,
+	abi.OpCopyToDev:    (*Instance).copy,
+	abi.OpCopyFromDev:  (*Instance).copy,
+	abi.OpProgramBuild: (*Instance).programBuild,
+	abi.OpProgramFree:  (*Instance).programFree,
+	abi.OpLaunch:       (*Instance).launch,
+	abi.OpFence:        (*Instance).fence,
+}
+
+// execute runs one decoded command; the returned error carries the status.
+func (in *Instance) execute(c *abi.Command) (uint64, error) {
+	if !c.Opcode.Valid() {
+		return 0, abi.Errorf(abi.StatusInvalidOpcode, "opcode %d", uint16(c.Opcode))
+	}
+	if c.Flags&abi.FlagNondeterministic != 0 && c.Opcode != abi.OpLaunch && c.Opcode != abi.OpProgramBuild {
+		return 0, abi.Errorf(abi.StatusInvalidArgument, "flag nondeterministic on %v", c.Opcode)
+	}
+	p, err := abi.DecodePayload(c)
+	if err != nil {
+		return 0, err
+	}
+	return handlers[c.Opcode](in, c, p)
+}
+
+func (in *Instance) bufferCreate(_ *abi.Command, p abi.Payload) (uint64, error) {
+	bc := p.(*abi.BufferCreate)
+	s := in.state
+	if _, ok := s.buffers[bc.Handle]; ok {
+		return 0, abi.Errorf(abi.StatusExists, "buffer %d", bc.Handle)
+	}
+	if len(s.buffers) >= maxBuffers {
+		return 0, abi.Errorf(abi.StatusQuotaExceeded, "%d buffers", len(s.buffers))
+	}
+	if bc.Size > in.limits.MaxAlloc {
+		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes over the %d byte limit", bc.Size, in.limits.MaxAlloc)
+	}
+	if used := s.used.Load(); bc.Size > in.limits.MemBytes-used {
+		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes with %d of %d in use", bc.Size, used, in.limits.MemBytes)
+	}
+	var mem gpu.Buffer
+	err := in.dev.run(in.ctx, func() (err error) {
+		mem, err = in.queue.Alloc(bc.Size)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("allocate %d bytes: %w", bc.Size, err)
+	}
+	s.buffers[bc.Handle] = &buffer{mem: mem, size: bc.Size, flags: bc.Flags}
+	s.used.Add(bc.Size)
+	return 0, nil
+}
+
+func (in *Instance) bufferFree(_ *abi.Command, p abi.Payload) (uint64, error) {
+	h := p.(*abi.BufferFree).Handle
+	b, ok := in.state.buffers[h]
+	if !ok {
+		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", h)
+	}
+	delete(in.state.buffers, h)
+	b.mem.Release()
+	in.state.used.Add(^(b.size - 1))
+	return 0, nil
+}
+
+func (in *Instance) copy(_ *abi.Command, p abi.Payload) (uint64, error) {
+	cp := p.(*abi.Copy)
+	b, ok := in.state.buffers[cp.Handle]
+	if !ok {
+		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", cp.Handle)
+	}
+	if cp.Offset > b.size || cp.Length > b.size-cp.Offset {
+		return 0, abi.Errorf(abi.StatusInvalidArgument, "copy %d+%d outside buffer of %d bytes", cp.Offset, cp.Length, b.size)
+	}
+	segs, err := walkSG(in.mem, cp.SGAddr, cp.SGCount, cp.Length)
+	if err != nil {
+		return 0, err
+	}
+	staging := make([]byte, min(cp.Length, stagingChunk))
+	off := cp.Offset
+	for len(segs) > 0 {
+		// Fill one chunk from as many segments (or parts of one) as fit.
+		var chunk []segment
+		n := uint64(0)
+		for len(segs) > 0 && n < uint64(len(staging)) {
+			s := segs[0]
+			take := min(s.len, uint64(len(staging))-n)
+			chunk = append(chunk, segment{gpa: s.gpa, len: take})
+			n += take
+			if take == s.len {
+				segs = segs[1:]
+			} else {
+				segs[0] = segment{gpa: s.gpa + take, len: s.len - take}
+			}
+		}
+		buf := staging[:n]
+		if cp.ToDevice {
+			if err := gather(in.mem, chunk, buf); err != nil {
+				return 0, err
+			}
+			if err := in.dev.run(in.ctx, func() error { return in.queue.Write(b.mem, off, buf) }); err != nil {
+				return 0, fmt.Errorf("write buffer %d: %w", cp.Handle, err)
+			}
+		} else {
+			if err := in.dev.run(in.ctx, func() error { return in.queue.Read(b.mem, off, buf) }); err != nil {
+				return 0, fmt.Errorf("read buffer %d: %w", cp.Handle, err)
+			}
+			if err := scatter(in.mem, chunk, buf); err != nil {
+				return 0, err
+			}
+		}
+		off += n
+	}
+	if cp.ToDevice {
+		in.stats.BytesToDev.Add(cp.Length)
+	} else {
+		in.stats.BytesFromDev.Add(cp.Length)
+	}
+	return cp.Length, nil
+}
+
+func (in *Instance) programBuild(c *abi.Command, p abi.Payload) (uint64, error) {
+	pb := p.(*abi.ProgramBuild)
+	s := in.state
+	if _, ok := s.programs[pb.Handle]; ok {
+		return 0, abi.Errorf(abi.StatusExists, "program %d", pb.Handle)
+	}
+	if len(s.programs) >= maxPrograms {
+		return 0, abi.Errorf(abi.StatusQuotaExceeded, "%d programs", len(s.programs))
+	}
+	segs, err := walkSG(in.mem, pb.SrcSGAddr, pb.SrcCount, pb.SrcLen)
+	if err != nil {
+		return 0, fmt.Errorf("source: %w", err)
+	}
+	src := make([]byte, pb.SrcLen)
+	if err := gather(in.mem, segs, src); err != nil {
+		return 0, fmt.Errorf("source: %w", err)
+	}
+	opts := make([]byte, pb.OptsLen)
+	if err := in.mem.ReadAt(opts, pb.OptsAddr); err != nil {
+		return 0, fmt.Errorf("options: %w", err)
+	}
+	if pb.LogLen > 0 {
+		// Check the log range now: a build is expensive to waste.
+		if err := in.mem.ReadAt(make([]byte, pb.LogLen), pb.LogAddr); err != nil {
+			return 0, fmt.Errorf("build log: %w", err)
+		}
+	}
+	if err := checkSource(src); err != nil {
+		return 0, err
+	}
+	if err := checkOptions(opts); err != nil {
+		return 0, err
+	}
+	// Compiling does not occupy the device: no turn is taken.
+	prog, log, err := in.queue.Build(string(src), string(opts))
+	if err != nil {
+		n := 0
+		if pb.LogLen > 0 && log != "" {
+			l := []byte(log)[:min(len(log), int(pb.LogLen))]
+			if werr := in.mem.WriteAt(l, pb.LogAddr); werr == nil {
+				n = len(l)
+			}
+		}
+		return uint64(n), fmt.Errorf("build program %d: %w", pb.Handle, err)
+	}
+	s.programs[pb.Handle] = &program{
+		prog:    prog,
+		source:  string(src),
+		options: string(opts),
+		flags:   c.Flags,
+	}
+	return 0, nil
+}
+
+func (in *Instance) programFree(_ *abi.Command, p abi.Payload) (uint64, error) {
+	h := p.(*abi.ProgramFree).Handle
+	pr, ok := in.state.programs[h]
+	if !ok {
+		return 0, abi.Errorf(abi.StatusNotFound, "program %d", h)
+	}
+	delete(in.state.programs, h)
+	pr.release()
+	return 0, nil
+}
+
+func (in *Instance) launch(_ *abi.Command, p abi.Payload) (uint64, error) {
+	l := p.(*abi.Launch)
+	pr, ok := in.state.programs[l.Program]
+	if !ok {
+		return 0, abi.Errorf(abi.StatusNotFound, "program %d", l.Program)
+	}
+	raw := make([]byte, l.DescLen)
+	if err := in.mem.ReadAt(raw, l.DescAddr); err != nil {
+		return 0, fmt.Errorf("launch descriptor: %w", err)
+	}
+	d, err := abi.UnmarshalLaunchDesc(raw)
+	if err != nil {
+		return 0, err
+	}
+	r := gpu.NDRange{Dims: int(d.WorkDim), Offset: d.GlobalOffset, Global: d.GlobalSize, Local: d.LocalSize}
+	items := uint64(1)
+	for i := 0; i < r.Dims; i++ {
+		if r.Global[i] > maxWorkItems/items {
+			return 0, abi.Errorf(abi.StatusInvalidArgument, "launch of more than %d work items", uint64(maxWorkItems))
+		}
+		items *= r.Global[i]
+	}
+	k, err := pr.prog.Kernel(d.Kernel) // the program caches its kernels
+	if err != nil {
+		return 0, fmt.Errorf("kernel %q: %w", d.Kernel, err)
+	}
+	if k.NumArgs() != len(d.Args) {
+		return 0, abi.Errorf(abi.StatusInvalidArgument, "kernel %q takes %d arguments, got %d", d.Kernel, k.NumArgs(), len(d.Args))
+	}
+	args := make([]gpu.Arg, len(d.Args))
+	for i, a := range d.Args {
+		switch a.Kind {
+		case abi.ArgBuffer:
+			b, ok := in.state.buffers[a.Handle]
+			if !ok {
+				return 0, abi.Errorf(abi.StatusNotFound, "argument %d: buffer %d", i, a.Handle)
+			}
+			args[i].Buffer = b.mem
+		case abi.ArgScalar:
+			args[i].Scalar = a.Bytes
+		case abi.ArgLocal:
+			args[i].Local = uint64(a.Local)
+		}
+	}
+	var dur uint64
+	err = in.dev.run(in.ctx, func() error {
+		t, err := in.queue.Launch(k, r, args)
+		dur = uint64(t.Nanoseconds())
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("launch %q: %w", d.Kernel, err)
+	}
+	in.stats.Launches.Add(1)
+	in.stats.KernelNanos.Add(dur)
+	return dur, nil
+}
+
+func (in *Instance) fence(_ *abi.Command, p abi.Payload) (uint64, error) {
+	f := p.(*abi.Fence)
+	// Commands run in ring order, so all earlier work is done here.
+	if err := in.mem.Store64(f.Addr, f.Value); err != nil {
+		return 0, fmt.Errorf("fence: %w", err)
+	}
+	return 0, nil
+}

@@ -1,0 +1,283 @@
+package aggregator
+
+import (
+	"encoding/binary"
+	"math"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/gpu"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// sliceMemory is guest RAM as a byte slice starting at gpa 0.
+type sliceMemory struct {
+	mu  sync.RWMutex
+	ram []byte
+}
+
+func (m *sliceMemory) check(gpa uint64, n int) error {
+	if gpa > uint64(len(m.ram)) || uint64(len(m.ram))-gpa < uint64(n) {
+		return abi.Errorf(abi.StatusBadAddress, "%#x+%d outside %d bytes", gpa, n, len(m.ram))
+	}
+	return nil
+}
+
+func (m *sliceMemory) ReadAt(p []byte, gpa uint64) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if err := m.check(gpa, len(p)); err != nil {
+		return err
+	}
+	copy(p, m.ram[gpa:])
+	return nil
+}
+
+func (m *sliceMemory) WriteAt(p []byte, gpa uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(gpa, len(p)); err != nil {
+		return err
+	}
+	copy(m.ram[gpa:], p)
+	return nil
+}
+
+func (m *sliceMemory) Store64(gpa, v uint64) error {
+	if gpa%8 != 0 {
+		return abi.Errorf(abi.StatusBadAddress, "misaligned")
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], v)
+	return m.WriteAt(b[:], gpa)
+}
+
+func (m *sliceMemory) load64(gpa uint64) uint64 {
+	var b [8]byte
+	if err := m.ReadAt(b[:], gpa); err != nil {
+		panic(err)
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+var (
+	devOnce sync.Once
+	testDev gpu.Device
+	devErr  error
+)
+
+// openGPU opens the real OpenCL device for the package's tests. A machine
+// without an OpenCL platform fails the test: the tests are about real work.
+func openGPU(t *testing.T) gpu.Device {
+	t.Helper()
+	devOnce.Do(func() {
+		testDev, devErr = gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	})
+	if devErr != nil {
+		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", devErr)
+	}
+	return testDev
+}
+
+// Guest layout in the test RAM.
+const (
+	ramSize   = 8 << 20
+	ringBase  = 0x1000
+	complBase = 0x2000
+	slots     = 64
+	fenceAddr = 0x3000
+	heap      = 0x10000 // bump allocator for test data
+)
+
+// testGuest plays a guest driver against one Instance.
+type testGuest struct {
+	t     *testing.T
+	mem   *sliceMemory
+	in    *Instance
+	tail  uint32
+	next  uint64 // heap bump pointer
+	dones chan uint32
+}
+
+func newTestGuest(t *testing.T, d *Device, id string, quota uint64) *testGuest {
+	t.Helper()
+	g := &testGuest{t: t, mem: &sliceMemory{ram: make([]byte, ramSize)}, next: heap, dones: make(chan uint32, 1024)}
+	in, err := d.NewInstance(InstanceConfig{ID: id, Profile: "test", MemBytes: quota, Memory: g.mem,
+		Notify: func(i uint32) { g.dones <- i }})
+	if err != nil {
+		t.Fatalf("NewInstance(%s) = %v", id, err)
+	}
+	t.Cleanup(func() {
+		if err := in.Close(); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+	})
+	g.in = in
+	if err := in.EnableRing(RingConfig{Base: ringBase, ComplBase: complBase, Slots: slots}); err != nil {
+		t.Fatalf("EnableRing = %v", err)
+	}
+	return g
+}
+
+// alloc returns page-aligned guest RAM for n bytes.
+func (g *testGuest) alloc(n int) uint64 {
+	a := g.next
+	g.next += (uint64(n) + abi.PageSize - 1) &^ (abi.PageSize - 1)
+	if g.next > ramSize {
+		g.t.Fatalf("test guest out of RAM")
+	}
+	return a
+}
+
+func (g *testGuest) put(gpa uint64, b []byte) {
+	if err := g.mem.WriteAt(b, gpa); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+func (g *testGuest) get(gpa uint64, n int) []byte {
+	b := make([]byte, n)
+	if err := g.mem.ReadAt(b, gpa); err != nil {
+		g.t.Fatal(err)
+	}
+	return b
+}
+
+// submit writes commands into the ring and rings the doorbell once.
+func (g *testGuest) submit(cmds ...abi.Command) (first uint32) {
+	g.t.Helper()
+	first = g.tail
+	for _, c := range cmds {
+		var b [abi.CommandSize]byte
+		c.Marshal(b[:])
+		g.put(ringBase+uint64(g.tail%slots)*abi.CommandSize, b[:])
+		g.tail++
+	}
+	if err := g.in.Doorbell(g.tail); err != nil {
+		g.t.Fatalf("Doorbell(%d) = %v", g.tail, err)
+	}
+	return first
+}
+
+// wait waits until command idx has completed and returns its record.
+func (g *testGuest) wait(idx uint32) abi.Completion {
+	g.t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		rec, _ := abi.UnmarshalCompletion(g.get(complBase+uint64(idx%slots)*abi.ComplSize, abi.ComplSize))
+		if rec.Seq == uint64(idx)+1 {
+			return rec
+		}
+		select {
+		case <-g.dones:
+		case <-timeout:
+			g.t.Fatalf("command %d did not complete", idx)
+		}
+	}
+}
+
+// run submits cmds and returns their completion records.
+func (g *testGuest) run(cmds ...abi.Command) []abi.Completion {
+	g.t.Helper()
+	first := g.submit(cmds...)
+	recs := make([]abi.Completion, len(cmds))
+	for i := range cmds {
+		recs[i] = g.wait(first + uint32(i))
+	}
+	return recs
+}
+
+// mustOK fails the test unless every record has StatusOK.
+func (g *testGuest) mustOK(recs ...abi.Completion) {
+	g.t.Helper()
+	for _, r := range recs {
+		if r.Status != abi.StatusOK {
+			g.t.Fatalf("command %d (%v) status = %v, want ok", r.Seq-1, r.Opcode, r.Status)
+		}
+	}
+}
+
+// sg writes a scatter-gather table for data placed at scattered pages
+// (every other page, so nothing is contiguous) and returns the table's
+// address and entry count. The data pages are filled from b.
+func (g *testGuest) sg(b []byte, n int) (table uint64, count uint32, pages []uint64) {
+	npages := (n + abi.PageSize - 1) / abi.PageSize
+	if npages > abi.PageSize/abi.SGEntrySize {
+		g.t.Fatalf("sg helper: %d pages", npages)
+	}
+	table = g.alloc(abi.PageSize)
+	for i := 0; i < npages; i++ {
+		p := g.alloc(2 * abi.PageSize) // skip a page between entries
+		pages = append(pages, p)
+		l := min(abi.PageSize, n-i*abi.PageSize)
+		if b != nil {
+			g.put(p, b[i*abi.PageSize:i*abi.PageSize+l])
+		}
+		e := abi.SGEntry{Addr: p, Len: uint32(l)}
+		var eb [abi.SGEntrySize]byte
+		e.Marshal(eb[:])
+		g.put(table+uint64(i)*abi.SGEntrySize, eb[:])
+	}
+	return table, uint32(npages), pages
+}
+
+func (g *testGuest) upload(h uint32, data []byte) abi.Command {
+	table, count, _ := g.sg(data, len(data))
+	return abi.NewCommand(&abi.Copy{ToDevice: true, Handle: h, SGCount: count, Length: uint64(len(data)), SGAddr: table}, 0, 0)
+}
+
+// download returns the command and a function that reads the result after it completed.
+func (g *testGuest) download(h uint32, n int) (abi.Command, func() []byte) {
+	table, count, pages := g.sg(nil, n)
+	read := func() []byte {
+		out := make([]byte, 0, n)
+		for i, p := range pages {
+			out = append(out, g.get(p, min(abi.PageSize, n-i*abi.PageSize))...)
+		}
+		return out
+	}
+	return abi.NewCommand(&abi.Copy{Handle: h, SGCount: count, Length: uint64(n), SGAddr: table}, 0, 0), read
+}
+
+func (g *testGuest) build(h uint32, src string, logLen uint32) (abi.Command, uint64) {
+	table, count, _ := g.sg([]byte(src), len(src))
+	logAddr := uint64(0)
+	if logLen > 0 {
+		logAddr = g.alloc(int(logLen))
+	}
+	return abi.NewCommand(&abi.ProgramBuild{Handle: h, SrcCount: count, SrcLen: uint64(len(src)), SrcSGAddr: table,
+		LogLen: logLen, LogAddr: logAddr}, 0, 0), logAddr
+}
+
+func (g *testGuest) launch(prog uint32, d abi.LaunchDesc) abi.Command {
+	b, err := d.Marshal()
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	a := g.alloc(len(b))
+	g.put(a, b)
+	return abi.NewCommand(&abi.Launch{Program: prog, DescLen: uint32(len(b)), DescAddr: a}, 0, 0)
+}
+
+func floats(b []byte) []float32 {
+	f := make([]float32, len(b)/4)
+	for i := range f {
+		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return f
+}
+
+func floatBytes(f []float32) []byte {
+	b := make([]byte, 4*len(f))
+	for i, v := range f {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return b
+}

@@ -1,0 +1,449 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/gpu"
+)
+
+// InstanceConfig describes a vGPU instance to place on a Device.
+type InstanceConfig struct {
+	ID       string // unique on the device (the instance UUID)
+	Profile  string // profile name shown to the guest
+	MemBytes uint64 // device memory quota
+	// MaxAlloc bounds one buffer; 0 means min(MemBytes, the device's limit).
+	MaxAlloc     uint64
+	ComputeUnits uint32 // 0 means the device's
+	Memory       GuestMemory
+	Logger       *slog.Logger
+	// Notify, if set, is called by the worker after each completion record
+	// is visible in guest RAM (the hook for interrupts and notifications).
+	// It must not block.
+	Notify func(index uint32)
+}
+
+// Limits are what the guest sees of its share of the device.
+type Limits struct {
+	MemBytes     uint64
+	MaxAlloc     uint64
+	ComputeUnits uint32
+	MaxWorkGroup uint32
+	Profile      string
+	DeviceName   string
+}
+
+// RingConfig is the guest's ring programming.
+type RingConfig struct {
+	Base      uint64
+	ComplBase uint64
+	Slots     uint32
+}
+
+// Instance is one vGPU's device state and its worker goroutine.
+type Instance struct {
+	id     string
+	dev    *Device
+	mem    GuestMemory
+	queue  gpu.Queue
+	limits Limits
+	log    *slog.Logger
+	notify func(index uint32)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wake   chan struct{}
+	done   chan struct{} // closed when the worker exits
+
+	stats Stats
+
+	mu sync.Mutex
+	// Guarded by mu.
+	ring       RingConfig
+	enabled    bool
+	epoch      uint64 // bumped by Reset and EnableRing; stale work is dropped
+	head       uint32 // commands fetched
+	tail       uint32 // producer index published by the guest
+	completed  uint32 // commands completed
+	resetState bool   // the worker must free all handles before fetching
+	errStatus  abi.Status
+	errCount   uint32
+	closed     bool
+
+	// Owned by the worker goroutine.
+	state *state
+}
+
+// Stats are an instance's counters, safe to read at any time.
+type Stats struct {
+	Commands     atomic.Uint64
+	Errors       atomic.Uint64
+	BytesToDev   atomic.Uint64
+	BytesFromDev atomic.Uint64
+	Launches     atomic.Uint64
+	KernelNanos  atomic.Uint64
+	Doorbells    atomic.Uint64
+	statusCounts [abi.NumStatus]atomic.Uint64
+}
+
+// ByStatus returns how many commands completed with status s.
+func (s *Stats) ByStatus(st abi.Status) uint64 {
+	if int(st) >= len(s.statusCounts) {
+		return 0
+	}
+	return s.statusCounts[st].Load()
+}
+
+// NewInstance places a new instance on d and starts its worker.
+func (d *Device) NewInstance(cfg InstanceConfig) (*Instance, error) {
+	if cfg.ID == "" || cfg.Memory == nil || cfg.MemBytes == 0 {
+		return nil, fmt.Errorf("new instance: id, memory and quota are required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = d.log
+	}
+	lim := Limits{
+		MemBytes:     cfg.MemBytes,
+		MaxAlloc:     cfg.MaxAlloc,
+		ComputeUnits: cfg.ComputeUnits,
+		MaxWorkGroup: uint32(min(d.info.MaxWorkGroupSize, 1<<31)),
+		Profile:      cfg.Profile,
+		DeviceName:   d.info.Name,
+	}
+	if lim.MaxAlloc == 0 || lim.MaxAlloc > cfg.MemBytes {
+		lim.MaxAlloc = cfg.MemBytes
+	}
+	if d.info.MaxAllocBytes != 0 && lim.MaxAlloc > d.info.MaxAllocBytes {
+		lim.MaxAlloc = d.info.MaxAllocBytes
+	}
+	if lim.ComputeUnits == 0 || lim.ComputeUnits > d.info.ComputeUnits {
+		lim.ComputeUnits = d.info.ComputeUnits
+	}
+
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("new instance %s: %w", cfg.ID, ErrClosed)
+	}
+	if _, ok := d.instances[cfg.ID]; ok {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("new instance %s: id in use", cfg.ID)
+	}
+	q, err := d.gpu.NewQueue()
+	if err != nil {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("new instance %s: %w", cfg.ID, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &Instance{
+		id:     cfg.ID,
+		dev:    d,
+		mem:    cfg.Memory,
+		queue:  q,
+		limits: lim,
+		log:    log.With("instance", cfg.ID),
+		notify: cfg.Notify,
+		ctx:    ctx,
+		cancel: cancel,
+		wake:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		state:  newState(),
+	}
+	d.instances[cfg.ID] = in
+	d.mu.Unlock()
+	go in.worker()
+	return in, nil
+}
+
+// ID returns the instance's id.
+func (in *Instance) ID() string { return in.id }
+
+// Limits returns the guest-visible limits.
+func (in *Instance) Limits() Limits { return in.limits }
+
+// Stats returns the instance's live counters.
+func (in *Instance) Stats() *Stats { return &in.stats }
+
+// MemUsed returns the device memory the instance holds, in bytes.
+func (in *Instance) MemUsed() uint64 { return in.state.used.Load() }
+
+// EnableRing validates cfg and starts fetching at index 0.
+func (in *Instance) EnableRing(cfg RingConfig) error {
+	if cfg.Slots == 0 || cfg.Slots > abi.MaxRingSlots || cfg.Slots&(cfg.Slots-1) != 0 {
+		return abi.Errorf(abi.StatusRingConfig, "ring of %d slots", cfg.Slots)
+	}
+	if cfg.Base%abi.CommandSize != 0 || cfg.ComplBase%abi.ComplSize != 0 {
+		return abi.Errorf(abi.StatusRingConfig, "ring %#x or completions %#x misaligned", cfg.Base, cfg.ComplBase)
+	}
+	ringLen := uint64(cfg.Slots) * abi.CommandSize
+	complLen := uint64(cfg.Slots) * abi.ComplSize
+	if overlaps(cfg.Base, ringLen, cfg.ComplBase, complLen) {
+		return abi.Errorf(abi.StatusRingConfig, "ring and completions overlap")
+	}
+	probe := make([]byte, max(ringLen, complLen))
+	if err := in.mem.ReadAt(probe[:ringLen], cfg.Base); err != nil {
+		return abi.Errorf(abi.StatusRingConfig, "ring: %v", err)
+	}
+	if err := in.mem.ReadAt(probe[:complLen], cfg.ComplBase); err != nil {
+		return abi.Errorf(abi.StatusRingConfig, "completions: %v", err)
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return abi.Errorf(abi.StatusDeviceError, "instance closed")
+	}
+	if in.completed != in.tail {
+		return abi.Errorf(abi.StatusBusy, "%d commands pending", in.tail-in.completed)
+	}
+	in.ring = cfg
+	in.enabled = true
+	in.epoch++
+	in.head, in.tail, in.completed = 0, 0, 0
+	return nil
+}
+
+func overlaps(a, alen, b, blen uint64) bool {
+	return a < b+blen && b < a+alen
+}
+
+// DisableRing stops fetching; fetched commands still complete.
+func (in *Instance) DisableRing() {
+	in.mu.Lock()
+	in.enabled = false
+	in.mu.Unlock()
+}
+
+// RingEnabled reports whether the ring is fetching.
+func (in *Instance) RingEnabled() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.enabled
+}
+
+// Doorbell publishes the guest's producer index and wakes the worker.
+func (in *Instance) Doorbell(tail uint32) error {
+	in.stats.Doorbells.Add(1)
+	in.mu.Lock()
+	if !in.enabled {
+		in.mu.Unlock()
+		return abi.Errorf(abi.StatusRingConfig, "doorbell %d with the ring disabled", tail)
+	}
+	// Indices are free-running: the guest may have at most Slots commands
+	// not yet completed, and may never move the tail backwards.
+	newOut, oldOut := tail-in.completed, in.tail-in.completed
+	if newOut > in.ring.Slots || newOut < oldOut {
+		in.mu.Unlock()
+		return abi.Errorf(abi.StatusRingOverflow, "tail %d with %d completed, %d published, %d slots",
+			tail, in.completed, in.tail, in.ring.Slots)
+	}
+	in.tail = tail
+	in.mu.Unlock()
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Head returns the number of commands fetched.
+func (in *Instance) Head() uint32 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.head
+}
+
+// Done returns the number of commands completed.
+func (in *Instance) Done() uint32 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.completed
+}
+
+// Reset stops the ring, drops unfetched commands and frees every buffer and
+// program of the instance. It returns at once; the worker frees the
+// resources before it fetches again.
+func (in *Instance) Reset() {
+	in.mu.Lock()
+	in.enabled = false
+	in.epoch++
+	in.head, in.tail, in.completed = 0, 0, 0
+	in.ring = RingConfig{}
+	in.resetState = true
+	in.errStatus, in.errCount = abi.StatusOK, 0
+	in.mu.Unlock()
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Error returns the latched device error and the error count.
+func (in *Instance) Error() (abi.Status, uint32) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.errStatus, in.errCount
+}
+
+// LatchError records a device-level error for the guest to read.
+func (in *Instance) LatchError(s abi.Status) {
+	if s == abi.StatusOK {
+		return
+	}
+	in.mu.Lock()
+	in.errStatus = s
+	in.errCount++
+	in.mu.Unlock()
+	in.log.Warn("device error latched", "status", s.String())
+}
+
+// AckError clears the latched error.
+func (in *Instance) AckError() {
+	in.mu.Lock()
+	in.errStatus = abi.StatusOK
+	in.mu.Unlock()
+}
+
+// Close stops the worker, frees the instance's device resources and
+// removes it from its device. It is idempotent.
+func (in *Instance) Close() error {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		<-in.done
+		return nil
+	}
+	in.closed = true
+	in.enabled = false
+	in.mu.Unlock()
+	in.cancel()
+	<-in.done
+	in.state.freeAll()
+	err := in.queue.Close()
+	in.dev.remove(in.id)
+	if err != nil {
+		return fmt.Errorf("close instance %s: %w", in.id, err)
+	}
+	return nil
+}
+
+// worker fetches and executes commands in ring order until Close.
+func (in *Instance) worker() {
+	defer close(in.done)
+	for {
+		select {
+		case <-in.ctx.Done():
+			return
+		case <-in.wake:
+		}
+		for in.step() {
+			if in.ctx.Err() != nil {
+				return
+			}
+		}
+	}
+}
+
+// step fetches and executes one command. It reports whether there may be
+// more to do without waiting for a doorbell.
+func (in *Instance) step() bool {
+	in.mu.Lock()
+	if in.resetState {
+		in.resetState = false
+		in.mu.Unlock()
+		in.state.freeAll()
+		return true
+	}
+	if !in.enabled || in.head == in.tail {
+		in.mu.Unlock()
+		return false
+	}
+	idx, ring, epoch := in.head, in.ring, in.epoch
+	in.head++
+	in.mu.Unlock()
+
+	mask := ring.Slots - 1
+	var slot [abi.CommandSize]byte
+	if err := in.mem.ReadAt(slot[:], ring.Base+uint64(idx&mask)*abi.CommandSize); err != nil {
+		in.fail(epoch, fmt.Errorf("fetch command %d: %w", idx, err))
+		return false
+	}
+	cmd, err := abi.UnmarshalCommand(slot[:])
+	var detail uint64
+	if err == nil {
+		detail, err = in.execute(&cmd)
+	}
+	st := abi.StatusOf(err)
+	if err != nil {
+		in.stats.Errors.Add(1)
+		lvl := slog.LevelDebug
+		if st == abi.StatusInternal || st == abi.StatusDeviceError {
+			lvl = slog.LevelError
+		}
+		in.log.Log(in.ctx, lvl, "command failed", "index", idx, "opcode", cmd.Opcode.String(), "status", st.String(), "err", err)
+	}
+	in.stats.Commands.Add(1)
+	in.stats.statusCounts[min(int(st), abi.NumStatus-1)].Add(1)
+
+	rec := abi.Completion{Seq: uint64(idx) + 1, Tag: cmd.Tag, Status: st, Opcode: cmd.Opcode, Detail: detail}
+	var b [abi.ComplSize]byte
+	rec.Marshal(b[:])
+	at := ring.ComplBase + uint64(idx&mask)*abi.ComplSize
+
+	if !in.complete(epoch, idx, at, b[:]) {
+		return false
+	}
+	if in.notify != nil {
+		in.notify(idx)
+	}
+	return true
+}
+
+// complete writes a completion record unless the ring was reset since the
+// command was fetched, and counts it.
+func (in *Instance) complete(epoch uint64, idx uint32, at uint64, rec []byte) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.epoch != epoch {
+		return true // reset or re-enabled meanwhile: the guest no longer expects this record
+	}
+	// Body first, then seq, so a guest polling seq sees a whole record.
+	if err := in.mem.WriteAt(rec[8:], at+8); err != nil {
+		in.failLocked(fmt.Errorf("write completion %d: %w", idx, err))
+		return false
+	}
+	if err := in.mem.Store64(at, le64(rec)); err != nil {
+		in.failLocked(fmt.Errorf("write completion %d: %w", idx, err))
+		return false
+	}
+	in.completed++
+	return true
+}
+
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+// fail stops the ring after a device-level fault: the ring or completion
+// area became unreachable, so the guest cannot be told per command.
+func (in *Instance) fail(epoch uint64, err error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.epoch == epoch {
+		in.failLocked(err)
+	}
+}
+
+func (in *Instance) failLocked(err error) {
+	in.enabled = false
+	in.errStatus = abi.StatusOf(err)
+	if in.errStatus == abi.StatusOK || errors.Is(err, context.Canceled) {
+		in.errStatus = abi.StatusDeviceError
+	}
+	in.errCount++
+	in.log.Warn("ring stopped", "err", err)
+}
