@@ -110,18 +110,20 @@ func isIdent(c byte) bool {
 	return c == '_' || isDigit(c) || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
-// spliceLines applies translation phases 1 and 2 as clang does: trigraphs
-// ??= and ??/ (in case a mode enables them), then removes backslash-newline
-// splices, including those with whitespace before the newline.
-func spliceLines(s string) string {
-	s = strings.ReplaceAll(s, "??=", "#")
-	s = strings.ReplaceAll(s, "??/", "\\")
+// spliceLines applies translation phases 1 and 2: trigraphs ??= and ??/
+// if trigraphs is set, then removes backslash-newline splices, also with
+// whitespace before the newline (as clang does) if loose is set.
+func spliceLines(s string, trigraphs, loose bool) string {
+	if trigraphs {
+		s = strings.ReplaceAll(s, "??=", "#")
+		s = strings.ReplaceAll(s, "??/", "\\")
+	}
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); i++ {
 		if s[i] == '\\' {
 			j := i + 1
-			for j < len(s) && (s[j] == ' ' || s[j] == '\t' || s[j] == '\v' || s[j] == '\f') {
+			for loose && j < len(s) && (s[j] == ' ' || s[j] == '\t' || s[j] == '\v' || s[j] == '\f') {
 				j++
 			}
 			if j < len(s) && (s[j] == '\n' || s[j] == '\r') {
@@ -137,11 +139,23 @@ func spliceLines(s string) string {
 	return b.String()
 }
 
+// checkSource scans source as each plausible compiler would see it (with
+// and without trigraphs, with strict and loose line splices): a splice one
+// reading makes could otherwise hide a line the compiler sees.
 func checkSource(source string) error {
 	if strings.IndexByte(source, 0) >= 0 {
 		return rejected("source contains a NUL byte")
 	}
-	s := spliceLines(source)
+	for _, v := range [...]struct{ trigraphs, loose bool }{{true, true}, {false, true}, {false, false}} {
+		if err := scan(spliceLines(source, v.trigraphs, v.loose)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scan checks source text after translation phases 1 and 2.
+func scan(s string) error {
 	lineStart := true // only whitespace and comments since the last newline
 	for i := 0; i < len(s); {
 		c := s[i]
