@@ -1,0 +1,190 @@
+package qemuvm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Defaults applied by Config.Args.
+const (
+	DefaultQEMU   = "qemu-system-x86_64"
+	DefaultMemMiB = 256
+	DefaultCPUs   = 1
+	// BaseAppend starts every kernel command line: the console on the
+	// first serial port (captured by Start) and a reboot on panic, which
+	// -no-reboot turns into QEMU exiting.
+	BaseAppend = "console=ttyS0 panic=-1"
+)
+
+// firstProxyFD is the descriptor number the first proxy device's socket
+// gets in QEMU: exec.Cmd.ExtraFiles start after stdin, stdout, stderr.
+const firstProxyFD = 3
+
+// ErrConfig reports an unusable Config.
+var ErrConfig = errors.New("bad vm config")
+
+// ProxyDevice is a vGPU instance attached with QEMU's multi-process
+// protocol: FD is QEMU's end of a connected AF_UNIX stream socket whose
+// other end the mdev transport serves.
+type ProxyDevice struct {
+	// ID names the device in QEMU (device_del, QMP); letters, digits,
+	// '-', '_' and '.', starting with a letter.
+	ID string
+	FD *os.File
+}
+
+// Config describes a VM. Zero fields take the Default* values.
+type Config struct {
+	// QEMU is the emulator binary.
+	QEMU string
+	// Kernel and Initrd are the guest's kernel image and initramfs.
+	Kernel, Initrd string
+	// Append is added to BaseAppend on the kernel command line, e.g.
+	// "vgpu.run=vgpu-mmiobench vgpu.args=-dev,7667:0001".
+	Append string
+	// MemMiB is the guest RAM size.
+	MemMiB int
+	// CPUs is the number of vCPUs.
+	CPUs int
+	// Devices are the vGPU instances, in PCI slot order.
+	Devices []ProxyDevice
+	// ExtraDevices are further -device values, verbatim (e.g. "edu",
+	// "virtio-serial-pci").
+	ExtraDevices []string
+	// ExtraArgs are appended verbatim after everything else (e.g. a
+	// -chardev for a virtio-serial port).
+	ExtraArgs []string
+	// QMPSocket, if set, is the path of a QMP server socket QEMU listens
+	// on (without waiting for a client).
+	QMPSocket string
+	// SerialLog, if set, receives every console line (with "\n").
+	SerialLog io.Writer
+	// Stderr, if set, receives QEMU's own diagnostics; the last few KiB
+	// are kept for error messages either way.
+	Stderr io.Writer
+}
+
+func (c Config) withDefaults() Config {
+	if c.QEMU == "" {
+		c.QEMU = DefaultQEMU
+	}
+	if c.MemMiB == 0 {
+		c.MemMiB = DefaultMemMiB
+	}
+	if c.CPUs == 0 {
+		c.CPUs = DefaultCPUs
+	}
+	return c
+}
+
+// Validate reports what makes c unusable, wrapping ErrConfig.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.Kernel == "" {
+		errs = append(errs, errors.New("no kernel"))
+	}
+	if c.Initrd == "" {
+		errs = append(errs, errors.New("no initrd"))
+	}
+	if c.MemMiB < 16 || c.MemMiB > 1<<20 {
+		errs = append(errs, fmt.Errorf("memory %d MiB: want 16..1048576", c.MemMiB))
+	}
+	if c.CPUs < 1 || c.CPUs > 64 {
+		errs = append(errs, fmt.Errorf("%d cpus: want 1..64", c.CPUs))
+	}
+	if strings.ContainsAny(c.Append, "\"\n") {
+		errs = append(errs, fmt.Errorf("kernel command line %q: no quotes or newlines", c.Append))
+	}
+	if strings.Contains(c.QMPSocket, ",") {
+		errs = append(errs, fmt.Errorf("qmp socket path %q contains a comma", c.QMPSocket))
+	}
+	seen := make(map[string]bool)
+	for i, d := range c.Devices {
+		if !validID(d.ID) {
+			errs = append(errs, fmt.Errorf("device %d: bad id %q", i, d.ID))
+		}
+		if seen[d.ID] {
+			errs = append(errs, fmt.Errorf("device %d: id %q used twice", i, d.ID))
+		}
+		seen[d.ID] = true
+		if d.FD == nil {
+			errs = append(errs, fmt.Errorf("device %q: no socket fd", d.ID))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// validID accepts QEMU's id syntax: a letter, then letters, digits, '-',
+// '_' and '.'.
+func validID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i, r := range id {
+		letter := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
+		if !letter && (i == 0 || !(r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')) {
+			return false
+		}
+	}
+	return true
+}
+
+// Args returns QEMU's arguments (without the binary). Device i's socket is
+// descriptor 3+i, as Start passes them.
+func (c Config) Args() []string {
+	c = c.withDefaults()
+	mem := strconv.Itoa(c.MemMiB) + "M"
+	args := []string{
+		"-accel", "tcg",
+		"-machine", "pc,memory-backend=mem",
+		"-object", "memory-backend-memfd,id=mem,size=" + mem + ",share=on",
+		"-m", mem,
+		"-smp", strconv.Itoa(c.CPUs),
+		"-nodefaults", "-no-user-config",
+		"-display", "none",
+		"-serial", "stdio",
+		"-kernel", c.Kernel,
+		"-initrd", c.Initrd,
+		"-append", strings.TrimSpace(BaseAppend + " " + c.Append),
+	}
+	for i, d := range c.Devices {
+		args = append(args, "-device", fmt.Sprintf("x-pci-proxy-dev,id=%s,fd=%d", d.ID, firstProxyFD+i))
+	}
+	for _, d := range c.ExtraDevices {
+		args = append(args, "-device", d)
+	}
+	args = append(args, "-no-reboot")
+	if c.QMPSocket != "" {
+		args = append(args, "-qmp", "unix:"+c.QMPSocket+",server=on,wait=off")
+	}
+	return append(args, c.ExtraArgs...)
+}
+
+// CommandLine is the command as a shell would take it (QEMU binary first).
+// The proxy sockets are descriptors 3, 4, ... of the process.
+func (c Config) CommandLine() string {
+	c = c.withDefaults()
+	words := append([]string{c.QEMU}, c.Args()...)
+	for i, w := range words {
+		words[i] = shellQuote(w)
+	}
+	return strings.Join(words, " ")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,+@%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,117 @@
+package qemuvm
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestArgs(t *testing.T) {
+	f := os.NewFile(uintptr(0), "placeholder")
+	tests := []struct {
+		name string
+		cfg  Config
+		want []string
+	}{
+		{
+			name: "defaults",
+			cfg:  Config{Kernel: "/k/vmlinuz", Initrd: "/k/initrd.cpio"},
+			want: []string{
+				"-accel", "tcg",
+				"-machine", "pc,memory-backend=mem",
+				"-object", "memory-backend-memfd,id=mem,size=256M,share=on",
+				"-m", "256M", "-smp", "1",
+				"-nodefaults", "-no-user-config", "-display", "none",
+				"-serial", "stdio",
+				"-kernel", "/k/vmlinuz", "-initrd", "/k/initrd.cpio",
+				"-append", "console=ttyS0 panic=-1",
+				"-no-reboot",
+			},
+		},
+		{
+			name: "everything",
+			cfg: Config{
+				Kernel: "k", Initrd: "i", Append: "vgpu.run=x vgpu.args=-n,5", MemMiB: 512, CPUs: 2,
+				Devices:      []ProxyDevice{{ID: "vgpu0", FD: f}, {ID: "vgpu1", FD: f}},
+				ExtraDevices: []string{"edu"},
+				ExtraArgs:    []string{"-chardev", "socket,id=ch0,path=/tmp/s"},
+				QMPSocket:    "/tmp/qmp.sock",
+			},
+			want: []string{
+				"-accel", "tcg",
+				"-machine", "pc,memory-backend=mem",
+				"-object", "memory-backend-memfd,id=mem,size=512M,share=on",
+				"-m", "512M", "-smp", "2",
+				"-nodefaults", "-no-user-config", "-display", "none",
+				"-serial", "stdio",
+				"-kernel", "k", "-initrd", "i",
+				"-append", "console=ttyS0 panic=-1 vgpu.run=x vgpu.args=-n,5",
+				"-device", "x-pci-proxy-dev,id=vgpu0,fd=3",
+				"-device", "x-pci-proxy-dev,id=vgpu1,fd=4",
+				"-device", "edu",
+				"-no-reboot",
+				"-qmp", "unix:/tmp/qmp.sock,server=on,wait=off",
+				"-chardev", "socket,id=ch0,path=/tmp/s",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.cfg.Validate(); err != nil {
+				t.Fatalf("Validate() = %v, want nil", err)
+			}
+			if diff := cmp.Diff(tt.want, tt.cfg.Args()); diff != "" {
+				t.Errorf("Args() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	f := os.NewFile(uintptr(0), "placeholder")
+	ok := Config{Kernel: "k", Initrd: "i"}
+	tests := []struct {
+		name   string
+		modify func(*Config)
+	}{
+		{"no kernel", func(c *Config) { c.Kernel = "" }},
+		{"no initrd", func(c *Config) { c.Initrd = "" }},
+		{"tiny memory", func(c *Config) { c.MemMiB = 1 }},
+		{"negative cpus", func(c *Config) { c.CPUs = -1 }},
+		{"quote in append", func(c *Config) { c.Append = `a="b c"` }},
+		{"comma in qmp path", func(c *Config) { c.QMPSocket = "/tmp/a,b" }},
+		{"empty id", func(c *Config) { c.Devices = []ProxyDevice{{FD: f}} }},
+		{"id with comma", func(c *Config) { c.Devices = []ProxyDevice{{ID: "a,fd=9", FD: f}} }},
+		{"id starting with digit", func(c *Config) { c.Devices = []ProxyDevice{{ID: "0a", FD: f}} }},
+		{"duplicate id", func(c *Config) { c.Devices = []ProxyDevice{{ID: "a", FD: f}, {ID: "a", FD: f}} }},
+		{"no fd", func(c *Config) { c.Devices = []ProxyDevice{{ID: "a"}} }},
+	}
+	for _, tt := range tests {
+		c := ok
+		tt.modify(&c)
+		if err := c.Validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: Validate() = %v, want ErrConfig", tt.name, err)
+		}
+	}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate(%+v) = %v, want nil", ok, err)
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	c := Config{QEMU: "/usr/bin/qemu-system-x86_64", Kernel: "/a b/k", Initrd: "it's", Append: "vgpu.run=x"}
+	got := c.CommandLine()
+	for _, want := range []string{
+		"/usr/bin/qemu-system-x86_64 -accel tcg ",
+		" -kernel '/a b/k' -initrd 'it'\\''s' ",
+		" -append 'console=ttyS0 panic=-1 vgpu.run=x' ",
+		" -object memory-backend-memfd,id=mem,size=256M,share=on ",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("CommandLine() = %s, want it to contain %q", got, want)
+		}
+	}
+}
