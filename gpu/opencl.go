@@ -508,7 +508,7 @@ func (q *queue) Read(b Buffer, off uint64, p []byte) error {
 
 func (q *queue) Build(source, options string) (Program, string, error) {
 	if err := CheckSource(source, options); err != nil {
-		return nil, "", err
+		return nil, err.Error(), err // the log says why, for the program's author
 	}
 	if source == "" {
 		return nil, "", errorf(abi.StatusBuildFailed, "build: empty source: %w", ErrBuildFailed)

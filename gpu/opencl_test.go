@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vgpud/vgpud/abi"
 	"go.uber.org/goleak"
@@ -669,4 +670,40 @@ func runVadd(e env, rounds, n int) error {
 		}
 	}
 	return nil
+}
+
+// BenchmarkLaunch measures a one-work-item launch plus wait, the fixed cost
+// each command pays on the device.
+func BenchmarkLaunch(b *testing.B) {
+	d, err := Open("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	q, err := d.NewQueue()
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, _, err := q.Build(testSource, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	k, err := p.Kernel("vadd")
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf, err := q.Alloc(64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := []Arg{{Buffer: buf}, {Buffer: buf}, {Buffer: buf}}
+	var dev time.Duration
+	for b.Loop() {
+		t, err := q.Launch(k, NDRange{Dims: 1, Global: [3]uint64{1}}, args)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dev += t
+	}
+	b.ReportMetric(float64(dev.Nanoseconds())/float64(b.N), "device-ns/op")
 }
