@@ -92,11 +92,11 @@ func UnmarshalCommand(b []byte) (Command, error) {
 	}
 	c.Opcode = Opcode(le.Uint16(b[0:]))
 	c.Flags = le.Uint16(b[2:])
+	c.Tag = le.Uint64(b[8:]) // read before any check: a failed command still echoes its tag
+	copy(c.Payload[:], b[16:CommandSize])
 	if r := le.Uint32(b[4:]); r != 0 {
 		return c, fmt.Errorf("command: reserved field %#x: %w", r, ErrMalformed)
 	}
-	c.Tag = le.Uint64(b[8:])
-	copy(c.Payload[:], b[16:CommandSize])
 	if c.Flags&^FlagsMask != 0 {
 		return c, fmt.Errorf("command: undefined flags %#x: %w", c.Flags, ErrMalformed)
 	}

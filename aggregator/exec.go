@@ -15,6 +15,10 @@ const maxWorkItems = 1 << 32
 // stagingChunk is the most host memory one copy holds at a time.
 const stagingChunk = 1 << 20
 
+// errStale ends a command whose ring was reset while it ran; its
+// completion record is dropped.
+var errStale = abi.Errorf(abi.StatusDeviceError, "ring reset while the command ran")
+
 type handler func(in *Instance, c *abi.Command, p abi.Payload) (detail uint64, err error)
 
 // handlers dispatches by opcode; every defined opcode has an entry (tested).
@@ -127,6 +131,9 @@ func (in *Instance) copy(_ *abi.Command, p abi.Payload) (uint64, error) {
 			if err := in.dev.run(in.ctx, func() error { return in.queue.Read(b.mem, off, buf) }); err != nil {
 				return 0, fmt.Errorf("read buffer %d: %w", cp.Handle, err)
 			}
+			if in.stale() {
+				return 0, errStale
+			}
 			if err := scatter(in.mem, chunk, buf); err != nil {
 				return 0, err
 			}
@@ -168,17 +175,16 @@ func (in *Instance) programBuild(c *abi.Command, p abi.Payload) (uint64, error) 
 			return 0, fmt.Errorf("build log: %w", err)
 		}
 	}
-	if err := checkSource(src); err != nil {
-		return 0, err
-	}
-	if err := checkOptions(opts); err != nil {
-		return 0, err
-	}
-	// Compiling does not occupy the device: no turn is taken.
+	// Compiling does not occupy the device: no turn is taken. The gpu
+	// package screens source and options (gpu.CheckSource) before its
+	// in-process compiler sees them.
 	prog, log, err := in.queue.Build(string(src), string(opts))
 	if err != nil {
+		if log == "" {
+			log = err.Error() // a rejected source has no compiler log: say why
+		}
 		n := 0
-		if pb.LogLen > 0 && log != "" {
+		if pb.LogLen > 0 && log != "" && !in.stale() {
 			l := []byte(log)[:min(len(log), int(pb.LogLen))]
 			if werr := in.mem.WriteAt(l, pb.LogAddr); werr == nil {
 				n = len(l)
@@ -267,6 +273,9 @@ func (in *Instance) launch(_ *abi.Command, p abi.Payload) (uint64, error) {
 func (in *Instance) fence(_ *abi.Command, p abi.Payload) (uint64, error) {
 	f := p.(*abi.Fence)
 	// Commands run in ring order, so all earlier work is done here.
+	if in.stale() {
+		return 0, errStale
+	}
 	if err := in.mem.Store64(f.Addr, f.Value); err != nil {
 		return 0, fmt.Errorf("fence: %w", err)
 	}

@@ -77,7 +77,8 @@ type Instance struct {
 	closed     bool
 
 	// Owned by the worker goroutine.
-	state *state
+	state    *state
+	curEpoch uint64 // epoch of the command being executed
 }
 
 // Stats are an instance's counters, safe to read at any time.
@@ -199,8 +200,8 @@ func (in *Instance) EnableRing(cfg RingConfig) error {
 	if in.closed {
 		return abi.Errorf(abi.StatusDeviceError, "instance closed")
 	}
-	if in.completed != in.tail {
-		return abi.Errorf(abi.StatusBusy, "%d commands pending", in.tail-in.completed)
+	if in.completed != in.head {
+		return abi.Errorf(abi.StatusBusy, "command %d still executing", in.completed)
 	}
 	in.ring = cfg
 	in.enabled = true
@@ -367,6 +368,7 @@ func (in *Instance) step() bool {
 	idx, ring, epoch := in.head, in.ring, in.epoch
 	in.head++
 	in.mu.Unlock()
+	in.curEpoch = epoch
 
 	mask := ring.Slots - 1
 	var slot [abi.CommandSize]byte
@@ -428,6 +430,15 @@ func (in *Instance) complete(epoch uint64, idx uint32, at uint64, rec []byte) bo
 
 func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
+// stale reports whether the command being executed belongs to a ring
+// that has since been reset or re-enabled: its results must not reach
+// guest RAM, which the guest may have reused.
+func (in *Instance) stale() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.epoch != in.curEpoch
+}
+
 // fail stops the ring after a device-level fault: the ring or completion
 // area became unreachable, so the guest cannot be told per command.
 func (in *Instance) fail(epoch uint64, err error) {
@@ -440,6 +451,7 @@ func (in *Instance) fail(epoch uint64, err error) {
 
 func (in *Instance) failLocked(err error) {
 	in.enabled = false
+	in.completed = in.head // the faulted command is abandoned; the ring may be re-enabled
 	in.errStatus = abi.StatusOf(err)
 	if in.errStatus == abi.StatusOK || errors.Is(err, context.Canceled) {
 		in.errStatus = abi.StatusDeviceError
