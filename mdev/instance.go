@@ -1,0 +1,118 @@
+package mdev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mmio"
+)
+
+// ErrAttached is returned when a VM tries to attach to an instance that
+// already serves one.
+var ErrAttached = errors.New("instance already attached to a VM")
+
+// Instance is one vGPU: its device state, register file, config space and
+// guest memory map, and at most one attached VM connection at a time.
+type Instance struct {
+	uuid    string
+	profile Profile
+	device  int
+	created time.Time
+	log     *slog.Logger
+
+	agg  *aggregator.Instance
+	mem  *guestmem.Map
+	regs *mmio.Device
+	cfg  *mmio.ConfigSpace
+
+	mu sync.Mutex
+	// Guarded by mu.
+	conn     *mpqemu.Conn
+	socket   string
+	listener *net.UnixListener
+	closed   bool
+}
+
+// UUID returns the instance's UUID.
+func (i *Instance) UUID() string { return i.uuid }
+
+// Profile returns the instance's vGPU type.
+func (i *Instance) Profile() Profile { return i.profile }
+
+// Aggregator returns the instance's device state (for stats).
+func (i *Instance) Aggregator() *aggregator.Instance { return i.agg }
+
+// Socket returns the path QEMU connects to, or "" when the manager has no
+// socket directory.
+func (i *Instance) Socket() string {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.socket
+}
+
+// Attached reports whether a VM connection is being served.
+func (i *Instance) Attached() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.conn != nil
+}
+
+// ServeQEMU serves one x-pci-proxy-dev connection until it ends. It takes
+// ownership of conn. A second connection while one is served is refused
+// with ErrAttached.
+func (i *Instance) ServeQEMU(ctx context.Context, conn *net.UnixConn) error {
+	i.mu.Lock()
+	if i.closed || i.conn != nil {
+		closed := i.closed
+		i.mu.Unlock()
+		conn.Close()
+		if closed {
+			return fmt.Errorf("instance %s: %w", i.uuid, aggregator.ErrClosed)
+		}
+		return fmt.Errorf("instance %s: %w", i.uuid, ErrAttached)
+	}
+	c := mpqemu.NewConn(conn, i.regs, i.cfg, i.mem, i.log)
+	i.conn = c
+	i.mu.Unlock()
+
+	i.log.Info("vm attached")
+	err := c.Serve(ctx)
+	i.mu.Lock()
+	i.conn = nil
+	i.mu.Unlock()
+	i.log.Info("vm detached", "err", err)
+	return err
+}
+
+// Close detaches any VM and frees the instance's device state.
+func (i *Instance) close() error {
+	i.mu.Lock()
+	if i.closed {
+		i.mu.Unlock()
+		return nil
+	}
+	i.closed = true
+	c, l, sock := i.conn, i.listener, i.socket
+	i.mu.Unlock()
+	var errs []error
+	if l != nil {
+		l.Close()
+		if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if c != nil {
+		c.Close()
+	}
+	errs = append(errs, i.agg.Close(), i.mem.Close())
+	return errors.Join(errs...)
+}

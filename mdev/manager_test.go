@@ -1,0 +1,231 @@
+package mdev
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/guestagent/suite"
+	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	devOnce sync.Once
+	testDev gpu.Device
+	devErr  error
+)
+
+func openGPU(t *testing.T) gpu.Device {
+	t.Helper()
+	devOnce.Do(func() { testDev, devErr = gpu.Open(os.Getenv("VGPUD_TEST_DEVICE")) })
+	if devErr != nil {
+		t.Fatalf("gpu.Open: %v", devErr)
+	}
+	return testDev
+}
+
+func newManager(t *testing.T, profiles []Profile) *Manager {
+	t.Helper()
+	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: profiles, SocketDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("NewManager = %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("Close = %v", err)
+		}
+	})
+	return m
+}
+
+// attach connects a harness VM to the instance's socket, like QEMU does.
+func attach(t *testing.T, inst *Instance) *mpqemutest.VM {
+	t.Helper()
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := mpqemutest.NewVM(c, 64<<20)
+	if err != nil {
+		t.Fatalf("NewVM = %v", err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	return vm
+}
+
+func openDriver(t *testing.T, vm *mpqemutest.VM) *driver.Device {
+	t.Helper()
+	d, err := driver.Open(vm, vm, driver.Options{})
+	if err != nil {
+		t.Fatalf("driver.Open = %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestProfiles(t *testing.T) {
+	for _, p := range DefaultProfiles() {
+		if err := p.Validate(); err != nil {
+			t.Errorf("default profile %s: %v", p.Name, err)
+		}
+	}
+	bad := []Profile{
+		{Name: "", MemBytes: 1 << 30, Share: 1, MaxPerDevice: 1},
+		{Name: "has space", MemBytes: 1 << 30, Share: 1, MaxPerDevice: 1},
+		{Name: "tiny", MemBytes: 1, Share: 1, MaxPerDevice: 1},
+		{Name: "noshare", MemBytes: 1 << 30, MaxPerDevice: 1},
+		{Name: "none", MemBytes: 1 << 30, Share: 1},
+	}
+	for _, p := range bad {
+		if p.Validate() == nil {
+			t.Errorf("Validate(%+v) = nil, want error", p)
+		}
+	}
+}
+
+func TestCreateDestroy(t *testing.T) {
+	m := newManager(t, []Profile{{Name: "p", MemBytes: 16 << 20, Share: 1, MaxPerDevice: 2}})
+	a, err := m.Create(CreateRequest{Profile: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(a.Socket()); err != nil {
+		t.Errorf("socket: %v", err)
+	}
+	const id = "9b1deb4d-3b7d-4bad-9bdd-2b0d7b3dcb6d"
+	if _, err := m.Create(CreateRequest{Profile: "p", UUID: id}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		req  CreateRequest
+		want error
+	}{
+		{CreateRequest{Profile: "p"}, ErrNoCapacity},
+		{CreateRequest{Profile: "nope"}, ErrUnknownProfile},
+		{CreateRequest{Profile: "p", UUID: id}, ErrExists},
+	}
+	for _, tt := range tests {
+		if _, err := m.Create(tt.req); !errors.Is(err, tt.want) {
+			t.Errorf("Create(%+v) = %v, want %v", tt.req, err, tt.want)
+		}
+	}
+	if _, err := m.Create(CreateRequest{Profile: "p", UUID: "not-a-uuid"}); err == nil {
+		t.Errorf("Create(bad uuid) = nil error")
+	}
+	if got := len(m.List()); got != 2 {
+		t.Errorf("len(List()) = %d, want 2", got)
+	}
+	if err := m.Destroy(id); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Destroy(id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Destroy twice = %v, want ErrNotFound", err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(a.Socket()), id+".sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket of destroyed instance: %v", err)
+	}
+}
+
+// TestSuiteOverHarness runs the guest suite through the whole host stack:
+// instance socket, multi-process protocol, register file, aggregator and
+// the real OpenCL device.
+func TestSuiteOverHarness(t *testing.T) {
+	m := newManager(t, nil)
+	inst, err := m.Create(CreateRequest{Profile: "vgpu-small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := openDriver(t, attach(t, inst))
+	if got := d.Info().Profile; got != "vgpu-small" {
+		t.Errorf("profile seen by the guest = %q", got)
+	}
+	rep := suite.Run(context.Background(), d, suite.Options{VectorN: 65536, ReduceN: 1 << 18})
+	if !rep.OK() {
+		t.Fatalf("suite failed:\n%s", rep)
+	}
+	if !inst.Attached() {
+		t.Errorf("Attached() = false during a session")
+	}
+}
+
+// TestHostileGuestDoesNotDisturbNeighbour runs the hostile guest and a
+// good guest at once on one device.
+func TestHostileGuestDoesNotDisturbNeighbour(t *testing.T) {
+	m := newManager(t, nil)
+	good, err := m.Create(CreateRequest{Profile: "vgpu-small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := m.Create(CreateRequest{Profile: "vgpu-small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gd, bd := openDriver(t, attach(t, good)), openDriver(t, attach(t, bad))
+	var hostile suite.Report
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hostile = suite.RunHostile(context.Background(), bd, suite.Options{VectorN: 4096})
+	}()
+	rep := suite.Run(context.Background(), gd, suite.Options{VectorN: 65536, ReduceN: 1 << 18})
+	<-done
+	if !rep.OK() {
+		t.Errorf("good guest:\n%s", rep)
+	}
+	if !hostile.OK() {
+		t.Errorf("hostile guest did not get the expected errors:\n%s", hostile)
+	}
+	if st, _ := good.Aggregator().Error(); st != abi.StatusOK {
+		t.Errorf("good guest's error register = %v", st)
+	}
+}
+
+// TestMalformedConnection checks that a peer speaking garbage loses only
+// its own connection; the instance accepts a proper VM afterwards and
+// another instance is never disturbed.
+func TestMalformedConnection(t *testing.T) {
+	m := newManager(t, nil)
+	a, err := m.Create(CreateRequest{Profile: "vgpu-small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Create(CreateRequest{Profile: "vgpu-small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bd := openDriver(t, attach(t, b))
+
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: a.Socket(), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := make([]byte, 16)
+	garbage[0] = 99 // unknown command
+	if _, err := c.Write(garbage); err != nil {
+		t.Fatal(err)
+	}
+	// vgpud hangs up on us.
+	if n, err := c.Read(make([]byte, 16)); err == nil {
+		t.Errorf("read after garbage = %d bytes, want EOF", n)
+	}
+	c.Close()
+
+	rep := suite.Run(context.Background(), openDriver(t, attach(t, a)), suite.Options{VectorN: 4096, ReduceN: 4096})
+	if !rep.OK() {
+		t.Errorf("instance after a bad connection:\n%s", rep)
+	}
+	if rep := suite.Run(context.Background(), bd, suite.Options{VectorN: 4096, ReduceN: 4096}); !rep.OK() {
+		t.Errorf("neighbour:\n%s", rep)
+	}
+}
