@@ -121,8 +121,8 @@ func (m *Manager) Profiles() []Profile { return sortedProfiles(m.profiles) }
 
 // CreateRequest asks for a new instance.
 type CreateRequest struct {
-	UUID    string `json:"uuid,omitempty"`    // empty: a random UUID
-	Profile string `json:"profile"`           // a profile name
+	UUID    string `json:"uuid,omitempty"`   // empty: a random UUID
+	Profile string `json:"profile"`          // a profile name
 	Device  *int   `json:"device,omitempty"` // nil: placed by the manager
 }
 
