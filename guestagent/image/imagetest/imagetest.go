@@ -103,10 +103,7 @@ func RequireKernel(t testing.TB) Kernel {
 func Initramfs(t testing.TB, k Kernel, progs ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	ctx := context.Background()
-	if d, ok := t.(interface{ Context() context.Context }); ok {
-		ctx = d.Context()
-	}
+	ctx := t.Context()
 	initBin, err := BuildStatic(ctx, dir, InitPackage)
 	if err != nil {
 		t.Fatal(err)
