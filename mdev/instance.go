@@ -48,6 +48,9 @@ func (i *Instance) UUID() string { return i.uuid }
 // Profile returns the instance's vGPU type.
 func (i *Instance) Profile() Profile { return i.profile }
 
+// Device returns the index of the physical device the instance is on.
+func (i *Instance) Device() int { return i.device }
+
 // Aggregator returns the instance's device state (for stats).
 func (i *Instance) Aggregator() *aggregator.Instance { return i.agg }
 

@@ -1,0 +1,89 @@
+package control
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/vgpud/vgpud/mdev"
+)
+
+// maxBody bounds a request body.
+const maxBody = 64 << 10
+
+// Handler returns the API over m.
+func Handler(m *mdev.Manager) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/devices", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusOK, m.Devices())
+	})
+	mux.HandleFunc("GET /v1/profiles", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusOK, m.Profiles())
+	})
+	mux.HandleFunc("GET /v1/instances", func(w http.ResponseWriter, r *http.Request) {
+		list := m.List()
+		out := make([]InstanceInfo, len(list))
+		for i, in := range list {
+			out[i] = infoOf(in)
+		}
+		reply(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("POST /v1/instances", func(w http.ResponseWriter, r *http.Request) {
+		var req mdev.CreateRequest
+		dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			replyErr(w, fmt.Errorf("create: body: %w", err))
+			return
+		}
+		in, err := m.Create(req)
+		if err != nil {
+			replyErr(w, err)
+			return
+		}
+		reply(w, http.StatusCreated, infoOf(in))
+	})
+	mux.HandleFunc("GET /v1/instances/{uuid}", func(w http.ResponseWriter, r *http.Request) {
+		in, err := m.Get(r.PathValue("uuid"))
+		if err != nil {
+			replyErr(w, err)
+			return
+		}
+		reply(w, http.StatusOK, infoOf(in))
+	})
+	mux.HandleFunc("DELETE /v1/instances/{uuid}", func(w http.ResponseWriter, r *http.Request) {
+		if err := m.Destroy(r.PathValue("uuid")); err != nil {
+			replyErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func reply(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v) // a failed write means the client went away
+}
+
+func replyErr(w http.ResponseWriter, err error) {
+	code := http.StatusBadRequest
+	switch {
+	case errors.Is(err, mdev.ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, mdev.ErrExists), errors.Is(err, mdev.ErrNoCapacity):
+		code = http.StatusConflict
+	case errors.Is(err, mdev.ErrManagerClosed):
+		code = http.StatusServiceUnavailable
+	}
+	reply(w, code, errorBody{Error: err.Error()})
+}

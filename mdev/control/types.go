@@ -1,0 +1,67 @@
+package control
+
+import (
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/mdev"
+)
+
+// InstanceInfo is an instance as the API shows it.
+type InstanceInfo struct {
+	UUID        string       `json:"uuid"`
+	Profile     mdev.Profile `json:"profile"`
+	Device      int          `json:"device"`
+	Socket      string       `json:"socket,omitempty"`
+	Attached    bool         `json:"attached"`
+	RingEnabled bool         `json:"ring_enabled"`
+	MemUsed     uint64       `json:"mem_used"`
+	Error       string       `json:"error,omitempty"` // latched device error
+	Stats       Stats        `json:"stats"`
+}
+
+// Stats are an instance's counters.
+type Stats struct {
+	Commands     uint64            `json:"commands"`
+	Errors       uint64            `json:"errors"`
+	Doorbells    uint64            `json:"doorbells"`
+	Launches     uint64            `json:"launches"`
+	KernelNanos  uint64            `json:"kernel_ns"`
+	BytesToDev   uint64            `json:"bytes_to_device"`
+	BytesFromDev uint64            `json:"bytes_from_device"`
+	ByStatus     map[string]uint64 `json:"by_status,omitempty"`
+}
+
+func infoOf(in *mdev.Instance) InstanceInfo {
+	a := in.Aggregator()
+	s := a.Stats()
+	st := Stats{
+		Commands:     s.Commands.Load(),
+		Errors:       s.Errors.Load(),
+		Doorbells:    s.Doorbells.Load(),
+		Launches:     s.Launches.Load(),
+		KernelNanos:  s.KernelNanos.Load(),
+		BytesToDev:   s.BytesToDev.Load(),
+		BytesFromDev: s.BytesFromDev.Load(),
+	}
+	for c := abi.Status(0); int(c) < abi.NumStatus; c++ {
+		if n := s.ByStatus(c); n > 0 {
+			if st.ByStatus == nil {
+				st.ByStatus = make(map[string]uint64)
+			}
+			st.ByStatus[c.String()] = n
+		}
+	}
+	info := InstanceInfo{
+		UUID:        in.UUID(),
+		Profile:     in.Profile(),
+		Device:      in.Device(),
+		Socket:      in.Socket(),
+		Attached:    in.Attached(),
+		RingEnabled: a.RingEnabled(),
+		MemUsed:     a.MemUsed(),
+		Stats:       st,
+	}
+	if e, _ := a.Error(); e != abi.StatusOK {
+		info.Error = e.String()
+	}
+	return info
+}
