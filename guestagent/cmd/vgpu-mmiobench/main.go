@@ -3,10 +3,11 @@
 //
 //	vgpu-mmiobench -dev 1234:11e8 [-n 2000]   # QEMU's -device edu
 //	vgpu-mmiobench -dev 7667:0001             # the vGPU
+//	vgpu-mmiobench -dev 1234:11e8 -dev 7667:0001   # both, in that order
 //
-// It finds the device in sysfs by vendor:device, enables it, mmaps
-// resource0, checks the identification register, then times n writes to a
-// register where writes are harmless (edu: the liveness register 0x04;
+// For each -dev in turn, it finds the device in sysfs by vendor:device,
+// enables it, mmaps resource0, checks the identification register, then
+// times n writes to a register where writes are harmless (edu: the liveness register 0x04;
 // vGPU: abi.RegErrorAck) and n reads of the identification register. It
 // prints one line per operation:
 //
@@ -72,7 +73,8 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("vgpu-mmiobench", flag.ContinueOnError)
-	dev := fs.String("dev", "", "PCI `vendor:device` in hex, e.g. 1234:11e8")
+	var devs devList
+	fs.Var(&devs, "dev", "PCI `vendor:device` in hex, e.g. 1234:11e8; repeat to time several devices in turn")
 	n := fs.Int("n", 2000, "accesses per operation")
 	sysfs := fs.String("sysfs", "/sys", "sysfs mount `dir`")
 	if err := fs.Parse(args); err != nil {
@@ -81,23 +83,51 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() != 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	id, err := parseID(*dev)
-	if err != nil {
-		return err
+	if len(devs) == 0 {
+		return errors.New("no -dev given")
 	}
 	if *n <= 0 || *n > 100_000_000 {
 		return fmt.Errorf("-n %d: want 1..100000000", *n)
 	}
-	tgt, ok := targets[id]
-	if !ok {
-		return fmt.Errorf("-dev %s: no known harmless register on this device (known: edu 1234:11e8, vGPU %04x:%04x)",
-			*dev, abi.VendorID, abi.DeviceID)
+	ids := make([][2]uint16, len(devs))
+	for i, dev := range devs {
+		id, err := parseID(dev)
+		if err != nil {
+			return err
+		}
+		if _, ok := targets[id]; !ok {
+			return fmt.Errorf("-dev %s: no known harmless register on this device (known: edu 1234:11e8, vGPU %04x:%04x)",
+				dev, abi.VendorID, abi.DeviceID)
+		}
+		ids[i] = id
 	}
-	bdf, err := findDevice(*sysfs, id)
+	for _, id := range ids {
+		if err := benchDevice(ctx, *sysfs, id, *n, stdout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// devList collects repeated -dev flags.
+type devList []string
+
+func (l *devList) String() string { return strings.Join(*l, ",") }
+
+func (l *devList) Set(s string) error {
+	*l = append(*l, s)
+	return nil
+}
+
+// benchDevice times n writes and n reads on the device id and prints one
+// result line per operation.
+func benchDevice(ctx context.Context, sysfs string, id [2]uint16, n int, stdout io.Writer) error {
+	tgt := targets[id]
+	bdf, err := findDevice(sysfs, id)
 	if err != nil {
 		return err
 	}
-	bar, err := openBAR0(*sysfs, bdf)
+	bar, err := openBAR0(sysfs, bdf)
 	if err != nil {
 		return err
 	}
@@ -111,8 +141,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 	name := fmt.Sprintf("%04x:%04x", id[0], id[1])
 	results := []Result{
-		{Device: name, BDF: bdf, Op: "write", Offset: tgt.writeOff, N: *n},
-		{Device: name, BDF: bdf, Op: "read", Offset: tgt.readOff, N: *n},
+		{Device: name, BDF: bdf, Op: "write", Offset: tgt.writeOff, N: n},
+		{Device: name, BDF: bdf, Op: "read", Offset: tgt.readOff, N: n},
 	}
 	for i := range results {
 		if err := ctx.Err(); err != nil {
@@ -121,16 +151,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		r := &results[i]
 		start := time.Now()
 		if r.Op == "write" {
-			for j := range *n {
+			for j := range n {
 				bar.Write32(r.Offset, uint32(j))
 			}
 		} else {
-			for range *n {
+			for range n {
 				bar.Read32(r.Offset)
 			}
 		}
 		r.TotalNS = time.Since(start).Nanoseconds()
-		r.NSPerOp = float64(r.TotalNS) / float64(*n)
+		r.NSPerOp = float64(r.TotalNS) / float64(n)
 		b, err := json.Marshal(r)
 		if err != nil {
 			return err

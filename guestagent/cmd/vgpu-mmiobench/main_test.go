@@ -104,3 +104,34 @@ func TestRunErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRunSeveralDevices times two devices in one run, in flag order.
+func TestRunSeveralDevices(t *testing.T) {
+	sysfs := t.TempDir()
+	fakeDevice(t, sysfs, "0000:00:03.0", "0x1234", "0x11e8", 0, 0x010000ed)
+	fakeDevice(t, sysfs, "0000:00:04.0", "0x7667", "0x0001", abi.RegID, abi.IDMagic)
+	args := []string{"-dev", "7667:0001", "-dev", "1234:11e8", "-n", "5", "-sysfs", sysfs}
+	var out bytes.Buffer
+	if err := run(context.Background(), args, &out); err != nil {
+		t.Fatalf("run(%q) = %v, want nil", args, err)
+	}
+	var got []string
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var r Result
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(sc.Text(), Marker)), &r); err != nil {
+			t.Fatalf("decode %q: %v", sc.Text(), err)
+		}
+		got = append(got, r.Device+"/"+r.Op)
+	}
+	want := "7667:0001/write,7667:0001/read,1234:11e8/write,1234:11e8/read"
+	if s := strings.Join(got, ","); s != want {
+		t.Errorf("run(%q) lines = %s, want %s", args, s, want)
+	}
+	// An unknown device anywhere in the list fails before any timing.
+	out.Reset()
+	bad := []string{"-dev", "1234:11e8", "-dev", "8086:1237", "-sysfs", sysfs}
+	if err := run(context.Background(), bad, &out); err == nil || out.Len() != 0 {
+		t.Errorf("run(%q) = %v with %d bytes printed, want an error and no output", bad, err, out.Len())
+	}
+}
