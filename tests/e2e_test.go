@@ -1,0 +1,234 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/guestagent/suite"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+)
+
+// vmTimeout bounds one guest's whole life under TCG on a loaded 2-core
+// machine; it is a hang guard, not a performance assertion.
+const vmTimeout = 5 * time.Minute
+
+var (
+	guestOnce sync.Once
+	guestK    imagetest.Kernel
+	guestRD   string
+)
+
+// guest returns the kernel and an initramfs with vgpu-init and vgpu-suite,
+// built once for the package.
+func guest(t *testing.T) (imagetest.Kernel, string) {
+	t.Helper()
+	k := imagetest.RequireKernel(t)
+	guestOnce.Do(func() {
+		guestK = k
+		dir, err := os.MkdirTemp("", "vgpud-e2e-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		guestRD = imagetest.Initramfs(&keepDir{TB: t, dir: dir}, k, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-suite")
+	})
+	if guestRD == "" {
+		t.Fatal("initramfs build failed earlier")
+	}
+	return guestK, guestRD
+}
+
+// keepDir hands Initramfs a temp dir that outlives the first test (the
+// image is shared by the package's tests); TestMain removes it.
+type keepDir struct {
+	testing.TB
+	dir string
+}
+
+func (k *keepDir) TempDir() string { return k.dir }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if guestRD != "" {
+		os.RemoveAll(strings.TrimSuffix(guestRD, "/initramfs.cpio"))
+	}
+	os.Exit(code)
+}
+
+// host is an in-process vgpud: one real OpenCL device, a manager with
+// instance sockets.
+func host(t *testing.T) *mdev.Manager {
+	t.Helper()
+	d, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
+	}
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("manager close: %v", err)
+		}
+		d.Close()
+	})
+	return m
+}
+
+// runGuest boots a VM with inst attached, running vgpu-suite with args,
+// and returns the suite's report and the console.
+func runGuest(ctx context.Context, t *testing.T, inst *mdev.Instance, args ...string) (suite.Report, string, error) {
+	k, initrd := guest(t)
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	if err != nil {
+		return suite.Report{}, "", err
+	}
+	f, err := conn.File()
+	conn.Close()
+	if err != nil {
+		return suite.Report{}, "", err
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(ctx, vmTimeout)
+	defer cancel()
+	app := "vgpu.run=vgpu-suite"
+	if len(args) > 0 {
+		app += " vgpu.args=" + strings.Join(args, ",")
+	}
+	vm, err := qemuvm.Start(ctx, qemuvm.Config{
+		Kernel: k.Vmlinuz, Initrd: initrd, Append: app, MemMiB: 512,
+		Devices: []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
+	})
+	if err != nil {
+		return suite.Report{}, "", err
+	}
+	defer vm.Kill()
+	f.Close()
+	line, err := vm.WaitLine(ctx, suite.LinePrefix)
+	console := strings.Join(vm.Lines(), "\n")
+	if err != nil {
+		return suite.Report{}, console, fmt.Errorf("no result line: %w", err)
+	}
+	rep, err := suite.ParseLine(line)
+	if err != nil {
+		return rep, console, err
+	}
+	if _, err := vm.WaitLine(ctx, "VGPU-INIT exit="); err != nil {
+		return rep, console, fmt.Errorf("guest did not finish: %w", err)
+	}
+	if err := vm.Wait(); err != nil {
+		return rep, console, fmt.Errorf("qemu: %w", err)
+	}
+	return rep, console, nil
+}
+
+func mustCreate(t *testing.T, m *mdev.Manager, profile string) *mdev.Instance {
+	t.Helper()
+	inst, err := m.Create(mdev.CreateRequest{Profile: profile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inst
+}
+
+// TestGuestSuite: one guest runs the correctness suite on its vGPU.
+func TestGuestSuite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	m := host(t)
+	inst := mustCreate(t, m, "vgpu-small")
+	rep, console, err := runGuest(t.Context(), t, inst)
+	if err != nil {
+		t.Fatalf("guest: %v\nconsole:\n%s", err, console)
+	}
+	if !rep.OK() || len(rep.Cases) < 5 {
+		t.Fatalf("suite in the guest:\n%s\nconsole:\n%s", rep, console)
+	}
+	if rep.Profile != "vgpu-small" {
+		t.Errorf("guest saw profile %q", rep.Profile)
+	}
+	if s := inst.Aggregator().Stats(); s.Launches.Load() == 0 || s.BytesToDev.Load() == 0 {
+		t.Errorf("host saw no work: launches %d, bytes %d", s.Launches.Load(), s.BytesToDev.Load())
+	}
+}
+
+// TestTwoGuestsShareDevice: two VMs at once on one physical device.
+func TestTwoGuestsShareDevice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	m := host(t)
+	insts := []*mdev.Instance{mustCreate(t, m, "vgpu-small"), mustCreate(t, m, "vgpu-small")}
+	type result struct {
+		rep     suite.Report
+		console string
+		err     error
+	}
+	res := make([]result, len(insts))
+	var wg sync.WaitGroup
+	for i, inst := range insts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Different seeds: each guest checks its own data.
+			r, c, err := runGuest(t.Context(), t, inst, fmt.Sprintf("-seed=%d", i+1))
+			res[i] = result{r, c, err}
+		}()
+	}
+	wg.Wait()
+	for i, r := range res {
+		if r.err != nil || !r.rep.OK() {
+			t.Errorf("guest %d: err %v\n%s\nconsole:\n%s", i, r.err, r.rep, r.console)
+		}
+	}
+}
+
+// TestHostileGuest: a hostile guest sends bad addresses, foreign handles,
+// an over-quota allocation, a garbage opcode and a doorbell beyond its
+// ring, while a good guest runs the suite; the hostile one gets error
+// statuses, the good one's results stay correct and vgpud keeps serving.
+func TestHostileGuest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	m := host(t)
+	good, bad := mustCreate(t, m, "vgpu-small"), mustCreate(t, m, "vgpu-small")
+	var (
+		wg       sync.WaitGroup
+		hrep     suite.Report
+		hconsole string
+		herr     error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		hrep, hconsole, herr = runGuest(t.Context(), t, bad, "-mode=hostile")
+	}()
+	rep, console, err := runGuest(t.Context(), t, good)
+	wg.Wait()
+	t.Logf("hostile guest's report:\n%s", hrep)
+	if herr != nil || !hrep.OK() {
+		t.Errorf("hostile guest: err %v\n%s\nconsole:\n%s", herr, hrep, hconsole)
+	}
+	if err != nil || !rep.OK() {
+		t.Errorf("good guest: err %v\n%s\nconsole:\n%s", err, rep, console)
+	}
+	if s := bad.Aggregator().Stats(); s.Errors.Load() == 0 {
+		t.Errorf("host counted no errors for the hostile guest")
+	}
+	// vgpud still serves: the good instance takes another VM.
+	rep, console, err = runGuest(t.Context(), t, good, "-vector-n=4096", "-reduce-n=4096")
+	if err != nil || !rep.OK() {
+		t.Errorf("second run after the hostile guest: err %v\n%s\nconsole:\n%s", err, rep, console)
+	}
+}
