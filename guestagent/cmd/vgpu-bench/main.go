@@ -1,0 +1,108 @@
+// Command vgpu-bench runs inside a guest the data-path benchmark's matmul
+// job (package bench/job, the same work bench/datapath runs on the host): it
+// finds the vGPU on the PCI bus, opens it with the guest driver library, runs
+// the job, and prints its own timing as one line (bench/README.md):
+//
+//	VGPU-BENCH {"n":512,"iterations":6,"setup_ns":...,"total_ns":...,"kernel_ns":...,...}
+//
+// It exits non-zero if the job failed or its result disagreed with the CPU
+// reference. It needs root (pagemap, sysfs, mlock) and is built static.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+
+	"github.com/vgpud/vgpud/bench/job"
+	"github.com/vgpud/vgpud/guestagent/driver"
+)
+
+// Marker prefixes the result line.
+const Marker = "VGPU-BENCH "
+
+// Line is the result line's JSON.
+type Line struct {
+	job.Result
+	Device  string `json:"device"`  // the vGPU's name register
+	Profile string `json:"profile"` // its profile
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vgpu-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// openDevice finds (if path is empty) and maps the vGPU; tests replace it.
+var openDevice = func(path string) (driver.Registers, driver.Memory, error) {
+	if path == "" {
+		p, err := driver.FindPCI()
+		if err != nil {
+			return nil, nil, err
+		}
+		path = p
+	}
+	regs, err := driver.OpenPCI(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Keep compaction away from locked DMA pages (best effort).
+	_ = os.WriteFile("/proc/sys/vm/compact_unevictable_allowed", []byte("0"), 0)
+	return regs, driver.NewPagemapMemory(), nil
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("vgpu-bench", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	s := job.Default()
+	fs.IntVar(&s.N, "n", s.N, "matrix side")
+	fs.IntVar(&s.Reps, "reps", s.Reps, "matmuls (each with an upload of A and a download of C)")
+	fs.IntVar(&s.Local, "local", s.Local, "work-group side")
+	fs.Uint64Var(&s.Seed, "seed", s.Seed, "input seed")
+	device := fs.String("device", "", "sysfs directory of the vGPU (default: search /sys/bus/pci/devices)")
+	staging := fs.Int("staging", driver.DefaultStagingBytes, "DMA staging pool bytes")
+	timeout := fs.Duration("timeout", driver.DefaultTimeout, "give up on the device after this long per wait")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	regs, mem, err := openDevice(*device)
+	if err != nil {
+		return fmt.Errorf("open vgpu: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := driver.Open(regs, mem, driver.Options{StagingBytes: *staging, Timeout: *timeout, Logger: log})
+	if err != nil {
+		return fmt.Errorf("open vgpu: %w", err)
+	}
+	defer d.Close()
+	dd := job.NewDriverDevice(d)
+	res, err := job.Run(ctx, s, dd)
+	if err != nil {
+		return err
+	}
+	if err := dd.Free(); err != nil {
+		return fmt.Errorf("free: %w", err)
+	}
+	b, err := json.Marshal(Line{Result: res, Device: d.Info().Name, Profile: d.Info().Profile})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s%s\n", Marker, b)
+	return err
+}
