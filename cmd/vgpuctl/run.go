@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+)
+
+const usage = `usage: vgpuctl [-socket PATH] COMMAND [ARGS]
+
+commands:
+  devices                       physical devices and their load
+  profiles                      vGPU types
+  list [-json]                  instances with their counters
+  show UUID                     one instance (JSON)
+  create -profile P [-uuid U] [-device N]
+  destroy UUID
+  vm -instance UUID[,UUID...] [-kernel K -initrd I -append A -mem MiB -cpus N] [-print]
+                                start a QEMU VM with the instances attached;
+                                prints the QEMU command line, then the console
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("vgpuctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	defSock := os.Getenv("VGPUD_SOCKET")
+	if defSock == "" {
+		defSock = "/run/vgpud/control.sock"
+	}
+	sock := fs.String("socket", defSock, "vgpud control socket ($VGPUD_SOCKET)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errors.New("no command")
+	}
+	c := control.NewClient(*sock)
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	switch cmd {
+	case "devices":
+		return devices(ctx, c, stdout)
+	case "profiles":
+		return profiles(ctx, c, stdout)
+	case "list":
+		return list(ctx, c, rest, stdout, stderr)
+	case "show":
+		if len(rest) != 1 {
+			return errors.New("usage: show UUID")
+		}
+		info, err := c.Instance(ctx, rest[0])
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, info)
+	case "create":
+		return create(ctx, c, rest, stdout, stderr)
+	case "destroy":
+		if len(rest) != 1 {
+			return errors.New("usage: destroy UUID")
+		}
+		return c.Destroy(ctx, rest[0])
+	case "vm":
+		return vm(ctx, c, rest, stdout, stderr)
+	}
+	fs.Usage()
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func mib(n uint64) string { return fmt.Sprintf("%d MiB", n>>20) }
+
+func devices(ctx context.Context, c *control.Client, w io.Writer) error {
+	devs, err := c.Devices(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INDEX\tNAME\tPLATFORM\tCU\tMEMORY\tINSTANCES")
+	for _, d := range devs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\n", d.Index, d.Name, d.Platform, d.ComputeUnits, mib(d.GlobalMemBytes), d.Instances)
+	}
+	return tw.Flush()
+}
+
+func profiles(ctx context.Context, c *control.Client, w io.Writer) error {
+	ps, err := c.Profiles(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMEMORY\tSHARE\tMAX/DEVICE")
+	for _, p := range ps {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", p.Name, mib(p.MemBytes), p.Share, p.MaxPerDevice)
+	}
+	return tw.Flush()
+}
+
+func list(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
+	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	insts, err := c.Instances(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(w, insts)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UUID\tPROFILE\tDEV\tVM\tMEM USED\tCOMMANDS\tERRORS\tLAUNCHES\tKERNEL TIME\tERROR")
+	for _, in := range insts {
+		vm := "-"
+		if in.Attached {
+			vm = "attached"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%.3fs\t%s\n", in.UUID, in.Profile.Name, in.Device, vm,
+			mib(in.MemUsed), in.Stats.Commands, in.Stats.Errors, in.Stats.Launches, float64(in.Stats.KernelNanos)/1e9, in.Error)
+	}
+	return tw.Flush()
+}
+
+func create(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
+	fs := flag.NewFlagSet("create", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	profile := fs.String("profile", "", "vGPU type (see vgpuctl profiles)")
+	id := fs.String("uuid", "", "instance UUID (default: random)")
+	dev := fs.Int("device", -1, "physical device index (default: placed by vgpud)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *profile == "" {
+		return errors.New("create: -profile is required")
+	}
+	req := mdev.CreateRequest{Profile: *profile, UUID: *id}
+	if *dev >= 0 {
+		req.Device = dev
+	}
+	info, err := c.Create(ctx, req)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, info.UUID)
+	return nil
+}
+
+// guestDir is where make puts the guest kernel and initramfs.
+func guestDir() string {
+	if d := os.Getenv("VGPUD_GUEST_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join("build", "guest")
+}
+
+func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
+	fs := flag.NewFlagSet("vm", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		ids    = fs.String("instance", "", "instance UUIDs to attach, comma separated")
+		kernel = fs.String("kernel", filepath.Join(guestDir(), "vmlinuz"), "guest kernel")
+		initrd = fs.String("initrd", filepath.Join(guestDir(), "initramfs.cpio"), "guest initramfs")
+		app    = fs.String("append", "", "extra kernel command line, e.g. vgpu.run=vgpu-suite")
+		mem    = fs.Int("mem", qemuvm.DefaultMemMiB, "guest RAM in MiB")
+		cpus   = fs.Int("cpus", qemuvm.DefaultCPUs, "vCPUs")
+		qemu   = fs.String("qemu", qemuvm.DefaultQEMU, "QEMU binary")
+		print  = fs.Bool("print", false, "print the QEMU command line and exit")
+		prefix = fs.String("prefix", "", "prefix for console lines")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *ids == "" {
+		return errors.New("vm: -instance is required")
+	}
+	cfg := qemuvm.Config{QEMU: *qemu, Kernel: *kernel, Initrd: *initrd, Append: *app, MemMiB: *mem, CPUs: *cpus,
+		SerialLog: &prefixWriter{w: w, prefix: *prefix}, Stderr: stderr}
+	for i, id := range strings.Split(*ids, ",") {
+		info, err := c.Instance(ctx, id)
+		if err != nil {
+			return err
+		}
+		if info.Socket == "" {
+			return fmt.Errorf("instance %s has no socket", id)
+		}
+		dev := qemuvm.ProxyDevice{ID: fmt.Sprintf("vgpu%d", i)}
+		if !*print {
+			f, err := dialFile(info.Socket)
+			if err != nil {
+				return fmt.Errorf("instance %s: %w", id, err)
+			}
+			defer f.Close()
+			dev.FD = f
+		} else {
+			dev.FD = os.Stdin // placeholder: -print only shows fd numbers
+		}
+		cfg.Devices = append(cfg.Devices, dev)
+	}
+	fmt.Fprintln(w, "+", cfg.CommandLine())
+	if *print {
+		return cfg.Validate()
+	}
+	m, err := qemuvm.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	for _, d := range cfg.Devices {
+		d.FD.Close() // QEMU holds its own copy now
+	}
+	return m.Wait()
+}
+
+// dialFile connects to an instance socket and returns the connection as a
+// file for QEMU to inherit.
+func dialFile(path string) (*os.File, error) {
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.File()
+}
+
+// prefixWriter writes each line with a prefix.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	if p.prefix == "" {
+		return p.w.Write(b)
+	}
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if line == "" {
+			continue
+		}
+		if _, err := io.WriteString(p.w, p.prefix+line); err != nil {
+			return 0, err
+		}
+	}
+	return len(b), nil
+}

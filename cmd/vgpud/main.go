@@ -1,0 +1,23 @@
+// Command vgpud is the vGPU daemon: it opens the physical OpenCL devices,
+// serves each vGPU instance to QEMU on its own socket and the operator API
+// on a control socket.
+//
+//	vgpud [-config FILE] [-device SELECTOR]... [-run-dir DIR] [-log-level LEVEL]
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "vgpud:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/control"
+)
+
+// Config is the daemon's configuration file (JSON). Flags override it.
+type Config struct {
+	// Devices select physical devices (gpu.Open selectors: index or name
+	// substring). Empty: the first device.
+	Devices []string `json:"devices"`
+	// RunDir holds control.sock and instances/<uuid>.sock.
+	RunDir string `json:"run_dir"`
+	// Profiles replace the built-in vGPU types when set.
+	Profiles []mdev.Profile `json:"profiles"`
+	// Instances are created at start.
+	Instances []mdev.CreateRequest `json:"instances"`
+	LogLevel  string               `json:"log_level"`
+	LogFormat string               `json:"log_format"` // text or json
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func loadConfig(path string) (Config, error) {
+	var c Config
+	if path == "" {
+		return c, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, err
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if level != "" {
+		if err := lv.UnmarshalText([]byte(level)); err != nil {
+			return nil, fmt.Errorf("log level %q: %w", level, err)
+		}
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
+
+// run is the daemon. It prints "vgpud ready control=PATH" on stdout once
+// it serves, and returns after ctx ends and everything is shut down.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("vgpud", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		configPath = fs.String("config", "", "configuration file (JSON)")
+		runDir     = fs.String("run-dir", "", "directory for the control and instance sockets (default /run/vgpud)")
+		logLevel   = fs.String("log-level", "", "debug, info, warn or error")
+		logFormat  = fs.String("log-format", "", "text or json")
+		listDevs   = fs.Bool("list-devices", false, "print the OpenCL devices and exit")
+		devices    multiFlag
+	)
+	fs.Var(&devices, "device", "physical device selector (index or name substring); repeatable")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *listDevs {
+		infos, err := gpu.Devices()
+		if err != nil {
+			return err
+		}
+		for _, i := range infos {
+			fmt.Fprintln(stdout, gpu.Describe(i))
+		}
+		return nil
+	}
+	cfg, err := loadConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	if len(devices) > 0 {
+		cfg.Devices = devices
+	}
+	if *runDir != "" {
+		cfg.RunDir = *runDir
+	}
+	if cfg.RunDir == "" {
+		cfg.RunDir = "/run/vgpud"
+	}
+	if *logLevel != "" {
+		cfg.LogLevel = *logLevel
+	}
+	if *logFormat != "" {
+		cfg.LogFormat = *logFormat
+	}
+	log, err := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	if len(cfg.Devices) == 0 {
+		cfg.Devices = []string{""}
+	}
+
+	var devs []gpu.Device
+	defer func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	}()
+	for _, sel := range cfg.Devices {
+		d, err := gpu.Open(sel)
+		if err != nil {
+			return fmt.Errorf("device %q: %w", sel, err)
+		}
+		log.Info("device opened", "device", gpu.Describe(d.Info()))
+		devs = append(devs, d)
+	}
+
+	if err := os.MkdirAll(cfg.RunDir, 0o700); err != nil {
+		return err
+	}
+	m, err := mdev.NewManager(mdev.Config{
+		Devices:   devs,
+		Profiles:  cfg.Profiles,
+		SocketDir: filepath.Join(cfg.RunDir, "instances"),
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	for _, req := range cfg.Instances {
+		if _, err := m.Create(req); err != nil {
+			return fmt.Errorf("config instance: %w", err)
+		}
+	}
+
+	sock := filepath.Join(cfg.RunDir, "control.sock")
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		l.Close()
+		return err
+	}
+	srv := &http.Server{Handler: control.Handler(m), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	log.Info("serving", "control", sock, "instances", len(m.List()))
+	fmt.Fprintf(stdout, "vgpud ready control=%s\n", sock)
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-served:
+		return fmt.Errorf("control server: %w", err)
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = srv.Shutdown(shutCtx)
+	<-served
+	os.Remove(sock)
+	return errors.Join(err, m.Close())
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# demo.sh: start vgpud on the first OpenCL device, create two vGPU
+# instances, boot two QEMU guests at once, each running the correctness
+# suite on its vGPU, and show what they did. Run through `make demo`,
+# which builds build/bin and build/guest first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin=build/bin
+run=$(mktemp -d /tmp/vgpud-demo.XXXXXX)
+export VGPUD_SOCKET=$run/control.sock
+
+"$bin/vgpud" -run-dir "$run" >"$run/vgpud.out" 2>"$run/vgpud.log" &
+vgpud=$!
+cleanup() {
+	kill "$vgpud" 2>/dev/null || true
+	wait "$vgpud" 2>/dev/null || true
+	rm -rf "$run"
+}
+trap cleanup EXIT
+
+# Wait until vgpud says it serves (or dies).
+for _ in $(seq 1 300); do
+	grep -q '^vgpud ready' "$run/vgpud.out" 2>/dev/null && break
+	kill -0 "$vgpud" 2>/dev/null || { cat "$run/vgpud.log" >&2; exit 1; }
+	sleep 0.1
+done
+grep -q '^vgpud ready' "$run/vgpud.out" || { echo "vgpud did not start" >&2; cat "$run/vgpud.log" >&2; exit 1; }
+
+echo "== physical devices"
+"$bin/vgpuctl" devices
+echo
+echo "== vGPU types"
+"$bin/vgpuctl" profiles
+echo
+a=$("$bin/vgpuctl" create -profile vgpu-small)
+b=$("$bin/vgpuctl" create -profile vgpu-medium)
+echo "== created instances $a (vgpu-small) and $b (vgpu-medium)"
+echo
+echo "== booting two VMs (QEMU, TCG), each running the vGPU suite"
+"$bin/vgpuctl" vm -instance "$a" -append "quiet vgpu.run=vgpu-suite vgpu.args=-seed=1" -prefix "[vm-a] " >"$run/a.log" 2>&1 &
+va=$!
+"$bin/vgpuctl" vm -instance "$b" -append "quiet vgpu.run=vgpu-suite vgpu.args=-seed=2" -prefix "[vm-b] " >"$run/b.log" 2>&1 &
+vb=$!
+status=0
+wait "$va" || status=1
+wait "$vb" || status=1
+
+for v in a b; do
+	echo
+	echo "== VM $v: QEMU command line and console"
+	sed -n '1p' "$run/$v.log"
+	# The guest program's output, from the moment init starts it.
+	awk '/VGPU-INIT run=/ { on = 1 } on && !/VGPU-RESULT/' "$run/$v.log"
+done
+echo
+echo "== what vgpud saw"
+"$bin/vgpuctl" list
+for v in a b; do
+	grep -q 'VGPU-RESULT {.*"fail":0' "$run/$v.log" || { echo "VM $v: suite failed" >&2; status=1; }
+done
+if [[ $status -eq 0 ]]; then
+	echo
+	echo "demo: both VMs computed correct results on one shared OpenCL device"
+fi
+exit $status

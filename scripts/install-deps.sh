@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# install-deps.sh: install what vgpud needs from Debian's packages, if it is
+# not there yet: QEMU (qemu-system-x86_64 with x-pci-proxy-dev), the OpenCL
+# ICD loader and headers, and PoCL as the CPU OpenCL platform. Idempotent;
+# needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+pkgs=(qemu-system-x86 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo gcc)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+	exit 0
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+	command -v sudo >/dev/null || { echo "install-deps: need root to install ${missing[*]}" >&2; exit 1; }
+	sudo=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
