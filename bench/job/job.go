@@ -36,7 +36,7 @@ type Spec struct {
 }
 
 // Default is the job bench/datapath runs unless told otherwise.
-func Default() Spec { return Spec{N: 512, Reps: 6, Local: 16, Seed: 1} }
+func Default() Spec { return Spec{N: 512, Reps: 10, Local: 16, Seed: 1} }
 
 // Validate checks s.
 func (s Spec) Validate() error {

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/vgpud/vgpud/bench/job"
+	"github.com/vgpud/vgpud/gpu"
+)
+
+// hostDevice runs the job directly on a gpu.Queue: the baseline, with no
+// virtualization at all.
+type hostDevice struct {
+	q    gpu.Queue
+	k    gpu.Kernel
+	prog gpu.Program
+	bufs []gpu.Buffer
+}
+
+var _ job.Device = (*hostDevice)(nil)
+
+func (h *hostDevice) Build(source, options string) error {
+	p, log, err := h.q.Build(source, options)
+	if err != nil {
+		return fmt.Errorf("%w (log: %q)", err, log)
+	}
+	h.prog = p
+	h.k, err = p.Kernel(job.Kernel)
+	return err
+}
+
+func (h *hostDevice) Alloc(size uint64) (job.Buf, error) {
+	b, err := h.q.Alloc(size)
+	if err != nil {
+		return 0, err
+	}
+	h.bufs = append(h.bufs, b)
+	return job.Buf(len(h.bufs) - 1), nil
+}
+
+func (h *hostDevice) buf(b job.Buf) (gpu.Buffer, error) {
+	if b < 0 || int(b) >= len(h.bufs) {
+		return nil, fmt.Errorf("buffer %d: have %d", b, len(h.bufs))
+	}
+	return h.bufs[b], nil
+}
+
+func (h *hostDevice) Write(b job.Buf, p []byte) error {
+	gb, err := h.buf(b)
+	if err != nil {
+		return err
+	}
+	return h.q.Write(gb, 0, p)
+}
+
+func (h *hostDevice) Read(b job.Buf, p []byte) error {
+	gb, err := h.buf(b)
+	if err != nil {
+		return err
+	}
+	return h.q.Read(gb, 0, p)
+}
+
+func (h *hostDevice) MatMul(a, b, c job.Buf, n, local int) (time.Duration, error) {
+	args := make([]gpu.Arg, 4)
+	for i, x := range []job.Buf{a, b, c} {
+		gb, err := h.buf(x)
+		if err != nil {
+			return 0, err
+		}
+		args[i].Buffer = gb
+	}
+	args[3].Scalar = binary.LittleEndian.AppendUint32(nil, uint32(n))
+	r := gpu.NDRange{Dims: 2, Global: [3]uint64{uint64(n), uint64(n)}, Local: [3]uint64{uint64(local), uint64(local)}}
+	return h.q.Launch(h.k, r, args)
+}
+
+// Finish has nothing to wait for: every Queue call blocks.
+func (h *hostDevice) Finish() error { return nil }
+
+// release frees what the job created.
+func (h *hostDevice) release() {
+	for _, b := range h.bufs {
+		b.Release()
+	}
+	if h.k != nil {
+		h.k.Release()
+	}
+	if h.prog != nil {
+		h.prog.Release()
+	}
+}

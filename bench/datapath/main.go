@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vgpud/vgpud/bench/job"
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mdev"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "datapath:", err)
+		os.Exit(1)
+	}
+}
+
+// Sections, in the order they print.
+const (
+	sectionMMIO   = "mmio"
+	sectionMatmul = "matmul"
+)
+
+var allSections = []string{sectionMMIO, sectionMatmul}
+
+// config is the parsed command line.
+type config struct {
+	sections    []string
+	qemu        bool // boot TCG guests for the in-guest columns
+	guestMMIO   int  // accesses per op in the guest
+	harnessMMIO int  // accesses per op through the harness
+	job         job.Spec
+	device      string // OpenCL device selector
+	profile     string // vGPU profile of the instances
+	bootTimeout time.Duration
+	serial      io.Writer // guest consoles, or nil
+}
+
+func parseFlags(args []string, out io.Writer) (config, error) {
+	fs := flag.NewFlagSet("datapath", flag.ContinueOnError)
+	fs.SetOutput(out)
+	c := config{job: job.Default()}
+	sections := fs.String("sections", strings.Join(allSections, ","), "comma-separated `list` of tables: "+strings.Join(allSections, ", "))
+	fs.BoolVar(&c.qemu, "qemu", true, "boot TCG guests for the in-guest rows (false: host and harness rows only)")
+	fs.IntVar(&c.guestMMIO, "guest-mmio-n", 20000, "MMIO accesses per operation inside the guest")
+	fs.IntVar(&c.harnessMMIO, "harness-mmio-n", 20000, "MMIO accesses per operation through the harness")
+	fs.IntVar(&c.job.N, "n", c.job.N, "matmul: matrix side (a multiple of -local)")
+	fs.IntVar(&c.job.Reps, "reps", c.job.Reps, "matmul: repetitions, each with an upload of A and a download of C")
+	fs.IntVar(&c.job.Local, "local", c.job.Local, "matmul: work-group side")
+	fs.Uint64Var(&c.job.Seed, "seed", c.job.Seed, "matmul: input seed")
+	fs.StringVar(&c.device, "device", os.Getenv("VGPUD_TEST_DEVICE"), "OpenCL device: index or name substring (default $VGPUD_TEST_DEVICE, else the first)")
+	fs.StringVar(&c.profile, "profile", "vgpu-small", "vGPU profile of the benchmark's instances")
+	fs.DurationVar(&c.bootTimeout, "boot-timeout", 4*time.Minute, "bound on each guest's boot, run and power-off")
+	serial := fs.Bool("serial", false, "copy the guests' consoles to stderr")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() != 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, s := range strings.Split(*sections, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(allSections, s) {
+			return c, fmt.Errorf("-sections: unknown section %q (have %s)", s, strings.Join(allSections, ", "))
+		}
+		if !slices.Contains(c.sections, s) {
+			c.sections = append(c.sections, s)
+		}
+	}
+	if err := c.job.Validate(); err != nil {
+		return c, err
+	}
+	if c.guestMMIO < 1 || c.guestMMIO > 10_000_000 || c.harnessMMIO < 1 || c.harnessMMIO > 10_000_000 {
+		return c, fmt.Errorf("-guest-mmio-n %d, -harness-mmio-n %d: want 1..10000000", c.guestMMIO, c.harnessMMIO)
+	}
+	if *serial {
+		c.serial = os.Stderr
+	}
+	return c, nil
+}
+
+func (c config) has(section string) bool { return slices.Contains(c.sections, section) }
+
+// bench holds what every section shares.
+type bench struct {
+	cfg   config
+	dev   gpu.Device
+	mgr   *mdev.Manager
+	guest *guestImage // nil without -qemu
+	env   environment
+
+	bootTime []time.Duration // each guest's start to its program
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
+	cfg, err := parseFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	dev, err := gpu.Open(cfg.device)
+	if err != nil {
+		return fmt.Errorf("open opencl device: %w", err)
+	}
+	defer func() { err = errors.Join(err, dev.Close()) }()
+
+	tmp, err := os.MkdirTemp("", "vgpud-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	// vgpud's own logs would interleave with the tables: errors only (each
+	// path's hang-up is logged as a warning).
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: tmp, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, mgr.Close()) }()
+
+	b := &bench{cfg: cfg, dev: dev, mgr: mgr}
+	b.env = describe(ctx, dev, cfg)
+	if cfg.qemu {
+		b.guest, err = buildGuest(ctx, tmp)
+		if err != nil {
+			return err
+		}
+		b.env.Kernel = b.guest.kernel.Release
+	}
+	b.env.print(stdout)
+
+	if cfg.has(sectionMMIO) {
+		t, err := b.mmioTable(ctx)
+		if err != nil {
+			return fmt.Errorf("mmio: %w", err)
+		}
+		t.print(stdout)
+	}
+	if cfg.has(sectionMatmul) {
+		t, err := b.matmulTable(ctx)
+		if err != nil {
+			return fmt.Errorf("matmul: %w", err)
+		}
+		t.print(stdout)
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestRunNoQEMU runs both sections with tiny sizes on the real OpenCL
+// device and harness, without guests.
+func TestRunNoQEMU(t *testing.T) {
+	var out bytes.Buffer
+	args := []string{"-qemu=false", "-n", "32", "-reps", "2", "-harness-mmio-n", "20"}
+	if err := run(context.Background(), args, &out); err != nil {
+		t.Fatalf("run(%q) = %v\n%s", args, err, out.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		"host CPUs:", "OpenCL device:", "QEMU:          not used",
+		"MMIO cost:", "vGPU via harness (host process, no QEMU)",
+		"Virtualization overhead: 32 x 32 float matmul x 2",
+		hostRow, "harness + driver library (host process)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("run(%q) output lacks %q:\n%s", args, want, got)
+		}
+	}
+	if strings.Contains(got, "edu, emulated") || strings.Contains(got, "QEMU guest via") {
+		t.Errorf("run(%q) printed guest rows without QEMU:\n%s", args, got)
+	}
+}
+
+func TestRunSections(t *testing.T) {
+	var out bytes.Buffer
+	args := []string{"-qemu=false", "-sections", "matmul", "-n", "16", "-reps", "1"}
+	if err := run(context.Background(), args, &out); err != nil {
+		t.Fatalf("run(%q) = %v", args, err)
+	}
+	if strings.Contains(out.String(), "MMIO cost") || !strings.Contains(out.String(), "Virtualization overhead") {
+		t.Errorf("run(%q) printed the wrong sections:\n%s", args, out.String())
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-sections", "mmio,gpu"},
+		{"-n", "30"},
+		{"-reps", "0"},
+		{"-harness-mmio-n", "0"},
+		{"-guest-mmio-n", "-1"},
+		{"extra"},
+	} {
+		if _, err := parseFlags(args, &bytes.Buffer{}); err == nil {
+			t.Errorf("parseFlags(%q) = nil error, want one", args)
+		}
+	}
+	c, err := parseFlags([]string{"-sections", "matmul,mmio,matmul"}, &bytes.Buffer{})
+	if err != nil || strings.Join(c.sections, ",") != "matmul,mmio" {
+		t.Errorf("parseFlags(-sections matmul,mmio,matmul) = %v, %v, want [matmul mmio]", c.sections, err)
+	}
+}
+
+func TestParseMMIO(t *testing.T) {
+	line := func(dev, op string, n int, ns float64) json.RawMessage {
+		b, err := json.Marshal(mmioLine{Device: dev, Op: op, N: n, NSPerOp: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	good := []json.RawMessage{
+		line(eduID, "write", 10, 600), line(eduID, "read", 10, 130),
+		line(vgpuID, "write", 10, 70000), line(vgpuID, "read", 10, 38000),
+	}
+	edu, proxy, err := parseMMIO(good, 10)
+	if err != nil || edu != (mmioCost{600, 130}) || proxy != (mmioCost{70000, 38000}) {
+		t.Errorf("parseMMIO(good) = %v, %v, %v, want {600 130}, {70000 38000}, nil", edu, proxy, err)
+	}
+	for name, raw := range map[string][]json.RawMessage{
+		"missing read": good[:3],
+		"wrong n":      {good[0], good[1], good[2], line(vgpuID, "read", 9, 1)},
+		"zero time":    {good[0], good[1], good[2], line(vgpuID, "read", 10, 0)},
+		"other device": {good[0], good[1], good[2], line("8086:1237", "read", 10, 1)},
+		"other op":     {good[0], good[1], good[2], line(vgpuID, "rmw", 10, 1)},
+		"not json":     {good[0], json.RawMessage("{")},
+	} {
+		if _, _, err := parseMMIO(raw, 10); err == nil {
+			t.Errorf("parseMMIO(%s) = nil error, want one", name)
+		}
+	}
+}
