@@ -3,7 +3,7 @@
 // finds the vGPU on the PCI bus, opens it with the guest driver library, runs
 // the job, and prints its own timing as one line (bench/README.md):
 //
-//	VGPU-BENCH {"n":512,"iterations":6,"setup_ns":...,"total_ns":...,"kernel_ns":...,...}
+//	VGPU-BENCH {"n":512,"iterations":10,"setup_ns":...,"total_ns":...,"kernel_ns":...,...}
 //
 // It exits non-zero if the job failed or its result disagreed with the CPU
 // reference. It needs root (pagemap, sysfs, mlock) and is built static.
