@@ -43,6 +43,7 @@ type config struct {
 	guestMMIO   int  // accesses per op in the guest
 	harnessMMIO int  // accesses per op through the harness
 	job         job.Spec
+	runs        int    // job runs per path; the table shows the median
 	device      string // OpenCL device selector
 	profile     string // vGPU profile of the instances
 	bootTimeout time.Duration
@@ -61,6 +62,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.job.Reps, "reps", c.job.Reps, "matmul: repetitions, each with an upload of A and a download of C")
 	fs.IntVar(&c.job.Local, "local", c.job.Local, "matmul: work-group side")
 	fs.Uint64Var(&c.job.Seed, "seed", c.job.Seed, "matmul: input seed")
+	fs.IntVar(&c.runs, "runs", 3, "matmul: runs of the job per path; the table shows the run with the median total")
 	fs.StringVar(&c.device, "device", os.Getenv("VGPUD_TEST_DEVICE"), "OpenCL device: index or name substring (default $VGPUD_TEST_DEVICE, else the first)")
 	fs.StringVar(&c.profile, "profile", "vgpu-small", "vGPU profile of the benchmark's instances")
 	fs.DurationVar(&c.bootTimeout, "boot-timeout", 4*time.Minute, "bound on each guest's boot, run and power-off")
@@ -82,6 +84,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if err := c.job.Validate(); err != nil {
 		return c, err
+	}
+	if c.runs < 1 || c.runs > 100 {
+		return c, fmt.Errorf("-runs %d: want 1..100", c.runs)
 	}
 	if c.guestMMIO < 1 || c.guestMMIO > 10_000_000 || c.harnessMMIO < 1 || c.harnessMMIO > 10_000_000 {
 		return c, fmt.Errorf("-guest-mmio-n %d, -harness-mmio-n %d: want 1..10000000", c.guestMMIO, c.harnessMMIO)

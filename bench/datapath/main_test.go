@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/vgpud/vgpud/bench/job"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -16,7 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // device and harness, without guests.
 func TestRunNoQEMU(t *testing.T) {
 	var out bytes.Buffer
-	args := []string{"-qemu=false", "-n", "32", "-reps", "2", "-harness-mmio-n", "20"}
+	args := []string{"-qemu=false", "-n", "32", "-reps", "2", "-runs", "2", "-harness-mmio-n", "20"}
 	if err := run(context.Background(), args, &out); err != nil {
 		t.Fatalf("run(%q) = %v\n%s", args, err, out.String())
 	}
@@ -38,7 +40,7 @@ func TestRunNoQEMU(t *testing.T) {
 
 func TestRunSections(t *testing.T) {
 	var out bytes.Buffer
-	args := []string{"-qemu=false", "-sections", "matmul", "-n", "16", "-reps", "1"}
+	args := []string{"-qemu=false", "-sections", "matmul", "-n", "16", "-reps", "1", "-runs", "1"}
 	if err := run(context.Background(), args, &out); err != nil {
 		t.Fatalf("run(%q) = %v", args, err)
 	}
@@ -53,6 +55,7 @@ func TestFlagErrors(t *testing.T) {
 		{"-n", "30"},
 		{"-reps", "0"},
 		{"-harness-mmio-n", "0"},
+		{"-runs", "0"},
 		{"-guest-mmio-n", "-1"},
 		{"extra"},
 	} {
@@ -92,6 +95,55 @@ func TestParseMMIO(t *testing.T) {
 	} {
 		if _, _, err := parseMMIO(raw, 10); err == nil {
 			t.Errorf("parseMMIO(%s) = nil error, want one", name)
+		}
+	}
+}
+
+func TestMedianSpread(t *testing.T) {
+	runs := []job.Result{{TotalNS: 3e6, SetupNS: 3}, {TotalNS: 1e6, SetupNS: 1}, {TotalNS: 2e6, SetupNS: 2}, {TotalNS: 9e6, SetupNS: 9}}
+	tests := []struct {
+		runs       []job.Result
+		wantSetup  int64
+		wantSpread string
+	}{
+		{runs[:1], 3, missing},
+		{runs[:3], 2, "1-3 ms"},
+		{runs, 2, "1-9 ms"}, // even count: the lower middle
+	}
+	for _, tt := range tests {
+		if got := median(tt.runs); got.SetupNS != tt.wantSetup {
+			t.Errorf("median(%d runs) = run %d, want run %d", len(tt.runs), got.SetupNS, tt.wantSetup)
+		}
+		if got := spread(tt.runs); got != tt.wantSpread {
+			t.Errorf("spread(%d runs) = %q, want %q", len(tt.runs), got, tt.wantSpread)
+		}
+	}
+	if got := median(nil); got != (job.Result{}) {
+		t.Errorf("median(nil) = %+v, want zero", got)
+	}
+}
+
+func TestParseBench(t *testing.T) {
+	s := job.Spec{N: 32, Reps: 2, Local: 16}
+	ok := func(total int64) json.RawMessage {
+		b, err := json.Marshal(job.Result{N: 32, Reps: 2, Checked: job.Checks, TotalNS: total})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	got, err := parseBench([]json.RawMessage{ok(5), ok(7)}, s)
+	if err != nil || len(got) != 2 || got[1].TotalNS != 7 {
+		t.Errorf("parseBench(two good lines) = %+v, %v, want 2 results", got, err)
+	}
+	for name, raw := range map[string]json.RawMessage{
+		"other size":  json.RawMessage(`{"n":64,"iterations":2,"checked":32,"total_ns":5}`),
+		"not checked": json.RawMessage(`{"n":32,"iterations":2,"checked":3,"total_ns":5}`),
+		"no time":     json.RawMessage(`{"n":32,"iterations":2,"checked":32,"total_ns":0}`),
+		"not json":    json.RawMessage(`{`),
+	} {
+		if _, err := parseBench([]json.RawMessage{ok(5), raw}, s); err == nil {
+			t.Errorf("parseBench(%s) = nil error, want one", name)
 		}
 	}
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,23 +20,25 @@ func (b *bench) matmulTable(ctx context.Context) (*table, error) {
 	t := &table{
 		title: fmt.Sprintf("Virtualization overhead: %d x %d float matmul x %d (upload A, multiply, download C each; ratio to the host)",
 			s.N, s.N, s.Reps),
-		header: []string{"path", "total", "per matmul", "kernel (device)", "overhead/matmul", "vs host", "setup"},
+		header: []string{"path", "total", "per matmul", "kernel (device)", "overhead/matmul", "vs host", "setup", "totals (min-max)"},
 	}
-	host, err := b.hostJob(ctx)
+	hostRuns, err := b.hostJob(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("host: %w", err)
 	}
-	harness, err := b.harnessJob(ctx)
+	harnessRuns, err := b.harnessJob(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
-	var guest job.Result
+	var guestRuns []job.Result
 	if b.guest != nil {
-		if guest, err = b.guestJob(ctx); err != nil {
+		if guestRuns, err = b.guestJob(ctx); err != nil {
 			return nil, fmt.Errorf("guest: %w", err)
 		}
 	}
-	row := func(name string, r job.Result) {
+	host := median(hostRuns)
+	row := func(name string, runs []job.Result) {
+		r := median(runs)
 		kernel := time.Duration(-1)
 		if r.KernelLaunches > 0 {
 			kernel = time.Duration(r.KernelNS / int64(r.KernelLaunches))
@@ -47,15 +51,16 @@ func (b *bench) matmulTable(ctx context.Context) (*table, error) {
 			}
 		}
 		t.add(name, msCell(time.Duration(r.TotalNS)), msCell(r.PerMatMul()), msCell(kernel), over,
-			ratioCell(float64(r.TotalNS), float64(host.TotalNS)), msCell(time.Duration(r.SetupNS)))
+			ratioCell(float64(r.TotalNS), float64(host.TotalNS)), msCell(time.Duration(r.SetupNS)), spread(runs))
 	}
-	row(hostRow, host)
-	row("harness + driver library (host process)", harness)
+	row(hostRow, hostRuns)
+	row("harness + driver library (host process)", harnessRuns)
 	if b.guest != nil {
-		row("QEMU guest via x-pci-proxy-dev (TCG)", guest)
+		row("QEMU guest via x-pci-proxy-dev (TCG)", guestRuns)
 	}
 	t.note("same job (bench/job) on every path: upload B, then %d x (upload A (alternating 2 inputs), matmul %dx%d in %dx%d groups, download C);",
 		s.Reps, s.N, s.N, s.Local, s.Local)
+	t.note("each row is the run with the median total of %d runs on that path (the last column gives the range)", b.cfg.runs)
 	t.note("total excludes setup (program build and buffer allocation); kernel = device time from OpenCL profiling (host) or the completion record")
 	t.note("each path checked %d elements of its last C against a CPU reference", job.Checks)
 	if len(b.bootTime) > 0 {
@@ -70,65 +75,112 @@ func (b *bench) matmulTable(ctx context.Context) (*table, error) {
 
 const hostRow = "host: gpu.Queue directly (baseline)"
 
-func (b *bench) hostJob(ctx context.Context) (job.Result, error) {
-	q, err := b.dev.NewQueue()
-	if err != nil {
-		return job.Result{}, err
+// median returns the run with the median total (the lower middle one for
+// an even count).
+func median(runs []job.Result) job.Result {
+	if len(runs) == 0 {
+		return job.Result{}
 	}
-	defer q.Close()
-	h := &hostDevice{q: q}
-	defer h.release()
-	return job.Run(ctx, b.cfg.job, h)
+	s := slices.Clone(runs)
+	slices.SortFunc(s, func(a, b job.Result) int { return cmp.Compare(a.TotalNS, b.TotalNS) })
+	return s[(len(s)-1)/2]
 }
 
-func (b *bench) harnessJob(ctx context.Context) (_ job.Result, err error) {
+// spread is the range of the runs' totals.
+func spread(runs []job.Result) string {
+	if len(runs) < 2 {
+		return missing
+	}
+	lo, hi := runs[0].TotalNS, runs[0].TotalNS
+	for _, r := range runs[1:] {
+		lo, hi = min(lo, r.TotalNS), max(hi, r.TotalNS)
+	}
+	return fmt.Sprintf("%.0f-%.0f ms", float64(lo)/1e6, float64(hi)/1e6)
+}
+
+func (b *bench) hostJob(ctx context.Context) ([]job.Result, error) {
+	q, err := b.dev.NewQueue()
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	var out []job.Result
+	for range b.cfg.runs {
+		h := &hostDevice{q: q}
+		r, err := job.Run(ctx, b.cfg.job, h)
+		h.release()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (b *bench) harnessJob(ctx context.Context) (_ []job.Result, err error) {
 	inst, destroy, err := b.newInstance()
 	if err != nil {
-		return job.Result{}, err
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, destroy()) }()
 	// Room for the staging pool and the driver's rings.
 	vm, err := attachHarness(inst, 64<<20)
 	if err != nil {
-		return job.Result{}, err
+		return nil, err
 	}
 	defer vm.Close()
 	d, err := driver.Open(vm, vm, driver.Options{})
 	if err != nil {
-		return job.Result{}, err
+		return nil, err
 	}
 	defer d.Close()
-	dd := job.NewDriverDevice(d)
-	r, err := job.Run(ctx, b.cfg.job, dd)
-	if err != nil {
-		return r, err
+	var out []job.Result
+	for range b.cfg.runs {
+		dd := job.NewDriverDevice(d)
+		r, err := job.Run(ctx, b.cfg.job, dd)
+		if err != nil {
+			return nil, err
+		}
+		if err := dd.Free(); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
 	}
-	return r, dd.Free()
+	return out, nil
 }
 
-func (b *bench) guestJob(ctx context.Context) (_ job.Result, err error) {
+func (b *bench) guestJob(ctx context.Context) (_ []job.Result, err error) {
 	inst, destroy, err := b.newInstance()
 	if err != nil {
-		return job.Result{}, err
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, destroy()) }()
 	s := b.cfg.job
 	raw, err := b.boot(ctx, inst, guestRun{
 		prog: "vgpu-bench",
 		args: []string{"-n", strconv.Itoa(s.N), "-reps", strconv.Itoa(s.Reps), "-local", strconv.Itoa(s.Local),
-			"-seed", strconv.FormatUint(s.Seed, 10)},
+			"-seed", strconv.FormatUint(s.Seed, 10), "-runs", strconv.Itoa(b.cfg.runs)},
 		marker: "VGPU-BENCH ",
-		lines:  1,
+		lines:  b.cfg.runs,
 	})
 	if err != nil {
-		return job.Result{}, err
+		return nil, err
 	}
-	var r job.Result
-	if err := json.Unmarshal(raw[0], &r); err != nil {
-		return r, fmt.Errorf("decode %s: %w", raw[0], err)
+	return parseBench(raw, s)
+}
+
+// parseBench decodes vgpu-bench's lines and checks that each ran s.
+func parseBench(raw []json.RawMessage, s job.Spec) ([]job.Result, error) {
+	var out []job.Result
+	for _, l := range raw {
+		var r job.Result
+		if err := json.Unmarshal(l, &r); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", l, err)
+		}
+		if r.N != s.N || r.Reps != s.Reps || r.Checked != job.Checks || r.TotalNS <= 0 {
+			return nil, fmt.Errorf("guest result %s: want n %d, %d iterations, %d checked, a positive total", l, s.N, s.Reps, job.Checks)
+		}
+		out = append(out, r)
 	}
-	if r.N != s.N || r.Reps != s.Reps || r.Checked != job.Checks || r.TotalNS <= 0 {
-		return r, fmt.Errorf("guest result %s: want n %d, %d iterations, %d checked", raw[0], s.N, s.Reps, job.Checks)
-	}
-	return r, nil
+	return out, nil
 }

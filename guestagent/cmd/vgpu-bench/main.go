@@ -1,7 +1,8 @@
 // Command vgpu-bench runs inside a guest the data-path benchmark's matmul
 // job (package bench/job, the same work bench/datapath runs on the host): it
 // finds the vGPU on the PCI bus, opens it with the guest driver library, runs
-// the job, and prints its own timing as one line (bench/README.md):
+// the job -runs times (default 1), and prints its own timing as one line per
+// run (bench/README.md):
 //
 //	VGPU-BENCH {"n":512,"iterations":10,"setup_ns":...,"total_ns":...,"kernel_ns":...,...}
 //
@@ -69,6 +70,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&s.Reps, "reps", s.Reps, "matmuls (each with an upload of A and a download of C)")
 	fs.IntVar(&s.Local, "local", s.Local, "work-group side")
 	fs.Uint64Var(&s.Seed, "seed", s.Seed, "input seed")
+	runs := fs.Int("runs", 1, "run the job this many times, one result line each")
 	device := fs.String("device", "", "sysfs directory of the vGPU (default: search /sys/bus/pci/devices)")
 	staging := fs.Int("staging", driver.DefaultStagingBytes, "DMA staging pool bytes")
 	timeout := fs.Duration("timeout", driver.DefaultTimeout, "give up on the device after this long per wait")
@@ -81,6 +83,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
+	if *runs < 1 || *runs > 1000 {
+		return fmt.Errorf("-runs %d: want 1..1000", *runs)
+	}
 	regs, mem, err := openDevice(*device)
 	if err != nil {
 		return fmt.Errorf("open vgpu: %w", err)
@@ -91,18 +96,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("open vgpu: %w", err)
 	}
 	defer d.Close()
-	dd := job.NewDriverDevice(d)
-	res, err := job.Run(ctx, s, dd)
-	if err != nil {
-		return err
+	for range *runs {
+		dd := job.NewDriverDevice(d)
+		res, err := job.Run(ctx, s, dd)
+		if err != nil {
+			return err
+		}
+		if err := dd.Free(); err != nil {
+			return fmt.Errorf("free: %w", err)
+		}
+		b, err := json.Marshal(Line{Result: res, Device: d.Info().Name, Profile: d.Info().Profile})
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(stdout, "%s%s\n", Marker, b); err != nil {
+			return err
+		}
 	}
-	if err := dd.Free(); err != nil {
-		return fmt.Errorf("free: %w", err)
-	}
-	b, err := json.Marshal(Line{Result: res, Device: d.Info().Name, Profile: d.Info().Profile})
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(stdout, "%s%s\n", Marker, b)
-	return err
+	return nil
 }

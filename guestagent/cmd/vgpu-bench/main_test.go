@@ -49,20 +49,26 @@ func useFake(t *testing.T) {
 func TestRun(t *testing.T) {
 	useFake(t)
 	var out bytes.Buffer
-	args := []string{"-n", "32", "-reps", "2"}
+	args := []string{"-n", "32", "-reps", "2", "-runs", "3"}
 	if err := run(context.Background(), args, &out); err != nil {
 		t.Fatalf("run(%q) = %v\n%s", args, err, out.String())
 	}
-	js, ok := strings.CutPrefix(strings.TrimSpace(out.String()), Marker)
-	if !ok {
-		t.Fatalf("run(%q) printed %q, want one %q line", args, out.String(), Marker)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("run(%q) printed %d lines, want 3:\n%s", args, len(lines), out.String())
 	}
-	var l Line
-	if err := json.Unmarshal([]byte(js), &l); err != nil {
-		t.Fatalf("decode %q: %v", js, err)
-	}
-	if l.N != 32 || l.Reps != 2 || l.Checked != job.Checks || l.TotalNS <= 0 {
-		t.Errorf("run(%q) result %+v, want n 32, 2 iterations, %d checked, total_ns > 0", args, l, job.Checks)
+	for _, line := range lines {
+		js, ok := strings.CutPrefix(line, Marker)
+		if !ok {
+			t.Fatalf("run(%q) printed %q, want %q lines", args, line, Marker)
+		}
+		var l Line
+		if err := json.Unmarshal([]byte(js), &l); err != nil {
+			t.Fatalf("decode %q: %v", js, err)
+		}
+		if l.N != 32 || l.Reps != 2 || l.Checked != job.Checks || l.TotalNS <= 0 {
+			t.Errorf("run(%q) result %+v, want n 32, 2 iterations, %d checked, total_ns > 0", args, l, job.Checks)
+		}
 	}
 }
 
@@ -71,6 +77,7 @@ func TestRunErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"-n", "30"},
 		{"-reps", "0"},
+		{"-runs", "0"},
 		{"extra"},
 		{"-bogus"},
 	} {
