@@ -13,7 +13,7 @@
 //
 // Usage:
 //
-//	go run ./bench/datapath [-sections mmio,matmul] [-qemu=false] [-n 512 -reps 6] ...
+//	go run ./bench/datapath [-sections mmio,matmul] [-qemu=false] [-n 512 -reps 10 -runs 3] [-serial]
 //
 // It owns nothing the rest of vgpud uses; it drives the public APIs of gpu,
 // mdev, mdev/qemuvm, mdev/mpqemu/mpqemutest and the guest driver library.
