@@ -1,0 +1,247 @@
+package mpqemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/mmio"
+)
+
+// Errors returned by Conn.
+var (
+	// ErrClosed is returned by Serve after Close, like http.ErrServerClosed.
+	ErrClosed = errors.New("mpqemu connection closed")
+	// ErrNoIRQ is returned by RaiseIRQ before QEMU sent SET_IRQFD.
+	ErrNoIRQ = errors.New("mpqemu: no irqfd")
+)
+
+// IRQSink raises the device's interrupt (INTx).
+type IRQSink interface {
+	RaiseIRQ() error
+}
+
+// allOnes is what a read that no device answers returns.
+const allOnes = ^uint64(0)
+
+// Conn serves one x-pci-proxy-dev connection for one vGPU instance.
+//
+// Lock order: irqMu is a leaf. Serve's goroutine alone uses wire; the
+// device, config space and memory map have their own locks.
+type Conn struct {
+	conn *net.UnixConn
+	dev  *mmio.Device
+	cs   *mmio.ConfigSpace
+	mem  *guestmem.Map
+	log  *slog.Logger
+	wire *Wire
+
+	serving   atomic.Bool
+	closed    atomic.Bool
+	closeOnce sync.Once
+
+	irqMu      sync.Mutex
+	irqFD      int // eventfd QEMU routes to the guest's INTx; -1 if none
+	resampleFD int // eventfd KVM signals on EOI; -1 if none
+}
+
+var _ IRQSink = (*Conn)(nil)
+
+// NewConn returns a Conn serving dev, cs and mem on conn. It takes
+// ownership of conn. log may be nil (slog.Default()).
+func NewConn(conn *net.UnixConn, dev *mmio.Device, cs *mmio.ConfigSpace, mem *guestmem.Map, log *slog.Logger) *Conn {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Conn{conn: conn, dev: dev, cs: cs, mem: mem, log: log, wire: NewWire(conn), irqFD: -1, resampleFD: -1}
+}
+
+// Serve handles messages until the peer hangs up (nil), ctx ends
+// (ctx.Err()), Close is called (ErrClosed), the connection fails, or a
+// malformed message arrives (an error wrapping ErrProtocol, logged). On
+// return the connection and every fd the Conn holds are closed; the
+// guestmem.Map stays with its owner. Serve may be called once.
+func (c *Conn) Serve(ctx context.Context) error {
+	if !c.serving.CompareAndSwap(false, true) {
+		return errors.New("mpqemu: Serve called twice")
+	}
+	done := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		c.conn.Close() // unblocks the read below
+	})
+	defer func() {
+		if !stop() {
+			<-done
+		}
+		c.Close()
+	}()
+	for {
+		err := c.serveOne()
+		if err == nil {
+			continue
+		}
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case c.closed.Load():
+			return ErrClosed
+		case errors.Is(err, io.EOF):
+			return nil
+		case errors.Is(err, ErrProtocol):
+			c.log.Error("mpqemu: closing connection", "err", err)
+		}
+		return fmt.Errorf("mpqemu serve: %w", err)
+	}
+}
+
+func (c *Conn) serveOne() error {
+	m, err := c.wire.Read()
+	if err != nil {
+		return err
+	}
+	switch m.Cmd {
+	case CmdSyncSysmem:
+		return c.syncSysmem(m)
+	case CmdPCICfgRead, CmdPCICfgWrite:
+		cm, err := UnmarshalConfigMsg(m.Payload)
+		if err != nil {
+			return err
+		}
+		if m.Cmd == CmdPCICfgRead {
+			return c.wire.WriteRet(uint64(c.cs.Read(cm.Addr, int(cm.Len))))
+		}
+		c.cs.Write(cm.Addr, int(cm.Len), cm.Val)
+		return c.wire.WriteRet(0)
+	case CmdBarRead, CmdBarWrite:
+		return c.bar(m)
+	case CmdSetIRQFD:
+		c.setIRQFD(m.FDs[0], m.FDs[1])
+		return nil
+	case CmdDeviceReset:
+		c.dev.Reset()
+		c.cs.Reset()
+		return c.wire.WriteRet(0)
+	}
+	// RET: the remote never receives replies.
+	closeFDs(m.FDs)
+	return protoErr("unexpected %v", m.Cmd)
+}
+
+func (c *Conn) syncSysmem(m Msg) error {
+	s, err := UnmarshalSyncSysmemMsg(m.Payload)
+	if err != nil {
+		closeFDs(m.FDs)
+		return err
+	}
+	regions := make([]guestmem.Region, len(m.FDs))
+	for i, fd := range m.FDs {
+		regions[i] = guestmem.Region{GPA: s.GPAs[i], Size: s.Sizes[i], Offset: s.Offsets[i], FD: fd}
+	}
+	// Update owns the fds from here on, on success and on failure.
+	if err := c.mem.Update(regions); err != nil {
+		return fmt.Errorf("sync sysmem: %w: %w", ErrProtocol, err)
+	}
+	c.log.Debug("mpqemu: guest memory map", "regions", len(regions))
+	return nil
+}
+
+// bar serves a BAR access. QEMU sends the guest-physical address (BAR
+// base + offset); the offset in BAR0 is relative to the base the guest
+// programmed in config space. With memory decoding off the access is
+// answered like a master abort; an access outside BAR0 is answered the
+// same way and then ends the connection, as QEMU's own remote does.
+func (c *Conn) bar(m Msg) error {
+	bm, err := UnmarshalBarMsg(m.Payload)
+	if err != nil {
+		return err
+	}
+	read := m.Cmd == CmdBarRead
+	reply := func(v uint64) error {
+		if !read {
+			v = 0
+		}
+		return c.wire.WriteRet(v)
+	}
+	base, memOn := c.cs.BAR0()
+	if !memOn {
+		c.log.Debug("mpqemu: BAR access with memory decoding off", "addr", bm.Addr)
+		return reply(allOnes)
+	}
+	if !bm.Memory || bm.Addr < uint64(base) || bm.Addr-uint64(base) >= abi.BAR0Size {
+		if err := reply(allOnes); err != nil {
+			return err
+		}
+		return protoErr("%v at %#x (memory=%v) outside BAR0 [%#x, +%#x)", m.Cmd, bm.Addr, bm.Memory, base, abi.BAR0Size)
+	}
+	off := bm.Addr - uint64(base)
+	size := -1 // any size the register file rejects
+	if bm.Size <= 8 {
+		size = int(bm.Size)
+	}
+	if read {
+		return reply(c.dev.ReadBAR(off, size))
+	}
+	c.dev.WriteBAR(off, size, bm.Val)
+	return reply(0)
+}
+
+func (c *Conn) setIRQFD(irq, resample int) {
+	c.irqMu.Lock()
+	defer c.irqMu.Unlock()
+	if c.closed.Load() {
+		unix.Close(irq)
+		unix.Close(resample)
+		return
+	}
+	c.closeIRQLocked()
+	c.irqFD, c.resampleFD = irq, resample
+}
+
+func (c *Conn) closeIRQLocked() {
+	for _, fd := range []*int{&c.irqFD, &c.resampleFD} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// RaiseIRQ asserts the device's INTx by signalling the irqfd QEMU sent.
+// Under TCG QEMU does not wire the irqfd to the guest (docs/mpqemu.md).
+func (c *Conn) RaiseIRQ() error {
+	c.irqMu.Lock()
+	defer c.irqMu.Unlock()
+	if c.irqFD < 0 {
+		return ErrNoIRQ
+	}
+	var one [8]byte
+	le.PutUint64(one[:], 1)
+	if _, err := unix.Write(c.irqFD, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
+		// EAGAIN: the counter is saturated, the interrupt is pending anyway.
+		return fmt.Errorf("raise irq: %w", err)
+	}
+	return nil
+}
+
+// Close closes the connection and the irqfds; a running Serve returns
+// ErrClosed. Close is idempotent and safe to call concurrently.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		c.conn.Close()
+		c.irqMu.Lock()
+		c.closeIRQLocked()
+		c.irqMu.Unlock()
+	})
+	return nil
+}

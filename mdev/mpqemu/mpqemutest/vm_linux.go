@@ -1,0 +1,458 @@
+package mpqemutest
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mmio"
+)
+
+// Guest-physical layout, as QEMU's pc machine presents RAM to the proxy's
+// memory listener: low RAM below the VGA hole, high RAM from 1 MiB. The
+// same memfd backs both at offset == gpa.
+const (
+	LowRAMEnd  = 0xa0000
+	HighRAM    = 0x100000
+	MinRAM     = 2 << 20
+	BAR0Addr   = 0xfebf0000 // where the harness programs BAR0
+	chunkPages = 16         // allocation order is shuffled in runs of this many pages
+	numBARs    = 7          // QEMU probes PCI_NUM_REGIONS dwords from 0x10: BAR0-5 and 0x28
+)
+
+// ErrClosed is returned by a VM's methods after Close.
+var ErrClosed = errors.New("mpqemutest: vm closed")
+
+// PCIInfo is what the config space probe found.
+type PCIInfo struct {
+	VendorID, DeviceID, Class, SubsystemID uint16
+	BARSize                                [numBARs]uint32
+}
+
+// VM is one QEMU-less guest attached to a vGPU over an mpqemu connection.
+// Register accesses are serialised like QEMU's io_mutex; Alloc, ReadRAM
+// and WriteRAM may run concurrently with them.
+type VM struct {
+	info    PCIInfo
+	ram     []byte // local mapping of the whole memfd
+	ramFD   int
+	irqFD   int
+	resFD   int
+	ramSize uint64
+
+	ioMu   sync.Mutex
+	conn   *net.UnixConn
+	wire   *mpqemu.Wire
+	rbuf   [mpqemu.HeaderSize + mpqemu.RetSize]byte
+	err    error // first transport error
+	closed bool
+
+	allocMu sync.Mutex
+	order   []uint64 // shuffled free pages
+	next    int
+	bufs    [][]byte // scattered views of guest RAM handed out by Alloc
+}
+
+var (
+	_ driver.Registers = (*VM)(nil)
+	_ driver.Memory    = (*VM)(nil)
+)
+
+// NewVM creates ramBytes of guest RAM (a multiple of the page size, at
+// least MinRAM), announces it and an irqfd pair on conn, probes and
+// programs the device's config space. It takes ownership of conn: on
+// error conn is closed.
+func NewVM(conn *net.UnixConn, ramBytes uint64) (_ *VM, err error) {
+	v := &VM{conn: conn, wire: mpqemu.NewWire(conn), ramFD: -1, irqFD: -1, resFD: -1, ramSize: ramBytes}
+	defer func() {
+		if err != nil {
+			v.Close()
+		}
+	}()
+	if ramBytes < MinRAM || ramBytes%abi.PageSize != 0 || ramBytes > 1<<40 {
+		return nil, fmt.Errorf("new vm: ram size %#x: want a page multiple >= %#x", ramBytes, MinRAM)
+	}
+	if err := v.makeRAM(); err != nil {
+		return nil, fmt.Errorf("new vm: %w", err)
+	}
+	if err := v.syncSysmem(); err != nil {
+		return nil, fmt.Errorf("new vm: %w", err)
+	}
+	if err := v.setIRQFD(); err != nil {
+		return nil, fmt.Errorf("new vm: %w", err)
+	}
+	if err := v.probe(); err != nil {
+		return nil, fmt.Errorf("new vm: %w", err)
+	}
+	if err := v.program(); err != nil {
+		return nil, fmt.Errorf("new vm: %w", err)
+	}
+	v.shufflePages()
+	return v, nil
+}
+
+func (v *VM) makeRAM() error {
+	fd, err := unix.MemfdCreate("mpqemutest-ram", unix.MFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("memfd: %w", err)
+	}
+	v.ramFD = fd
+	if err := unix.Ftruncate(fd, int64(v.ramSize)); err != nil {
+		return fmt.Errorf("size guest ram: %w", err)
+	}
+	v.ram, err = unix.Mmap(fd, 0, int(v.ramSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("map guest ram: %w", err)
+	}
+	return nil
+}
+
+// syncSysmem announces RAM in two regions of the same fd, like QEMU's
+// pc machine: [0, 0xa0000) and [1 MiB, end).
+func (v *VM) syncSysmem() error {
+	var s mpqemu.SyncSysmemMsg
+	s.GPAs[0], s.Sizes[0], s.Offsets[0] = 0, LowRAMEnd, 0
+	s.GPAs[1], s.Sizes[1], s.Offsets[1] = HighRAM, v.ramSize-HighRAM, HighRAM
+	return v.send(mpqemu.Msg{Cmd: mpqemu.CmdSyncSysmem, Payload: s.Marshal(), FDs: []int{v.ramFD, v.ramFD}})
+}
+
+func (v *VM) setIRQFD() error {
+	var err error
+	if v.irqFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		return fmt.Errorf("eventfd: %w", err)
+	}
+	if v.resFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		return fmt.Errorf("eventfd: %w", err)
+	}
+	return v.send(mpqemu.Msg{Cmd: mpqemu.CmdSetIRQFD, FDs: []int{v.irqFD, v.resFD}})
+}
+
+// send writes a message that expects no reply.
+func (v *VM) send(m mpqemu.Msg) error {
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	if v.closed {
+		return ErrClosed
+	}
+	return v.wire.Write(m)
+}
+
+// probe reads the identity and sizes every BAR as probe_pci_info does.
+func (v *VM) probe() error {
+	reads := []struct {
+		off uint32
+		dst *uint16
+	}{
+		{mmio.CfgVendorID, &v.info.VendorID},
+		{mmio.CfgDeviceID, &v.info.DeviceID},
+		{0x0a, &v.info.Class},
+		{mmio.CfgSubsysID, &v.info.SubsystemID},
+	}
+	for _, r := range reads {
+		val, err := v.ConfigRead(r.off, 2)
+		if err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		*r.dst = uint16(val)
+	}
+	if v.info.VendorID != abi.VendorID || v.info.DeviceID != abi.DeviceID {
+		return fmt.Errorf("probe: device %04x:%04x, want %04x:%04x", v.info.VendorID, v.info.DeviceID, abi.VendorID, abi.DeviceID)
+	}
+	for i := range numBARs {
+		off := uint32(mmio.CfgBAR0 + 4*i)
+		orig, err := v.ConfigRead(off, 4)
+		if err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		if err := v.ConfigWrite(off, 4, 0xffffffff); err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		mask, err := v.ConfigRead(off, 4)
+		if err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		if err := v.ConfigWrite(off, 4, orig); err != nil {
+			return fmt.Errorf("probe: %w", err)
+		}
+		v.info.BARSize[i] = ^(mask & 0xfffffff0) + 1
+	}
+	if v.info.BARSize[0] != abi.BAR0Size {
+		return fmt.Errorf("probe: BAR0 size %#x, want %#x", v.info.BARSize[0], abi.BAR0Size)
+	}
+	return nil
+}
+
+// program places BAR0 at BAR0Addr and enables memory space and bus
+// mastering, as firmware does.
+func (v *VM) program() error {
+	if err := v.ConfigWrite(mmio.CfgBAR0, 4, BAR0Addr); err != nil {
+		return fmt.Errorf("program BAR0: %w", err)
+	}
+	cmd, err := v.ConfigRead(mmio.CfgCommand, 2)
+	if err != nil {
+		return fmt.Errorf("program command: %w", err)
+	}
+	if err := v.ConfigWrite(mmio.CfgCommand, 2, cmd|mmio.CmdMemorySpace|mmio.CmdBusMaster); err != nil {
+		return fmt.Errorf("program command: %w", err)
+	}
+	return nil
+}
+
+// Info returns what the config space probe found.
+func (v *VM) Info() PCIInfo { return v.info }
+
+// roundTrip sends one message that expects a RET and returns its value.
+// Caller holds ioMu.
+func (v *VM) roundTripLocked(send func() error) (uint64, error) {
+	if v.closed {
+		return 0, ErrClosed
+	}
+	if v.err != nil {
+		return 0, v.err
+	}
+	if err := send(); err != nil {
+		v.err = err
+		return 0, err
+	}
+	val, err := v.readRetLocked()
+	if err != nil {
+		v.err = err
+		return 0, err
+	}
+	return val, nil
+}
+
+// readRetLocked reads one RET reply with as few reads as the kernel
+// allows (usually one).
+func (v *VM) readRetLocked() (uint64, error) {
+	n := 0
+	want := mpqemu.HeaderSize
+	for n < want {
+		k, err := v.conn.Read(v.rbuf[n:want])
+		n += k
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, fmt.Errorf("read reply: %w", err)
+		}
+		if n >= mpqemu.HeaderSize && want == mpqemu.HeaderSize {
+			cmd := mpqemu.Cmd(int32(binary.LittleEndian.Uint32(v.rbuf[0:])))
+			size := binary.LittleEndian.Uint64(v.rbuf[8:])
+			if cmd != mpqemu.CmdRet || (size != 0 && size != mpqemu.RetSize) {
+				return 0, fmt.Errorf("reply %v of %d bytes: %w", cmd, size, mpqemu.ErrProtocol)
+			}
+			want += int(size)
+		}
+	}
+	return mpqemu.RetValue(v.rbuf[mpqemu.HeaderSize:want])
+}
+
+func (v *VM) bar(cmd mpqemu.Cmd, off uint32, val uint32) (uint64, error) {
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	return v.roundTripLocked(func() error {
+		return v.wire.WriteBar(cmd, mpqemu.BarMsg{Addr: BAR0Addr + uint64(off), Val: uint64(val), Size: 4, Memory: true})
+	})
+}
+
+// Read32 reads the BAR0 register at off. On a transport error it returns
+// 0xffffffff and Err reports the error.
+func (v *VM) Read32(off uint32) uint32 {
+	val, err := v.bar(mpqemu.CmdBarRead, off, 0)
+	if err != nil {
+		return 0xffffffff
+	}
+	return uint32(val)
+}
+
+// Write32 writes the BAR0 register at off; a transport error is kept for
+// Err.
+func (v *VM) Write32(off uint32, val uint32) {
+	v.bar(mpqemu.CmdBarWrite, off, val)
+}
+
+// Err returns the first transport error, after which every register
+// access fails.
+func (v *VM) Err() error {
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	return v.err
+}
+
+func (v *VM) config(cmd mpqemu.Cmd, addr uint32, n int, val uint32) (uint32, error) {
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	r, err := v.roundTripLocked(func() error {
+		m := mpqemu.ConfigMsg{Addr: addr, Val: val, Len: int32(n)}
+		return v.wire.Write(mpqemu.Msg{Cmd: cmd, Payload: m.Marshal()})
+	})
+	return uint32(r), err
+}
+
+// ConfigRead reads n (1, 2 or 4) bytes of config space at addr.
+func (v *VM) ConfigRead(addr uint32, n int) (uint32, error) {
+	val, err := v.config(mpqemu.CmdPCICfgRead, addr, n, 0)
+	if err != nil {
+		return 0xffffffff, fmt.Errorf("config read %#x/%d: %w", addr, n, err)
+	}
+	return val, nil
+}
+
+// ConfigWrite writes n (1, 2 or 4) bytes of config space at addr.
+func (v *VM) ConfigWrite(addr uint32, n int, val uint32) error {
+	if _, err := v.config(mpqemu.CmdPCICfgWrite, addr, n, val); err != nil {
+		return fmt.Errorf("config write %#x/%d: %w", addr, n, err)
+	}
+	return nil
+}
+
+// Reset sends DEVICE_RESET and then, like firmware after a reset,
+// programs BAR0 and the command register again.
+func (v *VM) Reset() error {
+	v.ioMu.Lock()
+	_, err := v.roundTripLocked(func() error { return v.wire.Write(mpqemu.Msg{Cmd: mpqemu.CmdDeviceReset}) })
+	v.ioMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("reset: %w", err)
+	}
+	return v.program()
+}
+
+// ResyncMemory sends SYNC_SYSMEM again, as QEMU does whenever the guest's
+// memory map changes.
+func (v *VM) ResyncMemory() error {
+	return v.syncSysmem()
+}
+
+// IRQCount returns how often the device raised its interrupt since the
+// last call (the irqfd's counter), 0 if it did not.
+func (v *VM) IRQCount() (uint64, error) {
+	var b [8]byte
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	if v.closed {
+		return 0, ErrClosed
+	}
+	if _, err := unix.Read(v.irqFD, b[:]); err != nil {
+		if errors.Is(err, unix.EAGAIN) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("read irqfd: %w", err)
+	}
+	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// shufflePages builds the allocation order: RAM above 1 MiB in runs of
+// chunkPages pages, the runs in a fixed pseudo-random order.
+func (v *VM) shufflePages() {
+	var chunks []uint64
+	for gpa := uint64(HighRAM); gpa < v.ramSize; gpa += chunkPages * abi.PageSize {
+		chunks = append(chunks, gpa)
+	}
+	rand.New(rand.NewPCG(0x76677075, uint64(v.ramSize))).Shuffle(len(chunks), func(i, j int) {
+		chunks[i], chunks[j] = chunks[j], chunks[i]
+	})
+	for _, c := range chunks {
+		for p := range uint64(chunkPages) {
+			if gpa := c + p*abi.PageSize; gpa < v.ramSize {
+				v.order = append(v.order, gpa)
+			}
+		}
+	}
+}
+
+// Alloc hands out n bytes (rounded up to whole pages) of guest RAM above
+// 1 MiB. Buf is a contiguous local view of pages that are scattered in
+// guest-physical memory; it stays valid until Close.
+func (v *VM) Alloc(n int) (driver.DMA, error) {
+	if n <= 0 {
+		return driver.DMA{}, fmt.Errorf("alloc %d bytes: %w", n, abi.Errorf(abi.StatusInvalidArgument, "size must be positive"))
+	}
+	pages := (n + abi.PageSize - 1) / abi.PageSize
+	v.allocMu.Lock()
+	defer v.allocMu.Unlock()
+	if v.order == nil && v.next == 0 {
+		return driver.DMA{}, fmt.Errorf("alloc: %w", ErrClosed)
+	}
+	if pages > len(v.order)-v.next {
+		return driver.DMA{}, fmt.Errorf("alloc %d pages: %w", pages, abi.Errorf(abi.StatusOutOfResources, "guest ram exhausted"))
+	}
+	gpas := append([]uint64(nil), v.order[v.next:v.next+pages]...)
+	buf, err := mapScattered(v.ramFD, gpas)
+	if err != nil {
+		return driver.DMA{}, fmt.Errorf("alloc %d pages: %w", pages, err)
+	}
+	v.next += pages
+	v.bufs = append(v.bufs, buf)
+	return driver.DMA{Buf: buf, Pages: gpas}, nil
+}
+
+// ramRange checks that [gpa, gpa+n) is guest RAM (not the VGA hole).
+func (v *VM) ramRange(gpa uint64, n int) error {
+	end := gpa + uint64(n)
+	if end < gpa || end > v.ramSize || (gpa < HighRAM && end > LowRAMEnd) {
+		return fmt.Errorf("guest ram %#x+%#x: %w", gpa, n, abi.Errorf(abi.StatusBadAddress, "outside guest ram"))
+	}
+	return nil
+}
+
+// ReadRAM copies guest RAM at gpa into p.
+func (v *VM) ReadRAM(gpa uint64, p []byte) error {
+	if err := v.ramRange(gpa, len(p)); err != nil {
+		return err
+	}
+	copy(p, v.ram[gpa:])
+	return nil
+}
+
+// WriteRAM copies p into guest RAM at gpa.
+func (v *VM) WriteRAM(gpa uint64, p []byte) error {
+	if err := v.ramRange(gpa, len(p)); err != nil {
+		return err
+	}
+	copy(v.ram[gpa:], p)
+	return nil
+}
+
+// Close hangs up (the device side sees the peer go away), closes the
+// eventfds and unmaps guest RAM, including every buffer Alloc returned.
+// Close is idempotent.
+func (v *VM) Close() error {
+	v.ioMu.Lock()
+	if v.closed {
+		v.ioMu.Unlock()
+		return nil
+	}
+	v.closed = true
+	v.conn.Close()
+	for _, fd := range []int{v.irqFD, v.resFD} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	v.ioMu.Unlock()
+
+	v.allocMu.Lock()
+	for _, b := range v.bufs {
+		unmapScattered(b)
+	}
+	v.bufs, v.order, v.next = nil, nil, 0
+	v.allocMu.Unlock()
+	if v.ram != nil {
+		unix.Munmap(v.ram)
+	}
+	if v.ramFD >= 0 {
+		unix.Close(v.ramFD)
+	}
+	return nil
+}
