@@ -37,7 +37,11 @@ func (f *fakeBackend) Reset() {
 	f.tail, f.err, f.errs = 0, 0, 0
 	f.resets++
 }
-func (f *fakeBackend) Error() (abi.Status, uint32) { f.mu.Lock(); defer f.mu.Unlock(); return f.err, f.errs }
+func (f *fakeBackend) Error() (abi.Status, uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err, f.errs
+}
 func (f *fakeBackend) LatchError(s abi.Status) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -43,7 +43,8 @@ type PCIInfo struct {
 // and WriteRAM may run concurrently with them.
 type VM struct {
 	info    PCIInfo
-	ram     []byte // local mapping of the whole memfd
+	ramMu   sync.RWMutex // guards ram against Close
+	ram     []byte       // local mapping of the whole memfd; nil after Close
 	ramFD   int
 	irqFD   int
 	resFD   int
@@ -411,6 +412,11 @@ func (v *VM) ReadRAM(gpa uint64, p []byte) error {
 	if err := v.ramRange(gpa, len(p)); err != nil {
 		return err
 	}
+	v.ramMu.RLock()
+	defer v.ramMu.RUnlock()
+	if v.ram == nil {
+		return ErrClosed
+	}
 	copy(p, v.ram[gpa:])
 	return nil
 }
@@ -419,6 +425,11 @@ func (v *VM) ReadRAM(gpa uint64, p []byte) error {
 func (v *VM) WriteRAM(gpa uint64, p []byte) error {
 	if err := v.ramRange(gpa, len(p)); err != nil {
 		return err
+	}
+	v.ramMu.RLock()
+	defer v.ramMu.RUnlock()
+	if v.ram == nil {
+		return ErrClosed
 	}
 	copy(v.ram[gpa:], p)
 	return nil
@@ -448,9 +459,12 @@ func (v *VM) Close() error {
 	}
 	v.bufs, v.order, v.next = nil, nil, 0
 	v.allocMu.Unlock()
+	v.ramMu.Lock()
 	if v.ram != nil {
 		unix.Munmap(v.ram)
+		v.ram = nil
 	}
+	v.ramMu.Unlock()
 	if v.ramFD >= 0 {
 		unix.Close(v.ramFD)
 	}
