@@ -31,6 +31,9 @@ type Backend interface {
 	EnableRing(cfg RingConfig) error
 	// DisableRing stops fetching; commands already fetched still complete.
 	DisableRing()
+	// RingEnabled reports whether the ring is fetching. The backend is the
+	// one truth: it stops the ring by itself after a fault.
+	RingEnabled() bool
 	// Doorbell publishes a new producer index. It never waits for the work.
 	Doorbell(tail uint32) error
 	// Head and Done are the fetched and completed command counts.

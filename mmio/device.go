@@ -18,7 +18,6 @@ type Device struct {
 	complBase uint64
 	slots     uint32
 	tail      uint32
-	enabled   bool
 }
 
 // New returns the register file of a device backed by b.
@@ -36,7 +35,7 @@ func (d *Device) Reset() {
 
 func (d *Device) resetLocked() {
 	d.b.Reset()
-	d.ringBase, d.complBase, d.slots, d.tail, d.enabled = 0, 0, 0, 0, false
+	d.ringBase, d.complBase, d.slots, d.tail = 0, 0, 0, 0
 }
 
 // goodAccess reports whether an access is a naturally aligned 4-byte
@@ -68,7 +67,7 @@ func (d *Device) read32Locked(off uint32) uint32 {
 		return abi.FeaturesV1
 	case abi.RegStatus:
 		var s uint32
-		if d.enabled {
+		if d.b.RingEnabled() {
 			s |= abi.StatusBitRingEnabled
 		}
 		if st, _ := d.b.Error(); st != abi.StatusOK {
@@ -106,7 +105,7 @@ func (d *Device) read32Locked(off uint32) uint32 {
 	case abi.RegRingSlots:
 		return d.slots
 	case abi.RegRingCtrl:
-		if d.enabled {
+		if d.b.RingEnabled() {
 			return abi.RingCtrlEnable
 		}
 		return 0
@@ -189,17 +188,14 @@ func (d *Device) ringCtrlLocked(v uint32) {
 	case v&abi.RingCtrlReset != 0:
 		d.resetLocked()
 	case v&abi.RingCtrlEnable != 0:
-		if d.enabled {
+		if d.b.RingEnabled() {
 			return
 		}
 		cfg := RingConfig{Base: d.ringBase, ComplBase: d.complBase, Slots: d.slots}
 		if err := d.b.EnableRing(cfg); err != nil {
 			d.b.LatchError(abi.StatusOf(err))
-			return
 		}
-		d.enabled = true
 	default:
 		d.b.DisableRing()
-		d.enabled = false
 	}
 }

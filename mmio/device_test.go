@@ -214,3 +214,24 @@ func TestDeviceReset(t *testing.T) {
 		t.Errorf("Status after Reset = %#x, want 0", got)
 	}
 }
+
+// TestRingStoppedByBackend: after the backend stops the ring on its own (a
+// fault), the registers say so and a plain Enable restarts it.
+func TestRingStoppedByBackend(t *testing.T) {
+	f := &fakeBackend{}
+	d := New(f)
+	d.WriteBAR(abi.RegRingCtrl, 4, abi.RingCtrlEnable)
+	f.mu.Lock()
+	f.on = false // the backend faulted
+	f.mu.Unlock()
+	if got := d.ReadBAR(abi.RegStatus, 4); got&abi.StatusBitRingEnabled != 0 {
+		t.Errorf("RegStatus after fault = %#x, want ring not enabled", got)
+	}
+	if got := d.ReadBAR(abi.RegRingCtrl, 4); got != 0 {
+		t.Errorf("RegRingCtrl after fault = %#x, want 0", got)
+	}
+	d.WriteBAR(abi.RegRingCtrl, 4, abi.RingCtrlEnable)
+	if len(f.enabled) != 2 {
+		t.Errorf("EnableRing calls = %d, want 2", len(f.enabled))
+	}
+}

@@ -14,6 +14,7 @@ type fakeBackend struct {
 	doorbelErr error
 	enabled    []RingConfig
 	disables   int
+	on         bool
 	resets     int
 	doorbells  []uint32
 	head, done uint32
@@ -31,9 +32,11 @@ func (f *fakeBackend) EnableRing(cfg RingConfig) error {
 		return f.enableErr
 	}
 	f.enabled = append(f.enabled, cfg)
+	f.on = true
 	return nil
 }
-func (f *fakeBackend) DisableRing() { f.mu.Lock(); defer f.mu.Unlock(); f.disables++ }
+func (f *fakeBackend) DisableRing()      { f.mu.Lock(); defer f.mu.Unlock(); f.disables++; f.on = false }
+func (f *fakeBackend) RingEnabled() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.on }
 func (f *fakeBackend) Doorbell(tail uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -50,6 +53,7 @@ func (f *fakeBackend) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.resets++
+	f.on = false
 	f.head, f.done, f.err, f.errCount = 0, 0, abi.StatusOK, 0
 }
 func (f *fakeBackend) Error() (abi.Status, uint32) {

@@ -22,6 +22,7 @@ func (f *fakeBackend) Limits() mmio.Limits {
 }
 func (f *fakeBackend) EnableRing(mmio.RingConfig) error { return nil }
 func (f *fakeBackend) DisableRing()                     {}
+func (f *fakeBackend) RingEnabled() bool                { return false }
 func (f *fakeBackend) Doorbell(tail uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

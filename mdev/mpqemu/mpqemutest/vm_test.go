@@ -24,6 +24,7 @@ type nullBackend struct{}
 func (nullBackend) Limits() mmio.Limits              { return mmio.Limits{ProfileName: "null"} }
 func (nullBackend) EnableRing(mmio.RingConfig) error { return nil }
 func (nullBackend) DisableRing()                     {}
+func (nullBackend) RingEnabled() bool                { return false }
 func (nullBackend) Doorbell(uint32) error            { return nil }
 func (nullBackend) Head() uint32                     { return 0 }
 func (nullBackend) Done() uint32                     { return 0 }
