@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/control"
+)
+
+// daemon serves the control API over a real manager and returns the
+// socket; vgpuctl talks to it like to vgpud.
+func daemon(t *testing.T) string {
+	t.Helper()
+	d, err := gpu.Open("")
+	if err != nil {
+		t.Fatalf("gpu.Open: %v", err)
+	}
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: control.Handler(m)}
+	done := make(chan struct{})
+	go func() { srv.Serve(l); close(done) }()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+		m.Close()
+		d.Close()
+	})
+	return sock
+}
+
+func ctl(t *testing.T, sock string, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	err := run(context.Background(), append([]string{"-socket", sock}, args...), &out, io.Discard)
+	return out.String(), err
+}
+
+func TestCommands(t *testing.T) {
+	sock := daemon(t)
+	out, err := ctl(t, sock, "profiles")
+	if err != nil || !strings.Contains(out, "vgpu-small") {
+		t.Fatalf("profiles = %q, %v", out, err)
+	}
+	if out, err := ctl(t, sock, "devices"); err != nil || !strings.Contains(out, "INSTANCES") {
+		t.Errorf("devices = %q, %v", out, err)
+	}
+	id, err := ctl(t, sock, "create", "-profile", "vgpu-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = strings.TrimSpace(id)
+	if out, err := ctl(t, sock, "list"); err != nil || !strings.Contains(out, id) {
+		t.Errorf("list = %q, %v", out, err)
+	}
+	if out, err := ctl(t, sock, "show", id); err != nil || !strings.Contains(out, `"uuid": "`+id+`"`) {
+		t.Errorf("show = %q, %v", out, err)
+	}
+	out, err = ctl(t, sock, "vm", "-instance", id, "-kernel", "/k", "-initrd", "/i", "-append", "vgpu.run=vgpu-suite", "-print")
+	if err != nil {
+		t.Fatalf("vm -print = %v", err)
+	}
+	for _, want := range []string{"qemu-system-x86_64", "-device x-pci-proxy-dev,id=vgpu0,fd=3", "share=on", "vgpu.run=vgpu-suite"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("vm -print = %q, want it to contain %q", out, want)
+		}
+	}
+	if _, err := ctl(t, sock, "destroy", id); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"show", id}, {"create"}, {"bogus"}, {}, {"vm"}} {
+		if _, err := ctl(t, sock, args...); err == nil {
+			t.Errorf("vgpuctl %q = nil error", args)
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/vgpud/vgpud/mdev/control"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startDaemon runs vgpud in-process and returns its control socket once it
+// says it is ready; the daemon stops (and is checked to stop cleanly) at
+// the end of the test.
+func startDaemon(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	runDir := filepath.Join(t.TempDir(), "run")
+	go func() {
+		err := run(ctx, append([]string{"-run-dir", runDir, "-log-level", "warn"}, args...), pw, io.Discard)
+		pw.CloseWithError(io.EOF)
+		done <- err
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("vgpud run = %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(runDir, "control.sock")); !os.IsNotExist(err) {
+			t.Errorf("control socket left behind: %v", err)
+		}
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	go io.Copy(io.Discard, pr)
+	if err != nil {
+		t.Fatalf("daemon did not get ready: %v (%v)", err, <-done)
+	}
+	sock, ok := strings.CutPrefix(strings.TrimSpace(line), "vgpud ready control=")
+	if !ok {
+		t.Fatalf("ready line = %q", line)
+	}
+	return sock
+}
+
+func TestDaemonServesAPI(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "vgpud.json")
+	if err := os.WriteFile(cfg, []byte(`{"profiles": [{"name": "p1", "mem_bytes": 16777216, "share": 1, "max_per_device": 2}],
+		"instances": [{"profile": "p1", "uuid": "11111111-2222-3333-4444-555555555555"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := startDaemon(t, "-config", cfg)
+	c := control.NewClient(sock)
+	ctx := context.Background()
+	insts, err := c.Instances(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(insts) != 1 || insts[0].UUID != "11111111-2222-3333-4444-555555555555" || insts[0].Profile.Name != "p1" {
+		t.Fatalf("instances from config = %+v", insts)
+	}
+	if _, err := os.Stat(insts[0].Socket); err != nil {
+		t.Errorf("instance socket: %v", err)
+	}
+	devs, err := c.Devices(ctx)
+	if err != nil || len(devs) != 1 || devs[0].Instances != 1 {
+		t.Errorf("Devices() = %+v, %v", devs, err)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, config string
+		args         []string
+	}{
+		{"unknown field", `{"nope": 1}`, nil},
+		{"bad profile", `{"profiles": [{"name": "x", "mem_bytes": 1, "share": 1, "max_per_device": 1}]}`, nil},
+		{"unknown profile instance", `{"instances": [{"profile": "missing"}]}`, nil},
+		{"bad device", `{}`, []string{"-device", "no-such-device"}},
+		{"bad log level", `{"log_level": "loud"}`, nil},
+	}
+	for _, tt := range tests {
+		p := filepath.Join(dir, "c.json")
+		if err := os.WriteFile(p, []byte(tt.config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{"-run-dir", filepath.Join(dir, "run"), "-config", p}, tt.args...)
+		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
+			t.Errorf("%s: run = nil, want an error", tt.name)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mdev"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// serve runs the API over a real manager on a Unix socket.
+func serve(t *testing.T) *Client {
+	t.Helper()
+	d, err := gpu.Open("")
+	if err != nil {
+		t.Fatalf("gpu.Open: %v", err)
+	}
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir(),
+		Profiles: []mdev.Profile{{Name: "p", MemBytes: 16 << 20, Share: 1, MaxPerDevice: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: Handler(m)}
+	done := make(chan struct{})
+	go func() { srv.Serve(l); close(done) }()
+	c := NewClient(sock)
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+		c.hc.CloseIdleConnections()
+		m.Close()
+		d.Close()
+	})
+	return c
+}
+
+func TestAPI(t *testing.T) {
+	c := serve(t)
+	ctx := context.Background()
+	ps, err := c.Profiles(ctx)
+	if err != nil || len(ps) != 1 || ps[0].Name != "p" {
+		t.Fatalf("Profiles() = %+v, %v", ps, err)
+	}
+	info, err := c.Create(ctx, mdev.CreateRequest{Profile: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Profile.MemBytes != 16<<20 || info.Socket == "" || info.Attached {
+		t.Errorf("Create() = %+v", info)
+	}
+	got, err := c.Instance(ctx, info.UUID)
+	if err != nil || got.UUID != info.UUID {
+		t.Errorf("Instance(%s) = %+v, %v", info.UUID, got, err)
+	}
+	tests := []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"second instance over max_per_device", func() error { _, err := c.Create(ctx, mdev.CreateRequest{Profile: "p"}); return err }, mdev.ErrNoCapacity},
+		{"same uuid", func() error {
+			_, err := c.Create(ctx, mdev.CreateRequest{Profile: "p", UUID: info.UUID})
+			return err
+		}, mdev.ErrExists},
+		{"unknown instance", func() error { _, err := c.Instance(ctx, "nope"); return err }, mdev.ErrNotFound},
+		{"destroy unknown", func() error { return c.Destroy(ctx, "nope") }, mdev.ErrNotFound},
+	}
+	for _, tt := range tests {
+		if err := tt.call(); !errors.Is(err, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	var apiErr *APIError
+	if _, err := c.Create(ctx, mdev.CreateRequest{Profile: "missing"}); !errors.As(err, &apiErr) || apiErr.Code != http.StatusBadRequest {
+		t.Errorf("Create(unknown profile) = %v, want http 400", err)
+	}
+	if err := c.Destroy(ctx, info.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := c.Instances(ctx); err != nil || len(list) != 0 {
+		t.Errorf("Instances() after destroy = %+v, %v", list, err)
+	}
+}
+
+func TestRejectsBadBody(t *testing.T) {
+	c := serve(t)
+	err := c.do(context.Background(), http.MethodPost, "/v1/instances", map[string]any{"profile": "p", "bogus": 1}, nil)
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Code != http.StatusBadRequest {
+		t.Errorf("create with unknown field = %v, want http 400", err)
+	}
+}
