@@ -212,3 +212,11 @@ func TestStatusOf(t *testing.T) {
 		t.Errorf("StatusOf(nil / plain) wrong")
 	}
 }
+
+func TestSeqOfWraps(t *testing.T) {
+	for _, tt := range []struct{ idx, want uint64 }{{0, 1}, {41, 42}, {1<<32 - 1, 1 << 32}, {1 << 32, 1}, {1<<32 + 5, 6}} {
+		if got := SeqOf(tt.idx); got != tt.want {
+			t.Errorf("SeqOf(%d) = %d, want %d", tt.idx, got, tt.want)
+		}
+	}
+}

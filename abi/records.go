@@ -28,6 +28,12 @@ type Completion struct {
 // ComplSeqOffset is the offset of Seq, the word written last.
 const ComplSeqOffset = 0
 
+// SeqOf is the Seq the device writes for the command at ring index idx.
+// Ring indices are free-running 32-bit counters, so a driver that counts
+// commands in 64 bits must compare against SeqOf(count), not count+1: the
+// two differ after 2^32 commands.
+func SeqOf(idx uint64) uint64 { return uint64(uint32(idx)) + 1 }
+
 // Marshal writes r into b (at least ComplSize bytes).
 func (r *Completion) Marshal(b []byte) {
 	_ = b[ComplSize-1]

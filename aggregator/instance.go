@@ -393,7 +393,7 @@ func (in *Instance) step() bool {
 	in.stats.Commands.Add(1)
 	in.stats.statusCounts[min(int(st), abi.NumStatus-1)].Add(1)
 
-	rec := abi.Completion{Seq: uint64(idx) + 1, Tag: cmd.Tag, Status: st, Opcode: cmd.Opcode, Detail: detail}
+	rec := abi.Completion{Seq: abi.SeqOf(uint64(idx)), Tag: cmd.Tag, Status: st, Opcode: cmd.Opcode, Detail: detail}
 	var b [abi.ComplSize]byte
 	rec.Marshal(b[:])
 	at := ring.ComplBase + uint64(idx&mask)*abi.ComplSize

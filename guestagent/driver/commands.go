@@ -531,7 +531,7 @@ func (d *Device) Completion(index uint32) (abi.Completion, bool) {
 	if rec, ok := d.results[idx]; ok {
 		return rec, true
 	}
-	if idx >= d.reaped && d.complSeq(idx) == idx+1 {
+	if idx >= d.reaped && d.complSeq(idx) == abi.SeqOf(idx) {
 		return d.complRecord(idx), true
 	}
 	return abi.Completion{}, false

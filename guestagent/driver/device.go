@@ -356,7 +356,7 @@ func (d *Device) reapOne() error {
 	if d.rung <= idx {
 		d.flush()
 	}
-	if err := d.poll(fmt.Sprintf("command %d", idx), func() bool { return d.complSeq(idx) == idx+1 }); err != nil {
+	if err := d.poll(fmt.Sprintf("command %d", idx), func() bool { return d.complSeq(idx) == abi.SeqOf(idx) }); err != nil {
 		return err
 	}
 	rec := d.complRecord(idx)
