@@ -253,7 +253,7 @@ func (f *Device) write(gpa uint64, b []byte) bool {
 
 func (f *Device) exec(idx uint32) {
 	slot := uint64(idx % f.slots)
-	rec := abi.Completion{Seq: uint64(idx) + 1}
+	rec := abi.Completion{Seq: abi.SeqOf(uint64(idx))}
 	raw, ok := f.read(f.ringBase+slot*abi.CommandSize, abi.CommandSize)
 	if !ok {
 		f.fail(abi.StatusBadAddress)
