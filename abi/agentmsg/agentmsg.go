@@ -132,12 +132,16 @@ type Completed struct{ Done uint32 }
 //	0   8    period_ns: length of the sampling window
 //	8   8    mean_slice_ns: mean time a vCPU ran per scheduling (0: unknown)
 //	16  4    wait_ppm: run-queue wait / (run + wait), parts per million
-//	20  4    vcpus: vCPU threads seen
+//	20  4    preempt_ppm: slices that ended in preemption, parts per million
+//	24  4    vcpus: vCPU threads seen
+//	28  4    reserved, 0
 type Hints struct {
 	PeriodNs    uint64
 	MeanSliceNs uint64
 	WaitPPM     uint32
+	PreemptPPM  uint32
 	VCPUs       uint32
+	_           uint32
 }
 
 // GuestStats are the aggregate "cpu" line of the guest's /proc/stat, in
@@ -181,7 +185,7 @@ const (
 	helloFixed     = 10
 	watchSize      = 4
 	completedSize  = 4
-	hintsSize      = 24
+	hintsSize      = 32
 	guestStatsSize = 72
 	pingSize       = 8
 )
@@ -208,7 +212,9 @@ func (m *Hints) put(b []byte) {
 	le.PutUint64(b[0:], m.PeriodNs)
 	le.PutUint64(b[8:], m.MeanSliceNs)
 	le.PutUint32(b[16:], m.WaitPPM)
-	le.PutUint32(b[20:], m.VCPUs)
+	le.PutUint32(b[20:], m.PreemptPPM)
+	le.PutUint32(b[24:], m.VCPUs)
+	le.PutUint32(b[28:], 0)
 }
 func (*GuestStats) size() int { return guestStatsSize }
 func (m *GuestStats) put(b []byte) {
@@ -318,9 +324,10 @@ func DecodePayload(t Type, p []byte) (Message, error) {
 		if err := exact(hintsSize); err != nil {
 			return nil, err
 		}
-		m := &Hints{PeriodNs: le.Uint64(p[0:]), MeanSliceNs: le.Uint64(p[8:]), WaitPPM: le.Uint32(p[16:]), VCPUs: le.Uint32(p[20:])}
-		if m.WaitPPM > 1_000_000 {
-			return nil, fmt.Errorf("hints: wait of %d ppm: %w", m.WaitPPM, ErrMalformed)
+		m := &Hints{PeriodNs: le.Uint64(p[0:]), MeanSliceNs: le.Uint64(p[8:]), WaitPPM: le.Uint32(p[16:]),
+			PreemptPPM: le.Uint32(p[20:]), VCPUs: le.Uint32(p[24:])}
+		if m.WaitPPM > 1_000_000 || m.PreemptPPM > 1_000_000 || le.Uint32(p[28:]) != 0 {
+			return nil, fmt.Errorf("hints: wait %d ppm, preempt %d ppm, reserved %#x: %w", m.WaitPPM, m.PreemptPPM, le.Uint32(p[28:]), ErrMalformed)
 		}
 		return m, nil
 	case TypeGuestStats:

@@ -15,7 +15,7 @@ func samples() []Message {
 		&Hello{MinVersion: 1, MaxVersion: 3},
 		&Watch{Index: 0xfffffff0},
 		&Completed{Done: 7},
-		&Hints{PeriodNs: 1e8, MeanSliceNs: 3e6, WaitPPM: 500_000, VCPUs: 2},
+		&Hints{PeriodNs: 1e8, MeanSliceNs: 3e6, WaitPPM: 500_000, PreemptPPM: 900_000, VCPUs: 2},
 		&GuestStats{UptimeNs: 1, User: 2, Nice: 3, System: 4, Idle: 5, IOWait: 6, IRQ: 7, SoftIRQ: 8, Steal: 9},
 		&Ping{Cookie: 42},
 		&Pong{Cookie: 42},
@@ -71,8 +71,8 @@ func TestLayout(t *testing.T) {
 			t.Errorf("Marshal(%v) = % x, want % x", tc.m.Type(), got, tc.want)
 		}
 	}
-	if got := len(Marshal(&Hints{})); got != HeaderSize+24 {
-		t.Errorf("len(Marshal(Hints)) = %d, want %d", got, HeaderSize+24)
+	if got := len(Marshal(&Hints{})); got != HeaderSize+32 {
+		t.Errorf("len(Marshal(Hints)) = %d, want %d", got, HeaderSize+32)
 	}
 	if got := len(Marshal(&GuestStats{})); got != HeaderSize+72 {
 		t.Errorf("len(Marshal(GuestStats)) = %d, want %d", got, HeaderSize+72)

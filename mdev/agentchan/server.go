@@ -1,0 +1,424 @@
+package agentchan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vgpud/vgpud/abi/agentmsg"
+)
+
+// Defaults for Config.
+const (
+	DefaultHintEvery    = 100 * time.Millisecond
+	DefaultWriteTimeout = 5 * time.Second
+	// maxPongs bounds the Pongs owed to a peer; further Pings are dropped.
+	maxPongs = 8
+)
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("agentchan: server closed")
+
+// Hinter produces scheduling hints for the guest of one connection.
+type Hinter interface {
+	// Hints samples the vCPU threads; ok is false when there is nothing
+	// to send yet (e.g. the first sample only sets the baseline).
+	Hints() (h agentmsg.Hints, ok bool, err error)
+}
+
+// Config configures a Server.
+type Config struct {
+	// Path is the Unix socket QEMU's chardev connects to.
+	Path string
+	// Ident is sent in the host's Hello (the instance UUID).
+	Ident string
+	// Done returns how many commands the instance has completed since its
+	// ring was enabled (aggregator.Instance.Done). Required.
+	Done func() uint32
+	// NewHinter, if set, is called with the connecting peer's PID (QEMU,
+	// from SO_PEERCRED) for each connection; nil or an error means no
+	// hints on that connection.
+	NewHinter func(pid int) (Hinter, error)
+	// HintEvery is the hint period; 0 means DefaultHintEvery.
+	HintEvery time.Duration
+	// WriteTimeout bounds each write; a peer that does not read for that
+	// long is disconnected. 0 means DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// Stats count a server's traffic.
+type Stats struct {
+	Connections atomic.Uint64
+	Watches     atomic.Uint64 // Watch messages received
+	Wakeups     atomic.Uint64 // Completed messages sent
+	Hints       atomic.Uint64 // Hints messages sent
+	Malformed   atomic.Uint64 // connections dropped for a bad frame
+}
+
+// GuestStats is the last GuestStats message and when it arrived.
+type GuestStats struct {
+	agentmsg.GuestStats
+	At time.Time
+}
+
+// Server serves the agent channel of one instance.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+	l   *net.UnixListener
+
+	stats Stats
+	// watch is 0 or 1<<32|index: the lowest command index the guest asked
+	// to be woken for. Notify and the connection's reader swap it.
+	watch atomic.Uint64
+
+	wg sync.WaitGroup
+
+	mu sync.Mutex
+	// Guarded by mu.
+	cur     *conn
+	closed  bool
+	gstats  GuestStats
+	haveGS  bool
+	peerPID int
+}
+
+// Listen creates the socket at cfg.Path (replacing a stale one) and
+// returns a Server; call Serve to accept.
+func Listen(cfg Config) (*Server, error) {
+	if cfg.Path == "" || cfg.Done == nil {
+		return nil, errors.New("agentchan: listen: path and Done are required")
+	}
+	if cfg.HintEvery <= 0 {
+		cfg.HintEvery = DefaultHintEvery
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.Remove(cfg.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("agentchan: listen: %w", err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("agentchan: listen: %w", err)
+	}
+	if err := os.Chmod(cfg.Path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("agentchan: listen: %w", err)
+	}
+	return &Server{cfg: cfg, log: log.With("channel", "agent"), l: l}, nil
+}
+
+// Path returns the socket path.
+func (s *Server) Path() string { return s.cfg.Path }
+
+// Stats returns the server's live counters.
+func (s *Server) Stats() *Stats { return &s.stats }
+
+// Connected reports whether a peer (QEMU) is connected.
+func (s *Server) Connected() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur != nil
+}
+
+// PeerPID returns the PID of the connected QEMU, or 0.
+func (s *Server) PeerPID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil {
+		return 0
+	}
+	return s.peerPID
+}
+
+// GuestStats returns the guest's last reported /proc/stat, if any.
+func (s *Server) GuestStats() (GuestStats, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gstats, s.haveGS
+}
+
+// Notify is the aggregator's completion hook: command index has completed.
+// It never blocks.
+func (s *Server) Notify(index uint32) {
+	w := s.watch.Load()
+	if w == 0 || int32(index-uint32(w)) < 0 {
+		return
+	}
+	if s.watch.CompareAndSwap(w, 0) {
+		s.kick()
+	}
+}
+
+func (s *Server) kick() {
+	s.mu.Lock()
+	c := s.cur
+	s.mu.Unlock()
+	if c != nil {
+		c.kick()
+	}
+}
+
+// setWatch records the guest's interest in index, keeping the lowest
+// pending index, and fires at once if it has already completed.
+func (s *Server) setWatch(index uint32) {
+	for {
+		w := s.watch.Load()
+		if w != 0 && int32(uint32(w)-index) <= 0 {
+			break // an earlier (or the same) index is already watched
+		}
+		if s.watch.CompareAndSwap(w, 1<<32|uint64(index)) {
+			break
+		}
+	}
+	// The completion may have landed before the watch was set.
+	if done := s.cfg.Done(); int32(done-1-index) >= 0 {
+		s.Notify(done - 1)
+	}
+}
+
+// Serve accepts connections until Close or ctx ends. It returns
+// ErrServerClosed after Close.
+func (s *Server) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	for {
+		nc, err := s.l.AcceptUnix()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				s.wg.Wait()
+				return ErrServerClosed
+			}
+			return fmt.Errorf("agentchan: accept: %w", err)
+		}
+		s.start(nc)
+	}
+}
+
+// start replaces the current connection with nc.
+func (s *Server) start(nc *net.UnixConn) {
+	pid, err := peerPID(nc)
+	if err != nil {
+		s.log.Warn("peer credentials", "err", err)
+	}
+	c := &conn{s: s, nc: nc, wake: make(chan struct{}, 1), done: make(chan struct{}), pongs: make(chan uint64, maxPongs)}
+	if pid > 0 && s.cfg.NewHinter != nil {
+		if h, err := s.cfg.NewHinter(pid); err != nil {
+			s.log.Warn("no vcpu hints", "pid", pid, "err", err)
+		} else {
+			c.hinter = h
+		}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	old := s.cur
+	s.cur, s.peerPID = c, pid
+	s.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+	s.watch.Store(0)
+	s.stats.Connections.Add(1)
+	s.log.Info("agent channel connected", "peer_pid", pid)
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		c.readLoop()
+	}()
+	go func() {
+		defer s.wg.Done()
+		c.writeLoop()
+	}()
+}
+
+// drop forgets c if it is current.
+func (s *Server) drop(c *conn) {
+	s.mu.Lock()
+	if s.cur == c {
+		s.cur = nil
+	}
+	s.mu.Unlock()
+}
+
+// Close stops accepting, closes the connection, removes the socket and
+// waits for the connection's goroutines. It is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	c := s.cur
+	s.cur = nil
+	s.mu.Unlock()
+	err := s.l.Close()
+	if c != nil {
+		c.close()
+	}
+	if rerr := os.Remove(s.cfg.Path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	s.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("agentchan: close: %w", err)
+	}
+	return nil
+}
+
+// conn is one QEMU connection.
+type conn struct {
+	s      *Server
+	nc     *net.UnixConn
+	hinter Hinter
+	wake   chan struct{} // capacity 1: coalesced "something to send"
+	done   chan struct{} // closed by close
+	once   sync.Once
+
+	// Set by the reader, consumed by the writer.
+	hello   atomic.Bool // Hello received: the writer may answer it
+	version atomic.Uint32
+	pongs   chan uint64
+}
+
+func (c *conn) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *conn) close() {
+	c.once.Do(func() {
+		close(c.done)
+		c.nc.Close()
+	})
+	c.s.drop(c)
+}
+
+func (c *conn) readLoop() {
+	defer c.close()
+	r := agentmsg.NewReader(c.nc)
+	log := c.s.log
+	for {
+		m, err := r.Read()
+		if err != nil {
+			if errors.Is(err, agentmsg.ErrMalformed) {
+				c.s.stats.Malformed.Add(1)
+				log.Warn("agent channel: bad frame, dropping the connection", "err", err)
+			} else {
+				log.Debug("agent channel: read ended", "err", err)
+			}
+			return
+		}
+		if _, ok := m.(*agentmsg.Hello); !ok && !c.hello.Load() {
+			log.Warn("agent channel: message before hello, dropping the connection", "type", m.Type())
+			return
+		}
+		switch m := m.(type) {
+		case *agentmsg.Hello:
+			v, err := agentmsg.Negotiate(m)
+			if err != nil {
+				log.Warn("agent channel: hello", "ident", m.Ident, "err", err)
+				return
+			}
+			c.version.Store(uint32(v))
+			c.hello.Store(true)
+			log.Info("agent hello", "ident", m.Ident, "version", v, "features", m.Features)
+			c.kick()
+		case *agentmsg.Watch:
+			c.s.stats.Watches.Add(1)
+			c.s.setWatch(m.Index)
+		case *agentmsg.GuestStats:
+			c.s.mu.Lock()
+			c.s.gstats, c.s.haveGS = GuestStats{GuestStats: *m, At: time.Now()}, true
+			c.s.mu.Unlock()
+		case *agentmsg.Ping:
+			select {
+			case c.pongs <- m.Cookie:
+				c.kick()
+			default: // a peer that pings faster than it reads loses pongs
+			}
+		case *agentmsg.Pong, *agentmsg.Completed, *agentmsg.Hints:
+			// Host-bound copies of host messages mean nothing; ignore.
+		default:
+			log.Debug("agent channel: skipping message", "type", m.Type())
+		}
+	}
+}
+
+func (c *conn) writeLoop() {
+	defer c.close()
+	t := time.NewTicker(c.s.cfg.HintEvery)
+	defer t.Stop()
+	greeted := false
+	var buf []byte
+	for {
+		hint := false
+		select {
+		case <-c.done:
+			return
+		case <-c.wake:
+		case <-t.C:
+			hint = true
+		}
+		if !c.hello.Load() {
+			continue
+		}
+		buf = buf[:0]
+		if !greeted {
+			v := uint16(c.version.Load())
+			f := uint32(agentmsg.FeatureWatch | agentmsg.FeatureStats)
+			if c.hinter != nil {
+				f |= agentmsg.FeatureHints
+			}
+			buf = agentmsg.Append(buf, &agentmsg.Hello{MinVersion: v, MaxVersion: v, Features: f, Ident: c.s.cfg.Ident})
+			greeted, hint = true, true
+		}
+		// A wake may be a satisfied watch: say how far the ring is. An
+		// extra Completed is harmless (the guest re-checks its memory).
+		if !hint || len(buf) > 0 {
+			buf = agentmsg.Append(buf, &agentmsg.Completed{Done: c.s.cfg.Done()})
+			c.s.stats.Wakeups.Add(1)
+		}
+		for len(c.pongs) > 0 {
+			buf = agentmsg.Append(buf, &agentmsg.Pong{Cookie: <-c.pongs})
+		}
+		if hint && c.hinter != nil {
+			h, ok, err := c.hinter.Hints()
+			if err != nil {
+				c.s.log.Debug("vcpu hints", "err", err)
+			} else if ok {
+				buf = agentmsg.Append(buf, &h)
+				c.s.stats.Hints.Add(1)
+			}
+		}
+		if len(buf) == 0 {
+			continue
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		if _, err := c.nc.Write(buf); err != nil {
+			c.s.log.Warn("agent channel: write failed, dropping the connection", "err", err)
+			return
+		}
+	}
+}
