@@ -8,9 +8,11 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/mdev/agentchan"
 	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mmio"
@@ -33,6 +35,9 @@ type Instance struct {
 	mem  *guestmem.Map
 	regs *mmio.Device
 	cfg  *mmio.ConfigSpace
+	// agent is the guest agent channel (nil without a socket directory);
+	// set once in Create, read by the aggregator worker's notify hook.
+	agent atomic.Pointer[agentchan.Server]
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -60,6 +65,26 @@ func (i *Instance) Socket() string {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.socket
+}
+
+// AgentSocket returns the path QEMU's virtio-serial chardev connects to
+// for the guest agent channel (docs/agent-channel.md), or "".
+func (i *Instance) AgentSocket() string {
+	if a := i.agent.Load(); a != nil {
+		return a.Path()
+	}
+	return ""
+}
+
+// Agent returns the instance's agent channel, or nil.
+func (i *Instance) Agent() *agentchan.Server { return i.agent.Load() }
+
+// notify is the aggregator's completion hook: it wakes a guest blocked on
+// the agent channel. It never blocks.
+func (i *Instance) notify(index uint32) {
+	if a := i.agent.Load(); a != nil {
+		a.Notify(index)
+	}
 }
 
 // Attached reports whether a VM connection is being served.
@@ -115,6 +140,9 @@ func (i *Instance) close() error {
 	}
 	if c != nil {
 		c.Close()
+	}
+	if a := i.agent.Load(); a != nil {
+		errs = append(errs, a.Close())
 	}
 	errs = append(errs, i.agg.Close(), i.mem.Close())
 	return errors.Join(errs...)

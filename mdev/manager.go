@@ -17,6 +17,7 @@ import (
 
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mdev/agentchan"
 	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/mmio"
 )
@@ -159,6 +160,7 @@ func (m *Manager) Create(req CreateRequest) (*Instance, error) {
 	inst := &Instance{uuid: id, profile: p, device: dev, created: time.Now(), log: log, mem: &guestmem.Map{}}
 	inst.agg, err = m.devs[dev].NewInstance(aggregator.InstanceConfig{
 		ID: id, Profile: p.Name, MemBytes: p.MemBytes, Memory: inst.mem, Logger: log,
+		Notify: inst.notify,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", id, err)
@@ -239,6 +241,33 @@ func (m *Manager) listenLocked(inst *Instance) error {
 	go func() {
 		defer m.wg.Done()
 		m.acceptLoop(inst, l)
+	}()
+	return m.listenAgentLocked(inst)
+}
+
+// listenAgentLocked opens the instance's guest agent channel at
+// <SocketDir>/<uuid>.agent.sock (docs/agent-channel.md).
+func (m *Manager) listenAgentLocked(inst *Instance) error {
+	agg := inst.agg
+	a, err := agentchan.Listen(agentchan.Config{
+		Path:  filepath.Join(m.socketDir, inst.uuid+".agent.sock"),
+		Ident: inst.uuid,
+		Done:  agg.Done,
+		NewHinter: func(pid int) (agentchan.Hinter, error) {
+			return agentchan.NewProcHinter(pid, "")
+		},
+		Logger: inst.log,
+	})
+	if err != nil {
+		return err
+	}
+	inst.agent.Store(a)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		if err := a.Serve(m.ctx); err != nil && !errors.Is(err, agentchan.ErrServerClosed) {
+			inst.log.Error("agent channel", "err", err)
+		}
 	}()
 	return nil
 }
