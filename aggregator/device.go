@@ -1,9 +1,7 @@
 package aggregator
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 
@@ -19,7 +17,7 @@ type Device struct {
 	info gpu.Info
 	log  *slog.Logger
 
-	turns turnQueue
+	sched *scheduler
 
 	mu        sync.Mutex
 	instances map[string]*Instance
@@ -37,6 +35,7 @@ func NewDevice(g gpu.Device, log *slog.Logger) *Device {
 		gpu:       g,
 		info:      info,
 		log:       log.With("device", info.Name),
+		sched:     newScheduler(DefaultPolicy),
 		instances: make(map[string]*Instance),
 	}
 }
@@ -64,6 +63,7 @@ func (d *Device) Close() error {
 	for _, in := range insts {
 		errs = append(errs, in.Close())
 	}
+	d.sched.close()
 	return errors.Join(errs...)
 }
 
@@ -71,65 +71,7 @@ func (d *Device) remove(id string) {
 	d.mu.Lock()
 	delete(d.instances, id)
 	d.mu.Unlock()
-}
-
-// run executes f while holding the device turn. Turns are granted in
-// request order, so instances that each ask for one operation at a time
-// share the device round-robin.
-func (d *Device) run(ctx context.Context, f func() error) error {
-	if err := d.turns.acquire(ctx); err != nil {
-		return fmt.Errorf("wait for device turn: %w", err)
-	}
-	defer d.turns.release()
-	return f()
-}
-
-// turnQueue is a FIFO mutex: waiters are served in arrival order and can
-// give up when their context ends.
-type turnQueue struct {
-	mu      sync.Mutex
-	busy    bool
-	waiters []chan struct{}
-}
-
-func (q *turnQueue) acquire(ctx context.Context) error {
-	q.mu.Lock()
-	if !q.busy {
-		q.busy = true
-		q.mu.Unlock()
-		return nil
-	}
-	ch := make(chan struct{})
-	q.waiters = append(q.waiters, ch)
-	q.mu.Unlock()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		q.mu.Lock()
-		for i, w := range q.waiters {
-			if w == ch {
-				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-				q.mu.Unlock()
-				return ctx.Err()
-			}
-		}
-		q.mu.Unlock()
-		// The turn was handed to us while we gave up: pass it on.
-		<-ch
-		q.release()
-		return ctx.Err()
-	}
-}
-
-func (q *turnQueue) release() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.waiters) == 0 {
-		q.busy = false
-		return
-	}
-	ch := q.waiters[0]
-	q.waiters = q.waiters[1:]
-	close(ch)
+	d.sched.mu.Lock()
+	d.sched.core.remove(id)
+	d.sched.mu.Unlock()
 }

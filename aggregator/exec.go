@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
@@ -65,9 +66,9 @@ func (in *Instance) bufferCreate(_ *abi.Command, p abi.Payload) (uint64, error) 
 		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes with %d of %d in use", bc.Size, used, in.limits.MemBytes)
 	}
 	var mem gpu.Buffer
-	err := in.dev.run(in.ctx, func() (err error) {
+	err := in.dev.run(in.ctx, in, work{}, func() (_ time.Duration, err error) {
 		mem, err = in.queue.Alloc(bc.Size)
-		return err
+		return 0, err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("allocate %d bytes: %w", bc.Size, err)
@@ -124,11 +125,11 @@ func (in *Instance) copy(_ *abi.Command, p abi.Payload) (uint64, error) {
 			if err := gather(in.mem, chunk, buf); err != nil {
 				return 0, err
 			}
-			if err := in.dev.run(in.ctx, func() error { return in.queue.Write(b.mem, off, buf) }); err != nil {
+			if err := in.dev.run(in.ctx, in, in.copyWork(n), func() (time.Duration, error) { return 0, in.queue.Write(b.mem, off, buf) }); err != nil {
 				return 0, fmt.Errorf("write buffer %d: %w", cp.Handle, err)
 			}
 		} else {
-			if err := in.dev.run(in.ctx, func() error { return in.queue.Read(b.mem, off, buf) }); err != nil {
+			if err := in.dev.run(in.ctx, in, in.copyWork(n), func() (time.Duration, error) { return 0, in.queue.Read(b.mem, off, buf) }); err != nil {
 				return 0, fmt.Errorf("read buffer %d: %w", cp.Handle, err)
 			}
 			if in.stale() {
@@ -256,12 +257,8 @@ func (in *Instance) launch(_ *abi.Command, p abi.Payload) (uint64, error) {
 			args[i].Local = uint64(a.Local)
 		}
 	}
-	var dur uint64
-	err = in.dev.run(in.ctx, func() error {
-		t, err := in.queue.Launch(k, r, args)
-		dur = uint64(t.Nanoseconds())
-		return err
-	})
+	t, err := in.launchKernel(kernelKey{program: l.Program, name: d.Kernel}, pr, k, r, args)
+	dur := uint64(max(t.Nanoseconds(), 0))
 	if err != nil {
 		return 0, fmt.Errorf("launch %q: %w", d.Kernel, err)
 	}
