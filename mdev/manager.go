@@ -165,6 +165,10 @@ func (m *Manager) Create(req CreateRequest) (*Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
+	if err := m.devs[dev].SetShare(id, min(p.Share, aggregator.MaxShare)); err != nil {
+		inst.agg.Close()
+		return nil, fmt.Errorf("create %s: %w", id, err)
+	}
 	inst.regs = mmio.New(backend{inst.agg})
 	inst.cfg = mmio.NewConfigSpace()
 	if m.socketDir != "" {

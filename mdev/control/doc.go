@@ -9,6 +9,10 @@
 //	POST   /v1/instances            {"profile": "...", "uuid": "...", "device": N}
 //	GET    /v1/instances/{uuid}
 //	DELETE /v1/instances/{uuid}
+//	PUT    /v1/instances/{uuid}/share {"share": N}   fixed-share weight, at run time
+//	GET    /v1/devices/{index}/policy
+//	PUT    /v1/devices/{index}/policy {"policy": "fixed-share"}
+//	GET    /v1/stats                  schedulers and counters in one snapshot
 //
 // Errors are {"error": "..."} with a status code that says which case it
 // is (404 unknown instance, 409 exists or full, 400 bad request).

@@ -60,6 +60,7 @@ func Handler(m *mdev.Manager) http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	handleSched(mux, m)
 	return mux
 }
 
