@@ -85,6 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logLevel   = fs.String("log-level", "", "debug, info, warn or error")
 		logFormat  = fs.String("log-format", "", "text or json")
 		listDevs   = fs.Bool("list-devices", false, "print the OpenCL devices and exit")
+		metricsAt  = fs.String("metrics-addr", defaultMetricsAddr, "TCP address for Prometheus /metrics (\"\" disables)")
 		devices    multiFlag
 	)
 	fs.Var(&devices, "device", "physical device selector (index or name substring); repeatable")
@@ -177,6 +178,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		l.Close()
 		return err
 	}
+	var ms *metricsServer
+	if *metricsAt != "" {
+		if ms, err = startMetrics(*metricsAt, m, log); err != nil {
+			l.Close()
+			return err
+		}
+	}
 	srv := &http.Server{Handler: control.Handler(m), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
@@ -187,11 +195,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case <-ctx.Done():
 		log.Info("shutting down")
 	case err := <-served:
-		return fmt.Errorf("control server: %w", err)
+		return errors.Join(fmt.Errorf("control server: %w", err), ms.stop(context.Background()))
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = srv.Shutdown(shutCtx)
+	err = errors.Join(srv.Shutdown(shutCtx), ms.stop(shutCtx))
 	<-served
 	os.Remove(sock)
 	return errors.Join(err, m.Close())

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/metrics"
+)
+
+// defaultMetricsAddr is where /metrics is served unless -metrics-addr says
+// otherwise; loopback only, so nothing leaves the host by default.
+const defaultMetricsAddr = "127.0.0.1:9400"
+
+// metricsServer serves Prometheus metrics for m on addr until stop.
+type metricsServer struct {
+	srv    *http.Server
+	addr   net.Addr
+	served chan error
+}
+
+func startMetrics(addr string, m *mdev.Manager, log *slog.Logger) (*metricsServer, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler(m))
+	s := &metricsServer{
+		srv:    &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		addr:   l.Addr(),
+		served: make(chan error, 1),
+	}
+	go func() { s.served <- s.srv.Serve(l) }()
+	log.Info("serving metrics", "addr", "http://"+l.Addr().String()+"/metrics")
+	return s, nil
+}
+
+// stop shuts the server down gracefully within ctx.
+func (s *metricsServer) stop(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
+	err := s.srv.Shutdown(ctx)
+	if serr := <-s.served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}

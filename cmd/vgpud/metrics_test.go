@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mdev"
+)
+
+// TestMetricsServer serves /metrics on an ephemeral loopback port, reads
+// the device series and shuts down gracefully.
+func TestMetricsServer(t *testing.T) {
+	d, err := gpu.Open("")
+	if err != nil {
+		t.Fatalf("gpu.Open: %v", err)
+	}
+	defer d.Close()
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Create(mdev.CreateRequest{Profile: "vgpu-small"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := startMetrics("127.0.0.1:0", m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{}}
+	resp, err := hc.Get("http://" + s.addr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	hc.CloseIdleConnections()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics = %d, %v", resp.StatusCode, err)
+	}
+	for _, want := range []string{`vgpud_device_policy{device="0",policy="fixed-share"} 1`, `vgpud_instance_share{`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("GET /metrics lacks %q:\n%s", want, b)
+		}
+	}
+	if err := s.stop(context.Background()); err != nil {
+		t.Errorf("stop() = %v", err)
+	}
+	if _, err := startMetrics("256.0.0.1:1", m, slog.Default()); err == nil {
+		t.Errorf("startMetrics(bad address) = nil error")
+	}
+}

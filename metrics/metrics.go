@@ -1,0 +1,133 @@
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/mdev"
+)
+
+const ns = "vgpud"
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, nil)
+}
+
+var instLabels = []string{"instance", "profile", "device"}
+
+var (
+	devInfo      = desc("device_info", "Physical device (value 1).", "device", "name", "platform")
+	devPolicy    = desc("device_policy", "Scheduling policy of the device (value 1 for the active one).", "device", "policy")
+	devBusy      = desc("device_busy_seconds_total", "Wall time the device was held by some instance's turn.", "device")
+	devTurns     = desc("device_turns_total", "Device turns granted by the scheduler.", "device")
+	devInstances = desc("device_instances", "Instances placed on the device.", "device")
+
+	instCommands  = desc("instance_commands_total", "Commands completed.", instLabels...)
+	instErrors    = desc("instance_errors_total", "Commands completed with an error, by status code.", append(instLabels, "status")...)
+	instBytes     = desc("instance_copied_bytes_total", "Bytes copied between guest RAM and device memory.", append(instLabels, "direction")...)
+	instLaunches  = desc("instance_launches_total", "Kernel launches executed on the device.", instLabels...)
+	instKernel    = desc("instance_kernel_seconds_total", "Kernel time measured by OpenCL profiling.", instLabels...)
+	instDevice    = desc("instance_device_seconds_total", "Device time charged by the scheduler (kernels by profiling, copies by wall time).", instLabels...)
+	instWait      = desc("instance_queue_wait_seconds_total", "Time spent waiting for device turns.", instLabels...)
+	instTurns     = desc("instance_turns_total", "Device turns granted.", instLabels...)
+	instSlices    = desc("instance_launch_slices_total", "Launch slices cut by the scheduler.", instLabels...)
+	instShare     = desc("instance_share", "Weight under the fixed-share policy.", instLabels...)
+	instDoorbells = desc("instance_doorbells_total", "Doorbell writes by the guest.", instLabels...)
+	instMemUsed   = desc("instance_memory_used_bytes", "Device memory held by the instance.", instLabels...)
+	instMemQuota  = desc("instance_memory_quota_bytes", "Device memory quota of the instance.", instLabels...)
+	instAttached  = desc("instance_attached", "1 while a VM is attached.", instLabels...)
+)
+
+// Collector reads a Manager's counters at each scrape.
+type Collector struct {
+	m *mdev.Manager
+}
+
+// NewCollector returns a collector over m.
+func NewCollector(m *mdev.Manager) *Collector { return &Collector{m: m} }
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{devInfo, devPolicy, devBusy, devTurns, devInstances,
+		instCommands, instErrors, instBytes, instLaunches, instKernel, instDevice, instWait, instTurns,
+		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached} {
+		ch <- d
+	}
+}
+
+func seconds(ns uint64) float64 { return float64(ns) / 1e9 }
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, d := range c.m.Devices() {
+		dev := strconv.Itoa(d.Index)
+		ch <- prometheus.MustNewConstMetric(devInfo, prometheus.GaugeValue, 1, dev, d.Name, d.Platform)
+		ch <- prometheus.MustNewConstMetric(devInstances, prometheus.GaugeValue, float64(d.Instances), dev)
+		s, err := c.m.Sched(d.Index)
+		if err != nil {
+			continue
+		}
+		for _, p := range aggregator.Policies {
+			v := 0.0
+			if p == s.Policy {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(devPolicy, prometheus.GaugeValue, v, dev, string(p))
+		}
+		ch <- prometheus.MustNewConstMetric(devBusy, prometheus.CounterValue, seconds(s.HeldNanos), dev)
+		ch <- prometheus.MustNewConstMetric(devTurns, prometheus.CounterValue, float64(s.Turns), dev)
+	}
+	for _, in := range c.m.List() {
+		a := in.Aggregator()
+		st := a.Stats()
+		sc := a.SchedStats()
+		lv := []string{in.UUID(), in.Profile().Name, strconv.Itoa(in.Device())}
+		counter := func(d *prometheus.Desc, v float64, extra ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append(lv[:3:3], extra...)...)
+		}
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
+		}
+		counter(instCommands, float64(st.Commands.Load()))
+		for s := abi.Status(1); int(s) < abi.NumStatus; s++ {
+			if n := st.ByStatus(s); n > 0 {
+				counter(instErrors, float64(n), s.String())
+			}
+		}
+		counter(instBytes, float64(st.BytesToDev.Load()), "to_device")
+		counter(instBytes, float64(st.BytesFromDev.Load()), "from_device")
+		counter(instLaunches, float64(st.Launches.Load()))
+		counter(instKernel, seconds(st.KernelNanos.Load()))
+		counter(instDevice, seconds(sc.DeviceNanos))
+		counter(instWait, seconds(sc.WaitNanos))
+		counter(instTurns, float64(sc.Turns))
+		counter(instSlices, float64(sc.Slices))
+		counter(instDoorbells, float64(st.Doorbells.Load()))
+		gauge(instShare, float64(sc.Share))
+		gauge(instMemUsed, float64(a.MemUsed()))
+		gauge(instMemQuota, float64(a.Limits().MemBytes))
+		att := 0.0
+		if in.Attached() {
+			att = 1
+		}
+		gauge(instAttached, att)
+	}
+}
+
+// Registry returns a registry holding a Collector over m and the Go
+// runtime and process collectors.
+func Registry(m *mdev.Manager) *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(NewCollector(m))
+	return r
+}
+
+// Handler serves /metrics for m.
+func Handler(m *mdev.Manager) http.Handler {
+	return promhttp.HandlerFor(Registry(m), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
