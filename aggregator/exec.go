@@ -73,7 +73,9 @@ func (in *Instance) bufferCreate(_ *abi.Command, p abi.Payload) (uint64, error) 
 	if err != nil {
 		return 0, fmt.Errorf("allocate %d bytes: %w", bc.Size, err)
 	}
-	s.buffers[bc.Handle] = &buffer{mem: mem, size: bc.Size, flags: bc.Flags}
+	nb := &buffer{mem: mem, size: bc.Size, flags: bc.Flags}
+	in.reuseCreated(nb)
+	s.buffers[bc.Handle] = nb
 	s.used.Add(bc.Size)
 	return 0, nil
 }
@@ -84,6 +86,7 @@ func (in *Instance) bufferFree(_ *abi.Command, p abi.Payload) (uint64, error) {
 	if !ok {
 		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", h)
 	}
+	in.reuseFreed(b)
 	delete(in.state.buffers, h)
 	b.mem.Release()
 	in.state.used.Add(^(b.size - 1))
@@ -102,6 +105,9 @@ func (in *Instance) copy(_ *abi.Command, p abi.Payload) (uint64, error) {
 	segs, err := walkSG(in.mem, cp.SGAddr, cp.SGCount, cp.Length)
 	if err != nil {
 		return 0, err
+	}
+	if done, err := in.reuseCopy(cp, b, segs); done {
+		return in.reuseCopied(cp, err)
 	}
 	staging := make([]byte, min(cp.Length, stagingChunk))
 	off := cp.Offset
@@ -213,7 +219,7 @@ func (in *Instance) programFree(_ *abi.Command, p abi.Payload) (uint64, error) {
 	return 0, nil
 }
 
-func (in *Instance) launch(_ *abi.Command, p abi.Payload) (uint64, error) {
+func (in *Instance) launch(c *abi.Command, p abi.Payload) (uint64, error) {
 	l := p.(*abi.Launch)
 	pr, ok := in.state.programs[l.Program]
 	if !ok {
@@ -257,7 +263,12 @@ func (in *Instance) launch(_ *abi.Command, p abi.Payload) (uint64, error) {
 			args[i].Local = uint64(a.Local)
 		}
 	}
+	rl, hit, err := in.reuseBefore(c, pr, &d, r)
+	if err != nil || hit {
+		return in.reuseServed(d.Kernel, err)
+	}
 	t, err := in.launchKernel(kernelKey{program: l.Program, name: d.Kernel}, pr, k, r, args)
+	in.reuseAfter(rl, t, err)
 	dur := uint64(max(t.Nanoseconds(), 0))
 	if err != nil {
 		return 0, fmt.Errorf("launch %q: %w", d.Kernel, err)

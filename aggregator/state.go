@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/reuse"
 )
 
 // Limits on host-side bookkeeping per instance, so that a guest cannot grow
@@ -19,12 +20,24 @@ type state struct {
 	buffers  map[uint32]*buffer
 	programs map[uint32]*program
 	used     atomic.Uint64 // device bytes held by buffers
+	rs       reuseState    // result reuse (reuse.go)
 }
 
 type buffer struct {
 	mem   gpu.Buffer
 	size  uint64
 	flags uint32
+
+	// Result reuse (reuse.go). Zero values: content unknown, the device
+	// copy current.
+	digest     reuse.Digest
+	known      bool         // digest describes the content
+	host       []byte       // content not yet on the device; immutable
+	hostUpload bool         // host is a pending upload (not a shadow result)
+	zero       bool         // content defined as zeros, not yet on the device
+	producer   *reuse.Entry // uncaptured recorded output the device copy holds
+	prodDom    *reuse.Domain
+	outIdx     int
 }
 
 type program struct {
@@ -32,6 +45,8 @@ type program struct {
 	source  string
 	options string
 	flags   uint16
+	info    *reuse.Program // parsed signatures, on first launch with reuse on (reuse.go)
+	digest  reuse.Digest
 }
 
 func newState() *state {

@@ -88,7 +88,7 @@ func TestDomainBudgetAndCapture(t *testing.T) {
 	d.Capture(e1, 0, make([]byte, 59)) // wrong size: ignored
 	d.Capture(e1, 0, bytes.Repeat([]byte{7}, 60))
 	got, ok := d.Probe(k(1))
-	if !ok || !bytes.Equal(got.Outputs[0].Data(), bytes.Repeat([]byte{7}, 60)) || got.Outputs[0].Digest != OutputDigest(k(1), 1) {
+	if !ok || !bytes.Equal(got.Outputs[0].Data(), bytes.Repeat([]byte{7}, 60)) || got.Outputs[0].Digest != d.Content(bytes.Repeat([]byte{7}, 60)) {
 		t.Fatalf("Probe(captured) = %v, %v; want the captured entry", got, ok)
 	}
 	d.Record(k(2), time.Millisecond, []Output{{Arg: 0, Size: 60}}) // evicts 1

@@ -151,7 +151,7 @@ func (s *Stats) Snapshot() Snapshot {
 // Output is one written buffer of a recorded launch.
 type Output struct {
 	Arg    int    // argument index
-	Digest Digest // OutputDigest(key, Arg)
+	Digest Digest // OutputDigest(key, Arg) until captured, then the content digest
 	Size   uint64
 	data   []byte // nil until captured; immutable afterwards
 }
@@ -331,14 +331,22 @@ func (d *Domain) Live(e *Entry) bool {
 
 // Capture stores output i of e. data must be the whole buffer as the
 // launch left it; the domain keeps it (the caller must not modify it).
-func (d *Domain) Capture(e *Entry, i int, data []byte) {
+// The output is renamed by its content digest, which the caller gives the
+// buffer too: so a later launch that overwrites the buffer with the same
+// result finds the same key (a digest derived from the launch key would
+// carry the buffer's history along and never repeat). It returns the
+// digest and whether the capture was taken.
+func (d *Domain) Capture(e *Entry, i int, data []byte) (Digest, bool) {
+	c := d.Content(data)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !e.live || i < 0 || i >= len(e.Outputs) || e.Outputs[i].data != nil || uint64(len(data)) != e.Outputs[i].Size {
-		return
+		return Digest{}, false
 	}
 	e.Outputs[i].data = data
+	e.Outputs[i].Digest = c
 	e.missing--
+	return c, true
 }
 
 // Abandon removes e: one of its outputs can no longer be captured.

@@ -1,0 +1,288 @@
+package aggregator
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/reuse"
+)
+
+// reuseTestSource has kernels that read, write in place, write part of a
+// buffer and chain; every kernel is deterministic.
+const reuseTestSource = `
+__kernel void scale(__global const float *in, __global float *out, float k) {
+	size_t i = get_global_id(0);
+	out[i] = in[i] * k + 1.0f;
+}
+__kernel void addto(__global float *acc, __global const float *x) {
+	size_t i = get_global_id(0);
+	acc[i] = acc[i] + x[i] * 0.5f;
+}
+__kernel void head(__global float *out, uint n) {
+	size_t i = get_global_id(0);
+	if (i < n) out[i] = (float)i;
+}
+`
+
+// uncertainSource is never reused: a conditional directive.
+const uncertainSource = `
+#ifndef X
+__kernel void bump(__global float *a) { a[get_global_id(0)] += 2.0f; }
+#endif
+`
+
+func scalarF32(f float32) abi.KernelArg {
+	b := make([]byte, 4)
+	binary.LittleEndian.PutUint32(b, math.Float32bits(f))
+	return abi.KernelArg{Kind: abi.ArgScalar, Bytes: b}
+}
+
+func scalarU32(v uint32) abi.KernelArg {
+	b := make([]byte, 4)
+	binary.LittleEndian.PutUint32(b, v)
+	return abi.KernelArg{Kind: abi.ArgScalar, Bytes: b}
+}
+
+func bufArg(h uint32) abi.KernelArg { return abi.KernelArg{Kind: abi.ArgBuffer, Handle: h} }
+
+// reuseRig runs one command stream on several guests at once: ref with
+// reuse off, the others with reuse on.
+type reuseRig struct {
+	t      *testing.T
+	guests []*testGuest
+}
+
+// each runs the commands made by mk on every guest and returns the
+// records of each.
+func (r *reuseRig) each(mk func(g *testGuest) []abi.Command) [][]abi.Completion {
+	out := make([][]abi.Completion, len(r.guests))
+	for i, g := range r.guests {
+		out[i] = g.run(mk(g)...)
+	}
+	return out
+}
+
+// TestReuseMatchesNoReuse runs random command streams with reuse off (the
+// reference) and on (two instances, private or in one domain, budgets
+// from none to roomy, domains switched midway) and requires every
+// download to be byte-identical and every status equal.
+func TestReuseMatchesNoReuse(t *testing.T) {
+	d := NewDevice(openGPU(t), nil)
+	t.Cleanup(func() { d.Close() })
+	iter := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		iter++
+		budget := rapid.SampledFrom([]int64{1, 3000, 1 << 20}).Draw(rt, "budget")
+		shared := rapid.Bool().Draw(rt, "shared")
+		eng := reuse.New(reuse.Config{Budget: budget})
+		r := &reuseRig{t: t}
+		for i := 0; i < 3; i++ {
+			g := newTestGuest(t, d, fmt.Sprintf("r%d-%d", iter, i), 1<<20)
+			r.guests = append(r.guests, g)
+		}
+		domainFor := func(i int, shared bool) *reuse.Domain {
+			if shared {
+				dom, err := eng.Shared("tenant")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return dom
+			}
+			return eng.Private(r.guests[i].in.ID())
+		}
+		for i := 1; i < 3; i++ {
+			r.guests[i].in.SetReuseDomain(domainFor(i, shared))
+		}
+		defer func() {
+			for _, g := range r.guests {
+				g.in.Close()
+			}
+		}()
+		// Programs 1 (reusable) and 2 (uncertain).
+		for h, src := range map[uint32]string{1: reuseTestSource, 2: uncertainSource} {
+			recs := r.each(func(g *testGuest) []abi.Command { c, _ := g.build(h, src, 0); return []abi.Command{c} })
+			for _, rs := range recs {
+				if rs[0].Status != abi.StatusOK {
+					t.Fatalf("build %d = %v", h, rs[0].Status)
+				}
+			}
+		}
+		sizes := map[uint32]int{} // live buffers: handle -> floats
+		patterns := [][]float32{}
+		for p := 0; p < 3; p++ {
+			f := make([]float32, 512)
+			for i := range f {
+				f[i] = float32(p*1000 + i)
+			}
+			patterns = append(patterns, f)
+		}
+		check := func(what string, recs [][]abi.Completion, reads []func() []byte) {
+			for i := 1; i < len(recs); i++ {
+				for j := range recs[0] {
+					if recs[i][j].Status != recs[0][j].Status {
+						rt.Fatalf("%s: guest %d command %d status = %v, want %v (reuse off)", what, i, j, recs[i][j].Status, recs[0][j].Status)
+					}
+				}
+				if reads != nil {
+					if got, want := reads[i](), reads[0](); !bytes.Equal(got, want) {
+						rt.Fatalf("%s: guest %d download = %v, want %v (reuse off)", what, i, floats(got)[:8], floats(want)[:8])
+					}
+				}
+			}
+		}
+		handles := rapid.Uint32Range(1, 4)
+		steps := rapid.IntRange(5, 40).Draw(rt, "steps")
+		for s := 0; s < steps; s++ {
+			h := handles.Draw(rt, "h")
+			n, live := sizes[h]
+			switch op := rapid.IntRange(0, 7).Draw(rt, "op"); {
+			case !live || op == 0: // (re)create and fill
+				if live {
+					check("free", r.each(func(g *testGuest) []abi.Command {
+						return []abi.Command{abi.NewCommand(&abi.BufferFree{Handle: h}, 0, 0)}
+					}), nil)
+				}
+				n = rapid.SampledFrom([]int{256, 512}).Draw(rt, "n")
+				sizes[h] = n
+				p := patterns[rapid.IntRange(0, 2).Draw(rt, "pat")][:n]
+				check("create", r.each(func(g *testGuest) []abi.Command {
+					return []abi.Command{abi.NewCommand(&abi.BufferCreate{Handle: h, Size: uint64(4 * n)}, 0, 0), g.upload(h, floatBytes(p))}
+				}), nil)
+			case op == 1: // whole upload of a shared pattern
+				p := patterns[rapid.IntRange(0, 2).Draw(rt, "pat")][:n]
+				check("upload", r.each(func(g *testGuest) []abi.Command { return []abi.Command{g.upload(h, floatBytes(p))} }), nil)
+			case op == 2: // partial upload
+				off := rapid.IntRange(0, n-1).Draw(rt, "off")
+				l := rapid.IntRange(1, n-off).Draw(rt, "len")
+				data := floatBytes(patterns[2][:l])
+				check("partial upload", r.each(func(g *testGuest) []abi.Command {
+					table, count, _ := g.sg(data, len(data))
+					return []abi.Command{abi.NewCommand(&abi.Copy{ToDevice: true, Handle: h, Offset: uint64(4 * off),
+						SGCount: count, Length: uint64(len(data)), SGAddr: table}, 0, 0)}
+				}), nil)
+			case op == 3 || op == 4 || op == 5: // launch
+				h2 := handles.Draw(rt, "h2")
+				n2, ok := sizes[h2]
+				if !ok {
+					continue
+				}
+				items := uint64(min(n, n2))
+				var desc abi.LaunchDesc
+				prog := uint32(1)
+				flags := uint16(0)
+				switch op {
+				case 3:
+					desc = abi.LaunchDesc{Kernel: "scale", Args: []abi.KernelArg{bufArg(h2), bufArg(h), scalarF32(float32(rapid.IntRange(1, 3).Draw(rt, "k")))}}
+				case 4:
+					desc = abi.LaunchDesc{Kernel: "addto", Args: []abi.KernelArg{bufArg(h), bufArg(h2)}}
+					if rapid.IntRange(0, 3).Draw(rt, "bump") == 0 {
+						prog, desc = 2, abi.LaunchDesc{Kernel: "bump", Args: []abi.KernelArg{bufArg(h)}}
+						items = uint64(n)
+					}
+				case 5:
+					desc = abi.LaunchDesc{Kernel: "head", Args: []abi.KernelArg{bufArg(h), scalarU32(uint32(rapid.IntRange(0, n).Draw(rt, "head")))}}
+					items = uint64(n)
+				}
+				if rapid.IntRange(0, 5).Draw(rt, "nondet") == 0 {
+					flags = abi.FlagNondeterministic
+				}
+				desc.WorkDim, desc.GlobalSize = 1, [3]uint64{items}
+				check("launch "+desc.Kernel, r.each(func(g *testGuest) []abi.Command {
+					c := g.launch(prog, desc)
+					c.Flags = flags
+					return []abi.Command{c}
+				}), nil)
+			case op == 6: // download, whole or partial
+				off := 0
+				l := n
+				if rapid.Bool().Draw(rt, "partial") {
+					off = rapid.IntRange(0, n-1).Draw(rt, "doff")
+					l = rapid.IntRange(1, n-off).Draw(rt, "dlen")
+				}
+				reads := make([]func() []byte, len(r.guests))
+				check("download", r.each(func(g *testGuest) []abi.Command {
+					table, count, pages := g.sg(nil, 4*l)
+					i := len(reads) - 1
+					for j := range reads {
+						if reads[j] == nil {
+							i = j
+							break
+						}
+					}
+					reads[i] = func() []byte {
+						out := make([]byte, 0, 4*l)
+						for k, p := range pages {
+							out = append(out, g.get(p, min(abi.PageSize, 4*l-k*abi.PageSize))...)
+						}
+						return out
+					}
+					return []abi.Command{abi.NewCommand(&abi.Copy{Handle: h, Offset: uint64(4 * off), SGCount: count,
+						Length: uint64(4 * l), SGAddr: table}, 0, 0)}
+				}), reads)
+			case op == 7: // move an instance between its private domain and the shared one
+				i := rapid.IntRange(1, 2).Draw(rt, "who")
+				r.guests[i].in.SetReuseDomain(domainFor(i, rapid.Bool().Draw(rt, "toShared")))
+			}
+		}
+	})
+}
+
+// TestReuseHitsChain checks that a repeated chain of launches is served
+// from the table (counters), including for a second instance in the same
+// domain, and not for one in another domain.
+func TestReuseHitsChain(t *testing.T) {
+	d := NewDevice(openGPU(t), nil)
+	t.Cleanup(func() { d.Close() })
+	eng := reuse.New(reuse.Config{})
+	dom, err := eng.Shared("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make([]float32, 256)
+	for i := range in {
+		in[i] = float32(i)
+	}
+	job := func(g *testGuest) []float32 {
+		t.Helper()
+		c, _ := g.build(1, reuseTestSource, 0)
+		get, read := g.download(3, 1024)
+		g.mustOK(g.run(c,
+			abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: 1024}, 0, 0),
+			abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: 1024}, 0, 0),
+			abi.NewCommand(&abi.BufferCreate{Handle: 3, Size: 1024}, 0, 0),
+			g.upload(1, floatBytes(in)),
+			g.launch(1, abi.LaunchDesc{WorkDim: 1, GlobalSize: [3]uint64{256}, Kernel: "scale", Args: []abi.KernelArg{bufArg(1), bufArg(2), scalarF32(2)}}),
+			g.launch(1, abi.LaunchDesc{WorkDim: 1, GlobalSize: [3]uint64{256}, Kernel: "scale", Args: []abi.KernelArg{bufArg(2), bufArg(3), scalarF32(3)}}),
+			get,
+		)...)
+		return floats(read())
+	}
+	tests := []struct {
+		name     string
+		dom      func(g *testGuest) *reuse.Domain
+		wantHits uint64
+	}{
+		{"first", func(*testGuest) *reuse.Domain { return dom }, 0},
+		// The first launch is cheap next to reading its output back, so its
+		// result is captured only by a download, which this job never does.
+		{"same domain", func(*testGuest) *reuse.Domain { return dom }, 1},
+		{"private", func(g *testGuest) *reuse.Domain { return eng.Private(g.in.ID()) }, 0},
+	}
+	for i, tc := range tests {
+		g := newTestGuest(t, d, fmt.Sprintf("chain%d", i), 1<<20)
+		g.in.SetReuseDomain(tc.dom(g))
+		got := job(g)
+		if want := float32((5*2+1)*3 + 1); got[5] != want {
+			t.Errorf("%s: result[5] = %v, want %v", tc.name, got[5], want)
+		}
+		if h := g.in.ReuseStats().Hits.Load(); h != tc.wantHits {
+			t.Errorf("%s: hits = %d, want %d", tc.name, h, tc.wantHits)
+		}
+	}
+}
