@@ -30,6 +30,11 @@ commands:
   vm -instance UUID[,UUID...] [-kernel K -initrd I -append A -mem MiB -cpus N] [-print]
                                 start a QEMU VM with the instances attached;
                                 prints the QEMU command line, then the console
+  top [-n N] [-interval D]      live view of devices and instances (q or ctrl-c quits)
+  stats [-json]                 scheduler and instance counters
+  policy DEVICE [NAME]          show or set a device's scheduling policy
+                                (best-effort, equal-share, fixed-share, timeslice)
+  set-share UUID N              an instance's weight under fixed-share
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -75,6 +80,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return c.Destroy(ctx, rest[0])
 	case "vm":
 		return vm(ctx, c, rest, stdout, stderr)
+	case "top":
+		return top(ctx, c, rest, stdout, stderr)
+	case "stats":
+		return stats(ctx, c, rest, stdout, stderr)
+	case "policy":
+		return policy(ctx, c, rest, stdout)
+	case "set-share":
+		return setShare(ctx, c, rest, stdout)
 	}
 	fs.Usage()
 	return fmt.Errorf("unknown command %q", cmd)
