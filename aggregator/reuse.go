@@ -103,8 +103,18 @@ func (in *Instance) materialise(b *buffer) error {
 		}
 		off += n
 	}
+	b.keepSpare()
 	b.host, b.zero, b.hostUpload = nil, false, false
 	return nil
+}
+
+// keepSpare keeps a pending upload's bytes, which nothing else references,
+// for the buffer's next whole upload: uploads then do not fault in fresh
+// host memory each time.
+func (b *buffer) keepSpare() {
+	if b.host != nil && b.hostUpload {
+		b.spare = b.host
+	}
 }
 
 // dropHost forgets host-held content that is about to be replaced.
@@ -115,6 +125,7 @@ func (in *Instance) dropHost(b *buffer) {
 			d.Stats.BytesSaved.Add(b.size)
 		}
 	}
+	b.keepSpare()
 	b.host, b.zero, b.hostUpload = nil, false, false
 }
 
@@ -165,12 +176,16 @@ func (in *Instance) reuseCopy(cp *abi.Copy, b *buffer, segs []segment) (bool, er
 	whole := cp.Offset == 0 && cp.Length == b.size
 	if cp.ToDevice {
 		if dom != nil && whole {
-			data := make([]byte, b.size)
+			in.settle(b, true)
+			in.dropHost(b)
+			data := b.spare
+			b.spare = nil
+			if uint64(len(data)) != b.size {
+				data = make([]byte, b.size)
+			}
 			if err := gather(in.mem, segs, data); err != nil {
 				return true, err
 			}
-			in.settle(b, true)
-			in.dropHost(b)
 			b.host, b.hostUpload = data, true
 			b.digest, b.known = dom.Content(data), true
 			return true, nil
