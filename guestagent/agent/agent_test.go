@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/vgpud/vgpud/abi/agentmsg"
+	"github.com/vgpud/vgpud/mdev/agentchan"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// host is a vgpud agent channel (the real host end) on path.
+type host struct {
+	s    *agentchan.Server
+	done *atomic.Uint32
+	errc chan error
+}
+
+func startHost(t *testing.T, path string, done *atomic.Uint32) *host {
+	t.Helper()
+	s, err := agentchan.Listen(agentchan.Config{Path: path, Done: done.Load, Logger: quiet, Ident: "host"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &host{s: s, done: done, errc: make(chan error, 1)}
+	go func() { h.errc <- s.Serve(context.Background()) }()
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *host) stop() {
+	h.s.Close()
+	<-h.errc
+	h.errc <- nil // a second stop returns at once
+}
+
+// complete marks command index done on the host and notifies.
+func (h *host) complete(index uint32) {
+	h.done.Store(index + 1)
+	h.s.Notify(index)
+}
+
+func dialer(path string) func() (io.ReadWriteCloser, error) {
+	return func() (io.ReadWriteCloser, error) { return net.Dial("unix", path) }
+}
+
+func runClient(t *testing.T, open func() (io.ReadWriteCloser, error), opts Options) *Client {
+	t.Helper()
+	opts.ReopenDelay = time.Millisecond
+	opts.Logger = quiet
+	c := New(open, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run() = %v, want context.Canceled", err)
+		}
+	})
+	return c
+}
+
+// waitConnected waits until c is ready on its n-th connection.
+func waitConnected(t *testing.T, c *Client, n uint64) {
+	t.Helper()
+	for {
+		ch := c.Changed()
+		if c.Connected() && c.Connects() >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-time.After(time.Minute):
+			t.Fatalf("client not connected (connection %d)", n)
+		}
+	}
+}
+
+// blockOn blocks c until the host reports index done, in the background.
+func blockOn(c *Client, h *host, index uint32) chan error {
+	errc := make(chan error, 1)
+	go func() {
+		errc <- c.BlockUntil(index, func() bool { return h.done.Load() > index }, time.Now().Add(time.Minute))
+	}()
+	return errc
+}
+
+// waitWatch waits until the host has received n Watch messages.
+func waitWatch(t *testing.T, h *host, n uint64, c *Client) {
+	t.Helper()
+	for h.s.Stats().Watches.Load() < n {
+		select {
+		case <-c.Changed():
+		case <-time.After(10 * time.Millisecond): // the host's counter has no channel
+		}
+	}
+}
+
+func TestBlockUntilWokenByHost(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	var done atomic.Uint32
+	h := startHost(t, path, &done)
+	c := runClient(t, dialer(path), Options{Ident: "test"})
+	waitConnected(t, c, 1)
+	errc := blockOn(c, h, 2)
+	waitWatch(t, h, 1, c)
+	h.complete(2)
+	if err := <-errc; err != nil {
+		t.Fatalf("BlockUntil() = %v", err)
+	}
+	if c.Done() < 3 && h.s.Stats().Wakeups.Load() < 2 {
+		t.Errorf("woken without a Completed from the host")
+	}
+}
+
+// TestReconnectAfterHostRestart: the host side goes away and comes back at
+// the same path; the client reopens and a blocked waiter re-arms its watch
+// on the new connection.
+func TestReconnectAfterHostRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	var done atomic.Uint32
+	h1 := startHost(t, path, &done)
+	c := runClient(t, dialer(path), Options{})
+	waitConnected(t, c, 1)
+	errc := blockOn(c, h1, 5)
+	waitWatch(t, h1, 1, c)
+	h1.stop()
+	h2 := startHost(t, path, &done)
+	waitConnected(t, c, 2)
+	waitWatch(t, h2, 1, c)
+	h2.complete(5)
+	if err := <-errc; err != nil {
+		t.Fatalf("BlockUntil() across a host restart = %v", err)
+	}
+}
+
+func TestBlockUntilDeadline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	var done atomic.Uint32
+	startHost(t, path, &done)
+	c := runClient(t, dialer(path), Options{})
+	err := c.BlockUntil(1, func() bool { return false }, time.Now().Add(time.Millisecond))
+	if err == nil {
+		t.Fatalf("BlockUntil past its deadline = nil")
+	}
+}
+
+func TestGuestStatsReported(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	var done atomic.Uint32
+	h := startHost(t, path, &done)
+	c := runClient(t, dialer(path), Options{StatsEvery: time.Millisecond, ReadStats: func() (agentmsg.GuestStats, error) {
+		return agentmsg.GuestStats{User: 11}, nil
+	}})
+	waitConnected(t, c, 1)
+	for {
+		if gs, ok := h.s.GuestStats(); ok {
+			if gs.User != 11 {
+				t.Errorf("host saw guest stats %+v", gs)
+			}
+			return
+		}
+		select {
+		case <-c.Changed():
+		case <-time.After(10 * time.Millisecond): // the host's stats have no channel
+		}
+	}
+}
+
+// TestRelay: a guest program blocks through vgpu-agent's relay.
+func TestRelay(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.sock")
+	var done atomic.Uint32
+	h := startHost(t, path, &done)
+	up := runClient(t, dialer(path), Options{})
+	r, err := NewRelay(up, filepath.Join(dir, "relay.sock"), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rerr := make(chan error, 1)
+	go func() { rerr <- r.Serve(context.Background()) }()
+	t.Cleanup(func() {
+		r.Close()
+		if err := <-rerr; err != nil {
+			t.Errorf("relay Serve() = %v", err)
+		}
+	})
+	prog := runClient(t, DialRelay(filepath.Join(dir, "relay.sock")), Options{})
+	waitConnected(t, prog, 1)
+	errc := blockOn(prog, h, 9)
+	waitWatch(t, h, 1, up)
+	h.complete(9)
+	if err := <-errc; err != nil {
+		t.Fatalf("BlockUntil through the relay = %v", err)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	b := []byte("cpu  10 20 30 40 50 60 70 80 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\nctxt 5\n")
+	got, err := ParseProcStat(b)
+	want := agentmsg.GuestStats{User: 10, Nice: 20, System: 30, Idle: 40, IOWait: 50, IRQ: 60, SoftIRQ: 70, Steal: 80}
+	if err != nil || got != want {
+		t.Errorf("ParseProcStat() = %+v, %v, want %+v", got, err, want)
+	}
+	for _, bad := range []string{"", "cpu  x 1\n", "intr 1\n"} {
+		if _, err := ParseProcStat([]byte(bad)); err == nil {
+			t.Errorf("ParseProcStat(%q) = nil error", bad)
+		}
+	}
+}
+
+func TestPortPath(t *testing.T) {
+	sys := t.TempDir()
+	for port, name := range map[string]string{"vport0p1": "other", "vport1p1": PortName} {
+		d := filepath.Join(sys, "class/virtio-ports", port)
+		if err := mkdirWrite(d, name+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := PortPath(sys, PortName)
+	if err != nil || got != "/dev/vport1p1" {
+		t.Errorf("PortPath() = %q, %v, want /dev/vport1p1", got, err)
+	}
+	if _, err := PortPath(sys, "missing"); err == nil {
+		t.Errorf("PortPath(missing) = nil error")
+	}
+}
