@@ -228,6 +228,13 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 			dev.FD = os.Stdin // placeholder: -print only shows fd numbers
 		}
 		cfg.Devices = append(cfg.Devices, dev)
+		// The first instance's guest agent channel, when vgpud serves one
+		// (<uuid>.agent.sock next to the QEMU socket; docs/agent-channel.md).
+		if agentSock := strings.TrimSuffix(info.Socket, ".sock") + ".agent.sock"; i == 0 {
+			if _, err := os.Stat(agentSock); err == nil {
+				cfg.AgentSocket = agentSock
+			}
+		}
 	}
 	fmt.Fprintln(w, "+", cfg.CommandLine())
 	if *print {

@@ -14,6 +14,9 @@ const (
 	DefaultQEMU   = "qemu-system-x86_64"
 	DefaultMemMiB = 256
 	DefaultCPUs   = 1
+	// DefaultAgentPort is the virtio-serial port name the guest agent
+	// opens (guestagent/agent.PortName).
+	DefaultAgentPort = "org.vgpud.agent.0"
 	// BaseAppend starts every kernel command line: the console on the
 	// first serial port (captured by Start) and a reboot on panic, which
 	// -no-reboot turns into QEMU exiting.
@@ -58,6 +61,13 @@ type Config struct {
 	// ExtraArgs are appended verbatim after everything else (e.g. a
 	// -chardev for a virtio-serial port).
 	ExtraArgs []string
+	// AgentSocket, if set, attaches the guest agent channel: a
+	// virtio-serial port named AgentPort whose chardev connects to this
+	// Unix socket (vgpud's <uuid>.agent.sock) and reconnects every second
+	// if vgpud restarts (docs/agent-channel.md).
+	AgentSocket string
+	// AgentPort is the port's name in the guest; "" means DefaultAgentPort.
+	AgentPort string
 	// QMPSocket, if set, is the path of a QMP server socket QEMU listens
 	// on (without waiting for a client).
 	QMPSocket string
@@ -99,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	if strings.ContainsAny(c.Append, "\"\n") {
 		errs = append(errs, fmt.Errorf("kernel command line %q: no quotes or newlines", c.Append))
+	}
+	if strings.Contains(c.AgentSocket, ",") || strings.Contains(c.AgentPort, ",") {
+		errs = append(errs, fmt.Errorf("agent socket %q or port %q contains a comma", c.AgentSocket, c.AgentPort))
 	}
 	if strings.Contains(c.QMPSocket, ",") {
 		errs = append(errs, fmt.Errorf("qmp socket path %q contains a comma", c.QMPSocket))
@@ -157,6 +170,16 @@ func (c Config) Args() []string {
 	}
 	for i, d := range c.Devices {
 		args = append(args, "-device", fmt.Sprintf("x-pci-proxy-dev,id=%s,fd=%d", d.ID, firstProxyFD+i))
+	}
+	if c.AgentSocket != "" {
+		port := c.AgentPort
+		if port == "" {
+			port = DefaultAgentPort
+		}
+		args = append(args,
+			"-device", "virtio-serial-pci,id=agentser",
+			"-chardev", "socket,id=agentch,path="+c.AgentSocket+",reconnect=1",
+			"-device", "virtserialport,bus=agentser.0,chardev=agentch,name="+port)
 	}
 	for _, d := range c.ExtraDevices {
 		args = append(args, "-device", d)

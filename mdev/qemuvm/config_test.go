@@ -115,3 +115,20 @@ func TestCommandLine(t *testing.T) {
 		}
 	}
 }
+
+func TestArgsAgentChannel(t *testing.T) {
+	c := Config{Kernel: "k", Initrd: "i", AgentSocket: "/run/vgpud/instances/u.agent.sock"}
+	args := strings.Join(c.Args(), " ")
+	for _, want := range []string{
+		"-device virtio-serial-pci,id=agentser",
+		"-chardev socket,id=agentch,path=/run/vgpud/instances/u.agent.sock,reconnect=1",
+		"-device virtserialport,bus=agentser.0,chardev=agentch,name=" + DefaultAgentPort,
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("Args() = %s, want it to contain %q", args, want)
+		}
+	}
+	if err := (Config{Kernel: "k", Initrd: "i", AgentSocket: "a,b"}).Validate(); err == nil {
+		t.Errorf("Validate(agent socket with a comma) = nil")
+	}
+}
