@@ -131,11 +131,11 @@ func (in *Instance) copy(_ *abi.Command, p abi.Payload) (uint64, error) {
 			if err := gather(in.mem, chunk, buf); err != nil {
 				return 0, err
 			}
-			if err := in.dev.run(in.ctx, in, in.copyWork(n), func() (time.Duration, error) { return 0, in.queue.Write(b.mem, off, buf) }); err != nil {
+			if err := in.dev.run(in.ctx, in, in.chunkWork(n, cp.Length), func() (time.Duration, error) { return 0, in.queue.Write(b.mem, off, buf) }); err != nil {
 				return 0, fmt.Errorf("write buffer %d: %w", cp.Handle, err)
 			}
 		} else {
-			if err := in.dev.run(in.ctx, in, in.copyWork(n), func() (time.Duration, error) { return 0, in.queue.Read(b.mem, off, buf) }); err != nil {
+			if err := in.dev.run(in.ctx, in, in.chunkWork(n, cp.Length), func() (time.Duration, error) { return 0, in.queue.Read(b.mem, off, buf) }); err != nil {
 				return 0, fmt.Errorf("read buffer %d: %w", cp.Handle, err)
 			}
 			if in.stale() {

@@ -400,8 +400,8 @@ func ewma(avg, x float64) float64 {
 
 // budget is the device time a slice of c's long launch may take now: 0
 // when no other client is active (run the launch whole), else the
-// policy's quantum or, for vgpud's policies, the typical request length
-// of the most latency-sensitive other active client, within
+// policy's quantum or, for vgpud's policies, half the typical request
+// length of the most latency-sensitive other active client, within
 // [minSlice, maxSlice].
 func (s *schedCore) budget(c *client, now time.Time) time.Duration {
 	shortest := time.Duration(-1)
@@ -419,7 +419,9 @@ func (s *schedCore) budget(c *client, now time.Time) time.Duration {
 	if s.policy == PolicyTimeslice {
 		return timeQuantum
 	}
-	return min(max(shortest, minSlice), maxSlice)
+	// Half the neighbour's typical turn: it then waits on average a
+	// quarter of its own length for the slice in progress.
+	return min(max(shortest/2, minSlice), maxSlice)
 }
 
 // kernel returns c's average for k, creating it.

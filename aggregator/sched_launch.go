@@ -82,26 +82,28 @@ func (in *Instance) launchKernel(key kernelKey, pr *program, k gpu.Kernel, r gpu
 
 	var next func(remaining uint64) uint64
 	dim, unit, cuttable := sliceDim(r, args)
-	if cuttable && avg.nsPerItem > 0 && time.Duration(avg.nsPerItem*float64(items)) > 2*minSlice && sliceable(pr.source, pr.options) {
+	whole := time.Duration(avg.nsPerItem * float64(items))
+	if cuttable && avg.nsPerItem > 0 && whole > 4*minSlice && sliceable(pr.source, pr.options) {
 		perRow := avg.nsPerItem * float64(items/r.Global[dim])
 		next = func(remaining uint64) uint64 {
 			s.mu.Lock()
 			budget := s.core.budget(s.core.client(in.id), s.now())
 			s.mu.Unlock()
-			if budget <= 0 {
+			// Cut only when the launch is much longer than a slice: a
+			// launch of a few slices gains the neighbour little and
+			// costs a launch overhead per slice.
+			if budget <= 0 || whole <= 4*budget {
 				return remaining
 			}
 			rows := uint64(float64(budget)/max(perRow, 1)) / unit * unit
 			return min(max(rows, unit), remaining)
 		}
 	}
+	// Every slice is presented to the scheduler with the whole launch's
+	// expected length: it is long work, whatever the size of the cut, and
+	// must not win the short-first choice against a short kernel.
 	cost := time.Duration(avg.nanos)
-	total, slices, err := in.runSlices(k, r, args, dim, next, func(rows uint64) time.Duration {
-		if next == nil {
-			return cost
-		}
-		return time.Duration(avg.nsPerItem * float64(items/r.Global[dim]*rows))
-	})
+	total, slices, err := in.runSlices(k, r, args, dim, next, func(uint64) time.Duration { return cost })
 	s.mu.Lock()
 	c := s.core.client(in.id)
 	if slices > 1 {
@@ -149,14 +151,19 @@ func (in *Instance) runSlices(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg, dim i
 	return total, slices, nil
 }
 
-// copyWork is the scheduler's view of a copy of n bytes: its expected
-// device time from the instance's recent copies.
-func (in *Instance) copyWork(n uint64) work {
+// copyWork is the scheduler's view of a copy of n bytes.
+func (in *Instance) copyWork(n uint64) work { return in.chunkWork(n, n) }
+
+// chunkWork is the scheduler's view of a chunk of n bytes of a copy of
+// total bytes: its cost is the whole copy's expected device time (from
+// the instance's recent copies), so that a long copy moved in many chunks
+// counts as long work.
+func (in *Instance) chunkWork(n, total uint64) work {
 	s := in.dev.sched
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.core.client(in.id).kernel(copyKey)
-	return work{cost: time.Duration(a.nsPerItem * float64(n)), bytes: n}
+	return work{cost: time.Duration(a.nsPerItem * float64(total)), bytes: n}
 }
 
 // copyKey keeps the copy speed among an instance's kernel averages (no

@@ -278,7 +278,7 @@ func TestBudget(t *testing.T) {
 	}{
 		{"alone", PolicyFixedShare, -1, 0},
 		{"short neighbour", PolicyFixedShare, 50 * time.Microsecond, minSlice},
-		{"medium neighbour", PolicyEqualShare, time.Millisecond, time.Millisecond},
+		{"medium neighbour", PolicyEqualShare, 2 * time.Millisecond, time.Millisecond},
 		{"long neighbour", PolicyBestEffort, time.Second, maxSlice},
 		{"baseline", PolicyTimeslice, 50 * time.Microsecond, timeQuantum},
 	}
