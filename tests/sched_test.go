@@ -160,4 +160,3 @@ func runSpin(ctx context.Context, inst *mdev.Instance, kernel, initrd string, st
 	}
 	return r, console(), nil
 }
-
