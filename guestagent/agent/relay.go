@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
@@ -34,6 +35,9 @@ type Relay struct {
 func NewRelay(up *Client, path string, log *slog.Logger) (*Relay, error) {
 	if log == nil {
 		log = slog.Default()
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("relay: %w", err)

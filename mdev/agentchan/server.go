@@ -216,14 +216,7 @@ func (s *Server) start(nc *net.UnixConn) {
 	if err != nil {
 		s.log.Warn("peer credentials", "err", err)
 	}
-	c := &conn{s: s, nc: nc, wake: make(chan struct{}, 1), done: make(chan struct{}), pongs: make(chan uint64, maxPongs)}
-	if pid > 0 && s.cfg.NewHinter != nil {
-		if h, err := s.cfg.NewHinter(pid); err != nil {
-			s.log.Warn("no vcpu hints", "pid", pid, "err", err)
-		} else {
-			c.hinter = h
-		}
-	}
+	c := &conn{s: s, nc: nc, pid: pid, wake: make(chan struct{}, 1), done: make(chan struct{}), pongs: make(chan uint64, maxPongs)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -287,12 +280,14 @@ func (s *Server) Close() error {
 
 // conn is one QEMU connection.
 type conn struct {
-	s      *Server
-	nc     *net.UnixConn
-	hinter Hinter
-	wake   chan struct{} // capacity 1: coalesced "something to send"
-	done   chan struct{} // closed by close
-	once   sync.Once
+	s        *Server
+	nc       *net.UnixConn
+	pid      int
+	hinter   Hinter // created lazily: QEMU connects before it starts its vCPU threads
+	hintErrs int
+	wake     chan struct{} // capacity 1: coalesced "something to send"
+	done     chan struct{} // closed by close
+	once     sync.Once
 
 	// Set by the reader, consumed by the writer.
 	hello   atomic.Bool // Hello received: the writer may answer it
@@ -388,7 +383,7 @@ func (c *conn) writeLoop() {
 		if !greeted {
 			v := uint16(c.version.Load())
 			f := uint32(agentmsg.FeatureWatch | agentmsg.FeatureStats)
-			if c.hinter != nil {
+			if c.pid > 0 && c.s.cfg.NewHinter != nil {
 				f |= agentmsg.FeatureHints
 			}
 			buf = agentmsg.Append(buf, &agentmsg.Hello{MinVersion: v, MaxVersion: v, Features: f, Ident: c.s.cfg.Ident})
@@ -402,6 +397,9 @@ func (c *conn) writeLoop() {
 		}
 		for len(c.pongs) > 0 {
 			buf = agentmsg.Append(buf, &agentmsg.Pong{Cookie: <-c.pongs})
+		}
+		if hint && c.hinter == nil {
+			c.newHinter()
 		}
 		if hint && c.hinter != nil {
 			h, ok, err := c.hinter.Hints()
@@ -421,4 +419,21 @@ func (c *conn) writeLoop() {
 			return
 		}
 	}
+}
+
+// newHinter tries to create the connection's hinter; it logs only the
+// first few failures (a VM whose vCPU threads are not up yet).
+func (c *conn) newHinter() {
+	if c.pid <= 0 || c.s.cfg.NewHinter == nil || c.hintErrs >= 100 {
+		return
+	}
+	h, err := c.s.cfg.NewHinter(c.pid)
+	if err != nil {
+		c.hintErrs++
+		if c.hintErrs == 100 {
+			c.s.log.Warn("no vcpu hints", "pid", c.pid, "err", err)
+		}
+		return
+	}
+	c.hinter = h
 }

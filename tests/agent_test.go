@@ -1,0 +1,128 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+)
+
+var (
+	syncOnce sync.Once
+	syncRD   string
+)
+
+// syncGuest returns an initramfs with vgpu-agent and vgpu-sync.
+func syncGuest(t *testing.T) (imagetest.Kernel, string) {
+	t.Helper()
+	k := imagetest.RequireKernel(t)
+	syncOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vgpud-agent-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		syncRD = imagetest.Initramfs(&keepDir{TB: t, dir: dir}, k,
+			"github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-sync")
+	})
+	if syncRD == "" {
+		t.Fatal("initramfs build failed earlier")
+	}
+	return k, syncRD
+}
+
+// syncResult is vgpu-sync's per-mode line.
+type syncResult struct {
+	Mode     string `json:"mode"`
+	Steps    int    `json:"steps"`
+	WaitNs   int64  `json:"wait_ns"`
+	Polled   uint64 `json:"polled"`
+	Blocked  uint64 `json:"blocked"`
+	Checksum uint32 `json:"checksum"`
+}
+
+// TestGuestBlocksThroughAgent: a guest runs vgpu-agent, which owns the
+// virtio-serial port and runs vgpu-sync; vgpu-sync waits for its kernels
+// with Block and Hybrid, woken through the relay and the host's agent
+// channel.
+func TestGuestBlocksThroughAgent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	m := host(t)
+	inst := mustCreate(t, m, "vgpu-small")
+	if inst.AgentSocket() == "" {
+		t.Fatal("instance has no agent socket")
+	}
+	k, initrd := syncGuest(t)
+	f, err := dialProxy(inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), vmTimeout)
+	defer cancel()
+	vm, err := qemuvm.Start(ctx, qemuvm.Config{
+		Kernel: k.Vmlinuz, Initrd: initrd, MemMiB: 512,
+		Append:      "vgpu.run=vgpu-agent vgpu.args=-stats,100ms,/bin/vgpu-sync,-agent,relay,-modes,block+hybrid,-steps,40",
+		Devices:     []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
+		AgentSocket: inst.AgentSocket(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Kill()
+	f.Close()
+	results := map[string]syncResult{}
+	for len(results) < 2 {
+		line, err := vm.WaitLine(ctx, "VGPU-SYNC {")
+		if err != nil {
+			t.Fatalf("no result line: %v\nconsole:\n%s", err, strings.Join(vm.Lines(), "\n"))
+		}
+		var r syncResult
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(line[strings.Index(line, "VGPU-SYNC "):], "VGPU-SYNC ")), &r); err != nil {
+			t.Fatalf("result line %q: %v", line, err)
+		}
+		results[r.Mode] = r
+	}
+	if _, err := vm.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
+		t.Fatalf("guest did not exit 0: %v\nconsole:\n%s", err, strings.Join(vm.Lines(), "\n"))
+	}
+	t.Logf("guest results: %+v", results)
+	b, h := results["block"], results["hybrid"]
+	if b.Steps != 40 || b.Blocked == 0 {
+		t.Errorf("block: %+v, want 40 steps, some blocked through the agent", b)
+	}
+	if h.Steps != 40 || h.Polled+h.Blocked != 40 {
+		t.Errorf("hybrid: %+v, want 40 steps", h)
+	}
+	if b.Checksum == 0 || h.Checksum == 0 {
+		t.Errorf("kernels left no result: block %#x, hybrid %#x", b.Checksum, h.Checksum)
+	}
+	a := inst.Agent()
+	if st := a.Stats(); st.Watches.Load() == 0 || st.Wakeups.Load() == 0 {
+		t.Errorf("host agent channel: %d watches, %d wakeups; want some of each", st.Watches.Load(), st.Wakeups.Load())
+	}
+	if gs, ok := a.GuestStats(); !ok || gs.User+gs.System+gs.Idle == 0 {
+		t.Errorf("host got no guest stats: %+v, %v", gs, ok)
+	}
+	if err := vm.Wait(); err != nil {
+		t.Errorf("qemu: %v", err)
+	}
+}
+
+// dialProxy connects to inst's QEMU socket and returns QEMU's end.
+func dialProxy(inst *mdev.Instance) (*os.File, error) {
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.File()
+}
