@@ -189,7 +189,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	log.Info("serving", "control", sock, "instances", len(m.List()))
-	fmt.Fprintf(stdout, "vgpud ready control=%s\n", sock)
+	ready := "vgpud ready control=" + sock
+	if ms != nil {
+		ready += " metrics=http://" + ms.addr.String() + "/metrics"
+	}
+	fmt.Fprintln(stdout, ready)
 
 	select {
 	case <-ctx.Done():

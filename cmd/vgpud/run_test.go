@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,14 +20,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // startDaemon runs vgpud in-process and returns its control socket once it
 // says it is ready; the daemon stops (and is checked to stop cleanly) at
 // the end of the test.
-func startDaemon(t *testing.T, args ...string) string {
+func startDaemon(t *testing.T, args ...string) (sock, metricsURL string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	runDir := filepath.Join(t.TempDir(), "run")
 	go func() {
-		err := run(ctx, append([]string{"-run-dir", runDir, "-log-level", "warn"}, args...), pw, io.Discard)
+		err := run(ctx, append([]string{"-run-dir", runDir, "-log-level", "warn", "-metrics-addr", "127.0.0.1:0"}, args...), pw, io.Discard)
 		pw.CloseWithError(io.EOF)
 		done <- err
 	}()
@@ -44,11 +45,12 @@ func startDaemon(t *testing.T, args ...string) string {
 	if err != nil {
 		t.Fatalf("daemon did not get ready: %v (%v)", err, <-done)
 	}
-	sock, ok := strings.CutPrefix(strings.TrimSpace(line), "vgpud ready control=")
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "vgpud ready control=")
 	if !ok {
 		t.Fatalf("ready line = %q", line)
 	}
-	return sock
+	sock, metricsURL, _ = strings.Cut(rest, " metrics=")
+	return sock, metricsURL
 }
 
 func TestDaemonServesAPI(t *testing.T) {
@@ -57,7 +59,7 @@ func TestDaemonServesAPI(t *testing.T) {
 		"instances": [{"profile": "p1", "uuid": "11111111-2222-3333-4444-555555555555"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sock := startDaemon(t, "-config", cfg)
+	sock, metricsURL := startDaemon(t, "-config", cfg)
 	c := control.NewClient(sock)
 	ctx := context.Background()
 	insts, err := c.Instances(ctx)
@@ -73,6 +75,15 @@ func TestDaemonServesAPI(t *testing.T) {
 	devs, err := c.Devices(ctx)
 	if err != nil || len(devs) != 1 || devs[0].Instances != 1 {
 		t.Errorf("Devices() = %+v, %v", devs, err)
+	}
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		t.Fatalf("GET %s: %v", metricsURL, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "11111111-2222-3333-4444-555555555555") {
+		t.Errorf("/metrics does not mention the instance:\n%.2000s", body)
 	}
 }
 
@@ -94,6 +105,7 @@ func TestBadConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		args := append([]string{"-run-dir", filepath.Join(dir, "run"), "-config", p}, tt.args...)
+		args = append(args, "-metrics-addr", "")
 		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
 			t.Errorf("%s: run = nil, want an error", tt.name)
 		}
