@@ -177,6 +177,9 @@ func (c Config) Args() []string {
 			port = DefaultAgentPort
 		}
 		args = append(args,
+			// Thread names ("CPU n/TCG") let vgpud find the vCPU threads
+			// for its scheduling hints.
+			"-name", "vgpu-guest,debug-threads=on",
 			"-device", "virtio-serial-pci,id=agentser",
 			"-chardev", "socket,id=agentch,path="+c.AgentSocket+",reconnect=1",
 			"-device", "virtserialport,bus=agentser.0,chardev=agentch,name="+port)

@@ -120,6 +120,7 @@ func TestArgsAgentChannel(t *testing.T) {
 	c := Config{Kernel: "k", Initrd: "i", AgentSocket: "/run/vgpud/instances/u.agent.sock"}
 	args := strings.Join(c.Args(), " ")
 	for _, want := range []string{
+		"-name vgpu-guest,debug-threads=on",
 		"-device virtio-serial-pci,id=agentser",
 		"-chardev socket,id=agentch,path=/run/vgpud/instances/u.agent.sock,reconnect=1",
 		"-device virtserialport,bus=agentser.0,chardev=agentch,name=" + DefaultAgentPort,
