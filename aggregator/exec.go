@@ -59,11 +59,14 @@ func (in *Instance) bufferCreate(_ *abi.Command, p abi.Payload) (uint64, error) 
 	if len(s.buffers) >= maxBuffers {
 		return 0, abi.Errorf(abi.StatusQuotaExceeded, "%d buffers", len(s.buffers))
 	}
-	if bc.Size > in.limits.MaxAlloc {
-		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes over the %d byte limit", bc.Size, in.limits.MaxAlloc)
+	lim := in.Limits()
+	if bc.Size > lim.MaxAlloc {
+		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes over the %d byte limit", bc.Size, lim.MaxAlloc)
 	}
-	if used := s.used.Load(); bc.Size > in.limits.MemBytes-used {
-		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes with %d of %d in use", bc.Size, used, in.limits.MemBytes)
+	// Reserve first, then check: SetProfile may lower the quota meanwhile.
+	if used := s.used.Add(bc.Size); used < bc.Size || used > in.memBytes.Load() {
+		s.used.Add(^(bc.Size - 1))
+		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes with %d of %d in use", bc.Size, used-bc.Size, lim.MemBytes)
 	}
 	var mem gpu.Buffer
 	err := in.dev.run(in.ctx, in, work{}, func() (_ time.Duration, err error) {
@@ -71,12 +74,12 @@ func (in *Instance) bufferCreate(_ *abi.Command, p abi.Payload) (uint64, error) 
 		return 0, err
 	})
 	if err != nil {
+		s.used.Add(^(bc.Size - 1))
 		return 0, fmt.Errorf("allocate %d bytes: %w", bc.Size, err)
 	}
 	nb := &buffer{mem: mem, size: bc.Size, flags: bc.Flags}
 	in.reuseCreated(nb)
 	s.buffers[bc.Handle] = nb
-	s.used.Add(bc.Size)
 	return 0, nil
 }
 

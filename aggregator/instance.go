@@ -52,9 +52,12 @@ type Instance struct {
 	dev    *Device
 	mem    GuestMemory
 	queue  gpu.Queue
-	limits Limits
-	log    *slog.Logger
-	notify func(index uint32)
+	limits Limits // fixed at creation but for the quota below
+	// memBytes and maxAlloc are the live quota (SetMemQuota).
+	memBytes, maxAlloc atomic.Uint64
+	devMaxAlloc        uint64 // the physical device's largest allocation
+	log                *slog.Logger
+	notify             func(index uint32)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -144,19 +147,22 @@ func (d *Device) NewInstance(cfg InstanceConfig) (*Instance, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &Instance{
-		id:     cfg.ID,
-		dev:    d,
-		mem:    cfg.Memory,
-		queue:  q,
-		limits: lim,
-		log:    log.With("instance", cfg.ID),
-		notify: cfg.Notify,
-		ctx:    ctx,
-		cancel: cancel,
-		wake:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
-		state:  newState(),
+		id:          cfg.ID,
+		dev:         d,
+		mem:         cfg.Memory,
+		queue:       q,
+		limits:      lim,
+		devMaxAlloc: d.info.MaxAllocBytes,
+		log:         log.With("instance", cfg.ID),
+		notify:      cfg.Notify,
+		ctx:         ctx,
+		cancel:      cancel,
+		wake:        make(chan struct{}, 1),
+		done:        make(chan struct{}),
+		state:       newState(),
 	}
+	in.memBytes.Store(lim.MemBytes)
+	in.maxAlloc.Store(lim.MaxAlloc)
 	d.instances[cfg.ID] = in
 	d.mu.Unlock()
 	go in.worker()
@@ -167,7 +173,39 @@ func (d *Device) NewInstance(cfg InstanceConfig) (*Instance, error) {
 func (in *Instance) ID() string { return in.id }
 
 // Limits returns the guest-visible limits.
-func (in *Instance) Limits() Limits { return in.limits }
+func (in *Instance) Limits() Limits {
+	in.mu.Lock()
+	l := in.limits
+	in.mu.Unlock()
+	l.MemBytes, l.MaxAlloc = in.memBytes.Load(), in.maxAlloc.Load()
+	return l
+}
+
+// SetProfile changes the instance's profile name and device memory quota
+// at run time. It fails (abi.StatusBusy) when the instance already holds
+// more than mem. The guest sees the new values in its registers.
+func (in *Instance) SetProfile(name string, mem uint64) error {
+	if mem == 0 {
+		return abi.Errorf(abi.StatusInvalidArgument, "quota 0")
+	}
+	old := in.memBytes.Swap(mem)
+	if used := in.state.used.Load(); used > mem {
+		in.memBytes.Store(old)
+		return abi.Errorf(abi.StatusBusy, "instance holds %d bytes, more than %d", used, mem)
+	}
+	in.maxAlloc.Store(quotaMaxAlloc(mem, in.devMaxAlloc))
+	in.mu.Lock()
+	in.limits.Profile = name
+	in.mu.Unlock()
+	return nil
+}
+
+func quotaMaxAlloc(mem, devMax uint64) uint64 {
+	if devMax != 0 && devMax < mem {
+		return devMax
+	}
+	return mem
+}
 
 // Stats returns the instance's live counters.
 func (in *Instance) Stats() *Stats { return &in.stats }

@@ -265,3 +265,28 @@ func FuzzWalkSG(f *testing.F) {
 		}
 	})
 }
+
+func TestSetProfile(t *testing.T) {
+	d := NewDevice(openGPU(t), nil)
+	g := newTestGuest(t, d, "vm0", 1<<20)
+	g.mustOK(g.run(abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: 600 << 10}, 0, 0))...)
+	if err := g.in.SetProfile("smaller", 512<<10); abi.StatusOf(err) != abi.StatusBusy {
+		t.Errorf("SetProfile(below use) = %v, want busy", err)
+	}
+	if got := g.in.Limits().MemBytes; got != 1<<20 {
+		t.Errorf("quota after a refused change = %d", got)
+	}
+	if r := g.run(abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: 600 << 10}, 0, 0))[0]; r.Status != abi.StatusQuotaExceeded {
+		t.Errorf("over the old quota: %v", r.Status)
+	}
+	if err := g.in.SetProfile("bigger", 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	if l := g.in.Limits(); l.MemBytes != 2<<20 || l.MaxAlloc > 2<<20 || l.Profile != "bigger" {
+		t.Errorf("Limits() after raise = %+v", l)
+	}
+	g.mustOK(g.run(abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: 600 << 10}, 0, 0))...)
+	if used := g.in.MemUsed(); used != 1200<<10 {
+		t.Errorf("MemUsed() = %d", used)
+	}
+}

@@ -26,7 +26,7 @@ var ErrAttached = errors.New("instance already attached to a VM")
 // guest memory map, and at most one attached VM connection at a time.
 type Instance struct {
 	uuid    string
-	profile Profile
+	profile Profile // written holding Manager.mu and mu (SetProfile); read with either
 	device  int
 	created time.Time
 	log     *slog.Logger
@@ -51,7 +51,11 @@ type Instance struct {
 func (i *Instance) UUID() string { return i.uuid }
 
 // Profile returns the instance's vGPU type.
-func (i *Instance) Profile() Profile { return i.profile }
+func (i *Instance) Profile() Profile {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.profile
+}
 
 // Device returns the index of the physical device the instance is on.
 func (i *Instance) Device() int { return i.device }

@@ -35,6 +35,7 @@ commands:
   policy DEVICE [NAME]          show or set a device's scheduling policy
                                 (best-effort, equal-share, fixed-share, timeslice)
   set-share UUID N              an instance's weight under fixed-share
+  set-profile UUID PROFILE      move an instance (VM attached) to another vGPU type
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -88,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return policy(ctx, c, rest, stdout)
 	case "set-share":
 		return setShare(ctx, c, rest, stdout)
+	case "set-profile":
+		return setProfile(ctx, c, rest, stdout)
 	}
 	fs.Usage()
 	return fmt.Errorf("unknown command %q", cmd)

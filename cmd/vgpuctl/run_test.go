@@ -80,6 +80,12 @@ func TestCommands(t *testing.T) {
 			t.Errorf("vm -print = %q, want it to contain %q", out, want)
 		}
 	}
+	if out, err := ctl(t, sock, "set-profile", id, "vgpu-medium"); err != nil || !strings.Contains(out, "vgpu-medium (1024 MiB)") {
+		t.Errorf("set-profile = %q, %v", out, err)
+	}
+	if _, err := ctl(t, sock, "set-profile", id, "no-such-profile"); err == nil {
+		t.Errorf("set-profile to an unknown profile = nil error")
+	}
 	if _, err := ctl(t, sock, "destroy", id); err != nil {
 		t.Fatal(err)
 	}

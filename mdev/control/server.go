@@ -61,6 +61,7 @@ func Handler(m *mdev.Manager) http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	handleSched(mux, m)
+	handleProfile(mux, m)
 	return mux
 }
 
