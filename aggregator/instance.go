@@ -53,7 +53,7 @@ type Instance struct {
 	mem    GuestMemory
 	queue  gpu.Queue
 	limits Limits // fixed at creation but for the quota below
-	// memBytes and maxAlloc are the live quota (SetMemQuota).
+	// memBytes and maxAlloc are the live quota (SetProfile).
 	memBytes, maxAlloc atomic.Uint64
 	devMaxAlloc        uint64 // the physical device's largest allocation
 	log                *slog.Logger
