@@ -20,6 +20,7 @@ import (
 	"github.com/vgpud/vgpud/mdev/agentchan"
 	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/mmio"
+	"github.com/vgpud/vgpud/reuse"
 )
 
 // Errors callers tell apart.
@@ -42,6 +43,9 @@ type Config struct {
 	// <SocketDir>/<uuid>.sock.
 	SocketDir string
 	Logger    *slog.Logger
+	// Reuse configures result reuse (docs/reuse.md); the zero value turns
+	// it on with a private domain per instance.
+	Reuse ReuseConfig
 }
 
 // Manager owns the physical devices' schedulers and all instances.
@@ -50,6 +54,9 @@ type Manager struct {
 	profiles  map[string]Profile
 	socketDir string
 	log       *slog.Logger
+	// reuse is nil when result reuse is off (Config.Reuse.Off).
+	reuse       *reuse.Engine
+	reuseBudget int64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -57,8 +64,9 @@ type Manager struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	instances map[string]*Instance
-	closed    bool
+	instances   map[string]*Instance
+	closed      bool
+	reusePinned map[string]int64 // domain budgets set by the operator
 }
 
 // NewManager validates cfg and returns a Manager with no instances.
@@ -79,6 +87,14 @@ func NewManager(cfg Config) (*Manager, error) {
 		socketDir: cfg.SocketDir,
 		log:       log,
 		instances: make(map[string]*Instance),
+	}
+	if !cfg.Reuse.Off {
+		m.reuseBudget = cfg.Reuse.Budget
+		if m.reuseBudget <= 0 {
+			m.reuseBudget = DefaultReuseBudget
+		}
+		m.reuse = reuse.New(reuse.Config{Budget: m.reuseBudget})
+		m.reusePinned = make(map[string]int64)
 	}
 	for _, p := range profiles {
 		if err := p.Validate(); err != nil {
@@ -125,6 +141,11 @@ type CreateRequest struct {
 	UUID    string `json:"uuid,omitempty"`   // empty: a random UUID
 	Profile string `json:"profile"`          // a profile name
 	Device  *int   `json:"device,omitempty"` // nil: placed by the manager
+	// ReuseDomain puts the instance in an operator-named reuse domain
+	// (shared with the other instances in it); empty: its private domain.
+	ReuseDomain string `json:"reuse_domain,omitempty"`
+	// NoReuse turns result reuse off for the instance.
+	NoReuse bool `json:"no_reuse,omitempty"`
 }
 
 // Create places and starts a new instance.
@@ -169,10 +190,18 @@ func (m *Manager) Create(req CreateRequest) (*Instance, error) {
 		inst.agg.Close()
 		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
+	if m.reuse != nil || req.ReuseDomain != "" {
+		if err := m.applyReuseLocked(inst, ReuseSetting{Domain: req.ReuseDomain, Off: req.NoReuse}); err != nil {
+			m.dropReuseLocked(inst)
+			inst.agg.Close()
+			return nil, fmt.Errorf("create %s: %w", id, err)
+		}
+	}
 	inst.regs = mmio.New(backend{inst.agg})
 	inst.cfg = mmio.NewConfigSpace()
 	if m.socketDir != "" {
 		if err := m.listenLocked(inst); err != nil {
+			m.dropReuseLocked(inst)
 			inst.close()
 			return nil, fmt.Errorf("create %s: %w", id, err)
 		}
@@ -328,6 +357,9 @@ func (m *Manager) Destroy(id string) error {
 	m.mu.Lock()
 	inst, ok := m.instances[id]
 	delete(m.instances, id)
+	if ok {
+		m.dropReuseLocked(inst)
+	}
 	m.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("destroy %s: %w", id, ErrNotFound)
@@ -349,6 +381,9 @@ func (m *Manager) Close() error {
 	m.closed = true
 	insts := m.instances
 	m.instances = map[string]*Instance{}
+	for _, in := range insts {
+		m.dropReuseLocked(in)
+	}
 	m.mu.Unlock()
 	m.cancel()
 	var errs []error

@@ -25,7 +25,7 @@ commands:
   profiles                      vGPU types
   list [-json]                  instances with their counters
   show UUID                     one instance (JSON)
-  create -profile P [-uuid U] [-device N]
+  create -profile P [-uuid U] [-device N] [-reuse-domain D | -no-reuse]
   destroy UUID
   vm -instance UUID[,UUID...] [-kernel K -initrd I -append A -mem MiB -cpus N] [-print]
                                 start a QEMU VM with the instances attached;
@@ -35,6 +35,9 @@ commands:
   policy DEVICE [NAME]          show or set a device's scheduling policy
                                 (best-effort, equal-share, fixed-share, timeslice)
   set-share UUID N              an instance's weight under fixed-share
+  reuse [-json]                 result-reuse domains and counters
+  reuse set UUID DOMAIN|private|off
+  reuse budget DOMAIN BYTES|unpin
   set-profile UUID PROFILE      move an instance (VM attached) to another vGPU type
 `
 
@@ -89,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return policy(ctx, c, rest, stdout)
 	case "set-share":
 		return setShare(ctx, c, rest, stdout)
+	case "reuse":
+		return reuseCmd(ctx, c, rest, stdout, stderr)
 	case "set-profile":
 		return setProfile(ctx, c, rest, stdout)
 	}
@@ -163,13 +168,15 @@ func create(ctx context.Context, c *control.Client, args []string, w, stderr io.
 	profile := fs.String("profile", "", "vGPU type (see vgpuctl profiles)")
 	id := fs.String("uuid", "", "instance UUID (default: random)")
 	dev := fs.Int("device", -1, "physical device index (default: placed by vgpud)")
+	reuseDom := fs.String("reuse-domain", "", "result-reuse domain shared with other instances (default: private)")
+	noReuse := fs.Bool("no-reuse", false, "turn result reuse off for the instance")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *profile == "" {
 		return errors.New("create: -profile is required")
 	}
-	req := mdev.CreateRequest{Profile: *profile, UUID: *id}
+	req := mdev.CreateRequest{Profile: *profile, UUID: *id, ReuseDomain: *reuseDom, NoReuse: *noReuse}
 	if *dev >= 0 {
 		req.Device = dev
 	}

@@ -33,6 +33,9 @@ type Config struct {
 	Instances []mdev.CreateRequest `json:"instances"`
 	LogLevel  string               `json:"log_level"`
 	LogFormat string               `json:"log_format"` // text or json
+	// Reuse configures result reuse: {"off": true} turns it off, "budget"
+	// bounds the bytes of shadow results (default 256 MiB), docs/reuse.md.
+	Reuse mdev.ReuseConfig `json:"reuse"`
 }
 
 type multiFlag []string
@@ -155,6 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Profiles:  cfg.Profiles,
 		SocketDir: filepath.Join(cfg.RunDir, "instances"),
 		Logger:    log,
+		Reuse:     cfg.Reuse,
 	})
 	if err != nil {
 		return err

@@ -62,6 +62,7 @@ func Handler(m *mdev.Manager) http.Handler {
 	})
 	handleSched(mux, m)
 	handleProfile(mux, m)
+	handleReuse(mux, m)
 	return mux
 }
 

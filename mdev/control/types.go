@@ -16,6 +16,7 @@ type InstanceInfo struct {
 	MemUsed     uint64       `json:"mem_used"`
 	Error       string       `json:"error,omitempty"` // latched device error
 	Stats       Stats        `json:"stats"`
+	Reuse       *ReuseInfo   `json:"reuse,omitempty"` // result reuse (reuse.go)
 }
 
 // Stats are an instance's counters.
@@ -59,6 +60,7 @@ func infoOf(in *mdev.Instance) InstanceInfo {
 		RingEnabled: a.RingEnabled(),
 		MemUsed:     a.MemUsed(),
 		Stats:       st,
+		Reuse:       reuseInfoOf(in),
 	}
 	if e, _ := a.Error(); e != abi.StatusOK {
 		info.Error = e.String()
