@@ -27,7 +27,7 @@ type vcpuSample struct {
 // (/proc/PID/task/TID/schedstat) and involuntary switches
 // (/proc/PID/task/TID/sched), summed over the vCPUs:
 //
-//	mean slice  = Δrun / Δslices
+//	mean slice  = Δrun / Δinvoluntary (Δrun if no preemption)
 //	wait        = Δwait / (Δrun + Δwait)
 //	preempted   = Δinvoluntary / Δslices
 //
@@ -173,9 +173,17 @@ func estimate(prev, cur map[int]vcpuSample, period time.Duration) (agentmsg.Hint
 		}
 		return uint32(min(a, b) * 1_000_000 / b)
 	}
+	// The slice that matters is the run until the host takes the CPU
+	// away: runs that end because the vCPU sleeps (halts, waits for
+	// QEMU's main loop) do not end the slice. With no preemption in the
+	// window the slice is at least the whole run time.
+	slice := d.run
+	if d.invol > 0 {
+		slice = d.run / d.invol
+	}
 	return agentmsg.Hints{
 		PeriodNs:    uint64(max(period, 0)),
-		MeanSliceNs: d.run / d.slices,
+		MeanSliceNs: slice,
 		WaitPPM:     ppm(d.wait, d.run+d.wait),
 		PreemptPPM:  ppm(d.invol, d.slices),
 		VCPUs:       uint32(len(cur)),

@@ -44,8 +44,10 @@ func TestEstimate(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("estimate = %v, %v", ok, err)
 	}
-	if h.MeanSliceNs != 1_000_000 || h.WaitPPM != 428571 || h.PreemptPPM != 250_000 || h.VCPUs != 3 || h.PeriodNs != 1e8 {
-		t.Errorf("estimate = %+v, want slice 1ms, wait 428571 ppm, preempt 250000 ppm, 3 vcpus", h)
+	// 4 ms of run time, one preemption: the host takes the CPU away
+	// every 4 ms.
+	if h.MeanSliceNs != 4_000_000 || h.WaitPPM != 428571 || h.PreemptPPM != 250_000 || h.VCPUs != 3 || h.PeriodNs != 1e8 {
+		t.Errorf("estimate = %+v, want slice 4ms, wait 428571 ppm, preempt 250000 ppm, 3 vcpus", h)
 	}
 	if _, ok, _ := estimate(prev, prev, time.Second); ok {
 		t.Errorf("estimate with no progress reported hints")

@@ -51,10 +51,12 @@ type Result struct {
 }
 
 // kernelSrc spins iters times per work item: a short kernel of tunable
-// length.
-const kernelSrc = `__kernel void namd_step(__global float *x, uint iters) {
+// length. The step number makes every launch distinct, so vgpud's result
+// reuse cannot answer it from its table (the loop converges to a fixed
+// point and would otherwise repeat inputs).
+const kernelSrc = `__kernel void namd_step(__global float *x, uint iters, uint step) {
 	size_t i = get_global_id(0);
-	float v = x[i];
+	float v = x[i] + (float)step * 1e-7f;
 	for (uint k = 0; k < iters; k++) v = v * 0.999f + 0.001f;
 	x[i] = v;
 }`
@@ -69,6 +71,10 @@ type Config struct {
 }
 
 var sink float64
+
+// step numbers every launch of the process, across modes: with it no two
+// launches have the same inputs, so result reuse never answers one.
+var step uint32
 
 // cpuStep is the guest-side computation between kernels.
 func cpuStep(iters int) {
@@ -96,7 +102,8 @@ func runMode(d *driver.Device, s *driver.Sync, cfg Config, out io.Writer) (Resul
 	}
 	// Warm up: the first launches build and cache the kernel.
 	for range 3 {
-		if err := d.Launch(p, "namd_step", driver.Range1(cfg.Items, 0), driver.BufferArg(buf), driver.Uint32Arg(cfg.KernelIters)); err != nil {
+		step++
+		if err := d.Launch(p, "namd_step", driver.Range1(cfg.Items, 0), driver.BufferArg(buf), driver.Uint32Arg(cfg.KernelIters), driver.Uint32Arg(step)); err != nil {
 			return Result{}, err
 		}
 		if err := d.FinishSync(s, "step"); err != nil {
@@ -110,7 +117,8 @@ func runMode(d *driver.Device, s *driver.Sync, cfg Config, out io.Writer) (Resul
 	for range cfg.Steps {
 		cpuStep(cfg.CPUIters)
 		t0 := time.Now()
-		if err := d.Launch(p, "namd_step", driver.Range1(cfg.Items, 0), driver.BufferArg(buf), driver.Uint32Arg(cfg.KernelIters)); err != nil {
+		step++
+		if err := d.Launch(p, "namd_step", driver.Range1(cfg.Items, 0), driver.BufferArg(buf), driver.Uint32Arg(cfg.KernelIters), driver.Uint32Arg(step)); err != nil {
 			return Result{}, err
 		}
 		if err := d.Flush(); err != nil {

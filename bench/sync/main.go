@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/image"
+	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/agentchan"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+)
+
+const syncPkg = "github.com/vgpud/vgpud/guestagent/cmd/vgpu-sync"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/sync:", err)
+		os.Exit(1)
+	}
+}
+
+// result is vgpu-sync's line plus what the host saw during that mode.
+type result struct {
+	Mode      string `json:"mode"`
+	Steps     int    `json:"steps"`
+	RuntimeNs int64  `json:"runtime_ns"`
+	LaunchNs  int64  `json:"launch_ns"`
+	WaitNs    int64  `json:"wait_ns"`
+	Polled    uint64 `json:"polled"`
+	Blocked   uint64 `json:"blocked"`
+	Threshold int64  `json:"threshold_ns"`
+	HintSlice int64  `json:"hint_slice_ns"`
+	HintWait  uint32 `json:"hint_wait_ppm"`
+
+	kernelNs, launches uint64 // host: device time and launches during the mode
+	hostNs             int64  // host: wall time between the mode's begin and result lines
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("sync", flag.ContinueOnError)
+	modes := fs.String("modes", "poll+block+hybrid+auto", "sync modes, separated by +")
+	steps := fs.Int("steps", 600, "steps per mode")
+	cpuIters := fs.Int("cpu-iters", 3000, "iterations of each guest CPU step")
+	kernelIters := fs.Int("kernel-iters", 4000, "iterations per work item of each kernel")
+	vcpuCore := fs.Int("vcpu-core", 1, "host core the guest's vCPU thread is pinned to")
+	device := fs.String("device", "pthread", "OpenCL device")
+	verbose := fs.Bool("v", false, "guest console and vgpud logs on stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logLevel := slog.LevelWarn
+	if *verbose {
+		logLevel = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
+
+	dir, err := os.MkdirTemp("", "vgpud-bench-sync-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	k, initrd, err := buildGuest(ctx, dir)
+	if err != nil {
+		return err
+	}
+	d, err := gpu.Open(*device)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: filepath.Join(dir, "sock"), Logger: log})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+
+	guestArgs := fmt.Sprintf("-agent,port,-modes,%s,-steps,%d,-cpu-iters,%d,-kernel-iters,%d", *modes, *steps, *cpuIters, *kernelIters)
+	var all [2][]result
+	for i, contended := range []bool{false, true} {
+		inst, err := m.Create(mdev.CreateRequest{Profile: "vgpu-small"})
+		if err != nil {
+			return err
+		}
+		all[i], err = runGuest(ctx, k, initrd, inst, guestArgs, len(strings.Split(*modes, "+")), *vcpuCore, contended, *verbose)
+		if err != nil {
+			return fmt.Errorf("contended=%v: %w", contended, err)
+		}
+		if err := m.Destroy(inst.UUID()); err != nil {
+			return err
+		}
+	}
+	printTable(stdout, all, *steps, *cpuIters, *kernelIters, *vcpuCore)
+	return nil
+}
+
+func buildGuest(ctx context.Context, dir string) (imagetest.Kernel, string, error) {
+	k, err := imagetest.FindKernel()
+	if err != nil {
+		return k, "", err
+	}
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		return k, "", err
+	}
+	initBin, err := imagetest.BuildStatic(ctx, bin, imagetest.InitPackage)
+	if err != nil {
+		return k, "", err
+	}
+	b, err := imagetest.BuildStatic(ctx, bin, syncPkg)
+	if err != nil {
+		return k, "", err
+	}
+	spec := image.Spec{Init: initBin, Modules: k.Modules,
+		Files: []image.File{{Src: b, Dst: image.BinDir + "/" + path.Base(syncPkg), Mode: 0o755}}}
+	out := filepath.Join(dir, "initramfs.cpio")
+	f, err := os.Create(out)
+	if err != nil {
+		return k, "", err
+	}
+	defer f.Close()
+	if err := image.Build(f, spec); err != nil {
+		return k, "", err
+	}
+	return k, out, f.Close()
+}
+
+// runGuest boots one guest running every mode; with contended, a CPU hog
+// shares the vCPU's core for the whole run.
+func runGuest(ctx context.Context, k imagetest.Kernel, initrd string, inst *mdev.Instance, guestArgs string, nModes, core int, contended, verbose bool) ([]result, error) {
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	f, err := conn.File()
+	conn.Close()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+	defer cancel()
+	cfg := qemuvm.Config{Kernel: k.Vmlinuz, Initrd: initrd, MemMiB: 512,
+		Append:      "vgpu.run=vgpu-sync vgpu.args=" + guestArgs,
+		Devices:     []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
+		AgentSocket: inst.AgentSocket()}
+	if verbose {
+		cfg.SerialLog = os.Stderr
+	}
+	vm, err := qemuvm.Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer vm.Kill()
+	f.Close()
+
+	// The agent channel's peer is QEMU: pin its vCPU thread once it runs.
+	var pid int
+	for pid == 0 {
+		if pid = inst.Agent().PeerPID(); pid == 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-vm.Done():
+				return nil, fmt.Errorf("qemu exited: %s", strings.Join(vm.Lines(), "\n"))
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	if _, err := vm.WaitLine(ctx, "VGPU-INIT run="); err != nil {
+		return nil, err
+	}
+	tids, err := agentchan.VCPUThreads(pid, "")
+	if err != nil || len(tids) == 0 {
+		return nil, fmt.Errorf("vcpu threads of qemu %d: %v %v", pid, tids, err)
+	}
+	var set unix.CPUSet
+	set.Set(core)
+	for _, tid := range tids {
+		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+			return nil, fmt.Errorf("pin vcpu thread %d: %w", tid, err)
+		}
+	}
+	if contended {
+		hog := exec.Command("taskset", "-c", fmt.Sprint(core), "sh", "-c", "while :; do :; done")
+		if err := hog.Start(); err != nil {
+			return nil, fmt.Errorf("cpu hog: %w", err)
+		}
+		defer func() { hog.Process.Kill(); hog.Wait() }()
+	}
+
+	st := inst.Aggregator().Stats()
+	var out []result
+	for range nModes {
+		if _, err := vm.WaitLine(ctx, "VGPU-SYNC-BEGIN "); err != nil {
+			return nil, err
+		}
+		k0, l0, t0 := st.KernelNanos.Load(), st.Launches.Load(), time.Now()
+		line, err := vm.WaitLine(ctx, "VGPU-SYNC {")
+		if err != nil {
+			return nil, err
+		}
+		var r result
+		_, js, _ := strings.Cut(line, "VGPU-SYNC ")
+		if err := json.Unmarshal([]byte(js), &r); err != nil {
+			return nil, fmt.Errorf("result line %q: %w", line, err)
+		}
+		r.kernelNs, r.launches, r.hostNs = st.KernelNanos.Load()-k0, st.Launches.Load()-l0, time.Since(t0).Nanoseconds()
+		out = append(out, r)
+	}
+	if _, err := vm.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
+		return out, err
+	}
+	return out, nil
+}
