@@ -67,7 +67,7 @@ func (in *Instance) reuseDomain() *reuse.Domain {
 	d := rs.dom.Load()
 	if d != rs.cur {
 		for _, b := range in.state.buffers {
-			b.known = false
+			b.known, b.lazy = false, nil
 			b.producer = nil
 		}
 		rs.cur = d
@@ -154,11 +154,26 @@ func (in *Instance) settle(b *buffer, capture bool) {
 	d.Abandon(e)
 }
 
-// reuseCreated sets up a new buffer's reuse state.
+// reuseCreated sets up a new buffer's reuse state. A fresh buffer's
+// content is undefined (docs/ABI.md). In a shared domain it is defined as
+// zeros (written to the device only if a launch runs with it), so that no
+// instance's recorded result carries another's leftover device memory to
+// a third; in a private domain it is whatever the device holds, and
+// nothing is written: a launch that reads it gets an undefined result with
+// reuse off too.
 func (in *Instance) reuseCreated(b *buffer) {
-	if in.reuseDomain() != nil {
-		b.zero, b.known, b.digest = true, true, reuse.Fresh(b.size)
+	if d := in.reuseDomain(); d != nil {
+		b.zero, b.known, b.digest = d.Shared(), true, reuse.Fresh(b.size)
 	}
+}
+
+// contentDigest returns b's digest, hashing a whole upload's bytes the
+// first time it is needed.
+func (in *Instance) contentDigest(d *reuse.Domain, b *buffer) reuse.Digest {
+	if b.lazy != nil {
+		b.digest, b.lazy = d.Content(b.lazy), nil
+	}
+	return b.digest
 }
 
 // reuseFreed is called before b is released.
@@ -183,11 +198,17 @@ func (in *Instance) reuseCopy(cp *abi.Copy, b *buffer, segs []segment) (bool, er
 			if uint64(len(data)) != b.size {
 				data = make([]byte, b.size)
 			}
+			b.lazy = nil // data may be its bytes
 			if err := gather(in.mem, segs, data); err != nil {
+				// The device copy is older than the digest says.
+				b.known = false
 				return true, err
 			}
 			b.host, b.hostUpload = data, true
-			b.digest, b.known = dom.Content(data), true
+			// Hashed only if a launch gets past the sample filter
+			// (reuseBefore); data stays unmodified until the next whole
+			// upload takes it back from spare.
+			b.known, b.lazy = true, data
 			return true, nil
 		}
 		// A partial write: the device copy must be whole first, and the
@@ -196,7 +217,7 @@ func (in *Instance) reuseCopy(cp *abi.Copy, b *buffer, segs []segment) (bool, er
 		if err := in.materialise(b); err != nil {
 			return true, err
 		}
-		b.known = false
+		b.known, b.lazy = false, nil
 		return false, nil
 	}
 	if data, ok := b.hostContent(); ok {
@@ -274,31 +295,49 @@ func (in *Instance) reuseBefore(c *abi.Command, pr *program, d *abi.LaunchDesc, 
 	}
 	rl.eligible = known && kern.NoReuse == "" && c.Flags&abi.FlagNondeterministic == 0 &&
 		pr.flags&abi.FlagNondeterministic == 0
-	if rl.eligible {
-		kb := reuse.NewKey(in.limits.DeviceName, pr.digest, d.Kernel)
-		kb.Range(r.Dims, r.Offset, r.Global, r.Local)
-		for i, a := range d.Args {
-			switch a.Kind {
-			case abi.ArgScalar:
-				rl.eligible = rl.eligible && kern.Args[i] == reuse.ArgScalar
-				kb.Scalar(a.Bytes)
-			case abi.ArgLocal:
-				rl.eligible = rl.eligible && kern.Args[i] == reuse.ArgLocal
-				kb.Local(uint64(a.Local))
-			case abi.ArgBuffer:
-				b := rl.bufs[i]
-				if !b.known || kern.Args[i] == reuse.ArgScalar || kern.Args[i] == reuse.ArgLocal {
-					rl.eligible = false
-				}
-				kb.Buffer(b.size, b.flags, b.digest, first[b])
-			}
+	lazy := false
+	for i, a := range d.Args {
+		switch a.Kind {
+		case abi.ArgScalar:
+			rl.eligible = rl.eligible && kern.Args[i] == reuse.ArgScalar
+		case abi.ArgLocal:
+			rl.eligible = rl.eligible && kern.Args[i] == reuse.ArgLocal
+		case abi.ArgBuffer:
+			b := rl.bufs[i]
+			rl.eligible = rl.eligible && b.known && kern.Args[i] != reuse.ArgScalar && kern.Args[i] != reuse.ArgLocal
+			lazy = lazy || b.lazy != nil
 		}
-		rl.key = kb.Sum()
 	}
 	if !rl.eligible {
 		in.state.rs.stats.Skipped.Add(1)
 		rl.dom.Stats.Skipped.Add(1)
-	} else if e, ok := rl.dom.Probe(rl.key); ok {
+		return rl, false, in.prepareRun(rl)
+	}
+	// The sample filter: while some input's digest would cost a pass over
+	// its bytes, hash only if the launch's sample key (the key with
+	// samples in place of those digests) was seen before. A launch whose
+	// sample key is new has a new key too, so it can neither hit nor have
+	// been seen: it runs unrecorded and its outputs' digests are unknown.
+	// A repeated sample key is taken as the launch repeating: it is
+	// recorded when it misses (the second occurrence pays, the third
+	// hits). Launches whose digests are all known (chained, or fresh
+	// buffers) skip the filter: their key costs no pass over data.
+	if lazy {
+		sk := in.launchKey(pr, d, r, rl.bufs, first, func(b *buffer) reuse.Digest {
+			if b.lazy != nil {
+				return rl.dom.Sample(b.lazy)
+			}
+			return b.digest
+		})
+		if !rl.dom.Seen(sk) {
+			rl.eligible = false
+			in.state.rs.stats.Misses.Add(1)
+			rl.dom.Stats.Misses.Add(1)
+			return rl, false, in.prepareRun(rl)
+		}
+	}
+	rl.key = in.launchKey(pr, d, r, rl.bufs, first, func(b *buffer) reuse.Digest { return in.contentDigest(rl.dom, b) })
+	if e, ok := rl.dom.Probe(rl.key); ok {
 		in.state.rs.stats.Hits.Add(1)
 		in.state.rs.stats.DeviceNanos.Add(uint64(e.DeviceTime))
 		for i := range e.Outputs {
@@ -306,25 +345,48 @@ func (in *Instance) reuseBefore(c *abi.Command, pr *program, d *abi.LaunchDesc, 
 			b := rl.bufs[o.Arg]
 			b.producer, b.prodDom = nil, nil // its device copy keeps an older output; not captured
 			in.dropHost(b)
-			b.host, b.digest, b.known = o.Data(), o.Digest, true
+			b.host, b.digest, b.known, b.lazy = o.Data(), o.Digest, true, nil
 		}
 		return rl, true, nil
-	} else {
-		in.state.rs.stats.Misses.Add(1)
 	}
-	// The kernel runs: every argument's device copy must be current, and
-	// the outputs about to be overwritten are captured or given up.
+	in.state.rs.stats.Misses.Add(1)
+	return rl, false, in.prepareRun(rl)
+}
+
+// launchKey forms the key of launch d of pr over r, naming each buffer
+// argument by digest(buffer).
+func (in *Instance) launchKey(pr *program, d *abi.LaunchDesc, r gpu.NDRange, bufs []*buffer, first map[*buffer]int, digest func(*buffer) reuse.Digest) reuse.Key {
+	kb := reuse.NewKey(in.limits.DeviceName, pr.digest, d.Kernel)
+	kb.Range(r.Dims, r.Offset, r.Global, r.Local)
+	for i, a := range d.Args {
+		switch a.Kind {
+		case abi.ArgScalar:
+			kb.Scalar(a.Bytes)
+		case abi.ArgLocal:
+			kb.Local(uint64(a.Local))
+		case abi.ArgBuffer:
+			b := bufs[i]
+			kb.Buffer(b.size, b.flags, digest(b), first[b])
+		}
+	}
+	return kb.Sum()
+}
+
+// prepareRun makes the device ready for a launch that runs: the outputs
+// about to be overwritten are captured or given up, and every argument's
+// device copy is made current.
+func (in *Instance) prepareRun(rl reuseLaunch) error {
 	for _, i := range rl.written {
 		in.settle(rl.bufs[i], true)
 	}
 	for _, b := range rl.bufs {
 		if b != nil {
 			if err := in.materialise(b); err != nil {
-				return rl, false, err
+				return err
 			}
 		}
 	}
-	return rl, false, nil
+	return nil
 }
 
 func containsArg(idx []int, bufs []*buffer, b *buffer) bool {
@@ -343,7 +405,7 @@ func (in *Instance) reuseAfter(rl reuseLaunch, t time.Duration, err error) {
 	}
 	if err != nil || !rl.eligible {
 		for _, i := range rl.written {
-			rl.bufs[i].known = false
+			rl.bufs[i].known, rl.bufs[i].lazy = false, nil
 		}
 		return
 	}
@@ -357,7 +419,7 @@ func (in *Instance) reuseAfter(rl reuseLaunch, t time.Duration, err error) {
 	}
 	for j, i := range rl.written {
 		b := rl.bufs[i]
-		b.digest, b.known = reuse.OutputDigest(rl.key, i), true
+		b.digest, b.known, b.lazy = reuse.OutputDigest(rl.key, i), true, nil
 		if e != nil {
 			b.producer, b.prodDom, b.outIdx = e, rl.dom, j
 			in.settleEarly(b)

@@ -268,9 +268,14 @@ func TestReuseHitsChain(t *testing.T) {
 		dom      func(g *testGuest) *reuse.Domain
 		wantHits uint64
 	}{
+		// The upload is new: the sample filter runs the job unrecorded.
 		{"first", func(*testGuest) *reuse.Domain { return dom }, 0},
+		// Its sample repeats: both launches are recorded; the second's
+		// output is captured by the download.
+		{"second", func(*testGuest) *reuse.Domain { return dom }, 0},
 		// The first launch is cheap next to reading its output back, so its
-		// result is captured only by a download, which this job never does.
+		// result is captured only by a download, which this job never does:
+		// it runs again, and the second launch hits.
 		{"same domain", func(*testGuest) *reuse.Domain { return dom }, 1},
 		{"private", func(g *testGuest) *reuse.Domain { return eng.Private(g.in.ID()) }, 0},
 	}

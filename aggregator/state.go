@@ -31,11 +31,12 @@ type buffer struct {
 	// Result reuse (reuse.go). Zero values: content unknown, the device
 	// copy current.
 	digest     reuse.Digest
-	known      bool         // digest describes the content
+	known      bool         // digest describes the content (once computed)
+	lazy       []byte       // if set, digest is not computed yet: it is the content digest of these bytes (the last whole upload)
 	host       []byte       // content not yet on the device; immutable
 	hostUpload bool         // host is a pending upload (not a shadow result)
 	spare      []byte       // a former pending upload's bytes, reused by the next one
-	zero       bool         // content defined as zeros, not yet on the device
+	zero       bool         // content defined as zeros, not yet on the device (shared domains)
 	producer   *reuse.Entry // uncaptured recorded output the device copy holds
 	prodDom    *reuse.Domain
 	outIdx     int

@@ -31,6 +31,7 @@ const (
 	tagFast     = 'f'
 	tagOutput   = 'o'
 	tagFresh    = 'z'
+	tagSample   = 's'
 	tagProgram  = 'p'
 	tagLaunch   = 'l'
 	keyVersion  = 1
@@ -60,8 +61,45 @@ func fastDigest(data []byte, seed uint64) Digest {
 	return d
 }
 
-// Fresh is the digest of a freshly created buffer of size bytes whose
-// content the caller defines as all zeros.
+// sampleWindows and sampleWindow shape SampleDigest: data up to
+// sampleWindows*sampleWindow*16 bytes is hashed whole.
+const (
+	sampleWindows = 64
+	sampleWindow  = 64
+)
+
+// SampleDigest is a fingerprint of data that reads only 64 windows of 64
+// bytes spread evenly over it (all of data up to 64 KiB), XXH3-128 under
+// seed. Equal data give equal samples, so data whose sample was never seen
+// was never seen either; different data may share a sample. It is a
+// filter in front of hashing, never a name for content: a forged sample
+// collision only makes vgpud hash the data.
+func SampleDigest(data []byte, seed uint64) Digest {
+	n := len(data)
+	var d Digest
+	d[0] = tagSample
+	d[1] = fastVersion
+	binary.LittleEndian.PutUint64(d[24:], uint64(n))
+	if n <= sampleWindows*sampleWindow*16 {
+		u := xxh3.Hash128Seed(data, seed)
+		binary.LittleEndian.PutUint64(d[8:], u.Hi)
+		binary.LittleEndian.PutUint64(d[16:], u.Lo)
+		return d
+	}
+	var buf [sampleWindows * sampleWindow]byte
+	for i := 0; i < sampleWindows; i++ {
+		at := (n - sampleWindow) / (sampleWindows - 1) * i
+		copy(buf[i*sampleWindow:], data[at:at+sampleWindow])
+	}
+	u := xxh3.Hash128Seed(buf[:], seed)
+	binary.LittleEndian.PutUint64(d[8:], u.Hi)
+	binary.LittleEndian.PutUint64(d[16:], u.Lo)
+	return d
+}
+
+// Fresh is the digest of a freshly created buffer of size bytes that was
+// never written: the caller defines its content (zeros in a shared
+// domain; in a private one, whatever the device left, docs/reuse.md).
 func Fresh(size uint64) Digest {
 	var b [9]byte
 	b[0] = tagFresh

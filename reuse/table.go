@@ -26,6 +26,10 @@ const DefaultBudget = 256 << 20
 // that many tiny results cannot grow the index without bound.
 const maxEntries = 1 << 16
 
+// maxSeen bounds the keys a domain remembers having missed once (32 bytes
+// each plus the index: about 6 MiB at most).
+const maxSeen = 1 << 16
+
 // Config configures an Engine.
 type Config struct {
 	// Budget is each domain's default byte budget for shadow results.
@@ -183,6 +187,7 @@ type Domain struct {
 	mu sync.Mutex
 	// Guarded by mu.
 	lru    *simplelru.LRU[Key, *Entry]
+	seen   *simplelru.LRU[Key, struct{}] // keys missed once and not recorded
 	bytes  int64
 	budget int64
 	users  int
@@ -195,6 +200,7 @@ func newDomain(name string, shared bool, budget int64) *Domain {
 	}
 	d := &Domain{name: name, shared: shared, seed: binary.LittleEndian.Uint64(b[:]), budget: budget}
 	d.lru, _ = simplelru.NewLRU[Key, *Entry](maxEntries, d.onEvict) // size > 0: no error
+	d.seen, _ = simplelru.NewLRU[Key, struct{}](maxSeen, nil)
 	return d
 }
 
@@ -297,6 +303,26 @@ func (d *Domain) Probe(k Key) (*Entry, bool) {
 	return nil, false
 }
 
+// Seen reports whether k was looked up with Seen before (among the last
+// 65536 such keys) and remembers it. The aggregator records a launch only
+// when its key (or its sample key, SampleKey) repeats: recording costs a
+// read of the results and hashing the inputs costs a pass over them,
+// which a workload that never repeats should not pay.
+func (d *Domain) Seen(k Key) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.seen.Contains(k) {
+		d.seen.Get(k) // refresh
+		return true
+	}
+	d.seen.Add(k, struct{}{})
+	return false
+}
+
+// Sample returns a cheap fingerprint of data (see SampleDigest) under
+// the domain's seed.
+func (d *Domain) Sample(data []byte) Digest { return SampleDigest(data, d.seed) }
+
 // Record adds a launch that just ran with key k and device time t, whose
 // written buffers are outs (Arg, Size set; Digest is filled in). It
 // replaces any entry under k and returns nil if the results cannot fit the
@@ -363,4 +389,5 @@ func (d *Domain) Purge() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.lru.Purge()
+	d.seen.Purge()
 }
