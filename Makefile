@@ -48,8 +48,13 @@ fuzz:
 demo: build guest
 	scripts/demo.sh
 
+# Every benchmark table (bench/README.md); each compares against a baseline
+# measured in the same run.
 bench: build guest
 	$(GO) run ./bench/datapath
+	$(GO) run ./bench/sched
+	$(GO) run ./bench/reuse
+	$(GO) run ./bench/sync
 
 clean:
 	rm -rf build

@@ -10,7 +10,7 @@ bin=build/bin
 run=$(mktemp -d /tmp/vgpud-demo.XXXXXX)
 export VGPUD_SOCKET=$run/control.sock
 
-"$bin/vgpud" -run-dir "$run" >"$run/vgpud.out" 2>"$run/vgpud.log" &
+"$bin/vgpud" -run-dir "$run" -metrics-addr 127.0.0.1:0 >"$run/vgpud.out" 2>"$run/vgpud.log" &
 vgpud=$!
 cleanup() {
 	kill "$vgpud" 2>/dev/null || true
@@ -54,8 +54,14 @@ for v in a b; do
 	awk '/VGPU-INIT run=/ { on = 1 } on && !/VGPU-RESULT/' "$run/$v.log"
 done
 echo
-echo "== what vgpud saw"
-"$bin/vgpuctl" list
+echo "== what vgpud saw (vgpuctl stats)"
+"$bin/vgpuctl" stats
+metrics=$(sed -n 's/.* metrics=\([^ ]*\).*/\1/p' "$run/vgpud.out")
+if [[ -n $metrics ]] && command -v curl >/dev/null; then
+	echo
+	echo "== a few Prometheus series from $metrics"
+	curl -s "$metrics" | grep -E '^vgpud_instance_(commands|kernel_seconds|copied_bytes)_total' | head -6 || true
+fi
 for v in a b; do
 	grep -q 'VGPU-RESULT {.*"fail":0' "$run/$v.log" || { echo "VM $v: suite failed" >&2; status=1; }
 done
