@@ -1,6 +1,7 @@
 // Command vgpu-suite runs inside a guest: it finds the vGPU on the PCI bus,
 // opens it with the guest driver and runs the correctness suite (-mode
-// suite) or the hostile-guest run (-mode hostile). It prints a report and a
+// suite), the hostile-guest run (-mode hostile) or the suite -repeat times
+// with the same inputs (-mode reuse, for result reuse). It prints a report and a
 // machine-readable "VGPU-RESULT {json}" line on stdout and exits 0 only if
 // every case passed. It needs root (pagemap, sysfs, mlock).
 package main
@@ -55,7 +56,8 @@ var openDevice = func(path string) (driver.Registers, driver.Memory, error) {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("vgpu-suite", flag.ContinueOnError)
 	fs.SetOutput(stdout)
-	mode := fs.String("mode", "suite", "what to run: suite or hostile")
+	mode := fs.String("mode", "suite", "what to run: suite, hostile or reuse (the suite -repeat times with the same inputs)")
+	repeat := fs.Int("repeat", 2, "-mode reuse: runs of the suite")
 	device := fs.String("device", "", "sysfs directory of the vGPU (default: search /sys/bus/pci/devices)")
 	var o suite.Options
 	fs.Uint64Var(&o.Seed, "seed", 1, "input seed")
@@ -77,8 +79,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		runSuite = suite.Run
 	case "hostile":
 		runSuite = suite.RunHostile
+	case "reuse":
+		if *repeat < 1 || *repeat > 100 {
+			return fmt.Errorf("-repeat %d: want 1..100", *repeat)
+		}
+		runSuite = repeated(*repeat)
 	default:
-		return fmt.Errorf("-mode %q: want suite or hostile", *mode)
+		return fmt.Errorf("-mode %q: want suite, hostile or reuse", *mode)
 	}
 	level := slog.LevelInfo
 	if *verbose {

@@ -62,3 +62,20 @@ func TestRunHostilePartly(t *testing.T) {
 		t.Errorf("run(hostile) output %q: %+v, %v, want only vector-add-after to fail", out.String(), r, perr)
 	}
 }
+
+func TestRunReuseMode(t *testing.T) {
+	useFake(t)
+	var out bytes.Buffer
+	// The fake has no kernels: launches fail, builds pass, in each run.
+	err := run(context.Background(), []string{"-mode", "reuse", "-repeat", "3", "-vector-n", "64", "-matrix-n", "16", "-reduce-n", "64"}, &out)
+	if !errors.Is(err, errFailed) {
+		t.Fatalf("run(reuse) = %v, want errFailed", err)
+	}
+	r, perr := suite.ParseLine(out.String())
+	if perr != nil || r.Mode != "reuse" || !strings.Contains(out.String(), "build#3") || strings.Contains(out.String(), "#4") {
+		t.Errorf("run(reuse -repeat 3) printed %q: %+v, %v, want three runs", out.String(), r, perr)
+	}
+	if err := run(context.Background(), []string{"-mode", "reuse", "-repeat", "0"}, &out); err == nil || errors.Is(err, errFailed) {
+		t.Errorf("run(-repeat 0) = %v, want a usage error", err)
+	}
+}
