@@ -41,7 +41,8 @@ func TestDocsCoverABI(t *testing.T) {
 	}
 	for _, off := range []int{RegID, RegVersion, RegFeatures, RegStatus, RegMemSizeLo, RegMaxAllocLo, RegComputeUnits,
 		RegMaxRingSlots, RegMaxWorkGroup, RegError, RegErrorCount, RegErrorAck, RegRingBaseLo, RegComplBaseLo,
-		RegRingSlots, RegRingCtrl, RegRingTail, RegRingHead, RegRingDone, RegProfileName, RegDeviceName} {
+		RegRingSlots, RegRingCtrl, RegRingTail, RegRingHead, RegRingDone, RegIntStatus, RegIntEnable, RegProfileName,
+		RegDeviceName} {
 		if !strings.Contains(doc, fmt.Sprintf("0x%03X", off)) && !strings.Contains(doc, fmt.Sprintf("0x%03x", off)) {
 			t.Errorf("docs/ABI.md does not mention register offset %#03x", off)
 		}

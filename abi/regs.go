@@ -5,7 +5,7 @@ package abi
 // whose major version differs from the one it was built for.
 const (
 	VersionMajor = 1
-	VersionMinor = 0
+	VersionMinor = 1
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -57,6 +57,8 @@ const (
 	RegRingTail     = 0x058 // RW: doorbell; producer index (free-running)
 	RegRingHead     = 0x05C // RO: commands fetched (free-running)
 	RegRingDone     = 0x060 // RO: commands completed (free-running)
+	RegIntStatus    = 0x064 // RW1C: Int* bits the device latched (1.1, FeatureINTx)
+	RegIntEnable    = 0x068 // RW: Int* bits that assert INTA# (1.1, FeatureINTx)
 	RegProfileName  = 0x080 // RO: ProfileNameLen bytes, NUL padded
 	RegDeviceName   = 0x0A0 // RO: DeviceNameLen bytes, NUL padded
 
@@ -84,8 +86,25 @@ const (
 	RingCtrlReset = 1 << 1
 )
 
-// RegFeatures bits: none are defined in version 1.0.
-const FeaturesV1 = 0
+// RegFeatures bits (docs/ABI.md "Interrupts").
+const (
+	// FeaturesV1 is what RegFeatures reads in version 1.0: nothing.
+	FeaturesV1 = 0
+	// FeatureINTx (1.1): RegIntStatus and RegIntEnable exist and the device
+	// asserts INTA# while RegIntStatus & RegIntEnable != 0.
+	FeatureINTx = 1 << 0
+	// Features is what this version's RegFeatures reads.
+	Features = FeatureINTx
+)
+
+// RegIntStatus and RegIntEnable bits (1.1). RegIntStatus bits latch
+// whether or not they are enabled; writing 1 to a bit clears it.
+const (
+	// IntCompletion is set each time the device writes a completion record.
+	IntCompletion = 1 << 0
+	// IntAll is every defined bit; others read 0 and are ignored.
+	IntAll = IntCompletion
+)
 
 // Ring geometry (docs/ABI.md "Command ring").
 const (

@@ -3,6 +3,7 @@ package mmio
 import (
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vgpud/vgpud/abi"
 )
@@ -38,6 +39,10 @@ const (
 	cmdWritableBits = CmdIOSpace | CmdMemorySpace | CmdBusMaster | CmdINTxDisable
 )
 
+// StatusINTx is the status register's interrupt status bit (3): the
+// device has an interrupt pending, whatever INTx disable says.
+const StatusINTx = 1 << 3
+
 // bar0AddrMask is the writable part of BAR0: the address bits above the
 // BAR's size. The low 4 bits (memory space, 32-bit, non-prefetchable)
 // read as 0.
@@ -53,6 +58,17 @@ type ConfigSpace struct {
 	mu    sync.Mutex
 	image [ConfigSize]byte
 	wmask [ConfigSize]byte // constant after NewConfigSpace
+	intx  atomic.Pointer[INTx]
+}
+
+// SetINTx connects the header to the device's interrupt line: the command
+// register's INTx disable bit masks it and the status register's interrupt
+// status bit reads its pending state (what uio_pci_generic relies on).
+func (c *ConfigSpace) SetINTx(x *INTx) {
+	c.intx.Store(x)
+	if x != nil {
+		x.setDisabled(c.Command()&CmdINTxDisable != 0)
+	}
 }
 
 // NewConfigSpace returns the header of a freshly reset vGPU.
@@ -88,6 +104,9 @@ func (c *ConfigSpace) Reset() {
 	c.mu.Lock()
 	c.resetLocked()
 	c.mu.Unlock()
+	if x := c.intx.Load(); x != nil {
+		x.setDisabled(false)
+	}
 }
 
 func validCfgAccess(off uint32, size int) bool {
@@ -106,11 +125,20 @@ func (c *ConfigSpace) Read(off uint32, size int) uint32 {
 	if !validCfgAccess(off, size) {
 		return 0xffffffff
 	}
+	var status [2]byte
+	if x := c.intx.Load(); x != nil && x.Pending() {
+		binary.LittleEndian.PutUint16(status[:], StatusINTx)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var v uint32
 	for i := size - 1; i >= 0; i-- {
-		v = v<<8 | uint32(c.image[int(off)+i])
+		o := int(off) + i
+		b := c.image[o]
+		if o >= CfgStatus && o < CfgStatus+2 {
+			b |= status[o-CfgStatus]
+		}
+		v = v<<8 | uint32(b)
 	}
 	return v
 }
@@ -125,12 +153,16 @@ func (c *ConfigSpace) Write(off uint32, size int, v uint32) {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for i := range size {
 		o := int(off) + i
 		b := byte(v >> (8 * i))
 		m := c.wmask[o]
 		c.image[o] = c.image[o]&^m | b&m
+	}
+	disabled := binary.LittleEndian.Uint16(c.image[CfgCommand:])&CmdINTxDisable != 0
+	c.mu.Unlock()
+	if x := c.intx.Load(); x != nil && off <= CfgCommand+1 && int(off)+size > CfgCommand {
+		x.setDisabled(disabled)
 	}
 }
 

@@ -11,7 +11,8 @@ import (
 // doorbells, ring control and error handling to its Backend. It is safe
 // for concurrent use; see the package comment for the lock order.
 type Device struct {
-	b Backend
+	b   Backend
+	irq INTx // the interrupt line (abi.FeatureINTx); its own lock
 
 	mu        sync.Mutex
 	ringBase  uint64
@@ -25,6 +26,11 @@ func New(b Backend) *Device {
 	return &Device{b: b}
 }
 
+// INTx returns the device's interrupt line: the completion hook calls its
+// Signal, the transport attaches with SetSink and calls Resample, and the
+// config space follows INTx disable through ConfigSpace.SetINTx.
+func (d *Device) INTx() *INTx { return &d.irq }
+
 // Reset is a PCI device reset: the backend is reset and every latched
 // register returns to 0.
 func (d *Device) Reset() {
@@ -35,6 +41,7 @@ func (d *Device) Reset() {
 
 func (d *Device) resetLocked() {
 	d.b.Reset()
+	d.irq.reset()
 	d.ringBase, d.complBase, d.slots, d.tail = 0, 0, 0, 0
 }
 
@@ -64,7 +71,7 @@ func (d *Device) read32Locked(off uint32) uint32 {
 	case abi.RegVersion:
 		return abi.Version
 	case abi.RegFeatures:
-		return abi.FeaturesV1
+		return abi.Features
 	case abi.RegStatus:
 		var s uint32
 		if d.b.RingEnabled() {
@@ -115,6 +122,10 @@ func (d *Device) read32Locked(off uint32) uint32 {
 		return d.b.Head()
 	case abi.RegRingDone:
 		return d.b.Done()
+	case abi.RegIntStatus:
+		return d.irq.readStatus()
+	case abi.RegIntEnable:
+		return d.irq.readEnable()
 	}
 	if off >= abi.RegProfileName && off < abi.RegProfileName+abi.ProfileNameLen {
 		return nameWord(d.b.Limits().ProfileName, abi.ProfileNameLen, off-abi.RegProfileName)
@@ -172,6 +183,10 @@ func (d *Device) write32Locked(off, v uint32) {
 		d.slots = v
 	case abi.RegRingCtrl:
 		d.ringCtrlLocked(v)
+	case abi.RegIntStatus:
+		d.irq.ack(v)
+	case abi.RegIntEnable:
+		d.irq.setEnable(v)
 	case abi.RegRingTail:
 		d.tail = v
 		if err := d.b.Doorbell(v); err != nil {

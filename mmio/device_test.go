@@ -46,7 +46,7 @@ func TestReadOnlyRegisters(t *testing.T) {
 	}{
 		{abi.RegID, abi.IDMagic},
 		{abi.RegVersion, abi.Version},
-		{abi.RegFeatures, abi.FeaturesV1},
+		{abi.RegFeatures, abi.Features},
 		{abi.RegStatus, 0},
 		{abi.RegMemSizeLo, 0x2345_6000},
 		{abi.RegMemSizeHi, 1},
@@ -63,7 +63,7 @@ func TestReadOnlyRegisters(t *testing.T) {
 		{abi.RegProfileName + 28, 0},
 		{abi.RegDeviceName, 'p' | 't'<<8 | 'h'<<16 | 'r'<<24},
 		{abi.RegDeviceName + 60, binary.LittleEndian.Uint32([]byte(longName[60:64]))}, // truncated at 64 bytes
-		{0x064, 0}, // unassigned
+		{0x06C, 0}, // unassigned
 		{0xffc, 0}, // unassigned, last word
 	}
 	for _, tt := range tests {
