@@ -48,6 +48,13 @@ func TestFixedShareTwoGuests(t *testing.T) {
 		t.Fatal(err)
 	}
 	insts := []*mdev.Instance{light, heavy}
+	for _, in := range insts {
+		// vgpu-spin repeats one launch: result reuse (on by default) would
+		// answer it from the table and the guests would use no device time.
+		if err := m.SetReuse(in.UUID(), mdev.ReuseSetting{Off: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	type vmOut struct {
 		res     spinResult
