@@ -80,9 +80,6 @@ func (b *buffer) hostContent() ([]byte, bool) {
 	if b.host != nil {
 		return b.host, true
 	}
-	if b.zero {
-		return make([]byte, b.size), true
-	}
 	return nil, false
 }
 
@@ -104,7 +101,7 @@ func (in *Instance) materialise(b *buffer) error {
 		off += n
 	}
 	b.keepSpare()
-	b.host, b.zero, b.hostUpload = nil, false, false
+	b.host, b.hostUpload = nil, false
 	return nil
 }
 
@@ -126,7 +123,7 @@ func (in *Instance) dropHost(b *buffer) {
 		}
 	}
 	b.keepSpare()
-	b.host, b.zero, b.hostUpload = nil, false, false
+	b.host, b.hostUpload = nil, false
 }
 
 // settle is called before the device copy of b changes or goes away
@@ -154,16 +151,14 @@ func (in *Instance) settle(b *buffer, capture bool) {
 	d.Abandon(e)
 }
 
-// reuseCreated sets up a new buffer's reuse state. A fresh buffer's
-// content is undefined (docs/ABI.md). In a shared domain it is defined as
-// zeros (written to the device only if a launch runs with it), so that no
-// instance's recorded result carries another's leftover device memory to
-// a third; in a private domain it is whatever the device holds, and
-// nothing is written: a launch that reads it gets an undefined result with
-// reuse off too.
+// reuseCreated sets up a new buffer's reuse state. A fresh buffer holds
+// zeros (gpu.Queue.Alloc clears it). In a shared domain its digest is
+// known from the start, so launches on fresh outputs can hit across
+// instances; in a private domain it stays unknown, which keeps launches
+// that touch only fresh and unhashed buffers on the cheap path.
 func (in *Instance) reuseCreated(b *buffer) {
-	if d := in.reuseDomain(); d != nil {
-		b.zero, b.known, b.digest = d.Shared(), true, reuse.Fresh(b.size)
+	if d := in.reuseDomain(); d != nil && d.Shared() {
+		b.known, b.digest = true, reuse.Fresh(b.size)
 	}
 }
 
@@ -281,7 +276,7 @@ func (in *Instance) reuseBefore(c *abi.Command, pr *program, d *abi.LaunchDesc, 
 	// candidate and there is nothing to settle, write or forget.
 	idle := true
 	for _, b := range rl.bufs {
-		if b != nil && (b.known || b.host != nil || b.zero || b.producer != nil) {
+		if b != nil && (b.known || b.host != nil || b.producer != nil) {
 			idle = false
 			break
 		}

@@ -36,7 +36,6 @@ type buffer struct {
 	host       []byte       // content not yet on the device; immutable
 	hostUpload bool         // host is a pending upload (not a shadow result)
 	spare      []byte       // a former pending upload's bytes, reused by the next one
-	zero       bool         // content defined as zeros, not yet on the device (shared domains)
 	producer   *reuse.Entry // uncaptured recorded output the device copy holds
 	prodDom    *reuse.Domain
 	outIdx     int

@@ -33,6 +33,9 @@ type Device interface {
 // Queue is an in-order stream of work on a Device. Its methods block until
 // the work is done. A Queue is used by one goroutine at a time.
 type Queue interface {
+	// Alloc returns a buffer of size bytes, all zero: device memory is
+	// recycled between queues (VMs) and must never carry one's data to
+	// another.
 	Alloc(size uint64) (Buffer, error)
 	// Write copies p into b at off.
 	Write(b Buffer, off uint64, p []byte) error

@@ -35,6 +35,16 @@ static cl_int vg_create_buffer(cl_context c, size_t size, cl_mem *out) {
 	return err;
 }
 
+// vg_zero_buffer clears a new buffer before anyone can read it: device
+// memory is recycled between users and must never show one the data of
+// another.
+static cl_int vg_zero_buffer(cl_command_queue q, cl_mem m, size_t size) {
+	const cl_uchar zero = 0;
+	cl_int err = clEnqueueFillBuffer(q, m, &zero, 1, 0, size, 0, NULL, NULL);
+	if (err != CL_SUCCESS) return err;
+	return clFinish(q);
+}
+
 static cl_int vg_create_program(cl_context c, const char *src, size_t len, cl_program *out) {
 	cl_int err = CL_SUCCESS;
 	*out = clCreateProgramWithSource(c, 1, &src, &len, &err);
@@ -433,6 +443,10 @@ func (q *queue) Alloc(size uint64) (Buffer, error) {
 	b := &buffer{owner: q, size: size}
 	if err := clErr("clCreateBuffer", C.vg_create_buffer(q.dev.ctx, C.size_t(size), &b.mem)); err != nil {
 		return nil, fmt.Errorf("alloc %d bytes: %w", size, err)
+	}
+	if err := clErr("clEnqueueFillBuffer", C.vg_zero_buffer(q.q, b.mem, C.size_t(size))); err != nil {
+		C.clReleaseMemObject(b.mem)
+		return nil, fmt.Errorf("alloc %d bytes: clear: %w", size, err)
 	}
 	q.buffers[b] = struct{}{}
 	return b, nil
