@@ -151,14 +151,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		if err != nil {
 			return fmt.Errorf("mmio: %w", err)
 		}
-		t.print(stdout)
+		t.Print(stdout)
 	}
 	if cfg.has(sectionMatmul) {
 		t, err := b.matmulTable(ctx)
 		if err != nil {
 			return fmt.Errorf("matmul: %w", err)
 		}
-		t.print(stdout)
+		t.Print(stdout)
 	}
 	return nil
 }

@@ -11,16 +11,17 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/bench/job"
+	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/guestagent/driver"
 )
 
 // matmulTable runs the job on every path and compares each with the host.
-func (b *bench) matmulTable(ctx context.Context) (*table, error) {
+func (b *bench) matmulTable(ctx context.Context) (*table.Table, error) {
 	s := b.cfg.job
-	t := &table{
-		title: fmt.Sprintf("Virtualization overhead: %d x %d float matmul x %d (upload A, multiply, download C each; ratio to the host)",
+	t := &table.Table{
+		Title: fmt.Sprintf("Virtualization overhead: %d x %d float matmul x %d (upload A, multiply, download C each; ratio to the host)",
 			s.N, s.N, s.Reps),
-		header: []string{"path", "total", "per matmul", "kernel (device)", "overhead/matmul", "vs host", "setup", "totals (min-max)"},
+		Header: []string{"path", "total", "per matmul", "kernel (device)", "overhead/matmul", "vs host", "setup", "totals (min-max)"},
 	}
 	hostRuns, err := b.hostJob(ctx)
 	if err != nil {
@@ -50,7 +51,7 @@ func (b *bench) matmulTable(ctx context.Context) (*table, error) {
 				over = "-" + msCell(host.PerMatMul()-r.PerMatMul())
 			}
 		}
-		t.add(name, msCell(time.Duration(r.TotalNS)), msCell(r.PerMatMul()), msCell(kernel), over,
+		t.Add(name, msCell(time.Duration(r.TotalNS)), msCell(r.PerMatMul()), msCell(kernel), over,
 			ratioCell(float64(r.TotalNS), float64(host.TotalNS)), msCell(time.Duration(r.SetupNS)), spread(runs))
 	}
 	row(hostRow, hostRuns)
@@ -58,17 +59,17 @@ func (b *bench) matmulTable(ctx context.Context) (*table, error) {
 	if b.guest != nil {
 		row("QEMU guest via x-pci-proxy-dev (TCG)", guestRuns)
 	}
-	t.note("same job (bench/job) on every path: upload B, then %d x (upload A (alternating 2 inputs), matmul %dx%d in %dx%d groups, download C);",
+	t.Note("same job (bench/job) on every path: upload B, then %d x (upload A (alternating 2 inputs), matmul %dx%d in %dx%d groups, download C);",
 		s.Reps, s.N, s.N, s.Local, s.Local)
-	t.note("each row is the run with the median total of %d runs on that path (the last column gives the range)", b.cfg.runs)
-	t.note("total excludes setup (program build and buffer allocation); kernel = device time from OpenCL profiling (host) or the completion record")
-	t.note("each path checked %d elements of its last C against a CPU reference", job.Checks)
+	t.Note("each row is the run with the median total of %d runs on that path (the last column gives the range)", b.cfg.runs)
+	t.Note("total excludes setup (program build and buffer allocation); kernel = device time from OpenCL profiling (host) or the completion record")
+	t.Note("each path checked %d elements of its last C against a CPU reference", job.Checks)
 	if len(b.bootTime) > 0 {
 		var ds []string
 		for _, d := range b.bootTime {
 			ds = append(ds, d.Round(100*time.Millisecond).String())
 		}
-		t.note("guest boots (QEMU start to the benchmark program), not in any figure: %v", ds)
+		t.Note("guest boots (QEMU start to the benchmark program), not in any figure: %v", ds)
 	}
 	return t, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
@@ -23,10 +24,10 @@ var vgpuID = fmt.Sprintf("%04x:%04x", abi.VendorID, abi.DeviceID)
 // mmioCost is one row: nanoseconds per write and per read (0: not measured).
 type mmioCost struct{ write, read float64 }
 
-func (b *bench) mmioTable(ctx context.Context) (*table, error) {
-	t := &table{
-		title:  "MMIO cost: one 32-bit BAR0 register access, ns/op (ratio to the same access to QEMU's edu device)",
-		header: []string{"path", "write ns/op", "read ns/op", "write vs edu", "read vs edu"},
+func (b *bench) mmioTable(ctx context.Context) (*table.Table, error) {
+	t := &table.Table{
+		Title:  "MMIO cost: one 32-bit BAR0 register access, ns/op (ratio to the same access to QEMU's edu device)",
+		Header: []string{"path", "write ns/op", "read ns/op", "write vs edu", "read vs edu"},
 	}
 	var edu, proxy mmioCost
 	if b.guest != nil {
@@ -40,7 +41,7 @@ func (b *bench) mmioTable(ctx context.Context) (*table, error) {
 		return nil, err
 	}
 	row := func(name string, c mmioCost) {
-		t.add(name, nsCell(c.write), nsCell(c.read), ratioCell(c.write, edu.write), ratioCell(c.read, edu.read))
+		t.Add(name, nsCell(c.write), nsCell(c.read), ratioCell(c.write, edu.write), ratioCell(c.read, edu.read))
 	}
 	if b.guest != nil {
 		row("edu, emulated in QEMU (guest, TCG)", edu)
@@ -48,12 +49,12 @@ func (b *bench) mmioTable(ctx context.Context) (*table, error) {
 	}
 	row("vGPU via harness (host process, no QEMU)", harness)
 	if b.guest != nil {
-		t.note("guest: vgpu-mmiobench -dev %s -dev %s -n %d in one TCG guest; write = edu 0x04 / vGPU RegErrorAck, read = the ID register",
+		t.Note("guest: vgpu-mmiobench -dev %s -dev %s -n %d in one TCG guest; write = edu 0x04 / vGPU RegErrorAck, read = the ID register",
 			eduID, vgpuID, b.cfg.guestMMIO)
 	} else {
-		t.note("no guest rows (-qemu=false): no edu baseline")
+		t.Note("no guest rows (-qemu=false): no edu baseline")
 	}
-	t.note("harness: %d accesses each through mpqemutest (BAR_WRITE/BAR_READ messages on the instance socket)", b.cfg.harnessMMIO)
+	t.Note("harness: %d accesses each through mpqemutest (BAR_WRITE/BAR_READ messages on the instance socket)", b.cfg.harnessMMIO)
 	return t, nil
 }
 

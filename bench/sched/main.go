@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 )
@@ -126,7 +127,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("calibrate: %w", err)
 	}
 	for _, s := range cfg.sections {
-		var t *table
+		var t *table.Table
 		switch s {
 		case sectionThroughput:
 			t, err = b.throughput(ctx)
@@ -138,7 +139,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		if err != nil {
 			return fmt.Errorf("%s: %w", s, err)
 		}
-		t.print(stdout)
+		t.Print(stdout)
 	}
 	return nil
 }
@@ -205,10 +206,10 @@ func (b *bench) withGuests(shares []uint32, f func([]*guest) error) (err error) 
 
 func (b *bench) setPolicy(p aggregator.Policy) error { return b.mgr.SetPolicy(0, string(p)) }
 
-func (b *bench) throughput(ctx context.Context) (*table, error) {
-	t := &table{
-		title:  fmt.Sprintf("Aggregate throughput: N guests each launching the %v kernel back to back (%s); ratio to 1 guest", b.cfg.mediumT, aggregator.DefaultPolicy),
-		header: []string{"guests", "launches/s", "vs 1 guest", "device busy", "per guest min-max launches/s", "mean queue wait/launch"},
+func (b *bench) throughput(ctx context.Context) (*table.Table, error) {
+	t := &table.Table{
+		Title:  fmt.Sprintf("Aggregate throughput: N guests each launching the %v kernel back to back (%s); ratio to 1 guest", b.cfg.mediumT, aggregator.DefaultPolicy),
+		Header: []string{"guests", "launches/s", "vs 1 guest", "device busy", "per guest min-max launches/s", "mean queue wait/launch"},
 	}
 	if err := b.setPolicy(aggregator.DefaultPolicy); err != nil {
 		return nil, err
@@ -245,7 +246,7 @@ func (b *bench) throughput(ctx context.Context) (*table, error) {
 			if n == b.cfg.guests[0] {
 				base = rate
 			}
-			t.add(fmt.Sprint(n), fmt.Sprintf("%.1f", rate), fmt.Sprintf("%.2fx", rate/base),
+			t.Add(fmt.Sprint(n), fmt.Sprintf("%.1f", rate), fmt.Sprintf("%.2fx", rate/base),
 				fmt.Sprintf("%.0f%%", float64(dev)/float64(el)*100), fmt.Sprintf("%.1f-%.1f", lo, hi),
 				time.Duration(wait/uint64(max(ops, 1))).Round(time.Microsecond).String())
 			return nil
@@ -254,15 +255,15 @@ func (b *bench) throughput(ctx context.Context) (*table, error) {
 			return nil, err
 		}
 	}
-	t.note("device busy = device time charged by the scheduler (kernel profiling) / wall time of the window")
-	t.note("one OpenCL device (PoCL on the host's CPUs) is shared: aggregate throughput should stay flat, not grow")
+	t.Note("device busy = device time charged by the scheduler (kernel profiling) / wall time of the window")
+	t.Note("one OpenCL device (PoCL on the host's CPUs) is shared: aggregate throughput should stay flat, not grow")
 	return t, nil
 }
 
-func (b *bench) fairness(ctx context.Context) (*table, error) {
-	t := &table{
-		title:  fmt.Sprintf("Fairness: two guests launching the %v kernel back to back; Jain's index over device time / weight", b.cfg.mediumT),
-		header: []string{"policy", "weights", "device time A / B", "B's share", "B's share wanted", "Jain (time/weight)"},
+func (b *bench) fairness(ctx context.Context) (*table.Table, error) {
+	t := &table.Table{
+		Title:  fmt.Sprintf("Fairness: two guests launching the %v kernel back to back; Jain's index over device time / weight", b.cfg.mediumT),
+		Header: []string{"policy", "weights", "device time A / B", "B's share", "B's share wanted", "Jain (time/weight)"},
 	}
 	for _, p := range aggregator.Policies {
 		for _, ws := range [][2]uint32{{1, 1}, {1, 3}} {
@@ -279,7 +280,7 @@ func (b *bench) fairness(ctx context.Context) (*table, error) {
 				if p == aggregator.PolicyFixedShare {
 					want = fmt.Sprintf("%.0f%%", float64(ws[1])/float64(ws[0]+ws[1])*100)
 				}
-				t.add(string(p), fmt.Sprintf("%d:%d", ws[0], ws[1]),
+				t.Add(string(p), fmt.Sprintf("%d:%d", ws[0], ws[1]),
 					fmt.Sprintf("%.0f / %.0f ms", a/1e6, bb/1e6), fmt.Sprintf("%.1f%%", bb/(a+bb)*100), want,
 					fmt.Sprintf("%.3f", jain([]float64{a / float64(ws[0]), bb / float64(ws[1])})))
 				return nil
@@ -289,17 +290,17 @@ func (b *bench) fairness(ctx context.Context) (*table, error) {
 			}
 		}
 	}
-	t.note("weights are the instances' shares; only fixed-share honours them, so the other policies' index at 1:3 shows how far an")
-	t.note("unweighted split is from the weighted one (1.0 = device time exactly proportional to the weights)")
+	t.Note("weights are the instances' shares; only fixed-share honours them, so the other policies' index at 1:3 shows how far an")
+	t.Note("unweighted split is from the weighted one (1.0 = device time exactly proportional to the weights)")
 	return t, nil
 }
 
-func (b *bench) interference(ctx context.Context) (*table, error) {
+func (b *bench) interference(ctx context.Context) (*table.Table, error) {
 	policies := []aggregator.Policy{aggregator.DefaultPolicy, aggregator.PolicyTimeslice}
-	t := &table{
-		title: fmt.Sprintf("Interference: a short-kernel guest (%v kernels, launch + wait, back to back) next to another guest; slowdown = its mean latency / alone under the same policy",
+	t := &table.Table{
+		Title: fmt.Sprintf("Interference: a short-kernel guest (%v kernels, launch + wait, back to back) next to another guest; slowdown = its mean latency / alone under the same policy",
 			b.cfg.shortT),
-		header: []string{"neighbour", "policy", "in-vgpud latency", "slowdown", "guest latency", "slowdown", "queue wait", "device time", "neighbour ops/s", "neighbour slices"},
+		Header: []string{"neighbour", "policy", "in-vgpud latency", "slowdown", "guest latency", "slowdown", "queue wait", "device time", "neighbour ops/s", "neighbour slices"},
 	}
 	per := func(ns uint64, r result) string {
 		return time.Duration(ns / uint64(max(r.ops, 1))).Round(time.Microsecond).String()
@@ -317,7 +318,7 @@ func (b *bench) interference(ctx context.Context) (*table, error) {
 			}
 			r := res[0]
 			alone, aloneHost = r.latency, hostLatency(r)
-			t.add("(alone)", string(p), aloneHost.Round(time.Microsecond).String(), "1.00x", r.latency.Round(time.Microsecond).String(), "1.00x",
+			t.Add("(alone)", string(p), aloneHost.Round(time.Microsecond).String(), "1.00x", r.latency.Round(time.Microsecond).String(), "1.00x",
 				per(r.waitNS, r), per(r.devNS, r), "-", "-")
 			return nil
 		})
@@ -337,7 +338,7 @@ func (b *bench) interference(ctx context.Context) (*table, error) {
 				if nb.isCopy() {
 					name = "memory-copy guest"
 				}
-				t.add(name, string(p), hostLatency(r).Round(time.Microsecond).String(), fmt.Sprintf("%.2fx", sd),
+				t.Add(name, string(p), hostLatency(r).Round(time.Microsecond).String(), fmt.Sprintf("%.2fx", sd),
 					r.latency.Round(time.Microsecond).String(), fmt.Sprintf("%.2fx", float64(r.latency)/float64(alone)),
 					per(r.waitNS, r), per(r.devNS, r), fmt.Sprintf("%.1f", float64(res[1].ops)/el.Seconds()), fmt.Sprint(res[1].slices))
 				return nil
@@ -347,15 +348,15 @@ func (b *bench) interference(ctx context.Context) (*table, error) {
 			}
 		}
 	}
-	slices.SortStableFunc(t.rows, func(a, b []string) int { return strings.Compare(rank(a[0]), rank(b[0])) })
-	t.note("in-vgpud latency = queue wait for the device turn + the kernel's profiled device time, per launch of the short guest (what the")
-	t.note("scheduler controls); guest latency = wall time of launch + wait in the guest, which adds a fixed ~0.4 ms of harness round trip")
-	t.note("(doorbell over the socket, worker wake-up, completion poll) to every launch, alone and co-located alike")
-	t.note("%s: long launches are sliced to half the short guest's typical kernel while it is active; the least-served guest goes", aggregator.DefaultPolicy)
-	t.note("first, shorter work first within %v; timeslice (baseline): 1 ms round-robin slices, long launches cut at 1 ms (NVIDIA-like)", time.Millisecond)
-	t.note("long kernel ~%v; copy guest = %d MiB write + %d MiB read, moved in 1 MiB device turns", b.cfg.longT, copyBytes>>20, copyBytes>>20)
+	slices.SortStableFunc(t.Rows, func(a, b []string) int { return strings.Compare(rank(a[0]), rank(b[0])) })
+	t.Note("in-vgpud latency = queue wait for the device turn + the kernel's profiled device time, per launch of the short guest (what the")
+	t.Note("scheduler controls); guest latency = wall time of launch + wait in the guest, which adds a fixed ~0.4 ms of harness round trip")
+	t.Note("(doorbell over the socket, worker wake-up, completion poll) to every launch, alone and co-located alike")
+	t.Note("%s: long launches are sliced to half the short guest's typical kernel while it is active; the least-served guest goes", aggregator.DefaultPolicy)
+	t.Note("first, shorter work first within %v; timeslice (baseline): 1 ms round-robin slices, long launches cut at 1 ms (NVIDIA-like)", time.Millisecond)
+	t.Note("long kernel ~%v; copy guest = %d MiB write + %d MiB read, moved in 1 MiB device turns", b.cfg.longT, copyBytes>>20, copyBytes>>20)
 	for _, p := range policies {
-		t.note("%s in-vgpud slowdowns (long, copy, short): %.2fx %.2fx %.2fx", p, slow[p][0], slow[p][1], slow[p][2])
+		t.Note("%s in-vgpud slowdowns (long, copy, short): %.2fx %.2fx %.2fx", p, slow[p][0], slow[p][1], slow[p][2])
 	}
 	return t, nil
 }
