@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/mdev/agentchan"
 	"github.com/vgpud/vgpud/mdev/guestmem"
@@ -83,9 +84,14 @@ func (i *Instance) AgentSocket() string {
 // Agent returns the instance's agent channel, or nil.
 func (i *Instance) Agent() *agentchan.Server { return i.agent.Load() }
 
-// notify is the aggregator's completion hook: it wakes a guest blocked on
-// the agent channel. It never blocks.
+// notify is the aggregator's completion hook: it latches the completion
+// interrupt cause (INTx through the attached Conn's irqfd when the guest
+// enabled it; docs/ABI.md "Interrupts") and wakes a guest blocked on the
+// agent channel. It never blocks: INTx.Signal takes only the line's own
+// lock and writes a non-blocking eventfd. regs is set before the guest can
+// reach the ring, so before the first completion.
 func (i *Instance) notify(index uint32) {
+	i.regs.INTx().Signal(abi.IntCompletion)
 	if a := i.agent.Load(); a != nil {
 		a.Notify(index)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -227,5 +228,32 @@ func TestMalformedConnection(t *testing.T) {
 	}
 	if rep := suite.Run(context.Background(), bd, suite.Options{VectorN: 4096, ReduceN: 4096}); !rep.OK() {
 		t.Errorf("neighbour:\n%s", rep)
+	}
+}
+
+// TestCompletionRaisesINTx: the aggregator's completion hook reaches the
+// attached VM's irqfd once the guest enables the completion interrupt
+// (docs/ABI.md "Interrupts"; the guest side cannot run under TCG).
+func TestCompletionRaisesINTx(t *testing.T) {
+	m := newManager(t, []Profile{{Name: "p", MemBytes: 16 << 20, Share: 1, MaxPerDevice: 1}})
+	inst, err := m.Create(CreateRequest{Profile: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := attach(t, inst)
+	d := openDriver(t, vm)
+	if n, err := vm.IRQCount(); err != nil || n != 0 {
+		t.Fatalf("IRQCount() with the interrupt disabled = %d, %v, want 0, nil", n, err)
+	}
+	vm.Write32(abi.RegIntStatus, abi.IntCompletion)
+	vm.Write32(abi.RegIntEnable, abi.IntCompletion)
+	if err := d.Finish(); err != nil { // a fence: one command, one completion
+		t.Fatal(err)
+	}
+	if n, err := vm.WaitIRQ(10 * time.Second); err != nil || n == 0 {
+		t.Errorf("WaitIRQ() after a completion = %d, %v, want > 0, nil", n, err)
+	}
+	if got := vm.Read32(abi.RegIntStatus); got&abi.IntCompletion == 0 {
+		t.Errorf("RegIntStatus = %#x, want IntCompletion set", got)
 	}
 }

@@ -26,17 +26,18 @@ var (
 )
 
 // IRQSink raises the device's interrupt (INTx).
-type IRQSink interface {
-	RaiseIRQ() error
-}
+type IRQSink = mmio.IRQSink
 
 // allOnes is what a read that no device answers returns.
 const allOnes = ^uint64(0)
 
 // Conn serves one x-pci-proxy-dev connection for one vGPU instance.
 //
-// Lock order: irqMu is a leaf. Serve's goroutine alone uses wire; the
-// device, config space and memory map have their own locks.
+// Lock order: irqMu is a leaf (the device's INTx calls RaiseIRQ holding
+// its own lock). Serve's goroutine alone uses wire; the device, config
+// space and memory map have their own locks. The resample goroutine
+// (one per SET_IRQFD, stopped before its fds are closed) calls
+// dev.INTx().Resample holding no Conn lock.
 type Conn struct {
 	conn *net.UnixConn
 	dev  *mmio.Device
@@ -52,16 +53,27 @@ type Conn struct {
 	irqMu      sync.Mutex
 	irqFD      int // eventfd QEMU routes to the guest's INTx; -1 if none
 	resampleFD int // eventfd KVM signals on EOI; -1 if none
+	resampler  *resampler
+}
+
+// resampler is the goroutine that waits on one resample eventfd.
+type resampler struct {
+	fd   int // the resample eventfd (owned by Conn)
+	stop int // eventfd written to stop the goroutine (owned by resampler)
+	done chan struct{}
 }
 
 var _ IRQSink = (*Conn)(nil)
 
 // NewConn returns a Conn serving dev, cs and mem on conn. It takes
-// ownership of conn. log may be nil (slog.Default()).
+// ownership of conn. log may be nil (slog.Default()). It connects cs to
+// dev's interrupt line (mmio.ConfigSpace.SetINTx); once QEMU sends
+// SET_IRQFD the Conn is the line's sink until it closes.
 func NewConn(conn *net.UnixConn, dev *mmio.Device, cs *mmio.ConfigSpace, mem *guestmem.Map, log *slog.Logger) *Conn {
 	if log == nil {
 		log = slog.Default()
 	}
+	cs.SetINTx(dev.INTx())
 	return &Conn{conn: conn, dev: dev, cs: cs, mem: mem, log: log, wire: NewWire(conn), irqFD: -1, resampleFD: -1}
 }
 
@@ -195,25 +207,97 @@ func (c *Conn) bar(m Msg) error {
 	return reply(0)
 }
 
+// setIRQFD takes the interrupt and resample eventfds, starts waiting on
+// the resample one, and attaches the Conn to the device's line (asserting
+// it at once if it is high). Earlier fds are closed after their resample
+// goroutine has stopped.
 func (c *Conn) setIRQFD(irq, resample int) {
+	r, err := startResampler(resample, c.dev.INTx(), c.log)
+	if err != nil {
+		c.log.Error("mpqemu: no resample wait; a level interrupt will not be re-asserted after EOI", "err", err)
+	}
 	c.irqMu.Lock()
-	defer c.irqMu.Unlock()
 	if c.closed.Load() {
+		c.irqMu.Unlock()
+		r.shutdown()
 		unix.Close(irq)
 		unix.Close(resample)
 		return
 	}
-	c.closeIRQLocked()
-	c.irqFD, c.resampleFD = irq, resample
+	oldIRQ, oldRes, oldR := c.irqFD, c.resampleFD, c.resampler
+	c.irqFD, c.resampleFD, c.resampler = irq, resample, r
+	c.irqMu.Unlock()
+	closeIRQ(oldIRQ, oldRes, oldR)
+	c.dev.INTx().SetSink(c)
+	if c.closed.Load() {
+		c.dev.INTx().ClearSink(c) // Close ran in between
+	}
 }
 
-func (c *Conn) closeIRQLocked() {
-	for _, fd := range []*int{&c.irqFD, &c.resampleFD} {
-		if *fd >= 0 {
-			unix.Close(*fd)
-			*fd = -1
+// closeIRQ stops r, then closes the fds it waited on.
+func closeIRQ(irq, resample int, r *resampler) {
+	r.shutdown()
+	for _, fd := range []int{irq, resample} {
+		if fd >= 0 {
+			unix.Close(fd)
 		}
 	}
+}
+
+// startResampler starts the goroutine that calls x.Resample each time KVM
+// signals fd (the guest ended the interrupt; the line was deasserted). A
+// nil resampler (on error) is valid and does nothing.
+func startResampler(fd int, x *mmio.INTx, log *slog.Logger) (*resampler, error) {
+	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("resample stop eventfd: %w", err)
+	}
+	r := &resampler{fd: fd, stop: stop, done: make(chan struct{})}
+	go r.loop(x, log)
+	return r, nil
+}
+
+func (r *resampler) loop(x *mmio.INTx, log *slog.Logger) {
+	defer close(r.done)
+	fds := []unix.PollFd{{Fd: int32(r.fd), Events: unix.POLLIN}, {Fd: int32(r.stop), Events: unix.POLLIN}}
+	var b [8]byte
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			log.Error("mpqemu: resample wait", "err", err)
+			return
+		}
+		if fds[1].Revents != 0 {
+			return
+		}
+		if fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
+			log.Error("mpqemu: resample eventfd failed", "revents", fds[0].Revents)
+			return
+		}
+		if fds[0].Revents&unix.POLLIN == 0 {
+			continue
+		}
+		if _, err := unix.Read(r.fd, b[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
+			log.Error("mpqemu: read resample eventfd", "err", err)
+			return
+		}
+		x.Resample()
+	}
+}
+
+// shutdown stops the goroutine and waits for it. It is a no-op on nil.
+func (r *resampler) shutdown() {
+	if r == nil {
+		return
+	}
+	var one [8]byte
+	le.PutUint64(one[:], 1)
+	unix.Write(r.stop, one[:]) // cannot fail short of a closed fd: the counter is far from full
+	<-r.done
+	unix.Close(r.stop)
 }
 
 // RaiseIRQ asserts the device's INTx by signalling the irqfd QEMU sent.
@@ -233,15 +317,19 @@ func (c *Conn) RaiseIRQ() error {
 	return nil
 }
 
-// Close closes the connection and the irqfds; a running Serve returns
+// Close detaches the Conn from the device's line, stops the resample
+// goroutine, closes the connection and the irqfds; a running Serve returns
 // ErrClosed. Close is idempotent and safe to call concurrently.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
 		c.conn.Close()
+		c.dev.INTx().ClearSink(c)
 		c.irqMu.Lock()
-		c.closeIRQLocked()
+		irq, res, r := c.irqFD, c.resampleFD, c.resampler
+		c.irqFD, c.resampleFD, c.resampler = -1, -1, nil
 		c.irqMu.Unlock()
+		closeIRQ(irq, res, r)
 	})
 	return nil
 }

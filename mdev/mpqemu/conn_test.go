@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -333,5 +334,50 @@ func readAll(c *net.UnixConn) ([]byte, error) {
 		if err != nil {
 			return out, err
 		}
+	}
+}
+
+// TestINTxThroughIRQFD: a completion signalled on an enabled line writes
+// the irqfd QEMU sent; the resample eventfd (KVM's EOI) re-asserts it
+// while the guest has not cleared the cause.
+func TestINTxThroughIRQFD(t *testing.T) {
+	vm, d := attach(t)
+	x := d.dev.INTx()
+	x.Signal(abi.IntCompletion) // not enabled: latched only
+	if n, err := vm.IRQCount(); err != nil || n != 0 {
+		t.Fatalf("IRQCount() before enable = %d, %v, want 0, nil", n, err)
+	}
+	vm.Write32(abi.RegIntEnable, abi.IntCompletion) // level rises: asserted
+	if n, err := vm.IRQCount(); err != nil || n != 1 {
+		t.Fatalf("IRQCount() after enable = %d, %v, want 1, nil", n, err)
+	}
+	for i := range 3 { // each EOI while the cause is set asserts again
+		if err := vm.Resample(); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := vm.WaitIRQ(10 * time.Second); err != nil || n != 1 {
+			t.Fatalf("WaitIRQ() after resample %d = %d, %v, want 1, nil", i, n, err)
+		}
+	}
+	if got := vm.Read32(abi.RegIntStatus); got != abi.IntCompletion {
+		t.Errorf("RegIntStatus = %#x, want %#x", got, abi.IntCompletion)
+	}
+	vm.Write32(abi.RegIntStatus, abi.IntCompletion) // W1C: the level falls
+	if x.Level() {
+		t.Errorf("Level() after W1C = true, want false")
+	}
+	x.Signal(abi.IntCompletion) // the next completion rises again
+	if n, err := vm.WaitIRQ(10 * time.Second); err != nil || n != 1 {
+		t.Errorf("WaitIRQ() after the next completion = %d, %v, want 1, nil", n, err)
+	}
+	if r, f := x.Raised(); r != 5 || f != 0 {
+		t.Errorf("Raised() = %d, %d, want 5, 0", r, f)
+	}
+	// Closing the Conn detaches it from the line and stops the resample
+	// goroutine (goleak checks it).
+	d.conn.Close() // returns once the resample goroutine has ended
+	x.Signal(abi.IntCompletion)
+	if _, f := x.Raised(); f != 0 {
+		t.Errorf("Raised() failures after Close = %d, want 0 (sink detached)", f)
 	}
 }

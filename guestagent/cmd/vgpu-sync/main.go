@@ -161,7 +161,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("vgpu-sync", flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	modes := fs.String("modes", "poll,block,hybrid,auto", "sync modes to run, in order, separated by , or +")
-	via := fs.String("agent", "port", "blocking path: port (open the virtio port), relay (vgpu-agent's socket) or none")
+	via := fs.String("agent", "port", "agent channel (hints, and the blocking path with -blocker agent): port (open the virtio port), relay (vgpu-agent's socket) or none")
+	blockVia := fs.String("blocker", "agent", "what blocking waits sleep on: agent (Watch/Completed on the channel) or uio (INTx through uio_pci_generic; KVM hosts only, docs/ABI.md \"Interrupts\")")
 	var cfg Config
 	fs.IntVar(&cfg.Steps, "steps", 300, "steps per mode")
 	fs.IntVar(&cfg.CPUIters, "cpu-iters", 20000, "iterations of each CPU step")
@@ -233,7 +234,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		blocker, hints = ag, ag.SliceHints
 	}
 
-	regs, err := driver.OpenPCI(mustFind())
+	pciDir := mustFind()
+	regs, err := driver.OpenPCI(pciDir)
 	if err != nil {
 		return fmt.Errorf("open vgpu: %w", err)
 	}
@@ -242,6 +244,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("open vgpu: %w", err)
 	}
 	defer d.Close()
+	switch *blockVia {
+	case "agent":
+	case "uio":
+		ub, err := driver.OpenUIOBlocker(pciDir, d.Regs())
+		if err != nil {
+			return fmt.Errorf("-blocker uio: %w", err)
+		}
+		defer ub.Close()
+		blocker = ub
+	default:
+		return fmt.Errorf("-blocker %q: want agent or uio", *blockVia)
+	}
 	for _, m := range ms {
 		s := driver.NewSync(driver.SyncOptions{Mode: m, Blocker: blocker, Hints: hints})
 		r, err := runMode(d, s, cfg, stdout)

@@ -7,7 +7,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -351,6 +353,43 @@ func (v *VM) IRQCount() (uint64, error) {
 		return 0, fmt.Errorf("read irqfd: %w", err)
 	}
 	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// WaitIRQ waits until the device has raised its interrupt (the irqfd's
+// counter is nonzero) and returns the count, like KVM's irqfd would
+// consume it; ErrTimeout-wrapped error after timeout.
+func (v *VM) WaitIRQ(timeout time.Duration) (uint64, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		n, err := v.IRQCount()
+		if err != nil || n > 0 {
+			return n, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return 0, fmt.Errorf("wait irq after %v: %w", timeout, os.ErrDeadlineExceeded)
+		}
+		fds := []unix.PollFd{{Fd: int32(v.irqFD), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, int(left/time.Millisecond)+1); err != nil && !errors.Is(err, unix.EINTR) {
+			return 0, fmt.Errorf("wait irq: %w", err)
+		}
+	}
+}
+
+// Resample signals the resample eventfd, as KVM does when the guest ends
+// the interrupt (EOI) and deasserts the line.
+func (v *VM) Resample() error {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], 1)
+	v.ioMu.Lock()
+	defer v.ioMu.Unlock()
+	if v.closed {
+		return ErrClosed
+	}
+	if _, err := unix.Write(v.resFD, b[:]); err != nil {
+		return fmt.Errorf("write resample eventfd: %w", err)
+	}
+	return nil
 }
 
 // shufflePages builds the allocation order: RAM above 1 MiB in runs of
