@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -63,6 +64,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	kernelIters := fs.Int("kernel-iters", 4000, "iterations per work item of each kernel")
 	vcpuCore := fs.Int("vcpu-core", 1, "host core the guest's vCPU thread is pinned to")
 	device := fs.String("device", "pthread", "OpenCL device")
+	runs := fs.Int("runs", 1, "guest boots per setting; each row is the run with the median runtime of its mode")
 	verbose := fs.Bool("v", false, "guest console and vgpud logs on stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -94,22 +96,52 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	defer m.Close()
 
 	guestArgs := fmt.Sprintf("-agent,port,-modes,%s,-steps,%d,-cpu-iters,%d,-kernel-iters,%d", *modes, *steps, *cpuIters, *kernelIters)
-	var all [2][]result
-	for i, contended := range []bool{false, true} {
-		inst, err := m.Create(mdev.CreateRequest{Profile: "vgpu-small"})
-		if err != nil {
-			return err
-		}
-		all[i], err = runGuest(ctx, k, initrd, inst, guestArgs, len(strings.Split(*modes, "+")), *vcpuCore, contended, *verbose)
-		if err != nil {
-			return fmt.Errorf("contended=%v: %w", contended, err)
-		}
-		if err := m.Destroy(inst.UUID()); err != nil {
-			return err
+	if *runs < 1 {
+		return fmt.Errorf("-runs %d: want at least 1", *runs)
+	}
+	var samples [2][][]result // [setting][run][mode]
+	for run := range *runs {
+		for i, contended := range []bool{false, true} {
+			inst, err := m.Create(mdev.CreateRequest{Profile: "vgpu-small"})
+			if err != nil {
+				return err
+			}
+			rs, err := runGuest(ctx, k, initrd, inst, guestArgs, len(strings.Split(*modes, "+")), *vcpuCore, contended, *verbose)
+			if err != nil {
+				return fmt.Errorf("run %d contended=%v: %w", run, contended, err)
+			}
+			samples[i] = append(samples[i], rs)
+			if err := m.Destroy(inst.UUID()); err != nil {
+				return err
+			}
 		}
 	}
-	printTable(stdout, all, *steps, *cpuIters, *kernelIters, *vcpuCore)
+	var all [2][]result
+	for i := range samples {
+		all[i] = medians(samples[i])
+	}
+	printTable(stdout, all, *steps, *cpuIters, *kernelIters, *vcpuCore, *runs)
 	return nil
+}
+
+// medians returns, per mode, the run whose runtime is the median (the
+// lower middle for an even count) of that mode's runs.
+func medians(runs [][]result) []result {
+	if len(runs) == 0 {
+		return nil
+	}
+	out := make([]result, len(runs[0]))
+	for j := range out {
+		var col []result
+		for _, rs := range runs {
+			if j < len(rs) {
+				col = append(col, rs[j])
+			}
+		}
+		sort.Slice(col, func(a, b int) bool { return col[a].RuntimeNs < col[b].RuntimeNs })
+		out[j] = col[(len(col)-1)/2]
+	}
+	return out
 }
 
 func buildGuest(ctx context.Context, dir string) (imagetest.Kernel, string, error) {

@@ -20,9 +20,9 @@ func notice(r result) int64 {
 	return max(r.WaitNs-int64(r.kernelNs/r.launches), 0)
 }
 
-func printTable(w io.Writer, all [2][]result, steps, cpuIters, kernelIters, core int) {
-	fmt.Fprintf(w, "\nSync: NAMD-like loop in a TCG guest (%d steps/mode, cpu-iters %d, kernel-iters %d), vCPU pinned to host core %d\n\n",
-		steps, cpuIters, kernelIters, core)
+func printTable(w io.Writer, all [2][]result, steps, cpuIters, kernelIters, core, runs int) {
+	fmt.Fprintf(w, "\nSync: NAMD-like loop in a TCG guest (%d steps/mode, cpu-iters %d, kernel-iters %d), vCPU pinned to host core %d; median of %d run(s)\n\n",
+		steps, cpuIters, kernelIters, core, runs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "co-runner\tmode\truntime s\tlaunches/s\tvs best(poll,block)\tdevice util\tlaunch ms\tnotice ms\twait ms\tpolled\tblocked\tthreshold ms\thint slice ms\thint wait\t")
 	for i, rs := range all {

@@ -22,8 +22,12 @@ const (
 	SyncHybrid
 	// SyncAuto is SyncHybrid with a poll budget that covers the key's
 	// spread (T_k plus twice its mean deviation, so a wait that lands just
-	// after the average does not pay a wake-up), and falls back to polling
-	// when no Blocker is available.
+	// after the average does not pay a wake-up), that never blocks when the
+	// Blocker's measured wake-up cost is at least T_k (blocking cannot pay
+	// off: the guest would sleep longer than the kernel runs), and that
+	// falls back to polling when no Blocker is available. The wake-up cost
+	// is measured online from blocked waits; while blocking is ruled out,
+	// one wait in AutoProbeEvery blocks anyway to keep the measure fresh.
 	SyncAuto
 )
 
@@ -75,6 +79,9 @@ const (
 	DefaultMaxPoll       = 20 * time.Millisecond
 	DefaultAlpha         = 0.25
 	DefaultContendedWait = 0.05
+	// AutoProbeEvery is how often SyncAuto blocks, when it otherwise
+	// would not, to re-measure the Blocker's wake-up cost.
+	AutoProbeEvery = 64
 )
 
 // SyncOptions configure a Sync.
@@ -115,8 +122,21 @@ type Sync struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	avg   map[string]*movingAvg
+	avg   map[string]*keyAvg
 	stats WaitStats
+	// wake is the Blocker's wake-up cost: how much longer than expected
+	// (T_k) blocked waits took. sinceBlock counts SyncAuto waits since the
+	// last blocked one.
+	wake       movingAvg
+	sinceBlock int
+}
+
+// keyAvg is what a Sync knows of one key: the moving average of its wait
+// times (T_k, Algorithm 1) and, for SyncAuto, of the waits that polled to
+// the end (the kernel's own time, without a wake-up in it).
+type keyAvg struct {
+	movingAvg
+	polled movingAvg
 }
 
 type movingAvg struct {
@@ -152,7 +172,7 @@ func NewSync(opts SyncOptions) *Sync {
 	if opts.ContendedWait <= 0 {
 		opts.ContendedWait = DefaultContendedWait
 	}
-	return &Sync{opts: opts, avg: map[string]*movingAvg{}}
+	return &Sync{opts: opts, avg: map[string]*keyAvg{}}
 }
 
 // Mode returns the Sync's mode.
@@ -190,6 +210,14 @@ func (s *Sync) Threshold() time.Duration {
 	return min(h.MeanSlice/2, s.opts.MaxPoll)
 }
 
+// WakeCost returns the measured wake-up cost of the Blocker (0 before a
+// wait has blocked).
+func (s *Sync) WakeCost() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Duration(s.wake.mean)
+}
+
 // plan returns how long to poll before blocking for a wait on key; block
 // false means poll until done.
 func (s *Sync) plan(key string) (poll time.Duration, block bool) {
@@ -210,7 +238,25 @@ func (s *Sync) plan(key string) (poll time.Duration, block bool) {
 	if a != nil {
 		tk, dev = time.Duration(a.mean), time.Duration(a.dev)
 	}
+	var polledN uint64
+	if a != nil && mode == SyncAuto {
+		polledN = a.polled.n
+		tk, dev = time.Duration(a.polled.mean), time.Duration(a.polled.dev)
+	}
+	wake, wakeKnown, probe := time.Duration(s.wake.mean), s.wake.n > 0, s.sinceBlock >= AutoProbeEvery
 	s.mu.Unlock()
+	if mode == SyncAuto {
+		if polledN == 0 {
+			// Learn the kernel's own time: a wait that blocked would
+			// have the wake-up in it.
+			return 0, false
+		}
+		if wakeKnown && wake >= tk && !probe {
+			// Blocking cannot pay off: the wake-up alone outlasts the
+			// kernel.
+			return 0, false
+		}
+	}
 	if a == nil {
 		// No history: poll up to the threshold to learn T_k cheaply.
 		return thr, true
@@ -264,8 +310,22 @@ func (s *Sync) Wait(key string, index uint32, done func() bool, timeout time.Dur
 	defer s.mu.Unlock()
 	a := s.avg[key]
 	if a == nil {
-		a = &movingAvg{}
+		a = &keyAvg{}
 		s.avg[key] = a
+	}
+	if polled {
+		a.polled.add(float64(end.Sub(start)), s.opts.Alpha)
+	} else if a.polled.n > 0 {
+		// The wake-up cost: how much longer than the kernel's polled time
+		// this blocked wait took (the kernel's own spread averages out).
+		s.wake.add(max(float64(end.Sub(start))-a.polled.mean, 0), s.opts.Alpha)
+	}
+	if s.opts.Mode == SyncAuto {
+		if polled {
+			s.sinceBlock++
+		} else {
+			s.sinceBlock = 0
+		}
 	}
 	a.add(float64(end.Sub(start)), s.opts.Alpha)
 	s.stats.Waits++

@@ -222,3 +222,41 @@ func TestParseSyncMode(t *testing.T) {
 		t.Errorf("ParseSyncMode(spin) = %v, want ErrInvalid", err)
 	}
 }
+
+// TestSyncAutoWakeCost: under contention a 10 ms kernel exceeds the 2 ms
+// remaining slice, so Hybrid blocks every wait. Auto polls its first wait
+// to learn the kernel's own time; when the blocker's wake-up costs more
+// than the kernel (20 ms), Auto measures that on its first blocked wait
+// and polls from then on, re-probing once every AutoProbeEvery waits; when
+// the wake-up is cheap (300 us) it blocks like Hybrid.
+func TestSyncAutoWakeCost(t *testing.T) {
+	const waits = 2*AutoProbeEvery + 2
+	for _, tc := range []struct {
+		name            string
+		mode            SyncMode
+		latency         time.Duration
+		wantBlocks      int
+		wantWakeAtLeast time.Duration
+	}{
+		{"hybrid, slow wake-up", SyncHybrid, 20 * time.Millisecond, waits, 0},
+		// the first wait polls (learns the kernel), the second blocks
+		// (learns the wake-up), then one probe after AutoProbeEvery
+		// polled waits.
+		{"auto, slow wake-up", SyncAuto, 20 * time.Millisecond, 2, 10 * time.Millisecond},
+		{"auto, cheap wake-up", SyncAuto, 300 * time.Microsecond, waits - 1, 100 * time.Microsecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(tc.mode, contended, true)
+			r.blk.latency = tc.latency
+			for range waits {
+				r.wait(t, "k", 10*time.Millisecond)
+			}
+			if r.blk.calls != tc.wantBlocks {
+				t.Errorf("blocked %d of %d waits, want %d", r.blk.calls, waits, tc.wantBlocks)
+			}
+			if got := r.s.WakeCost(); got < tc.wantWakeAtLeast {
+				t.Errorf("WakeCost() = %v, want at least %v", got, tc.wantWakeAtLeast)
+			}
+		})
+	}
+}
