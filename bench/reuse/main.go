@@ -117,6 +117,18 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if cfg.jobs < 1 || cfg.budget < 1 {
+		return fmt.Errorf("-jobs %d, -budget %d: want positive values", cfg.jobs, cfg.budget)
+	}
+	if cfg.only != "" {
+		known := false
+		for _, b := range benches() {
+			known = known || b.name == cfg.only
+		}
+		if !known {
+			return fmt.Errorf("-only %q: no such kernel", cfg.only)
+		}
+	}
 	for _, f := range strings.Split(*redunds, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || v < 0 || v > 100 {

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/image"
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
 	"github.com/vgpud/vgpud/mdev"
@@ -69,6 +71,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *runs < 1 || *steps < 1 || *cpuIters < 0 || *kernelIters < 1 {
+		return fmt.Errorf("-runs %d, -steps %d, -cpu-iters %d, -kernel-iters %d: want positive values", *runs, *steps, *cpuIters, *kernelIters)
+	}
+	if *vcpuCore < 0 || *vcpuCore >= runtime.NumCPU() {
+		return fmt.Errorf("-vcpu-core %d: this host has cores 0..%d", *vcpuCore, runtime.NumCPU()-1)
+	}
+	for _, m := range strings.Split(*modes, "+") {
+		if _, err := driver.ParseSyncMode(m); err != nil {
+			return fmt.Errorf("-modes: %w", err)
+		}
+	}
 	logLevel := slog.LevelWarn
 	if *verbose {
 		logLevel = slog.LevelInfo
@@ -96,9 +109,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	defer m.Close()
 
 	guestArgs := fmt.Sprintf("-agent,port,-modes,%s,-steps,%d,-cpu-iters,%d,-kernel-iters,%d", *modes, *steps, *cpuIters, *kernelIters)
-	if *runs < 1 {
-		return fmt.Errorf("-runs %d: want at least 1", *runs)
-	}
 	var samples [2][][]result // [setting][run][mode]
 	for run := range *runs {
 		for i, contended := range []bool{false, true} {

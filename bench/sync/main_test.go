@@ -1,0 +1,30 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestRunRejectsBadFlags: bad settings fail before any guest boots.
+func TestRunRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-runs", "0"}, {"-steps", "0"}, {"-kernel-iters", "0"}, {"-vcpu-core", "-1"}, {"-vcpu-core", "4096"},
+		{"-modes", "poll+spin"},
+	} {
+		if err := run(context.Background(), args, &strings.Builder{}); err == nil {
+			t.Errorf("run(%q) = nil error", args)
+		}
+	}
+}
+
+func TestNotice(t *testing.T) {
+	r := result{WaitNs: 3000, kernelNs: 4000, launches: 2}
+	if got := notice(r); got != 1000 {
+		t.Errorf("notice(%+v) = %d, want 1000", r, got)
+	}
+	r = result{WaitNs: 1000, kernelNs: 4000, launches: 1}
+	if got := notice(r); got != 0 {
+		t.Errorf("notice(%+v) = %d, want 0 (never negative)", r, got)
+	}
+}
