@@ -53,17 +53,7 @@ const (
 )
 
 // openDevice finds and maps the vGPU; tests replace it.
-var openDevice = func() (driver.Registers, driver.Memory, error) {
-	p, err := driver.FindPCI()
-	if err != nil {
-		return nil, nil, err
-	}
-	regs, err := driver.OpenPCI(p)
-	if err != nil {
-		return nil, nil, err
-	}
-	return regs, driver.NewPagemapMemory(), nil
-}
+var openDevice = func() (driver.Registers, driver.Memory, error) { return driver.OpenGuest("") }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("vgpu-spin", flag.ContinueOnError)

@@ -35,23 +35,7 @@ func main() {
 var errFailed = errors.New("some cases failed")
 
 // openDevice finds (if path is empty) and maps the vGPU; tests replace it.
-var openDevice = func(path string) (driver.Registers, driver.Memory, error) {
-	if path == "" {
-		p, err := driver.FindPCI()
-		if err != nil {
-			return nil, nil, err
-		}
-		path = p
-	}
-	regs, err := driver.OpenPCI(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	// Keep compaction away from locked DMA pages (best effort: not every
-	// kernel has the knob, and only root may set it).
-	_ = os.WriteFile("/proc/sys/vm/compact_unevictable_allowed", []byte("0"), 0)
-	return regs, driver.NewPagemapMemory(), nil
-}
+var openDevice = driver.OpenGuest
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("vgpu-suite", flag.ContinueOnError)
