@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
@@ -207,6 +208,10 @@ func (in *Instance) programBuild(c *abi.Command, p abi.Payload) (uint64, error) 
 		source:  string(src),
 		options: string(opts),
 		flags:   c.Flags,
+		// A warning can hide a write through a const pointer (an
+		// implicit const-discarding conversion, e.g. vstore on a const
+		// input): such a program's signatures cannot be trusted.
+		warned: strings.Contains(strings.ToLower(log), "warning"),
 	}
 	return 0, nil
 }

@@ -253,6 +253,9 @@ type reuseLaunch struct {
 func (p *program) reuseInfo() *reuse.Program {
 	if p.info == nil {
 		p.info = reuse.ParseProgram(p.source, p.options)
+		if p.warned {
+			p.info = &reuse.Program{Uncertain: "the build log has warnings"}
+		}
 		p.digest = reuse.ProgramDigest(p.source, p.options)
 	}
 	return p.info

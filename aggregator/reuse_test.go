@@ -291,3 +291,47 @@ func TestReuseHitsChain(t *testing.T) {
 		}
 	}
 }
+
+// sneakySource writes through a pointer its signature declares const: the
+// compiler only warns (the vstore discards the qualifier), so reuse must
+// not trust the signature.
+const sneakySource = `__kernel void sneaky(__global const float *in, __global float *out) {
+	size_t i = get_global_id(0);
+	out[i] = in[i] + 1.0f;
+	if (i == 0) vstore4((float4)(42.0f), 0, in);
+}`
+
+// TestReuseDistrustsWarnings: a kernel that writes through a pointer its
+// signature declares const is never reused, so the buffer never keeps a
+// stale digest. Two rules refuse it: the signature reader (a pointer handed
+// to a builtin) and, as a second line for what a reader could miss, the
+// build warning the const-discarding conversion produces.
+func TestReuseDistrustsWarnings(t *testing.T) {
+	d := NewDevice(openGPU(t), nil)
+	t.Cleanup(func() { d.Close() })
+	eng := reuse.New(reuse.Config{})
+	dom, err := eng.Shared("w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make([]float32, 64)
+	for r := 0; r < 3; r++ {
+		g := newTestGuest(t, d, fmt.Sprintf("warn%d", r), 1<<20)
+		g.in.SetReuseDomain(dom)
+		c, _ := g.build(1, sneakySource, 0)
+		getIn, readIn := g.download(1, 256)
+		g.mustOK(g.run(c,
+			abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: 256}, 0, 0),
+			abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: 256}, 0, 0),
+			g.upload(1, floatBytes(in)),
+			g.launch(1, abi.LaunchDesc{WorkDim: 1, GlobalSize: [3]uint64{64}, Kernel: "sneaky", Args: []abi.KernelArg{bufArg(1), bufArg(2)}}),
+			getIn,
+		)...)
+		if got := floats(readIn())[0]; got != 42 {
+			t.Errorf("run %d: in[0] = %v after the kernel wrote 42 through its const pointer", r, got)
+		}
+		if h := g.in.ReuseStats().Hits.Load(); h != 0 {
+			t.Errorf("run %d: %d hits on a program whose build warned", r, h)
+		}
+	}
+}

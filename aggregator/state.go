@@ -46,6 +46,7 @@ type program struct {
 	source  string
 	options string
 	flags   uint16
+	warned  bool           // the build log had warnings: never reused
 	info    *reuse.Program // parsed signatures, on first launch with reuse on (reuse.go)
 	digest  reuse.Digest
 }
