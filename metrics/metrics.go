@@ -41,6 +41,20 @@ var (
 	instMemUsed   = desc("instance_memory_used_bytes", "Device memory held by the instance.", instLabels...)
 	instMemQuota  = desc("instance_memory_quota_bytes", "Device memory quota of the instance.", instLabels...)
 	instAttached  = desc("instance_attached", "1 while a VM is attached.", instLabels...)
+
+	instReuse        = desc("instance_reuse_launches_total", "Launches by result-reuse outcome (hit, miss, skipped, recorded).", append(instLabels, "outcome")...)
+	instReuseBytes   = desc("instance_reuse_saved_bytes_total", "Bytes of results served from the shadow-result table.", instLabels...)
+	instReuseDevice  = desc("instance_reuse_saved_device_seconds_total", "Device time the hits did not spend (the recorded launches' time).", instLabels...)
+	instReuseEvicted = desc("instance_reuse_evictions_total", "Recorded results evicted by the byte budget.", instLabels...)
+
+	domLabels     = []string{"domain", "shared"}
+	domReuse      = desc("reuse_domain_launches_total", "Launches by result-reuse outcome, per reuse domain.", append(domLabels, "outcome")...)
+	domEntries    = desc("reuse_domain_entries", "Recorded results held by the domain.", domLabels...)
+	domBytes      = desc("reuse_domain_bytes", "Bytes of recorded results held by the domain.", domLabels...)
+	domBudget     = desc("reuse_domain_budget_bytes", "Byte budget of the domain.", domLabels...)
+	domUsers      = desc("reuse_domain_instances", "Instances using the domain.", domLabels...)
+	domEvicted    = desc("reuse_domain_evictions_total", "Recorded results evicted by the domain's byte budget.", domLabels...)
+	domSavedBytes = desc("reuse_domain_saved_bytes_total", "Bytes of results served from the domain.", domLabels...)
 )
 
 // Collector reads a Manager's counters at each scrape.
@@ -55,7 +69,9 @@ func NewCollector(m *mdev.Manager) *Collector { return &Collector{m: m} }
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{devInfo, devPolicy, devBusy, devTurns, devInstances,
 		instCommands, instErrors, instBytes, instLaunches, instKernel, instDevice, instWait, instTurns,
-		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached} {
+		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached,
+		instReuse, instReuseBytes, instReuseDevice, instReuseEvicted,
+		domReuse, domEntries, domBytes, domBudget, domUsers, domEvicted, domSavedBytes} {
 		ch <- d
 	}
 }
@@ -116,6 +132,29 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			att = 1
 		}
 		gauge(instAttached, att)
+		r := in.ReuseStats()
+		counter(instReuse, float64(r.Hits), "hit")
+		counter(instReuse, float64(r.Misses), "miss")
+		counter(instReuse, float64(r.Skipped), "skipped")
+		counter(instReuse, float64(r.Recorded), "recorded")
+		counter(instReuseBytes, float64(r.BytesSaved))
+		counter(instReuseDevice, seconds(r.DeviceNanos))
+		counter(instReuseEvicted, float64(r.Evictions))
+	}
+	for _, d := range c.m.ReuseDomains() {
+		lv := []string{d.Name, strconv.FormatBool(d.Shared)}
+		for _, o := range []struct {
+			name string
+			v    uint64
+		}{{"hit", d.Hits}, {"miss", d.Misses}, {"skipped", d.Skipped}, {"recorded", d.Recorded}} {
+			ch <- prometheus.MustNewConstMetric(domReuse, prometheus.CounterValue, float64(o.v), append(lv[:2:2], o.name)...)
+		}
+		ch <- prometheus.MustNewConstMetric(domEntries, prometheus.GaugeValue, float64(d.Entries), lv...)
+		ch <- prometheus.MustNewConstMetric(domBytes, prometheus.GaugeValue, float64(d.Bytes), lv...)
+		ch <- prometheus.MustNewConstMetric(domBudget, prometheus.GaugeValue, float64(d.Budget), lv...)
+		ch <- prometheus.MustNewConstMetric(domUsers, prometheus.GaugeValue, float64(d.Users), lv...)
+		ch <- prometheus.MustNewConstMetric(domEvicted, prometheus.CounterValue, float64(d.Evictions), lv...)
+		ch <- prometheus.MustNewConstMetric(domSavedBytes, prometheus.CounterValue, float64(d.BytesSaved), lv...)
 	}
 }
 
