@@ -75,7 +75,7 @@ var (
 
 // openGPU opens the real OpenCL device for the package's tests. A machine
 // without an OpenCL platform fails the test: the tests are about real work.
-func openGPU(t *testing.T) gpu.Device {
+func openGPU(t testing.TB) gpu.Device {
 	t.Helper()
 	devOnce.Do(func() {
 		testDev, devErr = gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
@@ -104,6 +104,9 @@ type testGuest struct {
 	tail  uint32
 	next  uint64 // heap bump pointer
 	dones chan uint32
+	// hang bounds one wait; 0 means 60 s. It guards against hangs, it is
+	// not a performance assertion.
+	hang time.Duration
 }
 
 func newTestGuest(t *testing.T, d *Device, id string, quota uint64) *testGuest {
@@ -169,7 +172,11 @@ func (g *testGuest) submit(cmds ...abi.Command) (first uint32) {
 // wait waits until command idx has completed and returns its record.
 func (g *testGuest) wait(idx uint32) abi.Completion {
 	g.t.Helper()
-	timeout := time.After(60 * time.Second)
+	hang := g.hang
+	if hang == 0 {
+		hang = 60 * time.Second
+	}
+	timeout := time.After(hang)
 	for {
 		rec, _ := abi.UnmarshalCompletion(g.get(complBase+uint64(idx%slots)*abi.ComplSize, abi.ComplSize))
 		if rec.Seq == uint64(idx)+1 {
