@@ -6,13 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/bench/job"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
@@ -115,25 +115,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	dev, err := gpu.Open(cfg.device)
-	if err != nil {
-		return fmt.Errorf("open opencl device: %w", err)
-	}
-	defer func() { err = errors.Join(err, dev.Close()) }()
-
-	tmp, err := os.MkdirTemp("", "vgpud-bench-")
+	h, err := host.Start(cfg.device, "vgpud-bench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	// vgpud's own logs would interleave with the tables: errors only (each
-	// path's hang-up is logged as a warning).
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: tmp, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, mgr.Close()) }()
+	defer func() { err = errors.Join(err, h.Close()) }()
+	dev, mgr, tmp := h.Dev, h.Mgr, h.Dir
 
 	b := &bench{cfg: cfg, dev: dev, mgr: mgr}
 	b.env = describe(ctx, dev, cfg)

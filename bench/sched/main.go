@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
@@ -15,8 +14,8 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/bench/table"
-	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 )
 
@@ -98,22 +97,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	dev, err := gpu.Open(cfg.device)
-	if err != nil {
-		return fmt.Errorf("open opencl device: %w", err)
-	}
-	defer func() { err = errors.Join(err, dev.Close()) }()
-	tmp, err := os.MkdirTemp("", "vgpud-sched-")
+	h, err := host.Start(cfg.device, "vgpud-sched-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: tmp, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, mgr.Close()) }()
+	defer func() { err = errors.Join(err, h.Close()) }()
+	dev, mgr := h.Dev, h.Mgr
 	b := &bench{cfg: cfg, mgr: mgr, out: stdout, copy: work{name: "copy"}}
 
 	in := dev.Info()

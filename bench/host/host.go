@@ -1,0 +1,51 @@
+// Package host starts the in-process vgpud that the benchmark programs
+// measure: one OpenCL device, an instance manager with sockets in a
+// temporary directory, and logs kept to errors so they do not interleave
+// with the printed tables. It knows nothing of what is measured.
+package host
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mdev"
+)
+
+// Host is an in-process vgpud.
+type Host struct {
+	Dev gpu.Device
+	Mgr *mdev.Manager
+	Dir string // temporary directory: instance sockets, guest images
+}
+
+// Start opens the device named by selector (gpu.Open) and a manager on it.
+func Start(selector, prefix string) (*Host, error) {
+	dev, err := gpu.Open(selector)
+	if err != nil {
+		return nil, fmt.Errorf("open opencl device: %w", err)
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	// Each path's hang-up is logged as a warning: errors only.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Logger: log})
+	if err != nil {
+		os.RemoveAll(dir)
+		dev.Close()
+		return nil, err
+	}
+	return &Host{Dev: dev, Mgr: mgr, Dir: dir}, nil
+}
+
+// Close stops the manager, closes the device and removes the directory.
+func (h *Host) Close() error {
+	err := errors.Join(h.Mgr.Close(), h.Dev.Close())
+	os.RemoveAll(h.Dir)
+	return err
+}
