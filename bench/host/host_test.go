@@ -14,7 +14,7 @@ func TestStartClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Mgr.Create(mdevRequest()); err != nil {
+	if _, err := h.Mgr.Create(mdev.CreateRequest{Profile: "vgpu-small"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Close(); err != nil {
@@ -27,5 +27,3 @@ func TestStartClose(t *testing.T) {
 		t.Errorf("Start(no-such-device) = nil error")
 	}
 }
-
-func mdevRequest() mdev.CreateRequest { return mdev.CreateRequest{Profile: "vgpu-small"} }
