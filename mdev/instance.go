@@ -23,6 +23,11 @@ import (
 // already serves one.
 var ErrAttached = errors.New("instance already attached to a VM")
 
+// attachGrace is how long a new VM connection waits for the previous one
+// to end: the old peer's hang-up is noticed asynchronously. (A variable so
+// tests can shorten it.)
+var attachGrace = 5 * time.Second
+
 // Instance is one vGPU: its device state, register file, config space and
 // guest memory map, and at most one attached VM connection at a time.
 type Instance struct {
@@ -43,6 +48,7 @@ type Instance struct {
 	mu sync.Mutex
 	// Guarded by mu.
 	conn     *mpqemu.Conn
+	connDone chan struct{} // closed when conn's Serve returns
 	socket   string
 	listener *net.UnixListener
 	closed   bool
@@ -108,25 +114,42 @@ func (i *Instance) Attached() bool {
 // ownership of conn. A second connection while one is served is refused
 // with ErrAttached.
 func (i *Instance) ServeQEMU(ctx context.Context, conn *net.UnixConn) error {
+	// A VM that just exited may not have been noticed yet (its hang-up is
+	// read asynchronously): give the old connection a moment to end before
+	// calling the new one a second VM on the same vGPU.
+	deadline := time.NewTimer(attachGrace)
+	defer deadline.Stop()
 	i.mu.Lock()
-	if i.closed || i.conn != nil {
-		closed := i.closed
+	for i.conn != nil && !i.closed {
+		done := i.connDone
+		i.mu.Unlock()
+		select {
+		case <-done:
+		case <-deadline.C:
+			conn.Close()
+			return fmt.Errorf("instance %s: %w", i.uuid, ErrAttached)
+		case <-ctx.Done():
+			conn.Close()
+			return ctx.Err()
+		}
+		i.mu.Lock()
+	}
+	if i.closed {
 		i.mu.Unlock()
 		conn.Close()
-		if closed {
-			return fmt.Errorf("instance %s: %w", i.uuid, aggregator.ErrClosed)
-		}
-		return fmt.Errorf("instance %s: %w", i.uuid, ErrAttached)
+		return fmt.Errorf("instance %s: %w", i.uuid, aggregator.ErrClosed)
 	}
 	c := mpqemu.NewConn(conn, i.regs, i.cfg, i.mem, i.log)
-	i.conn = c
+	done := make(chan struct{})
+	i.conn, i.connDone = c, done
 	i.mu.Unlock()
 
 	i.log.Info("vm attached")
 	err := c.Serve(ctx)
 	i.mu.Lock()
-	i.conn = nil
+	i.conn, i.connDone = nil, nil
 	i.mu.Unlock()
+	close(done)
 	i.log.Info("vm detached", "err", err)
 	return err
 }
