@@ -147,7 +147,7 @@ func (c *ConfigSpace) Read(off uint32, size int) uint32 {
 // bits change; accesses outside the header or of another width are
 // ignored. Writing all ones to BAR0 makes it read back its size mask, as
 // BAR sizing expects; BAR1-5, the CardBus CIS pointer and the expansion
-// ROM BAR are not implemented and read as 0.
+// ROM BAR do not exist on this device and read as 0.
 func (c *ConfigSpace) Write(off uint32, size int, v uint32) {
 	if !validCfgAccess(off, size) {
 		return
