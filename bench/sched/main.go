@@ -64,14 +64,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	if fs.NArg() != 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for _, s := range strings.Split(*sections, ",") {
-		s = strings.TrimSpace(s)
-		if !slices.Contains(allSections, s) {
-			return c, fmt.Errorf("-sections: unknown section %q (have %s)", s, strings.Join(allSections, ", "))
-		}
-		if !slices.Contains(c.sections, s) {
-			c.sections = append(c.sections, s)
-		}
+	var err error
+	if c.sections, err = table.ParseSections(*sections, allSections); err != nil {
+		return c, err
 	}
 	if c.window < 10*time.Millisecond || c.window > time.Hour {
 		return c, fmt.Errorf("-window %v: want 10ms..1h", c.window)

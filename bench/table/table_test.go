@@ -25,3 +25,14 @@ T
 		t.Errorf("Print() =\n%q\nwant\n%q", got, want)
 	}
 }
+
+func TestParseSections(t *testing.T) {
+	all := []string{"a", "b", "c"}
+	got, err := ParseSections("c, a,c", all)
+	if err != nil || strings.Join(got, ",") != "c,a" {
+		t.Errorf("ParseSections = %q, %v, want [c a]", got, err)
+	}
+	if _, err := ParseSections("a,x", all); err == nil {
+		t.Errorf("ParseSections(unknown) = nil error")
+	}
+}
