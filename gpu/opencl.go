@@ -476,46 +476,35 @@ func span(op string, size, off uint64, n int) error {
 	return nil
 }
 
-func (q *queue) Write(b Buffer, off uint64, p []byte) error {
-	if bb, ok := b.(*buffer); ok && bb != nil {
-		if err := span("write", bb.size, off, len(p)); err != nil {
-			return err
-		}
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.q == nil {
-		return q.closedErr("write")
-	}
-	bb, err := q.checkBuffer("write", b)
-	if err != nil || len(p) == 0 {
-		return err
-	}
-	code := C.clEnqueueWriteBuffer(q.q, bb.mem, C.CL_TRUE, C.size_t(off), C.size_t(len(p)), unsafe.Pointer(&p[0]), 0, nil, nil)
-	if err := clErr("clEnqueueWriteBuffer", code); err != nil {
-		return fmt.Errorf("write %d bytes at %d: %w", len(p), off, err)
-	}
-	return nil
-}
+func (q *queue) Write(b Buffer, off uint64, p []byte) error { return q.transfer("write", b, off, p) }
 
-func (q *queue) Read(b Buffer, off uint64, p []byte) error {
+func (q *queue) Read(b Buffer, off uint64, p []byte) error { return q.transfer("read", b, off, p) }
+
+// transfer is a blocking write (op "write") or read of p at off in b.
+func (q *queue) transfer(op string, b Buffer, off uint64, p []byte) error {
 	if bb, ok := b.(*buffer); ok && bb != nil {
-		if err := span("read", bb.size, off, len(p)); err != nil {
+		if err := span(op, bb.size, off, len(p)); err != nil {
 			return err
 		}
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.q == nil {
-		return q.closedErr("read")
+		return q.closedErr(op)
 	}
-	bb, err := q.checkBuffer("read", b)
+	bb, err := q.checkBuffer(op, b)
 	if err != nil || len(p) == 0 {
 		return err
 	}
-	code := C.clEnqueueReadBuffer(q.q, bb.mem, C.CL_TRUE, C.size_t(off), C.size_t(len(p)), unsafe.Pointer(&p[0]), 0, nil, nil)
-	if err := clErr("clEnqueueReadBuffer", code); err != nil {
-		return fmt.Errorf("read %d bytes at %d: %w", len(p), off, err)
+	call, code := "clEnqueueReadBuffer", C.cl_int(0)
+	if op == "write" {
+		call = "clEnqueueWriteBuffer"
+		code = C.clEnqueueWriteBuffer(q.q, bb.mem, C.CL_TRUE, C.size_t(off), C.size_t(len(p)), unsafe.Pointer(&p[0]), 0, nil, nil)
+	} else {
+		code = C.clEnqueueReadBuffer(q.q, bb.mem, C.CL_TRUE, C.size_t(off), C.size_t(len(p)), unsafe.Pointer(&p[0]), 0, nil, nil)
+	}
+	if err := clErr(call, code); err != nil {
+		return fmt.Errorf("%s %d bytes at %d: %w", op, len(p), off, err)
 	}
 	return nil
 }
