@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vgpud/vgpud/bench/syncjob"
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
@@ -35,16 +36,6 @@ func syncGuest(t *testing.T) (imagetest.Kernel, string) {
 		t.Fatal("initramfs build failed earlier")
 	}
 	return k, syncRD
-}
-
-// syncResult is vgpu-sync's per-mode line.
-type syncResult struct {
-	Mode     string `json:"mode"`
-	Steps    int    `json:"steps"`
-	WaitNs   int64  `json:"wait_ns"`
-	Polled   uint64 `json:"polled"`
-	Blocked  uint64 `json:"blocked"`
-	Checksum uint32 `json:"checksum"`
 }
 
 // TestGuestBlocksThroughAgent: a guest runs vgpu-agent, which owns the
@@ -79,14 +70,15 @@ func TestGuestBlocksThroughAgent(t *testing.T) {
 	}
 	defer vm.Kill()
 	f.Close()
-	results := map[string]syncResult{}
+	results := map[string]syncjob.Result{}
 	for len(results) < 2 {
-		line, err := vm.WaitLine(ctx, "VGPU-SYNC {")
+		line, err := vm.WaitLine(ctx, syncjob.LinePrefix+"{")
 		if err != nil {
 			t.Fatalf("no result line: %v\nconsole:\n%s", err, strings.Join(vm.Lines(), "\n"))
 		}
-		var r syncResult
-		if err := json.Unmarshal([]byte(strings.TrimPrefix(line[strings.Index(line, "VGPU-SYNC "):], "VGPU-SYNC ")), &r); err != nil {
+		var r syncjob.Result
+		_, js, _ := strings.Cut(line, syncjob.LinePrefix)
+		if err := json.Unmarshal([]byte(js), &r); err != nil {
 			t.Fatalf("result line %q: %v", line, err)
 		}
 		results[r.Mode] = r

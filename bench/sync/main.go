@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpud/vgpud/bench/syncjob"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/image"
@@ -43,16 +44,7 @@ func main() {
 
 // result is vgpu-sync's line plus what the host saw during that mode.
 type result struct {
-	Mode      string `json:"mode"`
-	Steps     int    `json:"steps"`
-	RuntimeNs int64  `json:"runtime_ns"`
-	LaunchNs  int64  `json:"launch_ns"`
-	WaitNs    int64  `json:"wait_ns"`
-	Polled    uint64 `json:"polled"`
-	Blocked   uint64 `json:"blocked"`
-	Threshold int64  `json:"threshold_ns"`
-	HintSlice int64  `json:"hint_slice_ns"`
-	HintWait  uint32 `json:"hint_wait_ppm"`
+	syncjob.Result
 
 	kernelNs, launches uint64 // host: device time and launches during the mode
 	hostNs             int64  // host: wall time between the mode's begin and result lines
@@ -252,16 +244,16 @@ func runGuest(ctx context.Context, k imagetest.Kernel, initrd string, inst *mdev
 	st := inst.Aggregator().Stats()
 	var out []result
 	for range nModes {
-		if _, err := vm.WaitLine(ctx, "VGPU-SYNC-BEGIN "); err != nil {
+		if _, err := vm.WaitLine(ctx, syncjob.BeginPrefix); err != nil {
 			return nil, err
 		}
 		k0, l0, t0 := st.KernelNanos.Load(), st.Launches.Load(), time.Now()
-		line, err := vm.WaitLine(ctx, "VGPU-SYNC {")
+		line, err := vm.WaitLine(ctx, syncjob.LinePrefix+"{")
 		if err != nil {
 			return nil, err
 		}
 		var r result
-		_, js, _ := strings.Cut(line, "VGPU-SYNC ")
+		_, js, _ := strings.Cut(line, syncjob.LinePrefix)
 		if err := json.Unmarshal([]byte(js), &r); err != nil {
 			return nil, fmt.Errorf("result line %q: %w", line, err)
 		}

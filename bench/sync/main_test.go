@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/vgpud/vgpud/bench/syncjob"
 )
 
 // TestRunRejectsBadFlags: bad settings fail before any guest boots.
@@ -19,11 +21,11 @@ func TestRunRejectsBadFlags(t *testing.T) {
 }
 
 func TestNotice(t *testing.T) {
-	r := result{WaitNs: 3000, kernelNs: 4000, launches: 2}
+	r := result{Result: syncjob.Result{WaitNs: 3000}, kernelNs: 4000, launches: 2}
 	if got := notice(r); got != 1000 {
 		t.Errorf("notice(%+v) = %d, want 1000", r, got)
 	}
-	r = result{WaitNs: 1000, kernelNs: 4000, launches: 1}
+	r = result{Result: syncjob.Result{WaitNs: 1000}, kernelNs: 4000, launches: 1}
 	if got := notice(r); got != 0 {
 		t.Errorf("notice(%+v) = %d, want 0 (never negative)", r, got)
 	}

@@ -25,30 +25,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/syncjob"
 	"github.com/vgpud/vgpud/guestagent/agent"
 	"github.com/vgpud/vgpud/guestagent/driver"
 )
 
-// LinePrefix starts each result line; BeginPrefix announces a mode.
+// The console format is shared with bench/sync.
 const (
-	LinePrefix  = "VGPU-SYNC "
-	BeginPrefix = "VGPU-SYNC-BEGIN "
+	LinePrefix  = syncjob.LinePrefix
+	BeginPrefix = syncjob.BeginPrefix
 )
 
 // Result is one mode's measurements.
-type Result struct {
-	Mode      string `json:"mode"`
-	Steps     int    `json:"steps"`
-	RuntimeNs int64  `json:"runtime_ns"`
-	LaunchNs  int64  `json:"launch_ns"`
-	WaitNs    int64  `json:"wait_ns"`
-	Polled    uint64 `json:"polled"`
-	Blocked   uint64 `json:"blocked"`
-	Threshold int64  `json:"threshold_ns"`
-	HintSlice int64  `json:"hint_slice_ns"`
-	HintWait  uint32 `json:"hint_wait_ppm"`
-	Checksum  uint32 `json:"checksum"`
-}
+type Result = syncjob.Result
 
 // kernelSrc spins iters times per work item: a short kernel of tunable
 // length. The step number makes every launch distinct, so vgpud's result

@@ -1,0 +1,27 @@
+// Package syncjob is the wire format between the guest program vgpu-sync
+// (the NAMD-like sync workload) and bench/sync, which reads its console:
+// defined once so the two cannot drift. Plain Go, so the static guest
+// binary imports it too.
+package syncjob
+
+// Console line prefixes: BeginPrefix + mode announces a mode, LinePrefix +
+// JSON of Result reports it.
+const (
+	LinePrefix  = "VGPU-SYNC "
+	BeginPrefix = "VGPU-SYNC-BEGIN "
+)
+
+// Result is one mode's measurements, as the guest sees them.
+type Result struct {
+	Mode      string `json:"mode"`
+	Steps     int    `json:"steps"`
+	RuntimeNs int64  `json:"runtime_ns"`
+	LaunchNs  int64  `json:"launch_ns"`
+	WaitNs    int64  `json:"wait_ns"`
+	Polled    uint64 `json:"polled"`
+	Blocked   uint64 `json:"blocked"`
+	Threshold int64  `json:"threshold_ns"`
+	HintSlice int64  `json:"hint_slice_ns"`
+	HintWait  uint32 `json:"hint_wait_ppm"`
+	Checksum  uint32 `json:"checksum"`
+}
