@@ -113,7 +113,10 @@ func (in *Instance) copy(_ *abi.Command, p abi.Payload) (uint64, error) {
 	if done, err := in.reuseCopy(cp, b, segs); done {
 		return in.reuseCopied(cp, err)
 	}
-	staging := make([]byte, min(cp.Length, stagingChunk))
+	if in.staging == nil {
+		in.staging = make([]byte, stagingChunk) // kept: copies are the hot path
+	}
+	staging := in.staging[:min(cp.Length, stagingChunk)]
 	off := cp.Offset
 	for len(segs) > 0 {
 		// Fill one chunk from as many segments (or parts of one) as fit.

@@ -82,6 +82,7 @@ type Instance struct {
 	// Owned by the worker goroutine.
 	state    *state
 	curEpoch uint64 // epoch of the command being executed
+	staging  []byte // bounce buffer of copies, stagingChunk bytes once used
 }
 
 // Stats are an instance's counters, safe to read at any time.
