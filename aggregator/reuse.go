@@ -75,18 +75,10 @@ func (in *Instance) reuseDomain() *reuse.Domain {
 	return d
 }
 
-// hostContent returns the buffer's content held in host memory, if any.
-func (b *buffer) hostContent() ([]byte, bool) {
-	if b.host != nil {
-		return b.host, true
-	}
-	return nil, false
-}
-
 // materialise writes host-held content to the device.
 func (in *Instance) materialise(b *buffer) error {
-	data, ok := b.hostContent()
-	if !ok {
+	data := b.host
+	if data == nil {
 		return nil
 	}
 	for off := uint64(0); off < b.size; {
@@ -215,7 +207,7 @@ func (in *Instance) reuseCopy(cp *abi.Copy, b *buffer, segs []segment) (bool, er
 		b.known, b.lazy = false, nil
 		return false, nil
 	}
-	if data, ok := b.hostContent(); ok {
+	if data := b.host; data != nil {
 		if in.stale() {
 			return true, errStale
 		}
