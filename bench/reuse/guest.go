@@ -137,12 +137,6 @@ func (g *guest) download(h uint32, n uint64) abi.Command {
 	return abi.NewCommand(&abi.Copy{Handle: h, SGCount: c, Length: n, SGAddr: t}, 0, 0)
 }
 
-func (g *guest) read(h uint32, n uint64) []byte {
-	b := make([]byte, n)
-	g.mem.ReadAt(b, g.areas[h])
-	return b
-}
-
 func (g *guest) build(h uint32, src string) abi.Command {
 	a := g.scratchAlloc(len(src))
 	g.mem.WriteAt([]byte(src), a)
