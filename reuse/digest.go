@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"hash"
 
 	"github.com/zeebo/xxh3"
 )
@@ -50,11 +49,16 @@ func SHA256(data []byte) Digest {
 
 // fastDigest is XXH3-128 of data under seed, tagged so it never equals a
 // SHA-256 digest by construction of the tag byte.
-func fastDigest(data []byte, seed uint64) Digest {
+func fastDigest(data []byte, seed uint64) Digest { return fastTagged(tagContent, data, seed) }
+
+// fastTagged is fastDigest for one digest space (tagContent, tagLaunch,
+// tagOutput): digests of different spaces never compare equal.
+func fastTagged(space byte, data []byte, seed uint64) Digest {
 	u := xxh3.Hash128Seed(data, seed)
 	var d Digest
 	d[0] = tagFast
 	d[1] = fastVersion
+	d[2] = space
 	binary.LittleEndian.PutUint64(d[8:], u.Hi)
 	binary.LittleEndian.PutUint64(d[16:], u.Lo)
 	binary.LittleEndian.PutUint64(d[24:], uint64(len(data)))
@@ -98,8 +102,7 @@ func SampleDigest(data []byte, seed uint64) Digest {
 }
 
 // Fresh is the digest of a freshly created buffer of size bytes that was
-// never written: the caller defines its content (zeros in a shared
-// domain; in a private one, whatever the device left, docs/reuse.md).
+// never written: all zeros (gpu.Queue.Alloc clears new buffers).
 func Fresh(size uint64) Digest {
 	var b [9]byte
 	b[0] = tagFresh
@@ -109,13 +112,18 @@ func Fresh(size uint64) Digest {
 
 // OutputDigest is the content digest of the buffer a launch with key k
 // left at argument arg: derived from the key (as a build system's action
-// cache does), so chained launches need no hashing of device data.
+// cache does), so chained launches need no hashing of device data. This
+// is the cryptographic form, as shared domains use it (Domain.Output).
 func OutputDigest(k Key, arg int) Digest {
-	var b [1 + 32 + 4]byte
+	return sha256.Sum256(outputName(k, arg))
+}
+
+func outputName(k Key, arg int) []byte {
+	b := make([]byte, 1+32+4)
 	b[0] = tagOutput
 	copy(b[1:], k[:])
 	binary.LittleEndian.PutUint32(b[33:], uint32(arg))
-	return sha256.Sum256(b[:])
+	return b
 }
 
 // ProgramDigest identifies a program by its source and build options.
@@ -135,37 +143,37 @@ func ProgramDigest(source, options string) Digest {
 }
 
 // KeyBuilder forms a launch key. Every field is length- or kind-prefixed,
-// so distinct launches never serialise to the same bytes.
+// so distinct launches never serialise to the same bytes. The fields are
+// gathered in one buffer and hashed once: a key is formed for every
+// candidate launch, so it must cost little next to a launch.
 type KeyBuilder struct {
-	h hash.Hash
+	buf []byte
 }
 
 // NewKey starts a launch key for kernel of the program with digest prog,
 // run on the device described by device (name and driver: results may
 // differ between device models).
 func NewKey(device string, prog Digest, kernel string) *KeyBuilder {
-	kb := &KeyBuilder{h: sha256.New()}
-	kb.h.Write([]byte{tagLaunch, keyVersion})
+	kb := &KeyBuilder{buf: make([]byte, 0, 256)}
+	kb.buf = append(kb.buf, tagLaunch, keyVersion)
 	kb.str(device)
-	kb.h.Write(prog[:])
+	kb.buf = append(kb.buf, prog[:]...)
 	kb.str(kernel)
 	return kb
 }
 
 func (kb *KeyBuilder) u64(v uint64) {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], v)
-	kb.h.Write(b[:])
+	kb.buf = binary.LittleEndian.AppendUint64(kb.buf, v)
 }
 
 func (kb *KeyBuilder) str(s string) {
 	kb.u64(uint64(len(s)))
-	kb.h.Write([]byte(s))
+	kb.buf = append(kb.buf, s...)
 }
 
 // Range adds the ND-range.
 func (kb *KeyBuilder) Range(dims int, offset, global, local [3]uint64) {
-	kb.h.Write([]byte{'r'})
+	kb.buf = append(kb.buf, 'r')
 	kb.u64(uint64(dims))
 	for i := 0; i < 3; i++ {
 		kb.u64(offset[i])
@@ -176,14 +184,14 @@ func (kb *KeyBuilder) Range(dims int, offset, global, local [3]uint64) {
 
 // Scalar adds a by-value argument.
 func (kb *KeyBuilder) Scalar(b []byte) {
-	kb.h.Write([]byte{'s'})
+	kb.buf = append(kb.buf, 's')
 	kb.u64(uint64(len(b)))
-	kb.h.Write(b)
+	kb.buf = append(kb.buf, b...)
 }
 
 // Local adds a __local argument of n bytes.
 func (kb *KeyBuilder) Local(n uint64) {
-	kb.h.Write([]byte{'L'})
+	kb.buf = append(kb.buf, 'L')
 	kb.u64(n)
 }
 
@@ -191,16 +199,15 @@ func (kb *KeyBuilder) Local(n uint64) {
 // and alias, the index of the first argument naming the same buffer (its
 // own index if none), since aliasing changes what a kernel computes.
 func (kb *KeyBuilder) Buffer(size uint64, flags uint32, content Digest, alias int) {
-	kb.h.Write([]byte{'b'})
+	kb.buf = append(kb.buf, 'b')
 	kb.u64(size)
 	kb.u64(uint64(flags))
-	kb.h.Write(content[:])
+	kb.buf = append(kb.buf, content[:]...)
 	kb.u64(uint64(alias))
 }
 
-// Sum returns the key.
+// Sum returns the cryptographic key (SHA-256), as shared domains use it
+// (Domain.Key).
 func (kb *KeyBuilder) Sum() Key {
-	var k Key
-	kb.h.Sum(k[:0])
-	return k
+	return Key(sha256.Sum256(kb.buf))
 }

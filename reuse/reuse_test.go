@@ -126,4 +126,52 @@ func TestDigests(t *testing.T) {
 	if k.Sum() == k2.Sum() {
 		t.Errorf("scalar and local argument keys collide")
 	}
+	// Keys and output names: SHA-256 in shared domains (equal across them),
+	// seeded per private domain (equal nowhere else), and never equal to a
+	// content digest of the same bytes.
+	if s1.Key(k) != s2.Key(k) || s1.Key(k) != k.Sum() {
+		t.Errorf("shared domains: keys differ or are not SHA-256")
+	}
+	if a.Key(k) == b.Key(k) || a.Key(k) == s1.Key(k) || a.Key(k) != a.Key(k) {
+		t.Errorf("private domain keys: not seeded per domain, or not stable")
+	}
+	if a.Output(a.Key(k), 0) == a.Output(a.Key(k), 1) || a.Output(a.Key(k), 0) == b.Output(a.Key(k), 0) ||
+		s1.Output(s1.Key(k), 0) != OutputDigest(s1.Key(k), 0) {
+		t.Errorf("output names: arguments or domains collide, or shared ones are not OutputDigest")
+	}
+	if Digest(a.Key(k)) == a.Content(k.buf) {
+		t.Errorf("a private key equals the content digest of its own bytes")
+	}
+}
+
+// TestAbandonedKeysNotRecorded: once an entry is abandoned, Record skips
+// its key (the access pattern would abandon it again) but for one attempt
+// in retryAbandoned, and other keys are recorded as before.
+func TestAbandonedKeysNotRecorded(t *testing.T) {
+	d := New(Config{}).Private("a")
+	k := Key{1}
+	out := func() []Output { return []Output{{Arg: 0, Size: 8}} }
+	e := d.Record(k, time.Millisecond, out())
+	if e == nil {
+		t.Fatal("Record(new key) = nil")
+	}
+	d.Abandon(e)
+	if d.Live(e) {
+		t.Fatal("abandoned entry still live")
+	}
+	for i := 1; i < retryAbandoned; i++ {
+		if e := d.Record(k, time.Millisecond, out()); e != nil {
+			t.Fatalf("Record attempt %d after Abandon = %v, want nil", i, e)
+		}
+	}
+	if d.Record(k, time.Millisecond, out()) == nil {
+		t.Fatalf("Record attempt %d after Abandon = nil, want the retry to record", retryAbandoned)
+	}
+	// Not abandoned again: recorded at every attempt from now on.
+	if d.Record(k, time.Millisecond, out()) == nil {
+		t.Fatalf("Record after the retry = nil")
+	}
+	if first := d.Record(Key{2}, 0, out()); first == nil {
+		t.Errorf("Record(other key) = nil after an abandon")
+	}
 }

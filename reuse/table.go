@@ -27,8 +27,14 @@ const DefaultBudget = 256 << 20
 const maxEntries = 1 << 16
 
 // maxSeen bounds the keys a domain remembers having missed once (32 bytes
-// each plus the index: about 6 MiB at most).
+// each plus the index: about 6 MiB at most), and likewise the keys whose
+// entries were abandoned.
 const maxSeen = 1 << 16
+
+// retryAbandoned: a key whose entry was abandoned is recorded again only
+// on every retryAbandoned-th attempt, so that a workload whose access
+// pattern changes (a result that is downloaded after all) is relearnt.
+const retryAbandoned = 64
 
 // Config configures an Engine.
 type Config struct {
@@ -155,7 +161,7 @@ func (s *Stats) Snapshot() Snapshot {
 // Output is one written buffer of a recorded launch.
 type Output struct {
 	Arg    int    // argument index
-	Digest Digest // OutputDigest(key, Arg) until captured, then the content digest
+	Digest Digest // Domain.Output(key, Arg) until captured, then the content digest
 	Size   uint64
 	data   []byte // nil until captured; immutable afterwards
 }
@@ -186,11 +192,16 @@ type Domain struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	lru    *simplelru.LRU[Key, *Entry]
-	seen   *simplelru.LRU[Key, struct{}] // keys missed once and not recorded
-	bytes  int64
-	budget int64
-	users  int
+	lru  *simplelru.LRU[Key, *Entry]
+	seen *simplelru.LRU[Key, struct{}] // keys missed once and not recorded
+	// abandoned holds keys whose entries were abandoned (an output was
+	// overwritten before it could be captured cheaply), with the records
+	// skipped since: such a launch's result is recomputed, so recording
+	// it again would only pay a record and an abandon per occurrence.
+	abandoned *simplelru.LRU[Key, uint32]
+	bytes     int64
+	budget    int64
+	users     int
 }
 
 func newDomain(name string, shared bool, budget int64) *Domain {
@@ -201,6 +212,7 @@ func newDomain(name string, shared bool, budget int64) *Domain {
 	d := &Domain{name: name, shared: shared, seed: binary.LittleEndian.Uint64(b[:]), budget: budget}
 	d.lru, _ = simplelru.NewLRU[Key, *Entry](maxEntries, d.onEvict) // size > 0: no error
 	d.seen, _ = simplelru.NewLRU[Key, struct{}](maxSeen, nil)
+	d.abandoned, _ = simplelru.NewLRU[Key, uint32](maxSeen, nil)
 	return d
 }
 
@@ -319,18 +331,44 @@ func (d *Domain) Seen(k Key) bool {
 	return false
 }
 
+// Key returns the key kb describes. Shared domains use SHA-256, so that no
+// guest can forge a key equal to another's launch; a private domain uses
+// XXH3-128 under its secret seed (a key is formed for every candidate
+// launch, so it must cost little), on the argument of Content: the only
+// party a forged collision could mislead is the guest that forged it.
+func (d *Domain) Key(kb *KeyBuilder) Key {
+	if d.shared {
+		return kb.Sum()
+	}
+	return Key(fastTagged(tagLaunch, kb.buf, d.seed))
+}
+
+// Output names the content a launch with key k left at argument arg
+// (OutputDigest), hashed as Key hashes.
+func (d *Domain) Output(k Key, arg int) Digest {
+	if d.shared {
+		return OutputDigest(k, arg)
+	}
+	return fastTagged(tagOutput, outputName(k, arg), d.seed)
+}
+
 // Sample returns a cheap fingerprint of data (see SampleDigest) under
 // the domain's seed.
 func (d *Domain) Sample(data []byte) Digest { return SampleDigest(data, d.seed) }
 
 // Record adds a launch that just ran with key k and device time t, whose
 // written buffers are outs (Arg, Size set; Digest is filled in). It
-// replaces any entry under k and returns nil if the results cannot fit the
-// budget at all. The outputs are captured later with Capture.
+// replaces any entry under k. It returns nil, recording nothing, if the
+// results cannot fit the budget at all, or if an entry under k was
+// abandoned before (see Abandon; one attempt in retryAbandoned records
+// anyway). The outputs are captured later with Capture.
 func (d *Domain) Record(k Key, t time.Duration, outs []Output) *Entry {
+	if d.skipAbandoned(k) {
+		return nil
+	}
 	e := &Entry{Key: k, DeviceTime: t, Outputs: outs, missing: len(outs)}
 	for i := range outs {
-		outs[i].Digest = OutputDigest(k, outs[i].Arg)
+		outs[i].Digest = d.Output(k, outs[i].Arg)
 		outs[i].data = nil
 		e.bytes += int64(outs[i].Size)
 	}
@@ -339,6 +377,14 @@ func (d *Domain) Record(k Key, t time.Duration, outs []Output) *Entry {
 	if e.bytes > d.budget {
 		return nil
 	}
+	// The first measurement of a key's device time stands while an entry
+	// under it lives: decisions made from it (the aggregator captures an
+	// expensive output at once and renames the buffer by its content)
+	// must come out the same at every occurrence, or a chain's later keys
+	// would depend on how fast the device happened to be.
+	if old, ok := d.lru.Peek(k); ok {
+		e.DeviceTime = old.DeviceTime
+	}
 	d.lru.Remove(k)
 	d.shrinkLocked(e.bytes)
 	e.live = true
@@ -346,6 +392,24 @@ func (d *Domain) Record(k Key, t time.Duration, outs []Output) *Entry {
 	d.bytes += e.bytes
 	d.Stats.Recorded.Add(1)
 	return e
+}
+
+// skipAbandoned reports whether a Record of k is to be skipped because an
+// entry under k was abandoned before (one attempt in retryAbandoned goes
+// through, and forgets the abandon).
+func (d *Domain) skipAbandoned(k Key) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n, ok := d.abandoned.Get(k)
+	if !ok {
+		return false
+	}
+	if n+1 < retryAbandoned {
+		d.abandoned.Add(k, n+1)
+		return true
+	}
+	d.abandoned.Remove(k)
+	return false
 }
 
 // Live reports whether e is still in the table.
@@ -375,12 +439,15 @@ func (d *Domain) Capture(e *Entry, i int, data []byte) (Digest, bool) {
 	return c, true
 }
 
-// Abandon removes e: one of its outputs can no longer be captured.
+// Abandon removes e: one of its outputs can no longer be captured. Its
+// key is remembered, and Record skips it for a while: the same access
+// pattern would abandon it again.
 func (d *Domain) Abandon(e *Entry) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e.live {
 		d.lru.Remove(e.Key)
+		d.abandoned.Add(e.Key, 0)
 	}
 }
 
@@ -390,4 +457,5 @@ func (d *Domain) Purge() {
 	defer d.mu.Unlock()
 	d.lru.Purge()
 	d.seen.Purge()
+	d.abandoned.Purge()
 }
