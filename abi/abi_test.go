@@ -220,3 +220,21 @@ func TestSeqOfWraps(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeAs: a payload decodes only as its opcode's type; any other
+// type is refused with StatusInvalidOpcode, never taken for one.
+func TestDecodeAs(t *testing.T) {
+	c := NewCommand(&Launch{Program: 1, DescLen: LaunchHeaderSize, DescAddr: 0x1000}, 0, 7)
+	if l, err := DecodeAs[*Launch](&c); err != nil || l.Program != 1 {
+		t.Errorf("DecodeAs[*Launch](launch) = %+v, %v", l, err)
+	}
+	if cp, err := DecodeAs[*Copy](&c); cp != nil || StatusOf(err) != StatusInvalidOpcode {
+		t.Errorf("DecodeAs[*Copy](launch) = %+v, %v, want nil with %v", cp, err, StatusInvalidOpcode)
+	}
+	for _, op := range []Opcode{OpCopyToDev, OpCopyFromDev} {
+		c := NewCommand(&Copy{ToDevice: op == OpCopyToDev, Handle: 2, SGCount: 1, Length: 8, SGAddr: 0x2000}, 0, 0)
+		if cp, err := DecodeAs[*Copy](&c); err != nil || cp.ToDevice != (op == OpCopyToDev) {
+			t.Errorf("DecodeAs[*Copy](%v) = %+v, %v", op, cp, err)
+		}
+	}
+}

@@ -148,6 +148,22 @@ func DecodePayload(c *Command) (Payload, error) {
 	return p, nil
 }
 
+// DecodeAs decodes c's payload as a P, the payload type of the opcode a
+// handler serves: an opcode whose payload is not a P is refused with
+// StatusInvalidOpcode, never taken for one.
+func DecodeAs[P Payload](c *Command) (P, error) {
+	var zero P
+	p, err := DecodePayload(c)
+	if err != nil {
+		return zero, err
+	}
+	v, ok := p.(P)
+	if !ok {
+		return zero, Errorf(StatusInvalidOpcode, "opcode %v does not carry a %T", c.Opcode, zero)
+	}
+	return v, nil
+}
+
 func zeroFrom(p *[48]byte, off int) error {
 	for i := off; i < len(p); i++ {
 		if p[i] != 0 {

@@ -5,7 +5,7 @@ package abi
 // whose major version differs from the one it was built for.
 const (
 	VersionMajor = 1
-	VersionMinor = 1
+	VersionMinor = 2
 	Version      = VersionMajor<<16 | VersionMinor
 )
 

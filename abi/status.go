@@ -27,6 +27,7 @@ const (
 	StatusBusy            Status = 13 // operation needs an idle ring (RegError only)
 	StatusBadAccess       Status = 14 // register access of wrong width or alignment (RegError only)
 	StatusInternal        Status = 15 // a vgpud bug; reported, never hidden
+	StatusDeviceLost      Status = 16 // the instance's device context is gone; reset to continue (ABI 1.2)
 )
 
 var statusNames = [...]string{
@@ -46,6 +47,7 @@ var statusNames = [...]string{
 	StatusBusy:            "busy",
 	StatusBadAccess:       "bad register access",
 	StatusInternal:        "internal error",
+	StatusDeviceLost:      "device lost",
 }
 
 // NumStatus is one more than the largest defined status.
@@ -92,8 +94,10 @@ func Errorf(s Status, format string, args ...any) error {
 	return &StatusError{Status: s, Msg: fmt.Sprintf(format, args...)}
 }
 
-// StatusOf maps an error to the status the guest sees: StatusOK for nil, the
-// status of the first StatusError or Statuser in the chain, else StatusInternal.
+// StatusOf returns the status an error carries: StatusOK for nil, the
+// status of the first StatusError in the chain, else StatusInternal. Errors
+// of other packages (the physical device's) are mapped to statuses by the
+// aggregator, at its one boundary to the guest.
 func StatusOf(err error) Status {
 	if err == nil {
 		return StatusOK
@@ -102,18 +106,7 @@ func StatusOf(err error) Status {
 	if errors.As(err, &se) {
 		return se.Status
 	}
-	var st Statuser
-	if errors.As(err, &st) {
-		return st.Status()
-	}
 	return StatusInternal
-}
-
-// Statuser is implemented by errors of other packages (the physical device)
-// that know which guest-visible status they stand for.
-type Statuser interface {
-	error
-	Status() Status
 }
 
 // ErrMalformed is wrapped by every decoding error of this package.
