@@ -5,10 +5,12 @@
 // It owns device enumeration and selection (Devices, Open), one cl_context
 // per Device, one profiling-enabled in-order command queue per Queue, and the
 // mapping of OpenCL failures to errors: *CLError names the call and the CL
-// code, matches the sentinels (ErrBuildFailed, ErrNoKernel, ErrOutOfMemory,
-// ErrInvalidLaunch, ...) with errors.Is and gives the abi.Status the guest
-// sees. It knows nothing of VMs, guests, rings or transports: callers (the
-// aggregator) hand it sizes, bytes, source text and launch geometry.
+// code, and matches with errors.Is the sentinel of its code's kind
+// (ErrBuildFailed, ErrNoKernel, ErrOutOfMemory, ErrInvalidLaunch,
+// ErrInvalidArgument, ErrDevice); every other error wraps one of the
+// sentinels too. It knows nothing of VMs, guests, rings, transports or the
+// guest ABI: callers (the aggregator) hand it sizes, bytes, source text and
+// launch geometry, and map its sentinels to what their guests see.
 //
 // Inputs are treated as hostile all the same. Write and Read bound-check in
 // Go before calling C; Launch checks the argument count and, from the

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/vgpud/vgpud/abi"
 )
 
 func TestEveryCodeHasNameAndStatus(t *testing.T) {
@@ -24,9 +22,8 @@ func TestEveryCodeHasNameAndStatus(t *testing.T) {
 		if !strings.HasPrefix(name, "CL_") || strings.HasPrefix(name, "CL_ERROR(") {
 			t.Errorf("CodeName(%d) = %q, want a CL_ name", c, name)
 		}
-		st := codeStatus(c)
-		if (c == 0) != (st == abi.StatusOK) || int(st) >= abi.NumStatus {
-			t.Errorf("codeStatus(%d) = %v, want a defined status (ok only for 0)", c, st)
+		if k := codeKind(c); (c == 0) != (k == kindNone) || k > kindLaunch {
+			t.Errorf("codeKind(%d) = %v, want a defined kind (none only for 0)", c, k)
 		}
 	}
 	if len(clCodes) != len(codes) {
@@ -35,39 +32,40 @@ func TestEveryCodeHasNameAndStatus(t *testing.T) {
 	if got := CodeName(-9999); got != "CL_ERROR(-9999)" {
 		t.Errorf("CodeName(-9999) = %q, want CL_ERROR(-9999)", got)
 	}
-	if got := codeStatus(-9999); got != abi.StatusDeviceError {
-		t.Errorf("codeStatus(-9999) = %v, want %v", got, abi.StatusDeviceError)
+	if got := codeKind(-9999); got != kindDevice {
+		t.Errorf("codeKind(-9999) = %v, want a device failure", got)
 	}
 }
 
 func TestCLError(t *testing.T) {
 	for _, tc := range []struct {
-		code   int32
-		status abi.Status
-		is     error
+		code int32
+		is   []error // the sentinels it matches; it matches no other
 	}{
-		{-11, abi.StatusBuildFailed, ErrBuildFailed},
-		{-43, abi.StatusBuildFailed, ErrBuildFailed},
-		{-46, abi.StatusNotFound, ErrNoKernel},
-		{-4, abi.StatusOutOfResources, ErrOutOfMemory},
-		{-5, abi.StatusOutOfResources, ErrOutOfMemory},
-		{-6, abi.StatusOutOfResources, ErrOutOfMemory},
-		{-54, abi.StatusLaunchFailed, ErrInvalidLaunch},
-		{-53, abi.StatusLaunchFailed, ErrInvalidLaunch},
-		{-52, abi.StatusLaunchFailed, ErrInvalidLaunch},
-		{-51, abi.StatusLaunchFailed, ErrInvalidLaunch},
-		{-30, abi.StatusInvalidArgument, nil},
-		{-61, abi.StatusInvalidArgument, nil},
-		{-1001, abi.StatusDeviceError, ErrNoPlatform},
-		{-1, abi.StatusDeviceError, ErrNoDevice},
-		{-36, abi.StatusDeviceError, nil},
+		{-11, []error{ErrBuildFailed}},
+		{-43, []error{ErrBuildFailed}},
+		{-46, []error{ErrNoKernel}},
+		{-4, []error{ErrOutOfMemory}},
+		{-5, []error{ErrOutOfMemory}},
+		{-6, []error{ErrOutOfMemory}},
+		{-54, []error{ErrInvalidLaunch}},
+		{-53, []error{ErrInvalidLaunch}},
+		{-52, []error{ErrInvalidLaunch}},
+		{-51, []error{ErrInvalidLaunch}},
+		{-30, []error{ErrInvalidArgument}},
+		{-61, []error{ErrInvalidArgument}},
+		{-1001, []error{ErrNoPlatform, ErrDevice}},
+		{-1, []error{ErrNoDevice, ErrDevice}},
+		{-36, []error{ErrDevice}},
+		{-9999, []error{ErrDevice}},
 	} {
 		err := fmt.Errorf("context: %w", &CLError{Op: "clOp", Code: tc.code})
-		if got := abi.StatusOf(err); got != tc.status {
-			t.Errorf("StatusOf(code %d) = %v, want %v", tc.code, got, tc.status)
-		}
-		for _, s := range []error{ErrBuildFailed, ErrNoKernel, ErrOutOfMemory, ErrInvalidLaunch, ErrNoPlatform, ErrNoDevice} {
-			if got, want := errors.Is(err, s), s == tc.is; got != want {
+		for _, s := range []error{ErrBuildFailed, ErrNoKernel, ErrOutOfMemory, ErrInvalidLaunch, ErrNoPlatform, ErrNoDevice, ErrInvalidArgument, ErrDevice} {
+			want := false
+			for _, w := range tc.is {
+				want = want || w == s
+			}
+			if got := errors.Is(err, s); got != want {
 				t.Errorf("errors.Is(code %d, %v) = %v, want %v", tc.code, s, got, want)
 			}
 		}
@@ -76,11 +74,8 @@ func TestCLError(t *testing.T) {
 	if got, want := e.Error(), "clEnqueueNDRangeKernel: CL_INVALID_WORK_GROUP_SIZE (-54)"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
-}
-
-func TestStatusError(t *testing.T) {
-	err := fmt.Errorf("outer: %w", errorf(abi.StatusLaunchFailed, "launch k: %w", ErrInvalidLaunch))
-	if !errors.Is(err, ErrInvalidLaunch) || abi.StatusOf(err) != abi.StatusLaunchFailed {
-		t.Errorf("errorf(...) = %v (status %v), want ErrInvalidLaunch with launch failed", err, abi.StatusOf(err))
+	// The sentinels that stand for a broader kind wrap it.
+	if !errors.Is(ErrOutOfRange, ErrInvalidArgument) || !errors.Is(ErrSourceRejected, ErrBuildFailed) {
+		t.Errorf("ErrOutOfRange / ErrSourceRejected do not wrap their kinds")
 	}
 }

@@ -1,9 +1,6 @@
 package gpu
 
-import (
-	"errors"
-	"time"
-)
+import "time"
 
 // Info describes one physical device.
 type Info struct {
@@ -88,18 +85,3 @@ type NDRange struct {
 	Global [3]uint64
 	Local  [3]uint64
 }
-
-// Sentinel errors callers tell apart with errors.Is. Errors returned for
-// OpenCL failures also implement abi.Statuser, so abi.StatusOf maps them to
-// the status the guest sees (ErrBuildFailed -> StatusBuildFailed,
-// ErrNoKernel -> StatusNotFound, ErrOutOfMemory -> StatusOutOfResources,
-// ErrInvalidLaunch -> StatusLaunchFailed, others -> StatusDeviceError or
-// StatusInvalidArgument as fits the CL error code).
-var (
-	ErrNoPlatform    = errors.New("no OpenCL platform installed")
-	ErrNoDevice      = errors.New("no such OpenCL device")
-	ErrBuildFailed   = errors.New("program build failed")
-	ErrNoKernel      = errors.New("no such kernel")
-	ErrOutOfMemory   = errors.New("device out of memory")
-	ErrInvalidLaunch = errors.New("invalid launch")
-)

@@ -110,8 +110,6 @@ import (
 	"sync"
 	"time"
 	"unsafe"
-
-	"github.com/vgpud/vgpud/abi"
 )
 
 func clErr(op string, code C.cl_int) error {
@@ -341,7 +339,7 @@ func (d *device) NewQueue() (Queue, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, errorf(abi.StatusInternal, "new queue on %s: %w", d.info.Name, ErrClosed)
+		return nil, fmt.Errorf("new queue on %s: %w", d.info.Name, ErrClosed)
 	}
 	q := &queue{dev: d, buffers: make(map[*buffer]struct{}), programs: make(map[*program]struct{})}
 	if err := clErr("clCreateCommandQueue", C.vg_create_queue(d.ctx, d.id, &q.q)); err != nil {
@@ -427,12 +425,12 @@ type kernel struct {
 }
 
 func (q *queue) closedErr(op string) error {
-	return errorf(abi.StatusInternal, "%s: queue: %w", op, ErrClosed)
+	return fmt.Errorf("%s: queue: %w", op, ErrClosed)
 }
 
 func (q *queue) Alloc(size uint64) (Buffer, error) {
 	if size == 0 || size > q.dev.info.MaxAllocBytes {
-		return nil, errorf(abi.StatusInvalidArgument, "alloc %d bytes: size must be 1..%d (device max allocation): %w",
+		return nil, fmt.Errorf("alloc %d bytes: size must be 1..%d (device max allocation): %w",
 			size, q.dev.info.MaxAllocBytes, &CLError{Op: "clCreateBuffer", Code: -61})
 	}
 	q.mu.Lock()
@@ -456,13 +454,13 @@ func (q *queue) Alloc(size uint64) (Buffer, error) {
 func (q *queue) checkBuffer(op string, b Buffer) (*buffer, error) {
 	bb, ok := b.(*buffer)
 	if !ok || bb == nil {
-		return nil, errorf(abi.StatusInternal, "%s: buffer %T is not an OpenCL buffer of this package: %w", op, b, ErrForeign)
+		return nil, fmt.Errorf("%s: buffer %T is not an OpenCL buffer of this package: %w", op, b, ErrForeign)
 	}
 	if bb.owner != q {
-		return nil, errorf(abi.StatusInternal, "%s: buffer: %w", op, ErrForeign)
+		return nil, fmt.Errorf("%s: buffer: %w", op, ErrForeign)
 	}
 	if bb.mem == nil {
-		return nil, errorf(abi.StatusInternal, "%s: buffer: %w", op, ErrClosed)
+		return nil, fmt.Errorf("%s: buffer: %w", op, ErrClosed)
 	}
 	return bb, nil
 }
@@ -471,7 +469,7 @@ func (q *queue) checkBuffer(op string, b Buffer) (*buffer, error) {
 // overflowing.
 func span(op string, size, off uint64, n int) error {
 	if off > size || uint64(n) > size-off {
-		return errorf(abi.StatusInvalidArgument, "%s %d bytes at %d of a %d-byte buffer: %w", op, n, off, size, ErrOutOfRange)
+		return fmt.Errorf("%s %d bytes at %d of a %d-byte buffer: %w", op, n, off, size, ErrOutOfRange)
 	}
 	return nil
 }
@@ -514,7 +512,7 @@ func (q *queue) Build(source, options string) (Program, string, error) {
 		return nil, err.Error(), err // the log says why, for the program's author
 	}
 	if source == "" {
-		return nil, "", errorf(abi.StatusBuildFailed, "build: empty source: %w", ErrBuildFailed)
+		return nil, "", fmt.Errorf("build: empty source: %w", ErrBuildFailed)
 	}
 	// Argument info lets Launch check that each argument is of the kind
 	// the kernel expects, so a scalar can never be taken for a cl_mem.
@@ -548,16 +546,31 @@ func (q *queue) Build(source, options string) (Program, string, error) {
 	return p, log, nil
 }
 
+// Bounds of a build log: a log larger than maxLogRead is not read at all
+// (a source can make the compiler write gigabytes of warnings), and the
+// log returned is cut at MaxBuildLog.
+const (
+	maxLogRead  = 16 << 20
+	MaxBuildLog = 64 << 10
+)
+
 func (q *queue) buildLog(p C.cl_program) string {
 	var n C.size_t
 	if C.clGetProgramBuildInfo(p, q.dev.id, C.CL_PROGRAM_BUILD_LOG, 0, nil, &n) != C.CL_SUCCESS || n == 0 {
 		return ""
 	}
+	if n > maxLogRead {
+		return fmt.Sprintf("(a build log of %d bytes, over %d, was not read)", n, maxLogRead)
+	}
 	buf := make([]byte, n)
 	if C.clGetProgramBuildInfo(p, q.dev.id, C.CL_PROGRAM_BUILD_LOG, n, unsafe.Pointer(&buf[0]), nil) != C.CL_SUCCESS {
 		return ""
 	}
-	return strings.TrimSpace(cString(buf))
+	log := strings.TrimSpace(cString(buf))
+	if len(log) > MaxBuildLog {
+		log = log[:MaxBuildLog]
+	}
+	return log
 }
 
 func kernelNames(p C.cl_program) ([]string, error) {
@@ -584,13 +597,13 @@ func kernelNames(p C.cl_program) ([]string, error) {
 func (q *queue) Launch(k Kernel, r NDRange, args []Arg) (time.Duration, error) {
 	kk, ok := k.(*kernel)
 	if !ok || kk == nil {
-		return 0, errorf(abi.StatusInternal, "launch: kernel %T is not an OpenCL kernel of this package: %w", k, ErrForeign)
+		return 0, fmt.Errorf("launch: kernel %T is not an OpenCL kernel of this package: %w", k, ErrForeign)
 	}
 	if err := checkRange(r); err != nil {
 		return 0, fmt.Errorf("launch %s: %w", kk.name, err)
 	}
 	if len(args) != len(kk.args) {
-		return 0, errorf(abi.StatusLaunchFailed, "launch %s: %d arguments, kernel takes %d: %w", kk.name, len(args), len(kk.args), ErrInvalidLaunch)
+		return 0, fmt.Errorf("launch %s: %d arguments, kernel takes %d: %w", kk.name, len(args), len(kk.args), ErrInvalidLaunch)
 	}
 
 	q.mu.Lock()
@@ -599,10 +612,10 @@ func (q *queue) Launch(k Kernel, r NDRange, args []Arg) (time.Duration, error) {
 		return 0, q.closedErr("launch")
 	}
 	if kk.prog.owner != q {
-		return 0, errorf(abi.StatusInternal, "launch %s: kernel: %w", kk.name, ErrForeign)
+		return 0, fmt.Errorf("launch %s: kernel: %w", kk.name, ErrForeign)
 	}
 	if kk.k == nil {
-		return 0, errorf(abi.StatusInternal, "launch %s: kernel: %w", kk.name, ErrClosed)
+		return 0, fmt.Errorf("launch %s: kernel: %w", kk.name, ErrClosed)
 	}
 	for i, a := range args {
 		if err := q.setArg(kk, i, a); err != nil {
@@ -635,24 +648,24 @@ func (q *queue) Launch(k Kernel, r NDRange, args []Arg) (time.Duration, error) {
 // (Offset 0); anything else there is a caller's mistake, not ignored.
 func checkRange(r NDRange) error {
 	if r.Dims < 1 || r.Dims > 3 {
-		return errorf(abi.StatusLaunchFailed, "%d dimensions, want 1..3: %w", r.Dims, ErrInvalidLaunch)
+		return fmt.Errorf("%d dimensions, want 1..3: %w", r.Dims, ErrInvalidLaunch)
 	}
 	hasLocal := r.Local != ([3]uint64{})
 	for i := 0; i < 3; i++ {
 		if i >= r.Dims {
 			if r.Global[i] > 1 || r.Local[i] > 1 || r.Offset[i] != 0 {
-				return errorf(abi.StatusLaunchFailed, "dimension %d set beyond %d dimensions: %w", i, r.Dims, ErrInvalidLaunch)
+				return fmt.Errorf("dimension %d set beyond %d dimensions: %w", i, r.Dims, ErrInvalidLaunch)
 			}
 			continue
 		}
 		if r.Global[i] == 0 {
-			return errorf(abi.StatusLaunchFailed, "global size %d is zero: %w", i, ErrInvalidLaunch)
+			return fmt.Errorf("global size %d is zero: %w", i, ErrInvalidLaunch)
 		}
 		if hasLocal && r.Local[i] == 0 {
-			return errorf(abi.StatusLaunchFailed, "local size %d is zero while others are set: %w", i, ErrInvalidLaunch)
+			return fmt.Errorf("local size %d is zero while others are set: %w", i, ErrInvalidLaunch)
 		}
 		if r.Offset[i] > math.MaxUint64-r.Global[i] {
-			return errorf(abi.StatusLaunchFailed, "offset+global of dimension %d overflows: %w", i, ErrInvalidLaunch)
+			return fmt.Errorf("offset+global of dimension %d overflows: %w", i, ErrInvalidLaunch)
 		}
 	}
 	return nil
@@ -671,7 +684,7 @@ func (q *queue) setArg(k *kernel, i int, a Arg) error {
 		set++
 	}
 	if set != 1 {
-		return errorf(abi.StatusLaunchFailed, "%d of buffer, scalar and local set, want exactly one: %w", set, ErrInvalidLaunch)
+		return fmt.Errorf("%d of buffer, scalar and local set, want exactly one: %w", set, ErrInvalidLaunch)
 	}
 	want := k.args[i]
 	var got argKind
@@ -684,10 +697,10 @@ func (q *queue) setArg(k *kernel, i int, a Arg) error {
 		got = argScalar
 	}
 	if want == argUnsupported {
-		return errorf(abi.StatusLaunchFailed, "parameter type %q cannot be set: %w", k.types[i], ErrInvalidLaunch)
+		return fmt.Errorf("parameter type %q cannot be set: %w", k.types[i], ErrInvalidLaunch)
 	}
 	if want != argUnknown && want != got {
-		return errorf(abi.StatusLaunchFailed, "parameter of type %q needs a %s, got a %s: %w", k.types[i], want, got, ErrInvalidLaunch)
+		return fmt.Errorf("parameter of type %q needs a %s, got a %s: %w", k.types[i], want, got, ErrInvalidLaunch)
 	}
 	var code C.cl_int
 	switch got {
@@ -703,7 +716,7 @@ func (q *queue) setArg(k *kernel, i int, a Arg) error {
 		if want == argUnknown && len(a.Scalar) == int(unsafe.Sizeof(C.cl_mem(nil))) {
 			// Without argument info a pointer-sized scalar could be
 			// taken for a cl_mem handle and dereferenced.
-			return errorf(abi.StatusLaunchFailed, "pointer-sized scalar for a parameter of unknown kind: %w", ErrInvalidLaunch)
+			return fmt.Errorf("pointer-sized scalar for a parameter of unknown kind: %w", ErrInvalidLaunch)
 		}
 		code = C.clSetKernelArg(k.k, C.cl_uint(i), C.size_t(len(a.Scalar)), unsafe.Pointer(&a.Scalar[0]))
 	}
@@ -768,7 +781,7 @@ func (p *program) Kernel(name string) (Kernel, error) {
 	p.owner.mu.Lock()
 	defer p.owner.mu.Unlock()
 	if p.prog == nil {
-		return nil, errorf(abi.StatusInternal, "kernel %q: program: %w", name, ErrClosed)
+		return nil, fmt.Errorf("kernel %q: program: %w", name, ErrClosed)
 	}
 	if k, ok := p.kernels[name]; ok {
 		return k, nil
@@ -851,6 +864,22 @@ func (k *kernel) argString(i int, param C.cl_kernel_arg_info) (string, error) {
 }
 
 func (p *program) KernelNames() []string { return append([]string(nil), p.names...) }
+
+// Size is the size of the program's built binary on its device
+// (CL_PROGRAM_BINARY_SIZES), 0 if the implementation does not say: the
+// part of a program's memory a quota can count.
+func (p *program) Size() uint64 {
+	p.owner.mu.Lock()
+	defer p.owner.mu.Unlock()
+	if p.prog == nil {
+		return 0
+	}
+	var size C.size_t
+	if C.clGetProgramInfo(p.prog, C.CL_PROGRAM_BINARY_SIZES, C.size_t(unsafe.Sizeof(size)), unsafe.Pointer(&size), nil) != C.CL_SUCCESS {
+		return 0
+	}
+	return uint64(size)
+}
 
 // Release frees the program and its kernels. It is idempotent.
 func (p *program) Release() {

@@ -1,9 +1,8 @@
 package gpu
 
 import (
+	"fmt"
 	"strings"
-
-	"github.com/vgpud/vgpud/abi"
 )
 
 // allowedDirectives are the preprocessor directives a program may use.
@@ -42,8 +41,7 @@ var bannedIdentifiers = map[string]bool{
 // allow-list, file probes, _Pragma, __debug, token pasting, universal
 // character names in identifiers, NUL bytes, and options other than -D,
 // -U, -w, -Werror, -cl-std=CL1.0..CL3.0 and other -cl-* flags. Build calls it first; the
-// error wraps ErrSourceRejected and ErrBuildFailed and has
-// abi.StatusBuildFailed.
+// error wraps ErrSourceRejected (an ErrBuildFailed).
 func CheckSource(source, options string) error {
 	if err := checkOptions(options); err != nil {
 		return err
@@ -52,8 +50,8 @@ func CheckSource(source, options string) error {
 }
 
 func rejected(format string, args ...any) error {
-	args = append(args, ErrSourceRejected, ErrBuildFailed)
-	return errorf(abi.StatusBuildFailed, "build: "+format+": %w: %w", args...)
+	args = append(args, ErrSourceRejected)
+	return fmt.Errorf("build: "+format+": %w", args...)
 }
 
 func checkOptions(options string) error {
