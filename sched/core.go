@@ -1,0 +1,410 @@
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Policy is how a Device shares its turns among the instances on it.
+type Policy string
+
+// The policies. All but PolicyTimeslice account measured device time per
+// instance; docs/scheduler.md describes each.
+const (
+	// PolicyBestEffort is work-conserving round-robin: each backlogged
+	// instance gets one turn in turn.
+	PolicyBestEffort Policy = "best-effort"
+	// PolicyEqualShare gives every backlogged instance the same device
+	// time, the least-served first, short work first within a small lag.
+	PolicyEqualShare Policy = "equal-share"
+	// PolicyFixedShare is PolicyEqualShare weighted by each instance's
+	// share (the profile's Share, or one set at run time).
+	PolicyFixedShare Policy = "fixed-share"
+	// PolicyTimeslice is the baseline: round-robin 1 ms time slices, the
+	// holder keeping the device for its whole slice while it has work
+	// (NVIDIA's best-effort scheduler); long launches are cut at the
+	// slice length. It knows nothing of kernel lengths.
+	PolicyTimeslice Policy = "timeslice"
+)
+
+// DefaultPolicy is a new Device's policy.
+const DefaultPolicy = PolicyFixedShare
+
+// Policies lists the policies in the order they are documented.
+var Policies = []Policy{PolicyBestEffort, PolicyEqualShare, PolicyFixedShare, PolicyTimeslice}
+
+// ParsePolicy returns the policy named s.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	names := make([]string, len(Policies))
+	for i, p := range Policies {
+		names[i] = string(p)
+	}
+	return "", fmt.Errorf("%w %q (have %s)", ErrUnknownPolicy, s, strings.Join(names, ", "))
+}
+
+// Scheduler tuning.
+const (
+	// timeQuantum is PolicyTimeslice's slice.
+	timeQuantum = time.Millisecond
+	// idleGrace: the device stays reserved this long for the client whose
+	// turn just ended when the policy would serve it next anyway
+	// (reservedUntil), so that a client coming straight back keeps its
+	// due.
+	idleGrace = 200 * time.Microsecond
+	// fairWindow is how far (in weighted device time) a client may run
+	// ahead of the least-served backlogged one to let shorter work go
+	// first under the share policies.
+	fairWindow = time.Millisecond
+	// unknownCost stands for work whose length has never been measured.
+	unknownCost = fairWindow
+	// minSlice and maxSlice bound the device time of one slice of a long
+	// launch while other instances are active.
+	minSlice = 200 * time.Microsecond
+	maxSlice = 4 * time.Millisecond
+	// activeWindow: an instance that asked for a turn this recently is
+	// active, and long launches of others are sliced for it.
+	activeWindow = 20 * time.Millisecond
+	// maxQueued bounds one client's waiting requests. An instance's worker
+	// has at most one outstanding request, so this is never reached by
+	// vgpud itself; it keeps the queues bounded by construction.
+	maxQueued = 4
+	// ewmaShift: averages move by 1/2^ewmaShift of each new sample.
+	ewmaShift = 2
+)
+
+// errQueueFull is returned when a client already has maxQueued requests.
+var errQueueFull = errors.New("scheduler queue full")
+
+// client is one instance as the scheduler sees it.
+type client struct {
+	id    string
+	share uint32
+	seq   int // registration order, for ties
+
+	queue []*request // FIFO, at most maxQueued
+	vtime float64    // charged device ns / weight
+	seen  time.Time  // last request
+
+	devNanos  uint64 // measured device time charged
+	waitNanos uint64 // time requests waited for their turn
+	heldNanos uint64 // wall time holding the device
+	turns     uint64
+	slices    uint64        // slices of launches cut for the scheduler
+	avgCost   float64       // moving average of the device time of its turns
+	limit     time.Duration // longest a turn may hold the device (0: no limit)
+}
+
+// request is one wait for a turn.
+type request struct {
+	c       *client
+	cost    time.Duration // expected device time; 0: unknown
+	at      time.Time     // enqueued
+	ready   chan struct{} // closed when granted (nil in pure tests)
+	granted bool
+	start   time.Time     // granted
+	budget  time.Duration // slice budget at the grant
+	watch   *time.Timer   // the watchdog of a granted turn with a limit
+}
+
+// schedCore is the scheduler's state machine: which request gets the
+// device next. It is pure (time is passed in) and not safe for concurrent
+// use; scheduler wraps it.
+type schedCore struct {
+	policy  Policy
+	clients []*client // registration order
+	nextSeq int
+	rr      int     // round-robin cursor: index of the last client served
+	vclock  float64 // vtime of the last grant: the floor for newly backlogged clients
+
+	holder   *client // the running turn's client, or the timeslice owner
+	sliceEnd time.Time
+	released time.Time // end of the last turn
+	busy     bool
+
+	heldNanos uint64 // device held, all clients
+	grants    uint64
+}
+
+func newSchedCore(p Policy) *schedCore { return &schedCore{policy: p, rr: -1} }
+
+// lookup returns the client id, or nil.
+func (s *schedCore) lookup(id string) *client {
+	for _, c := range s.clients {
+		if c.id == id {
+			return c
+		}
+	}
+	return nil
+}
+
+// client returns the client id, creating it with share 1.
+func (s *schedCore) client(id string) *client {
+	if c := s.lookup(id); c != nil {
+		return c
+	}
+	c := &client{id: id, share: 1, seq: s.nextSeq, vtime: s.vclock}
+	s.nextSeq++
+	s.clients = append(s.clients, c)
+	return c
+}
+
+// remove forgets client id; it must have no queued request.
+func (s *schedCore) remove(id string) {
+	for i, c := range s.clients {
+		if c.id == id {
+			s.clients = append(s.clients[:i], s.clients[i+1:]...)
+			if s.rr >= i {
+				s.rr--
+			}
+			if s.holder == c {
+				s.holder = nil
+			}
+			return
+		}
+	}
+}
+
+func (s *schedCore) setPolicy(p Policy) {
+	if p == s.policy {
+		return
+	}
+	s.policy = p
+	if !s.busy {
+		s.holder = nil
+	}
+	s.sliceEnd = time.Time{}
+	// Start the share accounting afresh: history under another policy
+	// must not count as debt.
+	for _, c := range s.clients {
+		c.vtime = 0
+	}
+	s.vclock = 0
+}
+
+// weight is c's weight under the current policy.
+func (s *schedCore) weight(c *client) float64 {
+	if s.policy == PolicyFixedShare && c.share > 0 {
+		return float64(c.share)
+	}
+	return 1
+}
+
+// enqueue adds r to its client's queue.
+func (s *schedCore) enqueue(r *request, now time.Time) error {
+	c := r.c
+	if len(c.queue) >= maxQueued {
+		return errQueueFull
+	}
+	if len(c.queue) == 0 && c != s.holder {
+		// Newly backlogged: no credit for the time it was idle.
+		c.vtime = max(c.vtime, s.vclock)
+	}
+	r.at = now
+	c.seen = now
+	c.queue = append(c.queue, r)
+	return nil
+}
+
+// cancel removes a request that was not granted.
+func (s *schedCore) cancel(r *request) {
+	q := r.c.queue
+	for i, x := range q {
+		if x == r {
+			r.c.queue = append(q[:i], q[i+1:]...)
+			return
+		}
+	}
+}
+
+// pending reports whether any client waits.
+func (s *schedCore) pending() bool {
+	for _, c := range s.clients {
+		if len(c.queue) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// pick chooses the client to serve next, or nil if none waits.
+func (s *schedCore) pick(now time.Time) *client {
+	switch s.policy {
+	case PolicyEqualShare, PolicyFixedShare:
+		return s.pickFair()
+	case PolicyTimeslice:
+		if h := s.holder; h != nil && len(h.queue) > 0 && now.Before(s.sliceEnd) && s.indexOf(h) >= 0 {
+			return h
+		}
+		c := s.pickRR()
+		if c != nil {
+			s.sliceEnd = now.Add(timeQuantum)
+		}
+		return c
+	default:
+		return s.pickRR()
+	}
+}
+
+func (s *schedCore) indexOf(c *client) int {
+	for i, x := range s.clients {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// pickRR returns the next backlogged client after the cursor.
+func (s *schedCore) pickRR() *client {
+	n := len(s.clients)
+	for k := 1; k <= n; k++ {
+		i := (s.rr + k) % n
+		if c := s.clients[i]; len(c.queue) > 0 {
+			s.rr = i
+			return c
+		}
+	}
+	return nil
+}
+
+// pickFair returns, among the backlogged clients within fairWindow of the
+// least-served one, the one whose next request is expected to be
+// shortest; ties go to the least served, then to registration order.
+func (s *schedCore) pickFair() *client {
+	minV := -1.0
+	for _, c := range s.clients {
+		if len(c.queue) > 0 && (minV < 0 || c.vtime < minV) {
+			minV = c.vtime
+		}
+	}
+	if minV < 0 {
+		return nil
+	}
+	limit := minV + float64(fairWindow)
+	var best *client
+	var bestCost time.Duration
+	for _, c := range s.clients {
+		if len(c.queue) == 0 || c.vtime > limit {
+			continue
+		}
+		cost := c.queue[0].cost
+		if cost <= 0 {
+			cost = unknownCost
+		}
+		if best == nil || cost < bestCost || (cost == bestCost && (c.vtime < best.vtime || (c.vtime == best.vtime && c.seq < best.seq))) {
+			best, bestCost = c, cost
+		}
+	}
+	return best
+}
+
+// grant picks the next request, marks the device busy and returns it, or
+// nil (device idle) if nothing waits. While a timeslice owner's
+// reservation holds, it returns nil and the time to try again.
+func (s *schedCore) grant(now time.Time) (*request, time.Time) {
+	s.busy = false
+	if until := s.reservedUntil(); now.Before(until) && s.pending() {
+		return nil, until
+	}
+	c := s.pick(now)
+	if c == nil {
+		return nil, time.Time{}
+	}
+	r := c.queue[0]
+	c.queue = c.queue[1:]
+	r.granted = true
+	r.start = now
+	r.budget = s.budget(c, now)
+	s.busy = true
+	s.holder = c
+	s.vclock = max(s.vclock, c.vtime)
+	s.grants++
+	c.turns++
+	if w := now.Sub(r.at); w > 0 {
+		c.waitNanos += uint64(w)
+	}
+	return r, time.Time{}
+}
+
+// reservedUntil is when the hold on an idle device for the client whose
+// turn just ended expires (zero when there is none). An instance's worker
+// asks for one turn at a time, so between two of its turns it is never
+// queued: without the hold a work-conserving scheduler would alternate
+// between backlogged instances whatever their weights. The hold lasts
+// idleGrace after the turn, and only while that client would be served
+// first anyway: under the share policies while it is the least served,
+// under PolicyTimeslice while its slice lasts.
+func (s *schedCore) reservedUntil() time.Time {
+	h := s.holder
+	if h == nil || len(h.queue) > 0 || s.released.IsZero() || s.indexOf(h) < 0 {
+		return time.Time{}
+	}
+	until := s.released.Add(idleGrace)
+	switch s.policy {
+	case PolicyTimeslice:
+		if s.sliceEnd.Before(until) {
+			until = s.sliceEnd
+		}
+	case PolicyEqualShare, PolicyFixedShare:
+		for _, c := range s.clients {
+			if len(c.queue) > 0 && c.vtime <= h.vtime {
+				return time.Time{}
+			}
+		}
+	default:
+		return time.Time{}
+	}
+	return until
+}
+
+// charge accounts a finished turn of c: dev is the device time measured,
+// held the wall time the turn lasted.
+func (s *schedCore) charge(c *client, dev, held time.Duration, now time.Time) {
+	dev, held = max(dev, 0), max(held, 0)
+	s.released = now
+	c.devNanos += uint64(dev)
+	c.heldNanos += uint64(held)
+	s.heldNanos += uint64(held)
+	c.vtime += float64(dev) / s.weight(c)
+	c.avgCost = ewma(c.avgCost, float64(dev))
+}
+
+func ewma(avg, x float64) float64 {
+	if avg == 0 {
+		return x
+	}
+	return avg + (x-avg)/(1<<ewmaShift)
+}
+
+// budget is the device time a slice of c's long launch may take now: 0
+// when no other client is active (run the launch whole), else the
+// policy's quantum or, for vgpud's policies, half the typical request
+// length of the most latency-sensitive other active client, within
+// [minSlice, maxSlice].
+func (s *schedCore) budget(c *client, now time.Time) time.Duration {
+	shortest := time.Duration(-1)
+	for _, o := range s.clients {
+		if o == c || (len(o.queue) == 0 && now.Sub(o.seen) > activeWindow) || o.seen.IsZero() {
+			continue
+		}
+		if cost := time.Duration(o.avgCost); shortest < 0 || cost < shortest {
+			shortest = cost
+		}
+	}
+	if shortest < 0 {
+		return 0
+	}
+	if s.policy == PolicyTimeslice {
+		return timeQuantum
+	}
+	// Half the neighbour's typical turn: it then waits on average a
+	// quarter of its own length for the slice in progress.
+	return min(max(shortest/2, minSlice), maxSlice)
+}
