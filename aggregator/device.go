@@ -12,21 +12,22 @@ import (
 var ErrClosed = errors.New("closed")
 
 // Device is one physical device shared by the instances placed on it.
+// Its arbiter (the device's scheduler) grants their device turns.
 type Device struct {
 	gpu  gpu.Device
 	info gpu.Info
 	log  *slog.Logger
-
-	sched *scheduler
+	arb  Arbiter
 
 	mu        sync.Mutex
 	instances map[string]*Instance
 	closed    bool
 }
 
-// NewDevice wraps a physical device. The Device does not take ownership of
-// g: the caller closes g after closing the Device.
-func NewDevice(g gpu.Device, log *slog.Logger) *Device {
+// NewDevice wraps a physical device whose turns arb grants. The Device
+// takes ownership of neither: the caller closes g after closing the
+// Device.
+func NewDevice(g gpu.Device, arb Arbiter, log *slog.Logger) *Device {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -35,7 +36,7 @@ func NewDevice(g gpu.Device, log *slog.Logger) *Device {
 		gpu:       g,
 		info:      info,
 		log:       log.With("device", info.Name),
-		sched:     newScheduler(DefaultPolicy),
+		arb:       arb,
 		instances: make(map[string]*Instance),
 	}
 }
@@ -63,7 +64,6 @@ func (d *Device) Close() error {
 	for _, in := range insts {
 		errs = append(errs, in.Close())
 	}
-	d.sched.close()
 	return errors.Join(errs...)
 }
 
@@ -71,7 +71,4 @@ func (d *Device) remove(id string) {
 	d.mu.Lock()
 	delete(d.instances, id)
 	d.mu.Unlock()
-	d.sched.mu.Lock()
-	d.sched.core.remove(id)
-	d.sched.mu.Unlock()
 }

@@ -1,8 +1,9 @@
 // Package aggregator turns a guest's command ring into work on a physical
 // device. It owns, per vGPU instance, everything the instance is: the ring
 // position, the latched device error, the handle tables of buffers and
-// programs with their memory quota, and the counters; and, per physical
-// device, the scheduler that multiplexes instances on it.
+// programs with their memory quota, the lengths of its kernels and
+// copies, and the counters. Device turns come from an Arbiter (the
+// device's scheduler, package sched, which the aggregator does not import).
 //
 // A doorbell only publishes a new producer index and wakes the instance's
 // worker goroutine, so the transport thread (and the guest vCPU waiting on

@@ -21,22 +21,37 @@ const stagingChunk = 1 << 20
 // completion record is dropped.
 var errStale = abi.Errorf(abi.StatusDeviceError, "ring reset while the command ran")
 
-type handler func(in *Instance, c *abi.Command, p abi.Payload) (detail uint64, err error)
+// handler executes one command of a guest's ring.
+type handler func(in *Instance, c *abi.Command) (detail uint64, err error)
 
-// handlers dispatches by opcode; every defined opcode has an entry (tested).
-var handlers = [abi.NumOpcodes]handler{
-	abi.OpNop:          func(*Instance, *abi.Command, abi.Payload) (uint64, error) { return 0, nil },
-	abi.OpBufferCreate: (*Instance).bufferCreate,
-	abi.OpBufferFree:   (*Instance).bufferFree,
-	abi.OpCopyToDev:    (*Instance).copy,
-	abi.OpCopyFromDev:  (*Instance).copy,
-	abi.OpProgramBuild: (*Instance).programBuild,
-	abi.OpProgramFree:  (*Instance).programFree,
-	abi.OpLaunch:       (*Instance).launch,
-	abi.OpFence:        (*Instance).fence,
+// bind makes the handler of an opcode whose payload is a P: the payload is
+// decoded as exactly that type (abi.DecodeAs) before h sees it, so no
+// handler asserts a payload's type on the guest path.
+func bind[P abi.Payload](h func(in *Instance, c *abi.Command, p P) (uint64, error)) handler {
+	return func(in *Instance, c *abi.Command) (uint64, error) {
+		p, err := abi.DecodeAs[P](c)
+		if err != nil {
+			return 0, err
+		}
+		return h(in, c, p)
+	}
 }
 
-// execute runs one decoded command; the returned error carries the status.
+// handlers dispatches by opcode, each entry binding the opcode's payload
+// type to its handler; every defined opcode has one (tested).
+var handlers = [abi.NumOpcodes]handler{
+	abi.OpNop:          bind(func(*Instance, *abi.Command, *abi.Nop) (uint64, error) { return 0, nil }),
+	abi.OpBufferCreate: bind((*Instance).bufferCreate),
+	abi.OpBufferFree:   bind((*Instance).bufferFree),
+	abi.OpCopyToDev:    bind((*Instance).copy),
+	abi.OpCopyFromDev:  bind((*Instance).copy),
+	abi.OpProgramBuild: bind((*Instance).programBuild),
+	abi.OpProgramFree:  bind((*Instance).programFree),
+	abi.OpLaunch:       bind((*Instance).launch),
+	abi.OpFence:        bind((*Instance).fence),
+}
+
+// execute runs one command; the returned error carries the status.
 func (in *Instance) execute(c *abi.Command) (uint64, error) {
 	if !c.Opcode.Valid() {
 		return 0, abi.Errorf(abi.StatusInvalidOpcode, "opcode %d", uint16(c.Opcode))
@@ -44,15 +59,10 @@ func (in *Instance) execute(c *abi.Command) (uint64, error) {
 	if c.Flags&abi.FlagNondeterministic != 0 && c.Opcode != abi.OpLaunch && c.Opcode != abi.OpProgramBuild {
 		return 0, abi.Errorf(abi.StatusInvalidArgument, "flag nondeterministic on %v", c.Opcode)
 	}
-	p, err := abi.DecodePayload(c)
-	if err != nil {
-		return 0, err
-	}
-	return handlers[c.Opcode](in, c, p)
+	return handlers[c.Opcode](in, c)
 }
 
-func (in *Instance) bufferCreate(_ *abi.Command, p abi.Payload) (uint64, error) {
-	bc := p.(*abi.BufferCreate)
+func (in *Instance) bufferCreate(_ *abi.Command, bc *abi.BufferCreate) (uint64, error) {
 	s := in.state
 	if _, ok := s.buffers[bc.Handle]; ok {
 		return 0, abi.Errorf(abi.StatusExists, "buffer %d", bc.Handle)
@@ -70,7 +80,7 @@ func (in *Instance) bufferCreate(_ *abi.Command, p abi.Payload) (uint64, error) 
 		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes with %d of %d in use", bc.Size, used-bc.Size, lim.MemBytes)
 	}
 	var mem gpu.Buffer
-	err := in.dev.run(in.ctx, in, work{}, func() (_ time.Duration, err error) {
+	err := in.run(work{}, func() (_ time.Duration, err error) {
 		mem, err = in.queue.Alloc(bc.Size)
 		return 0, err
 	})
@@ -81,24 +91,25 @@ func (in *Instance) bufferCreate(_ *abi.Command, p abi.Payload) (uint64, error) 
 	nb := &buffer{mem: mem, size: bc.Size, flags: bc.Flags}
 	in.reuseCreated(nb)
 	s.buffers[bc.Handle] = nb
+	s.objects.Add(1)
 	return 0, nil
 }
 
-func (in *Instance) bufferFree(_ *abi.Command, p abi.Payload) (uint64, error) {
-	h := p.(*abi.BufferFree).Handle
+func (in *Instance) bufferFree(_ *abi.Command, bf *abi.BufferFree) (uint64, error) {
+	h := bf.Handle
 	b, ok := in.state.buffers[h]
 	if !ok {
 		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", h)
 	}
 	in.reuseFreed(b)
 	delete(in.state.buffers, h)
+	in.state.objects.Add(-1)
 	b.mem.Release()
 	in.state.used.Add(^(b.size - 1))
 	return 0, nil
 }
 
-func (in *Instance) copy(_ *abi.Command, p abi.Payload) (uint64, error) {
-	cp := p.(*abi.Copy)
+func (in *Instance) copy(_ *abi.Command, cp *abi.Copy) (uint64, error) {
 	b, ok := in.state.buffers[cp.Handle]
 	if !ok {
 		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", cp.Handle)
@@ -138,11 +149,11 @@ func (in *Instance) copy(_ *abi.Command, p abi.Payload) (uint64, error) {
 			if err := gather(in.mem, chunk, buf); err != nil {
 				return 0, err
 			}
-			if err := in.dev.run(in.ctx, in, in.chunkWork(n, cp.Length), func() (time.Duration, error) { return 0, in.queue.Write(b.mem, off, buf) }); err != nil {
+			if err := in.run(in.chunkWork(n, cp.Length), func() (time.Duration, error) { return 0, in.queue.Write(b.mem, off, buf) }); err != nil {
 				return 0, fmt.Errorf("write buffer %d: %w", cp.Handle, err)
 			}
 		} else {
-			if err := in.dev.run(in.ctx, in, in.chunkWork(n, cp.Length), func() (time.Duration, error) { return 0, in.queue.Read(b.mem, off, buf) }); err != nil {
+			if err := in.run(in.chunkWork(n, cp.Length), func() (time.Duration, error) { return 0, in.queue.Read(b.mem, off, buf) }); err != nil {
 				return 0, fmt.Errorf("read buffer %d: %w", cp.Handle, err)
 			}
 			if in.stale() {
@@ -155,15 +166,14 @@ func (in *Instance) copy(_ *abi.Command, p abi.Payload) (uint64, error) {
 		off += n
 	}
 	if cp.ToDevice {
-		in.stats.BytesToDev.Add(cp.Length)
+		in.sh.Stats.BytesToDev.Add(cp.Length)
 	} else {
-		in.stats.BytesFromDev.Add(cp.Length)
+		in.sh.Stats.BytesFromDev.Add(cp.Length)
 	}
 	return cp.Length, nil
 }
 
-func (in *Instance) programBuild(c *abi.Command, p abi.Payload) (uint64, error) {
-	pb := p.(*abi.ProgramBuild)
+func (in *Instance) programBuild(c *abi.Command, pb *abi.ProgramBuild) (uint64, error) {
 	s := in.state
 	if _, ok := s.programs[pb.Handle]; ok {
 		return 0, abi.Errorf(abi.StatusExists, "program %d", pb.Handle)
@@ -189,9 +199,31 @@ func (in *Instance) programBuild(c *abi.Command, p abi.Payload) (uint64, error) 
 			return 0, fmt.Errorf("build log: %w", err)
 		}
 	}
+	// The source and options count against the program quota from now
+	// on, the binary once built (reserve first, then check: the quota may
+	// be lowered meanwhile).
+	charged := uint64(len(src) + len(opts))
+	if err := in.chargeProgram(charged); err != nil {
+		return 0, err
+	}
+	built := false
+	defer func() {
+		if !built {
+			in.sh.ProgramBytes.Add(^(charged - 1))
+		}
+	}()
 	// Compiling does not occupy the device: no turn is taken. The gpu
-	// package screens source and options (gpu.CheckSource) before its
-	// in-process compiler sees them.
+	// package screens source and options (gpu.CheckSource) first. The
+	// compiler runs guest-supplied source: an arbiter that watches builds
+	// (a worker's: its main process bounds how long one may take) is told
+	// when it starts and ends.
+	if w, ok := in.dev.arb.(CompileWatcher); ok {
+		done, err := w.Compiling(in.ctx, in.id)
+		if err != nil {
+			return 0, fmt.Errorf("build program %d: %w", pb.Handle, err)
+		}
+		defer done()
+	}
 	prog, log, err := in.queue.Build(string(src), string(opts))
 	if err != nil {
 		if log == "" {
@@ -206,7 +238,18 @@ func (in *Instance) programBuild(c *abi.Command, p abi.Payload) (uint64, error) 
 		}
 		return uint64(n), fmt.Errorf("build program %d: %w", pb.Handle, err)
 	}
+	if sz, ok := prog.(interface{ Size() uint64 }); ok {
+		bin := sz.Size()
+		if err := in.chargeProgram(bin); err != nil {
+			prog.Release()
+			return 0, fmt.Errorf("build program %d: its binary: %w", pb.Handle, err)
+		}
+		charged += bin
+	}
+	built = true
+	s.objects.Add(1)
 	s.programs[pb.Handle] = &program{
+		charged: charged,
 		prog:    prog,
 		source:  string(src),
 		options: string(opts),
@@ -219,19 +262,31 @@ func (in *Instance) programBuild(c *abi.Command, p abi.Payload) (uint64, error) 
 	return 0, nil
 }
 
-func (in *Instance) programFree(_ *abi.Command, p abi.Payload) (uint64, error) {
-	h := p.(*abi.ProgramFree).Handle
+// chargeProgram counts n bytes of programs against the instance's program
+// quota (reserve, then check).
+func (in *Instance) chargeProgram(n uint64) error {
+	quota := in.progBytes.Load()
+	if used := in.sh.ProgramBytes.Add(n); quota != 0 && (used < n || used > quota) {
+		in.sh.ProgramBytes.Add(^(n - 1))
+		return abi.Errorf(abi.StatusQuotaExceeded, "programs of %d more bytes with %d of %d in use", n, used-n, quota)
+	}
+	return nil
+}
+
+func (in *Instance) programFree(_ *abi.Command, pf *abi.ProgramFree) (uint64, error) {
+	h := pf.Handle
 	pr, ok := in.state.programs[h]
 	if !ok {
 		return 0, abi.Errorf(abi.StatusNotFound, "program %d", h)
 	}
 	delete(in.state.programs, h)
+	in.state.objects.Add(-1)
+	in.sh.ProgramBytes.Add(^(pr.charged - 1))
 	pr.release()
 	return 0, nil
 }
 
-func (in *Instance) launch(c *abi.Command, p abi.Payload) (uint64, error) {
-	l := p.(*abi.Launch)
+func (in *Instance) launch(c *abi.Command, l *abi.Launch) (uint64, error) {
 	pr, ok := in.state.programs[l.Program]
 	if !ok {
 		return 0, abi.Errorf(abi.StatusNotFound, "program %d", l.Program)
@@ -284,13 +339,12 @@ func (in *Instance) launch(c *abi.Command, p abi.Payload) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("launch %q: %w", d.Kernel, err)
 	}
-	in.stats.Launches.Add(1)
-	in.stats.KernelNanos.Add(dur)
+	in.sh.Stats.Launches.Add(1)
+	in.sh.Stats.KernelNanos.Add(dur)
 	return dur, nil
 }
 
-func (in *Instance) fence(_ *abi.Command, p abi.Payload) (uint64, error) {
-	f := p.(*abi.Fence)
+func (in *Instance) fence(_ *abi.Command, f *abi.Fence) (uint64, error) {
 	// Commands run in ring order, so all earlier work is done here.
 	if in.stale() {
 		return 0, errStale

@@ -10,11 +10,20 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/sched"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
+}
+
+// newDevice is the test device on its own scheduler (default policy).
+func newDevice(t testing.TB) (*Device, *sched.Scheduler) {
+	s := sched.New(sched.DefaultPolicy, nil)
+	d := NewDevice(openGPU(t), s, nil)
+	t.Cleanup(func() { d.Close(); s.Close() })
+	return d, s
 }
 
 // sliceMemory is guest RAM as a byte slice starting at gpa 0.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
@@ -18,6 +19,9 @@ type InstanceConfig struct {
 	ID       string // unique on the device (the instance UUID)
 	Profile  string // profile name shown to the guest
 	MemBytes uint64 // device memory quota
+	// ProgramBytes bounds the programs held (source, options, binaries);
+	// 0: no bound.
+	ProgramBytes uint64
 	// MaxAlloc bounds one buffer; 0 means min(MemBytes, the device's limit).
 	MaxAlloc     uint64
 	ComputeUnits uint32 // 0 means the device's
@@ -27,6 +31,10 @@ type InstanceConfig struct {
 	// is visible in guest RAM (the hook for interrupts and notifications).
 	// It must not block.
 	Notify func(index uint32)
+	// Shared, if set, is where the instance keeps its register-visible
+	// state and counters (a page shared with another process); nil: a new
+	// one on the heap. It is initialised here.
+	Shared *Shared
 }
 
 // Limits are what the guest sees of its share of the device.
@@ -53,18 +61,19 @@ type Instance struct {
 	mem    GuestMemory
 	queue  gpu.Queue
 	limits Limits // fixed at creation but for the quota below
-	// memBytes and maxAlloc are the live quota (SetProfile).
-	memBytes, maxAlloc atomic.Uint64
-	devMaxAlloc        uint64 // the physical device's largest allocation
-	log                *slog.Logger
-	notify             func(index uint32)
+	// memBytes and maxAlloc are the live quota (SetProfile); progBytes the
+	// live program quota (SetProgramBytes).
+	memBytes, maxAlloc, progBytes atomic.Uint64
+	devMaxAlloc                   uint64 // the physical device's largest allocation
+	log                           *slog.Logger
+	notify                        func(index uint32)
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wake   chan struct{}
 	done   chan struct{} // closed when the worker exits
 
-	stats Stats
+	sh *Shared // register-visible state and counters
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -75,34 +84,13 @@ type Instance struct {
 	tail       uint32 // producer index published by the guest
 	completed  uint32 // commands completed
 	resetState bool   // the worker must free all handles before fetching
-	errStatus  abi.Status
-	errCount   uint32
 	closed     bool
 
 	// Owned by the worker goroutine.
 	state    *state
-	curEpoch uint64 // epoch of the command being executed
-	staging  []byte // bounce buffer of copies, stagingChunk bytes once used
-}
-
-// Stats are an instance's counters, safe to read at any time.
-type Stats struct {
-	Commands     atomic.Uint64
-	Errors       atomic.Uint64
-	BytesToDev   atomic.Uint64
-	BytesFromDev atomic.Uint64
-	Launches     atomic.Uint64
-	KernelNanos  atomic.Uint64
-	Doorbells    atomic.Uint64
-	statusCounts [abi.NumStatus]atomic.Uint64
-}
-
-// ByStatus returns how many commands completed with status s.
-func (s *Stats) ByStatus(st abi.Status) uint64 {
-	if int(st) >= len(s.statusCounts) {
-		return 0
-	}
-	return s.statusCounts[st].Load()
+	curEpoch uint64  // epoch of the command being executed
+	staging  []byte  // bounce buffer of copies, stagingChunk bytes once used
+	lengths  lengths // how long its kernels and copies take
 }
 
 // NewInstance places a new instance on d and starts its worker.
@@ -161,7 +149,17 @@ func (d *Device) NewInstance(cfg InstanceConfig) (*Instance, error) {
 		wake:        make(chan struct{}, 1),
 		done:        make(chan struct{}),
 		state:       newState(),
+		sh:          cfg.Shared,
 	}
+	if in.sh == nil {
+		in.sh = NewShared()
+	} else {
+		clear(unsafe.Slice((*byte)(unsafe.Pointer(in.sh)), SharedSize))
+		in.sh.Magic, in.sh.Version = SharedMagic, SharedVersion
+	}
+	in.state.used = &in.sh.MemUsed
+	in.state.progUsed = &in.sh.ProgramBytes
+	in.progBytes.Store(cfg.ProgramBytes)
 	in.memBytes.Store(lim.MemBytes)
 	in.maxAlloc.Store(lim.MaxAlloc)
 	d.instances[cfg.ID] = in
@@ -201,6 +199,17 @@ func (in *Instance) SetProfile(name string, mem uint64) error {
 	return nil
 }
 
+// SetProgramBytes changes the instance's program quota (0: no bound). It
+// fails (abi.StatusBusy) when the instance already holds more.
+func (in *Instance) SetProgramBytes(n uint64) error {
+	old := in.progBytes.Swap(n)
+	if used := in.sh.ProgramBytes.Load(); n != 0 && used > n {
+		in.progBytes.Store(old)
+		return abi.Errorf(abi.StatusBusy, "instance holds %d bytes of programs, more than %d", used, n)
+	}
+	return nil
+}
+
 func quotaMaxAlloc(mem, devMax uint64) uint64 {
 	if devMax != 0 && devMax < mem {
 		return devMax
@@ -209,10 +218,34 @@ func quotaMaxAlloc(mem, devMax uint64) uint64 {
 }
 
 // Stats returns the instance's live counters.
-func (in *Instance) Stats() *Stats { return &in.stats }
+func (in *Instance) Stats() *Stats { return &in.sh.Stats }
+
+// Shared returns the instance's register-visible state and counters.
+func (in *Instance) Shared() *Shared { return in.sh }
+
+// Holds reports whether the instance holds any buffer or program (not
+// counting those a pending reset is about to free).
+func (in *Instance) Holds() bool {
+	in.mu.Lock()
+	resetting := in.resetState
+	in.mu.Unlock()
+	return !resetting && in.state.objects.Load() > 0
+}
 
 // MemUsed returns the device memory the instance holds, in bytes.
-func (in *Instance) MemUsed() uint64 { return in.state.used.Load() }
+func (in *Instance) MemUsed() uint64 { return in.sh.MemUsed.Load() }
+
+// publishLocked mirrors the ring position into the shared state. Caller
+// holds mu.
+func (in *Instance) publishLocked() {
+	in.sh.Head.Store(in.head)
+	in.sh.Done.Store(in.completed)
+	en := uint32(0)
+	if in.enabled {
+		en = 1
+	}
+	in.sh.Enabled.Store(en)
+}
 
 // EnableRing validates cfg and starts fetching at index 0.
 func (in *Instance) EnableRing(cfg RingConfig) error {
@@ -246,6 +279,7 @@ func (in *Instance) EnableRing(cfg RingConfig) error {
 	in.enabled = true
 	in.epoch++
 	in.head, in.tail, in.completed = 0, 0, 0
+	in.publishLocked()
 	return nil
 }
 
@@ -257,6 +291,7 @@ func overlaps(a, alen, b, blen uint64) bool {
 func (in *Instance) DisableRing() {
 	in.mu.Lock()
 	in.enabled = false
+	in.publishLocked()
 	in.mu.Unlock()
 }
 
@@ -269,7 +304,7 @@ func (in *Instance) RingEnabled() bool {
 
 // Doorbell publishes the guest's producer index and wakes the worker.
 func (in *Instance) Doorbell(tail uint32) error {
-	in.stats.Doorbells.Add(1)
+	in.sh.Stats.Doorbells.Add(1)
 	in.mu.Lock()
 	if !in.enabled {
 		in.mu.Unlock()
@@ -316,7 +351,9 @@ func (in *Instance) Reset() {
 	in.head, in.tail, in.completed = 0, 0, 0
 	in.ring = RingConfig{}
 	in.resetState = true
-	in.errStatus, in.errCount = abi.StatusOK, 0
+	in.sh.ErrStatus.Store(uint32(abi.StatusOK))
+	in.sh.ErrCount.Store(0)
+	in.publishLocked()
 	in.mu.Unlock()
 	select {
 	case in.wake <- struct{}{}:
@@ -325,30 +362,19 @@ func (in *Instance) Reset() {
 }
 
 // Error returns the latched device error and the error count.
-func (in *Instance) Error() (abi.Status, uint32) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.errStatus, in.errCount
-}
+func (in *Instance) Error() (abi.Status, uint32) { return in.sh.Error() }
 
 // LatchError records a device-level error for the guest to read.
 func (in *Instance) LatchError(s abi.Status) {
 	if s == abi.StatusOK {
 		return
 	}
-	in.mu.Lock()
-	in.errStatus = s
-	in.errCount++
-	in.mu.Unlock()
+	in.sh.Latch(s)
 	in.log.Warn("device error latched", "status", s.String())
 }
 
 // AckError clears the latched error.
-func (in *Instance) AckError() {
-	in.mu.Lock()
-	in.errStatus = abi.StatusOK
-	in.mu.Unlock()
-}
+func (in *Instance) AckError() { in.sh.ErrStatus.Store(uint32(abi.StatusOK)) }
 
 // Close stops the worker, frees the instance's device resources and
 // removes it from its device. It is idempotent.
@@ -361,6 +387,7 @@ func (in *Instance) Close() error {
 	}
 	in.closed = true
 	in.enabled = false
+	in.publishLocked()
 	in.mu.Unlock()
 	in.cancel()
 	<-in.done
@@ -406,6 +433,7 @@ func (in *Instance) step() bool {
 	}
 	idx, ring, epoch := in.head, in.ring, in.epoch
 	in.head++
+	in.publishLocked()
 	in.mu.Unlock()
 	in.curEpoch = epoch
 
@@ -420,17 +448,17 @@ func (in *Instance) step() bool {
 	if err == nil {
 		detail, err = in.execute(&cmd)
 	}
-	st := abi.StatusOf(err)
+	st := statusOf(err)
 	if err != nil {
-		in.stats.Errors.Add(1)
+		in.sh.Stats.Errors.Add(1)
 		lvl := slog.LevelDebug
 		if st == abi.StatusInternal || st == abi.StatusDeviceError {
 			lvl = slog.LevelError
 		}
 		in.log.Log(in.ctx, lvl, "command failed", "index", idx, "opcode", cmd.Opcode.String(), "status", st.String(), "err", err)
 	}
-	in.stats.Commands.Add(1)
-	in.stats.statusCounts[min(int(st), abi.NumStatus-1)].Add(1)
+	in.sh.Stats.Commands.Add(1)
+	in.sh.Stats.statusCounts[min(int(st), abi.NumStatus-1)].Add(1)
 
 	rec := abi.Completion{Seq: abi.SeqOf(uint64(idx)), Tag: cmd.Tag, Status: st, Opcode: cmd.Opcode, Detail: detail}
 	var b [abi.ComplSize]byte
@@ -464,6 +492,7 @@ func (in *Instance) complete(epoch uint64, idx uint32, at uint64, rec []byte) bo
 		return false
 	}
 	in.completed++
+	in.publishLocked()
 	return true
 }
 
@@ -491,10 +520,11 @@ func (in *Instance) fail(epoch uint64, err error) {
 func (in *Instance) failLocked(err error) {
 	in.enabled = false
 	in.completed = in.head // the faulted command is abandoned; the ring may be re-enabled
-	in.errStatus = abi.StatusOf(err)
-	if in.errStatus == abi.StatusOK || errors.Is(err, context.Canceled) {
-		in.errStatus = abi.StatusDeviceError
+	in.publishLocked()
+	st := statusOf(err)
+	if st == abi.StatusOK || errors.Is(err, context.Canceled) {
+		st = abi.StatusDeviceError
 	}
-	in.errCount++
+	in.sh.Latch(st)
 	in.log.Warn("ring stopped", "err", err)
 }

@@ -65,7 +65,7 @@ func vaddFree(g *testGuest) {
 }
 
 func TestVectorAdd(t *testing.T) {
-	d := NewDevice(openGPU(t), nil)
+	d, _ := newDevice(t)
 	g := newTestGuest(t, d, "vm0", 64<<20)
 	vaddJob(t, g, 3000) // 12000 bytes: 3 pages, the last one partial
 	st := g.in.Stats()
@@ -89,7 +89,7 @@ func TestHandlersCoverEveryOpcode(t *testing.T) {
 // status, that the instance keeps working, and that another instance on
 // the same device is untouched.
 func TestHostileCommands(t *testing.T) {
-	d := NewDevice(openGPU(t), nil)
+	d, _ := newDevice(t)
 	bad := newTestGuest(t, d, "hostile", 1<<20)
 	good := newTestGuest(t, d, "good", 64<<20)
 	vaddJob(t, good, 1024)
@@ -155,7 +155,7 @@ func TestHostileCommands(t *testing.T) {
 }
 
 func TestDoorbellRules(t *testing.T) {
-	d := NewDevice(openGPU(t), nil)
+	d, _ := newDevice(t)
 	g := newTestGuest(t, d, "vm0", 1<<20)
 	g.mustOK(g.run(abi.Command{}, abi.Command{})...)
 	tests := []struct {
@@ -192,7 +192,7 @@ func TestDoorbellRules(t *testing.T) {
 }
 
 func TestResetFreesEverything(t *testing.T) {
-	d := NewDevice(openGPU(t), nil)
+	d, _ := newDevice(t)
 	g := newTestGuest(t, d, "vm0", 64<<20)
 	vaddJob(t, g, 256)
 	g.in.Reset()
@@ -206,7 +206,7 @@ func TestResetFreesEverything(t *testing.T) {
 }
 
 func TestCompletionOrder(t *testing.T) {
-	d := NewDevice(openGPU(t), nil)
+	d, _ := newDevice(t)
 	g := newTestGuest(t, d, "vm0", 64<<20)
 	var cmds []abi.Command
 	for i := 0; i < 40; i++ {
@@ -226,7 +226,7 @@ func TestCompletionOrder(t *testing.T) {
 }
 
 func TestTwoInstancesConcurrently(t *testing.T) {
-	d := NewDevice(openGPU(t), nil)
+	d, _ := newDevice(t)
 	t.Run("group", func(t *testing.T) {
 		for i := 0; i < 2; i++ {
 			t.Run(fmt.Sprintf("vm%d", i), func(t *testing.T) {
@@ -267,7 +267,7 @@ func FuzzWalkSG(f *testing.F) {
 }
 
 func TestSetProfile(t *testing.T) {
-	d := NewDevice(openGPU(t), nil)
+	d, _ := newDevice(t)
 	g := newTestGuest(t, d, "vm0", 1<<20)
 	g.mustOK(g.run(abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: 600 << 10}, 0, 0))...)
 	if err := g.in.SetProfile("smaller", 512<<10); abi.StatusOf(err) != abi.StatusBusy {
@@ -288,5 +288,41 @@ func TestSetProfile(t *testing.T) {
 	g.mustOK(g.run(abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: 600 << 10}, 0, 0))...)
 	if used := g.in.MemUsed(); used != 1200<<10 {
 		t.Errorf("MemUsed() = %d", used)
+	}
+}
+
+// TestProgramQuota: programs count against the instance's program quota
+// (source and options, then the built binary); a build over it is refused
+// with StatusQuotaExceeded and charges nothing; freeing gives the bytes
+// back; the quota cannot be lowered below what the instance holds.
+func TestProgramQuota(t *testing.T) {
+	d, _ := newDevice(t)
+	g := newTestGuest(t, d, "vm0", 1<<20)
+	const src = `__kernel void k(__global int *a) { a[get_global_id(0)] = 1; }`
+	if err := g.in.SetProgramBytes(uint64(len(src)) + 16); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := g.build(1, src, 0)
+	if r := g.run(c)[0]; r.Status != abi.StatusQuotaExceeded {
+		t.Errorf("build whose binary exceeds the quota: %v, want %v", r.Status, abi.StatusQuotaExceeded)
+	}
+	if n := g.in.Shared().ProgramBytes.Load(); n != 0 {
+		t.Errorf("a refused build left %d bytes charged", n)
+	}
+	if err := g.in.SetProgramBytes(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	c, _ = g.build(1, src, 0)
+	g.mustOK(g.run(c)...)
+	held := g.in.Shared().ProgramBytes.Load()
+	if held <= uint64(len(src)) {
+		t.Errorf("a built program charged %d bytes, want its source and its binary", held)
+	}
+	if err := g.in.SetProgramBytes(held - 1); abi.StatusOf(err) != abi.StatusBusy {
+		t.Errorf("SetProgramBytes(below use) = %v, want busy", err)
+	}
+	g.mustOK(g.run(abi.NewCommand(&abi.ProgramFree{Handle: 1}, 0, 0))...)
+	if n := g.in.Shared().ProgramBytes.Load(); n != 0 {
+		t.Errorf("after the free: %d bytes charged", n)
 	}
 }

@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/sched"
 )
 
 // spinSource holds kernels whose device time grows with iters; spin2 is
@@ -46,7 +48,7 @@ func (g *testGuest) spin(n, local int, iters uint32) abi.Command {
 // outermost dimension writes exactly the bytes of the uncut launch, in one
 // and two dimensions, with explicit and device-chosen local sizes.
 func TestSlicedLaunchBitIdentical(t *testing.T) {
-	d := NewDevice(openGPU(t), nil)
+	d, _ := newDevice(t)
 	g := newTestGuest(t, d, "vm0", 64<<20)
 	const n = 256 * 64
 	spinSetup(t, g, n)
@@ -89,17 +91,20 @@ func TestSlicedLaunchBitIdentical(t *testing.T) {
 				t.Fatalf("sliceDim(%v) = %d, %d, %v; sliceable = %v", tt.r, dim, unit, ok, sliceable(pr.source, pr.options))
 			}
 			clear()
-			if _, _, err := in.runSlices(k, tt.r, args, dim, nil, func(uint64) time.Duration { return 0 }); err != nil {
+			if _, err := in.queue.Launch(k, tt.r, args); err != nil {
 				t.Fatal(err)
 			}
 			whole := read()
 			clear()
-			_, slices, err := in.runSlices(k, tt.r, args, dim, func(rem uint64) uint64 { return min(tt.rows, rem) }, func(uint64) time.Duration { return 0 })
-			if err != nil {
-				t.Fatal(err)
+			slices := 0
+			for done := uint64(0); done < tt.r.Global[dim]; done += tt.rows {
+				if _, err := in.queue.Launch(k, sliceOf(tt.r, dim, done, min(tt.rows, tt.r.Global[dim]-done)), args); err != nil {
+					t.Fatal(err)
+				}
+				slices++
 			}
 			if want := int((tt.r.Global[dim] + tt.rows - 1) / tt.rows); slices != want {
-				t.Errorf("runSlices made %d slices, want %d", slices, want)
+				t.Errorf("made %d slices, want %d", slices, want)
 			}
 			if cut := read(); !bytes.Equal(cut, whole) {
 				t.Errorf("sliced launch differs from the whole launch")
@@ -108,6 +113,71 @@ func TestSlicedLaunchBitIdentical(t *testing.T) {
 				t.Errorf("the launch wrote nothing")
 			}
 		})
+	}
+}
+
+// fixedBudget is an Arbiter that grants at once with a fixed slice
+// budget and counts the turns and slices it was told of.
+type fixedBudget struct {
+	budget        time.Duration
+	turns, slices int
+}
+
+func (f *fixedBudget) Acquire(context.Context, string, time.Duration) (time.Duration, func(time.Duration, int), error) {
+	f.turns++
+	return f.budget, func(_ time.Duration, n int) { f.slices += n }, nil
+}
+
+// TestLaunchKernelCuts: launchKernel cuts a long launch as the turn's
+// slice budget says, in power-of-two pieces, and the result is the whole
+// launch's.
+func TestLaunchKernelCuts(t *testing.T) {
+	arb := &fixedBudget{}
+	d := NewDevice(openGPU(t), arb, nil)
+	t.Cleanup(func() { d.Close() })
+	g := newTestGuest(t, d, "vm0", 64<<20)
+	const n = 256 * 64
+	spinSetup(t, g, n)
+	in := g.in
+	pr := in.state.programs[1]
+	buf := in.state.buffers[1].mem
+	k, err := pr.prog.Kernel("spin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := kernelKey{program: 1, name: "spin"}
+	args := []gpu.Arg{{Buffer: buf}, {Scalar: u32(50)}}
+	r := gpu.NDRange{Dims: 1, Global: [3]uint64{n}, Local: [3]uint64{64}}
+	results := map[time.Duration][]byte{}
+	for _, budget := range []time.Duration{0, time.Millisecond} {
+		arb.budget, arb.turns, arb.slices = budget, 0, 0
+		// 1 us per item: a 16 ms launch, cut at 1 ms into 512-item slices
+		// (1000 items rounded down to 64 times a power of two).
+		*in.lengths.of(key) = kernelAvg{nanos: float64(n * time.Microsecond), nsPerItem: float64(time.Microsecond)}
+		if err := in.queue.Write(buf, 0, make([]byte, 4*n)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := in.launchKernel(key, pr, k, r, args); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 4*n)
+		if err := in.queue.Read(buf, 0, b); err != nil {
+			t.Fatal(err)
+		}
+		results[budget] = b
+		want := 1
+		if budget > 0 {
+			want = n / 512
+		}
+		if arb.turns != want {
+			t.Errorf("budget %v: %d turns, want %d", budget, arb.turns, want)
+		}
+		if budget > 0 && arb.slices != want {
+			t.Errorf("budget %v: %d slices counted, want %d", budget, arb.slices, want)
+		}
+	}
+	if !bytes.Equal(results[0], results[time.Millisecond]) {
+		t.Errorf("the cut launch differs from the whole one")
 	}
 }
 
@@ -140,12 +210,26 @@ func TestSliceDim(t *testing.T) {
 	}
 }
 
+// TestSliceRows: slice sizes are unit times a power of two, so a device
+// that compiles per launch shape sees few shapes.
+func TestSliceRows(t *testing.T) {
+	tests := []struct{ want, unit, got uint64 }{
+		{0, 1, 1}, {1, 1, 1}, {2, 1, 2}, {3, 1, 2}, {66, 1, 64}, {1023, 1, 512},
+		{0, 16, 16}, {31, 16, 16}, {48, 16, 32}, {1000, 16, 512},
+	}
+	for _, tt := range tests {
+		if got := sliceRows(tt.want, tt.unit); got != tt.got {
+			t.Errorf("sliceRows(%d, %d) = %d, want %d", tt.want, tt.unit, got, tt.got)
+		}
+	}
+}
+
 // TestFloodingGuestCannotStarve: one guest fills its ring with long
 // launches; another guest's short work, submitted after the flood began,
 // completes while most of the flood is still queued, and the flood's
 // launches are cut into slices for it.
 func TestFloodingGuestCannotStarve(t *testing.T) {
-	d := NewDevice(openGPU(t), nil)
+	d, sc := newDevice(t)
 	flood := newTestGuest(t, d, "flood", 64<<20)
 	light := newTestGuest(t, d, "light", 64<<20)
 	const n = 4096
@@ -172,10 +256,10 @@ func TestFloodingGuestCannotStarve(t *testing.T) {
 	if done >= floods/2 {
 		t.Errorf("light guest finished after %d of %d flood launches, want fewer than half", done, floods)
 	}
-	if s := flood.in.SchedStats(); s.Slices == 0 {
+	if s := sc.Client("flood"); s.Slices == 0 {
 		t.Errorf("flood launches were never sliced: %+v", s)
 	}
-	if s := light.in.SchedStats(); s.Turns == 0 || s.DeviceNanos == 0 {
+	if s := sc.Client("light"); s.Turns == 0 || s.DeviceNanos == 0 {
 		t.Errorf("light guest's scheduler counters = %+v", s)
 	}
 }
@@ -184,13 +268,13 @@ func TestFloodingGuestCannotStarve(t *testing.T) {
 // under fixed-share; when the heavier one finishes, it has had more
 // device time than the lighter one, which has fewer launches done.
 func TestFixedShareDeviceTime(t *testing.T) {
-	d := NewDevice(openGPU(t), nil)
-	if err := d.SetPolicy(PolicyFixedShare); err != nil {
+	d, sc := newDevice(t)
+	if err := sc.SetPolicy(sched.PolicyFixedShare); err != nil {
 		t.Fatal(err)
 	}
 	lo := newTestGuest(t, d, "lo", 64<<20)
 	hi := newTestGuest(t, d, "hi", 64<<20)
-	if err := d.SetShare("hi", 3); err != nil {
+	if err := sc.SetShare("hi", 3); err != nil {
 		t.Fatal(err)
 	}
 	const n, launches = 1024, 40
@@ -198,7 +282,7 @@ func TestFixedShareDeviceTime(t *testing.T) {
 		spinSetup(t, g, n)
 		g.mustOK(g.run(g.spin(n, 64, 1000))...)
 	}
-	base := map[string]ClientStats{"lo": lo.in.SchedStats(), "hi": hi.in.SchedStats()}
+	base := map[string]sched.ClientStats{"lo": sc.Client("lo"), "hi": sc.Client("hi")}
 	loDone0 := lo.in.Done()
 	submit := func(g *testGuest) uint32 {
 		cmds := make([]abi.Command, launches)
@@ -212,7 +296,7 @@ func TestFixedShareDeviceTime(t *testing.T) {
 		hi.mustOK(hi.wait(hf + i))
 	}
 	loDone := lo.in.Done() - loDone0
-	hs, ls := hi.in.SchedStats(), lo.in.SchedStats()
+	hs, ls := sc.Client("hi"), sc.Client("lo")
 	hiDev, loDev := hs.DeviceNanos-base["hi"].DeviceNanos, ls.DeviceNanos-base["lo"].DeviceNanos
 	for i := range uint32(launches) {
 		lo.mustOK(lo.wait(lf + i))
@@ -223,29 +307,50 @@ func TestFixedShareDeviceTime(t *testing.T) {
 	if loDone >= launches {
 		t.Errorf("light guest finished %d of %d launches before the heavy one", loDone, launches)
 	}
-	if got := d.SchedStats(); got.Policy != PolicyFixedShare || len(got.Clients) != 2 || got.HeldNanos == 0 {
-		t.Errorf("SchedStats() = %+v", got)
+	if got := sc.Stats(); got.Policy != sched.PolicyFixedShare || len(got.Clients) != 2 || got.HeldNanos == 0 {
+		t.Errorf("Stats() = %+v", got)
 	}
 }
 
-// TestSetPolicy switches a device's policy while guests run.
+// TestSetPolicy switches the scheduler's policy while a guest runs.
 func TestSetPolicy(t *testing.T) {
-	d := NewDevice(openGPU(t), nil)
+	d, sc := newDevice(t)
 	g := newTestGuest(t, d, "vm0", 64<<20)
 	spinSetup(t, g, 256)
-	for _, p := range Policies {
-		if err := d.SetPolicy(p); err != nil {
+	for _, p := range sched.Policies {
+		if err := sc.SetPolicy(p); err != nil {
 			t.Fatalf("SetPolicy(%s) = %v", p, err)
 		}
 		g.mustOK(g.run(g.spin(256, 64, 10), g.spin(256, 64, 10))...)
-		if got := d.Policy(); got != p {
+		if got := sc.Policy(); got != p {
 			t.Errorf("Policy() = %s, want %s", got, p)
 		}
 	}
-	if err := d.SetPolicy("fifo"); err == nil {
-		t.Errorf("SetPolicy(fifo) = nil, want an error")
+}
+
+func TestSliceable(t *testing.T) {
+	tests := []struct {
+		src, opts string
+		want      bool
+	}{
+		{"__kernel void k(__global float *a) { a[get_global_id(0)] = 1; }", "", true},
+		{"__kernel void k(__global float *a) { a[get_global_id(1) * 4 + get_local_id(0)] = get_local_size(0); }", "", true},
+		{"__kernel void k(__global float *a) { a[get_group_id(0)] = 1; }", "", false},
+		{"__kernel void k(__global float *a) { a[get_global_id(0)] = get_global_size(0); }", "", false},
+		{"__kernel void k(__global float *a) { a[0] = get_num_groups(0); }", "", false},
+		{"__kernel void k(__global float *a) { a[0] = get_global_offset(0); }", "", false},
+		{"__kernel void k(__global float *a) { a[0] = get_enqueued_local_size(0); }", "", false},
+		{"__kernel void k(__global float *a) { a[get_global_linear_id()] = 1; }", "", false},
+		{"__kernel void k(__global float *a) { printf(\"x\"); }", "", false},
+		{"// get_group_id in a comment\n__kernel void k(__global float *a) { a[0] = 1; }", "", false},
+		{"#define G(x) get_group_\\\nid(x)\n__kernel void k(__global float *a) { a[G(0)] = 1; }", "", false},
+		{"#define P(a, b) a ## b\n__kernel void k(__global float *a) { a[P(get_group, _id)(0)] = 1; }", "", false},
+		{"__kernel void k(__global float *a) { a[X(0)] = 1; }", "-DX=get_group_id", false},
+		{"__kernel void k(__global float *a) { a[0] = 1 ??/\n; }", "", false},
 	}
-	if err := d.SetShare("vm0", 0); err == nil {
-		t.Errorf("SetShare(0) = nil, want an error")
+	for _, tt := range tests {
+		if got := sliceable(tt.src, tt.opts); got != tt.want {
+			t.Errorf("sliceable(%q, %q) = %v, want %v", tt.src, tt.opts, got, tt.want)
+		}
 	}
 }

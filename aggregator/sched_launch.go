@@ -1,6 +1,8 @@
 package aggregator
 
 import (
+	"fmt"
+	"math/bits"
 	"strings"
 	"time"
 
@@ -65,9 +67,33 @@ func sliceDim(r gpu.NDRange, args []gpu.Arg) (dim int, unit uint64, ok bool) {
 	return dim, unit, true
 }
 
+// minCut: a launch expected to take less than this is never cut (four
+// times the scheduler's smallest slice).
+const minCut = 800 * time.Microsecond
+
+// sliceRows rounds a slice of want rows down to unit times a power of
+// two (at least unit). An OpenCL implementation may compile a kernel
+// anew for each launch shape it has not seen (PoCL 3.1 does: 35-250 ms
+// per new global size here), so slice sizes must come from a small set
+// that repeats across launches, not from a budget that drifts.
+func sliceRows(want, unit uint64) uint64 {
+	n := want / unit
+	if n <= 1 {
+		return unit
+	}
+	return unit << (bits.Len64(n) - 1)
+}
+
+// sliceOf is the part of r that is rows rows along dim, done rows in.
+func sliceOf(r gpu.NDRange, dim int, done, rows uint64) gpu.NDRange {
+	r.Offset[dim] += done
+	r.Global[dim] = rows
+	return r
+}
+
 // launchKernel runs k over r under the scheduler, in slices along the
 // outermost dimension when the launch is expected to run longer than the
-// scheduler's slice budget and the program is sliceable. It returns the
+// turn's slice budget allows and the program is sliceable. It returns the
 // device time of all slices. The slices run in order on in's own queue,
 // so the guest sees one launch complete, as if it had not been cut.
 func (in *Instance) launchKernel(key kernelKey, pr *program, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Duration, error) {
@@ -75,97 +101,63 @@ func (in *Instance) launchKernel(key kernelKey, pr *program, k gpu.Kernel, r gpu
 	for i := 0; i < r.Dims; i++ {
 		items *= r.Global[i]
 	}
-	s := in.dev.sched
-	s.mu.Lock()
-	avg := *in.dev.sched.core.client(in.id).kernel(key)
-	s.mu.Unlock()
-
-	var next func(remaining uint64) uint64
+	avg := *in.lengths.of(key)
 	dim, unit, cuttable := sliceDim(r, args)
 	whole := time.Duration(avg.nsPerItem * float64(items))
-	if cuttable && avg.nsPerItem > 0 && whole > 4*minSlice && sliceable(pr.source, pr.options) {
-		perRow := avg.nsPerItem * float64(items/r.Global[dim])
-		next = func(remaining uint64) uint64 {
-			s.mu.Lock()
-			budget := s.core.budget(s.core.client(in.id), s.now())
-			s.mu.Unlock()
-			// Cut only when the launch is much longer than a slice: a
-			// launch of a few slices gains the neighbour little and
-			// costs a launch overhead per slice.
-			if budget <= 0 || whole <= 4*budget {
-				return remaining
-			}
-			rows := uint64(float64(budget)/max(perRow, 1)) / unit * unit
-			return min(max(rows, unit), remaining)
-		}
-	}
+	cuttable = cuttable && avg.nsPerItem > 0 && whole > minCut && sliceable(pr.source, pr.options)
+	perRow := avg.nsPerItem * float64(items/max(r.Global[dim], 1))
 	// Every slice is presented to the scheduler with the whole launch's
 	// expected length: it is long work, whatever the size of the cut, and
 	// must not win the short-first choice against a short kernel.
 	cost := time.Duration(avg.nanos)
-	total, slices, err := in.runSlices(k, r, args, dim, next, func(uint64) time.Duration { return cost })
-	s.mu.Lock()
-	c := s.core.client(in.id)
-	if slices > 1 {
-		c.slices += uint64(slices)
-	}
-	if err == nil && total > 0 {
-		a := c.kernel(key)
-		a.nanos = ewma(a.nanos, float64(total))
-		a.nsPerItem = ewma(a.nsPerItem, float64(total)/float64(max(items, 1)))
-	}
-	s.mu.Unlock()
-	return total, err
-}
-
-// runSlices launches r whole when next is nil, else in consecutive cuts
-// along dim of next(remaining) rows each (a multiple of the local size,
-// at most remaining), each in its own device turn. cost gives a cut's
-// expected device time for the scheduler.
-func (in *Instance) runSlices(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg, dim int, next func(remaining uint64) uint64,
-	cost func(rows uint64) time.Duration) (total time.Duration, slices int, err error) {
-	if next == nil {
-		err = in.dev.run(in.ctx, in, work{cost: cost(0)}, func() (time.Duration, error) {
-			t, err := in.queue.Launch(k, r, args)
-			total = t
-			return t, err
-		})
-		return total, 1, err
-	}
-	for done := uint64(0); done < r.Global[dim]; {
-		rows := next(r.Global[dim] - done)
-		cut := r
-		cut.Offset[dim] = r.Offset[dim] + done
-		cut.Global[dim] = rows
-		err = in.dev.run(in.ctx, in, work{cost: cost(rows)}, func() (time.Duration, error) {
-			t, err := in.queue.Launch(k, cut, args)
-			total += t
-			return t, err
-		})
-		slices++
+	var total time.Duration
+	slices := 0
+	cutting := false
+	for done := uint64(0); ; {
+		budget, release, err := in.dev.arb.Acquire(in.ctx, in.id, cost)
 		if err != nil {
-			return total, slices, err
+			return total, fmt.Errorf("wait for device turn: %w", err)
 		}
+		// Cut only when the launch is much longer than a slice: a launch
+		// of a few slices gains the neighbour little and costs a launch
+		// overhead per slice. Once cut, every later cut too is unit times
+		// a power of two (remaining is a multiple of unit), however the
+		// budget changes: no slice of any launch has a shape outside that
+		// small set.
+		remaining := r.Global[dim] - done
+		rows := remaining
+		switch {
+		case cuttable && budget > 0 && whole > 4*budget:
+			cutting = true
+			rows = min(sliceRows(uint64(float64(budget)/max(perRow, 1)), unit), sliceRows(remaining, unit))
+		case cutting:
+			rows = sliceRows(remaining, unit)
+		}
+		cut := sliceOf(r, dim, done, rows)
+		start := time.Now()
+		t, err := in.queue.Launch(k, cut, args)
+		dev := t
+		if dev <= 0 {
+			dev = time.Since(start)
+		}
+		total += t
+		slices++
 		done += rows
+		last := err != nil || done >= r.Global[dim]
+		counted := 0
+		if last {
+			counted = slices
+		}
+		release(dev, counted)
+		if err != nil {
+			return total, err
+		}
+		if last {
+			break
+		}
 	}
-	return total, slices, nil
+	if total > 0 {
+		in.lengths.launched(key, items, total)
+	}
+	return total, nil
 }
-
-// copyWork is the scheduler's view of a copy of n bytes.
-func (in *Instance) copyWork(n uint64) work { return in.chunkWork(n, n) }
-
-// chunkWork is the scheduler's view of a chunk of n bytes of a copy of
-// total bytes: its cost is the whole copy's expected device time (from
-// the instance's recent copies), so that a long copy moved in many chunks
-// counts as long work.
-func (in *Instance) chunkWork(n, total uint64) work {
-	s := in.dev.sched
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a := s.core.client(in.id).kernel(copyKey)
-	return work{cost: time.Duration(a.nsPerItem * float64(total)), bytes: n}
-}
-
-// copyKey keeps the copy speed among an instance's kernel averages (no
-// kernel has an empty name).
-var copyKey = kernelKey{}

@@ -19,8 +19,10 @@ const (
 type state struct {
 	buffers  map[uint32]*buffer
 	programs map[uint32]*program
-	used     atomic.Uint64 // device bytes held by buffers
-	rs       reuseState    // result reuse (reuse.go)
+	used     *atomic.Uint64 // device bytes held by buffers (the instance's Shared.MemUsed)
+	objects  atomic.Int64   // buffers and programs held, read by any goroutine (Holds)
+	progUsed *atomic.Uint64 // bytes of programs held (the instance's Shared.ProgramBytes)
+	rs       reuseState     // result reuse (reuse.go)
 }
 
 type buffer struct {
@@ -31,10 +33,13 @@ type buffer struct {
 	// Result reuse (reuse.go). Zero values: content unknown, the device
 	// copy current.
 	digest     reuse.Digest
-	known      bool         // digest describes the content (once computed)
-	lazy       []byte       // if set, digest is not computed yet: it is the content digest of these bytes (the last whole upload)
-	host       []byte       // content not yet on the device; immutable
-	hostUpload bool         // host is a pending upload (not a shadow result)
+	known      bool   // digest describes the content (once computed)
+	lazy       []byte // if set, digest is not computed yet: it is the content digest of these bytes (the last whole upload)
+	repeat     bool   // the content came from a launch seen before (recorded or answered): launches reading it are recorded at their first miss
+	host       []byte // content not yet on the device; immutable
+	hostUpload bool   // host is a pending upload (not a shadow result)
+	fill       []byte // sequential partial uploads from offset 0 not yet on the device (fill[:filled])
+	filled     uint64
 	spare      []byte       // a former pending upload's bytes, reused by the next one
 	producer   *reuse.Entry // uncaptured recorded output the device copy holds
 	prodDom    *reuse.Domain
@@ -43,6 +48,7 @@ type buffer struct {
 
 type program struct {
 	prog    gpu.Program
+	charged uint64 // bytes counted against the program quota
 	source  string
 	options string
 	flags   uint16
@@ -71,4 +77,6 @@ func (s *state) freeAll() {
 		delete(s.programs, h)
 	}
 	s.used.Store(0)
+	s.objects.Store(0)
+	s.progUsed.Store(0)
 }

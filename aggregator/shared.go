@@ -1,0 +1,113 @@
+package aggregator
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/reuse"
+)
+
+// Shared is the part of an instance's state that the register file and
+// the operator read without asking the instance's worker, and the one
+// value the register file writes: the producer index a doorbell publishes.
+// It is fixed-layout memory of atomics and plain integers, no pointers, so
+// it may live in a page shared between vgpud's main process and a worker
+// process (docs/worker.md "Instance page"); an instance run in the main
+// process keeps it on the heap. Both sides treat what the other wrote as
+// untrusted: ErrStatus is checked before it is shown (Error), counters are
+// only counters.
+type Shared struct {
+	Magic   uint32 // SharedMagic once initialised
+	Version uint32 // SharedVersion
+
+	// Tail is the producer index the register file last published (the
+	// doorbell); the worker reads it and applies it with Doorbell.
+	Tail atomic.Uint32
+	// Written by the worker, under its instance's lock.
+	Head    atomic.Uint32 // commands fetched
+	Done    atomic.Uint32 // commands completed
+	Enabled atomic.Uint32 // 1 while the ring fetches
+	// The latched device error: either side latches, the register file
+	// acknowledges.
+	ErrStatus atomic.Uint32
+	ErrCount  atomic.Uint32
+
+	MemUsed atomic.Uint64 // device bytes held by the instance's buffers
+	Stats   Stats
+	Reuse   reuse.Stats
+	// ProgramBytes counts the programs the instance holds: source, options
+	// and built binaries.
+	ProgramBytes atomic.Uint64
+}
+
+// Identification of an initialised Shared.
+const (
+	SharedMagic   = 0x76675348 // "HSgv"
+	SharedVersion = 1
+)
+
+// SharedSize is the bytes a Shared takes; it fits in one page (tested).
+const SharedSize = int(unsafe.Sizeof(Shared{}))
+
+// NewShared returns an initialised Shared on the heap.
+func NewShared() *Shared {
+	s := &Shared{}
+	s.Magic, s.Version = SharedMagic, SharedVersion
+	return s
+}
+
+// SharedIn returns the Shared at the start of mem (a mapping of at least
+// SharedSize bytes, 8-byte aligned, that outlives every use of the
+// result). init zeroes and initialises it; otherwise it must hold an
+// initialised Shared of this version.
+func SharedIn(mem []byte, init bool) (*Shared, error) {
+	if len(mem) < SharedSize || uintptr(unsafe.Pointer(unsafe.SliceData(mem)))%8 != 0 {
+		return nil, fmt.Errorf("shared instance state: %d bytes at a misaligned or short mapping (want %d)", len(mem), SharedSize)
+	}
+	s := (*Shared)(unsafe.Pointer(unsafe.SliceData(mem)))
+	if init {
+		clear(mem[:SharedSize])
+		s.Magic, s.Version = SharedMagic, SharedVersion
+	} else if s.Magic != SharedMagic || s.Version != SharedVersion {
+		return nil, fmt.Errorf("shared instance state: magic %#x version %d, want %#x %d", s.Magic, s.Version, SharedMagic, SharedVersion)
+	}
+	return s, nil
+}
+
+// Error returns the latched error (an unknown code, which only a peer that
+// lies could write, reads as StatusDeviceError) and the error count.
+func (s *Shared) Error() (abi.Status, uint32) {
+	st := abi.Status(s.ErrStatus.Load())
+	if int(st) >= abi.NumStatus {
+		st = abi.StatusDeviceError
+	}
+	return st, s.ErrCount.Load()
+}
+
+// Latch records a device-level error.
+func (s *Shared) Latch(st abi.Status) {
+	s.ErrStatus.Store(uint32(st))
+	s.ErrCount.Add(1)
+}
+
+// Stats are an instance's counters, safe to read at any time.
+type Stats struct {
+	Commands     atomic.Uint64
+	Errors       atomic.Uint64
+	BytesToDev   atomic.Uint64
+	BytesFromDev atomic.Uint64
+	Launches     atomic.Uint64
+	KernelNanos  atomic.Uint64
+	Doorbells    atomic.Uint64
+	statusCounts [abi.NumStatus]atomic.Uint64
+}
+
+// ByStatus returns how many commands completed with status s.
+func (s *Stats) ByStatus(st abi.Status) uint64 {
+	if int(st) >= len(s.statusCounts) {
+		return 0
+	}
+	return s.statusCounts[st].Load()
+}

@@ -1,0 +1,68 @@
+package aggregator
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// TestSharedLayout pins the instance page's layout: the main process and
+// a worker process map the same bytes (docs/worker.md "Instance page").
+func TestSharedLayout(t *testing.T) {
+	var s Shared
+	for _, f := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"Magic", unsafe.Offsetof(s.Magic), 0},
+		{"Version", unsafe.Offsetof(s.Version), 4},
+		{"Tail", unsafe.Offsetof(s.Tail), 8},
+		{"Head", unsafe.Offsetof(s.Head), 12},
+		{"Done", unsafe.Offsetof(s.Done), 16},
+		{"Enabled", unsafe.Offsetof(s.Enabled), 20},
+		{"ErrStatus", unsafe.Offsetof(s.ErrStatus), 24},
+		{"ErrCount", unsafe.Offsetof(s.ErrCount), 28},
+		{"MemUsed", unsafe.Offsetof(s.MemUsed), 32},
+		{"Stats", unsafe.Offsetof(s.Stats), 40},
+	} {
+		if f.got != f.want {
+			t.Errorf("offset of %s = %d, want %d", f.name, f.got, f.want)
+		}
+	}
+	if SharedSize > abi.PageSize {
+		t.Errorf("SharedSize = %d, over a page", SharedSize)
+	}
+}
+
+func TestSharedIn(t *testing.T) {
+	page := make([]uint64, abi.PageSize/8) // 8-byte aligned
+	mem := unsafe.Slice((*byte)(unsafe.Pointer(&page[0])), abi.PageSize)
+	if _, err := SharedIn(mem, false); err == nil {
+		t.Errorf("SharedIn(zero page, false) = nil error, want bad magic")
+	}
+	s, err := SharedIn(mem, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Latch(abi.StatusBadAddress)
+	again, err := SharedIn(mem, false)
+	if err != nil || again != s {
+		t.Fatalf("SharedIn(initialised) = %p, %v, want %p", again, err, s)
+	}
+	if st, n := again.Error(); st != abi.StatusBadAddress || n != 1 {
+		t.Errorf("Error() = %v, %d, want %v, 1", st, n, abi.StatusBadAddress)
+	}
+	// A status no instance latches (a lying peer wrote it) reads as a
+	// device error.
+	s.ErrStatus.Store(0xffff)
+	if st, _ := s.Error(); st != abi.StatusDeviceError {
+		t.Errorf("Error() with a garbage status = %v, want %v", st, abi.StatusDeviceError)
+	}
+	if _, err := SharedIn(mem[1:], true); err == nil {
+		t.Errorf("SharedIn(misaligned) = nil error")
+	}
+	if _, err := SharedIn(mem[:8], true); err == nil {
+		t.Errorf("SharedIn(short) = nil error")
+	}
+}

@@ -1,0 +1,124 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Arbiter grants device turns: the physical device's scheduler
+// (sched.Scheduler), in this process or across the boundary of a worker
+// process. Acquire waits for a turn of instance id whose expected device
+// time is cost (0: unknown) and returns the turn's slice budget (how long
+// a slice of a long launch may hold the device now; 0: run it whole) and
+// release, to be called exactly once when the turn ends, with the device
+// time measured during it and the number of launch slices to count.
+type Arbiter interface {
+	Acquire(ctx context.Context, id string, cost time.Duration) (sliceBudget time.Duration, release func(dev time.Duration, slices int), err error)
+}
+
+// CompileWatcher is implemented by an Arbiter that also watches program
+// builds (a worker process's arbiter: its main process bounds how long a
+// build may take, the compiler running guest-supplied source). Compiling
+// is called before a build; done, after it.
+type CompileWatcher interface {
+	Compiling(ctx context.Context, id string) (done func(), err error)
+}
+
+// work describes a request for a turn.
+type work struct {
+	cost  time.Duration // expected device time; 0: unknown
+	bytes uint64        // bytes copied, for a copy (its speed is learnt)
+}
+
+// run executes f while holding a device turn. f returns the device time
+// it measured; 0 stands for the wall time f took (copies, allocations).
+func (in *Instance) run(w work, f func() (time.Duration, error)) error {
+	_, release, err := in.dev.arb.Acquire(in.ctx, in.id, w.cost)
+	if err != nil {
+		return fmt.Errorf("wait for device turn: %w", err)
+	}
+	start := time.Now()
+	dev, err := f()
+	if dev <= 0 {
+		dev = time.Since(start)
+	}
+	release(dev, 0)
+	if err == nil && w.bytes > 0 {
+		in.lengths.copied(w.bytes, dev)
+	}
+	return err
+}
+
+// kernelKey names a kernel of one instance; the zero key stands for the
+// instance's copies (no kernel has an empty name).
+type kernelKey struct {
+	program uint32
+	name    string
+}
+
+// copyKey keeps the copy speed among an instance's kernel averages.
+var copyKey = kernelKey{}
+
+// kernelAvg is the moving average of one kernel's launches.
+type kernelAvg struct {
+	nanos     float64 // whole launch
+	nsPerItem float64
+}
+
+// maxKernelAverages bounds the kernel-length table of one instance.
+const maxKernelAverages = 256
+
+// ewmaShift: averages move by 1/2^ewmaShift of each new sample.
+const ewmaShift = 2
+
+func ewma(avg, x float64) float64 {
+	if avg == 0 {
+		return x
+	}
+	return avg + (x-avg)/(1<<ewmaShift)
+}
+
+// lengths is an instance's knowledge of how long its work takes: per
+// kernel, and the speed of its copies. The scheduler sees it as each
+// request's expected cost; the worker goroutine alone uses it.
+type lengths struct {
+	kernels map[kernelKey]*kernelAvg
+}
+
+// of returns the average for k, creating it.
+func (l *lengths) of(k kernelKey) *kernelAvg {
+	if a, ok := l.kernels[k]; ok {
+		return a
+	}
+	if l.kernels == nil || len(l.kernels) >= maxKernelAverages {
+		l.kernels = make(map[kernelKey]*kernelAvg)
+	}
+	a := &kernelAvg{}
+	l.kernels[k] = a
+	return a
+}
+
+// launched records a launch of k over items work-items that took total.
+func (l *lengths) launched(k kernelKey, items uint64, total time.Duration) {
+	a := l.of(k)
+	a.nanos = ewma(a.nanos, float64(total))
+	a.nsPerItem = ewma(a.nsPerItem, float64(total)/float64(max(items, 1)))
+}
+
+// copied records a copy of n bytes that took d.
+func (l *lengths) copied(n uint64, d time.Duration) {
+	a := l.of(copyKey)
+	a.nsPerItem = ewma(a.nsPerItem, float64(d)/float64(n))
+}
+
+// copyWork is the scheduler's view of a copy of n bytes.
+func (in *Instance) copyWork(n uint64) work { return in.chunkWork(n, n) }
+
+// chunkWork is the scheduler's view of a chunk of n bytes of a copy of
+// total bytes: its cost is the whole copy's expected device time (from
+// the instance's recent copies), so that a long copy moved in many chunks
+// counts as long work.
+func (in *Instance) chunkWork(n, total uint64) work {
+	return work{cost: time.Duration(in.lengths.of(copyKey).nsPerItem * float64(total)), bytes: n}
+}
