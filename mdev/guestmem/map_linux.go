@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"sort"
 	"sync"
 
@@ -12,9 +13,20 @@ import (
 	"github.com/vgpud/vgpud/abi"
 )
 
-// ErrClosed is wrapped by every access after Close. It carries
-// abi.StatusBadAddress, as every access outside guest RAM does.
-var ErrClosed = abi.Errorf(abi.StatusBadAddress, "guest memory closed")
+// Errors callers tell apart.
+var (
+	// ErrClosed is wrapped by every access after Close. It carries
+	// abi.StatusBadAddress, as every access outside guest RAM does.
+	ErrClosed = abi.Errorf(abi.StatusBadAddress, "guest memory closed")
+	// ErrNotSealed is wrapped when a guest-RAM fd can shrink: a peer that
+	// truncates the file under a mapping makes every access to the lost
+	// pages fault. QEMU seals its memfd RAM (memory-backend-memfd's
+	// seal=on, the default).
+	ErrNotSealed = errors.New("guest RAM fd is not sealed against shrinking (F_SEAL_SHRINK): use QEMU's memory-backend-memfd with seal=on, its default")
+	// ErrFault is wrapped when an access faulted (the file under the
+	// mapping shrank after all); it carries abi.StatusBadAddress.
+	ErrFault = abi.Errorf(abi.StatusBadAddress, "guest memory access faulted")
+)
 
 // Region is one range of guest-physical addresses backed by a file:
 // [GPA, GPA+Size) is file bytes [Offset, Offset+Size) of FD.
@@ -45,13 +57,20 @@ type Map struct {
 // be views of one fd. Update takes ownership of the fds: it closes every
 // one of them, on success and on error. On error the previous map stays
 // in place.
-func (m *Map) Update(regions []Region) error {
+func (m *Map) Update(regions []Region) error { return m.update(regions, true) }
+
+func (m *Map) update(regions []Region, sealed bool) error {
 	fds := distinctFDs(regions)
 	defer func() {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
 	}()
+	if sealed {
+		if err := CheckSealed(fds); err != nil {
+			return fmt.Errorf("update guest memory: %w", err)
+		}
+	}
 	spans, maps, err := mapRegions(regions, fds)
 	if err != nil {
 		return fmt.Errorf("update guest memory: %w", err)
@@ -70,6 +89,65 @@ func (m *Map) Update(regions []Region) error {
 	return nil
 }
 
+// CheckSealed checks that every fd is a file sealed against shrinking
+// (F_SEAL_SHRINK), so that no mapping of it can lose pages under an
+// access. It errors wrapping ErrNotSealed otherwise.
+func CheckSealed(fds []int) error {
+	for _, fd := range fds {
+		seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+		if err != nil {
+			return fmt.Errorf("fd %d: F_GET_SEALS: %v: %w", fd, err, ErrNotSealed)
+		}
+		if seals&unix.F_SEAL_SHRINK == 0 {
+			return fmt.Errorf("fd %d (seals %#x): %w", fd, seals, ErrNotSealed)
+		}
+	}
+	return nil
+}
+
+// NewSealed returns a memfd of size bytes sealed against shrinking,
+// growing and further sealing, as QEMU's memory-backend-memfd makes guest
+// RAM (for harnesses that play QEMU, and for pages vgpud shares with its
+// worker processes).
+func NewSealed(name string, size int64) (int, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, fmt.Errorf("memfd %s: %w", name, err)
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("size memfd %s: %w", name, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("seal memfd %s: %w", name, err)
+	}
+	return fd, nil
+}
+
+// Check validates regions as Update would, without mapping them: fds
+// sealed against shrinking, regions inside their files, no overlap. The
+// fds stay the caller's.
+func Check(regions []Region) error {
+	fds := distinctFDs(regions)
+	if err := CheckSealed(fds); err != nil {
+		return err
+	}
+	if err := checkLayout(regions); err != nil {
+		return err
+	}
+	for _, r := range regions {
+		var st unix.Stat_t
+		if err := unix.Fstat(r.FD, &st); err != nil {
+			return fmt.Errorf("fstat fd %d: %w", r.FD, err)
+		}
+		if st.Size <= 0 || r.Offset+r.Size > uint64(st.Size) {
+			return abi.Errorf(abi.StatusBadAddress, "region %#x: offset %#x + size %#x beyond file of %#x bytes", r.GPA, r.Offset, r.Size, st.Size)
+		}
+	}
+	return nil
+}
+
 func distinctFDs(regions []Region) []int {
 	var fds []int
 	seen := make(map[int]bool, len(regions))
@@ -82,24 +160,34 @@ func distinctFDs(regions []Region) []int {
 	return fds
 }
 
-// mapRegions validates regions and maps their files.
-func mapRegions(regions []Region, fds []int) ([]span, [][]byte, error) {
+// checkLayout validates the regions' ranges.
+func checkLayout(regions []Region) error {
 	sorted := append([]Region(nil), regions...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].GPA < sorted[j].GPA })
 	for i, r := range sorted {
 		if r.FD < 0 {
-			return nil, nil, abi.Errorf(abi.StatusBadAddress, "region %#x: bad fd %d", r.GPA, r.FD)
+			return abi.Errorf(abi.StatusBadAddress, "region %#x: bad fd %d", r.GPA, r.FD)
 		}
 		if r.Size == 0 {
-			return nil, nil, abi.Errorf(abi.StatusBadAddress, "region %#x: empty", r.GPA)
+			return abi.Errorf(abi.StatusBadAddress, "region %#x: empty", r.GPA)
 		}
 		if r.GPA+r.Size < r.GPA || r.Offset+r.Size < r.Offset {
-			return nil, nil, abi.Errorf(abi.StatusBadAddress, "region %#x+%#x at offset %#x: overflows", r.GPA, r.Size, r.Offset)
+			return abi.Errorf(abi.StatusBadAddress, "region %#x+%#x at offset %#x: overflows", r.GPA, r.Size, r.Offset)
 		}
 		if i > 0 && sorted[i-1].GPA+sorted[i-1].Size > r.GPA {
-			return nil, nil, abi.Errorf(abi.StatusBadAddress, "regions at %#x and %#x overlap", sorted[i-1].GPA, r.GPA)
+			return abi.Errorf(abi.StatusBadAddress, "regions at %#x and %#x overlap", sorted[i-1].GPA, r.GPA)
 		}
 	}
+	return nil
+}
+
+// mapRegions validates regions and maps their files.
+func mapRegions(regions []Region, fds []int) ([]span, [][]byte, error) {
+	if err := checkLayout(regions); err != nil {
+		return nil, nil, err
+	}
+	sorted := append([]Region(nil), regions...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].GPA < sorted[j].GPA })
 	mapped := make(map[int][]byte, len(fds))
 	var maps [][]byte
 	fail := func(err error) ([]span, [][]byte, error) {
@@ -208,9 +296,29 @@ func (m *Map) check(gpa, n uint64) error {
 	}
 }
 
+// guarded runs f, an access to mapped guest RAM, and turns a memory
+// fault into ErrFault: were the file under a mapping shrunk (a peer that
+// got around CheckSealed), the access raises SIGBUS, which Go makes a
+// panic only where SetPanicOnFault is set. f does nothing but copy.
+func guarded(f func()) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", ErrFault, r)
+		}
+	}()
+	f()
+	return nil
+}
+
 // copyRange copies between p and guest RAM at gpa after check succeeded.
 // Caller holds mu.
-func (m *Map) copyRange(p []byte, gpa uint64, write bool) {
+func (m *Map) copyRange(p []byte, gpa uint64, write bool) error {
+	return guarded(func() { m.copySpans(p, gpa, write) })
+}
+
+func (m *Map) copySpans(p []byte, gpa uint64, write bool) {
 	i, _ := m.find(gpa)
 	for len(p) > 0 {
 		s := m.spans[i]
@@ -236,7 +344,9 @@ func (m *Map) ReadAt(p []byte, gpa uint64) error {
 	if err := m.check(gpa, uint64(len(p))); err != nil {
 		return fmt.Errorf("read guest memory: %w", err)
 	}
-	m.copyRange(p, gpa, false)
+	if err := m.copyRange(p, gpa, false); err != nil {
+		return fmt.Errorf("read guest memory at %#x: %w", gpa, err)
+	}
 	return nil
 }
 
@@ -249,7 +359,9 @@ func (m *Map) WriteAt(p []byte, gpa uint64) error {
 	if err := m.check(gpa, uint64(len(p))); err != nil {
 		return fmt.Errorf("write guest memory: %w", err)
 	}
-	m.copyRange(p, gpa, true)
+	if err := m.copyRange(p, gpa, true); err != nil {
+		return fmt.Errorf("write guest memory at %#x: %w", gpa, err)
+	}
 	return nil
 }
 
@@ -273,7 +385,11 @@ func (m *Map) Store64(gpa uint64, v uint64) error {
 		// 8-aligned; a region of odd size could make one.
 		return fmt.Errorf("store guest memory: %w", abi.Errorf(abi.StatusBadAddress, "%#x straddles regions", gpa))
 	}
-	if !store64(s.mem[off:off+8], v) {
+	ok := true
+	if err := guarded(func() { ok = store64(s.mem[off:off+8], v) }); err != nil {
+		return fmt.Errorf("store guest memory at %#x: %w", gpa, err)
+	}
+	if !ok {
 		return fmt.Errorf("store guest memory: %w", abi.Errorf(abi.StatusBadAddress, "%#x maps to an unaligned host address", gpa))
 	}
 	return nil

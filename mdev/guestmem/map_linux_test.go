@@ -20,12 +20,9 @@ var _ aggregator.GuestMemory = (*Map)(nil)
 // mapping of it for checking.
 func memfd(t *testing.T, size int) (fd int, local []byte) {
 	t.Helper()
-	fd, err := unix.MemfdCreate("guestmem-test", unix.MFD_CLOEXEC)
+	fd, err := NewSealed("guestmem-test", int64(size))
 	if err != nil {
-		t.Fatalf("MemfdCreate: %v", err)
-	}
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		t.Fatalf("Ftruncate: %v", err)
+		t.Fatal(err)
 	}
 	local, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -288,11 +285,8 @@ func FuzzAccessBounds(f *testing.F) {
 	f.Add(uint64(0x9fff0), uint32(0x60020))
 	f.Add(uint64(math.MaxUint64-2), uint32(5))
 	f.Add(uint64(0x1ffff8), uint32(8))
-	fd, err := unix.MemfdCreate("fuzz", unix.MFD_CLOEXEC)
+	fd, err := NewSealed("fuzz", 2<<20)
 	if err != nil {
-		f.Fatal(err)
-	}
-	if err := unix.Ftruncate(fd, 2<<20); err != nil {
 		f.Fatal(err)
 	}
 	d, _ := unix.Dup(fd)
@@ -326,4 +320,75 @@ func FuzzAccessBounds(f *testing.F) {
 			t.Fatalf("Store64(%#x) = %v, want ok=%v", gpa, err, want)
 		}
 	})
+}
+
+// TestUnsealedRefused: an fd that could shrink under the mapping is
+// refused, with the reason, and nothing is mapped; Check says the same
+// without mapping.
+func TestUnsealedRefused(t *testing.T) {
+	fd, err := unix.MemfdCreate("unsealed", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Ftruncate(fd, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check([]Region{{GPA: 0, Size: 1 << 20, FD: fd}}); !errors.Is(err, ErrNotSealed) {
+		t.Errorf("Check(unsealed) = %v, want ErrNotSealed", err)
+	}
+	m := &Map{}
+	defer m.Close()
+	if err := m.Update([]Region{{GPA: 0, Size: 1 << 20, FD: fd}}); !errors.Is(err, ErrNotSealed) {
+		t.Errorf("Update(unsealed) = %v, want ErrNotSealed", err)
+	}
+	if len(m.Regions()) != 0 {
+		t.Errorf("an unsealed fd was mapped: %v", m.Regions())
+	}
+	sealed, _ := memfd(t, 1<<20)
+	if err := Check([]Region{{GPA: 0, Size: 2 << 20, FD: sealed}}); err == nil {
+		t.Errorf("Check(region beyond its file) = nil error")
+	}
+	unix.Close(sealed)
+}
+
+// TestShrunkFileFaults: should a mapped file shrink after all (the seal
+// check bypassed), accesses to the lost pages fail with a guest-visible
+// status; nothing crashes.
+func TestShrunkFileFaults(t *testing.T) {
+	fd, err := unix.MemfdCreate("shrinks", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Ftruncate(fd, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	keep, err := unix.Dup(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(keep)
+	m := &Map{}
+	defer m.Close()
+	if err := m.update([]Region{{GPA: 0, Size: 1 << 20, FD: fd}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.WriteAt([]byte("before"), 0x80000); err != nil {
+		t.Fatalf("WriteAt before the shrink: %v", err)
+	}
+	if err := unix.Ftruncate(keep, 4096); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	for name, err := range map[string]error{
+		"ReadAt":  m.ReadAt(buf, 0x80000),
+		"WriteAt": m.WriteAt(buf, 0x80000),
+		"Store64": m.Store64(0x80000, 1),
+	} {
+		if !errors.Is(err, ErrFault) || abi.StatusOf(err) != abi.StatusBadAddress {
+			t.Errorf("%s on a lost page = %v, want ErrFault with %v", name, err, abi.StatusBadAddress)
+		}
+	}
+	if err := m.ReadAt(buf, 0); err != nil {
+		t.Errorf("ReadAt of the page that stayed = %v", err)
+	}
 }
