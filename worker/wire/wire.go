@@ -1,0 +1,563 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Version is the protocol version Hello carries; a worker refuses any other.
+const Version = 1
+
+// HeaderSize is the size of every message's header.
+const HeaderSize = 16
+
+// MaxPayload bounds a message's payload; MaxFDs bounds the descriptors
+// one message carries.
+const (
+	MaxPayload = 4096
+	MaxFDs     = 8
+)
+
+// Limits of the fields that carry names.
+const (
+	MaxDomainName  = 128
+	MaxInstanceID  = 64
+	MaxProfileName = 64
+	MaxDeviceName  = 256
+	MaxRegions     = MaxFDs
+)
+
+// ErrProtocol is wrapped by every error about a message that breaks the
+// protocol: the receiver ends the connection (docs/worker.md).
+var ErrProtocol = errors.New("worker protocol violation")
+
+func protoErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrProtocol, fmt.Sprintf(format, args...))
+}
+
+// Type identifies a message.
+type Type uint16
+
+// The messages (docs/worker.md "Messages"). Requests expect a Reply with
+// their ID; TurnRelease and Notice are one-way.
+const (
+	TypeReply       Type = 1  // either way: the answer to a request
+	TypeHello       Type = 2  // main -> worker
+	TypeAdd         Type = 3  // main -> worker, 3 fds
+	TypeRemove      Type = 4  // main -> worker
+	TypeMemory      Type = 5  // main -> worker, one fd per region
+	TypeEnable      Type = 6  // main -> worker
+	TypeDisable     Type = 7  // main -> worker
+	TypeReset       Type = 8  // main -> worker
+	TypeQuota       Type = 9  // main -> worker
+	TypeReuse       Type = 10 // main -> worker
+	TypeBudget      Type = 11 // main -> worker
+	TypeStats       Type = 12 // main -> worker
+	TypeTurn        Type = 13 // worker -> main
+	TypeTurnRelease Type = 14 // worker -> main, one-way
+	numTypes             = 15
+)
+
+var typeNames = [numTypes]string{
+	TypeReply: "reply", TypeHello: "hello", TypeAdd: "add", TypeRemove: "remove", TypeMemory: "memory",
+	TypeEnable: "enable", TypeDisable: "disable", TypeReset: "reset", TypeQuota: "quota", TypeReuse: "reuse",
+	TypeBudget: "budget", TypeStats: "stats", TypeTurn: "turn", TypeTurnRelease: "turn-release",
+}
+
+func (t Type) String() string {
+	if int(t) < len(typeNames) && typeNames[t] != "" {
+		return typeNames[t]
+	}
+	return fmt.Sprintf("type(%d)", uint16(t))
+}
+
+// Header starts every message.
+//
+//	off size field
+//	0   2    type
+//	2   2    flags (0)
+//	4   4    id: a request's id, echoed by its Reply; 0 for one-way messages
+//	8   4    payload length
+//	12  4    reserved (0)
+type Header struct {
+	Type Type
+	ID   uint32
+	Len  uint32
+}
+
+// Msg is one message's payload.
+type Msg interface {
+	Type() Type
+	encode(e *encoder)
+	decode(d *decoder)
+	// fds is the number of descriptors the message carries.
+	fds() int
+}
+
+// Marshal encodes m with request id id.
+func Marshal(id uint32, m Msg) []byte {
+	e := encoder{b: make([]byte, HeaderSize, 64)}
+	m.encode(&e)
+	b := e.b
+	binary.LittleEndian.PutUint16(b[0:], uint16(m.Type()))
+	binary.LittleEndian.PutUint32(b[4:], id)
+	binary.LittleEndian.PutUint32(b[8:], uint32(len(b)-HeaderSize))
+	return b
+}
+
+// Unmarshal decodes one message carrying nfds descriptors. It never
+// panics; every error wraps ErrProtocol.
+func Unmarshal(b []byte, nfds int) (Header, Msg, error) {
+	if len(b) < HeaderSize {
+		return Header{}, nil, protoErr("message of %d bytes, header is %d", len(b), HeaderSize)
+	}
+	h := Header{
+		Type: Type(binary.LittleEndian.Uint16(b[0:])),
+		ID:   binary.LittleEndian.Uint32(b[4:]),
+		Len:  binary.LittleEndian.Uint32(b[8:]),
+	}
+	if flags, res := binary.LittleEndian.Uint16(b[2:]), binary.LittleEndian.Uint32(b[12:]); flags != 0 || res != 0 {
+		return h, nil, protoErr("%v: reserved header bits %#x %#x", h.Type, flags, res)
+	}
+	if int64(h.Len) != int64(len(b)-HeaderSize) || h.Len > MaxPayload {
+		return h, nil, protoErr("%v: payload length %d in a message of %d bytes (max %d)", h.Type, h.Len, len(b), MaxPayload)
+	}
+	m := newMsg(h.Type)
+	if m == nil {
+		return h, nil, protoErr("unknown message type %d", uint16(h.Type))
+	}
+	d := decoder{b: b[HeaderSize:]}
+	m.decode(&d)
+	if d.err != nil {
+		return h, nil, fmt.Errorf("%v: %w", h.Type, d.err)
+	}
+	if len(d.b) != 0 {
+		return h, nil, protoErr("%v: %d trailing bytes", h.Type, len(d.b))
+	}
+	if want := m.fds(); nfds != want {
+		return h, nil, protoErr("%v carries %d fds, want %d", h.Type, nfds, want)
+	}
+	return h, m, nil
+}
+
+func newMsg(t Type) Msg {
+	switch t {
+	case TypeReply:
+		return &Reply{}
+	case TypeHello:
+		return &Hello{}
+	case TypeAdd:
+		return &Add{}
+	case TypeRemove:
+		return &Remove{}
+	case TypeMemory:
+		return &Memory{}
+	case TypeEnable:
+		return &Enable{}
+	case TypeDisable:
+		return &Disable{}
+	case TypeReset:
+		return &Reset{}
+	case TypeQuota:
+		return &Quota{}
+	case TypeReuse:
+		return &Reuse{}
+	case TypeBudget:
+		return &Budget{}
+	case TypeStats:
+		return &Stats{}
+	case TypeTurn:
+		return &Turn{}
+	case TypeTurnRelease:
+		return &TurnRelease{}
+	}
+	return nil
+}
+
+// Reply answers a request. Status is an abi.Status (0: done); Body is the
+// request type's answer (HelloReply, StatsReply, TurnGrant), empty for the
+// others and on failure; Msg says why a request failed.
+type Reply struct {
+	Status uint32
+	Msg    string // at most 512 bytes
+	Body   []byte // at most 1024 bytes; decoded by the requester
+}
+
+func (*Reply) Type() Type { return TypeReply }
+func (*Reply) fds() int   { return 0 }
+func (r *Reply) encode(e *encoder) {
+	e.u32(r.Status)
+	e.str(r.Msg, 512)
+	e.bytes(r.Body, 1024)
+}
+func (r *Reply) decode(d *decoder) {
+	r.Status = d.u32()
+	r.Msg = d.str(512)
+	r.Body = d.bytes(1024)
+}
+
+// Hello configures a new worker: its trust domain and physical device.
+type Hello struct {
+	Version     uint32
+	Device      uint32 // index in gpu.Devices
+	Domain      string // the trust (reuse) domain's name
+	Shared      bool   // an operator-named domain (SHA-256 digests)
+	ReuseBudget int64  // bytes of shadow results
+	CacheBytes  int64  // cap of the domain's compiler cache directory
+}
+
+func (*Hello) Type() Type { return TypeHello }
+func (*Hello) fds() int   { return 0 }
+func (h *Hello) encode(e *encoder) {
+	e.u32(h.Version)
+	e.u32(h.Device)
+	e.str(h.Domain, MaxDomainName)
+	e.bool(h.Shared)
+	e.i64(h.ReuseBudget)
+	e.i64(h.CacheBytes)
+}
+func (h *Hello) decode(d *decoder) {
+	h.Version = d.u32()
+	h.Device = d.u32()
+	h.Domain = d.str(MaxDomainName)
+	h.Shared = d.bool()
+	h.ReuseBudget = d.nonNeg()
+	h.CacheBytes = d.nonNeg()
+}
+
+// HelloReply is the Body of Hello's Reply: the device the worker opened.
+type HelloReply struct {
+	Name          string
+	ComputeUnits  uint32
+	MaxWorkGroup  uint64
+	MaxAllocBytes uint64
+}
+
+// EncodeBody and DecodeHelloReply carry a HelloReply in a Reply's Body.
+func (h *HelloReply) EncodeBody() []byte {
+	e := encoder{}
+	e.str(h.Name, MaxDeviceName)
+	e.u32(h.ComputeUnits)
+	e.u64(h.MaxWorkGroup)
+	e.u64(h.MaxAllocBytes)
+	return e.b
+}
+
+// DecodeHelloReply decodes a HelloReply body.
+func DecodeHelloReply(b []byte) (HelloReply, error) {
+	var h HelloReply
+	d := decoder{b: b}
+	h.Name = d.str(MaxDeviceName)
+	h.ComputeUnits = d.u32()
+	h.MaxWorkGroup = d.u64()
+	h.MaxAllocBytes = d.u64()
+	return h, d.done("hello reply")
+}
+
+// Limits are an instance's quotas in the worker.
+type Limits struct {
+	MemBytes     uint64 // device memory quota
+	ProgramBytes uint64 // bytes of programs (source, options and built binaries) the instance may hold
+	ComputeUnits uint32
+	Profile      string
+}
+
+func (l *Limits) encode(e *encoder) {
+	e.u64(l.MemBytes)
+	e.u64(l.ProgramBytes)
+	e.u32(l.ComputeUnits)
+	e.str(l.Profile, MaxProfileName)
+}
+
+func (l *Limits) decode(d *decoder) {
+	l.MemBytes = d.u64()
+	l.ProgramBytes = d.u64()
+	l.ComputeUnits = d.u32()
+	l.Profile = d.str(MaxProfileName)
+}
+
+// Add places an instance in the worker, in slot Slot. It carries three
+// fds: the instance page (a memfd of at least one page, docs/worker.md
+// "Instance page"), the doorbell eventfd (main signals it after
+// publishing a tail) and the notify eventfd (the worker signals it after
+// every completion; the counter coalesces notices).
+type Add struct {
+	Slot   uint32
+	ID     string
+	Reuse  bool // result reuse on for the instance
+	Limits Limits
+}
+
+func (*Add) Type() Type { return TypeAdd }
+func (*Add) fds() int   { return 3 }
+func (a *Add) encode(e *encoder) {
+	e.u32(a.Slot)
+	e.str(a.ID, MaxInstanceID)
+	e.bool(a.Reuse)
+	a.Limits.encode(e)
+}
+func (a *Add) decode(d *decoder) {
+	a.Slot = d.u32()
+	a.ID = d.str(MaxInstanceID)
+	a.Reuse = d.bool()
+	a.Limits.decode(d)
+}
+
+// Remove closes the instance in Slot and frees its device state. With
+// IfEmpty it does so only when the instance holds no buffer or program
+// (else the Reply says StatusBusy and nothing changes).
+type Remove struct {
+	Slot    uint32
+	IfEmpty bool
+}
+
+func (*Remove) Type() Type { return TypeRemove }
+func (*Remove) fds() int   { return 0 }
+func (r *Remove) encode(e *encoder) {
+	e.u32(r.Slot)
+	e.bool(r.IfEmpty)
+}
+func (r *Remove) decode(d *decoder) {
+	r.Slot = d.u32()
+	r.IfEmpty = d.bool()
+}
+
+// Region is one range of guest RAM: [GPA, GPA+Size) is bytes [Offset,
+// Offset+Size) of the message's fd at the same index.
+type Region struct {
+	GPA, Size, Offset uint64
+}
+
+// Memory replaces the instance's guest-RAM map; it carries one fd per
+// region, in order.
+type Memory struct {
+	Slot    uint32
+	Regions []Region
+}
+
+func (*Memory) Type() Type { return TypeMemory }
+func (m *Memory) fds() int { return len(m.Regions) }
+func (m *Memory) encode(e *encoder) {
+	e.u32(m.Slot)
+	e.u32(uint32(len(m.Regions)))
+	for _, r := range m.Regions {
+		e.u64(r.GPA)
+		e.u64(r.Size)
+		e.u64(r.Offset)
+	}
+}
+func (m *Memory) decode(d *decoder) {
+	m.Slot = d.u32()
+	n := d.u32()
+	if n > MaxRegions {
+		d.fail("%d regions, max %d", n, MaxRegions)
+		return
+	}
+	m.Regions = make([]Region, n)
+	for i := range m.Regions {
+		m.Regions[i] = Region{GPA: d.u64(), Size: d.u64(), Offset: d.u64()}
+	}
+}
+
+// Enable programs and enables the instance's ring.
+type Enable struct {
+	Slot            uint32
+	Base, ComplBase uint64
+	Slots           uint32
+}
+
+func (*Enable) Type() Type { return TypeEnable }
+func (*Enable) fds() int   { return 0 }
+func (m *Enable) encode(e *encoder) {
+	e.u32(m.Slot)
+	e.u64(m.Base)
+	e.u64(m.ComplBase)
+	e.u32(m.Slots)
+}
+func (m *Enable) decode(d *decoder) {
+	m.Slot = d.u32()
+	m.Base = d.u64()
+	m.ComplBase = d.u64()
+	m.Slots = d.u32()
+}
+
+// Disable stops the instance's ring (fetched commands still complete).
+type Disable struct{ Slot uint32 }
+
+func (*Disable) Type() Type          { return TypeDisable }
+func (*Disable) fds() int            { return 0 }
+func (m *Disable) encode(e *encoder) { e.u32(m.Slot) }
+func (m *Disable) decode(d *decoder) { m.Slot = d.u32() }
+
+// Reset resets the instance: ring stopped, every buffer and program freed.
+type Reset struct{ Slot uint32 }
+
+func (*Reset) Type() Type          { return TypeReset }
+func (*Reset) fds() int            { return 0 }
+func (m *Reset) encode(e *encoder) { e.u32(m.Slot) }
+func (m *Reset) decode(d *decoder) { m.Slot = d.u32() }
+
+// Quota changes the instance's limits at run time (StatusBusy when it
+// already holds more than the new quota).
+type Quota struct {
+	Slot   uint32
+	Limits Limits
+}
+
+func (*Quota) Type() Type { return TypeQuota }
+func (*Quota) fds() int   { return 0 }
+func (m *Quota) encode(e *encoder) {
+	e.u32(m.Slot)
+	m.Limits.encode(e)
+}
+func (m *Quota) decode(d *decoder) {
+	m.Slot = d.u32()
+	m.Limits.decode(d)
+}
+
+// Reuse turns result reuse on or off for the instance (in its domain).
+type Reuse struct {
+	Slot uint32
+	On   bool
+}
+
+func (*Reuse) Type() Type { return TypeReuse }
+func (*Reuse) fds() int   { return 0 }
+func (m *Reuse) encode(e *encoder) {
+	e.u32(m.Slot)
+	e.bool(m.On)
+}
+func (m *Reuse) decode(d *decoder) {
+	m.Slot = d.u32()
+	m.On = d.bool()
+}
+
+// Budget sets the domain's reuse byte budget.
+type Budget struct{ Bytes int64 }
+
+func (*Budget) Type() Type          { return TypeBudget }
+func (*Budget) fds() int            { return 0 }
+func (m *Budget) encode(e *encoder) { e.i64(m.Bytes) }
+func (m *Budget) decode(d *decoder) { m.Bytes = d.nonNeg() }
+
+// Stats asks for the domain's reuse table counters (StatsReply).
+type Stats struct{}
+
+func (*Stats) Type() Type      { return TypeStats }
+func (*Stats) fds() int        { return 0 }
+func (*Stats) encode(*encoder) {}
+func (*Stats) decode(*decoder) {}
+
+// StatsReply is the Body of Stats' Reply: the domain's reuse table.
+type StatsReply struct {
+	Entries, Bytes, Budget                     int64
+	Hits, Misses, Skipped, Recorded, Evictions uint64
+	BytesSaved, DeviceNanos                    uint64
+	Instances                                  uint32
+}
+
+// EncodeBody encodes a StatsReply as a Reply's Body.
+func (s *StatsReply) EncodeBody() []byte {
+	e := encoder{}
+	e.i64(s.Entries)
+	e.i64(s.Bytes)
+	e.i64(s.Budget)
+	for _, v := range []uint64{s.Hits, s.Misses, s.Skipped, s.Recorded, s.Evictions, s.BytesSaved, s.DeviceNanos} {
+		e.u64(v)
+	}
+	e.u32(s.Instances)
+	return e.b
+}
+
+// DecodeStatsReply decodes a StatsReply body.
+func DecodeStatsReply(b []byte) (StatsReply, error) {
+	var s StatsReply
+	d := decoder{b: b}
+	s.Entries, s.Bytes, s.Budget = d.nonNeg(), d.nonNeg(), d.nonNeg()
+	for _, p := range []*uint64{&s.Hits, &s.Misses, &s.Skipped, &s.Recorded, &s.Evictions, &s.BytesSaved, &s.DeviceNanos} {
+		*p = d.u64()
+	}
+	s.Instances = d.u32()
+	return s, d.done("stats reply")
+}
+
+// TurnKind is what a Turn asks for.
+type TurnKind uint32
+
+const (
+	// TurnDevice: a device turn from the device's scheduler.
+	TurnDevice TurnKind = 0
+	// TurnCompile: a build is starting; the main process watches its
+	// time (granted at once).
+	TurnCompile TurnKind = 1
+)
+
+// Turn asks the main process for a turn for the instance in Slot; the
+// Reply's Body is a TurnGrant. The worker then sends TurnRelease with the
+// same Turn number when the turn ends.
+type Turn struct {
+	Turn uint32 // the worker's number for this turn, unique among its turns in progress
+	Slot uint32
+	Kind TurnKind
+	Cost time.Duration // expected device time; 0: unknown
+}
+
+func (*Turn) Type() Type { return TypeTurn }
+func (*Turn) fds() int   { return 0 }
+func (m *Turn) encode(e *encoder) {
+	e.u32(m.Turn)
+	e.u32(m.Slot)
+	e.u32(uint32(m.Kind))
+	e.i64(int64(m.Cost))
+}
+func (m *Turn) decode(d *decoder) {
+	m.Turn = d.u32()
+	m.Slot = d.u32()
+	m.Kind = TurnKind(d.u32())
+	if m.Kind > TurnCompile {
+		d.fail("turn kind %d", m.Kind)
+	}
+	m.Cost = time.Duration(d.nonNeg())
+}
+
+// TurnGrant is the Body of a Turn's Reply: the turn's slice budget.
+type TurnGrant struct {
+	SliceBudget time.Duration
+}
+
+// EncodeBody encodes a TurnGrant as a Reply's Body.
+func (g *TurnGrant) EncodeBody() []byte {
+	e := encoder{}
+	e.i64(int64(g.SliceBudget))
+	return e.b
+}
+
+// DecodeTurnGrant decodes a TurnGrant body.
+func DecodeTurnGrant(b []byte) (TurnGrant, error) {
+	d := decoder{b: b}
+	g := TurnGrant{SliceBudget: time.Duration(d.nonNeg())}
+	return g, d.done("turn grant")
+}
+
+// TurnRelease ends a turn: the device time the worker measured during it
+// and the launch slices to count.
+type TurnRelease struct {
+	Turn   uint32
+	Device time.Duration
+	Slices uint32
+}
+
+func (*TurnRelease) Type() Type { return TypeTurnRelease }
+func (*TurnRelease) fds() int   { return 0 }
+func (m *TurnRelease) encode(e *encoder) {
+	e.u32(m.Turn)
+	e.i64(int64(m.Device))
+	e.u32(m.Slices)
+}
+func (m *TurnRelease) decode(d *decoder) {
+	m.Turn = d.u32()
+	m.Device = time.Duration(d.nonNeg())
+	m.Slices = d.u32()
+}

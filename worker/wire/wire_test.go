@@ -1,0 +1,226 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+)
+
+// samples has one message of every type, fields away from zero.
+func samples() []Msg {
+	return []Msg{
+		&Reply{Status: 3, Msg: "no such slot", Body: []byte{1, 2, 3}},
+		&Hello{Version: Version, Device: 1, Domain: "team", Shared: true, ReuseBudget: 1 << 20, CacheBytes: 64 << 20},
+		&Add{Slot: 7, ID: "0b0e5c2e-0b61-4bde-8bb5-5ea1e3d1b0a1", Reuse: true,
+			Limits: Limits{MemBytes: 256 << 20, ProgramBytes: 16 << 20, ComputeUnits: 2, Profile: "vgpu-small"}},
+		&Remove{Slot: 7, IfEmpty: true},
+		&Memory{Slot: 7, Regions: []Region{{GPA: 0, Size: 0xa0000, Offset: 0}, {GPA: 0xc0000, Size: 0x10000000 - 0xc0000, Offset: 0xc0000}}},
+		&Enable{Slot: 7, Base: 0x1000, ComplBase: 0x2000, Slots: 64},
+		&Disable{Slot: 7},
+		&Reset{Slot: 7},
+		&Quota{Slot: 7, Limits: Limits{MemBytes: 1 << 30, ProgramBytes: 1 << 20, ComputeUnits: 1, Profile: "vgpu-medium"}},
+		&Reuse{Slot: 7, On: true},
+		&Budget{Bytes: 1234},
+		&Stats{},
+		&Turn{Turn: 99, Slot: 7, Kind: TurnCompile, Cost: 3 * time.Millisecond},
+		&TurnRelease{Turn: 99, Device: 2 * time.Millisecond, Slices: 4},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	seen := map[Type]bool{}
+	for _, m := range samples() {
+		seen[m.Type()] = true
+		b := Marshal(42, m)
+		h, got, err := Unmarshal(b, m.fds())
+		if err != nil {
+			t.Fatalf("Unmarshal(Marshal(%v)) = %v", m.Type(), err)
+		}
+		if h.Type != m.Type() || h.ID != 42 || int(h.Len) != len(b)-HeaderSize {
+			t.Errorf("%v: header %+v", m.Type(), h)
+		}
+		if d := cmp.Diff(m, got); d != "" {
+			t.Errorf("%v round trip (-sent +got):\n%s", m.Type(), d)
+		}
+	}
+	for ty := Type(1); ty < numTypes; ty++ {
+		if !seen[ty] || newMsg(ty) == nil || ty.String() == "" {
+			t.Errorf("type %d: no sample, constructor or name", ty)
+		}
+	}
+}
+
+func TestBodiesRoundTrip(t *testing.T) {
+	h := HelloReply{Name: "pthread-skylake", ComputeUnits: 2, MaxWorkGroup: 4096, MaxAllocBytes: 1 << 30}
+	if got, err := DecodeHelloReply(h.EncodeBody()); err != nil || got != h {
+		t.Errorf("HelloReply round trip = %+v, %v", got, err)
+	}
+	s := StatsReply{Entries: 3, Bytes: 4, Budget: 5, Hits: 6, Misses: 7, Skipped: 8, Recorded: 9, Evictions: 10, BytesSaved: 11, DeviceNanos: 12, Instances: 2}
+	if got, err := DecodeStatsReply(s.EncodeBody()); err != nil || got != s {
+		t.Errorf("StatsReply round trip = %+v, %v", got, err)
+	}
+	g := TurnGrant{SliceBudget: time.Millisecond}
+	if got, err := DecodeTurnGrant(g.EncodeBody()); err != nil || got != g {
+		t.Errorf("TurnGrant round trip = %+v, %v", got, err)
+	}
+	if _, err := DecodeTurnGrant(append(g.EncodeBody(), 0)); !errors.Is(err, ErrProtocol) {
+		t.Errorf("TurnGrant with a trailing byte = %v, want ErrProtocol", err)
+	}
+}
+
+func TestUnmarshalRejects(t *testing.T) {
+	good := Marshal(1, &Enable{Slot: 1, Base: 0x1000, ComplBase: 0x2000, Slots: 8})
+	mod := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	le := binary.LittleEndian
+	tests := []struct {
+		name string
+		b    []byte
+		fds  int
+	}{
+		{"short header", good[:HeaderSize-1], 0},
+		{"flags", mod(func(b []byte) []byte { le.PutUint16(b[2:], 1); return b }), 0},
+		{"reserved", mod(func(b []byte) []byte { le.PutUint32(b[12:], 1); return b }), 0},
+		{"length too long", mod(func(b []byte) []byte { le.PutUint32(b[8:], uint32(len(b))); return b }), 0},
+		{"length too short", mod(func(b []byte) []byte { le.PutUint32(b[8:], 4); return b }), 0},
+		{"unknown type", mod(func(b []byte) []byte { le.PutUint16(b[0:], 999); return b }), 0},
+		{"truncated payload", mod(func(b []byte) []byte { b = b[:len(b)-1]; le.PutUint32(b[8:], uint32(len(b)-HeaderSize)); return b }), 0},
+		{"trailing byte", mod(func(b []byte) []byte { b = append(b, 0); le.PutUint32(b[8:], uint32(len(b)-HeaderSize)); return b }), 0},
+		{"unexpected fd", good, 1},
+		{"add without fds", Marshal(1, &Add{Slot: 1, ID: "x"}), 0},
+		{"memory with fewer fds", Marshal(1, &Memory{Slot: 1, Regions: []Region{{Size: 4096}, {Size: 4096}}}), 1},
+		{"too many regions", func() []byte {
+			e := encoder{b: make([]byte, HeaderSize)}
+			e.u32(1)
+			e.u32(MaxRegions + 1)
+			le.PutUint16(e.b[0:], uint16(TypeMemory))
+			le.PutUint32(e.b[8:], uint32(len(e.b)-HeaderSize))
+			return e.b
+		}(), MaxRegions + 1},
+		{"negative budget", func() []byte {
+			b := Marshal(1, &Budget{Bytes: 1})
+			le.PutUint64(b[HeaderSize:], ^uint64(0))
+			return b
+		}(), 0},
+		{"bad boolean", func() []byte {
+			b := Marshal(1, &Reuse{Slot: 1, On: true})
+			le.PutUint32(b[HeaderSize+4:], 2)
+			return b
+		}(), 0},
+		{"bad turn kind", func() []byte {
+			b := Marshal(1, &Turn{Turn: 1, Slot: 1})
+			le.PutUint32(b[HeaderSize+8:], 9)
+			return b
+		}(), 0},
+		{"string over its limit", func() []byte {
+			e := encoder{b: make([]byte, HeaderSize)}
+			e.u32(1)
+			e.u32(MaxInstanceID + 1)
+			e.b = append(e.b, make([]byte, MaxInstanceID+1)...)
+			le.PutUint16(e.b[0:], uint16(TypeAdd))
+			le.PutUint32(e.b[8:], uint32(len(e.b)-HeaderSize))
+			return e.b
+		}(), 3},
+		{"string not UTF-8", func() []byte {
+			b := Marshal(1, &Hello{Domain: "ab"})
+			b[HeaderSize+12] = 0xff
+			return b
+		}(), 0},
+	}
+	for _, tt := range tests {
+		h, m, err := Unmarshal(tt.b, tt.fds)
+		if err == nil || m != nil || !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: Unmarshal = %+v, %v, %v; want nil and ErrProtocol", tt.name, h, m, err)
+		}
+	}
+}
+
+// FuzzUnmarshal: any bytes decode without a panic; an error comes with no
+// message; a decoded message re-encodes to the same bytes.
+func FuzzUnmarshal(f *testing.F) {
+	for _, m := range samples() {
+		f.Add(Marshal(3, m), m.fds())
+	}
+	f.Fuzz(func(t *testing.T, b []byte, nfds int) {
+		h, m, err := Unmarshal(b, nfds)
+		if err != nil {
+			if m != nil {
+				t.Fatalf("Unmarshal error %v with message %+v", err, m)
+			}
+			return
+		}
+		if again := Marshal(h.ID, m); string(again) != string(b) {
+			t.Fatalf("re-encoding %v differs:\n got %x\nwant %x", h.Type, again, b)
+		}
+	})
+}
+
+func TestConnFDs(t *testing.T) {
+	a, bf, err := Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := FileConn(bf)
+	bf.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	m := &Memory{Slot: 2, Regions: []Region{{GPA: 0x1000, Size: 0x1000}}}
+	if err := a.Send(5, m, int(w.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	h, got, fds, err := b.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ID != 5 || len(fds) != 1 || cmp.Diff(m, got) != "" {
+		t.Fatalf("Recv = %+v, %+v, %v", h, got, fds)
+	}
+	// The fd received is a working copy of the pipe's write end.
+	if _, err := unix.Write(fds[0], []byte("x")); err != nil {
+		t.Errorf("write through the received fd: %v", err)
+	}
+	unix.Close(fds[0])
+	one := make([]byte, 1)
+	if _, err := r.Read(one); err != nil || one[0] != 'x' {
+		t.Errorf("read the pipe: %q, %v", one, err)
+	}
+	if err := a.Send(1, &Reset{Slot: 1}, int(w.Fd())); err == nil {
+		t.Errorf("Send with an fd the message does not carry = nil error")
+	}
+
+	// A datagram that breaks the protocol, with an fd: the fd is closed
+	// by Recv, and the error says protocol.
+	raw := Marshal(1, &Reset{Slot: 1})
+	if _, _, err := a.c.WriteMsgUnix(raw, unix.UnixRights(int(w.Fd())), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, fds, err := b.Recv(); !errors.Is(err, ErrProtocol) || fds != nil {
+		t.Errorf("Recv(reset with an fd) = %v, %v; want ErrProtocol", fds, err)
+	}
+	// An oversized datagram.
+	if _, err := a.c.Write(make([]byte, maxMessage+10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := b.Recv(); !errors.Is(err, ErrProtocol) {
+		t.Errorf("Recv(oversized) = %v, want ErrProtocol", err)
+	}
+	a.Close()
+	if _, _, _, err := b.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("Recv after the peer closed = %v, want io.EOF", err)
+	}
+}
