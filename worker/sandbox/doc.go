@@ -1,0 +1,32 @@
+// Package sandbox confines vgpud's worker processes (package worker and
+// its child) with what Linux gives an unprivileged process, so that guest
+// code running natively in a worker (PoCL runs OpenCL kernels inside the
+// process that launches them) reaches as little of the host as the OpenCL
+// runtime allows (docs/sandbox.md).
+//
+// It owns both halves of that confinement:
+//
+//   - the main process's half: Probe, run once at start-up, finds which
+//     protections this host can give and lists those that are weaker than
+//     designed; Policy.Apply turns a Policy into the exec.Cmd settings of a
+//     worker (new user, mount, network, PID, IPC and UTS namespaces where
+//     the kernel allows them, the worker's uid and gid, the policy in the
+//     worker's environment); PrepareDir hands the worker its private
+//     directory; SetDataLimit moves a running worker's memory limit.
+//   - the worker's half: Enter, called before the worker loads the OpenCL
+//     runtime or serves a request, sets resource limits and no_new_privs,
+//     restricts its thread with Landlock (files, network, signals) and a
+//     seccomp allowlist (system calls), and executes the worker again from
+//     that thread, so that the whole new image, every thread it starts and
+//     the linker PoCL runs inherit all of it; the new image then makes
+//     itself non-dumpable and goes on.
+//
+// It knows which files and system calls the OpenCL runtime on this
+// platform (PoCL 3.1, LLVM 15, GNU ld) needs, as measured with strace; it
+// must not know the worker protocol, instances, trust domains or devices:
+// the caller says which directory a worker may write and how much memory
+// it may take.
+//
+// Linux only; on other systems Probe reports nothing available, Apply
+// changes nothing and Enter fails.
+package sandbox

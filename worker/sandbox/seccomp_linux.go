@@ -1,0 +1,163 @@
+package sandbox
+
+import (
+	"fmt"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/sys/unix"
+)
+
+// allowed are the system calls a worker may make with any arguments:
+// those the Go runtime, the worker, PoCL (with hwloc and LLVM) and the
+// linker PoCL runs make (measured with strace -f on real workers,
+// docs/sandbox.md), and harmless relatives of them (the other stat and
+// read variants). Names a CPU architecture lacks are skipped.
+//
+// Left out on purpose, among everything else: creating sockets or
+// connecting them (the worker talks only over the socket it inherits),
+// ptrace, process_vm_*, mount and namespaces, bpf, perf_event_open, keys,
+// modules, kexec, reboot, swap, io_uring (which would bypass this
+// filter), userfaultfd, memfd_create and shared anonymous mappings (memory
+// RLIMIT_DATA does not count), execveat, metadata changes Landlock
+// does not cover (chmod, chown, utimes, xattrs), links, mknod, SysV IPC,
+// scheduling policy, setrlimit and setting credentials.
+var allowed = []string{
+	// Memory (mmap is below, with its flags).
+	"brk", "munmap", "mprotect", "mremap", "madvise", "msync", "membarrier",
+	// Files (Landlock decides which).
+	"read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev", "preadv2", "pwritev2",
+	"lseek", "close", "close_range", "open", "openat", "openat2", "creat",
+	"stat", "fstat", "lstat", "newfstatat", "statx", "statfs", "fstatfs",
+	"access", "faccessat", "faccessat2", "readlink", "readlinkat", "getdents", "getdents64",
+	"getcwd", "chdir", "fchdir", "umask",
+	"mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat", "renameat2",
+	"truncate", "ftruncate", "fallocate", "fsync", "fdatasync", "flock", "fadvise64",
+	"fcntl", "dup", "dup2", "dup3", "pipe", "pipe2",
+	// The inherited protocol socket.
+	"recvmsg", "sendmsg", "recvfrom", "sendto", "getsockopt", "setsockopt", "getsockname", "getpeername", "shutdown",
+	// Waiting.
+	"epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2",
+	"poll", "ppoll", "select", "pselect6", "eventfd", "eventfd2",
+	"futex", "futex_waitv", "nanosleep", "clock_nanosleep", "sched_yield", "restart_syscall",
+	// Threads and the linker's process (clone is below, with its flags).
+	"execve", "wait4", "waitid", "exit", "exit_group",
+	"set_tid_address", "set_robust_list", "get_robust_list", "rseq", "arch_prctl",
+	// Signals (sending them is below).
+	"rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigsuspend", "rt_sigtimedwait", "sigaltstack",
+	// Reading the clock and the process's own state.
+	"clock_gettime", "clock_getres", "gettimeofday", "time", "times", "getrusage",
+	"gettid", "getpid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getgroups", "getresuid", "getresgid",
+	"getpgrp", "getpgid", "getsid", "getpriority", "getcpu", "getrlimit", "getrandom", "uname", "sysinfo",
+	"sched_getaffinity", "sched_setaffinity", "sched_getparam", "sched_getscheduler",
+	"sched_get_priority_max", "sched_get_priority_min",
+}
+
+// cloneNamespaces are the clone flags that make new namespaces.
+const cloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
+
+// prctlAllowed are the prctl operations a worker may use: naming
+// threads and mappings (the Go runtime, LLVM) and reading its own state.
+var prctlAllowed = []uint64{
+	unix.PR_SET_NAME, unix.PR_GET_NAME, unix.PR_SET_VMA, unix.PR_GET_DUMPABLE,
+	unix.PR_GET_NO_NEW_PRIVS, unix.PR_GET_SECCOMP, unix.PR_CAPBSET_READ,
+}
+
+// ioctlAllowed are the ioctl requests a worker may make: is this a
+// terminal (C libraries ask of every stream), and the generic descriptor
+// ones. Landlock cannot restrict ioctl on anything but device files
+// before ABI 5; this covers every file.
+var ioctlAllowed = []uint64{
+	unix.TCGETS, unix.TIOCGWINSZ, unix.TIOCINQ, // TIOCINQ is FIONREAD
+	ioctlFIONBIO, ioctlFIOCLEX, ioctlFIONCLEX,
+}
+
+// Generic descriptor ioctls (asm-generic/ioctls.h), which x/sys/unix does
+// not name.
+const (
+	ioctlFIONBIO  = 0x5421
+	ioctlFIONCLEX = 0x5450
+	ioctlFIOCLEX  = 0x5451
+)
+
+// errnoENOSYS returns ENOSYS: clone3's flags sit in memory, out of the
+// filter's sight, so it is refused as if the kernel lacked it, and the C
+// library falls back to clone, whose flags the filter checks.
+const errnoENOSYS = seccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
+
+// syscallPolicy is the seccomp policy of a worker whose process id is
+// pid: the allowlist, and everything else refused with EPERM.
+func syscallPolicy(pid int) (seccomp.Policy, error) {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return seccomp.Policy{}, fmt.Errorf("sandbox: seccomp architecture: %w", err)
+	}
+	var names []string
+	for _, n := range allowed {
+		if _, ok := info.SyscallNames[n]; ok {
+			names = append(names, n)
+		}
+	}
+	equal := func(arg uint32, v uint64) seccomp.Condition {
+		return seccomp.Condition{Argument: arg, Operation: seccomp.Equal, Value: v}
+	}
+	var cond []seccomp.NameWithConditions
+	// New threads and the linker's process, never in a new namespace.
+	cond = append(cond, seccomp.NameWithConditions{Name: "clone", Conditions: seccomp.ArgumentConditions{
+		{Argument: 0, Operation: seccomp.BitsNotSet, Value: cloneNamespaces},
+	}})
+	// Signals only to this process and its own threads.
+	cond = append(cond,
+		seccomp.NameWithConditions{Name: "kill", Conditions: seccomp.ArgumentConditions{equal(0, uint64(pid))}},
+		seccomp.NameWithConditions{Name: "tgkill", Conditions: seccomp.ArgumentConditions{equal(0, uint64(pid))}},
+	)
+	// Any mapping but shared anonymous memory, which RLIMIT_DATA does not
+	// count: shared mappings are of the guest RAM and instance pages the
+	// main process hands over (and of files in the private directory,
+	// whose sizes RLIMIT_FSIZE bounds).
+	cond = append(cond,
+		seccomp.NameWithConditions{Name: "mmap", Conditions: seccomp.ArgumentConditions{
+			{Argument: 3, Operation: seccomp.BitsNotSet, Value: unix.MAP_SHARED},
+		}},
+		seccomp.NameWithConditions{Name: "mmap", Conditions: seccomp.ArgumentConditions{
+			{Argument: 3, Operation: seccomp.BitsNotSet, Value: unix.MAP_ANONYMOUS},
+		}},
+	)
+	// Limits may be read, never set: the worker must not raise its own.
+	cond = append(cond, seccomp.NameWithConditions{Name: "prlimit64", Conditions: seccomp.ArgumentConditions{
+		equal(0, 0), equal(2, 0),
+	}})
+	for _, op := range prctlAllowed {
+		cond = append(cond, seccomp.NameWithConditions{Name: "prctl", Conditions: seccomp.ArgumentConditions{equal(0, op)}})
+	}
+	// Becoming non-dumpable, never dumpable again (execve resets it, so
+	// the confined image sets it itself).
+	cond = append(cond, seccomp.NameWithConditions{Name: "prctl", Conditions: seccomp.ArgumentConditions{
+		equal(0, unix.PR_SET_DUMPABLE), equal(1, 0),
+	}})
+	for _, req := range ioctlAllowed {
+		cond = append(cond, seccomp.NameWithConditions{Name: "ioctl", Conditions: seccomp.ArgumentConditions{equal(1, req)}})
+	}
+	return seccomp.Policy{
+		DefaultAction: seccomp.ActionErrno, // EPERM
+		Syscalls: []seccomp.SyscallGroup{
+			{Names: []string{"clone3"}, Action: errnoENOSYS},
+			{Names: names, NamesWithCondtions: cond, Action: seccomp.ActionAllow},
+		},
+	}, nil
+}
+
+// restrictSyscalls installs the worker's seccomp filter on every thread
+// (TSYNC), with no_new_privs.
+func restrictSyscalls(pid int) error {
+	pol, err := syscallPolicy(pid)
+	if err != nil {
+		return err
+	}
+	f := seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: pol}
+	if err := seccomp.LoadFilter(f); err != nil {
+		return fmt.Errorf("sandbox: seccomp: %w", err)
+	}
+	return nil
+}
