@@ -1,0 +1,77 @@
+package child
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/vgpud/vgpud/worker/sandbox"
+	"github.com/vgpud/vgpud/worker/wire"
+)
+
+// The environment of a worker process, which the main process (package
+// worker) starts by executing its own binary again.
+const (
+	// EnvWorker is "1" in a worker process: the package's init runs the
+	// worker and exits, before the program's main.
+	EnvWorker = "VGPUD_WORKER"
+	// EnvLog is the worker's log level (debug, info, warn, error); its
+	// logs are JSON lines on stderr, which the main process relays.
+	EnvLog = "VGPUD_WORKER_LOG"
+	// EnvCache is the domain's compiler cache directory (PoCL's
+	// POCL_CACHE_DIR is set to the same), trimmed to Hello's cap.
+	EnvCache = "VGPUD_WORKER_CACHE"
+)
+
+// ProtocolFD is the descriptor of the worker's end of the protocol
+// socket (the first of exec.Cmd.ExtraFiles).
+const ProtocolFD = 3
+
+func init() {
+	if os.Getenv(EnvWorker) == "1" {
+		os.Exit(Main())
+	}
+}
+
+// Main runs a worker process: it serves the protocol on ProtocolFD until
+// the main process hangs up, and returns the exit code.
+func Main() int {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(os.Getenv(EnvLog))); err != nil {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Confined before anything else runs: the OpenCL runtime is loaded,
+	// and guest code runs, only once this returns. No policy, no worker.
+	pol, err := sandbox.PolicyFromEnv()
+	if err != nil {
+		log.Error("refusing to run unconfined", "err", err.Error())
+		return 2
+	}
+	rep, err := sandbox.Enter(pol)
+	if err != nil {
+		log.Error("cannot enter the sandbox", "err", err.Error())
+		return 2
+	}
+	if pol.Off {
+		log.Warn("UNSAFE: this worker runs without its sandbox (docs/sandbox.md)")
+	} else {
+		log.Debug("sandboxed", "uid", rep.UID, "landlock_abi", rep.LandlockABI, "seccomp", rep.Seccomp, "weak", rep.Weak)
+	}
+	f := os.NewFile(ProtocolFD, "worker-protocol")
+	if f == nil {
+		log.Error("no protocol socket on fd 3")
+		return 2
+	}
+	conn, err := wire.FileConn(f)
+	f.Close()
+	if err != nil {
+		log.Error("protocol socket", "err", err)
+		return 2
+	}
+	if err := Serve(conn, Options{CacheDir: os.Getenv(EnvCache), Logger: log}); err != nil {
+		log.Error("worker ends", "err", fmt.Sprint(err))
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,452 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/mmio"
+	"github.com/vgpud/vgpud/worker/wire"
+)
+
+// procInstance is an instance whose device state lives in a worker
+// process: the main process keeps its instance page (mapped here and in
+// the worker), its doorbell and notify eventfds and copies of its
+// guest-RAM fds, so that it can bring the instance back on a fresh worker
+// after the old one ended.
+type procInstance struct {
+	pool *Pool
+	cfg  InstanceConfig
+
+	page   []byte // the instance page (a sealed memfd), mapped
+	sh     *aggregator.Shared
+	pageFD int
+	bellFD int      // eventfd: main signals after publishing a tail
+	notify *os.File // eventfd: the worker signals after completions
+	noteWG sync.WaitGroup
+
+	mu sync.Mutex
+	// Guarded by mu.
+	limits  Limits
+	reuse   bool
+	proc    *process // nil while lost or closed
+	slot    uint32
+	lost    bool
+	why     string
+	regions []guestmem.Region // the guest-RAM map; its fds are this instance's copies
+	closed  bool
+}
+
+var _ Backend = (*procInstance)(nil)
+
+func newProcInstance(p *Pool, cfg InstanceConfig) (*procInstance, error) {
+	in := &procInstance{pool: p, cfg: cfg, limits: cfg.Limits, reuse: cfg.Reuse, pageFD: -1, bellFD: -1}
+	var err error
+	defer func() {
+		if err != nil {
+			in.free()
+		}
+	}()
+	// Sealed: a worker that truncated the page would make this process's
+	// reads of it fault.
+	if in.pageFD, err = guestmem.NewSealed("vgpud-instance-"+cfg.ID, abi.PageSize); err != nil {
+		return nil, err
+	}
+	if in.page, err = unix.Mmap(in.pageFD, 0, abi.PageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return nil, fmt.Errorf("map instance page: %w", err)
+	}
+	if in.sh, err = aggregator.SharedIn(in.page, true); err != nil {
+		return nil, err
+	}
+	// The page stays mapped as long as the instance can be reached: its
+	// counters are read (metrics, stats) with no lock against Close.
+	runtime.AddCleanup(in, func(page []byte) { _ = unix.Munmap(page) }, in.page)
+	if in.bellFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		return nil, fmt.Errorf("doorbell eventfd: %w", err)
+	}
+	nfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("notify eventfd: %w", err)
+	}
+	in.notify = os.NewFile(uintptr(nfd), "notify")
+	in.noteWG.Add(1)
+	go in.notices()
+	return in, nil
+}
+
+// notices relays the worker's completion notices to the Notify hook.
+func (in *procInstance) notices() {
+	defer in.noteWG.Done()
+	var b [8]byte
+	for {
+		if _, err := in.notify.Read(b[:]); err != nil {
+			return
+		}
+		if in.cfg.Notify != nil {
+			in.cfg.Notify(in.sh.Done.Load() - 1)
+		}
+	}
+}
+
+// attach adds the instance to its domain's worker (starting one if
+// needed) and sends its guest-RAM map.
+func (in *procInstance) attach() error {
+	pr, err := in.pool.processFor(key{in.cfg.Domain, in.cfg.Device})
+	if err != nil {
+		return err
+	}
+	pr.mu.Lock()
+	pr.nextSlot++
+	slot := pr.nextSlot
+	pr.slots[slot] = in
+	pr.mu.Unlock()
+	in.mu.Lock()
+	lim, reuse := in.limits, in.reuse
+	in.mu.Unlock()
+	if _, err := pr.call(context.Background(), &wire.Add{Slot: slot, ID: in.cfg.ID, Reuse: reuse, Limits: wireLimits(lim)},
+		in.pageFD, in.bellFD, int(in.notify.Fd())); err != nil {
+		pr.mu.Lock()
+		delete(pr.slots, slot)
+		pr.mu.Unlock()
+		in.pool.retire(pr)
+		return err
+	}
+	in.mu.Lock()
+	in.proc, in.slot, in.lost, in.why = pr, slot, false, ""
+	regions := in.regions
+	in.mu.Unlock()
+	if len(regions) > 0 {
+		if err := in.sendMemory(pr, slot, regions); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func wireLimits(l Limits) wire.Limits {
+	return wire.Limits{MemBytes: l.MemBytes, ProgramBytes: l.ProgramBytes, ComputeUnits: l.ComputeUnits, Profile: l.Profile}
+}
+
+// bound returns the instance's worker and slot, or an error when the
+// instance is lost or closed.
+func (in *procInstance) bound() (*process, uint32, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	switch {
+	case in.closed:
+		return nil, 0, aggregator.ErrClosed
+	case in.proc == nil:
+		return nil, 0, abi.Errorf(abi.StatusDeviceLost, "instance %s: %v: %s", in.cfg.ID, ErrLost, in.why)
+	}
+	return in.proc, in.slot, nil
+}
+
+// lose is called by the reaper of pr: the instance's device context is
+// gone with its worker.
+func (in *procInstance) lose(pr *process, why string) {
+	in.mu.Lock()
+	if in.proc != pr {
+		in.mu.Unlock()
+		return
+	}
+	in.proc, in.lost, in.why = nil, true, why
+	in.mu.Unlock()
+	in.sh.Enabled.Store(0)
+	in.sh.Latch(abi.StatusDeviceLost)
+	in.pool.log.Warn("instance lost its device context", "instance", in.cfg.ID, "reason", why)
+	if in.cfg.Notify != nil {
+		in.cfg.Notify(in.sh.Done.Load() - 1) // a guest waiting is woken to look
+	}
+}
+
+// revive brings a lost instance back on a (fresh) worker of its domain.
+func (in *procInstance) revive() error {
+	in.mu.Lock()
+	if !in.lost || in.closed {
+		in.mu.Unlock()
+		return nil
+	}
+	in.mu.Unlock()
+	if err := in.attach(); err != nil {
+		in.sh.Latch(abi.StatusDeviceLost)
+		return err
+	}
+	in.pool.log.Info("instance back on a fresh worker", "instance", in.cfg.ID)
+	return nil
+}
+
+func (in *procInstance) call(m wire.Msg, fds ...int) error {
+	pr, _, err := in.bound()
+	if err != nil {
+		return err
+	}
+	_, err = pr.call(context.Background(), m, fds...)
+	return err
+}
+
+// Limits is what the guest reads of its share of the device.
+func (in *procInstance) Limits() mmio.Limits {
+	in.mu.Lock()
+	lim := in.limits
+	in.mu.Unlock()
+	info := in.pool.cfg.Devices[in.cfg.Device]
+	maxAlloc := lim.MemBytes
+	if info.MaxAllocBytes != 0 && info.MaxAllocBytes < maxAlloc {
+		maxAlloc = info.MaxAllocBytes
+	}
+	cus := lim.ComputeUnits
+	if cus == 0 || cus > info.ComputeUnits {
+		cus = info.ComputeUnits
+	}
+	return mmio.Limits{MemBytes: lim.MemBytes, MaxAlloc: maxAlloc, ComputeUnits: cus,
+		MaxWorkGroup: uint32(min(info.MaxWorkGroupSize, 1<<31)), ProfileName: lim.Profile, DeviceName: info.Name}
+}
+
+func (in *procInstance) EnableRing(c mmio.RingConfig) error {
+	pr, slot, err := in.bound()
+	if err != nil {
+		return err
+	}
+	_, err = pr.call(context.Background(), &wire.Enable{Slot: slot, Base: c.Base, ComplBase: c.ComplBase, Slots: c.Slots})
+	return err
+}
+
+func (in *procInstance) DisableRing() {
+	if pr, slot, err := in.bound(); err == nil {
+		_, _ = pr.call(context.Background(), &wire.Disable{Slot: slot})
+	}
+}
+
+func (in *procInstance) RingEnabled() bool { return in.sh.Enabled.Load() == 1 && !in.Lost() }
+
+// Doorbell publishes tail in the instance page and signals the worker.
+func (in *procInstance) Doorbell(tail uint32) error {
+	if _, _, err := in.bound(); err != nil {
+		return err
+	}
+	in.sh.Tail.Store(tail)
+	var one [8]byte
+	one[0] = 1
+	if _, err := unix.Write(in.bellFD, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
+		return abi.Errorf(abi.StatusInternal, "doorbell eventfd: %v", err)
+	}
+	return nil
+}
+
+func (in *procInstance) Head() uint32 { return in.sh.Head.Load() }
+func (in *procInstance) Done() uint32 { return in.sh.Done.Load() }
+
+// Reset resets the instance; a lost one is brought back on a fresh worker.
+func (in *procInstance) Reset() {
+	if in.Lost() {
+		if err := in.revive(); err != nil {
+			in.pool.log.Error("instance reset: no fresh worker", "instance", in.cfg.ID, "err", err)
+		}
+		return
+	}
+	pr, slot, err := in.bound()
+	if err != nil {
+		return
+	}
+	if _, err := pr.call(context.Background(), &wire.Reset{Slot: slot}); err != nil {
+		in.pool.log.Warn("instance reset", "instance", in.cfg.ID, "err", err)
+	}
+}
+
+func (in *procInstance) Error() (abi.Status, uint32) { return in.sh.Error() }
+func (in *procInstance) LatchError(s abi.Status) {
+	if s != abi.StatusOK {
+		in.sh.Latch(s)
+	}
+}
+func (in *procInstance) AckError() { in.sh.ErrStatus.Store(uint32(abi.StatusOK)) }
+
+// Update checks the regions (sealed fds, inside their files), keeps them
+// for a fresh worker, and sends copies to the worker.
+func (in *procInstance) Update(regions []guestmem.Region) error {
+	if len(regions) > wire.MaxRegions {
+		closeRegions(regions)
+		return abi.Errorf(abi.StatusBadAddress, "%d guest RAM regions, at most %d", len(regions), wire.MaxRegions)
+	}
+	if err := guestmem.Check(regions); err != nil {
+		closeRegions(regions)
+		in.pool.log.Error("guest RAM refused", "instance", in.cfg.ID, "err", err)
+		return err
+	}
+	in.mu.Lock()
+	old := in.regions
+	in.regions = regions
+	pr, slot := in.proc, in.slot
+	in.mu.Unlock()
+	closeRegions(old)
+	if pr == nil {
+		return nil // sent when a worker takes the instance
+	}
+	return in.sendMemory(pr, slot, regions)
+}
+
+func (in *procInstance) sendMemory(pr *process, slot uint32, regions []guestmem.Region) error {
+	m := &wire.Memory{Slot: slot}
+	fds := make([]int, len(regions))
+	for i, r := range regions {
+		m.Regions = append(m.Regions, wire.Region{GPA: r.GPA, Size: r.Size, Offset: r.Offset})
+		fds[i] = r.FD
+	}
+	_, err := pr.call(context.Background(), m, fds...)
+	return err
+}
+
+func closeRegions(regions []guestmem.Region) {
+	for _, r := range regions {
+		if r.FD >= 0 {
+			unix.Close(r.FD)
+		}
+	}
+}
+
+// Shared is valid as long as the instance is referenced (the page is
+// unmapped once it can no longer be reached).
+func (in *procInstance) Shared() *aggregator.Shared { return in.sh }
+
+func (in *procInstance) SetLimits(l Limits) error {
+	in.mu.Lock()
+	old := in.limits
+	in.limits = l
+	pr, slot := in.proc, in.slot
+	in.mu.Unlock()
+	in.pool.scheds[in.cfg.Device].SetLimit(in.cfg.ID, l.TurnTimeout)
+	if pr == nil {
+		return nil
+	}
+	if _, err := pr.call(context.Background(), &wire.Quota{Slot: slot, Limits: wireLimits(l)}); err != nil {
+		in.mu.Lock()
+		in.limits = old
+		in.mu.Unlock()
+		in.pool.scheds[in.cfg.Device].SetLimit(in.cfg.ID, old.TurnTimeout)
+		return err
+	}
+	return nil
+}
+
+// limitsNow returns the instance's limits.
+func (in *procInstance) limitsNow() Limits {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.limits
+}
+
+func (in *procInstance) SetReuse(on bool) error {
+	in.mu.Lock()
+	in.reuse = on
+	pr, slot := in.proc, in.slot
+	in.mu.Unlock()
+	if pr == nil {
+		return nil
+	}
+	_, err := pr.call(context.Background(), &wire.Reuse{Slot: slot, On: on})
+	return err
+}
+
+func (in *procInstance) Domain() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.cfg.Domain
+}
+
+// Move leaves the current worker (refused while the instance holds
+// device objects) and joins the new domain's.
+func (in *procInstance) Move(domain string, shared bool) error {
+	if err := in.pool.declare(domain, shared); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return aggregator.ErrClosed
+	}
+	pr, slot := in.proc, in.slot
+	in.mu.Unlock()
+	if pr != nil {
+		if _, err := pr.call(context.Background(), &wire.Remove{Slot: slot, IfEmpty: true}); err != nil && !errors.Is(err, ErrLost) {
+			return fmt.Errorf("move to domain %s: %w", domain, err)
+		}
+		pr.mu.Lock()
+		delete(pr.slots, slot)
+		pr.mu.Unlock()
+		in.pool.retire(pr)
+	}
+	in.mu.Lock()
+	in.cfg.Domain, in.cfg.Shared = domain, shared
+	in.proc, in.lost, in.why = nil, true, "moving to domain "+domain
+	in.mu.Unlock()
+	in.sh.Enabled.Store(0)
+	return in.attach()
+}
+
+func (in *procInstance) Lost() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.lost
+}
+
+// Close removes the instance from its worker (stopping the worker if it
+// was the last) and frees what the main process held for it.
+func (in *procInstance) Close() error {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return nil
+	}
+	in.closed = true
+	pr, slot := in.proc, in.slot
+	in.proc = nil
+	in.mu.Unlock()
+	var err error
+	if pr != nil {
+		_, err = pr.call(context.Background(), &wire.Remove{Slot: slot})
+		pr.mu.Lock()
+		delete(pr.slots, slot)
+		pr.mu.Unlock()
+		in.pool.retire(pr)
+		if errors.Is(err, ErrLost) {
+			err = nil // its worker ended meanwhile: nothing left to free there
+		}
+	}
+	in.pool.mu.Lock()
+	if in.pool.instances[in.cfg.ID] == in {
+		delete(in.pool.instances, in.cfg.ID)
+	}
+	in.pool.mu.Unlock()
+	in.pool.scheds[in.cfg.Device].Remove(in.cfg.ID)
+	in.free()
+	return err
+}
+
+// free releases the main process's resources of the instance.
+func (in *procInstance) free() {
+	if in.notify != nil {
+		in.notify.Close()
+		in.noteWG.Wait()
+	}
+	if in.bellFD >= 0 {
+		unix.Close(in.bellFD)
+		in.bellFD = -1
+	}
+	in.mu.Lock()
+	regions := in.regions
+	in.regions = nil
+	in.mu.Unlock()
+	closeRegions(regions)
+	if in.pageFD >= 0 {
+		unix.Close(in.pageFD)
+		in.pageFD = -1
+	}
+}

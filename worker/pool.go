@@ -1,0 +1,550 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/reuse"
+	"github.com/vgpud/vgpud/sched"
+	"github.com/vgpud/vgpud/worker/child"
+	"github.com/vgpud/vgpud/worker/sandbox"
+	"github.com/vgpud/vgpud/worker/wire"
+)
+
+// DefaultCacheBytes caps one domain's compiler cache directory.
+const DefaultCacheBytes = 256 << 20
+
+// Config configures a Pool.
+type Config struct {
+	// Devices are the physical devices, indexed as gpu.Devices lists
+	// them: a worker opens its device by index and the name is checked.
+	Devices []gpu.Info
+	// Dir is where workers' private directories (compiler caches) go; it
+	// must exist. Empty: os.TempDir().
+	Dir string
+	// CacheBytes caps each worker's compiler cache; 0: DefaultCacheBytes.
+	CacheBytes int64
+	// Executable runs as a worker (with child.EnvWorker set); empty: this
+	// program (os.Executable), whose package child's init serves as one.
+	Executable string
+	// WorkerLog is the workers' log level.
+	WorkerLog slog.Level
+	Logger    *slog.Logger
+
+	// Sandbox confines every worker (docs/sandbox.md). Nil: the policy
+	// the OpenCL runtime of this platform needs (sandbox.DefaultPolicy).
+	// Either way the worker's private directory is added to the Write
+	// paths, and limits left zero get the pool's: files up to CacheBytes,
+	// private memory up to sandbox.DataLimit of the device's memory.
+	Sandbox *sandbox.Policy
+	// NoSandbox runs workers unconfined: only for tests and benchmarks
+	// that must run without the sandbox.
+	NoSandbox bool
+
+	// InProcess runs every instance's device work in this process, on
+	// GPUs (opened devices, same order as Devices): no isolation between
+	// tenants (docs/isolation.md); for benchmarks' baselines only.
+	InProcess bool
+	GPUs      []gpu.Device
+}
+
+// Pool runs the device work of vgpud's instances: a worker process per
+// (trust domain, physical device) by default, started on first use and
+// stopped when its last instance goes; and the schedulers of the physical
+// devices, whose turns it grants to the workers and whose watchdog ends a
+// worker that overruns a turn.
+type Pool struct {
+	cfg    Config
+	log    *slog.Logger
+	scheds []*sched.Scheduler
+	local  []*aggregator.Device // InProcess
+	eng    *reuse.Engine        // InProcess
+
+	mu sync.Mutex
+	// Guarded by mu.
+	procs     map[key]*process
+	starting  map[key]*startCall
+	instances map[string]*procInstance
+	domains   map[string]*domainInfo
+	exits     map[string]uint64
+	closed    bool
+}
+
+// domainInfo is what the pool knows of a trust domain.
+type domainInfo struct {
+	shared bool
+	budget int64 // reuse bytes; 0: the worker's default
+}
+
+// startCall is a worker start in progress, which others for the same key
+// wait for.
+type startCall struct {
+	done chan struct{}
+	pr   *process
+	err  error
+}
+
+// NewPool returns a Pool with no workers.
+func NewPool(cfg Config) (*Pool, error) {
+	if len(cfg.Devices) == 0 {
+		return nil, fmt.Errorf("worker pool: no device")
+	}
+	if cfg.InProcess && len(cfg.GPUs) != len(cfg.Devices) {
+		return nil, fmt.Errorf("worker pool: in-process needs the %d devices opened", len(cfg.Devices))
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = os.TempDir()
+	}
+	if cfg.CacheBytes <= 0 {
+		cfg.CacheBytes = DefaultCacheBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Executable == "" && !cfg.InProcess {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("worker pool: find this program to run as workers: %w", err)
+		}
+		cfg.Executable = exe
+	}
+	p := &Pool{cfg: cfg, log: cfg.Logger, procs: map[key]*process{}, starting: map[key]*startCall{},
+		instances: map[string]*procInstance{}, domains: map[string]*domainInfo{}, exits: map[string]uint64{}}
+	for i := range cfg.Devices {
+		dev := i
+		p.scheds = append(p.scheds, sched.New(sched.DefaultPolicy, func(id string, held time.Duration) { p.overrun(dev, id, held) }))
+	}
+	if cfg.InProcess {
+		p.eng = reuse.New(reuse.Config{})
+		for i, g := range cfg.GPUs {
+			p.local = append(p.local, aggregator.NewDevice(g, p.scheds[i], p.log))
+		}
+		p.log.Warn("UNSAFE: instances run in vgpud's own process: guests can read and crash each other and vgpud (docs/isolation.md); use only as a benchmark baseline")
+	}
+	switch {
+	case cfg.InProcess:
+	case cfg.NoSandbox:
+		p.log.Warn("UNSAFE: workers run without their sandbox: guest code may reach the host's files, network and processes (docs/sandbox.md)")
+	default:
+		rep := sandbox.Probe()
+		for _, w := range rep.Weak {
+			p.log.Warn("worker sandbox weaker than designed: " + w)
+		}
+		p.log.Info("worker sandbox", "namespaces", rep.Namespaces, "uid", rep.UID, "gid", rep.GID,
+			"landlock_abi", rep.LandlockABI, "seccomp", rep.Seccomp)
+	}
+	return p, nil
+}
+
+// Sched returns physical device i's scheduler.
+func (p *Pool) Sched(i int) *sched.Scheduler { return p.scheds[i] }
+
+// InProcess reports whether instances run in this process.
+func (p *Pool) InProcess() bool { return p.cfg.InProcess }
+
+// Create places a new instance on its domain's worker for its device,
+// starting the worker if there is none.
+func (p *Pool) Create(cfg InstanceConfig) (Backend, error) {
+	if cfg.Device < 0 || cfg.Device >= len(p.cfg.Devices) {
+		return nil, fmt.Errorf("create %s: device %d of %d", cfg.ID, cfg.Device, len(p.cfg.Devices))
+	}
+	if err := p.declare(cfg.Domain, cfg.Shared); err != nil {
+		return nil, fmt.Errorf("create %s: %w", cfg.ID, err)
+	}
+	p.scheds[cfg.Device].SetLimit(cfg.ID, cfg.Limits.TurnTimeout)
+	if p.cfg.InProcess {
+		return p.createLocal(cfg)
+	}
+	inst, err := newProcInstance(p, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := inst.attach(); err != nil {
+		inst.free()
+		return nil, fmt.Errorf("create %s: %w", cfg.ID, err)
+	}
+	p.mu.Lock()
+	p.instances[cfg.ID] = inst
+	p.mu.Unlock()
+	return inst, nil
+}
+
+// declare notes a domain and whether it is operator-named.
+func (p *Pool) declare(domain string, shared bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrPoolClosed
+	}
+	d, ok := p.domains[domain]
+	if !ok {
+		p.domains[domain] = &domainInfo{shared: shared}
+		return nil
+	}
+	if d.shared != shared {
+		return fmt.Errorf("domain %q is both shared and private", domain)
+	}
+	return nil
+}
+
+// processFor returns the live worker of k, starting one if there is none.
+func (p *Pool) processFor(k key) (*process, error) {
+	p.mu.Lock()
+	for {
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrPoolClosed
+		}
+		if pr, ok := p.procs[k]; ok && pr.ctx.Err() == nil {
+			p.mu.Unlock()
+			return pr, nil
+		}
+		sc, ok := p.starting[k]
+		if !ok {
+			break
+		}
+		p.mu.Unlock()
+		<-sc.done
+		p.mu.Lock()
+	}
+	sc := &startCall{done: make(chan struct{})}
+	p.starting[k] = sc
+	p.mu.Unlock()
+	pr, err := p.start(k)
+	p.mu.Lock()
+	delete(p.starting, k)
+	if err == nil {
+		p.procs[k] = pr
+	} else {
+		p.exits[CauseStart]++
+	}
+	p.mu.Unlock()
+	sc.pr, sc.err = pr, err
+	close(sc.done)
+	return pr, err
+}
+
+// forget drops a reaped worker.
+func (p *Pool) forget(pr *process) {
+	p.mu.Lock()
+	if p.procs[pr.key] == pr {
+		delete(p.procs, pr.key)
+	}
+	p.mu.Unlock()
+}
+
+// retire stops pr if it serves no instance any more.
+func (p *Pool) retire(pr *process) {
+	pr.mu.Lock()
+	idle := len(pr.slots) == 0
+	pr.mu.Unlock()
+	if !idle {
+		return
+	}
+	p.mu.Lock()
+	if p.procs[pr.key] == pr {
+		delete(p.procs, pr.key)
+	}
+	p.mu.Unlock()
+	pr.stop()
+}
+
+// count records a worker's end by cause.
+func (p *Pool) count(cause string) {
+	p.mu.Lock()
+	p.exits[cause]++
+	p.mu.Unlock()
+}
+
+// Exits returns how many workers ended, by cause (Cause*), since the
+// pool started; a worker stopped because its last instance went is not
+// counted.
+func (p *Pool) Exits() map[string]uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]uint64, len(p.exits))
+	for k, v := range p.exits {
+		out[k] = v
+	}
+	return out
+}
+
+// Workers returns how many worker processes run.
+func (p *Pool) Workers() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.procs)
+}
+
+// WorkerPID returns the process id of the worker serving instance id, or
+// 0 (in-process, lost, unknown).
+func (p *Pool) WorkerPID(id string) int {
+	p.mu.Lock()
+	inst := p.instances[id]
+	p.mu.Unlock()
+	if inst == nil {
+		return 0
+	}
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	if inst.proc == nil {
+		return 0
+	}
+	return inst.proc.cmd.Process.Pid
+}
+
+// CacheDir returns the compiler cache directory of the worker serving
+// instance id, or "" (in-process, lost, unknown).
+func (p *Pool) CacheDir(id string) string {
+	p.mu.Lock()
+	inst := p.instances[id]
+	p.mu.Unlock()
+	if inst == nil {
+		return ""
+	}
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	if inst.proc == nil {
+		return ""
+	}
+	return inst.proc.cache
+}
+
+// overrun is the schedulers' watchdog: a turn of instance id on device
+// dev held the device longer than its budget. Its worker is ended.
+func (p *Pool) overrun(dev int, id string, held time.Duration) {
+	p.mu.Lock()
+	inst := p.instances[id]
+	p.mu.Unlock()
+	if inst == nil {
+		p.log.Error("device turn over its budget, but no worker to end (in-process instance)", "instance", id, "held", held)
+		return
+	}
+	inst.mu.Lock()
+	pr := inst.proc
+	budget := inst.limits.TurnTimeout
+	inst.mu.Unlock()
+	if pr != nil {
+		pr.kill(CauseWatchdog, fmt.Sprintf("a device turn of instance %s held device %d for %v, over its budget of %v",
+			id, dev, held.Round(time.Millisecond), budget))
+	}
+}
+
+// isShared reports whether the domain is operator-named.
+func (p *Pool) isShared(domain string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d, ok := p.domains[domain]
+	return ok && d.shared
+}
+
+// budget is the domain's reuse budget (0: the worker's default).
+func (p *Pool) budget(domain string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d, ok := p.domains[domain]; ok {
+		return d.budget
+	}
+	return 0
+}
+
+// SetBudget sets a domain's reuse byte budget, in every worker of the
+// domain now and later.
+func (p *Pool) SetBudget(domain string, n int64) {
+	p.mu.Lock()
+	d, ok := p.domains[domain]
+	if !ok {
+		d = &domainInfo{}
+		p.domains[domain] = d
+	}
+	d.budget = n
+	var procs []*process
+	for k, pr := range p.procs {
+		if k.domain == domain {
+			procs = append(procs, pr)
+		}
+	}
+	p.mu.Unlock()
+	if p.cfg.InProcess {
+		if dom, ok := p.eng.Lookup(domain); ok {
+			dom.SetBudget(n)
+		}
+		return
+	}
+	for _, pr := range procs {
+		if _, err := pr.call(context.Background(), &wire.Budget{Bytes: n}); err != nil {
+			pr.log.Warn("set reuse budget", "err", err)
+		}
+	}
+}
+
+// DomainStats are a trust domain's reuse table, over its workers.
+type DomainStats struct {
+	Name    string
+	Shared  bool
+	Workers int
+	wire.StatsReply
+}
+
+// Domains returns the domains with a worker (or, in process, a table),
+// ordered by name.
+func (p *Pool) Domains() []DomainStats {
+	if p.cfg.InProcess {
+		return p.localDomains()
+	}
+	p.mu.Lock()
+	byName := map[string][]*process{}
+	for k, pr := range p.procs {
+		byName[k.domain] = append(byName[k.domain], pr)
+	}
+	shared := map[string]bool{}
+	for n, d := range p.domains {
+		shared[n] = d.shared
+	}
+	p.mu.Unlock()
+	var out []DomainStats
+	for name, procs := range byName {
+		ds := DomainStats{Name: name, Shared: shared[name]}
+		for _, pr := range procs {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			r, err := pr.call(ctx, &wire.Stats{})
+			cancel()
+			if err != nil {
+				continue
+			}
+			s, err := wire.DecodeStatsReply(r.Body)
+			if err != nil {
+				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: stats reply: %v", err))
+				continue
+			}
+			ds.Workers++
+			ds.Entries += s.Entries
+			ds.Bytes += s.Bytes
+			ds.Budget = max(ds.Budget, s.Budget)
+			ds.Hits += s.Hits
+			ds.Misses += s.Misses
+			ds.Skipped += s.Skipped
+			ds.Recorded += s.Recorded
+			ds.Evictions += s.Evictions
+			ds.BytesSaved += s.BytesSaved
+			ds.DeviceNanos += s.DeviceNanos
+			ds.Instances += s.Instances
+		}
+		out = append(out, ds)
+	}
+	slices.SortFunc(out, func(a, b DomainStats) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// DropDomain forgets a domain that no instance uses any more.
+func (p *Pool) DropDomain(name string) {
+	p.mu.Lock()
+	delete(p.domains, name)
+	p.mu.Unlock()
+	if p.cfg.InProcess {
+		if d, ok := p.eng.Lookup(name); ok {
+			p.eng.Drop(d)
+		}
+	}
+}
+
+// Close stops every worker (their instances must be closed first, or are
+// lost) and the schedulers.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	procs := make([]*process, 0, len(p.procs))
+	for _, pr := range p.procs {
+		procs = append(procs, pr)
+	}
+	p.mu.Unlock()
+	for _, pr := range procs {
+		pr.stop()
+	}
+	var err error
+	for _, d := range p.local {
+		if e := d.Close(); e != nil && err == nil {
+			err = e
+		}
+	}
+	for _, s := range p.scheds {
+		s.Close()
+	}
+	return err
+}
+
+// command is the exec.Cmd of a worker for k.
+func (p *Pool) command(k key, cacheDir string) (*exec.Cmd, error) {
+	cmd := exec.Command(p.cfg.Executable)
+	cmd.Args = []string{"vgpud-worker"}
+	cmd.Env = workerEnv(os.Environ(), cacheDir, p.cfg.WorkerLog)
+	cmd.Dir = cacheDir
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// The worker dies with the thread that started it; its socket
+		// closing ends it too.
+		Pdeathsig: syscall.SIGKILL,
+		Setpgid:   true,
+	}
+	pol := sandbox.Policy{Off: true}
+	if !p.cfg.NoSandbox {
+		if p.cfg.Sandbox != nil {
+			pol = *p.cfg.Sandbox
+			pol.Write = append(slices.Clone(pol.Write), cacheDir)
+		} else {
+			pol = sandbox.DefaultPolicy(cacheDir)
+		}
+		if pol.Limits.FileBytes == 0 {
+			pol.Limits.FileBytes = uint64(p.cfg.CacheBytes)
+		}
+		if pol.Limits.DataBytes == 0 {
+			// The most device memory the domain's instances could ever
+			// hold on this device; the instances' quotas are tighter.
+			pol.Limits.DataBytes = sandbox.DataLimit(p.cfg.Devices[k.device].GlobalMemBytes, 0)
+		}
+		if err := sandbox.PrepareDir(cacheDir); err != nil {
+			return nil, fmt.Errorf("worker for domain %s on device %d: %w", k.domain, k.device, err)
+		}
+	}
+	if err := pol.Apply(cmd); err != nil {
+		return nil, fmt.Errorf("worker for domain %s on device %d: %w", k.domain, k.device, err)
+	}
+	return cmd, nil
+}
+
+// workerEnv is a worker's environment: only what the OpenCL runtime and
+// the worker need from vgpud's own, nothing else.
+func workerEnv(from []string, cacheDir string, level slog.Level) []string {
+	env := []string{
+		child.EnvWorker + "=1",
+		child.EnvLog + "=" + level.String(),
+		child.EnvCache + "=" + cacheDir,
+		"POCL_CACHE_DIR=" + cacheDir,
+		"TMPDIR=" + cacheDir,
+		"HOME=" + cacheDir,
+		"PATH=/usr/bin:/bin",
+	}
+	for _, kv := range from {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case name == "POCL_CACHE_DIR" || name == "TMPDIR" || name == "HOME" || name == "PATH":
+		case strings.HasPrefix(name, "POCL_"), strings.HasPrefix(name, "OCL_ICD_"), strings.HasPrefix(name, "OPENCL_"),
+			strings.HasPrefix(name, "CUDA_"), strings.HasPrefix(name, "__GL"), name == "LD_LIBRARY_PATH", name == "GOMAXPROCS":
+			env = append(env, kv)
+		}
+	}
+	return env
+}

@@ -1,0 +1,476 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/sched"
+	"github.com/vgpud/vgpud/worker/wire"
+)
+
+// key names a worker process: a trust domain on a physical device.
+type key struct {
+	domain string
+	device int
+}
+
+// helloTimeout bounds a worker's start: exec, runtime and OpenCL
+// initialisation, opening its device.
+const helloTimeout = 60 * time.Second
+
+// stopGrace is how long a worker that was asked to stop (its socket
+// closed) may take to exit before it is killed.
+const stopGrace = 5 * time.Second
+
+// logLineMax and logBurst bound what a worker's stderr may put into the
+// main process's log: lines are cut, and at most logBurst lines a second
+// are relayed (a worker taken over by guest code could flood it).
+const (
+	logLineMax = 1024
+	logBurst   = 50
+)
+
+// process is one worker process as the main process sees it: an
+// untrusted peer that speaks the protocol, holds device turns of the
+// scheduler and may die at any moment.
+type process struct {
+	pool  *Pool
+	key   key
+	sched *sched.Scheduler
+	log   *slog.Logger
+	cmd   *exec.Cmd
+	conn  *wire.Conn
+	info  wire.HelloReply
+	cache string // its private compiler cache directory
+
+	ctx    context.Context // ends when the process is gone
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the process is reaped and cleaned up
+
+	mu sync.Mutex
+	// Guarded by mu.
+	nextID   uint32
+	pending  map[uint32]chan *wire.Reply
+	turns    map[uint32]func(dev time.Duration, slices uint32) // turns of the worker in progress; nil: being granted
+	slots    map[uint32]*procInstance
+	nextSlot uint32
+	stopping bool   // asked to exit (not a failure)
+	why      string // why it was ended, for the log
+	cause    string // the metrics label of a kill (Pool.Exits)
+}
+
+// start spawns the worker for k and says hello.
+func (p *Pool) start(k key) (*process, error) {
+	conn, peer, err := wire.Pair()
+	if err != nil {
+		return nil, err
+	}
+	cacheDir, err := os.MkdirTemp(p.cfg.Dir, "worker-cache-")
+	if err != nil {
+		conn.Close()
+		peer.Close()
+		return nil, fmt.Errorf("worker cache directory: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		conn.Close()
+		peer.Close()
+		os.RemoveAll(cacheDir)
+		return nil, err
+	}
+	cmd, err := p.command(k, cacheDir)
+	if err != nil {
+		conn.Close()
+		peer.Close()
+		errR.Close()
+		errW.Close()
+		os.RemoveAll(cacheDir)
+		return nil, err
+	}
+	cmd.ExtraFiles = []*os.File{peer}
+	cmd.Stderr = errW
+	err = cmd.Start()
+	peer.Close()
+	errW.Close()
+	if err != nil {
+		conn.Close()
+		errR.Close()
+		os.RemoveAll(cacheDir)
+		return nil, fmt.Errorf("start worker for domain %s on device %d: %w: %w", k.domain, k.device, err, ErrWorker)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	pr := &process{
+		pool: p, key: k, sched: p.scheds[k.device], cmd: cmd, conn: conn,
+		log:     p.log.With("domain", k.domain, "device", k.device, "worker_pid", cmd.Process.Pid),
+		ctx:     ctx,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		cache:   cacheDir,
+		pending: map[uint32]chan *wire.Reply{}, turns: map[uint32]func(time.Duration, uint32){},
+		slots: map[uint32]*procInstance{},
+	}
+	logsDone := make(chan struct{})
+	go func() {
+		defer close(logsDone)
+		pr.relayLogs(errR)
+	}()
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		pr.read()
+	}()
+	go pr.reap(readDone, logsDone, cacheDir)
+
+	// A worker that does not answer its hello in time (its device hangs
+	// at open) is ended.
+	hctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
+	defer cancel()
+	r, err := pr.call(hctx, &wire.Hello{
+		Version: wire.Version, Device: uint32(k.device), Domain: k.domain, Shared: p.isShared(k.domain),
+		ReuseBudget: p.budget(k.domain), CacheBytes: p.cfg.CacheBytes,
+	})
+	if err == nil {
+		pr.info, err = wire.DecodeHelloReply(r.Body)
+	}
+	if err == nil && pr.info.Name != p.cfg.Devices[k.device].Name {
+		err = fmt.Errorf("worker opened device %q, want %q", pr.info.Name, p.cfg.Devices[k.device].Name)
+	}
+	if err != nil {
+		pr.kill(CauseStart, fmt.Sprintf("hello: %v", err))
+		<-pr.done
+		return nil, fmt.Errorf("worker for domain %s on device %d: %w: %w", k.domain, k.device, err, ErrWorker)
+	}
+	pr.log.Info("worker started")
+	return pr, nil
+}
+
+// read serves the worker's messages until the connection ends.
+func (pr *process) read() {
+	for {
+		h, m, _, err := pr.conn.Recv()
+		if err != nil {
+			if wire.IsProtocol(err) {
+				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: %v", err))
+			} else {
+				pr.ended("connection closed: " + err.Error())
+			}
+			return
+		}
+		switch m := m.(type) {
+		case *wire.Reply:
+			pr.mu.Lock()
+			ch, ok := pr.pending[h.ID]
+			delete(pr.pending, h.ID)
+			pr.mu.Unlock()
+			if !ok {
+				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: reply to request %d, which is not waiting", h.ID))
+				return
+			}
+			ch <- m
+		case *wire.Turn:
+			if err := pr.turn(h.ID, m); err != nil {
+				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: %v", err))
+				return
+			}
+		case *wire.TurnRelease:
+			if err := pr.release(m); err != nil {
+				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: %v", err))
+				return
+			}
+		default:
+			pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: the worker sent %v, a main-process message", m.Type()))
+			return
+		}
+	}
+}
+
+// turn serves a worker's turn request.
+func (pr *process) turn(id uint32, m *wire.Turn) error {
+	pr.mu.Lock()
+	if _, busy := pr.turns[m.Turn]; busy {
+		pr.mu.Unlock()
+		return fmt.Errorf("turn %d asked for while in progress", m.Turn)
+	}
+	inst := pr.slots[m.Slot]
+	if inst == nil {
+		pr.mu.Unlock()
+		// A race with a removal, or a lie: either way no turn.
+		go pr.reply(id, abi.StatusNotFound, fmt.Sprintf("no instance in slot %d", m.Slot), nil)
+		return nil
+	}
+	pr.turns[m.Turn] = nil
+	pr.mu.Unlock()
+	lim := inst.limitsNow()
+	if m.Kind == wire.TurnCompile {
+		var t *time.Timer
+		if lim.BuildTimeout > 0 {
+			t = time.AfterFunc(lim.BuildTimeout, func() {
+				pr.kill(CauseBuildTimeout, fmt.Sprintf("a build of instance %s ran over its budget of %v", inst.cfg.ID, lim.BuildTimeout))
+			})
+		}
+		pr.grant(m.Turn, func(time.Duration, uint32) {
+			if t != nil {
+				t.Stop()
+			}
+		})
+		go pr.reply(id, abi.StatusOK, "", (&wire.TurnGrant{}).EncodeBody())
+		return nil
+	}
+	go func() {
+		budget, release, err := pr.sched.Acquire(pr.ctx, inst.cfg.ID, m.Cost)
+		if err != nil {
+			pr.mu.Lock()
+			delete(pr.turns, m.Turn)
+			pr.mu.Unlock()
+			pr.reply(id, abi.StatusDeviceLost, "no turn: "+err.Error(), nil)
+			return
+		}
+		if !pr.grant(m.Turn, func(dev time.Duration, slices uint32) { release(dev, int(slices)) }) {
+			release(0, 0) // the process died meanwhile
+			return
+		}
+		pr.reply(id, abi.StatusOK, "", (&wire.TurnGrant{SliceBudget: budget}).EncodeBody())
+	}()
+	return nil
+}
+
+// grant records a turn granted to the worker; false if it is gone.
+func (pr *process) grant(turn uint32, release func(time.Duration, uint32)) bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.ctx.Err() != nil {
+		return false
+	}
+	pr.turns[turn] = release
+	return true
+}
+
+func (pr *process) release(m *wire.TurnRelease) error {
+	pr.mu.Lock()
+	rel, ok := pr.turns[m.Turn]
+	if ok && rel != nil {
+		delete(pr.turns, m.Turn)
+	}
+	pr.mu.Unlock()
+	if !ok || rel == nil {
+		return fmt.Errorf("release of turn %d, which was not granted", m.Turn)
+	}
+	rel(m.Device, m.Slices)
+	return nil
+}
+
+func (pr *process) reply(id uint32, st abi.Status, msg string, body []byte) {
+	if err := pr.conn.Send(id, &wire.Reply{Status: uint32(st), Msg: msg, Body: body}); err != nil && pr.ctx.Err() == nil {
+		pr.log.Warn("reply to worker", "err", err)
+	}
+}
+
+// call sends a request and waits for its Reply; a Reply with a status
+// other than OK is an error carrying it (abi.StatusOf).
+func (pr *process) call(ctx context.Context, m wire.Msg, fds ...int) (*wire.Reply, error) {
+	ch := make(chan *wire.Reply, 1)
+	pr.mu.Lock()
+	if pr.ctx.Err() != nil {
+		pr.mu.Unlock()
+		return nil, fmt.Errorf("%v: %w", m.Type(), ErrLost)
+	}
+	pr.nextID++
+	id := pr.nextID
+	pr.pending[id] = ch
+	pr.mu.Unlock()
+	if err := pr.conn.Send(id, m, fds...); err != nil {
+		pr.mu.Lock()
+		delete(pr.pending, id)
+		pr.mu.Unlock()
+		return nil, fmt.Errorf("%v: %w: %w", m.Type(), err, ErrLost)
+	}
+	select {
+	case r := <-ch:
+		if r.Status != uint32(abi.StatusOK) {
+			st := abi.Status(r.Status)
+			if int(st) >= abi.NumStatus {
+				st = abi.StatusDeviceError
+			}
+			return r, abi.Errorf(st, "worker: %v: %s", m.Type(), r.Msg)
+		}
+		return r, nil
+	case <-pr.ctx.Done():
+		return nil, fmt.Errorf("%v: %w", m.Type(), ErrLost)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// The causes of a worker's end, the label of Pool's exit counters.
+const (
+	CauseWatchdog     = "watchdog"      // a device turn held the device over its budget
+	CauseBuildTimeout = "build-timeout" // a build ran over its budget
+	CauseProtocol     = "protocol"      // the worker broke the protocol
+	CauseStart        = "start"         // it failed to start or to open its device
+	CauseSignal       = "signal"        // it died of a signal (a crash, or killed from outside)
+	CauseExit         = "exit"          // it exited by itself
+)
+
+// Causes lists the causes of a worker's end.
+var Causes = []string{CauseWatchdog, CauseBuildTimeout, CauseProtocol, CauseStart, CauseSignal, CauseExit}
+
+// kill ends the worker for reason (a failure: counted under cause, its
+// instances lost).
+func (pr *process) kill(cause, reason string) {
+	pr.mu.Lock()
+	first := pr.why == ""
+	if first {
+		pr.why, pr.cause = reason, cause
+	}
+	pr.mu.Unlock()
+	if first {
+		pr.log.Warn("ending worker", "reason", reason)
+	}
+	_ = pr.cmd.Process.Signal(syscall.SIGKILL)
+	pr.conn.Close()
+}
+
+// ended notes that the connection ended without kill.
+func (pr *process) ended(reason string) {
+	pr.mu.Lock()
+	if pr.why == "" {
+		pr.why = reason
+	}
+	pr.mu.Unlock()
+}
+
+// stop asks the worker to exit (its socket closed), killing it if it has
+// not within stopGrace, and waits until it is reaped.
+func (pr *process) stop() {
+	pr.mu.Lock()
+	pr.stopping = true
+	pr.mu.Unlock()
+	pr.conn.Close()
+	select {
+	case <-pr.done:
+	case <-time.After(stopGrace):
+		pr.kill(CauseExit, "did not exit within "+stopGrace.String()+" of being stopped")
+		<-pr.done
+	}
+}
+
+// reap waits for the worker to end and cleans up after it: requests and
+// turns in progress end, and its instances lose their device context.
+func (pr *process) reap(readDone, logsDone <-chan struct{}, cacheDir string) {
+	<-readDone
+	pr.mu.Lock()
+	stopping := pr.stopping
+	pr.mu.Unlock()
+	if !stopping {
+		// The connection failed: the process must not outlive it.
+		_ = pr.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	err := pr.cmd.Wait()
+	<-logsDone
+	pr.conn.Close()
+	pr.mu.Lock()
+	pr.cancel()
+	turns := pr.turns
+	pr.turns = map[uint32]func(time.Duration, uint32){}
+	slots := pr.slots
+	pr.slots = map[uint32]*procInstance{}
+	why, cause := pr.why, pr.cause
+	pr.mu.Unlock()
+	for _, rel := range turns {
+		if rel != nil {
+			rel(0, 0) // charged the wall time it held
+		}
+	}
+	status := exitStatus(err)
+	if stopping && len(slots) == 0 {
+		pr.log.Info("worker stopped", "exit", status)
+	} else {
+		if why == "" {
+			why = "exited"
+		}
+		pr.log.Warn("worker ended", "reason", why, "exit", status, "instances", len(slots))
+		if cause == "" {
+			cause = exitCause(err)
+		}
+		pr.pool.count(cause)
+		for _, inst := range slots {
+			inst.lose(pr, fmt.Sprintf("%s (%s)", why, status))
+		}
+	}
+	os.RemoveAll(cacheDir)
+	pr.pool.forget(pr)
+	close(pr.done)
+}
+
+// exitStatus describes how a process ended.
+func exitStatus(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "signal " + ws.Signal().String()
+		}
+		return fmt.Sprintf("exit code %d", ee.ExitCode())
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return "exit code 0"
+}
+
+// exitCause is the cause of an end nobody asked for.
+func exitCause(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return CauseSignal
+		}
+	}
+	return CauseExit
+}
+
+// relayLogs copies the worker's JSON log lines into the main log,
+// attributed to the worker, cut and rate-limited.
+func (pr *process) relayLogs(r *os.File) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), 64<<10)
+	window, n := time.Now(), 0
+	for sc.Scan() {
+		if time.Since(window) > time.Second {
+			window, n = time.Now(), 0
+		}
+		if n++; n > logBurst {
+			if n == logBurst+1 {
+				pr.log.Warn("worker log lines dropped (over the rate limit)")
+			}
+			continue
+		}
+		line := sc.Text()
+		if len(line) > logLineMax {
+			line = line[:logLineMax]
+		}
+		var rec struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			// Not the worker's own log: the OpenCL runtime or compiler
+			// writing to stderr.
+			pr.log.Debug("worker stderr", "line", line)
+			continue
+		}
+		lvl := slog.LevelInfo
+		_ = lvl.UnmarshalText([]byte(rec.Level))
+		pr.log.Log(context.Background(), lvl, "worker: "+rec.Msg, "line", line)
+	}
+}
