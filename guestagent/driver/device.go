@@ -105,6 +105,7 @@ type Device struct {
 	nextProg uint32
 	fenceVal uint64
 	stats    Stats
+	lostAt   time.Time // last RegError read while waiting (deviceLost)
 }
 
 // Open checks the device behind regs, sets up the ring, completion records,
@@ -335,6 +336,11 @@ func (d *Device) poll(what string, done func() bool) error {
 				sleep *= 2
 			}
 		}
+		if i%64 == 63 {
+			if err := d.deviceLost(); err != nil {
+				return fmt.Errorf("wait for %s: %w", what, err)
+			}
+		}
 		if i%64 == 63 && time.Since(start) > d.opts.Timeout {
 			if done() {
 				return nil
@@ -344,6 +350,25 @@ func (d *Device) poll(what string, done func() bool) error {
 				d.regs.Read32(abi.RegRingHead), d.regs.Read32(abi.RegRingDone), ErrTimeout)
 		}
 	}
+}
+
+// lostCheck is how often a waiting driver reads RegError to notice that
+// the instance's device context is gone (docs/ABI.md "Device lost"): each
+// read is a trapped MMIO access, so not at every poll.
+const lostCheck = 10 * time.Millisecond
+
+// deviceLost reads RegError when lostCheck has passed since the last read
+// and reports a lost device context. Caller holds mu.
+func (d *Device) deviceLost() error {
+	now := time.Now()
+	if now.Sub(d.lostAt) < lostCheck {
+		return nil
+	}
+	d.lostAt = now
+	if st := abi.Status(d.regs.Read32(abi.RegError)); st == abi.StatusDeviceLost {
+		return fmt.Errorf("%w: reset the device (open it again) to continue", ErrDeviceLost)
+	}
+	return nil
 }
 
 // reapOne waits for the oldest unreaped command, checks its record and

@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -10,10 +9,6 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 )
-
-// ErrNoPFN means /proc/self/pagemap did not give a page frame number: the
-// process is not root (the kernel hides PFNs) or the page is not present.
-var ErrNoPFN = errors.New("pagemap gives no page frame number (not root, or page not present)")
 
 // NewPagemapMemory returns the Memory of a Linux guest: anonymous mappings,
 // locked and populated, whose guest-physical addresses are their page frame

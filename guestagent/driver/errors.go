@@ -24,6 +24,16 @@ var (
 	// ErrProtocol means the device wrote a completion record that does not
 	// match the command it completes (wrong tag or opcode).
 	ErrProtocol = abi.Errorf(abi.StatusInternal, "completion does not match command")
+	// ErrDeviceLost means the instance's device context is gone (its
+	// worker process in vgpud ended): every buffer and program is lost,
+	// and the device must be opened (reset) again.
+	ErrDeviceLost = abi.Errorf(abi.StatusDeviceLost, "vgpu device context lost")
+	// ErrNoINTx means the device does not announce abi.FeatureINTx (an ABI 1.0
+	// device): it never interrupts, so it cannot be slept on.
+	ErrNoINTx = errors.New("vgpu device has no interrupt (FeatureINTx)")
+	// ErrNoPFN means /proc/self/pagemap did not give a page frame number: the
+	// process is not root (the kernel hides PFNs) or the page is not present.
+	ErrNoPFN = errors.New("pagemap gives no page frame number (not root, or page not present)")
 )
 
 // CommandError reports a command the device completed with a non-OK status.
@@ -41,5 +51,4 @@ func (e *CommandError) Error() string {
 
 // Unwrap returns an *abi.StatusError of the command's status, so that
 // abi.StatusOf(err) recovers it and errors.Is(err, abi.StatusX.Error()) holds.
-// (A Status method, as in abi.Statuser, would clash with the Status field.)
 func (e *CommandError) Unwrap() error { return e.Status.Error() }

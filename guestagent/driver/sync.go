@@ -354,8 +354,21 @@ func (d *Device) FinishSync(s *Sync, key string) error {
 	idx := uint32(d.next - 1)
 	d.flush()
 	d.stats.Waits++
-	if err := s.Wait(key, idx, func() bool { return load64(d.fence.buf, 0) >= v }, d.opts.Timeout); err != nil {
+	// A lost device never reaches the fence: the wait ends on it too, and
+	// the drain below reports it.
+	var lost error
+	reached := func() bool {
+		if load64(d.fence.buf, 0) >= v {
+			return true
+		}
+		lost = d.deviceLost()
+		return lost != nil
+	}
+	if err := s.Wait(key, idx, reached, d.opts.Timeout); err != nil {
 		return fmt.Errorf("fence %d: %w", v, err)
+	}
+	if lost != nil {
+		return fmt.Errorf("fence %d: %w", v, lost)
 	}
 	return d.drain()
 }

@@ -12,10 +12,6 @@ import (
 	"github.com/vgpud/vgpud/abi"
 )
 
-// ErrNoINTx means the device does not announce abi.FeatureINTx (an ABI 1.0
-// device): it never interrupts, so it cannot be slept on.
-var ErrNoINTx = errors.New("vgpu device has no interrupt (FeatureINTx)")
-
 // UIOFile is an open /dev/uioN of a device bound to uio_pci_generic: a
 // 4-byte read blocks until the next interrupt and returns the interrupt
 // count; a 4-byte write of 1 unmasks INTx (uio_pci_generic masks it in its
