@@ -176,6 +176,17 @@ func upload(d *driver.Device, ins ...[]float32) ([]driver.Buffer, error) {
 	return bs, nil
 }
 
+// output creates a buffer of n floats that the job's kernel writes
+// whole: never written by the guest, as an OpenCL application's output
+// buffer is not (a new buffer holds zeros, docs/ABI.md).
+func output(d *driver.Device, bs []driver.Buffer, n int) ([]driver.Buffer, error) {
+	b, err := d.CreateBuffer(uint64(4 * n))
+	if err != nil {
+		return bs, err
+	}
+	return append(bs, b), nil
+}
+
 func freeAll(d *driver.Device, bs []driver.Buffer, err error) error {
 	for _, b := range bs {
 		if b.Handle != 0 {
@@ -198,7 +209,10 @@ func readFloats(d *driver.Device, b driver.Buffer, n int) ([]float32, error) {
 
 func vectorAdd(d *driver.Device, p driver.Program, n int, seed uint64) (err error) {
 	a, b := Floats(seed, n, -1, 1), Floats(seed+100, n, -1, 1)
-	bs, err := upload(d, a, b, make([]float32, n))
+	bs, err := upload(d, a, b)
+	if err == nil {
+		bs, err = output(d, bs, n)
+	}
 	defer func() { err = freeAll(d, bs, err) }()
 	if err != nil {
 		return err
@@ -254,7 +268,10 @@ func matmul(d *driver.Device, p driver.Program, n int, seed uint64) (err error) 
 		return fmt.Errorf("matrix side %d is not a multiple of 16", n)
 	}
 	a, b := Floats(seed, n*n, -1, 1), Floats(seed+100, n*n, -1, 1)
-	bs, err := upload(d, a, b, make([]float32, n*n))
+	bs, err := upload(d, a, b)
+	if err == nil {
+		bs, err = output(d, bs, n*n)
+	}
 	defer func() { err = freeAll(d, bs, err) }()
 	if err != nil {
 		return err

@@ -62,6 +62,8 @@ type Report struct {
 	Fail      int    `json:"fail"`
 	Commands  uint64 `json:"commands"`
 	Doorbells uint64 `json:"doorbells"`
+	// Losses counts the device contexts an attack run lost (and reopened).
+	Losses int `json:"losses,omitempty"`
 }
 
 // OK reports whether the run had cases and all passed.

@@ -7,7 +7,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/vgpud/vgpud/guestagent/driver"
@@ -40,7 +43,7 @@ var openDevice = driver.OpenGuest
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("vgpu-suite", flag.ContinueOnError)
 	fs.SetOutput(stdout)
-	mode := fs.String("mode", "suite", "what to run: suite, hostile or reuse (the suite -repeat times with the same inputs)")
+	mode := fs.String("mode", "suite", "what to run: suite, hostile, reuse (the suite -repeat times with the same inputs) or attack (isolation attacks, docs/isolation.md)")
 	repeat := fs.Int("repeat", 2, "-mode reuse: runs of the suite")
 	device := fs.String("device", "", "sysfs directory of the vGPU (default: search /sys/bus/pci/devices)")
 	var o suite.Options
@@ -51,11 +54,27 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	staging := fs.Int("staging", driver.DefaultStagingBytes, "DMA staging pool bytes")
 	timeout := fs.Duration("timeout", driver.DefaultTimeout, "give up on the device after this long per wait")
 	verbose := fs.Bool("v", false, "debug logs on stderr")
+	needles := fs.String("needles", "", "-mode attack: secrets (hex, separated by :) no attack may read back")
+	secret := fs.String("secret", "", "hex bytes to keep in a device buffer during the run; checked intact at the end")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	plant, err := hex.DecodeString(*secret)
+	if err != nil {
+		return fmt.Errorf("-secret: %w", err)
+	}
+	var hidden [][]byte
+	for _, h := range strings.Split(*needles, ":") {
+		n, err := hex.DecodeString(h)
+		if err != nil {
+			return fmt.Errorf("-needles: %w", err)
+		}
+		if len(n) > 0 {
+			hidden = append(hidden, n)
+		}
 	}
 	var runSuite func(context.Context, *driver.Device, suite.Options) suite.Report
 	switch *mode {
@@ -68,8 +87,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("-repeat %d: want 1..100", *repeat)
 		}
 		runSuite = repeated(*repeat)
+	case "attack":
+		// Set below: it reopens the device after every loss.
 	default:
-		return fmt.Errorf("-mode %q: want suite, hostile or reuse", *mode)
+		return fmt.Errorf("-mode %q: want suite, hostile, reuse or attack", *mode)
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -86,6 +107,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("open vgpu: %w", err)
 	}
+	if *mode == "attack" {
+		runSuite = func(ctx context.Context, d0 *driver.Device, _ suite.Options) suite.Report {
+			r, last := suite.RunAttacks(ctx, d0, suite.AttackOptions{Needles: hidden, Reopen: func() (*driver.Device, error) {
+				// Each open takes new DMA pages: the smallest pool.
+				return driver.Open(regs, mem, driver.Options{StagingBytes: driver.MinStagingBytes, Timeout: *timeout, Logger: log})
+			}})
+			d = last
+			return r
+		}
+	}
+	if len(plant) > 0 {
+		runSuite = keeping(plant, runSuite)
+	}
 	r := runSuite(ctx, d, o)
 	closeErr := d.Close()
 	fmt.Fprint(stdout, r.String())
@@ -98,4 +132,38 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("close vgpu: %w", closeErr)
 	}
 	return nil
+}
+
+// keeping wraps run: a buffer holds secret (repeated over 64 KiB) during
+// the run, and a last case checks that it still does.
+func keeping(secret []byte, run func(context.Context, *driver.Device, suite.Options) suite.Report) func(context.Context, *driver.Device, suite.Options) suite.Report {
+	return func(ctx context.Context, d *driver.Device, o suite.Options) suite.Report {
+		want := bytes.Repeat(secret, (64<<10)/len(secret))
+		b, err := d.CreateBuffer(uint64(len(want)))
+		if err == nil {
+			err = d.Write(b, 0, want)
+		}
+		if err == nil {
+			err = d.Finish()
+		}
+		r := run(ctx, d, o)
+		c := suite.Case{Name: "secret-intact", OK: true}
+		got := make([]byte, len(want))
+		if err == nil {
+			err = d.Read(b, 0, got)
+		}
+		switch {
+		case err != nil:
+			c.OK, c.Err = false, err.Error()
+		case !bytes.Equal(got, want):
+			c.OK, c.Err = false, "the buffer holding the secret changed"
+		}
+		if c.OK {
+			r.Pass++
+		} else {
+			r.Fail++
+		}
+		r.Cases = append(r.Cases, c)
+		return r
+	}
 }
