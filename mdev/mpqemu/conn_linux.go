@@ -25,6 +25,13 @@ var (
 	ErrNoIRQ = errors.New("mpqemu: no irqfd")
 )
 
+// MemoryMap receives the guest-RAM map SYNC_SYSMEM announces: a
+// guestmem.Map, or whatever forwards the fds to where the device work runs
+// (a worker process). Update takes ownership of the regions' fds.
+type MemoryMap interface {
+	Update(regions []guestmem.Region) error
+}
+
 // IRQSink raises the device's interrupt (INTx).
 type IRQSink = mmio.IRQSink
 
@@ -42,7 +49,7 @@ type Conn struct {
 	conn *net.UnixConn
 	dev  *mmio.Device
 	cs   *mmio.ConfigSpace
-	mem  *guestmem.Map
+	mem  MemoryMap
 	log  *slog.Logger
 	wire *Wire
 
@@ -69,7 +76,7 @@ var _ IRQSink = (*Conn)(nil)
 // ownership of conn. log may be nil (slog.Default()). It connects cs to
 // dev's interrupt line (mmio.ConfigSpace.SetINTx); once QEMU sends
 // SET_IRQFD the Conn is the line's sink until it closes.
-func NewConn(conn *net.UnixConn, dev *mmio.Device, cs *mmio.ConfigSpace, mem *guestmem.Map, log *slog.Logger) *Conn {
+func NewConn(conn *net.UnixConn, dev *mmio.Device, cs *mmio.ConfigSpace, mem MemoryMap, log *slog.Logger) *Conn {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
@@ -26,12 +27,9 @@ func pipe(t *testing.T) (a, b *net.UnixConn) {
 
 func memfd(t *testing.T, size int64) int {
 	t.Helper()
-	fd, err := unix.MemfdCreate("mpqemu-test", unix.MFD_CLOEXEC)
+	fd, err := guestmem.NewSealed("mpqemu-test", size)
 	if err != nil {
-		t.Fatalf("MemfdCreate: %v", err)
-	}
-	if err := unix.Ftruncate(fd, size); err != nil {
-		t.Fatalf("Ftruncate: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
 	return fd

@@ -27,9 +27,6 @@ const (
 // gets in QEMU: exec.Cmd.ExtraFiles start after stdin, stdout, stderr.
 const firstProxyFD = 3
 
-// ErrConfig reports an unusable Config.
-var ErrConfig = errors.New("bad vm config")
-
 // ProxyDevice is a vGPU instance attached with QEMU's multi-process
 // protocol: FD is QEMU's end of a connected AF_UNIX stream socket whose
 // other end the mdev transport serves.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,9 +23,6 @@ const (
 	// exited or was killed.
 	waitDelay = 5 * time.Second
 )
-
-// ErrExited reports that QEMU exited before the awaited console line.
-var ErrExited = errors.New("qemu exited")
 
 // VM is a running QEMU process.
 type VM struct {

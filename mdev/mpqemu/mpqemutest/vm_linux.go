@@ -15,6 +15,7 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mmio"
 )
@@ -48,6 +49,7 @@ type VM struct {
 	ramMu   sync.RWMutex // guards ram against Close
 	ram     []byte       // local mapping of the whole memfd; nil after Close
 	ramFD   int
+	unseal  bool // the RAM memfd is not sealed (a peer that means to shrink it)
 	irqFD   int
 	resFD   int
 	ramSize uint64
@@ -74,8 +76,17 @@ var (
 // least MinRAM), announces it and an irqfd pair on conn, probes and
 // programs the device's config space. It takes ownership of conn: on
 // error conn is closed.
-func NewVM(conn *net.UnixConn, ramBytes uint64) (_ *VM, err error) {
-	v := &VM{conn: conn, wire: mpqemu.NewWire(conn), ramFD: -1, irqFD: -1, resFD: -1, ramSize: ramBytes}
+func NewVM(conn *net.UnixConn, ramBytes uint64) (*VM, error) { return newVM(conn, ramBytes, false) }
+
+// NewVMUnsealed is NewVM with guest RAM in a memfd that is not sealed
+// against shrinking: a hostile QEMU peer's, which can Shrink it under
+// vgpud's mappings (vgpud must refuse it).
+func NewVMUnsealed(conn *net.UnixConn, ramBytes uint64) (*VM, error) {
+	return newVM(conn, ramBytes, true)
+}
+
+func newVM(conn *net.UnixConn, ramBytes uint64, unsealed bool) (_ *VM, err error) {
+	v := &VM{conn: conn, wire: mpqemu.NewWire(conn), ramFD: -1, irqFD: -1, resFD: -1, ramSize: ramBytes, unseal: unsealed}
 	defer func() {
 		if err != nil {
 			v.Close()
@@ -104,14 +115,21 @@ func NewVM(conn *net.UnixConn, ramBytes uint64) (_ *VM, err error) {
 }
 
 func (v *VM) makeRAM() error {
-	fd, err := unix.MemfdCreate("mpqemutest-ram", unix.MFD_CLOEXEC)
+	// Sealed against shrinking, as QEMU's memory-backend-memfd makes it:
+	// vgpud refuses guest RAM that could shrink under its mappings.
+	var fd int
+	var err error
+	if v.unseal {
+		if fd, err = unix.MemfdCreate("mpqemutest-ram-unsealed", unix.MFD_CLOEXEC); err == nil {
+			err = unix.Ftruncate(fd, int64(v.ramSize))
+		}
+	} else {
+		fd, err = guestmem.NewSealed("mpqemutest-ram", int64(v.ramSize))
+	}
 	if err != nil {
-		return fmt.Errorf("memfd: %w", err)
+		return fmt.Errorf("guest ram: %w", err)
 	}
 	v.ramFD = fd
-	if err := unix.Ftruncate(fd, int64(v.ramSize)); err != nil {
-		return fmt.Errorf("size guest ram: %w", err)
-	}
 	v.ram, err = unix.Mmap(fd, 0, int(v.ramSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("map guest ram: %w", err)
@@ -506,6 +524,15 @@ func (v *VM) Close() error {
 	v.ramMu.Unlock()
 	if v.ramFD >= 0 {
 		unix.Close(v.ramFD)
+	}
+	return nil
+}
+
+// Shrink truncates the guest-RAM file to n bytes (only an unsealed one
+// can be): what a hostile peer does after sending it.
+func (v *VM) Shrink(n uint64) error {
+	if err := unix.Ftruncate(v.ramFD, int64(n)); err != nil {
+		return fmt.Errorf("shrink guest ram: %w", err)
 	}
 	return nil
 }
