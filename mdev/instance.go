@@ -14,14 +14,11 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/mdev/agentchan"
-	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mmio"
+	"github.com/vgpud/vgpud/sched"
+	"github.com/vgpud/vgpud/worker"
 )
-
-// ErrAttached is returned when a VM tries to attach to an instance that
-// already serves one.
-var ErrAttached = errors.New("instance already attached to a VM")
 
 // attachGrace is how long a new VM connection waits for the previous one
 // to end: the old peer's hang-up is noticed asynchronously. (A variable so
@@ -34,19 +31,24 @@ type Instance struct {
 	uuid    string
 	profile Profile // written holding Manager.mu and mu (SetProfile); read with either
 	device  int
+	sched   *sched.Scheduler // the device's
+	pool    *worker.Pool
 	created time.Time
 	log     *slog.Logger
 
-	agg  *aggregator.Instance
-	mem  *guestmem.Map
+	be   worker.Backend // the device state: in a worker process, or (unsafe) here
 	regs *mmio.Device
 	cfg  *mmio.ConfigSpace
 	// agent is the guest agent channel (nil without a socket directory);
 	// set once in Create, read by the aggregator worker's notify hook.
 	agent atomic.Pointer[agentchan.Server]
 
+	// Guarded by Manager.mu.
+	reuse ReuseSetting // the reuse setting: domain (trust domain) and on/off
+
 	mu sync.Mutex
 	// Guarded by mu.
+	limits   worker.Limits // what the device state was last given
 	conn     *mpqemu.Conn
 	connDone chan struct{} // closed when conn's Serve returns
 	socket   string
@@ -67,8 +69,38 @@ func (i *Instance) Profile() Profile {
 // Device returns the index of the physical device the instance is on.
 func (i *Instance) Device() int { return i.device }
 
-// Aggregator returns the instance's device state (for stats).
-func (i *Instance) Aggregator() *aggregator.Instance { return i.agg }
+// Stats returns the instance's live counters.
+func (i *Instance) Stats() *aggregator.Stats { return &i.be.Shared().Stats }
+
+// MemUsed returns the device memory the instance holds, in bytes.
+func (i *Instance) MemUsed() uint64 { return i.be.Shared().MemUsed.Load() }
+
+// ProgramBytes returns the bytes of programs the instance holds.
+func (i *Instance) ProgramBytes() uint64 { return i.be.Shared().ProgramBytes.Load() }
+
+// WorkerPID returns the process id of the worker serving the instance's
+// trust domain (0 in process or while lost).
+func (i *Instance) WorkerPID() int { return i.pool.WorkerPID(i.uuid) }
+
+// MemQuota returns the instance's device memory quota, in bytes.
+func (i *Instance) MemQuota() uint64 { return i.be.Limits().MemBytes }
+
+// RingEnabled reports whether the instance's ring is fetching.
+func (i *Instance) RingEnabled() bool { return i.be.RingEnabled() }
+
+// Head and Done are the instance's fetched and completed command counts.
+func (i *Instance) Head() uint32 { return i.be.Head() }
+func (i *Instance) Done() uint32 { return i.be.Done() }
+
+// Error returns the instance's latched device error and error count.
+func (i *Instance) Error() (abi.Status, uint32) { return i.be.Error() }
+
+// Lost reports whether the instance's device context is gone (its worker
+// ended); a guest reset brings it back.
+func (i *Instance) Lost() bool { return i.be.Lost() }
+
+// Sched returns the instance's scheduling counters on its device.
+func (i *Instance) Sched() sched.ClientStats { return i.sched.Client(i.uuid) }
 
 // Socket returns the path QEMU connects to, or "" when the manager has no
 // socket directory.
@@ -139,7 +171,7 @@ func (i *Instance) ServeQEMU(ctx context.Context, conn *net.UnixConn) error {
 		conn.Close()
 		return fmt.Errorf("instance %s: %w", i.uuid, aggregator.ErrClosed)
 	}
-	c := mpqemu.NewConn(conn, i.regs, i.cfg, i.mem, i.log)
+	c := mpqemu.NewConn(conn, i.regs, i.cfg, i.be, i.log)
 	done := make(chan struct{})
 	i.conn, i.connDone = c, done
 	i.mu.Unlock()
@@ -177,6 +209,6 @@ func (i *Instance) close() error {
 	if a := i.agent.Load(); a != nil {
 		errs = append(errs, a.Close())
 	}
-	errs = append(errs, i.agg.Close(), i.mem.Close())
+	errs = append(errs, i.be.Close())
 	return errors.Join(errs...)
 }

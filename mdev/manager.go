@@ -15,21 +15,12 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev/agentchan"
-	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/reuse"
-)
-
-// Errors callers tell apart.
-var (
-	ErrNotFound       = errors.New("no such instance")
-	ErrExists         = errors.New("instance exists")
-	ErrUnknownProfile = errors.New("unknown profile")
-	ErrNoCapacity     = errors.New("no device has room for the instance")
-	ErrManagerClosed  = errors.New("manager closed")
+	"github.com/vgpud/vgpud/sched"
+	"github.com/vgpud/vgpud/worker"
 )
 
 // Config configures a Manager.
@@ -46,16 +37,25 @@ type Config struct {
 	// Reuse configures result reuse (docs/reuse.md); the zero value turns
 	// it on with a private domain per instance.
 	Reuse ReuseConfig
+	// WorkerDir is where worker processes keep their private directories
+	// (compiler caches); empty: the system's temporary directory.
+	WorkerDir string
+	// InProcess runs every instance's device work in vgpud's own process:
+	// no isolation between tenants (docs/isolation.md). Unsafe; for
+	// benchmark baselines only.
+	InProcess bool
 }
 
-// Manager owns the physical devices' schedulers and all instances.
+// Manager owns the physical devices' schedulers and all instances; the
+// instances' device work runs in the worker processes of its pool.
 type Manager struct {
-	devs      []*aggregator.Device
+	infos     []gpu.Info
+	pool      *worker.Pool
 	profiles  map[string]Profile
 	socketDir string
 	log       *slog.Logger
-	// reuse is nil when result reuse is off (Config.Reuse.Off).
-	reuse       *reuse.Engine
+	// reuseOn is false when result reuse is off (Config.Reuse.Off).
+	reuseOn     bool
 	reuseBudget int64
 
 	ctx    context.Context
@@ -67,6 +67,7 @@ type Manager struct {
 	instances   map[string]*Instance
 	closed      bool
 	reusePinned map[string]int64 // domain budgets set by the operator
+	budgeted    map[string]bool  // domains given a budget (to forget when unused)
 }
 
 // NewManager validates cfg and returns a Manager with no instances.
@@ -89,17 +90,19 @@ func NewManager(cfg Config) (*Manager, error) {
 		instances: make(map[string]*Instance),
 	}
 	if !cfg.Reuse.Off {
+		m.reuseOn = true
 		m.reuseBudget = cfg.Reuse.Budget
 		if m.reuseBudget <= 0 {
 			m.reuseBudget = DefaultReuseBudget
 		}
-		m.reuse = reuse.New(reuse.Config{Budget: m.reuseBudget})
-		m.reusePinned = make(map[string]int64)
 	}
+	m.reusePinned = make(map[string]int64)
+	m.budgeted = make(map[string]bool)
 	for _, p := range profiles {
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("new manager: %w", err)
 		}
+		p = p.withDefaults()
 		if _, dup := m.profiles[p.Name]; dup {
 			return nil, fmt.Errorf("new manager: profile %s defined twice", p.Name)
 		}
@@ -111,8 +114,14 @@ func NewManager(cfg Config) (*Manager, error) {
 		}
 	}
 	for _, d := range cfg.Devices {
-		m.devs = append(m.devs, aggregator.NewDevice(d, log))
+		m.infos = append(m.infos, d.Info())
 	}
+	pool, err := worker.NewPool(worker.Config{Devices: m.infos, Dir: cfg.WorkerDir, Logger: log,
+		InProcess: cfg.InProcess, GPUs: cfg.Devices})
+	if err != nil {
+		return nil, fmt.Errorf("new manager: %w", err)
+	}
+	m.pool = pool
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
 }
@@ -125,9 +134,15 @@ type DeviceStatus struct {
 
 // Devices describes the physical devices.
 func (m *Manager) Devices() []DeviceStatus {
-	out := make([]DeviceStatus, len(m.devs))
-	for i, d := range m.devs {
-		out[i] = DeviceStatus{Info: d.Info(), Instances: d.Instances()}
+	m.mu.Lock()
+	counts := make([]int, len(m.infos))
+	for _, in := range m.instances {
+		counts[in.device]++
+	}
+	m.mu.Unlock()
+	out := make([]DeviceStatus, len(m.infos))
+	for i, info := range m.infos {
+		out[i] = DeviceStatus{Info: info, Instances: counts[i]}
 		out[i].Index = i
 	}
 	return out
@@ -177,37 +192,41 @@ func (m *Manager) Create(req CreateRequest) (*Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
-	log := m.log.With("instance", id, "profile", p.Name)
-	inst := &Instance{uuid: id, profile: p, device: dev, created: time.Now(), log: log, mem: &guestmem.Map{}}
-	inst.agg, err = m.devs[dev].NewInstance(aggregator.InstanceConfig{
-		ID: id, Profile: p.Name, MemBytes: p.MemBytes, Memory: inst.mem, Logger: log,
-		Notify: inst.notify,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", id, err)
-	}
-	if err := m.devs[dev].SetShare(id, min(p.Share, aggregator.MaxShare)); err != nil {
-		inst.agg.Close()
-		return nil, fmt.Errorf("create %s: %w", id, err)
-	}
-	if m.reuse != nil || req.ReuseDomain != "" {
-		if err := m.applyReuseLocked(inst, ReuseSetting{Domain: req.ReuseDomain, Off: req.NoReuse}); err != nil {
-			m.dropReuseLocked(inst)
-			inst.agg.Close()
+	setting := ReuseSetting{Domain: req.ReuseDomain, Off: req.NoReuse || !m.reuseOn}
+	if req.ReuseDomain != "" {
+		if !m.reuseOn {
+			return nil, fmt.Errorf("create %s: %w", id, ErrReuseOff)
+		}
+		if err := reuse.ValidDomainName(req.ReuseDomain); err != nil {
 			return nil, fmt.Errorf("create %s: %w", id, err)
 		}
 	}
-	inst.regs = mmio.New(backend{inst.agg})
+	log := m.log.With("instance", id, "profile", p.Name)
+	sc := m.pool.Sched(dev)
+	inst := &Instance{uuid: id, profile: p, device: dev, sched: sc, pool: m.pool, created: time.Now(), log: log, reuse: setting,
+		limits: limitsOf(p)}
+	if err := sc.SetShare(id, min(p.Share, sched.MaxShare)); err != nil {
+		return nil, fmt.Errorf("create %s: %w", id, err)
+	}
+	inst.be, err = m.pool.Create(worker.InstanceConfig{
+		ID: id, Device: dev, Domain: trustDomain(id, setting), Shared: setting.Domain != "", Reuse: !setting.Off,
+		Limits: inst.limits, Notify: inst.notify,
+	})
+	if err != nil {
+		sc.Remove(id)
+		return nil, fmt.Errorf("create %s: %w", id, err)
+	}
+	inst.regs = mmio.New(inst.be)
 	inst.cfg = mmio.NewConfigSpace()
 	if m.socketDir != "" {
 		if err := m.listenLocked(inst); err != nil {
-			m.dropReuseLocked(inst)
 			inst.close()
 			return nil, fmt.Errorf("create %s: %w", id, err)
 		}
 	}
 	m.instances[id] = inst
-	log.Info("instance created", "device", dev, "socket", inst.socket)
+	m.rebalanceReuseLocked()
+	log.Info("instance created", "device", dev, "socket", inst.socket, "domain", inst.be.Domain())
 	return inst, nil
 }
 
@@ -234,8 +253,8 @@ func (m *Manager) placeLocked(p Profile, want *int) (int, error) {
 		return all, same
 	}
 	if want != nil {
-		if *want < 0 || *want >= len(m.devs) {
-			return 0, fmt.Errorf("device %d: have %d devices", *want, len(m.devs))
+		if *want < 0 || *want >= len(m.infos) {
+			return 0, fmt.Errorf("device %d: have %d devices", *want, len(m.infos))
 		}
 		if _, same := count(*want); same >= p.MaxPerDevice {
 			return 0, fmt.Errorf("device %d holds %d %s instances: %w", *want, same, p.Name, ErrNoCapacity)
@@ -243,7 +262,7 @@ func (m *Manager) placeLocked(p Profile, want *int) (int, error) {
 		return *want, nil
 	}
 	best, bestAll := -1, 0
-	for dev := range m.devs {
+	for dev := range m.infos {
 		all, same := count(dev)
 		if same < p.MaxPerDevice && (best < 0 || all < bestAll) {
 			best, bestAll = dev, all
@@ -281,11 +300,11 @@ func (m *Manager) listenLocked(inst *Instance) error {
 // listenAgentLocked opens the instance's guest agent channel at
 // <SocketDir>/<uuid>.agent.sock (docs/agent-channel.md).
 func (m *Manager) listenAgentLocked(inst *Instance) error {
-	agg := inst.agg
+	be := inst.be
 	a, err := agentchan.Listen(agentchan.Config{
 		Path:  filepath.Join(m.socketDir, inst.uuid+".agent.sock"),
 		Ident: inst.uuid,
-		Done:  agg.Done,
+		Done:  be.Done,
 		NewHinter: func(pid int) (agentchan.Hinter, error) {
 			return agentchan.NewProcHinter(pid, "")
 		},
@@ -357,13 +376,15 @@ func (m *Manager) Destroy(id string) error {
 	m.mu.Lock()
 	inst, ok := m.instances[id]
 	delete(m.instances, id)
-	if ok {
-		m.dropReuseLocked(inst)
-	}
 	m.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("destroy %s: %w", id, ErrNotFound)
 	}
+	defer func() {
+		m.mu.Lock()
+		m.rebalanceReuseLocked()
+		m.mu.Unlock()
+	}()
 	if err := inst.close(); err != nil {
 		return fmt.Errorf("destroy %s: %w", id, err)
 	}
@@ -381,9 +402,6 @@ func (m *Manager) Close() error {
 	m.closed = true
 	insts := m.instances
 	m.instances = map[string]*Instance{}
-	for _, in := range insts {
-		m.dropReuseLocked(in)
-	}
 	m.mu.Unlock()
 	m.cancel()
 	var errs []error
@@ -391,8 +409,25 @@ func (m *Manager) Close() error {
 		errs = append(errs, in.close())
 	}
 	m.wg.Wait()
-	for _, d := range m.devs {
-		errs = append(errs, d.Close())
-	}
+	errs = append(errs, m.pool.Close())
 	return errors.Join(errs...)
 }
+
+// trustDomain is the name of an instance's trust domain under setting:
+// the operator-named reuse domain, else the instance's private one (also
+// with reuse off: an instance alone is its own domain).
+func trustDomain(id string, setting ReuseSetting) string {
+	if setting.Domain != "" {
+		return setting.Domain
+	}
+	return reuse.PrivatePrefix + id
+}
+
+// limitsOf is what an instance of profile p may use.
+func limitsOf(p Profile) worker.Limits {
+	return worker.Limits{Profile: p.Name, MemBytes: p.MemBytes, ProgramBytes: p.ProgramBytes,
+		TurnTimeout: p.TurnTimeout.D(), BuildTimeout: p.BuildTimeout.D()}
+}
+
+// Pool returns the manager's worker pool (for counters).
+func (m *Manager) Pool() *worker.Pool { return m.pool }

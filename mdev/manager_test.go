@@ -187,7 +187,7 @@ func TestHostileGuestDoesNotDisturbNeighbour(t *testing.T) {
 	if !hostile.OK() {
 		t.Errorf("hostile guest did not get the expected errors:\n%s", hostile)
 	}
-	if st, _ := good.Aggregator().Error(); st != abi.StatusOK {
+	if st, _ := good.Error(); st != abi.StatusOK {
 		t.Errorf("good guest's error register = %v", st)
 	}
 }

@@ -1,9 +1,11 @@
 package mdev
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/vgpud/vgpud/abi"
 )
@@ -17,6 +19,62 @@ type Profile struct {
 	Share uint32 `json:"share"`
 	// MaxPerDevice bounds instances of this profile on one physical device.
 	MaxPerDevice int `json:"max_per_device"`
+	// ProgramBytes bounds the programs an instance holds (source, options
+	// and built binaries); 0: DefaultProgramBytes.
+	ProgramBytes uint64 `json:"program_bytes,omitempty"`
+	// TurnTimeout bounds how long one device turn of an instance (a launch
+	// or slice of one, a copy chunk) may hold the device: a worker whose
+	// turn overruns it is ended and its domain's instances lose their
+	// device context (docs/isolation.md). 0: DefaultTurnTimeout.
+	TurnTimeout Duration `json:"turn_timeout,omitempty"`
+	// BuildTimeout bounds one program build of an instance the same way;
+	// 0: DefaultBuildTimeout.
+	BuildTimeout Duration `json:"build_timeout,omitempty"`
+}
+
+// Defaults of the profile settings left 0.
+const (
+	DefaultProgramBytes = 64 << 20
+	DefaultTurnTimeout  = 10 * time.Second
+	DefaultBuildTimeout = 60 * time.Second
+)
+
+// withDefaults fills the settings left 0.
+func (p Profile) withDefaults() Profile {
+	if p.ProgramBytes == 0 {
+		p.ProgramBytes = DefaultProgramBytes
+	}
+	if p.TurnTimeout == 0 {
+		p.TurnTimeout = Duration(DefaultTurnTimeout)
+	}
+	if p.BuildTimeout == 0 {
+		p.BuildTimeout = Duration(DefaultBuildTimeout)
+	}
+	return p
+}
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("10s", "500ms").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string like \"10s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
 }
 
 // Validate checks p for use.
@@ -30,6 +88,8 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("profile %s: share 0", p.Name)
 	case p.MaxPerDevice <= 0:
 		return fmt.Errorf("profile %s: max_per_device %d", p.Name, p.MaxPerDevice)
+	case p.TurnTimeout < 0 || p.BuildTimeout < 0:
+		return fmt.Errorf("profile %s: negative timeout (turn %v, build %v)", p.Name, p.TurnTimeout.D(), p.BuildTimeout.D())
 	}
 	return nil
 }
@@ -38,9 +98,9 @@ func (p Profile) Validate() error {
 // of a card that NVIDIA's vGPU profiles use.
 func DefaultProfiles() []Profile {
 	return []Profile{
-		{Name: "vgpu-small", MemBytes: 256 << 20, Share: 1, MaxPerDevice: 8},
-		{Name: "vgpu-medium", MemBytes: 1 << 30, Share: 2, MaxPerDevice: 4},
-		{Name: "vgpu-large", MemBytes: 4 << 30, Share: 4, MaxPerDevice: 2},
+		Profile{Name: "vgpu-small", MemBytes: 256 << 20, Share: 1, MaxPerDevice: 8}.withDefaults(),
+		Profile{Name: "vgpu-medium", MemBytes: 1 << 30, Share: 2, MaxPerDevice: 4, ProgramBytes: 128 << 20}.withDefaults(),
+		Profile{Name: "vgpu-large", MemBytes: 4 << 30, Share: 4, MaxPerDevice: 2, ProgramBytes: 256 << 20}.withDefaults(),
 	}
 }
 

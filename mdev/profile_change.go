@@ -31,11 +31,14 @@ func (m *Manager) SetProfile(id, name string) error {
 	if same >= p.MaxPerDevice {
 		return fmt.Errorf("set profile of %s: device %d holds %d %s instances: %w", id, inst.device, same, p.Name, ErrNoCapacity)
 	}
-	if err := inst.agg.SetProfile(p.Name, p.MemBytes); err != nil {
+	inst.mu.Lock()
+	prev := inst.limits
+	inst.mu.Unlock()
+	if err := inst.setLimits(limitsOf(p)); err != nil {
 		return fmt.Errorf("set profile of %s: %w", id, err)
 	}
-	if err := m.devs[inst.device].SetShare(inst.uuid, p.Share); err != nil {
-		inst.agg.SetProfile(old.Name, old.MemBytes) // back to where it was; it held less than either quota
+	if err := inst.sched.SetShare(inst.uuid, p.Share); err != nil {
+		inst.setLimits(prev) // back to where it was; it held less than either quota
 		return fmt.Errorf("set profile of %s: %w", id, err)
 	}
 	inst.mu.Lock()

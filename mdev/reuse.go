@@ -1,7 +1,6 @@
 package mdev
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/vgpud/vgpud/reuse"
@@ -11,13 +10,6 @@ import (
 // ReuseConfig.Budget is 0. It is split evenly among the reuse domains
 // that have no budget of their own (docs/reuse.md).
 const DefaultReuseBudget = 256 << 20
-
-// ErrReuseOff is returned for reuse settings of a manager whose reuse is
-// turned off.
-var ErrReuseOff = errors.New("result reuse is off in this vgpud")
-
-// ErrNoDomain is returned for a reuse domain that does not exist.
-var ErrNoDomain = errors.New("no such reuse domain")
 
 // ReuseConfig configures result reuse (package reuse) of a Manager.
 type ReuseConfig struct {
@@ -52,9 +44,10 @@ type ReuseDomainStatus struct {
 }
 
 // ReuseDomains describes the reuse domains ordered by name (none when
-// reuse is off).
+// reuse is off): each is one trust domain, with its worker processes'
+// reuse tables.
 func (m *Manager) ReuseDomains() []ReuseDomainStatus {
-	if m.reuse == nil {
+	if !m.reuseOn {
 		return nil
 	}
 	m.mu.Lock()
@@ -62,97 +55,98 @@ func (m *Manager) ReuseDomains() []ReuseDomainStatus {
 	for n := range m.reusePinned {
 		pinned[n] = true
 	}
+	users := m.domainUsersLocked()
 	m.mu.Unlock()
 	var out []ReuseDomainStatus
-	for _, d := range m.reuse.Domains() {
-		out = append(out, ReuseDomainStatus{Name: d.Name(), Shared: d.Shared(), Users: d.Users(), Entries: d.Entries(),
-			Bytes: d.Bytes(), Budget: d.Budget(), Pinned: pinned[d.Name()], Snapshot: d.Stats.Snapshot()})
+	for _, d := range m.pool.Domains() {
+		if users[d.Name] == 0 {
+			continue // a domain whose instances all have reuse off
+		}
+		out = append(out, ReuseDomainStatus{Name: d.Name, Shared: d.Shared, Users: users[d.Name], Entries: int(d.Entries),
+			Bytes: d.Bytes, Budget: d.Budget, Pinned: pinned[d.Name], Snapshot: reuse.Snapshot{
+				Hits: d.Hits, Misses: d.Misses, Skipped: d.Skipped, Recorded: d.Recorded, Evictions: d.Evictions,
+				BytesSaved: d.BytesSaved, DeviceNanos: d.DeviceNanos,
+			}})
 	}
 	return out
+}
+
+// domainUsersLocked counts, per domain, the instances with reuse on in it.
+func (m *Manager) domainUsersLocked() map[string]int {
+	users := map[string]int{}
+	for _, in := range m.instances {
+		if !in.reuse.Off {
+			users[trustDomain(in.uuid, in.reuse)]++
+		}
+	}
+	return users
 }
 
 // ReuseDomain returns the name of the instance's reuse domain, "" when
 // reuse is off for it.
 func (i *Instance) ReuseDomain() string {
-	if d := i.agg.ReuseDomain(); d != nil {
-		return d.Name()
+	if i.reuse.Off {
+		return ""
 	}
-	return ""
+	return i.be.Domain()
 }
 
 // ReuseStats returns the instance's reuse counters.
-func (i *Instance) ReuseStats() reuse.Snapshot { return i.agg.ReuseStats().Snapshot() }
+func (i *Instance) ReuseStats() reuse.Snapshot { return i.be.Shared().Reuse.Snapshot() }
 
-// SetReuse changes an instance's reuse domain at run time. Results the
-// instance recorded stay in the domain they were recorded in (a private
-// domain keeps them until the instance is destroyed).
+// SetReuse changes an instance's reuse setting at run time. Turning reuse
+// off or on keeps the instance in its trust domain; naming another domain
+// moves it to that domain's worker, which only an instance that holds no
+// buffer or program can do (its device state stays behind; reset its
+// device first): otherwise it fails with abi.StatusBusy.
 func (m *Manager) SetReuse(id string, s ReuseSetting) error {
 	inst, err := m.Get(id)
 	if err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.applyReuseLocked(inst, s); err != nil {
-		return fmt.Errorf("set reuse of %s: %w", id, err)
+	if !s.Off && !m.reuseOn {
+		return fmt.Errorf("set reuse of %s: %w", id, ErrReuseOff)
 	}
-	inst.log.Info("reuse set", "domain", inst.ReuseDomain())
-	return nil
-}
-
-// applyReuseLocked attaches inst to the domain s names.
-func (m *Manager) applyReuseLocked(inst *Instance, s ReuseSetting) error {
-	if s.Off {
-		inst.agg.SetReuseDomain(nil)
-		return nil
-	}
-	if m.reuse == nil {
-		return ErrReuseOff
-	}
-	var d *reuse.Domain
-	if s.Domain == "" {
-		d = m.reuse.Private(inst.uuid)
-	} else {
-		var err error
-		if d, err = m.reuse.Shared(s.Domain); err != nil {
-			return err
+	if s.Domain != "" {
+		if err := reuse.ValidDomainName(s.Domain); err != nil {
+			return fmt.Errorf("set reuse of %s: %w", id, err)
 		}
 	}
-	inst.agg.SetReuseDomain(d)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur := inst.reuse
+	if s.Off {
+		// Off: stay in the trust domain it is in.
+		s.Domain = cur.Domain
+	} else if trustDomain(id, s) != trustDomain(id, cur) {
+		if err := inst.be.Move(trustDomain(id, s), s.Domain != ""); err != nil {
+			return fmt.Errorf("set reuse of %s: %w", id, err)
+		}
+	}
+	if err := inst.be.SetReuse(!s.Off); err != nil {
+		return fmt.Errorf("set reuse of %s: %w", id, err)
+	}
+	inst.reuse = s
 	m.rebalanceReuseLocked()
+	inst.log.Info("reuse set", "domain", inst.ReuseDomain())
 	return nil
-}
-
-// dropReuseLocked detaches a departing instance and frees its private
-// domain.
-func (m *Manager) dropReuseLocked(inst *Instance) {
-	if m.reuse == nil {
-		return
-	}
-	inst.agg.SetReuseDomain(nil)
-	if d, ok := m.reuse.Lookup(reuse.PrivatePrefix + inst.uuid); ok {
-		m.reuse.Drop(d)
-	}
-	m.rebalanceReuseLocked()
 }
 
 // SetReuseBudget pins domain name's byte budget (it then no longer takes
 // part in the even split of the manager's budget); a negative n unpins it.
 func (m *Manager) SetReuseBudget(name string, n int64) error {
-	if m.reuse == nil {
+	if !m.reuseOn {
 		return ErrReuseOff
-	}
-	d, ok := m.reuse.Lookup(name)
-	if !ok {
-		return fmt.Errorf("reuse domain %q: %w", name, ErrNoDomain)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.domainUsersLocked()[name] == 0 {
+		return fmt.Errorf("reuse domain %q: %w", name, ErrNoDomain)
+	}
 	if n < 0 {
 		delete(m.reusePinned, name)
 	} else {
 		m.reusePinned[name] = n
-		d.SetBudget(n)
 	}
 	m.rebalanceReuseLocked()
 	m.log.Info("reuse budget set", "domain", name, "budget", n)
@@ -160,23 +154,36 @@ func (m *Manager) SetReuseBudget(name string, n int64) error {
 }
 
 // rebalanceReuseLocked splits the manager's budget evenly among the
-// domains whose budget is not pinned.
+// domains in use whose budget is not pinned, and forgets domains no
+// instance uses any more.
 func (m *Manager) rebalanceReuseLocked() {
-	doms := m.reuse.Domains()
-	var free []*reuse.Domain
-	for _, d := range doms {
-		if n, ok := m.reusePinned[d.Name()]; ok {
-			d.SetBudget(n)
+	if !m.reuseOn {
+		return
+	}
+	users := m.domainUsersLocked()
+	var free []string
+	for name := range users {
+		if n, ok := m.reusePinned[name]; ok {
+			m.pool.SetBudget(name, n)
 		} else {
-			free = append(free, d)
+			free = append(free, name)
 		}
 	}
-	for _, d := range free {
-		d.SetBudget(m.reuseBudget / int64(len(free)))
+	for _, name := range free {
+		m.pool.SetBudget(name, m.reuseBudget/int64(len(free)))
 	}
-	for n := range m.reusePinned { // forget pins of dropped domains
-		if _, ok := m.reuse.Lookup(n); !ok {
-			delete(m.reusePinned, n)
+	for name := range m.reusePinned {
+		if users[name] == 0 {
+			delete(m.reusePinned, name)
 		}
+	}
+	for name := range m.budgeted {
+		if users[name] == 0 {
+			m.pool.DropDomain(name)
+			delete(m.budgeted, name)
+		}
+	}
+	for name := range users {
+		m.budgeted[name] = true
 	}
 }

@@ -34,46 +34,66 @@ func TestReuseWiring(t *testing.T) {
 	if _, err := m.Create(CreateRequest{Profile: "vgpu-small", ReuseDomain: "bad name"}); !errors.Is(err, reuse.ErrBadDomain) {
 		t.Errorf("Create(bad domain) = %v, want %v", err, reuse.ErrBadDomain)
 	}
+	d, err := m.Create(CreateRequest{Profile: "vgpu-small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a holds no device state: it may move to team's worker.
 	if err := m.SetReuse(a.UUID(), ReuseSetting{Domain: "team"}); err != nil {
 		t.Fatal(err)
 	}
+	if got := a.ReuseDomain(); got != "team" {
+		t.Errorf("after the move: ReuseDomain() = %q, want team", got)
+	}
 	doms := m.ReuseDomains()
 	if len(doms) != 2 {
-		t.Fatalf("ReuseDomains() = %+v, want the private domain of a and team", doms)
+		t.Fatalf("ReuseDomains() = %+v, want team and d's private domain (a's has no instance left)", doms)
 	}
-	for _, d := range doms {
-		if d.Budget != DefaultReuseBudget/2 {
-			t.Errorf("domain %s budget = %d, want %d (even split)", d.Name, d.Budget, DefaultReuseBudget/2)
+	for _, dom := range doms {
+		if dom.Budget != DefaultReuseBudget/2 {
+			t.Errorf("domain %s budget = %d, want %d (even split)", dom.Name, dom.Budget, DefaultReuseBudget/2)
 		}
-		if d.Name == "team" && d.Users != 2 {
-			t.Errorf("team users = %d, want 2", d.Users)
+		if dom.Name == "team" && dom.Users != 2 {
+			t.Errorf("team users = %d, want 2", dom.Users)
 		}
+	}
+	// One worker per trust domain: team, d's, and c's (reuse off, alone).
+	if n := m.Pool().Workers(); n != 3 {
+		t.Errorf("%d workers, want 3 (team, d, c)", n)
 	}
 	if err := m.SetReuseBudget("team", 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range m.ReuseDomains() {
+	for _, dom := range m.ReuseDomains() {
 		want := int64(DefaultReuseBudget)
-		if d.Name == "team" {
+		if dom.Name == "team" {
 			want = 1 << 20
 		}
-		if d.Budget != want {
-			t.Errorf("after pin: domain %s budget = %d, want %d", d.Name, d.Budget, want)
+		if dom.Budget != want {
+			t.Errorf("after pin: domain %s budget = %d, want %d", dom.Name, dom.Budget, want)
 		}
 	}
 	if err := m.SetReuseBudget("nope", 1); !errors.Is(err, ErrNoDomain) {
 		t.Errorf("SetReuseBudget(nope) = %v, want %v", err, ErrNoDomain)
 	}
+	if err := m.Destroy(d.UUID()); err != nil {
+		t.Fatal(err)
+	}
+	for _, dom := range m.ReuseDomains() {
+		if dom.Name == reuse.PrivatePrefix+d.UUID() {
+			t.Errorf("private domain of a destroyed instance still listed")
+		}
+	}
 	if err := m.Destroy(a.UUID()); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.reuse.Lookup(reuse.PrivatePrefix + a.UUID()); ok {
-		t.Errorf("private domain of a destroyed instance still exists")
-	}
-	for _, d := range m.ReuseDomains() {
-		if d.Name == "team" && d.Users != 1 {
-			t.Errorf("team users after destroy = %d, want 1", d.Users)
+	for _, dom := range m.ReuseDomains() {
+		if dom.Name == "team" && dom.Users != 1 {
+			t.Errorf("team users after destroy = %d, want 1", dom.Users)
 		}
+	}
+	if n := m.Pool().Workers(); n != 2 {
+		t.Errorf("%d workers after two destroys, want 2 (team, c)", n)
 	}
 }
 

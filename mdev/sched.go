@@ -1,24 +1,20 @@
 package mdev
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/sched"
 )
 
-// ErrNoDevice is returned for a physical device index out of range.
-var ErrNoDevice = errors.New("no such device")
-
-func (m *Manager) device(i int) (*aggregator.Device, error) {
-	if i < 0 || i >= len(m.devs) {
-		return nil, fmt.Errorf("device %d (have %d): %w", i, len(m.devs), ErrNoDevice)
+func (m *Manager) device(i int) (*sched.Scheduler, error) {
+	if i < 0 || i >= len(m.infos) {
+		return nil, fmt.Errorf("device %d (have %d): %w", i, len(m.infos), ErrNoDevice)
 	}
-	return m.devs[i], nil
+	return m.pool.Sched(i), nil
 }
 
 // Policy returns physical device i's scheduling policy.
-func (m *Manager) Policy(i int) (aggregator.Policy, error) {
+func (m *Manager) Policy(i int) (sched.Policy, error) {
 	d, err := m.device(i)
 	if err != nil {
 		return "", err
@@ -32,7 +28,7 @@ func (m *Manager) SetPolicy(i int, name string) error {
 	if err != nil {
 		return err
 	}
-	p, err := aggregator.ParsePolicy(name)
+	p, err := sched.ParsePolicy(name)
 	if err != nil {
 		return err
 	}
@@ -44,22 +40,22 @@ func (m *Manager) SetPolicy(i int, name string) error {
 }
 
 // Sched returns physical device i's scheduler counters.
-func (m *Manager) Sched(i int) (aggregator.SchedStats, error) {
+func (m *Manager) Sched(i int) (sched.Stats, error) {
 	d, err := m.device(i)
 	if err != nil {
-		return aggregator.SchedStats{}, err
+		return sched.Stats{}, err
 	}
-	return d.SchedStats(), nil
+	return d.Stats(), nil
 }
 
 // SetShare sets an instance's weight under the fixed-share policy at run
-// time (1..aggregator.MaxShare); it overrides the profile's Share.
+// time (1..sched.MaxShare); it overrides the profile's Share.
 func (m *Manager) SetShare(id string, share uint32) error {
 	inst, err := m.Get(id)
 	if err != nil {
 		return err
 	}
-	if err := m.devs[inst.device].SetShare(inst.uuid, share); err != nil {
+	if err := inst.sched.SetShare(inst.uuid, share); err != nil {
 		return fmt.Errorf("set share of %s: %w", id, err)
 	}
 	inst.log.Info("share set", "share", share)
