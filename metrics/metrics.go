@@ -8,8 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/sched"
+	"github.com/vgpud/vgpud/worker"
 )
 
 const ns = "vgpud"
@@ -41,6 +42,11 @@ var (
 	instMemUsed   = desc("instance_memory_used_bytes", "Device memory held by the instance.", instLabels...)
 	instMemQuota  = desc("instance_memory_quota_bytes", "Device memory quota of the instance.", instLabels...)
 	instAttached  = desc("instance_attached", "1 while a VM is attached.", instLabels...)
+	instLost      = desc("instance_device_lost", "1 while the instance's device context is lost (its worker ended; a guest reset brings it back).", instLabels...)
+	instProgBytes = desc("instance_program_bytes", "Bytes of programs (source, options, binaries) the instance holds.", instLabels...)
+
+	workers     = desc("workers", "Worker processes running (one per trust domain and device).")
+	workerExits = desc("worker_exits_total", "Worker processes that ended other than by being stopped, by cause (watchdog, build-timeout, signal, exit, protocol, start).", "cause")
 
 	instReuse        = desc("instance_reuse_launches_total", "Launches by result-reuse outcome (hit, miss, skipped, recorded).", append(instLabels, "outcome")...)
 	instReuseBytes   = desc("instance_reuse_saved_bytes_total", "Bytes of results served from the shadow-result table.", instLabels...)
@@ -69,7 +75,7 @@ func NewCollector(m *mdev.Manager) *Collector { return &Collector{m: m} }
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{devInfo, devPolicy, devBusy, devTurns, devInstances,
 		instCommands, instErrors, instBytes, instLaunches, instKernel, instDevice, instWait, instTurns,
-		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached,
+		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, workers, workerExits,
 		instReuse, instReuseBytes, instReuseDevice, instReuseEvicted,
 		domReuse, domEntries, domBytes, domBudget, domUsers, domEvicted, domSavedBytes} {
 		ch <- d
@@ -80,6 +86,11 @@ func seconds(ns uint64) float64 { return float64(ns) / 1e9 }
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	pool := c.m.Pool()
+	ch <- prometheus.MustNewConstMetric(workers, prometheus.GaugeValue, float64(pool.Workers()))
+	for _, cause := range worker.Causes {
+		ch <- prometheus.MustNewConstMetric(workerExits, prometheus.CounterValue, float64(pool.Exits()[cause]), cause)
+	}
 	for _, d := range c.m.Devices() {
 		dev := strconv.Itoa(d.Index)
 		ch <- prometheus.MustNewConstMetric(devInfo, prometheus.GaugeValue, 1, dev, d.Name, d.Platform)
@@ -88,7 +99,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			continue
 		}
-		for _, p := range aggregator.Policies {
+		for _, p := range sched.Policies {
 			v := 0.0
 			if p == s.Policy {
 				v = 1
@@ -99,9 +110,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(devTurns, prometheus.CounterValue, float64(s.Turns), dev)
 	}
 	for _, in := range c.m.List() {
-		a := in.Aggregator()
-		st := a.Stats()
-		sc := a.SchedStats()
+		st := in.Stats()
+		sc := in.Sched()
 		lv := []string{in.UUID(), in.Profile().Name, strconv.Itoa(in.Device())}
 		counter := func(d *prometheus.Desc, v float64, extra ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append(lv[:3:3], extra...)...)
@@ -125,8 +135,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(instSlices, float64(sc.Slices))
 		counter(instDoorbells, float64(st.Doorbells.Load()))
 		gauge(instShare, float64(sc.Share))
-		gauge(instMemUsed, float64(a.MemUsed()))
-		gauge(instMemQuota, float64(a.Limits().MemBytes))
+		gauge(instMemUsed, float64(in.MemUsed()))
+		gauge(instProgBytes, float64(in.ProgramBytes()))
+		lost := 0.0
+		if in.Lost() {
+			lost = 1
+		}
+		gauge(instLost, lost)
+		gauge(instMemQuota, float64(in.MemQuota()))
 		att := 0.0
 		if in.Attached() {
 			att = 1

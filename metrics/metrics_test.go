@@ -138,9 +138,13 @@ func TestMetricsDuringRun(t *testing.T) {
 		{`vgpud_device_policy\{device="0",policy="timeslice"\}`, func(v float64) bool { return v == 0 }, "0"},
 		{`vgpud_device_busy_seconds_total\{device="0"\}`, func(v float64) bool { return v > 0 }, "> 0"},
 		{`vgpud_device_instances\{device="0"\}`, func(v float64) bool { return v == 1 }, "1"},
-		// The three launches read an input whose content the sample filter
-		// has not seen before: none is hashed or recorded.
-		{`vgpud_instance_reuse_launches_total\{device="0",instance="` + id + `",outcome="skipped",profile="vgpu-medium"\}`, func(v float64) bool { return v == 3 }, "3"},
+		// The first launch reads an upload the sample filter has not seen:
+		// it runs unhashed and unrecorded (a miss) and leaves its output,
+		// a fresh buffer until then, unknown, so the other two are no
+		// candidates (skipped). Nothing is hashed or recorded.
+		{`vgpud_instance_reuse_launches_total\{device="0",instance="` + id + `",outcome="miss",profile="vgpu-medium"\}`, func(v float64) bool { return v == 1 }, "1"},
+		{`vgpud_instance_reuse_launches_total\{device="0",instance="` + id + `",outcome="skipped",profile="vgpu-medium"\}`, func(v float64) bool { return v == 2 }, "2"},
+		{`vgpud_instance_reuse_launches_total\{device="0",instance="` + id + `",outcome="recorded",profile="vgpu-medium"\}`, func(v float64) bool { return v == 0 }, "0"},
 		{`vgpud_reuse_domain_budget_bytes\{domain="[^"]+",shared="false"\}`, func(v float64) bool { return v > 0 }, "> 0 (the instance's private domain)"},
 	}
 	for _, c := range checks {

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 
+	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 )
 
@@ -19,5 +21,30 @@ func setProfile(ctx context.Context, c *control.Client, args []string, w io.Writ
 		return err
 	}
 	fmt.Fprintf(w, "%s profile %s (%s)\n", in.UUID, in.Profile.Name, mib(in.Profile.MemBytes))
+	return nil
+}
+
+// setLimits changes an instance's time budgets and program quota.
+func setLimits(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
+	fs := flag.NewFlagSet("limits", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	turn := fs.Duration("turn-timeout", 0, "longest one device turn may hold the device (0: keep)")
+	build := fs.Duration("build-timeout", 0, "longest one program build may take (0: keep)")
+	prog := fs.Uint64("program-bytes", 0, "bytes of programs the instance may hold (0: keep)")
+	if len(args) < 1 {
+		return errors.New("usage: limits UUID [-turn-timeout D] [-build-timeout D] [-program-bytes N]")
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 || *turn < 0 || *build < 0 {
+		return errors.New("usage: limits UUID [-turn-timeout D] [-build-timeout D] [-program-bytes N]")
+	}
+	in, err := c.SetLimits(ctx, args[0], mdev.Limits{TurnTimeout: mdev.Duration(*turn), BuildTimeout: mdev.Duration(*build), ProgramBytes: *prog})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s turn timeout %v, build timeout %v, programs %d of %d bytes\n", in.UUID,
+		in.Limits.TurnTimeout.D(), in.Limits.BuildTimeout.D(), in.ProgramBytes, in.Limits.ProgramBytes)
 	return nil
 }

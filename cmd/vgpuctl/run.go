@@ -39,6 +39,9 @@ commands:
   reuse set UUID DOMAIN|private|off
   reuse budget DOMAIN BYTES|unpin
   set-profile UUID PROFILE      move an instance (VM attached) to another vGPU type
+  limits UUID [-turn-timeout D] [-build-timeout D] [-program-bytes N]
+                                an instance's time budgets and program quota
+                                (a worker whose turn or build overruns is ended)
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -96,6 +99,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return reuseCmd(ctx, c, rest, stdout, stderr)
 	case "set-profile":
 		return setProfile(ctx, c, rest, stdout)
+	case "limits":
+		return setLimits(ctx, c, rest, stdout, stderr)
 	}
 	fs.Usage()
 	return fmt.Errorf("unknown command %q", cmd)

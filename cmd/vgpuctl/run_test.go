@@ -86,6 +86,15 @@ func TestCommands(t *testing.T) {
 	if _, err := ctl(t, sock, "set-profile", id, "no-such-profile"); err == nil {
 		t.Errorf("set-profile to an unknown profile = nil error")
 	}
+	if out, err := ctl(t, sock, "limits", id, "-turn-timeout", "3s", "-program-bytes", "1048576"); err != nil ||
+		!strings.Contains(out, "turn timeout 3s, build timeout 1m0s, programs 0 of 1048576 bytes") {
+		t.Errorf("limits = %q, %v", out, err)
+	}
+	for _, args := range [][]string{{"limits"}, {"limits", id, "-turn-timeout", "-1s"}, {"limits", id, "extra"}} {
+		if _, err := ctl(t, sock, args...); err == nil {
+			t.Errorf("vgpuctl %q = nil error", args)
+		}
+	}
 	if _, err := ctl(t, sock, "destroy", id); err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,15 @@ type Config struct {
 	// Reuse configures result reuse: {"off": true} turns it off, "budget"
 	// bounds the bytes of shadow results (default 256 MiB), docs/reuse.md.
 	Reuse mdev.ReuseConfig `json:"reuse"`
+	// WorkerDir holds the worker processes' private directories (their
+	// compiler caches); it and its parents must let the workers'
+	// unprivileged user through. Empty: the system's temporary directory.
+	WorkerDir string `json:"worker_dir,omitempty"`
+	// UnsafeInProcess runs every instance's device work (guest-supplied
+	// kernels and the compiler included) in vgpud's own process, with no
+	// isolation between tenants (docs/isolation.md): a benchmark baseline,
+	// never for guests one does not trust. Refused unless set.
+	UnsafeInProcess bool `json:"unsafe_in_process,omitempty"`
 }
 
 type multiFlag []string
@@ -89,6 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logFormat  = fs.String("log-format", "", "text or json")
 		listDevs   = fs.Bool("list-devices", false, "print the OpenCL devices and exit")
 		metricsAt  = fs.String("metrics-addr", defaultMetricsAddr, "TCP address for Prometheus /metrics (\"\" disables)")
+		unsafeProc = fs.Bool("unsafe-in-process", false, "run guests' device work in vgpud's own process: NO isolation between tenants (benchmark baseline only)")
 		devices    multiFlag
 	)
 	fs.Var(&devices, "device", "physical device selector (index or name substring); repeatable")
@@ -127,6 +137,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *logFormat != "" {
 		cfg.LogFormat = *logFormat
 	}
+	if *unsafeProc {
+		cfg.UnsafeInProcess = true
+	}
 	log, err := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
@@ -159,6 +172,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		SocketDir: filepath.Join(cfg.RunDir, "instances"),
 		Logger:    log,
 		Reuse:     cfg.Reuse,
+		WorkerDir: cfg.WorkerDir,
+		InProcess: cfg.UnsafeInProcess,
 	})
 	if err != nil {
 		return err

@@ -31,10 +31,15 @@ func startDaemon(t *testing.T, args ...string) (sock, metricsURL string) {
 		pw.CloseWithError(io.EOF)
 		done <- err
 	}()
+	var runErr error
+	finished := false
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("vgpud run = %v", err)
+		if !finished {
+			runErr = <-done
+		}
+		if runErr != nil {
+			t.Errorf("vgpud run = %v", runErr)
 		}
 		if _, err := os.Stat(filepath.Join(runDir, "control.sock")); !os.IsNotExist(err) {
 			t.Errorf("control socket left behind: %v", err)
@@ -43,7 +48,8 @@ func startDaemon(t *testing.T, args ...string) (sock, metricsURL string) {
 	line, err := bufio.NewReader(pr).ReadString('\n')
 	go io.Copy(io.Discard, pr)
 	if err != nil {
-		t.Fatalf("daemon did not get ready: %v (%v)", err, <-done)
+		runErr, finished = <-done, true
+		t.Fatalf("daemon did not get ready: %v", err)
 	}
 	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "vgpud ready control=")
 	if !ok {

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/sched"
 )
 
 // PolicyBody is a device's scheduling policy.
@@ -29,13 +29,13 @@ type DeviceStats struct {
 	Index     int    `json:"index"`
 	Name      string `json:"name"`
 	Instances int    `json:"instances"`
-	aggregator.SchedStats
+	sched.Stats
 }
 
 // InstanceStats is one instance in a StatsReply.
 type InstanceStats struct {
 	InstanceInfo
-	Sched aggregator.ClientStats `json:"sched"`
+	Sched sched.ClientStats `json:"sched"`
 }
 
 // StatsReply is a snapshot of every device's scheduler and every
@@ -52,13 +52,13 @@ func Snapshot(m *mdev.Manager) StatsReply {
 	for _, d := range m.Devices() {
 		ds := DeviceStats{Index: d.Index, Name: d.Name, Instances: d.Instances}
 		if s, err := m.Sched(d.Index); err == nil {
-			ds.SchedStats = s
+			ds.Stats = s
 			ds.Clients = nil // per instance below
 		}
 		out.Devices = append(out.Devices, ds)
 	}
 	for _, in := range m.List() {
-		out.Instances = append(out.Instances, InstanceStats{InstanceInfo: infoOf(in), Sched: in.Aggregator().SchedStats()})
+		out.Instances = append(out.Instances, InstanceStats{InstanceInfo: infoOf(in), Sched: in.Sched()})
 	}
 	return out
 }
@@ -120,7 +120,7 @@ func handleSched(mux *http.ServeMux, m *mdev.Manager) {
 			replySchedErr(w, err)
 			return
 		}
-		reply(w, http.StatusOK, InstanceStats{InstanceInfo: infoOf(in), Sched: in.Aggregator().SchedStats()})
+		reply(w, http.StatusOK, InstanceStats{InstanceInfo: infoOf(in), Sched: in.Sched()})
 	})
 }
 

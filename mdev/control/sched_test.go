@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/sched"
 )
 
 func TestSchedAPI(t *testing.T) {
@@ -16,10 +16,10 @@ func TestSchedAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err := c.Policy(ctx, 0); err != nil || p != string(aggregator.DefaultPolicy) {
-		t.Errorf("Policy(0) = %q, %v, want %q", p, err, aggregator.DefaultPolicy)
+	if p, err := c.Policy(ctx, 0); err != nil || p != string(sched.DefaultPolicy) {
+		t.Errorf("Policy(0) = %q, %v, want %q", p, err, sched.DefaultPolicy)
 	}
-	for _, p := range aggregator.Policies {
+	for _, p := range sched.Policies {
 		if err := c.SetPolicy(ctx, 0, string(p)); err != nil {
 			t.Fatalf("SetPolicy(0, %s) = %v", p, err)
 		}
@@ -33,7 +33,7 @@ func TestSchedAPI(t *testing.T) {
 	}
 	st, err := c.Stats(ctx)
 	if err != nil || len(st.Devices) != 1 || len(st.Instances) != 1 || st.Instances[0].Sched.Share != 7 ||
-		st.Devices[0].Policy != aggregator.PolicyTimeslice || st.Time.IsZero() {
+		st.Devices[0].Policy != sched.PolicyTimeslice || st.Time.IsZero() {
 		t.Errorf("Stats() = %+v, %v", st, err)
 	}
 
@@ -46,7 +46,7 @@ func TestSchedAPI(t *testing.T) {
 		{"no such device", func() error { return c.SetPolicy(ctx, 3, "best-effort") }, 404},
 		{"device not a number", func() error { _, err := c.Policy(ctx, -1); return err }, 404},
 		{"share 0", func() error { _, err := c.SetShare(ctx, info.UUID, 0); return err }, 400},
-		{"share too big", func() error { _, err := c.SetShare(ctx, info.UUID, aggregator.MaxShare+1); return err }, 400},
+		{"share too big", func() error { _, err := c.SetShare(ctx, info.UUID, sched.MaxShare+1); return err }, 400},
 		{"share of unknown instance", func() error { _, err := c.SetShare(ctx, "nope", 2); return err }, 404},
 	}
 	for _, tt := range tests {

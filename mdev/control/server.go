@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/worker"
 )
 
 // maxBody bounds a request body.
@@ -62,6 +64,7 @@ func Handler(m *mdev.Manager) http.Handler {
 	})
 	handleSched(mux, m)
 	handleProfile(mux, m)
+	handleLimits(mux, m)
 	handleReuse(mux, m)
 	return mux
 }
@@ -83,9 +86,10 @@ func replyErr(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, mdev.ErrNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, mdev.ErrExists), errors.Is(err, mdev.ErrNoCapacity):
+	case errors.Is(err, mdev.ErrExists), errors.Is(err, mdev.ErrNoCapacity), abi.StatusOf(err) == abi.StatusBusy:
 		code = http.StatusConflict
-	case errors.Is(err, mdev.ErrManagerClosed):
+	case errors.Is(err, mdev.ErrManagerClosed), errors.Is(err, worker.ErrLost), errors.Is(err, worker.ErrWorker),
+		abi.StatusOf(err) == abi.StatusDeviceLost:
 		code = http.StatusServiceUnavailable
 	}
 	reply(w, code, errorBody{Error: err.Error()})

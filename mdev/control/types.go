@@ -17,6 +17,16 @@ type InstanceInfo struct {
 	Error       string       `json:"error,omitempty"` // latched device error
 	Stats       Stats        `json:"stats"`
 	Reuse       *ReuseInfo   `json:"reuse,omitempty"` // result reuse (reuse.go)
+	Limits      mdev.Limits  `json:"limits"`
+	// ProgramBytes is the bytes of programs the instance holds (against
+	// Limits.ProgramBytes).
+	ProgramBytes uint64 `json:"program_bytes"`
+	// Lost is set while the instance's device context is gone (its worker
+	// ended); the guest's next device reset brings it back.
+	Lost bool `json:"lost,omitempty"`
+	// WorkerPID is the process serving the instance's trust domain (0 in
+	// process or while lost).
+	WorkerPID int `json:"worker_pid,omitempty"`
 }
 
 // Stats are an instance's counters.
@@ -32,8 +42,7 @@ type Stats struct {
 }
 
 func infoOf(in *mdev.Instance) InstanceInfo {
-	a := in.Aggregator()
-	s := a.Stats()
+	s := in.Stats()
 	st := Stats{
 		Commands:     s.Commands.Load(),
 		Errors:       s.Errors.Load(),
@@ -57,12 +66,16 @@ func infoOf(in *mdev.Instance) InstanceInfo {
 		Device:      in.Device(),
 		Socket:      in.Socket(),
 		Attached:    in.Attached(),
-		RingEnabled: a.RingEnabled(),
-		MemUsed:     a.MemUsed(),
+		RingEnabled: in.RingEnabled(),
+		MemUsed:     in.MemUsed(),
 		Stats:       st,
 		Reuse:       reuseInfoOf(in),
+		Limits:      in.Limits(),
+		Lost:        in.Lost(),
+		WorkerPID:   in.WorkerPID(),
 	}
-	if e, _ := a.Error(); e != abi.StatusOK {
+	info.ProgramBytes = in.ProgramBytes()
+	if e, _ := in.Error(); e != abi.StatusOK {
 		info.Error = e.String()
 	}
 	return info
