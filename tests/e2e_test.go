@@ -157,7 +157,7 @@ func TestGuestSuite(t *testing.T) {
 	if rep.Profile != "vgpu-small" {
 		t.Errorf("guest saw profile %q", rep.Profile)
 	}
-	if s := inst.Aggregator().Stats(); s.Launches.Load() == 0 || s.BytesToDev.Load() == 0 {
+	if s := inst.Stats(); s.Launches.Load() == 0 || s.BytesToDev.Load() == 0 {
 		t.Errorf("host saw no work: launches %d, bytes %d", s.Launches.Load(), s.BytesToDev.Load())
 	}
 }
@@ -223,7 +223,7 @@ func TestHostileGuest(t *testing.T) {
 	if err != nil || !rep.OK() {
 		t.Errorf("good guest: err %v\n%s\nconsole:\n%s", err, rep, console)
 	}
-	if s := bad.Aggregator().Stats(); s.Errors.Load() == 0 {
+	if s := bad.Stats(); s.Errors.Load() == 0 {
 		t.Errorf("host counted no errors for the hostile guest")
 	}
 	// vgpud still serves: the good instance takes another VM.

@@ -9,10 +9,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/sched"
 )
 
 // Lines printed by guestagent/cmd/vgpu-spin.
@@ -40,7 +40,7 @@ func TestFixedShareTwoGuests(t *testing.T) {
 	k := imagetest.RequireKernel(t)
 	initrd := imagetest.Initramfs(t, k, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-spin")
 	m := host(t)
-	if p, err := m.Policy(0); err != nil || p != aggregator.PolicyFixedShare {
+	if p, err := m.Policy(0); err != nil || p != sched.PolicyFixedShare {
 		t.Fatalf("Policy(0) = %s, %v", p, err)
 	}
 	light, heavy := mustCreate(t, m, "vgpu-small"), mustCreate(t, m, "vgpu-small")
@@ -73,7 +73,7 @@ func TestFixedShareTwoGuests(t *testing.T) {
 		}()
 	}
 	// The window: from both guests spinning to the first one finishing.
-	var before [2]aggregator.ClientStats
+	var before [2]sched.ClientStats
 	for range 2 {
 		select {
 		case <-started:
@@ -82,7 +82,7 @@ func TestFixedShareTwoGuests(t *testing.T) {
 		}
 	}
 	for i, inst := range insts {
-		before[i] = inst.Aggregator().SchedStats()
+		before[i] = inst.Sched()
 	}
 	select {
 	case <-done:
@@ -90,16 +90,16 @@ func TestFixedShareTwoGuests(t *testing.T) {
 	}
 	var dev [2]uint64
 	for i, inst := range insts {
-		dev[i] = inst.Aggregator().SchedStats().DeviceNanos - before[i].DeviceNanos
+		dev[i] = inst.Sched().DeviceNanos - before[i].DeviceNanos
 	}
 	wg.Wait()
 	for i, o := range outs {
 		if o.err != nil || !o.res.Checked || o.res.Launches == 0 {
 			t.Errorf("guest %d: %+v, %v\nconsole:\n%s", i, o.res, o.err, o.console)
 		}
-		s := insts[i].Aggregator().Stats()
-		if s.Errors.Load() != 0 || insts[i].Aggregator().Done() != insts[i].Aggregator().Head() {
-			t.Errorf("guest %d: %d errors, %d of %d commands completed", i, s.Errors.Load(), insts[i].Aggregator().Done(), insts[i].Aggregator().Head())
+		s := insts[i].Stats()
+		if s.Errors.Load() != 0 || insts[i].Done() != insts[i].Head() {
+			t.Errorf("guest %d: %d errors, %d of %d commands completed", i, s.Errors.Load(), insts[i].Done(), insts[i].Head())
 		}
 	}
 	t.Logf("device time while both ran: share 1 %.3fs, share 3 %.3fs (%.1f%% for share 3, 75%% wanted)",

@@ -1,0 +1,98 @@
+package tests
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/suite"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/worker"
+)
+
+// mainSecret lives in vgpud's own memory (this test process is the main
+// process): no guest may read it back.
+var mainSecret = func() []byte {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return b
+}()
+
+// TestIsolationTwoGuests: two real QEMU guests in different trust domains
+// (each its own, the default). The hostile one runs every isolation
+// attack (vgpu-suite -mode attack: a pointer scan around its buffers, an
+// endless kernel, a compiler crash and a compiler bomb, a wild write, a
+// huge private array), resetting its device after each loss; the good one
+// runs the suite five times with a secret in a device buffer. The good
+// guest's results and its buffer stay correct, neither its secret nor one
+// in vgpud's memory is read back, the hostile guest still computes at the
+// end, vgpud answers, and the ended workers are counted.
+func TestIsolationTwoGuests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	d, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := mdev.Profile{Name: "iso", MemBytes: 256 << 20, Share: 1, MaxPerDevice: 8,
+		TurnTimeout: mdev.Duration(2 * time.Second), BuildTimeout: mdev.Duration(5 * time.Second)}
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, Profiles: []mdev.Profile{prof}, SocketDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("manager close: %v", err)
+		}
+		d.Close()
+	})
+	good, bad := mustCreate(t, m, "iso"), mustCreate(t, m, "iso")
+	secret := make([]byte, 16)
+	if _, err := rand.Read(secret); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg       sync.WaitGroup
+		hrep     suite.Report
+		hconsole string
+		herr     error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		hrep, hconsole, herr = runGuest(t.Context(), t, bad, "-mode=attack",
+			"-needles="+hex.EncodeToString(secret)+":"+hex.EncodeToString(mainSecret), "-timeout=30s")
+	}()
+	rep, console, err := runGuest(t.Context(), t, good, "-mode=reuse", "-repeat=5", "-seed=3",
+		"-secret="+hex.EncodeToString(secret), "-timeout=30s")
+	wg.Wait()
+	t.Logf("hostile guest's report:\n%s", hrep)
+	if herr != nil || !hrep.OK() || hrep.Mode != "attack" {
+		t.Errorf("hostile guest: err %v\n%s\nconsole:\n%s", herr, hrep, hconsole)
+	}
+	if hrep.Losses < 4 {
+		t.Errorf("the attacks lost %d device contexts, want at least 4", hrep.Losses)
+	}
+	if err != nil || !rep.OK() {
+		t.Errorf("good guest: err %v\n%s\nconsole:\n%s", err, rep, console)
+	}
+	if st, _ := good.Error(); st != abi.StatusOK || good.Lost() {
+		t.Errorf("good instance: error %v, lost %v", st, good.Lost())
+	}
+	exits := m.Pool().Exits()
+	t.Logf("workers ended: %v", exits)
+	if exits[worker.CauseWatchdog] == 0 || exits[worker.CauseBuildTimeout] == 0 {
+		t.Errorf("the watchdog or the build timer ended no worker: %v", exits)
+	}
+	if n := len(m.List()); n != 2 {
+		t.Errorf("the manager lists %d instances, want 2", n)
+	}
+}
