@@ -21,8 +21,13 @@ type Host struct {
 	Dir string // temporary directory: instance sockets, guest images
 }
 
-// Start opens the device named by selector (gpu.Open) and a manager on it.
-func Start(selector, prefix string) (*Host, error) {
+// Start opens the device named by selector (gpu.Open) and a manager on it,
+// whose instances run in worker processes (vgpud's default).
+func Start(selector, prefix string) (*Host, error) { return StartWith(selector, prefix, false) }
+
+// StartWith is Start; inProcess runs the instances in this process instead
+// (the unsafe baseline of bench/isolation).
+func StartWith(selector, prefix string, inProcess bool) (*Host, error) {
 	dev, err := gpu.Open(selector)
 	if err != nil {
 		return nil, fmt.Errorf("open opencl device: %w", err)
@@ -34,7 +39,7 @@ func Start(selector, prefix string) (*Host, error) {
 	}
 	// Each path's hang-up is logged as a warning: errors only.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Logger: log})
+	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Logger: log, InProcess: inProcess})
 	if err != nil {
 		os.RemoveAll(dir)
 		dev.Close()

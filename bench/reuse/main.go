@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,15 +11,16 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/bench/stats"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/reuse"
+	"github.com/vgpud/vgpud/sched"
 )
 
 func main() {
@@ -141,73 +143,85 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 	defer g.Close()
-	dev := aggregator.NewDevice(g, nil)
-	defer dev.Close()
+	// Off and on get a scheduler each over the one OpenCL device: they
+	// never run at once, and one scheduler would slice each one's long
+	// launches for the other, which just finished (docs/scheduler.md),
+	// adding the scheduler's cost to whichever ran second.
+	var devs [2]*aggregator.Device
+	for mode := range devs {
+		devs[mode] = aggregator.NewDevice(g, sched.New(sched.DefaultPolicy, nil), nil)
+		defer devs[mode].Close()
+	}
 	info := g.Info()
-	fmt.Fprintf(w, "device: %s (%s), %d compute units; path: aggregator directly (no QEMU, no transport); %d jobs per cell, off and on alternating, rate = 1/median job time; budget %d MiB\n\n",
+	fmt.Fprintf(w, "device: %s (%s), %d compute units; path: aggregator directly (no QEMU, no transport); %d jobs per cell, off and on alternating; budget %d MiB\n",
 		info.Name, info.Platform, info.ComputeUnits, cfg.jobs, cfg.budget>>20)
-	fmt.Fprintf(w, "%-9s %-12s %5s %12s %12s %8s %6s\n", "kernel", "size", "redund", "off jobs/s", "on jobs/s", "on/off", "hits")
+	fmt.Fprintf(w, "on/off = rate ratio of the median jobs; paired = geometric mean of the per-pair time ratios off/on with its 95%% confidence interval (t), wall and process CPU time\n\n")
+	fmt.Fprintf(w, "%-9s %-12s %5s %11s %11s %8s %23s %23s %6s\n", "kernel", "size", "redund", "off jobs/s", "on jobs/s", "on/off", "paired wall [95% CI]", "paired cpu [95% CI]", "hits")
 	eng := reuse.New(reuse.Config{Budget: cfg.budget})
 	for bi, b := range benches() {
 		if cfg.only != "" && b.name != cfg.only {
 			continue
 		}
 		for _, red := range cfg.redunds {
-			// Off and on run as two instances, job by job interleaved, so
-			// that drift in the shared machine's speed hits both alike.
-			var jobsOf [2]func(int) (time.Duration, error)
-			var doms [2]*reuse.Domain
-			for mode := 0; mode < 2; mode++ {
-				id := fmt.Sprintf("%s-%d-%d", b.name, red, mode)
-				if mode == 1 {
-					doms[mode] = eng.Private(id)
-				}
-				j, closeFn, err := runCell(dev, id, doms[mode], b, red, cfg.jobs, uint64(bi))
-				if err != nil {
-					return fmt.Errorf("%s %d%%: %w", b.name, red, err)
-				}
-				defer closeFn()
-				jobsOf[mode] = j
+			if err := runRow(ctx, w, cfg, devs, eng, bi, b, red); err != nil {
+				return fmt.Errorf("%s %d%%: %w", b.name, red, err)
 			}
-			h0 := doms[1].Stats.Hits.Load()
-			var el [2][]time.Duration
-			for j := 0; j < cfg.jobs; j++ {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				// Alternate which mode goes first, so that neither always
-				// runs right after the other's cache-cold frees.
-				for k := 0; k < 2; k++ {
-					mode := (j + k) % 2
-					d, err := jobsOf[mode](j)
-					if err != nil {
-						return fmt.Errorf("%s %d%%: %w", b.name, red, err)
-					}
-					el[mode] = append(el[mode], d)
-				}
-			}
-			hits := doms[1].Stats.Hits.Load() - h0
-			eng.Drop(doms[1])
-			rates := [2]float64{1 / median(el[0]).Seconds(), 1 / median(el[1]).Seconds()}
-			fmt.Fprintf(w, "%-9s %-12s %5d%% %12.2f %12.2f %7.2fx %6d\n", b.name, b.size, red, rates[0], rates[1], rates[1]/rates[0], hits)
 		}
 	}
 	return nil
 }
 
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
+// runRow measures one kernel at one redundancy and prints its row. Its
+// instances (and their guest RAM) are gone when it returns.
+func runRow(ctx context.Context, w io.Writer, cfg config, devs [2]*aggregator.Device, eng *reuse.Engine, bi int, b bench, red int) error {
+	// Off and on run as two instances, job by job interleaved, so that
+	// drift in the shared machine's speed hits both alike.
+	var jobsOf [2]func(int) (jobTime, error)
+	var doms [2]*reuse.Domain
+	for mode := 0; mode < 2; mode++ {
+		id := fmt.Sprintf("%s-%d-%d", b.name, red, mode)
+		if mode == 1 {
+			doms[mode] = eng.Private(id)
+		}
+		j, closeFn, err := runCell(devs[mode], id, doms[mode], b, red, cfg.jobs, uint64(bi))
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		jobsOf[mode] = j
 	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	h0 := doms[1].Stats.Hits.Load()
+	var el [2][]time.Duration
+	var wall, cpu [2][]float64
+	for j := 0; j < cfg.jobs; j++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Alternate which mode goes first, so that neither always runs
+		// right after the other's cache-cold frees.
+		for k := 0; k < 2; k++ {
+			mode := (j + k) % 2
+			t, err := jobsOf[mode](j)
+			if err != nil {
+				return err
+			}
+			el[mode] = append(el[mode], t.wall)
+			wall[mode] = append(wall[mode], t.wall.Seconds())
+			cpu[mode] = append(cpu[mode], t.cpu.Seconds())
+		}
+	}
+	hits := doms[1].Stats.Hits.Load() - h0
+	eng.Drop(doms[1])
+	rates := [2]float64{1 / stats.Median(el[0]).Seconds(), 1 / stats.Median(el[1]).Seconds()}
+	fmt.Fprintf(w, "%-9s %-12s %5d%% %11.2f %11.2f %7.2fx %23s %23s %6d\n", b.name, b.size, red, rates[0], rates[1], rates[1]/rates[0],
+		stats.PairedRatio(wall[0], wall[1]), stats.PairedRatio(cpu[0], cpu[1]), hits)
+	return nil
 }
 
 // runCell runs jobs of b on a fresh instance and returns jobs per second.
 // A redundant job repeats the inputs of an earlier job; which jobs are
 // redundant is the same for reuse off and on.
-func runCell(dev *aggregator.Device, id string, dom *reuse.Domain, b bench, red, jobs int, seed uint64) (func(int) (time.Duration, error), func(), error) {
+func runCell(dev *aggregator.Device, id string, dom *reuse.Domain, b bench, red, jobs int, seed uint64) (func(int) (jobTime, error), func(), error) {
 	total := b.output
 	for _, n := range b.inputs {
 		total += n
@@ -256,11 +270,18 @@ func runCell(dev *aggregator.Device, id string, dom *reuse.Domain, b bench, red,
 			plan[j] = 100 + uint64(j)
 		}
 	}
+	// The warmed input sets are kept; a fresh set is made before its job
+	// (untimed) and dropped after it, so memory stays bounded by a few
+	// sets whatever -jobs is.
 	data := map[uint64][][]byte{}
-	for _, p := range append(append([]uint64{}, warm...), plan...) {
-		if data[p] == nil {
-			data[p] = inputs(p)
+	for _, p := range warm {
+		data[p] = inputs(p)
+	}
+	setFor := func(p uint64) [][]byte {
+		if d, ok := data[p]; ok {
+			return d
 		}
+		return inputs(p)
 	}
 	doJob := func(in [][]byte) error {
 		// Like Rodinia's host code, a job allocates its output buffer and
@@ -297,10 +318,17 @@ func runCell(dev *aggregator.Device, id string, dom *reuse.Domain, b bench, red,
 			return nil, nil, err
 		}
 	}
-	job := func(j int) (time.Duration, error) {
+	job := func(j int) (jobTime, error) {
+		in := setFor(plan[j])
+		c0, err := processCPU()
+		if err != nil {
+			return jobTime{}, err
+		}
 		start := time.Now()
-		err := doJob(data[plan[j]])
-		return time.Since(start), err
+		err = doJob(in)
+		wall := time.Since(start)
+		c1, cerr := processCPU()
+		return jobTime{wall: wall, cpu: c1 - c0}, errors.Join(err, cerr)
 	}
 	return job, closeAll, nil
 }
