@@ -8,10 +8,10 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+	"github.com/vgpud/vgpud/sched"
 )
 
 // spinSource's kernel takes device time proportional to iters per item.
@@ -129,7 +129,7 @@ func (g *guest) op(w work) error {
 	return g.d.Finish()
 }
 
-func (g *guest) sched() aggregator.ClientStats { return g.inst.Aggregator().SchedStats() }
+func (g *guest) sched() sched.ClientStats { return g.inst.Sched() }
 
 // result is one guest's part of a run.
 type result struct {
@@ -149,7 +149,7 @@ func runAll(ctx context.Context, gs []*guest, ws []work, window time.Duration) (
 			return nil, 0, err
 		}
 	}
-	before := make([]aggregator.ClientStats, len(gs))
+	before := make([]sched.ClientStats, len(gs))
 	for i, g := range gs {
 		before[i] = g.sched()
 	}

@@ -13,10 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/sched"
 )
 
 func main() {
@@ -188,14 +188,14 @@ func (b *bench) withGuests(shares []uint32, f func([]*guest) error) (err error) 
 	return f(gs)
 }
 
-func (b *bench) setPolicy(p aggregator.Policy) error { return b.mgr.SetPolicy(0, string(p)) }
+func (b *bench) setPolicy(p sched.Policy) error { return b.mgr.SetPolicy(0, string(p)) }
 
 func (b *bench) throughput(ctx context.Context) (*table.Table, error) {
 	t := &table.Table{
-		Title:  fmt.Sprintf("Aggregate throughput: N guests each launching the %v kernel back to back (%s); ratio to 1 guest", b.cfg.mediumT, aggregator.DefaultPolicy),
+		Title:  fmt.Sprintf("Aggregate throughput: N guests each launching the %v kernel back to back (%s); ratio to 1 guest", b.cfg.mediumT, sched.DefaultPolicy),
 		Header: []string{"guests", "launches/s", "vs 1 guest", "device busy", "per guest min-max launches/s", "mean queue wait/launch"},
 	}
-	if err := b.setPolicy(aggregator.DefaultPolicy); err != nil {
+	if err := b.setPolicy(sched.DefaultPolicy); err != nil {
 		return nil, err
 	}
 	var base float64
@@ -249,7 +249,7 @@ func (b *bench) fairness(ctx context.Context) (*table.Table, error) {
 		Title:  fmt.Sprintf("Fairness: two guests launching the %v kernel back to back; Jain's index over device time / weight", b.cfg.mediumT),
 		Header: []string{"policy", "weights", "device time A / B", "B's share", "B's share wanted", "Jain (time/weight)"},
 	}
-	for _, p := range aggregator.Policies {
+	for _, p := range sched.Policies {
 		for _, ws := range [][2]uint32{{1, 1}, {1, 3}} {
 			if err := b.setPolicy(p); err != nil {
 				return nil, err
@@ -261,7 +261,7 @@ func (b *bench) fairness(ctx context.Context) (*table.Table, error) {
 				}
 				a, bb := float64(res[0].devNS), float64(res[1].devNS)
 				want := "50%"
-				if p == aggregator.PolicyFixedShare {
+				if p == sched.PolicyFixedShare {
 					want = fmt.Sprintf("%.0f%%", float64(ws[1])/float64(ws[0]+ws[1])*100)
 				}
 				t.Add(string(p), fmt.Sprintf("%d:%d", ws[0], ws[1]),
@@ -280,7 +280,7 @@ func (b *bench) fairness(ctx context.Context) (*table.Table, error) {
 }
 
 func (b *bench) interference(ctx context.Context) (*table.Table, error) {
-	policies := []aggregator.Policy{aggregator.DefaultPolicy, aggregator.PolicyTimeslice}
+	policies := []sched.Policy{sched.DefaultPolicy, sched.PolicyTimeslice}
 	t := &table.Table{
 		Title: fmt.Sprintf("Interference: a short-kernel guest (%v kernels, launch + wait, back to back) next to another guest; slowdown = its mean latency / alone under the same policy",
 			b.cfg.shortT),
@@ -289,7 +289,7 @@ func (b *bench) interference(ctx context.Context) (*table.Table, error) {
 	per := func(ns uint64, r result) string {
 		return time.Duration(ns / uint64(max(r.ops, 1))).Round(time.Microsecond).String()
 	}
-	slow := map[aggregator.Policy][]float64{}
+	slow := map[sched.Policy][]float64{}
 	for _, p := range policies {
 		if err := b.setPolicy(p); err != nil {
 			return nil, err
@@ -336,7 +336,7 @@ func (b *bench) interference(ctx context.Context) (*table.Table, error) {
 	t.Note("in-vgpud latency = queue wait for the device turn + the kernel's profiled device time, per launch of the short guest (what the")
 	t.Note("scheduler controls); guest latency = wall time of launch + wait in the guest, which adds a fixed ~0.4 ms of harness round trip")
 	t.Note("(doorbell over the socket, worker wake-up, completion poll) to every launch, alone and co-located alike")
-	t.Note("%s: long launches are sliced to half the short guest's typical kernel while it is active; the least-served guest goes", aggregator.DefaultPolicy)
+	t.Note("%s: long launches are sliced to half the short guest's typical kernel while it is active; the least-served guest goes", sched.DefaultPolicy)
 	t.Note("first, shorter work first within %v; timeslice (baseline): 1 ms round-robin slices, long launches cut at 1 ms (NVIDIA-like)", time.Millisecond)
 	t.Note("long kernel ~%v; copy guest = %d MiB write + %d MiB read, moved in 1 MiB device turns", b.cfg.longT, copyBytes>>20, copyBytes>>20)
 	for _, p := range policies {
