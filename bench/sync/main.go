@@ -13,8 +13,8 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
-	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,8 +66,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if *runs < 1 || *steps < 1 || *cpuIters < 0 || *kernelIters < 1 {
 		return fmt.Errorf("-runs %d, -steps %d, -cpu-iters %d, -kernel-iters %d: want positive values", *runs, *steps, *cpuIters, *kernelIters)
 	}
-	if *vcpuCore < 0 || *vcpuCore >= runtime.NumCPU() {
-		return fmt.Errorf("-vcpu-core %d: this host has cores 0..%d", *vcpuCore, runtime.NumCPU()-1)
+	// The host's cores, not this process's: the benchmark is meant to run
+	// under taskset on another core than the vCPU's (runtime.NumCPU
+	// counts only the cores this process may use).
+	cores, err := hostCores()
+	if err != nil {
+		return err
+	}
+	if *vcpuCore < 0 || *vcpuCore >= cores {
+		return fmt.Errorf("-vcpu-core %d: this host has cores 0..%d", *vcpuCore, cores-1)
 	}
 	for _, m := range strings.Split(*modes, "+") {
 		if _, err := driver.ParseSyncMode(m); err != nil {
@@ -241,7 +248,7 @@ func runGuest(ctx context.Context, k imagetest.Kernel, initrd string, inst *mdev
 		defer func() { hog.Process.Kill(); hog.Wait() }()
 	}
 
-	st := inst.Aggregator().Stats()
+	st := inst.Stats()
 	var out []result
 	for range nModes {
 		if _, err := vm.WaitLine(ctx, syncjob.BeginPrefix); err != nil {
@@ -264,4 +271,32 @@ func runGuest(ctx context.Context, k imagetest.Kernel, initrd string, inst *mdev
 		return out, err
 	}
 	return out, nil
+}
+
+// hostCores is the number of the host's configured cores (the highest
+// possible CPU number + 1), whatever this process's affinity.
+func hostCores() (int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/possible")
+	if err != nil {
+		return 0, fmt.Errorf("host cores: %w", err)
+	}
+	return parseCPUList(strings.TrimSpace(string(b)))
+}
+
+// parseCPUList returns the highest CPU number + 1 of a kernel CPU list
+// such as "0-3,8".
+func parseCPUList(s string) (int, error) {
+	n := 0
+	for _, r := range strings.Split(s, ",") {
+		last := r
+		if i := strings.IndexByte(r, '-'); i >= 0 {
+			last = r[i+1:]
+		}
+		v, err := strconv.Atoi(last)
+		if err != nil || v < 0 {
+			return 0, fmt.Errorf("cpu list %q: bad range %q", s, r)
+		}
+		n = max(n, v+1)
+	}
+	return n, nil
 }

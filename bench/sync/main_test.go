@@ -20,6 +20,22 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	}
 }
 
+func TestParseCPUList(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want int
+	}{{"0", 1}, {"0-1", 2}, {"0-3,8", 9}, {"0,2-5", 6}} {
+		if got, err := parseCPUList(tt.in); err != nil || got != tt.want {
+			t.Errorf("parseCPUList(%q) = %d, %v, want %d", tt.in, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"", "x", "0-y"} {
+		if _, err := parseCPUList(bad); err == nil {
+			t.Errorf("parseCPUList(%q) = nil error", bad)
+		}
+	}
+}
+
 func TestNotice(t *testing.T) {
 	r := result{Result: syncjob.Result{WaitNs: 3000}, kernelNs: 4000, launches: 2}
 	if got := notice(r); got != 1000 {
