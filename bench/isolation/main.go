@@ -1,0 +1,310 @@
+// Command isolation measures what process isolation costs (docs/isolation.md):
+// vgpud's default, each trust domain's device work in a worker process,
+// against the unsafe in-process baseline (mdev.Config.InProcess), in one
+// run on one OpenCL device. Two tables:
+//
+//   - per-command cost: the latency a guest sees for a small command (a
+//     nop, a one-item launch, a 4 KiB write and read back), the two modes
+//     measured in interleaved blocks, as the median and as a paired ratio
+//     with its 95% confidence interval;
+//   - the 512 x 512 matmul job of bench/job (upload A, multiply, download C,
+//     ten times) in each mode, alternating, median of -runs.
+//
+// The guests are the driver library on the QEMU-less harness VM
+// (mdev/mpqemu/mpqemutest), so the figures are vgpud's, not QEMU's.
+//
+//	go run ./bench/isolation [-ops 2000] [-runs 5]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"time"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/bench/host"
+	"github.com/vgpud/vgpud/bench/job"
+	"github.com/vgpud/vgpud/bench/stats"
+	"github.com/vgpud/vgpud/bench/table"
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "isolation:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	device string
+	ops    int // per-command operations per mode
+	block  int // operations per block (the modes alternate by block)
+	runs   int // matmul job runs per mode
+	job    job.Spec
+	sects  []string
+}
+
+var sections = []string{"command", "matmul"}
+
+func run(ctx context.Context, args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("isolation", flag.ContinueOnError)
+	var cfg config
+	fs.StringVar(&cfg.device, "device", os.Getenv("VGPUD_TEST_DEVICE"), "gpu.Open selector")
+	fs.IntVar(&cfg.ops, "ops", 2000, "per-command operations per mode")
+	fs.IntVar(&cfg.block, "block", 100, "operations per block; the modes alternate block by block")
+	fs.IntVar(&cfg.runs, "runs", 5, "matmul job runs per mode")
+	cfg.job = job.Default()
+	fs.IntVar(&cfg.job.N, "n", cfg.job.N, "matrix side of the job")
+	fs.IntVar(&cfg.job.Reps, "reps", cfg.job.Reps, "matmuls per job run")
+	list := fs.String("sections", "command,matmul", "tables: "+fmt.Sprint(sections))
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if cfg.sects, err = table.ParseSections(*list, sections); err != nil {
+		return err
+	}
+	if cfg.ops < 1 || cfg.block < 1 || cfg.runs < 1 {
+		return fmt.Errorf("-ops %d, -block %d, -runs %d: want positive values", cfg.ops, cfg.block, cfg.runs)
+	}
+	if err := cfg.job.Validate(); err != nil {
+		return err
+	}
+	var modes [2]*mode
+	for i, inProcess := range []bool{true, false} {
+		m, err := newMode(cfg.device, inProcess)
+		if err != nil {
+			return err
+		}
+		defer m.close()
+		modes[i] = m
+	}
+	info := modes[0].h.Dev.Info()
+	fmt.Fprintf(w, "vgpud isolation benchmark, %s, %s\n", time.Now().UTC().Format(time.RFC3339), runtime.Version())
+	fmt.Fprintf(w, "  host CPUs:     %d\n", runtime.NumCPU())
+	fmt.Fprintf(w, "  OpenCL device: %s (%s, %d compute units)\n", info.Name, info.Platform, info.ComputeUnits)
+	fmt.Fprintf(w, "  guests:        QEMU-less harness (mpqemutest) + guest driver library, one vgpu-small instance per mode\n")
+	fmt.Fprintf(w, "  modes:         in-process (unsafe baseline) and worker (a worker process per trust domain, vgpud's default)\n")
+	for _, s := range cfg.sects {
+		var t *table.Table
+		switch s {
+		case "command":
+			t, err = commandTable(ctx, cfg, modes)
+		case "matmul":
+			t, err = matmulTable(ctx, cfg, modes)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+		t.Print(w)
+	}
+	return nil
+}
+
+// mode is one vgpud (in process or with workers) with one harness guest.
+type mode struct {
+	name string
+	h    *host.Host
+	vm   *mpqemutest.VM
+	d    *driver.Device
+	prog driver.Program
+	buf  driver.Buffer
+}
+
+// emptySource's kernel does almost nothing: a launch of it is the cost
+// of a launch.
+const emptySource = `__kernel void touch(__global int *o) { o[get_global_id(0)] = 1; }`
+
+func newMode(selector string, inProcess bool) (_ *mode, err error) {
+	m := &mode{name: "worker"}
+	if inProcess {
+		m.name = "in-process"
+	}
+	if m.h, err = host.StartWith(selector, "vgpud-isolation-", inProcess); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			m.close()
+		}
+	}()
+	inst, err := m.h.Mgr.Create(mdev.CreateRequest{Profile: "vgpu-small", NoReuse: true})
+	if err != nil {
+		return nil, err
+	}
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	if m.vm, err = mpqemutest.NewVM(c, 64<<20); err != nil {
+		return nil, err
+	}
+	if m.d, err = driver.Open(m.vm, m.vm, driver.Options{}); err != nil {
+		return nil, err
+	}
+	if m.prog, _, err = m.d.Build(emptySource, ""); err != nil {
+		return nil, err
+	}
+	if m.buf, err = m.d.CreateBuffer(4096); err != nil {
+		return nil, err
+	}
+	return m, m.d.Finish()
+}
+
+func (m *mode) close() {
+	if m.d != nil {
+		m.d.Close()
+	}
+	if m.vm != nil {
+		m.vm.Close()
+	}
+	if m.h != nil {
+		m.h.Close()
+	}
+}
+
+// op is one kind of small command as a guest issues it.
+type op struct {
+	name string
+	do   func(m *mode, scratch []byte) error
+}
+
+var ops = []op{
+	{"nop (doorbell, completion)", func(m *mode, _ []byte) error {
+		idx, err := m.d.SubmitRaw(abi.NewCommand(&abi.Nop{}, 0, 1))
+		if err != nil {
+			return err
+		}
+		if err := m.d.Flush(); err != nil {
+			return err
+		}
+		rec, err := m.d.WaitIndex(idx)
+		if err == nil && rec.Status != abi.StatusOK {
+			err = fmt.Errorf("nop: %v", rec.Status)
+		}
+		return err
+	}},
+	{"launch of 1 item (a device turn)", func(m *mode, _ []byte) error {
+		if err := m.d.Launch(m.prog, "touch", driver.Range1(1, 0), driver.BufferArg(m.buf)); err != nil {
+			return err
+		}
+		return m.d.Finish()
+	}},
+	{"write + read 4 KiB (two turns)", func(m *mode, scratch []byte) error {
+		if err := m.d.Write(m.buf, 0, scratch); err != nil {
+			return err
+		}
+		return m.d.Read(m.buf, 0, scratch)
+	}},
+}
+
+// commandTable measures each op in both modes, block by block.
+func commandTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table, error) {
+	t := &table.Table{
+		Title:  fmt.Sprintf("Per-command cost: latency a guest sees, median of %d ops per mode (blocks of %d, modes alternating)", cfg.ops, cfg.block),
+		Header: []string{"command", "in-process", "worker", "worker / in-process", "paired [95% CI]"},
+	}
+	scratch := make([]byte, 4096)
+	for _, o := range ops {
+		var lat [2][]time.Duration
+		var blocks [2][]float64 // mean latency per block, for the paired ratio
+		for done := 0; done < cfg.ops; done += cfg.block {
+			n := min(cfg.block, cfg.ops-done)
+			for k := range 2 {
+				// Alternate which mode goes first.
+				i := (done/cfg.block + k) % 2
+				start := time.Now()
+				for range n {
+					if ctx.Err() != nil {
+						return nil, ctx.Err()
+					}
+					s := time.Now()
+					if err := o.do(modes[i], scratch); err != nil {
+						return nil, fmt.Errorf("%s, %s: %w", o.name, modes[i].name, err)
+					}
+					lat[i] = append(lat[i], time.Since(s))
+				}
+				blocks[i] = append(blocks[i], time.Since(start).Seconds()/float64(n))
+			}
+		}
+		in, wk := stats.Median(lat[0]), stats.Median(lat[1])
+		t.Add(o.name, in.Round(100*time.Nanosecond).String(), wk.Round(100*time.Nanosecond).String(),
+			fmt.Sprintf("%.2fx", float64(wk)/float64(in)), stats.PairedRatio(blocks[1], blocks[0]).String())
+	}
+	t.Note("worker: the register file and scheduler in the main process, the ring's execution in a worker process: a doorbell is a")
+	t.Note("store into the instance page and an eventfd write; each device turn is a request and a grant on the worker's socket")
+	t.Note("paired: geometric mean over blocks of the worker's mean latency / in-process's, with its 95%% confidence interval (t)")
+	return t, nil
+}
+
+// matmulTable runs the job in each mode, alternating.
+func matmulTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table, error) {
+	s := cfg.job
+	t := &table.Table{
+		Title:  fmt.Sprintf("The %d x %d float matmul job x %d (upload A, multiply, download C each), median of %d runs per mode", s.N, s.N, s.Reps, cfg.runs),
+		Header: []string{"mode", "total", "per matmul", "kernel (device)", "vs in-process", "totals (min-max)"},
+	}
+	var runs [2][]job.Result
+	var totals [2][]float64
+	for r := 0; r < cfg.runs; r++ {
+		for k := range 2 {
+			i := (r + k) % 2
+			res, err := job.Run(ctx, s, job.NewDriverDevice(modes[i].d))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", modes[i].name, err)
+			}
+			runs[i] = append(runs[i], res)
+			totals[i] = append(totals[i], float64(res.TotalNS))
+		}
+	}
+	med := func(rs []job.Result) job.Result {
+		ds := make([]time.Duration, len(rs))
+		for i, r := range rs {
+			ds[i] = time.Duration(r.TotalNS)
+		}
+		m := stats.Median(ds)
+		best := rs[0]
+		for _, r := range rs {
+			if abs(time.Duration(r.TotalNS)-m) < abs(time.Duration(best.TotalNS)-m) {
+				best = r
+			}
+		}
+		return best
+	}
+	base := med(runs[0])
+	for i, m := range modes {
+		r := med(runs[i])
+		lo, hi := r.TotalNS, r.TotalNS
+		for _, x := range runs[i] {
+			lo, hi = min(lo, x.TotalNS), max(hi, x.TotalNS)
+		}
+		kernel := "-"
+		if r.KernelLaunches > 0 {
+			kernel = (time.Duration(r.KernelNS) / time.Duration(r.KernelLaunches)).Round(100 * time.Microsecond).String()
+		}
+		t.Add(m.name, time.Duration(r.TotalNS).Round(100*time.Microsecond).String(), r.PerMatMul().Round(10*time.Microsecond).String(),
+			kernel, fmt.Sprintf("%.3fx", float64(r.TotalNS)/float64(base.TotalNS)),
+			fmt.Sprintf("%v-%v", time.Duration(lo).Round(time.Millisecond), time.Duration(hi).Round(time.Millisecond)))
+	}
+	t.Note("paired over runs (worker / in-process): %s", stats.PairedRatio(totals[1], totals[0]))
+	t.Note("every run checks %d elements of its last product against a CPU reference", job.Checks)
+	return t, nil
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
