@@ -123,6 +123,14 @@ func (in *procInstance) attach() error {
 	in.proc, in.slot, in.lost, in.why = pr, slot, false, ""
 	regions := in.regions
 	in.mu.Unlock()
+	// A worker that ended between its reply and the lines above was
+	// reaped while the instance was not yet bound to it, so the reaper's
+	// lose passed it by: lose it here (the reaper cancels ctx before it
+	// loses its instances, so one of the two sees it).
+	if pr.ctx.Err() != nil {
+		in.lose(pr, "the worker ended as the instance was added")
+		return nil
+	}
 	if len(regions) > 0 {
 		if err := in.sendMemory(pr, slot, regions); err != nil {
 			return err

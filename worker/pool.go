@@ -225,8 +225,6 @@ func (p *Pool) processFor(k key) (*process, error) {
 	delete(p.starting, k)
 	if err == nil {
 		p.procs[k] = pr
-	} else {
-		p.exits[CauseStart]++
 	}
 	p.mu.Unlock()
 	sc.pr, sc.err = pr, err

@@ -106,6 +106,7 @@ func (p *Pool) start(k key) (*process, error) {
 		conn.Close()
 		errR.Close()
 		os.RemoveAll(cacheDir)
+		p.count(CauseStart) // no process to reap: counted here
 		return nil, fmt.Errorf("start worker for domain %s on device %d: %w: %w", k.domain, k.device, err, ErrWorker)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -392,7 +393,7 @@ func (pr *process) reap(readDone, logsDone <-chan struct{}, cacheDir string) {
 		}
 	}
 	status := exitStatus(err)
-	if stopping && len(slots) == 0 {
+	if stopping && len(slots) == 0 && cause == "" {
 		pr.log.Info("worker stopped", "exit", status)
 	} else {
 		if why == "" {

@@ -1,0 +1,137 @@
+package worker
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/gpu"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	liarOnce sync.Once
+	liarPath string
+	liarErr  error
+)
+
+// liar builds testdata/liar, a worker process that breaks the protocol in
+// the way its name says, and returns the path of a link named for mode.
+func liar(t *testing.T, mode string) string {
+	t.Helper()
+	liarOnce.Do(func() {
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		dir, err := os.MkdirTemp("", "vgpud-liar-")
+		if err != nil {
+			liarErr = err
+			return
+		}
+		liarPath = filepath.Join(dir, "liar")
+		out, err := exec.Command(goTool, "build", "-o", liarPath, "./testdata/liar").CombinedOutput()
+		if err != nil {
+			liarErr = errors.New("build testdata/liar: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if liarErr != nil {
+		t.Fatal(liarErr)
+	}
+	p := filepath.Join(t.TempDir(), "liar-"+mode)
+	if err := os.Link(liarPath, p); err != nil {
+		// Another file system: a copy does as well.
+		b, err := os.ReadFile(liarPath)
+		if err == nil {
+			err = os.WriteFile(p, b, 0o755)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// TestLyingWorker: a worker that breaks the protocol in any way is ended
+// with the right cause, the instance it held reads StatusDeviceLost, and
+// the main process goes on (its pool closes cleanly, nothing leaks).
+func TestLyingWorker(t *testing.T) {
+	for _, tt := range []struct {
+		mode      string
+		cause     string
+		createErr bool // Create fails (the worker ended before it answered Add)
+	}{
+		{"wrong-device", CauseStart, true},
+		{"reply-unknown-id", CauseProtocol, true},
+		{"garbage", CauseProtocol, true},
+		{"main-message", CauseProtocol, true},
+		{"oversize", CauseProtocol, true},
+		{"fds-on-reply", CauseProtocol, true},
+		{"release-ungranted", CauseProtocol, false},
+		{"double-turn", CauseProtocol, false},
+		{"hold-turn", CauseWatchdog, false},
+		{"crash", CauseSignal, false},
+	} {
+		t.Run(tt.mode, func(t *testing.T) {
+			p, err := NewPool(Config{
+				Devices:    []gpu.Info{{Name: "liar-device", ComputeUnits: 1, GlobalMemBytes: 64 << 20, MaxAllocBytes: 1 << 20}},
+				Dir:        t.TempDir(),
+				Executable: liar(t, tt.mode),
+				NoSandbox:  true,
+				Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			lost := make(chan struct{}, 16)
+			inst, err := p.Create(InstanceConfig{
+				ID: "liar-instance", Domain: "instance:liar-instance",
+				Limits: Limits{MemBytes: 1 << 20, TurnTimeout: 100 * time.Millisecond, BuildTimeout: time.Second},
+				Notify: func(uint32) { lost <- struct{}{} },
+			})
+			if tt.createErr {
+				if err == nil {
+					inst.Close()
+					t.Fatalf("Create on a worker that %s succeeded", tt.mode)
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("Create: %v", err)
+				}
+				for !inst.Lost() {
+					<-lost
+				}
+				if st, _ := inst.Error(); st != abi.StatusDeviceLost {
+					t.Errorf("instance error %v, want %v", st, abi.StatusDeviceLost)
+				}
+				if err := inst.Doorbell(1); abi.StatusOf(err) != abi.StatusDeviceLost {
+					t.Errorf("doorbell on a lost instance: %v, want device lost", err)
+				}
+				if err := inst.Close(); err != nil {
+					t.Errorf("Close of the lost instance: %v", err)
+				}
+			}
+			// The exit is counted by the reaper, which may finish after
+			// Create returned: Close waits for it.
+			if err := p.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			exits := p.Exits()
+			if exits[tt.cause] != 1 || len(exits) != 1 {
+				t.Errorf("exits %v, want one by %s", exits, tt.cause)
+			}
+		})
+	}
+}

@@ -1,0 +1,93 @@
+// Command liar is a worker process that breaks the worker protocol on
+// purpose, for package worker's tests: vgpud's main process must treat a
+// worker as untrusted. The misbehaviour is the part of the executable's
+// name after "liar-" (the test links one name per mode). It answers Hello
+// with the device name "liar-device" (or another, in mode wrong-device)
+// and Add with success, then misbehaves; it exits when its socket closes.
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/vgpud/vgpud/worker/wire"
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	exe, err := os.Executable()
+	if err != nil {
+		os.Exit(2)
+	}
+	_, mode, _ := strings.Cut(filepath.Base(exe), "liar-")
+	f := os.NewFile(3, "worker-protocol")
+	conn, err := wire.FileConn(f)
+	if err != nil {
+		os.Exit(2)
+	}
+	for {
+		h, m, fds, err := conn.Recv()
+		if err != nil {
+			os.Exit(0)
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		switch m.(type) {
+		case *wire.Hello:
+			name := "liar-device"
+			if mode == "wrong-device" {
+				name = "another-device"
+			}
+			reply(conn, h.ID, (&wire.HelloReply{Name: name, ComputeUnits: 1, MaxWorkGroup: 1, MaxAllocBytes: 1 << 20}).EncodeBody())
+		case *wire.Add:
+			misbehave(conn, h.ID, mode)
+		case *wire.Reply:
+			// A turn granted: kept (hold-turn) or irrelevant.
+		default:
+			reply(conn, h.ID, nil)
+		}
+	}
+}
+
+func reply(conn *wire.Conn, id uint32, body []byte) {
+	_ = conn.Send(id, &wire.Reply{Body: body})
+}
+
+// misbehave answers (or not) the Add with request id id as mode says.
+func misbehave(conn *wire.Conn, id uint32, mode string) {
+	raw := func(b []byte, oob []byte) {
+		_ = unix.Sendmsg(3, b, oob, nil, 0)
+	}
+	switch mode {
+	case "reply-unknown-id":
+		reply(conn, id+1000, nil)
+	case "garbage":
+		raw([]byte("this is not a message of the worker protocol"), nil)
+	case "main-message":
+		_ = conn.Send(0, &wire.Hello{Version: wire.Version, Domain: "x"})
+	case "oversize":
+		raw(make([]byte, wire.HeaderSize+wire.MaxPayload+100), nil)
+	case "fds-on-reply":
+		b := wire.Marshal(id, &wire.Reply{})
+		raw(b, unix.UnixRights(0))
+	case "release-ungranted":
+		reply(conn, id, nil)
+		_ = conn.Send(0, &wire.TurnRelease{Turn: 9})
+	case "double-turn":
+		reply(conn, id, nil)
+		_ = conn.Send(1, &wire.Turn{Turn: 1, Slot: 1})
+		_ = conn.Send(2, &wire.Turn{Turn: 1, Slot: 1})
+	case "hold-turn":
+		// Takes a device turn and never releases it: the watchdog's.
+		reply(conn, id, nil)
+		_ = conn.Send(1, &wire.Turn{Turn: 1, Slot: 1})
+	case "crash":
+		reply(conn, id, nil)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	default:
+		os.Exit(3)
+	}
+}
