@@ -55,6 +55,7 @@ bench: build guest
 	$(GO) run ./bench/sched
 	$(GO) run ./bench/reuse
 	$(GO) run ./bench/sync
+	$(GO) run ./bench/isolation
 
 clean:
 	rm -rf build
