@@ -2,9 +2,7 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 
@@ -22,25 +20,8 @@ type ProfileBody struct {
 //
 // which moves an instance, VM attached, to another vGPU type.
 func handleProfile(mux *http.ServeMux, m *mdev.Manager) {
-	mux.HandleFunc("PUT /v1/instances/{uuid}/profile", func(w http.ResponseWriter, r *http.Request) {
-		var body ProfileBody
-		dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil {
-			replyErr(w, fmt.Errorf("set profile: body: %w", err))
-			return
-		}
-		id := r.PathValue("uuid")
-		if err := m.SetProfile(id, body.Profile); err != nil {
-			replyErr(w, err)
-			return
-		}
-		in, err := m.Get(id)
-		if err != nil {
-			replyErr(w, err)
-			return
-		}
-		reply(w, http.StatusOK, infoOf(in))
+	putOnInstance(mux, m, "profile", "set profile", func(id string, body ProfileBody) error {
+		return m.SetProfile(id, body.Profile)
 	})
 }
 
@@ -51,16 +32,21 @@ func handleProfile(mux *http.ServeMux, m *mdev.Manager) {
 // which changes an instance's time budgets and program quota (fields
 // left out keep their value).
 func handleLimits(mux *http.ServeMux, m *mdev.Manager) {
-	mux.HandleFunc("PUT /v1/instances/{uuid}/limits", func(w http.ResponseWriter, r *http.Request) {
-		var body mdev.Limits
-		dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil {
-			replyErr(w, fmt.Errorf("set limits: body: %w", err))
+	putOnInstance(mux, m, "limits", "set limits", m.SetLimits)
+}
+
+// putOnInstance adds PUT /v1/instances/{uuid}/<what>: the body (JSON of
+// T, unknown fields refused) is applied to the instance, and the reply is
+// the instance as it is then.
+func putOnInstance[T any](mux *http.ServeMux, m *mdev.Manager, what, op string, apply func(id string, body T) error) {
+	mux.HandleFunc("PUT /v1/instances/{uuid}/"+what, func(w http.ResponseWriter, r *http.Request) {
+		var body T
+		if err := decode(r, &body); err != nil {
+			replyErr(w, fmt.Errorf("%s: body: %w", op, err))
 			return
 		}
 		id := r.PathValue("uuid")
-		if err := m.SetLimits(id, body); err != nil {
+		if err := apply(id, body); err != nil {
 			replyErr(w, err)
 			return
 		}
