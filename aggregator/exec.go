@@ -7,6 +7,7 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/reuse"
 )
 
 // maxWorkItems bounds one launch's index space. OpenCL cannot preempt a
@@ -89,6 +90,7 @@ func (in *Instance) bufferCreate(_ *abi.Command, bc *abi.BufferCreate) (uint64, 
 		return 0, fmt.Errorf("allocate %d bytes: %w", bc.Size, err)
 	}
 	nb := &buffer{mem: mem, size: bc.Size, flags: bc.Flags}
+	in.touch(nb)
 	in.reuseCreated(nb)
 	s.buffers[bc.Handle] = nb
 	s.objects.Add(1)
@@ -96,16 +98,11 @@ func (in *Instance) bufferCreate(_ *abi.Command, bc *abi.BufferCreate) (uint64, 
 }
 
 func (in *Instance) bufferFree(_ *abi.Command, bf *abi.BufferFree) (uint64, error) {
-	h := bf.Handle
-	b, ok := in.state.buffers[h]
+	b, ok := in.state.buffers[bf.Handle]
 	if !ok {
-		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", h)
+		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", bf.Handle)
 	}
-	in.reuseFreed(b)
-	delete(in.state.buffers, h)
-	in.state.objects.Add(-1)
-	b.mem.Release()
-	in.state.used.Add(^(b.size - 1))
+	in.dropBuffer(bf.Handle, b)
 	return 0, nil
 }
 
@@ -120,6 +117,9 @@ func (in *Instance) copy(_ *abi.Command, cp *abi.Copy) (uint64, error) {
 	segs, err := walkSG(in.mem, cp.SGAddr, cp.SGCount, cp.Length)
 	if err != nil {
 		return 0, err
+	}
+	if cp.ToDevice {
+		in.touch(b)
 	}
 	if done, err := in.reuseCopy(cp, b, segs); done {
 		return in.reuseCopied(cp, err)
@@ -199,12 +199,37 @@ func (in *Instance) programBuild(c *abi.Command, pb *abi.ProgramBuild) (uint64, 
 			return 0, fmt.Errorf("build log: %w", err)
 		}
 	}
+	blog, err := in.buildProgram(pb.Handle, c.Flags, src, opts)
+	if err != nil {
+		n := 0
+		if pb.LogLen > 0 && blog != "" && !in.stale() {
+			l := []byte(blog)[:min(len(blog), int(pb.LogLen))]
+			if werr := in.mem.WriteAt(l, pb.LogAddr); werr == nil {
+				n = len(l)
+			}
+		}
+		return uint64(n), err
+	}
+	return 0, nil
+}
+
+// buildProgram compiles a program under handle h (free) and charges it to
+// the program quota. On failure it returns the compiler's log, or why the
+// source was refused.
+func (in *Instance) buildProgram(h uint32, flags uint16, src, opts []byte) (string, error) {
+	s := in.state
+	if _, ok := s.programs[h]; ok {
+		return "", abi.Errorf(abi.StatusExists, "program %d", h)
+	}
+	if len(s.programs) >= maxPrograms {
+		return "", abi.Errorf(abi.StatusQuotaExceeded, "%d programs", len(s.programs))
+	}
 	// The source and options count against the program quota from now
 	// on, the binary once built (reserve first, then check: the quota may
 	// be lowered meanwhile).
 	charged := uint64(len(src) + len(opts))
 	if err := in.chargeProgram(charged); err != nil {
-		return 0, err
+		return "", err
 	}
 	built := false
 	defer func() {
@@ -220,7 +245,7 @@ func (in *Instance) programBuild(c *abi.Command, pb *abi.ProgramBuild) (uint64, 
 	if w, ok := in.dev.arb.(CompileWatcher); ok {
 		done, err := w.Compiling(in.ctx, in.id)
 		if err != nil {
-			return 0, fmt.Errorf("build program %d: %w", pb.Handle, err)
+			return "", fmt.Errorf("build program %d: %w", h, err)
 		}
 		defer done()
 	}
@@ -229,37 +254,30 @@ func (in *Instance) programBuild(c *abi.Command, pb *abi.ProgramBuild) (uint64, 
 		if log == "" {
 			log = err.Error() // a rejected source has no compiler log: say why
 		}
-		n := 0
-		if pb.LogLen > 0 && log != "" && !in.stale() {
-			l := []byte(log)[:min(len(log), int(pb.LogLen))]
-			if werr := in.mem.WriteAt(l, pb.LogAddr); werr == nil {
-				n = len(l)
-			}
-		}
-		return uint64(n), fmt.Errorf("build program %d: %w", pb.Handle, err)
+		return log, fmt.Errorf("build program %d: %w", h, err)
 	}
 	if sz, ok := prog.(interface{ Size() uint64 }); ok {
 		bin := sz.Size()
 		if err := in.chargeProgram(bin); err != nil {
 			prog.Release()
-			return 0, fmt.Errorf("build program %d: its binary: %w", pb.Handle, err)
+			return "", fmt.Errorf("build program %d: its binary: %w", h, err)
 		}
 		charged += bin
 	}
 	built = true
 	s.objects.Add(1)
-	s.programs[pb.Handle] = &program{
+	s.programs[h] = &program{
 		charged: charged,
 		prog:    prog,
 		source:  string(src),
 		options: string(opts),
-		flags:   c.Flags,
+		flags:   flags,
 		// A warning can hide a write through a const pointer (an
 		// implicit const-discarding conversion, e.g. vstore on a const
 		// input): such a program's signatures cannot be trusted.
 		warned: strings.Contains(strings.ToLower(log), "warning"),
 	}
-	return 0, nil
+	return "", nil
 }
 
 // chargeProgram counts n bytes of programs against the instance's program
@@ -274,15 +292,11 @@ func (in *Instance) chargeProgram(n uint64) error {
 }
 
 func (in *Instance) programFree(_ *abi.Command, pf *abi.ProgramFree) (uint64, error) {
-	h := pf.Handle
-	pr, ok := in.state.programs[h]
+	pr, ok := in.state.programs[pf.Handle]
 	if !ok {
-		return 0, abi.Errorf(abi.StatusNotFound, "program %d", h)
+		return 0, abi.Errorf(abi.StatusNotFound, "program %d", pf.Handle)
 	}
-	delete(in.state.programs, h)
-	in.state.objects.Add(-1)
-	in.sh.ProgramBytes.Add(^(pr.charged - 1))
-	pr.release()
+	in.dropProgram(pf.Handle, pr)
 	return 0, nil
 }
 
@@ -329,6 +343,7 @@ func (in *Instance) launch(c *abi.Command, l *abi.Launch) (uint64, error) {
 			args[i].Local = uint64(a.Local)
 		}
 	}
+	in.touchWritten(pr, &d)
 	rl, hit, err := in.reuseBefore(c, pr, &d, r)
 	if err != nil || hit {
 		return in.reuseServed(d.Kernel, err)
@@ -353,4 +368,17 @@ func (in *Instance) fence(_ *abi.Command, f *abi.Fence) (uint64, error) {
 		return 0, fmt.Errorf("fence: %w", err)
 	}
 	return 0, nil
+}
+
+// touchWritten marks the buffers a launch may write: those its kernel's
+// signature does not declare const (every buffer argument when the
+// signature is not known for certain).
+func (in *Instance) touchWritten(pr *program, d *abi.LaunchDesc) {
+	kern, known := pr.reuseInfo().Kernel(d.Kernel)
+	known = known && len(kern.Args) == len(d.Args)
+	for i, a := range d.Args {
+		if a.Kind == abi.ArgBuffer && (!known || kern.Args[i] == reuse.ArgOut) {
+			in.touch(in.state.buffers[a.Handle])
+		}
+	}
 }

@@ -85,12 +85,17 @@ type Instance struct {
 	completed  uint32 // commands completed
 	resetState bool   // the worker must free all handles before fetching
 	closed     bool
+	frozen     bool // a migration holds the ring: doorbells are taken, nothing is fetched (migrate.go)
 
 	// Owned by the worker goroutine.
 	state    *state
-	curEpoch uint64  // epoch of the command being executed
-	staging  []byte  // bounce buffer of copies, stagingChunk bytes once used
-	lengths  lengths // how long its kernels and copies take
+	curEpoch uint64    // epoch of the command being executed
+	staging  []byte    // bounce buffer of copies, stagingChunk bytes once used
+	lengths  lengths   // how long its kernels and copies take
+	gen      uint64    // last buffer generation handed out (touch)
+	mig      *migState // what earlier migration rounds sent; nil: none
+
+	tasks chan func() // run by the worker between commands (onWorker)
 }
 
 // NewInstance places a new instance on d and starts its worker.
@@ -148,6 +153,7 @@ func (d *Device) NewInstance(cfg InstanceConfig) (*Instance, error) {
 		cancel:      cancel,
 		wake:        make(chan struct{}, 1),
 		done:        make(chan struct{}),
+		tasks:       make(chan func()),
 		state:       newState(),
 		sh:          cfg.Shared,
 	}
@@ -408,11 +414,27 @@ func (in *Instance) worker() {
 		case <-in.ctx.Done():
 			return
 		case <-in.wake:
+		case t := <-in.tasks:
+			t()
+			continue
 		}
 		for in.step() {
 			if in.ctx.Err() != nil {
 				return
 			}
+			in.runTasks()
+		}
+	}
+}
+
+// runTasks runs the tasks waiting (onWorker) without blocking.
+func (in *Instance) runTasks() {
+	for {
+		select {
+		case t := <-in.tasks:
+			t()
+		default:
+			return
 		}
 	}
 }
@@ -427,7 +449,7 @@ func (in *Instance) step() bool {
 		in.state.freeAll()
 		return true
 	}
-	if !in.enabled || in.head == in.tail {
+	if !in.enabled || in.head == in.tail || in.frozen {
 		in.mu.Unlock()
 		return false
 	}

@@ -44,6 +44,8 @@ type buffer struct {
 	producer   *reuse.Entry // uncaptured recorded output the device copy holds
 	prodDom    *reuse.Domain
 	outIdx     int
+
+	gen uint64 // changes whenever the content may have (Instance.touch): migration's dirty tracking
 }
 
 type program struct {
