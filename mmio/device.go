@@ -19,6 +19,10 @@ type Device struct {
 	complBase uint64
 	slots     uint32
 	tail      uint32
+	// keep makes the next Reset leave the backend alone: the reset QEMU
+	// sends a hot-plugged device right after it is added, on a device
+	// whose state a migration has just restored (Restore).
+	keep bool
 }
 
 // New returns the register file of a device backed by b.
@@ -39,7 +43,31 @@ func (d *Device) Reset() {
 	d.resetLocked()
 }
 
+// Restore sets the registers a migrated guest's driver programmed on its
+// former device, and makes the next Reset (the one QEMU sends a
+// hot-plugged device) spare the restored backend; any BAR access first
+// ends that.
+func (d *Device) Restore(r RingConfig, tail uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ringBase, d.complBase, d.slots, d.tail = r.Base, r.ComplBase, r.Slots, tail
+	d.keep = true
+}
+
+// SpareNextReset makes the next Reset leave the backend alone (a vGPU
+// re-plugged into the VM it was taken from); any BAR access first ends it.
+func (d *Device) SpareNextReset() {
+	d.mu.Lock()
+	d.keep = true
+	d.mu.Unlock()
+}
+
 func (d *Device) resetLocked() {
+	if d.keep {
+		d.keep = false
+		d.irq.reset()
+		return
+	}
 	d.b.Reset()
 	d.irq.reset()
 	d.ringBase, d.complBase, d.slots, d.tail = 0, 0, 0, 0
@@ -57,6 +85,7 @@ func goodAccess(off uint64, size int) bool {
 func (d *Device) ReadBAR(off uint64, size int) uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.keep = false
 	if !goodAccess(off, size) {
 		d.b.LatchError(abi.StatusBadAccess)
 		return 0
@@ -160,6 +189,7 @@ func nameWord(name string, max int, i uint32) uint32 {
 func (d *Device) WriteBAR(off uint64, size int, v uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.keep = false
 	if !goodAccess(off, size) {
 		d.b.LatchError(abi.StatusBadAccess)
 		return

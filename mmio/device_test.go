@@ -235,3 +235,23 @@ func TestRingStoppedByBackend(t *testing.T) {
 		t.Errorf("EnableRing calls = %d, want 2", len(f.enabled))
 	}
 }
+
+// TestRestoreSparesHotplugReset: after Restore the next reset (QEMU's,
+// right after a hot-plug) leaves the backend alone; one after a BAR
+// access does not.
+func TestRestoreSparesHotplugReset(t *testing.T) {
+	b := &fakeBackend{}
+	d := New(b)
+	d.Restore(RingConfig{Base: 0x1000, ComplBase: 0x2000, Slots: 8}, 5)
+	d.Reset()
+	if b.resets != 0 {
+		t.Fatalf("backend reset %d times after Restore, want 0", b.resets)
+	}
+	if got := d.ReadBAR(abi.RegRingTail, 4); got != 5 {
+		t.Errorf("tail after restore = %d, want 5", got)
+	}
+	d.Reset()
+	if b.resets != 1 {
+		t.Fatalf("backend reset %d times, want 1", b.resets)
+	}
+}

@@ -23,6 +23,13 @@ const (
 	BaseAppend = "console=ttyS0 panic=-1"
 )
 
+// PCI slots on bus 0: the vGPUs from ProxySlot on, the agent channel's
+// virtio-serial controller at AgentSlot.
+const (
+	ProxySlot = 0x10
+	AgentSlot = 0x08
+)
+
 // firstProxyFD is the descriptor number the first proxy device's socket
 // gets in QEMU: exec.Cmd.ExtraFiles start after stdin, stdout, stderr.
 const firstProxyFD = 3
@@ -68,6 +75,11 @@ type Config struct {
 	// QMPSocket, if set, is the path of a QMP server socket QEMU listens
 	// on (without waiting for a client).
 	QMPSocket string
+	// Incoming, if set, starts QEMU as a migration destination listening
+	// at this URI (-incoming), paused until told to continue (-S), so
+	// that the VM runs only once vgpud has plugged its vGPU
+	// (docs/migration.md).
+	Incoming string
 	// SerialLog, if set, receives every console line (with "\n").
 	SerialLog io.Writer
 	// Stderr, if set, receives QEMU's own diagnostics; the last few KiB
@@ -109,6 +121,9 @@ func (c Config) Validate() error {
 	}
 	if strings.Contains(c.AgentSocket, ",") || strings.Contains(c.AgentPort, ",") {
 		errs = append(errs, fmt.Errorf("agent socket %q or port %q contains a comma", c.AgentSocket, c.AgentPort))
+	}
+	if strings.ContainsAny(c.Incoming, ", ") {
+		errs = append(errs, fmt.Errorf("incoming URI %q contains a comma or space", c.Incoming))
 	}
 	if strings.Contains(c.QMPSocket, ",") {
 		errs = append(errs, fmt.Errorf("qmp socket path %q contains a comma", c.QMPSocket))
@@ -165,8 +180,11 @@ func (c Config) Args() []string {
 		"-initrd", c.Initrd,
 		"-append", strings.TrimSpace(BaseAppend + " " + c.Append),
 	}
+	// Fixed PCI slots: a migration destination started without the vGPU
+	// (it is plugged after QEMU's migration) must lay out every other
+	// device exactly as the source did.
 	for i, d := range c.Devices {
-		args = append(args, "-device", fmt.Sprintf("x-pci-proxy-dev,id=%s,fd=%d", d.ID, firstProxyFD+i))
+		args = append(args, "-device", fmt.Sprintf("x-pci-proxy-dev,id=%s,fd=%d,addr=%#x", d.ID, firstProxyFD+i, ProxySlot+i))
 	}
 	if c.AgentSocket != "" {
 		port := c.AgentPort
@@ -177,7 +195,7 @@ func (c Config) Args() []string {
 			// Thread names ("CPU n/TCG") let vgpud find the vCPU threads
 			// for its scheduling hints.
 			"-name", "vgpu-guest,debug-threads=on",
-			"-device", "virtio-serial-pci,id=agentser",
+			"-device", fmt.Sprintf("virtio-serial-pci,id=agentser,addr=%#x", AgentSlot),
 			"-chardev", "socket,id=agentch,path="+c.AgentSocket+",reconnect=1",
 			"-device", "virtserialport,bus=agentser.0,chardev=agentch,name="+port)
 	}
@@ -187,6 +205,9 @@ func (c Config) Args() []string {
 	args = append(args, "-no-reboot")
 	if c.QMPSocket != "" {
 		args = append(args, "-qmp", "unix:"+c.QMPSocket+",server=on,wait=off")
+	}
+	if c.Incoming != "" {
+		args = append(args, "-S", "-incoming", c.Incoming)
 	}
 	return append(args, c.ExtraArgs...)
 }

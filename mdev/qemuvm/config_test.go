@@ -49,8 +49,8 @@ func TestArgs(t *testing.T) {
 				"-serial", "stdio",
 				"-kernel", "k", "-initrd", "i",
 				"-append", "console=ttyS0 panic=-1 vgpu.run=x vgpu.args=-n,5",
-				"-device", "x-pci-proxy-dev,id=vgpu0,fd=3",
-				"-device", "x-pci-proxy-dev,id=vgpu1,fd=4",
+				"-device", "x-pci-proxy-dev,id=vgpu0,fd=3,addr=0x10",
+				"-device", "x-pci-proxy-dev,id=vgpu1,fd=4,addr=0x11",
 				"-device", "edu",
 				"-no-reboot",
 				"-qmp", "unix:/tmp/qmp.sock,server=on,wait=off",
@@ -121,7 +121,7 @@ func TestArgsAgentChannel(t *testing.T) {
 	args := strings.Join(c.Args(), " ")
 	for _, want := range []string{
 		"-name vgpu-guest,debug-threads=on",
-		"-device virtio-serial-pci,id=agentser",
+		"-device virtio-serial-pci,id=agentser,addr=0x8",
 		"-chardev socket,id=agentch,path=/run/vgpud/instances/u.agent.sock,reconnect=1",
 		"-device virtserialport,bus=agentser.0,chardev=agentch,name=" + DefaultAgentPort,
 	} {
