@@ -197,6 +197,24 @@ func (s *server) handle(m wire.Msg, fds []int) (abi.Status, string, []byte) {
 		s.domain().SetBudget(m.Bytes)
 	case *wire.Stats:
 		body = s.stats()
+	case *wire.Extract:
+		body, err = s.extract(m, fds[0])
+		fds = nil
+	case *wire.Inject:
+		err = s.inject(m, fds[0])
+		fds = nil
+	case *wire.Freeze:
+		err = s.withSlot(m.Slot, func(sl *slot) error { return sl.in.Freeze(s.ctx) })
+	case *wire.Thaw:
+		err = s.withSlot(m.Slot, func(sl *slot) error {
+			if m.Forget {
+				if err := sl.in.ResetMigration(s.ctx); err != nil {
+					return err
+				}
+			}
+			sl.in.Thaw()
+			return nil
+		})
 	default:
 		err = abi.Errorf(abi.StatusInternal, "%v is not a request to a worker", m.Type())
 	}

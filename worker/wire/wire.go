@@ -57,13 +57,18 @@ const (
 	TypeStats       Type = 12 // main -> worker
 	TypeTurn        Type = 13 // worker -> main
 	TypeTurnRelease Type = 14 // worker -> main, one-way
-	numTypes             = 15
+	TypeExtract     Type = 15 // main -> worker, 1 fd (a pipe's write end)
+	TypeInject      Type = 16 // main -> worker, 1 fd (a pipe's read end)
+	TypeFreeze      Type = 17 // main -> worker
+	TypeThaw        Type = 18 // main -> worker
+	numTypes             = 19
 )
 
 var typeNames = [numTypes]string{
 	TypeReply: "reply", TypeHello: "hello", TypeAdd: "add", TypeRemove: "remove", TypeMemory: "memory",
 	TypeEnable: "enable", TypeDisable: "disable", TypeReset: "reset", TypeQuota: "quota", TypeReuse: "reuse",
 	TypeBudget: "budget", TypeStats: "stats", TypeTurn: "turn", TypeTurnRelease: "turn-release",
+	TypeExtract: "extract", TypeInject: "inject", TypeFreeze: "freeze", TypeThaw: "thaw",
 }
 
 func (t Type) String() string {
@@ -172,6 +177,14 @@ func newMsg(t Type) Msg {
 		return &Turn{}
 	case TypeTurnRelease:
 		return &TurnRelease{}
+	case TypeExtract:
+		return &Extract{}
+	case TypeInject:
+		return &Inject{}
+	case TypeFreeze:
+		return &Freeze{}
+	case TypeThaw:
+		return &Thaw{}
 	}
 	return nil
 }
@@ -560,4 +573,91 @@ func (m *TurnRelease) decode(d *decoder) {
 	m.Turn = d.u32()
 	m.Device = time.Duration(d.nonNeg())
 	m.Slices = d.u32()
+}
+
+// Extract asks for one live-migration round of the instance in Slot
+// (docs/migration.md): the worker writes the round's records (migration
+// stream records, no Header or End) to the message's fd, a pipe, and
+// closes it; the Reply's Body is an ExtractReply. With Final the ring is
+// frozen first and its state is the round's last record.
+type Extract struct {
+	Slot  uint32
+	Final bool
+}
+
+func (*Extract) Type() Type { return TypeExtract }
+func (*Extract) fds() int   { return 1 }
+func (m *Extract) encode(e *encoder) {
+	e.u32(m.Slot)
+	e.bool(m.Final)
+}
+func (m *Extract) decode(d *decoder) {
+	m.Slot = d.u32()
+	m.Final = d.bool()
+}
+
+// ExtractReply is the Body of Extract's Reply: what the round sent.
+type ExtractReply struct {
+	Programs, ProgramsFreed uint32
+	Buffers, BuffersFreed   uint32
+	Redirty                 uint32 // buffers written while being sent: sent again next round
+	BufferBytes             uint64 // bytes of buffer content
+}
+
+// EncodeBody encodes an ExtractReply as a Reply's Body.
+func (r *ExtractReply) EncodeBody() []byte {
+	e := encoder{}
+	for _, v := range []uint32{r.Programs, r.ProgramsFreed, r.Buffers, r.BuffersFreed, r.Redirty} {
+		e.u32(v)
+	}
+	e.u64(r.BufferBytes)
+	return e.b
+}
+
+// DecodeExtractReply decodes an ExtractReply body.
+func DecodeExtractReply(b []byte) (ExtractReply, error) {
+	var r ExtractReply
+	d := decoder{b: b}
+	for _, p := range []*uint32{&r.Programs, &r.ProgramsFreed, &r.Buffers, &r.BuffersFreed, &r.Redirty} {
+		*p = d.u32()
+	}
+	r.BufferBytes = d.u64()
+	return r, d.done("extract reply")
+}
+
+// Inject applies migration stream records (no Header or End) read from
+// the message's fd, a pipe, until its end, to the instance in Slot, which
+// must be frozen. The Reply comes once all are applied or one failed.
+type Inject struct{ Slot uint32 }
+
+func (*Inject) Type() Type          { return TypeInject }
+func (*Inject) fds() int            { return 1 }
+func (m *Inject) encode(e *encoder) { e.u32(m.Slot) }
+func (m *Inject) decode(d *decoder) { m.Slot = d.u32() }
+
+// Freeze stops the instance's ring from fetching (doorbells are still
+// taken); the Reply comes once the command in progress has completed.
+type Freeze struct{ Slot uint32 }
+
+func (*Freeze) Type() Type          { return TypeFreeze }
+func (*Freeze) fds() int            { return 0 }
+func (m *Freeze) encode(e *encoder) { e.u32(m.Slot) }
+func (m *Freeze) decode(d *decoder) { m.Slot = d.u32() }
+
+// Thaw lets a frozen ring fetch again. With Forget the worker also forgets
+// what earlier Extract rounds sent (a migration ended or was abandoned).
+type Thaw struct {
+	Slot   uint32
+	Forget bool
+}
+
+func (*Thaw) Type() Type { return TypeThaw }
+func (*Thaw) fds() int   { return 0 }
+func (m *Thaw) encode(e *encoder) {
+	e.u32(m.Slot)
+	e.bool(m.Forget)
+}
+func (m *Thaw) decode(d *decoder) {
+	m.Slot = d.u32()
+	m.Forget = d.bool()
 }

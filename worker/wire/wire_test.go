@@ -30,6 +30,10 @@ func samples() []Msg {
 		&Stats{},
 		&Turn{Turn: 99, Slot: 7, Kind: TurnCompile, Cost: 3 * time.Millisecond},
 		&TurnRelease{Turn: 99, Device: 2 * time.Millisecond, Slices: 4},
+		&Extract{Slot: 7, Final: true},
+		&Inject{Slot: 7},
+		&Freeze{Slot: 7},
+		&Thaw{Slot: 7, Forget: true},
 	}
 }
 
@@ -64,6 +68,10 @@ func TestBodiesRoundTrip(t *testing.T) {
 	s := StatsReply{Entries: 3, Bytes: 4, Budget: 5, Hits: 6, Misses: 7, Skipped: 8, Recorded: 9, Evictions: 10, BytesSaved: 11, DeviceNanos: 12, Instances: 2}
 	if got, err := DecodeStatsReply(s.EncodeBody()); err != nil || got != s {
 		t.Errorf("StatsReply round trip = %+v, %v", got, err)
+	}
+	x := ExtractReply{Programs: 1, ProgramsFreed: 2, Buffers: 3, BuffersFreed: 4, Redirty: 5, BufferBytes: 6 << 30}
+	if got, err := DecodeExtractReply(x.EncodeBody()); err != nil || got != x {
+		t.Errorf("ExtractReply round trip = %+v, %v", got, err)
 	}
 	g := TurnGrant{SliceBudget: time.Millisecond}
 	if got, err := DecodeTurnGrant(g.EncodeBody()); err != nil || got != g {

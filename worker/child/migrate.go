@@ -1,0 +1,106 @@
+package child
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/migrate/stream"
+	"github.com/vgpud/vgpud/worker/wire"
+)
+
+// extract writes one migration round of an instance to fd (a pipe the
+// main process reads) as a complete migration stream: Header, the round's
+// records, End (docs/worker.md "Migration").
+func (s *server) extract(m *wire.Extract, fd int) ([]byte, error) {
+	f := os.NewFile(uintptr(fd), "extract")
+	defer f.Close()
+	var st aggregator.RoundStats
+	err := s.withSlot(m.Slot, func(sl *slot) error {
+		bw := bufio.NewWriterSize(f, 256<<10)
+		w := stream.NewWriter(bw)
+		var err error
+		if st, err = sl.in.ExtractRound(s.ctx, streamSink{w}, m.Final); err != nil {
+			return err
+		}
+		if err := w.Close(); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := wire.ExtractReply{Programs: uint32(st.Programs), ProgramsFreed: uint32(st.ProgramsFreed), Buffers: uint32(st.Buffers),
+		BuffersFreed: uint32(st.BuffersFreed), Redirty: uint32(st.Redirty), BufferBytes: st.BufferBytes}
+	return r.EncodeBody(), nil
+}
+
+// streamSink turns what an extraction round yields into stream records.
+type streamSink struct{ w *stream.Writer }
+
+func (k streamSink) Program(p aggregator.ProgramState) error {
+	return k.w.Write(&stream.Program{Handle: p.Handle, Flags: p.Flags, Source: []byte(p.Source), Options: []byte(p.Options)})
+}
+func (k streamSink) ProgramFree(h uint32) error { return k.w.Write(&stream.ProgramFree{Handle: h}) }
+func (k streamSink) Buffer(b aggregator.BufferState) error {
+	return k.w.Write(&stream.Buffer{Handle: b.Handle, Flags: b.Flags, Size: b.Size})
+}
+func (k streamSink) BufferData(h uint32, off uint64, data []byte) error {
+	return k.w.BufferData(h, off, data)
+}
+func (k streamSink) BufferFree(h uint32) error { return k.w.Write(&stream.BufferFree{Handle: h}) }
+func (k streamSink) Ring(r aggregator.RingState) error {
+	return k.w.Write(&stream.Ring{Enabled: r.Enabled, Slots: r.Slots, Base: r.Base, ComplBase: r.ComplBase,
+		Head: r.Head, Tail: r.Tail, Completed: r.Completed, ErrStatus: r.ErrStatus, ErrCount: r.ErrCount})
+}
+
+// inject applies a migration stream read from fd (a pipe the main process
+// writes) to a frozen instance. The stream is untrusted (it came from
+// another host): the stream package checks its framing, the aggregator
+// every value, as it does a guest's.
+func (s *server) inject(m *wire.Inject, fd int) error {
+	f := os.NewFile(uintptr(fd), "inject")
+	defer f.Close()
+	return s.withSlot(m.Slot, func(sl *slot) error {
+		if !sl.in.Frozen() {
+			return abi.Errorf(abi.StatusBusy, "inject into instance %s, which is not frozen", sl.id)
+		}
+		r := stream.NewReader(bufio.NewReaderSize(f, 256<<10))
+		in := sl.in
+		for n := 0; ; n++ {
+			rec, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return abi.Errorf(abi.StatusInvalidArgument, "migration stream: %v", err)
+			}
+			switch rec := rec.(type) {
+			case *stream.Header, *stream.End:
+			case *stream.Program:
+				err = in.InjectProgram(s.ctx, aggregator.ProgramState{Handle: rec.Handle, Flags: rec.Flags, Source: string(rec.Source), Options: string(rec.Options)})
+			case *stream.ProgramFree:
+				err = in.InjectProgramFree(s.ctx, rec.Handle)
+			case *stream.Buffer:
+				err = in.InjectBuffer(s.ctx, aggregator.BufferState{Handle: rec.Handle, Flags: rec.Flags, Size: rec.Size})
+			case *stream.BufferData:
+				err = in.InjectBufferData(s.ctx, rec.Handle, rec.Offset, rec.Data)
+			case *stream.BufferFree:
+				err = in.InjectBufferFree(s.ctx, rec.Handle)
+			case *stream.Ring:
+				err = in.InjectRing(s.ctx, aggregator.RingState{Enabled: rec.Enabled, Base: rec.Base, ComplBase: rec.ComplBase, Slots: rec.Slots,
+					Head: rec.Head, Tail: rec.Tail, Completed: rec.Completed, ErrStatus: rec.ErrStatus, ErrCount: rec.ErrCount})
+			default:
+				err = abi.Errorf(abi.StatusInvalidArgument, "a worker takes no %v record", rec.Type())
+			}
+			if err != nil {
+				return fmt.Errorf("migration record %d (%v): %w", n, rec.Type(), err)
+			}
+		}
+	})
+}
