@@ -40,8 +40,9 @@ var (
 // Type identifies a message (docs/agent-channel.md "Messages").
 type Type uint16
 
-// Message types. 0x0100-0x01ff are reserved for migration and 0x0200-0x02ff
-// for reconfiguration messages of later versions; receivers skip them.
+// Message types. 0x0100-0x01ff are migration messages (those not defined
+// here are reserved) and 0x0200-0x02ff are reserved for reconfiguration
+// messages of later versions; receivers skip types they do not know.
 const (
 	TypeHello      Type = 1 // both directions: versions and identity
 	TypeWatch      Type = 2 // guest -> host: wake me when a command completes
@@ -50,6 +51,12 @@ const (
 	TypeGuestStats Type = 5 // guest -> host: the guest's /proc/stat
 	TypePing       Type = 6 // both: liveness; answered with Pong
 	TypePong       Type = 7
+
+	// Migration (docs/agent-channel.md "Migration").
+	TypeQuiesce  Type = 0x0100 // host -> guest: drain and stop using the vGPU
+	TypeQuiesced Type = 0x0101 // guest -> host: answer to Quiesce
+	TypeResume   Type = 0x0102 // host -> guest: reopen the vGPU and continue
+	TypeResumed  Type = 0x0103 // guest -> host: answer to Resume
 
 	TypeMigrationFirst Type = 0x0100
 	TypeMigrationLast  Type = 0x01ff
@@ -60,6 +67,7 @@ const (
 var typeNames = map[Type]string{
 	TypeHello: "hello", TypeWatch: "watch", TypeCompleted: "completed", TypeHints: "hints",
 	TypeGuestStats: "guest-stats", TypePing: "ping", TypePong: "pong",
+	TypeQuiesce: "quiesce", TypeQuiesced: "quiesced", TypeResume: "resume", TypeResumed: "resumed",
 }
 
 func (t Type) String() string {
@@ -107,6 +115,10 @@ const (
 	FeatureHints = 1 << 1
 	// FeatureStats: the guest sends GuestStats.
 	FeatureStats = 1 << 2
+	// FeatureMigration: from the guest, some program answers Quiesce and
+	// Resume (a guest without it still answers them, with programs 0);
+	// from the host, it may send them.
+	FeatureMigration = 1 << 3
 )
 
 // Watch asks the host to send Completed once command Index (the ring's
@@ -165,6 +177,89 @@ type Ping struct{ Cookie uint64 }
 // Pong answers a Ping.
 type Pong struct{ Cookie uint64 }
 
+// Quiesce asks the guest to quiesce its vGPU users before the host takes
+// the device's final state (docs/agent-channel.md "Migration"): every
+// program drains its in-flight commands, stops touching the device (unmaps
+// BAR0) and holds further calls until Resume. The guest answers Quiesced
+// with the same cookie.
+//
+//	off size field
+//	0   8    cookie
+//	8   4    deadline_ms: how long the guest may take (0: the guest's default)
+//	12  4    reserved, 0
+type Quiesce struct {
+	Cookie     uint64
+	DeadlineMs uint32
+	_          uint32
+}
+
+// MigrationStatus is the status of a Quiesced or Resumed answer.
+type MigrationStatus uint32
+
+// Migration statuses. A receiver treats a value it does not know as
+// MigrationFailed.
+const (
+	MigrationOK      MigrationStatus = 0 // every program did it
+	MigrationTimeout MigrationStatus = 1 // some program did not finish by the deadline
+	MigrationFailed  MigrationStatus = 2 // some program failed
+)
+
+var migrationStatusNames = [...]string{"ok", "timeout", "failed"}
+
+func (s MigrationStatus) String() string {
+	if int(s) < len(migrationStatusNames) {
+		return migrationStatusNames[s]
+	}
+	return fmt.Sprintf("migration-status-%d", uint32(s))
+}
+
+// Quiesced answers Quiesce.
+//
+//	off size field
+//	0   8    cookie of the Quiesce
+//	8   4    status, MigrationStatus
+//	12  4    programs: how many programs quiesced
+type Quiesced struct {
+	Cookie   uint64
+	Status   MigrationStatus
+	Programs uint32
+}
+
+// Resume flags.
+const (
+	// ResumeReplugged: the vGPU was hot-unplugged and a new one (possibly
+	// another device model) plugged at the same slot; without it the
+	// migration was abandoned before the unplug and the same device is
+	// still present. Programs reopen the device the same way in both cases.
+	ResumeReplugged = 1 << 0
+)
+
+// Resume tells the guest that the host has restored the vGPU's state (or
+// abandoned the migration): every quiesced program waits for the device,
+// maps BAR0 again, checks it and continues. The guest answers Resumed.
+//
+//	off size field
+//	0   8    cookie
+//	8   4    flags, Resume*
+//	12  4    deadline_ms: how long the guest may take (0: the guest's default)
+type Resume struct {
+	Cookie     uint64
+	Flags      uint32
+	DeadlineMs uint32
+}
+
+// Resumed answers Resume.
+//
+//	off size field
+//	0   8    cookie of the Resume
+//	8   4    status, MigrationStatus
+//	12  4    programs: how many programs resumed
+type Resumed struct {
+	Cookie   uint64
+	Status   MigrationStatus
+	Programs uint32
+}
+
 // Unknown is a frame of a type this version does not know (including the
 // reserved migration and reconfiguration ranges). Receivers skip it.
 type Unknown struct {
@@ -179,6 +274,10 @@ func (*Hints) Type() Type      { return TypeHints }
 func (*GuestStats) Type() Type { return TypeGuestStats }
 func (*Ping) Type() Type       { return TypePing }
 func (*Pong) Type() Type       { return TypePong }
+func (*Quiesce) Type() Type    { return TypeQuiesce }
+func (*Quiesced) Type() Type   { return TypeQuiesced }
+func (*Resume) Type() Type     { return TypeResume }
+func (*Resumed) Type() Type    { return TypeResumed }
 func (u *Unknown) Type() Type  { return u.T }
 
 const (
@@ -188,6 +287,7 @@ const (
 	hintsSize      = 32
 	guestStatsSize = 72
 	pingSize       = 8
+	migrationSize  = 16 // Quiesce, Quiesced, Resume, Resumed
 )
 
 func (m *Hello) size() int { return helloFixed + min(len(m.Ident), MaxIdentLen) }
@@ -226,8 +326,26 @@ func (*Ping) size() int         { return pingSize }
 func (m *Ping) put(b []byte)    { le.PutUint64(b, m.Cookie) }
 func (*Pong) size() int         { return pingSize }
 func (m *Pong) put(b []byte)    { le.PutUint64(b, m.Cookie) }
+func (*Quiesce) size() int      { return migrationSize }
+func (m *Quiesce) put(b []byte) { putMigration(b, m.Cookie, m.DeadlineMs, 0) }
+func (*Quiesced) size() int     { return migrationSize }
+func (m *Quiesced) put(b []byte) {
+	putMigration(b, m.Cookie, uint32(m.Status), m.Programs)
+}
+func (*Resume) size() int       { return migrationSize }
+func (m *Resume) put(b []byte)  { putMigration(b, m.Cookie, m.Flags, m.DeadlineMs) }
+func (*Resumed) size() int      { return migrationSize }
+func (m *Resumed) put(b []byte) { putMigration(b, m.Cookie, uint32(m.Status), m.Programs) }
 func (u *Unknown) size() int    { return min(len(u.Payload), MaxPayload) }
 func (u *Unknown) put(b []byte) { copy(b, u.Payload) }
+
+// putMigration writes the common layout of the migration messages: a u64
+// cookie and two u32 words.
+func putMigration(b []byte, cookie uint64, w0, w1 uint32) {
+	le.PutUint64(b[0:], cookie)
+	le.PutUint32(b[8:], w0)
+	le.PutUint32(b[12:], w1)
+}
 
 // Append encodes m as one frame appended to b.
 func Append(b []byte, m Message) []byte {
@@ -347,6 +465,24 @@ func DecodePayload(t Type, p []byte) (Message, error) {
 			return &Ping{Cookie: le.Uint64(p)}, nil
 		}
 		return &Pong{Cookie: le.Uint64(p)}, nil
+	case TypeQuiesce, TypeQuiesced, TypeResume, TypeResumed:
+		if err := exact(migrationSize); err != nil {
+			return nil, err
+		}
+		cookie, w0, w1 := le.Uint64(p[0:]), le.Uint32(p[8:]), le.Uint32(p[12:])
+		switch t {
+		case TypeQuiesce:
+			if w1 != 0 {
+				return nil, fmt.Errorf("quiesce: reserved %#x: %w", w1, ErrMalformed)
+			}
+			return &Quiesce{Cookie: cookie, DeadlineMs: w0}, nil
+		case TypeQuiesced:
+			return &Quiesced{Cookie: cookie, Status: MigrationStatus(w0), Programs: w1}, nil
+		case TypeResume:
+			return &Resume{Cookie: cookie, Flags: w0, DeadlineMs: w1}, nil
+		default:
+			return &Resumed{Cookie: cookie, Status: MigrationStatus(w0), Programs: w1}, nil
+		}
 	}
 	var cp []byte
 	if len(p) > 0 {

@@ -19,7 +19,14 @@ func samples() []Message {
 		&GuestStats{UptimeNs: 1, User: 2, Nice: 3, System: 4, Idle: 5, IOWait: 6, IRQ: 7, SoftIRQ: 8, Steal: 9},
 		&Ping{Cookie: 42},
 		&Pong{Cookie: 42},
-		&Unknown{T: TypeMigrationFirst, Payload: []byte{1, 2, 3}},
+		&Quiesce{Cookie: 0x0102030405060708, DeadlineMs: 30_000},
+		&Quiesced{Cookie: 1, Status: MigrationOK, Programs: 2},
+		&Quiesced{Cookie: 2, Status: MigrationTimeout, Programs: 1},
+		&Resume{Cookie: 3, Flags: ResumeReplugged, DeadlineMs: 60_000},
+		&Resume{Cookie: 4},
+		&Resumed{Cookie: 3, Status: MigrationFailed},
+		&Resumed{Cookie: 5, Status: 77, Programs: 9}, // unknown statuses decode (and count as failed)
+		&Unknown{T: TypeMigrationLast, Payload: []byte{1, 2, 3}},
 		&Unknown{T: 0x7777},
 	}
 }
@@ -66,6 +73,14 @@ func TestLayout(t *testing.T) {
 		{&Watch{Index: 0x01020304}, []byte{0x56, 0x47, 2, 0, 4, 0, 0, 0, 4, 3, 2, 1}},
 		{&Completed{Done: 5}, []byte{0x56, 0x47, 3, 0, 4, 0, 0, 0, 5, 0, 0, 0}},
 		{&Hello{MinVersion: 1, MaxVersion: 2, Features: 1, Ident: "ab"}, []byte{0x56, 0x47, 1, 0, 12, 0, 0, 0, 1, 0, 2, 0, 1, 0, 0, 0, 2, 0, 'a', 'b'}},
+		{&Quiesce{Cookie: 0x0807060504030201, DeadlineMs: 0x0a0b0c0d}, []byte{0x56, 0x47, 0, 1, 16, 0, 0, 0,
+			1, 2, 3, 4, 5, 6, 7, 8, 0x0d, 0x0c, 0x0b, 0x0a, 0, 0, 0, 0}},
+		{&Quiesced{Cookie: 9, Status: MigrationFailed, Programs: 3}, []byte{0x56, 0x47, 1, 1, 16, 0, 0, 0,
+			9, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0}},
+		{&Resume{Cookie: 9, Flags: ResumeReplugged, DeadlineMs: 1000}, []byte{0x56, 0x47, 2, 1, 16, 0, 0, 0,
+			9, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0xe8, 3, 0, 0}},
+		{&Resumed{Cookie: 9, Status: MigrationTimeout, Programs: 1}, []byte{0x56, 0x47, 3, 1, 16, 0, 0, 0,
+			9, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0}},
 	} {
 		if got := Marshal(tc.m); !bytes.Equal(got, tc.want) {
 			t.Errorf("Marshal(%v) = % x, want % x", tc.m.Type(), got, tc.want)
@@ -100,6 +115,11 @@ func TestMalformed(t *testing.T) {
 		{"hello version 0", append(hdr(Magic, 1, 10), 0, 0, 1, 0, 0, 0, 0, 0, 0, 0)},
 		{"hello min > max", append(hdr(Magic, 1, 10), 3, 0, 2, 0, 0, 0, 0, 0, 0, 0)},
 		{"hints wait > 100%", Marshal(&Hints{WaitPPM: 1_000_001})},
+		{"quiesce too short", append(hdr(Magic, uint16(TypeQuiesce), 12), make([]byte, 12)...)},
+		{"quiesced too long", append(hdr(Magic, uint16(TypeQuiesced), 17), make([]byte, 17)...)},
+		{"resume empty", hdr(Magic, uint16(TypeResume), 0)},
+		{"resumed too short", append(hdr(Magic, uint16(TypeResumed), 8), make([]byte, 8)...)},
+		{"quiesce reserved", append(hdr(Magic, uint16(TypeQuiesce), 16), 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0)},
 	} {
 		m, _, err := Decode(tc.b)
 		if !errors.Is(err, ErrMalformed) || m != nil {
@@ -144,6 +164,31 @@ func TestTypeNames(t *testing.T) {
 	}
 	if got, want := TypeReconfigFirst.String(), "reconfig-0x200"; got != want {
 		t.Errorf("TypeReconfigFirst.String() = %q, want %q", got, want)
+	}
+	for typ, want := range map[Type]string{TypeQuiesce: "quiesce", TypeQuiesced: "quiesced", TypeResume: "resume",
+		TypeResumed: "resumed", 0x0104: "migration-0x104"} {
+		if got := typ.String(); got != want {
+			t.Errorf("Type(%#x).String() = %q, want %q", uint16(typ), got, want)
+		}
+	}
+	if got := MigrationStatus(7).String(); got != "migration-status-7" || MigrationTimeout.String() != "timeout" {
+		t.Errorf("MigrationStatus strings: %q, %q", got, MigrationTimeout.String())
+	}
+}
+
+// TestMigrationTypes pins the type numbers of the migration messages
+// (docs/agent-channel.md "Messages") and the feature bit.
+func TestMigrationTypes(t *testing.T) {
+	for _, tc := range []struct {
+		m    Message
+		want Type
+	}{{&Quiesce{}, 0x0100}, {&Quiesced{}, 0x0101}, {&Resume{}, 0x0102}, {&Resumed{}, 0x0103}} {
+		if got := tc.m.Type(); got != tc.want || got < TypeMigrationFirst || got > TypeMigrationLast {
+			t.Errorf("%T.Type() = %#x, want %#x", tc.m, uint16(got), uint16(tc.want))
+		}
+	}
+	if FeatureMigration != 8 {
+		t.Errorf("FeatureMigration = %d, want 8", FeatureMigration)
 	}
 }
 
