@@ -42,6 +42,11 @@ commands:
   limits UUID [-turn-timeout D] [-build-timeout D] [-program-bytes N]
                                 an instance's time budgets and program quota
                                 (a worker whose turn or build overruns is ended)
+  migrate UUID -to HOST:PORT -uri QEMU-URI [-qmp PATH] [-device-id ID] [-rounds N] [-no-precopy] [-json]
+                                move the instance and its running VM to the vgpud
+                                listening at HOST:PORT, whose QEMU waits with
+                                -incoming QEMU-URI (docs/migration.md)
+  help [COMMAND]                this text (or COMMAND's lines of it)
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -54,6 +59,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	sock := fs.String("socket", defSock, "vgpud control socket ($VGPUD_SOCKET)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return nil
+		}
 		return err
 	}
 	if fs.NArg() == 0 {
@@ -62,6 +71,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	c := control.NewClient(*sock)
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	if cmd == "help" {
+		return help(stdout, rest)
+	}
+	if len(rest) > 0 && (rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help") {
+		return help(stdout, []string{cmd})
+	}
 	switch cmd {
 	case "devices":
 		return devices(ctx, c, stdout)
@@ -101,6 +116,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return setProfile(ctx, c, rest, stdout)
 	case "limits":
 		return setLimits(ctx, c, rest, stdout, stderr)
+	case "migrate":
+		return migrateCmd(ctx, c, rest, stdout, stderr)
 	}
 	fs.Usage()
 	return fmt.Errorf("unknown command %q", cmd)
@@ -214,6 +231,8 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 		qemu   = fs.String("qemu", qemuvm.DefaultQEMU, "QEMU binary")
 		print  = fs.Bool("print", false, "print the QEMU command line and exit")
 		prefix = fs.String("prefix", "", "prefix for console lines")
+		in     = fs.String("incoming", "", "start as the destination of a migration: QEMU listens at this URI (e.g. tcp:0:4444), paused, without the vGPU, which the destination vgpud plugs in (docs/migration.md)")
+		runDir = fs.String("run-dir", "", "with -incoming: the destination vgpud's run directory (default: the control socket's)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -222,8 +241,25 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 		return errors.New("vm: -instance is required")
 	}
 	cfg := qemuvm.Config{QEMU: *qemu, Kernel: *kernel, Initrd: *initrd, Append: *app, MemMiB: *mem, CPUs: *cpus,
-		SerialLog: &prefixWriter{w: w, prefix: *prefix}, Stderr: stderr}
+		SerialLog: &prefixWriter{w: w, prefix: *prefix}, Stderr: stderr, Incoming: *in}
+	if *in != "" {
+		// The instance does not exist here yet: the migration creates it.
+		// QEMU's monitor and agent channel go where that instance's will be.
+		id := *ids
+		if strings.Contains(id, ",") {
+			return errors.New("vm -incoming: one instance")
+		}
+		dir := *runDir
+		if dir == "" {
+			dir = filepath.Dir(c.SocketPath())
+		}
+		base := filepath.Join(dir, "instances", id)
+		cfg.QMPSocket, cfg.AgentSocket = base+".qmp", base+".agent.sock"
+	}
 	for i, id := range strings.Split(*ids, ",") {
+		if *in != "" {
+			break
+		}
 		info, err := c.Instance(ctx, id)
 		if err != nil {
 			return err
@@ -249,6 +285,9 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 			if _, err := os.Stat(agentSock); err == nil {
 				cfg.AgentSocket = agentSock
 			}
+			// QEMU's monitor where migration looks for it
+			// (mdev.Instance.QMPSocket).
+			cfg.QMPSocket = strings.TrimSuffix(info.Socket, ".sock") + ".qmp"
 		}
 	}
 	fmt.Fprintln(w, "+", cfg.CommandLine())

@@ -18,6 +18,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/migrate"
 )
 
 // Config is the daemon's configuration file (JSON). Flags override it.
@@ -45,6 +46,11 @@ type Config struct {
 	// isolation between tenants (docs/isolation.md): a benchmark baseline,
 	// never for guests one does not trust. Refused unless set.
 	UnsafeInProcess bool `json:"unsafe_in_process,omitempty"`
+	// MigrateTLS is the directory of the migration channel's ca.pem,
+	// cert.pem and key.pem (docs/migration.md); MigrateListen the TCP
+	// address where this vgpud receives migrations ("" receives none).
+	MigrateTLS    string `json:"migrate_tls,omitempty"`
+	MigrateListen string `json:"migrate_listen,omitempty"`
 }
 
 type multiFlag []string
@@ -99,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		listDevs   = fs.Bool("list-devices", false, "print the OpenCL devices and exit")
 		metricsAt  = fs.String("metrics-addr", defaultMetricsAddr, "TCP address for Prometheus /metrics (\"\" disables)")
 		unsafeProc = fs.Bool("unsafe-in-process", false, "run guests' device work in vgpud's own process: NO isolation between tenants (benchmark baseline only)")
+		migTLS     = fs.String("migrate-tls", "", "directory with the migration channel's ca.pem, cert.pem, key.pem (docs/migration.md)")
+		migListen  = fs.String("migrate-listen", "", "TCP address to receive migrations on, e.g. :7450 (needs -migrate-tls)")
 		devices    multiFlag
 	)
 	fs.Var(&devices, "device", "physical device selector (index or name substring); repeatable")
@@ -139,6 +147,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *unsafeProc {
 		cfg.UnsafeInProcess = true
+	}
+	if *migTLS != "" {
+		cfg.MigrateTLS = *migTLS
+	}
+	if *migListen != "" {
+		cfg.MigrateListen = *migListen
+	}
+	var migTLSConf *migrate.TLS
+	if cfg.MigrateTLS != "" {
+		if migTLSConf, err = migrate.LoadTLS(cfg.MigrateTLS); err != nil {
+			return err
+		}
+	} else if cfg.MigrateListen != "" {
+		return errors.New("-migrate-listen needs -migrate-tls: the migration channel is always authenticated")
 	}
 	log, err := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
@@ -204,13 +226,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	srv := &http.Server{Handler: control.Handler(m), ReadHeaderTimeout: 10 * time.Second}
+	var handlerOpts []control.Option
+	if migTLSConf != nil {
+		handlerOpts = append(handlerOpts, control.WithMigration(migTLSConf))
+	}
+	srv := &http.Server{Handler: control.Handler(m, handlerOpts...), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
+	migDone := make(chan error, 1)
+	migCtx, stopMig := context.WithCancel(ctx)
+	defer stopMig()
+	migAddr := ""
+	if cfg.MigrateListen != "" {
+		ml, err := net.Listen("tcp", cfg.MigrateListen)
+		if err != nil {
+			l.Close()
+			return fmt.Errorf("migrate listen: %w", err)
+		}
+		migAddr = ml.Addr().String()
+		log.Info("receiving migrations", "addr", migAddr)
+		dst := &migrate.Destination{Manager: m, TLS: migTLSConf, Logger: log}
+		go func() { migDone <- dst.Serve(migCtx, ml) }()
+	} else {
+		migDone <- nil
+	}
 	log.Info("serving", "control", sock, "instances", len(m.List()))
 	ready := "vgpud ready control=" + sock
 	if ms != nil {
 		ready += " metrics=http://" + ms.addr.String() + "/metrics"
+	}
+	if migAddr != "" {
+		ready += " migrate=" + migAddr
 	}
 	fmt.Fprintln(stdout, ready)
 
@@ -224,6 +270,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	err = errors.Join(srv.Shutdown(shutCtx), ms.stop(shutCtx))
 	<-served
+	stopMig()
+	err = errors.Join(err, <-migDone)
 	os.Remove(sock)
 	return errors.Join(err, m.Close())
 }

@@ -88,6 +88,9 @@ type Server struct {
 	gstats  GuestStats
 	haveGS  bool
 	peerPID int
+	pending *request // the migration request waiting for its answer (migrate.go)
+	cookie  uint64
+	helloed chan struct{} // closed (and replaced) when a peer's Hello arrives
 }
 
 // Listen creates the socket at cfg.Path (replacing a stale one) and
@@ -117,7 +120,7 @@ func Listen(cfg Config) (*Server, error) {
 		l.Close()
 		return nil, fmt.Errorf("agentchan: listen: %w", err)
 	}
-	return &Server{cfg: cfg, log: log.With("channel", "agent"), l: l}, nil
+	return &Server{cfg: cfg, log: log.With("channel", "agent"), l: l, helloed: make(chan struct{})}, nil
 }
 
 // Path returns the socket path.
@@ -216,7 +219,8 @@ func (s *Server) start(nc *net.UnixConn) {
 	if err != nil {
 		s.log.Warn("peer credentials", "err", err)
 	}
-	c := &conn{s: s, nc: nc, pid: pid, wake: make(chan struct{}, 1), done: make(chan struct{}), pongs: make(chan uint64, maxPongs)}
+	c := &conn{s: s, nc: nc, pid: pid, wake: make(chan struct{}, 1), done: make(chan struct{}), pongs: make(chan uint64, maxPongs),
+		asks: make(chan agentmsg.Message, 2)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -293,6 +297,7 @@ type conn struct {
 	hello   atomic.Bool // Hello received: the writer may answer it
 	version atomic.Uint32
 	pongs   chan uint64
+	asks    chan agentmsg.Message // migration requests to send (migrate.go)
 }
 
 func (c *conn) kick() {
@@ -340,6 +345,11 @@ func (c *conn) readLoop() {
 			c.hello.Store(true)
 			log.Info("agent hello", "ident", m.Ident, "version", v, "features", m.Features)
 			c.kick()
+			c.s.helloFrom(c)
+		case *agentmsg.Quiesced:
+			c.s.answer(agentmsg.TypeQuiesced, m.Cookie, m.Status, m.Programs)
+		case *agentmsg.Resumed:
+			c.s.answer(agentmsg.TypeResumed, m.Cookie, m.Status, m.Programs)
 		case *agentmsg.Watch:
 			c.s.stats.Watches.Add(1)
 			c.s.setWatch(m.Index)
@@ -397,6 +407,9 @@ func (c *conn) writeLoop() {
 		}
 		for len(c.pongs) > 0 {
 			buf = agentmsg.Append(buf, &agentmsg.Pong{Cookie: <-c.pongs})
+		}
+		for len(c.asks) > 0 {
+			buf = agentmsg.Append(buf, <-c.asks)
 		}
 		if hint && c.hinter == nil {
 			c.newHinter()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,11 +12,13 @@ import (
 	"net/url"
 
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/migrate"
 )
 
 // Client talks to a vgpud control socket.
 type Client struct {
-	hc *http.Client
+	hc   *http.Client
+	path string
 }
 
 // NewClient returns a client for the control socket at path.
@@ -26,13 +29,17 @@ func NewClient(path string) *Client {
 			return d.DialContext(ctx, "unix", path)
 		},
 	}
-	return &Client{hc: &http.Client{Transport: tr}}
+	return &Client{hc: &http.Client{Transport: tr}, path: path}
 }
+
+// SocketPath is the control socket the client talks to.
+func (c *Client) SocketPath() string { return c.path }
 
 // APIError is an error reply from vgpud.
 type APIError struct {
 	Code int
 	Msg  string
+	Raw  string // the body as it came
 }
 
 func (e *APIError) Error() string { return fmt.Sprintf("vgpud: %s (http %d)", e.Msg, e.Code) }
@@ -75,7 +82,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			e.Error = string(b)
 		}
-		return &APIError{Code: resp.StatusCode, Msg: e.Error}
+		return &APIError{Code: resp.StatusCode, Msg: e.Error, Raw: string(b)}
 	}
 	if out == nil {
 		return nil
@@ -119,4 +126,23 @@ func (c *Client) Create(ctx context.Context, req mdev.CreateRequest) (InstanceIn
 // Destroy destroys an instance.
 func (c *Client) Destroy(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/instances/"+url.PathEscape(id), nil, nil)
+}
+
+// Migrate moves an instance and its VM to another vgpud
+// (docs/migration.md). A failed migration returns its report (rolled
+// back) with the error.
+func (c *Client) Migrate(ctx context.Context, id string, req MigrateRequest) (*migrate.Report, error) {
+	var rep MigrateReply
+	err := c.do(ctx, "POST", "/v1/instances/"+id+"/migrate", req, &rep)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Code == http.StatusConflict {
+		var mr MigrateReply
+		if json.Unmarshal([]byte(ae.Raw), &mr) == nil && mr.Report != nil {
+			return mr.Report, fmt.Errorf("vgpud: %s", mr.Error)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rep.Report, nil
 }

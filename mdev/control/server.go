@@ -9,14 +9,30 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/worker"
 )
 
 // maxBody bounds a request body.
 const maxBody = 64 << 10
 
+// Option configures Handler.
+type Option func(*options)
+
+type options struct {
+	migrateTLS *migrate.TLS
+}
+
+// WithMigration enables POST /v1/instances/{uuid}/migrate, whose channel
+// to the destination daemon authenticates with t (docs/migration.md).
+func WithMigration(t *migrate.TLS) Option { return func(o *options) { o.migrateTLS = t } }
+
 // Handler returns the API over m.
-func Handler(m *mdev.Manager) http.Handler {
+func Handler(m *mdev.Manager, opts ...Option) http.Handler {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/devices", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, m.Devices())
@@ -66,6 +82,7 @@ func Handler(m *mdev.Manager) http.Handler {
 	handleProfile(mux, m)
 	handleLimits(mux, m)
 	handleReuse(mux, m)
+	handleMigrate(mux, m, o.migrateTLS)
 	return mux
 }
 

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/migrate"
+)
+
+func migrateCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var req control.MigrateRequest
+	fs.StringVar(&req.To, "to", "", "the destination vgpud's migration listener, HOST:PORT")
+	fs.StringVar(&req.URI, "uri", "", "the destination QEMU's -incoming URI (tcp:HOST:PORT or unix:PATH)")
+	fs.StringVar(&req.QMP, "qmp", "", "the source QEMU's QMP socket (default: <run-dir>/instances/UUID.qmp)")
+	fs.StringVar(&req.DeviceID, "device-id", "", "the vGPU's QEMU device id (default vgpu0)")
+	fs.IntVar(&req.MaxRounds, "rounds", 0, "most pre-copy rounds (default 5)")
+	fs.BoolVar(&req.NoPrecopy, "no-precopy", false, "copy the device state only once the guest is quiesced")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if id == "" && fs.NArg() == 1 {
+		id = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return fmt.Errorf("migrate: unexpected arguments %q", fs.Args())
+	}
+	if id == "" || req.To == "" || req.URI == "" {
+		return errors.New("usage: migrate UUID -to HOST:PORT -uri QEMU-URI")
+	}
+	rep, err := c.Migrate(ctx, id, req)
+	if rep != nil {
+		if *asJSON {
+			if perr := printJSON(w, rep); perr != nil {
+				return perr
+			}
+		} else {
+			printReport(w, rep)
+		}
+	}
+	return err
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func printReport(w io.Writer, r *migrate.Report) {
+	if r.RolledBack {
+		fmt.Fprintf(w, "migration of %s FAILED in phase %q; rolled back: the VM runs on the source with its vGPU\n", r.Instance, r.Phase)
+	} else {
+		fmt.Fprintf(w, "migrated %s: %s -> %s\n", r.Instance, r.From, r.To)
+	}
+	for _, rd := range r.Rounds {
+		kind := "pre-copy"
+		if rd.Final {
+			kind = "final"
+		}
+		fmt.Fprintf(w, "  round %d (%s): %d bytes sent, %d buffer bytes in %d buffers, %d programs, %s (applied in %s)\n",
+			rd.Number, kind, rd.StreamBytes, rd.BufferBytes, rd.Buffers, rd.Programs, ms(rd.Took), ms(rd.Applied))
+	}
+	if r.RolledBack {
+		return
+	}
+	fmt.Fprintf(w, "  GPU stun %s = quiesce %s + final round %s + unplug %s + QEMU %s + plug %s + guest resume %s\n",
+		ms(r.Stun), ms(r.Quiesce), ms(r.Final), ms(r.Unplug), ms(r.QEMU), ms(r.Plug), ms(r.Resume))
+	fmt.Fprintf(w, "  QEMU: downtime %s, total %s; %d bytes of device state; total %s\n",
+		ms(r.QEMUDowntime), ms(r.QEMUTotal), r.StreamBytes, ms(r.Total))
+}
+
+// help prints the usage, or the lines of it about one command.
+func help(w io.Writer, args []string) error {
+	if len(args) == 0 {
+		_, err := fmt.Fprint(w, usage)
+		return err
+	}
+	var out []string
+	in := false
+	for _, line := range strings.Split(usage, "\n") {
+		t := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") && t != "":
+			in = strings.Fields(t)[0] == args[0]
+		case !strings.HasPrefix(line, "   "):
+			in = false
+		}
+		if in {
+			out = append(out, line)
+		}
+	}
+	if len(out) == 0 {
+		return fmt.Errorf("help: no command %q", args[0])
+	}
+	_, err := fmt.Fprintln(w, strings.Join(out, "\n"))
+	return err
+}

@@ -1,0 +1,136 @@
+package agentchan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vgpud/vgpud/abi/agentmsg"
+)
+
+// ErrNoAgent is returned when a migration request cannot reach the guest
+// agent (no connection, or none that said Hello) before its deadline.
+var ErrNoAgent = errors.New("agentchan: no guest agent connected")
+
+// ErrGuestRefused wraps a Quiesced or Resumed whose status is not OK.
+var ErrGuestRefused = errors.New("agentchan: the guest did not do it")
+
+// request is a migration request waiting for the guest's answer.
+type request struct {
+	kind   agentmsg.Type // the answer's type
+	cookie uint64
+	reply  chan answer
+}
+
+type answer struct {
+	status   agentmsg.MigrationStatus
+	programs uint32
+}
+
+// Quiesce asks the guest to drain and stop using its vGPU
+// (docs/agent-channel.md "Migration") and waits for its answer, at most
+// until ctx ends; the guest is given deadline. It returns how many guest
+// programs quiesced.
+func (s *Server) Quiesce(ctx context.Context, deadline time.Duration) (uint32, error) {
+	return s.ask(ctx, agentmsg.TypeQuiesced, func(cookie uint64) agentmsg.Message {
+		return &agentmsg.Quiesce{Cookie: cookie, DeadlineMs: uint32(deadline.Milliseconds())}
+	})
+}
+
+// Resume tells the guest its vGPU is back (replugged: a new device at the
+// same slot) and waits for its answer, as Quiesce does. A guest agent
+// that reconnects meanwhile (the VM moved to this host) gets the request
+// once it has said Hello.
+func (s *Server) Resume(ctx context.Context, replugged bool, deadline time.Duration) (uint32, error) {
+	var flags uint32
+	if replugged {
+		flags = agentmsg.ResumeReplugged
+	}
+	return s.ask(ctx, agentmsg.TypeResumed, func(cookie uint64) agentmsg.Message {
+		return &agentmsg.Resume{Cookie: cookie, Flags: flags, DeadlineMs: uint32(deadline.Milliseconds())}
+	})
+}
+
+// WaitAgent waits until a guest agent has said Hello on the channel.
+func (s *Server) WaitAgent(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		c, ch := s.cur, s.helloed
+		s.mu.Unlock()
+		if c != nil && c.hello.Load() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrNoAgent, ctx.Err())
+		}
+	}
+}
+
+func (s *Server) ask(ctx context.Context, kind agentmsg.Type, msg func(cookie uint64) agentmsg.Message) (uint32, error) {
+	if err := s.WaitAgent(ctx); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	if s.pending != nil {
+		s.mu.Unlock()
+		return 0, errors.New("agentchan: a migration request is already waiting")
+	}
+	s.cookie++
+	r := &request{kind: kind, cookie: s.cookie, reply: make(chan answer, 1)}
+	s.pending = r
+	c := s.cur
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.pending == r {
+			s.pending = nil
+		}
+		s.mu.Unlock()
+	}()
+	m := msg(r.cookie)
+	if c == nil {
+		return 0, ErrNoAgent
+	}
+	select {
+	case c.asks <- m:
+		c.kick()
+	default:
+		return 0, errors.New("agentchan: migration requests queued")
+	}
+	select {
+	case a := <-r.reply:
+		if a.status != agentmsg.MigrationOK {
+			return a.programs, fmt.Errorf("%w: %v (%d programs answered)", ErrGuestRefused, a.status, a.programs)
+		}
+		return a.programs, nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("agentchan: waiting for the guest's %v: %w", kind, ctx.Err())
+	}
+}
+
+// answer delivers a guest's answer to the request waiting for it; others
+// (stale cookies, unasked answers) are dropped.
+func (s *Server) answer(kind agentmsg.Type, cookie uint64, st agentmsg.MigrationStatus, programs uint32) {
+	s.mu.Lock()
+	r := s.pending
+	s.mu.Unlock()
+	if r == nil || r.kind != kind || r.cookie != cookie {
+		s.log.Debug("agent channel: unexpected answer", "type", kind, "cookie", cookie)
+		return
+	}
+	select {
+	case r.reply <- answer{status: st, programs: programs}:
+	default:
+	}
+}
+
+// helloFrom wakes WaitAgent callers.
+func (s *Server) helloFrom(*conn) {
+	s.mu.Lock()
+	close(s.helloed)
+	s.helloed = make(chan struct{})
+	s.mu.Unlock()
+}

@@ -1,0 +1,75 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/migrate"
+)
+
+// MigrateRequest is the body of POST /v1/instances/{uuid}/migrate.
+type MigrateRequest struct {
+	// To is the destination vgpud's migration listener (host:port).
+	To string `json:"to"`
+	// URI is the destination QEMU's -incoming address (tcp:HOST:PORT or
+	// unix:PATH).
+	URI string `json:"uri"`
+	// QMP overrides the source QEMU's monitor socket.
+	QMP string `json:"qmp,omitempty"`
+	// DeviceID is the vGPU's QEMU device id (default vgpu0).
+	DeviceID  string `json:"device_id,omitempty"`
+	MaxRounds int    `json:"max_rounds,omitempty"`
+	NoPrecopy bool   `json:"no_precopy,omitempty"`
+}
+
+// ErrNoMigration is returned when the daemon was started without a
+// migration TLS directory.
+var ErrNoMigration = errors.New("migration is not set up on this vgpud: start it with -migrate-tls DIR (docs/migration.md)")
+
+func handleMigrate(mux *http.ServeMux, m *mdev.Manager, t *migrate.TLS) {
+	mux.HandleFunc("POST /v1/instances/{uuid}/migrate", func(w http.ResponseWriter, r *http.Request) {
+		var req MigrateRequest
+		dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			replyErr(w, fmt.Errorf("migrate: body: %w", err))
+			return
+		}
+		if dec.More() {
+			replyErr(w, errors.New("migrate: body: trailing data"))
+			return
+		}
+		if t == nil {
+			reply(w, http.StatusServiceUnavailable, errorBody{Error: ErrNoMigration.Error()})
+			return
+		}
+		// The migration is not tied to the operator's connection: a
+		// vgpuctl that gives up must not leave the VM half moved.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Minute)
+		defer cancel()
+		rep, err := migrate.Migrate(ctx, m, r.PathValue("uuid"), migrate.Options{To: req.To, URI: req.URI, QMP: req.QMP,
+			DeviceID: req.DeviceID, MaxRounds: req.MaxRounds, NoPrecopy: req.NoPrecopy, TLS: t})
+		if err != nil {
+			if rep == nil {
+				replyErr(w, err)
+				return
+			}
+			reply(w, http.StatusConflict, MigrateReply{Error: err.Error(), Report: rep})
+			return
+		}
+		reply(w, http.StatusOK, MigrateReply{Report: rep})
+	})
+}
+
+// MigrateReply is the answer: the report, and the error of a migration
+// that failed (and was rolled back, Report.RolledBack).
+type MigrateReply struct {
+	Error  string          `json:"error,omitempty"`
+	Report *migrate.Report `json:"report"`
+}

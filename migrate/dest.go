@@ -1,0 +1,325 @@
+package migrate
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/migrate/qmp"
+	"github.com/vgpud/vgpud/migrate/stream"
+	"github.com/vgpud/vgpud/worker"
+)
+
+// Destination receives migrations: it accepts mutually authenticated TLS
+// connections from other vgpud daemons, recreates each instance, applies
+// its rounds in a worker process and, on commit, plugs the vGPU into the
+// VM that QEMU migrated here.
+type Destination struct {
+	Manager *mdev.Manager
+	TLS     *TLS
+	Logger  *slog.Logger
+	// StepTimeout bounds each wait on the source (a round's records, the
+	// command after the stream) and on QEMU; 0 means 2 minutes.
+	StepTimeout time.Duration
+	// ResumeTimeout bounds the guest agent's answer to Resume after the
+	// device is plugged (it includes the guest noticing the hot-plug); 0
+	// means 60 s.
+	ResumeTimeout time.Duration
+
+	wg sync.WaitGroup
+}
+
+// Serve accepts connections on ln until ctx ends or ln is closed, then
+// waits for the migrations in progress (which ctx also ends).
+func (d *Destination) Serve(ctx context.Context, ln net.Listener) error {
+	if d.TLS == nil || d.Manager == nil {
+		return errors.New("migrate: destination needs a manager and TLS")
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	tl := tls.NewListener(ln, d.TLS.Server())
+	defer d.wg.Wait()
+	for {
+		c, err := tl.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("migrate: accept: %w", err)
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			defer c.Close()
+			if err := d.handle(ctx, c.(*tls.Conn)); err != nil {
+				d.log().Warn("incoming migration failed", "peer", c.RemoteAddr().String(), "err", err)
+			}
+		}()
+	}
+}
+
+func (d *Destination) log() *slog.Logger {
+	if d.Logger == nil {
+		return slog.Default()
+	}
+	return d.Logger
+}
+
+func (d *Destination) stepTimeout() time.Duration {
+	if d.StepTimeout <= 0 {
+		return 2 * time.Minute
+	}
+	return d.StepTimeout
+}
+
+// incoming is one migration being received.
+type incoming struct {
+	d     *Destination
+	conn  *tls.Conn
+	br    *bufio.Reader
+	r     *stream.Reader
+	inst  *mdev.Instance
+	mig   worker.Migrator
+	mon   *qmp.Monitor
+	ring  *stream.Ring
+	log   *slog.Logger
+	final bool
+}
+
+// deadline bounds the next step: a source that stops sending is dropped.
+func (in *incoming) deadline() {
+	in.conn.SetDeadline(time.Now().Add(in.d.stepTimeout()))
+}
+
+func (in *incoming) fail(step string, err error) error {
+	_ = writeLine(in.conn, Reply{Step: step, Error: err.Error()})
+	return fmt.Errorf("%s: %w", step, err)
+}
+
+func (d *Destination) handle(ctx context.Context, conn *tls.Conn) (err error) {
+	conn.SetDeadline(time.Now().Add(d.stepTimeout()))
+	if err := conn.HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("tls handshake: %w", err)
+	}
+	br := bufio.NewReaderSize(conn, 1<<20)
+	in := &incoming{d: d, conn: conn, br: br, r: stream.NewReader(br), log: d.log()}
+	defer func() {
+		if in.mon != nil {
+			in.mon.Close()
+		}
+		if err != nil && in.inst != nil {
+			if derr := d.Manager.Destroy(in.inst.UUID()); derr != nil {
+				in.log.Warn("discard a failed incoming instance", "err", derr)
+			}
+		}
+	}()
+	if err := in.instance(ctx); err != nil {
+		return in.fail("instance", err)
+	}
+	for !in.final {
+		n, err := in.round(ctx)
+		if err != nil {
+			return in.fail("round", err)
+		}
+		_ = n
+	}
+	in.deadline()
+	if rec, err := in.r.Next(); err != nil || rec.Type() != stream.TypeEnd {
+		return in.fail("round", fmt.Errorf("no End after the final round: %v", err))
+	}
+	var cmd Command
+	in.deadline()
+	if err := readLine(in.br, &cmd); err != nil {
+		return err
+	}
+	switch cmd.Do {
+	case "commit":
+		rep, err := in.commit(ctx, cmd)
+		if err != nil {
+			// The VM must not run here without its vGPU while the source
+			// takes it back: stop this copy of it.
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if qerr := in.mon.Quit(qctx); qerr != nil {
+				in.log.Error("could not quit the destination QEMU after a failed commit", "err", qerr)
+			}
+			cancel()
+			return in.fail("commit", err)
+		}
+		return writeLine(conn, rep)
+	case "abort":
+		in.log.Info("migration aborted by the source", "why", cmd.Why)
+		_ = writeLine(conn, Reply{Step: "abort"})
+		return fmt.Errorf("aborted by the source: %s", cmd.Why)
+	}
+	return in.fail("commit", fmt.Errorf("unknown command %q", cmd.Do))
+}
+
+// instance reads Header and Instance, creates the instance (frozen) and
+// checks that the VM's QEMU is waiting for the migration.
+func (in *incoming) instance(ctx context.Context) error {
+	in.deadline()
+	if _, err := in.r.Next(); err != nil { // Header: checked by the Reader
+		return err
+	}
+	rec, err := in.r.Next()
+	if err != nil {
+		return err
+	}
+	ir, ok := rec.(*stream.Instance)
+	if !ok {
+		return fmt.Errorf("%w: stream starts with %v, want instance", stream.ErrCorrupt, rec.Type())
+	}
+	req := mdev.CreateRequest{UUID: ir.ID, Profile: ir.Profile, ReuseDomain: ir.Domain}
+	inst, err := in.d.Manager.Create(req)
+	if err != nil {
+		return err
+	}
+	in.inst = inst
+	in.log = in.log.With("instance", inst.UUID())
+	if in.mig, err = inst.Migrator(); err != nil {
+		return err
+	}
+	if err := in.mig.Freeze(ctx); err != nil {
+		return err
+	}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if in.mon, err = qmp.Dial(qctx, inst.QMPSocket()); err != nil {
+		return fmt.Errorf("no QEMU for the instance: start it with -incoming and -qmp unix:%s,server=on,wait=off: %w", inst.QMPSocket(), err)
+	}
+	st, err := in.mon.QueryStatus(qctx)
+	if err != nil {
+		return err
+	}
+	if st.Status != qmp.RunStateInMigrate {
+		return fmt.Errorf("QEMU at %s is %q, not waiting for an incoming migration (-incoming)", inst.QMPSocket(), st.Status)
+	}
+	dev := in.d.Manager.Devices()[inst.Device()].Name
+	in.log.Info("incoming migration", "source device", ir.Device, "device", dev, "profile", ir.Profile)
+	return writeLine(in.conn, Reply{Step: "instance", Device: dev})
+}
+
+// round applies one round's records through a pipe to the worker.
+func (in *incoming) round(ctx context.Context) (uint32, error) {
+	start := time.Now()
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := in.mig.Inject(ctx, pr)
+		pr.CloseWithError(errors.Join(err, io.ErrClosedPipe))
+		errc <- err
+	}()
+	w := stream.NewWriter(pw)
+	var number uint32
+	fwdErr := func() error {
+		for {
+			in.deadline()
+			raw, err := in.r.NextRaw()
+			if err != nil {
+				return err
+			}
+			switch raw.Type {
+			case stream.TypeRound:
+				rec, err := raw.Decode()
+				if err != nil {
+					return err
+				}
+				rd := rec.(*stream.Round)
+				number, in.final = rd.Number, rd.Final
+				return w.Close()
+			case stream.TypeRing:
+				rec, err := raw.Decode()
+				if err != nil {
+					return err
+				}
+				in.ring = rec.(*stream.Ring)
+			case stream.TypeProgram, stream.TypeProgramFree, stream.TypeBuffer, stream.TypeBufferData, stream.TypeBufferFree:
+			default:
+				return fmt.Errorf("%w: a %v record inside a round", stream.ErrCorrupt, raw.Type)
+			}
+			if err := w.WriteRaw(raw); err != nil {
+				return err
+			}
+		}
+	}()
+	pw.CloseWithError(fwdErr)
+	injErr := <-errc
+	if fwdErr != nil {
+		return number, fwdErr
+	}
+	if injErr != nil {
+		return number, fmt.Errorf("round %d: %w", number, injErr)
+	}
+	if in.final && in.ring == nil {
+		return number, fmt.Errorf("%w: the final round carries no ring state", stream.ErrCorrupt)
+	}
+	return number, writeLine(in.conn, Reply{Step: "round", Round: number, AppliedNs: ns(time.Since(start))})
+}
+
+// commit plugs the vGPU into the migrated VM and resumes it and its guest
+// programs.
+func (in *incoming) commit(ctx context.Context, cmd Command) (Reply, error) {
+	rep := Reply{Step: "commit"}
+	ctx, cancel := context.WithTimeout(ctx, in.d.stepTimeout())
+	defer cancel()
+	start := time.Now()
+	// The source says its QEMU completed; this one may take a moment more
+	// to load the last pages.
+	var st qmp.StatusInfo
+	for {
+		var err error
+		if st, err = in.mon.QueryStatus(ctx); err != nil {
+			return rep, err
+		}
+		if st.Status != qmp.RunStateInMigrate {
+			break
+		}
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+			return rep, fmt.Errorf("QEMU still receiving the VM: %w", ctx.Err())
+		}
+	}
+	if in.ring.Enabled {
+		in.inst.Restore(in.ring.Base, in.ring.ComplBase, in.ring.Slots, in.ring.Tail)
+	}
+	if err := plug(ctx, in.mon, in.inst, cmd.DeviceID, cmd.Slot); err != nil {
+		return rep, err
+	}
+	if !st.Running {
+		if err := in.mon.Cont(ctx); err != nil {
+			return rep, err
+		}
+	}
+	if err := in.mig.Thaw(ctx, true); err != nil {
+		return rep, err
+	}
+	rep.PlugNs = ns(time.Since(start))
+	resumed := time.Now()
+	if a := in.inst.Agent(); a != nil {
+		rt := in.d.ResumeTimeout
+		if rt <= 0 {
+			rt = 60 * time.Second
+		}
+		rctx, cancel := context.WithTimeout(ctx, rt)
+		n, err := a.Resume(rctx, true, rt)
+		cancel()
+		if err != nil {
+			// The vGPU is here and running: a guest program that did not
+			// resume is the guest's to handle, not a reason to lose the VM.
+			in.log.Warn("guest did not confirm resume", "err", err)
+		}
+		rep.Programs = n
+	}
+	rep.ResumeNs = ns(time.Since(resumed))
+	in.log.Info("incoming migration committed", "plug", time.Duration(rep.PlugNs), "resume", time.Duration(rep.ResumeNs))
+	return rep, nil
+}

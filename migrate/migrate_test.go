@@ -1,0 +1,185 @@
+package migrate_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/migrate"
+	"github.com/vgpud/vgpud/migrate/migratetest"
+	"github.com/vgpud/vgpud/migrate/qmp/qmptest"
+	"github.com/vgpud/vgpud/migrate/stream"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testID = "6f0c1c52-1111-4a3b-9c3e-000000000001"
+
+// destination runs a Destination over a real manager (worker processes on
+// the OpenCL device) whose instance testID will find a fake QEMU
+// monitor waiting for an incoming migration.
+func destination(t *testing.T, tlsDir string) (*mdev.Manager, string) {
+	t.Helper()
+	d, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
+	}
+	sockDir := t.TempDir()
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: sockDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := qmptest.NewServer(t)
+	q.Handle("query-status", func(json.RawMessage, []*os.File) (any, error) {
+		return map[string]any{"running": false, "status": "inmigrate"}, nil
+	})
+	if err := os.Symlink(q.Path(), filepath.Join(sockDir, testID+".qmp")); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, tlsDir), StepTimeout: 20 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- dst.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		m.Close()
+		d.Close()
+	})
+	return m, ln.Addr().String()
+}
+
+func dial(t *testing.T, addr, tlsDir string) *tls.Conn {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, migratetest.Load(t, tlsDir).Client("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func reply(t *testing.T, r *bufio.Reader) migrate.Reply {
+	t.Helper()
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("no reply: %v", err)
+	}
+	var rep migrate.Reply
+	if err := json.Unmarshal([]byte(line), &rep); err != nil {
+		t.Fatalf("reply %q: %v", line, err)
+	}
+	return rep
+}
+
+// TestDestinationRefusesStrangers: a peer whose certificate another CA
+// signed does not get past the handshake.
+func TestDestinationRefusesStrangers(t *testing.T) {
+	ca := migratetest.NewCA(t)
+	m, addr := destination(t, ca.HostDir(t))
+	stranger := migratetest.NewCA(t).HostDir(t)
+	c, err := tls.Dial("tcp", addr, migratetest.Load(t, stranger).Client("127.0.0.1"))
+	if err == nil {
+		// TLS 1.3: the server's verdict on the client certificate arrives
+		// with the first read.
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("a stranger's connection: %v, want a certificate error", err)
+	}
+	if n := len(m.List()); n != 0 {
+		t.Errorf("%d instances after a refused peer", n)
+	}
+}
+
+// TestDestinationRefusesCorruptStream: a round with a corrupted record is
+// refused with the record named, and the instance created for the
+// migration is discarded.
+func TestDestinationRefusesCorruptStream(t *testing.T) {
+	ca := migratetest.NewCA(t)
+	m, addr := destination(t, ca.HostDir(t))
+	c := dial(t, addr, ca.HostDir(t))
+	r := bufio.NewReader(c)
+	w := stream.NewWriter(c)
+	if err := w.Write(&stream.Instance{ID: testID, Profile: "vgpu-small", MemBytes: 256 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if rep := reply(t, r); rep.Step != "instance" || rep.Error != "" {
+		t.Fatalf("instance step: %+v", rep)
+	}
+	if _, err := m.Get(testID); err != nil {
+		t.Fatalf("no instance on the destination: %v", err)
+	}
+	// A valid buffer, then a record whose payload does not match its CRC.
+	if err := w.Write(&stream.Buffer{Handle: 1, Size: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	bad := []byte{byte(stream.TypeBufferFree), 0, 0, 0, 4, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 1, 0, 0, 0}
+	if _, err := c.Write(bad); err != nil {
+		t.Fatal(err)
+	}
+	rep := reply(t, r)
+	if rep.Step != "round" || !strings.Contains(rep.Error, "checksum") {
+		t.Fatalf("corrupt round: %+v, want a checksum error", rep)
+	}
+	// The destination drops the connection and the instance.
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := r.ReadByte(); err == nil {
+		t.Fatal("connection still open after a corrupt stream")
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		_, err := m.Get(testID)
+		if errors.Is(err, mdev.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the failed migration's instance was not discarded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDestinationRefusesOverQuota: a buffer larger than the profile
+// allows fails the first round, before the source would stop its guest.
+func TestDestinationRefusesOverQuota(t *testing.T) {
+	ca := migratetest.NewCA(t)
+	_, addr := destination(t, ca.HostDir(t))
+	c := dial(t, addr, ca.HostDir(t))
+	r := bufio.NewReader(c)
+	w := stream.NewWriter(c)
+	for _, rec := range []stream.Record{
+		&stream.Instance{ID: testID, Profile: "vgpu-small", MemBytes: 256 << 20},
+		&stream.Buffer{Handle: 1, Size: 512 << 20},
+		&stream.Round{Number: 0},
+	} {
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep := reply(t, r); rep.Step != "instance" {
+		t.Fatalf("instance step: %+v", rep)
+	}
+	if rep := reply(t, r); rep.Step != "round" || !strings.Contains(rep.Error, "quota") {
+		t.Fatalf("over-quota round: %+v, want a quota error", rep)
+	}
+}

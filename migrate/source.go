@@ -1,0 +1,444 @@
+package migrate
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/migrate/qmp"
+	"github.com/vgpud/vgpud/migrate/stream"
+	"github.com/vgpud/vgpud/worker"
+	"github.com/vgpud/vgpud/worker/wire"
+)
+
+// Defaults of Options.
+const (
+	DefaultDeviceID  = "vgpu0"
+	DefaultMaxRounds = 5
+	// DefaultConverged: pre-copy stops once a round sends no more buffer
+	// bytes than this; the final round then has little left to copy.
+	DefaultConverged = 1 << 20
+)
+
+// Options configure one outgoing migration.
+type Options struct {
+	// To is the destination vgpud's migration listener, host:port.
+	To  string
+	TLS *TLS
+	// URI is where the destination QEMU listens for the VM (its -incoming
+	// argument), e.g. tcp:desthost:4444 or unix:/path.
+	URI string
+	// QMP is the source QEMU's monitor socket; "" means the instance's
+	// conventional path (mdev.Instance.QMPSocket).
+	QMP string
+	// DeviceID is the proxy device's QEMU id; "" means DefaultDeviceID.
+	DeviceID string
+	// MaxRounds bounds the pre-copy rounds (0: DefaultMaxRounds); with
+	// NoPrecopy the state is copied only once the guest is quiesced (the
+	// baseline of bench/migrate).
+	MaxRounds int
+	NoPrecopy bool
+	// Converged ends pre-copy early (0: DefaultConverged).
+	Converged uint64
+	// Timeouts; 0 means the default noted.
+	QuiesceTimeout time.Duration // the guest draining its programs: 30 s
+	UnplugTimeout  time.Duration // the guest ejecting the device: 30 s
+	QEMUTimeout    time.Duration // QEMU's own migration: 10 min
+	Logger         *slog.Logger
+}
+
+// RoundReport is what one round moved.
+type RoundReport struct {
+	Number      uint32        `json:"number"`
+	Final       bool          `json:"final"`
+	StreamBytes uint64        `json:"stream_bytes"` // on the wire
+	BufferBytes uint64        `json:"buffer_bytes"` // buffer content read
+	Buffers     uint32        `json:"buffers"`
+	Programs    uint32        `json:"programs"`
+	Redirty     uint32        `json:"redirty"`
+	Took        time.Duration `json:"took_ns"`
+	Applied     time.Duration `json:"applied_ns"` // on the destination
+}
+
+// Report is what a migration did, phase by phase.
+type Report struct {
+	Instance    string        `json:"instance"`
+	From        string        `json:"from_device"`
+	To          string        `json:"to_device"`
+	Rounds      []RoundReport `json:"rounds"`
+	StreamBytes uint64        `json:"stream_bytes"`
+	// Phases of the GPU stun (the guest's programs cannot use the vGPU):
+	// Quiesce (draining them), Final (the stop-and-copy round), Unplug
+	// (device_del until the guest ejected it), QEMU (its migration of the
+	// VM), Plug (device_add and resuming on the destination), Resume (the
+	// guest agent reopening the device).
+	Quiesce time.Duration `json:"quiesce_ns"`
+	Final   time.Duration `json:"final_ns"`
+	Unplug  time.Duration `json:"unplug_ns"`
+	QEMU    time.Duration `json:"qemu_ns"`
+	Plug    time.Duration `json:"plug_ns"`
+	Resume  time.Duration `json:"resume_ns"`
+	// Stun is from the Quiesce request to the guest's Resumed: no guest
+	// command is served in between.
+	Stun time.Duration `json:"stun_ns"`
+	// QEMUDowntime and QEMUTotal are QEMU's own figures (query-migrate).
+	QEMUDowntime time.Duration `json:"qemu_downtime_ns"`
+	QEMUTotal    time.Duration `json:"qemu_total_ns"`
+	Total        time.Duration `json:"total_ns"`
+	Programs     uint32        `json:"programs"` // guest programs that quiesced
+	// RolledBack says the migration failed and the VM kept running on
+	// the source with its vGPU; Phase is where it failed.
+	RolledBack bool   `json:"rolled_back,omitempty"`
+	Phase      string `json:"phase,omitempty"`
+}
+
+// outgoing is one migration being sent.
+type outgoing struct {
+	opts   Options
+	m      *mdev.Manager
+	inst   *mdev.Instance
+	mig    worker.Migrator
+	mon    *qmp.Monitor
+	conn   net.Conn
+	br     *bufio.Reader
+	cw     *countWriter
+	w      *stream.Writer
+	log    *slog.Logger
+	rep    Report
+	slot   int
+	frozen bool // the final round froze the ring
+	quiet  bool // the guest quiesced
+	gone   bool // the device was unplugged from the source QEMU
+	qemu   bool // QEMU's migration completed
+}
+
+type countWriter struct {
+	w io.Writer
+	n uint64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += uint64(n)
+	return n, err
+}
+
+// Migrate moves instance id and its VM to the destination: pre-copy of the
+// device state while the guest computes, quiesce, stop-and-copy, QEMU's
+// own migration, commit. On failure the VM keeps running here with its
+// vGPU (re-plugged if it had been unplugged) and the report says where it
+// failed.
+func Migrate(ctx context.Context, m *mdev.Manager, id string, opts Options) (*Report, error) {
+	if opts.DeviceID == "" {
+		opts.DeviceID = DefaultDeviceID
+	}
+	if opts.MaxRounds <= 0 {
+		opts.MaxRounds = DefaultMaxRounds
+	}
+	if opts.Converged == 0 {
+		opts.Converged = DefaultConverged
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.To == "" || opts.URI == "" || opts.TLS == nil {
+		return nil, errors.New("migrate: the destination, the QEMU migration URI and TLS are required")
+	}
+	inst, err := m.Get(id)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	o := &outgoing{opts: opts, m: m, inst: inst, log: opts.Logger.With("instance", inst.UUID(), "to", opts.To)}
+	o.rep.Instance = inst.UUID()
+	o.rep.From = m.Devices()[inst.Device()].Name
+	start := time.Now()
+	err = o.run(ctx)
+	o.rep.Total = time.Since(start)
+	if o.conn != nil {
+		o.conn.Close()
+	}
+	if o.mon != nil {
+		defer o.mon.Close()
+	}
+	if err != nil {
+		o.rollback(err)
+		return &o.rep, err
+	}
+	o.log.Info("migrated", "stun", o.rep.Stun, "bytes", o.rep.StreamBytes, "rounds", len(o.rep.Rounds))
+	if derr := m.Destroy(inst.UUID()); derr != nil {
+		o.log.Warn("free the migrated instance", "err", derr)
+	}
+	return &o.rep, nil
+}
+
+func (o *outgoing) phase(p string) { o.rep.Phase = p }
+
+func (o *outgoing) run(ctx context.Context) error {
+	var err error
+	o.phase("prepare")
+	if o.mig, err = o.inst.Migrator(); err != nil {
+		return err
+	}
+	qmpPath := o.opts.QMP
+	if qmpPath == "" {
+		qmpPath = o.inst.QMPSocket()
+	}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if o.mon, err = qmp.Dial(qctx, qmpPath); err != nil {
+		return fmt.Errorf("source QEMU monitor %s: %w", qmpPath, err)
+	}
+	if o.slot, err = pciSlot(qctx, o.mon, o.opts.DeviceID); err != nil {
+		return err
+	}
+	if o.inst.Agent() == nil {
+		return errors.New("the instance has no guest agent channel: the guest cannot be quiesced")
+	}
+
+	o.phase("connect")
+	host, _, err := net.SplitHostPort(o.opts.To)
+	if err != nil {
+		return fmt.Errorf("destination %q: %w", o.opts.To, err)
+	}
+	d := tls.Dialer{Config: o.opts.TLS.Client(host)}
+	c, err := d.DialContext(qctx, "tcp", o.opts.To)
+	if err != nil {
+		return fmt.Errorf("connect to the destination: %w", err)
+	}
+	o.conn = c
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	o.br = bufio.NewReaderSize(c, 64<<10)
+	o.cw = &countWriter{w: c}
+	o.w = stream.NewWriter(o.cw)
+	prof := o.inst.Profile()
+	setting := o.m.ReuseSettingOf(o.inst)
+	if err := o.w.Write(&stream.Instance{ID: o.inst.UUID(), Profile: prof.Name, Domain: setting.Domain,
+		Device: o.rep.From, MemBytes: prof.MemBytes, ProgramBytes: prof.ProgramBytes}); err != nil {
+		return err
+	}
+	rep, err := expect(o.br, "instance")
+	if err != nil {
+		return err
+	}
+	o.rep.To = rep.Device
+
+	o.phase("pre-copy")
+	if !o.opts.NoPrecopy {
+		for n := uint32(0); int(n) < o.opts.MaxRounds; n++ {
+			r, err := o.round(ctx, n, false)
+			if err != nil {
+				return err
+			}
+			if r.BufferBytes <= o.opts.Converged && n > 0 {
+				break
+			}
+		}
+	}
+
+	o.phase("quiesce")
+	stunStart := time.Now()
+	qt := o.opts.QuiesceTimeout
+	if qt <= 0 {
+		qt = 30 * time.Second
+	}
+	qc, cancelQ := context.WithTimeout(ctx, qt+5*time.Second)
+	o.quiet = true // from here on a rollback resumes the guest
+	o.rep.Programs, err = o.inst.Agent().Quiesce(qc, qt)
+	cancelQ()
+	if err != nil {
+		return fmt.Errorf("quiesce the guest: %w", err)
+	}
+	o.rep.Quiesce = time.Since(stunStart)
+
+	o.phase("stop-and-copy")
+	t := time.Now()
+	o.frozen = true
+	if _, err := o.round(ctx, uint32(len(o.rep.Rounds)), true); err != nil {
+		return err
+	}
+	if err := o.w.Close(); err != nil {
+		return err
+	}
+	o.rep.Final = time.Since(t)
+
+	o.phase("unplug")
+	t = time.Now()
+	ut := o.opts.UnplugTimeout
+	if ut <= 0 {
+		ut = 30 * time.Second
+	}
+	uc, cancelU := context.WithTimeout(ctx, ut)
+	err = unplug(uc, o.mon, o.opts.DeviceID)
+	cancelU()
+	if err != nil {
+		return err
+	}
+	o.gone = true
+	o.rep.Unplug = time.Since(t)
+
+	o.phase("qemu")
+	t = time.Now()
+	if err := o.mon.Migrate(ctx, o.opts.URI); err != nil {
+		return err
+	}
+	qt = o.opts.QEMUTimeout
+	if qt <= 0 {
+		qt = 10 * time.Minute
+	}
+	mc, cancelM := context.WithTimeout(ctx, qt)
+	info, err := o.mon.WaitMigration(mc, 5*time.Millisecond)
+	cancelM()
+	if err != nil {
+		return fmt.Errorf("QEMU migration: %w", err)
+	}
+	o.qemu = true
+	o.rep.QEMU = time.Since(t)
+	o.rep.QEMUDowntime = time.Duration(info.DowntimeMS) * time.Millisecond
+	o.rep.QEMUTotal = time.Duration(info.TotalTimeMS) * time.Millisecond
+
+	o.phase("commit")
+	if err := writeLine(o.conn, Command{Do: "commit", DeviceID: o.opts.DeviceID, Slot: o.slot}); err != nil {
+		return err
+	}
+	c.SetReadDeadline(time.Now().Add(3 * time.Minute))
+	rep, err = expect(o.br, "commit")
+	if err != nil {
+		return err
+	}
+	o.rep.Plug = time.Duration(rep.PlugNs)
+	o.rep.Resume = time.Duration(rep.ResumeNs)
+	o.rep.Stun = time.Since(stunStart)
+	o.rep.StreamBytes = o.cw.n
+	o.rep.Phase = ""
+	return nil
+}
+
+// round sends one round: the worker's records, then the Round record
+// that closes it, and waits for the destination to have applied it.
+func (o *outgoing) round(ctx context.Context, n uint32, final bool) (RoundReport, error) {
+	start := time.Now()
+	before := o.cw.n
+	pr, pw := io.Pipe()
+	type result struct {
+		st  wire.ExtractReply
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := o.mig.ExtractRound(ctx, final, pw)
+		pw.CloseWithError(errors.Join(err, io.EOF))
+		done <- result{st, err}
+	}()
+	fwdErr := func() error {
+		r := stream.NewReader(pr)
+		for {
+			raw, err := r.NextRaw()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("the worker's round: %w", err)
+			}
+			switch raw.Type {
+			case stream.TypeHeader, stream.TypeEnd:
+				continue
+			case stream.TypeProgram, stream.TypeProgramFree, stream.TypeBuffer, stream.TypeBufferData, stream.TypeBufferFree:
+			case stream.TypeRing:
+				if !final {
+					return fmt.Errorf("the worker sent ring state in a pre-copy round")
+				}
+			default:
+				return fmt.Errorf("the worker sent a %v record", raw.Type)
+			}
+			if err := o.w.WriteRaw(raw); err != nil {
+				return fmt.Errorf("send to the destination: %w", err)
+			}
+		}
+	}()
+	pr.CloseWithError(errors.Join(fwdErr, io.ErrClosedPipe))
+	res := <-done
+	rr := RoundReport{Number: n, Final: final}
+	if fwdErr != nil {
+		return rr, fwdErr
+	}
+	if res.err != nil {
+		return rr, fmt.Errorf("extract: %w", res.err)
+	}
+	if err := o.w.Write(&stream.Round{Number: n, Final: final}); err != nil {
+		return rr, err
+	}
+	o.conn.SetReadDeadline(time.Now().Add(3 * time.Minute))
+	rep, err := expect(o.br, "round")
+	if err != nil {
+		return rr, err
+	}
+	rr.StreamBytes = o.cw.n - before
+	rr.BufferBytes = res.st.BufferBytes
+	rr.Buffers = res.st.Buffers
+	rr.Programs = res.st.Programs
+	rr.Redirty = res.st.Redirty
+	rr.Took = time.Since(start)
+	rr.Applied = time.Duration(rep.AppliedNs)
+	o.rep.Rounds = append(o.rep.Rounds, rr)
+	o.log.Info("migration round", "round", n, "final", final, "bytes", rr.StreamBytes, "buffers", rr.Buffers, "took", rr.Took)
+	return rr, nil
+}
+
+// rollback puts the VM back as it was on the source: the destination
+// told to discard what it got, QEMU running, the vGPU plugged, the ring
+// thawed, the guest's programs resumed.
+func (o *outgoing) rollback(cause error) {
+	o.rep.RolledBack = true
+	o.log.Warn("migration failed, rolling back", "phase", o.rep.Phase, "err", cause)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if o.conn != nil && !o.qemu {
+		// Best effort: a destination that lost the connection discards
+		// the instance anyway.
+		o.conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_ = writeLine(o.conn, Command{Do: "abort", Why: cause.Error()})
+	}
+	if o.mon == nil || o.mig == nil {
+		return
+	}
+	if o.qemu {
+		// QEMU handed the VM over but the destination could not take the
+		// vGPU (it has stopped its copy of the VM): run it here again.
+		if st, err := o.mon.QueryStatus(ctx); err == nil && !st.Running {
+			if err := o.mon.Cont(ctx); err != nil {
+				o.log.Error("rollback: cont", "err", err)
+			}
+		}
+	}
+	if o.gone {
+		o.inst.SpareNextReset() // the state is intact: spare it from the hot-plug reset
+		if err := o.replug(ctx); err != nil {
+			o.log.Error("rollback: re-plug the vGPU", "err", err)
+			return
+		}
+	}
+	if o.frozen || o.quiet {
+		if err := o.mig.Thaw(ctx, true); err != nil {
+			o.log.Error("rollback: thaw", "err", err)
+		}
+	} else {
+		_ = o.mig.Thaw(ctx, true) // forget what pre-copy sent
+	}
+	if o.quiet {
+		if _, err := o.inst.Agent().Resume(ctx, o.gone, 60*time.Second); err != nil {
+			o.log.Error("rollback: resume the guest", "err", err)
+		}
+	}
+}
+
+func (o *outgoing) replug(ctx context.Context) error {
+	return plug(ctx, o.mon, o.inst, o.opts.DeviceID, o.slot)
+}
