@@ -135,3 +135,38 @@ func TestLyingWorker(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerOpensDeviceByEnumerationIndex: a pool that serves a subset of
+// the machine's devices (vgpud -device pthread, the second PoCL device)
+// asks each worker for its device's place in gpu.Devices, not for the
+// device's place in the pool.
+func TestWorkerOpensDeviceByEnumerationIndex(t *testing.T) {
+	p, err := NewPool(Config{
+		Devices:    []gpu.Info{{Index: 1, Name: "liar-device-1", ComputeUnits: 1, GlobalMemBytes: 64 << 20, MaxAllocBytes: 1 << 20}},
+		Dir:        t.TempDir(),
+		Executable: liar(t, "honest-index"),
+		NoSandbox:  true,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	inst, err := p.Create(InstanceConfig{
+		ID: "one", Domain: "instance:one",
+		Limits: Limits{MemBytes: 1 << 20, TurnTimeout: time.Second, BuildTimeout: time.Second},
+		Notify: func(uint32) {},
+	})
+	if err != nil {
+		t.Fatalf("Create on pool device 0 (enumeration index 1) = %v", err)
+	}
+	if err := inst.Close(); err != nil {
+		t.Errorf("Close = %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("pool Close = %v", err)
+	}
+	if exits := p.Exits(); exits[CauseStart] != 0 {
+		t.Errorf("exits %v, want no start failure", exits)
+	}
+}

@@ -26,8 +26,9 @@ const DefaultCacheBytes = 256 << 20
 
 // Config configures a Pool.
 type Config struct {
-	// Devices are the physical devices, indexed as gpu.Devices lists
-	// them: a worker opens its device by index and the name is checked.
+	// Devices are the physical devices the pool serves, a subset of
+	// gpu.Devices in any order: a worker opens its device by Info.Index
+	// (its place in gpu.Devices) and the name is checked.
 	Devices []gpu.Info
 	// Dir is where workers' private directories (compiler caches) go; it
 	// must exist. Empty: os.TempDir().

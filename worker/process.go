@@ -137,7 +137,7 @@ func (p *Pool) start(k key) (*process, error) {
 	hctx, cancel := context.WithTimeout(context.Background(), helloTimeout)
 	defer cancel()
 	r, err := pr.call(hctx, &wire.Hello{
-		Version: wire.Version, Device: uint32(k.device), Domain: k.domain, Shared: p.isShared(k.domain),
+		Version: wire.Version, Device: uint32(p.cfg.Devices[k.device].Index), Domain: k.domain, Shared: p.isShared(k.domain),
 		ReuseBudget: p.budget(k.domain), CacheBytes: p.cfg.CacheBytes,
 	})
 	if err == nil {

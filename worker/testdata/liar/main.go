@@ -2,11 +2,14 @@
 // purpose, for package worker's tests: vgpud's main process must treat a
 // worker as untrusted. The misbehaviour is the part of the executable's
 // name after "liar-" (the test links one name per mode). It answers Hello
-// with the device name "liar-device" (or another, in mode wrong-device)
-// and Add with success, then misbehaves; it exits when its socket closes.
+// with the device name "liar-device" (or another, in mode wrong-device;
+// "liar-device-N" for the device index N it was asked for, in mode
+// honest-index) and Add with success, then misbehaves (mode honest-index:
+// does not); it exits when its socket closes.
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,11 +38,14 @@ func main() {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		switch m.(type) {
+		switch m := m.(type) {
 		case *wire.Hello:
 			name := "liar-device"
-			if mode == "wrong-device" {
+			switch mode {
+			case "wrong-device":
 				name = "another-device"
+			case "honest-index":
+				name = fmt.Sprintf("liar-device-%d", m.Device)
 			}
 			reply(conn, h.ID, (&wire.HelloReply{Name: name, ComputeUnits: 1, MaxWorkGroup: 1, MaxAllocBytes: 1 << 20}).EncodeBody())
 		case *wire.Add:
@@ -87,6 +93,8 @@ func misbehave(conn *wire.Conn, id uint32, mode string) {
 	case "crash":
 		reply(conn, id, nil)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	case "honest-index":
+		reply(conn, id, nil)
 	default:
 		os.Exit(3)
 	}
