@@ -47,11 +47,17 @@ type Client struct {
 	opts Options
 	log  *slog.Logger
 
+	// helloMu serialises computing the features and writing a Hello, so
+	// that the last Hello on a connection announces the current features.
+	helloMu sync.Mutex
+
 	mu sync.Mutex
 	// Guarded by mu.
-	rwc      io.ReadWriteCloser // nil while disconnected
-	ready    bool               // the peer's Hello arrived
-	done     uint32             // last Completed.Done
+	mig      migrator              // answers Quiesce and Resume; nil: none
+	migq     chan agentmsg.Message // to the migration worker, while Run runs
+	rwc      io.ReadWriteCloser    // nil while disconnected
+	ready    bool                  // the peer's Hello arrived
+	done     uint32                // last Completed.Done
 	hints    agentmsg.Hints
 	hintsOK  bool
 	changed  chan struct{} // closed and replaced on every state change
@@ -80,10 +86,25 @@ func (c *Client) notifyLocked() {
 }
 
 // Run keeps the channel open until ctx ends, reopening it after errors.
+// Migration requests run one at a time, in order, on a goroutine of their
+// own (so the channel keeps being read meanwhile); Run waits for the one in
+// progress, whose context ends with ctx, before it returns.
 func (c *Client) Run(ctx context.Context) error {
+	migq := make(chan agentmsg.Message, migrationQueue)
+	c.mu.Lock()
+	c.migq = migq
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.migrationLoop(ctx, migq)
+	}()
 	defer func() {
+		wg.Wait()
 		c.mu.Lock()
 		c.stopped = true
+		c.migq = nil
 		c.notifyLocked()
 		c.mu.Unlock()
 	}()
@@ -111,9 +132,11 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 	stop := context.AfterFunc(ctx, func() { rwc.Close() })
 	defer stop()
 	defer rwc.Close()
+	c.helloMu.Lock()
 	c.mu.Lock()
 	c.rwc, c.ready = rwc, false
 	c.connects++
+	hello := c.helloLocked()
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -121,11 +144,9 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 		c.notifyLocked()
 		c.mu.Unlock()
 	}()
-	features := uint32(agentmsg.FeatureWatch | agentmsg.FeatureHints)
-	if c.opts.StatsEvery > 0 {
-		features |= agentmsg.FeatureStats
-	}
-	if _, err := rwc.Write(agentmsg.Marshal(&agentmsg.Hello{MinVersion: agentmsg.MinVersion, MaxVersion: agentmsg.Version, Features: features, Ident: c.opts.Ident})); err != nil {
+	_, err := rwc.Write(agentmsg.Marshal(hello))
+	c.helloMu.Unlock()
+	if err != nil {
 		return fmt.Errorf("hello: %w", err)
 	}
 	var wg sync.WaitGroup
@@ -158,10 +179,30 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 			c.done = m.Done
 		case *agentmsg.Hints:
 			c.hints, c.hintsOK = *m, true
+		case *agentmsg.Quiesce, *agentmsg.Resume:
+			select {
+			case c.migq <- m:
+			default:
+				// The host asks faster than programs quiesce; it will
+				// time out on this one.
+				c.log.Warn("agent channel: migration requests queued up, dropping one", "type", m.Type())
+			}
 		}
 		c.notifyLocked()
 		c.mu.Unlock()
 	}
+}
+
+// helloLocked is the Hello this client sends now. Caller holds mu.
+func (c *Client) helloLocked() *agentmsg.Hello {
+	features := uint32(agentmsg.FeatureWatch | agentmsg.FeatureHints)
+	if c.opts.StatsEvery > 0 {
+		features |= agentmsg.FeatureStats
+	}
+	if c.mig != nil {
+		features |= agentmsg.FeatureMigration
+	}
+	return &agentmsg.Hello{MinVersion: agentmsg.MinVersion, MaxVersion: agentmsg.Version, Features: features, Ident: c.opts.Ident}
 }
 
 func (c *Client) reportStats(w io.Writer, stop <-chan struct{}) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vgpud/vgpud/abi/agentmsg"
 )
@@ -19,7 +20,11 @@ const DefaultRelaySocket = "/run/vgpu-agent.sock"
 
 // Relay serves the agent channel to other guest programs over a Unix
 // socket, answering like the host: Hello, Watch -> Completed (through the
-// upstream Client's channel) and the host's Hints.
+// upstream Client's channel) and the host's Hints. It also answers the
+// host's migration requests on behalf of its clients (docs/agent-channel.md
+// "Migration"): it forwards each Quiesce or Resume to every client that
+// announced agentmsg.FeatureMigration, waits for all of their answers until
+// the host's deadline, and answers the host once.
 type Relay struct {
 	up  *Client
 	l   *net.UnixListener
@@ -27,11 +32,45 @@ type Relay struct {
 	wg  sync.WaitGroup
 
 	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	conns  map[*relayConn]struct{}
+	ops    map[uint64]*relayOp // migration requests forwarded, by cookie
+	cookie uint64              // last cookie used
 	closed bool
 }
 
-// NewRelay listens on path.
+// relayConn is one guest program's connection.
+type relayConn struct {
+	c net.Conn
+	// out carries frames for the connection's writer (serve), which
+	// prefixes the relay's Hello when it has not been sent yet.
+	out       chan []byte
+	migration atomic.Bool // the program announced FeatureMigration
+}
+
+// relayOp is a migration request forwarded to the relay's clients.
+// Guarded by Relay.mu.
+type relayOp struct {
+	answer   agentmsg.Type           // TypeQuiesced or TypeResumed
+	waiting  map[*relayConn]struct{} // clients yet to answer
+	ok       int                     // answered MigrationOK
+	timeouts int                     // answered MigrationTimeout
+	failed   int                     // answered otherwise, or disconnected
+	done     chan struct{}           // closed once waiting is empty
+}
+
+// finishLocked closes done once every client has answered.
+func (op *relayOp) finishLocked() {
+	if len(op.waiting) == 0 {
+		select {
+		case <-op.done:
+		default:
+			close(op.done)
+		}
+	}
+}
+
+// NewRelay listens on path. It answers the upstream client's migration
+// requests (see Relay), so up announces agentmsg.FeatureMigration.
 func NewRelay(up *Client, path string, log *slog.Logger) (*Relay, error) {
 	if log == nil {
 		log = slog.Default()
@@ -46,7 +85,9 @@ func NewRelay(up *Client, path string, log *slog.Logger) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	return &Relay{up: up, l: l, log: log, conns: map[net.Conn]struct{}{}}, nil
+	r := &Relay{up: up, l: l, log: log, conns: map[*relayConn]struct{}{}, ops: map[uint64]*relayOp{}}
+	up.setMigrator(r)
+	return r, nil
 }
 
 // Serve accepts guest programs until Close or ctx ends.
@@ -62,20 +103,30 @@ func (r *Relay) Serve(ctx context.Context) error {
 			}
 			return fmt.Errorf("relay: %w", err)
 		}
+		rc := &relayConn{c: c, out: make(chan []byte, migrationQueue)}
 		r.mu.Lock()
 		if r.closed {
 			r.mu.Unlock()
 			c.Close()
 			continue
 		}
-		r.conns[c] = struct{}{}
+		r.conns[rc] = struct{}{}
 		r.mu.Unlock()
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			r.serve(c)
+			r.serve(rc)
 			r.mu.Lock()
-			delete(r.conns, c)
+			delete(r.conns, rc)
+			// A client that goes away in the middle of a migration
+			// request counts as failed: nobody can say it quiesced.
+			for _, op := range r.ops {
+				if _, ok := op.waiting[rc]; ok {
+					delete(op.waiting, rc)
+					op.failed++
+					op.finishLocked()
+				}
+			}
 			r.mu.Unlock()
 		}()
 	}
@@ -89,8 +140,8 @@ func (r *Relay) Close() error {
 		return nil
 	}
 	r.closed = true
-	for c := range r.conns {
-		c.Close()
+	for rc := range r.conns {
+		rc.c.Close()
 	}
 	r.mu.Unlock()
 	err := r.l.Close()
@@ -98,7 +149,8 @@ func (r *Relay) Close() error {
 	return err
 }
 
-func (r *Relay) serve(c net.Conn) {
+func (r *Relay) serve(rc *relayConn) {
+	c := rc.c
 	defer c.Close()
 	var (
 		watch atomic.Uint64 // 0 or 1<<32|index
@@ -125,7 +177,12 @@ func (r *Relay) serve(c net.Conn) {
 				if _, err := agentmsg.Negotiate(m); err != nil {
 					return
 				}
+				rc.migration.Store(m.Features&agentmsg.FeatureMigration != 0)
 				ready.Store(true)
+			case *agentmsg.Quiesced:
+				r.answer(rc, m.Type(), m.Cookie, m.Status)
+			case *agentmsg.Resumed:
+				r.answer(rc, m.Type(), m.Cookie, m.Status)
 			case *agentmsg.Watch:
 				for {
 					w := watch.Load()
@@ -142,16 +199,20 @@ func (r *Relay) serve(c net.Conn) {
 		}
 	}()
 	greeted := false
+	greet := func(buf []byte) []byte {
+		if greeted {
+			return buf
+		}
+		greeted = true
+		v := uint16(agentmsg.Version)
+		return agentmsg.Append(buf, &agentmsg.Hello{MinVersion: v, MaxVersion: v,
+			Features: agentmsg.FeatureWatch | agentmsg.FeatureHints | agentmsg.FeatureMigration, Ident: "vgpu-agent relay"})
+	}
 	var lastHints agentmsg.Hints
 	for {
 		ch := r.up.Changed()
 		if ready.Load() {
-			var buf []byte
-			if !greeted {
-				v := uint16(agentmsg.Version)
-				buf = agentmsg.Append(buf, &agentmsg.Hello{MinVersion: v, MaxVersion: v, Features: agentmsg.FeatureWatch | agentmsg.FeatureHints, Ident: "vgpu-agent relay"})
-				greeted = true
-			}
+			buf := greet(nil)
 			done := r.up.Done()
 			if w := watch.Load(); w != 0 {
 				if int32(done-1-uint32(w)) >= 0 {
@@ -177,6 +238,115 @@ func (r *Relay) serve(c net.Conn) {
 			return
 		case <-ch:
 		case <-local:
+		case frame := <-rc.out:
+			// Only clients that sent Hello get migration requests.
+			if _, err := c.Write(append(greet(nil), frame...)); err != nil {
+				return
+			}
 		}
 	}
+}
+
+// migrate implements migrator for the upstream client: it forwards req to
+// every client that announced FeatureMigration and answers for all of them
+// (docs/agent-channel.md "Migration"): OK only if all answered OK; else
+// Failed if any failed or went away; else Timeout (some answered Timeout or
+// did not answer by the deadline). programs counts the OK answers.
+func (r *Relay) migrate(ctx context.Context, req agentmsg.Message) (agentmsg.MigrationStatus, uint32) {
+	// Leave the clients a margin to answer before the host's deadline.
+	var ms uint32
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		left -= min(left/10, 500*time.Millisecond)
+		ms = uint32(max(left.Milliseconds(), 1))
+	}
+	r.mu.Lock()
+	r.cookie++
+	cookie := r.cookie
+	op := &relayOp{waiting: map[*relayConn]struct{}{}, done: make(chan struct{})}
+	var fwd agentmsg.Message
+	switch req := req.(type) {
+	case *agentmsg.Quiesce:
+		op.answer = agentmsg.TypeQuiesced
+		fwd = &agentmsg.Quiesce{Cookie: cookie, DeadlineMs: ms}
+	case *agentmsg.Resume:
+		op.answer = agentmsg.TypeResumed
+		fwd = &agentmsg.Resume{Cookie: cookie, Flags: req.Flags, DeadlineMs: ms}
+	default:
+		r.mu.Unlock()
+		return agentmsg.MigrationFailed, 0
+	}
+	frame := agentmsg.Marshal(fwd)
+	for rc := range r.conns {
+		if !rc.migration.Load() {
+			continue
+		}
+		select {
+		case rc.out <- frame:
+			op.waiting[rc] = struct{}{}
+		default: // its writer is stuck
+			op.failed++
+		}
+	}
+	op.finishLocked()
+	r.ops[cookie] = op
+	r.mu.Unlock()
+
+	select {
+	case <-op.done:
+	case <-ctx.Done():
+	}
+	r.mu.Lock()
+	delete(r.ops, cookie)
+	late := len(op.waiting)
+	ok, timeouts, failed := op.ok, op.timeouts, op.failed
+	r.mu.Unlock()
+	status := agentmsg.MigrationOK
+	switch {
+	case failed > 0:
+		status = agentmsg.MigrationFailed
+	case timeouts > 0 || late > 0:
+		status = agentmsg.MigrationTimeout
+	}
+	r.log.Debug("relay: migration", "request", req.Type(), "status", status, "ok", ok, "failed", failed,
+		"timeouts", timeouts, "late", late)
+	return status, uint32(ok)
+}
+
+// answer records a client's Quiesced or Resumed; answers to requests that
+// are over (or never were) are ignored.
+func (r *Relay) answer(rc *relayConn, t agentmsg.Type, cookie uint64, status agentmsg.MigrationStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	op := r.ops[cookie]
+	if op == nil || op.answer != t {
+		return
+	}
+	if _, ok := op.waiting[rc]; !ok {
+		return
+	}
+	delete(op.waiting, rc)
+	switch status {
+	case agentmsg.MigrationOK:
+		op.ok++
+	case agentmsg.MigrationTimeout:
+		op.timeouts++
+	default:
+		op.failed++
+	}
+	op.finishLocked()
+}
+
+// migrationClients counts the connected clients that announced
+// FeatureMigration.
+func (r *Relay) migrationClients() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for rc := range r.conns {
+		if rc.migration.Load() {
+			n++
+		}
+	}
+	return n
 }

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -492,10 +493,14 @@ func (d *Device) submitRaw(c abi.Command) (uint64, error) {
 
 // RingDoorbell writes tail to abi.RegRingTail as is. A tail within the
 // submitted commands counts as rung; any other value is the caller's
-// experiment.
+// experiment. While the device is suspended it waits for Resume like every
+// call, and writes nothing if that wait fails.
 func (d *Device) RingDoorbell(tail uint32) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.check(); err != nil && !errors.Is(err, ErrClosed) {
+		return
+	}
 	d.regs.Write32(abi.RegRingTail, tail)
 	d.stats.Doorbells++
 	if delta := tail - uint32(d.rung); uint64(delta) <= d.next-d.rung {
@@ -553,10 +558,15 @@ func (d *Device) WaitIndex(index uint32) (abi.Completion, error) {
 }
 
 // AckError reads abi.RegError, clears it with abi.RegErrorAck and returns it.
-// It reads registers: not for the hot path.
+// It reads registers: not for the hot path. While the device is suspended it
+// waits for Resume like every call; if that wait fails it returns
+// abi.StatusDeviceError without touching the device.
 func (d *Device) AckError() abi.Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.check(); err != nil && !errors.Is(err, ErrClosed) {
+		return abi.StatusDeviceError
+	}
 	s := abi.Status(d.regs.Read32(abi.RegError))
 	d.regs.Write32(abi.RegErrorAck, 1)
 	return s

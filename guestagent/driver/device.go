@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
@@ -82,15 +83,27 @@ type entry struct {
 
 // Device is an open vGPU.
 type Device struct {
-	regs Registers
 	mem  Memory
 	opts Options
 	log  *slog.Logger
-	info Info
 
 	ring, compl, fence page
 
+	// migMu serialises Suspend and Resume (migrate.go).
+	migMu sync.Mutex
+
+	// smu guards the suspension gate and info; it is a leaf lock, taken
+	// with or without mu, never held while taking mu.
+	smu sync.Mutex
+	// gate is nil while calls may proceed; Suspend sets it before it
+	// drains, and it is closed (and set to nil) when the device resumes,
+	// when a Suspend fails, or at Close.
+	gate      chan struct{}
+	suspended bool // Suspend completed; the registers are closed
+	info      Info
+
 	mu       sync.Mutex
+	regs     Registers // replaced by Resume
 	closed   bool
 	slots    uint64
 	next     uint64 // index of the next command to write
@@ -128,9 +141,8 @@ func Open(regs Registers, mem Memory, opts Options) (*Device, error) {
 		return nil, fmt.Errorf("open: id register %#x, want %#x: %w", id, abi.IDMagic, ErrNoDevice)
 	}
 	d.info = readInfo(regs)
-	if major := d.info.Version >> 16; major != abi.VersionMajor {
-		return nil, fmt.Errorf("open: device abi %d.%d, driver %d.%d: %w",
-			major, d.info.Version&0xffff, abi.VersionMajor, abi.VersionMinor, ErrVersion)
+	if err := checkVersion(d.info); err != nil {
+		return nil, fmt.Errorf("open: %w", err)
 	}
 	slots := opts.Slots
 	if slots == 0 {
@@ -185,6 +197,15 @@ func Open(regs Registers, mem Memory, opts Options) (*Device, error) {
 	return d, nil
 }
 
+// checkVersion refuses a device whose ABI major version is not the driver's.
+func checkVersion(in Info) error {
+	if major := in.Version >> 16; major != abi.VersionMajor {
+		return fmt.Errorf("device abi %d.%d, driver %d.%d: %w",
+			major, in.Version&0xffff, abi.VersionMajor, abi.VersionMinor, ErrVersion)
+	}
+	return nil
+}
+
 func readInfo(r Registers) Info {
 	rd64 := func(lo, hi uint32) uint64 { return uint64(r.Read32(lo)) | uint64(r.Read32(hi))<<32 }
 	return Info{
@@ -233,11 +254,21 @@ func allocPages(mem Memory, n int) ([]page, error) {
 	return ps, nil
 }
 
-// Info returns what the device reported at Open.
-func (d *Device) Info() Info { return d.info }
+// Info returns what the device reported at Open, or at the last Resume
+// (after a migration the device may be another model).
+func (d *Device) Info() Info {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	return d.info
+}
 
 // Regs returns the device's registers, for tests that poke them directly.
-func (d *Device) Regs() Registers { return d.regs }
+// Resume replaces them; while the device is suspended they are closed.
+func (d *Device) Regs() Registers {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.regs
+}
 
 // Memory returns the DMA allocator the device was opened with.
 func (d *Device) Memory() Memory { return d.mem }
@@ -251,11 +282,18 @@ func (d *Device) Stats() Stats {
 
 // Close waits for every submitted command, stops the ring and makes further
 // calls fail with ErrClosed. It returns the first unreported command failure.
-// DMA pages stay pinned until the process exits.
+// DMA pages stay pinned until the process exits. Closing a suspended device
+// touches no register (they are closed and nothing is in flight) and wakes
+// the calls waiting for Resume, which fail with ErrClosed.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
+		return nil
+	}
+	if d.Suspended() {
+		d.closed = true
+		d.openGate()
 		return nil
 	}
 	err := d.drain()
@@ -266,11 +304,38 @@ func (d *Device) Close() error {
 
 // --- ring mechanics (d.mu held) ---
 
+// check is called with mu held at the start of every call that touches the
+// ring or the registers: it fails after Close and, while the device is
+// suspended (or being suspended), releases mu and waits for Resume, at most
+// Options.Timeout, then fails with ErrSuspended.
 func (d *Device) check() error {
-	if d.closed {
-		return ErrClosed
+	var deadline time.Time
+	for {
+		if d.closed {
+			return ErrClosed
+		}
+		d.smu.Lock()
+		g := d.gate
+		d.smu.Unlock()
+		if g == nil {
+			return nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(d.opts.Timeout)
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return fmt.Errorf("device suspended for migration for more than %v: %w", d.opts.Timeout, ErrSuspended)
+		}
+		d.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-g:
+		case <-t.C:
+		}
+		t.Stop()
+		d.mu.Lock()
 	}
-	return nil
 }
 
 // submit writes c into the next slot without ringing the doorbell, waiting
@@ -315,6 +380,11 @@ func (d *Device) complRecord(idx uint64) abi.Completion {
 // poll waits until done returns true, spinning briefly, then yielding, then
 // sleeping, until Options.Timeout.
 func (d *Device) poll(what string, done func() bool) error {
+	return d.pollCtx(context.Background(), what, done)
+}
+
+// pollCtx is poll that also gives up when ctx ends.
+func (d *Device) pollCtx(ctx context.Context, what string, done func() bool) error {
 	if done() {
 		return nil
 	}
@@ -334,6 +404,9 @@ func (d *Device) poll(what string, done func() bool) error {
 			time.Sleep(sleep)
 			if sleep < time.Millisecond {
 				sleep *= 2
+			}
+			if err := ctx.Err(); err != nil && !done() {
+				return fmt.Errorf("wait for %s: %w", what, err)
 			}
 		}
 		if i%64 == 63 {
@@ -373,7 +446,10 @@ func (d *Device) deviceLost() error {
 
 // reapOne waits for the oldest unreaped command, checks its record and
 // releases its slot and staging pages.
-func (d *Device) reapOne() error {
+func (d *Device) reapOne() error { return d.reapOneCtx(context.Background()) }
+
+// reapOneCtx is reapOne whose wait also ends with ctx.
+func (d *Device) reapOneCtx(ctx context.Context) error {
 	idx := d.reaped
 	if idx >= d.next {
 		return nil
@@ -381,7 +457,7 @@ func (d *Device) reapOne() error {
 	if d.rung <= idx {
 		d.flush()
 	}
-	if err := d.poll(fmt.Sprintf("command %d", idx), func() bool { return d.complSeq(idx) == abi.SeqOf(idx) }); err != nil {
+	if err := d.pollCtx(ctx, fmt.Sprintf("command %d", idx), func() bool { return d.complSeq(idx) == abi.SeqOf(idx) }); err != nil {
 		return err
 	}
 	rec := d.complRecord(idx)

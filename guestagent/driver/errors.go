@@ -18,6 +18,9 @@ var (
 	ErrTimeout = errors.New("vgpu device timed out")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("vgpu device closed")
+	// ErrSuspended means a call waited Options.Timeout for a device
+	// suspended by Suspend (a migration) to be resumed, and gave up.
+	ErrSuspended = errors.New("vgpu device suspended")
 	// ErrInvalid means the caller passed an argument the driver rejects
 	// before submitting anything (it wraps abi.StatusInvalidArgument).
 	ErrInvalid = abi.Errorf(abi.StatusInvalidArgument, "invalid driver argument")

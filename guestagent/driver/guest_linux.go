@@ -1,6 +1,13 @@
 package driver
 
-import "os"
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/vgpud/vgpud/abi"
+)
 
 // OpenGuest finds the vGPU (when pciDir is empty), enables and maps its
 // BAR0 and returns it with the guest's pinned DMA memory: what every guest
@@ -21,4 +28,43 @@ func OpenGuest(pciDir string) (Registers, Memory, error) {
 	}
 	_ = os.WriteFile("/proc/sys/vm/compact_unevictable_allowed", []byte("0"), 0)
 	return regs, NewPagemapMemory(), nil
+}
+
+// reopenEvery is how often ReopenGuest looks at sysfs.
+const reopenEvery = 20 * time.Millisecond
+
+// ReopenGuest waits until the vGPU's PCI device is present, then enables
+// and maps its BAR0 (OpenPCI): the registers to pass to Device.Resume after
+// a migration, when a new device is hot-plugged at the same slot (or, when
+// the migration was abandoned, the same device is still there). With
+// pciDir "" it looks for any vGPU (FindPCI); otherwise it waits for pciDir
+// to hold a device with the vGPU's vendor and device IDs. It polls sysfs
+// every 20 ms, and retries OpenPCI too (the kernel creates resource0 after
+// the device appears), until ctx ends.
+func ReopenGuest(ctx context.Context, pciDir string) (Registers, error) {
+	return reopenPCI(ctx, SysfsPCI, pciDir, OpenPCI, reopenEvery)
+}
+
+func reopenPCI(ctx context.Context, root, pciDir string, open func(string) (Registers, error), every time.Duration) (Registers, error) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		dir, err := pciDir, error(nil)
+		if dir == "" {
+			dir, err = findPCI(root)
+		} else if v, dv := sysfsHex(dir, "vendor"), sysfsHex(dir, "device"); v != abi.VendorID || dv != abi.DeviceID {
+			err = fmt.Errorf("%s: device %04x:%04x, want %04x:%04x: %w", dir, v, dv, abi.VendorID, abi.DeviceID, ErrNoDevice)
+		}
+		if err == nil {
+			var regs Registers
+			if regs, err = open(dir); err == nil {
+				return regs, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("reopen vgpu: %w (last try: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
 }

@@ -1,10 +1,13 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/vgpud/vgpud/abi"
 )
@@ -72,5 +75,51 @@ func TestPagemapMemory(t *testing.T) {
 	}
 	if _, err := NewPagemapMemory().Alloc(0); err == nil {
 		t.Errorf("Alloc(0) = nil error")
+	}
+}
+
+func TestReopenPCI(t *testing.T) {
+	root := t.TempDir()
+	var opened atomic.Value // the last directory OpenPCI was asked for
+	open := func(dir string) (Registers, error) {
+		opened.Store(dir)
+		if _, err := os.Stat(filepath.Join(dir, "resource0")); err != nil {
+			return nil, err
+		}
+		return &bar{mem: make([]byte, abi.BAR0Size)}, nil
+	}
+	// The device is plugged (its identity first, resource0 a little later)
+	// while ReopenGuest waits.
+	dev := filepath.Join(root, "0000:00:05.0")
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		os.MkdirAll(dev, 0o755)
+		for k, v := range map[string]string{"vendor": "0x7667", "device": "0x0001", "class": "0x030200"} {
+			os.WriteFile(filepath.Join(dev, k), []byte(v+"\n"), 0o644)
+		}
+		time.Sleep(30 * time.Millisecond)
+		os.WriteFile(filepath.Join(dev, "resource0"), nil, 0o644)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	regs, err := reopenPCI(ctx, root, "", open, time.Millisecond)
+	if err != nil || regs == nil {
+		t.Fatalf("reopenPCI(any) = %v, %v", regs, err)
+	}
+	if got := opened.Load(); got != dev {
+		t.Errorf("opened %q, want %q", got, dev)
+	}
+
+	// A named directory must hold the vGPU's identity.
+	other := filepath.Join(root, "0000:00:06.0")
+	writeDev(t, root, "0000:00:06.0", "0x8086", "0x7000", "0x060100")
+	os.WriteFile(filepath.Join(other, "resource0"), nil, 0o644)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel2()
+	if _, err := reopenPCI(ctx2, root, other, open, time.Millisecond); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNoDevice) {
+		t.Errorf("reopenPCI(not a vgpu) = %v, want deadline exceeded and ErrNoDevice", err)
+	}
+	if _, err := reopenPCI(ctx, root, dev, open, time.Millisecond); err != nil {
+		t.Errorf("reopenPCI(named vgpu) = %v", err)
 	}
 }

@@ -3,6 +3,9 @@
 // the host side restarts, reports the guest's /proc/stat, and relays
 // completion wake-ups and the host's vCPU hints to guest programs over a
 // Unix socket (agent.DefaultRelaySocket), where they use agent.DialRelay.
+// It answers the host's migration requests (Quiesce, Resume) for the
+// programs that registered a handler (agent.Client.HandleMigration), and
+// announces agentmsg.FeatureMigration to the host.
 //
 // With arguments after the flags it runs them as a child once the channel
 // is up and exits with the child's status (so a guest init that runs one
@@ -58,14 +61,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c := agent.New(agent.OpenPort(*port), agent.Options{Ident: "vgpu-agent", StatsEvery: *stats, Logger: log})
-	runErr := make(chan error, 1)
-	go func() { runErr <- c.Run(ctx) }()
+	// The relay before the channel: it answers the host's migration
+	// requests, which the first Hello then announces.
 	relay, err := agent.NewRelay(c, *sock, log)
 	if err != nil {
-		cancel()
-		<-runErr
 		return 1, err
 	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- c.Run(ctx) }()
 	relayErr := make(chan error, 1)
 	go func() { relayErr <- relay.Serve(ctx) }()
 	defer func() {

@@ -146,6 +146,19 @@ func (f *Device) Read32(off uint32) uint32 {
 		return f.head
 	case abi.RegRingSlots:
 		return f.slots
+	case abi.RegRingBaseLo:
+		return uint32(f.ringBase)
+	case abi.RegRingBaseHi:
+		return uint32(f.ringBase >> 32)
+	case abi.RegComplBaseLo:
+		return uint32(f.complBase)
+	case abi.RegComplBaseHi:
+		return uint32(f.complBase >> 32)
+	case abi.RegRingCtrl:
+		if f.enabled {
+			return abi.RingCtrlEnable
+		}
+		return 0
 	}
 	if off >= abi.RegProfileName && off < abi.RegProfileName+abi.ProfileNameLen {
 		return nameWord("fake-1g", off-abi.RegProfileName)

@@ -1,0 +1,186 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// Live migration (docs/agent-channel.md "Migration"): the host asks every
+// program to quiesce its vGPU (Suspend), takes the device's final state,
+// hot-unplugs it, migrates the VM, restores the state into a new device
+// (the same buffer and program handles; the ring with the same base, slots
+// and positions) plugged at the same slot, and asks the programs to resume
+// (Resume with the new device's registers).
+
+// Suspend quiesces the device for a migration. It makes every later call
+// that would touch the ring or the registers wait until Resume (at most
+// Options.Timeout, then the call fails with an error wrapping
+// ErrSuspended), waits for the call in progress, if any, rings the doorbell
+// for commands written but not rung, and waits until every command in
+// flight has completed and been reaped, polling guest RAM. Then it closes
+// the Registers if they implement io.Closer (OpenPCI's unmap the BAR): from
+// then on the driver does not touch the device.
+//
+// The waits end with ctx (and each command's wait with Options.Timeout);
+// if one fails, Suspend returns its error, the waiting calls proceed and
+// the device stays usable. The first failure of a batched command stays
+// for the next Finish. Suspending a suspended device does nothing.
+func (d *Device) Suspend(ctx context.Context) error {
+	d.migMu.Lock()
+	defer d.migMu.Unlock()
+	d.smu.Lock()
+	if d.suspended {
+		d.smu.Unlock()
+		return nil
+	}
+	d.gate = make(chan struct{})
+	d.smu.Unlock()
+	if err := d.lockCtx(ctx); err != nil {
+		d.smu.Lock()
+		d.openGateLocked()
+		d.smu.Unlock()
+		return fmt.Errorf("suspend: wait for the call in progress: %w", err)
+	}
+	defer d.mu.Unlock()
+	fail := func(err error) error {
+		d.openGate()
+		return fmt.Errorf("suspend: %w", err)
+	}
+	if d.closed {
+		return fail(ErrClosed)
+	}
+	d.flush()
+	for d.reaped < d.next {
+		if err := d.reapOneCtx(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	if c, ok := d.regs.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			// The device is idle and the driver will not touch these
+			// registers again: report, but stay suspended.
+			d.log.Warn("vgpu suspend: close registers", "err", err)
+		}
+	}
+	d.smu.Lock()
+	d.suspended = true
+	d.smu.Unlock()
+	d.log.Debug("vgpu suspended", "commands", d.next)
+	return nil
+}
+
+// lockCtx takes mu, giving up when ctx ends. The gate is closed, so calls
+// that start now release mu at once; only the call in progress holds it.
+func (d *Device) lockCtx(ctx context.Context) error {
+	sleep := 50 * time.Microsecond
+	for !d.mu.TryLock() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(sleep)
+		if sleep < 2*time.Millisecond {
+			sleep *= 2
+		}
+	}
+	return nil
+}
+
+// openGate lets the calls waiting for Resume proceed.
+func (d *Device) openGate() {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	d.openGateLocked()
+}
+
+func (d *Device) openGateLocked() {
+	if d.gate != nil {
+		close(d.gate)
+		d.gate = nil
+	}
+	d.suspended = false
+}
+
+// Suspended reports whether Suspend has completed and Resume has not.
+func (d *Device) Suspended() bool {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	return d.suspended
+}
+
+// Resume continues a suspended device on regs, the BAR0 of the device the
+// host restored the state into (a new PCI device after a hot-plug, possibly
+// another model, or the same one mapped again when the migration was
+// abandoned). It checks the ID register and the ABI major version, re-reads
+// Info (limits and names may differ), and checks that the device holds the
+// ring as the driver left it: enabled, at the same base and completion
+// addresses with the same slots, and with its tail, head and done positions
+// (abi.RegRingTail, RegRingHead, RegRingDone) all equal to the driver's own
+// count of commands submitted (all of them completed before Suspend). It
+// neither resets nor re-enables the ring. Then the waiting calls proceed on
+// regs with the same buffers and programs.
+//
+// If a check fails the device stays suspended (the caller may Resume again
+// with other registers, or Close) and regs are not closed.
+func (d *Device) Resume(regs Registers) error {
+	d.migMu.Lock()
+	defer d.migMu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return ErrClosed
+	}
+	if !d.Suspended() {
+		return fmt.Errorf("resume: device not suspended: %w", ErrInvalid)
+	}
+	if id := regs.Read32(abi.RegID); id != abi.IDMagic {
+		return fmt.Errorf("resume: id register %#x, want %#x: %w", id, abi.IDMagic, ErrNoDevice)
+	}
+	info := readInfo(regs)
+	if err := checkVersion(info); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	if err := d.checkRestored(regs); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	d.regs = regs
+	d.lostAt = time.Time{}
+	d.smu.Lock()
+	d.info = info
+	d.openGateLocked()
+	d.smu.Unlock()
+	d.log.Debug("vgpu resumed", "profile", info.Profile, "device", info.Name, "commands", d.next)
+	return nil
+}
+
+// checkRestored compares the ring registers of regs with the driver's
+// state. Caller holds mu; nothing is in flight.
+func (d *Device) checkRestored(regs Registers) error {
+	rd64 := func(lo, hi uint32) uint64 { return uint64(regs.Read32(lo)) | uint64(regs.Read32(hi))<<32 }
+	if st := abi.Status(regs.Read32(abi.RegError)); st == abi.StatusDeviceLost {
+		return fmt.Errorf("%w: the state was not restored", ErrDeviceLost)
+	}
+	if st := regs.Read32(abi.RegStatus); st&abi.StatusBitRingEnabled == 0 {
+		return fmt.Errorf("ring not enabled (status register %#x): the state was not restored: %w", st, ErrProtocol)
+	}
+	want := uint32(d.next)
+	for _, r := range []struct {
+		name      string
+		got, want uint64
+	}{
+		{"ring base", rd64(abi.RegRingBaseLo, abi.RegRingBaseHi), d.ring.gpa},
+		{"completion base", rd64(abi.RegComplBaseLo, abi.RegComplBaseHi), d.compl.gpa},
+		{"ring slots", uint64(regs.Read32(abi.RegRingSlots)), d.slots},
+		{"ring tail", uint64(regs.Read32(abi.RegRingTail)), uint64(uint32(d.rung))},
+		{"ring head", uint64(regs.Read32(abi.RegRingHead)), uint64(want)},
+		{"ring done", uint64(regs.Read32(abi.RegRingDone)), uint64(want)},
+	} {
+		if r.got != r.want {
+			return fmt.Errorf("restored %s is %#x, the driver's is %#x: %w", r.name, r.got, r.want, ErrProtocol)
+		}
+	}
+	return nil
+}

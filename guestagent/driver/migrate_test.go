@@ -1,0 +1,511 @@
+package driver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/guestagent/driver/drivertest"
+)
+
+// model is the BAR0 of the device after a migration: the same state (the
+// fake it wraps) behind another device model's identity. It records
+// accesses made after Close.
+type model struct {
+	driver.Registers
+	name     string // device name register; "" passes through
+	cus      uint32 // compute units; 0 passes through
+	id       uint32 // ID register; 0 passes through
+	version  uint32 // version register; 0 passes through
+	headSkew uint32 // added to RegRingHead
+
+	closed  atomic.Bool
+	touched atomic.Bool // accessed after Close
+}
+
+func (m *model) Read32(off uint32) uint32 {
+	if m.closed.Load() {
+		m.touched.Store(true)
+		return 0xffffffff
+	}
+	switch {
+	case off == abi.RegID && m.id != 0:
+		return m.id
+	case off == abi.RegVersion && m.version != 0:
+		return m.version
+	case off == abi.RegComputeUnits && m.cus != 0:
+		return m.cus
+	case off == abi.RegRingHead:
+		return m.Registers.Read32(off) + m.headSkew
+	case m.name != "" && off >= abi.RegDeviceName && off < abi.RegDeviceName+abi.DeviceNameLen:
+		var b [4]byte
+		copy(b[:], m.name[min(int(off-abi.RegDeviceName), len(m.name)):])
+		return binary.LittleEndian.Uint32(b[:])
+	}
+	return m.Registers.Read32(off)
+}
+
+func (m *model) Write32(off, v uint32) {
+	if m.closed.Load() {
+		m.touched.Store(true)
+		return
+	}
+	m.Registers.Write32(off, v)
+}
+
+func (m *model) Close() error {
+	m.closed.Store(true)
+	return nil
+}
+
+// stall holds doorbell writes while on, like a device that never
+// completes; release delivers the last one.
+type stall struct {
+	driver.Registers
+	mu   sync.Mutex
+	on   bool
+	held bool
+	tail uint32
+}
+
+func (s *stall) Write32(off, v uint32) {
+	s.mu.Lock()
+	if off == abi.RegRingTail && s.on {
+		s.tail, s.held = v, true
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.Registers.Write32(off, v)
+}
+
+func (s *stall) release() {
+	s.mu.Lock()
+	s.on = false
+	held, tail := s.held, s.tail
+	s.held = false
+	s.mu.Unlock()
+	if held {
+		s.Registers.Write32(abi.RegRingTail, tail)
+	}
+}
+
+func openModel(t *testing.T, opts driver.Options, kernels map[string]drivertest.KernelFunc) (*driver.Device, *drivertest.Device, *model) {
+	t.Helper()
+	if kernels == nil {
+		kernels = map[string]drivertest.KernelFunc{"fill": fill}
+	}
+	f := drivertest.New(drivertest.Config{}, kernels)
+	m := &model{Registers: f}
+	d, err := driver.Open(m, f, opts)
+	if err != nil {
+		t.Fatalf("Open() = %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, f, m
+}
+
+func suspend(t *testing.T, d *driver.Device) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.Suspend(ctx); err != nil {
+		t.Fatalf("Suspend() = %v", err)
+	}
+	if !d.Suspended() {
+		t.Fatalf("Suspended() = false after Suspend")
+	}
+}
+
+func u32s(b []byte) []uint32 {
+	out := make([]uint32, len(b)/4)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint32(b[4*i:])
+	}
+	return out
+}
+
+// TestSuspendResume: work batched before Suspend completes during it; the
+// registers are closed and untouched until Resume; after Resume on another
+// device model the same handles work and the data is there.
+func TestSuspendResume(t *testing.T) {
+	d, f, m := openModel(t, driver.Options{}, nil)
+	p, _, err := d.Build(fillSrc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("migrate!"), 512)
+	a, _ := d.CreateBuffer(uint64(len(data)))
+	b, _ := d.CreateBuffer(64 * 4)
+	if err := d.Write(a, 0, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Launch(p, "fill", driver.Range1(64, 0), driver.BufferArg(b), driver.Uint32Arg(100)); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing rung yet: Suspend rings and drains.
+	if f.Buffers() != 0 || f.Launches != 0 {
+		t.Fatalf("device ran commands before any doorbell")
+	}
+	suspend(t, d)
+	if f.Buffers() != 2 || f.Launches != 1 {
+		t.Errorf("after Suspend the device has %d buffers, %d launches; want 2, 1", f.Buffers(), f.Launches)
+	}
+	if !m.closed.Load() {
+		t.Errorf("Suspend did not close the registers")
+	}
+	if err := d.Suspend(context.Background()); err != nil || !d.Suspended() {
+		t.Errorf("second Suspend() = %v, suspended %v; want nil, true", err, d.Suspended())
+	}
+
+	m2 := &model{Registers: f, name: "Other GPU 9000", cus: 48}
+	if err := d.Resume(m2); err != nil {
+		t.Fatalf("Resume() = %v", err)
+	}
+	if m.touched.Load() {
+		t.Errorf("the driver touched the closed registers")
+	}
+	if d.Suspended() {
+		t.Errorf("Suspended() after Resume")
+	}
+	if in := d.Info(); in.Name != "Other GPU 9000" || in.ComputeUnits != 48 || in.Profile != "fake-1g" {
+		t.Errorf("Info() after Resume = %+v, want the new model", in)
+	}
+	if d.Regs() != m2 {
+		t.Errorf("Regs() after Resume is not the new registers")
+	}
+	got := make([]byte, len(data))
+	if err := d.Read(a, 0, got); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("Read(a) after Resume = %v, data equal %v", err, bytes.Equal(got, data))
+	}
+	// The program built before runs again on the buffer created before.
+	if err := d.Launch(p, "fill", driver.Range1(64, 0), driver.BufferArg(b), driver.Uint32Arg(7)); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, 64*4)
+	if err := d.Read(b, 0, out); err != nil {
+		t.Fatalf("Read(b) = %v", err)
+	}
+	if v := u32s(out); v[0] != 7 || v[63] != 70 {
+		t.Errorf("fill after Resume: out[0], out[63] = %d, %d, want 7, 70", v[0], v[63])
+	}
+	if err := d.Finish(); err != nil {
+		t.Errorf("Finish() after Resume = %v", err)
+	}
+	if err := d.Resume(m2); !errors.Is(err, driver.ErrInvalid) {
+		t.Errorf("Resume() of a running device = %v, want ErrInvalid", err)
+	}
+}
+
+// TestCallWhileSuspendedWaits: a call made while suspended blocks until
+// Resume, then succeeds.
+func TestCallWhileSuspendedWaits(t *testing.T) {
+	d, f, _ := openModel(t, driver.Options{}, nil)
+	b, _ := d.CreateBuffer(16)
+	if err := d.Write(b, 0, []byte("0123456789abcdef")); err != nil {
+		t.Fatal(err)
+	}
+	suspend(t, d)
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got := make([]byte, 16)
+		err := d.Read(b, 0, got)
+		done <- result{got, err}
+	}()
+	finish := make(chan error, 1)
+	go func() { finish <- d.Finish() }()
+	select {
+	case r := <-done:
+		t.Fatalf("Read() while suspended returned %v", r.err)
+	case err := <-finish:
+		t.Fatalf("Finish() while suspended returned %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := d.Resume(&model{Registers: f}); err != nil {
+		t.Fatalf("Resume() = %v", err)
+	}
+	if r := <-done; r.err != nil || string(r.data) != "0123456789abcdef" {
+		t.Errorf("Read() across Resume = %q, %v", r.data, r.err)
+	}
+	if err := <-finish; err != nil {
+		t.Errorf("Finish() across Resume = %v", err)
+	}
+}
+
+// TestSuspendedTimeout: a call waits at most Options.Timeout for Resume.
+func TestSuspendedTimeout(t *testing.T) {
+	d, f, _ := openModel(t, driver.Options{Timeout: 30 * time.Millisecond}, nil)
+	suspend(t, d)
+	start := time.Now()
+	if err := d.Finish(); !errors.Is(err, driver.ErrSuspended) {
+		t.Errorf("Finish() while suspended = %v, want ErrSuspended", err)
+	}
+	if el := time.Since(start); el < 30*time.Millisecond {
+		t.Errorf("Finish() gave up after %v, before the timeout", el)
+	}
+	if s := d.AckError(); s != abi.StatusDeviceError {
+		t.Errorf("AckError() while suspended = %v, want device error", s)
+	}
+	if err := d.Resume(&model{Registers: f}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Finish(); err != nil {
+		t.Errorf("Finish() after Resume = %v", err)
+	}
+}
+
+// TestSuspendWaitsForCallInProgress: Suspend waits for a call that holds
+// the device (here a kernel still running) and then drains.
+func TestSuspendWaitsForCallInProgress(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	d, f, _ := openModel(t, driver.Options{}, map[string]drivertest.KernelFunc{
+		"slow": func(*abi.LaunchDesc, func(uint32) []byte) error {
+			close(entered)
+			<-release
+			return nil
+		},
+	})
+	p, _, err := d.Build("__kernel void slow() {}", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Launch(p, "slow", driver.Range1(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	finish := make(chan error, 1)
+	go func() { finish <- d.Finish() }()
+	<-entered
+	susp := make(chan error, 1)
+	go func() { susp <- d.Suspend(context.Background()) }()
+	select {
+	case err := <-susp:
+		t.Fatalf("Suspend() returned %v while a call was in progress", err)
+	case <-time.After(30 * time.Millisecond):
+	}
+	close(release)
+	if err := <-finish; err != nil {
+		t.Errorf("Finish() in progress = %v", err)
+	}
+	if err := <-susp; err != nil {
+		t.Fatalf("Suspend() = %v", err)
+	}
+	if err := d.Resume(&model{Registers: f}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSuspendNeverCompletes: a device that does not complete makes
+// Suspend return ctx's error, and the device stays usable.
+func TestSuspendNeverCompletes(t *testing.T) {
+	f := drivertest.New(drivertest.Config{}, nil)
+	s := &stall{Registers: f}
+	d, err := driver.Open(s, f, driver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	s.mu.Lock()
+	s.on = true
+	s.mu.Unlock()
+	if _, err := d.CreateBuffer(64); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := d.Suspend(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Suspend() on a stalled device = %v, want context.DeadlineExceeded", err)
+	}
+	if d.Suspended() {
+		t.Fatalf("Suspended() after a failed Suspend")
+	}
+	s.release()
+	b, err := d.CreateBuffer(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Write(b, 0, make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Finish(); err != nil {
+		t.Errorf("Finish() after a failed Suspend = %v", err)
+	}
+	if f.Buffers() != 2 {
+		t.Errorf("device has %d buffers, want 2", f.Buffers())
+	}
+}
+
+// TestSuspendCancelledWhileCallInProgress: Suspend gives up waiting for a
+// call in progress when ctx ends; calls proceed.
+func TestSuspendCancelledWhileCallInProgress(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	d, _, _ := openModel(t, driver.Options{}, map[string]drivertest.KernelFunc{
+		"slow": func(*abi.LaunchDesc, func(uint32) []byte) error {
+			close(entered)
+			<-release
+			return nil
+		},
+	})
+	p, _, err := d.Build("__kernel void slow() {}", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Launch(p, "slow", driver.Range1(1, 0))
+	finish := make(chan error, 1)
+	go func() { finish <- d.Finish() }()
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := d.Suspend(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Suspend() = %v, want context.DeadlineExceeded", err)
+	}
+	close(release)
+	if err := <-finish; err != nil {
+		t.Errorf("Finish() = %v", err)
+	}
+	if _, err := d.CreateBuffer(8); err != nil {
+		t.Errorf("CreateBuffer() after a cancelled Suspend = %v", err)
+	}
+	if err := d.Finish(); err != nil {
+		t.Errorf("Finish() = %v", err)
+	}
+}
+
+// TestResumeRejects: Resume checks the identity, the version and the
+// restored ring; a failed Resume leaves the device suspended.
+func TestResumeRejects(t *testing.T) {
+	d, f, _ := openModel(t, driver.Options{}, nil)
+	b, _ := d.CreateBuffer(8)
+	if err := d.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	suspend(t, d)
+	for _, tc := range []struct {
+		name string
+		regs driver.Registers
+		want error
+	}{
+		{"no device", deadRegs{}, driver.ErrNoDevice},
+		{"wrong id", &model{Registers: f, id: 0x12345678}, driver.ErrNoDevice},
+		{"wrong major", &model{Registers: f, version: (abi.VersionMajor + 1) << 16}, driver.ErrVersion},
+		{"ring head moved", &model{Registers: f, headSkew: 1}, driver.ErrProtocol},
+	} {
+		if err := d.Resume(tc.regs); !errors.Is(err, tc.want) {
+			t.Errorf("%s: Resume() = %v, want %v", tc.name, err, tc.want)
+		}
+		if !d.Suspended() {
+			t.Fatalf("%s: a failed Resume resumed the device", tc.name)
+		}
+	}
+	// A device whose ring was not restored (reset: disabled, positions 0).
+	fresh := drivertest.New(drivertest.Config{}, nil)
+	if err := d.Resume(fresh); !errors.Is(err, driver.ErrProtocol) {
+		t.Errorf("Resume(fresh device) = %v, want ErrProtocol", err)
+	}
+	if err := d.Resume(f); err != nil {
+		t.Fatalf("Resume(restored) = %v", err)
+	}
+	if err := d.Write(b, 0, make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Finish(); err != nil {
+		t.Errorf("Finish() = %v", err)
+	}
+}
+
+// TestCloseWhileSuspended: Close does not touch the closed registers and
+// wakes the waiting calls with ErrClosed.
+func TestCloseWhileSuspended(t *testing.T) {
+	d, _, m := openModel(t, driver.Options{}, nil)
+	suspend(t, d)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.CreateBuffer(8)
+		errc <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	if err := d.Close(); err != nil {
+		t.Errorf("Close() while suspended = %v", err)
+	}
+	if err := <-errc; !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("CreateBuffer() waiting across Close = %v, want ErrClosed", err)
+	}
+	if m.touched.Load() {
+		t.Errorf("Close touched the closed registers")
+	}
+	if err := d.Resume(m); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("Resume() after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestSuspendResumeConcurrent: calls from several goroutines across
+// repeated Suspend/Resume cycles all succeed (run with -race).
+func TestSuspendResumeConcurrent(t *testing.T) {
+	d, f, _ := openModel(t, driver.Options{Slots: 4}, nil)
+	p, _, err := d.Build(fillSrc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := d.CreateBuffer(16 * 4)
+			if err != nil {
+				errs <- err
+				return
+			}
+			out := make([]byte, 16*4)
+			for k := uint32(0); ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				v := uint32(w)<<24 | k
+				if err := d.Launch(p, "fill", driver.Range1(16, 0), driver.BufferArg(b), driver.Uint32Arg(v)); err != nil {
+					errs <- err
+					return
+				}
+				if err := d.Read(b, 0, out); err != nil {
+					errs <- err
+					return
+				}
+				if got := u32s(out); got[0] != v || got[15] != v+15 {
+					errs <- errors.New("wrong data after a migration")
+					return
+				}
+				_ = d.Info()
+			}
+		}()
+	}
+	for i := range 20 {
+		time.Sleep(time.Millisecond)
+		suspend(t, d)
+		if err := d.Resume(&model{Registers: f, cus: uint32(i + 1)}); err != nil {
+			t.Fatalf("Resume() = %v", err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := d.Finish(); err != nil {
+		t.Error(err)
+	}
+}
