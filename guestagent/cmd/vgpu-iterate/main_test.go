@@ -1,0 +1,384 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/abi/agentmsg"
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/guestagent/driver/drivertest"
+)
+
+// stepKernel is the kernel in Go, for the fake device. corrupt, if set,
+// returns a bit to flip in out[0] (0: none).
+func stepKernel(corrupt func() uint32) drivertest.KernelFunc {
+	return func(d *abi.LaunchDesc, buf func(uint32) []byte) error {
+		in, out := fromBytes(buf(d.Args[0].Handle)), make([]uint32, d.GlobalSize[0])
+		if uint64(len(in)) != d.GlobalSize[0] {
+			return fmt.Errorf("global size %d, buffer of %d elements", d.GlobalSize[0], len(in))
+		}
+		cpuStep(in, out, binary.LittleEndian.Uint32(d.Args[2].Bytes))
+		if corrupt != nil {
+			out[0] ^= corrupt()
+		}
+		copy(buf(d.Args[1].Handle), toBytes(out))
+		return nil
+	}
+}
+
+// renamed is the BAR0 of another device model over the same state.
+type renamed struct {
+	driver.Registers
+	name string
+	cus  uint32
+}
+
+func (r renamed) Read32(off uint32) uint32 {
+	switch {
+	case off == abi.RegComputeUnits:
+		return r.cus
+	case off >= abi.RegDeviceName && off < abi.RegDeviceName+abi.DeviceNameLen:
+		var b [4]byte
+		copy(b[:], r.name[min(int(off-abi.RegDeviceName), len(r.name)):])
+		return binary.LittleEndian.Uint32(b[:])
+	}
+	return r.Registers.Read32(off)
+}
+
+func openFake(t *testing.T, corrupt func() uint32) (*driver.Device, *drivertest.Device) {
+	t.Helper()
+	f := drivertest.New(drivertest.Config{}, map[string]drivertest.KernelFunc{Kernel: stepKernel(corrupt)})
+	d, err := driver.Open(f, f, driver.Options{StagingBytes: driver.MinStagingBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, f
+}
+
+func TestReference(t *testing.T) {
+	// Pinned: the same seed gives the same job on every host.
+	if got, want := reference(1, 4, 0), initial(1, 4); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("reference(0 steps) = %v, want the initial vector %v", got, want)
+	}
+	a, b := reference(7, 1000, 5), reference(7, 1000, 5)
+	if checksum(a) != checksum(b) || checksum(a) == checksum(reference(7, 1000, 6)) {
+		t.Errorf("reference is not deterministic or does not change per step")
+	}
+	// One element: its neighbour is itself.
+	in, out := []uint32{0x12345678}, make([]uint32, 1)
+	cpuStep(in, out, 3)
+	x := uint32(0x12345678) ^ (0x12345678 >> 3) ^ 3
+	x = x*2654435761 + 6
+	if out[0] != x^(x>>15) {
+		t.Errorf("cpuStep(n=1) = %#x, want %#x", out[0], x^(x>>15))
+	}
+}
+
+func TestJob(t *testing.T) {
+	tests := []struct {
+		cfg   Config
+		lines int
+	}{
+		{Config{Steps: 1, N: 1, Seed: 1, Progress: 10}, 0},
+		{Config{Steps: 20, N: 1000, Seed: 2, Progress: 10}, 2},
+		{Config{Steps: 7, N: 4096, Seed: 3, Progress: 1}, 7},
+		{Config{Steps: 5, N: 33, Seed: 4, Progress: 0, Pace: time.Millisecond}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d-steps-%d-elements", tt.cfg.Steps, tt.cfg.N), func(t *testing.T) {
+			d, f := openFake(t, nil)
+			var out bytes.Buffer
+			sum, err := job(context.Background(), d, tt.cfg, &out)
+			if err != nil {
+				t.Fatalf("job() = %v", err)
+			}
+			if want := checksum(reference(tt.cfg.Seed, tt.cfg.N, tt.cfg.Steps)); sum != want {
+				t.Errorf("job() sum %016x, want %016x", sum, want)
+			}
+			if f.Launches != tt.cfg.Steps {
+				t.Errorf("%d launches, want %d", f.Launches, tt.cfg.Steps)
+			}
+			lines := strings.Count(out.String(), Prefix+"step ")
+			if lines != tt.lines || (lines > 0 && !strings.Contains(out.String(), "device=drivertest fake vgpu cus=2\n")) {
+				t.Errorf("job() printed %q, want %d progress lines", out.String(), tt.lines)
+			}
+			if f.Buffers() != 0 {
+				t.Errorf("job() left %d buffers", f.Buffers())
+			}
+		})
+	}
+}
+
+func TestJobDetectsWrongResult(t *testing.T) {
+	n := 0
+	d, _ := openFake(t, func() uint32 {
+		if n++; n == 3 {
+			return 1 << 7
+		}
+		return 0
+	})
+	_, err := job(context.Background(), d, Config{Steps: 4, N: 64, Seed: 1}, io.Discard)
+	if !errors.Is(err, errMismatch) {
+		t.Errorf("job() with a corrupted step = %v, want errMismatch", err)
+	}
+}
+
+// lineWriter calls onLine for each complete line written.
+type lineWriter struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	all    bytes.Buffer
+	onLine func(string)
+}
+
+func (w *lineWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	w.all.Write(b)
+	w.buf.Write(b)
+	var lines []string
+	for {
+		i := bytes.IndexByte(w.buf.Bytes(), '\n')
+		if i < 0 {
+			break
+		}
+		lines = append(lines, string(w.buf.Next(i+1)))
+	}
+	w.mu.Unlock()
+	for _, l := range lines {
+		if w.onLine != nil {
+			w.onLine(strings.TrimSuffix(l, "\n"))
+		}
+	}
+	return len(b), nil
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.all.String()
+}
+
+var progressRE = regexp.MustCompile(`^ITERATE step (\d+)/(\d+) device=(.*) cus=(\d+)$`)
+
+// TestJobAcrossMigration: the test suspends the device when the job
+// reports step 10 and resumes it on "another model" a little later; the
+// job's next launch waits, and the job ends with the right result on the
+// new device.
+func TestJobAcrossMigration(t *testing.T) {
+	d, f := openFake(t, nil)
+	resumed := make(chan error, 1)
+	out := &lineWriter{onLine: func(l string) {
+		if !strings.HasPrefix(l, "ITERATE step 10/") {
+			return
+		}
+		// The job is between steps: nothing is in flight.
+		if err := d.Suspend(context.Background()); err != nil {
+			resumed <- err
+			return
+		}
+		go func() {
+			time.Sleep(20 * time.Millisecond)
+			resumed <- d.Resume(renamed{Registers: f, name: "Destination GPU", cus: 80})
+		}()
+	}}
+	cfg := Config{Steps: 25, N: 512, Seed: 9, Progress: 5}
+	sum, err := job(context.Background(), d, cfg, out)
+	if err != nil {
+		t.Fatalf("job() across a migration = %v\n%s", err, out)
+	}
+	if err := <-resumed; err != nil {
+		t.Fatalf("Suspend/Resume = %v", err)
+	}
+	if want := checksum(reference(cfg.Seed, cfg.N, cfg.Steps)); sum != want {
+		t.Errorf("sum %016x, want %016x", sum, want)
+	}
+	var devices []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if m := progressRE.FindStringSubmatch(l); m != nil {
+			devices = append(devices, m[3]+"/"+m[4])
+		}
+	}
+	want := []string{"drivertest fake vgpu/2", "drivertest fake vgpu/2", "Destination GPU/80", "Destination GPU/80", "Destination GPU/80"}
+	if fmt.Sprint(devices) != fmt.Sprint(want) {
+		t.Errorf("progress lines name %q, want %q\n%s", devices, want, out)
+	}
+}
+
+// useFake makes run open a fake device, and reopen it after a migration
+// as "Destination GPU".
+func useFake(t *testing.T) {
+	t.Helper()
+	f := drivertest.New(drivertest.Config{}, map[string]drivertest.KernelFunc{Kernel: stepKernel(nil)})
+	oldOpen, oldReopen, oldPort := openDevice, reopenDevice, portOpener
+	openDevice = func(string) (driver.Registers, driver.Memory, error) { return f, f, nil }
+	reopenDevice = func(context.Context, string) (driver.Registers, error) {
+		return renamed{Registers: f, name: "Destination GPU", cus: 80}, nil
+	}
+	portOpener = func() func() (io.ReadWriteCloser, error) {
+		return func() (io.ReadWriteCloser, error) { return nil, errors.New("no port in tests") }
+	}
+	t.Cleanup(func() { openDevice, reopenDevice, portOpener = oldOpen, oldReopen, oldPort })
+}
+
+func TestRun(t *testing.T) {
+	useFake(t)
+	var out, errb bytes.Buffer
+	args := []string{"-agent", "none", "-steps", "30", "-n", "256", "-staging", "0"}
+	if err := run(context.Background(), args, &out, &errb); err != nil {
+		t.Fatalf("run(%q) = %v\n%s%s", args, err, out.String(), errb.String())
+	}
+	want := fmt.Sprintf("ITERATE OK steps=30 sum=%016x\n", checksum(reference(1, 256, 30)))
+	if !strings.HasSuffix(out.String(), want) || strings.Count(out.String(), "ITERATE step ") != 3 ||
+		!strings.HasPrefix(out.String(), "ITERATE start steps=30 n=256 device=drivertest fake vgpu cus=2\n") {
+		t.Errorf("run(%q) printed %q, want a start line, 3 progress lines and %q", args, out.String(), want)
+	}
+}
+
+func TestRunBadArgs(t *testing.T) {
+	useFake(t)
+	for _, args := range [][]string{{"-steps", "0"}, {"-n", "0"}, {"-agent", "pigeon"}, {"-progress", "-1"}, {"extra"}, {"-nope"}} {
+		var out bytes.Buffer
+		if err := run(context.Background(), args, &out, io.Discard); err == nil || errors.Is(err, errFailed) {
+			t.Errorf("run(%q) = %v, want a usage error", args, err)
+		}
+	}
+}
+
+func TestRunFailsWithoutDevice(t *testing.T) {
+	useFake(t)
+	openDevice = func(string) (driver.Registers, driver.Memory, error) { return nil, nil, driver.ErrNoDevice }
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-agent", "none"}, &out, io.Discard)
+	if !errors.Is(err, errFailed) || !strings.HasPrefix(out.String(), "ITERATE FAIL open vgpu: ") {
+		t.Errorf("run() without a device = %v, printed %q; want an ITERATE FAIL line", err, out.String())
+	}
+}
+
+// TestRunMigratesThroughAgent: the whole guest side of a migration. A fake
+// relay (the host's end, as vgpu-agent forwards it) sends Quiesce when the
+// job reports step 10 and Resume (replugged) once it is answered; the job
+// continues on the "new device" and ends OK.
+func TestRunMigratesThroughAgent(t *testing.T) {
+	useFake(t)
+	sock := filepath.Join(t.TempDir(), "relay.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	conns := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			conns <- c
+		}
+	}()
+	step10 := make(chan struct{})
+	var once sync.Once
+	out := &lineWriter{onLine: func(l string) {
+		if strings.HasPrefix(l, "ITERATE step 10/") {
+			once.Do(func() { close(step10) })
+		}
+	}}
+	hostErr := make(chan error, 1)
+	go func() { hostErr <- fakeRelayHost(conns, step10) }()
+	args := []string{"-agent", "relay", "-agent-socket", sock, "-steps", "40", "-n", "128", "-pace", "2ms", "-progress", "5", "-staging", "0"}
+	if err := run(context.Background(), args, out, io.Discard); err != nil {
+		t.Fatalf("run(%q) = %v\n%s", args, err, out)
+	}
+	if err := <-hostErr; err != nil {
+		t.Fatalf("host side: %v\n%s", err, out)
+	}
+	s := out.String()
+	for _, want := range []string{
+		"ITERATE quiesced\n",
+		"ITERATE resumed replugged=true device=Destination GPU cus=80\n",
+		"ITERATE step 40/40 device=Destination GPU cus=80\n",
+		fmt.Sprintf("ITERATE OK steps=40 sum=%016x\n", checksum(reference(1, 128, 40))),
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+// fakeRelayHost answers the program's Hello, then at step10 runs one
+// migration: Quiesce, expect Quiesced OK with 1 program, Resume, expect
+// Resumed OK with 1 program. It returns when the program disconnects.
+func fakeRelayHost(conns <-chan net.Conn, step10 <-chan struct{}) error {
+	var c net.Conn
+	select {
+	case c = <-conns:
+	case <-time.After(time.Minute):
+		return errors.New("the program did not connect")
+	}
+	defer c.Close()
+	msgs := make(chan agentmsg.Message, 64)
+	go func() {
+		defer close(msgs)
+		r := agentmsg.NewReader(c)
+		for {
+			m, err := r.Read()
+			if err != nil {
+				return
+			}
+			if h, ok := m.(*agentmsg.Hello); ok {
+				if h.Features&agentmsg.FeatureMigration == 0 {
+					c.Close()
+					return
+				}
+				c.Write(agentmsg.Marshal(&agentmsg.Hello{MinVersion: 1, MaxVersion: 1, Features: agentmsg.FeatureWatch | agentmsg.FeatureMigration, Ident: "fake relay"}))
+			}
+			msgs <- m
+		}
+	}()
+	await := func(want agentmsg.Message) error {
+		timeout := time.After(time.Minute)
+		for {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					return fmt.Errorf("program went away waiting for %v", want.Type())
+				}
+				if m.Type() != want.Type() {
+					continue
+				}
+				if fmt.Sprint(m) != fmt.Sprint(want) {
+					return fmt.Errorf("got %+v, want %+v", m, want)
+				}
+				return nil
+			case <-timeout:
+				return fmt.Errorf("no %v", want.Type())
+			}
+		}
+	}
+	select {
+	case <-step10:
+	case <-time.After(time.Minute):
+		return errors.New("the job never reached step 10")
+	}
+	c.Write(agentmsg.Marshal(&agentmsg.Quiesce{Cookie: 100, DeadlineMs: 60_000}))
+	if err := await(&agentmsg.Quiesced{Cookie: 100, Status: agentmsg.MigrationOK, Programs: 1}); err != nil {
+		return err
+	}
+	c.Write(agentmsg.Marshal(&agentmsg.Resume{Cookie: 101, Flags: agentmsg.ResumeReplugged, DeadlineMs: 60_000}))
+	if err := await(&agentmsg.Resumed{Cookie: 101, Status: agentmsg.MigrationOK, Programs: 1}); err != nil {
+		return err
+	}
+	for range msgs { // until the program disconnects
+	}
+	return nil
+}
