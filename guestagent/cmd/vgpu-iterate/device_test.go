@@ -63,4 +63,56 @@ func TestKernelOnRealDevice(t *testing.T) {
 			t.Fatalf("element %d: device %#08x, CPU %#08x", i, x, want[i])
 		}
 	}
+	// The ballast kernels: fill, then check finds nothing, then finds the
+	// one element changed from the host.
+	fill, err := prog.Kernel(FillKernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fill.Release()
+	check, err := prog.Kernel(CheckKernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Release()
+	seed := binary.LittleEndian.AppendUint32(nil, ballastSeed(2, 3))
+	if _, err := q.Launch(fill, gpu.NDRange{Dims: 1, Global: [3]uint64{n}}, []gpu.Arg{{Buffer: bufs[0]}, {Scalar: seed}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Read(bufs[0], 0, got); err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range fromBytes(got) {
+		if want := ballastHash(uint32(i) ^ ballastSeed(2, 3)); x != want {
+			t.Fatalf("ballast element %d: device %#08x, Go %#08x", i, x, want)
+		}
+	}
+	bad, err := q.Alloc(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Release()
+	countBad := func() uint32 {
+		t.Helper()
+		if err := q.Write(bad, 0, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Launch(check, gpu.NDRange{Dims: 1, Global: [3]uint64{n}}, []gpu.Arg{{Buffer: bufs[0]}, {Scalar: seed}, {Buffer: bad}}); err != nil {
+			t.Fatal(err)
+		}
+		c := make([]byte, 4)
+		if err := q.Read(bad, 0, c); err != nil {
+			t.Fatal(err)
+		}
+		return binary.LittleEndian.Uint32(c)
+	}
+	if c := countBad(); c != 0 {
+		t.Errorf("check after fill counts %d bad elements, want 0", c)
+	}
+	if err := q.Write(bufs[0], 40, []byte{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	if c := countBad(); c != 1 {
+		t.Errorf("check after one changed element counts %d, want 1", c)
+	}
 }

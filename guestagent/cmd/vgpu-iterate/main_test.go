@@ -38,6 +38,37 @@ func stepKernel(corrupt func() uint32) drivertest.KernelFunc {
 	}
 }
 
+// ballastHash is the ballast kernels' hash in Go.
+func ballastHash(x uint32) uint32 {
+	x ^= x >> 16
+	x *= 0x7feb352d
+	x ^= x >> 15
+	x *= 0x846ca68b
+	return (x ^ (x >> 16)) | 1
+}
+
+// ballastKernels are the ballast kernels in Go, for the fake device.
+func ballastKernels() map[string]drivertest.KernelFunc {
+	return map[string]drivertest.KernelFunc{
+		FillKernel: func(d *abi.LaunchDesc, buf func(uint32) []byte) error {
+			b, seed := buf(d.Args[0].Handle), binary.LittleEndian.Uint32(d.Args[1].Bytes)
+			for i := range d.GlobalSize[0] {
+				binary.LittleEndian.PutUint32(b[4*i:], ballastHash(uint32(i)^seed))
+			}
+			return nil
+		},
+		CheckKernel: func(d *abi.LaunchDesc, buf func(uint32) []byte) error {
+			b, seed, bad := buf(d.Args[0].Handle), binary.LittleEndian.Uint32(d.Args[1].Bytes), buf(d.Args[2].Handle)
+			for i := range d.GlobalSize[0] {
+				if binary.LittleEndian.Uint32(b[4*i:]) != ballastHash(uint32(i)^seed) {
+					binary.LittleEndian.PutUint32(bad, binary.LittleEndian.Uint32(bad)+1)
+				}
+			}
+			return nil
+		},
+	}
+}
+
 // renamed is the BAR0 of another device model over the same state.
 type renamed struct {
 	driver.Registers
@@ -59,7 +90,9 @@ func (r renamed) Read32(off uint32) uint32 {
 
 func openFake(t *testing.T, corrupt func() uint32) (*driver.Device, *drivertest.Device) {
 	t.Helper()
-	f := drivertest.New(drivertest.Config{}, map[string]drivertest.KernelFunc{Kernel: stepKernel(corrupt)})
+	ks := ballastKernels()
+	ks[Kernel] = stepKernel(corrupt)
+	f := drivertest.New(drivertest.Config{}, ks)
 	d, err := driver.Open(f, f, driver.Options{StagingBytes: driver.MinStagingBytes})
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +129,7 @@ func TestJob(t *testing.T) {
 		{Config{Steps: 20, N: 1000, Seed: 2, Progress: 10}, 2},
 		{Config{Steps: 7, N: 4096, Seed: 3, Progress: 1}, 7},
 		{Config{Steps: 5, N: 33, Seed: 4, Progress: 0, Pace: time.Millisecond}, 0},
+		{Config{Steps: 6, N: 64, Seed: 5, Ballast: 3<<20 + 6, Rewrite: 1}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d-steps-%d-elements", tt.cfg.Steps, tt.cfg.N), func(t *testing.T) {
@@ -108,7 +142,7 @@ func TestJob(t *testing.T) {
 			if want := checksum(reference(tt.cfg.Seed, tt.cfg.N, tt.cfg.Steps)); sum != want {
 				t.Errorf("job() sum %016x, want %016x", sum, want)
 			}
-			if f.Launches != tt.cfg.Steps {
+			if tt.cfg.Ballast == 0 && f.Launches != tt.cfg.Steps {
 				t.Errorf("%d launches, want %d", f.Launches, tt.cfg.Steps)
 			}
 			lines := strings.Count(out.String(), Prefix+"step ")
@@ -119,6 +153,31 @@ func TestJob(t *testing.T) {
 				t.Errorf("job() left %d buffers", f.Buffers())
 			}
 		})
+	}
+}
+
+// TestJobDetectsLostBallast: a ballast element that changes behind the
+// job's back fails it.
+func TestJobDetectsLostBallast(t *testing.T) {
+	ks := ballastKernels()
+	fill, fills := ks[FillKernel], 0
+	ks[FillKernel] = func(desc *abi.LaunchDesc, buf func(uint32) []byte) error {
+		err := fill(desc, buf)
+		if fills++; fills == 2 {
+			buf(desc.Args[0].Handle)[8] ^= 1
+		}
+		return err
+	}
+	ks[Kernel] = stepKernel(nil)
+	f := drivertest.New(drivertest.Config{}, ks)
+	d, err := driver.Open(f, f, driver.Options{StagingBytes: driver.MinStagingBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	_, err = job(context.Background(), d, Config{Steps: 1, N: 16, Seed: 1, Ballast: 1 << 20, Rewrite: 1}, io.Discard)
+	if !errors.Is(err, errMismatch) {
+		t.Fatalf("job() with a changed ballast element = %v, want errMismatch", err)
 	}
 }
 
