@@ -33,6 +33,12 @@ type Destination struct {
 	// device is plugged (it includes the guest noticing the hot-plug); 0
 	// means 60 s.
 	ResumeTimeout time.Duration
+	// InjectFault is for fault-injection tests: when set, it is called at
+	// the start of each step ("instance", "round", "final" for the
+	// stop-and-copy round, "commit", "go"), and an error makes the
+	// destination drop the connection there without an answer, as a cut
+	// link would.
+	InjectFault func(step string) error
 
 	wg sync.WaitGroup
 }
@@ -92,6 +98,25 @@ type incoming struct {
 	ring  *stream.Ring
 	log   *slog.Logger
 	final bool
+	// running: this QEMU was told to run the VM ("go"); from then on the
+	// VM is this host's and nothing here may stop it.
+	running bool
+}
+
+// errFault is what an injected fault ends a migration with.
+var errFault = errors.New("injected fault: connection dropped")
+
+// fault runs the InjectFault hook for step; on an error it drops the
+// connection.
+func (in *incoming) fault(step string) error {
+	if in.d.InjectFault == nil {
+		return nil
+	}
+	if err := in.d.InjectFault(step); err != nil {
+		in.conn.Close()
+		return fmt.Errorf("%s: %w: %w", step, errFault, err)
+	}
+	return nil
 }
 
 // deadline bounds the next step: a source that stops sending is dropped.
@@ -112,54 +137,111 @@ func (d *Destination) handle(ctx context.Context, conn *tls.Conn) (err error) {
 	br := bufio.NewReaderSize(conn, 1<<20)
 	in := &incoming{d: d, conn: conn, br: br, r: stream.NewReader(br), log: d.log()}
 	defer func() {
+		if err != nil {
+			in.discard(ctx)
+		}
 		if in.mon != nil {
 			in.mon.Close()
 		}
-		if err != nil && in.inst != nil {
-			if derr := d.Manager.Destroy(in.inst.UUID()); derr != nil {
-				in.log.Warn("discard a failed incoming instance", "err", derr)
-			}
-		}
 	}()
+	if err := in.fault("instance"); err != nil {
+		return err
+	}
 	if err := in.instance(ctx); err != nil {
 		return in.fail("instance", err)
 	}
 	for !in.final {
-		n, err := in.round(ctx)
-		if err != nil {
+		if err := in.fault("round"); err != nil {
+			return err
+		}
+		if _, err := in.round(ctx); err != nil {
 			return in.fail("round", err)
 		}
-		_ = n
 	}
 	in.deadline()
 	if rec, err := in.r.Next(); err != nil || rec.Type() != stream.TypeEnd {
 		return in.fail("round", fmt.Errorf("no End after the final round: %v", err))
 	}
+	cmd, err := in.command("commit")
+	if err != nil || cmd.Do == "abort" {
+		return err
+	}
+	if err := in.fault("commit"); err != nil {
+		return err
+	}
+	rep, err := in.commit(ctx, cmd)
+	in.deadline()
+	if err != nil {
+		return in.fail("commit", err)
+	}
+	if err := writeLine(conn, rep); err != nil {
+		return err
+	}
+	// The vGPU is plugged into the VM, which is still paused. It runs
+	// here only when the source says "go": until then the source may
+	// still take it back (a lost link or an abort), and this copy of the
+	// VM is discarded.
+	if cmd, err = in.command("go"); err != nil || cmd.Do == "abort" {
+		return err
+	}
+	if err := in.fault("go"); err != nil {
+		return err
+	}
+	rep, err = in.run(ctx)
+	if err != nil {
+		// The VM runs here (or QEMU failed it): the source has let go,
+		// so nothing is discarded; the operator sees the error.
+		in.log.Error("the migrated VM may not run", "err", err)
+		in.deadline()
+		return in.fail("go", err)
+	}
+	in.deadline() // the guest's resume may have taken longer than a step
+	return writeLine(conn, rep)
+}
+
+// command reads the source's next command, which must be want or abort.
+func (in *incoming) command(want string) (Command, error) {
 	var cmd Command
 	in.deadline()
 	if err := readLine(in.br, &cmd); err != nil {
-		return err
+		return cmd, err
 	}
 	switch cmd.Do {
-	case "commit":
-		rep, err := in.commit(ctx, cmd)
-		if err != nil {
-			// The VM must not run here without its vGPU while the source
-			// takes it back: stop this copy of it.
-			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if qerr := in.mon.Quit(qctx); qerr != nil {
-				in.log.Error("could not quit the destination QEMU after a failed commit", "err", qerr)
-			}
-			cancel()
-			return in.fail("commit", err)
-		}
-		return writeLine(conn, rep)
+	case want:
+		return cmd, nil
 	case "abort":
 		in.log.Info("migration aborted by the source", "why", cmd.Why)
-		_ = writeLine(conn, Reply{Step: "abort"})
-		return fmt.Errorf("aborted by the source: %s", cmd.Why)
+		_ = writeLine(in.conn, Reply{Step: "abort"})
+		return cmd, fmt.Errorf("aborted by the source: %s", cmd.Why)
 	}
-	return in.fail("commit", fmt.Errorf("unknown command %q", cmd.Do))
+	return cmd, in.fail(want, fmt.Errorf("unknown command %q, want %q", cmd.Do, want))
+}
+
+// discard undoes a failed incoming migration before the VM runs here: the
+// instance is destroyed and, if QEMU already holds the VM, QEMU is told to
+// quit, since the source takes the VM back. A QEMU still waiting for the
+// VM (-incoming) is left waiting: the operator may try again.
+func (in *incoming) discard(ctx context.Context) {
+	if in.running {
+		return
+	}
+	if in.mon != nil {
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		st, err := in.mon.QueryStatus(qctx)
+		if err != nil || st.Status != qmp.RunStateInMigrate {
+			if qerr := in.mon.Quit(qctx); qerr != nil {
+				in.log.Error("could not quit the destination QEMU of a failed migration", "err", qerr)
+			} else {
+				in.log.Info("quit the destination QEMU of a failed migration", "status", st.Status)
+			}
+		}
+		cancel()
+	}
+	if in.inst != nil {
+		if derr := in.d.Manager.Destroy(in.inst.UUID()); derr != nil {
+			in.log.Warn("discard a failed incoming instance", "err", derr)
+		}
+	}
 }
 
 // instance reads Header and Instance, creates the instance (frozen) and
@@ -234,6 +316,11 @@ func (in *incoming) round(ctx context.Context) (uint32, error) {
 				}
 				rd := rec.(*stream.Round)
 				number, in.final = rd.Number, rd.Final
+				if rd.Final {
+					if err := in.fault("final"); err != nil {
+						return err
+					}
+				}
 				return w.Close()
 			case stream.TypeRing:
 				rec, err := raw.Decode()
@@ -288,19 +375,43 @@ func (in *incoming) commit(ctx context.Context, cmd Command) (Reply, error) {
 			return rep, fmt.Errorf("QEMU still receiving the VM: %w", ctx.Err())
 		}
 	}
+	if st.Running {
+		// QEMU was started without -S and runs the VM already. Stop it:
+		// until "go" the source may still take the VM back.
+		in.log.Warn("the destination QEMU runs the VM before the vGPU is back (start it with -S): stopping it")
+		if err := in.mon.Stop(ctx); err != nil {
+			return rep, err
+		}
+	}
 	if in.ring.Enabled {
 		in.inst.Restore(in.ring.Base, in.ring.ComplBase, in.ring.Slots, in.ring.Tail)
 	}
 	if err := plug(ctx, in.mon, in.inst, cmd.DeviceID, cmd.Slot); err != nil {
 		return rep, err
 	}
+	if err := in.mig.Thaw(ctx, true); err != nil {
+		return rep, err
+	}
+	rep.PlugNs = ns(time.Since(start))
+	in.log.Info("incoming migration: vGPU plugged", "plug", time.Duration(rep.PlugNs))
+	return rep, nil
+}
+
+// run lets the VM run here and resumes its guest programs.
+func (in *incoming) run(ctx context.Context) (Reply, error) {
+	rep := Reply{Step: "go"}
+	ctx, cancel := context.WithTimeout(ctx, in.d.stepTimeout())
+	defer cancel()
+	start := time.Now()
+	in.running = true
+	st, err := in.mon.QueryStatus(ctx)
+	if err != nil {
+		return rep, err
+	}
 	if !st.Running {
 		if err := in.mon.Cont(ctx); err != nil {
 			return rep, err
 		}
-	}
-	if err := in.mig.Thaw(ctx, true); err != nil {
-		return rep, err
 	}
 	rep.PlugNs = ns(time.Since(start))
 	resumed := time.Now()
@@ -320,6 +431,6 @@ func (in *incoming) commit(ctx context.Context, cmd Command) (Reply, error) {
 		rep.Programs = n
 	}
 	rep.ResumeNs = ns(time.Since(resumed))
-	in.log.Info("incoming migration committed", "plug", time.Duration(rep.PlugNs), "resume", time.Duration(rep.ResumeNs))
+	in.log.Info("incoming migration committed", "cont", time.Duration(rep.PlugNs), "resume", time.Duration(rep.ResumeNs))
 	return rep, nil
 }

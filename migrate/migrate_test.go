@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +34,13 @@ const testID = "6f0c1c52-1111-4a3b-9c3e-000000000001"
 // monitor waiting for an incoming migration.
 func destination(t *testing.T, tlsDir string) (*mdev.Manager, string) {
 	t.Helper()
+	m, _, addr := destinationQMP(t, tlsDir)
+	return m, addr
+}
+
+// destinationQMP is destination that also returns the fake monitor.
+func destinationQMP(t *testing.T, tlsDir string) (*mdev.Manager, *qmptest.Server, string) {
+	t.Helper()
 	d, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
 	if err != nil {
 		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
@@ -53,7 +62,7 @@ func destination(t *testing.T, tlsDir string) (*mdev.Manager, string) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, tlsDir), StepTimeout: 20 * time.Second}
+	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, tlsDir), StepTimeout: 20 * time.Second, ResumeTimeout: 100 * time.Millisecond}
 	done := make(chan error, 1)
 	go func() { done <- dst.Serve(ctx, ln) }()
 	t.Cleanup(func() {
@@ -64,7 +73,7 @@ func destination(t *testing.T, tlsDir string) (*mdev.Manager, string) {
 		m.Close()
 		d.Close()
 	})
-	return m, ln.Addr().String()
+	return m, q, ln.Addr().String()
 }
 
 func dial(t *testing.T, addr, tlsDir string) *tls.Conn {
@@ -182,4 +191,101 @@ func TestDestinationRefusesOverQuota(t *testing.T) {
 	if rep := reply(t, r); rep.Step != "round" || !strings.Contains(rep.Error, "quota") {
 		t.Fatalf("over-quota round: %+v, want a quota error", rep)
 	}
+}
+
+// TestDestinationRunsOnlyOnGo: after the commit step the destination holds
+// the VM paused with the vGPU plugged; it lets QEMU run it only when the
+// source says "go". A link lost before that makes it quit its QEMU and
+// discard the instance, so the source can safely take the VM back.
+func TestDestinationRunsOnlyOnGo(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		goes bool
+	}{{"go", true}, {"cut", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			ca := migratetest.NewCA(t)
+			m, q, addr := destinationQMP(t, ca.HostDir(t))
+			var status atomic.Value
+			status.Store("inmigrate")
+			q.Handle("query-status", func(json.RawMessage, []*os.File) (any, error) {
+				return map[string]any{"running": status.Load() == "running", "status": status.Load()}, nil
+			})
+			ok := func(json.RawMessage, []*os.File) (any, error) { return map[string]any{}, nil }
+			for _, c := range []string{"getfd", "device_add", "closefd", "quit"} {
+				q.Handle(c, ok)
+			}
+			q.Handle("cont", func(json.RawMessage, []*os.File) (any, error) {
+				status.Store("running")
+				return map[string]any{}, nil
+			})
+			c := dial(t, addr, ca.HostDir(t))
+			r := bufio.NewReader(c)
+			w := stream.NewWriter(c)
+			for _, rec := range []stream.Record{
+				&stream.Instance{ID: testID, Profile: "vgpu-small", MemBytes: 256 << 20},
+				&stream.Ring{},
+				&stream.Round{Number: 0, Final: true},
+			} {
+				if err := w.Write(rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if rep := reply(t, r); rep.Step != "instance" || rep.Error != "" {
+				t.Fatalf("instance step: %+v", rep)
+			}
+			if rep := reply(t, r); rep.Step != "round" || rep.Error != "" {
+				t.Fatalf("final round: %+v", rep)
+			}
+			status.Store("paused") // QEMU received the VM (-S)
+			if _, err := c.Write([]byte(`{"do":"commit","device_id":"vgpu0","slot":5}` + "\n")); err != nil {
+				t.Fatal(err)
+			}
+			if rep := reply(t, r); rep.Step != "commit" || rep.Error != "" {
+				t.Fatalf("commit: %+v", rep)
+			}
+			if cmds := names(q.Commands()); slices.Contains(cmds, "cont") || !slices.Contains(cmds, "device_add") {
+				t.Fatalf("after commit QEMU was told %q: want device_add and no cont", cmds)
+			}
+			if tt.goes {
+				if _, err := c.Write([]byte(`{"do":"go"}` + "\n")); err != nil {
+					t.Fatal(err)
+				}
+				if rep := reply(t, r); rep.Step != "go" || rep.Error != "" {
+					t.Fatalf("go: %+v", rep)
+				}
+				if _, err := m.Get(testID); err != nil {
+					t.Errorf("the migrated instance is gone: %v", err)
+				}
+				if cmds := names(q.Commands()); !slices.Contains(cmds, "cont") || slices.Contains(cmds, "quit") {
+					t.Errorf("after go QEMU was told %q: want cont and no quit", cmds)
+				}
+				return
+			}
+			c.Close()
+			for deadline := time.Now().Add(20 * time.Second); ; {
+				_, err := m.Get(testID)
+				if errors.Is(err, mdev.ErrNotFound) && slices.Contains(names(q.Commands()), "quit") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("link lost before go: instance %v, QEMU told %q; want it discarded and quit", err, names(q.Commands()))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if slices.Contains(names(q.Commands()), "cont") {
+				t.Errorf("QEMU was told to run the VM without go: %q", names(q.Commands()))
+			}
+		})
+	}
+}
+
+func names(cs []qmptest.Command) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
 }

@@ -47,6 +47,11 @@ type Options struct {
 	NoPrecopy bool
 	// Converged ends pre-copy early (0: DefaultConverged).
 	Converged uint64
+	// QEMUBandwidth caps QEMU's own migration of the VM, in bytes per
+	// second (QMP max-bandwidth). The vGPU is unplugged while QEMU copies
+	// the VM's RAM, so this bounds the GPU stun; 0 means no cap, as
+	// libvirt does by default (QEMU's own default is 128 MiB/s).
+	QEMUBandwidth uint64
 	// Timeouts; 0 means the default noted.
 	QuiesceTimeout time.Duration // the guest draining its programs: 30 s
 	UnplugTimeout  time.Duration // the guest ejecting the device: 30 s
@@ -75,10 +80,10 @@ type Report struct {
 	Rounds      []RoundReport `json:"rounds"`
 	StreamBytes uint64        `json:"stream_bytes"`
 	// Phases of the GPU stun (the guest's programs cannot use the vGPU):
-	// Quiesce (draining them), Final (the stop-and-copy round), Unplug
-	// (device_del until the guest ejected it), QEMU (its migration of the
-	// VM), Plug (device_add and resuming on the destination), Resume (the
-	// guest agent reopening the device).
+	// Quiesce (draining them), then at once Final (the stop-and-copy
+	// round) and Unplug (device_del until the guest ejected it), QEMU (its
+	// migration of the VM), Plug (device_add and resuming on the
+	// destination), Resume (the guest agent reopening the device).
 	Quiesce time.Duration `json:"quiesce_ns"`
 	Final   time.Duration `json:"final_ns"`
 	Unplug  time.Duration `json:"unplug_ns"`
@@ -99,6 +104,14 @@ type Report struct {
 	Phase      string `json:"phase,omitempty"`
 }
 
+// ErrOutcomeUnknown: the source told the destination to run the VM ("go")
+// and got no answer. The VM may be running there; this side leaves its
+// copy paused (QEMU's postmigrate) and the instance frozen, and does not
+// roll back. The operator checks the destination (vgpuctl list there, its
+// QEMU's query-status) and then quits the source QEMU, or, if the
+// destination does not have the VM, resumes it here (docs/migration.md).
+var ErrOutcomeUnknown = errors.New("migration outcome unknown: the destination did not confirm that it runs the VM")
+
 // outgoing is one migration being sent.
 type outgoing struct {
 	opts   Options
@@ -117,6 +130,9 @@ type outgoing struct {
 	quiet  bool // the guest quiesced
 	gone   bool // the device was unplugged from the source QEMU
 	qemu   bool // QEMU's migration completed
+	// committed: "go" was sent; the VM is the destination's (or, if no
+	// answer came, nobody here can tell), never run again here.
+	committed bool
 }
 
 type countWriter struct {
@@ -162,10 +178,16 @@ func Migrate(ctx context.Context, m *mdev.Manager, id string, opts Options) (*Re
 	err = o.run(ctx)
 	o.rep.Total = time.Since(start)
 	if o.conn != nil {
-		o.conn.Close()
+		defer o.conn.Close() // after the rollback's abort
 	}
 	if o.mon != nil {
 		defer o.mon.Close()
+	}
+	if err != nil && o.committed {
+		// No rollback: the destination may be running the VM.
+		o.log.Error("migration committed, but the destination did not confirm", "err", err)
+		o.rep.Phase = "go"
+		return &o.rep, err
 	}
 	if err != nil {
 		o.rollback(err)
@@ -258,34 +280,52 @@ func (o *outgoing) run(ctx context.Context) error {
 	}
 	o.rep.Quiesce = time.Since(stunStart)
 
+	// The final round reads the frozen state from the worker and needs
+	// nothing from the guest; the guest's ejecting the device (ACPI, about
+	// a second under TCG) needs nothing from the worker: both at once.
 	o.phase("stop-and-copy")
 	t := time.Now()
 	o.frozen = true
-	if _, err := o.round(ctx, uint32(len(o.rep.Rounds)), true); err != nil {
-		return err
-	}
-	if err := o.w.Close(); err != nil {
-		return err
-	}
-	o.rep.Final = time.Since(t)
-
-	o.phase("unplug")
-	t = time.Now()
 	ut := o.opts.UnplugTimeout
 	if ut <= 0 {
 		ut = 30 * time.Second
 	}
 	uc, cancelU := context.WithTimeout(ctx, ut)
-	err = unplug(uc, o.mon, o.opts.DeviceID)
+	unplugged := make(chan error, 1)
+	go func() {
+		err := unplug(uc, o.mon, o.opts.DeviceID)
+		o.rep.Unplug = time.Since(t)
+		unplugged <- err
+	}()
+	err = o.finalRound(ctx)
+	o.rep.Final = time.Since(t)
+	if err != nil {
+		// device_del was asked for: the guest ejects the device whether
+		// or not this round failed, so wait for it, and the rollback
+		// re-plugs it.
+		uerr := <-unplugged
+		cancelU()
+		o.gone = uerr == nil || o.deviceAbsent()
+		return err
+	}
+	o.phase("unplug")
+	err = <-unplugged
 	cancelU()
 	if err != nil {
+		o.gone = o.deviceAbsent()
 		return err
 	}
 	o.gone = true
-	o.rep.Unplug = time.Since(t)
 
 	o.phase("qemu")
 	t = time.Now()
+	bw := o.opts.QEMUBandwidth
+	if bw == 0 || bw > maxQEMUBandwidth {
+		bw = maxQEMUBandwidth
+	}
+	if err := o.mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": bw}); err != nil {
+		return fmt.Errorf("QEMU migration bandwidth: %w", err)
+	}
 	if err := o.mon.Migrate(ctx, o.opts.URI); err != nil {
 		return err
 	}
@@ -314,11 +354,49 @@ func (o *outgoing) run(ctx context.Context) error {
 		return err
 	}
 	o.rep.Plug = time.Duration(rep.PlugNs)
+
+	// The destination holds the VM, paused, with the vGPU plugged. From
+	// "go" on the VM is the destination's: this side never runs it again.
+	o.phase("go")
+	o.committed = true
+	if err := writeLine(o.conn, Command{Do: "go"}); err != nil {
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	rep, err = expect(o.br, "go")
+	if err != nil {
+		if errors.Is(err, ErrPeer) && rep.Step == "go" {
+			// The destination answered: it holds the VM, with an error.
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	o.rep.Plug += time.Duration(rep.PlugNs)
 	o.rep.Resume = time.Duration(rep.ResumeNs)
 	o.rep.Stun = time.Since(stunStart)
 	o.rep.StreamBytes = o.cw.n
 	o.rep.Phase = ""
 	return nil
+}
+
+// maxQEMUBandwidth is "no cap" for QMP max-bandwidth: QEMU takes at most
+// INT64_MAX bytes per second; libvirt's "unlimited" is 8 PiB/s.
+const maxQEMUBandwidth = 8 << 50
+
+// finalRound sends the stop-and-copy round and closes the stream.
+func (o *outgoing) finalRound(ctx context.Context) error {
+	if _, err := o.round(ctx, uint32(len(o.rep.Rounds)), true); err != nil {
+		return err
+	}
+	return o.w.Close()
+}
+
+// deviceAbsent reports whether the source QEMU no longer has the vGPU
+// (best effort: an unanswered query counts as present).
+func (o *outgoing) deviceAbsent() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := pciSlot(ctx, o.mon, o.opts.DeviceID)
+	return err != nil && !errors.Is(err, ctx.Err()) && o.mon.Err() == nil
 }
 
 // round sends one round: the worker's records, then the Round record
@@ -400,9 +478,9 @@ func (o *outgoing) rollback(cause error) {
 	o.log.Warn("migration failed, rolling back", "phase", o.rep.Phase, "err", cause)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if o.conn != nil && !o.qemu {
+	if o.conn != nil {
 		// Best effort: a destination that lost the connection discards
-		// the instance anyway.
+		// the instance anyway (and quits its QEMU if it holds the VM).
 		o.conn.SetDeadline(time.Now().Add(5 * time.Second))
 		_ = writeLine(o.conn, Command{Do: "abort", Why: cause.Error()})
 	}

@@ -23,6 +23,7 @@ func migrateCmd(ctx context.Context, c *control.Client, args []string, w, stderr
 	fs.StringVar(&req.DeviceID, "device-id", "", "the vGPU's QEMU device id (default vgpu0)")
 	fs.IntVar(&req.MaxRounds, "rounds", 0, "most pre-copy rounds (default 5)")
 	fs.BoolVar(&req.NoPrecopy, "no-precopy", false, "copy the device state only once the guest is quiesced")
+	fs.Uint64Var(&req.QEMUBandwidth, "qemu-bandwidth", 0, "cap QEMU's migration of the VM's RAM, MiB/s (default: no cap; the vGPU is unplugged meanwhile)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	var id string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -39,6 +40,7 @@ func migrateCmd(ctx context.Context, c *control.Client, args []string, w, stderr
 	if id == "" || req.To == "" || req.URI == "" {
 		return errors.New("usage: migrate UUID -to HOST:PORT -uri QEMU-URI")
 	}
+	req.QEMUBandwidth <<= 20
 	rep, err := c.Migrate(ctx, id, req)
 	if rep != nil {
 		if *asJSON {
@@ -55,9 +57,14 @@ func migrateCmd(ctx context.Context, c *control.Client, args []string, w, stderr
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 
 func printReport(w io.Writer, r *migrate.Report) {
-	if r.RolledBack {
+	switch {
+	case r.RolledBack:
 		fmt.Fprintf(w, "migration of %s FAILED in phase %q; rolled back: the VM runs on the source with its vGPU\n", r.Instance, r.Phase)
-	} else {
+	case r.Phase != "":
+		fmt.Fprintf(w, "migration of %s: OUTCOME UNKNOWN in phase %q: the destination was told to run the VM and did not confirm;\n"+
+			"  the source VM stays paused. Check the destination (vgpuctl list, its QEMU's query-status) before quitting or resuming the source.\n", r.Instance, r.Phase)
+		return
+	default:
 		fmt.Fprintf(w, "migrated %s: %s -> %s\n", r.Instance, r.From, r.To)
 	}
 	for _, rd := range r.Rounds {
@@ -71,7 +78,7 @@ func printReport(w io.Writer, r *migrate.Report) {
 	if r.RolledBack {
 		return
 	}
-	fmt.Fprintf(w, "  GPU stun %s = quiesce %s + final round %s + unplug %s + QEMU %s + plug %s + guest resume %s\n",
+	fmt.Fprintf(w, "  GPU stun %s = quiesce %s + max(final round %s, unplug %s) + QEMU %s + plug %s + guest resume %s\n",
 		ms(r.Stun), ms(r.Quiesce), ms(r.Final), ms(r.Unplug), ms(r.QEMU), ms(r.Plug), ms(r.Resume))
 	fmt.Fprintf(w, "  QEMU: downtime %s, total %s; %d bytes of device state; total %s\n",
 		ms(r.QEMUDowntime), ms(r.QEMUTotal), r.StreamBytes, ms(r.Total))

@@ -26,6 +26,8 @@ type MigrateRequest struct {
 	DeviceID  string `json:"device_id,omitempty"`
 	MaxRounds int    `json:"max_rounds,omitempty"`
 	NoPrecopy bool   `json:"no_precopy,omitempty"`
+	// QEMUBandwidth caps QEMU's migration of the VM, bytes/s (0: none).
+	QEMUBandwidth uint64 `json:"qemu_bandwidth,omitempty"`
 }
 
 // ErrNoMigration is returned when the daemon was started without a
@@ -54,7 +56,7 @@ func handleMigrate(mux *http.ServeMux, m *mdev.Manager, t *migrate.TLS) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Minute)
 		defer cancel()
 		rep, err := migrate.Migrate(ctx, m, r.PathValue("uuid"), migrate.Options{To: req.To, URI: req.URI, QMP: req.QMP,
-			DeviceID: req.DeviceID, MaxRounds: req.MaxRounds, NoPrecopy: req.NoPrecopy, TLS: t})
+			DeviceID: req.DeviceID, MaxRounds: req.MaxRounds, NoPrecopy: req.NoPrecopy, QEMUBandwidth: req.QEMUBandwidth, TLS: t})
 		if err != nil {
 			if rep == nil {
 				replyErr(w, err)
