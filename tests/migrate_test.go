@@ -1,0 +1,392 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/migrate"
+	"github.com/vgpud/vgpud/migrate/migratetest"
+)
+
+// daemon is a real vgpud process on one of PoCL's two CPU device models.
+type daemon struct {
+	runDir, migrateAddr string
+	cmd                 *exec.Cmd
+}
+
+func (d *daemon) ctl(t *testing.T, bin string, args ...string) (string, error) {
+	t.Helper()
+	out, err := exec.Command(bin, append([]string{"-socket", filepath.Join(d.runDir, "control.sock")}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// buildTools builds vgpud and vgpuctl once for the package's tests.
+var buildTools = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "vgpud-bin-")
+	if err != nil {
+		return "", err
+	}
+	for _, c := range []string{"vgpud", "vgpuctl"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, c), "github.com/vgpud/vgpud/cmd/"+c).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("build %s: %v\n%s", c, err, out)
+		}
+	}
+	return dir, nil
+})
+
+func startDaemon(t *testing.T, bin, device, tlsDir string) *daemon {
+	t.Helper()
+	d := &daemon{runDir: t.TempDir()}
+	cmd := exec.Command(filepath.Join(bin, "vgpud"), "-run-dir", d.runDir, "-device", device, "-metrics-addr", "",
+		"-migrate-tls", tlsDir, "-migrate-listen", "127.0.0.1:0", "-log-level", "info")
+	cmd.Env = append(os.Environ(), "POCL_DEVICES=pthread basic")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(d.runDir, "vgpud.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd = cmd
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("vgpud %s log:\n%s", device, b)
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("vgpud %s: %v", device, err)
+	}
+	_, addr, ok := strings.Cut(strings.TrimSpace(line), " migrate=")
+	if !ok {
+		t.Fatalf("vgpud ready line %q has no migrate address", line)
+	}
+	d.migrateAddr = addr
+	go io.Copy(io.Discard, stdout)
+	return d
+}
+
+// startVM boots (or, with incoming, prepares to receive) the test VM for
+// instance id of daemon d.
+func startVM(ctx context.Context, t *testing.T, d *daemon, id, incoming string, k imagetest.Kernel, initrd, app string) *qemuvm.VM {
+	t.Helper()
+	return startVMAt(ctx, t, filepath.Join(d.runDir, "instances", id), incoming, k, initrd, app)
+}
+
+// startVMAt is startVM for the instance whose sockets start with base.
+func startVMAt(ctx context.Context, t *testing.T, base, incoming string, k imagetest.Kernel, initrd, app string) *qemuvm.VM {
+	t.Helper()
+	cfg := qemuvm.Config{Kernel: k.Vmlinuz, Initrd: initrd, MemMiB: 512, Append: app,
+		AgentSocket: base + ".agent.sock", QMPSocket: base + ".qmp", Incoming: incoming}
+	if incoming == "" {
+		f, err := dialFile(base + ".sock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cfg.Devices = []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}}
+	}
+	vm, err := qemuvm.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(vm.Kill)
+	return vm
+}
+
+func dialFile(path string) (*os.File, error) {
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.File()
+}
+
+func migrateVM(t *testing.T, bin string, from, to *daemon, id, uri string) (*migrate.Report, error) {
+	t.Helper()
+	out, err := from.ctl(t, filepath.Join(bin, "vgpuctl"), "migrate", id, "-to", to.migrateAddr, "-uri", uri, "-json")
+	var rep migrate.Report
+	if jerr := json.Unmarshal([]byte(out[:strings.LastIndexByte(out, '}')+1]), &rep); jerr != nil {
+		return nil, fmt.Errorf("vgpuctl migrate: %v: %s", err, out)
+	}
+	return &rep, err
+}
+
+// TestMigrateAcrossDeviceModels: a guest runs a long iterative job whose
+// state lives in device buffers (each step's output is the next step's
+// input); midway it moves from vgpud A (PoCL pthread, 2 compute units) to
+// vgpud B (PoCL basic, 1), and back; the final result equals the guest's
+// CPU reference. Then a migration whose link is cut mid-transfer: the
+// job finishes on the source.
+func TestMigrateAcrossDeviceModels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU three times")
+	}
+	bin, err := buildTools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := imagetest.RequireKernel(t)
+	initrd := imagetest.Initramfs(t, k, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate")
+	tlsDir := migratetest.NewCA(t).HostDir(t)
+	a := startDaemon(t, bin, "pthread", tlsDir)
+	b := startDaemon(t, bin, "basic", tlsDir)
+	vgpuctl := filepath.Join(bin, "vgpuctl")
+	out, err := a.ctl(t, vgpuctl, "create", "-profile", "vgpu-small")
+	if err != nil {
+		t.Fatalf("create: %v: %s", err, out)
+	}
+	id := strings.Fields(out)[len(strings.Fields(out))-1]
+	if _, perr := os.Stat(filepath.Join(a.runDir, "instances", id+".sock")); perr != nil {
+		t.Fatalf("create printed %q: no instance socket: %v", out, perr)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
+	defer cancel()
+	app := "vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,400,-pace,15ms,-progress,25"
+	vmA := startVM(ctx, t, a, id, "", k, initrd, app)
+	console := func(vm *qemuvm.VM) string { return strings.Join(vm.Lines(), "\n") }
+	if _, err := vmA.WaitLine(ctx, "ITERATE step 50/"); err != nil {
+		t.Fatalf("job did not start: %v\n%s", err, console(vmA))
+	}
+
+	uri := "unix:" + filepath.Join(t.TempDir(), "to-b.mig")
+	vmB := startVM(ctx, t, b, id, uri, k, initrd, app)
+	rep, err := migrateVM(t, bin, a, b, id, uri)
+	if err != nil {
+		t.Fatalf("migrate A -> B: %v\nreport %+v\nconsole A:\n%s", err, rep, console(vmA))
+	}
+	t.Logf("A -> B: %+v", rep)
+	if rep.From == rep.To || len(rep.Rounds) < 2 || !rep.Rounds[len(rep.Rounds)-1].Final {
+		t.Errorf("report %+v: want different devices, pre-copy rounds and a final one", rep)
+	}
+	line, err := vmB.WaitLine(ctx, "ITERATE step ")
+	if err != nil || !strings.Contains(line, "cus=1") {
+		t.Fatalf("job did not go on on B's 1-CU device: %q %v\nconsole B:\n%s", line, err, console(vmB))
+	}
+	if _, err := vmB.WaitLine(ctx, "ITERATE step 200/"); err != nil {
+		t.Fatalf("%v\nconsole B:\n%s", err, console(vmB))
+	}
+
+	uri2 := "unix:" + filepath.Join(t.TempDir(), "to-a.mig")
+	vmA2 := startVM(ctx, t, a, id, uri2, k, initrd, app)
+	if rep, err = migrateVM(t, bin, b, a, id, uri2); err != nil {
+		t.Fatalf("migrate B -> A: %v\nreport %+v\nconsole B:\n%s", err, rep, console(vmB))
+	}
+	t.Logf("B -> A: %+v", rep)
+	waitResult(ctx, t, vmA2, 400)
+	if _, err := vmA2.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
+		t.Fatalf("guest did not exit 0: %v\n%s", err, console(vmA2))
+	}
+}
+
+// TestMigrateRollsBack: a migration that fails in any phase leaves the VM
+// running on the source with its vGPU, and the guest's job finishes there
+// with a correct result. The source is a real vgpud; the destination runs
+// in the test, so that it can drop the connection at an exact step: the
+// link cut during pre-copy (by a relay that cuts after 100 KiB), during
+// the stop-and-copy round, and after QEMU moved the VM but before the vGPU
+// was plugged on the destination (the destination then quits its QEMU and
+// the source runs the VM again).
+func TestMigrateRollsBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	bin, err := buildTools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := imagetest.RequireKernel(t)
+	initrd := imagetest.Initramfs(t, k, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate")
+	tlsDir := migratetest.NewCA(t).HostDir(t)
+	a := startDaemon(t, bin, "pthread", tlsDir)
+	out, err := a.ctl(t, filepath.Join(bin, "vgpuctl"), "create", "-profile", "vgpu-small")
+	if err != nil {
+		t.Fatalf("create: %v: %s", err, out)
+	}
+	id := strings.Fields(out)[len(strings.Fields(out))-1]
+
+	// The destination: an in-process manager and migrate.Destination.
+	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockDir := t.TempDir()
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failAt atomic.Value
+	failAt.Store("")
+	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, tlsDir), StepTimeout: time.Minute,
+		InjectFault: func(step string) error {
+			if step == failAt.Load().(string) {
+				return fmt.Errorf("at %s", step)
+			}
+			return nil
+		}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- dst.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("destination Serve: %v", err)
+		}
+		m.Close()
+		dev.Close()
+	})
+	b := &daemon{runDir: sockDir, migrateAddr: ln.Addr().String()}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	const steps = 2000
+	app := fmt.Sprintf("vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,%d,-pace,15ms,-progress,50", steps)
+	vmA := startVM(ctx, t, a, id, "", k, initrd, app)
+	if _, err := vmA.WaitLine(ctx, "ITERATE step 50/"); err != nil {
+		t.Fatalf("job did not start: %v\n%s", err, strings.Join(vmA.Lines(), "\n"))
+	}
+	for i, c := range []struct {
+		phase, failAt string
+		cut           bool // through a relay that cuts the link
+		quiesced      bool // the guest was quiesced, so it resumes
+	}{
+		{phase: "pre-copy", cut: true},
+		{phase: "stop-and-copy", failAt: "final", quiesced: true},
+		{phase: "commit", failAt: "commit", quiesced: true},
+	} {
+		failAt.Store(c.failAt)
+		uri := "unix:" + filepath.Join(t.TempDir(), fmt.Sprintf("attempt-%d.mig", i))
+		vmB := startVMAt(ctx, t, filepath.Join(sockDir, id), uri, k, initrd, app)
+		to := b
+		if c.cut {
+			to = &daemon{runDir: sockDir, migrateAddr: cutRelay(t, b.migrateAddr, 100<<10)}
+		}
+		rep, err := migrateVM(t, bin, a, to, id, uri)
+		if err == nil || rep == nil || !rep.RolledBack || rep.Phase != c.phase {
+			t.Fatalf("attempt %d: %v, report %+v; want a roll back in %s\nconsole:\n%s", i, err, rep, c.phase, strings.Join(vmA.Lines(), "\n"))
+		}
+		t.Logf("attempt %d failed in %s as injected and rolled back: %+v", i, c.phase, rep)
+		if c.quiesced {
+			line, err := vmA.WaitLine(ctx, "ITERATE resume")
+			if err != nil || !strings.Contains(line, "resumed") {
+				t.Fatalf("attempt %d: guest did not resume on the source: %q %v\n%s", i, line, err, strings.Join(vmA.Lines(), "\n"))
+			}
+		}
+		// The job goes on on the source.
+		if err := waitProgress(ctx, vmA); err != nil {
+			t.Fatalf("attempt %d: job stopped: %v\n%s", i, err, strings.Join(vmA.Lines(), "\n"))
+		}
+		// The destination kept nothing; once QEMU had moved the VM, it quit
+		// its copy.
+		for _, inst := range m.List() {
+			t.Errorf("attempt %d: the destination still has instance %s", i, inst.UUID())
+		}
+		if c.phase == "commit" {
+			if err := vmB.Wait(); err != nil {
+				t.Logf("destination QEMU: %v", err)
+			}
+		} else {
+			vmB.Kill()
+		}
+	}
+	waitResult(ctx, t, vmA, steps)
+	if _, err := vmA.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
+		t.Fatalf("guest did not exit 0: %v\n%s", err, strings.Join(vmA.Lines(), "\n"))
+	}
+}
+
+// cutRelay forwards one connection to addr and closes both ends after n
+// bytes from the client.
+func cutRelay(t *testing.T, addr string, n int64) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		s, err := net.Dial("tcp", addr)
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		go io.Copy(c, s)
+		io.CopyN(s, c, n)
+	}()
+	return l.Addr().String()
+}
+
+// lastStep is the highest step of the job's progress lines so far.
+func lastStep(vm *qemuvm.VM) int {
+	n := 0
+	for _, l := range vm.Lines() {
+		var step, steps int
+		if _, err := fmt.Sscanf(l, "ITERATE step %d/%d", &step, &steps); err == nil {
+			n = max(n, step)
+		}
+	}
+	return n
+}
+
+// waitProgress waits for a progress line past the last one printed so far.
+func waitProgress(ctx context.Context, vm *qemuvm.VM) error {
+	was := lastStep(vm)
+	for {
+		if _, err := vm.WaitLine(ctx, "ITERATE step "); err != nil {
+			return err
+		}
+		if lastStep(vm) > was {
+			return nil
+		}
+	}
+}
+
+// waitResult waits for the job's result line and fails unless it is OK
+// after steps steps.
+func waitResult(ctx context.Context, t *testing.T, vm *qemuvm.VM, steps int) {
+	t.Helper()
+	line, err := vm.WaitLine(ctx, "ITERATE ")
+	for err == nil && !strings.HasPrefix(line, "ITERATE OK") && !strings.HasPrefix(line, "ITERATE FAIL") {
+		line, err = vm.WaitLine(ctx, "ITERATE ")
+	}
+	if err != nil || !strings.HasPrefix(line, fmt.Sprintf("ITERATE OK steps=%d", steps)) {
+		t.Fatalf("job result %q, %v\nconsole:\n%s", line, err, strings.Join(vm.Lines(), "\n"))
+	}
+}
