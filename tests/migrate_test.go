@@ -1,14 +1,11 @@
 package tests
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,79 +21,50 @@ import (
 	"github.com/vgpud/vgpud/migrate/migratetest"
 )
 
-// daemon is a real vgpud process on one of PoCL's two CPU device models.
-type daemon struct {
-	runDir, migrateAddr string
-	cmd                 *exec.Cmd
-}
-
-func (d *daemon) ctl(t *testing.T, bin string, args ...string) (string, error) {
-	t.Helper()
-	out, err := exec.Command(bin, append([]string{"-socket", filepath.Join(d.runDir, "control.sock")}, args...)...).CombinedOutput()
-	return string(out), err
-}
-
 // buildTools builds vgpud and vgpuctl once for the package's tests.
 var buildTools = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "vgpud-bin-")
 	if err != nil {
 		return "", err
 	}
-	for _, c := range []string{"vgpud", "vgpuctl"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, c), "github.com/vgpud/vgpud/cmd/"+c).CombinedOutput()
-		if err != nil {
-			return "", fmt.Errorf("build %s: %v\n%s", c, err, out)
-		}
-	}
-	return dir, nil
+	return dir, migratetest.BuildTools(context.Background(), dir)
 })
+
+// daemon is a real vgpud process on one of PoCL's two CPU device models,
+// stopped at the end of the test (its log shown if the test failed).
+type daemon = migratetest.Daemon
 
 func startDaemon(t *testing.T, bin, device, tlsDir string) *daemon {
 	t.Helper()
-	d := &daemon{runDir: t.TempDir()}
-	cmd := exec.Command(filepath.Join(bin, "vgpud"), "-run-dir", d.runDir, "-device", device, "-metrics-addr", "",
-		"-migrate-tls", tlsDir, "-migrate-listen", "127.0.0.1:0", "-log-level", "info")
-	cmd.Env = append(os.Environ(), "POCL_DEVICES=pthread basic")
-	stdout, err := cmd.StdoutPipe()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	d, err := migratetest.StartDaemon(ctx, bin, t.TempDir(), device, tlsDir, "POCL_DEVICES=pthread basic")
 	if err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(d.runDir, "vgpud.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d.cmd = cmd
 	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-		logf.Close()
+		d.Stop()
 		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("vgpud %s log:\n%s", device, b)
+			t.Logf("vgpud %s log:\n%s", device, d.Logs())
 		}
 	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("vgpud %s: %v", device, err)
-	}
-	_, addr, ok := strings.Cut(strings.TrimSpace(line), " migrate=")
-	if !ok {
-		t.Fatalf("vgpud ready line %q has no migrate address", line)
-	}
-	d.migrateAddr = addr
-	go io.Copy(io.Discard, stdout)
 	return d
+}
+
+func create(t *testing.T, d *daemon, profile string) string {
+	t.Helper()
+	id, err := d.Create(t.Context(), profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 // startVM boots (or, with incoming, prepares to receive) the test VM for
 // instance id of daemon d.
 func startVM(ctx context.Context, t *testing.T, d *daemon, id, incoming string, k imagetest.Kernel, initrd, app string) *qemuvm.VM {
 	t.Helper()
-	return startVMAt(ctx, t, filepath.Join(d.runDir, "instances", id), incoming, k, initrd, app)
+	return startVMAt(ctx, t, d.InstanceBase(id), incoming, k, initrd, app)
 }
 
 // startVMAt is startVM for the instance whose sockets start with base.
@@ -129,14 +97,9 @@ func dialFile(path string) (*os.File, error) {
 	return conn.File()
 }
 
-func migrateVM(t *testing.T, bin string, from, to *daemon, id, uri string) (*migrate.Report, error) {
+func migrateVM(t *testing.T, from, to *daemon, id, uri string) (*migrate.Report, error) {
 	t.Helper()
-	out, err := from.ctl(t, filepath.Join(bin, "vgpuctl"), "migrate", id, "-to", to.migrateAddr, "-uri", uri, "-json")
-	var rep migrate.Report
-	if jerr := json.Unmarshal([]byte(out[:strings.LastIndexByte(out, '}')+1]), &rep); jerr != nil {
-		return nil, fmt.Errorf("vgpuctl migrate: %v: %s", err, out)
-	}
-	return &rep, err
+	return from.Migrate(t.Context(), id, to.MigrateAddr, uri)
 }
 
 // TestMigrateAcrossDeviceModels: a guest runs a long iterative job whose
@@ -158,14 +121,9 @@ func TestMigrateAcrossDeviceModels(t *testing.T) {
 	tlsDir := migratetest.NewCA(t).HostDir(t)
 	a := startDaemon(t, bin, "pthread", tlsDir)
 	b := startDaemon(t, bin, "basic", tlsDir)
-	vgpuctl := filepath.Join(bin, "vgpuctl")
-	out, err := a.ctl(t, vgpuctl, "create", "-profile", "vgpu-small")
-	if err != nil {
-		t.Fatalf("create: %v: %s", err, out)
-	}
-	id := strings.Fields(out)[len(strings.Fields(out))-1]
-	if _, perr := os.Stat(filepath.Join(a.runDir, "instances", id+".sock")); perr != nil {
-		t.Fatalf("create printed %q: no instance socket: %v", out, perr)
+	id := create(t, a, "vgpu-small")
+	if _, perr := os.Stat(a.InstanceBase(id) + ".sock"); perr != nil {
+		t.Fatalf("create printed %q: no instance socket: %v", id, perr)
 	}
 
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
@@ -179,7 +137,7 @@ func TestMigrateAcrossDeviceModels(t *testing.T) {
 
 	uri := "unix:" + filepath.Join(t.TempDir(), "to-b.mig")
 	vmB := startVM(ctx, t, b, id, uri, k, initrd, app)
-	rep, err := migrateVM(t, bin, a, b, id, uri)
+	rep, err := migrateVM(t, a, b, id, uri)
 	if err != nil {
 		t.Fatalf("migrate A -> B: %v\nreport %+v\nconsole A:\n%s", err, rep, console(vmA))
 	}
@@ -197,7 +155,7 @@ func TestMigrateAcrossDeviceModels(t *testing.T) {
 
 	uri2 := "unix:" + filepath.Join(t.TempDir(), "to-a.mig")
 	vmA2 := startVM(ctx, t, a, id, uri2, k, initrd, app)
-	if rep, err = migrateVM(t, bin, b, a, id, uri2); err != nil {
+	if rep, err = migrateVM(t, b, a, id, uri2); err != nil {
 		t.Fatalf("migrate B -> A: %v\nreport %+v\nconsole B:\n%s", err, rep, console(vmB))
 	}
 	t.Logf("B -> A: %+v", rep)
@@ -227,11 +185,7 @@ func TestMigrateRollsBack(t *testing.T) {
 	initrd := imagetest.Initramfs(t, k, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate")
 	tlsDir := migratetest.NewCA(t).HostDir(t)
 	a := startDaemon(t, bin, "pthread", tlsDir)
-	out, err := a.ctl(t, filepath.Join(bin, "vgpuctl"), "create", "-profile", "vgpu-small")
-	if err != nil {
-		t.Fatalf("create: %v: %s", err, out)
-	}
-	id := strings.Fields(out)[len(strings.Fields(out))-1]
+	id := create(t, a, "vgpu-small")
 
 	// The destination: an in-process manager and migrate.Destination.
 	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
@@ -267,7 +221,7 @@ func TestMigrateRollsBack(t *testing.T) {
 		m.Close()
 		dev.Close()
 	})
-	b := &daemon{runDir: sockDir, migrateAddr: ln.Addr().String()}
+	b := &daemon{RunDir: sockDir, MigrateAddr: ln.Addr().String()}
 
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
@@ -291,9 +245,9 @@ func TestMigrateRollsBack(t *testing.T) {
 		vmB := startVMAt(ctx, t, filepath.Join(sockDir, id), uri, k, initrd, app)
 		to := b
 		if c.cut {
-			to = &daemon{runDir: sockDir, migrateAddr: cutRelay(t, b.migrateAddr, 100<<10)}
+			to = &daemon{RunDir: sockDir, MigrateAddr: cutRelay(t, b.MigrateAddr, 100<<10)}
 		}
-		rep, err := migrateVM(t, bin, a, to, id, uri)
+		rep, err := migrateVM(t, a, to, id, uri)
 		if err == nil || rep == nil || !rep.RolledBack || rep.Phase != c.phase {
 			t.Fatalf("attempt %d: %v, report %+v; want a roll back in %s\nconsole:\n%s", i, err, rep, c.phase, strings.Join(vmA.Lines(), "\n"))
 		}

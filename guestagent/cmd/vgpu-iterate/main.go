@@ -34,6 +34,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -102,6 +103,14 @@ type Config struct {
 	// of those buffers each step fills anew (the job's dirty rate).
 	Ballast uint64
 	Rewrite int
+	// Duration, if set, ends the job after the step that finishes past it
+	// (however many steps that is, at most Steps).
+	Duration time.Duration
+	// Migrations, if set, ends the job after the first step that
+	// finishes once it has been migrated (resumed on a re-plugged device)
+	// this many times; Migrated counts them.
+	Migrations int
+	Migrated   *atomic.Int32
 }
 
 // stepKey is launch s's k argument.
@@ -179,11 +188,14 @@ func progressLine(d *driver.Device, step, steps int) string {
 var errMismatch = errors.New("result differs from the CPU reference")
 
 // job runs cfg on d, printing progress to out, and returns the checksum
-// of the final vector after checking it against the CPU.
-func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint64, error) {
+// of the final vector after checking it against the CPU, and how many
+// steps it ran.
+func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint64, int, error) {
+	start := time.Now()
+	steps := cfg.Steps
 	p, log, err := d.Build(kernelSrc, "")
 	if err != nil {
-		return 0, fmt.Errorf("build: %w (log: %q)", err, log)
+		return 0, steps, fmt.Errorf("build: %w (log: %q)", err, log)
 	}
 	size := uint64(cfg.N) * 4
 	var bufs [2]driver.Buffer
@@ -200,7 +212,7 @@ func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint
 	}()
 	for i := range bufs {
 		if bufs[i], err = d.CreateBuffer(size); err != nil {
-			return 0, fmt.Errorf("create buffer: %w", err)
+			return 0, steps, fmt.Errorf("create buffer: %w", err)
 		}
 	}
 	bl, err := newBallast(d, p, cfg.Ballast)
@@ -208,28 +220,33 @@ func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint
 		defer bl.free()
 	}
 	if err != nil {
-		return 0, err
+		return 0, steps, err
 	}
 	if err := d.Write(bufs[0], 0, toBytes(initial(cfg.Seed, cfg.N))); err != nil {
-		return 0, fmt.Errorf("upload: %w", err)
+		return 0, steps, fmt.Errorf("upload: %w", err)
 	}
 	if err := d.Finish(); err != nil {
-		return 0, fmt.Errorf("upload: %w", err)
+		return 0, steps, fmt.Errorf("upload: %w", err)
 	}
 	for s := range cfg.Steps {
+		if s > 0 && (cfg.Duration > 0 && time.Since(start) >= cfg.Duration ||
+			cfg.Migrations > 0 && cfg.Migrated != nil && int(cfg.Migrated.Load()) >= cfg.Migrations) {
+			steps = s
+			break
+		}
 		in, res := bufs[s%2], bufs[(s+1)%2]
 		if err := d.Launch(p, Kernel, driver.Range1(uint64(cfg.N), 0), driver.BufferArg(in), driver.BufferArg(res), driver.Uint32Arg(stepKey(s))); err != nil {
-			return 0, fmt.Errorf("step %d: %w", s+1, err)
+			return 0, steps, fmt.Errorf("step %d: %w", s+1, err)
 		}
 		if err := bl.rewrite(cfg.Rewrite); err != nil {
-			return 0, fmt.Errorf("step %d: %w", s+1, err)
+			return 0, steps, fmt.Errorf("step %d: %w", s+1, err)
 		}
 		if err := d.Finish(); err != nil {
-			return 0, fmt.Errorf("step %d: %w", s+1, err)
+			return 0, steps, fmt.Errorf("step %d: %w", s+1, err)
 		}
 		if cfg.Progress > 0 && (s+1)%cfg.Progress == 0 {
 			if _, err := io.WriteString(out, progressLine(d, s+1, cfg.Steps)); err != nil {
-				return 0, err
+				return 0, steps, err
 			}
 		}
 		if cfg.Pace > 0 && s+1 < cfg.Steps {
@@ -241,24 +258,24 @@ func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			return 0, fmt.Errorf("step %d: %w", s+1, err)
+			return 0, steps, fmt.Errorf("step %d: %w", s+1, err)
 		}
 	}
 	if err := bl.check(); err != nil {
-		return 0, err
+		return 0, steps, err
 	}
 	got := make([]byte, size)
-	if err := d.Read(bufs[cfg.Steps%2], 0, got); err != nil {
-		return 0, fmt.Errorf("read result: %w", err)
+	if err := d.Read(bufs[steps%2], 0, got); err != nil {
+		return 0, steps, fmt.Errorf("read result: %w", err)
 	}
 	v := fromBytes(got)
-	want := reference(cfg.Seed, cfg.N, cfg.Steps)
+	want := reference(cfg.Seed, cfg.N, steps)
 	for i := range want {
 		if v[i] != want[i] {
-			return 0, fmt.Errorf("element %d is %#08x, want %#08x: %w", i, v[i], want[i], errMismatch)
+			return 0, steps, fmt.Errorf("element %d is %#08x, want %#08x: %w", i, v[i], want[i], errMismatch)
 		}
 	}
-	return checksum(v), nil
+	return checksum(v), steps, nil
 }
 
 // ballast is device memory the job holds and checks at the end.
@@ -369,9 +386,10 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 // reporting prints what the migration handler did (for the host test's
 // log; the lines do not start with "ITERATE OK" or "ITERATE FAIL").
 type reporting struct {
-	h   agent.MigrationHandler
-	d   *driver.Device
-	out io.Writer
+	h        agent.MigrationHandler
+	d        *driver.Device
+	out      io.Writer
+	migrated *atomic.Int32 // resumes on a re-plugged device
 }
 
 func (r reporting) Quiesce(ctx context.Context) error {
@@ -390,6 +408,9 @@ func (r reporting) Resume(ctx context.Context, replugged bool) error {
 		fmt.Fprintf(r.out, "%sresume error (replugged %v): %v\n", Prefix, replugged, err)
 	} else {
 		in := r.d.Info()
+		if replugged {
+			r.migrated.Add(1)
+		}
 		fmt.Fprintf(r.out, "%sresumed replugged=%v device=%s cus=%d\n", Prefix, replugged, printable(in.Name), in.ComputeUnits)
 	}
 	return err
@@ -435,6 +456,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	agentWait := fs.Duration("agent-wait", 10*time.Second, "how long to wait for the agent channel before starting anyway")
 	verbose := fs.Bool("v", false, "debug logs on stderr")
 	fs.Uint64Var(&cfg.Ballast, "ballast", 0, "device memory in bytes to hold besides the vectors, filled on the device and checked at the end")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "end the job after this long (0: after -steps)")
+	fs.IntVar(&cfg.Migrations, "migrations", 0, "end the job once it has been migrated this many times (0: after -steps)")
 	fs.IntVar(&cfg.Rewrite, "rewrite", 0, "ballast buffers (64 MiB each) each step fills anew: the job's dirty rate")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -453,10 +476,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-pace %v: want 0 or more", cfg.Pace)
 	case cfg.Ballast > 1<<40:
 		return fmt.Errorf("-ballast %d: want at most 1 TiB", cfg.Ballast)
+	case cfg.Migrations < 0:
+		return fmt.Errorf("-migrations %d: want 0 or more", cfg.Migrations)
 	case cfg.Rewrite < 0:
 		return fmt.Errorf("-rewrite %d: want 0 or more", cfg.Rewrite)
 	}
 	cfg.N = uint32(*n)
+	cfg.Migrated = new(atomic.Int32)
 	if *sock == "" {
 		*sock = os.Getenv("VGPU_AGENT_SOCKET")
 	}
@@ -503,7 +529,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if open != nil {
 		c := agent.New(open, agent.Options{Ident: "vgpu-iterate", Logger: log})
 		reopen := func(ctx context.Context) (driver.Registers, error) { return reopenDevice(ctx, *device) }
-		c.HandleMigration(reporting{h: agent.DriverMigration(d, reopen), d: d, out: out})
+		c.HandleMigration(reporting{h: agent.DriverMigration(d, reopen), d: d, out: out, migrated: cfg.Migrated})
 		actx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- c.Run(actx) }()
@@ -520,10 +546,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	in := d.Info()
 	fmt.Fprintf(out, "%sstart steps=%d n=%d device=%s cus=%d\n", Prefix, cfg.Steps, cfg.N, printable(in.Name), in.ComputeUnits)
-	sum, err := job(ctx, d, cfg, out)
+	sum, steps, err := job(ctx, d, cfg, out)
 	if err != nil {
 		return fail(err)
 	}
-	fmt.Fprintf(out, "%sOK steps=%d sum=%016x\n", Prefix, cfg.Steps, sum)
+	fmt.Fprintf(out, "%sOK steps=%d sum=%016x\n", Prefix, steps, sum)
 	return nil
 }

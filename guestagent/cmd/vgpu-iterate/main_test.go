@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,9 +136,12 @@ func TestJob(t *testing.T) {
 		t.Run(fmt.Sprintf("%d-steps-%d-elements", tt.cfg.Steps, tt.cfg.N), func(t *testing.T) {
 			d, f := openFake(t, nil)
 			var out bytes.Buffer
-			sum, err := job(context.Background(), d, tt.cfg, &out)
+			sum, steps, err := job(context.Background(), d, tt.cfg, &out)
 			if err != nil {
 				t.Fatalf("job() = %v", err)
+			}
+			if steps != tt.cfg.Steps {
+				t.Errorf("job() ran %d steps, want %d", steps, tt.cfg.Steps)
 			}
 			if want := checksum(reference(tt.cfg.Seed, tt.cfg.N, tt.cfg.Steps)); sum != want {
 				t.Errorf("job() sum %016x, want %016x", sum, want)
@@ -175,9 +179,26 @@ func TestJobDetectsLostBallast(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	_, err = job(context.Background(), d, Config{Steps: 1, N: 16, Seed: 1, Ballast: 1 << 20, Rewrite: 1}, io.Discard)
+	_, _, err = job(context.Background(), d, Config{Steps: 1, N: 16, Seed: 1, Ballast: 1 << 20, Rewrite: 1}, io.Discard)
 	if !errors.Is(err, errMismatch) {
 		t.Fatalf("job() with a changed ballast element = %v, want errMismatch", err)
+	}
+}
+
+// TestJobDuration: with -duration the job ends after the step that
+// finishes past it and checks the steps it ran.
+func TestJobDuration(t *testing.T) {
+	d, _ := openFake(t, nil)
+	cfg := Config{Steps: 1 << 30, N: 64, Seed: 9, Pace: time.Millisecond, Duration: 20 * time.Millisecond}
+	sum, steps, err := job(context.Background(), d, cfg, io.Discard)
+	if err != nil {
+		t.Fatalf("job() = %v", err)
+	}
+	if steps < 1 || steps >= cfg.Steps {
+		t.Fatalf("job() ran %d steps", steps)
+	}
+	if want := checksum(reference(cfg.Seed, cfg.N, steps)); sum != want {
+		t.Errorf("job() sum %016x after %d steps, want %016x", sum, steps, want)
 	}
 }
 
@@ -189,7 +210,7 @@ func TestJobDetectsWrongResult(t *testing.T) {
 		}
 		return 0
 	})
-	_, err := job(context.Background(), d, Config{Steps: 4, N: 64, Seed: 1}, io.Discard)
+	_, _, err := job(context.Background(), d, Config{Steps: 4, N: 64, Seed: 1}, io.Discard)
 	if !errors.Is(err, errMismatch) {
 		t.Errorf("job() with a corrupted step = %v, want errMismatch", err)
 	}
@@ -254,7 +275,7 @@ func TestJobAcrossMigration(t *testing.T) {
 		}()
 	}}
 	cfg := Config{Steps: 25, N: 512, Seed: 9, Progress: 5}
-	sum, err := job(context.Background(), d, cfg, out)
+	sum, _, err := job(context.Background(), d, cfg, out)
 	if err != nil {
 		t.Fatalf("job() across a migration = %v\n%s", err, out)
 	}
@@ -440,4 +461,39 @@ func fakeRelayHost(conns <-chan net.Conn, step10 <-chan struct{}) error {
 	for range msgs { // until the program disconnects
 	}
 	return nil
+}
+
+// okHandler is a MigrationHandler that does nothing.
+type okHandler struct{}
+
+func (okHandler) Quiesce(context.Context) error      { return nil }
+func (okHandler) Resume(context.Context, bool) error { return nil }
+
+// TestJobEndsAfterMigrations: with -migrations 1 the job ends after the
+// first step that finishes once the handler has resumed it on a
+// re-plugged device (an abandoned migration does not count), and its
+// result is checked for the steps it ran.
+func TestJobEndsAfterMigrations(t *testing.T) {
+	d, _ := openFake(t, nil)
+	migrated := new(atomic.Int32)
+	lw := &lineWriter{onLine: func(l string) {
+		r := reporting{h: okHandler{}, d: d, out: io.Discard, migrated: migrated}
+		switch {
+		case strings.HasPrefix(l, "ITERATE step 2/"):
+			r.Resume(context.Background(), false) // abandoned: not a migration
+		case strings.HasPrefix(l, "ITERATE step 4/"):
+			r.Resume(context.Background(), true)
+		}
+	}}
+	cfg := Config{Steps: 1000, N: 64, Seed: 3, Progress: 1, Migrations: 1, Migrated: migrated}
+	sum, steps, err := job(context.Background(), d, cfg, lw)
+	if err != nil {
+		t.Fatalf("job() = %v", err)
+	}
+	if steps != 4 {
+		t.Errorf("job() ran %d steps, want 4 (it was migrated after step 4)", steps)
+	}
+	if want := checksum(reference(cfg.Seed, cfg.N, steps)); sum != want {
+		t.Errorf("sum %016x, want %016x", sum, want)
+	}
 }

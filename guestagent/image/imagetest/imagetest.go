@@ -102,33 +102,41 @@ func RequireKernel(t testing.TB) Kernel {
 // path.
 func Initramfs(t testing.TB, k Kernel, progs ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	ctx := t.Context()
-	initBin, err := BuildStatic(ctx, dir, InitPackage)
+	out, err := BuildInitramfs(t.Context(), t.TempDir(), k, progs...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// BuildInitramfs is Initramfs into dir, for programs that are not tests
+// (benchmarks).
+func BuildInitramfs(ctx context.Context, dir string, k Kernel, progs ...string) (string, error) {
+	initBin, err := BuildStatic(ctx, dir, InitPackage)
+	if err != nil {
+		return "", err
 	}
 	spec := image.Spec{Init: initBin, Modules: k.Modules}
 	for _, p := range progs {
 		bin, err := BuildStatic(ctx, dir, p)
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		spec.Files = append(spec.Files, image.File{Src: bin, Dst: image.BinDir + "/" + path.Base(p), Mode: 0o755})
 	}
 	out := filepath.Join(dir, "initramfs.cpio")
 	f, err := os.Create(out)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	if err := image.Build(f, spec); err != nil {
 		f.Close()
-		t.Fatal(err)
+		return "", fmt.Errorf("initramfs: %w", err)
 	}
 	if err := f.Close(); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	return out
+	return out, nil
 }
 
 // BuildStatic builds the Go package pkg with CGO_ENABLED=0 into dir and
