@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -237,5 +238,98 @@ func TestPortPath(t *testing.T) {
 	}
 	if _, err := PortPath(sys, "missing"); err == nil {
 		t.Errorf("PortPath(missing) = nil error")
+	}
+}
+
+// movingPort is the guest's end of a virtio-serial port whose host side
+// is switched to another vgpud without the guest noticing, as when QEMU
+// migrates the VM: the guest's connection never ends.
+type movingPort struct {
+	guest, mine net.Conn
+	mu          sync.Mutex
+	up          net.Conn // the current host connection
+}
+
+func newMovingPort(t *testing.T, path string) *movingPort {
+	t.Helper()
+	p := &movingPort{}
+	p.guest, p.mine = net.Pipe()
+	p.move(t, path)
+	go func() { // guest -> current host
+		buf := make([]byte, 4096)
+		for {
+			n, err := p.mine.Read(buf)
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			up := p.up
+			p.mu.Unlock()
+			up.Write(buf[:n])
+		}
+	}()
+	t.Cleanup(func() {
+		p.mine.Close()
+		p.mu.Lock()
+		p.up.Close()
+		p.mu.Unlock()
+	})
+	return p
+}
+
+// move connects the port to the host at path, dropping the old one.
+func (p *movingPort) move(t *testing.T, path string) {
+	t.Helper()
+	up, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	old := p.up
+	p.up = up
+	p.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	go io.Copy(p.mine, up) // host -> guest, until this host is dropped
+}
+
+// TestGreetsAgainAfterMigration: when the VM moves to another vgpud the
+// guest's port never ends; the new host's greeting makes the agent greet
+// again, so the new host knows it at once, and a wait in progress re-arms
+// its watch there.
+func TestGreetsAgainAfterMigration(t *testing.T) {
+	dir := t.TempDir()
+	var doneA, doneB atomic.Uint32
+	a := startHost(t, filepath.Join(dir, "a.sock"), &doneA)
+	b := startHost(t, filepath.Join(dir, "b.sock"), &doneB)
+	port := newMovingPort(t, filepath.Join(dir, "a.sock"))
+	opened := false
+	c := runClient(t, func() (io.ReadWriteCloser, error) {
+		if opened {
+			return nil, errors.New("the port was reopened: the test wants one connection")
+		}
+		opened = true
+		return port.guest, nil
+	}, Options{})
+	waitConnected(t, c, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.s.WaitAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waiting := blockOn(c, b, 7)
+	waitWatch(t, a, 1, c)
+	port.move(t, filepath.Join(dir, "b.sock"))
+	if err := b.s.WaitAgent(ctx); err != nil {
+		t.Fatalf("the new host never heard the agent greet: %v", err)
+	}
+	waitWatch(t, b, 1, c)
+	b.complete(7)
+	if err := <-waiting; err != nil {
+		t.Fatalf("wait across the move: %v", err)
+	}
+	if n := c.Connects(); n != 1 {
+		t.Errorf("the agent opened its port %d times, want 1", n)
 	}
 }

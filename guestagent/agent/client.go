@@ -63,6 +63,7 @@ type Client struct {
 	changed  chan struct{} // closed and replaced on every state change
 	stopped  bool
 	connects uint64
+	greets   uint64 // host Hellos received; a new one re-arms watches
 }
 
 // New returns a Client that reaches the peer through open; call Run.
@@ -166,6 +167,7 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 		if err != nil {
 			return err
 		}
+		regreet := false
 		c.mu.Lock()
 		switch m := m.(type) {
 		case *agentmsg.Hello:
@@ -173,8 +175,14 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 				c.mu.Unlock()
 				return err
 			}
+			// A Hello on a channel that is already up comes from a host
+			// that does not know us: the VM migrated to another vgpud, or
+			// vgpud restarted while QEMU kept the port open. Greet again
+			// (watches are re-armed on the new greeting).
+			regreet = c.ready
 			c.ready = true
-			c.log.Debug("agent channel ready", "peer", m.Ident, "version", m.MaxVersion)
+			c.greets++
+			c.log.Debug("agent channel ready", "peer", m.Ident, "version", m.MaxVersion, "again", regreet)
 		case *agentmsg.Completed:
 			c.done = m.Done
 		case *agentmsg.Hints:
@@ -190,6 +198,17 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 		}
 		c.notifyLocked()
 		c.mu.Unlock()
+		if regreet {
+			c.helloMu.Lock()
+			c.mu.Lock()
+			hello := c.helloLocked()
+			c.mu.Unlock()
+			_, err := rwc.Write(agentmsg.Marshal(hello))
+			c.helloMu.Unlock()
+			if err != nil {
+				return fmt.Errorf("hello again: %w", err)
+			}
+		}
 	}
 }
 
@@ -304,18 +323,19 @@ func (c *Client) WaitReady(ctx context.Context) error {
 // command index completes and sleeps until done() is true.
 func (c *Client) BlockUntil(index uint32, done func() bool, deadline time.Time) error {
 	var sentOn io.ReadWriteCloser
+	var sentGreets uint64
 	for {
 		c.mu.Lock()
-		rwc, ready, stopped, ch := c.rwc, c.ready, c.stopped, c.changed
+		rwc, ready, stopped, ch, greets := c.rwc, c.ready, c.stopped, c.changed, c.greets
 		c.mu.Unlock()
 		if stopped {
 			return ErrClosed
 		}
-		// (Re)arm on every new connection: the host forgets watches when
-		// the channel reconnects.
-		if ready && rwc != sentOn {
+		// (Re)arm on every new connection or greeting: a host that
+		// reconnected, restarted or took over the VM knows no watch.
+		if ready && (rwc != sentOn || greets != sentGreets) {
 			if err := c.send(&agentmsg.Watch{Index: index}); err == nil {
-				sentOn = rwc
+				sentOn, sentGreets = rwc, greets
 			}
 		}
 		if done() {

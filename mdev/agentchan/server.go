@@ -331,8 +331,11 @@ func (c *conn) readLoop() {
 			return
 		}
 		if _, ok := m.(*agentmsg.Hello); !ok && !c.hello.Load() {
-			log.Warn("agent channel: message before hello, dropping the connection", "type", m.Type())
-			return
+			// A guest agent that greeted another host (the VM migrated
+			// here) goes on talking until our Hello reaches it and it
+			// greets again: skip, do not act on, what it says meanwhile.
+			log.Debug("agent channel: message before hello, skipped", "type", m.Type())
+			continue
 		}
 		switch m := m.(type) {
 		case *agentmsg.Hello:
@@ -342,8 +345,13 @@ func (c *conn) readLoop() {
 				return
 			}
 			c.version.Store(uint32(v))
-			c.hello.Store(true)
-			log.Info("agent hello", "ident", m.Ident, "version", v, "features", m.Features)
+			if c.hello.Swap(true) {
+				// The agent answered our greeting as well as greeting on
+				// its own: nothing new.
+				log.Debug("agent hello again", "ident", m.Ident, "version", v, "features", m.Features)
+			} else {
+				log.Info("agent hello", "ident", m.Ident, "version", v, "features", m.Features)
+			}
 			c.kick()
 			c.s.helloFrom(c)
 		case *agentmsg.Quiesced:
@@ -371,12 +379,29 @@ func (c *conn) readLoop() {
 	}
 }
 
+// features are the host's Hello features on this connection.
+func (c *conn) features() uint32 {
+	f := uint32(agentmsg.FeatureWatch | agentmsg.FeatureStats)
+	if c.pid > 0 && c.s.cfg.NewHinter != nil {
+		f |= agentmsg.FeatureHints
+	}
+	return f
+}
+
 func (c *conn) writeLoop() {
 	defer c.close()
 	t := time.NewTicker(c.s.cfg.HintEvery)
 	defer t.Stop()
 	greeted := false
 	var buf []byte
+	// Greet first: a guest agent whose VM arrived by migration (or whose
+	// host restarted without its port closing) still believes it is
+	// connected and greets again only when it gets a Hello
+	// (docs/agent-channel.md "Versioning").
+	if !c.write(agentmsg.Marshal(&agentmsg.Hello{MinVersion: agentmsg.MinVersion, MaxVersion: agentmsg.Version,
+		Features: c.features(), Ident: c.s.cfg.Ident})) {
+		return
+	}
 	for {
 		hint := false
 		select {
@@ -392,11 +417,7 @@ func (c *conn) writeLoop() {
 		buf = buf[:0]
 		if !greeted {
 			v := uint16(c.version.Load())
-			f := uint32(agentmsg.FeatureWatch | agentmsg.FeatureStats)
-			if c.pid > 0 && c.s.cfg.NewHinter != nil {
-				f |= agentmsg.FeatureHints
-			}
-			buf = agentmsg.Append(buf, &agentmsg.Hello{MinVersion: v, MaxVersion: v, Features: f, Ident: c.s.cfg.Ident})
+			buf = agentmsg.Append(buf, &agentmsg.Hello{MinVersion: v, MaxVersion: v, Features: c.features(), Ident: c.s.cfg.Ident})
 			greeted, hint = true, true
 		}
 		// A wake may be a satisfied watch: say how far the ring is. An
@@ -426,12 +447,21 @@ func (c *conn) writeLoop() {
 		if len(buf) == 0 {
 			continue
 		}
-		c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-		if _, err := c.nc.Write(buf); err != nil {
-			c.s.log.Warn("agent channel: write failed, dropping the connection", "err", err)
+		if !c.write(buf) {
 			return
 		}
 	}
+}
+
+// write sends buf under the write deadline; false means the connection
+// failed (and was logged).
+func (c *conn) write(buf []byte) bool {
+	c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+	if _, err := c.nc.Write(buf); err != nil {
+		c.s.log.Warn("agent channel: write failed, dropping the connection", "err", err)
+		return false
+	}
+	return true
 }
 
 // newHinter tries to create the connection's hinter; it logs only the

@@ -83,8 +83,19 @@ func (p *peer) next() agentmsg.Message {
 	}
 }
 
+// greeting reads the host's unprompted Hello, its first message.
+func (p *peer) greeting() {
+	p.t.Helper()
+	m := p.next()
+	h, ok := m.(*agentmsg.Hello)
+	if !ok || h.MinVersion != agentmsg.MinVersion || h.MaxVersion != agentmsg.Version {
+		p.t.Fatalf("first message %v %+v, want the host's hello with its version range", m.Type(), m)
+	}
+}
+
 func (p *peer) hello() *agentmsg.Hello {
 	p.t.Helper()
+	p.greeting()
 	p.send(&agentmsg.Hello{MinVersion: 1, MaxVersion: 1, Ident: "test"})
 	m := p.next()
 	h, ok := m.(*agentmsg.Hello)
@@ -238,12 +249,12 @@ func TestMalformedDropsConnection(t *testing.T) {
 		{"bad magic", []byte{1, 2, 3, 4, 5, 6, 7, 8}},
 		{"huge length", []byte{0x56, 0x47, 2, 0, 0xff, 0xff, 0xff, 0x7f}},
 		{"short watch", []byte{0x56, 0x47, 2, 0, 1, 0, 0, 0, 9}},
-		{"watch before hello", agentmsg.Marshal(&agentmsg.Watch{Index: 1})},
 		{"version from the future", agentmsg.Marshal(&agentmsg.Hello{MinVersion: 9, MaxVersion: 9})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := serve(t, Config{})
 			p := dial(t, s)
+			p.greeting()
 			if _, err := p.c.Write(tc.b); err != nil {
 				t.Fatal(err)
 			}
@@ -254,6 +265,32 @@ func TestMalformedDropsConnection(t *testing.T) {
 			p2.hello()
 		})
 	}
+}
+
+// TestSkipsBeforeHello: what a guest agent says before it greets this
+// host (it greeted another one: the VM migrated here) is skipped, not
+// acted on, and the connection stays: the host's greeting makes the agent
+// greet again.
+func TestSkipsBeforeHello(t *testing.T) {
+	s, done := serve(t, Config{})
+	p := dial(t, s)
+	p.greeting()
+	p.send(&agentmsg.Watch{Index: 0})
+	p.send(&agentmsg.GuestStats{User: 1})
+	p.send(&agentmsg.Ping{Cookie: 5})
+	p.send(&agentmsg.Hello{MinVersion: 1, MaxVersion: 1, Ident: "migrated"})
+	if _, ok := p.next().(*agentmsg.Hello); !ok {
+		t.Fatal("no hello after the agent's late hello")
+	}
+	if _, ok := s.GuestStats(); ok {
+		t.Error("guest stats sent before hello were taken")
+	}
+	p.send(&agentmsg.Ping{Cookie: 6})
+	p.wantPong(6)
+	p.send(&agentmsg.Watch{Index: 0})
+	done.Store(1)
+	s.Notify(0)
+	p.wantCompleted(1)
 }
 
 // TestReconnectReplaces: a new connection (QEMU reconnecting) replaces the
