@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/migrate"
+	"github.com/vgpud/vgpud/migrate/migratetest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/migrate:", err)
+		os.Exit(1)
+	}
+}
+
+// config is one run's settings.
+type config struct {
+	sizes   []uint64 // ballast bytes
+	rates   []string // "low", "high"
+	profile string
+	pace    time.Duration
+	n       int // vector elements
+	serial  bool
+	keep    bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sizes := fs.String("sizes", "16,256,1024", "device memory in use (the ballast), MiB, comma-separated")
+	rates := fs.String("rates", "low,high", "dirty rates: low (the two 256 KiB vectors each step), high (also a 64 MiB ballast buffer each step)")
+	var c config
+	fs.StringVar(&c.profile, "profile", "vgpu-large", "vGPU profile of the instance (its memory must hold the ballast)")
+	fs.DurationVar(&c.pace, "pace", 15*time.Millisecond, "the guest job's sleep between steps")
+	fs.IntVar(&c.n, "n", 65536, "uint32 elements of each of the job's two vectors")
+	fs.BoolVar(&c.serial, "serial", false, "copy the guests' consoles to stderr")
+	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (the daemons' logs) and print its path")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, s := range strings.Split(*sizes, ",") {
+		v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
+		if err != nil || v == 0 {
+			return c, fmt.Errorf("-sizes: %q is not a size in MiB", s)
+		}
+		c.sizes = append(c.sizes, v<<20)
+	}
+	for _, r := range strings.Split(*rates, ",") {
+		if r != "low" && r != "high" {
+			return c, fmt.Errorf("-rates: %q, want low or high", r)
+		}
+		c.rates = append(c.rates, r)
+	}
+	if c.n < 1 || c.pace < 0 {
+		return c, errors.New("-n must be positive and -pace not negative")
+	}
+	return c, nil
+}
+
+// mode is how a migration copies the device state.
+type mode string
+
+const (
+	precopy  mode = "pre-copy"
+	stopCopy mode = "stop-and-copy"
+)
+
+// plan is the four migrations of one configuration: each mode once in
+// each direction (true: A -> B).
+var plan = []struct {
+	m    mode
+	aToB bool
+}{{precopy, true}, {stopCopy, false}, {stopCopy, true}, {precopy, false}}
+
+// result is one migration's report.
+type result struct {
+	size uint64
+	rate string
+	mode mode
+	rep  *migrate.Report
+}
+
+type bench struct {
+	cfg    config
+	dir    string
+	bin    string
+	kernel imagetest.Kernel
+	initrd string
+	a, b   *migratetest.Daemon
+	stderr io.Writer
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "vgpud-bench-migrate-")
+	if err != nil {
+		return err
+	}
+	if cfg.keep {
+		fmt.Fprintf(stderr, "bench/migrate: work directory %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	b := &bench{cfg: cfg, dir: dir, bin: filepath.Join(dir, "bin"), stderr: stderr}
+	if err := b.setup(ctx); err != nil {
+		return err
+	}
+	defer b.a.Stop()
+	defer b.b.Stop()
+	printHeader(ctx, stdout, b)
+	var results []result
+	for _, size := range cfg.sizes {
+		for _, rate := range cfg.rates {
+			rs, err := b.measure(ctx, size, rate)
+			if err != nil {
+				return fmt.Errorf("%d MiB, %s dirty rate: %w", size>>20, rate, err)
+			}
+			results = append(results, rs...)
+			fmt.Fprintf(stderr, "bench/migrate: %d MiB, %s dirty rate: done\n", size>>20, rate)
+		}
+	}
+	for _, t := range tables(results) {
+		t.Print(stdout)
+	}
+	return nil
+}
+
+// setup builds the tools and the guest image and starts the two daemons.
+func (b *bench) setup(ctx context.Context) error {
+	if err := os.Mkdir(b.bin, 0o755); err != nil {
+		return err
+	}
+	if err := migratetest.BuildTools(ctx, b.bin); err != nil {
+		return err
+	}
+	k, err := imagetest.FindKernel()
+	if err != nil {
+		return fmt.Errorf("guest kernel: %w (make kernel)", err)
+	}
+	b.kernel = k
+	img := filepath.Join(b.dir, "guest")
+	if err := os.Mkdir(img, 0o755); err != nil {
+		return err
+	}
+	if b.initrd, err = imagetest.BuildInitramfs(ctx, img, k,
+		"github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate"); err != nil {
+		return err
+	}
+	ca, err := migratetest.MakeCA()
+	if err != nil {
+		return err
+	}
+	tlsDir := filepath.Join(b.dir, "tls")
+	if err := os.Mkdir(tlsDir, 0o700); err != nil {
+		return err
+	}
+	if err := ca.WriteHostDir(tlsDir); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		dev string
+		p   **migratetest.Daemon
+	}{{"pthread", &b.a}, {"basic", &b.b}} {
+		runDir := filepath.Join(b.dir, "vgpud-"+d.dev)
+		if err := os.Mkdir(runDir, 0o755); err != nil {
+			return err
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		*d.p, err = migratetest.StartDaemon(sctx, b.bin, runDir, d.dev, tlsDir, "POCL_DEVICES=pthread basic")
+		cancel()
+		if err != nil {
+			if b.a != nil {
+				b.a.Stop()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// vm starts QEMU for instance id of d: booting the guest job, or, with
+// incoming, waiting for the VM to arrive.
+func (b *bench) vm(ctx context.Context, d *migratetest.Daemon, id, incoming, app string) (*qemuvm.VM, error) {
+	base := d.InstanceBase(id)
+	cfg := qemuvm.Config{Kernel: b.kernel.Vmlinuz, Initrd: b.initrd, MemMiB: 512, Append: app,
+		AgentSocket: base + ".agent.sock", QMPSocket: base + ".qmp", Incoming: incoming}
+	if b.cfg.serial {
+		cfg.SerialLog = b.stderr
+	}
+	if incoming == "" {
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: base + ".sock", Net: "unix"})
+		if err != nil {
+			return nil, err
+		}
+		f, err := c.File()
+		c.Close()
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		cfg.Devices = []qemuvm.ProxyDevice{{ID: migrate.DefaultDeviceID, FD: f}}
+	}
+	return qemuvm.Start(ctx, cfg)
+}
+
+// measure boots one guest with size bytes of ballast at rate and migrates
+// it as plan says.
+func (b *bench) measure(ctx context.Context, size uint64, rate string) ([]result, error) {
+	id, err := b.a.Create(ctx, b.cfg.profile)
+	if err != nil {
+		return nil, err
+	}
+	defer b.a.Ctl(context.Background(), "destroy", id)
+	defer b.b.Ctl(context.Background(), "destroy", id)
+	rewrite := 0
+	if rate == "high" {
+		rewrite = 1
+	}
+	app := fmt.Sprintf("vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,1000000000,-migrations,%d,-pace,%s,-n,%d,-progress,10,-ballast,%d,-rewrite,%d",
+		len(plan), b.cfg.pace, b.cfg.n, size, rewrite)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	vm, err := b.vm(ctx, b.a, id, "", app)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { vm.Kill() }()
+	if _, err := vm.WaitLine(ctx, "ITERATE step 20/"); err != nil {
+		return nil, fmt.Errorf("the guest job did not start: %w\n%s", err, strings.Join(vm.Lines(), "\n"))
+	}
+	var out []result
+	for i, p := range plan {
+		from, to := b.a, b.b
+		if !p.aToB {
+			from, to = b.b, b.a
+		}
+		uri := "unix:" + filepath.Join(b.dir, fmt.Sprintf("m%d.sock", i))
+		next, err := b.vm(ctx, to, id, uri, app)
+		if err != nil {
+			return nil, err
+		}
+		var extra []string
+		if p.m == stopCopy {
+			extra = append(extra, "-no-precopy")
+		}
+		rep, err := from.Migrate(ctx, id, to.MigrateAddr, uri, extra...)
+		if err != nil {
+			next.Kill()
+			return nil, fmt.Errorf("migration %d (%s): %w\nsource log:\n%s\ndestination log:\n%s", i, p.m, err, from.Logs(), to.Logs())
+		}
+		out = append(out, result{size: size, rate: rate, mode: p.m, rep: rep})
+		if js, err := json.Marshal(rep); err == nil {
+			fmt.Fprintf(b.stderr, "bench/migrate: %d MiB %s %s: %s\n", size>>20, rate, p.m, js)
+		}
+		// The job must go on where it arrived before the next move.
+		if _, err := next.WaitLine(ctx, "ITERATE resumed replugged=true"); err != nil {
+			next.Kill()
+			return nil, fmt.Errorf("migration %d: the guest did not resume: %w\n%s", i, err, strings.Join(next.Lines(), "\n"))
+		}
+		if i < len(plan)-1 {
+			if _, err := next.WaitLine(ctx, "ITERATE step "); err != nil {
+				next.Kill()
+				return nil, fmt.Errorf("migration %d: the job did not go on: %w", i, err)
+			}
+		}
+		vm.Kill()
+		vm = next
+	}
+	line, err := vm.WaitLine(ctx, "ITERATE OK")
+	if err != nil {
+		return nil, fmt.Errorf("the job did not end OK: %w\n%s", err, strings.Join(vm.Lines(), "\n"))
+	}
+	fmt.Fprintf(b.stderr, "bench/migrate: %s\n", line)
+	return out, nil
+}
+
+func printHeader(ctx context.Context, w io.Writer, b *bench) {
+	commit := "unknown"
+	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+		if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			commit += " (with uncommitted changes)"
+		}
+	}
+	qemu := "unknown"
+	if out, err := exec.CommandContext(ctx, "qemu-system-x86_64", "--version").Output(); err == nil {
+		qemu, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+	}
+	fmt.Fprintf(w, "bench/migrate: commit %s, %d CPUs, %s, TCG, guest kernel %s\n", commit, runtime.NumCPU(), qemu, filepath.Base(b.kernel.Vmlinuz))
+	fmt.Fprintf(w, "vgpud A: PoCL pthread (2 compute units); vgpud B: PoCL basic (1); profile %s; job: 2 x %d KiB vectors, %v between steps\n",
+		b.cfg.profile, b.cfg.n*4>>10, b.cfg.pace)
+}
