@@ -289,3 +289,22 @@ func names(cs []qmptest.Command) []string {
 	}
 	return out
 }
+
+func TestShrinking(t *testing.T) {
+	const mib = 1 << 20
+	for _, tt := range []struct {
+		prev, cur uint64
+		want      bool
+	}{
+		{256 * mib, 512 << 10, false}, // converged: the final round is small
+		{256 * mib, 256 * mib, false}, // everything dirtied again
+		{256 * mib, 200 * mib, false}, // shrank by less than a quarter
+		{256 * mib, 100 * mib, true},  // still shrinking
+		{4 * mib, 2 * mib, true},
+		{0, 2 * mib, false}, // grew
+	} {
+		if got := migrate.Shrinking(tt.prev, tt.cur, mib); got != tt.want {
+			t.Errorf("shrinking(%d, %d) = %v, want %v", tt.prev, tt.cur, got, tt.want)
+		}
+	}
+}

@@ -40,9 +40,11 @@ type Options struct {
 	QMP string
 	// DeviceID is the proxy device's QEMU id; "" means DefaultDeviceID.
 	DeviceID string
-	// MaxRounds bounds the pre-copy rounds (0: DefaultMaxRounds); with
-	// NoPrecopy the state is copied only once the guest is quiesced (the
-	// baseline of bench/migrate).
+	// MaxRounds bounds the pre-copy rounds (0: DefaultMaxRounds); pre-copy
+	// also stops once a round sends at most Converged bytes of buffers or
+	// no less than three quarters of the round before (the guest dirties
+	// memory as fast as it is copied). With NoPrecopy the state is copied
+	// only once the guest is quiesced (the baseline of bench/migrate).
 	MaxRounds int
 	NoPrecopy bool
 	// Converged ends pre-copy early (0: DefaultConverged).
@@ -254,14 +256,16 @@ func (o *outgoing) run(ctx context.Context) error {
 
 	o.phase("pre-copy")
 	if !o.opts.NoPrecopy {
+		var prev uint64
 		for n := uint32(0); int(n) < o.opts.MaxRounds; n++ {
 			r, err := o.round(ctx, n, false)
 			if err != nil {
 				return err
 			}
-			if r.BufferBytes <= o.opts.Converged && n > 0 {
+			if n > 0 && !shrinking(prev, r.BufferBytes, o.opts.Converged) {
 				break
 			}
+			prev = r.BufferBytes
 		}
 	}
 
@@ -376,6 +380,16 @@ func (o *outgoing) run(ctx context.Context) error {
 	o.rep.StreamBytes = o.cw.n
 	o.rep.Phase = ""
 	return nil
+}
+
+// shrinking reports whether pre-copy should go on after a round that sent
+// cur buffer bytes, following one that sent prev: not once cur is at most
+// converged (the final round has little left), nor when cur is more than
+// three quarters of prev (the guest dirties its memory about as fast as it
+// is copied: more rounds would send it again and again, and the final
+// round would be no smaller).
+func shrinking(prev, cur, converged uint64) bool {
+	return cur > converged && cur/3 < prev/4
 }
 
 // maxQEMUBandwidth is "no cap" for QMP max-bandwidth: QEMU takes at most

@@ -1,0 +1,4 @@
+package migrate
+
+// Shrinking is shrinking, for the external tests.
+var Shrinking = shrinking
