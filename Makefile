@@ -56,6 +56,7 @@ bench: build guest
 	$(GO) run ./bench/reuse
 	$(GO) run ./bench/sync
 	$(GO) run ./bench/isolation
+	$(GO) run ./bench/migrate
 
 clean:
 	rm -rf build
