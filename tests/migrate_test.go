@@ -102,23 +102,29 @@ func migrateVM(t *testing.T, from, to *daemon, id, uri string) (*migrate.Report,
 	return from.Migrate(t.Context(), id, to.MigrateAddr, uri)
 }
 
-// TestMigrateAcrossDeviceModels: a guest runs a long iterative job whose
-// state lives in device buffers (each step's output is the next step's
-// input); midway it moves from vgpud A (PoCL pthread, 2 compute units) to
-// vgpud B (PoCL basic, 1), and back; the final result equals the guest's
-// CPU reference. Then a migration whose link is cut mid-transfer: the
-// job finishes on the source.
-func TestMigrateAcrossDeviceModels(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots QEMU three times")
-	}
+// migrationSetup builds vgpud and vgpuctl, a guest image with vgpu-agent
+// and vgpu-iterate, and a TLS directory for both daemons.
+func migrationSetup(t *testing.T) (bin string, k imagetest.Kernel, initrd, tlsDir string) {
+	t.Helper()
 	bin, err := buildTools()
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := imagetest.RequireKernel(t)
-	initrd := imagetest.Initramfs(t, k, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate")
-	tlsDir := migratetest.NewCA(t).HostDir(t)
+	k = imagetest.RequireKernel(t)
+	initrd = imagetest.Initramfs(t, k, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate")
+	return bin, k, initrd, migratetest.NewCA(t).HostDir(t)
+}
+
+// TestMigrateAcrossDeviceModels: a guest runs a long iterative job whose
+// state lives in device buffers (each step's output is the next step's
+// input); midway it moves from vgpud A (PoCL pthread, 2 compute units) to
+// vgpud B (PoCL basic, 1), and back; the final result equals the guest's
+// CPU reference.
+func TestMigrateAcrossDeviceModels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU three times")
+	}
+	bin, k, initrd, tlsDir := migrationSetup(t)
 	a := startDaemon(t, bin, "pthread", tlsDir)
 	b := startDaemon(t, bin, "basic", tlsDir)
 	id := create(t, a, "vgpu-small")
@@ -177,13 +183,7 @@ func TestMigrateRollsBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
-	bin, err := buildTools()
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := imagetest.RequireKernel(t)
-	initrd := imagetest.Initramfs(t, k, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate")
-	tlsDir := migratetest.NewCA(t).HostDir(t)
+	bin, k, initrd, tlsDir := migrationSetup(t)
 	a := startDaemon(t, bin, "pthread", tlsDir)
 	id := create(t, a, "vgpu-small")
 

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -18,6 +19,22 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "vgpuctl:", err)
-		os.Exit(1)
+		stop()
+		os.Exit(exitCode(err))
 	}
+}
+
+// guestExit is a guest program's non-zero exit status (vgpuctl vm).
+type guestExit struct{ code int }
+
+func (e guestExit) Error() string { return fmt.Sprintf("guest program exited with status %d", e.code) }
+
+// exitCode is vgpuctl's exit status for err: a guest program's own status
+// (1..255; anything else 1), else 1.
+func exitCode(err error) int {
+	var g guestExit
+	if errors.As(err, &g) && g.code >= 1 && g.code <= 255 {
+		return g.code
+	}
+	return 1
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -301,7 +302,34 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 	for _, d := range cfg.Devices {
 		d.FD.Close() // QEMU holds its own copy now
 	}
-	return m.Wait()
+	if err := m.Wait(); err != nil {
+		return err
+	}
+	return guestStatus(*app, m.Lines())
+}
+
+// guestStatus is vgpuctl vm's verdict on a guest that powered off: nil
+// unless the kernel command line ran a program (vgpu.run=) that reported
+// a non-zero exit ("VGPU-INIT exit=N", guestagent/cmd/vgpu-init) or none.
+func guestStatus(app string, lines []string) error {
+	if !strings.Contains(app, "vgpu.run=") {
+		return nil
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		rest, ok := strings.CutPrefix(lines[i], "VGPU-INIT exit=")
+		if !ok {
+			continue
+		}
+		code, err := strconv.Atoi(strings.TrimSpace(rest))
+		if err != nil {
+			return fmt.Errorf("guest: bad exit line %q", lines[i])
+		}
+		if code != 0 {
+			return guestExit{code: code}
+		}
+		return nil
+	}
+	return errors.New("the guest powered off without its program's exit status (no VGPU-INIT exit= line)")
 }
 
 // dialFile connects to an instance socket and returns the connection as a

@@ -104,3 +104,31 @@ func TestCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestGuestStatus: vgpuctl vm exits with the status of the guest's
+// program, read from vgpu-init's last exit line.
+func TestGuestStatus(t *testing.T) {
+	for _, tt := range []struct {
+		app   string
+		lines []string
+		code  int // 0: nil error
+	}{
+		{"vgpu.run=vgpu-suite", []string{"boot", "VGPU-INIT exit=0"}, 0},
+		{"vgpu.run=vgpu-suite", []string{"VGPU-INIT exit=3"}, 3},
+		{"vgpu.run=vgpu-suite", []string{"VGPU-INIT exit=-1"}, 1},
+		{"vgpu.run=vgpu-suite", []string{"VGPU-INIT exit=0", "VGPU-INIT exit=2"}, 2},
+		{"vgpu.run=vgpu-suite", []string{"no marker"}, 1},
+		{"quiet", []string{"no program ran"}, 0},
+	} {
+		err := guestStatus(tt.app, tt.lines)
+		if tt.code == 0 {
+			if err != nil {
+				t.Errorf("guestStatus(%q, %q) = %v, want nil", tt.app, tt.lines, err)
+			}
+			continue
+		}
+		if err == nil || exitCode(err) != tt.code {
+			t.Errorf("guestStatus(%q, %q) = %v (exit %d), want exit %d", tt.app, tt.lines, err, exitCode(err), tt.code)
+		}
+	}
+}

@@ -3,9 +3,11 @@ package control
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -92,6 +94,43 @@ func TestAPI(t *testing.T) {
 	}
 	if list, err := c.Instances(ctx); err != nil || len(list) != 0 {
 		t.Errorf("Instances() after destroy = %+v, %v", list, err)
+	}
+}
+
+// TestRejectsTrailingData: every endpoint that takes a body refuses one
+// with anything after its JSON value, and changes nothing.
+func TestRejectsTrailingData(t *testing.T) {
+	c := serve(t)
+	var in InstanceInfo
+	if err := c.do(context.Background(), http.MethodPost, "/v1/instances", map[string]any{"profile": "p"}, &in); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ method, path, body string }{
+		{http.MethodPost, "/v1/instances", `{"profile": "p"}`},
+		{http.MethodPut, "/v1/instances/" + in.UUID + "/share", `{"share": 2}`},
+		{http.MethodPut, "/v1/instances/" + in.UUID + "/profile", `{"profile": "p"}`},
+		{http.MethodPut, "/v1/devices/0/policy", `{"policy": "equal-share"}`},
+		{http.MethodPost, "/v1/instances/" + in.UUID + "/migrate", `{"to": "h:1", "uri": "unix:/x"}`},
+	} {
+		for _, trail := range []string{" {}", "}", " x", "\n[1]"} {
+			req, err := http.NewRequest(tt.method, "http://vgpud"+tt.path, strings.NewReader(tt.body+trail))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := c.hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "body") {
+				t.Errorf("%s %s %q: http %d %s, want 400", tt.method, tt.path, tt.body+trail, resp.StatusCode, b)
+			}
+		}
+	}
+	var list []InstanceInfo
+	if err := c.do(context.Background(), http.MethodGet, "/v1/instances", nil, &list); err != nil || len(list) != 1 {
+		t.Errorf("instances after refused requests: %v, %v; want the one created", list, err)
 	}
 }
 

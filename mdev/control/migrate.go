@@ -2,10 +2,8 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -37,14 +35,8 @@ var ErrNoMigration = errors.New("migration is not set up on this vgpud: start it
 func handleMigrate(mux *http.ServeMux, m *mdev.Manager, t *migrate.TLS) {
 	mux.HandleFunc("POST /v1/instances/{uuid}/migrate", func(w http.ResponseWriter, r *http.Request) {
 		var req MigrateRequest
-		dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		if err := decode(r, &req); err != nil {
 			replyErr(w, fmt.Errorf("migrate: body: %w", err))
-			return
-		}
-		if dec.More() {
-			replyErr(w, errors.New("migrate: body: trailing data"))
 			return
 		}
 		if t == nil {

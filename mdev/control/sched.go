@@ -1,10 +1,8 @@
 package control
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -130,12 +128,6 @@ func deviceIndex(r *http.Request) (int, error) {
 		return 0, fmt.Errorf("device index %q: %w", r.PathValue("index"), mdev.ErrNoDevice)
 	}
 	return i, nil
-}
-
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v)
 }
 
 func replySchedErr(w http.ResponseWriter, err error) {

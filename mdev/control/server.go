@@ -50,9 +50,7 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	})
 	mux.HandleFunc("POST /v1/instances", func(w http.ResponseWriter, r *http.Request) {
 		var req mdev.CreateRequest
-		dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		if err := decode(r, &req); err != nil {
 			replyErr(w, fmt.Errorf("create: body: %w", err))
 			return
 		}
@@ -110,4 +108,21 @@ func replyErr(w http.ResponseWriter, err error) {
 		code = http.StatusServiceUnavailable
 	}
 	reply(w, code, errorBody{Error: err.Error()})
+}
+
+// errTrailing: a request body has more after its JSON value.
+var errTrailing = errors.New("trailing data after the JSON body")
+
+// decode reads a request body of at most maxBody bytes holding exactly one
+// JSON value with no unknown fields into v.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errTrailing
+	}
+	return nil
 }
