@@ -111,6 +111,16 @@ func (in *procInstance) attach() error {
 	in.mu.Lock()
 	lim, reuse := in.limits, in.reuse
 	in.mu.Unlock()
+	// A doorbell rung while the last worker was dying is still counted in
+	// the eventfd: it belongs to a ring that worker took with it, and
+	// would reach the fresh worker before the guest's reset enabled a
+	// new one (and latch an error in the middle of the guest reopening).
+	var stale [8]byte
+	for {
+		if _, err := unix.Read(in.bellFD, stale[:]); err != nil {
+			break // EAGAIN: no count pending
+		}
+	}
 	if _, err := pr.call(context.Background(), &wire.Add{Slot: slot, ID: in.cfg.ID, Reuse: reuse, Limits: wireLimits(lim)},
 		in.pageFD, in.bellFD, int(in.notify.Fd())); err != nil {
 		pr.mu.Lock()

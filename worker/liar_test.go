@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,5 +169,51 @@ func TestWorkerOpensDeviceByEnumerationIndex(t *testing.T) {
 	}
 	if exits := p.Exits(); exits[CauseStart] != 0 {
 		t.Errorf("exits %v, want no start failure", exits)
+	}
+}
+
+// TestFreshWorkerGetsNoStaleDoorbell: a doorbell rung while the instance's
+// worker was dying (its count left in the eventfd the instance keeps) must
+// not reach the fresh worker that a reset starts: it would run against a
+// ring the reset disabled and latch an error in the middle of the guest's
+// reopening the device (seen as a flaky TestWorkerKilledMidLaunch).
+func TestFreshWorkerGetsNoStaleDoorbell(t *testing.T) {
+	p, err := NewPool(Config{
+		Devices:    []gpu.Info{{Name: "liar-device", ComputeUnits: 1, GlobalMemBytes: 64 << 20, MaxAllocBytes: 1 << 20}},
+		Dir:        t.TempDir(),
+		Executable: liar(t, "stale-bell"),
+		NoSandbox:  true,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	lost := make(chan struct{}, 16)
+	b, err := p.Create(InstanceConfig{
+		ID: "bell", Domain: "instance:bell",
+		Limits: Limits{MemBytes: 1 << 20, TurnTimeout: time.Second, BuildTimeout: time.Second},
+		Notify: func(uint32) { lost <- struct{}{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := b.(*procInstance)
+	// The guest rings; the worker dies before it reads the count.
+	if err := in.Doorbell(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(p.WorkerPID("bell"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for !in.Lost() {
+		<-lost
+	}
+	in.Reset() // the guest's reset: a fresh worker
+	if in.Lost() {
+		t.Fatalf("the fresh worker refused the instance: a stale doorbell count came with it")
+	}
+	if err := in.Close(); err != nil {
+		t.Errorf("Close = %v", err)
 	}
 }

@@ -5,7 +5,8 @@
 // with the device name "liar-device" (or another, in mode wrong-device;
 // "liar-device-N" for the device index N it was asked for, in mode
 // honest-index) and Add with success, then misbehaves (mode honest-index:
-// does not); it exits when its socket closes.
+// does not; mode stale-bell: refuses an Add whose doorbell eventfd has a
+// count pending); it exits when its socket closes.
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/worker/wire"
 	"golang.org/x/sys/unix"
 )
@@ -35,8 +37,20 @@ func main() {
 		if err != nil {
 			os.Exit(0)
 		}
+		stale := false
+		if _, ok := m.(*wire.Add); ok && mode == "stale-bell" && len(fds) >= 2 {
+			// The doorbell eventfd must come with no count pending from a
+			// worker before this one.
+			var b [8]byte
+			n, _ := unix.Read(fds[1], b[:])
+			stale = n == 8
+		}
 		for _, fd := range fds {
 			unix.Close(fd)
+		}
+		if stale {
+			_ = conn.Send(h.ID, &wire.Reply{Status: uint32(abi.StatusInternal)})
+			continue
 		}
 		switch m := m.(type) {
 		case *wire.Hello:
@@ -93,7 +107,7 @@ func misbehave(conn *wire.Conn, id uint32, mode string) {
 	case "crash":
 		reply(conn, id, nil)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	case "honest-index":
+	case "honest-index", "stale-bell":
 		reply(conn, id, nil)
 	default:
 		os.Exit(3)
