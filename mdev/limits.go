@@ -30,7 +30,8 @@ func (i *Instance) Limits() Limits {
 // their value. It fails without changing anything when the instance holds
 // more programs than the new quota (abi.StatusBusy). A later SetProfile
 // sets them from the new profile.
-func (m *Manager) SetLimits(id string, l Limits) error {
+func (m *Manager) SetLimits(id string, l Limits) (err error) {
+	defer m.changedUnless(&err)
 	inst, err := m.Get(id)
 	if err != nil {
 		return err

@@ -44,6 +44,12 @@ type Config struct {
 	// no isolation between tenants (docs/isolation.md). Unsafe; for
 	// benchmark baselines only.
 	InProcess bool
+	// OnChange, if set, is called after every change an operator would
+	// want to survive a restart succeeded (Create, Destroy, SetProfile,
+	// SetShare, SetLimits, SetReuse, SetReuseBudget, SetPolicy), in the
+	// caller's goroutine, with no lock of the manager held: it may read
+	// the manager. Close calls it for nothing.
+	OnChange func()
 }
 
 // Manager owns the physical devices' schedulers and all instances; the
@@ -54,6 +60,7 @@ type Manager struct {
 	profiles  map[string]Profile
 	socketDir string
 	log       *slog.Logger
+	onChange  func()
 	// reuseOn is false when result reuse is off (Config.Reuse.Off).
 	reuseOn     bool
 	reuseBudget int64
@@ -86,6 +93,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	m := &Manager{
 		profiles:  make(map[string]Profile),
 		socketDir: cfg.SocketDir,
+		onChange:  cfg.OnChange,
 		log:       log,
 		instances: make(map[string]*Instance),
 	}
@@ -164,7 +172,8 @@ type CreateRequest struct {
 }
 
 // Create places and starts a new instance.
-func (m *Manager) Create(req CreateRequest) (*Instance, error) {
+func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
+	defer m.changedUnless(&err)
 	p, ok := m.profiles[req.Profile]
 	if !ok {
 		return nil, fmt.Errorf("create: %w %q (have %s)", ErrUnknownProfile, req.Profile, strings.Join(m.profileNames(), ", "))
@@ -371,8 +380,17 @@ func (m *Manager) List() []*Instance {
 	return out
 }
 
+// changedUnless calls Config.OnChange unless *err is set. Deferred first
+// in a method, it runs after the method's deferred unlocks.
+func (m *Manager) changedUnless(err *error) {
+	if *err == nil && m.onChange != nil {
+		m.onChange()
+	}
+}
+
 // Destroy detaches and frees an instance.
-func (m *Manager) Destroy(id string) error {
+func (m *Manager) Destroy(id string) (err error) {
+	defer m.changedUnless(&err)
 	m.mu.Lock()
 	inst, ok := m.instances[id]
 	delete(m.instances, id)

@@ -7,7 +7,8 @@ import "fmt"
 // guest reads follow the new type. It fails without changing anything when
 // the instance holds more device memory than the new type allows or its
 // device already has the new type's maximum of instances.
-func (m *Manager) SetProfile(id, name string) error {
+func (m *Manager) SetProfile(id, name string) (err error) {
+	defer m.changedUnless(&err)
 	p, ok := m.profiles[name]
 	if !ok {
 		return fmt.Errorf("set profile of %s: %w %q", id, ErrUnknownProfile, name)

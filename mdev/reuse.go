@@ -99,7 +99,8 @@ func (i *Instance) ReuseStats() reuse.Snapshot { return i.be.Shared().Reuse.Snap
 // moves it to that domain's worker, which only an instance that holds no
 // buffer or program can do (its device state stays behind; reset its
 // device first): otherwise it fails with abi.StatusBusy.
-func (m *Manager) SetReuse(id string, s ReuseSetting) error {
+func (m *Manager) SetReuse(id string, s ReuseSetting) (err error) {
+	defer m.changedUnless(&err)
 	inst, err := m.Get(id)
 	if err != nil {
 		return err
@@ -134,7 +135,8 @@ func (m *Manager) SetReuse(id string, s ReuseSetting) error {
 
 // SetReuseBudget pins domain name's byte budget (it then no longer takes
 // part in the even split of the manager's budget); a negative n unpins it.
-func (m *Manager) SetReuseBudget(name string, n int64) error {
+func (m *Manager) SetReuseBudget(name string, n int64) (err error) {
+	defer m.changedUnless(&err)
 	if !m.reuseOn {
 		return ErrReuseOff
 	}

@@ -23,7 +23,8 @@ func (m *Manager) Policy(i int) (sched.Policy, error) {
 }
 
 // SetPolicy switches physical device i's scheduling policy at run time.
-func (m *Manager) SetPolicy(i int, name string) error {
+func (m *Manager) SetPolicy(i int, name string) (err error) {
+	defer m.changedUnless(&err)
 	d, err := m.device(i)
 	if err != nil {
 		return err
@@ -50,7 +51,8 @@ func (m *Manager) Sched(i int) (sched.Stats, error) {
 
 // SetShare sets an instance's weight under the fixed-share policy at run
 // time (1..sched.MaxShare); it overrides the profile's Share.
-func (m *Manager) SetShare(id string, share uint32) error {
+func (m *Manager) SetShare(id string, share uint32) (err error) {
+	defer m.changedUnless(&err)
 	inst, err := m.Get(id)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/mdev/runstate"
 	"github.com/vgpud/vgpud/migrate"
 )
 
@@ -169,6 +170,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(cfg.Devices) == 0 {
 		cfg.Devices = []string{""}
 	}
+	// One daemon per run directory: a second one would take over the
+	// control socket and leave the first running unmanaged.
+	if err := os.MkdirAll(cfg.RunDir, 0o700); err != nil {
+		return err
+	}
+	lock, err := runstate.Acquire(cfg.RunDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	// The instances an earlier vgpud on this run directory had. A state
+	// file that cannot be read stops the start: starting empty would
+	// overwrite it.
+	state, haveState, err := runstate.Load(cfg.RunDir)
+	if err != nil {
+		return fmt.Errorf("%w (fix it, or move it away to start with no instances)", err)
+	}
+	store := runstate.NewStore(cfg.RunDir, log)
 
 	var devs []gpu.Device
 	defer func() {
@@ -185,9 +204,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		devs = append(devs, d)
 	}
 
-	if err := os.MkdirAll(cfg.RunDir, 0o700); err != nil {
-		return err
-	}
 	m, err := mdev.NewManager(mdev.Config{
 		Devices:   devs,
 		Profiles:  cfg.Profiles,
@@ -196,15 +212,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Reuse:     cfg.Reuse,
 		WorkerDir: cfg.WorkerDir,
 		InProcess: cfg.UnsafeInProcess,
+		OnChange:  store.Changed,
 	})
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	var kept []runstate.Instance
+	if haveState {
+		// The state file is the record of what the operator made; the
+		// config file's instances are only created on the first start
+		// (or, with an explicit UUID, when the state lacks them).
+		var rerr error
+		kept, rerr = runstate.Restore(m, state)
+		if rerr != nil {
+			log.Error("some of the run directory's state could not be restored; the records are kept", "err", rerr, "kept", len(kept))
+		}
+		log.Info("state restored", "instances", len(state.Instances)-len(kept), "state", filepath.Join(cfg.RunDir, runstate.StateFile))
+	}
 	for _, req := range cfg.Instances {
+		if haveState && (req.UUID == "" || recorded(state, req.UUID)) {
+			continue
+		}
 		if _, err := m.Create(req); err != nil {
 			return fmt.Errorf("config instance: %w", err)
 		}
+	}
+	if err := store.Attach(m, kept); err != nil {
+		return fmt.Errorf("run directory state: %w", err)
 	}
 
 	sock := filepath.Join(cfg.RunDir, "control.sock")
@@ -274,4 +309,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	err = errors.Join(err, <-migDone)
 	os.Remove(sock)
 	return errors.Join(err, m.Close())
+}
+
+// recorded reports whether the state has instance id.
+func recorded(st runstate.State, id string) bool {
+	for _, in := range st.Instances {
+		if strings.EqualFold(in.UUID, id) {
+			return true
+		}
+	}
+	return false
 }
