@@ -100,6 +100,9 @@ func Decode(b []byte) (State, error) {
 	if st.Version != Version {
 		return State{}, fmt.Errorf("%w: version %d, this vgpud reads %d", ErrBadState, st.Version, Version)
 	}
+	if st.Instances == nil {
+		st.Instances = []Instance{} // "instances": null or missing: none
+	}
 	seen := map[string]bool{}
 	for i, in := range st.Instances {
 		switch {
