@@ -11,11 +11,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mdev/accept"
 	"github.com/vgpud/vgpud/mdev/agentchan"
 	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/reuse"
@@ -67,7 +69,10 @@ type Manager struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // accept loops and connections
+	// acceptRetries counts transient accept errors on instance and agent
+	// sockets (accept.Transient), each retried.
+	acceptRetries atomic.Uint64
+	wg            sync.WaitGroup // accept loops and connections
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -317,7 +322,8 @@ func (m *Manager) listenAgentLocked(inst *Instance) error {
 		NewHinter: func(pid int) (agentchan.Hinter, error) {
 			return agentchan.NewProcHinter(pid, "")
 		},
-		Logger: inst.log,
+		Logger:        inst.log,
+		OnAcceptRetry: func() { m.acceptRetries.Add(1) },
 	})
 	if err != nil {
 		return err
@@ -335,7 +341,10 @@ func (m *Manager) listenAgentLocked(inst *Instance) error {
 
 func (m *Manager) acceptLoop(inst *Instance, l *net.UnixListener) {
 	for {
-		c, err := l.AcceptUnix()
+		c, err := accept.Retry(m.ctx, l.AcceptUnix, func(err error, delay time.Duration) {
+			m.acceptRetries.Add(1)
+			inst.log.Warn("accept failed, retrying", "err", err, "in", delay)
+		})
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				inst.log.Error("accept", "err", err)
@@ -446,6 +455,10 @@ func limitsOf(p Profile) worker.Limits {
 	return worker.Limits{Profile: p.Name, MemBytes: p.MemBytes, ProgramBytes: p.ProgramBytes,
 		TurnTimeout: p.TurnTimeout.D(), BuildTimeout: p.BuildTimeout.D()}
 }
+
+// AcceptRetries counts the transient accept errors (out of descriptors,
+// memory) the instances' sockets survived.
+func (m *Manager) AcceptRetries() uint64 { return m.acceptRetries.Load() }
 
 // Pool returns the manager's worker pool (for counters).
 func (m *Manager) Pool() *worker.Pool { return m.pool }

@@ -45,8 +45,9 @@ var (
 	instLost      = desc("instance_device_lost", "1 while the instance's device context is lost (its worker ended; a guest reset brings it back).", instLabels...)
 	instProgBytes = desc("instance_program_bytes", "Bytes of programs (source, options, binaries) the instance holds.", instLabels...)
 
-	workers     = desc("workers", "Worker processes running (one per trust domain and device).")
-	workerExits = desc("worker_exits_total", "Worker processes that ended other than by being stopped, by cause (watchdog, build-timeout, signal, exit, protocol, start).", "cause")
+	workers       = desc("workers", "Worker processes running (one per trust domain and device).")
+	acceptRetries = desc("accept_retries_total", "Transient accept errors (out of file descriptors or memory) on instance and agent sockets, each retried with a backoff.")
+	workerExits   = desc("worker_exits_total", "Worker processes that ended other than by being stopped, by cause (watchdog, build-timeout, signal, exit, protocol, start).", "cause")
 
 	instReuse        = desc("instance_reuse_launches_total", "Launches by result-reuse outcome (hit, miss, skipped, recorded).", append(instLabels, "outcome")...)
 	instReuseBytes   = desc("instance_reuse_saved_bytes_total", "Bytes of results served from the shadow-result table.", instLabels...)
@@ -75,7 +76,7 @@ func NewCollector(m *mdev.Manager) *Collector { return &Collector{m: m} }
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{devInfo, devPolicy, devBusy, devTurns, devInstances,
 		instCommands, instErrors, instBytes, instLaunches, instKernel, instDevice, instWait, instTurns,
-		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, workers, workerExits,
+		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, workers, workerExits, acceptRetries,
 		instReuse, instReuseBytes, instReuseDevice, instReuseEvicted,
 		domReuse, domEntries, domBytes, domBudget, domUsers, domEvicted, domSavedBytes} {
 		ch <- d
@@ -88,6 +89,7 @@ func seconds(ns uint64) float64 { return float64(ns) / 1e9 }
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	pool := c.m.Pool()
 	ch <- prometheus.MustNewConstMetric(workers, prometheus.GaugeValue, float64(pool.Workers()))
+	ch <- prometheus.MustNewConstMetric(acceptRetries, prometheus.CounterValue, float64(c.m.AcceptRetries()))
 	for _, cause := range worker.Causes {
 		ch <- prometheus.MustNewConstMetric(workerExits, prometheus.CounterValue, float64(pool.Exits()[cause]), cause)
 	}

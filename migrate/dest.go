@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/accept"
 	"github.com/vgpud/vgpud/migrate/qmp"
 	"github.com/vgpud/vgpud/migrate/stream"
 	"github.com/vgpud/vgpud/worker"
@@ -54,7 +55,9 @@ func (d *Destination) Serve(ctx context.Context, ln net.Listener) error {
 	tl := tls.NewListener(ln, d.TLS.Server())
 	defer d.wg.Wait()
 	for {
-		c, err := tl.Accept()
+		c, err := accept.Retry(ctx, tl.Accept, func(err error, delay time.Duration) {
+			d.log().Warn("migration listener: accept failed, retrying", "err", err, "in", delay)
+		})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/abi/agentmsg"
+	"github.com/vgpud/vgpud/mdev/accept"
 )
 
 // Defaults for Config.
@@ -51,15 +52,20 @@ type Config struct {
 	// long is disconnected. 0 means DefaultWriteTimeout.
 	WriteTimeout time.Duration
 	Logger       *slog.Logger
+	// OnAcceptRetry, if set, is called for each transient accept error
+	// (besides Stats.AcceptRetries), for counters that outlive the server.
+	OnAcceptRetry func()
 }
 
 // Stats count a server's traffic.
 type Stats struct {
 	Connections atomic.Uint64
 	Watches     atomic.Uint64 // Watch messages received
-	Wakeups     atomic.Uint64 // Completed messages sent
-	Hints       atomic.Uint64 // Hints messages sent
-	Malformed   atomic.Uint64 // connections dropped for a bad frame
+	// AcceptRetries counts transient accept errors survived.
+	AcceptRetries atomic.Uint64
+	Wakeups       atomic.Uint64 // Completed messages sent
+	Hints         atomic.Uint64 // Hints messages sent
+	Malformed     atomic.Uint64 // connections dropped for a bad frame
 }
 
 // GuestStats is the last GuestStats message and when it arrived.
@@ -198,7 +204,13 @@ func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
 	for {
-		nc, err := s.l.AcceptUnix()
+		nc, err := accept.Retry(ctx, s.l.AcceptUnix, func(err error, delay time.Duration) {
+			s.stats.AcceptRetries.Add(1)
+			if s.cfg.OnAcceptRetry != nil {
+				s.cfg.OnAcceptRetry()
+			}
+			s.log.Warn("agent channel: accept failed, retrying", "err", err, "in", delay)
+		})
 		if err != nil {
 			s.mu.Lock()
 			closed := s.closed
