@@ -232,6 +232,12 @@ const (
 	// migration was abandoned before the unplug and the same device is
 	// still present. Programs reopen the device the same way in both cases.
 	ResumeReplugged = 1 << 0
+	// ResumeLost: the device's state did not survive (vgpud restarted, or
+	// crashed with its workers): the device at the slot starts empty.
+	// Programs must open it anew (a reset) and make their buffers and
+	// programs again; handles they held mean nothing there. Sent with
+	// ResumeReplugged, to programs that were not quiesced.
+	ResumeLost = 1 << 1
 )
 
 // Resume tells the guest that the host has restored the vGPU's state (or

@@ -54,6 +54,39 @@ func migrateCmd(ctx context.Context, c *control.Client, args []string, w, stderr
 	return err
 }
 
+func reattachCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
+	fs := flag.NewFlagSet("reattach", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var req control.ReattachRequest
+	fs.StringVar(&req.QMP, "qmp", "", "the VM's QMP socket (default: <run-dir>/instances/UUID.qmp)")
+	fs.StringVar(&req.DeviceID, "device-id", "", "the vGPU's QEMU device id (default vgpu0)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if id == "" || fs.NArg() > 0 {
+		return errors.New("usage: reattach UUID [-qmp PATH] [-device-id ID] [-json]")
+	}
+	rep, err := c.Reattach(ctx, id, req)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(w, rep)
+	}
+	fmt.Fprintf(w, "reattached %s at slot %#x (old device removed: %v) in %s; guest programs told of the loss: %d",
+		rep.Instance, rep.Slot, rep.Unplugged, ms(rep.Took), rep.Programs)
+	if rep.AgentErr != "" {
+		fmt.Fprintf(w, " (guest agent: %s)", rep.AgentErr)
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 
 func printReport(w io.Writer, r *migrate.Report) {

@@ -47,6 +47,10 @@ commands:
                                 move the instance and its running VM to the vgpud
                                 listening at HOST:PORT, whose QEMU waits with
                                 -incoming QEMU-URI (docs/migration.md)
+  reattach UUID [-qmp PATH] [-device-id ID] [-json]
+                                give the instance's running VM its vGPU back after
+                                vgpud restarted: re-plug it over QMP; the guest's
+                                programs are told its state was lost (docs/operating.md)
   help [COMMAND]                this text (or COMMAND's lines of it)
 `
 
@@ -119,6 +123,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return setLimits(ctx, c, rest, stdout, stderr)
 	case "migrate":
 		return migrateCmd(ctx, c, rest, stdout, stderr)
+	case "reattach":
+		return reattachCmd(ctx, c, rest, stdout, stderr)
 	}
 	fs.Usage()
 	return fmt.Errorf("unknown command %q", cmd)

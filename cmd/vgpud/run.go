@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vgpud/vgpud/gpu"
@@ -108,6 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		unsafeProc = fs.Bool("unsafe-in-process", false, "run guests' device work in vgpud's own process: NO isolation between tenants (benchmark baseline only)")
 		migTLS     = fs.String("migrate-tls", "", "directory with the migration channel's ca.pem, cert.pem, key.pem (docs/migration.md)")
 		migListen  = fs.String("migrate-listen", "", "TCP address to receive migrations on, e.g. :7450 (needs -migrate-tls)")
+		reattach   = fs.Bool("reattach", true, "after a restart, re-plug the vGPU of each restored instance whose VM is still running (docs/operating.md)")
 		devices    multiFlag
 	)
 	fs.Var(&devices, "device", "physical device selector (index or name substring); repeatable")
@@ -240,6 +242,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := store.Attach(m, kept); err != nil {
 		return fmt.Errorf("run directory state: %w", err)
+	}
+	// VMs that kept running while vgpud was away still have a proxy
+	// device on the old daemon's socket: give them their vGPU back.
+	var reattaching sync.WaitGroup
+	reattachCtx, stopReattach := context.WithCancel(ctx)
+	defer func() {
+		stopReattach()
+		reattaching.Wait()
+	}()
+	if haveState && *reattach {
+		for _, in := range m.List() {
+			if _, err := os.Stat(in.QMPSocket()); err != nil {
+				continue // no VM's monitor there: nothing to reattach
+			}
+			reattaching.Add(1)
+			go func() {
+				defer reattaching.Done()
+				rep, err := migrate.Reattach(reattachCtx, m, in.UUID(), migrate.ReattachOptions{})
+				if err != nil {
+					log.Warn("the VM's vGPU was not reattached", "instance", in.UUID(), "err", err)
+					return
+				}
+				log.Info("reattached the VM's vGPU after a restart", "instance", in.UUID(), "slot", rep.Slot,
+					"took", rep.Took, "programs", rep.Programs, "agent_error", rep.AgentErr)
+			}()
+		}
 	}
 
 	sock := filepath.Join(cfg.RunDir, "control.sock")

@@ -35,6 +35,15 @@ type MigrationHandler interface {
 	Resume(ctx context.Context, replugged bool) error
 }
 
+// LostHandler is a MigrationHandler that also handles a device that came
+// back without its state (agentmsg.ResumeLost: vgpud restarted): Lost
+// makes the program's vGPU calls fail with driver.ErrDeviceLost, so that
+// it opens the new device and makes its state again. A handler without it
+// gets Resume(ctx, true).
+type LostHandler interface {
+	Lost(ctx context.Context) error
+}
+
 // migrator answers one Quiesce or Resume with a status and a count of
 // programs: a program's handler, or the Relay on behalf of its clients.
 type migrator interface {
@@ -84,7 +93,11 @@ func (hm handlerMigrator) migrate(ctx context.Context, req agentmsg.Message) (ag
 	case *agentmsg.Quiesce:
 		err = hm.h.Quiesce(ctx)
 	case *agentmsg.Resume:
-		err = hm.h.Resume(ctx, req.Flags&agentmsg.ResumeReplugged != 0)
+		if lh, ok := hm.h.(LostHandler); ok && req.Flags&agentmsg.ResumeLost != 0 {
+			err = lh.Lost(ctx)
+		} else {
+			err = hm.h.Resume(ctx, req.Flags&agentmsg.ResumeReplugged != 0)
+		}
 	}
 	switch {
 	case err == nil:
@@ -182,6 +195,13 @@ type driverMigration struct {
 }
 
 func (m driverMigration) Quiesce(ctx context.Context) error { return m.dev.Suspend(ctx) }
+
+// Lost abandons the device (driver.Device.Abandon): its calls fail with
+// driver.ErrDeviceLost until the program opens the new one.
+func (m driverMigration) Lost(context.Context) error {
+	m.dev.Abandon()
+	return nil
+}
 
 func (m driverMigration) Resume(ctx context.Context, _ bool) error {
 	if !m.dev.Suspended() {

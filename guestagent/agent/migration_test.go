@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -488,5 +489,43 @@ func TestRelayMigrationDisconnect(t *testing.T) {
 	// The relay still serves the remaining client.
 	if q := s.quiesce(t, 42, time.Minute); q.Status != agentmsg.MigrationOK || q.Programs != 1 {
 		t.Errorf("next Quiesced = %+v, want OK, 1 program", q)
+	}
+}
+
+// lostRecorder records which of its methods was called.
+type lostRecorder struct{ calls []string }
+
+func (r *lostRecorder) Quiesce(context.Context) error {
+	r.calls = append(r.calls, "quiesce")
+	return nil
+}
+func (r *lostRecorder) Resume(_ context.Context, replugged bool) error {
+	r.calls = append(r.calls, fmt.Sprint("resume ", replugged))
+	return nil
+}
+
+type lostHandler struct{ *lostRecorder }
+
+func (l lostHandler) Lost(context.Context) error { l.calls = append(l.calls, "lost"); return nil }
+
+// TestResumeLostDispatch: a Resume that says the state was lost goes to
+// a LostHandler's Lost, and to a plain handler's Resume(replugged) as
+// before; an ordinary Resume never reaches Lost.
+func TestResumeLostDispatch(t *testing.T) {
+	lost := &agentmsg.Resume{Cookie: 1, Flags: agentmsg.ResumeReplugged | agentmsg.ResumeLost}
+	plain := &agentmsg.Resume{Cookie: 2, Flags: agentmsg.ResumeReplugged}
+	lr := &lostRecorder{}
+	hm := handlerMigrator{lostHandler{lr}}
+	for _, req := range []agentmsg.Message{lost, plain} {
+		if st, n := hm.migrate(context.Background(), req); st != agentmsg.MigrationOK || n != 1 {
+			t.Fatalf("migrate(%+v) = %v, %d", req, st, n)
+		}
+	}
+	pr := &lostRecorder{}
+	if st, _ := (handlerMigrator{pr}).migrate(context.Background(), lost); st != agentmsg.MigrationOK {
+		t.Fatalf("plain handler: %v", st)
+	}
+	if got := fmt.Sprint(lr.calls, pr.calls); got != "[lost resume true] [resume true]" {
+		t.Errorf("calls %s, want [lost resume true] [resume true]", got)
 	}
 }

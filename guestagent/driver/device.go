@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
@@ -91,6 +92,9 @@ type Device struct {
 
 	// migMu serialises Suspend and Resume (migrate.go).
 	migMu sync.Mutex
+	// abandoned: the device's state is gone (Abandon); every call fails
+	// with ErrDeviceLost. Read without mu.
+	abandoned atomic.Bool
 
 	// smu guards the suspension gate and info; it is a leaf lock, taken
 	// with or without mu, never held while taking mu.
@@ -291,7 +295,7 @@ func (d *Device) Close() error {
 	if d.closed {
 		return nil
 	}
-	if d.Suspended() {
+	if d.Suspended() || d.abandoned.Load() {
 		d.closed = true
 		d.openGate()
 		return nil
@@ -313,6 +317,9 @@ func (d *Device) check() error {
 	for {
 		if d.closed {
 			return ErrClosed
+		}
+		if d.abandoned.Load() {
+			return d.lostErr()
 		}
 		d.smu.Lock()
 		g := d.gate
@@ -433,6 +440,9 @@ const lostCheck = 10 * time.Millisecond
 // deviceLost reads RegError when lostCheck has passed since the last read
 // and reports a lost device context. Caller holds mu.
 func (d *Device) deviceLost() error {
+	if d.abandoned.Load() {
+		return d.lostErr()
+	}
 	now := time.Now()
 	if now.Sub(d.lostAt) < lostCheck {
 		return nil

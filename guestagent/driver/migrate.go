@@ -184,3 +184,24 @@ func (d *Device) checkRestored(regs Registers) error {
 	}
 	return nil
 }
+
+// Abandon gives the device up: its state is gone (the host's vgpud
+// restarted and re-plugged an empty device, agentmsg.ResumeLost). Every
+// call, those waiting for a command or for Resume included, fails with an
+// error wrapping ErrDeviceLost that counts the commands lost in flight;
+// the program opens the new device (Open, a reset) and makes its buffers
+// and programs again. Close then touches no register. Safe to call from
+// any goroutine, at any time, more than once.
+func (d *Device) Abandon() {
+	if d.abandoned.Swap(true) {
+		return
+	}
+	d.openGate() // calls waiting for Resume go on, and fail
+	d.log.Debug("vgpu abandoned: its state is gone")
+}
+
+// lostErr is the error of a call on an abandoned device. Caller holds mu.
+func (d *Device) lostErr() error {
+	return fmt.Errorf("%w: the device came back without its state: %d commands in flight were lost with every buffer and program; open it again",
+		ErrDeviceLost, d.next-d.reaped)
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -507,5 +508,65 @@ func TestSuspendResumeConcurrent(t *testing.T) {
 	}
 	if err := d.Finish(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestAbandon: a device whose state is gone (the host's vgpud restarted)
+// fails the wait in progress and every later call with ErrDeviceLost,
+// counting the commands lost; Close touches nothing; a new Open on the
+// replacement works.
+func TestAbandon(t *testing.T) {
+	f := drivertest.New(drivertest.Config{}, nil)
+	s := &stall{Registers: f}
+	d, err := driver.Open(s, f, driver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.on = true // the old device never completes again
+	s.mu.Unlock()
+	if _, err := d.CreateBuffer(64); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() { waiting <- d.Finish() }()
+	d.Abandon()
+	err = <-waiting
+	if !errors.Is(err, driver.ErrDeviceLost) || !strings.Contains(err.Error(), "1 commands in flight") {
+		t.Fatalf("Finish() on an abandoned device = %v, want ErrDeviceLost counting 1 command", err)
+	}
+	if _, err := d.CreateBuffer(64); !errors.Is(err, driver.ErrDeviceLost) {
+		t.Errorf("CreateBuffer() after Abandon = %v, want ErrDeviceLost", err)
+	}
+	d.Abandon() // again: nothing
+	if err := d.Close(); err != nil {
+		t.Errorf("Close() of an abandoned device = %v", err)
+	}
+	// The replacement: a fresh device at the same place.
+	f2 := drivertest.New(drivertest.Config{}, nil)
+	d2, err := driver.Open(f2, f2, driver.Options{})
+	if err != nil {
+		t.Fatalf("Open() of the replacement = %v", err)
+	}
+	defer d2.Close()
+	if _, err := d2.CreateBuffer(64); err != nil || d2.Finish() != nil {
+		t.Errorf("the replacement does not work: %v", err)
+	}
+}
+
+// TestAbandonWhileSuspended: a program quiesced for a migration whose
+// device comes back without its state: the calls waiting for Resume fail
+// with ErrDeviceLost instead of waiting their timeout.
+func TestAbandonWhileSuspended(t *testing.T) {
+	d, _, _ := openModel(t, driver.Options{Timeout: time.Minute}, nil)
+	suspend(t, d)
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := d.CreateBuffer(64)
+		waiting <- err
+	}()
+	d.Abandon()
+	if err := <-waiting; !errors.Is(err, driver.ErrDeviceLost) {
+		t.Fatalf("a call waiting for Resume when the device was abandoned = %v, want ErrDeviceLost", err)
 	}
 }

@@ -52,6 +52,16 @@ func (s *Server) Resume(ctx context.Context, replugged bool, deadline time.Durat
 	})
 }
 
+// Lost tells the guest that its vGPU was re-plugged with none of its
+// state (ResumeReplugged|ResumeLost: vgpud restarted) and waits for its
+// answer, as Resume does.
+func (s *Server) Lost(ctx context.Context, deadline time.Duration) (uint32, error) {
+	return s.ask(ctx, agentmsg.TypeResumed, func(cookie uint64) agentmsg.Message {
+		return &agentmsg.Resume{Cookie: cookie, Flags: agentmsg.ResumeReplugged | agentmsg.ResumeLost,
+			DeadlineMs: uint32(deadline.Milliseconds())}
+	})
+}
+
 // WaitAgent waits until a guest agent has said Hello on the channel.
 func (s *Server) WaitAgent(ctx context.Context) error {
 	for {

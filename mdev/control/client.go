@@ -128,9 +128,20 @@ func (c *Client) Destroy(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/instances/"+url.PathEscape(id), nil, nil)
 }
 
+// Reattach gives instance id's running VM its vGPU back after vgpud
+// restarted (migrate.Reattach).
+func (c *Client) Reattach(ctx context.Context, id string, req ReattachRequest) (*migrate.ReattachReport, error) {
+	var rep migrate.ReattachReport
+	if err := c.do(ctx, http.MethodPost, "/v1/instances/"+url.PathEscape(id)+"/reattach", req, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, nil
+}
+
 // Migrate moves an instance and its VM to another vgpud
 // (docs/migration.md). A failed migration returns its report (rolled
 // back) with the error.
+
 func (c *Client) Migrate(ctx context.Context, id string, req MigrateRequest) (*migrate.Report, error) {
 	var rep MigrateReply
 	err := c.do(ctx, "POST", "/v1/instances/"+id+"/migrate", req, &rep)

@@ -61,6 +61,34 @@ func handleMigrate(mux *http.ServeMux, m *mdev.Manager, t *migrate.TLS) {
 	})
 }
 
+// ReattachRequest is the body of POST /v1/instances/{uuid}/reattach.
+type ReattachRequest struct {
+	QMP      string `json:"qmp,omitempty"`
+	DeviceID string `json:"device_id,omitempty"`
+}
+
+func handleReattach(mux *http.ServeMux, m *mdev.Manager) {
+	mux.HandleFunc("POST /v1/instances/{uuid}/reattach", func(w http.ResponseWriter, r *http.Request) {
+		var req ReattachRequest
+		if err := decode(r, &req); err != nil {
+			replyErr(w, fmt.Errorf("reattach: body: %w", err))
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 3*time.Minute)
+		defer cancel()
+		rep, err := migrate.Reattach(ctx, m, r.PathValue("uuid"), migrate.ReattachOptions{QMP: req.QMP, DeviceID: req.DeviceID})
+		if errors.Is(err, migrate.ErrAttached) {
+			reply(w, http.StatusConflict, errorBody{Error: err.Error()})
+			return
+		}
+		if err != nil {
+			replyErr(w, err)
+			return
+		}
+		reply(w, http.StatusOK, rep)
+	})
+}
+
 // MigrateReply is the answer: the report, and the error of a migration
 // that failed (and was rolled back, Report.RolledBack).
 type MigrateReply struct {

@@ -81,6 +81,7 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	handleLimits(mux, m)
 	handleReuse(mux, m)
 	handleMigrate(mux, m, o.migrateTLS)
+	handleReattach(mux, m)
 	return mux
 }
 

@@ -156,3 +156,16 @@ func (d *Daemon) Stop() error {
 		return fmt.Errorf("vgpud did not stop in 30 s: killed: %w", err)
 	}
 }
+
+// Pid is the daemon's process ID.
+func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
+
+// Kill ends the daemon with SIGKILL, as a crash would, and waits for it.
+func (d *Daemon) Kill() {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return
+	}
+	d.cmd.Process.Kill()
+	err := <-d.done
+	d.done <- err
+}

@@ -416,6 +416,18 @@ func (r reporting) Resume(ctx context.Context, replugged bool) error {
 	return err
 }
 
+// Lost passes a device that came back without its state on to the
+// handler (agent.LostHandler).
+func (r reporting) Lost(ctx context.Context) error {
+	lh, ok := r.h.(agent.LostHandler)
+	if !ok {
+		return r.h.Resume(ctx, true)
+	}
+	err := lh.Lost(ctx)
+	fmt.Fprintf(r.out, "%stold the device state is lost (err %v)\n", Prefix, err)
+	return err
+}
+
 // Replaced by tests.
 var (
 	// openDevice finds (if path is empty) and maps the vGPU.
@@ -455,6 +467,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sock := fs.String("agent-socket", "", "vgpu-agent's relay socket (default: $VGPU_AGENT_SOCKET, else "+agent.DefaultRelaySocket+")")
 	agentWait := fs.Duration("agent-wait", 10*time.Second, "how long to wait for the agent channel before starting anyway")
 	verbose := fs.Bool("v", false, "debug logs on stderr")
+	recoverN := fs.Int("recover", 0, "when the device comes back without its state (vgpud restarted), report the loss and start the job again on the fresh device, up to this many times")
 	fs.Uint64Var(&cfg.Ballast, "ballast", 0, "device memory in bytes to hold besides the vectors, filled on the device and checked at the end")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "end the job after this long (0: after -steps)")
 	fs.IntVar(&cfg.Migrations, "migrations", 0, "end the job once it has been migrated this many times (0: after -steps)")
@@ -520,15 +533,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fail(fmt.Errorf("open vgpu: %w", err))
 	}
-	d, err := driver.Open(regs, mem, driver.Options{StagingBytes: *staging, Timeout: *timeout, Logger: log})
+	dopts := driver.Options{StagingBytes: *staging, Timeout: *timeout, Logger: log}
+	d, err := driver.Open(regs, mem, dopts)
 	if err != nil {
 		return fail(fmt.Errorf("open vgpu: %w", err))
 	}
-	defer d.Close()
+	defer func() { d.Close() }()
 
+	reopen := func(ctx context.Context) (driver.Registers, error) { return reopenDevice(ctx, *device) }
+	var c *agent.Client
 	if open != nil {
-		c := agent.New(open, agent.Options{Ident: "vgpu-iterate", Logger: log})
-		reopen := func(ctx context.Context) (driver.Registers, error) { return reopenDevice(ctx, *device) }
+		c = agent.New(open, agent.Options{Ident: "vgpu-iterate", Logger: log})
 		c.HandleMigration(reporting{h: agent.DriverMigration(d, reopen), d: d, out: out, migrated: cfg.Migrated})
 		actx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
@@ -544,12 +559,56 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		wcancel()
 	}
 
-	in := d.Info()
-	fmt.Fprintf(out, "%sstart steps=%d n=%d device=%s cus=%d\n", Prefix, cfg.Steps, cfg.N, printable(in.Name), in.ComputeUnits)
-	sum, steps, err := job(ctx, d, cfg, out)
-	if err != nil {
-		return fail(err)
+	for attempt := 0; ; attempt++ {
+		in := d.Info()
+		fmt.Fprintf(out, "%sstart steps=%d n=%d device=%s cus=%d\n", Prefix, cfg.Steps, cfg.N, printable(in.Name), in.ComputeUnits)
+		sum, steps, err := job(ctx, d, cfg, out)
+		if err == nil {
+			fmt.Fprintf(out, "%sOK steps=%d sum=%016x\n", Prefix, steps, sum)
+			return nil
+		}
+		if !errors.Is(err, driver.ErrDeviceLost) || attempt >= *recoverN {
+			return fail(err)
+		}
+		// The device came back without its state (vgpud restarted): say
+		// what was lost, open the new device and start the job again.
+		fmt.Fprintf(out, "%sLOST %s\n", Prefix, strings.ReplaceAll(err.Error(), "\n", " "))
+		d.Close()
+		if d, err = reopenFresh(ctx, reopen, mem, dopts, *timeout); err != nil {
+			return fail(fmt.Errorf("reopen vgpu after losing it: %w", err))
+		}
+		if c != nil {
+			c.HandleMigration(reporting{h: agent.DriverMigration(d, reopen), d: d, out: out, migrated: cfg.Migrated})
+		}
+		fmt.Fprintf(out, "%sRECOVERED on a fresh device: starting the job again\n", Prefix)
 	}
-	fmt.Fprintf(out, "%sOK steps=%d sum=%016x\n", Prefix, steps, sum)
-	return nil
+}
+
+// reopenFresh waits (at most wait) for a vGPU that opens: after a vgpud
+// restart the dead device may still be present until the host removes it,
+// and a new one appears at its slot.
+func reopenFresh(ctx context.Context, reopen func(context.Context) (driver.Registers, error), mem driver.Memory,
+	opts driver.Options, wait time.Duration) (*driver.Device, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		regs, err := reopen(ctx)
+		if err == nil {
+			d, oerr := driver.Open(regs, mem, opts)
+			if oerr == nil {
+				return d, nil
+			}
+			if cl, ok := regs.(io.Closer); ok {
+				cl.Close()
+			}
+			err = oerr
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
 }

@@ -1,0 +1,66 @@
+package tests
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/migrate/migratetest"
+)
+
+// TestVMKeepsItsGPUAcrossACrash: a guest runs a long job; vgpud is killed
+// with SIGKILL and started again on the same run directory. The instance
+// comes back from the state file, vgpud re-plugs the running VM's vGPU
+// over QMP (no VM restart), the guest program is told its device state
+// was lost, says exactly what it lost, and does its job again on the
+// fresh device with a correct result.
+func TestVMKeepsItsGPUAcrossACrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	bin, k, initrd, tlsDir := migrationSetup(t)
+	a := startDaemon(t, bin, "pthread", tlsDir)
+	id := create(t, a, "vgpu-small")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	const steps = 300
+	app := "vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,300,-pace,15ms,-progress,25,-recover,1"
+	vm := startVM(ctx, t, a, id, "", k, initrd, app)
+	console := func() string { return strings.Join(vm.Lines(), "\n") }
+	if _, err := vm.WaitLine(ctx, "ITERATE step 50/"); err != nil {
+		t.Fatalf("job did not start: %v\n%s", err, console())
+	}
+	a.Kill()
+	b, err := migratetest.StartDaemon(ctx, bin, a.RunDir, "pthread", tlsDir, "POCL_DEVICES=pthread basic")
+	if err != nil {
+		t.Fatalf("restart on the same run directory: %v", err)
+	}
+	t.Cleanup(func() {
+		b.Stop()
+		if t.Failed() {
+			t.Logf("restarted vgpud log:\n%s", b.Logs())
+		}
+	})
+	lost, err := vm.WaitLine(ctx, "ITERATE LOST")
+	if err != nil {
+		t.Fatalf("the guest was not told its device state was lost: %v\n%s", err, console())
+	}
+	if !strings.Contains(lost, "commands in flight were lost") {
+		t.Errorf("the loss report %q does not say what was lost", lost)
+	}
+	if _, err := vm.WaitLine(ctx, "ITERATE RECOVERED"); err != nil {
+		t.Fatalf("the guest did not reopen the re-plugged device: %v\n%s", err, console())
+	}
+	waitResult(ctx, t, vm, steps)
+	if _, err := vm.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
+		t.Fatalf("guest did not exit 0: %v\n%s", err, console())
+	}
+	for _, l := range strings.Split(b.Logs(), "\n") {
+		if strings.Contains(l, "reattached the VM's vGPU") {
+			t.Logf("%s", l)
+			return
+		}
+	}
+	t.Errorf("the restarted vgpud did not log the reattach:\n%s", b.Logs())
+}
