@@ -3,7 +3,8 @@
 // device state while the guest computes, quiesce through the guest agent,
 // stop-and-copy, QEMU's own migration driven over QMP, and the commit that
 // plugs the vGPU into the VM on the destination; any failure rolls back
-// to the source.
+// to the source. Reattach uses the same QMP plumbing to give a running VM
+// its vGPU back after vgpud restarted (docs/operating.md).
 //
 // It owns the orchestration (Migrate, the source; Destination, the
 // receiving daemon), the channel between two daemons (mutual TLS, the
