@@ -64,6 +64,25 @@ func liar(t *testing.T, mode string) string {
 	return p
 }
 
+// liarPool is a pool whose workers are testdata/liar in mode, serving
+// one device named name.
+func liarPool(t *testing.T, mode string, dev gpu.Info) *Pool {
+	t.Helper()
+	p, err := NewPool(Config{
+		Devices:    []gpu.Info{dev},
+		Dir:        t.TempDir(),
+		Executable: liar(t, mode),
+		NoSandbox:  true,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var liarDevice = gpu.Info{Name: "liar-device", ComputeUnits: 1, GlobalMemBytes: 64 << 20, MaxAllocBytes: 1 << 20}
+
 // TestLyingWorker: a worker that breaks the protocol in any way is ended
 // with the right cause, the instance it held reads StatusDeviceLost, and
 // the main process goes on (its pool closes cleanly, nothing leaks).
@@ -85,16 +104,7 @@ func TestLyingWorker(t *testing.T) {
 		{"crash", CauseSignal, false},
 	} {
 		t.Run(tt.mode, func(t *testing.T) {
-			p, err := NewPool(Config{
-				Devices:    []gpu.Info{{Name: "liar-device", ComputeUnits: 1, GlobalMemBytes: 64 << 20, MaxAllocBytes: 1 << 20}},
-				Dir:        t.TempDir(),
-				Executable: liar(t, tt.mode),
-				NoSandbox:  true,
-				Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := liarPool(t, tt.mode, liarDevice)
 			defer p.Close()
 			lost := make(chan struct{}, 16)
 			inst, err := p.Create(InstanceConfig{
@@ -142,16 +152,7 @@ func TestLyingWorker(t *testing.T) {
 // asks each worker for its device's place in gpu.Devices, not for the
 // device's place in the pool.
 func TestWorkerOpensDeviceByEnumerationIndex(t *testing.T) {
-	p, err := NewPool(Config{
-		Devices:    []gpu.Info{{Index: 1, Name: "liar-device-1", ComputeUnits: 1, GlobalMemBytes: 64 << 20, MaxAllocBytes: 1 << 20}},
-		Dir:        t.TempDir(),
-		Executable: liar(t, "honest-index"),
-		NoSandbox:  true,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := liarPool(t, "honest-index", gpu.Info{Index: 1, Name: "liar-device-1", ComputeUnits: 1, GlobalMemBytes: 64 << 20, MaxAllocBytes: 1 << 20})
 	defer p.Close()
 	inst, err := p.Create(InstanceConfig{
 		ID: "one", Domain: "instance:one",
@@ -178,16 +179,7 @@ func TestWorkerOpensDeviceByEnumerationIndex(t *testing.T) {
 // ring the reset disabled and latch an error in the middle of the guest's
 // reopening the device (seen as a flaky TestWorkerKilledMidLaunch).
 func TestFreshWorkerGetsNoStaleDoorbell(t *testing.T) {
-	p, err := NewPool(Config{
-		Devices:    []gpu.Info{{Name: "liar-device", ComputeUnits: 1, GlobalMemBytes: 64 << 20, MaxAllocBytes: 1 << 20}},
-		Dir:        t.TempDir(),
-		Executable: liar(t, "stale-bell"),
-		NoSandbox:  true,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := liarPool(t, "stale-bell", liarDevice)
 	defer p.Close()
 	lost := make(chan struct{}, 16)
 	b, err := p.Create(InstanceConfig{
