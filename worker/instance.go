@@ -429,7 +429,16 @@ func (in *procInstance) Close() error {
 	in.mu.Unlock()
 	var err error
 	if pr != nil {
-		_, err = pr.call(context.Background(), &wire.Remove{Slot: slot})
+		// A worker busy with a kernel that never ends (its turn budget
+		// may be long) would hold the close, and a stopping vgpud, for
+		// ever: it gets stopGrace to answer, then it is ended.
+		ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+		_, err = pr.call(ctx, &wire.Remove{Slot: slot})
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			pr.kill(CauseWatchdog, fmt.Sprintf("did not remove instance %s within %v", in.cfg.ID, stopGrace))
+			err = nil
+		}
 		pr.mu.Lock()
 		delete(pr.slots, slot)
 		pr.mu.Unlock()

@@ -51,6 +51,7 @@ const (
 	TypeGuestStats Type = 5 // guest -> host: the guest's /proc/stat
 	TypePing       Type = 6 // both: liveness; answered with Pong
 	TypePong       Type = 7
+	TypeStopping   Type = 8 // host -> guest: vgpud is stopping
 
 	// Migration (docs/agent-channel.md "Migration").
 	TypeQuiesce  Type = 0x0100 // host -> guest: drain and stop using the vGPU
@@ -66,7 +67,7 @@ const (
 
 var typeNames = map[Type]string{
 	TypeHello: "hello", TypeWatch: "watch", TypeCompleted: "completed", TypeHints: "hints",
-	TypeGuestStats: "guest-stats", TypePing: "ping", TypePong: "pong",
+	TypeGuestStats: "guest-stats", TypePing: "ping", TypePong: "pong", TypeStopping: "stopping",
 	TypeQuiesce: "quiesce", TypeQuiesced: "quiesced", TypeResume: "resume", TypeResumed: "resumed",
 }
 
@@ -177,6 +178,20 @@ type Ping struct{ Cookie uint64 }
 // Pong answers a Ping.
 type Pong struct{ Cookie uint64 }
 
+// Stopping tells the guest that vgpud is stopping (docs/agent-channel.md
+// "Stopping"): it finishes the commands it has fetched for at most
+// DrainMs, fetches no more, and then the device is gone until a vgpud on
+// the same run directory re-plugs it without its state (Resume with
+// ResumeLost). Nothing answers it.
+//
+//	off size field
+//	0   4    drain_ms: how long vgpud lets fetched commands finish
+//	4   4    reserved, 0
+type Stopping struct {
+	DrainMs uint32
+	_       uint32
+}
+
 // Quiesce asks the guest to quiesce its vGPU users before the host takes
 // the device's final state (docs/agent-channel.md "Migration"): every
 // program drains its in-flight commands, stops touching the device (unmaps
@@ -280,6 +295,7 @@ func (*Hints) Type() Type      { return TypeHints }
 func (*GuestStats) Type() Type { return TypeGuestStats }
 func (*Ping) Type() Type       { return TypePing }
 func (*Pong) Type() Type       { return TypePong }
+func (*Stopping) Type() Type   { return TypeStopping }
 func (*Quiesce) Type() Type    { return TypeQuiesce }
 func (*Quiesced) Type() Type   { return TypeQuiesced }
 func (*Resume) Type() Type     { return TypeResume }
@@ -293,6 +309,7 @@ const (
 	hintsSize      = 32
 	guestStatsSize = 72
 	pingSize       = 8
+	stoppingSize   = 8
 	migrationSize  = 16 // Quiesce, Quiesced, Resume, Resumed
 )
 
@@ -328,10 +345,15 @@ func (m *GuestStats) put(b []byte) {
 		le.PutUint64(b[8*i:], v)
 	}
 }
-func (*Ping) size() int         { return pingSize }
-func (m *Ping) put(b []byte)    { le.PutUint64(b, m.Cookie) }
-func (*Pong) size() int         { return pingSize }
-func (m *Pong) put(b []byte)    { le.PutUint64(b, m.Cookie) }
+func (*Ping) size() int      { return pingSize }
+func (m *Ping) put(b []byte) { le.PutUint64(b, m.Cookie) }
+func (*Pong) size() int      { return pingSize }
+func (m *Pong) put(b []byte) { le.PutUint64(b, m.Cookie) }
+func (*Stopping) size() int  { return stoppingSize }
+func (m *Stopping) put(b []byte) {
+	le.PutUint32(b[0:], m.DrainMs)
+	le.PutUint32(b[4:], 0)
+}
 func (*Quiesce) size() int      { return migrationSize }
 func (m *Quiesce) put(b []byte) { putMigration(b, m.Cookie, m.DeadlineMs, 0) }
 func (*Quiesced) size() int     { return migrationSize }
@@ -471,6 +493,14 @@ func DecodePayload(t Type, p []byte) (Message, error) {
 			return &Ping{Cookie: le.Uint64(p)}, nil
 		}
 		return &Pong{Cookie: le.Uint64(p)}, nil
+	case TypeStopping:
+		if err := exact(stoppingSize); err != nil {
+			return nil, err
+		}
+		if r := le.Uint32(p[4:]); r != 0 {
+			return nil, fmt.Errorf("stopping: reserved %#x: %w", r, ErrMalformed)
+		}
+		return &Stopping{DrainMs: le.Uint32(p[0:])}, nil
 	case TypeQuiesce, TypeQuiesced, TypeResume, TypeResumed:
 		if err := exact(migrationSize); err != nil {
 			return nil, err

@@ -19,6 +19,7 @@ func samples() []Message {
 		&GuestStats{UptimeNs: 1, User: 2, Nice: 3, System: 4, Idle: 5, IOWait: 6, IRQ: 7, SoftIRQ: 8, Steal: 9},
 		&Ping{Cookie: 42},
 		&Pong{Cookie: 42},
+		&Stopping{DrainMs: 10_000},
 		&Quiesce{Cookie: 0x0102030405060708, DeadlineMs: 30_000},
 		&Quiesced{Cookie: 1, Status: MigrationOK, Programs: 2},
 		&Quiesced{Cookie: 2, Status: MigrationTimeout, Programs: 1},
@@ -73,6 +74,7 @@ func TestLayout(t *testing.T) {
 		{&Watch{Index: 0x01020304}, []byte{0x56, 0x47, 2, 0, 4, 0, 0, 0, 4, 3, 2, 1}},
 		{&Completed{Done: 5}, []byte{0x56, 0x47, 3, 0, 4, 0, 0, 0, 5, 0, 0, 0}},
 		{&Hello{MinVersion: 1, MaxVersion: 2, Features: 1, Ident: "ab"}, []byte{0x56, 0x47, 1, 0, 12, 0, 0, 0, 1, 0, 2, 0, 1, 0, 0, 0, 2, 0, 'a', 'b'}},
+		{&Stopping{DrainMs: 0x01020304}, []byte{0x56, 0x47, 8, 0, 8, 0, 0, 0, 4, 3, 2, 1, 0, 0, 0, 0}},
 		{&Quiesce{Cookie: 0x0807060504030201, DeadlineMs: 0x0a0b0c0d}, []byte{0x56, 0x47, 0, 1, 16, 0, 0, 0,
 			1, 2, 3, 4, 5, 6, 7, 8, 0x0d, 0x0c, 0x0b, 0x0a, 0, 0, 0, 0}},
 		{&Quiesced{Cookie: 9, Status: MigrationFailed, Programs: 3}, []byte{0x56, 0x47, 1, 1, 16, 0, 0, 0,
@@ -119,6 +121,8 @@ func TestMalformed(t *testing.T) {
 		{"quiesced too long", append(hdr(Magic, uint16(TypeQuiesced), 17), make([]byte, 17)...)},
 		{"resume empty", hdr(Magic, uint16(TypeResume), 0)},
 		{"resumed too short", append(hdr(Magic, uint16(TypeResumed), 8), make([]byte, 8)...)},
+		{"stopping too short", append(hdr(Magic, uint16(TypeStopping), 4), 1, 0, 0, 0)},
+		{"stopping reserved", append(hdr(Magic, uint16(TypeStopping), 8), 1, 0, 0, 0, 1, 0, 0, 0)},
 		{"quiesce reserved", append(hdr(Magic, uint16(TypeQuiesce), 16), 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0)},
 	} {
 		m, _, err := Decode(tc.b)

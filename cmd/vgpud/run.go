@@ -109,6 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		unsafeProc = fs.Bool("unsafe-in-process", false, "run guests' device work in vgpud's own process: NO isolation between tenants (benchmark baseline only)")
 		migTLS     = fs.String("migrate-tls", "", "directory with the migration channel's ca.pem, cert.pem, key.pem (docs/migration.md)")
 		migListen  = fs.String("migrate-listen", "", "TCP address to receive migrations on, e.g. :7450 (needs -migrate-tls)")
+		stopDrain  = fs.Duration("stop-drain", 10*time.Second, "on SIGTERM or SIGINT: tell the guests, stop fetching commands and let those fetched finish for at most this long")
 		reattach   = fs.Bool("reattach", true, "after a restart, re-plug the vGPU of each restored instance whose VM is still running (docs/operating.md)")
 		devices    multiFlag
 	)
@@ -325,7 +326,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down")
+		log.Info("shutting down: telling the guests, draining fetched commands", "drain", *stopDrain)
+		rep := m.Drain(context.Background(), *stopDrain)
+		log.Info("drained", "instances", rep.Instance, "agents_told", rep.Told, "drained", rep.Drained, "cut_off", rep.Cut)
 	case err := <-served:
 		return errors.Join(fmt.Errorf("control server: %w", err), ms.stop(context.Background()))
 	}

@@ -39,6 +39,11 @@ type Options struct {
 	// DefaultReopenDelay.
 	ReopenDelay time.Duration
 	Logger      *slog.Logger
+	// OnStopping, if set, is called (on the channel's reader) when the host
+	// says vgpud is stopping (agentmsg.Stopping): fetched commands get
+	// drain to finish, then the device is gone until a restarted vgpud
+	// re-plugs it without its state. It must not block.
+	OnStopping func(drain time.Duration)
 }
 
 // Client is one end of the agent channel.
@@ -64,6 +69,8 @@ type Client struct {
 	stopped  bool
 	connects uint64
 	greets   uint64 // host Hellos received; a new one re-arms watches
+	stops    uint64 // host Stopping messages received
+	stopMs   uint32 // the last one's drain_ms
 }
 
 // New returns a Client that reaches the peer through open; call Run.
@@ -187,6 +194,13 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 			c.done = m.Done
 		case *agentmsg.Hints:
 			c.hints, c.hintsOK = *m, true
+		case *agentmsg.Stopping:
+			c.stops, c.stopMs = c.stops+1, m.DrainMs
+			c.log.Warn("agent channel: vgpud on the host is stopping; the vGPU is gone until it is back",
+				"drain", time.Duration(m.DrainMs)*time.Millisecond)
+			if c.opts.OnStopping != nil {
+				c.opts.OnStopping(time.Duration(m.DrainMs) * time.Millisecond)
+			}
 		case *agentmsg.Quiesce, *agentmsg.Resume:
 			select {
 			case c.migq <- m:
@@ -269,6 +283,14 @@ func (c *Client) Connects() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.connects
+}
+
+// Stopping returns how many times the host said vgpud is stopping and
+// the last drain time it gave.
+func (c *Client) Stopping() (uint64, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stops, time.Duration(c.stopMs) * time.Millisecond
 }
 
 // Done returns the last completed count the host reported.

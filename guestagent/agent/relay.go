@@ -209,6 +209,7 @@ func (r *Relay) serve(rc *relayConn) {
 			Features: agentmsg.FeatureWatch | agentmsg.FeatureHints | agentmsg.FeatureMigration, Ident: "vgpu-agent relay"})
 	}
 	var lastHints agentmsg.Hints
+	lastStops, _ := r.up.Stopping() // a program that connects later is not told
 	for {
 		ch := r.up.Changed()
 		if ready.Load() {
@@ -226,6 +227,11 @@ func (r *Relay) serve(rc *relayConn) {
 			if h, ok := r.up.Hints(); ok && h != lastHints {
 				lastHints = h
 				buf = agentmsg.Append(buf, &h)
+			}
+			// The host's Stopping, passed on once to each program.
+			if n, drain := r.up.Stopping(); n != lastStops {
+				lastStops = n
+				buf = agentmsg.Append(buf, &agentmsg.Stopping{DrainMs: uint32(drain.Milliseconds())})
 			}
 			if len(buf) > 0 {
 				if _, err := c.Write(buf); err != nil {

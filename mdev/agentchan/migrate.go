@@ -62,6 +62,26 @@ func (s *Server) Lost(ctx context.Context, deadline time.Duration) (uint32, erro
 	})
 }
 
+// Stopping tells the connected guest agent, if it has said Hello, that
+// vgpud is stopping and lets fetched commands finish for drain
+// (agentmsg.Stopping). It does not wait for anything and reports whether
+// the message was queued.
+func (s *Server) Stopping(drain time.Duration) bool {
+	s.mu.Lock()
+	c := s.cur
+	s.mu.Unlock()
+	if c == nil || !c.hello.Load() {
+		return false
+	}
+	select {
+	case c.asks <- &agentmsg.Stopping{DrainMs: uint32(min(drain.Milliseconds(), 1<<31))}:
+		c.kick()
+		return true
+	default:
+		return false
+	}
+}
+
 // WaitAgent waits until a guest agent has said Hello on the channel.
 func (s *Server) WaitAgent(ctx context.Context) error {
 	for {

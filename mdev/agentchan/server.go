@@ -232,7 +232,7 @@ func (s *Server) start(nc *net.UnixConn) {
 		s.log.Warn("peer credentials", "err", err)
 	}
 	c := &conn{s: s, nc: nc, pid: pid, wake: make(chan struct{}, 1), done: make(chan struct{}), pongs: make(chan uint64, maxPongs),
-		asks: make(chan agentmsg.Message, 2)}
+		asks: make(chan agentmsg.Message, 4)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -543,7 +543,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reopen := func(ctx context.Context) (driver.Registers, error) { return reopenDevice(ctx, *device) }
 	var c *agent.Client
 	if open != nil {
-		c = agent.New(open, agent.Options{Ident: "vgpu-iterate", Logger: log})
+		c = agent.New(open, agent.Options{Ident: "vgpu-iterate", Logger: log, OnStopping: func(drain time.Duration) {
+			fmt.Fprintf(out, "%shost stopping: fetched commands get %v to finish\n", Prefix, drain)
+		}})
 		c.HandleMigration(reporting{h: agent.DriverMigration(d, reopen), d: d, out: out, migrated: cfg.Migrated})
 		actx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
