@@ -333,3 +333,47 @@ func TestGreetsAgainAfterMigration(t *testing.T) {
 		t.Errorf("the agent opened its port %d times, want 1", n)
 	}
 }
+
+// TestStoppingReachesPrograms: the host's Stopping reaches the agent and,
+// through its relay, a guest program's OnStopping, with the drain time.
+func TestStoppingReachesPrograms(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.sock")
+	var done atomic.Uint32
+	h := startHost(t, path, &done)
+	up := runClient(t, dialer(path), Options{})
+	r, err := NewRelay(up, filepath.Join(dir, "relay.sock"), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rerr := make(chan error, 1)
+	go func() { rerr <- r.Serve(context.Background()) }()
+	t.Cleanup(func() {
+		r.Close()
+		if err := <-rerr; err != nil {
+			t.Errorf("relay Serve() = %v", err)
+		}
+	})
+	told := make(chan time.Duration, 1)
+	prog := runClient(t, DialRelay(filepath.Join(dir, "relay.sock")), Options{OnStopping: func(d time.Duration) { told <- d }})
+	waitConnected(t, prog, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := h.s.WaitAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !h.s.Stopping(1500 * time.Millisecond) {
+		t.Fatal("Stopping() = false with an agent connected")
+	}
+	select {
+	case d := <-told:
+		if d != 1500*time.Millisecond {
+			t.Errorf("the program was told drain %v, want 1.5s", d)
+		}
+	case <-ctx.Done():
+		t.Fatal("the program was never told that vgpud is stopping")
+	}
+	if n, d := up.Stopping(); n != 1 || d != 1500*time.Millisecond {
+		t.Errorf("agent Stopping() = %d, %v", n, d)
+	}
+}
