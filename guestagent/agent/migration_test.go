@@ -486,7 +486,14 @@ func TestRelayMigrationDisconnect(t *testing.T) {
 	if el := time.Since(start); el > 30*time.Second {
 		t.Errorf("relay answered %v after the client went away", el)
 	}
-	// The relay still serves the remaining client.
+	// The relay still serves the remaining client, once it has seen the
+	// other one go (a client that leaves during a request counts as
+	// failed: nobody can say it quiesced).
+	for deadline := time.Now().Add(time.Minute); s.relay.migrationClients() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay still counts %d migration clients", s.relay.migrationClients())
+		}
+	}
 	if q := s.quiesce(t, 42, time.Minute); q.Status != agentmsg.MigrationOK || q.Programs != 1 {
 		t.Errorf("next Quiesced = %+v, want OK, 1 program", q)
 	}
