@@ -1,0 +1,245 @@
+// Command restart measures what a guest loses when vgpud dies (docs/
+// operating.md): vgpud is killed with SIGKILL while a TCG guest runs a
+// job on its vGPU, started again on the same run directory, and re-plugs
+// the running VM's vGPU; the guest's program is told its device state was
+// lost and starts its job again. The figure is the guest-visible outage:
+// from the kill to the first progress line of the job on the re-plugged
+// device. The baseline, in the same run, is what an operator does without
+// reattach: restart the VM (QEMU killed, a new one booted, the job started
+// from scratch), from the kill of QEMU to the same progress line.
+//
+//	go run ./bench/restart [-runs 3]
+//
+// It needs the guest kernel (make kernel), QEMU with x-pci-proxy-dev and
+// PoCL; it builds vgpud, vgpuctl and the guest image itself. An in-place
+// upgrade (nothing lost) is not built yet (issue 15).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/vgpud/vgpud/bench/stats"
+	"github.com/vgpud/vgpud/bench/table"
+	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/migrate"
+	"github.com/vgpud/vgpud/migrate/migratetest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/restart:", err)
+		os.Exit(1)
+	}
+}
+
+// app is the guest job: progress every 10 steps, one recovery allowed.
+const app = "vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,1000000000,-pace,15ms,-progress,10,-recover,1"
+
+type env struct {
+	dir, bin, runDir, tlsDir string
+	kernel                   imagetest.Kernel
+	initrd                   string
+	d                        *migratetest.Daemon
+	id                       string
+}
+
+// sample is one run's figures.
+type sample struct {
+	ready, reattach, outage, baseline time.Duration
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("restart", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	runs := fs.Int("runs", 3, "kills (and VM restarts) to measure")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *runs < 1 || fs.NArg() > 0 {
+		return errors.New("usage: restart [-runs N], N >= 1")
+	}
+	dir, err := os.MkdirTemp("", "vgpud-bench-restart-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	e := &env{dir: dir, bin: filepath.Join(dir, "bin"), runDir: filepath.Join(dir, "run"), tlsDir: filepath.Join(dir, "tls")}
+	if err := e.setup(ctx); err != nil {
+		return err
+	}
+	defer func() { e.d.Stop() }()
+	var samples []sample
+	for i := range *runs {
+		s, err := e.once(ctx)
+		if err != nil {
+			return fmt.Errorf("run %d: %w\nvgpud log:\n%s", i, err, e.d.Logs())
+		}
+		fmt.Fprintf(stderr, "bench/restart: run %d: %+v\n", i, s)
+		samples = append(samples, s)
+	}
+	printTable(ctx, stdout, samples)
+	return nil
+}
+
+func (e *env) setup(ctx context.Context) error {
+	for _, d := range []string{e.bin, e.runDir, e.tlsDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := migratetest.BuildTools(ctx, e.bin); err != nil {
+		return err
+	}
+	k, err := imagetest.FindKernel()
+	if err != nil {
+		return fmt.Errorf("guest kernel: %w (make kernel)", err)
+	}
+	e.kernel = k
+	img := filepath.Join(e.dir, "guest")
+	if err := os.Mkdir(img, 0o755); err != nil {
+		return err
+	}
+	if e.initrd, err = imagetest.BuildInitramfs(ctx, img, k,
+		"github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate"); err != nil {
+		return err
+	}
+	ca, err := migratetest.MakeCA()
+	if err != nil {
+		return err
+	}
+	if err := ca.WriteHostDir(e.tlsDir); err != nil {
+		return err
+	}
+	if err := e.start(ctx); err != nil {
+		return err
+	}
+	e.id, err = e.d.Create(ctx, "vgpu-small")
+	return err
+}
+
+// start starts vgpud on the run directory.
+func (e *env) start(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	d, err := migratetest.StartDaemon(sctx, e.bin, e.runDir, "pthread", e.tlsDir)
+	if err != nil {
+		return err
+	}
+	e.d = d
+	return nil
+}
+
+// boot starts the guest job on the instance.
+func (e *env) boot(ctx context.Context) (*qemuvm.VM, error) {
+	base := e.d.InstanceBase(e.id)
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: base + ".sock", Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.File()
+	c.Close()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return qemuvm.Start(ctx, qemuvm.Config{Kernel: e.kernel.Vmlinuz, Initrd: e.initrd, MemMiB: 512, Append: app,
+		AgentSocket: base + ".agent.sock", QMPSocket: base + ".qmp",
+		Devices: []qemuvm.ProxyDevice{{ID: migrate.DefaultDeviceID, FD: f}}})
+}
+
+var tookRE = regexp.MustCompile(`reattached the VM's vGPU after a restart.* took=([0-9.]+[a-zµ]+)`)
+
+// once measures one kill of vgpud and one restart of the VM.
+func (e *env) once(ctx context.Context) (sample, error) {
+	var s sample
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	vm, err := e.boot(ctx)
+	if err != nil {
+		return s, err
+	}
+	defer func() { vm.Kill() }()
+	// The job's first progress lines, consumed so that the next "step 10/"
+	// is the restarted job's.
+	for _, l := range []string{"ITERATE step 10/", "ITERATE step 20/"} {
+		if _, err := vm.WaitLine(ctx, l); err != nil {
+			return s, fmt.Errorf("the job did not start: %w", err)
+		}
+	}
+	// vgpud dies; a new one reattaches the VM.
+	t0 := time.Now()
+	e.d.Kill()
+	if err := e.start(ctx); err != nil {
+		return s, err
+	}
+	s.ready = time.Since(t0)
+	if _, err := vm.WaitLine(ctx, "ITERATE RECOVERED"); err != nil {
+		return s, fmt.Errorf("the guest did not recover: %w\n%s", err, strings.Join(vm.Lines(), "\n"))
+	}
+	if _, err := vm.WaitLine(ctx, "ITERATE step 10/"); err != nil {
+		return s, fmt.Errorf("the job did not go on: %w", err)
+	}
+	s.outage = time.Since(t0)
+	if m := tookRE.FindStringSubmatch(e.d.Logs()); m != nil {
+		s.reattach, _ = time.ParseDuration(m[1])
+	}
+	// The baseline: restart the VM instead.
+	if _, err := vm.WaitLine(ctx, "ITERATE step 30/"); err != nil {
+		return s, err
+	}
+	t0 = time.Now()
+	vm.Kill()
+	vm, err = e.boot(ctx)
+	if err != nil {
+		return s, err
+	}
+	if _, err := vm.WaitLine(ctx, "ITERATE step 10/"); err != nil {
+		return s, fmt.Errorf("the rebooted job did not start: %w", err)
+	}
+	s.baseline = time.Since(t0)
+	return s, nil
+}
+
+func printTable(ctx context.Context, w io.Writer, ss []sample) {
+	commit := "unknown"
+	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		commit = strings.TrimSpace(string(out))
+	}
+	fmt.Fprintf(w, "bench/restart: commit %s, %d CPUs, TCG guest (512 MiB), PoCL pthread, %d runs (median)\n", commit, runtime.NumCPU(), len(ss))
+	col := func(f func(sample) time.Duration) time.Duration {
+		var d []time.Duration
+		for _, s := range ss {
+			d = append(d, f(s))
+		}
+		return stats.Median(d)
+	}
+	ready, reattach := col(func(s sample) time.Duration { return s.ready }), col(func(s sample) time.Duration { return s.reattach })
+	outage, base := col(func(s sample) time.Duration { return s.outage }), col(func(s sample) time.Duration { return s.baseline })
+	t := &table.Table{
+		Title:  "A guest's outage when vgpud dies (kill -9) and comes back, against restarting the VM",
+		Header: []string{"recovery", "vgpud ready", "reattach", "guest outage", "vs VM restart"},
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d.Microseconds())/1000) }
+	t.Add("reattach (vgpud restarted, VM kept)", ms(ready), ms(reattach), ms(outage), fmt.Sprintf("%.3fx", float64(outage)/float64(base)))
+	t.Add("baseline: restart the VM", "-", "-", ms(base), "1.000x")
+	t.Note("guest outage: from the kill to the job's first progress line on the device (the job starts over either way: the device state is lost).")
+	t.Note("vgpud ready: the new daemon's ready line (state restored); reattach: its device_del + device_add + the agent's answer (log field took).")
+	t.Print(w)
+}

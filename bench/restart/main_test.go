@@ -1,0 +1,32 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTookRE(t *testing.T) {
+	line := `time=2026-11-23T20:40:39.986Z level=INFO msg="reattached the VM's vGPU after a restart" instance=1f82 slot=16 took=892.054123ms programs=1 agent_error=""`
+	m := tookRE.FindStringSubmatch(line)
+	if m == nil || m[1] != "892.054123ms" {
+		t.Fatalf("tookRE on %q = %q", line, m)
+	}
+	if d, err := time.ParseDuration(m[1]); err != nil || d < 892*time.Millisecond {
+		t.Errorf("ParseDuration(%q) = %v, %v", m[1], d, err)
+	}
+}
+
+func TestPrintTable(t *testing.T) {
+	var out bytes.Buffer
+	printTable(t.Context(), &out, []sample{
+		{ready: time.Second, reattach: time.Second, outage: 3 * time.Second, baseline: 12 * time.Second},
+		{ready: time.Second, reattach: time.Second, outage: 5 * time.Second, baseline: 10 * time.Second},
+	})
+	for _, want := range []string{"0.364x", "4000 ms", "11000 ms"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
