@@ -57,6 +57,7 @@ bench: build guest
 	$(GO) run ./bench/sync
 	$(GO) run ./bench/isolation
 	$(GO) run ./bench/migrate
+	$(GO) run ./bench/restart
 
 clean:
 	rm -rf build
