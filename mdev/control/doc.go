@@ -13,8 +13,18 @@
 //	GET    /v1/devices/{index}/policy
 //	PUT    /v1/devices/{index}/policy {"policy": "fixed-share"}
 //	GET    /v1/stats                  schedulers and counters in one snapshot
+//	PUT    /v1/instances/{uuid}/profile {"profile": "..."}   vGPU type, VM attached
+//	PUT    /v1/instances/{uuid}/limits  {"turn_timeout": "10s", ...}
+//	GET    /v1/reuse                  reuse domains and counters
+//	PUT    /v1/instances/{uuid}/reuse {"domain": "...", "off": false}
+//	PUT    /v1/reuse/domains/{name}/budget {"budget": N}   (negative: unpin)
+//	POST   /v1/instances/{uuid}/migrate  {"to": "host:port", "uri": "tcp:..."}  (docs/migration.md)
+//	POST   /v1/instances/{uuid}/reattach {"qmp": "...", "device_id": "..."}  re-plug after a restart (docs/operating.md)
 //
-// Errors are {"error": "..."} with a status code that says which case it
-// is (404 unknown instance, 409 exists or full, 400 bad request).
-// The package knows the manager's API, nothing of transports or commands.
+// A body is exactly one JSON value with no unknown fields; anything after
+// it is refused. Errors are {"error": "..."} with a status code that says
+// which case it is (404 unknown instance, 409 exists, full or attached,
+// 400 bad request, 503 no worker or migration not set up).
+// The package knows the manager's API and the migration package's entry
+// points, nothing of transports or commands.
 package control
