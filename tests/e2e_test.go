@@ -60,6 +60,9 @@ func TestMain(m *testing.M) {
 	if guestRD != "" {
 		os.RemoveAll(strings.TrimSuffix(guestRD, "/initramfs.cpio"))
 	}
+	if migrationDir != "" {
+		os.RemoveAll(migrationDir)
+	}
 	os.Exit(code)
 }
 

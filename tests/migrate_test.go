@@ -21,24 +21,42 @@ import (
 	"github.com/vgpud/vgpud/migrate/migratetest"
 )
 
-// buildTools builds vgpud and vgpuctl once for the package's tests.
-var buildTools = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "vgpud-bin-")
+// migrationEnv is built once for the package's migration and restart
+// tests: vgpud, vgpuctl, the guest image, a TLS directory (TestMain
+// removes it).
+var (
+	migrationDir string
+	migrationEnv = sync.OnceValues(func() (*migratetest.Env, error) {
+		dir, err := os.MkdirTemp("", "vgpud-migration-")
+		if err != nil {
+			return nil, err
+		}
+		migrationDir = dir
+		return migratetest.NewEnv(context.Background(), dir)
+	})
+)
+
+// migrationSetup returns the migration tests' Env, failing the test
+// without a guest kernel.
+func migrationSetup(t *testing.T) *migratetest.Env {
+	t.Helper()
+	imagetest.RequireKernel(t)
+	env, err := migrationEnv()
 	if err != nil {
-		return "", err
+		t.Fatal(err)
 	}
-	return dir, migratetest.BuildTools(context.Background(), dir)
-})
+	return env
+}
 
 // daemon is a real vgpud process on one of PoCL's two CPU device models,
 // stopped at the end of the test (its log shown if the test failed).
 type daemon = migratetest.Daemon
 
-func startDaemon(t *testing.T, bin, device, tlsDir string) *daemon {
+func startDaemon(t *testing.T, env *migratetest.Env, device string) *daemon {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	d, err := migratetest.StartDaemon(ctx, bin, t.TempDir(), device, tlsDir, "POCL_DEVICES=pthread basic")
+	d, err := migratetest.StartDaemon(ctx, env.Bin, t.TempDir(), device, env.TLSDir, "POCL_DEVICES=pthread basic")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,26 +79,11 @@ func create(t *testing.T, d *daemon, profile string) string {
 }
 
 // startVM boots (or, with incoming, prepares to receive) the test VM for
-// instance id of daemon d.
-func startVM(ctx context.Context, t *testing.T, d *daemon, id, incoming string, k imagetest.Kernel, initrd, app string) *qemuvm.VM {
+// the instance whose sockets start with base (Daemon.InstanceBase); it is
+// killed at the end of the test.
+func startVM(ctx context.Context, t *testing.T, env *migratetest.Env, base, incoming, app string) *qemuvm.VM {
 	t.Helper()
-	return startVMAt(ctx, t, d.InstanceBase(id), incoming, k, initrd, app)
-}
-
-// startVMAt is startVM for the instance whose sockets start with base.
-func startVMAt(ctx context.Context, t *testing.T, base, incoming string, k imagetest.Kernel, initrd, app string) *qemuvm.VM {
-	t.Helper()
-	cfg := qemuvm.Config{Kernel: k.Vmlinuz, Initrd: initrd, MemMiB: 512, Append: app,
-		AgentSocket: base + ".agent.sock", QMPSocket: base + ".qmp", Incoming: incoming}
-	if incoming == "" {
-		f, err := dialFile(base + ".sock")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		cfg.Devices = []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}}
-	}
-	vm, err := qemuvm.Start(ctx, cfg)
+	vm, err := env.StartVM(ctx, base, incoming, app)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,31 +91,9 @@ func startVMAt(ctx context.Context, t *testing.T, base, incoming string, k image
 	return vm
 }
 
-func dialFile(path string) (*os.File, error) {
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	return conn.File()
-}
-
 func migrateVM(t *testing.T, from, to *daemon, id, uri string) (*migrate.Report, error) {
 	t.Helper()
 	return from.Migrate(t.Context(), id, to.MigrateAddr, uri)
-}
-
-// migrationSetup builds vgpud and vgpuctl, a guest image with vgpu-agent
-// and vgpu-iterate, and a TLS directory for both daemons.
-func migrationSetup(t *testing.T) (bin string, k imagetest.Kernel, initrd, tlsDir string) {
-	t.Helper()
-	bin, err := buildTools()
-	if err != nil {
-		t.Fatal(err)
-	}
-	k = imagetest.RequireKernel(t)
-	initrd = imagetest.Initramfs(t, k, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate")
-	return bin, k, initrd, migratetest.NewCA(t).HostDir(t)
 }
 
 // TestMigrateAcrossDeviceModels: a guest runs a long iterative job whose
@@ -124,9 +105,9 @@ func TestMigrateAcrossDeviceModels(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU three times")
 	}
-	bin, k, initrd, tlsDir := migrationSetup(t)
-	a := startDaemon(t, bin, "pthread", tlsDir)
-	b := startDaemon(t, bin, "basic", tlsDir)
+	env := migrationSetup(t)
+	a := startDaemon(t, env, "pthread")
+	b := startDaemon(t, env, "basic")
 	id := create(t, a, "vgpu-small")
 	if _, perr := os.Stat(a.InstanceBase(id) + ".sock"); perr != nil {
 		t.Fatalf("create printed %q: no instance socket: %v", id, perr)
@@ -135,14 +116,14 @@ func TestMigrateAcrossDeviceModels(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
 	app := "vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,400,-pace,15ms,-progress,25"
-	vmA := startVM(ctx, t, a, id, "", k, initrd, app)
+	vmA := startVM(ctx, t, env, a.InstanceBase(id), "", app)
 	console := func(vm *qemuvm.VM) string { return strings.Join(vm.Lines(), "\n") }
 	if _, err := vmA.WaitLine(ctx, "ITERATE step 50/"); err != nil {
 		t.Fatalf("job did not start: %v\n%s", err, console(vmA))
 	}
 
 	uri := "unix:" + filepath.Join(t.TempDir(), "to-b.mig")
-	vmB := startVM(ctx, t, b, id, uri, k, initrd, app)
+	vmB := startVM(ctx, t, env, b.InstanceBase(id), uri, app)
 	rep, err := migrateVM(t, a, b, id, uri)
 	if err != nil {
 		t.Fatalf("migrate A -> B: %v\nreport %+v\nconsole A:\n%s", err, rep, console(vmA))
@@ -160,7 +141,7 @@ func TestMigrateAcrossDeviceModels(t *testing.T) {
 	}
 
 	uri2 := "unix:" + filepath.Join(t.TempDir(), "to-a.mig")
-	vmA2 := startVM(ctx, t, a, id, uri2, k, initrd, app)
+	vmA2 := startVM(ctx, t, env, a.InstanceBase(id), uri2, app)
 	if rep, err = migrateVM(t, b, a, id, uri2); err != nil {
 		t.Fatalf("migrate B -> A: %v\nreport %+v\nconsole B:\n%s", err, rep, console(vmB))
 	}
@@ -183,8 +164,8 @@ func TestMigrateRollsBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
-	bin, k, initrd, tlsDir := migrationSetup(t)
-	a := startDaemon(t, bin, "pthread", tlsDir)
+	env := migrationSetup(t)
+	a := startDaemon(t, env, "pthread")
 	id := create(t, a, "vgpu-small")
 
 	// The destination: an in-process manager and migrate.Destination.
@@ -199,7 +180,7 @@ func TestMigrateRollsBack(t *testing.T) {
 	}
 	var failAt atomic.Value
 	failAt.Store("")
-	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, tlsDir), StepTimeout: time.Minute,
+	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, env.TLSDir), StepTimeout: time.Minute,
 		InjectFault: func(step string) error {
 			if step == failAt.Load().(string) {
 				return fmt.Errorf("at %s", step)
@@ -227,7 +208,7 @@ func TestMigrateRollsBack(t *testing.T) {
 	defer cancel()
 	const steps = 2000
 	app := fmt.Sprintf("vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,%d,-pace,15ms,-progress,50", steps)
-	vmA := startVM(ctx, t, a, id, "", k, initrd, app)
+	vmA := startVM(ctx, t, env, a.InstanceBase(id), "", app)
 	if _, err := vmA.WaitLine(ctx, "ITERATE step 50/"); err != nil {
 		t.Fatalf("job did not start: %v\n%s", err, strings.Join(vmA.Lines(), "\n"))
 	}
@@ -242,7 +223,7 @@ func TestMigrateRollsBack(t *testing.T) {
 	} {
 		failAt.Store(c.failAt)
 		uri := "unix:" + filepath.Join(t.TempDir(), fmt.Sprintf("attempt-%d.mig", i))
-		vmB := startVMAt(ctx, t, filepath.Join(sockDir, id), uri, k, initrd, app)
+		vmB := startVM(ctx, t, env, filepath.Join(sockDir, id), uri, app)
 		to := b
 		if c.cut {
 			to = &daemon{RunDir: sockDir, MigrateAddr: cutRelay(t, b.MigrateAddr, 100<<10)}

@@ -19,20 +19,20 @@ func TestVMKeepsItsGPUAcrossACrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
-	bin, k, initrd, tlsDir := migrationSetup(t)
-	a := startDaemon(t, bin, "pthread", tlsDir)
+	env := migrationSetup(t)
+	a := startDaemon(t, env, "pthread")
 	id := create(t, a, "vgpu-small")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	const steps = 300
 	app := "vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,300,-pace,15ms,-progress,25,-recover,1"
-	vm := startVM(ctx, t, a, id, "", k, initrd, app)
+	vm := startVM(ctx, t, env, a.InstanceBase(id), "", app)
 	console := func() string { return strings.Join(vm.Lines(), "\n") }
 	if _, err := vm.WaitLine(ctx, "ITERATE step 50/"); err != nil {
 		t.Fatalf("job did not start: %v\n%s", err, console())
 	}
 	a.Kill()
-	b, err := migratetest.StartDaemon(ctx, bin, a.RunDir, "pthread", tlsDir, "POCL_DEVICES=pthread basic")
+	b, err := migratetest.StartDaemon(ctx, env.Bin, a.RunDir, "pthread", env.TLSDir, "POCL_DEVICES=pthread basic")
 	if err != nil {
 		t.Fatalf("restart on the same run directory: %v", err)
 	}

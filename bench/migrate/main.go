@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vgpud/vgpud/guestagent/image/imagetest"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
@@ -106,9 +104,7 @@ type result struct {
 type bench struct {
 	cfg    config
 	dir    string
-	bin    string
-	kernel imagetest.Kernel
-	initrd string
+	env    *migratetest.Env
 	a, b   *migratetest.Daemon
 	stderr io.Writer
 }
@@ -127,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	b := &bench{cfg: cfg, dir: dir, bin: filepath.Join(dir, "bin"), stderr: stderr}
+	b := &bench{cfg: cfg, dir: dir, stderr: stderr}
 	if err := b.setup(ctx); err != nil {
 		return err
 	}
@@ -153,36 +149,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // setup builds the tools and the guest image and starts the two daemons.
 func (b *bench) setup(ctx context.Context) error {
-	if err := os.Mkdir(b.bin, 0o755); err != nil {
-		return err
-	}
-	if err := migratetest.BuildTools(ctx, b.bin); err != nil {
-		return err
-	}
-	k, err := imagetest.FindKernel()
-	if err != nil {
-		return fmt.Errorf("guest kernel: %w (make kernel)", err)
-	}
-	b.kernel = k
-	img := filepath.Join(b.dir, "guest")
-	if err := os.Mkdir(img, 0o755); err != nil {
-		return err
-	}
-	if b.initrd, err = imagetest.BuildInitramfs(ctx, img, k,
-		"github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate"); err != nil {
-		return err
-	}
-	ca, err := migratetest.MakeCA()
+	env, err := migratetest.NewEnv(ctx, b.dir)
 	if err != nil {
 		return err
 	}
-	tlsDir := filepath.Join(b.dir, "tls")
-	if err := os.Mkdir(tlsDir, 0o700); err != nil {
-		return err
+	if b.cfg.serial {
+		env.SerialLog = b.stderr
 	}
-	if err := ca.WriteHostDir(tlsDir); err != nil {
-		return err
-	}
+	b.env = env
 	for _, d := range []struct {
 		dev string
 		p   **migratetest.Daemon
@@ -192,7 +166,7 @@ func (b *bench) setup(ctx context.Context) error {
 			return err
 		}
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		*d.p, err = migratetest.StartDaemon(sctx, b.bin, runDir, d.dev, tlsDir, "POCL_DEVICES=pthread basic")
+		*d.p, err = migratetest.StartDaemon(sctx, env.Bin, runDir, d.dev, env.TLSDir, "POCL_DEVICES=pthread basic")
 		cancel()
 		if err != nil {
 			if b.a != nil {
@@ -207,26 +181,7 @@ func (b *bench) setup(ctx context.Context) error {
 // vm starts QEMU for instance id of d: booting the guest job, or, with
 // incoming, waiting for the VM to arrive.
 func (b *bench) vm(ctx context.Context, d *migratetest.Daemon, id, incoming, app string) (*qemuvm.VM, error) {
-	base := d.InstanceBase(id)
-	cfg := qemuvm.Config{Kernel: b.kernel.Vmlinuz, Initrd: b.initrd, MemMiB: 512, Append: app,
-		AgentSocket: base + ".agent.sock", QMPSocket: base + ".qmp", Incoming: incoming}
-	if b.cfg.serial {
-		cfg.SerialLog = b.stderr
-	}
-	if incoming == "" {
-		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: base + ".sock", Net: "unix"})
-		if err != nil {
-			return nil, err
-		}
-		f, err := c.File()
-		c.Close()
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		cfg.Devices = []qemuvm.ProxyDevice{{ID: migrate.DefaultDeviceID, FD: f}}
-	}
-	return qemuvm.Start(ctx, cfg)
+	return b.env.StartVM(ctx, d.InstanceBase(id), incoming, app)
 }
 
 // measure boots one guest with size bytes of ballast at rate and migrates
@@ -312,7 +267,7 @@ func printHeader(ctx context.Context, w io.Writer, b *bench) {
 	if out, err := exec.CommandContext(ctx, "qemu-system-x86_64", "--version").Output(); err == nil {
 		qemu, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
 	}
-	fmt.Fprintf(w, "bench/migrate: commit %s, %d CPUs, %s, TCG, guest kernel %s\n", commit, runtime.NumCPU(), qemu, filepath.Base(b.kernel.Vmlinuz))
+	fmt.Fprintf(w, "bench/migrate: commit %s, %d CPUs, %s, TCG, guest kernel %s\n", commit, runtime.NumCPU(), qemu, filepath.Base(b.env.Kernel.Vmlinuz))
 	fmt.Fprintf(w, "vgpud A: PoCL pthread (2 compute units); vgpud B: PoCL basic (1); profile %s; job: 2 x %d KiB vectors, %v between steps\n",
 		b.cfg.profile, b.cfg.n*4>>10, b.cfg.pace)
 }

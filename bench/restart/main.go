@@ -21,7 +21,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -33,9 +32,7 @@ import (
 
 	"github.com/vgpud/vgpud/bench/stats"
 	"github.com/vgpud/vgpud/bench/table"
-	"github.com/vgpud/vgpud/guestagent/image/imagetest"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
-	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
 )
 
@@ -53,11 +50,10 @@ func main() {
 const app = "vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,1000000000,-pace,15ms,-progress,10,-recover,1"
 
 type env struct {
-	dir, bin, runDir, tlsDir string
-	kernel                   imagetest.Kernel
-	initrd                   string
-	d                        *migratetest.Daemon
-	id                       string
+	*migratetest.Env
+	runDir string
+	d      *migratetest.Daemon
+	id     string
 }
 
 // sample is one run's figures.
@@ -80,8 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	e := &env{dir: dir, bin: filepath.Join(dir, "bin"), runDir: filepath.Join(dir, "run"), tlsDir: filepath.Join(dir, "tls")}
-	if err := e.setup(ctx); err != nil {
+	e := &env{runDir: filepath.Join(dir, "run")}
+	if err := e.setup(ctx, dir); err != nil {
 		return err
 	}
 	defer func() { e.d.Stop() }()
@@ -98,33 +94,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func (e *env) setup(ctx context.Context) error {
-	for _, d := range []string{e.bin, e.runDir, e.tlsDir} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return err
-		}
-	}
-	if err := migratetest.BuildTools(ctx, e.bin); err != nil {
+func (e *env) setup(ctx context.Context, dir string) error {
+	var err error
+	if e.Env, err = migratetest.NewEnv(ctx, dir); err != nil {
 		return err
 	}
-	k, err := imagetest.FindKernel()
-	if err != nil {
-		return fmt.Errorf("guest kernel: %w (make kernel)", err)
-	}
-	e.kernel = k
-	img := filepath.Join(e.dir, "guest")
-	if err := os.Mkdir(img, 0o755); err != nil {
-		return err
-	}
-	if e.initrd, err = imagetest.BuildInitramfs(ctx, img, k,
-		"github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate"); err != nil {
-		return err
-	}
-	ca, err := migratetest.MakeCA()
-	if err != nil {
-		return err
-	}
-	if err := ca.WriteHostDir(e.tlsDir); err != nil {
+	if err := os.Mkdir(e.runDir, 0o700); err != nil {
 		return err
 	}
 	if err := e.start(ctx); err != nil {
@@ -138,7 +113,7 @@ func (e *env) setup(ctx context.Context) error {
 func (e *env) start(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	d, err := migratetest.StartDaemon(sctx, e.bin, e.runDir, "pthread", e.tlsDir)
+	d, err := migratetest.StartDaemon(sctx, e.Bin, e.runDir, "pthread", e.TLSDir)
 	if err != nil {
 		return err
 	}
@@ -148,20 +123,7 @@ func (e *env) start(ctx context.Context) error {
 
 // boot starts the guest job on the instance.
 func (e *env) boot(ctx context.Context) (*qemuvm.VM, error) {
-	base := e.d.InstanceBase(e.id)
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: base + ".sock", Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	f, err := c.File()
-	c.Close()
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return qemuvm.Start(ctx, qemuvm.Config{Kernel: e.kernel.Vmlinuz, Initrd: e.initrd, MemMiB: 512, Append: app,
-		AgentSocket: base + ".agent.sock", QMPSocket: base + ".qmp",
-		Devices: []qemuvm.ProxyDevice{{ID: migrate.DefaultDeviceID, FD: f}}})
+	return e.StartVM(ctx, e.d.InstanceBase(e.id), "", app)
 }
 
 var tookRE = regexp.MustCompile(`reattached the VM's vGPU after a restart.* took=([0-9.]+[a-zµ]+)`)

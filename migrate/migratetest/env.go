@@ -1,0 +1,81 @@
+package migratetest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/migrate"
+)
+
+// Env is what a test or benchmark of migration and restarts runs with:
+// vgpud and vgpuctl built, the guest kernel and an initramfs with
+// vgpu-agent and vgpu-iterate, and a TLS directory every daemon may use.
+type Env struct {
+	Bin    string // vgpud and vgpuctl
+	TLSDir string
+	Kernel imagetest.Kernel
+	Initrd string
+	// SerialLog, if set, gets a copy of every guest's console.
+	SerialLog io.Writer
+}
+
+// NewEnv builds an Env in dir, which must exist.
+func NewEnv(ctx context.Context, dir string) (*Env, error) {
+	e := &Env{Bin: filepath.Join(dir, "bin"), TLSDir: filepath.Join(dir, "tls")}
+	img := filepath.Join(dir, "guest")
+	for _, d := range []string{e.Bin, e.TLSDir, img} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if err := BuildTools(ctx, e.Bin); err != nil {
+		return nil, err
+	}
+	k, err := imagetest.FindKernel()
+	if err != nil {
+		return nil, fmt.Errorf("guest kernel: %w (make kernel)", err)
+	}
+	e.Kernel = k
+	if e.Initrd, err = imagetest.BuildInitramfs(ctx, img, k,
+		"github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-iterate"); err != nil {
+		return nil, err
+	}
+	ca, err := MakeCA()
+	if err != nil {
+		return nil, err
+	}
+	if err := ca.WriteHostDir(e.TLSDir); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// StartVM starts QEMU (512 MiB) for the instance whose sockets start with
+// base (Daemon.InstanceBase): with incoming "", with the vGPU as
+// migrate.DefaultDeviceID, booting with kernel command line app; otherwise
+// without it, waiting at incoming for the VM to arrive by migration. Its
+// QMP monitor and agent channel are where vgpud looks for them.
+func (e *Env) StartVM(ctx context.Context, base, incoming, app string) (*qemuvm.VM, error) {
+	cfg := qemuvm.Config{Kernel: e.Kernel.Vmlinuz, Initrd: e.Initrd, MemMiB: 512, Append: app,
+		AgentSocket: base + ".agent.sock", QMPSocket: base + ".qmp", Incoming: incoming, SerialLog: e.SerialLog}
+	if incoming == "" {
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: base + ".sock", Net: "unix"})
+		if err != nil {
+			return nil, err
+		}
+		f, err := c.File()
+		c.Close()
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		cfg.Devices = []qemuvm.ProxyDevice{{ID: migrate.DefaultDeviceID, FD: f}}
+	}
+	return qemuvm.Start(ctx, cfg)
+}
