@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -15,51 +14,13 @@ import (
 	"github.com/vgpud/vgpud/mdev/runstate"
 )
 
-// daemonOn runs vgpud in-process on runDir until stop is called; it
-// returns the control socket once the daemon is ready.
-func daemonOn(t *testing.T, runDir string, args ...string) (sock string, stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := run(ctx, append([]string{"-run-dir", runDir, "-log-level", "error", "-metrics-addr", ""}, args...), pw, io.Discard)
-		pw.CloseWithError(io.EOF)
-		done <- err
-	}()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("vgpud run = %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	go io.Copy(io.Discard, pr)
-	if err != nil {
-		stopped = true
-		t.Fatalf("daemon did not get ready: %v (run: %v)", err, <-done)
-	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "vgpud ready control=")
-	if !ok {
-		t.Fatalf("ready line = %q", line)
-	}
-	sock, _, _ = strings.Cut(rest, " ")
-	return sock, stop
-}
-
 // TestRestartKeepsInstances: instances created at run time, with the
 // share, limits, reuse domain and device policy an operator set, come
 // back with the same UUIDs when vgpud restarts on the same run directory.
 func TestRestartKeepsInstances(t *testing.T) {
 	runDir := filepath.Join(t.TempDir(), "run")
 	ctx := context.Background()
-	sock, stop := daemonOn(t, runDir)
+	sock, _, stop := daemonOn(t, runDir)
 	c := control.NewClient(sock)
 	a, err := c.Create(ctx, mdev.CreateRequest{Profile: "vgpu-small"})
 	if err != nil {
@@ -81,7 +42,7 @@ func TestRestartKeepsInstances(t *testing.T) {
 	}
 	stop()
 
-	sock, _ = daemonOn(t, runDir)
+	sock, _, _ = daemonOn(t, runDir)
 	c = control.NewClient(sock)
 	st, err := c.Stats(ctx)
 	if err != nil {
@@ -113,7 +74,7 @@ func TestRestartKeepsInstances(t *testing.T) {
 // holds refuses to start, naming the holder, and leaves it serving.
 func TestSecondDaemonRefused(t *testing.T) {
 	runDir := filepath.Join(t.TempDir(), "run")
-	sock, _ := daemonOn(t, runDir)
+	sock, _, _ := daemonOn(t, runDir)
 	err := run(context.Background(), []string{"-run-dir", runDir, "-metrics-addr", "", "-log-level", "error"}, io.Discard, io.Discard)
 	if !errors.Is(err, runstate.ErrLocked) || !strings.Contains(err.Error(), "pid") {
 		t.Fatalf("second vgpud on %s: %v, want ErrLocked naming the holder", runDir, err)

@@ -17,45 +17,64 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// startDaemon runs vgpud in-process and returns its control socket once it
-// says it is ready; the daemon stops (and is checked to stop cleanly) at
-// the end of the test.
-func startDaemon(t *testing.T, args ...string) (sock, metricsURL string) {
+// daemonOn runs vgpud in-process on runDir (quiet, no metrics unless args
+// say otherwise) until stop is called, at the latest at the end of the
+// test; it returns the control socket and the metrics URL ("" if none)
+// once the daemon says it is ready. stop checks that run returned nil.
+func daemonOn(t *testing.T, runDir string, args ...string) (sock, metricsURL string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	runDir := filepath.Join(t.TempDir(), "run")
 	go func() {
-		err := run(ctx, append([]string{"-run-dir", runDir, "-log-level", "warn", "-metrics-addr", "127.0.0.1:0"}, args...), pw, io.Discard)
+		err := run(ctx, append([]string{"-run-dir", runDir, "-log-level", "error", "-metrics-addr", ""}, args...), pw, io.Discard)
 		pw.CloseWithError(io.EOF)
 		done <- err
 	}()
-	var runErr error
-	finished := false
-	t.Cleanup(func() {
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		cancel()
-		if !finished {
-			runErr = <-done
+		if err := <-done; err != nil {
+			t.Errorf("vgpud run = %v", err)
 		}
-		if runErr != nil {
-			t.Errorf("vgpud run = %v", runErr)
-		}
-		if _, err := os.Stat(filepath.Join(runDir, "control.sock")); !os.IsNotExist(err) {
-			t.Errorf("control socket left behind: %v", err)
-		}
-	})
+	}
+	t.Cleanup(stop)
 	line, err := bufio.NewReader(pr).ReadString('\n')
 	go io.Copy(io.Discard, pr)
 	if err != nil {
-		runErr, finished = <-done, true
-		t.Fatalf("daemon did not get ready: %v", err)
+		stopped = true
+		t.Fatalf("daemon did not get ready: %v (run: %v)", err, <-done)
 	}
 	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "vgpud ready control=")
 	if !ok {
 		t.Fatalf("ready line = %q", line)
 	}
-	sock, metricsURL, _ = strings.Cut(rest, " metrics=")
+	fields := strings.Fields(rest)
+	for _, f := range fields[1:] {
+		if u, ok := strings.CutPrefix(f, "metrics="); ok {
+			metricsURL = u
+		}
+	}
+	return fields[0], metricsURL, stop
+}
+
+// startDaemon runs vgpud in-process with metrics on a free port and
+// returns its control socket once it says it is ready; the daemon stops
+// (and is checked to stop cleanly) at the end of the test.
+func startDaemon(t *testing.T, args ...string) (sock, metricsURL string) {
+	t.Helper()
+	runDir := filepath.Join(t.TempDir(), "run")
+	sock, metricsURL, stop := daemonOn(t, runDir, append([]string{"-log-level", "warn", "-metrics-addr", "127.0.0.1:0"}, args...)...)
+	t.Cleanup(func() {
+		stop()
+		if _, err := os.Stat(filepath.Join(runDir, "control.sock")); !os.IsNotExist(err) {
+			t.Errorf("control socket left behind: %v", err)
+		}
+	})
 	return sock, metricsURL
 }
 

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -28,26 +26,9 @@ func TestGracefulStop(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(`{"profiles": [{"name": "long", "mem_bytes": 16777216, "share": 1, "max_per_device": 2, "turn_timeout": "10m"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := run(ctx, []string{"-run-dir", filepath.Join(dir, "run"), "-config", cfg, "-metrics-addr", "", "-log-level", "error",
-			"-stop-drain", "300ms"}, pw, io.Discard)
-		pw.CloseWithError(io.EOF)
-		done <- err
-	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	go io.Copy(io.Discard, pr)
-	if err != nil {
-		cancel()
-		t.Fatalf("not ready: %v (%v)", err, <-done)
-	}
-	sock, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "vgpud ready control="), " ")
+	sock, _, stop := daemonOn(t, filepath.Join(dir, "run"), "-config", cfg, "-stop-drain", "300ms")
 	in, err := control.NewClient(sock).Create(context.Background(), mdev.CreateRequest{Profile: "long"})
 	if err != nil {
-		cancel()
-		<-done
 		t.Fatal(err)
 	}
 	// The guest agent, as QEMU's chardev relays it.
@@ -98,10 +79,7 @@ func TestGracefulStop(t *testing.T) {
 		}
 	}
 
-	cancel() // SIGTERM
-	if err := <-done; err != nil {
-		t.Errorf("vgpud run = %v", err)
-	}
+	stop() // SIGTERM; run must return nil
 	r := agentmsg.NewReader(ac)
 	ac.SetReadDeadline(time.Now().Add(time.Minute))
 	for {

@@ -182,13 +182,10 @@ func TestGuestStatsReported(t *testing.T) {
 }
 
 // TestRelay: a guest program blocks through vgpu-agent's relay.
-func TestRelay(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "agent.sock")
-	var done atomic.Uint32
-	h := startHost(t, path, &done)
-	up := runClient(t, dialer(path), Options{})
-	r, err := NewRelay(up, filepath.Join(dir, "relay.sock"), quiet)
+// serveRelay serves a relay for up on path until the end of the test.
+func serveRelay(t *testing.T, up *Client, path string) *Relay {
+	t.Helper()
+	r, err := NewRelay(up, path, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +197,16 @@ func TestRelay(t *testing.T) {
 			t.Errorf("relay Serve() = %v", err)
 		}
 	})
+	return r
+}
+
+func TestRelay(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.sock")
+	var done atomic.Uint32
+	h := startHost(t, path, &done)
+	up := runClient(t, dialer(path), Options{})
+	serveRelay(t, up, filepath.Join(dir, "relay.sock"))
 	prog := runClient(t, DialRelay(filepath.Join(dir, "relay.sock")), Options{})
 	waitConnected(t, prog, 1)
 	errc := blockOn(prog, h, 9)
@@ -342,18 +349,7 @@ func TestStoppingReachesPrograms(t *testing.T) {
 	var done atomic.Uint32
 	h := startHost(t, path, &done)
 	up := runClient(t, dialer(path), Options{})
-	r, err := NewRelay(up, filepath.Join(dir, "relay.sock"), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rerr := make(chan error, 1)
-	go func() { rerr <- r.Serve(context.Background()) }()
-	t.Cleanup(func() {
-		r.Close()
-		if err := <-rerr; err != nil {
-			t.Errorf("relay Serve() = %v", err)
-		}
-	})
+	serveRelay(t, up, filepath.Join(dir, "relay.sock"))
 	told := make(chan time.Duration, 1)
 	prog := runClient(t, DialRelay(filepath.Join(dir, "relay.sock")), Options{OnStopping: func(d time.Duration) { told <- d }})
 	waitConnected(t, prog, 1)

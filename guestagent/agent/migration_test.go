@@ -362,18 +362,7 @@ func startRelaySetup(t *testing.T, handlers ...MigrationHandler) *relaySetup {
 	dir := t.TempDir()
 	h := startFakeHost(t, filepath.Join(dir, "host.sock"))
 	up, _ := startClient(t, dialer(h.l.Addr().String()), nil)
-	r, err := NewRelay(up, filepath.Join(dir, "relay.sock"), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rerr := make(chan error, 1)
-	go func() { rerr <- r.Serve(context.Background()) }()
-	t.Cleanup(func() {
-		r.Close()
-		if err := <-rerr; err != nil {
-			t.Errorf("relay Serve() = %v", err)
-		}
-	})
+	r := serveRelay(t, up, filepath.Join(dir, "relay.sock"))
 	s := &relaySetup{host: h, up: h.conn(t), relay: r}
 	waitHello(t, s.up, true)
 	for _, hd := range handlers {

@@ -266,11 +266,14 @@ func TestSuspendedTimeout(t *testing.T) {
 	}
 }
 
-// TestSuspendWaitsForCallInProgress: Suspend waits for a call that holds
-// the device (here a kernel still running) and then drains.
-func TestSuspendWaitsForCallInProgress(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	d, f, _ := openModel(t, driver.Options{}, map[string]drivertest.KernelFunc{
+// callInProgress opens a device whose kernel runs until release is
+// closed, launches it and waits in Finish (its result on finish) until
+// the kernel runs.
+func callInProgress(t *testing.T) (d *driver.Device, f *drivertest.Device, release chan struct{}, finish chan error) {
+	t.Helper()
+	entered := make(chan struct{})
+	release = make(chan struct{})
+	d, f, _ = openModel(t, driver.Options{}, map[string]drivertest.KernelFunc{
 		"slow": func(*abi.LaunchDesc, func(uint32) []byte) error {
 			close(entered)
 			<-release
@@ -284,9 +287,16 @@ func TestSuspendWaitsForCallInProgress(t *testing.T) {
 	if err := d.Launch(p, "slow", driver.Range1(1, 0)); err != nil {
 		t.Fatal(err)
 	}
-	finish := make(chan error, 1)
+	finish = make(chan error, 1)
 	go func() { finish <- d.Finish() }()
 	<-entered
+	return d, f, release, finish
+}
+
+// TestSuspendWaitsForCallInProgress: Suspend waits for a call that holds
+// the device (here a kernel still running) and then drains.
+func TestSuspendWaitsForCallInProgress(t *testing.T) {
+	d, f, release, finish := callInProgress(t)
 	susp := make(chan error, 1)
 	go func() { susp <- d.Suspend(context.Background()) }()
 	select {
@@ -349,22 +359,7 @@ func TestSuspendNeverCompletes(t *testing.T) {
 // TestSuspendCancelledWhileCallInProgress: Suspend gives up waiting for a
 // call in progress when ctx ends; calls proceed.
 func TestSuspendCancelledWhileCallInProgress(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	d, _, _ := openModel(t, driver.Options{}, map[string]drivertest.KernelFunc{
-		"slow": func(*abi.LaunchDesc, func(uint32) []byte) error {
-			close(entered)
-			<-release
-			return nil
-		},
-	})
-	p, _, err := d.Build("__kernel void slow() {}", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Launch(p, "slow", driver.Range1(1, 0))
-	finish := make(chan error, 1)
-	go func() { finish <- d.Finish() }()
-	<-entered
+	d, _, release, finish := callInProgress(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if err := d.Suspend(ctx); !errors.Is(err, context.DeadlineExceeded) {
