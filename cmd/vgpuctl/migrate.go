@@ -25,17 +25,9 @@ func migrateCmd(ctx context.Context, c *control.Client, args []string, w, stderr
 	fs.BoolVar(&req.NoPrecopy, "no-precopy", false, "copy the device state only once the guest is quiesced")
 	fs.Uint64Var(&req.QEMUBandwidth, "qemu-bandwidth", 0, "cap QEMU's migration of the VM's RAM, MiB/s (default: no cap; the vGPU is unplugged meanwhile)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	var id string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		id, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
+	id, err := parseUUIDCmd(fs, args)
+	if err != nil {
 		return err
-	}
-	if id == "" && fs.NArg() == 1 {
-		id = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		return fmt.Errorf("migrate: unexpected arguments %q", fs.Args())
 	}
 	if id == "" || req.To == "" || req.URI == "" {
 		return errors.New("usage: migrate UUID -to HOST:PORT -uri QEMU-URI")
@@ -61,14 +53,11 @@ func reattachCmd(ctx context.Context, c *control.Client, args []string, w, stder
 	fs.StringVar(&req.QMP, "qmp", "", "the VM's QMP socket (default: <run-dir>/instances/UUID.qmp)")
 	fs.StringVar(&req.DeviceID, "device-id", "", "the vGPU's QEMU device id (default vgpu0)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	var id string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		id, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
+	id, err := parseUUIDCmd(fs, args)
+	if err != nil {
 		return err
 	}
-	if id == "" || fs.NArg() > 0 {
+	if id == "" {
 		return errors.New("usage: reattach UUID [-qmp PATH] [-device-id ID] [-json]")
 	}
 	rep, err := c.Reattach(ctx, id, req)
@@ -85,6 +74,25 @@ func reattachCmd(ctx context.Context, c *control.Client, args []string, w, stder
 	}
 	fmt.Fprintln(w)
 	return nil
+}
+
+// parseUUIDCmd parses the flags of a command on one instance, whose UUID
+// may stand before or after them; it returns "" when there is none.
+func parseUUIDCmd(fs *flag.FlagSet, args []string) (string, error) {
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if id == "" && fs.NArg() == 1 {
+		return fs.Arg(0), nil
+	}
+	if fs.NArg() > 0 {
+		return "", fmt.Errorf("%s: unexpected arguments %q", fs.Name(), fs.Args())
+	}
+	return id, nil
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
