@@ -107,17 +107,12 @@ func tables(rs []result) []*table.Table {
 		Title:  "Table 2: pre-copy against the stop-and-copy baseline (same VM, same run)",
 		Header: []string{"device memory, dirty rate", "stun pre-copy", "stun stop-and-copy", "ratio", "vgpud part pre-copy", "vgpud part stop-and-copy", "ratio", "final MiB pre-copy", "final MiB stop-and-copy"},
 	}
-	for i, c := range cs {
+	for _, c := range cs {
 		if c.mode != precopy {
 			continue
 		}
 		var base *cell
-		for _, o := range cs[i+1:] {
-			if o.size == c.size && o.rate == c.rate && o.mode == stopCopy {
-				base = o
-			}
-		}
-		for _, o := range cs[:i] {
+		for _, o := range cs {
 			if o.size == c.size && o.rate == c.rate && o.mode == stopCopy {
 				base = o
 			}

@@ -244,31 +244,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := store.Attach(m, kept); err != nil {
 		return fmt.Errorf("run directory state: %w", err)
 	}
-	// VMs that kept running while vgpud was away still have a proxy
-	// device on the old daemon's socket: give them their vGPU back.
-	var reattaching sync.WaitGroup
-	reattachCtx, stopReattach := context.WithCancel(ctx)
-	defer func() {
-		stopReattach()
-		reattaching.Wait()
-	}()
 	if haveState && *reattach {
-		for _, in := range m.List() {
-			if _, err := os.Stat(in.QMPSocket()); err != nil {
-				continue // no VM's monitor there: nothing to reattach
-			}
-			reattaching.Add(1)
-			go func() {
-				defer reattaching.Done()
-				rep, err := migrate.Reattach(reattachCtx, m, in.UUID(), migrate.ReattachOptions{})
-				if err != nil {
-					log.Warn("the VM's vGPU was not reattached", "instance", in.UUID(), "err", err)
-					return
-				}
-				log.Info("reattached the VM's vGPU after a restart", "instance", in.UUID(), "slot", rep.Slot,
-					"took", rep.Took, "programs", rep.Programs, "agent_error", rep.AgentErr)
-			}()
-		}
+		defer reattachRunning(ctx, m, log)()
 	}
 
 	sock := filepath.Join(cfg.RunDir, "control.sock")
@@ -350,4 +327,34 @@ func recorded(st runstate.State, id string) bool {
 		}
 	}
 	return false
+}
+
+// reattachRunning gives each instance whose VM is still running (its QMP
+// socket answers) its vGPU back after a restart, in the background: VMs
+// that kept running while vgpud was away still have a proxy device on the
+// old daemon's socket (migrate.Reattach). The returned stop cancels what
+// is still in progress and waits for it.
+func reattachRunning(ctx context.Context, m *mdev.Manager, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, in := range m.List() {
+		if _, err := os.Stat(in.QMPSocket()); err != nil {
+			continue // no VM's monitor there: nothing to reattach
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep, err := migrate.Reattach(ctx, m, in.UUID(), migrate.ReattachOptions{})
+			if err != nil {
+				log.Warn("the VM's vGPU was not reattached", "instance", in.UUID(), "err", err)
+				return
+			}
+			log.Info("reattached the VM's vGPU after a restart", "instance", in.UUID(), "slot", rep.Slot,
+				"took", rep.Took, "programs", rep.Programs, "agent_error", rep.AgentErr)
+		}()
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+	}
 }

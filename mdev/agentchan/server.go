@@ -53,7 +53,8 @@ type Config struct {
 	WriteTimeout time.Duration
 	Logger       *slog.Logger
 	// OnAcceptRetry, if set, is called for each transient accept error
-	// (besides Stats.AcceptRetries), for counters that outlive the server.
+	// (the server survives them, accept.Retry), for counters that outlive
+	// the server.
 	OnAcceptRetry func()
 }
 
@@ -61,11 +62,9 @@ type Config struct {
 type Stats struct {
 	Connections atomic.Uint64
 	Watches     atomic.Uint64 // Watch messages received
-	// AcceptRetries counts transient accept errors survived.
-	AcceptRetries atomic.Uint64
-	Wakeups       atomic.Uint64 // Completed messages sent
-	Hints         atomic.Uint64 // Hints messages sent
-	Malformed     atomic.Uint64 // connections dropped for a bad frame
+	Wakeups     atomic.Uint64 // Completed messages sent
+	Hints       atomic.Uint64 // Hints messages sent
+	Malformed   atomic.Uint64 // connections dropped for a bad frame
 }
 
 // GuestStats is the last GuestStats message and when it arrived.
@@ -205,7 +204,6 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer stop()
 	for {
 		nc, err := accept.Retry(ctx, s.l.AcceptUnix, func(err error, delay time.Duration) {
-			s.stats.AcceptRetries.Add(1)
 			if s.cfg.OnAcceptRetry != nil {
 				s.cfg.OnAcceptRetry()
 			}
@@ -309,7 +307,7 @@ type conn struct {
 	hello   atomic.Bool // Hello received: the writer may answer it
 	version atomic.Uint32
 	pongs   chan uint64
-	asks    chan agentmsg.Message // migration requests to send (migrate.go)
+	asks    chan agentmsg.Message // migration requests and Stopping to send (migrate.go)
 }
 
 func (c *conn) kick() {

@@ -157,9 +157,6 @@ func (d *Daemon) Stop() error {
 	}
 }
 
-// Pid is the daemon's process ID.
-func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
-
 // Kill ends the daemon with SIGKILL, as a crash would, and waits for it.
 func (d *Daemon) Kill() {
 	if d.cmd == nil || d.cmd.Process == nil {
