@@ -4,7 +4,10 @@
 // stop-and-copy, QEMU's own migration driven over QMP, and the commit that
 // plugs the vGPU into the VM on the destination; any failure rolls back
 // to the source. Reattach uses the same QMP plumbing to give a running VM
-// its vGPU back after vgpud restarted (docs/operating.md).
+// its vGPU back after vgpud restarted (docs/operating.md). Plugging and
+// unplugging work over the small Monitor interface, which *qmp.Monitor
+// implements and migrate/libvirt implements through virsh (ReattachVia,
+// Plug), so libvirt domains share the same code.
 //
 // It owns the orchestration (Migrate, the source; Destination, the
 // receiving daemon), the channel between two daemons (mutual TLS, the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/vgpud/vgpud/mdev"
@@ -15,10 +16,39 @@ import (
 // protocol.
 const ProxyDriver = "x-pci-proxy-dev"
 
-// pciSlot returns the PCI slot (on bus 0) of the device with QEMU id id,
-// from query-pci: a re-plugged vGPU goes back to the same address, so the
+// Monitor is what plugging and unplugging a vGPU needs of a VM's QEMU
+// monitor. *qmp.Monitor implements it over the VM's QMP socket; package
+// migrate/libvirt implements it through virsh for a libvirt domain, whose
+// QMP socket libvirt keeps for itself. A QMP error reply is returned as a
+// wrapped *qmp.Error either way, so errors.Is(err, qmp.ErrDeviceNotFound)
+// works on both.
+type Monitor interface {
+	// Execute runs one QMP command and decodes its return value into
+	// result (nil: ignored).
+	Execute(ctx context.Context, command string, args, result any) error
+	// GetFD hands QEMU a duplicate of f under name (QMP getfd).
+	GetFD(ctx context.Context, name string, f *os.File) error
+	// CloseFD makes QEMU close the descriptor it got under name.
+	CloseFD(ctx context.Context, name string) error
+	// DeviceAdd hot-plugs a device (QMP device_add).
+	DeviceAdd(ctx context.Context, driver, id string, props map[string]any) error
+	// DeviceDel asks for a device's removal (QMP device_del).
+	DeviceDel(ctx context.Context, id string) error
+	// WaitDeviceDeleted returns once QEMU has removed device id (the guest
+	// ejected it), or when ctx ends.
+	WaitDeviceDeleted(ctx context.Context, id string) error
+}
+
+var _ Monitor = (*qmp.Monitor)(nil)
+
+// ErrNoDevice: the VM has no device with the id asked for on PCI bus 0.
+var ErrNoDevice = errors.New("QEMU has no such device on PCI bus 0")
+
+// DeviceSlot returns the PCI slot (on bus 0) of the device with QEMU id
+// id, from query-pci, or an error wrapping ErrNoDevice when the VM has no
+// such device: a re-plugged vGPU goes back to the same address, so the
 // guest finds it where its driver left it.
-func pciSlot(ctx context.Context, mon *qmp.Monitor, id string) (int, error) {
+func DeviceSlot(ctx context.Context, mon Monitor, id string) (int, error) {
 	var buses []struct {
 		Bus     int `json:"bus"`
 		Devices []struct {
@@ -36,12 +66,12 @@ func pciSlot(ctx context.Context, mon *qmp.Monitor, id string) (int, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("QEMU has no device %q on PCI bus 0", id)
+	return 0, fmt.Errorf("device %q: %w", id, ErrNoDevice)
 }
 
 // plug connects a fresh socket to inst, hands it to QEMU (getfd) and
 // hot-plugs a proxy device on it at slot.
-func plug(ctx context.Context, mon *qmp.Monitor, inst *mdev.Instance, id string, slot int) error {
+func plug(ctx context.Context, mon Monitor, inst *mdev.Instance, id string, slot int) error {
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("plug %s: %w", id, err)
@@ -64,7 +94,7 @@ func plug(ctx context.Context, mon *qmp.Monitor, inst *mdev.Instance, id string,
 }
 
 // unplug removes the proxy device and waits until the guest has let it go.
-func unplug(ctx context.Context, mon *qmp.Monitor, id string) error {
+func unplug(ctx context.Context, mon Monitor, id string) error {
 	if err := mon.DeviceDel(ctx, id); err != nil {
 		return fmt.Errorf("unplug %s: %w", id, err)
 	}
@@ -112,15 +142,9 @@ type ReattachReport struct {
 // the old daemon's workers and is gone, so the guest's programs open the
 // device anew and report what they lost. A guest without an agent gets
 // the device back all the same; its programs see a dead device until they
-// reopen it.
+// reopen it. Reattach reaches QEMU over the VM's QMP socket (opts.QMP);
+// ReattachVia does the same over a monitor the caller has.
 func Reattach(ctx context.Context, m *mdev.Manager, id string, opts ReattachOptions) (*ReattachReport, error) {
-	start := time.Now()
-	if opts.DeviceID == "" {
-		opts.DeviceID = DefaultDeviceID
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 2 * time.Minute
-	}
 	inst, err := m.Get(id)
 	if err != nil {
 		return nil, fmt.Errorf("reattach: %w", err)
@@ -128,6 +152,7 @@ func Reattach(ctx context.Context, m *mdev.Manager, id string, opts ReattachOpti
 	if inst.Attached() {
 		return nil, fmt.Errorf("reattach %s: %w", id, ErrAttached)
 	}
+	opts = opts.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	path := opts.QMP
@@ -139,13 +164,46 @@ func Reattach(ctx context.Context, m *mdev.Manager, id string, opts ReattachOpti
 		return nil, fmt.Errorf("reattach %s: the VM's monitor %s: %w", id, path, err)
 	}
 	defer mon.Close()
+	return ReattachVia(ctx, m, id, mon, opts)
+}
+
+func (o ReattachOptions) withDefaults() ReattachOptions {
+	if o.DeviceID == "" {
+		o.DeviceID = DefaultDeviceID
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	return o
+}
+
+// ReattachVia is Reattach over mon, the VM's monitor that the caller
+// reaches its own way (opts.QMP is not used): a libvirt domain's, through
+// virsh. When the VM has no device opts.DeviceID any more, a fresh one is
+// plugged at DefaultSlot and the guest is told of the loss all the same.
+func ReattachVia(ctx context.Context, m *mdev.Manager, id string, mon Monitor, opts ReattachOptions) (*ReattachReport, error) {
+	start := time.Now()
+	opts = opts.withDefaults()
+	inst, err := m.Get(id)
+	if err != nil {
+		return nil, fmt.Errorf("reattach: %w", err)
+	}
+	if inst.Attached() {
+		return nil, fmt.Errorf("reattach %s: %w", id, ErrAttached)
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
 	rep := &ReattachReport{Instance: inst.UUID(), Slot: DefaultSlot}
-	if slot, err := pciSlot(ctx, mon, opts.DeviceID); err == nil {
+	slot, err := DeviceSlot(ctx, mon, opts.DeviceID)
+	switch {
+	case err == nil:
 		rep.Slot = slot
 		if err := unplug(ctx, mon, opts.DeviceID); err != nil {
 			return rep, fmt.Errorf("reattach %s: %w", id, err)
 		}
 		rep.Unplugged = true
+	case !errors.Is(err, ErrNoDevice):
+		return rep, fmt.Errorf("reattach %s: %w", id, err)
 	}
 	if err := plug(ctx, mon, inst, opts.DeviceID, rep.Slot); err != nil {
 		return rep, fmt.Errorf("reattach %s: %w", id, err)
@@ -159,6 +217,31 @@ func Reattach(ctx context.Context, m *mdev.Manager, id string, opts ReattachOpti
 	}
 	rep.Took = time.Since(start)
 	return rep, nil
+}
+
+// Plug hot-plugs instance id's vGPU into a VM that has none (no device
+// opts.DeviceID): a fresh proxy device at slot (0: DefaultSlot) on the
+// instance's socket, over mon. The guest is told nothing: it finds the
+// device as it boots, or through ACPI hotplug. It refuses an instance
+// attached to a VM already (ErrAttached).
+func Plug(ctx context.Context, m *mdev.Manager, id string, mon Monitor, slot int, opts ReattachOptions) error {
+	opts = opts.withDefaults()
+	inst, err := m.Get(id)
+	if err != nil {
+		return fmt.Errorf("plug: %w", err)
+	}
+	if inst.Attached() {
+		return fmt.Errorf("plug %s: %w", id, ErrAttached)
+	}
+	if slot == 0 {
+		slot = DefaultSlot
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	if err := plug(ctx, mon, inst, opts.DeviceID, slot); err != nil {
+		return fmt.Errorf("plug %s: %w", id, err)
+	}
+	return nil
 }
 
 // ErrAttached: the instance is attached to a VM already.

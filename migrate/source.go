@@ -219,7 +219,7 @@ func (o *outgoing) run(ctx context.Context) error {
 	if o.mon, err = qmp.Dial(qctx, qmpPath); err != nil {
 		return fmt.Errorf("source QEMU monitor %s: %w", qmpPath, err)
 	}
-	if o.slot, err = pciSlot(qctx, o.mon, o.opts.DeviceID); err != nil {
+	if o.slot, err = DeviceSlot(qctx, o.mon, o.opts.DeviceID); err != nil {
 		return err
 	}
 	if o.inst.Agent() == nil {
@@ -409,8 +409,8 @@ func (o *outgoing) finalRound(ctx context.Context) error {
 func (o *outgoing) deviceAbsent() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := pciSlot(ctx, o.mon, o.opts.DeviceID)
-	return err != nil && !errors.Is(err, ctx.Err()) && o.mon.Err() == nil
+	_, err := DeviceSlot(ctx, o.mon, o.opts.DeviceID)
+	return errors.Is(err, ErrNoDevice)
 }
 
 // round sends one round: the worker's records, then the Round record
