@@ -19,6 +19,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"help"}, "commands:"},
 		{[]string{"help", "migrate"}, "migrate UUID -to HOST:PORT"},
 		{[]string{"migrate", "--help"}, "migrate UUID -to HOST:PORT"},
+		{[]string{"help", "attach"}, "attach -libvirt DOMAIN UUID"},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(context.Background(), c.args, &out, &errOut); err != nil {

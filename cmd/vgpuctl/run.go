@@ -51,6 +51,10 @@ commands:
                                 give the instance's running VM its vGPU back after
                                 vgpud restarted: re-plug it over QMP; the guest's
                                 programs are told its state was lost (docs/operating.md)
+  attach -libvirt DOMAIN UUID [-json]
+                                give libvirt domain DOMAIN the instance's vGPU (a shut-off
+                                domain is started) and name it in the domain's metadata,
+                                so that vgpud -libvirt plugs it from then on (docs/operating.md)
   help [COMMAND]                this text (or COMMAND's lines of it)
 `
 
@@ -125,6 +129,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return migrateCmd(ctx, c, rest, stdout, stderr)
 	case "reattach":
 		return reattachCmd(ctx, c, rest, stdout, stderr)
+	case "attach":
+		return attachCmd(ctx, c, rest, stdout, stderr)
 	}
 	fs.Usage()
 	return fmt.Errorf("unknown command %q", cmd)

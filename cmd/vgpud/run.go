@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/runstate"
 	"github.com/vgpud/vgpud/migrate"
+	"github.com/vgpud/vgpud/migrate/libvirt"
 )
 
 // Config is the daemon's configuration file (JSON). Flags override it.
@@ -53,6 +55,10 @@ type Config struct {
 	// address where this vgpud receives migrations ("" receives none).
 	MigrateTLS    string `json:"migrate_tls,omitempty"`
 	MigrateListen string `json:"migrate_listen,omitempty"`
+	// Libvirt, if set, is the libvirt connection URI (e.g. qemu:///system)
+	// whose domains get the vGPU their metadata names, automatically
+	// (docs/operating.md, "libvirt-managed VMs").
+	Libvirt string `json:"libvirt,omitempty"`
 }
 
 type multiFlag []string
@@ -111,6 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		migListen  = fs.String("migrate-listen", "", "TCP address to receive migrations on, e.g. :7450 (needs -migrate-tls)")
 		stopDrain  = fs.Duration("stop-drain", 10*time.Second, "on SIGTERM or SIGINT: tell the guests, stop fetching commands and let those fetched finish for at most this long")
 		reattach   = fs.Bool("reattach", true, "after a restart, re-plug the vGPU of each restored instance whose VM is still running (docs/operating.md)")
+		libvirtURI = fs.String("libvirt", "", "libvirt connection URI (e.g. qemu:///system): plug the vGPU of every domain whose metadata names an instance, whenever it starts and after a restart (docs/operating.md)")
 		devices    multiFlag
 	)
 	fs.Var(&devices, "device", "physical device selector (index or name substring); repeatable")
@@ -157,6 +164,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *migListen != "" {
 		cfg.MigrateListen = *migListen
+	}
+	if *libvirtURI != "" {
+		cfg.Libvirt = *libvirtURI
+	}
+	if cfg.Libvirt != "" {
+		if _, err := exec.LookPath("virsh"); err != nil {
+			return fmt.Errorf("-libvirt needs virsh (Debian: libvirt-clients): %w", err)
+		}
 	}
 	var migTLSConf *migrate.TLS
 	if cfg.MigrateTLS != "" {
@@ -247,6 +262,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if haveState && *reattach {
 		defer reattachRunning(ctx, m, log)()
 	}
+	// vgpuctl attach -libvirt works with virsh's default connection when
+	// no -libvirt is given; with one, its domains are also watched.
+	att := &libvirt.Attacher{Manager: m, Virsh: libvirt.Exec{URI: cfg.Libvirt}, Logger: log.With("libvirt", cfg.Libvirt)}
+	if cfg.Libvirt != "" {
+		defer watchLibvirt(ctx, att, cfg.Libvirt)()
+	}
 
 	sock := filepath.Join(cfg.RunDir, "control.sock")
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -267,7 +288,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	var handlerOpts []control.Option
+	handlerOpts := []control.Option{control.WithLibvirt(att)}
 	if migTLSConf != nil {
 		handlerOpts = append(handlerOpts, control.WithMigration(migTLSConf))
 	}
@@ -356,5 +377,22 @@ func reattachRunning(ctx context.Context, m *mdev.Manager, log *slog.Logger) (st
 	return func() {
 		cancel()
 		wg.Wait()
+	}
+}
+
+// watchLibvirt runs a libvirt.Watcher for att's connection until ctx
+// ends; the returned stop ends it and waits.
+func watchLibvirt(ctx context.Context, att *libvirt.Attacher, uri string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &libvirt.Watcher{Attacher: att, Logger: att.Logger}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx)
+	}()
+	att.Logger.Info("plugging libvirt domains whose metadata names an instance", "uri", uri, "namespace", libvirt.MetadataURI)
+	return func() {
+		cancel()
+		<-done
 	}
 }

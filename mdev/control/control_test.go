@@ -19,7 +19,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // serve runs the API over a real manager on a Unix socket.
-func serve(t *testing.T) *Client {
+func serve(t *testing.T, opts ...func(*mdev.Manager) Option) *Client {
 	t.Helper()
 	d, err := gpu.Open("")
 	if err != nil {
@@ -35,7 +35,11 @@ func serve(t *testing.T) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: Handler(m)}
+	var hopts []Option
+	for _, o := range opts {
+		hopts = append(hopts, o(m))
+	}
+	srv := &http.Server{Handler: Handler(m, hopts...)}
 	done := make(chan struct{})
 	go func() { srv.Serve(l); close(done) }()
 	c := NewClient(sock)

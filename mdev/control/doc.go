@@ -20,11 +20,13 @@
 //	PUT    /v1/reuse/domains/{name}/budget {"budget": N}   (negative: unpin)
 //	POST   /v1/instances/{uuid}/migrate  {"to": "host:port", "uri": "tcp:..."}  (docs/migration.md)
 //	POST   /v1/instances/{uuid}/reattach {"qmp": "...", "device_id": "..."}  re-plug after a restart (docs/operating.md)
+//	POST   /v1/instances/{uuid}/attach {"libvirt": "DOMAIN"}  give a libvirt domain the vGPU (docs/operating.md)
 //
 // A body is exactly one JSON value with no unknown fields; anything after
 // it is refused. Errors are {"error": "..."} with a status code that says
 // which case it is (404 unknown instance, 409 exists, full or attached,
 // 400 bad request, 503 no worker or migration not set up).
-// The package knows the manager's API and the migration package's entry
-// points, nothing of transports or commands.
+// The package knows the manager's API and the entry points of the
+// migration package and of migrate/libvirt, nothing of transports or
+// commands.
 package control

@@ -10,6 +10,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/migrate"
+	"github.com/vgpud/vgpud/migrate/libvirt"
 	"github.com/vgpud/vgpud/worker"
 )
 
@@ -21,6 +22,7 @@ type Option func(*options)
 
 type options struct {
 	migrateTLS *migrate.TLS
+	libvirt    *libvirt.Attacher
 }
 
 // WithMigration enables POST /v1/instances/{uuid}/migrate, whose channel
@@ -82,6 +84,7 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	handleReuse(mux, m)
 	handleMigrate(mux, m, o.migrateTLS)
 	handleReattach(mux, m)
+	handleAttach(mux, o.libvirt)
 	return mux
 }
 

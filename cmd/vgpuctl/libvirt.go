@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/migrate/libvirt"
+)
+
+func attachCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
+	fs := flag.NewFlagSet("attach", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var req control.AttachRequest
+	fs.StringVar(&req.Libvirt, "libvirt", "", "the libvirt domain (name, id or UUID) that gets the vGPU")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	id, err := parseUUIDCmd(fs, args)
+	if err != nil {
+		return err
+	}
+	if id == "" || req.Libvirt == "" {
+		return errors.New("usage: attach -libvirt DOMAIN UUID [-json]")
+	}
+	rep, err := c.Attach(ctx, id, req)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(w, rep)
+	}
+	printAttach(w, rep)
+	return nil
+}
+
+func printAttach(w io.Writer, r *libvirt.Report) {
+	var how string
+	switch r.Action {
+	case libvirt.ActionStarted:
+		how = "started it paused, plugged the vGPU, resumed it"
+	case libvirt.ActionHotplugged:
+		how = "hot-plugged the vGPU"
+	case libvirt.ActionReattached:
+		how = fmt.Sprintf("replaced the vGPU on a dead socket; guest programs told of the loss: %d", r.Programs)
+	default:
+		how = string(r.Action)
+	}
+	fmt.Fprintf(w, "attached %s to libvirt domain %s at slot %#x in %s: %s", r.Instance, r.Domain, r.Slot, ms(r.Took), how)
+	if r.AgentErr != "" {
+		fmt.Fprintf(w, " (guest agent: %s)", r.AgentErr)
+	}
+	fmt.Fprintln(w)
+	if r.MetadataErr != "" {
+		fmt.Fprintf(w, "WARNING: the domain's metadata does not name the instance (%s): vgpud will not re-plug it by itself\n", r.MetadataErr)
+	} else {
+		fmt.Fprintf(w, "recorded in the domain's metadata (%s): vgpud -libvirt plugs it whenever the domain starts\n", libvirt.MetadataURI)
+	}
+}
