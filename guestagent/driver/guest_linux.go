@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
@@ -43,6 +44,24 @@ const reopenEvery = 20 * time.Millisecond
 // the device appears), until ctx ends.
 func ReopenGuest(ctx context.Context, pciDir string) (Registers, error) {
 	return reopenPCI(ctx, SysfsPCI, pciDir, OpenPCI, reopenEvery)
+}
+
+// WaitPCI waits until a vGPU is on the PCI bus with its BAR0 in sysfs and
+// returns its directory, as FindPCI would: for a guest booted before its
+// vGPU is hot-plugged (a libvirt domain gets it from vgpud once it runs,
+// docs/operating.md). It polls sysfs every 20 ms until ctx ends.
+func WaitPCI(ctx context.Context) (string, error) { return waitPCI(ctx, SysfsPCI, reopenEvery) }
+
+func waitPCI(ctx context.Context, root string, every time.Duration) (string, error) {
+	var dir string
+	_, err := reopenPCI(ctx, root, "", func(d string) (Registers, error) {
+		if _, err := os.Stat(filepath.Join(d, "resource0")); err != nil {
+			return nil, err
+		}
+		dir = d
+		return nil, nil
+	}, every)
+	return dir, err
 }
 
 func reopenPCI(ctx context.Context, root, pciDir string, open func(string) (Registers, error), every time.Duration) (Registers, error) {

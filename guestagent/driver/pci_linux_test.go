@@ -123,3 +123,26 @@ func TestReopenPCI(t *testing.T) {
 		t.Errorf("reopenPCI(named vgpu) = %v", err)
 	}
 }
+
+// TestWaitPCI: WaitPCI returns the vGPU's directory once it and its BAR0
+// are in sysfs, and gives up with its context.
+func TestWaitPCI(t *testing.T) {
+	root := t.TempDir()
+	writeDev(t, root, "0000:00:01.0", "0x8086", "0x7000", "0x060100")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := waitPCI(ctx, root, time.Millisecond); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNoDevice) {
+		t.Errorf("waitPCI(no vgpu) = %v, want deadline exceeded and ErrNoDevice", err)
+	}
+	dev := filepath.Join(root, "0000:00:10.0")
+	writeDev(t, root, "0000:00:10.0", "0x7667", "0x0001", "0x030200")
+	go func() {
+		// The kernel adds resource0 after the device directory.
+		os.WriteFile(filepath.Join(dev, "resource0"), nil, 0o644)
+	}()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel2()
+	if got, err := waitPCI(ctx2, root, time.Millisecond); err != nil || got != dev {
+		t.Errorf("waitPCI() = %q, %v, want %q", got, err, dev)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Kernel command-line parameters vgpu-init reads (docs/guest-image.md).
@@ -11,7 +12,11 @@ const (
 	paramRun  = "vgpu.run"  // program under /bin to run
 	paramArgs = "vgpu.args" // its arguments, comma separated
 	paramKlog = "vgpu.klog" // keep kernel messages on the console
+	paramWait = "vgpu.wait" // wait this long for a hot-plugged vGPU first
 )
+
+// maxWait bounds vgpu.wait.
+const maxWait = time.Hour
 
 // maxArgs bounds the argument count; a kernel command line is at most a
 // few KiB anyway.
@@ -22,6 +27,9 @@ type config struct {
 	Run  string   // program name, run as /bin/<Run>
 	Args []string // its arguments
 	Klog bool     // keep the kernel's console log level
+	// Wait is how long to wait for a vGPU on the PCI bus before running
+	// the program (0: do not wait).
+	Wait time.Duration
 }
 
 var errNoRun = errors.New("no " + paramRun + "=<program> on the kernel command line")
@@ -45,6 +53,12 @@ func parseCmdline(s string) (config, error) {
 			}
 		case paramKlog:
 			c.Klog = !hasVal || (val != "0" && val != "off" && val != "n")
+		case paramWait:
+			d, err := time.ParseDuration(val)
+			if err != nil || d < 0 || d > maxWait {
+				return config{}, fmt.Errorf("%s=%q: want a duration from 0 to %v, e.g. 2m", paramWait, val, maxWait)
+			}
+			c.Wait = d
 		}
 	}
 	if c.Run == "" {

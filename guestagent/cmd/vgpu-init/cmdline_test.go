@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -25,6 +26,12 @@ func TestParseCmdline(t *testing.T) {
 		{in: "vgpu.run=prog vgpu.klog", want: config{Run: "prog", Klog: true}},
 		{in: "vgpu.run=prog vgpu.klog=0", want: config{Run: "prog"}},
 		{in: "vgpu.runner=x vgpu.run=p", want: config{Run: "p"}},
+		{in: "vgpu.run=p vgpu.wait=2m", want: config{Run: "p", Wait: 2 * time.Minute}},
+		{in: "vgpu.run=p vgpu.wait=0", want: config{Run: "p"}},
+		{in: "vgpu.run=p vgpu.wait", wantErr: true},
+		{in: "vgpu.run=p vgpu.wait=-1s", wantErr: true},
+		{in: "vgpu.run=p vgpu.wait=2h", wantErr: true},
+		{in: "vgpu.run=p vgpu.wait=soon", wantErr: true},
 		{in: "", wantErr: true},
 		{in: "console=ttyS0 vgpu.args=a", wantErr: true},
 		{in: "vgpu.run=", wantErr: true},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,8 +11,11 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/guestagent/driver"
 )
 
 // moduleOrder is the load order of the modules the guest needs
@@ -57,7 +61,26 @@ func boot() int {
 			log.Warn("lower console log level", "err", err)
 		}
 	}
+	if cfg.Wait > 0 {
+		waitVGPU(cfg.Wait)
+	}
 	return runProgram(cfg)
+}
+
+// waitVGPU waits at most d for a vGPU on the PCI bus (vgpu.wait): a VM
+// whose vGPU is hot-plugged after it started (a libvirt domain, plugged
+// by vgpud on its start event) would otherwise run the program before the
+// device is there. If none comes the program runs anyway, and says so.
+func waitVGPU(d time.Duration) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	dir, err := driver.WaitPCI(ctx)
+	if err != nil {
+		log.Warn("no vGPU appeared; running the program anyway", "waited", d, "err", err)
+		return
+	}
+	fmt.Printf("%s%s after %v\n", markerVGPU, filepath.Base(dir), time.Since(start).Round(time.Millisecond))
 }
 
 func mountAll() {

@@ -24,6 +24,8 @@ const (
 	markerExit  = "VGPU-INIT exit="
 	markerError = "VGPU-INIT error: "
 	markerRun   = "VGPU-INIT run="
+	// markerVGPU: vgpu.wait saw the vGPU (its PCI address follows).
+	markerVGPU = "VGPU-INIT vgpu="
 )
 
 func main() {
