@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # install-deps.sh: install what vgpud needs from Debian's packages, if it is
 # not there yet: QEMU (qemu-system-x86_64 with x-pci-proxy-dev), the OpenCL
-# ICD loader and headers, and PoCL as the CPU OpenCL platform. Idempotent;
-# needs root (or sudo) only when something is missing.
+# ICD loader and headers, PoCL as the CPU OpenCL platform, and libvirt
+# (libvirtd, virtlogd and the qemu driver; virsh) for libvirt-managed VMs.
+# Idempotent; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-pkgs=(qemu-system-x86 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo gcc)
+pkgs=(qemu-system-x86 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo gcc libvirt-daemon-system libvirt-clients)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -44,9 +44,15 @@ type Daemon struct {
 // directory runDir and migration TLS directory tlsDir, with env added to
 // this process's environment, and waits for its ready line.
 func StartDaemon(ctx context.Context, bin, runDir, device, tlsDir string, env ...string) (*Daemon, error) {
+	return StartDaemonFlags(ctx, bin, runDir, device, tlsDir, nil, env...)
+}
+
+// StartDaemonFlags is StartDaemon with more vgpud flags (e.g. -libvirt
+// URI).
+func StartDaemonFlags(ctx context.Context, bin, runDir, device, tlsDir string, flags []string, env ...string) (*Daemon, error) {
 	d := &Daemon{RunDir: runDir, bin: bin, logPath: filepath.Join(runDir, "vgpud.log"), done: make(chan error, 1)}
-	cmd := exec.Command(filepath.Join(bin, "vgpud"), "-run-dir", runDir, "-device", device, "-metrics-addr", "",
-		"-migrate-tls", tlsDir, "-migrate-listen", "127.0.0.1:0", "-log-level", "info")
+	cmd := exec.Command(filepath.Join(bin, "vgpud"), append([]string{"-run-dir", runDir, "-device", device, "-metrics-addr", "",
+		"-migrate-tls", tlsDir, "-migrate-listen", "127.0.0.1:0", "-log-level", "info"}, flags...)...)
 	cmd.Env = append(os.Environ(), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
