@@ -227,8 +227,9 @@ func startLibvirtd(t *testing.T) *libvirtdProc {
 			}
 		})
 	}
-	// -d returns once the daemon has set up; clients that connect before
-	// its drivers are ready wait in the socket's backlog.
+	// -d returns once the sockets are set up; the drivers initialise
+	// after that, and a client waits in the socket's backlog until they
+	// have (or finds the daemon gone, its log saying why).
 	if out, err := exec.Command("libvirtd", "-d", "-f", conf, "-p", filepath.Join(dir, "libvirtd.pid")).CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(logPath)
 		t.Fatalf("libvirtd -d: %v: %s\n%s", err, out, log)
