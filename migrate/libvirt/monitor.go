@@ -102,9 +102,11 @@ func (m *Monitor) DeviceDel(ctx context.Context, id string) error {
 	return m.Execute(ctx, "device_del", map[string]string{"id": id}, nil)
 }
 
-// WaitDeviceDeleted implements migrate.Monitor. QEMU's DEVICE_DELETED
-// event does not reach virsh for a device libvirt did not add, so it
-// asks query-pci until the device is gone, or ctx ends.
+// WaitDeviceDeleted implements migrate.Monitor. Each virsh command is a
+// connection of its own, so QEMU's DEVICE_DELETED event would need a
+// `virsh qemu-monitor-event` started before device_del, with no way to
+// know when it listens; instead it asks query-pci until the device is
+// gone, or ctx ends.
 func (m *Monitor) WaitDeviceDeleted(ctx context.Context, id string) error {
 	every := m.PollEvery
 	if every <= 0 {
