@@ -21,6 +21,8 @@ type Option func(*options)
 
 type options struct {
 	migrateTLS *migrate.TLS
+	upgrade    Upgrader
+	gate       *Gate
 }
 
 // WithMigration enables POST /v1/instances/{uuid}/migrate, whose channel
@@ -82,6 +84,12 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	handleReuse(mux, m)
 	handleMigrate(mux, m, o.migrateTLS)
 	handleReattach(mux, m)
+	if o.upgrade != nil {
+		handleUpgrade(mux, o.upgrade)
+	}
+	if o.gate != nil {
+		return gated(o.gate, mux)
+	}
 	return mux
 }
 
