@@ -9,13 +9,16 @@ import (
 	"github.com/vgpud/vgpud/migrate/migratetest"
 )
 
-// TestVMKeepsItsGPUAcrossACrash: a guest runs a long job; vgpud is killed
-// with SIGKILL and started again on the same run directory. The instance
+// TestGPUAcrossUpgradeAndCrash: a guest runs a long job; vgpud
+// is upgraded in place mid-job (vgpuctl upgrade: a new process takes
+// every socket, connection and worker over), and the job goes on with no
+// error and no loss. Then vgpud is killed with SIGKILL and started again
+// on the same run directory. The instance
 // comes back from the state file, vgpud re-plugs the running VM's vGPU
 // over QMP (no VM restart), the guest program is told its device state
 // was lost, says exactly what it lost, and does its job again on the
 // fresh device with a correct result.
-func TestVMKeepsItsGPUAcrossACrash(t *testing.T) {
+func TestGPUAcrossUpgradeAndCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
@@ -30,6 +33,26 @@ func TestVMKeepsItsGPUAcrossACrash(t *testing.T) {
 	console := func() string { return strings.Join(vm.Lines(), "\n") }
 	if _, err := vm.WaitLine(ctx, "ITERATE step 50/"); err != nil {
 		t.Fatalf("job did not start: %v\n%s", err, console())
+	}
+	oldPID := a.PID()
+	out, err := a.Ctl(ctx, "upgrade")
+	if err != nil {
+		t.Fatalf("vgpuctl upgrade: %v\n%s\n%s", err, out, a.Logs())
+	}
+	t.Logf("%s", strings.TrimSpace(out))
+	if newPID := a.PID(); newPID == oldPID || newPID == 0 {
+		t.Fatalf("the run directory's lock names pid %d after the upgrade, %d before", newPID, oldPID)
+	}
+	if _, err := vm.WaitLine(ctx, "ITERATE step 125/"); err != nil {
+		t.Fatalf("the job did not go on after the upgrade: %v\n%s\n%s", err, console(), a.Logs())
+	}
+	for _, l := range vm.Lines() {
+		if strings.Contains(l, "ITERATE LOST") || strings.Contains(l, "ITERATE FAIL") {
+			t.Fatalf("the guest saw an error across the upgrade: %q\n%s", l, console())
+		}
+	}
+	if st, err := a.Ctl(ctx, "show", id); err != nil || !strings.Contains(st, `"attached": true`) {
+		t.Errorf("after the upgrade vgpuctl show %s = %v\n%s", id, err, st)
 	}
 	a.Kill()
 	b, err := migratetest.StartDaemon(ctx, env.Bin, a.RunDir, "pthread", env.TLSDir, "POCL_DEVICES=pthread basic")

@@ -51,6 +51,10 @@ commands:
                                 give the instance's running VM its vGPU back after
                                 vgpud restarted: re-plug it over QMP; the guest's
                                 programs are told its state was lost (docs/operating.md)
+  upgrade [-binary PATH] [-json]
+                                upgrade vgpud in place: start the new binary and
+                                hand it every socket, connection and worker; the
+                                guests see a pause, not an error (docs/upgrade.md)
   help [COMMAND]                this text (or COMMAND's lines of it)
 `
 
@@ -125,6 +129,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return migrateCmd(ctx, c, rest, stdout, stderr)
 	case "reattach":
 		return reattachCmd(ctx, c, rest, stdout, stderr)
+	case "upgrade":
+		return upgradeCmd(ctx, c, rest, stdout, stderr)
 	}
 	fs.Usage()
 	return fmt.Errorf("unknown command %q", cmd)
