@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ func TestGPUAcrossUpgradeAndCrash(t *testing.T) {
 		t.Fatalf("job did not start: %v\n%s", err, console())
 	}
 	oldPID := a.PID()
+	workerBefore := workerPID(ctx, t, a, id)
 	out, err := a.Ctl(ctx, "upgrade")
 	if err != nil {
 		t.Fatalf("vgpuctl upgrade: %v\n%s\n%s", err, out, a.Logs())
@@ -53,6 +55,15 @@ func TestGPUAcrossUpgradeAndCrash(t *testing.T) {
 	}
 	if st, err := a.Ctl(ctx, "show", id); err != nil || !strings.Contains(st, `"attached": true`) {
 		t.Errorf("after the upgrade vgpuctl show %s = %v\n%s", id, err, st)
+	}
+	// The mechanism: the device state was handed over, not rebuilt: the
+	// same worker process serves the instance, and the job never started
+	// again.
+	if after := workerPID(ctx, t, a, id); after != workerBefore || after == 0 {
+		t.Errorf("worker pid %d after the upgrade, %d before: the device state was not handed over", after, workerBefore)
+	}
+	if n := strings.Count(console(), "ITERATE start"); n != 1 {
+		t.Errorf("the job started %d times across the upgrade, want once", n)
 	}
 	a.Kill()
 	b, err := migratetest.StartDaemon(ctx, env.Bin, a.RunDir, "pthread", env.TLSDir, "POCL_DEVICES=pthread basic")
@@ -86,4 +97,20 @@ func TestGPUAcrossUpgradeAndCrash(t *testing.T) {
 		}
 	}
 	t.Errorf("the restarted vgpud did not log the reattach:\n%s", b.Logs())
+}
+
+// workerPID is the worker process serving instance id (vgpuctl show).
+func workerPID(ctx context.Context, t *testing.T, d *daemon, id string) int {
+	t.Helper()
+	out, err := d.Ctl(ctx, "show", id)
+	if err != nil {
+		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
+	}
+	var st struct {
+		WorkerPID int `json:"worker_pid"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
+	}
+	return st.WorkerPID
 }
