@@ -37,6 +37,13 @@ func TestGPUAcrossUpgradeAndCrash(t *testing.T) {
 	}
 	oldPID := a.PID()
 	workerBefore := workerPID(ctx, t, a, id)
+	// A new binary that cannot take over: the old vgpud goes on serving.
+	if out, err := a.Ctl(ctx, "upgrade", "-binary", "/bin/false"); err == nil || !strings.Contains(out, "goes on serving") {
+		t.Errorf("upgrade to /bin/false = %v\n%s", err, out)
+	}
+	if pid := a.PID(); pid != oldPID {
+		t.Fatalf("after a failed upgrade the lock names pid %d, want %d", pid, oldPID)
+	}
 	out, err := a.Ctl(ctx, "upgrade")
 	if err != nil {
 		t.Fatalf("vgpuctl upgrade: %v\n%s\n%s", err, out, a.Logs())

@@ -334,9 +334,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv := &http.Server{Handler: control.Handler(m, handlerOpts...), ReadHeaderTimeout: 10 * time.Second}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	hupDone := make(chan struct{})
+	var hupWG sync.WaitGroup
+	defer func() {
+		signal.Stop(hup)
+		close(hupDone)
+		hupWG.Wait()
+	}()
+	hupWG.Add(1)
 	go func() {
-		for range hup {
+		defer hupWG.Done()
+		for {
+			select {
+			case <-hupDone:
+				return
+			case <-hup:
+			}
 			if rep, after, err := up.upgrade(ctx, ""); err != nil {
 				log.Error("upgrade on SIGHUP", "err", err)
 			} else {
