@@ -54,6 +54,11 @@ type Instance struct {
 	socket   string
 	listener *net.UnixListener
 	closed   bool
+	// An upgrade in place (handover.go): parked is closed when the
+	// connection's server stopped for the pause; resume when it may go
+	// on (the handover was abandoned).
+	parked chan struct{}
+	resume <-chan struct{}
 }
 
 // UUID returns the instance's UUID.
@@ -177,7 +182,31 @@ func (i *Instance) ServeQEMU(ctx context.Context, conn *net.UnixConn) error {
 	i.mu.Unlock()
 
 	i.log.Info("vm attached")
-	err := c.Serve(ctx)
+	return i.serve(ctx, c, done)
+}
+
+// serve runs c until it ends, staying with it across a pause.
+func (i *Instance) serve(ctx context.Context, c *mpqemu.Conn, done chan struct{}) error {
+	var err error
+	for {
+		err = c.Serve(ctx)
+		if !errors.Is(err, mpqemu.ErrPaused) {
+			break
+		}
+		i.mu.Lock()
+		parked, resume := i.parked, i.resume
+		i.mu.Unlock()
+		close(parked)
+		select {
+		case <-resume:
+			c.Resume()
+			continue
+		case <-ctx.Done():
+			c.Close()
+			err = ctx.Err()
+		}
+		break
+	}
 	i.mu.Lock()
 	i.conn, i.connDone = nil, nil
 	i.mu.Unlock()

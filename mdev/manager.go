@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/mdev/accept"
 	"github.com/vgpud/vgpud/mdev/agentchan"
 	"github.com/vgpud/vgpud/mmio"
@@ -46,6 +47,11 @@ type Config struct {
 	// no isolation between tenants (docs/isolation.md). Unsafe; for
 	// benchmark baselines only.
 	InProcess bool
+	// Adopt, if set, is what an old vgpud handed over in an upgrade in
+	// place (docs/upgrade.md): Create adopts the instances it names
+	// (their workers, sockets and connections) instead of making new
+	// ones, and Start serves them.
+	Adopt *Adoption
 	// OnChange, if set, is called after every change an operator would
 	// want to survive a restart succeeded (Create, Destroy, SetProfile,
 	// SetShare, SetLimits, SetReuse, SetReuseBudget, SetPolicy), in the
@@ -80,6 +86,12 @@ type Manager struct {
 	closed      bool
 	reusePinned map[string]int64 // domain budgets set by the operator
 	budgeted    map[string]bool  // domains given a budget (to forget when unused)
+	// An upgrade in place (handover.go).
+	paused   bool
+	resume   chan struct{}
+	adoption *Adoption
+	adopt    map[string]handover.Instance // not yet created
+	adopted  []*adoptedInstance           // created, not yet started
 }
 
 // NewManager validates cfg and returns a Manager with no instances.
@@ -135,6 +147,17 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("new manager: %w", err)
 	}
 	m.pool = pool
+	if a := cfg.Adopt; a != nil {
+		st := a.State
+		if err := pool.Adopt(st.Workers, st.Domains, st.Instances, a.FDs); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("new manager: %w", err)
+		}
+		m.adoption, m.adopt = a, map[string]handover.Instance{}
+		for _, h := range st.Instances {
+			m.adopt[h.UUID] = h
+		}
+	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
 }
@@ -232,7 +255,13 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 	}
 	inst.regs = mmio.New(inst.be)
 	inst.cfg = mmio.NewConfigSpace()
-	if m.socketDir != "" {
+	if h, ok := m.adopt[id]; ok {
+		delete(m.adopt, id)
+		if err := m.adoptLocked(inst, h); err != nil {
+			inst.close()
+			return nil, fmt.Errorf("create %s: adopt: %w", id, err)
+		}
+	} else if m.socketDir != "" {
 		if err := m.listenLocked(inst); err != nil {
 			inst.close()
 			return nil, fmt.Errorf("create %s: %w", id, err)
@@ -314,21 +343,31 @@ func (m *Manager) listenLocked(inst *Instance) error {
 // listenAgentLocked opens the instance's guest agent channel at
 // <SocketDir>/<uuid>.agent.sock (docs/agent-channel.md).
 func (m *Manager) listenAgentLocked(inst *Instance) error {
-	be := inst.be
-	a, err := agentchan.Listen(agentchan.Config{
+	a, err := agentchan.Listen(m.agentConfig(inst))
+	if err != nil {
+		return err
+	}
+	inst.agent.Store(a)
+	m.serveAgent(inst, a)
+	return nil
+}
+
+// agentConfig is the configuration of inst's agent channel.
+func (m *Manager) agentConfig(inst *Instance) agentchan.Config {
+	return agentchan.Config{
 		Path:  filepath.Join(m.socketDir, inst.uuid+".agent.sock"),
 		Ident: inst.uuid,
-		Done:  be.Done,
+		Done:  inst.be.Done,
 		NewHinter: func(pid int) (agentchan.Hinter, error) {
 			return agentchan.NewProcHinter(pid, "")
 		},
 		Logger:        inst.log,
 		OnAcceptRetry: func() { m.acceptRetries.Add(1) },
-	})
-	if err != nil {
-		return err
 	}
-	inst.agent.Store(a)
+}
+
+// serveAgent runs inst's agent channel server.
+func (m *Manager) serveAgent(inst *Instance, a *agentchan.Server) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -336,7 +375,6 @@ func (m *Manager) listenAgentLocked(inst *Instance) error {
 			inst.log.Error("agent channel", "err", err)
 		}
 	}()
-	return nil
 }
 
 func (m *Manager) acceptLoop(inst *Instance, l *net.UnixListener) {
@@ -346,7 +384,11 @@ func (m *Manager) acceptLoop(inst *Instance, l *net.UnixListener) {
 			inst.log.Warn("accept failed, retrying", "err", err, "in", delay)
 		})
 		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, os.ErrDeadlineExceeded) && m.waitResume() {
+				l.SetDeadline(time.Time{})
+				continue // paused for a handover, which was abandoned
+			}
+			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
 				inst.log.Error("accept", "err", err)
 			}
 			return

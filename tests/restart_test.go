@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -9,13 +10,16 @@ import (
 	"github.com/vgpud/vgpud/migrate/migratetest"
 )
 
-// TestVMKeepsItsGPUAcrossACrash: a guest runs a long job; vgpud is killed
-// with SIGKILL and started again on the same run directory. The instance
+// TestGPUAcrossUpgradeAndCrash: a guest runs a long job; vgpud
+// is upgraded in place mid-job (vgpuctl upgrade: a new process takes
+// every socket, connection and worker over), and the job goes on with no
+// error and no loss. Then vgpud is killed with SIGKILL and started again
+// on the same run directory. The instance
 // comes back from the state file, vgpud re-plugs the running VM's vGPU
 // over QMP (no VM restart), the guest program is told its device state
 // was lost, says exactly what it lost, and does its job again on the
 // fresh device with a correct result.
-func TestVMKeepsItsGPUAcrossACrash(t *testing.T) {
+func TestGPUAcrossUpgradeAndCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
@@ -30,6 +34,43 @@ func TestVMKeepsItsGPUAcrossACrash(t *testing.T) {
 	console := func() string { return strings.Join(vm.Lines(), "\n") }
 	if _, err := vm.WaitLine(ctx, "ITERATE step 50/"); err != nil {
 		t.Fatalf("job did not start: %v\n%s", err, console())
+	}
+	oldPID := a.PID()
+	workerBefore := workerPID(ctx, t, a, id)
+	// A new binary that cannot take over: the old vgpud goes on serving.
+	if out, err := a.Ctl(ctx, "upgrade", "-binary", "/bin/false"); err == nil || !strings.Contains(out, "goes on serving") {
+		t.Errorf("upgrade to /bin/false = %v\n%s", err, out)
+	}
+	if pid := a.PID(); pid != oldPID {
+		t.Fatalf("after a failed upgrade the lock names pid %d, want %d", pid, oldPID)
+	}
+	out, err := a.Ctl(ctx, "upgrade")
+	if err != nil {
+		t.Fatalf("vgpuctl upgrade: %v\n%s\n%s", err, out, a.Logs())
+	}
+	t.Logf("%s", strings.TrimSpace(out))
+	if newPID := a.PID(); newPID == oldPID || newPID == 0 {
+		t.Fatalf("the run directory's lock names pid %d after the upgrade, %d before", newPID, oldPID)
+	}
+	if _, err := vm.WaitLine(ctx, "ITERATE step 125/"); err != nil {
+		t.Fatalf("the job did not go on after the upgrade: %v\n%s\n%s", err, console(), a.Logs())
+	}
+	for _, l := range vm.Lines() {
+		if strings.Contains(l, "ITERATE LOST") || strings.Contains(l, "ITERATE FAIL") {
+			t.Fatalf("the guest saw an error across the upgrade: %q\n%s", l, console())
+		}
+	}
+	if st, err := a.Ctl(ctx, "show", id); err != nil || !strings.Contains(st, `"attached": true`) {
+		t.Errorf("after the upgrade vgpuctl show %s = %v\n%s", id, err, st)
+	}
+	// The mechanism: the device state was handed over, not rebuilt: the
+	// same worker process serves the instance, and the job never started
+	// again.
+	if after := workerPID(ctx, t, a, id); after != workerBefore || after == 0 {
+		t.Errorf("worker pid %d after the upgrade, %d before: the device state was not handed over", after, workerBefore)
+	}
+	if n := strings.Count(console(), "ITERATE start"); n != 1 {
+		t.Errorf("the job started %d times across the upgrade, want once", n)
 	}
 	a.Kill()
 	b, err := migratetest.StartDaemon(ctx, env.Bin, a.RunDir, "pthread", env.TLSDir, "POCL_DEVICES=pthread basic")
@@ -63,4 +104,20 @@ func TestVMKeepsItsGPUAcrossACrash(t *testing.T) {
 		}
 	}
 	t.Errorf("the restarted vgpud did not log the reattach:\n%s", b.Logs())
+}
+
+// workerPID is the worker process serving instance id (vgpuctl show).
+func workerPID(ctx context.Context, t *testing.T, d *daemon, id string) int {
+	t.Helper()
+	out, err := d.Ctl(ctx, "show", id)
+	if err != nil {
+		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
+	}
+	var st struct {
+		WorkerPID int `json:"worker_pid"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
+	}
+	return st.WorkerPID
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -66,9 +67,7 @@ func newProcInstance(p *Pool, cfg InstanceConfig) (*procInstance, error) {
 	if in.sh, err = aggregator.SharedIn(in.page, true); err != nil {
 		return nil, err
 	}
-	// The page stays mapped as long as the instance can be reached: its
-	// counters are read (metrics, stats) with no lock against Close.
-	runtime.AddCleanup(in, func(page []byte) { _ = unix.Munmap(page) }, in.page)
+	runtime_addCleanup(in)
 	if in.bellFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return nil, fmt.Errorf("doorbell eventfd: %w", err)
 	}
@@ -77,9 +76,29 @@ func newProcInstance(p *Pool, cfg InstanceConfig) (*procInstance, error) {
 		return nil, fmt.Errorf("notify eventfd: %w", err)
 	}
 	in.notify = os.NewFile(uintptr(nfd), "notify")
+	in.startNotices()
+	return in, nil
+}
+
+// runtime_addCleanup unmaps the instance page once the instance cannot be
+// reached: its counters are read (metrics, stats) with no lock against
+// Close, so the page stays mapped as long as the instance can be.
+func runtime_addCleanup(in *procInstance) {
+	runtime.AddCleanup(in, func(page []byte) { _ = unix.Munmap(page) }, in.page)
+}
+
+// startNotices starts relaying the worker's completion notices.
+func (in *procInstance) startNotices() {
+	in.notify.SetReadDeadline(time.Time{})
 	in.noteWG.Add(1)
 	go in.notices()
-	return in, nil
+}
+
+// pauseNotices stops the relay between two notices (a handover); a
+// notice that comes meanwhile waits in the eventfd.
+func (in *procInstance) pauseNotices() {
+	in.notify.SetReadDeadline(time.Unix(1, 0))
+	in.noteWG.Wait()
 }
 
 // notices relays the worker's completion notices to the Notify hook.
@@ -341,7 +360,10 @@ func (in *procInstance) SetLimits(l Limits) error {
 	pr, slot := in.proc, in.slot
 	in.mu.Unlock()
 	in.pool.scheds[in.cfg.Device].SetLimit(in.cfg.ID, l.TurnTimeout)
-	if pr == nil {
+	in.pool.mu.Lock()
+	adopting := in.pool.adopting
+	in.pool.mu.Unlock()
+	if pr == nil || adopting { // adopting: Start sends them
 		return nil
 	}
 	if _, err := pr.call(context.Background(), &wire.Quota{Slot: slot, Limits: wireLimits(l)}); err != nil {

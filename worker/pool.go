@@ -14,6 +14,7 @@ import (
 
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/reuse"
 	"github.com/vgpud/vgpud/sched"
 	"github.com/vgpud/vgpud/worker/child"
@@ -79,6 +80,13 @@ type Pool struct {
 	domains   map[string]*domainInfo
 	exits     map[string]uint64
 	closed    bool
+	// An upgrade in place (handover.go): paused in the old process;
+	// adopting in the new one until Start, with what it took over.
+	paused     bool
+	adopting   bool
+	adoptProcs []*process
+	adoptInsts map[string]handover.Instance
+	adoptTab   *handover.Table
 }
 
 // domainInfo is what the pool knows of a trust domain.
@@ -165,6 +173,24 @@ func (p *Pool) Create(cfg InstanceConfig) (Backend, error) {
 	p.scheds[cfg.Device].SetLimit(cfg.ID, cfg.Limits.TurnTimeout)
 	if p.cfg.InProcess {
 		return p.createLocal(cfg)
+	}
+	p.mu.Lock()
+	h, adopt := p.adoptInsts[cfg.ID]
+	delete(p.adoptInsts, cfg.ID)
+	paused, adopting := p.paused, p.adopting
+	p.mu.Unlock()
+	switch {
+	case adopt:
+		inst, err := p.adoptInstance(cfg, h)
+		if err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		p.instances[cfg.ID] = inst
+		p.mu.Unlock()
+		return inst, nil
+	case paused || adopting:
+		return nil, fmt.Errorf("create %s: %w", cfg.ID, ErrUpgrading)
 	}
 	inst, err := newProcInstance(p, cfg)
 	if err != nil {
@@ -299,7 +325,7 @@ func (p *Pool) WorkerPID(id string) int {
 	if inst.proc == nil {
 		return 0
 	}
-	return inst.proc.cmd.Process.Pid
+	return inst.proc.os.Pid()
 }
 
 // CacheDir returns the compiler cache directory of the worker serving
@@ -367,6 +393,10 @@ func (p *Pool) SetBudget(domain string, n int64) {
 		p.domains[domain] = d
 	}
 	d.budget = n
+	if p.adopting {
+		p.mu.Unlock()
+		return // sent by Start
+	}
 	var procs []*process
 	for k, pr := range p.procs {
 		if k.domain == domain {
@@ -402,6 +432,16 @@ func (p *Pool) Domains() []DomainStats {
 		return p.localDomains()
 	}
 	p.mu.Lock()
+	if p.adopting || p.paused {
+		// Nothing is read from the workers: names only.
+		var out []DomainStats
+		for n, d := range p.domains {
+			out = append(out, DomainStats{Name: n, Shared: d.shared})
+		}
+		p.mu.Unlock()
+		slices.SortFunc(out, func(a, b DomainStats) int { return strings.Compare(a.Name, b.Name) })
+		return out
+	}
 	byName := map[string][]*process{}
 	for k, pr := range p.procs {
 		byName[k.domain] = append(byName[k.domain], pr)

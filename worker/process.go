@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/sched"
 	"github.com/vgpud/vgpud/worker/wire"
 )
@@ -48,8 +49,9 @@ type process struct {
 	key   key
 	sched *sched.Scheduler
 	log   *slog.Logger
-	cmd   *exec.Cmd
+	os    osProcess // the process: a child, or adopted in an upgrade
 	conn  *wire.Conn
+	logs  *os.File // the read end of its stderr
 	info  wire.HelloReply
 	cache string // its private compiler cache directory
 
@@ -64,9 +66,21 @@ type process struct {
 	turns    map[uint32]func(dev time.Duration, slices uint32) // turns of the worker in progress; nil: being granted
 	slots    map[uint32]*procInstance
 	nextSlot uint32
-	stopping bool   // asked to exit (not a failure)
-	why      string // why it was ended, for the log
-	cause    string // the metrics label of a kill (Pool.Exits)
+	// An upgrade in place (handover.go) pauses the process: turns asked
+	// for meanwhile wait in deferred, calls are refused, and the reader
+	// stops between two messages.
+	acquiring int  // turns waiting for the scheduler
+	deferTurn bool // turn requests go to deferred
+	deferred  []handover.Turn
+	noCalls   bool          // calls are refused (ErrUpgrading)
+	pausing   bool          // the reader stops at its next deadline
+	readStop  chan struct{} // closed when the reader stopped for a pause
+	logStop   chan struct{} // closed when the log relay stopped for a pause
+	readDone  chan struct{} // closed when the connection ended
+	logsDone  chan struct{} // closed when the log pipe ended
+	stopping  bool          // asked to exit (not a failure)
+	why       string        // why it was ended, for the log
+	cause     string        // the metrics label of a kill (Pool.Exits)
 }
 
 // start spawns the worker for k and says hello.
@@ -111,7 +125,7 @@ func (p *Pool) start(k key) (*process, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	pr := &process{
-		pool: p, key: k, sched: p.scheds[k.device], cmd: cmd, conn: conn,
+		pool: p, key: k, sched: p.scheds[k.device], os: childProcess{cmd}, conn: conn, logs: errR,
 		log:     p.log.With("domain", k.domain, "device", k.device, "worker_pid", cmd.Process.Pid),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -120,17 +134,7 @@ func (p *Pool) start(k key) (*process, error) {
 		pending: map[uint32]chan *wire.Reply{}, turns: map[uint32]func(time.Duration, uint32){},
 		slots: map[uint32]*procInstance{},
 	}
-	logsDone := make(chan struct{})
-	go func() {
-		defer close(logsDone)
-		pr.relayLogs(errR)
-	}()
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		pr.read()
-	}()
-	go pr.reap(readDone, logsDone, cacheDir)
+	pr.run()
 
 	// A worker that does not answer its hello in time (its device hangs
 	// at open) is ended.
@@ -155,17 +159,70 @@ func (p *Pool) start(k key) (*process, error) {
 	return pr, nil
 }
 
-// read serves the worker's messages until the connection ends.
-func (pr *process) read() {
+// run starts the process's goroutines in this process: the reader, the
+// log relay and the reaper.
+func (pr *process) run() {
+	pr.readDone, pr.logsDone = make(chan struct{}), make(chan struct{})
+	pr.startLogs(pr.logsDone)
+	pr.startReader(pr.readDone)
+	go pr.reap(pr.readDone, pr.logsDone, pr.cache)
+}
+
+// startLogs starts the log relay; done is closed when the pipe ended
+// (and was closed), not when the relay stopped for a pause.
+func (pr *process) startLogs(done chan struct{}) {
+	pr.mu.Lock()
+	stop := make(chan struct{})
+	pr.logStop = stop
+	pr.mu.Unlock()
+	go func() {
+		pr.relayLogs(pr.logs)
+		pr.mu.Lock()
+		pausing := pr.pausing
+		pr.mu.Unlock()
+		if pausing {
+			close(stop)
+			return
+		}
+		pr.logs.Close()
+		close(done)
+	}()
+}
+
+// startReader starts the reader; done is closed when the connection
+// ended (not when the reader stopped for a pause).
+func (pr *process) startReader(done chan struct{}) {
+	pr.mu.Lock()
+	stop := make(chan struct{})
+	pr.readStop = stop
+	pr.mu.Unlock()
+	go func() {
+		if pr.read() {
+			close(stop)
+			return
+		}
+		close(done)
+	}()
+}
+
+// read serves the worker's messages until the connection ends (false) or
+// the reader is paused (true).
+func (pr *process) read() (paused bool) {
 	for {
 		h, m, _, err := pr.conn.Recv()
 		if err != nil {
+			pr.mu.Lock()
+			pausing := pr.pausing
+			pr.mu.Unlock()
+			if pausing && errors.Is(err, os.ErrDeadlineExceeded) {
+				return true
+			}
 			if wire.IsProtocol(err) {
 				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: %v", err))
 			} else {
 				pr.ended("connection closed: " + err.Error())
 			}
-			return
+			return false
 		}
 		switch m := m.(type) {
 		case *wire.Reply:
@@ -175,22 +232,22 @@ func (pr *process) read() {
 			pr.mu.Unlock()
 			if !ok {
 				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: reply to request %d, which is not waiting", h.ID))
-				return
+				return false
 			}
 			ch <- m
 		case *wire.Turn:
 			if err := pr.turn(h.ID, m); err != nil {
 				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: %v", err))
-				return
+				return false
 			}
 		case *wire.TurnRelease:
 			if err := pr.release(m); err != nil {
 				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: %v", err))
-				return
+				return false
 			}
 		default:
 			pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: the worker sent %v, a main-process message", m.Type()))
-			return
+			return false
 		}
 	}
 }
@@ -201,6 +258,15 @@ func (pr *process) turn(id uint32, m *wire.Turn) error {
 	if _, busy := pr.turns[m.Turn]; busy {
 		pr.mu.Unlock()
 		return fmt.Errorf("turn %d asked for while in progress", m.Turn)
+	}
+	if pr.deferTurn {
+		if len(pr.deferred) >= handover.MaxItems {
+			pr.mu.Unlock()
+			return fmt.Errorf("%d turns asked for at once", len(pr.deferred))
+		}
+		pr.deferred = append(pr.deferred, handover.Turn{ID: id, Turn: m.Turn, Slot: m.Slot, Kind: uint8(m.Kind), Cost: int64(m.Cost)})
+		pr.mu.Unlock()
+		return nil
 	}
 	inst := pr.slots[m.Slot]
 	if inst == nil {
@@ -227,8 +293,14 @@ func (pr *process) turn(id uint32, m *wire.Turn) error {
 		go pr.reply(id, abi.StatusOK, "", (&wire.TurnGrant{}).EncodeBody())
 		return nil
 	}
+	pr.mu.Lock()
+	pr.acquiring++
+	pr.mu.Unlock()
 	go func() {
 		budget, release, err := pr.sched.Acquire(pr.ctx, inst.cfg.ID, m.Cost)
+		pr.mu.Lock()
+		pr.acquiring--
+		pr.mu.Unlock()
 		if err != nil {
 			pr.mu.Lock()
 			delete(pr.turns, m.Turn)
@@ -285,6 +357,10 @@ func (pr *process) call(ctx context.Context, m wire.Msg, fds ...int) (*wire.Repl
 		pr.mu.Unlock()
 		return nil, fmt.Errorf("%v: %w", m.Type(), ErrLost)
 	}
+	if pr.noCalls {
+		pr.mu.Unlock()
+		return nil, fmt.Errorf("%v: %w", m.Type(), ErrUpgrading)
+	}
 	pr.nextID++
 	id := pr.nextID
 	pr.pending[id] = ch
@@ -337,7 +413,7 @@ func (pr *process) kill(cause, reason string) {
 	if first {
 		pr.log.Warn("ending worker", "reason", reason)
 	}
-	_ = pr.cmd.Process.Signal(syscall.SIGKILL)
+	_ = pr.os.Kill()
 	pr.conn.Close()
 }
 
@@ -374,9 +450,9 @@ func (pr *process) reap(readDone, logsDone <-chan struct{}, cacheDir string) {
 	pr.mu.Unlock()
 	if !stopping {
 		// The connection failed: the process must not outlive it.
-		_ = pr.cmd.Process.Signal(syscall.SIGKILL)
+		_ = pr.os.Kill()
 	}
-	err := pr.cmd.Wait()
+	err := pr.os.Wait()
 	<-logsDone
 	pr.conn.Close()
 	pr.mu.Lock()
@@ -415,6 +491,9 @@ func (pr *process) reap(readDone, logsDone <-chan struct{}, cacheDir string) {
 
 // exitStatus describes how a process ended.
 func exitStatus(err error) string {
+	if errors.Is(err, errAdopted) {
+		return "exit status unknown (adopted in an upgrade)"
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -442,7 +521,6 @@ func exitCause(err error) string {
 // relayLogs copies the worker's JSON log lines into the main log,
 // attributed to the worker, cut and rate-limited.
 func (pr *process) relayLogs(r *os.File) {
-	defer r.Close()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), 64<<10)
 	window, n := time.Now(), 0

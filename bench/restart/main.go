@@ -8,15 +8,21 @@
 // reattach: restart the VM (QEMU killed, a new one booted, the job started
 // from scratch), from the kill of QEMU to the same progress line.
 //
+// Before the kill, each run upgrades vgpud in place (vgpuctl upgrade,
+// docs/upgrade.md): nothing is lost, and the figure is the guest-visible
+// pause, the longest step of the job (launch to finish, timed in the
+// guest) in the window of ten steps that holds the upgrade, against the
+// longest step of windows without one in the same run.
+//
 //	go run ./bench/restart [-runs 3]
 //
 // It needs the guest kernel (make kernel), QEMU with x-pci-proxy-dev and
-// PoCL; it builds vgpud, vgpuctl and the guest image itself. An in-place
-// upgrade (nothing lost) is not built yet (issue 15).
+// PoCL; it builds vgpud, vgpuctl and the guest image itself.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +33,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -59,6 +66,22 @@ type env struct {
 // sample is one run's figures.
 type sample struct {
 	ready, reattach, outage, baseline time.Duration
+	// The upgrade in place: the longest guest step in the window that
+	// held it and in windows without one; vgpud's own pause and the
+	// upgrade's whole time (vgpuctl's report).
+	upLongest, calmLongest, upPaused, upTook time.Duration
+}
+
+var longestRE = regexp.MustCompile(` longest=([0-9]+)us`)
+
+// longest is the longest step a progress line reports.
+func longest(line string) (time.Duration, error) {
+	m := longestRE.FindStringSubmatch(line)
+	if m == nil {
+		return 0, fmt.Errorf("progress line %q has no longest step", line)
+	}
+	us, err := strconv.ParseInt(m[1], 10, 64)
+	return time.Duration(us) * time.Microsecond, err
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -140,9 +163,59 @@ func (e *env) once(ctx context.Context) (sample, error) {
 	defer func() { vm.Kill() }()
 	// The job's first progress lines, consumed so that the next "step 10/"
 	// is the restarted job's.
-	for _, l := range []string{"ITERATE step 10/", "ITERATE step 20/"} {
-		if _, err := vm.WaitLine(ctx, l); err != nil {
+	var calm []time.Duration
+	for _, l := range []string{"ITERATE step 10/", "ITERATE step 20/", "ITERATE step 30/"} {
+		line, err := vm.WaitLine(ctx, l)
+		if err != nil {
 			return s, fmt.Errorf("the job did not start: %w", err)
+		}
+		if l != "ITERATE step 10/" { // the first window warms up
+			d, err := longest(line)
+			if err != nil {
+				return s, err
+			}
+			calm = append(calm, d)
+		}
+	}
+	// vgpud is upgraded in place under the job.
+	out, err := e.d.Ctl(ctx, "upgrade", "-json")
+	if err != nil {
+		return s, fmt.Errorf("vgpuctl upgrade: %w: %s", err, out)
+	}
+	var rep struct {
+		Paused time.Duration `json:"paused_ns"`
+		Took   time.Duration `json:"took_ns"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		return s, fmt.Errorf("vgpuctl upgrade: %w: %s", err, out)
+	}
+	s.upPaused, s.upTook = rep.Paused, rep.Took
+	for _, l := range []string{"ITERATE step 40/", "ITERATE step 50/"} {
+		line, err := vm.WaitLine(ctx, l)
+		if err != nil {
+			return s, fmt.Errorf("the job did not go on after the upgrade: %w", err)
+		}
+		d, err := longest(line)
+		if err != nil {
+			return s, err
+		}
+		s.upLongest = max(s.upLongest, d)
+	}
+	for _, l := range []string{"ITERATE step 60/", "ITERATE step 70/"} {
+		line, err := vm.WaitLine(ctx, l)
+		if err != nil {
+			return s, err
+		}
+		d, err := longest(line)
+		if err != nil {
+			return s, err
+		}
+		calm = append(calm, d)
+	}
+	s.calmLongest = stats.Median(calm)
+	for _, l := range vm.Lines() {
+		if strings.Contains(l, "ITERATE LOST") || strings.Contains(l, "ITERATE FAIL") {
+			return s, fmt.Errorf("the guest saw an error across the upgrade: %q", l)
 		}
 	}
 	// vgpud dies; a new one reattaches the VM.
@@ -204,4 +277,16 @@ func printTable(ctx context.Context, w io.Writer, ss []sample) {
 	t.Note("guest outage: from the kill to the job's first progress line on the device (the job starts over either way: the device state is lost).")
 	t.Note("vgpud ready: the new daemon's ready line (state restored); reattach: its device_del + device_add + the agent's answer (log field took).")
 	t.Print(w)
+	fmt.Fprintln(w)
+	up, calm := col(func(s sample) time.Duration { return s.upLongest }), col(func(s sample) time.Duration { return s.calmLongest })
+	paused, took := col(func(s sample) time.Duration { return s.upPaused }), col(func(s sample) time.Duration { return s.upTook })
+	u := &table.Table{
+		Title:  "A guest's pause when vgpud is upgraded in place (vgpuctl upgrade) under its job",
+		Header: []string{"window of 10 steps", "longest guest step", "vs steps without", "vgpud paused", "upgrade took"},
+	}
+	u.Add("holding the upgrade", ms(up), fmt.Sprintf("%.2fx", float64(up)/float64(calm)), ms(paused), ms(took))
+	u.Add("baseline: no upgrade (same run)", ms(calm), "1.00x", "-", "-")
+	u.Note("longest guest step: launch to finish, timed in the guest (vgpu-iterate longest=); the upgrade's pause is the step it lands in, less the step's own time.")
+	u.Note("vgpud paused: from the old process's pause to its commit (the new one then serves); upgrade took: from vgpuctl's request, the new process's start (runtime, OpenCL devices) included, which the guest does not see.")
+	u.Print(w)
 }

@@ -30,3 +30,13 @@ func TestPrintTable(t *testing.T) {
 		}
 	}
 }
+
+func TestLongest(t *testing.T) {
+	d, err := longest("ITERATE step 40/1000000000 device=pthread-x cus=2 longest=48211us")
+	if err != nil || d != 48211*time.Microsecond {
+		t.Errorf("longest = %v, %v", d, err)
+	}
+	if _, err := longest("ITERATE step 40/10 device=x cus=2"); err == nil {
+		t.Error("a line without longest= parsed")
+	}
+}

@@ -55,6 +55,10 @@ commands:
                                 give libvirt domain DOMAIN the instance's vGPU (a shut-off
                                 domain is started) and name it in the domain's metadata,
                                 so that vgpud -libvirt plugs it from then on (docs/operating.md)
+  upgrade [-binary PATH] [-json]
+                                upgrade vgpud in place: start the new binary and
+                                hand it every socket, connection and worker; the
+                                guests see a pause, not an error (docs/upgrade.md)
   help [COMMAND]                this text (or COMMAND's lines of it)
 `
 
@@ -131,6 +135,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return reattachCmd(ctx, c, rest, stdout, stderr)
 	case "attach":
 		return attachCmd(ctx, c, rest, stdout, stderr)
+	case "upgrade":
+		return upgradeCmd(ctx, c, rest, stdout, stderr)
 	}
 	fs.Usage()
 	return fmt.Errorf("unknown command %q", cmd)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,11 +23,7 @@ type metricsServer struct {
 	served chan error
 }
 
-func startMetrics(addr string, m *mdev.Manager, log *slog.Logger) (*metricsServer, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
+func startMetrics(l net.Listener, m *mdev.Manager, log *slog.Logger) *metricsServer {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(m))
 	s := &metricsServer{
@@ -38,7 +33,7 @@ func startMetrics(addr string, m *mdev.Manager, log *slog.Logger) (*metricsServe
 	}
 	go func() { s.served <- s.srv.Serve(l) }()
 	log.Info("serving metrics", "addr", "http://"+l.Addr().String()+"/metrics")
-	return s, nil
+	return s
 }
 
 // stop shuts the server down gracefully within ctx.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -28,10 +29,11 @@ func TestMetricsServer(t *testing.T) {
 	if _, err := m.Create(mdev.CreateRequest{Profile: "vgpu-small"}); err != nil {
 		t.Fatal(err)
 	}
-	s, err := startMetrics("127.0.0.1:0", m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := startMetrics(l, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	hc := &http.Client{Transport: &http.Transport{}}
 	resp, err := hc.Get("http://" + s.addr.String() + "/metrics")
 	if err != nil {
@@ -50,8 +52,5 @@ func TestMetricsServer(t *testing.T) {
 	}
 	if err := s.stop(context.Background()); err != nil {
 		t.Errorf("stop() = %v", err)
-	}
-	if _, err := startMetrics("256.0.0.1:1", m, slog.Default()); err == nil {
-		t.Errorf("startMetrics(bad address) = nil error")
 	}
 }

@@ -12,9 +12,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/vgpud/vgpud/gpu"
@@ -188,13 +190,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(cfg.Devices) == 0 {
 		cfg.Devices = []string{""}
 	}
+	// Started by an upgrade in place: the old vgpud hands everything over.
+	in, err := receiveHandover(log)
+	if err != nil {
+		return err
+	}
 	// One daemon per run directory: a second one would take over the
 	// control socket and leave the first running unmanaged.
 	if err := os.MkdirAll(cfg.RunDir, 0o700); err != nil {
 		return err
 	}
-	lock, err := runstate.Acquire(cfg.RunDir)
-	if err != nil {
+	var lock *runstate.Lock
+	if in != nil {
+		lock, err = runstate.AdoptLock(in.tab.Take(in.st.Lock))
+		if err != nil {
+			in.fail(err)
+		}
+	} else if lock, err = runstate.Acquire(cfg.RunDir); err != nil {
 		return err
 	}
 	defer lock.Release()
@@ -203,6 +215,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// overwrite it.
 	state, haveState, err := runstate.Load(cfg.RunDir)
 	if err != nil {
+		in.failIf(err)
 		return fmt.Errorf("%w (fix it, or move it away to start with no instances)", err)
 	}
 	store := runstate.NewStore(cfg.RunDir, log)
@@ -216,13 +229,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, sel := range cfg.Devices {
 		d, err := gpu.Open(sel)
 		if err != nil {
+			in.failIf(err)
 			return fmt.Errorf("device %q: %w", sel, err)
 		}
 		log.Info("device opened", "device", gpu.Describe(d.Info()))
 		devs = append(devs, d)
 	}
 
+	var adopt *mdev.Adoption
+	if in != nil {
+		adopt = &mdev.Adoption{State: in.st, FDs: in.tab}
+	}
 	m, err := mdev.NewManager(mdev.Config{
+		Adopt:     adopt,
 		Devices:   devs,
 		Profiles:  cfg.Profiles,
 		SocketDir: filepath.Join(cfg.RunDir, "instances"),
@@ -233,9 +252,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		OnChange:  store.Changed,
 	})
 	if err != nil {
+		in.failIf(err)
 		return err
 	}
-	defer m.Close()
+	upgraded := false
+	defer func() {
+		if !upgraded { // handed over: the new process serves all of it
+			m.Close()
+		}
+	}()
 	var kept []runstate.Instance
 	if haveState {
 		// The state file is the record of what the operator made; the
@@ -243,6 +268,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// (or, with an explicit UUID, when the state lacks them).
 		var rerr error
 		kept, rerr = runstate.Restore(m, state)
+		if rerr != nil && in != nil {
+			in.fail(fmt.Errorf("restore the instances handed over: %w", rerr))
+		}
 		if rerr != nil {
 			log.Error("some of the run directory's state could not be restored; the records are kept", "err", rerr, "kept", len(kept))
 		}
@@ -257,54 +285,119 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if err := store.Attach(m, kept); err != nil {
+		in.failIf(err)
 		return fmt.Errorf("run directory state: %w", err)
 	}
-	if haveState && *reattach {
-		defer reattachRunning(ctx, m, log)()
-	}
-	// vgpuctl attach -libvirt works with virsh's default connection when
-	// no -libvirt is given; with one, its domains are also watched.
-	att := &libvirt.Attacher{Manager: m, Virsh: libvirt.Exec{URI: cfg.Libvirt}, Logger: log.With("libvirt", cfg.Libvirt)}
-	if cfg.Libvirt != "" {
-		defer watchLibvirt(ctx, att, cfg.Libvirt)()
-	}
-
 	sock := filepath.Join(cfg.RunDir, "control.sock")
-	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	handed := func(name string) net.Listener {
+		l, err := in.listener(name)
+		if err != nil {
+			in.fail(err)
+		}
+		return l
 	}
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		return err
-	}
-	if err := os.Chmod(sock, 0o600); err != nil {
-		l.Close()
-		return err
-	}
-	var ms *metricsServer
-	if *metricsAt != "" {
-		if ms, err = startMetrics(*metricsAt, m, log); err != nil {
+	l := handed("control")
+	if l == nil {
+		if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if l, err = net.Listen("unix", sock); err != nil {
+			return err
+		}
+		if err := os.Chmod(sock, 0o600); err != nil {
 			l.Close()
 			return err
 		}
 	}
-	handlerOpts := []control.Option{control.WithLibvirt(att)}
+	metricsL, migL := handed("metrics"), handed("migrate")
+	if in != nil {
+		// Everything is built; nothing is served yet. Once the old
+		// process commits, this one serves it all.
+		in.ready()
+		if err := m.Start(); err != nil {
+			log.Error("upgrade: adopted with errors", "err", err)
+		}
+		log.Info("upgrade: serving what the old vgpud handed over", "from_pid", in.st.From, "instances", len(m.List()))
+	}
+	if haveState && *reattach && in == nil {
+		defer reattachRunning(ctx, m, log)()
+	}
+	// vgpuctl attach -libvirt works with virsh's default connection when
+	// no -libvirt is given; with one, its domains are also watched (after
+	// an upgrade in place too: the domains' vGPUs are attached already).
+	att := &libvirt.Attacher{Manager: m, Virsh: libvirt.Exec{URI: cfg.Libvirt}, Logger: log.With("libvirt", cfg.Libvirt)}
+	if cfg.Libvirt != "" {
+		defer watchLibvirt(ctx, att, cfg.Libvirt)()
+	}
+	listeners := map[string]*pausable{}
+	pl := newPausable(l)
+	listeners["control"] = pl
+	var ms *metricsServer
+	if *metricsAt != "" || metricsL != nil {
+		if metricsL == nil {
+			if metricsL, err = net.Listen("tcp", *metricsAt); err != nil {
+				l.Close()
+				return fmt.Errorf("metrics: %w", err)
+			}
+		}
+		mp := newPausable(metricsL)
+		listeners["metrics"] = mp
+		ms = startMetrics(mp, m, log)
+	}
+	gate := &control.Gate{}
+	stdoutF, _ := stdout.(*os.File)
+	stderrF, _ := stderr.(*os.File)
+	up := &upgrader{log: log, m: m, lock: lock, gate: gate, listeners: listeners, args: args,
+		stdout: stdoutF, stderr: stderrF, exit: make(chan struct{})}
+	handlerOpts := []control.Option{control.WithUpgrade(up.upgrade, gate), control.WithLibvirt(att)}
 	if migTLSConf != nil {
 		handlerOpts = append(handlerOpts, control.WithMigration(migTLSConf))
 	}
 	srv := &http.Server{Handler: control.Handler(m, handlerOpts...), ReadHeaderTimeout: 10 * time.Second}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	hupDone := make(chan struct{})
+	var hupWG sync.WaitGroup
+	defer func() {
+		signal.Stop(hup)
+		close(hupDone)
+		hupWG.Wait()
+	}()
+	hupWG.Add(1)
+	go func() {
+		defer hupWG.Done()
+		for {
+			select {
+			case <-hupDone:
+				return
+			case <-hup:
+			}
+			if rep, after, err := up.upgrade(ctx, ""); err != nil {
+				log.Error("upgrade on SIGHUP", "err", err)
+			} else {
+				log.Info("upgraded on SIGHUP", "new_pid", rep.NewPID, "paused", rep.Paused)
+				after()
+				return
+			}
+		}
+	}()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
+	go func() { served <- srv.Serve(pl) }()
 	migDone := make(chan error, 1)
 	migCtx, stopMig := context.WithCancel(ctx)
 	defer stopMig()
 	migAddr := ""
-	if cfg.MigrateListen != "" {
-		ml, err := net.Listen("tcp", cfg.MigrateListen)
-		if err != nil {
-			l.Close()
-			return fmt.Errorf("migrate listen: %w", err)
+	if cfg.MigrateListen != "" || migL != nil {
+		ml := migL
+		if ml == nil {
+			if ml, err = net.Listen("tcp", cfg.MigrateListen); err != nil {
+				l.Close()
+				return fmt.Errorf("migrate listen: %w", err)
+			}
 		}
+		mp := newPausable(ml)
+		listeners["migrate"] = mp
+		ml = mp
 		migAddr = ml.Addr().String()
 		log.Info("receiving migrations", "addr", migAddr)
 		dst := &migrate.Destination{Manager: m, TLS: migTLSConf, Logger: log}
@@ -323,6 +416,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout, ready)
 
 	select {
+	case <-up.exit:
+		// Handed over: the new process serves every socket, connection
+		// and worker; closing or removing anything here would take it
+		// from it, and releasing the devices may wait on the OpenCL
+		// runtime: exit now, as a crash would, which frees only this
+		// process's own copies.
+		upgraded = true
+		log.Info("upgrade: exiting")
+		exitNow(0)
+		return errUpgraded
 	case <-ctx.Done():
 		log.Info("shutting down: telling the guests, draining fetched commands", "drain", *stopDrain)
 		rep := m.Drain(context.Background(), *stopDrain)

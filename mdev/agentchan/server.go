@@ -96,6 +96,11 @@ type Server struct {
 	pending *request // the migration request waiting for its answer (migrate.go)
 	cookie  uint64
 	helloed chan struct{} // closed (and replaced) when a peer's Hello arrives
+	// An upgrade in place (handover.go): paused, the accept loop and
+	// the connection's loops stop, keeping the sockets open.
+	paused  bool
+	resumed chan struct{} // closed by Resume
+	adopted *adoptedConn  // a connection handed over, started by Serve
 }
 
 // Listen creates the socket at cfg.Path (replacing a stale one) and
@@ -202,6 +207,14 @@ func (s *Server) setWatch(index uint32) {
 func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
+	s.mu.Lock()
+	if a := s.adopted; a != nil {
+		s.adopted = nil
+		s.mu.Unlock()
+		s.startConn(a.nc, a.unread, true)
+	} else {
+		s.mu.Unlock()
+	}
 	for {
 		nc, err := accept.Retry(ctx, s.l.AcceptUnix, func(err error, delay time.Duration) {
 			if s.cfg.OnAcceptRetry != nil {
@@ -211,8 +224,16 @@ func (s *Server) Serve(ctx context.Context) error {
 		})
 		if err != nil {
 			s.mu.Lock()
-			closed := s.closed
+			closed, paused, resumed := s.closed, s.paused, s.resumed
 			s.mu.Unlock()
+			if paused && !closed && errors.Is(err, os.ErrDeadlineExceeded) {
+				select {
+				case <-resumed:
+					continue
+				case <-ctx.Done():
+					continue // Close ran: the next accept says so
+				}
+			}
 			if closed {
 				s.wg.Wait()
 				return ErrServerClosed
@@ -224,15 +245,20 @@ func (s *Server) Serve(ctx context.Context) error {
 }
 
 // start replaces the current connection with nc.
-func (s *Server) start(nc *net.UnixConn) {
+func (s *Server) start(nc *net.UnixConn) { s.startConn(nc, nil, false) }
+
+// startConn starts serving nc; adopted, it was handed over by an earlier
+// vgpud, which had read unread of a frame begun on it.
+func (s *Server) startConn(nc *net.UnixConn, unread []byte, adopted bool) {
 	pid, err := peerPID(nc)
 	if err != nil {
 		s.log.Warn("peer credentials", "err", err)
 	}
 	c := &conn{s: s, nc: nc, pid: pid, wake: make(chan struct{}, 1), done: make(chan struct{}), pongs: make(chan uint64, maxPongs),
-		asks: make(chan agentmsg.Message, 4)}
+		asks: make(chan agentmsg.Message, 4), in: &frameReader{r: nc, unread: unread}, pause: make(chan struct{})}
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || s.paused {
+		// Paused: QEMU reconnects to whichever vgpud serves next.
 		s.mu.Unlock()
 		nc.Close()
 		return
@@ -243,16 +269,26 @@ func (s *Server) start(nc *net.UnixConn) {
 	if old != nil {
 		old.close()
 	}
-	s.watch.Store(0)
+	if !adopted {
+		s.watch.Store(0)
+	}
 	s.stats.Connections.Add(1)
 	s.log.Info("agent channel connected", "peer_pid", pid)
-	s.wg.Add(2)
+	c.run()
+}
+
+// run starts the connection's reader and writer.
+func (c *conn) run() {
+	c.loops.Add(2)
+	c.s.wg.Add(2)
 	go func() {
-		defer s.wg.Done()
+		defer c.s.wg.Done()
+		defer c.loops.Done()
 		c.readLoop()
 	}()
 	go func() {
-		defer s.wg.Done()
+		defer c.s.wg.Done()
+		defer c.loops.Done()
 		c.writeLoop()
 	}()
 }
@@ -303,6 +339,14 @@ type conn struct {
 	done     chan struct{} // closed by close
 	once     sync.Once
 
+	in      *frameReader
+	pause   chan struct{}  // closed to stop both loops for a handover
+	pausing atomic.Bool    // the loops return without closing
+	loops   sync.WaitGroup // the reader and the writer
+	// The writer's own, kept across a pause: its first Hello went out;
+	// it answered the agent's Hello with the negotiated version.
+	sentHello, answered bool
+
 	// Set by the reader, consumed by the writer.
 	hello   atomic.Bool // Hello received: the writer may answer it
 	version atomic.Uint32
@@ -326,12 +370,16 @@ func (c *conn) close() {
 }
 
 func (c *conn) readLoop() {
-	defer c.close()
-	r := agentmsg.NewReader(c.nc)
+	r := agentmsg.NewReader(c.in)
 	log := c.s.log
 	for {
+		c.in.mark()
 		m, err := r.Read()
 		if err != nil {
+			if c.pausing.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+				return // the frame begun stays in c.in (handover.go)
+			}
+			c.close()
 			if errors.Is(err, agentmsg.ErrMalformed) {
 				c.s.stats.Malformed.Add(1)
 				log.Warn("agent channel: bad frame, dropping the connection", "err", err)
@@ -352,6 +400,7 @@ func (c *conn) readLoop() {
 			v, err := agentmsg.Negotiate(m)
 			if err != nil {
 				log.Warn("agent channel: hello", "ident", m.Ident, "err", err)
+				c.close()
 				return
 			}
 			c.version.Store(uint32(v))
@@ -399,23 +448,26 @@ func (c *conn) features() uint32 {
 }
 
 func (c *conn) writeLoop() {
-	defer c.close()
 	t := time.NewTicker(c.s.cfg.HintEvery)
 	defer t.Stop()
-	greeted := false
 	var buf []byte
 	// Greet first: a guest agent whose VM arrived by migration (or whose
-	// host restarted without its port closing) still believes it is
-	// connected and greets again only when it gets a Hello
-	// (docs/agent-channel.md "Versioning").
-	if !c.write(agentmsg.Marshal(&agentmsg.Hello{MinVersion: agentmsg.MinVersion, MaxVersion: agentmsg.Version,
+	// host restarted without its port closing, or whose vgpud was
+	// upgraded in place) still believes it is connected and greets again
+	// only when it gets a Hello (docs/agent-channel.md "Versioning").
+	if !c.sentHello && !c.write(agentmsg.Marshal(&agentmsg.Hello{MinVersion: agentmsg.MinVersion, MaxVersion: agentmsg.Version,
 		Features: c.features(), Ident: c.s.cfg.Ident})) {
+		c.close()
 		return
 	}
+	c.sentHello = true
 	for {
 		hint := false
 		select {
+		case <-c.pause:
+			return
 		case <-c.done:
+			c.close()
 			return
 		case <-c.wake:
 		case <-t.C:
@@ -425,10 +477,10 @@ func (c *conn) writeLoop() {
 			continue
 		}
 		buf = buf[:0]
-		if !greeted {
+		if !c.answered {
 			v := uint16(c.version.Load())
 			buf = agentmsg.Append(buf, &agentmsg.Hello{MinVersion: v, MaxVersion: v, Features: c.features(), Ident: c.s.cfg.Ident})
-			greeted, hint = true, true
+			c.answered, hint = true, true
 		}
 		// A wake may be a satisfied watch: say how far the ring is. An
 		// extra Completed is harmless (the guest re-checks its memory).
@@ -458,6 +510,7 @@ func (c *conn) writeLoop() {
 			continue
 		}
 		if !c.write(buf) {
+			c.close()
 			return
 		}
 	}

@@ -23,6 +23,8 @@ type Option func(*options)
 type options struct {
 	migrateTLS *migrate.TLS
 	libvirt    *libvirt.Attacher
+	upgrade    Upgrader
+	gate       *Gate
 }
 
 // WithMigration enables POST /v1/instances/{uuid}/migrate, whose channel
@@ -85,6 +87,12 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	handleMigrate(mux, m, o.migrateTLS)
 	handleReattach(mux, m)
 	handleAttach(mux, o.libvirt)
+	if o.upgrade != nil {
+		handleUpgrade(mux, o.upgrade)
+	}
+	if o.gate != nil {
+		return gated(o.gate, mux)
+	}
 	return mux
 }
 

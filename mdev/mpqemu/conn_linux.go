@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -23,6 +25,9 @@ var (
 	ErrClosed = errors.New("mpqemu connection closed")
 	// ErrNoIRQ is returned by RaiseIRQ before QEMU sent SET_IRQFD.
 	ErrNoIRQ = errors.New("mpqemu: no irqfd")
+	// ErrPaused is returned by Serve after Pause, between two messages;
+	// the connection stays open and Serve may be called again.
+	ErrPaused = errors.New("mpqemu connection paused")
 )
 
 // MemoryMap receives the guest-RAM map SYNC_SYSMEM announces: a
@@ -54,6 +59,7 @@ type Conn struct {
 	wire *Wire
 
 	serving   atomic.Bool
+	pausing   atomic.Bool
 	closed    atomic.Bool
 	closeOnce sync.Once
 
@@ -89,7 +95,7 @@ func NewConn(conn *net.UnixConn, dev *mmio.Device, cs *mmio.ConfigSpace, mem Mem
 // malformed message arrives (an error wrapping ErrProtocol, logged). On
 // return the connection and every fd the Conn holds are closed; the
 // guestmem.Map stays with its owner. Serve may be called once.
-func (c *Conn) Serve(ctx context.Context) error {
+func (c *Conn) Serve(ctx context.Context) (err error) {
 	if !c.serving.CompareAndSwap(false, true) {
 		return errors.New("mpqemu: Serve called twice")
 	}
@@ -102,14 +108,23 @@ func (c *Conn) Serve(ctx context.Context) error {
 		if !stop() {
 			<-done
 		}
+		if errors.Is(err, ErrPaused) {
+			c.serving.Store(false)
+			return
+		}
 		c.Close()
 	}()
 	for {
+		if c.pausing.Load() {
+			c.conn.SetReadDeadline(time.Unix(1, 0))
+		}
 		err := c.serveOne()
 		if err == nil {
 			continue
 		}
 		switch {
+		case c.pausing.Load() && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !c.closed.Load():
+			return ErrPaused
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case c.closed.Load():
@@ -305,6 +320,50 @@ func (r *resampler) shutdown() {
 	unix.Write(r.stop, one[:]) // cannot fail short of a closed fd: the counter is far from full
 	<-r.done
 	unix.Close(r.stop)
+}
+
+// Pause makes Serve return ErrPaused before it reads the next message
+// (an upgrade in place: docs/upgrade.md); the message then waits in the
+// socket for whoever serves it next. Resume undoes it.
+func (c *Conn) Pause() {
+	c.pausing.Store(true)
+	c.conn.SetReadDeadline(time.Unix(1, 0))
+}
+
+// Resume clears a Pause; call Serve again.
+func (c *Conn) Resume() {
+	c.pausing.Store(false)
+	c.conn.SetReadDeadline(time.Time{})
+}
+
+// FDs returns the descriptors of a paused Conn, still its own: the
+// connection, the irqfd and the resample eventfd (-1 when QEMU sent none).
+func (c *Conn) FDs() (conn, irq, resample int, err error) {
+	rc, err := c.conn.SyscallConn()
+	if err != nil {
+		return -1, -1, -1, err
+	}
+	conn = -1
+	if err := rc.Control(func(u uintptr) { conn = int(u) }); err != nil {
+		return -1, -1, -1, err
+	}
+	c.irqMu.Lock()
+	defer c.irqMu.Unlock()
+	return conn, c.irqFD, c.resampleFD, nil
+}
+
+// AdoptIRQ takes the irqfd and resample eventfd an earlier vgpud had
+// from QEMU for this connection (as SET_IRQFD would give them).
+func (c *Conn) AdoptIRQ(irq, resample int) {
+	if irq < 0 || resample < 0 {
+		for _, fd := range []int{irq, resample} {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+		return
+	}
+	c.setIRQFD(irq, resample)
 }
 
 // RaiseIRQ asserts the device's INTx by signalling the irqfd QEMU sent.

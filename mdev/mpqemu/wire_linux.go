@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -55,6 +57,12 @@ func (w *Wire) Read() (Msg, error) {
 			return fail(protoErr("control data truncated: more than %d fds", MaxFDs))
 		}
 		n += k
+		if err != nil && n > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+			// A pause (Conn.Pause) between the bytes of one message:
+			// finish the message, pause before the next.
+			w.conn.SetReadDeadline(time.Time{})
+			continue
+		}
 		if err != nil {
 			if n > 0 && errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
@@ -73,7 +81,7 @@ func (w *Wire) Read() (Msg, error) {
 		return fail(err)
 	}
 	p := w.payload[:size]
-	if _, err := io.ReadFull(w.conn, p); err != nil {
+	if _, err := io.ReadFull(noDeadline{w.conn}, p); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
@@ -86,6 +94,22 @@ func (w *Wire) Read() (Msg, error) {
 }
 
 // parseRights returns the fds of every SCM_RIGHTS message in oob.
+// noDeadline reads the rest of a message whatever its deadline: a pause
+// never splits a message.
+type noDeadline struct{ c *net.UnixConn }
+
+func (r noDeadline) Read(p []byte) (int, error) {
+	n, err := r.c.Read(p)
+	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		r.c.SetReadDeadline(time.Time{})
+		return r.c.Read(p)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = nil
+	}
+	return n, err
+}
+
 func parseRights(oob []byte) ([]int, error) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {

@@ -60,3 +60,24 @@ func (l *Lock) Release() error {
 	l.f = nil
 	return err
 }
+
+// AdoptLock takes over the lock an earlier vgpud handed over in an
+// upgrade in place (its open file carries the flock) and writes this
+// process's PID into it.
+func AdoptLock(fd int) (*Lock, error) {
+	if fd < 0 {
+		return nil, errors.New("adopt run directory lock: no descriptor handed over")
+	}
+	f := os.NewFile(uintptr(fd), LockFile)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("adopt run directory lock: %w", err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &Lock{f: f}, nil
+}
+
+// Fd is the lock file's descriptor (to hand over).
+func (l *Lock) Fd() int { return int(l.f.Fd()) }

@@ -10,10 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/mdev/runstate"
 	"github.com/vgpud/vgpud/migrate"
 )
 
@@ -144,11 +148,59 @@ func (d *Daemon) Logs() string {
 	return string(b)
 }
 
+// PID is the process id of the vgpud holding the run directory now (an
+// upgrade in place replaces the one StartDaemon started), from its lock
+// file; 0 if none.
+func (d *Daemon) PID() int {
+	b, err := os.ReadFile(filepath.Join(d.RunDir, runstate.LockFile))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// successor is the PID of the vgpud that took over the run directory
+// from the one StartDaemon started (an upgrade in place), or 0.
+func (d *Daemon) successor() int {
+	if pid := d.PID(); pid > 0 && pid != d.cmd.Process.Pid {
+		return pid
+	}
+	return 0
+}
+
+// signalPID sends sig to pid and waits (up to wait) for it to end; false
+// if it did not.
+func signalPID(pid int, sig syscall.Signal, wait time.Duration) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return true // gone already
+	}
+	defer unix.Close(fd)
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
+		return true
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, _ := unix.Poll(fds, int(wait.Milliseconds()))
+	return n > 0
+}
+
 // Stop interrupts the daemon and waits for it (at most 30 s, then it is
 // killed).
 func (d *Daemon) Stop() error {
 	if d.cmd == nil || d.cmd.Process == nil {
 		return nil
+	}
+	if pid := d.successor(); pid > 0 {
+		var err error
+		if !signalPID(pid, syscall.SIGINT, 30*time.Second) {
+			signalPID(pid, syscall.SIGKILL, 10*time.Second)
+			err = errors.New("vgpud did not stop in 30 s: killed")
+		}
+		d.cmd.Process.Kill() // it handed over: it is exiting anyway
+		derr := <-d.done
+		d.done <- derr
+		return err
 	}
 	d.cmd.Process.Signal(syscall.SIGINT)
 	select {
@@ -167,6 +219,9 @@ func (d *Daemon) Stop() error {
 func (d *Daemon) Kill() {
 	if d.cmd == nil || d.cmd.Process == nil {
 		return
+	}
+	if pid := d.successor(); pid > 0 {
+		signalPID(pid, syscall.SIGKILL, 10*time.Second)
 	}
 	d.cmd.Process.Kill()
 	err := <-d.done

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 
 	"github.com/vgpud/vgpud/worker/sandbox"
 	"github.com/vgpud/vgpud/worker/wire"
@@ -29,6 +30,9 @@ const ProtocolFD = 3
 
 func init() {
 	if os.Getenv(EnvWorker) == "1" {
+		// The protocol loop stays on the thread the process started on:
+		// its parent-death signal (wire.Parent) is that thread's.
+		runtime.LockOSThread()
 		os.Exit(Main())
 	}
 }

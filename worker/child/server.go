@@ -121,6 +121,12 @@ func (s *server) loop() error {
 			ch <- r
 			continue
 		}
+		if p, ok := m.(*wire.Parent); ok {
+			// The parent-death signal is the start thread's, where
+			// this loop runs in a worker process (init locks it).
+			s.parent(h.ID, p, fds)
+			continue
+		}
 		// Each request runs on its own goroutine: a handler may wait (an
 		// instance's close waits for its worker goroutine, which may wait
 		// for a turn this loop must deliver).
@@ -135,6 +141,18 @@ func (s *server) loop() error {
 				s.log.Warn("send reply", "err", err)
 			}
 		}()
+	}
+}
+
+// parent serves wire.Parent on the loop's own goroutine.
+func (s *server) parent(id uint32, p *wire.Parent, fds []int) {
+	closeFDs(fds)
+	r := &wire.Reply{Status: uint32(abi.StatusOK)}
+	if err := setParentDeath(p.Arm); err != nil {
+		r.Status, r.Msg = uint32(abi.StatusOf(err)), err.Error()
+	}
+	if err := s.conn.Send(id, r); err != nil && s.ctx.Err() == nil {
+		s.log.Warn("send reply", "err", err)
 	}
 }
 

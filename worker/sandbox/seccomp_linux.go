@@ -58,9 +58,10 @@ const cloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEW
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
 
 // prctlAllowed are the prctl operations a worker may use: naming
-// threads and mappings (the Go runtime, LLVM) and reading its own state.
+// threads and mappings (the Go runtime, LLVM), reading its own state, and
+// its parent-death signal (wire.Parent: an upgrade in place).
 var prctlAllowed = []uint64{
-	unix.PR_SET_NAME, unix.PR_GET_NAME, unix.PR_SET_VMA, unix.PR_GET_DUMPABLE,
+	unix.PR_SET_NAME, unix.PR_GET_NAME, unix.PR_SET_VMA, unix.PR_GET_DUMPABLE, unix.PR_SET_PDEATHSIG,
 	unix.PR_GET_NO_NEW_PRIVS, unix.PR_GET_SECCOMP, unix.PR_CAPBSET_READ,
 }
 

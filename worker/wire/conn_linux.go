@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -124,6 +125,13 @@ func (c *Conn) Recv() (Header, Msg, []int, error) {
 	}
 	return h, m, fds, nil
 }
+
+// SetReadDeadline bounds Recv: a Recv that times out returns an error
+// wrapping os.ErrDeadlineExceeded and has consumed nothing.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.c.SetReadDeadline(t) }
+
+// Raw returns the socket (to hand its descriptor over, docs/upgrade.md).
+func (c *Conn) Raw() *net.UnixConn { return c.c }
 
 // Close closes the connection; a Recv in progress returns an error.
 func (c *Conn) Close() error { return c.c.Close() }

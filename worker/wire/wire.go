@@ -61,14 +61,15 @@ const (
 	TypeInject      Type = 16 // main -> worker, 1 fd (a pipe's read end)
 	TypeFreeze      Type = 17 // main -> worker
 	TypeThaw        Type = 18 // main -> worker
-	numTypes             = 19
+	TypeParent      Type = 19 // main -> worker
+	numTypes             = 20
 )
 
 var typeNames = [numTypes]string{
 	TypeReply: "reply", TypeHello: "hello", TypeAdd: "add", TypeRemove: "remove", TypeMemory: "memory",
 	TypeEnable: "enable", TypeDisable: "disable", TypeReset: "reset", TypeQuota: "quota", TypeReuse: "reuse",
 	TypeBudget: "budget", TypeStats: "stats", TypeTurn: "turn", TypeTurnRelease: "turn-release",
-	TypeExtract: "extract", TypeInject: "inject", TypeFreeze: "freeze", TypeThaw: "thaw",
+	TypeExtract: "extract", TypeInject: "inject", TypeFreeze: "freeze", TypeThaw: "thaw", TypeParent: "parent",
 }
 
 func (t Type) String() string {
@@ -185,6 +186,8 @@ func newMsg(t Type) Msg {
 		return &Freeze{}
 	case TypeThaw:
 		return &Thaw{}
+	case TypeParent:
+		return &Parent{}
 	}
 	return nil
 }
@@ -643,6 +646,19 @@ func (*Freeze) Type() Type          { return TypeFreeze }
 func (*Freeze) fds() int            { return 0 }
 func (m *Freeze) encode(e *encoder) { e.u32(m.Slot) }
 func (m *Freeze) decode(d *decoder) { m.Slot = d.u32() }
+
+// Parent says whether the worker dies with the process that started it
+// (its parent-death signal). An upgrade in place (docs/upgrade.md) hands
+// the worker to a new main process: the old one disarms the signal
+// (Arm false) before it exits, and arms it again (Arm true) when the
+// handover is abandoned. Either way the worker still exits when its
+// protocol socket closes in every main process.
+type Parent struct{ Arm bool }
+
+func (*Parent) Type() Type          { return TypeParent }
+func (*Parent) fds() int            { return 0 }
+func (m *Parent) encode(e *encoder) { e.bool(m.Arm) }
+func (m *Parent) decode(d *decoder) { m.Arm = d.bool() }
 
 // Thaw lets a frozen ring fetch again. With Forget the worker also forgets
 // what earlier Extract rounds sent (a migration ended or was abandoned).

@@ -34,6 +34,7 @@ func samples() []Msg {
 		&Inject{Slot: 7},
 		&Freeze{Slot: 7},
 		&Thaw{Slot: 7, Forget: true},
+		&Parent{Arm: true},
 	}
 }
 

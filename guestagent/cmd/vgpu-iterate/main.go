@@ -179,9 +179,12 @@ func printable(s string) string {
 	}, s)
 }
 
-func progressLine(d *driver.Device, step, steps int) string {
+// progressLine says how far the job is and the longest step (launch to
+// finish, as the guest sees it) since the last line: a pause of the host
+// (an upgrade of vgpud in place) shows there.
+func progressLine(d *driver.Device, step, steps int, longest time.Duration) string {
 	in := d.Info()
-	return fmt.Sprintf("%sstep %d/%d device=%s cus=%d\n", Prefix, step, steps, printable(in.Name), in.ComputeUnits)
+	return fmt.Sprintf("%sstep %d/%d device=%s cus=%d longest=%dus\n", Prefix, step, steps, printable(in.Name), in.ComputeUnits, longest.Microseconds())
 }
 
 // errMismatch: the device's result is not the CPU's.
@@ -228,6 +231,7 @@ func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint
 	if err := d.Finish(); err != nil {
 		return 0, steps, fmt.Errorf("upload: %w", err)
 	}
+	var longest time.Duration
 	for s := range cfg.Steps {
 		if s > 0 && (cfg.Duration > 0 && time.Since(start) >= cfg.Duration ||
 			cfg.Migrations > 0 && cfg.Migrated != nil && int(cfg.Migrated.Load()) >= cfg.Migrations) {
@@ -235,6 +239,7 @@ func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint
 			break
 		}
 		in, res := bufs[s%2], bufs[(s+1)%2]
+		t0 := time.Now()
 		if err := d.Launch(p, Kernel, driver.Range1(uint64(cfg.N), 0), driver.BufferArg(in), driver.BufferArg(res), driver.Uint32Arg(stepKey(s))); err != nil {
 			return 0, steps, fmt.Errorf("step %d: %w", s+1, err)
 		}
@@ -244,10 +249,12 @@ func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint
 		if err := d.Finish(); err != nil {
 			return 0, steps, fmt.Errorf("step %d: %w", s+1, err)
 		}
+		longest = max(longest, time.Since(t0))
 		if cfg.Progress > 0 && (s+1)%cfg.Progress == 0 {
-			if _, err := io.WriteString(out, progressLine(d, s+1, cfg.Steps)); err != nil {
+			if _, err := io.WriteString(out, progressLine(d, s+1, cfg.Steps, longest)); err != nil {
 				return 0, steps, err
 			}
+			longest = 0
 		}
 		if cfg.Pace > 0 && s+1 < cfg.Steps {
 			t := time.NewTimer(cfg.Pace)

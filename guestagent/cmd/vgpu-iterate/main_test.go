@@ -150,7 +150,7 @@ func TestJob(t *testing.T) {
 				t.Errorf("%d launches, want %d", f.Launches, tt.cfg.Steps)
 			}
 			lines := strings.Count(out.String(), Prefix+"step ")
-			if lines != tt.lines || (lines > 0 && !strings.Contains(out.String(), "device=drivertest fake vgpu cus=2\n")) {
+			if lines != tt.lines || (lines > 0 && !strings.Contains(out.String(), "device=drivertest fake vgpu cus=2 longest=")) {
 				t.Errorf("job() printed %q, want %d progress lines", out.String(), tt.lines)
 			}
 			if f.Buffers() != 0 {
@@ -251,7 +251,7 @@ func (w *lineWriter) String() string {
 	return w.all.String()
 }
 
-var progressRE = regexp.MustCompile(`^ITERATE step (\d+)/(\d+) device=(.*) cus=(\d+)$`)
+var progressRE = regexp.MustCompile(`^ITERATE step (\d+)/(\d+) device=(.*) cus=(\d+) longest=\d+us$`)
 
 // TestJobAcrossMigration: the test suspends the device when the job
 // reports step 10 and resumes it on "another model" a little later; the
@@ -386,7 +386,7 @@ func TestRunMigratesThroughAgent(t *testing.T) {
 	for _, want := range []string{
 		"ITERATE quiesced\n",
 		"ITERATE resumed replugged=true device=Destination GPU cus=80\n",
-		"ITERATE step 40/40 device=Destination GPU cus=80\n",
+		"ITERATE step 40/40 device=Destination GPU cus=80 longest=",
 		fmt.Sprintf("ITERATE OK steps=40 sum=%016x\n", checksum(reference(1, 128, 40))),
 	} {
 		if !strings.Contains(s, want) {

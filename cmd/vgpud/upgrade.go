@@ -1,0 +1,416 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/vgpud/vgpud/handover"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/mdev/runstate"
+)
+
+// EnvHandover names the descriptor of the handover channel in a vgpud
+// started by an upgrade in place (docs/upgrade.md).
+const EnvHandover = "VGPUD_HANDOVER_FD"
+
+// Bounds of an upgrade's steps.
+const (
+	// helloWait bounds the new process's start: its runtime, flags and
+	// OpenCL devices, before anything is paused.
+	helloWait = 2 * time.Minute
+	// pauseWait bounds the pause: control requests and device turns in
+	// progress (a turn is bounded by the watchdog), calls to workers.
+	pauseWait = 30 * time.Second
+	// readyWait bounds the new process's adoption of the state.
+	readyWait = 30 * time.Second
+)
+
+// exitNow ends this process (a variable so tests that must not exit can
+// replace it).
+var exitNow = os.Exit
+
+// errUpgraded is run's return once the daemon was handed over: the new
+// process serves everything; this one exits touching nothing.
+var errUpgraded = errors.New("handed over to a new vgpud")
+
+// pausable is a listener whose Accept an upgrade pauses: connections then
+// wait in the listen queue for whichever process accepts next.
+type pausable struct {
+	net.Listener
+	mu      sync.Mutex
+	paused  bool
+	resume  chan struct{}
+	retired chan struct{}
+}
+
+func newPausable(l net.Listener) *pausable {
+	if ul, ok := l.(*net.UnixListener); ok {
+		// Its socket file is removed by whoever stops serving it for
+		// good, not by an http.Server returning (after a handover the
+		// new process serves the same file).
+		ul.SetUnlinkOnClose(false)
+	}
+	return &pausable{Listener: l, resume: make(chan struct{}), retired: make(chan struct{})}
+}
+
+func (p *pausable) deadline(t time.Time) {
+	if d, ok := p.Listener.(interface{ SetDeadline(time.Time) error }); ok {
+		d.SetDeadline(t)
+	}
+}
+
+func (p *pausable) Accept() (net.Conn, error) {
+	for {
+		c, err := p.Listener.Accept()
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return c, err
+		}
+		p.mu.Lock()
+		paused, resume := p.paused, p.resume
+		p.mu.Unlock()
+		if !paused {
+			p.deadline(time.Time{})
+			continue
+		}
+		select {
+		case <-resume:
+		case <-p.retired:
+			return nil, net.ErrClosed
+		}
+	}
+}
+
+func (p *pausable) pause() {
+	p.mu.Lock()
+	p.paused = true
+	p.resume = make(chan struct{})
+	p.mu.Unlock()
+	p.deadline(time.Unix(1, 0))
+}
+
+func (p *pausable) unpause() {
+	p.mu.Lock()
+	p.paused = false
+	close(p.resume)
+	p.mu.Unlock()
+	p.deadline(time.Time{})
+}
+
+func (p *pausable) retire() { close(p.retired) }
+
+// fd is the listening socket's descriptor.
+func (p *pausable) fd() (int, error) {
+	sc, ok := p.Listener.(syscall.Conn)
+	if !ok {
+		return -1, fmt.Errorf("%T has no descriptor", p.Listener)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	err = rc.Control(func(u uintptr) { fd = int(u) })
+	return fd, err
+}
+
+// upgrader hands the daemon over to a new vgpud (the old side of
+// docs/upgrade.md).
+type upgrader struct {
+	log       *slog.Logger
+	m         *mdev.Manager
+	lock      *runstate.Lock
+	gate      *control.Gate
+	listeners map[string]*pausable
+	args      []string
+	stdout    *os.File
+	stderr    *os.File
+
+	busy      atomic.Bool
+	committed atomic.Bool
+	exit      chan struct{} // closed after a commit, once the answer went out
+	exitOnce  sync.Once
+}
+
+func (u *upgrader) leave() { u.exitOnce.Do(func() { close(u.exit) }) }
+
+// upgrade starts binary ("" : this program's file) as the new vgpud and
+// hands everything over; on any failure before the commit this process
+// goes on serving.
+func (u *upgrader) upgrade(ctx context.Context, binary string) (*control.UpgradeReport, func(), error) {
+	if !u.busy.CompareAndSwap(false, true) {
+		return nil, nil, control.ErrUpgradeBusy
+	}
+	defer func() {
+		if !u.committed.Load() {
+			u.busy.Store(false)
+		}
+	}()
+	if u.stdout == nil || u.stderr == nil {
+		return nil, nil, errors.New("upgrade: vgpud's standard output and error are not files to hand on")
+	}
+	start := time.Now()
+	if binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, nil, fmt.Errorf("upgrade: find vgpud's file: %w", err)
+		}
+		binary = exe
+	}
+	ch, peer, err := handover.Pair()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ch.Close()
+	cmd := exec.Command(binary, u.args...)
+	cmd.Args[0] = "vgpud"
+	cmd.ExtraFiles = []*os.File{peer}
+	cmd.Env = append(os.Environ(), EnvHandover+"=3")
+	cmd.Stdout, cmd.Stderr = u.stdout, u.stderr
+	err = cmd.Start()
+	peer.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("upgrade: start %s: %w", binary, err)
+	}
+	log := u.log.With("new_pid", cmd.Process.Pid, "binary", binary)
+	log.Info("upgrade: new vgpud started")
+	reaped := make(chan struct{})
+	go func() {
+		err := cmd.Wait() // the new process is this one's child until it exits
+		if !u.committed.Load() {
+			log.Warn("upgrade: the new vgpud exited", "err", err)
+		}
+		close(reaped)
+	}()
+	abort := func(cause error) error {
+		_ = ch.Send(handover.KindAbort, nil, nil)
+		ch.Close()
+		select {
+		case <-reaped:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		return fmt.Errorf("upgrade abandoned, this vgpud goes on serving: %w", cause)
+	}
+	ch.SetDeadline(time.Now().Add(helloWait))
+	var hello handover.Hello
+	if err := ch.Expect(handover.KindHello, &hello); err != nil {
+		return nil, nil, abort(fmt.Errorf("the new vgpud did not greet: %w", err))
+	}
+	if hello.Version != handover.Version {
+		return nil, nil, abort(fmt.Errorf("the new vgpud reads handover state version %d, this one writes %d", hello.Version, handover.Version))
+	}
+
+	// From here until the commit or the rollback nothing is served.
+	paused := time.Now()
+	pctx, cancel := context.WithTimeout(ctx, pauseWait)
+	defer cancel()
+	if err := u.gate.Close(pctx); err != nil {
+		return nil, nil, abort(fmt.Errorf("control requests still in progress: %w", err))
+	}
+	for _, l := range u.listeners {
+		l.pause()
+	}
+	resume := func() {
+		u.m.Unpause()
+		for _, l := range u.listeners {
+			l.unpause()
+		}
+		u.gate.Open()
+	}
+	if err := u.m.Pause(pctx); err != nil {
+		resume()
+		return nil, nil, abort(err)
+	}
+	tab := handover.NewTable(nil)
+	st, err := u.export(tab)
+	if err == nil {
+		ch.SetDeadline(time.Now().Add(readyWait))
+		err = ch.Send(handover.KindState, st, tab.FDs())
+	}
+	tab.Close()
+	if err == nil {
+		err = ch.Expect(handover.KindReady, nil)
+	}
+	if err != nil {
+		resume()
+		return nil, nil, abort(err)
+	}
+	u.committed.Store(true)
+	if err := ch.Send(handover.KindCommit, nil, nil); err != nil {
+		// The new process holds everything and takes over when this one
+		// exits (it reads the hang-up as the commit).
+		log.Warn("upgrade: commit not sent; the new vgpud takes over when this one exits", "err", err)
+	}
+	for _, l := range u.listeners {
+		l.retire()
+	}
+	u.gate.Retire()
+	rep := &control.UpgradeReport{OldPID: os.Getpid(), NewPID: cmd.Process.Pid, Binary: binary,
+		Instances: len(st.Instances), Workers: len(st.Workers), Paused: time.Since(paused), Took: time.Since(start)}
+	log.Info("upgrade: handed over; this vgpud exits", "paused", rep.Paused, "took", rep.Took,
+		"instances", rep.Instances, "workers", rep.Workers)
+	return rep, u.leave, nil
+}
+
+// export is the State of the paused daemon.
+func (u *upgrader) export(tab *handover.Table) (handover.State, error) {
+	st := handover.State{Version: handover.Version, From: os.Getpid(), Lock: handover.None}
+	var err error
+	if st.Lock, err = tab.Add(u.lock.Fd()); err != nil {
+		return st, err
+	}
+	for name, l := range u.listeners {
+		fd, err := l.fd()
+		if err != nil {
+			return st, fmt.Errorf("%s listener: %w", name, err)
+		}
+		h := handover.Listener{Name: name}
+		if h.FD, err = tab.Add(fd); err != nil {
+			return st, err
+		}
+		st.Listeners = append(st.Listeners, h)
+	}
+	st.Instances, st.Workers, st.Domains, err = u.m.Export(tab)
+	return st, err
+}
+
+// incoming is the new side of an upgrade: the State it was handed and
+// the channel to the old process.
+type incoming struct {
+	ch   *handover.Channel
+	st   handover.State
+	tab  *handover.Table
+	log  *slog.Logger
+	done bool
+}
+
+// receiveHandover greets the old process on the channel named by
+// EnvHandover and receives its State.
+func receiveHandover(log *slog.Logger) (*incoming, error) {
+	v := os.Getenv(EnvHandover)
+	if v == "" {
+		return nil, nil
+	}
+	os.Unsetenv(EnvHandover)
+	// The old process's standard output may be a pipe whose reader went
+	// with it: a write must fail, not kill this process.
+	signal.Ignore(syscall.SIGPIPE)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("%s=%q: not a descriptor", EnvHandover, v)
+	}
+	f := os.NewFile(uintptr(fd), "handover")
+	ch, err := handover.FileChannel(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	in := &incoming{ch: ch, log: log}
+	ch.SetDeadline(time.Now().Add(pauseWait + readyWait))
+	if err := ch.Send(handover.KindHello, handover.Hello{PID: os.Getpid(), Version: handover.Version}, nil); err != nil {
+		in.fail(err)
+	}
+	k, body, fds, err := ch.Recv()
+	if err != nil {
+		in.fail(fmt.Errorf("receive the state: %w", err))
+	}
+	in.tab = handover.NewTable(fds)
+	if k == handover.KindAbort {
+		in.tab.Close()
+		in.exit("the old vgpud abandoned the upgrade")
+	}
+	if k != handover.KindState {
+		in.fail(fmt.Errorf("%w: got %q, want the state", handover.ErrChannel, k))
+	}
+	if in.st, err = handover.Decode(body, len(fds)); err != nil {
+		in.fail(err)
+	}
+	log.Info("upgrade: state received", "from_pid", in.st.From, "instances", len(in.st.Instances), "workers", len(in.st.Workers),
+		"descriptors", len(fds))
+	return in, nil
+}
+
+// listener returns the listener the old process handed over as name, or
+// nil.
+func (in *incoming) listener(name string) (net.Listener, error) {
+	if in == nil {
+		return nil, nil
+	}
+	for _, h := range in.st.Listeners {
+		if h.Name != name {
+			continue
+		}
+		f := os.NewFile(uintptr(in.tab.Take(h.FD)), name)
+		defer f.Close()
+		l, err := net.FileListener(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s listener handed over: %w", name, err)
+		}
+		if ul, ok := l.(*net.UnixListener); ok {
+			ul.SetUnlinkOnClose(false)
+		}
+		return l, nil
+	}
+	return nil, nil
+}
+
+// ready tells the old process everything is built and waits for its
+// commit (or its exit, which commits too: it can no longer serve).
+func (in *incoming) ready() {
+	if err := in.ch.Send(handover.KindReady, nil, nil); err != nil {
+		in.fail(err)
+	}
+	in.ch.SetDeadline(time.Time{})
+	k, _, fds, err := in.ch.Recv()
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+	switch {
+	case err == nil && k == handover.KindCommit:
+	case errors.Is(err, io.EOF):
+		in.log.Warn("upgrade: the old vgpud hung up without a commit; taking over", "err", err)
+	case k == handover.KindAbort:
+		in.exit("the old vgpud abandoned the upgrade")
+	default:
+		in.exit(fmt.Sprintf("upgrade: no commit (%q, %v); the old vgpud goes on", k, err))
+	}
+	in.ch.Close()
+	in.tab.Close()
+	in.done = true
+}
+
+// fail reports err to the old process, which goes on serving, and exits
+// at once: nothing here may close what the old process still serves.
+func (in *incoming) fail(err error) {
+	if in.done {
+		return
+	}
+	in.log.Error("upgrade: cannot take over; the old vgpud goes on serving", "err", err)
+	_ = in.ch.Send(handover.KindFail, handover.Failure{Error: err.Error()}, nil)
+	os.Exit(1)
+}
+
+func (in *incoming) exit(why string) {
+	in.log.Warn(why)
+	os.Exit(1)
+}
+
+// failIf is fail for a new process (nothing for a plain start).
+func (in *incoming) failIf(err error) {
+	if in != nil {
+		in.fail(err)
+	}
+}

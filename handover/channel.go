@@ -1,0 +1,220 @@
+package handover
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kind is a message on the handover channel.
+type Kind byte
+
+// The messages, in the order they are exchanged (docs/upgrade.md).
+const (
+	KindHello  Kind = 'H' // new -> old: Hello
+	KindFDs    Kind = 'D' // old -> new: descriptors of the State that follows
+	KindState  Kind = 'S' // old -> new: State, with the last descriptors
+	KindReady  Kind = 'R' // new -> old: built, not serving
+	KindFail   Kind = 'F' // new -> old: Failure; the old process resumes
+	KindCommit Kind = 'C' // old -> new: serve; the old process exits
+	KindAbort  Kind = 'A' // old -> new: exit; the old process resumes
+)
+
+// Hello is the new process's greeting.
+type Hello struct {
+	PID     int `json:"pid"`
+	Version int `json:"version"` // the State version it reads
+}
+
+// Failure says why the new process cannot take over.
+type Failure struct {
+	Error string `json:"error"`
+}
+
+// fdsPerMessage bounds the descriptors of one datagram (the kernel's
+// SCM_MAX_FD is 253).
+const fdsPerMessage = 200
+
+// maxMessage bounds one datagram.
+const maxMessage = 1 + MaxStateBytes
+
+// ErrChannel wraps a broken exchange (a message out of order, malformed).
+var ErrChannel = errors.New("handover channel")
+
+// Channel is one end of the handover socket pair (SOCK_SEQPACKET).
+type Channel struct {
+	c   *net.UnixConn
+	buf []byte
+	oob []byte
+}
+
+// Pair returns the old process's end and the new process's end as a file
+// to pass to it (close-on-exec here; exec.Cmd.ExtraFiles passes it on).
+func Pair() (*Channel, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("handover: socketpair: %w", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), "handover")
+	theirs := os.NewFile(uintptr(fds[1]), "handover-peer")
+	c, err := FileChannel(mine)
+	mine.Close()
+	if err != nil {
+		theirs.Close()
+		return nil, nil, err
+	}
+	return c, theirs, nil
+}
+
+// FileChannel returns a Channel on the socket f (the caller still closes f).
+func FileChannel(f *os.File) (*Channel, error) {
+	fc, err := net.FileConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("handover channel: %w", err)
+	}
+	uc, ok := fc.(*net.UnixConn)
+	if !ok {
+		fc.Close()
+		return nil, fmt.Errorf("handover channel: %T is not a unix socket", fc)
+	}
+	return &Channel{c: uc, oob: make([]byte, unix.CmsgSpace(fdsPerMessage*4))}, nil
+}
+
+// Close closes the channel.
+func (c *Channel) Close() error { return c.c.Close() }
+
+// SetDeadline bounds the exchange.
+func (c *Channel) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
+
+// Send sends a message of kind k with body (JSON; nil: none) and fds
+// (which stay the caller's), in as many datagrams as the fds need.
+func (c *Channel) Send(k Kind, body any, fds []int) error {
+	for len(fds) > fdsPerMessage {
+		if err := c.send(KindFDs, nil, fds[:fdsPerMessage]); err != nil {
+			return err
+		}
+		fds = fds[fdsPerMessage:]
+	}
+	var b []byte
+	if body != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
+			return fmt.Errorf("handover: send %c: %w", k, err)
+		}
+	}
+	return c.send(k, b, fds)
+}
+
+func (c *Channel) send(k Kind, body []byte, fds []int) error {
+	msg := append([]byte{byte(k)}, body...)
+	if len(msg) > maxMessage {
+		return fmt.Errorf("handover: send %c: %d bytes", k, len(msg))
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	n, _, err := c.c.WriteMsgUnix(msg, oob, nil)
+	if err != nil {
+		return fmt.Errorf("handover: send %c: %w", k, err)
+	}
+	if n != len(msg) {
+		return fmt.Errorf("handover: send %c: wrote %d of %d bytes", k, n, len(msg))
+	}
+	return nil
+}
+
+// Recv receives the next message other than KindFDs, with every
+// descriptor that came since the last one (the caller owns them, also on
+// error: they are closed then). A hang-up is io.EOF.
+func (c *Channel) Recv() (Kind, []byte, []int, error) {
+	if c.buf == nil {
+		c.buf = make([]byte, maxMessage+1)
+	}
+	var fds []int
+	fail := func(err error) (Kind, []byte, []int, error) {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return 0, nil, nil, err
+	}
+	for {
+		n, oobn, flags, _, err := c.c.ReadMsgUnix(c.buf, c.oob)
+		if oobn > 0 {
+			got, perr := rights(c.oob[:oobn])
+			fds = append(fds, got...)
+			if perr != nil {
+				return fail(perr)
+			}
+		}
+		switch {
+		case err != nil:
+			return fail(fmt.Errorf("handover: receive: %w", err))
+		case n == 0 && oobn == 0:
+			return fail(io.EOF)
+		case flags&(unix.MSG_CTRUNC|unix.MSG_TRUNC) != 0 || n > maxMessage:
+			return fail(fmt.Errorf("%w: truncated message", ErrChannel))
+		case len(fds) > MaxFDs:
+			return fail(fmt.Errorf("%w: over %d descriptors", ErrChannel, MaxFDs))
+		}
+		k := Kind(c.buf[0])
+		if k == KindFDs {
+			continue
+		}
+		return k, append([]byte(nil), c.buf[1:n]...), fds, nil
+	}
+}
+
+func rights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("%w: control data: %v", ErrChannel, err)
+	}
+	var fds []int
+	for i := range msgs {
+		if msgs[i].Header.Level != unix.SOL_SOCKET || msgs[i].Header.Type != unix.SCM_RIGHTS {
+			continue
+		}
+		got, err := unix.ParseUnixRights(&msgs[i])
+		fds = append(fds, got...)
+		if err != nil {
+			return fds, fmt.Errorf("%w: SCM_RIGHTS: %v", ErrChannel, err)
+		}
+	}
+	return fds, nil
+}
+
+// Expect receives the next message and requires kind k (KindFail is
+// turned into its error), decoding its body into v (nil: ignored). A
+// message that carries descriptors it should not has them closed.
+func (c *Channel) Expect(k Kind, v any) error {
+	got, body, fds, err := c.Recv()
+	if err != nil {
+		return err
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	if got == KindFail && k != KindFail {
+		var f Failure
+		if json.Unmarshal(body, &f) != nil || f.Error == "" {
+			f.Error = "no reason given"
+		}
+		return fmt.Errorf("the new vgpud failed: %s", f.Error)
+	}
+	if got != k {
+		return fmt.Errorf("%w: got message %q, want %q", ErrChannel, got, k)
+	}
+	if v != nil {
+		if err := json.Unmarshal(body, v); err != nil {
+			return fmt.Errorf("%w: %c: %v", ErrChannel, k, err)
+		}
+	}
+	return nil
+}

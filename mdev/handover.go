@@ -1,0 +1,368 @@
+package mdev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/vgpud/vgpud/handover"
+	"github.com/vgpud/vgpud/mdev/agentchan"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mmio"
+)
+
+// An upgrade in place (docs/upgrade.md) pauses the manager in the old
+// process (Pause), describes it (Export) for a new process that adopts it
+// (Config.Adopt, then Start), and resumes it (Unpause) if the new process
+// failed. While paused nothing reads from QEMU, the guest agents or the
+// workers: what they send waits in the sockets for whichever process
+// serves next.
+
+// Adoption is what a new process adopts: the State an old one handed over
+// and the descriptors that came with it.
+type Adoption struct {
+	State handover.State
+	FDs   *handover.Table
+}
+
+// Pause stops every instance between two messages and quiesces the
+// workers. On error the caller calls Unpause.
+func (m *Manager) Pause(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrManagerClosed
+	}
+	if m.paused {
+		m.mu.Unlock()
+		return errors.New("pause: already paused")
+	}
+	m.paused = true
+	m.resume = make(chan struct{})
+	resume := m.resume
+	insts := make([]*Instance, 0, len(m.instances))
+	for _, in := range m.instances {
+		insts = append(insts, in)
+	}
+	m.mu.Unlock()
+	for _, in := range insts {
+		if err := in.pause(ctx, resume); err != nil {
+			return fmt.Errorf("pause instance %s: %w", in.uuid, err)
+		}
+	}
+	if err := m.pool.Pause(ctx); err != nil {
+		return fmt.Errorf("pause workers: %w", err)
+	}
+	return nil
+}
+
+func (i *Instance) pause(ctx context.Context, resume <-chan struct{}) error {
+	i.mu.Lock()
+	c, done, l := i.conn, i.connDone, i.listener
+	parked := make(chan struct{})
+	i.parked, i.resume = parked, resume
+	i.mu.Unlock()
+	if l != nil {
+		l.SetDeadline(time.Unix(1, 0))
+	}
+	if a := i.agent.Load(); a != nil {
+		if err := a.Pause(ctx); err != nil {
+			return err
+		}
+	}
+	if c == nil {
+		return nil
+	}
+	c.Pause()
+	select {
+	case <-parked:
+	case <-done: // QEMU hung up meanwhile
+	case <-ctx.Done():
+		return fmt.Errorf("stop serving QEMU: %w", ctx.Err())
+	}
+	return nil
+}
+
+// Unpause undoes Pause: the handover was abandoned.
+func (m *Manager) Unpause() {
+	m.mu.Lock()
+	if !m.paused {
+		m.mu.Unlock()
+		return
+	}
+	m.paused = false
+	resume := m.resume
+	insts := make([]*Instance, 0, len(m.instances))
+	for _, in := range m.instances {
+		insts = append(insts, in)
+	}
+	m.mu.Unlock()
+	m.pool.Resume()
+	for _, in := range insts {
+		i := in
+		i.mu.Lock()
+		l := i.listener
+		i.mu.Unlock()
+		if l != nil {
+			l.SetDeadline(time.Time{})
+		}
+		if a := i.agent.Load(); a != nil {
+			a.Unpause()
+		}
+	}
+	close(resume)
+}
+
+// waitResume waits, in an accept loop stopped by a pause, for Unpause
+// (true) or the manager's end (false).
+func (m *Manager) waitResume() bool {
+	m.mu.Lock()
+	paused, resume := m.paused, m.resume
+	m.mu.Unlock()
+	if !paused {
+		return true
+	}
+	select {
+	case <-resume:
+		return true
+	case <-m.ctx.Done():
+		return false
+	}
+}
+
+// Export describes the paused manager; every descriptor goes into tab as
+// a duplicate (the manager keeps its own until the process exits).
+func (m *Manager) Export(tab *handover.Table) ([]handover.Instance, []handover.Worker, []handover.Domain, error) {
+	ws, ds, poolPart, err := m.pool.Export(tab)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var out []handover.Instance
+	for _, in := range m.List() {
+		h := handover.Instance{UUID: in.uuid, Listener: handover.None}
+		if err := poolPart(in.uuid, &h); err != nil {
+			return nil, nil, nil, err
+		}
+		if err := in.export(tab, &h); err != nil {
+			return nil, nil, nil, fmt.Errorf("instance %s: %w", in.uuid, err)
+		}
+		out = append(out, h)
+	}
+	return out, ws, ds, nil
+}
+
+func (i *Instance) export(tab *handover.Table, h *handover.Instance) error {
+	img := i.cfg.Image()
+	h.Config = img[:]
+	r := i.regs.State()
+	h.Regs = handover.Regs{RingBase: r.RingBase, ComplBase: r.ComplBase, Slots: r.Slots, Tail: r.Tail, Keep: r.Keep,
+		IntStatus: r.IntStatus, IntEnable: r.IntEnable}
+	i.mu.Lock()
+	c, l := i.conn, i.listener
+	i.mu.Unlock()
+	var err error
+	if l != nil {
+		if h.Listener, err = addConn(tab, l); err != nil {
+			return fmt.Errorf("listener: %w", err)
+		}
+	}
+	if c != nil {
+		conn, irq, res, ferr := c.FDs()
+		if ferr != nil {
+			return fmt.Errorf("qemu connection: %w", ferr)
+		}
+		q := &handover.QEMU{IRQ: handover.None, Resample: handover.None}
+		if q.Conn, err = tab.Add(conn); err != nil {
+			return err
+		}
+		if irq >= 0 && res >= 0 {
+			if q.IRQ, err = tab.Add(irq); err != nil {
+				return err
+			}
+			if q.Resample, err = tab.Add(res); err != nil {
+				return err
+			}
+		}
+		h.QEMU = q
+	}
+	if a := i.agent.Load(); a != nil {
+		ah := a.Handover()
+		ag := &handover.Agent{Conn: handover.None, Unread: ah.Unread, Watch: ah.Watch}
+		if ag.Listener, err = addConn(tab, ah.Listener); err != nil {
+			return fmt.Errorf("agent listener: %w", err)
+		}
+		if ah.Conn != nil {
+			if ag.Conn, err = addConn(tab, ah.Conn); err != nil {
+				return fmt.Errorf("agent connection: %w", err)
+			}
+		}
+		h.Agent = ag
+	}
+	return nil
+}
+
+// addConn adds a socket's descriptor to tab (as a duplicate).
+func addConn(tab *handover.Table, sc syscall.Conn) (handover.FD, error) {
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return handover.None, err
+	}
+	fd := -1
+	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
+		return handover.None, err
+	}
+	return tab.Add(fd)
+}
+
+// unixListener makes a listener of a descriptor handed over.
+func unixListener(fd int, name string) (*net.UnixListener, error) {
+	if fd < 0 {
+		return nil, fmt.Errorf("%s: no descriptor", name)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	ul, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("%s: %T is not a unix listener", name, l)
+	}
+	ul.SetUnlinkOnClose(false)
+	return ul, nil
+}
+
+// unixConn makes a connection of a descriptor handed over.
+func unixConn(fd int, name string) (*net.UnixConn, error) {
+	if fd < 0 {
+		return nil, fmt.Errorf("%s: no descriptor", name)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("%s: %T is not a unix socket", name, c)
+	}
+	return uc, nil
+}
+
+// adoptedInstance is what Start runs for an instance handed over.
+type adoptedInstance struct {
+	in       *Instance
+	fresh    bool          // its sockets are new ones, already served
+	conn     *net.UnixConn // QEMU's, nil when none was attached
+	irq, res int
+}
+
+// adoptLocked gives a new instance what the old process handed over for
+// it: register file, config space, sockets; Start serves them.
+func (m *Manager) adoptLocked(inst *Instance, h handover.Instance) error {
+	tab := m.adoption.FDs
+	inst.regs.SetState(mmio.RegState{RingBase: h.Regs.RingBase, ComplBase: h.Regs.ComplBase, Slots: h.Regs.Slots, Tail: h.Regs.Tail,
+		Keep: h.Regs.Keep, IntStatus: h.Regs.IntStatus, IntEnable: h.Regs.IntEnable})
+	var img [mmio.ConfigSize]byte
+	copy(img[:], h.Config)
+	inst.cfg.SetImage(img)
+	a := &adoptedInstance{in: inst, irq: -1, res: -1}
+	if h.QEMU != nil {
+		c, err := unixConn(tab.Take(h.QEMU.Conn), "qemu connection")
+		if err != nil {
+			return err
+		}
+		a.conn, a.irq, a.res = c, tab.Take(h.QEMU.IRQ), tab.Take(h.QEMU.Resample)
+	}
+	m.adopted = append(m.adopted, a)
+	if m.socketDir == "" {
+		return nil
+	}
+	path := filepath.Join(m.socketDir, inst.uuid+".sock")
+	if h.Listener == handover.None {
+		a.fresh = true
+		return m.listenLocked(inst) // the old process had none: a fresh one
+	}
+	l, err := unixListener(tab.Take(h.Listener), "instance listener")
+	if err != nil {
+		return err
+	}
+	inst.listener, inst.socket = l, path
+	if h.Agent == nil {
+		return m.listenAgentLocked(inst)
+	}
+	al, err := unixListener(tab.Take(h.Agent.Listener), "agent listener")
+	if err != nil {
+		return err
+	}
+	hd := agentchan.Handed{Listener: al, Unread: h.Agent.Unread, Watch: h.Agent.Watch}
+	if h.Agent.Conn != handover.None {
+		if hd.Conn, err = unixConn(tab.Take(h.Agent.Conn), "agent connection"); err != nil {
+			al.Close()
+			return err
+		}
+	}
+	srv, err := agentchan.Adopt(m.agentConfig(inst), hd)
+	if err != nil {
+		al.Close()
+		if hd.Conn != nil {
+			hd.Conn.Close()
+		}
+		return err
+	}
+	inst.agent.Store(srv)
+	return nil
+}
+
+// Start serves what the manager adopted (Config.Adopt): the workers, then
+// each instance's QEMU connection, socket and agent channel. Before Start
+// nothing is read from any of them.
+func (m *Manager) Start() error {
+	m.mu.Lock()
+	adopted := m.adopted
+	m.adopted = nil
+	m.mu.Unlock()
+	err := m.pool.Start()
+	for _, a := range adopted {
+		in := a.in
+		in.mu.Lock()
+		l := in.listener
+		in.mu.Unlock()
+		if a.conn != nil {
+			c := mpqemu.NewConn(a.conn, in.regs, in.cfg, in.be, in.log)
+			c.AdoptIRQ(a.irq, a.res)
+			done := make(chan struct{})
+			in.mu.Lock()
+			in.conn, in.connDone = c, done
+			in.mu.Unlock()
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				if err := in.serve(m.ctx, c, done); err != nil && !errors.Is(err, context.Canceled) {
+					in.log.Warn("vm connection ended", "err", err)
+				}
+			}()
+		}
+		if l != nil && !a.fresh {
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				m.acceptLoop(in, l)
+			}()
+		}
+		if srv := in.agent.Load(); srv != nil && !a.fresh {
+			m.serveAgent(in, srv)
+			srv.Notify(in.be.Done() - 1) // a guest waiting for a completion looks again
+		}
+	}
+	return err
+}
