@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -310,6 +311,19 @@ func (t *Table) Add(fd int) (FD, error) {
 	t.fds = append(t.fds, d)
 	t.taken = append(t.taken, false)
 	return FD(len(t.fds) - 1), nil
+}
+
+// AddConn adds the descriptor of a socket or file (as Add does).
+func (t *Table) AddConn(sc syscall.Conn) (FD, error) {
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return None, fmt.Errorf("handover: %w", err)
+	}
+	fd := -1
+	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
+		return None, fmt.Errorf("handover: %w", err)
+	}
+	return t.Add(fd)
 }
 
 // FDs returns the table's descriptors in order (to send).

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/vgpud/vgpud/handover"
@@ -167,7 +166,7 @@ func (i *Instance) export(tab *handover.Table, h *handover.Instance) error {
 	i.mu.Unlock()
 	var err error
 	if l != nil {
-		if h.Listener, err = addConn(tab, l); err != nil {
+		if h.Listener, err = tab.AddConn(l); err != nil {
 			return fmt.Errorf("listener: %w", err)
 		}
 	}
@@ -193,30 +192,17 @@ func (i *Instance) export(tab *handover.Table, h *handover.Instance) error {
 	if a := i.agent.Load(); a != nil {
 		ah := a.Handover()
 		ag := &handover.Agent{Conn: handover.None, Unread: ah.Unread, Watch: ah.Watch}
-		if ag.Listener, err = addConn(tab, ah.Listener); err != nil {
+		if ag.Listener, err = tab.AddConn(ah.Listener); err != nil {
 			return fmt.Errorf("agent listener: %w", err)
 		}
 		if ah.Conn != nil {
-			if ag.Conn, err = addConn(tab, ah.Conn); err != nil {
+			if ag.Conn, err = tab.AddConn(ah.Conn); err != nil {
 				return fmt.Errorf("agent connection: %w", err)
 			}
 		}
 		h.Agent = ag
 	}
 	return nil
-}
-
-// addConn adds a socket's descriptor to tab (as a duplicate).
-func addConn(tab *handover.Table, sc syscall.Conn) (handover.FD, error) {
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return handover.None, err
-	}
-	fd := -1
-	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
-		return handover.None, err
-	}
-	return tab.Add(fd)
 }
 
 // unixListener makes a listener of a descriptor handed over.

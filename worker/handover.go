@@ -235,19 +235,6 @@ func (p *Pool) instList() []*procInstance {
 	return out
 }
 
-// rawFD is the descriptor under a socket or file.
-func rawFD(sc syscall.Conn) (int, error) {
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
-		return -1, err
-	}
-	return fd, nil
-}
-
 // Export describes the paused pool for a handover: its workers and
 // domains, with their descriptors added to tab; instance fills the
 // pool's part of an instance's record.
@@ -292,18 +279,10 @@ func (pr *process) export(tab *handover.Table) (handover.Worker, error) {
 	if w.PIDFD, err = tab.Add(pfd); err != nil {
 		return w, err
 	}
-	cfd, err := rawFD(pr.conn.Raw())
-	if err == nil {
-		w.Conn, err = tab.Add(cfd)
-	}
-	if err != nil {
+	if w.Conn, err = tab.AddConn(pr.conn.Raw()); err != nil {
 		return w, fmt.Errorf("protocol socket: %w", err)
 	}
-	lfd, err := rawFD(pr.logs)
-	if err == nil {
-		w.Log, err = tab.Add(lfd)
-	}
-	if err != nil {
+	if w.Log, err = tab.AddConn(pr.logs); err != nil {
 		return w, fmt.Errorf("log pipe: %w", err)
 	}
 	w.Hello = pr.info.EncodeBody()

@@ -111,19 +111,13 @@ func (p *pausable) unpause() {
 
 func (p *pausable) retire() { close(p.retired) }
 
-// fd is the listening socket's descriptor.
-func (p *pausable) fd() (int, error) {
+// conn is the listening socket, to hand over.
+func (p *pausable) conn() (syscall.Conn, error) {
 	sc, ok := p.Listener.(syscall.Conn)
 	if !ok {
-		return -1, fmt.Errorf("%T has no descriptor", p.Listener)
+		return nil, fmt.Errorf("%T has no descriptor", p.Listener)
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	err = rc.Control(func(u uintptr) { fd = int(u) })
-	return fd, err
+	return sc, nil
 }
 
 // upgrader hands the daemon over to a new vgpud (the old side of
@@ -273,12 +267,12 @@ func (u *upgrader) export(tab *handover.Table) (handover.State, error) {
 		return st, err
 	}
 	for name, l := range u.listeners {
-		fd, err := l.fd()
+		sc, err := l.conn()
 		if err != nil {
 			return st, fmt.Errorf("%s listener: %w", name, err)
 		}
 		h := handover.Listener{Name: name}
-		if h.FD, err = tab.Add(fd); err != nil {
+		if h.FD, err = tab.AddConn(sc); err != nil {
 			return st, err
 		}
 		st.Listeners = append(st.Listeners, h)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -148,20 +147,10 @@ func Adopt(cfg Config, h Handed) (*Server, error) {
 	if cfg.Path == "" || cfg.Done == nil || h.Listener == nil {
 		return nil, errors.New("agentchan: adopt: path, Done and a listener are required")
 	}
-	if cfg.HintEvery <= 0 {
-		cfg.HintEvery = DefaultHintEvery
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = DefaultWriteTimeout
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
 	if fi, err := os.Stat(cfg.Path); err != nil || fi.Mode()&os.ModeSocket == 0 {
 		return nil, fmt.Errorf("agentchan: adopt: %s is not the socket handed over", cfg.Path)
 	}
-	s := &Server{cfg: cfg, log: log.With("channel", "agent"), l: h.Listener, helloed: make(chan struct{})}
+	s := newServer(cfg, h.Listener)
 	s.watch.Store(h.Watch)
 	if h.Conn != nil {
 		s.adopted = &adoptedConn{nc: h.Conn, unread: h.Unread}

@@ -109,16 +109,6 @@ func Listen(cfg Config) (*Server, error) {
 	if cfg.Path == "" || cfg.Done == nil {
 		return nil, errors.New("agentchan: listen: path and Done are required")
 	}
-	if cfg.HintEvery <= 0 {
-		cfg.HintEvery = DefaultHintEvery
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = DefaultWriteTimeout
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
 	if err := os.Remove(cfg.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("agentchan: listen: %w", err)
 	}
@@ -130,7 +120,22 @@ func Listen(cfg Config) (*Server, error) {
 		l.Close()
 		return nil, fmt.Errorf("agentchan: listen: %w", err)
 	}
-	return &Server{cfg: cfg, log: log.With("channel", "agent"), l: l, helloed: make(chan struct{})}, nil
+	return newServer(cfg, l), nil
+}
+
+// newServer is a Server on l with cfg's defaults filled in.
+func newServer(cfg Config, l *net.UnixListener) *Server {
+	if cfg.HintEvery <= 0 {
+		cfg.HintEvery = DefaultHintEvery
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{cfg: cfg, log: log.With("channel", "agent"), l: l, helloed: make(chan struct{})}
 }
 
 // Path returns the socket path.
