@@ -92,15 +92,19 @@ func (c *Channel) Close() error { return c.c.Close() }
 // SetDeadline bounds the exchange.
 func (c *Channel) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
 
+// SendState sends st (Encode: its version set, its size checked) with
+// its descriptors.
+func (c *Channel) SendState(st State, fds []int) error {
+	b, err := Encode(st)
+	if err != nil {
+		return err
+	}
+	return c.send(KindState, b, fds)
+}
+
 // Send sends a message of kind k with body (JSON; nil: none) and fds
 // (which stay the caller's), in as many datagrams as the fds need.
 func (c *Channel) Send(k Kind, body any, fds []int) error {
-	for len(fds) > fdsPerMessage {
-		if err := c.send(KindFDs, nil, fds[:fdsPerMessage]); err != nil {
-			return err
-		}
-		fds = fds[fdsPerMessage:]
-	}
 	var b []byte
 	if body != nil {
 		var err error
@@ -111,7 +115,19 @@ func (c *Channel) Send(k Kind, body any, fds []int) error {
 	return c.send(k, b, fds)
 }
 
+// send sends body as a message of kind k, its fds in as many datagrams
+// as they need.
 func (c *Channel) send(k Kind, body []byte, fds []int) error {
+	for len(fds) > fdsPerMessage {
+		if err := c.sendOne(KindFDs, nil, fds[:fdsPerMessage]); err != nil {
+			return err
+		}
+		fds = fds[fdsPerMessage:]
+	}
+	return c.sendOne(k, body, fds)
+}
+
+func (c *Channel) sendOne(k Kind, body []byte, fds []int) error {
 	msg := append([]byte{byte(k)}, body...)
 	if len(msg) > maxMessage {
 		return fmt.Errorf("handover: send %c: %d bytes", k, len(msg))

@@ -255,12 +255,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		in.failIf(err)
 		return err
 	}
-	upgraded := false
-	defer func() {
-		if !upgraded { // handed over: the new process serves all of it
-			m.Close()
-		}
-	}()
+	defer m.Close()
 	var kept []runstate.Instance
 	if haveState {
 		// The state file is the record of what the operator made; the
@@ -422,10 +417,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// from it, and releasing the devices may wait on the OpenCL
 		// runtime: exit now, as a crash would, which frees only this
 		// process's own copies.
-		upgraded = true
 		log.Info("upgrade: exiting")
-		exitNow(0)
-		return errUpgraded
+		os.Exit(0)
 	case <-ctx.Done():
 		log.Info("shutting down: telling the guests, draining fetched commands", "drain", *stopDrain)
 		rep := m.Drain(context.Background(), *stopDrain)

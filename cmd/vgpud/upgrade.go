@@ -38,14 +38,6 @@ const (
 	readyWait = 30 * time.Second
 )
 
-// exitNow ends this process (a variable so tests that must not exit can
-// replace it).
-var exitNow = os.Exit
-
-// errUpgraded is run's return once the daemon was handed over: the new
-// process serves everything; this one exits touching nothing.
-var errUpgraded = errors.New("handed over to a new vgpud")
-
 // pausable is a listener whose Accept an upgrade pauses: connections then
 // wait in the listen queue for whichever process accepts next.
 type pausable struct {
@@ -232,7 +224,7 @@ func (u *upgrader) upgrade(ctx context.Context, binary string) (*control.Upgrade
 	st, err := u.export(tab)
 	if err == nil {
 		ch.SetDeadline(time.Now().Add(readyWait))
-		err = ch.Send(handover.KindState, st, tab.FDs())
+		err = ch.SendState(st, tab.FDs())
 	}
 	tab.Close()
 	if err == nil {
@@ -261,7 +253,7 @@ func (u *upgrader) upgrade(ctx context.Context, binary string) (*control.Upgrade
 
 // export is the State of the paused daemon.
 func (u *upgrader) export(tab *handover.Table) (handover.State, error) {
-	st := handover.State{Version: handover.Version, From: os.Getpid(), Lock: handover.None}
+	st := handover.State{From: os.Getpid(), Lock: handover.None}
 	var err error
 	if st.Lock, err = tab.Add(u.lock.Fd()); err != nil {
 		return st, err
