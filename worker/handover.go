@@ -108,7 +108,9 @@ func (p *Pool) Pause(ctx context.Context) error {
 		pr.deferTurn = true
 		pr.mu.Unlock()
 	}
-	quiet := func(pr *process) bool { return len(pr.turns) == 0 && pr.acquiring == 0 }
+	// A turn is in turns from its request (nil while the scheduler has
+	// not granted it) to its release.
+	quiet := func(pr *process) bool { return len(pr.turns) == 0 }
 	if err := waitAll(ctx, procs, quiet); err != nil {
 		return fmt.Errorf("wait for device turns in progress: %w", err)
 	}
@@ -199,11 +201,11 @@ func (p *Pool) Resume() {
 			pr.startLogs(pr.logsDone)
 		}
 		pr.serveDeferred(deferred)
-		go func() {
-			if _, err := pr.call(context.Background(), &wire.Parent{Arm: true}); err != nil {
-				pr.log.Warn("worker may outlive vgpud: parent-death signal not armed again", "err", err)
-			}
-		}()
+		ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+		if _, err := pr.call(ctx, &wire.Parent{Arm: true}); err != nil && pr.ctx.Err() == nil {
+			pr.log.Warn("worker may outlive vgpud: parent-death signal not armed again", "err", err)
+		}
+		cancel()
 	}
 }
 

@@ -293,14 +293,8 @@ func (pr *process) turn(id uint32, m *wire.Turn) error {
 		go pr.reply(id, abi.StatusOK, "", (&wire.TurnGrant{}).EncodeBody())
 		return nil
 	}
-	pr.mu.Lock()
-	pr.acquiring++
-	pr.mu.Unlock()
 	go func() {
 		budget, release, err := pr.sched.Acquire(pr.ctx, inst.cfg.ID, m.Cost)
-		pr.mu.Lock()
-		pr.acquiring--
-		pr.mu.Unlock()
 		if err != nil {
 			pr.mu.Lock()
 			delete(pr.turns, m.Turn)
