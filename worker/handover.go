@@ -408,7 +408,7 @@ func (p *Pool) adoptInstance(cfg InstanceConfig, h handover.Instance) (*procInst
 		in.free()
 		return nil, fmt.Errorf("adopt instance %s: map instance page: %w", cfg.ID, err)
 	}
-	runtime_addCleanup(in)
+	unmapWhenUnreachable(in)
 	if in.sh, err = aggregator.SharedIn(in.page, false); err != nil {
 		in.free()
 		return nil, fmt.Errorf("adopt instance %s: %w", cfg.ID, err)

@@ -67,7 +67,7 @@ func newProcInstance(p *Pool, cfg InstanceConfig) (*procInstance, error) {
 	if in.sh, err = aggregator.SharedIn(in.page, true); err != nil {
 		return nil, err
 	}
-	runtime_addCleanup(in)
+	unmapWhenUnreachable(in)
 	if in.bellFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return nil, fmt.Errorf("doorbell eventfd: %w", err)
 	}
@@ -80,10 +80,10 @@ func newProcInstance(p *Pool, cfg InstanceConfig) (*procInstance, error) {
 	return in, nil
 }
 
-// runtime_addCleanup unmaps the instance page once the instance cannot be
+// unmapWhenUnreachable unmaps the instance page once the instance cannot be
 // reached: its counters are read (metrics, stats) with no lock against
 // Close, so the page stays mapped as long as the instance can be.
-func runtime_addCleanup(in *procInstance) {
+func unmapWhenUnreachable(in *procInstance) {
 	runtime.AddCleanup(in, func(page []byte) { _ = unix.Munmap(page) }, in.page)
 }
 
