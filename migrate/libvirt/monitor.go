@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/migrate"
+	"github.com/vgpud/vgpud/migrate/qmp"
 )
 
 // Monitor is a libvirt domain's QEMU monitor, reached through `virsh
@@ -83,16 +84,9 @@ func (m *Monitor) CloseFD(ctx context.Context, name string) error {
 
 // DeviceAdd implements migrate.Monitor.
 func (m *Monitor) DeviceAdd(ctx context.Context, driver, id string, props map[string]any) error {
-	args := make(map[string]any, len(props)+2)
-	for k, v := range props {
-		if k == "driver" || k == "id" {
-			return fmt.Errorf("qmp device_add: property %q given in props", k)
-		}
-		args[k] = v
-	}
-	args["driver"] = driver
-	if id != "" {
-		args["id"] = id
+	args, err := qmp.DeviceAddArgs(driver, id, props)
+	if err != nil {
+		return err
 	}
 	return m.Execute(ctx, "device_add", args, nil)
 }

@@ -84,10 +84,21 @@ func (m *Monitor) CloseFD(ctx context.Context, name string) error {
 // (values are strings, numbers or booleans: "bus", "addr", "chardev", ...).
 // id "" lets QEMU choose none. props must not name driver or id.
 func (m *Monitor) DeviceAdd(ctx context.Context, driver, id string, props map[string]any) error {
+	args, err := DeviceAddArgs(driver, id, props)
+	if err != nil {
+		return err
+	}
+	return m.Execute(ctx, "device_add", args, nil)
+}
+
+// DeviceAddArgs are device_add's arguments: props flattened beside driver
+// and id ("" for none), as QEMU takes them; props must not name driver or
+// id. (For whatever else carries QMP commands, such as virsh.)
+func DeviceAddArgs(driver, id string, props map[string]any) (map[string]any, error) {
 	args := make(map[string]any, len(props)+2)
 	for k, v := range props {
 		if k == "driver" || k == "id" {
-			return fmt.Errorf("qmp device_add: property %q given in props", k)
+			return nil, fmt.Errorf("qmp device_add: property %q given in props", k)
 		}
 		args[k] = v
 	}
@@ -95,7 +106,7 @@ func (m *Monitor) DeviceAdd(ctx context.Context, driver, id string, props map[st
 	if id != "" {
 		args["id"] = id
 	}
-	return m.Execute(ctx, "device_add", args, nil)
+	return args, nil
 }
 
 // DeviceDel runs "device_del" {"id": id}: ask for the device's removal.
