@@ -356,6 +356,7 @@ func (in *Instance) launch(c *abi.Command, l *abi.Launch) (uint64, error) {
 	}
 	in.sh.Stats.Launches.Add(1)
 	in.sh.Stats.KernelNanos.Add(dur)
+	in.sh.Kernels.Observe(dur, items)
 	return dur, nil
 }
 

@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 
@@ -40,6 +41,38 @@ type Shared struct {
 	// ProgramBytes counts the programs the instance holds: source, options
 	// and built binaries.
 	ProgramBytes atomic.Uint64
+	// Kernels is the distribution of the lengths of the launches the
+	// device ran. Appended after the fields of the first layout, so a
+	// worker started by an older vgpud (an upgrade in place) leaves it
+	// zero rather than writing somewhere else.
+	Kernels KernelHist
+}
+
+// KernelBuckets is the number of buckets of a KernelHist: bucket b counts
+// launches of [2^(b-1), 2^b) microseconds (bucket 0: under 1 us), the last
+// one everything longer.
+const KernelBuckets = 24
+
+// KernelHist is a log2 histogram of kernel lengths with each bucket's sum,
+// and the work items launched, for the placement features
+// (docs/placement.md "Features").
+type KernelHist struct {
+	Count     [KernelBuckets]atomic.Uint64
+	Nanos     [KernelBuckets]atomic.Uint64
+	WorkItems atomic.Uint64 // summed over the launches counted
+}
+
+// KernelBucket returns the bucket of a launch of ns nanoseconds.
+func KernelBucket(ns uint64) int {
+	return min(bits.Len64(ns/1000), KernelBuckets-1)
+}
+
+// Observe counts one launch of ns nanoseconds over items work items.
+func (h *KernelHist) Observe(ns, items uint64) {
+	b := KernelBucket(ns)
+	h.Count[b].Add(1)
+	h.Nanos[b].Add(ns)
+	h.WorkItems.Add(items)
 }
 
 // Identification of an initialised Shared.

@@ -25,6 +25,8 @@ func TestSharedLayout(t *testing.T) {
 		{"ErrCount", unsafe.Offsetof(s.ErrCount), 28},
 		{"MemUsed", unsafe.Offsetof(s.MemUsed), 32},
 		{"Stats", unsafe.Offsetof(s.Stats), 40},
+		// Appended later: after every field of the first layout.
+		{"Kernels", unsafe.Offsetof(s.Kernels), unsafe.Offsetof(s.ProgramBytes) + 8},
 	} {
 		if f.got != f.want {
 			t.Errorf("offset of %s = %d, want %d", f.name, f.got, f.want)
@@ -64,5 +66,18 @@ func TestSharedIn(t *testing.T) {
 	}
 	if _, err := SharedIn(mem[:8], true); err == nil {
 		t.Errorf("SharedIn(short) = nil error")
+	}
+}
+
+func TestKernelBucket(t *testing.T) {
+	for _, c := range []struct {
+		ns   uint64
+		want int
+	}{
+		{0, 0}, {999, 0}, {1000, 1}, {1999, 1}, {2000, 2}, {1023_999, 10}, {1024_000, 11}, {1 << 62, KernelBuckets - 1},
+	} {
+		if got := KernelBucket(c.ns); got != c.want {
+			t.Errorf("KernelBucket(%d) = %d, want %d", c.ns, got, c.want)
+		}
 	}
 }

@@ -324,7 +324,7 @@ func (m *Manager) Start() error {
 		l := in.listener
 		in.mu.Unlock()
 		if a.conn != nil {
-			c := mpqemu.NewConn(a.conn, in.regs, in.cfg, in.be, in.log)
+			c := mpqemu.NewConn(a.conn, in.regs, in.cfg, sizedMemory{in.be, in}, in.log)
 			c.AdoptIRQ(a.irq, a.res)
 			done := make(chan struct{})
 			in.mu.Lock()

@@ -43,6 +43,14 @@ type Instance struct {
 	// set once in Create, read by the aggregator worker's notify hook.
 	agent atomic.Pointer[agentchan.Server]
 
+	// Placement features (features.go): the device's memory, the guest
+	// RAM the transport mapped, recent counter samples and how far back
+	// they look.
+	memTotal  uint64
+	vmMem     atomic.Uint64
+	window    featureWindow
+	windowLen time.Duration
+
 	// Guarded by Manager.mu.
 	reuse ReuseSetting // the reuse setting: domain (trust domain) and on/off
 
@@ -176,7 +184,7 @@ func (i *Instance) ServeQEMU(ctx context.Context, conn *net.UnixConn) error {
 		conn.Close()
 		return fmt.Errorf("instance %s: %w", i.uuid, aggregator.ErrClosed)
 	}
-	c := mpqemu.NewConn(conn, i.regs, i.cfg, i.be, i.log)
+	c := mpqemu.NewConn(conn, i.regs, i.cfg, sizedMemory{i.be, i}, i.log)
 	done := make(chan struct{})
 	i.conn, i.connDone = c, done
 	i.mu.Unlock()

@@ -52,6 +52,9 @@ type Config struct {
 	// (their workers, sockets and connections) instead of making new
 	// ones, and Start serves them.
 	Adopt *Adoption
+	// FeatureWindow is how far back the instances' placement features
+	// look (docs/placement.md "Features"); 0: DefaultFeatureWindow.
+	FeatureWindow time.Duration
 	// OnChange, if set, is called after every change an operator would
 	// want to survive a restart succeeded (Create, Destroy, SetProfile,
 	// SetShare, SetLimits, SetReuse, SetReuseBudget, SetPolicy), in the
@@ -69,6 +72,8 @@ type Manager struct {
 	socketDir string
 	log       *slog.Logger
 	onChange  func()
+	// featureWindow is how far back placement features look.
+	featureWindow time.Duration
 	// reuseOn is false when result reuse is off (Config.Reuse.Off).
 	reuseOn     bool
 	reuseBudget int64
@@ -159,6 +164,12 @@ func NewManager(cfg Config) (*Manager, error) {
 		}
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.featureWindow = cfg.FeatureWindow
+	if m.featureWindow <= 0 {
+		m.featureWindow = DefaultFeatureWindow
+	}
+	m.wg.Add(1)
+	go m.sampleFeatures(m.featureWindow)
 	return m, nil
 }
 
@@ -241,7 +252,7 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 	log := m.log.With("instance", id, "profile", p.Name)
 	sc := m.pool.Sched(dev)
 	inst := &Instance{uuid: id, profile: p, device: dev, sched: sc, pool: m.pool, created: time.Now(), log: log, reuse: setting,
-		limits: limitsOf(p)}
+		limits: limitsOf(p), memTotal: m.infos[dev].GlobalMemBytes, windowLen: m.featureWindow}
 	if err := sc.SetShare(id, min(p.Share, sched.MaxShare)); err != nil {
 		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
