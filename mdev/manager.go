@@ -52,6 +52,8 @@ type Config struct {
 	// (their workers, sockets and connections) instead of making new
 	// ones, and Start serves them.
 	Adopt *Adoption
+	// Placement chooses how instances are placed (docs/placement.md).
+	Placement PlacementConfig
 	// FeatureWindow is how far back the instances' placement features
 	// look (docs/placement.md "Features"); 0: DefaultFeatureWindow.
 	FeatureWindow time.Duration
@@ -72,6 +74,8 @@ type Manager struct {
 	socketDir string
 	log       *slog.Logger
 	onChange  func()
+	// place is the placement policy and model; guarded by mu.
+	place placement
 	// featureWindow is how far back placement features look.
 	featureWindow time.Duration
 	// reuseOn is false when result reuse is off (Config.Reuse.Off).
@@ -126,6 +130,11 @@ func NewManager(cfg Config) (*Manager, error) {
 			m.reuseBudget = DefaultReuseBudget
 		}
 	}
+	place, err := newPlacement(cfg.Placement, len(cfg.Devices))
+	if err != nil {
+		return nil, fmt.Errorf("new manager: %w", err)
+	}
+	m.place = place
 	m.reusePinned = make(map[string]int64)
 	m.budgeted = make(map[string]bool)
 	for _, p := range profiles {
@@ -208,6 +217,9 @@ type CreateRequest struct {
 	ReuseDomain string `json:"reuse_domain,omitempty"`
 	// NoReuse turns result reuse off for the instance.
 	NoReuse bool `json:"no_reuse,omitempty"`
+	// Hint says what the instance will run, for the interference
+	// placement policy (ignored with Device set).
+	Hint PlaceHint `json:"hint,omitzero"`
 }
 
 // Create places and starts a new instance.
@@ -236,7 +248,7 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 	if _, ok := m.instances[id]; ok {
 		return nil, fmt.Errorf("create %s: %w", id, ErrExists)
 	}
-	dev, err := m.placeLocked(p, req.Device)
+	dev, err := m.placeLocked(p, req.Device, req.Hint)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
@@ -292,40 +304,29 @@ func (m *Manager) profileNames() []string {
 	return names
 }
 
-// placeLocked picks a device: the requested one if it has room, else the
-// one with the fewest instances among those with room for p.
-func (m *Manager) placeLocked(p Profile, want *int) (int, error) {
-	count := func(dev int) (all, same int) {
-		for _, in := range m.instances {
-			if in.device == dev {
-				all++
-				if in.profile.Name == p.Name {
-					same++
-				}
-			}
-		}
-		return all, same
+// placeLocked picks a device for an instance of p: the requested one if
+// it has room, else the one the placement policy scores best among those
+// with room (placement.go).
+func (m *Manager) placeLocked(p Profile, want *int, h PlaceHint) (int, error) {
+	if want != nil && (*want < 0 || *want >= len(m.infos)) {
+		return 0, fmt.Errorf("device %d: have %d devices", *want, len(m.infos))
 	}
-	if want != nil {
-		if *want < 0 || *want >= len(m.infos) {
-			return 0, fmt.Errorf("device %d: have %d devices", *want, len(m.infos))
-		}
-		if _, same := count(*want); same >= p.MaxPerDevice {
-			return 0, fmt.Errorf("device %d holds %d %s instances: %w", *want, same, p.Name, ErrNoCapacity)
-		}
-		return *want, nil
+	ex, err := m.explainLocked(p, want, h)
+	if err != nil {
+		return 0, err
 	}
-	best, bestAll := -1, 0
-	for dev := range m.infos {
-		all, same := count(dev)
-		if same < p.MaxPerDevice && (best < 0 || all < bestAll) {
-			best, bestAll = dev, all
+	if ex.Chosen < 0 {
+		if want != nil {
+			return 0, fmt.Errorf("device %d holds %d instances (%s at most %d): %w", *want, ex.Candidates[*want].Instances,
+				p.Name, p.MaxPerDevice, ErrNoCapacity)
 		}
-	}
-	if best < 0 {
 		return 0, ErrNoCapacity
 	}
-	return best, nil
+	if want == nil {
+		m.place.placer.Placed(ex.Chosen)
+		m.log.Info("placed", "profile", p.Name, "policy", ex.Policy, "device", ex.Chosen, "score", ex.Score, "newcomer", ex.From)
+	}
+	return ex.Chosen, nil
 }
 
 // listenLocked opens the instance's socket and starts its accept loop.
@@ -428,11 +429,15 @@ func (m *Manager) Get(id string) (*Instance, error) {
 // List returns all instances ordered by creation.
 func (m *Manager) List() []*Instance {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.listLocked()
+}
+
+func (m *Manager) listLocked() []*Instance {
 	out := make([]*Instance, 0, len(m.instances))
 	for _, in := range m.instances {
 		out = append(out, in)
 	}
-	m.mu.Unlock()
 	slices.SortFunc(out, func(a, b *Instance) int {
 		if c := a.created.Compare(b.created); c != 0 {
 			return c

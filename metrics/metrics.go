@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/sched"
 	"github.com/vgpud/vgpud/worker"
@@ -44,6 +45,8 @@ var (
 	instAttached  = desc("instance_attached", "1 while a VM is attached.", instLabels...)
 	instLost      = desc("instance_device_lost", "1 while the instance's device context is lost (its worker ended; a guest reset brings it back).", instLabels...)
 	instProgBytes = desc("instance_program_bytes", "Bytes of programs (source, options, binaries) the instance holds.", instLabels...)
+	instFeature   = desc("instance_placement_feature", "The instance's placement features over the feature window (docs/placement.md \"Features\"), by feature.", append(instLabels, "feature")...)
+	placePolicy   = desc("placement_policy", "Placement policy of new instances (value 1 for the active one).", "policy")
 
 	workers       = desc("workers", "Worker processes running (one per trust domain and device).")
 	acceptRetries = desc("accept_retries_total", "Transient accept errors (out of file descriptors or memory) on instance and agent sockets, each retried with a backoff.")
@@ -76,7 +79,7 @@ func NewCollector(m *mdev.Manager) *Collector { return &Collector{m: m} }
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{devInfo, devPolicy, devBusy, devTurns, devInstances,
 		instCommands, instErrors, instBytes, instLaunches, instKernel, instDevice, instWait, instTurns,
-		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, workers, workerExits, acceptRetries,
+		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, instFeature, placePolicy, workers, workerExits, acceptRetries,
 		instReuse, instReuseBytes, instReuseDevice, instReuseEvicted,
 		domReuse, domEntries, domBytes, domBudget, domUsers, domEvicted, domSavedBytes} {
 		ch <- d
@@ -92,6 +95,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(acceptRetries, prometheus.CounterValue, float64(c.m.AcceptRetries()))
 	for _, cause := range worker.Causes {
 		ch <- prometheus.MustNewConstMetric(workerExits, prometheus.CounterValue, float64(pool.Exits()[cause]), cause)
+	}
+	cur := c.m.Placement().Policy
+	for _, p := range mdev.PlacementPolicies {
+		v := 0.0
+		if p == cur {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(placePolicy, prometheus.GaugeValue, v, string(p))
 	}
 	for _, d := range c.m.Devices() {
 		dev := strconv.Itoa(d.Index)
@@ -145,6 +156,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(instLost, lost)
 		gauge(instMemQuota, float64(in.MemQuota()))
+		f := in.Features()
+		for k := range interference.NumFeatures {
+			ch <- prometheus.MustNewConstMetric(instFeature, prometheus.GaugeValue, f.Get(k), append(lv[:3:3], k.String())...)
+		}
 		att := 0.0
 		if in.Attached() {
 			att = 1

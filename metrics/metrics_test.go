@@ -145,6 +145,9 @@ func TestMetricsDuringRun(t *testing.T) {
 		{`vgpud_instance_reuse_launches_total\{device="0",instance="` + id + `",outcome="miss",profile="vgpu-medium"\}`, func(v float64) bool { return v == 1 }, "1"},
 		{`vgpud_instance_reuse_launches_total\{device="0",instance="` + id + `",outcome="skipped",profile="vgpu-medium"\}`, func(v float64) bool { return v == 2 }, "2"},
 		{`vgpud_instance_reuse_launches_total\{device="0",instance="` + id + `",outcome="recorded",profile="vgpu-medium"\}`, func(v float64) bool { return v == 0 }, "0"},
+		{`vgpud_instance_placement_feature\{device="0",feature="kernel_mean_ms",instance="` + id + `",profile="vgpu-medium"\}`, func(v float64) bool { return v > 0 }, "> 0"},
+		{`vgpud_instance_placement_feature\{device="0",feature="to_dev_mbps",instance="` + id + `",profile="vgpu-medium"\}`, func(v float64) bool { return v > 0 }, "> 0"},
+		{`vgpud_placement_policy\{policy="fewest"\}`, func(v float64) bool { return v == 1 }, "1 (no dataset)"},
 		{`vgpud_reuse_domain_budget_bytes\{domain="[^"]+",shared="false"\}`, func(v float64) bool { return v > 0 }, "> 0 (the instance's private domain)"},
 	}
 	for _, c := range checks {

@@ -27,6 +27,10 @@ commands:
   list [-json]                  instances with their counters
   show UUID                     one instance (JSON)
   create -profile P [-uuid U] [-device N] [-reuse-domain D | -no-reuse]
+         [-workload W | -like UUID] [-hosts SOCK,SOCK...]
+                                with no -device, the placement policy picks the device
+                                (-workload/-like say what the instance will run; -hosts
+                                places across several vgpud daemons: docs/placement.md)
   destroy UUID
   vm -instance UUID[,UUID...] [-kernel K -initrd I -append A -mem MiB -cpus N] [-print]
                                 start a QEMU VM with the instances attached;
@@ -59,6 +63,13 @@ commands:
                                 upgrade vgpud in place: start the new binary and
                                 hand it every socket, connection and worker; the
                                 guests see a pause, not an error (docs/upgrade.md)
+  place [-policy P] [-dataset FILE] [-json]
+                                show or set how new instances are placed (fewest,
+                                round-robin, interference) and load a co-run dataset
+                                the interference model learns from (docs/placement.md)
+  place -explain -profile P [-workload W | -like UUID] [-hosts SOCK,SOCK...] [-json]
+                                the predicted added interference (or other score) of
+                                every device, and the one an instance would go to
   help [COMMAND]                this text (or COMMAND's lines of it)
 `
 
@@ -137,6 +148,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return attachCmd(ctx, c, rest, stdout, stderr)
 	case "upgrade":
 		return upgradeCmd(ctx, c, rest, stdout, stderr)
+	case "place":
+		return placeCmd(ctx, c, rest, stdout, stderr)
 	}
 	fs.Usage()
 	return fmt.Errorf("unknown command %q", cmd)
@@ -211,15 +224,43 @@ func create(ctx context.Context, c *control.Client, args []string, w, stderr io.
 	dev := fs.Int("device", -1, "physical device index (default: placed by vgpud)")
 	reuseDom := fs.String("reuse-domain", "", "result-reuse domain shared with other instances (default: private)")
 	noReuse := fs.Bool("no-reuse", false, "turn result reuse off for the instance")
+	hosts := fs.String("hosts", "", "control sockets of several vgpud daemons, comma separated: create on the host and device placement picks")
+	var hint hintFlags
+	hint.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *profile == "" {
 		return errors.New("create: -profile is required")
 	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("create: unexpected arguments %q", fs.Args())
+	}
 	req := mdev.CreateRequest{Profile: *profile, UUID: *id, ReuseDomain: *reuseDom, NoReuse: *noReuse}
 	if *dev >= 0 {
+		if *hosts != "" || hint.set() {
+			return errors.New("create: -device picks the device; -hosts, -workload and -like are for placement")
+		}
 		req.Device = dev
+	}
+	cs := hostClients(c, *hosts)
+	var err error
+	if req.Hint, err = hint.resolve(ctx, cs); err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	if *hosts != "" {
+		best, exps, err := placeAcross(ctx, cs, *profile, req.Hint, stderr)
+		if err != nil {
+			return fmt.Errorf("create: %w", err)
+		}
+		if best < 0 {
+			return fmt.Errorf("create: %w on any host", mdev.ErrNoCapacity)
+		}
+		// The device is fixed: between the explanation and the create
+		// another placement may have taken the room; the create then
+		// fails rather than landing somewhere unexplained.
+		c, req.Device = cs[best], &exps[best].Chosen
+		fmt.Fprintf(stderr, "vgpuctl: placed on %s device %d (score %.4f)\n", c.SocketPath(), exps[best].Chosen, exps[best].Score)
 	}
 	info, err := c.Create(ctx, req)
 	if err != nil {

@@ -19,11 +19,22 @@ import (
 // socket; vgpuctl talks to it like to vgpud.
 func daemon(t *testing.T) string {
 	t.Helper()
+	return daemonWith(t, mdev.Config{})
+}
+
+// daemonWith is daemon with a manager configured by cfg (its devices: the
+// test device, once unless cfg names more).
+func daemonWith(t *testing.T, cfg mdev.Config) string {
+	t.Helper()
 	d, err := gpu.Open("")
 	if err != nil {
 		t.Fatalf("gpu.Open: %v", err)
 	}
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir()})
+	if len(cfg.Devices) == 0 {
+		cfg.Devices = []gpu.Device{d}
+	}
+	cfg.SocketDir = t.TempDir()
+	m, err := mdev.NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

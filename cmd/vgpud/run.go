@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/runstate"
@@ -61,6 +62,42 @@ type Config struct {
 	// whose domains get the vGPU their metadata names, automatically
 	// (docs/operating.md, "libvirt-managed VMs").
 	Libvirt string `json:"libvirt,omitempty"`
+	// Placement chooses where new instances go (docs/placement.md):
+	// {"policy": "interference", "dataset": "/var/lib/vgpud/interference.json"}.
+	Placement PlacementConfig `json:"placement,omitzero"`
+}
+
+// PlacementConfig is the configuration file's placement section.
+type PlacementConfig struct {
+	// Policy: fewest, round-robin or interference; empty: interference
+	// when a dataset is given, else fewest.
+	Policy string `json:"policy,omitempty"`
+	// Dataset is a co-run dataset file (bench/interference writes one)
+	// the interference model learns from at start.
+	Dataset string `json:"dataset,omitempty"`
+	// Model chooses the model ({"Kind": "forest", "Set": "select"});
+	// empty: mdev.DefaultModel.
+	Model interference.Options `json:"model,omitzero"`
+}
+
+// managerPlacement loads the dataset c names.
+func (c PlacementConfig) managerPlacement() (mdev.PlacementConfig, error) {
+	out := mdev.PlacementConfig{Model: c.Model}
+	if c.Policy != "" {
+		p, err := mdev.ParsePlacementPolicy(c.Policy)
+		if err != nil {
+			return out, err
+		}
+		out.Policy = p
+	}
+	if c.Dataset != "" {
+		ds, err := interference.Load(c.Dataset)
+		if err != nil {
+			return out, fmt.Errorf("placement dataset: %w", err)
+		}
+		out.Dataset = ds
+	}
+	return out, nil
 }
 
 type multiFlag []string
@@ -119,6 +156,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		migListen  = fs.String("migrate-listen", "", "TCP address to receive migrations on, e.g. :7450 (needs -migrate-tls)")
 		stopDrain  = fs.Duration("stop-drain", 10*time.Second, "on SIGTERM or SIGINT: tell the guests, stop fetching commands and let those fetched finish for at most this long")
 		reattach   = fs.Bool("reattach", true, "after a restart, re-plug the vGPU of each restored instance whose VM is still running (docs/operating.md)")
+		placePol   = fs.String("placement", "", "placement policy of new instances: fewest, round-robin or interference (default: interference with a dataset, else fewest)")
+		placeData  = fs.String("placement-dataset", "", "co-run dataset the interference placement model learns from (docs/placement.md)")
 		libvirtURI = fs.String("libvirt", "", "libvirt connection URI (e.g. qemu:///system): plug the vGPU of every domain whose metadata names an instance, whenever it starts and after a restart (docs/operating.md)")
 		devices    multiFlag
 	)
@@ -169,6 +208,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *libvirtURI != "" {
 		cfg.Libvirt = *libvirtURI
+	}
+	if *placePol != "" {
+		cfg.Placement.Policy = *placePol
+	}
+	if *placeData != "" {
+		cfg.Placement.Dataset = *placeData
+	}
+	placement, err := cfg.Placement.managerPlacement()
+	if err != nil {
+		return err
 	}
 	if cfg.Libvirt != "" {
 		if _, err := exec.LookPath("virsh"); err != nil {
@@ -250,6 +299,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		WorkerDir: cfg.WorkerDir,
 		InProcess: cfg.UnsafeInProcess,
 		OnChange:  store.Changed,
+		Placement: placement,
 	})
 	if err != nil {
 		in.failIf(err)

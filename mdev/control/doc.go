@@ -6,7 +6,7 @@
 //	GET    /v1/devices
 //	GET    /v1/profiles
 //	GET    /v1/instances
-//	POST   /v1/instances            {"profile": "...", "uuid": "...", "device": N}
+//	POST   /v1/instances            {"profile": "...", "uuid": "...", "device": N, "hint": {...}}
 //	GET    /v1/instances/{uuid}
 //	DELETE /v1/instances/{uuid}
 //	PUT    /v1/instances/{uuid}/share {"share": N}   fixed-share weight, at run time
@@ -21,6 +21,10 @@
 //	POST   /v1/instances/{uuid}/migrate  {"to": "host:port", "uri": "tcp:..."}  (docs/migration.md)
 //	POST   /v1/instances/{uuid}/reattach {"qmp": "...", "device_id": "..."}  re-plug after a restart (docs/operating.md)
 //	POST   /v1/instances/{uuid}/attach {"libvirt": "DOMAIN"}  give a libvirt domain the vGPU (docs/operating.md)
+//	GET    /v1/placement              placement policy, model, dataset summary (docs/placement.md)
+//	PUT    /v1/placement              {"policy": "interference", "dataset": {...}}
+//	GET    /v1/placement/dataset      the co-run dataset the model learned from
+//	POST   /v1/placement/explain      {"profile": "...", "hint": {...}}  the score of every device
 //
 // A body is exactly one JSON value with no unknown fields; anything after
 // it is refused. Errors are {"error": "..."} with a status code that says

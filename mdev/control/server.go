@@ -84,6 +84,7 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	handleProfile(mux, m)
 	handleLimits(mux, m)
 	handleReuse(mux, m)
+	handlePlacement(mux, m)
 	handleMigrate(mux, m, o.migrateTLS)
 	handleReattach(mux, m)
 	handleAttach(mux, o.libvirt)
@@ -127,8 +128,11 @@ var errTrailing = errors.New("trailing data after the JSON body")
 
 // decode reads a request body of at most maxBody bytes holding exactly one
 // JSON value with no unknown fields into v.
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+func decode(r *http.Request, v any) error { return decodeLimit(r, v, maxBody) }
+
+// decodeLimit is decode with a body of at most limit bytes.
+func decodeLimit(r *http.Request, v any, limit int64) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err

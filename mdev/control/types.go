@@ -2,6 +2,7 @@ package control
 
 import (
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev"
 )
 
@@ -27,6 +28,9 @@ type InstanceInfo struct {
 	// WorkerPID is the process serving the instance's trust domain (0 in
 	// process or while lost).
 	WorkerPID int `json:"worker_pid,omitempty"`
+	// Features are what the instance did over the feature window, as the
+	// interference placement sees it (docs/placement.md "Features").
+	Features interference.Features `json:"features"`
 }
 
 // Stats are an instance's counters.
@@ -73,6 +77,7 @@ func infoOf(in *mdev.Instance) InstanceInfo {
 		Limits:      in.Limits(),
 		Lost:        in.Lost(),
 		WorkerPID:   in.WorkerPID(),
+		Features:    in.Features(),
 	}
 	info.ProgramBytes = in.ProgramBytes()
 	if e, _ := in.Error(); e != abi.StatusOK {

@@ -10,7 +10,8 @@ import (
 )
 
 // Capture is m's state now: every instance in creation order, every
-// device's policy, every pinned reuse budget.
+// device's policy, every pinned reuse budget, the placement set at run
+// time.
 func Capture(m *mdev.Manager) State {
 	var st State
 	for _, in := range m.List() {
@@ -29,12 +30,15 @@ func Capture(m *mdev.Manager) State {
 			st.ReuseBudgets = append(st.ReuseBudgets, ReuseBudget{Domain: d.Name, Bytes: d.Budget})
 		}
 	}
+	if p, ds, ok := m.PlacementSet(); ok {
+		st.Placement = &Placement{Policy: string(p), Dataset: ds}
+	}
 	return st
 }
 
 // Restore recreates st in m: the instances with their UUIDs, profiles,
-// devices, reuse settings, shares and limits, then the policies and the
-// pinned budgets. It goes on past what m refuses (a profile or device the
+// devices, reuse settings, shares and limits, then the policies, the
+// pinned budgets and the placement. It goes on past what m refuses (a profile or device the
 // daemon no longer has): kept are the records of the instances it could
 // not create, to be written back rather than forgotten, and err says what
 // failed.
@@ -66,6 +70,11 @@ func Restore(m *mdev.Manager, st State) (kept []Instance, err error) {
 	for _, b := range st.ReuseBudgets {
 		if berr := m.SetReuseBudget(b.Domain, b.Bytes); berr != nil {
 			errs = append(errs, fmt.Errorf("reuse budget of %s: %w", b.Domain, berr))
+		}
+	}
+	if p := st.Placement; p != nil {
+		if perr := m.SetPlacement(mdev.PlacementPolicy(p.Policy), p.Dataset); perr != nil {
+			errs = append(errs, fmt.Errorf("placement: %w", perr))
 		}
 	}
 	return kept, errors.Join(errs...)

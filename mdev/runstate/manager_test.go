@@ -45,13 +45,14 @@ func TestCaptureRestore(t *testing.T) {
 		m.SetLimits(a.UUID(), mdev.Limits{TurnTimeout: mdev.Duration(3 * time.Second), ProgramBytes: 2 << 20}),
 		m.SetPolicy(0, "fixed-share"),
 		m.SetReuseBudget("tenant-a", 1<<20),
+		m.SetPlacement(mdev.PlaceRoundRobin, nil),
 	} {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	st := Capture(m)
-	if len(st.Instances) != 2 || st.Instances[0].Share != 5 || len(st.ReuseBudgets) != 1 {
+	if len(st.Instances) != 2 || st.Instances[0].Share != 5 || len(st.ReuseBudgets) != 1 || st.Placement == nil {
 		t.Fatalf("Capture = %+v", st)
 	}
 	m.Close()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev"
 )
 
@@ -39,6 +40,16 @@ type State struct {
 	Policies []Policy `json:"policies,omitempty"`
 	// ReuseBudgets are the budgets an operator pinned, by domain.
 	ReuseBudgets []ReuseBudget `json:"reuse_budgets,omitempty"`
+	// Placement is the placement an operator set at run time (vgpuctl
+	// place), if any.
+	Placement *Placement `json:"placement,omitempty"`
+}
+
+// Placement is the placement policy and the dataset its model learned
+// from (docs/placement.md).
+type Placement struct {
+	Policy  string                `json:"policy"`
+	Dataset *interference.Dataset `json:"dataset,omitempty"`
 }
 
 // Instance is one instance's record.
@@ -120,6 +131,16 @@ func Decode(b []byte) (State, error) {
 	for _, p := range st.Policies {
 		if p.Device < 0 || p.Policy == "" {
 			return State{}, fmt.Errorf("%w: policy %+v", ErrBadState, p)
+		}
+	}
+	if p := st.Placement; p != nil {
+		if _, err := mdev.ParsePlacementPolicy(p.Policy); err != nil {
+			return State{}, fmt.Errorf("%w: %w", ErrBadState, err)
+		}
+		if p.Dataset != nil {
+			if err := p.Dataset.Validate(); err != nil {
+				return State{}, fmt.Errorf("%w: placement dataset: %w", ErrBadState, err)
+			}
 		}
 	}
 	return st, nil

@@ -27,6 +27,7 @@ func sample() State {
 		},
 		Policies:     []Policy{{Device: 0, Policy: "fixed-share"}},
 		ReuseBudgets: []ReuseBudget{{Domain: "tenant-a", Bytes: 1 << 20}},
+		Placement:    &Placement{Policy: "round-robin"},
 	}
 }
 
@@ -59,6 +60,8 @@ func TestDecodeRefuses(t *testing.T) {
 		{"twice", `{"format":"vgpud-state","version":1,"instances":[{"uuid":"a","profile":"p"},{"uuid":"a","profile":"p"}]}`, "twice"},
 		{"negative device", `{"format":"vgpud-state","version":1,"instances":[{"uuid":"a","profile":"p","device":-1}]}`, "device -1"},
 		{"bad policy", `{"format":"vgpud-state","version":1,"instances":[],"policies":[{"device":0}]}`, "policy"},
+		{"bad placement", `{"format":"vgpud-state","version":1,"instances":[],"placement":{"policy":"best"}}`, "placement policy"},
+		{"bad placement dataset", `{"format":"vgpud-state","version":1,"instances":[],"placement":{"policy":"fewest","dataset":{"version":9}}}`, "dataset"},
 	} {
 		st, err := Decode([]byte(tt.in))
 		if !errors.Is(err, ErrBadState) || !strings.Contains(err.Error(), tt.want) {
