@@ -22,21 +22,21 @@ var Kinds = []Kind{Forest, Linear}
 
 // Options say which model to train and how.
 type Options struct {
-	Kind Kind
+	Kind Kind `json:"kind"`
 	// Set is the feature set the model reads, of the victim and of the
 	// aggressor.
-	Set Set
+	Set Set `json:"set"`
 	// Trees is the forest's number of trees (0: 100; at most 10000).
-	Trees int
+	Trees int `json:"trees,omitempty"`
 	// MinLeaf is the forest's least number of samples in a leaf (0: 2).
-	MinLeaf int
+	MinLeaf int `json:"min_leaf,omitempty"`
 	// MaxDepth is the forest's greatest depth of a tree (0: 12; at most
 	// 64).
-	MaxDepth int
+	MaxDepth int `json:"max_depth,omitempty"`
 	// Seed seeds the forest's bootstrap samples and feature choices (and
 	// CrossValidate's folds): the same data and Options give the same
 	// model.
-	Seed uint64
+	Seed uint64 `json:"seed,omitempty"`
 }
 
 // Bounds on Options.

@@ -3,27 +3,17 @@ package tests
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vgpud/vgpud/guestagent/driver"
-	"github.com/vgpud/vgpud/interference"
+	"github.com/vgpud/vgpud/interference/interferencetest"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 	"github.com/vgpud/vgpud/migrate/migratetest"
 )
-
-// placementDataset says what the seed measured: a short-kernel workload
-// suffers beside a long-kernel one, little else interferes.
-func placementDataset() *interference.Dataset {
-	short := interference.Features{DeviceUtil: 0.2, KernelMeanMs: 0.05, LaunchesPerSec: 2000}
-	long := interference.Features{DeviceUtil: 0.9, KernelMeanMs: 30, LongKernelMeanMs: 30, LongShortRatio: 1, LaunchesPerSec: 30}
-	return &interference.Dataset{Version: interference.DatasetVersion, Device: "synthetic", Measured: "tests/placement_test.go",
-		Workloads: []interference.Workload{{Name: "short", Features: short, AloneSec: 0.001}, {Name: "long", Features: long, AloneSec: 0.03}},
-		Pairs: []interference.Pair{{Victim: "short", Aggressor: "short", Overhead: 0.2}, {Victim: "short", Aggressor: "long", Overhead: 3},
-			{Victim: "long", Aggressor: "short", Overhead: 0.1}, {Victim: "long", Aggressor: "long", Overhead: 0.9}}}
-}
 
 // runResident drives a QEMU-less VM on instance id of d: n launches of a
 // one-item kernel whose loop runs iters times.
@@ -65,7 +55,7 @@ func runResident(t *testing.T, d *migratetest.Daemon, id string, iters, n int) {
 	}
 }
 
-// TestPlacementAcrossDaemons: three vgpud processes stand for three hosts.
+// TestPlacementAcrossDaemons: vgpud processes stand for hosts.
 // With a dataset the daemons place by the interference model by default
 // (without one, by fewest instances); the residents' features are what
 // they really ran; vgpuctl create -hosts puts a short-kernel newcomer on
@@ -76,6 +66,11 @@ func TestPlacementAcrossDaemons(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	bin, tls := filepath.Join(dir, "bin"), filepath.Join(dir, "tls")
+	for _, d := range []string{bin, tls} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := migratetest.BuildTools(ctx, bin); err != nil {
 		t.Fatal(err)
 	}
@@ -87,11 +82,15 @@ func TestPlacementAcrossDaemons(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "interference.json")
-	if err := placementDataset().Save(data); err != nil {
+	if err := interferencetest.ShortLong().Save(data); err != nil {
 		t.Fatal(err)
 	}
 	start := func(name string, flags ...string) *migratetest.Daemon {
-		d, err := migratetest.StartDaemonFlags(ctx, bin, filepath.Join(dir, name), "0", tls, flags)
+		run := filepath.Join(dir, name)
+		if err := os.Mkdir(run, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		d, err := migratetest.StartDaemonFlags(ctx, bin, run, "0", tls, flags)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,12 +125,12 @@ func TestPlacementAcrossDaemons(t *testing.T) {
 	runResident(t, b, shortID, 10, 20)
 
 	hosts := strings.Join([]string{filepath.Join(a.RunDir, "control.sock"), filepath.Join(b.RunDir, "control.sock")}, ",")
-	out, err := a.Ctl(ctx, "place", "-explain", "-profile", "vgpu-small", "-workload", "short", "-hosts", hosts)
+	out, err := a.Ctl(ctx, "place", "-explain", "-profile", "vgpu-small", "-workload", "short0", "-hosts", hosts)
 	if err != nil {
 		t.Fatalf("place -explain = %v: %s", err, out)
 	}
 	t.Logf("place -explain -workload short:\n%s", out)
-	for _, c := range []struct{ workload, want string }{{"short", b.RunDir}, {"long", a.RunDir}} {
+	for _, c := range []struct{ workload, want string }{{"short0", b.RunDir}, {"long1", a.RunDir}} {
 		out, err := a.Ctl(ctx, "create", "-profile", "vgpu-small", "-workload", c.workload, "-hosts", hosts)
 		if err != nil {
 			t.Fatalf("create -workload %s -hosts = %v: %s", c.workload, err, out)

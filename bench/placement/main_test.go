@@ -2,40 +2,17 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/vgpud/vgpud/interference"
+	"github.com/vgpud/vgpud/interference/interferencetest"
 )
-
-// synthetic: short-kernel workloads suffer beside long-kernel ones.
-func synthetic() *interference.Dataset {
-	d := &interference.Dataset{Version: interference.DatasetVersion, Device: "synthetic", Measured: "test"}
-	for i := range 6 {
-		f := interference.Features{DeviceUtil: 0.1 * float64(i+1), KernelMeanMs: 0.05 * float64(i+1), LaunchesPerSec: 1000}
-		if i >= 3 {
-			f.KernelMeanMs, f.LongKernelMeanMs, f.LongShortRatio = 10*float64(i), 10*float64(i), 1
-		}
-		d.Workloads = append(d.Workloads, interference.Workload{Name: fmt.Sprintf("w%d", i), Features: f, AloneSec: 0.01})
-	}
-	for _, v := range d.Workloads {
-		for _, a := range d.Workloads {
-			o := 0.1
-			if v.Features.KernelMeanMs < 1 && a.Features.KernelMeanMs >= 1 {
-				o = 3
-			}
-			d.Pairs = append(d.Pairs, interference.Pair{Victim: v.Name, Aggressor: a.Name, Overhead: o})
-		}
-	}
-	return d
-}
 
 func TestRunSynthetic(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ds.json")
-	if err := synthetic().Save(path); err != nil {
+	if err := interferencetest.ShortLong().Save(path); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -52,7 +29,7 @@ func TestRunSynthetic(t *testing.T) {
 
 // TestMeanBaseline: the baseline of a constant overhead is exact.
 func TestMeanBaseline(t *testing.T) {
-	d := synthetic()
+	d := interferencetest.ShortLong()
 	for i := range d.Pairs {
 		d.Pairs[i].Overhead = 0.5
 	}

@@ -8,19 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpud/vgpud/interference"
+	"github.com/vgpud/vgpud/interference/interferencetest"
 	"github.com/vgpud/vgpud/mdev"
 )
-
-// pairDataset: a short-kernel workload suffers beside a long-kernel one.
-func pairDataset() *interference.Dataset {
-	short := interference.Features{DeviceUtil: 0.2, KernelMeanMs: 0.05, LaunchesPerSec: 2000}
-	long := interference.Features{DeviceUtil: 0.9, KernelMeanMs: 30, LongKernelMeanMs: 30, LongShortRatio: 1, LaunchesPerSec: 30}
-	return &interference.Dataset{Version: interference.DatasetVersion, Device: "test", Measured: "test",
-		Workloads: []interference.Workload{{Name: "short", Features: short, AloneSec: 0.001}, {Name: "long", Features: long, AloneSec: 0.03}},
-		Pairs: []interference.Pair{{Victim: "short", Aggressor: "short", Overhead: 0.2}, {Victim: "short", Aggressor: "long", Overhead: 3},
-			{Victim: "long", Aggressor: "short", Overhead: 0.1}, {Victim: "long", Aggressor: "long", Overhead: 0.9}}}
-}
 
 func TestPlaceCommands(t *testing.T) {
 	sock := daemon(t)
@@ -32,30 +22,30 @@ func TestPlaceCommands(t *testing.T) {
 		t.Error("place -policy interference without a dataset succeeded")
 	}
 	path := filepath.Join(t.TempDir(), "ds.json")
-	if err := pairDataset().Save(path); err != nil {
+	if err := interferencetest.ShortLong().Save(path); err != nil {
 		t.Fatal(err)
 	}
 	out, err = ctl(t, sock, "place", "-dataset", path)
-	if err != nil || !strings.Contains(out, "policy: interference") || !strings.Contains(out, "2 workloads, 4 pairs") {
+	if err != nil || !strings.Contains(out, "policy: interference") || !strings.Contains(out, "8 workloads, 64 pairs") {
 		t.Fatalf("place -dataset = %q, %v", out, err)
 	}
-	out, err = ctl(t, sock, "place", "-explain", "-profile", "vgpu-small", "-workload", "short")
-	if err != nil || !strings.Contains(out, "workload short") || !strings.Contains(out, "<-") {
+	out, err = ctl(t, sock, "place", "-explain", "-profile", "vgpu-small", "-workload", "short0")
+	if err != nil || !strings.Contains(out, "workload short0") || !strings.Contains(out, "<-") {
 		t.Errorf("place -explain = %q, %v", out, err)
 	}
 	for _, args := range [][]string{
 		{"place", "-explain"}, // no profile
 		{"place", "-explain", "-profile", "vgpu-small", "-policy", "fewest"}, // explains, sets nothing
-		{"place", "-workload", "short"},                                      // hint without -explain
+		{"place", "-workload", "short0"},                                     // hint without -explain
 		{"place", "-explain", "-profile", "vgpu-small", "-workload", "a", "-like", "b"},
 		{"place", "-dataset", filepath.Join(t.TempDir(), "missing.json")},
-		{"create", "-profile", "vgpu-small", "-device", "0", "-workload", "short"},
+		{"create", "-profile", "vgpu-small", "-device", "0", "-workload", "short0"},
 	} {
 		if _, err := ctl(t, sock, args...); err == nil {
 			t.Errorf("%q succeeded", args)
 		}
 	}
-	id, err := ctl(t, sock, "create", "-profile", "vgpu-small", "-workload", "long")
+	id, err := ctl(t, sock, "create", "-profile", "vgpu-small", "-workload", "long0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +61,7 @@ func TestPlaceCommands(t *testing.T) {
 // residents' measured features steer the choice is mdev's
 // TestPlaceByInterference.
 func TestPlaceAcrossHosts(t *testing.T) {
-	cfg := mdev.Config{Placement: mdev.PlacementConfig{Dataset: pairDataset()}}
+	cfg := mdev.Config{Placement: mdev.PlacementConfig{Dataset: interferencetest.ShortLong()}}
 	hosts := []string{daemonWith(t, cfg), daemonWith(t, cfg), daemonWith(t, cfg)}
 	for _, h := range hosts {
 		if out, err := ctl(t, h, "place"); err != nil || !strings.Contains(out, "policy: interference") {
@@ -81,7 +71,7 @@ func TestPlaceAcrossHosts(t *testing.T) {
 	down := filepath.Join(t.TempDir(), "down.sock")
 	list := strings.Join(append(hosts, down), ",")
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), []string{"-socket", hosts[0], "place", "-explain", "-profile", "vgpu-small", "-workload", "short", "-hosts", list}, &out, &errOut)
+	err := run(context.Background(), []string{"-socket", hosts[0], "place", "-explain", "-profile", "vgpu-small", "-workload", "short0", "-hosts", list}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("place -explain -hosts = %v\n%s", err, errOut.String())
 	}
@@ -99,7 +89,7 @@ func TestPlaceAcrossHosts(t *testing.T) {
 	for range hosts {
 		errOut.Reset()
 		out.Reset()
-		if err := run(context.Background(), []string{"create", "-profile", "vgpu-small", "-workload", "short", "-hosts", strings.Join(hosts, ",")}, &out, &errOut); err != nil {
+		if err := run(context.Background(), []string{"create", "-profile", "vgpu-small", "-workload", "short0", "-hosts", strings.Join(hosts, ",")}, &out, &errOut); err != nil {
 			t.Fatal(err)
 		}
 		_, rest, _ := strings.Cut(errOut.String(), "placed on ")

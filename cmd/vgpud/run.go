@@ -75,7 +75,7 @@ type PlacementConfig struct {
 	// Dataset is a co-run dataset file (bench/interference writes one)
 	// the interference model learns from at start.
 	Dataset string `json:"dataset,omitempty"`
-	// Model chooses the model ({"Kind": "forest", "Set": "select"});
+	// Model chooses the model ({"kind": "forest", "set": "select"});
 	// empty: mdev.DefaultModel.
 	Model interference.Options `json:"model,omitzero"`
 }
