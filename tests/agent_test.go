@@ -104,6 +104,13 @@ func TestGuestBlocksThroughAgent(t *testing.T) {
 	if gs, ok := a.GuestStats(); !ok || gs.User+gs.System+gs.Idle == 0 {
 		t.Errorf("host got no guest stats: %+v, %v", gs, ok)
 	}
+	// The placement features see the real VM: its vCPUs and their load
+	// (the agent's reports), its RAM (QEMU's memory map), its kernels.
+	feat := inst.Features()
+	t.Logf("placement features: %+v", feat)
+	if feat.VCPUs < 1 || feat.VCPUUtil <= 0 || feat.VCPUUtil > 1 || feat.VMMemGiB <= 0 || feat.VMMemGiB > 0.5 || feat.KernelMeanMs <= 0 || feat.LaunchesPerSec <= 0 {
+		t.Errorf("placement features of a real VM: %+v", feat)
+	}
 	if err := vm.Wait(); err != nil {
 		t.Errorf("qemu: %v", err)
 	}
