@@ -8,7 +8,7 @@ GUESTPROGS := vgpu-init vgpu-suite vgpu-mmiobench
 # Run time of the whole test suite is bounded well below CI's limit.
 TESTFLAGS ?= -timeout 25m
 
-.PHONY: all deps kernel guest build test test-short fuzz demo bench clean
+.PHONY: all deps kernel guest build test test-short fuzz demo bench bench-interference clean
 
 all: build
 
@@ -58,6 +58,14 @@ bench: build guest
 	$(GO) run ./bench/isolation
 	$(GO) run ./bench/migrate
 	$(GO) run ./bench/restart
+	$(GO) run ./bench/placement
+
+# The interference placement model's training data: every workload type
+# alone and every pair at once on the device (docs/placement.md). Load it
+# with vgpuctl place -dataset build/interference.json.
+bench-interference: deps
+	$(GO) run ./bench/interference -out build/interference.json
+	$(GO) run ./bench/placement -dataset build/interference.json
 
 clean:
 	rm -rf build

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"runtime"
+	"time"
+
+	"github.com/vgpud/vgpud/guestagent/driver"
+)
+
+// kernelSource: bench/reuse's Rodinia-style kernels and a spin kernel.
+const kernelSource = `
+__kernel void madd(__global const float *a, __global const float *b, __global float *c, int n) {
+	int i = get_global_id(0);
+	if (i < n) c[i] = a[i] + b[i];
+}
+__kernel void mmul(__global const float *a, __global const float *b, __global float *c, int n) {
+	int row = get_global_id(1), col = get_global_id(0);
+	float s = 0.0f;
+	for (int k = 0; k < n; k++) s += a[row * n + k] * b[k * n + col];
+	c[row * n + col] = s;
+}
+__kernel void srad(__global const float *img, __global float *out, int rows, int cols, float lambda, float q0) {
+	int c = get_global_id(0), r = get_global_id(1);
+	int i = r * cols + c;
+	float jc = img[i];
+	float dn = img[(r > 0 ? r - 1 : 0) * cols + c] - jc;
+	float ds = img[(r < rows - 1 ? r + 1 : r) * cols + c] - jc;
+	float dw = img[r * cols + (c > 0 ? c - 1 : 0)] - jc;
+	float de = img[r * cols + (c < cols - 1 ? c + 1 : c)] - jc;
+	float g2 = (dn * dn + ds * ds + dw * dw + de * de) / (jc * jc + 1e-6f);
+	float l = (dn + ds + dw + de) / (jc + 1e-6f);
+	float num = 0.5f * g2 - 0.0625f * l * l;
+	float den = 1.0f + 0.25f * l;
+	float q = num / (den * den + 1e-6f);
+	float coef = clamp(1.0f / (1.0f + (q - q0) / (q0 * (1.0f + q0))), 0.0f, 1.0f);
+	out[i] = jc + 0.25f * lambda * coef * (dn + ds + dw + de);
+}
+__kernel void backprop(__global const float *input, __global const float *weights, __global float *hidden, int nin, int nhid) {
+	int j = get_global_id(0);
+	if (j >= nhid) return;
+	float s = 0.0f;
+	for (int i = 0; i < nin; i++) s += weights[i * nhid + j] * input[i];
+	hidden[j] = 1.0f / (1.0f + exp(-s));
+}
+__kernel void hotspot(__global const float *temp, __global const float *power, __global float *out, int rows, int cols, int steps) {
+	int c = get_global_id(0), r = get_global_id(1);
+	int i = r * cols + c;
+	float t = temp[i];
+	for (int s = 0; s < steps; s++) {
+		float n = temp[(r > 0 ? r - 1 : r) * cols + c], so = temp[(r < rows - 1 ? r + 1 : r) * cols + c];
+		float w = temp[r * cols + (c > 0 ? c - 1 : c)], e = temp[r * cols + (c < cols - 1 ? c + 1 : c)];
+		t = t + 0.1f * (power[i] + (n + so - 2.0f * t) * 0.2f + (w + e - 2.0f * t) * 0.2f + (80.0f - t) * 0.01f);
+	}
+	out[i] = t;
+}
+__kernel void lud(__global float *m, int n, int k) {
+	int j = get_global_id(0) + k + 1, i = get_global_id(1) + k + 1;
+	if (i >= n || j >= n) return;
+	float l = m[i * n + k] / m[k * n + k];
+	m[i * n + j] = m[i * n + j] - l * m[k * n + j];
+}
+__kernel void spin(__global float *out, uint iters) {
+	size_t i = get_global_id(0);
+	float x = (float)i * 0.001f;
+	for (uint k = 0; k < iters; k++) x = x * 0.999f + sin(x);
+	out[i] = x;
+}
+`
+
+// workload is one kind of guest loop.
+type workload struct {
+	name string
+	// bufs are the sizes of the buffers setup creates and fills.
+	bufs []uint64
+	// iter runs one iteration on g and waits for it.
+	iter func(g *guest) error
+}
+
+func floats(n int, seed float32) []byte {
+	b := make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(seed+float32(i%97)*0.01))
+	}
+	return b
+}
+
+// launchRead launches kernel k over r, then reads buffer out back.
+func launchRead(g *guest, k string, r driver.NDRange, out int, args ...driver.Arg) error {
+	if err := g.d.Launch(g.prog, k, r, args...); err != nil {
+		return err
+	}
+	if err := g.wait(); err != nil {
+		return err
+	}
+	return g.d.Read(g.bufs[out], 0, g.scratch[:g.bufs[out].Size])
+}
+
+// think keeps the guest's CPU busy for d (a VM's own work between
+// kernels), counted as busy time.
+func think(d time.Duration) float64 {
+	end := time.Now().Add(d)
+	x := 1.0
+	for time.Now().Before(end) {
+		for range 1000 {
+			x = x*0.999 + 0.001
+		}
+		runtime.Gosched()
+	}
+	return x
+}
+
+func workloads() []workload {
+	buf := driver.BufferArg
+	i32 := func(v int) driver.Arg { return driver.Int32Arg(int32(v)) }
+	const md, mm, sr, bpIn, bpHid, hs, lu = 1 << 20, 256, 512, 4096, 256, 512, 96
+	return []workload{
+		{name: "madd", bufs: []uint64{4 * md, 4 * md, 4 * md}, iter: func(g *guest) error {
+			return launchRead(g, "madd", driver.Range1(md, 64), 2, buf(g.bufs[0]), buf(g.bufs[1]), buf(g.bufs[2]), i32(md))
+		}},
+		{name: "mmul", bufs: []uint64{4 * mm * mm, 4 * mm * mm, 4 * mm * mm}, iter: func(g *guest) error {
+			return launchRead(g, "mmul", driver.Range2(mm, mm, 16, 16), 2, buf(g.bufs[0]), buf(g.bufs[1]), buf(g.bufs[2]), i32(mm))
+		}},
+		{name: "srad", bufs: []uint64{4 * sr * sr, 4 * sr * sr}, iter: func(g *guest) error {
+			return launchRead(g, "srad", driver.Range2(sr, sr, 16, 16), 1, buf(g.bufs[0]), buf(g.bufs[1]), i32(sr), i32(sr),
+				driver.Float32Arg(0.5), driver.Float32Arg(0.1))
+		}},
+		{name: "backprop", bufs: []uint64{4 * bpIn, 4 * bpIn * bpHid, 4 * bpHid}, iter: func(g *guest) error {
+			return launchRead(g, "backprop", driver.Range1(bpHid, 64), 2, buf(g.bufs[0]), buf(g.bufs[1]), buf(g.bufs[2]), i32(bpIn), i32(bpHid))
+		}},
+		{name: "hotspot", bufs: []uint64{4 * hs * hs, 4 * hs * hs, 4 * hs * hs}, iter: func(g *guest) error {
+			return launchRead(g, "hotspot", driver.Range2(hs, hs, 16, 16), 2, buf(g.bufs[0]), buf(g.bufs[1]), buf(g.bufs[2]), i32(hs), i32(hs), i32(8))
+		}},
+		{name: "lud", bufs: []uint64{4 * lu * lu}, iter: func(g *guest) error {
+			// Many short launches, one wait: the decomposition's steps.
+			for k := 0; k < lu-1; k++ {
+				if err := g.d.Launch(g.prog, "lud", driver.Range2(uint64(lu-k-1), uint64(lu-k-1), 1, 1), buf(g.bufs[0]), i32(lu), i32(k)); err != nil {
+					return err
+				}
+			}
+			if err := g.wait(); err != nil {
+				return err
+			}
+			return g.d.Read(g.bufs[0], 0, g.scratch[:g.bufs[0].Size])
+		}},
+		{name: "copy-heavy", bufs: []uint64{8 << 20}, iter: func(g *guest) error {
+			if err := g.d.Write(g.bufs[0], 0, g.data[:8<<20]); err != nil {
+				return err
+			}
+			return g.d.Read(g.bufs[0], 0, g.scratch[:8<<20])
+		}},
+		{name: "short-kernel", bufs: []uint64{4 * 64}, iter: func(g *guest) error {
+			return g.spin(64, 200)
+		}},
+		{name: "long-kernel", bufs: []uint64{4 * 4096}, iter: func(g *guest) error {
+			return g.spin(4096, 400)
+		}},
+		{name: "mixed", bufs: []uint64{4 * 4096, 1 << 20}, iter: func(g *guest) error {
+			if err := g.spin(64, 200); err != nil {
+				return err
+			}
+			if err := g.spin(4096, 200); err != nil {
+				return err
+			}
+			if err := g.d.Write(g.bufs[1], 0, g.data[:1<<20]); err != nil {
+				return err
+			}
+			return g.d.Read(g.bufs[1], 0, g.scratch[:1<<20])
+		}},
+		{name: "cpu-think", bufs: []uint64{4 * 64}, iter: func(g *guest) error {
+			t := time.Now()
+			g.sink += think(2 * time.Millisecond)
+			g.busy += time.Since(t)
+			return g.spin(64, 200)
+		}},
+	}
+}
+
+// byName returns the workloads named in names (all for none).
+func byName(names []string) ([]workload, error) {
+	all := workloads()
+	if len(names) == 0 {
+		return all, nil
+	}
+	var out []workload
+	for _, n := range names {
+		found := false
+		for _, w := range all {
+			if w.name == n {
+				out, found = append(out, w), true
+			}
+		}
+		if !found {
+			var have []string
+			for _, w := range all {
+				have = append(have, w.name)
+			}
+			return nil, fmt.Errorf("workload %q: have %v", n, have)
+		}
+	}
+	return out, nil
+}
