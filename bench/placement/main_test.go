@@ -16,11 +16,12 @@ func TestRunSynthetic(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := run([]string{"-dataset", path, "-runs", "5", "-hosts", "5", "-trees", "10", "-cost=false"}, &out); err != nil {
+	if err := run([]string{"-dataset", path, "-eval", path, "-runs", "5", "-hosts", "5", "-trees", "10", "-cost=false"}, &out); err != nil {
 		t.Fatalf("run = %v\n%s", err, out.String())
 	}
 	for _, want := range []string{"model accuracy", "mean of the training folds", "forest", "linear", "Spearman",
-		"simulated cluster", "round-robin", "oracle (measured)", "forest (select)"} {
+		"simulated cluster", "round-robin", "oracle (the training measurement)", "oracle (the judging measurement)",
+		"forest (select), out-of-fold", "forest (select), trained on all pairs"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
