@@ -58,7 +58,7 @@ bench: build guest
 	$(GO) run ./bench/isolation
 	$(GO) run ./bench/migrate
 	$(GO) run ./bench/restart
-	$(GO) run ./bench/placement
+	$(GO) run ./bench/placement -eval bench/interference/testdata/pocl-pthread-rerun.json
 
 # The interference placement model's training data: every workload type
 # alone and every pair at once on the device (docs/placement.md). Load it
