@@ -5,7 +5,7 @@ package abi
 // whose major version differs from the one it was built for.
 const (
 	VersionMajor = 1
-	VersionMinor = 2
+	VersionMinor = 3
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -59,6 +59,9 @@ const (
 	RegRingDone     = 0x060 // RO: commands completed (free-running)
 	RegIntStatus    = 0x064 // RW1C: Int* bits the device latched (1.1, FeatureINTx)
 	RegIntEnable    = 0x068 // RW: Int* bits that assert INTA# (1.1, FeatureINTx)
+	RegTailShadowLo = 0x06C // RW: guest-physical address of the tail shadow word (1.3, FeatureKick)
+	RegTailShadowHi = 0x070
+	RegRingKick     = 0x074 // WO: any write = doorbell with the tail read from the shadow (1.3, FeatureKick)
 	RegProfileName  = 0x080 // RO: ProfileNameLen bytes, NUL padded
 	RegDeviceName   = 0x0A0 // RO: DeviceNameLen bytes, NUL padded
 
@@ -93,8 +96,16 @@ const (
 	// FeatureINTx (1.1): RegIntStatus and RegIntEnable exist and the device
 	// asserts INTA# while RegIntStatus & RegIntEnable != 0.
 	FeatureINTx = 1 << 0
+	// FeatureKick (1.3): RegTailShadowLo/Hi and RegRingKick exist. The
+	// guest keeps its producer index in a 4-byte little-endian word of
+	// its RAM (the tail shadow) and writes any value to RegRingKick: the
+	// device reads the tail from the shadow and treats it as a write of
+	// that value to RegRingTail. A kick carries no value, so a transport
+	// can back RegRingKick with an ioeventfd (vfio-user REGION_IO_FDS,
+	// KVM) and the guest's store costs no round trip to vgpud.
+	FeatureKick = 1 << 1
 	// Features is what this version's RegFeatures reads.
-	Features = FeatureINTx
+	Features = FeatureINTx | FeatureKick
 )
 
 // RegIntStatus and RegIntEnable bits (1.1). RegIntStatus bits latch

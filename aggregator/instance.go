@@ -333,6 +333,21 @@ func (in *Instance) Doorbell(tail uint32) error {
 	return nil
 }
 
+// Kick is a doorbell whose tail the device reads from guest RAM: the
+// 4-byte little-endian word at shadow (abi.RegRingKick, ABI 1.3).
+func (in *Instance) Kick(shadow uint64) error {
+	if shadow%4 != 0 || shadow == 0 {
+		in.sh.Stats.Doorbells.Add(1)
+		return abi.Errorf(abi.StatusBadAddress, "kick: tail shadow at %#x is not a 4-byte aligned guest address", shadow)
+	}
+	var b [4]byte
+	if err := in.mem.ReadAt(b[:], shadow); err != nil {
+		in.sh.Stats.Doorbells.Add(1)
+		return abi.Errorf(abi.StatusBadAddress, "kick: tail shadow at %#x: %v", shadow, err)
+	}
+	return in.Doorbell(binary.LittleEndian.Uint32(b[:]))
+}
+
 // Head returns the number of commands fetched.
 func (in *Instance) Head() uint32 {
 	in.mu.Lock()

@@ -46,6 +46,13 @@ type Shared struct {
 	// worker started by an older vgpud (an upgrade in place) leaves it
 	// zero rather than writing somewhere else.
 	Kernels KernelHist
+	// A kick (abi.RegRingKick, ABI 1.3): the register file stores the
+	// tail shadow's guest-physical address in Shadow and 1 in Kick before
+	// it signals; the worker, seeing Kick swap from 1 to 0, reads the tail
+	// from guest RAM at Shadow instead of using Tail. A doorbell stores 0
+	// in Kick. Appended after Kernels for the same reason.
+	Shadow atomic.Uint64
+	Kick   atomic.Uint32
 }
 
 // KernelBuckets is the number of buckets of a KernelHist: bucket b counts

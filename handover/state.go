@@ -147,6 +147,7 @@ type Regs struct {
 	Keep      bool   `json:"keep"`
 	IntStatus uint32 `json:"int_status"`
 	IntEnable uint32 `json:"int_enable"`
+	Shadow    uint64 `json:"tail_shadow,omitempty"` // ABI 1.3
 }
 
 // Encode is the State's bytes.

@@ -36,6 +36,11 @@ type Backend interface {
 	RingEnabled() bool
 	// Doorbell publishes a new producer index. It never waits for the work.
 	Doorbell(tail uint32) error
+	// Kick is Doorbell with the producer index read from the 4-byte
+	// little-endian word at guest-physical address shadow (abi.RegRingKick):
+	// the backend reads guest RAM, the register file cannot. A shadow
+	// outside guest RAM or misaligned is StatusBadAddress.
+	Kick(shadow uint64) error
 	// Head and Done are the fetched and completed command counts.
 	Head() uint32
 	Done() uint32

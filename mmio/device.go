@@ -19,6 +19,7 @@ type Device struct {
 	complBase uint64
 	slots     uint32
 	tail      uint32
+	shadow    uint64 // RegTailShadowLo/Hi (ABI 1.3)
 	// keep makes the next Reset leave the backend alone: the reset QEMU
 	// sends a hot-plugged device right after it is added, on a device
 	// whose state a migration has just restored (Restore).
@@ -70,7 +71,7 @@ func (d *Device) resetLocked() {
 	}
 	d.b.Reset()
 	d.irq.reset()
-	d.ringBase, d.complBase, d.slots, d.tail = 0, 0, 0, 0
+	d.ringBase, d.complBase, d.slots, d.tail, d.shadow = 0, 0, 0, 0, 0
 }
 
 // goodAccess reports whether an access is a naturally aligned 4-byte
@@ -147,6 +148,10 @@ func (d *Device) read32Locked(off uint32) uint32 {
 		return 0
 	case abi.RegRingTail:
 		return d.tail
+	case abi.RegTailShadowLo:
+		return uint32(d.shadow)
+	case abi.RegTailShadowHi:
+		return uint32(d.shadow >> 32)
 	case abi.RegRingHead:
 		return d.b.Head()
 	case abi.RegRingDone:
@@ -220,6 +225,14 @@ func (d *Device) write32Locked(off, v uint32) {
 	case abi.RegRingTail:
 		d.tail = v
 		if err := d.b.Doorbell(v); err != nil {
+			d.b.LatchError(abi.StatusOf(err))
+		}
+	case abi.RegTailShadowLo:
+		d.shadow = d.shadow&^0xffffffff | uint64(v)
+	case abi.RegTailShadowHi:
+		d.shadow = d.shadow&0xffffffff | uint64(v)<<32
+	case abi.RegRingKick:
+		if err := d.b.Kick(d.shadow); err != nil {
 			d.b.LatchError(abi.StatusOf(err))
 		}
 	}

@@ -29,10 +29,11 @@ func TestRegisterOffsets(t *testing.T) {
 		abi.RegMaxAllocLo, abi.RegMaxAllocHi, abi.RegComputeUnits, abi.RegMaxRingSlots, abi.RegMaxWorkGroup,
 		abi.RegError, abi.RegErrorCount, abi.RegErrorAck, abi.RegRingBaseLo, abi.RegRingBaseHi,
 		abi.RegComplBaseLo, abi.RegComplBaseHi, abi.RegRingSlots, abi.RegRingCtrl, abi.RegRingTail,
-		abi.RegRingHead, abi.RegRingDone, abi.RegProfileName, abi.RegDeviceName,
+		abi.RegRingHead, abi.RegRingDone, abi.RegIntStatus, abi.RegIntEnable, abi.RegTailShadowLo, abi.RegTailShadowHi,
+		abi.RegRingKick, abi.RegProfileName, abi.RegDeviceName,
 		abi.RegDeviceName + abi.DeviceNameLen, abi.BAR0Size}
 	want := []int{0x00, 0x04, 0x08, 0x0c, 0x10, 0x14, 0x18, 0x1c, 0x20, 0x24, 0x28, 0x30, 0x34, 0x38,
-		0x40, 0x44, 0x48, 0x4c, 0x50, 0x54, 0x58, 0x5c, 0x60, 0x80, 0xa0, 0xe0, 0x1000}
+		0x40, 0x44, 0x48, 0x4c, 0x50, 0x54, 0x58, 0x5c, 0x60, 0x64, 0x68, 0x6c, 0x70, 0x74, 0x80, 0xa0, 0xe0, 0x1000}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("register offsets (-want +got):\n%s", diff)
 	}
@@ -63,7 +64,7 @@ func TestReadOnlyRegisters(t *testing.T) {
 		{abi.RegProfileName + 28, 0},
 		{abi.RegDeviceName, 'p' | 't'<<8 | 'h'<<16 | 'r'<<24},
 		{abi.RegDeviceName + 60, binary.LittleEndian.Uint32([]byte(longName[60:64]))}, // truncated at 64 bytes
-		{0x06C, 0}, // unassigned
+		{0x078, 0}, // unassigned
 		{0xffc, 0}, // unassigned, last word
 	}
 	for _, tt := range tests {
@@ -253,5 +254,36 @@ func TestRestoreSparesHotplugReset(t *testing.T) {
 	d.Reset()
 	if b.resets != 1 {
 		t.Fatalf("backend reset %d times, want 1", b.resets)
+	}
+}
+
+// TestKick checks the ABI 1.3 kick doorbell: the shadow address latches
+// and reads back, a kick hands the backend that address (the register
+// file cannot read guest RAM), a kick error latches, and a reset clears
+// the shadow.
+func TestKick(t *testing.T) {
+	d, f := newTestDevice(t)
+	if got := d.ReadBAR(abi.RegFeatures, 4); got&abi.FeatureKick == 0 {
+		t.Fatalf("RegFeatures = %#x, want FeatureKick", got)
+	}
+	d.WriteBAR(abi.RegTailShadowLo, 4, 0x2345_6ffc)
+	d.WriteBAR(abi.RegTailShadowHi, 4, 0x1)
+	if lo, hi := d.ReadBAR(abi.RegTailShadowLo, 4), d.ReadBAR(abi.RegTailShadowHi, 4); lo != 0x2345_6ffc || hi != 1 {
+		t.Errorf("shadow reads back %#x:%#x", hi, lo)
+	}
+	d.WriteBAR(abi.RegRingKick, 4, 0xdead) // the value means nothing
+	d.WriteBAR(abi.RegRingKick, 4, 0)
+	if diff := cmp.Diff([]uint64{0x1_2345_6ffc, 0x1_2345_6ffc}, f.kicks); diff != "" {
+		t.Errorf("kicks (-want +got):\n%s", diff)
+	}
+	if got := d.ReadBAR(abi.RegRingKick, 4); got != 0 {
+		t.Errorf("RegRingKick reads %#x, want 0 (write-only)", got)
+	}
+	if s := d.State(); s.Shadow != 0x1_2345_6ffc {
+		t.Errorf("State().Shadow = %#x", s.Shadow)
+	}
+	d.Reset()
+	if lo := d.ReadBAR(abi.RegTailShadowLo, 4); lo != 0 {
+		t.Errorf("shadow after reset = %#x", lo)
 	}
 }

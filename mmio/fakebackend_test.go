@@ -17,6 +17,7 @@ type fakeBackend struct {
 	on         bool
 	resets     int
 	doorbells  []uint32
+	kicks      []uint64 // tail shadow addresses kicked
 	head, done uint32
 	err        abi.Status
 	errCount   uint32
@@ -45,6 +46,12 @@ func (f *fakeBackend) Doorbell(tail uint32) error {
 	}
 	f.doorbells = append(f.doorbells, tail)
 	f.head, f.done = tail, tail
+	return nil
+}
+func (f *fakeBackend) Kick(shadow uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.kicks = append(f.kicks, shadow)
 	return nil
 }
 func (f *fakeBackend) Head() uint32 { f.mu.Lock(); defer f.mu.Unlock(); return f.head }

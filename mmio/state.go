@@ -12,6 +12,7 @@ type RegState struct {
 	Keep                bool
 	IntStatus           uint32
 	IntEnable           uint32
+	Shadow              uint64 // RegTailShadowLo/Hi (ABI 1.3)
 }
 
 // State returns the latched registers.
@@ -21,7 +22,7 @@ func (d *Device) State() RegState {
 	d.irq.mu.Lock()
 	defer d.irq.mu.Unlock()
 	return RegState{RingBase: d.ringBase, ComplBase: d.complBase, Slots: d.slots, Tail: d.tail, Keep: d.keep,
-		IntStatus: d.irq.status, IntEnable: d.irq.enable}
+		IntStatus: d.irq.status, IntEnable: d.irq.enable, Shadow: d.shadow}
 }
 
 // SetState latches s (a fresh register file taking over an instance whose
@@ -30,7 +31,7 @@ func (d *Device) State() RegState {
 func (d *Device) SetState(s RegState) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.ringBase, d.complBase, d.slots, d.tail, d.keep = s.RingBase, s.ComplBase, s.Slots, s.Tail, s.Keep
+	d.ringBase, d.complBase, d.slots, d.tail, d.keep, d.shadow = s.RingBase, s.ComplBase, s.Slots, s.Tail, s.Keep, s.Shadow
 	d.irq.mu.Lock()
 	d.irq.status, d.irq.enable = s.IntStatus&abi.IntAll, s.IntEnable&abi.IntAll
 	d.irq.pending.Store(d.irq.status&d.irq.enable != 0)

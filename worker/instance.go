@@ -270,6 +270,23 @@ func (in *procInstance) Doorbell(tail uint32) error {
 		return err
 	}
 	in.sh.Tail.Store(tail)
+	in.sh.Kick.Store(0)
+	var one [8]byte
+	one[0] = 1
+	if _, err := unix.Write(in.bellFD, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
+		return abi.Errorf(abi.StatusInternal, "doorbell eventfd: %v", err)
+	}
+	return nil
+}
+
+// Kick publishes the tail shadow's address in the instance page and
+// signals the worker, which reads the tail from guest RAM.
+func (in *procInstance) Kick(shadow uint64) error {
+	if _, _, err := in.bound(); err != nil {
+		return err
+	}
+	in.sh.Shadow.Store(shadow)
+	in.sh.Kick.Store(1)
 	var one [8]byte
 	one[0] = 1
 	if _, err := unix.Write(in.bellFD, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {

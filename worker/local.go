@@ -64,6 +64,7 @@ func (l *localInstance) EnableRing(c mmio.RingConfig) error {
 func (l *localInstance) DisableRing()                     { l.in.DisableRing() }
 func (l *localInstance) RingEnabled() bool                { return l.in.RingEnabled() }
 func (l *localInstance) Doorbell(tail uint32) error       { return l.in.Doorbell(tail) }
+func (l *localInstance) Kick(shadow uint64) error         { return l.in.Kick(shadow) }
 func (l *localInstance) Head() uint32                     { return l.in.Head() }
 func (l *localInstance) Done() uint32                     { return l.in.Done() }
 func (l *localInstance) Reset()                           { l.in.Reset() }

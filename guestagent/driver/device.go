@@ -37,6 +37,13 @@ type Options struct {
 	StagingBytes int
 	// Timeout bounds every wait for the device. 0 means DefaultTimeout.
 	Timeout time.Duration
+	// Kick rings the doorbell through abi.RegRingKick when the device
+	// offers abi.FeatureKick (ABI 1.3): the tail goes into a shadow word in
+	// guest RAM (the last 4 bytes of the completion page) and the register
+	// write carries no value, so a transport can back it with an ioeventfd
+	// (vfio-user under KVM) and the store costs the vCPU no exit to
+	// vgpud. Without the feature the driver writes abi.RegRingTail.
+	Kick bool
 	// NoReset skips the device reset at Open (abi.RingCtrlReset frees every
 	// buffer and program of the instance).
 	NoReset bool
@@ -112,6 +119,7 @@ type Device struct {
 	slots    uint64
 	next     uint64 // index of the next command to write
 	rung     uint64 // tail last written to the doorbell
+	kick     bool   // the doorbell is RegRingKick with a tail shadow (Options.Kick)
 	reaped   uint64 // every index below has been reaped
 	inflight []entry
 	results  map[uint64]abi.Completion // reaped completions of sync commands
@@ -187,6 +195,7 @@ func Open(regs Registers, mem Memory, opts Options) (*Device, error) {
 	regs.Write32(abi.RegComplBaseLo, uint32(d.compl.gpa))
 	regs.Write32(abi.RegComplBaseHi, uint32(d.compl.gpa>>32))
 	regs.Write32(abi.RegRingSlots, uint32(slots))
+	d.programKick(regs)
 	regs.Write32(abi.RegRingCtrl, abi.RingCtrlEnable)
 	st := regs.Read32(abi.RegStatus)
 	if st&abi.StatusBitError != 0 || st&abi.StatusBitRingEnabled == 0 {
@@ -368,8 +377,32 @@ func (d *Device) flush() {
 		return
 	}
 	d.rung = d.next
-	d.regs.Write32(abi.RegRingTail, uint32(d.rung))
+	if d.kick {
+		store32(d.compl.buf, tailShadowOffset, uint32(d.rung))
+		d.regs.Write32(abi.RegRingKick, 1)
+	} else {
+		d.regs.Write32(abi.RegRingTail, uint32(d.rung))
+	}
 	d.stats.Doorbells++
+}
+
+// tailShadowOffset is where in the completion page the tail shadow lives
+// (Options.Kick): its last word; at most DefaultSlots records of
+// abi.ComplSize bytes (half the page) precede it.
+const tailShadowOffset = abi.PageSize - 4
+
+// programKick turns the kick doorbell on when it was asked for and the
+// device behind regs offers it; the tail shadow is set to the last tail
+// rung. Caller holds mu or owns d alone.
+func (d *Device) programKick(regs Registers) {
+	d.kick = d.opts.Kick && d.info.Features&abi.FeatureKick != 0
+	if !d.kick {
+		return
+	}
+	store32(d.compl.buf, tailShadowOffset, uint32(d.rung))
+	gpa := d.compl.gpa + tailShadowOffset
+	regs.Write32(abi.RegTailShadowLo, uint32(gpa))
+	regs.Write32(abi.RegTailShadowHi, uint32(gpa>>32))
 }
 
 // complSeq reads the seq word of slot idx's completion record.

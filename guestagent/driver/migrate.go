@@ -150,6 +150,7 @@ func (d *Device) Resume(regs Registers) error {
 	d.lostAt = time.Time{}
 	d.smu.Lock()
 	d.info = info
+	d.programKick(regs) // the new device may or may not offer it
 	d.openGateLocked()
 	d.smu.Unlock()
 	d.log.Debug("vgpu resumed", "profile", info.Profile, "device", info.Name, "commands", d.next)

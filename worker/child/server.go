@@ -354,7 +354,13 @@ func (sl *slot) bells() {
 		if _, err := sl.doorbell.Read(b[:]); err != nil {
 			return
 		}
-		if err := sl.in.Doorbell(sh.Tail.Load()); err != nil {
+		var err error
+		if sh.Kick.CompareAndSwap(1, 0) {
+			err = sl.in.Kick(sh.Shadow.Load())
+		} else {
+			err = sl.in.Doorbell(sh.Tail.Load())
+		}
+		if err != nil {
 			sl.in.LatchError(abi.StatusOf(err))
 		}
 	}

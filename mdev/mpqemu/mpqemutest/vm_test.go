@@ -26,6 +26,7 @@ func (nullBackend) EnableRing(mmio.RingConfig) error { return nil }
 func (nullBackend) DisableRing()                     {}
 func (nullBackend) RingEnabled() bool                { return false }
 func (nullBackend) Doorbell(uint32) error            { return nil }
+func (nullBackend) Kick(uint64) error                { return nil }
 func (nullBackend) Head() uint32                     { return 0 }
 func (nullBackend) Done() uint32                     { return 0 }
 func (nullBackend) Reset()                           {}
