@@ -19,4 +19,8 @@ var (
 	ErrReuseOff = errors.New("result reuse is off in this vgpud")
 	// ErrNoDomain is returned for a reuse domain that does not exist.
 	ErrNoDomain = errors.New("no such reuse domain")
+	// ErrNotPausable is returned by an upgrade in place while a VM is
+	// attached through a transport whose sessions cannot be handed over
+	// (transport.Pausable).
+	ErrNotPausable = errors.New("the attached VM's transport cannot be handed over")
 )

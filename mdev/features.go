@@ -8,7 +8,7 @@ import (
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev/guestmem"
-	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mdev/transport"
 )
 
 // DefaultFeatureWindow is how far back an instance's placement features
@@ -205,7 +205,7 @@ func (m *Manager) sampleFeatures(window time.Duration) {
 // sizedMemory is the instance's guest-memory map as the transport sees it:
 // it records the bytes of guest RAM mapped (the VM memory feature).
 type sizedMemory struct {
-	mpqemu.MemoryMap
+	transport.MemoryMap
 	in *Instance
 }
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/mdev/agentchan"
-	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mmio"
 )
 
@@ -77,7 +77,11 @@ func (i *Instance) pause(ctx context.Context, resume <-chan struct{}) error {
 	if c == nil {
 		return nil
 	}
-	c.Pause()
+	pc, ok := c.(transport.Pausable)
+	if !ok {
+		return fmt.Errorf("instance %s: its %T session cannot be handed over: %w", i.uuid, c, ErrNotPausable)
+	}
+	pc.Pause()
 	select {
 	case <-parked:
 	case <-done: // QEMU hung up meanwhile
@@ -160,7 +164,7 @@ func (i *Instance) export(tab *handover.Table, h *handover.Instance) error {
 	h.Config = img[:]
 	r := i.regs.State()
 	h.Regs = handover.Regs{RingBase: r.RingBase, ComplBase: r.ComplBase, Slots: r.Slots, Tail: r.Tail, Keep: r.Keep,
-		IntStatus: r.IntStatus, IntEnable: r.IntEnable}
+		IntStatus: r.IntStatus, IntEnable: r.IntEnable, Shadow: r.Shadow}
 	i.mu.Lock()
 	c, l := i.conn, i.listener
 	i.mu.Unlock()
@@ -171,19 +175,26 @@ func (i *Instance) export(tab *handover.Table, h *handover.Instance) error {
 		}
 	}
 	if c != nil {
-		conn, irq, res, ferr := c.FDs()
+		pc, ok := c.(transport.Pausable)
+		if !ok {
+			return fmt.Errorf("vm connection: %T: %w", c, ErrNotPausable)
+		}
+		conn, extra, ferr := pc.HandoverFDs()
 		if ferr != nil {
-			return fmt.Errorf("qemu connection: %w", ferr)
+			return fmt.Errorf("vm connection: %w", ferr)
+		}
+		if len(extra) != 0 && len(extra) != 2 {
+			return fmt.Errorf("vm connection: %d extra fds, the handover state holds 0 or 2", len(extra))
 		}
 		q := &handover.QEMU{IRQ: handover.None, Resample: handover.None}
 		if q.Conn, err = tab.Add(conn); err != nil {
 			return err
 		}
-		if irq >= 0 && res >= 0 {
-			if q.IRQ, err = tab.Add(irq); err != nil {
+		if len(extra) == 2 {
+			if q.IRQ, err = tab.Add(extra[0]); err != nil {
 				return err
 			}
-			if q.Resample, err = tab.Add(res); err != nil {
+			if q.Resample, err = tab.Add(extra[1]); err != nil {
 				return err
 			}
 		}
@@ -257,7 +268,7 @@ type adoptedInstance struct {
 func (m *Manager) adoptLocked(inst *Instance, h handover.Instance) error {
 	tab := m.adoption.FDs
 	inst.regs.SetState(mmio.RegState{RingBase: h.Regs.RingBase, ComplBase: h.Regs.ComplBase, Slots: h.Regs.Slots, Tail: h.Regs.Tail,
-		Keep: h.Regs.Keep, IntStatus: h.Regs.IntStatus, IntEnable: h.Regs.IntEnable})
+		Keep: h.Regs.Keep, IntStatus: h.Regs.IntStatus, IntEnable: h.Regs.IntEnable, Shadow: h.Regs.Shadow})
 	var img [mmio.ConfigSize]byte
 	copy(img[:], h.Config)
 	inst.cfg.SetImage(img)
@@ -273,7 +284,7 @@ func (m *Manager) adoptLocked(inst *Instance, h handover.Instance) error {
 	if m.socketDir == "" {
 		return nil
 	}
-	path := filepath.Join(m.socketDir, inst.uuid+".sock")
+	path := filepath.Join(m.socketDir, inst.uuid+m.transport.Suffix())
 	if h.Listener == handover.None {
 		a.fresh = true
 		return m.listenLocked(inst) // the old process had none: a fresh one
@@ -324,19 +335,27 @@ func (m *Manager) Start() error {
 		l := in.listener
 		in.mu.Unlock()
 		if a.conn != nil {
-			c := mpqemu.NewConn(a.conn, in.regs, in.cfg, sizedMemory{in.be, in}, in.log)
-			c.AdoptIRQ(a.irq, a.res)
-			done := make(chan struct{})
-			in.mu.Lock()
-			in.conn, in.connDone = c, done
-			in.mu.Unlock()
-			m.wg.Add(1)
-			go func() {
-				defer m.wg.Done()
-				if err := in.serve(m.ctx, c, done); err != nil && !errors.Is(err, context.Canceled) {
-					in.log.Warn("vm connection ended", "err", err)
-				}
-			}()
+			var extra []int
+			if a.irq >= 0 || a.res >= 0 {
+				extra = []int{a.irq, a.res}
+			}
+			if c, aerr := m.transport.Adopt(a.conn, extra, in.Endpoint()); aerr != nil {
+				// Adopt closed what it was given: the VM sees a hang-up
+				// and its vGPU stays to be re-attached.
+				err = errors.Join(err, fmt.Errorf("instance %s: %w", in.uuid, aerr))
+			} else {
+				done := make(chan struct{})
+				in.mu.Lock()
+				in.conn, in.connDone = c, done
+				in.mu.Unlock()
+				m.wg.Add(1)
+				go func() {
+					defer m.wg.Done()
+					if err := in.serve(m.ctx, c, done); err != nil && !errors.Is(err, context.Canceled) {
+						in.log.Warn("vm connection ended", "err", err)
+					}
+				}()
+			}
 		}
 		if l != nil && !a.fresh {
 			m.wg.Add(1)

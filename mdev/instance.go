@@ -14,7 +14,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/mdev/agentchan"
-	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/sched"
 	"github.com/vgpud/vgpud/worker"
@@ -56,9 +56,9 @@ type Instance struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	limits   worker.Limits // what the device state was last given
-	conn     *mpqemu.Conn
-	connDone chan struct{} // closed when conn's Serve returns
+	limits   worker.Limits     // what the device state was last given
+	conn     transport.Session // the attached VM's, nil when none
+	connDone chan struct{}     // closed when conn's Serve returns
 	socket   string
 	listener *net.UnixListener
 	closed   bool
@@ -155,10 +155,19 @@ func (i *Instance) Attached() bool {
 	return i.conn != nil
 }
 
-// ServeQEMU serves one x-pci-proxy-dev connection until it ends. It takes
-// ownership of conn. A second connection while one is served is refused
-// with ErrAttached.
-func (i *Instance) ServeQEMU(ctx context.Context, conn *net.UnixConn) error {
+// Endpoint returns the instance as a transport sees it: the register
+// file, the config space and the guest-RAM map's sink (which forwards the
+// fds to the instance's worker).
+func (i *Instance) Endpoint() transport.Device {
+	return transport.Device{Regs: i.regs, Config: i.cfg, Memory: sizedMemory{i.be, i}, Log: i.log}
+}
+
+// Attach serves s, a transport's session for this instance, until it
+// ends, and returns its error. It takes ownership of s. One session is
+// served at a time: while another is attached, Attach waits a moment
+// for it to end (a VM that just exited may not have been noticed yet)
+// and then refuses s with ErrAttached.
+func (i *Instance) Attach(ctx context.Context, s transport.Session) error {
 	// A VM that just exited may not have been noticed yet (its hang-up is
 	// read asynchronously): give the old connection a moment to end before
 	// calling the new one a second VM on the same vGPU.
@@ -171,34 +180,33 @@ func (i *Instance) ServeQEMU(ctx context.Context, conn *net.UnixConn) error {
 		select {
 		case <-done:
 		case <-deadline.C:
-			conn.Close()
+			s.Close()
 			return fmt.Errorf("instance %s: %w", i.uuid, ErrAttached)
 		case <-ctx.Done():
-			conn.Close()
+			s.Close()
 			return ctx.Err()
 		}
 		i.mu.Lock()
 	}
 	if i.closed {
 		i.mu.Unlock()
-		conn.Close()
+		s.Close()
 		return fmt.Errorf("instance %s: %w", i.uuid, aggregator.ErrClosed)
 	}
-	c := mpqemu.NewConn(conn, i.regs, i.cfg, sizedMemory{i.be, i}, i.log)
 	done := make(chan struct{})
-	i.conn, i.connDone = c, done
+	i.conn, i.connDone = s, done
 	i.mu.Unlock()
 
-	i.log.Info("vm attached")
-	return i.serve(ctx, c, done)
+	i.log.Info("vm attached", "transport", fmt.Sprintf("%T", s))
+	return i.serve(ctx, s, done)
 }
 
 // serve runs c until it ends, staying with it across a pause.
-func (i *Instance) serve(ctx context.Context, c *mpqemu.Conn, done chan struct{}) error {
+func (i *Instance) serve(ctx context.Context, c transport.Session, done chan struct{}) error {
 	var err error
 	for {
 		err = c.Serve(ctx)
-		if !errors.Is(err, mpqemu.ErrPaused) {
+		if !errors.Is(err, transport.ErrPaused) {
 			break
 		}
 		i.mu.Lock()
@@ -207,7 +215,7 @@ func (i *Instance) serve(ctx context.Context, c *mpqemu.Conn, done chan struct{}
 		close(parked)
 		select {
 		case <-resume:
-			c.Resume()
+			c.(transport.Pausable).Resume() // only a Pausable session returns ErrPaused
 			continue
 		case <-ctx.Done():
 			c.Close()

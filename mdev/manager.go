@@ -20,6 +20,7 @@ import (
 	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/mdev/accept"
 	"github.com/vgpud/vgpud/mdev/agentchan"
+	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/reuse"
 	"github.com/vgpud/vgpud/sched"
@@ -33,9 +34,14 @@ type Config struct {
 	Devices []gpu.Device
 	// Profiles are the vGPU types; nil means DefaultProfiles().
 	Profiles []Profile
-	// SocketDir, if set, is where each instance listens for QEMU at
-	// <SocketDir>/<uuid>.sock.
+	// SocketDir, if set, is where each instance listens for its VM at
+	// <SocketDir>/<uuid><Transport.Suffix()>.
 	SocketDir string
+	// Transport is the protocol VMs speak on the instance sockets
+	// (mpqemu.Transport, vfiouser.Transport); required with a SocketDir.
+	// Transports that own their event loop (Xen's) attach through
+	// Instance.Attach instead.
+	Transport transport.Socket
 	Logger    *slog.Logger
 	// Reuse configures result reuse (docs/reuse.md); the zero value turns
 	// it on with a private domain per instance.
@@ -72,6 +78,7 @@ type Manager struct {
 	pool      *worker.Pool
 	profiles  map[string]Profile
 	socketDir string
+	transport transport.Socket
 	log       *slog.Logger
 	onChange  func()
 	// place is the placement policy and model; guarded by mu.
@@ -108,6 +115,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	if len(cfg.Devices) == 0 {
 		return nil, errors.New("new manager: no physical device")
 	}
+	if cfg.SocketDir != "" && cfg.Transport == nil {
+		return nil, errors.New("new manager: a socket directory needs a transport (mpqemu.Transport{}, vfiouser.Transport{})")
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -119,6 +129,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	m := &Manager{
 		profiles:  make(map[string]Profile),
 		socketDir: cfg.SocketDir,
+		transport: cfg.Transport,
 		onChange:  cfg.OnChange,
 		log:       log,
 		instances: make(map[string]*Instance),
@@ -331,7 +342,7 @@ func (m *Manager) placeLocked(p Profile, want *int, h PlaceHint) (int, error) {
 
 // listenLocked opens the instance's socket and starts its accept loop.
 func (m *Manager) listenLocked(inst *Instance) error {
-	path := filepath.Join(m.socketDir, inst.uuid+".sock")
+	path := filepath.Join(m.socketDir, inst.uuid+m.transport.Suffix())
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -408,7 +419,7 @@ func (m *Manager) acceptLoop(inst *Instance, l *net.UnixListener) {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			if err := inst.ServeQEMU(m.ctx, c); err != nil && !errors.Is(err, context.Canceled) {
+			if err := inst.Attach(m.ctx, m.transport.NewSession(c, inst.Endpoint())); err != nil && !errors.Is(err, context.Canceled) {
 				inst.log.Warn("vm connection ended", "err", err)
 			}
 		}()

@@ -16,6 +16,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/suite"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
 
@@ -38,7 +39,7 @@ func openGPU(t *testing.T) gpu.Device {
 
 func newManager(t *testing.T, profiles []Profile) *Manager {
 	t.Helper()
-	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: profiles, SocketDir: t.TempDir()})
+	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: profiles, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
 	if err != nil {
 		t.Fatalf("NewManager = %v", err)
 	}
@@ -255,5 +256,56 @@ func TestCompletionRaisesINTx(t *testing.T) {
 	}
 	if got := vm.Read32(abi.RegIntStatus); got&abi.IntCompletion == 0 {
 		t.Errorf("RegIntStatus = %#x, want IntCompletion set", got)
+	}
+}
+
+// TestSuiteWithKick runs the guest suite with the ABI 1.3 kick doorbell
+// through a worker process: every doorbell is a RegRingKick, the worker
+// reads the tail from the shadow in guest RAM. A shadow outside guest RAM
+// latches StatusBadAddress and loses nothing.
+func TestSuiteWithKick(t *testing.T) {
+	m := newManager(t, nil)
+	inst, err := m.Create(CreateRequest{Profile: "vgpu-small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := attach(t, inst)
+	d, err := driver.Open(vm, vm, driver.Options{Kick: true})
+	if err != nil {
+		t.Fatalf("driver.Open = %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if vm.Read32(abi.RegTailShadowLo) == 0 {
+		t.Fatal("the driver did not program the tail shadow")
+	}
+	rep := suite.Run(context.Background(), d, suite.Options{VectorN: 4096, ReduceN: 1 << 14})
+	if !rep.OK() {
+		t.Fatalf("suite failed:\n%s", rep)
+	}
+	if rung := d.Stats().Doorbells; inst.Stats().Doorbells.Load() < rung || rung == 0 {
+		t.Errorf("device counted %d doorbells, the driver rang %d", inst.Stats().Doorbells.Load(), rung)
+	}
+
+	lo, hi := vm.Read32(abi.RegTailShadowLo), vm.Read32(abi.RegTailShadowHi)
+	vm.Write32(abi.RegTailShadowHi, 0x7fff) // far outside the VM's 64 MiB
+	vm.Write32(abi.RegRingKick, 1)
+	waitFor(t, "StatusBadAddress from a kick", func() bool { st, _ := inst.Error(); return st == abi.StatusBadAddress })
+	vm.Write32(abi.RegErrorAck, 1)
+	vm.Write32(abi.RegTailShadowLo, lo)
+	vm.Write32(abi.RegTailShadowHi, hi)
+	if rep := suite.Run(context.Background(), d, suite.Options{VectorN: 4096, ReduceN: 1 << 14}); !rep.OK() {
+		t.Fatalf("suite after a bad kick failed:\n%s", rep)
+	}
+}
+
+// waitFor polls cond (state another process changes, with no event to
+// wait on) until it holds, failing after 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

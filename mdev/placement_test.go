@@ -7,6 +7,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/interference"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
 // newManagerN is a manager over n devices (the test device, n times: the
@@ -17,7 +18,7 @@ func newManagerN(t *testing.T, n int, profiles []Profile) *Manager {
 	for i := range devs {
 		devs[i] = openGPU(t)
 	}
-	m, err := NewManager(Config{Devices: devs, Profiles: profiles, SocketDir: t.TempDir()})
+	m, err := NewManager(Config{Devices: devs, Profiles: profiles, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
 	if err != nil {
 		t.Fatalf("NewManager = %v", err)
 	}

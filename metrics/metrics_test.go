@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"io"
 	"net"
 	"net/http/httptest"
@@ -66,7 +67,7 @@ func TestMetricsDuringRun(t *testing.T) {
 		t.Fatalf("gpu.Open: %v", err)
 	}
 	defer dev.Close()
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: t.TempDir()})
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
 	"github.com/vgpud/vgpud/migrate/qmp/qmptest"
@@ -46,7 +47,7 @@ func destinationQMP(t *testing.T, tlsDir string) (*mdev.Manager, *qmptest.Server
 		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
 	}
 	sockDir := t.TempDir()
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: sockDir})
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: sockDir, Transport: mpqemu.Transport{}})
 	if err != nil {
 		t.Fatal(err)
 	}

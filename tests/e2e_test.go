@@ -14,6 +14,7 @@ import (
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
 	"github.com/vgpud/vgpud/guestagent/suite"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 )
 
@@ -74,7 +75,7 @@ func host(t *testing.T) *mdev.Manager {
 	if err != nil {
 		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
 	}
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir()})
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
 	if err != nil {
 		t.Fatal(err)
 	}

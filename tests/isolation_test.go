@@ -12,6 +12,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/suite"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/worker"
 )
 
@@ -44,7 +45,7 @@ func TestIsolationTwoGuests(t *testing.T) {
 	}
 	prof := mdev.Profile{Name: "iso", MemBytes: 256 << 20, Share: 1, MaxPerDevice: 8,
 		TurnTimeout: mdev.Duration(2 * time.Second), BuildTimeout: mdev.Duration(5 * time.Second)}
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, Profiles: []mdev.Profile{prof}, SocketDir: t.TempDir()})
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, Profiles: []mdev.Profile{prof}, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
@@ -174,7 +175,7 @@ func TestMigrateRollsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	sockDir := t.TempDir()
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockDir})
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockDir, Transport: mpqemu.Transport{}})
 	if err != nil {
 		t.Fatal(err)
 	}

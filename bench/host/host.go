@@ -7,6 +7,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"log/slog"
 	"os"
 
@@ -39,7 +40,7 @@ func StartWith(selector, prefix string, inProcess bool) (*Host, error) {
 	}
 	// Each path's hang-up is logged as a warning: errors only.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Logger: log, InProcess: inProcess})
+	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Transport: mpqemu.Transport{}, Logger: log, InProcess: inProcess})
 	if err != nil {
 		os.RemoveAll(dir)
 		dev.Close()

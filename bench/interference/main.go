@@ -17,6 +17,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
 func main() {
@@ -97,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(sockets)
-	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockets,
+	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockets, Transport: mpqemu.Transport{},
 		Profiles: []mdev.Profile{{Name: profileName, MemBytes: 256 << 20, Share: 1, MaxPerDevice: 2*len(ws) + 2}}})
 	if err != nil {
 		return err

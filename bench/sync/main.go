@@ -27,6 +27,7 @@ import (
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/agentchan"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 )
 
@@ -101,7 +102,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer d.Close()
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: filepath.Join(dir, "sock"), Logger: log})
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: filepath.Join(dir, "sock"), Transport: mpqemu.Transport{}, Logger: log})
 	if err != nil {
 		return err
 	}

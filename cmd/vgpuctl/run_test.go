@@ -13,6 +13,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
 // daemon serves the control API over a real manager and returns the
@@ -33,7 +34,7 @@ func daemonWith(t *testing.T, cfg mdev.Config) string {
 	if len(cfg.Devices) == 0 {
 		cfg.Devices = []gpu.Device{d}
 	}
-	cfg.SocketDir = t.TempDir()
+	cfg.SocketDir, cfg.Transport = t.TempDir(), mpqemu.Transport{}
 	m, err := mdev.NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)

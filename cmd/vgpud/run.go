@@ -23,6 +23,7 @@ import (
 	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/runstate"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/libvirt"
@@ -294,6 +295,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Devices:   devs,
 		Profiles:  cfg.Profiles,
 		SocketDir: filepath.Join(cfg.RunDir, "instances"),
+		Transport: mpqemu.Transport{},
 		Logger:    log,
 		Reuse:     cfg.Reuse,
 		WorkerDir: cfg.WorkerDir,

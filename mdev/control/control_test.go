@@ -14,6 +14,7 @@ import (
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,7 +26,7 @@ func serve(t *testing.T, opts ...func(*mdev.Manager) Option) *Client {
 	if err != nil {
 		t.Fatalf("gpu.Open: %v", err)
 	}
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir(),
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir(), Transport: mpqemu.Transport{},
 		Profiles: []mdev.Profile{{Name: "p", MemBytes: 16 << 20, Share: 1, MaxPerDevice: 1}}})
 	if err != nil {
 		t.Fatal(err)

@@ -16,26 +16,23 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mmio"
 )
 
 // Errors returned by Conn.
 var (
 	// ErrClosed is returned by Serve after Close, like http.ErrServerClosed.
-	ErrClosed = errors.New("mpqemu connection closed")
+	ErrClosed = transport.ErrClosed
 	// ErrNoIRQ is returned by RaiseIRQ before QEMU sent SET_IRQFD.
 	ErrNoIRQ = errors.New("mpqemu: no irqfd")
 	// ErrPaused is returned by Serve after Pause, between two messages;
 	// the connection stays open and Serve may be called again.
-	ErrPaused = errors.New("mpqemu connection paused")
+	ErrPaused = transport.ErrPaused
 )
 
-// MemoryMap receives the guest-RAM map SYNC_SYSMEM announces: a
-// guestmem.Map, or whatever forwards the fds to where the device work runs
-// (a worker process). Update takes ownership of the regions' fds.
-type MemoryMap interface {
-	Update(regions []guestmem.Region) error
-}
+// MemoryMap receives the guest-RAM map SYNC_SYSMEM announces.
+type MemoryMap = transport.MemoryMap
 
 // IRQSink raises the device's interrupt (INTx).
 type IRQSink = mmio.IRQSink
@@ -350,6 +347,19 @@ func (c *Conn) FDs() (conn, irq, resample int, err error) {
 	c.irqMu.Lock()
 	defer c.irqMu.Unlock()
 	return conn, c.irqFD, c.resampleFD, nil
+}
+
+// HandoverFDs is FDs as transport.Pausable wants it: extra holds the
+// irqfd and the resample eventfd, or nothing when QEMU sent none.
+func (c *Conn) HandoverFDs() (conn int, extra []int, err error) {
+	conn, irq, res, err := c.FDs()
+	if err != nil {
+		return -1, nil, err
+	}
+	if irq >= 0 && res >= 0 {
+		extra = []int{irq, res}
+	}
+	return conn, extra, nil
 }
 
 // AdoptIRQ takes the irqfd and resample eventfd an earlier vgpud had

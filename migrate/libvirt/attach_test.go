@@ -19,6 +19,7 @@ import (
 	"github.com/vgpud/vgpud/gpu/gputest"
 	"github.com/vgpud/vgpud/guestagent/agent"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/migrate"
 )
 
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func manager(t *testing.T) *mdev.Manager {
 	t.Helper()
 	dev := gputest.New(gputest.Config{Info: gpu.Info{GlobalMemBytes: 4 << 30, MaxAllocBytes: 64 << 20}})
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: t.TempDir(), InProcess: true,
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}, InProcess: true,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

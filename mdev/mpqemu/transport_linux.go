@@ -1,0 +1,51 @@
+package mpqemu
+
+import (
+	"fmt"
+	"net"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/mdev/transport"
+)
+
+// Transport is QEMU's multi-process protocol as a transport.Socket: each
+// instance listens at <socket dir>/<uuid>.sock for `-device
+// x-pci-proxy-dev,fd=N` (docs/mpqemu.md).
+type Transport struct{}
+
+var (
+	_ transport.Socket   = Transport{}
+	_ transport.Pausable = (*Conn)(nil)
+)
+
+// Name is "mpqemu".
+func (Transport) Name() string { return "mpqemu" }
+
+// Suffix is ".sock".
+func (Transport) Suffix() string { return ".sock" }
+
+// NewSession returns a Conn serving dev on conn.
+func (Transport) NewSession(conn *net.UnixConn, dev transport.Device) transport.Session {
+	return NewConn(conn, dev.Regs, dev.Config, dev.Memory, dev.Log)
+}
+
+// Adopt returns a Conn serving dev on a connection an earlier vgpud
+// handed over; extra is the irqfd and the resample eventfd, or nothing.
+func (Transport) Adopt(conn *net.UnixConn, extra []int, dev transport.Device) (transport.Session, error) {
+	switch len(extra) {
+	case 0:
+	case 2:
+	default:
+		for _, fd := range extra {
+			unix.Close(fd)
+		}
+		conn.Close()
+		return nil, fmt.Errorf("mpqemu: adopt: %d extra fds, want 0 or 2 (irqfd, resample)", len(extra))
+	}
+	c := NewConn(conn, dev.Regs, dev.Config, dev.Memory, dev.Log)
+	if len(extra) == 2 {
+		c.AdoptIRQ(extra[0], extra[1])
+	}
+	return c, nil
+}

@@ -1,0 +1,82 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+
+	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/mmio"
+)
+
+// Errors a Session's Serve returns that its owner must tell apart.
+var (
+	// ErrClosed is returned by Serve after Close, like http.ErrServerClosed.
+	ErrClosed = errors.New("transport session closed")
+	// ErrPaused is returned by a Pausable session's Serve after Pause,
+	// between two messages; the session stays open and Serve may be
+	// called again after Resume.
+	ErrPaused = errors.New("transport session paused")
+)
+
+// MemoryMap receives the guest-RAM map a transport learns from its peer
+// (mpqemu's SYNC_SYSMEM, vfio-user's DMA_MAP and DMA_UNMAP, the Xen
+// guest's RAM): always the whole current map, which replaces the last
+// one. Update takes ownership of the regions' fds, on success and on
+// failure. Behind it is a guestmem.Map or whatever forwards the fds to
+// where the device work runs (a worker process).
+type MemoryMap interface {
+	Update(regions []guestmem.Region) error
+}
+
+// Device is one vGPU as a transport sees it. Config's interrupt line is
+// Regs.INTx(); a transport attaches its IRQ sink there
+// (mmio.INTx.SetSink) and detaches it when its session ends.
+type Device struct {
+	Regs   *mmio.Device
+	Config *mmio.ConfigSpace
+	Memory MemoryMap
+	Log    *slog.Logger
+}
+
+// Session is one VM attachment a transport serves.
+type Session interface {
+	// Serve handles the peer's requests until it hangs up (nil), ctx ends
+	// (ctx.Err()), Close is called (ErrClosed), the connection fails or
+	// the peer breaks the protocol (an error naming what it sent). On
+	// return the session holds no resources but what its owner gave it.
+	Serve(ctx context.Context) error
+	// Close ends the session; Serve returns. It may be called at any
+	// time and more than once.
+	Close() error
+}
+
+// Pausable is a session that can stop between two messages and go on
+// later, and hand its connection to another process: an upgrade in place
+// (docs/upgrade.md) passes conn and the extra fds (for mpqemu: the irqfd
+// and the resample eventfd) to the new vgpud, whose Socket.Adopt serves
+// them. A session that is not Pausable blocks an upgrade in place.
+type Pausable interface {
+	Session
+	Pause()
+	Resume()
+	// HandoverFDs returns the connection's fd and the extra fds, still
+	// owned by the session.
+	HandoverFDs() (conn int, extra []int, err error)
+}
+
+// Socket is a transport whose VMs connect to a Unix socket per instance
+// (mpqemu, vfio-user). mdev listens at <socket dir>/<uuid><Suffix()> and
+// hands each accepted connection to NewSession.
+type Socket interface {
+	// Name names the transport in logs, metrics and the API.
+	Name() string
+	// Suffix is the instance socket's name after the UUID (".sock").
+	Suffix() string
+	// NewSession returns a session serving dev on conn; it owns conn.
+	NewSession(conn *net.UnixConn, dev Device) Session
+	// Adopt returns a session serving dev on a connection a previous
+	// vgpud handed over (Pausable.HandoverFDs); it owns conn and extra.
+	Adopt(conn *net.UnixConn, extra []int, dev Device) (Session, error)
+}
