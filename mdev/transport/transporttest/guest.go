@@ -25,15 +25,18 @@ type Guest interface {
 	// or 4 bytes).
 	ConfigRead(off uint32, size int) (uint32, error)
 	ConfigWrite(off uint32, size int, v uint32) error
-	// IRQCount returns the interrupts delivered so far; WaitIRQ waits up
-	// to timeout for one more than it last returned and returns the count.
+	// IRQCount returns how many interrupts were delivered since the last
+	// IRQCount or WaitIRQ (0: none), like reading an irqfd's counter;
+	// WaitIRQ waits up to timeout until that number is nonzero and
+	// returns it (an error wrapping os.ErrDeadlineExceeded after timeout).
 	IRQCount() (uint64, error)
 	WaitIRQ(timeout time.Duration) (uint64, error)
 	// Resample ends the interrupt (EOI): a line still high is asserted again.
 	Resample() error
 	// Reset resets the device the transport's way (mpqemu: DEVICE_RESET,
 	// vfio-user: VFIO_USER_DEVICE_RESET, Xen: a config-space FLR is not
-	// offered, so the ABI's RingCtrlReset).
+	// offered, so the ABI's RingCtrlReset) and then, like firmware, programs
+	// BAR0 and the command register again.
 	Reset() error
 	// Err returns the first transport error a register access met (the
 	// driver.Registers methods cannot return one).
@@ -63,8 +66,9 @@ type Transport interface {
 }
 
 // Attack is one hostile peer. Run attacks inst through the transport and
-// returns once the transport answered (an error reply or a hang-up); it
-// fails t if the transport crashed, hung, or accepted what it must refuse.
+// returns once the transport answered (an error reply or a hang-up) and
+// it closed whatever it opened; it fails t if the transport crashed,
+// hung, or accepted what it must refuse.
 // The suite then checks that the instance serves a fresh guest and that a
 // neighbour instance on the same device lost nothing.
 type Attack struct {
