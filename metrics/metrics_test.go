@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"io"
 	"net"
 	"net/http/httptest"
@@ -16,6 +15,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
 

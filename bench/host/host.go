@@ -7,12 +7,12 @@ package host
 import (
 	"errors"
 	"fmt"
-	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"log/slog"
 	"os"
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
 // Host is an in-process vgpud.
