@@ -31,11 +31,12 @@ func main() {
 
 // Sections, in the order they print.
 const (
-	sectionMMIO   = "mmio"
-	sectionMatmul = "matmul"
+	sectionMMIO      = "mmio"
+	sectionTransport = "transport"
+	sectionMatmul    = "matmul"
 )
 
-var allSections = []string{sectionMMIO, sectionMatmul}
+var allSections = []string{sectionMMIO, sectionTransport, sectionMatmul}
 
 // config is the parsed command line.
 type config struct {
@@ -133,6 +134,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		t, err := b.mmioTable(ctx)
 		if err != nil {
 			return fmt.Errorf("mmio: %w", err)
+		}
+		t.Print(stdout)
+	}
+	if cfg.has(sectionTransport) {
+		t, err := b.transportTable(ctx)
+		if err != nil {
+			return fmt.Errorf("transport: %w", err)
 		}
 		t.Print(stdout)
 	}

@@ -26,6 +26,7 @@ func TestRunNoQEMU(t *testing.T) {
 	for _, want := range []string{
 		"host CPUs:", "OpenCL device:", "QEMU:          not used",
 		"MMIO cost:", "vGPU via harness (host process, no QEMU)",
+		"Transport cost:", "floor: Unix socket round trip", "mpqemu: harness over the instance socket",
 		"Virtualization overhead: 32 x 32 float matmul x 2",
 		hostRow, "harness + driver library (host process)",
 	} {

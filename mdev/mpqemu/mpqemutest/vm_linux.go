@@ -252,11 +252,12 @@ func (v *VM) roundTripLocked(send func() error) (uint64, error) {
 	return val, nil
 }
 
-// readRetLocked reads one RET reply with as few reads as the kernel
-// allows (usually one).
+// readRetLocked reads one RET reply in one read when the kernel allows
+// (vgpud always answers 8 bytes, and sends nothing unasked, so asking
+// for the whole reply at once never reads into another message).
 func (v *VM) readRetLocked() (uint64, error) {
 	n := 0
-	want := mpqemu.HeaderSize
+	want := mpqemu.HeaderSize + mpqemu.RetSize
 	for n < want {
 		k, err := v.conn.Read(v.rbuf[n:want])
 		n += k
@@ -266,13 +267,12 @@ func (v *VM) readRetLocked() (uint64, error) {
 			}
 			return 0, fmt.Errorf("read reply: %w", err)
 		}
-		if n >= mpqemu.HeaderSize && want == mpqemu.HeaderSize {
+		if n >= mpqemu.HeaderSize {
 			cmd := mpqemu.Cmd(int32(binary.LittleEndian.Uint32(v.rbuf[0:])))
 			size := binary.LittleEndian.Uint64(v.rbuf[8:])
-			if cmd != mpqemu.CmdRet || (size != 0 && size != mpqemu.RetSize) {
+			if cmd != mpqemu.CmdRet || size != mpqemu.RetSize {
 				return 0, fmt.Errorf("reply %v of %d bytes: %w", cmd, size, mpqemu.ErrProtocol)
 			}
-			want += int(size)
 		}
 	}
 	return mpqemu.RetValue(v.rbuf[mpqemu.HeaderSize:want])
