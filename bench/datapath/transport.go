@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"time"
 
@@ -56,6 +57,11 @@ func (b *bench) transportTable(ctx context.Context) (_ *table.Table, err error) 
 		return nil, err
 	}
 	paths = append(paths, floor)
+	locked, err := lockedFloorPath()
+	if err != nil {
+		return nil, err
+	}
+	paths = append(paths, locked)
 	mp, err := b.mpqemuPath()
 	if err != nil {
 		return nil, err
@@ -86,7 +92,7 @@ func (b *bench) transportTable(ctx context.Context) (_ *table.Table, err error) 
 		t.Add(p.name, nsCell(w), nsCell(r), ratioCell(w, fw), ratioCell(r, fr))
 	}
 	t.Note("%d accesses per path per round, %d rounds interleaved, median shown; client and server are goroutines of this process, as in the harness", n, transportRounds)
-	t.Note("floor: %d bytes out, %d back on a socketpair, both ends net.UnixConn (a blocking read loop on a locked OS thread was slower here: docs/mpqemu.md)", floorRequest, floorReply)
+	t.Note("floor: %d bytes out, %d back on a socketpair, both ends net.UnixConn (Go's poller); locked threads: the same with blocking read(2)/write(2) on a blocking fd, each end on its own locked OS thread", floorRequest, floorReply)
 	t.Note("write = RegRingSlots (latched by the register file, no device work), read = RegID")
 	return t, nil
 }
@@ -217,5 +223,72 @@ func (b *bench) mpqemuPath() (accessPath, error) {
 		name:    "mpqemu: harness over the instance socket",
 		measure: func(n int) (float64, float64, error) { return timeAccesses(vm, n) },
 		close:   func() error { return errors.Join(vm.Close(), destroy()) },
+	}, nil
+}
+
+// lockedFloorPath is the floor with a blocking read loop on a locked OS
+// thread at each end instead of Go's poller: the design the transport
+// issue proposed for mpqemu's server, measured beside the floor.
+func lockedFloorPath() (accessPath, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return accessPath{}, fmt.Errorf("socketpair: %w", err)
+	}
+	client, server := fds[0], fds[1]
+	readFull := func(fd int, p []byte) error {
+		for n := 0; n < len(p); {
+			k, err := unix.Read(fd, p[n:])
+			if err != nil {
+				return err
+			}
+			if k == 0 {
+				return io.EOF
+			}
+			n += k
+		}
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		req, rep := make([]byte, floorRequest), make([]byte, floorReply)
+		for readFull(server, req) == nil {
+			if _, err := unix.Write(server, rep); err != nil {
+				return
+			}
+		}
+	}()
+	req, rep := make([]byte, floorRequest), make([]byte, floorReply)
+	trip := func(n int) (float64, error) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		start := time.Now()
+		for range n {
+			if _, err := unix.Write(client, req); err != nil {
+				return 0, err
+			}
+			if err := readFull(client, rep); err != nil {
+				return 0, err
+			}
+		}
+		return float64(time.Since(start).Nanoseconds()) / float64(n), nil
+	}
+	return accessPath{
+		name: "floor, blocking reads on locked threads",
+		measure: func(n int) (float64, float64, error) {
+			w, err := trip(n)
+			if err != nil {
+				return 0, 0, err
+			}
+			r, err := trip(n)
+			return w, r, err
+		},
+		close: func() error {
+			unix.Shutdown(client, unix.SHUT_RDWR)
+			<-done
+			return errors.Join(unix.Close(client), unix.Close(server))
+		},
 	}, nil
 }
