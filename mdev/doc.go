@@ -4,10 +4,12 @@
 // aggregator's device state, the mmio register file and config space, and
 // the guest-memory map the transport fills.
 //
-// The transports live in subpackages: mpqemu (QEMU's multi-process
-// protocol, x-pci-proxy-dev) with guestmem (guest RAM from fds), and
-// qemuvm (building and running the QEMU command line). mdev knows nothing
-// of command semantics: it never decodes a ring entry.
+// mdev knows no transport protocol: a transport (mpqemu, vfiouser, xen)
+// attaches to an instance from below through the seam in mdev/transport
+// (Instance.Endpoint, Instance.Attach); a socket transport is chosen in
+// Config.Transport and mdev only listens for it. guestmem maps guest RAM
+// from fds (in the worker), qemuvm builds and runs QEMU command lines.
+// mdev knows nothing of command semantics: it never decodes a ring entry.
 //
 // Lock order: Manager.mu, then Instance.mu. Neither is held while calling
 // into a transport or the aggregator.
