@@ -1,0 +1,470 @@
+package xen
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/mdev/transport"
+)
+
+// ErrClosed is returned by Serve after Close.
+var ErrClosed = transport.ErrClosed
+
+// DefaultLiveness is how often an idle Server asks Xen whether its domain
+// still exists (Xen sends no event when a domain dies).
+const DefaultLiveness = time.Second
+
+// Config says which domain a Server serves and where the vGPU appears.
+type Config struct {
+	// Domain is the HVM guest's domain id.
+	Domain DomID
+	// SBDF is the PCI function the vGPU claims in the guest. It must be
+	// free in the domain's QEMU (no device there) and on bus 0 for its
+	// INTx to be routed (hvmloader's _PRT covers bus 0).
+	SBDF SBDF
+	// VCPUs is the number of vCPU slots to serve; 0 asks Xen
+	// (XEN_DMOP_nr_vcpus).
+	VCPUs int
+	// Restrict restricts the Hypervisor handle and the event channel
+	// handle to Domain before anything else: for a handle per server.
+	Restrict bool
+	// Liveness is how often an idle Server checks that the domain still
+	// exists; 0 means DefaultLiveness.
+	Liveness time.Duration
+}
+
+// Server is one vGPU served to one Xen HVM domain as an ioreq server. It
+// is a transport.Session: Serve sets the ioreq server up, serves until the
+// domain goes away, and tears it down.
+//
+// Serve's goroutine alone touches the ioreq pages, the event channel
+// handle and the claimed ranges. Close and a context's end only signal
+// the stop eventfd. The INTx sink (intxLine) has its own lock, a leaf.
+type Server struct {
+	hv   Hypervisor
+	cfg  Config
+	dev  transport.Device
+	log  *slog.Logger
+	line *intxLine
+
+	serving atomic.Bool
+	closed  atomic.Bool
+	stopMu  sync.Mutex
+	stopFD  int // eventfd written by Close and ctx; -1 once Serve ended
+	stopErr error
+
+	// Owned by Serve's goroutine.
+	id         ServerID
+	created    bool
+	pages      IOReqPages
+	sync       IOReqPage
+	buf        BufPage
+	ev         Events
+	vcpuRemote []Port
+	vcpuLocal  []Port
+	bufLocal   Port
+	bound      []Port
+	byLocal    map[Port]int // local port -> vCPU, bufIndex for the buffered ring
+	pciMapped  bool
+	barMapped  bool
+	barBase    uint64
+}
+
+const bufIndex = -1
+
+var (
+	_ transport.Session = (*Server)(nil)
+	// allOnes answers a read that no device decodes.
+	allOnes = ^uint64(0)
+)
+
+// NewServer returns a Server for dev in cfg.Domain, speaking to Xen
+// through hv. It connects dev's config space to its interrupt line.
+func NewServer(hv Hypervisor, cfg Config, dev transport.Device) *Server {
+	log := dev.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Liveness <= 0 {
+		cfg.Liveness = DefaultLiveness
+	}
+	log = log.With("xen_domain", cfg.Domain, "sbdf", cfg.SBDF.String())
+	s := &Server{hv: hv, cfg: cfg, dev: dev, log: log, stopFD: -1}
+	s.line = &intxLine{hv: hv, dom: cfg.Domain, sbdf: cfg.SBDF, log: log}
+	s.stopFD, s.stopErr = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if s.stopErr != nil {
+		s.stopFD = -1
+	}
+	dev.Config.SetINTx(dev.Regs.INTx())
+	return s
+}
+
+// protoErr is a protocol violation.
+func protoErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrProtocol, fmt.Sprintf(format, args...))
+}
+
+// Serve creates the ioreq server, claims the PCI function, serves ioreqs
+// until the domain goes away (nil), ctx ends (ctx.Err()), Close is called
+// (ErrClosed), Xen breaks the protocol (an error wrapping ErrProtocol,
+// logged) or a hypercall fails; then it releases everything it claimed.
+// Serve may be called once.
+func (s *Server) Serve(ctx context.Context) (err error) {
+	if !s.serving.CompareAndSwap(false, true) {
+		return errors.New("xen: Serve called twice")
+	}
+	defer s.closeStop()
+	if s.stopErr != nil {
+		return fmt.Errorf("xen: stop eventfd: %w", s.stopErr)
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	stop := context.AfterFunc(ctx, s.wake)
+	defer stop()
+	defer s.teardown()
+	if err := s.setup(); err != nil {
+		if errors.Is(err, ErrNoDomain) {
+			return fmt.Errorf("xen: setup: %w", err)
+		}
+		return fmt.Errorf("xen: setup domain %d: %w", s.cfg.Domain, err)
+	}
+	s.log.Info("xen: ioreq server serving", "id", s.id, "vcpus", len(s.vcpuLocal))
+	err = s.loop(ctx)
+	switch {
+	case err == nil:
+		s.log.Info("xen: domain gone")
+	case errors.Is(err, ErrProtocol):
+		s.log.Error("xen: stopping ioreq server", "err", err)
+	}
+	return err
+}
+
+// Close ends the session; Serve returns ErrClosed. Idempotent.
+func (s *Server) Close() error {
+	s.closed.Store(true)
+	s.wake()
+	return nil
+}
+
+func (s *Server) wake() {
+	s.stopMu.Lock()
+	defer s.stopMu.Unlock()
+	if s.stopFD >= 0 {
+		var one [8]byte
+		binary.LittleEndian.PutUint64(one[:], 1)
+		unix.Write(s.stopFD, one[:]) // EAGAIN: already signalled
+	}
+}
+
+func (s *Server) closeStop() {
+	s.stopMu.Lock()
+	defer s.stopMu.Unlock()
+	if s.stopFD >= 0 {
+		unix.Close(s.stopFD)
+		s.stopFD = -1
+	}
+}
+
+func (s *Server) setup() error {
+	hv, dom := s.hv, s.cfg.Domain
+	if s.cfg.Restrict {
+		if err := hv.Restrict(dom); err != nil {
+			return fmt.Errorf("restrict: %w", err)
+		}
+	}
+	n := s.cfg.VCPUs
+	if n == 0 {
+		var err error
+		if n, err = hv.NrVCPUs(dom); err != nil {
+			return fmt.Errorf("vcpus: %w", err)
+		}
+	}
+	if n < 1 || n > MaxVCPUs {
+		return fmt.Errorf("%d vcpus: want 1..%d", n, MaxVCPUs)
+	}
+	id, err := hv.CreateIOReqServer(dom, BufIOReqAtomic)
+	if err != nil {
+		return fmt.Errorf("create ioreq server: %w", err)
+	}
+	s.id, s.created = id, true
+	bufPort, err := hv.IOReqServerInfo(dom, id)
+	if err != nil {
+		return fmt.Errorf("ioreq server info: %w", err)
+	}
+	pages, err := hv.MapIOReqPages(dom, id)
+	if err != nil {
+		return fmt.Errorf("map ioreq pages: %w", err)
+	}
+	s.pages = pages
+	if s.sync, err = NewIOReqPage(pages.Sync); err != nil {
+		return err
+	}
+	if s.buf, err = NewBufPage(pages.Buffered); err != nil {
+		return err
+	}
+	// As QEMU does: enable first, then read each vCPU's port from its
+	// slot (Xen writes vp_eport when the server is enabled). Nothing
+	// reaches the server before MapPCIDev below.
+	if err := hv.SetIOReqServerState(dom, id, true); err != nil {
+		return fmt.Errorf("enable ioreq server: %w", err)
+	}
+	if s.ev, err = hv.OpenEvents(); err != nil {
+		return fmt.Errorf("open event channels: %w", err)
+	}
+	if s.cfg.Restrict {
+		if err := s.ev.Restrict(dom); err != nil {
+			return fmt.Errorf("restrict event channels: %w", err)
+		}
+	}
+	s.byLocal = make(map[Port]int, n+1)
+	for i := range n {
+		remote := s.sync.Slot(i).VPEport()
+		if remote == 0 {
+			return fmt.Errorf("vcpu %d: no event channel in its ioreq slot: %w", i, ErrProtocol)
+		}
+		local, err := s.bind(remote)
+		if err != nil {
+			return fmt.Errorf("bind vcpu %d port %d: %w", i, remote, err)
+		}
+		s.vcpuRemote = append(s.vcpuRemote, remote)
+		s.vcpuLocal = append(s.vcpuLocal, local)
+		s.byLocal[local] = i
+	}
+	if s.bufLocal, err = s.bind(bufPort); err != nil {
+		return fmt.Errorf("bind buffered ioreq port %d: %w", bufPort, err)
+	}
+	s.byLocal[s.bufLocal] = bufIndex
+	if err := s.guestRAM(); err != nil {
+		return err
+	}
+	s.dev.Regs.INTx().SetSink(s.line)
+	if err := hv.MapPCIDev(dom, id, s.cfg.SBDF); err != nil {
+		return fmt.Errorf("claim pci %v: %w", s.cfg.SBDF, err)
+	}
+	s.pciMapped = true
+	s.syncBAR() // a BAR0 programmed by an earlier session
+	return nil
+}
+
+func (s *Server) bind(remote Port) (Port, error) {
+	local, err := s.ev.BindInterdomain(s.cfg.Domain, remote)
+	if err != nil {
+		return 0, err
+	}
+	if _, dup := s.byLocal[local]; dup || local == 0 {
+		return 0, fmt.Errorf("local port %d bound twice: %w", local, ErrProtocol)
+	}
+	s.bound = append(s.bound, local)
+	return local, nil
+}
+
+// guestRAM hands the guest's RAM to the device, where the hypervisor can.
+func (s *Server) guestRAM() error {
+	if s.dev.Memory == nil {
+		return nil
+	}
+	regions, err := s.hv.GuestRAM(s.cfg.Domain)
+	if errors.Is(err, ErrNoGuestRAMFDs) {
+		s.log.Warn("xen: guest RAM not passed to the device; commands touching guest memory will fail", "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("guest ram: %w", err)
+	}
+	if err := s.dev.Memory.Update(regions); err != nil {
+		return fmt.Errorf("guest ram map: %w", err)
+	}
+	return nil
+}
+
+// teardown releases, in reverse, whatever setup got. Errors are logged:
+// after the domain died every call fails with ErrNoDomain.
+func (s *Server) teardown() {
+	hv, dom := s.hv, s.cfg.Domain
+	note := func(what string, err error) {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrNoDomain):
+			s.log.Debug("xen: teardown: domain gone", "step", what)
+		default:
+			s.log.Warn("xen: teardown", "step", what, "err", err)
+		}
+	}
+	s.dev.Regs.INTx().ClearSink(s.line)
+	note("deassert intx", s.line.deassert())
+	if s.barMapped {
+		note("unmap bar0", hv.UnmapIORange(dom, s.id, RangeMemory, s.barBase, s.barBase+barSize-1))
+		s.barMapped = false
+	}
+	if s.pciMapped {
+		note("unmap pci", hv.UnmapPCIDev(dom, s.id, s.cfg.SBDF))
+		s.pciMapped = false
+	}
+	if s.created {
+		note("disable ioreq server", hv.SetIOReqServerState(dom, s.id, false))
+		note("destroy ioreq server", hv.DestroyIOReqServer(dom, s.id))
+		s.created = false
+	}
+	if s.ev != nil {
+		for _, p := range s.bound {
+			note("unbind", s.ev.Unbind(p))
+		}
+		note("close event channels", s.ev.Close())
+		s.ev, s.bound = nil, nil
+	}
+	if s.pages.Unmap != nil {
+		note("unmap ioreq pages", s.pages.Unmap())
+		s.pages = IOReqPages{}
+	}
+}
+
+// loop waits on the event channels and serves until something ends it.
+func (s *Server) loop(ctx context.Context) error {
+	timeout := int(s.cfg.Liveness / time.Millisecond)
+	if timeout < 1 {
+		timeout = 1
+	}
+	fds := []unix.PollFd{{Fd: int32(s.ev.Fd()), Events: unix.POLLIN}, {Fd: int32(s.stopFD), Events: unix.POLLIN}}
+	var b [8]byte
+	for {
+		if s.closed.Load() {
+			return ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, timeout); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return fmt.Errorf("xen: poll: %w", err)
+		}
+		if fds[1].Revents != 0 {
+			unix.Read(s.stopFD, b[:])
+			continue // the checks above say why
+		}
+		if fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
+			return fmt.Errorf("xen: event channel handle failed (revents %#x)", fds[0].Revents)
+		}
+		handled := 0
+		for {
+			p, ok, err := s.ev.Pending()
+			if err != nil {
+				return fmt.Errorf("xen: pending event: %w", err)
+			}
+			if !ok {
+				break
+			}
+			handled++
+			if err := s.port(p); err != nil {
+				return err
+			}
+		}
+		// Xen does not always notify the buffered port (QEMU polls the
+		// ring on a timer too): drain it on every wake.
+		if err := s.drainBuffered(); err != nil {
+			return err
+		}
+		if handled == 0 {
+			_, err := s.hv.NrVCPUs(s.cfg.Domain)
+			if errors.Is(err, ErrNoDomain) {
+				return nil
+			}
+			if err != nil {
+				s.log.Warn("xen: liveness check", "err", err)
+			}
+		}
+	}
+}
+
+// port serves one pending local port.
+func (s *Server) port(p Port) error {
+	i, ok := s.byLocal[p]
+	if !ok {
+		return protoErr("event on port %d, which this server did not bind", p)
+	}
+	if err := s.ev.Unmask(p); err != nil {
+		return fmt.Errorf("xen: unmask port %d: %w", p, err)
+	}
+	if i == bufIndex {
+		return s.drainBuffered()
+	}
+	return s.vcpu(i)
+}
+
+// vcpu serves vCPU i's slot if Xen made it READY.
+func (s *Server) vcpu(i int) error {
+	slot := s.sync.Slot(i)
+	switch st := slot.State(); st {
+	case StateReady:
+	case StateNone, StateInProcess, StateRespReady:
+		// A stale or early notification; QEMU ignores them too.
+		s.log.Debug("xen: event for a slot not ready", "vcpu", i, "state", st)
+		return nil
+	default:
+		return protoErr("vcpu %d: slot state %d", i, st)
+	}
+	if !slot.SwapState(StateReady, StateInProcess) {
+		return protoErr("vcpu %d: slot state changed under the device model", i)
+	}
+	req := slot.Load()
+	var data uint64
+	var herr error
+	if req.VPEport != s.vcpuRemote[i] {
+		data, herr = allOnes, protoErr("vcpu %d: slot names port %d, bound %d", i, req.VPEport, s.vcpuRemote[i])
+	} else {
+		data, herr = s.handle(req)
+	}
+	slot.SetData(data)
+	if !slot.SwapState(StateInProcess, StateRespReady) {
+		return errors.Join(herr, protoErr("vcpu %d: slot left INPROCESS while served", i))
+	}
+	if err := s.ev.Notify(s.vcpuLocal[i]); err != nil {
+		return errors.Join(herr, fmt.Errorf("xen: notify vcpu %d: %w", i, err))
+	}
+	return herr
+}
+
+// drainBuffered serves the buffered ring (writes only) until it is empty.
+func (s *Server) drainBuffered() error {
+	for {
+		rd := s.buf.ReadPointer()
+		wr := s.buf.WritePointer()
+		if rd != s.buf.ReadPointer() {
+			continue // Xen rebased the pointers in between
+		}
+		if rd == wr {
+			return nil
+		}
+		if wr-rd > BufSlots {
+			return protoErr("buffered ring: read %d write %d (more than %d entries)", rd, wr, BufSlots)
+		}
+		e := s.buf.Entry(rd)
+		req := IOReq{Type: e.Type, Addr: uint64(e.Addr), Data: uint64(e.Data), Size: 1 << e.Size, Count: 1, Dir: e.Dir, State: StateReady}
+		n := uint32(1)
+		if req.Size == 8 {
+			if wr-rd < 2 {
+				return protoErr("buffered ring: incomplete 8-byte write at %d", rd)
+			}
+			req.Data |= uint64(s.buf.Entry(rd+1).Data) << 32
+			n = 2
+		}
+		if req.Dir != IOReqWrite {
+			return protoErr("buffered ring: a read (%v)", req)
+		}
+		if _, err := s.handle(req); err != nil {
+			return fmt.Errorf("buffered ring: %w", err)
+		}
+		s.buf.AdvanceRead(n)
+	}
+}
