@@ -184,7 +184,7 @@ func TestLayoutAgainstHeaders(t *testing.T) {
 		"create.handle_bufioreq": 0, "create.id": 4, "info.id": 0, "info.flags": 2, "info.bufioreq_port": 4,
 		"range.id": 0, "range.type": 4, "range.start": 8, "range.end": 16, "state.id": 0, "state.enabled": 2,
 		"destroy.id": 0, "intx.domain": 0, "intx.bus": 2, "intx.device": 3, "intx.intx": 4, "intx.level": 5,
-		"nr_vcpus.vcpus": 0,
+		"nr_vcpus.vcpus":      0,
 		"IOCTL_PRIVCMD_DM_OP": ioctlPrivcmdDMOp, "IOCTL_PRIVCMD_RESTRICT": ioctlPrivcmdRestrict,
 		"IOCTL_PRIVCMD_MMAP_RESOURCE": ioctlPrivcmdMmapResource, "IOCTL_PRIVCMD_MMAPBATCH_V2": ioctlPrivcmdMmapBatchV2,
 		"sizeof_privcmd_dm_op": sizeofPrivcmdDMOp, "privcmd_dm_op.num": 2, "privcmd_dm_op.ubufs": 8,
