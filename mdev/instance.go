@@ -39,6 +39,9 @@ type Instance struct {
 	be   worker.Backend // the device state: in a worker process, or (unsafe) here
 	regs *mmio.Device
 	cfg  *mmio.ConfigSpace
+	// intx is regs' interrupt line, published for the notify hook, which
+	// the worker's notice relay may call before Create has made regs.
+	intx atomic.Pointer[mmio.INTx]
 	// agent is the guest agent channel (nil without a socket directory);
 	// set once in Create, read by the aggregator worker's notify hook.
 	agent atomic.Pointer[agentchan.Server]
@@ -139,10 +142,13 @@ func (i *Instance) Agent() *agentchan.Server { return i.agent.Load() }
 // interrupt cause (INTx through the attached Conn's irqfd when the guest
 // enabled it; docs/ABI.md "Interrupts") and wakes a guest blocked on the
 // agent channel. It never blocks: INTx.Signal takes only the line's own
-// lock and writes a non-blocking eventfd. regs is set before the guest can
-// reach the ring, so before the first completion.
+// lock and writes a non-blocking eventfd. A notice before the register
+// file exists (none can complete a command: the guest cannot reach the
+// ring yet) only wakes the agent.
 func (i *Instance) notify(index uint32) {
-	i.regs.INTx().Signal(abi.IntCompletion)
+	if x := i.intx.Load(); x != nil {
+		x.Signal(abi.IntCompletion)
+	}
 	if a := i.agent.Load(); a != nil {
 		a.Notify(index)
 	}

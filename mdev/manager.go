@@ -289,6 +289,7 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 	}
 	inst.regs = mmio.New(inst.be)
 	inst.cfg = mmio.NewConfigSpace()
+	inst.intx.Store(inst.regs.INTx())
 	if h, ok := m.adopt[id]; ok {
 		delete(m.adopt, id)
 		if err := m.adoptLocked(inst, h); err != nil {
