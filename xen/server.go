@@ -57,6 +57,7 @@ type Server struct {
 
 	serving atomic.Bool
 	closed  atomic.Bool
+	ready   chan struct{} // closed once set up (Serving)
 	stopMu  sync.Mutex
 	stopFD  int // eventfd written by Close and ctx; -1 once Serve ended
 	stopErr error
@@ -97,7 +98,7 @@ func NewServer(hv Hypervisor, cfg Config, dev transport.Device) *Server {
 		cfg.Liveness = DefaultLiveness
 	}
 	log = log.With("xen_domain", cfg.Domain, "sbdf", cfg.SBDF.String())
-	s := &Server{hv: hv, cfg: cfg, dev: dev, log: log, stopFD: -1}
+	s := &Server{hv: hv, cfg: cfg, dev: dev, log: log, stopFD: -1, ready: make(chan struct{})}
 	s.line = &intxLine{hv: hv, dom: cfg.Domain, sbdf: cfg.SBDF, log: log}
 	s.stopFD, s.stopErr = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if s.stopErr != nil {
@@ -138,6 +139,7 @@ func (s *Server) Serve(ctx context.Context) (err error) {
 		return fmt.Errorf("xen: setup domain %d: %w", s.cfg.Domain, err)
 	}
 	s.log.Info("xen: ioreq server serving", "id", s.id, "vcpus", len(s.vcpuLocal))
+	close(s.ready)
 	err = s.loop(ctx)
 	switch {
 	case err == nil:
@@ -147,6 +149,11 @@ func (s *Server) Serve(ctx context.Context) (err error) {
 	}
 	return err
 }
+
+// Serving is closed once Serve has set the ioreq server up and claimed
+// the PCI function: the guest can reach the vGPU. An operator's attach
+// waits for it or for Serve to return.
+func (s *Server) Serving() <-chan struct{} { return s.ready }
 
 // Close ends the session; Serve returns ErrClosed. Idempotent.
 func (s *Server) Close() error {
