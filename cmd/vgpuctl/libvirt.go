@@ -15,14 +15,31 @@ func attachCmd(ctx context.Context, c *control.Client, args []string, w, stderr 
 	fs := flag.NewFlagSet("attach", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var req control.AttachRequest
+	var xreq control.XenAttachRequest
 	fs.StringVar(&req.Libvirt, "libvirt", "", "the libvirt domain (name, id or UUID) that gets the vGPU")
+	xenDom := fs.Uint("xen", 0, "the Xen HVM domain id that gets the vGPU")
+	fs.StringVar(&xreq.PCI, "pci", "", "with -xen: the guest PCI slot the vGPU claims, bb:dd.f")
+	fs.IntVar(&xreq.VCPUs, "vcpus", 0, "with -xen: vCPUs to serve (0: ask Xen)")
+	fs.Uint64Var(&xreq.RAMBytes, "ram", 0, "with -xen: bytes of guest-physical space the device may reach (0: ask Xen)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	id, err := parseUUIDCmd(fs, args)
 	if err != nil {
 		return err
 	}
-	if id == "" || req.Libvirt == "" {
-		return errors.New("usage: attach -libvirt DOMAIN UUID [-json]")
+	const use = "usage: attach -libvirt DOMAIN UUID [-json] | attach -xen DOMID -pci BB:DD.F UUID [-vcpus N] [-ram BYTES]"
+	switch {
+	case id == "" || (req.Libvirt == "") == (*xenDom == 0):
+		return errors.New(use)
+	case *xenDom != 0:
+		if xreq.PCI == "" || *xenDom > 0x7fef {
+			return errors.New(use)
+		}
+		xreq.Domain = uint32(*xenDom)
+		if err := c.AttachXen(ctx, id, xreq); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "instance %s served to Xen domain %d at %s\n", id, xreq.Domain, xreq.PCI)
+		return nil
 	}
 	rep, err := c.Attach(ctx, id, req)
 	if err != nil {

@@ -59,6 +59,9 @@ commands:
                                 give libvirt domain DOMAIN the instance's vGPU (a shut-off
                                 domain is started) and name it in the domain's metadata,
                                 so that vgpud -libvirt plugs it from then on (docs/operating.md)
+  attach -xen DOMID -pci BB:DD.F UUID [-vcpus N] [-ram BYTES]
+                                serve the instance's vGPU to running Xen HVM domain DOMID
+                                as an ioreq server at PCI slot BB:DD.F (docs/xen.md)
   upgrade [-binary PATH] [-json]
                                 upgrade vgpud in place: start the new binary and
                                 hand it every socket, connection and worker; the

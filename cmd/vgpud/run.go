@@ -396,7 +396,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	stderrF, _ := stderr.(*os.File)
 	up := &upgrader{log: log, m: m, lock: lock, gate: gate, listeners: listeners, args: args,
 		stdout: stdoutF, stderr: stderrF, exit: make(chan struct{})}
-	handlerOpts := []control.Option{control.WithUpgrade(up.upgrade, gate), control.WithLibvirt(att)}
+	xenCtx, stopXen := context.WithCancel(ctx)
+	xa := newXenAttacher(xenCtx, m, log)
+	defer func() { stopXen(); xa.Wait() }() // before the manager closes
+	handlerOpts := []control.Option{control.WithUpgrade(up.upgrade, gate), control.WithLibvirt(att), control.WithXen(xa)}
 	if migTLSConf != nil {
 		handlerOpts = append(handlerOpts, control.WithMigration(migTLSConf))
 	}

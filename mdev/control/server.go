@@ -23,6 +23,7 @@ type Option func(*options)
 type options struct {
 	migrateTLS *migrate.TLS
 	libvirt    *libvirt.Attacher
+	xen        XenAttacher
 	upgrade    Upgrader
 	gate       *Gate
 }
@@ -88,6 +89,7 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	handleMigrate(mux, m, o.migrateTLS)
 	handleReattach(mux, m)
 	handleAttach(mux, o.libvirt)
+	handleXen(mux, o.xen)
 	if o.upgrade != nil {
 		handleUpgrade(mux, o.upgrade)
 	}
