@@ -30,9 +30,19 @@ var (
 
 // Region is one range of guest-physical addresses backed by a file:
 // [GPA, GPA+Size) is file bytes [Offset, Offset+Size) of FD.
+//
+// A Foreign region is instead a window of a Xen domain's guest-physical
+// frames: FD is a privcmd fd (/dev/xen/privcmd, restricted to Domain with
+// IOCTL_PRIVCMD_RESTRICT), [GPA, GPA+Size) is the part of the domain's
+// guest-physical space the device may touch (page-aligned), Offset is 0.
+// Nothing is mapped until an access needs it (the foreign mapcache,
+// foreign.go); frames Xen refuses fail the accesses that touch them.
+// One Update's regions are all foreign (one Domain) or all files.
 type Region struct {
 	GPA, Size, Offset uint64
 	FD                int
+	Foreign           bool
+	Domain            uint16 // Xen domid_t, for a Foreign region
 }
 
 // span is one mapped region: guest bytes [gpa, gpa+len(mem)).
@@ -46,9 +56,15 @@ type span struct {
 // use: accesses hold the read lock while they copy, Update and Close take
 // the write lock only to swap the map.
 type Map struct {
+	// Foreign configures the mapcache of Foreign regions; set it before
+	// the first Update. The zero value maps through privcmd with the
+	// default bucket size and count.
+	Foreign ForeignConfig
+
 	mu     sync.RWMutex
 	spans  []span   // sorted by gpa, non-overlapping
 	maps   [][]byte // whole-file mappings backing spans
+	cache  *mapcache
 	closed bool
 }
 
@@ -60,6 +76,9 @@ type Map struct {
 func (m *Map) Update(regions []Region) error { return m.update(regions, true) }
 
 func (m *Map) update(regions []Region, sealed bool) error {
+	if anyForeign(regions) {
+		return m.updateForeign(regions)
+	}
 	fds := distinctFDs(regions)
 	defer func() {
 		for _, fd := range fds {
@@ -81,11 +100,12 @@ func (m *Map) update(regions []Region, sealed bool) error {
 		unmapAll(maps)
 		return fmt.Errorf("update guest memory: %w", ErrClosed)
 	}
-	old := m.maps
-	m.spans, m.maps = spans, maps
+	old, oldCache := m.maps, m.cache
+	m.spans, m.maps, m.cache = spans, maps, nil
 	m.mu.Unlock()
 	// No reader holds the lock any more, so none uses the old mappings.
 	unmapAll(old)
+	oldCache.close()
 	return nil
 }
 
@@ -129,6 +149,9 @@ func NewSealed(name string, size int64) (int, error) {
 // sealed against shrinking, regions inside their files, no overlap. The
 // fds stay the caller's.
 func Check(regions []Region) error {
+	if anyForeign(regions) {
+		return checkForeign(regions)
+	}
 	fds := distinctFDs(regions)
 	if err := CheckSealed(fds); err != nil {
 		return err
@@ -232,10 +255,11 @@ func unmapAll(maps [][]byte) {
 // ErrClosed. Close is idempotent.
 func (m *Map) Close() error {
 	m.mu.Lock()
-	old := m.maps
-	m.spans, m.maps, m.closed = nil, nil, true
+	old, oldCache := m.maps, m.cache
+	m.spans, m.maps, m.cache, m.closed = nil, nil, nil, true
 	m.mu.Unlock()
 	unmapAll(old)
+	oldCache.close()
 	return nil
 }
 
@@ -243,6 +267,9 @@ func (m *Map) Close() error {
 func (m *Map) Regions() [][2]uint64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	if m.cache != nil {
+		return m.cache.regions()
+	}
 	out := make([][2]uint64, len(m.spans))
 	for i, s := range m.spans {
 		out[i] = [2]uint64{s.gpa, uint64(len(s.mem))}
@@ -341,6 +368,12 @@ func (m *Map) copySpans(p []byte, gpa uint64, write bool) {
 func (m *Map) ReadAt(p []byte, gpa uint64) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	if m.cache != nil {
+		if err := m.cache.access(p, gpa, false); err != nil {
+			return fmt.Errorf("read guest memory: %w", err)
+		}
+		return nil
+	}
 	if err := m.check(gpa, uint64(len(p))); err != nil {
 		return fmt.Errorf("read guest memory: %w", err)
 	}
@@ -356,6 +389,12 @@ func (m *Map) ReadAt(p []byte, gpa uint64) error {
 func (m *Map) WriteAt(p []byte, gpa uint64) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	if m.cache != nil {
+		if err := m.cache.access(p, gpa, true); err != nil {
+			return fmt.Errorf("write guest memory: %w", err)
+		}
+		return nil
+	}
 	if err := m.check(gpa, uint64(len(p))); err != nil {
 		return fmt.Errorf("write guest memory: %w", err)
 	}
@@ -373,6 +412,12 @@ func (m *Map) Store64(gpa uint64, v uint64) error {
 	defer m.mu.RUnlock()
 	if gpa%8 != 0 {
 		return fmt.Errorf("store guest memory: %w", abi.Errorf(abi.StatusBadAddress, "%#x not 8-byte aligned", gpa))
+	}
+	if m.cache != nil {
+		if err := m.cache.store64(gpa, v); err != nil {
+			return fmt.Errorf("store guest memory: %w", err)
+		}
+		return nil
 	}
 	if err := m.check(gpa, 8); err != nil {
 		return fmt.Errorf("store guest memory: %w", err)
