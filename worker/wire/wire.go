@@ -62,7 +62,8 @@ const (
 	TypeFreeze      Type = 17 // main -> worker
 	TypeThaw        Type = 18 // main -> worker
 	TypeParent      Type = 19 // main -> worker
-	numTypes             = 20
+	TypeForeign     Type = 20 // main -> worker, 1 fd (a privcmd fd)
+	numTypes             = 21
 )
 
 var typeNames = [numTypes]string{
@@ -70,6 +71,7 @@ var typeNames = [numTypes]string{
 	TypeEnable: "enable", TypeDisable: "disable", TypeReset: "reset", TypeQuota: "quota", TypeReuse: "reuse",
 	TypeBudget: "budget", TypeStats: "stats", TypeTurn: "turn", TypeTurnRelease: "turn-release",
 	TypeExtract: "extract", TypeInject: "inject", TypeFreeze: "freeze", TypeThaw: "thaw", TypeParent: "parent",
+	TypeForeign: "foreign",
 }
 
 func (t Type) String() string {
@@ -188,6 +190,8 @@ func newMsg(t Type) Msg {
 		return &Thaw{}
 	case TypeParent:
 		return &Parent{}
+	case TypeForeign:
+		return &Foreign{}
 	}
 	return nil
 }
@@ -676,4 +680,54 @@ func (m *Thaw) encode(e *encoder) {
 func (m *Thaw) decode(d *decoder) {
 	m.Slot = d.u32()
 	m.Forget = d.bool()
+}
+
+// MaxDomID is the largest Xen domain id (domid_t) Foreign carries.
+const MaxDomID = 0xffff
+
+// ForeignRegion is one window of a Xen domain's guest-physical space:
+// [GPA, GPA+Size), page-aligned.
+type ForeignRegion struct {
+	GPA, Size uint64
+}
+
+// Foreign replaces the instance's guest-RAM map with Xen foreign memory:
+// the windows of domain Domain the device may touch, mapped on demand
+// through the message's one fd, a /dev/xen/privcmd fd the main process
+// restricted to Domain (docs/xen.md "Guest RAM"). It is a type of its
+// own, so that Memory's encoding stays as old workers know it; an old
+// worker refuses it as an unknown type.
+type Foreign struct {
+	Slot    uint32
+	Domain  uint32 // at most MaxDomID
+	Regions []ForeignRegion
+}
+
+func (*Foreign) Type() Type { return TypeForeign }
+func (*Foreign) fds() int   { return 1 }
+func (m *Foreign) encode(e *encoder) {
+	e.u32(m.Slot)
+	e.u32(m.Domain)
+	e.u32(uint32(len(m.Regions)))
+	for _, r := range m.Regions {
+		e.u64(r.GPA)
+		e.u64(r.Size)
+	}
+}
+func (m *Foreign) decode(d *decoder) {
+	m.Slot = d.u32()
+	m.Domain = d.u32()
+	if m.Domain > MaxDomID {
+		d.fail("domain %d, max %d", m.Domain, MaxDomID)
+		return
+	}
+	n := d.u32()
+	if n == 0 || n > MaxRegions {
+		d.fail("%d foreign regions, want 1 to %d", n, MaxRegions)
+		return
+	}
+	m.Regions = make([]ForeignRegion, n)
+	for i := range m.Regions {
+		m.Regions[i] = ForeignRegion{GPA: d.u64(), Size: d.u64()}
+	}
 }

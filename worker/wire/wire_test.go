@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -35,6 +36,7 @@ func samples() []Msg {
 		&Freeze{Slot: 7},
 		&Thaw{Slot: 7, Forget: true},
 		&Parent{Arm: true},
+		&Foreign{Slot: 7, Domain: 12, Regions: []ForeignRegion{{GPA: 0, Size: 0xf0000000}, {GPA: 1 << 32, Size: 1 << 30}}},
 	}
 }
 
@@ -53,6 +55,14 @@ func TestRoundTrip(t *testing.T) {
 		if d := cmp.Diff(m, got); d != "" {
 			t.Errorf("%v round trip (-sent +got):\n%s", m.Type(), d)
 		}
+	}
+	// Memory's encoding is what workers of earlier releases decode (an
+	// upgrade in place keeps them): its bytes must not change.
+	mem := Marshal(9, &Memory{Slot: 2, Regions: []Region{{GPA: 0x1000, Size: 0x2000, Offset: 0x3000}}})
+	want := "050000000900000020000000000000000200000001000000" +
+		"0010000000000000" + "0020000000000000" + "0030000000000000"
+	if got := fmt.Sprintf("%x", mem); got != want {
+		t.Errorf("Memory's encoding changed:\n got %s\nwant %s", got, want)
 	}
 	for ty := Type(1); ty < numTypes; ty++ {
 		if !seen[ty] || newMsg(ty) == nil || ty.String() == "" {
@@ -111,6 +121,11 @@ func TestUnmarshalRejects(t *testing.T) {
 			le.PutUint32(e.b[8:], uint32(len(e.b)-HeaderSize))
 			return e.b
 		}(), MaxRegions + 1},
+		{"foreign without its fd", Marshal(1, &Foreign{Slot: 1, Regions: []ForeignRegion{{Size: 4096}}}), 0},
+		{"foreign with a region per fd", Marshal(1, &Foreign{Slot: 1, Regions: []ForeignRegion{{Size: 4096}, {GPA: 8192, Size: 4096}}}), 2},
+		{"foreign domain beyond domid_t", Marshal(1, &Foreign{Slot: 1, Domain: MaxDomID + 1, Regions: []ForeignRegion{{Size: 4096}}}), 1},
+		{"foreign without regions", Marshal(1, &Foreign{Slot: 1}), 1},
+		{"too many foreign regions", Marshal(1, &Foreign{Slot: 1, Regions: make([]ForeignRegion, MaxRegions+1)}), 1},
 		{"negative budget", func() []byte {
 			b := Marshal(1, &Budget{Bytes: 1})
 			le.PutUint64(b[HeaderSize:], ^uint64(0))
