@@ -318,6 +318,12 @@ func (in *procInstance) export(tab *handover.Table, index map[*process]int, h *h
 	}
 	h.Page, h.Bell, h.Notify = add(in.pageFD), add(in.bellFD), add(int(in.notify.Fd()))
 	for _, r := range in.regions {
+		if r.Foreign {
+			// A Xen privcmd fd: the handover state cannot say so, and a
+			// Xen session blocks an upgrade in place anyway (docs/xen.md);
+			// the new process's transport sends guest RAM again.
+			continue
+		}
 		h.Regions = append(h.Regions, handover.Region{GPA: r.GPA, Size: r.Size, Offset: r.Offset, FD: add(r.FD)})
 	}
 	return err

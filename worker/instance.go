@@ -348,6 +348,16 @@ func (in *procInstance) Update(regions []guestmem.Region) error {
 }
 
 func (in *procInstance) sendMemory(pr *process, slot uint32, regions []guestmem.Region) error {
+	if len(regions) > 0 && regions[0].Foreign {
+		// Xen: one privcmd fd restricted to the domain, and its windows
+		// (guestmem.Check made them all foreign, of one domain).
+		f := &wire.Foreign{Slot: slot, Domain: uint32(regions[0].Domain)}
+		for _, r := range regions {
+			f.Regions = append(f.Regions, wire.ForeignRegion{GPA: r.GPA, Size: r.Size})
+		}
+		_, err := pr.call(context.Background(), f, regions[0].FD)
+		return err
+	}
 	m := &wire.Memory{Slot: slot}
 	fds := make([]int, len(regions))
 	for i, r := range regions {

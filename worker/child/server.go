@@ -30,6 +30,9 @@ type Options struct {
 	// each build); empty: none managed.
 	CacheDir string
 	Logger   *slog.Logger
+	// Foreign configures the mapping of Xen guest RAM (wire.Foreign);
+	// the zero value maps through privcmd. Tests set a fake mapper.
+	Foreign guestmem.ForeignConfig
 }
 
 // server is one worker: the instances of one trust domain on one device.
@@ -185,6 +188,9 @@ func (s *server) handle(m wire.Msg, fds []int) (abi.Status, string, []byte) {
 	case *wire.Memory:
 		err = s.memory(m, fds)
 		fds = nil
+	case *wire.Foreign:
+		err = s.foreign(m, fds)
+		fds = nil
 	case *wire.Remove:
 		err = s.remove(m)
 	case *wire.Enable:
@@ -309,7 +315,7 @@ func (s *server) add(m *wire.Add, fds []int) (err error) {
 		unix.Munmap(page)
 		return err
 	}
-	sl := &slot{id: m.ID, mem: &guestmem.Map{}, page: page, notify: notifyFD, done: make(chan struct{})}
+	sl := &slot{id: m.ID, mem: &guestmem.Map{Foreign: s.opts.Foreign}, page: page, notify: notifyFD, done: make(chan struct{})}
 	sl.doorbell = os.NewFile(uintptr(bellFD), "doorbell")
 	bellFD = -1
 	in, err := s.dev.NewInstance(aggregator.InstanceConfig{
@@ -392,6 +398,20 @@ func (s *server) memory(m *wire.Memory, fds []int) error {
 	regions := make([]guestmem.Region, len(m.Regions))
 	for i, r := range m.Regions {
 		regions[i] = guestmem.Region{GPA: r.GPA, Size: r.Size, Offset: r.Offset, FD: fds[i]}
+	}
+	err := s.withSlot(m.Slot, func(sl *slot) error { return sl.mem.Update(regions) })
+	if abi.StatusOf(err) == abi.StatusNotFound {
+		closeFDs(fds) // Update took none of them
+	}
+	return err
+}
+
+// foreign maps a Xen domain's guest RAM through the privcmd fd the main
+// process restricted to that domain.
+func (s *server) foreign(m *wire.Foreign, fds []int) error {
+	regions := make([]guestmem.Region, len(m.Regions))
+	for i, r := range m.Regions {
+		regions[i] = guestmem.Region{GPA: r.GPA, Size: r.Size, FD: fds[0], Foreign: true, Domain: uint16(m.Domain)}
 	}
 	err := s.withSlot(m.Slot, func(sl *slot) error { return sl.mem.Update(regions) })
 	if abi.StatusOf(err) == abi.StatusNotFound {
