@@ -13,11 +13,13 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mdev/guestmem"
 )
 
 // The test binary is its own sandboxed worker: the tests start it again
@@ -29,6 +31,7 @@ const (
 	envOutside = "VGPUD_SANDBOX_TEST_OUTSIDE"
 	envPort    = "VGPUD_SANDBOX_TEST_PORT"   // a TCP port the test listens on at 127.0.0.1
 	envOpenCL  = "VGPUD_SANDBOX_TEST_OPENCL" // the devices' gpu.Info, as the test process sees them
+	envDevFD   = "VGPUD_SANDBOX_TEST_DEVFD"  // a character device's fd opened by the test process (as privcmd is)
 
 	// modeConfined enters the sandbox (Enter) and tries what a guest might.
 	modeConfined = "confined"
@@ -293,7 +296,30 @@ func confinedChecks() map[string]func() error {
 		},
 		"limits": checkLimits,
 		"opencl": runKernel,
+		// A device fd the main process opened and passed (privcmd, for
+		// Xen guest RAM): Landlock checks ioctl on devices at open, so
+		// the request reaches the driver (/dev/null: ENOTTY); seccomp
+		// allows MMAPBATCH_V2 and no other privcmd request.
+		"ioctl TCGETS on a passed device": func() error { return devIoctl(unix.TCGETS) },
+		"ioctl MMAPBATCH_V2 on a passed device": func() error {
+			return devIoctl(guestmem.IoctlPrivcmdMmapBatchV2)
+		},
+		"ioctl privcmd DM_OP":         func() error { return devIoctl('P'<<8 | 5 | 16<<16) },
+		"ioctl privcmd MMAP_RESOURCE": func() error { return devIoctl('P'<<8 | 7 | 32<<16) },
+		"ioctl privcmd RESTRICT":      func() error { return devIoctl('P'<<8 | 6 | 2<<16) },
+		"ioctl privcmd HYPERCALL":     func() error { return devIoctl('P'<<8 | 0 | 40<<16) },
+		"ioctl privcmd MMAPBATCH":     func() error { return devIoctl('P'<<8 | 3 | 32<<16) },
 	}
+}
+
+// devIoctl makes request on the passed device fd, with a zeroed argument.
+func devIoctl(req uintptr) error {
+	fd, err := strconv.Atoi(os.Getenv(envDevFD))
+	if err != nil {
+		return fmt.Errorf("no device fd passed: %w", err)
+	}
+	var arg [64]byte
+	return errnoOf(unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(unsafe.Pointer(&arg[0]))))
 }
 
 // namespaceChecks look at the namespaces alone.

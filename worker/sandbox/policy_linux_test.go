@@ -13,6 +13,8 @@ import (
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/mdev/guestmem"
 )
 
 func TestChooseNamespaces(t *testing.T) {
@@ -227,5 +229,22 @@ func TestSyscallAllowlist(t *testing.T) {
 	}
 	if _, err := pol.Assemble(); err != nil {
 		t.Errorf("the filter does not assemble: %v", err)
+	}
+}
+
+// TestIoctlAllowlist: exactly these ioctl requests, and of Xen's privcmd
+// ('P', _IOC_NONE) only the foreign mapping guestmem makes.
+func TestIoctlAllowlist(t *testing.T) {
+	want := []uint64{unix.TCGETS, unix.TIOCGWINSZ, unix.TIOCINQ, 0x5421, 0x5450, 0x5451, 0x205004}
+	if !slices.Equal(slices.Sorted(slices.Values(ioctlAllowed)), slices.Sorted(slices.Values(want))) {
+		t.Errorf("ioctlAllowed = %#x, want %#x", ioctlAllowed, want)
+	}
+	if ioctlPrivcmdMmapBatchV2 != guestmem.IoctlPrivcmdMmapBatchV2 {
+		t.Errorf("MMAPBATCH_V2 here %#x, guestmem's %#x", ioctlPrivcmdMmapBatchV2, guestmem.IoctlPrivcmdMmapBatchV2)
+	}
+	for _, req := range ioctlAllowed {
+		if req>>8&0xff == 'P' && req>>30 == 0 && req != ioctlPrivcmdMmapBatchV2 {
+			t.Errorf("privcmd request %#x allowed", req)
+		}
 	}
 }

@@ -193,7 +193,17 @@ func TestConfinedWorker(t *testing.T) {
 	if !hasCapability(unix.CAP_SYS_RESOURCE) {
 		newData = 1 << 30
 	}
-	res := runHelper(t, modeConfined, pol.Apply, cache, outside, port, newData)
+	devNull, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	setup := func(cmd *exec.Cmd) error {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, devNull)
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", envDevFD, 2+len(cmd.ExtraFiles)))
+		return pol.Apply(cmd)
+	}
+	res := runHelper(t, modeConfined, setup, cache, outside, port, newData)
 
 	const (
 		ok     = ""
@@ -245,6 +255,13 @@ func TestConfinedWorker(t *testing.T) {
 		{"map /dev/zero shared", denied},
 		{"limits", ok},
 		{"opencl", ok},
+		{"ioctl TCGETS on a passed device", "inappropriate ioctl"},
+		{"ioctl MMAPBATCH_V2 on a passed device", "inappropriate ioctl"},
+		{"ioctl privcmd DM_OP", eperm},
+		{"ioctl privcmd MMAP_RESOURCE", eperm},
+		{"ioctl privcmd RESTRICT", eperm},
+		{"ioctl privcmd HYPERCALL", eperm},
+		{"ioctl privcmd MMAPBATCH", eperm},
 	}
 	for _, tt := range tests {
 		t.Run(tt.check, func(t *testing.T) {

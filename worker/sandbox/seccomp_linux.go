@@ -66,12 +66,18 @@ var prctlAllowed = []uint64{
 }
 
 // ioctlAllowed are the ioctl requests a worker may make: is this a
-// terminal (C libraries ask of every stream), and the generic descriptor
-// ones. Landlock cannot restrict ioctl on anything but device files
-// before ABI 5; this covers every file.
+// terminal (C libraries ask of every stream), the generic descriptor
+// ones, and IOCTL_PRIVCMD_MMAPBATCH_V2, with which guestmem maps a Xen
+// guest's frames through the privcmd fd the main process restricted to
+// that guest (docs/isolation.md "Guest RAM"). No other privcmd request:
+// not DM_OP (device-model operations on the guest), MMAP_RESOURCE,
+// RESTRICT, HYPERCALL, MMAP or MMAPBATCH. Landlock cannot restrict ioctl
+// on anything but device files before ABI 5, and from ABI 5 not on fds
+// opened outside the sandbox; this covers every file.
 var ioctlAllowed = []uint64{
 	unix.TCGETS, unix.TIOCGWINSZ, unix.TIOCINQ, // TIOCINQ is FIONREAD
 	ioctlFIONBIO, ioctlFIOCLEX, ioctlFIONCLEX,
+	ioctlPrivcmdMmapBatchV2,
 }
 
 // Generic descriptor ioctls (asm-generic/ioctls.h), which x/sys/unix does
@@ -81,6 +87,12 @@ const (
 	ioctlFIONCLEX = 0x5450
 	ioctlFIOCLEX  = 0x5451
 )
+
+// ioctlPrivcmdMmapBatchV2 is IOCTL_PRIVCMD_MMAPBATCH_V2 (Linux
+// include/uapi/xen/privcmd.h): _IOC(_IOC_NONE, 'P', 4, 32). The number is
+// guestmem.IoctlPrivcmdMmapBatchV2 (this package imports no other vgpud
+// package; a test compares them).
+const ioctlPrivcmdMmapBatchV2 = 'P'<<8 | 4 | 32<<16
 
 // errnoENOSYS returns ENOSYS: clone3's flags sit in memory, out of the
 // filter's sight, so it is refused as if the kernel lacked it, and the C
