@@ -19,10 +19,12 @@ var (
 	// as a socket transport does when its VM hangs up.
 	ErrNoDomain = errors.New("xen: no such domain")
 	// ErrNoGuestRAMFDs is returned (wrapped) by Hypervisor.GuestRAM when
-	// the guest's RAM cannot be handed over as file descriptors (real
-	// Xen: foreign mappings are not files, docs/xen.md). The Server keeps
-	// serving registers; the device cannot reach guest RAM.
-	ErrNoGuestRAMFDs = errors.New("xen: guest RAM is not available as file descriptors")
+	// the guest's RAM cannot be handed to the device: under real Xen when
+	// the guest's RAM size (Config.RAM) is not known, since it decides
+	// the window of guest-physical space the device may touch
+	// (docs/xen.md "Guest RAM"). The Server keeps serving registers; the
+	// device cannot reach guest RAM.
+	ErrNoGuestRAMFDs = errors.New("xen: guest RAM is not available to the device")
 )
 
 // BufIOReqMode is the handle_bufioreq argument of create_ioreq_server.
@@ -132,10 +134,14 @@ type Hypervisor interface {
 	OpenEvents() (Events, error)
 	// MapGuest maps guest frames gfns of dom, read-only or read-write.
 	MapGuest(dom DomID, gfns []uint64, write bool) (Mapping, error)
-	// GuestRAM returns dom's RAM as regions of file descriptors for the
-	// device (transport.MemoryMap.Update); the caller owns the fds. Real
-	// Xen returns an error wrapping ErrNoGuestRAMFDs.
-	GuestRAM(dom DomID) ([]guestmem.Region, error)
+	// GuestRAM returns dom's RAM as regions for the device
+	// (transport.MemoryMap.Update); the caller owns the fds. ram is the
+	// guest's memory in bytes (Config.RAM, 0 if unknown). Real Xen
+	// returns one guestmem.Region marked Foreign: a privcmd fd restricted
+	// to dom and the window [0, RAMWindow(ram)), which the device's
+	// process maps on demand; with ram 0 it returns an error wrapping
+	// ErrNoGuestRAMFDs. The fake returns memfd regions.
+	GuestRAM(dom DomID, ram uint64) ([]guestmem.Region, error)
 	// Restrict limits this handle's device-model and foreign-memory calls
 	// to dom (xendevicemodel_restrict, xenforeignmemory_restrict); it
 	// cannot be undone. Only for a handle that serves one domain.
@@ -156,4 +162,29 @@ type Events interface {
 	// Restrict limits the handle to dom (xenevtchn_restrict).
 	Restrict(dom DomID) error
 	Close() error
+}
+
+// RAMWindow is the end of the guest-physical window a device may touch in
+// an HVM guest with ram bytes of memory. hvmloader puts RAM below the
+// MMIO hole and the rest from 4 GiB, and may move the hole's start down
+// to make room for BARs (to 2 GiB by default; libxl's mmio_hole can ask
+// for up to 3 GiB). So RAM lies in [0, ram) when ram <= 1 GiB, and
+// otherwise within [0, 3 GiB + ram): the window covers every layout, and
+// the frames in it that are not RAM (the hole, the top) Xen refuses to
+// map, which fails the accesses that touch them (guestmem.ErrRefused).
+// The result is page-aligned; 0 for ram 0.
+func RAMWindow(ram uint64) uint64 {
+	const gib = 1 << 30
+	const page = 4096
+	end := ram
+	if ram > gib {
+		end = ram + 3*gib
+		if end < ram {
+			end = ^uint64(0)
+		}
+	}
+	if end > ^uint64(0)-page {
+		return (^uint64(0) - page + 1) &^ (page - 1)
+	}
+	return (end + page - 1) &^ (page - 1)
 }

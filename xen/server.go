@@ -39,6 +39,12 @@ type Config struct {
 	// Liveness is how often an idle Server checks that the domain still
 	// exists; 0 means DefaultLiveness.
 	Liveness time.Duration
+	// RAM is the guest's memory in bytes (xl.cfg maxmem=, else memory=),
+	// which dom0 cannot read in general: it sets the guest-physical
+	// window the device may touch (RAMWindow). 0: unknown, and under real
+	// Xen the device gets no guest RAM (every command touching guest
+	// memory completes with StatusBadAddress).
+	RAM uint64
 }
 
 // Server is one vGPU served to one Xen HVM domain as an ioreq server. It
@@ -279,9 +285,9 @@ func (s *Server) guestRAM() error {
 	if s.dev.Memory == nil {
 		return nil
 	}
-	regions, err := s.hv.GuestRAM(s.cfg.Domain)
+	regions, err := s.hv.GuestRAM(s.cfg.Domain, s.cfg.RAM)
 	if errors.Is(err, ErrNoGuestRAMFDs) {
-		s.log.Warn("xen: guest RAM not passed to the device; commands touching guest memory will fail", "err", err)
+		s.log.Warn("xen: guest RAM not passed to the device (set the guest's RAM size); commands touching guest memory will fail", "err", err)
 		return nil
 	}
 	if err != nil {

@@ -234,9 +234,26 @@ func (h *Handle) Restrict(dom xen.DomID) error {
 	return wrap("restrict", dom, err)
 }
 
-// GuestRAM cannot hand out privcmd mappings as file descriptors.
-func (h *Handle) GuestRAM(dom xen.DomID) ([]guestmem.Region, error) {
-	return nil, fmt.Errorf("xenctl: domain %d: foreign mappings are not files: %w", dom, xen.ErrNoGuestRAMFDs)
+// GuestRAM opens a privcmd fd of its own, restricts it to dom
+// (IOCTL_PRIVCMD_RESTRICT, irreversible) and returns it as one Foreign
+// region, the window [0, xen.RAMWindow(ram)): the device's worker maps
+// that domain's frames through it, on demand (guestmem's mapcache), and
+// can reach no other domain. The caller owns the fd. ram 0 (the guest's
+// size unknown) is an error wrapping xen.ErrNoGuestRAMFDs.
+func (h *Handle) GuestRAM(dom xen.DomID, ram uint64) ([]guestmem.Region, error) {
+	if ram == 0 {
+		return nil, fmt.Errorf("xenctl: domain %d: the guest's RAM size is not configured (xen.Config.RAM): %w", dom, xen.ErrNoGuestRAMFDs)
+	}
+	fd, err := unix.Open(PrivcmdPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("xenctl: guest RAM of domain %d: open %s: %w", dom, PrivcmdPath, err)
+	}
+	d := uint16(dom)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), ioctlPrivcmdRestrict, uintptr(unsafe.Pointer(&d))); errno != 0 {
+		unix.Close(fd)
+		return nil, wrap("restrict guest RAM fd to", dom, errno)
+	}
+	return []guestmem.Region{{GPA: 0, Size: xen.RAMWindow(ram), FD: fd, Foreign: true, Domain: d}}, nil
 }
 
 // mapping is a privcmd mapping.

@@ -485,8 +485,9 @@ func (h *Hypervisor) Restrict(dom xen.DomID) error {
 }
 
 // GuestRAM returns the RAM as two regions of the memfd (duplicated fds,
-// owned by the caller): [0, LowRAMEnd) and [HighRAM, end).
-func (h *Hypervisor) GuestRAM(dom xen.DomID) ([]guestmem.Region, error) {
+// owned by the caller): [0, LowRAMEnd) and [HighRAM, end). The fake
+// knows its RAM's size, so ram is ignored.
+func (h *Hypervisor) GuestRAM(dom xen.DomID, ram uint64) ([]guestmem.Region, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.opLocked("guest_ram", dom); err != nil {
