@@ -1,0 +1,17 @@
+// Package vfiouser is the server side of the vfio-user protocol (QEMU's
+// docs/interop/vfio-user.rst), the transport behind QEMU 10.1's
+// `-device vfio-user-pci`: the VMM forwards the vGPU's config space
+// and BAR0 accesses, maps guest RAM for DMA (file descriptors), and wires
+// INTx through eventfds, over one Unix socket per instance.
+//
+// Like mpqemu it has two layers. The codec (Header, the payload types,
+// ReadMsg/WriteMsg on a Wire) is the wire format and nothing else; package
+// vfiousertest reuses it to play the client. Session serves one
+// connection, net/http style, as a transport.Session; Transport is the
+// transport.Socket mdev listens for. vfiouser knows nothing of register
+// semantics or commands (mmio and the aggregator own them).
+//
+// docs/vfio-user.md lists the messages as implemented, what differs from
+// the specification, and what ran here (a client written from the
+// specification) and what did not (QEMU 10.1: Debian 12 has 7.2).
+package vfiouser

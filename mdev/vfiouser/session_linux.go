@@ -1,0 +1,678 @@
+package vfiouser
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/mdev/transport"
+	"github.com/vgpud/vgpud/mmio"
+)
+
+// ErrNoIRQ is returned by RaiseIRQ before the client set an INTx eventfd.
+var ErrNoIRQ = errors.New("vfio-user: no INTx eventfd")
+
+// serverCaps is the capability JSON of this server's VERSION reply.
+var serverCaps = func() []byte {
+	b, _ := json.Marshal(map[string]any{"capabilities": map[string]any{
+		"max_msg_fds": MaxFDs, "max_data_xfer_size": MaxDataXfer, "max_dma_maps": MaxDMAMaps, "pgsizes": PageSize,
+	}})
+	return append(b, 0)
+}()
+
+// dmaWindow is one DMA_MAP the client made.
+type dmaWindow struct {
+	addr, size, offset uint64
+	flags              uint32
+	fd                 int // -1: not mappable, not given to the device
+}
+
+// Session serves one vfio-user connection for one vGPU instance.
+//
+// Serve's goroutine alone reads the connection and owns the DMA windows.
+// irqMu guards the interrupt fds and the mask; it is a leaf (the device's
+// INTx calls RaiseIRQ holding its own lock). The watcher goroutines (kick,
+// unmask) call into the register file holding no Session lock; they are
+// stopped before their fds are closed.
+type Session struct {
+	conn *net.UnixConn
+	dev  transport.Device
+	log  *slog.Logger
+	wire *Wire
+	out  [RegionAccessSize + 8]byte // the reply payload of a register access
+
+	serving   atomic.Bool
+	closed    atomic.Bool
+	closeOnce sync.Once
+
+	// Owned by Serve's goroutine.
+	versioned bool
+	dma       []dmaWindow
+
+	irqMu    sync.Mutex
+	intxFD   int  // the INTx trigger eventfd; -1 if none
+	masked   bool // INTx masked (automasked after each trigger until UNMASK)
+	unmaskFD int  // eventfd the client signals to unmask (KVM's resample); -1
+	unmaskW  *watcher
+	kickFD   int // the ioeventfd behind abi.RegRingKick; -1 until asked for
+	kickW    *watcher
+}
+
+var (
+	_ transport.Session = (*Session)(nil)
+	_ mmio.IRQSink      = (*Session)(nil)
+)
+
+// NewSession returns a Session serving dev on conn; it owns conn. It
+// connects dev's config space to the interrupt line.
+func NewSession(conn *net.UnixConn, dev transport.Device) *Session {
+	log := dev.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	dev.Config.SetINTx(dev.Regs.INTx())
+	return &Session{conn: conn, dev: dev, log: log, wire: NewWire(conn), intxFD: -1, unmaskFD: -1, kickFD: -1}
+}
+
+// Serve handles messages until the client hangs up (nil), ctx ends
+// (ctx.Err()), Close is called (transport.ErrClosed), the connection
+// fails or the client breaks the framing (an error wrapping ErrProtocol,
+// logged). A bad request inside a well-formed message gets an error reply
+// and serving goes on. On return the connection and every fd the Session
+// holds are closed and the DMA windows are unmapped from the device (the
+// device state stays, as the specification asks of a client's
+// disconnection).
+func (s *Session) Serve(ctx context.Context) (err error) {
+	if !s.serving.CompareAndSwap(false, true) {
+		return errors.New("vfio-user: Serve called twice")
+	}
+	done := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		s.conn.Close() // unblocks the read
+	})
+	defer func() {
+		if !stop() {
+			<-done
+		}
+		s.Close()
+		s.releaseDMA()
+	}()
+	for {
+		err := s.serveOne()
+		if err == nil {
+			continue
+		}
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case s.closed.Load():
+			return transport.ErrClosed
+		case errors.Is(err, io.EOF):
+			return nil
+		case errors.Is(err, ErrProtocol):
+			s.log.Error("vfio-user: closing connection", "err", err)
+		}
+		return fmt.Errorf("vfio-user serve: %w", err)
+	}
+}
+
+// Close ends the session: the connection, the interrupt and kick fds,
+// the DMA windows. Idempotent; safe to call concurrently with Serve.
+func (s *Session) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.conn.Close()
+		s.dev.Regs.INTx().ClearSink(s)
+		s.irqMu.Lock()
+		kw, uw := s.kickW, s.unmaskW
+		s.kickW, s.unmaskW = nil, nil
+		s.irqMu.Unlock()
+		kw.shutdown()
+		uw.shutdown()
+		s.irqMu.Lock()
+		for _, fd := range []int{s.intxFD, s.unmaskFD, s.kickFD} {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+		s.intxFD, s.unmaskFD, s.kickFD = -1, -1, -1
+		s.irqMu.Unlock()
+	})
+	return nil
+}
+
+// releaseDMA closes the windows' fds and unmaps them from the device.
+// Only Serve's goroutine calls it, after the loop.
+func (s *Session) releaseDMA() {
+	had := false
+	for _, w := range s.dma {
+		if w.fd >= 0 {
+			unix.Close(w.fd)
+			had = true
+		}
+	}
+	s.dma = nil
+	if had && s.dev.Memory != nil {
+		if err := s.dev.Memory.Update(nil); err != nil {
+			s.log.Warn("vfio-user: unmap guest memory", "err", err)
+		}
+	}
+}
+
+// serveOne reads and handles one message.
+func (s *Session) serveOne() error {
+	m, err := s.wire.Read()
+	if err != nil {
+		return err
+	}
+	if m.Type() != TypeCommand {
+		closeFDs(m.FDs)
+		return protoErr("%v: a reply from the client, which was asked nothing", m.Cmd)
+	}
+	if !s.versioned && m.Cmd != CmdVersion {
+		closeFDs(m.FDs)
+		return protoErr("%v before VERSION", m.Cmd)
+	}
+	errno, err := s.handle(m)
+	if err != nil {
+		return err
+	}
+	if errno != 0 {
+		s.log.Debug("vfio-user: request refused", "cmd", m.Cmd, "errno", errno)
+		if m.Flags&FlagNoReply != 0 {
+			return nil
+		}
+		return s.wire.Write(Header{ID: m.ID, Cmd: m.Cmd, Flags: TypeReply | FlagError, Error: uint32(errno)}, nil)
+	}
+	return nil
+}
+
+// reply sends a successful reply unless the command asked for none.
+func (s *Session) reply(m Msg, fds []int, payload ...[]byte) error {
+	if m.Flags&FlagNoReply != 0 {
+		return nil
+	}
+	return s.wire.Write(Header{ID: m.ID, Cmd: m.Cmd, Flags: TypeReply}, fds, payload...)
+}
+
+// handle serves one command. It returns a nonzero errno for a request to
+// refuse with an error reply (its fds closed), or an error that ends the
+// session.
+func (s *Session) handle(m Msg) (unix.Errno, error) {
+	if m.Cmd != CmdDMAMap && m.Cmd != CmdDeviceSetIRQs && len(m.FDs) > 0 {
+		closeFDs(m.FDs)
+		return unix.EINVAL, nil // fds where none belong
+	}
+	switch m.Cmd {
+	case CmdVersion:
+		return s.version(m)
+	case CmdDMAMap:
+		return s.dmaMap(m)
+	case CmdDMAUnmap:
+		return s.dmaUnmap(m)
+	case CmdDeviceGetInfo:
+		in, err := UnmarshalInfo(m.Cmd, m.Payload)
+		if err != nil {
+			return unix.EINVAL, nil
+		}
+		if in.Argsz < InfoSize {
+			return unix.EINVAL, nil
+		}
+		return 0, s.reply(m, nil, Info{Argsz: InfoSize, Flags: DeviceFlagReset | DeviceFlagPCI, Index: NumRegions, Count: NumIRQs}.Marshal())
+	case CmdDeviceGetRegion:
+		return s.regionInfo(m)
+	case CmdDeviceGetRegionIO:
+		return s.regionIOFDs(m)
+	case CmdDeviceGetIRQInfo:
+		return s.irqInfo(m)
+	case CmdDeviceSetIRQs:
+		return s.setIRQs(m)
+	case CmdRegionRead:
+		return s.regionRead(m)
+	case CmdRegionWrite:
+		return s.regionWrite(m)
+	case CmdDeviceReset:
+		if len(m.Payload) != 0 {
+			return unix.EINVAL, nil
+		}
+		s.dev.Regs.Reset()
+		s.dev.Config.Reset()
+		return 0, s.reply(m, nil)
+	}
+	// DMA_READ/WRITE go the other way; REGION_WRITE_MULTI, DEVICE_FEATURE
+	// and migration were not negotiated; anything else is unknown.
+	return unix.ENOSYS, nil
+}
+
+// version answers VERSION: the client's major version must be ours; the
+// reply carries our minor version (never above the client's) and our
+// capabilities.
+func (s *Session) version(m Msg) (unix.Errno, error) {
+	if s.versioned {
+		return 0, protoErr("a second VERSION")
+	}
+	v, err := UnmarshalVersion(m.Payload)
+	if err != nil {
+		return 0, err
+	}
+	if v.Major != VersionMajor {
+		return 0, protoErr("client speaks version %d.%d, this server %d.%d", v.Major, v.Minor, VersionMajor, VersionMinor)
+	}
+	if caps := bytes.TrimRight(v.Caps, "\x00"); len(caps) > 0 {
+		var c struct {
+			Capabilities map[string]json.RawMessage `json:"capabilities"`
+		}
+		if err := json.Unmarshal(caps, &c); err != nil {
+			return 0, protoErr("VERSION capabilities: %v", err)
+		}
+	}
+	s.versioned = true
+	return 0, s.reply(m, nil, Version{Major: VersionMajor, Minor: min(v.Minor, VersionMinor), Caps: serverCaps}.Marshal())
+}
+
+// dmaMap records a DMA window. A window with an fd, readable and
+// writable, joins the device's guest-RAM map (the whole map goes to the
+// worker again); one without (the client did not share it) or read-only
+// is recorded and never touched: the device's DMA there fails with
+// StatusBadAddress.
+func (s *Session) dmaMap(m Msg) (unix.Errno, error) {
+	d, err := UnmarshalDMAMap(m.Payload)
+	refuse := func(e unix.Errno) (unix.Errno, error) {
+		closeFDs(m.FDs)
+		return e, nil
+	}
+	switch {
+	case err != nil, len(m.FDs) > 1, d.Flags&^(DMAFlagRead|DMAFlagWrite) != 0:
+		return refuse(unix.EINVAL)
+	case d.Size == 0, d.Addr%PageSize != 0, d.Size%PageSize != 0, d.Offset%PageSize != 0, d.Addr+d.Size < d.Addr, d.Offset+d.Size < d.Offset:
+		return refuse(unix.EINVAL)
+	case len(s.dma) >= MaxDMAMaps:
+		return refuse(unix.ENOSPC)
+	}
+	for _, w := range s.dma {
+		if d.Addr < w.addr+w.size && w.addr < d.Addr+d.Size {
+			return refuse(unix.EEXIST)
+		}
+	}
+	w := dmaWindow{addr: d.Addr, size: d.Size, offset: d.Offset, flags: d.Flags, fd: -1}
+	if len(m.FDs) == 1 {
+		w.fd = m.FDs[0]
+		n := 0
+		for _, o := range s.dma {
+			if o.fd >= 0 {
+				n++
+			}
+		}
+		if n >= MaxFDs {
+			return refuse(unix.ENOSPC)
+		}
+	}
+	s.dma = append(s.dma, w)
+	if w.fd >= 0 && w.flags == DMAFlagRead|DMAFlagWrite {
+		if err := s.updateMemory(); err != nil {
+			s.log.Warn("vfio-user: DMA_MAP refused by the guest-memory map", "addr", d.Addr, "size", d.Size, "err", err)
+			s.dma = s.dma[:len(s.dma)-1]
+			unix.Close(w.fd)
+			if uerr := s.updateMemory(); uerr != nil {
+				s.log.Error("vfio-user: restore the guest-memory map", "err", uerr)
+			}
+			return unix.EINVAL, nil
+		}
+	}
+	return 0, s.reply(m, nil)
+}
+
+// dmaUnmap removes the window the request names exactly and answers with
+// the request's entry.
+func (s *Session) dmaUnmap(m Msg) (unix.Errno, error) {
+	d, err := UnmarshalDMAUnmap(m.Payload)
+	if err != nil || d.Flags != 0 { // no dirty-page bitmap: migration is not offered
+		return unix.EINVAL, nil
+	}
+	for i, w := range s.dma {
+		if w.addr != d.Addr || w.size != d.Size {
+			continue
+		}
+		s.dma = append(s.dma[:i], s.dma[i+1:]...)
+		if w.fd >= 0 {
+			if w.flags == DMAFlagRead|DMAFlagWrite {
+				if err := s.updateMemory(); err != nil {
+					// The worker keeps the old map: the window must stay.
+					s.dma = append(s.dma, w)
+					s.log.Error("vfio-user: DMA_UNMAP: update the guest-memory map", "err", err)
+					return unix.EIO, nil
+				}
+			}
+			unix.Close(w.fd)
+		}
+		return 0, s.reply(m, nil, m.Payload)
+	}
+	return unix.EINVAL, nil
+}
+
+// updateMemory hands the device the fd-backed, read-write windows as its
+// whole guest-RAM map (duplicates of the fds: Update owns them).
+func (s *Session) updateMemory() error {
+	if s.dev.Memory == nil {
+		return nil
+	}
+	var regions []guestmem.Region
+	for _, w := range s.dma {
+		if w.fd < 0 || w.flags != DMAFlagRead|DMAFlagWrite {
+			continue
+		}
+		fd, err := unix.FcntlInt(uintptr(w.fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			for _, r := range regions {
+				unix.Close(r.FD)
+			}
+			return fmt.Errorf("dup DMA fd: %w", err)
+		}
+		regions = append(regions, guestmem.Region{GPA: w.addr, Size: w.size, Offset: w.offset, FD: fd})
+	}
+	return s.dev.Memory.Update(regions)
+}
+
+// regionSize is the size of each PCI region: BAR0 and config space.
+func regionSize(index uint32) uint64 {
+	switch index {
+	case RegionBAR0:
+		return abi.BAR0Size
+	case RegionConfig:
+		return mmio.ConfigSize
+	}
+	return 0
+}
+
+func (s *Session) regionInfo(m Msg) (unix.Errno, error) {
+	r, err := UnmarshalRegionInfo(m.Payload)
+	if err != nil || r.Index >= NumRegions || r.Argsz < RegionInfoSize {
+		return unix.EINVAL, nil
+	}
+	out := RegionInfo{Argsz: RegionInfoSize, Index: r.Index, Size: regionSize(r.Index)}
+	if out.Size > 0 {
+		out.Flags = RegionFlagRead | RegionFlagWrite
+	}
+	return 0, s.reply(m, nil, out.Marshal())
+}
+
+// regionIOFDs offers, for BAR0, one ioeventfd at abi.RegRingKick: a
+// store there need not reach vgpud through the client at all.
+func (s *Session) regionIOFDs(m Msg) (unix.Errno, error) {
+	r, err := UnmarshalRegionIOFDs(m.Payload)
+	if err != nil || len(r.Subs) != 0 || r.Flags != 0 || r.Index >= NumRegions {
+		return unix.EINVAL, nil
+	}
+	if r.Index != RegionBAR0 {
+		return 0, s.reply(m, nil, RegionIOFDs{Argsz: RegionIOFDsSize, Index: r.Index}.Marshal())
+	}
+	full := RegionIOFDs{Argsz: RegionIOFDsSize + IOFDSize, Index: r.Index, Count: 1,
+		Subs: []IOFD{{Offset: abi.RegRingKick, Size: 4, FDIndex: 0, Type: IOFDTypeIoeventfd}}}
+	if r.Argsz < full.Argsz {
+		// Too small for the array: say how much is needed.
+		return 0, s.reply(m, nil, RegionIOFDs{Argsz: full.Argsz, Index: r.Index, Count: 1}.Marshal())
+	}
+	fd, err := s.kickFd()
+	if err != nil {
+		s.log.Error("vfio-user: kick ioeventfd", "err", err)
+		return unix.EIO, nil
+	}
+	return 0, s.reply(m, []int{fd}, full.Marshal())
+}
+
+// kickFd returns the kick ioeventfd, making it and its watcher at the
+// first call. Each signal is a write of abi.RegRingKick.
+func (s *Session) kickFd() (int, error) {
+	s.irqMu.Lock()
+	defer s.irqMu.Unlock()
+	if s.kickFD >= 0 {
+		return s.kickFD, nil
+	}
+	if s.closed.Load() {
+		return -1, transport.ErrClosed
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return -1, err
+	}
+	w, err := watch(fd, func() { s.dev.Regs.WriteBAR(abi.RegRingKick, 4, 1) })
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	s.kickFD, s.kickW = fd, w
+	return fd, nil
+}
+
+func (s *Session) irqInfo(m Msg) (unix.Errno, error) {
+	in, err := UnmarshalInfo(m.Cmd, m.Payload)
+	if err != nil || in.Index >= NumIRQs || in.Argsz < InfoSize {
+		return unix.EINVAL, nil
+	}
+	out := Info{Argsz: InfoSize, Index: in.Index}
+	if in.Index == IRQIntx {
+		out.Flags, out.Count = IRQInfoEventfd|IRQInfoMaskable|IRQInfoAutomasked, 1
+	}
+	// MSI, MSI-X, ERR, REQ: none (the config space has no MSI capability).
+	return 0, s.reply(m, nil, out.Marshal())
+}
+
+// setIRQs applies DEVICE_SET_IRQS. Only INTx exists; the other indices
+// accept only "disable all" (count 0, DATA_NONE).
+func (s *Session) setIRQs(m Msg) (unix.Errno, error) {
+	set, err := UnmarshalIRQSet(m.Payload)
+	refuse := func() (unix.Errno, error) {
+		closeFDs(m.FDs)
+		return unix.EINVAL, nil
+	}
+	if err != nil || set.Index >= NumIRQs {
+		return refuse()
+	}
+	data, action := set.Flags&irqSetDataMask, set.Flags&irqSetActionMask
+	if set.Flags&^(irqSetDataMask|irqSetActionMask) != 0 || data&(data-1) != 0 || action&(action-1) != 0 || data == 0 || action == 0 {
+		return refuse()
+	}
+	if (data != IRQSetDataEventfd && len(m.FDs) > 0) || (data == IRQSetDataBool) != (len(set.Data) > 0) {
+		return refuse()
+	}
+	if data == IRQSetDataBool && uint32(len(set.Data)) != set.Count {
+		return refuse()
+	}
+	if set.Count == 0 {
+		if set.Start != 0 || data != IRQSetDataNone || action != IRQSetActionTrigger {
+			return refuse()
+		}
+		if set.Index == IRQIntx {
+			s.setTrigger(-1)
+			s.setUnmaskFD(-1)
+		}
+		return 0, s.reply(m, nil)
+	}
+	if set.Index != IRQIntx || set.Start != 0 || set.Count != 1 {
+		return refuse()
+	}
+	if data == IRQSetDataEventfd && len(m.FDs) > 1 {
+		return refuse()
+	}
+	if data == IRQSetDataBool && set.Data[0] == 0 {
+		return 0, s.reply(m, nil) // the one interrupt is not selected
+	}
+	switch {
+	case action == IRQSetActionTrigger && data == IRQSetDataEventfd:
+		fd := -1
+		if len(m.FDs) == 1 {
+			fd = m.FDs[0]
+		}
+		s.setTrigger(fd)
+	case action == IRQSetActionTrigger:
+		s.signal() // the client raises the interrupt itself
+	case action == IRQSetActionUnmask && data == IRQSetDataEventfd:
+		fd := -1
+		if len(m.FDs) == 1 {
+			fd = m.FDs[0]
+		}
+		if err := s.setUnmaskFD(fd); err != nil {
+			s.log.Error("vfio-user: unmask eventfd", "err", err)
+			return unix.EIO, nil
+		}
+	case action == IRQSetActionUnmask:
+		s.unmask()
+	case action == IRQSetActionMask && data != IRQSetDataEventfd:
+		s.irqMu.Lock()
+		s.masked = true
+		s.irqMu.Unlock()
+	default: // an eventfd signalled on mask: not offered
+		return refuse()
+	}
+	return 0, s.reply(m, nil)
+}
+
+// setTrigger replaces the INTx eventfd (-1: none) and attaches the
+// session to the line, asserting it at once if it is high.
+func (s *Session) setTrigger(fd int) {
+	s.irqMu.Lock()
+	old := s.intxFD
+	s.intxFD, s.masked = fd, false
+	s.irqMu.Unlock()
+	if old >= 0 {
+		unix.Close(old)
+	}
+	if fd >= 0 {
+		s.dev.Regs.INTx().SetSink(s)
+	} else {
+		s.dev.Regs.INTx().ClearSink(s)
+	}
+}
+
+// setUnmaskFD replaces the eventfd whose signal unmasks INTx (KVM's
+// resample eventfd: the guest's EOI).
+func (s *Session) setUnmaskFD(fd int) error {
+	var w *watcher
+	if fd >= 0 {
+		var err error
+		if w, err = watch(fd, s.unmask); err != nil {
+			unix.Close(fd)
+			return err
+		}
+	}
+	s.irqMu.Lock()
+	oldFD, oldW := s.unmaskFD, s.unmaskW
+	s.unmaskFD, s.unmaskW = fd, w
+	s.irqMu.Unlock()
+	oldW.shutdown()
+	if oldFD >= 0 {
+		unix.Close(oldFD)
+	}
+	return nil
+}
+
+// unmask ends the automask: a line still high is asserted again.
+func (s *Session) unmask() {
+	s.irqMu.Lock()
+	s.masked = false
+	s.irqMu.Unlock()
+	s.dev.Regs.INTx().Resample()
+}
+
+// RaiseIRQ asserts INTx: it signals the trigger eventfd unless the
+// interrupt is masked, and masks it (VFIO's INTx is automasked) until the
+// client unmasks it.
+func (s *Session) RaiseIRQ() error {
+	s.irqMu.Lock()
+	defer s.irqMu.Unlock()
+	if s.intxFD < 0 {
+		return ErrNoIRQ
+	}
+	if s.masked {
+		return nil
+	}
+	s.masked = true
+	return s.signalLocked()
+}
+
+func (s *Session) signal() {
+	s.irqMu.Lock()
+	defer s.irqMu.Unlock()
+	if s.intxFD >= 0 {
+		s.signalLocked()
+	}
+}
+
+func (s *Session) signalLocked() error {
+	var one [8]byte
+	one[0] = 1
+	if _, err := unix.Write(s.intxFD, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
+		return fmt.Errorf("vfio-user: raise INTx: %w", err)
+	}
+	return nil
+}
+
+// access checks a region access and returns how to serve it.
+func accessOK(r RegionAccess) bool {
+	size := regionSize(r.Region)
+	if size == 0 || r.Count == 0 || r.Count > MaxDataXfer || r.Offset >= size || uint64(r.Count) > size-r.Offset {
+		return false
+	}
+	switch r.Region {
+	case RegionBAR0:
+		return r.Count == 1 || r.Count == 2 || r.Count == 4 || r.Count == 8
+	default: // config space: one access of 1, 2 or 4 bytes, or aligned dwords
+		return r.Count == 1 || r.Count == 2 || r.Count == 4 || (r.Count%4 == 0 && r.Offset%4 == 0)
+	}
+}
+
+func (s *Session) regionRead(m Msg) (unix.Errno, error) {
+	r, err := UnmarshalRegionAccess(m.Cmd, m.Payload)
+	if err != nil || len(r.Data) != 0 || !accessOK(r) {
+		return unix.EINVAL, nil
+	}
+	r.Put(s.out[:])
+	if r.Region == RegionBAR0 {
+		v := s.dev.Regs.ReadBAR(r.Offset, int(r.Count))
+		le.PutUint64(s.out[RegionAccessSize:], v)
+		return 0, s.reply(m, nil, s.out[:RegionAccessSize+r.Count])
+	}
+	if r.Count <= 4 && r.Count != 3 {
+		le.PutUint32(s.out[RegionAccessSize:], s.dev.Config.Read(uint32(r.Offset), int(r.Count)))
+		return 0, s.reply(m, nil, s.out[:RegionAccessSize+r.Count])
+	}
+	data := make([]byte, r.Count) // a bulk config read: rare (once at start)
+	for i := uint32(0); i < r.Count; i += 4 {
+		le.PutUint32(data[i:], s.dev.Config.Read(uint32(r.Offset)+i, 4))
+	}
+	return 0, s.reply(m, nil, s.out[:RegionAccessSize], data)
+}
+
+func (s *Session) regionWrite(m Msg) (unix.Errno, error) {
+	r, err := UnmarshalRegionAccess(m.Cmd, m.Payload)
+	if err != nil || uint32(len(r.Data)) != r.Count || !accessOK(r) {
+		return unix.EINVAL, nil
+	}
+	var buf [8]byte
+	if r.Region == RegionBAR0 {
+		copy(buf[:], r.Data)
+		s.dev.Regs.WriteBAR(r.Offset, int(r.Count), le.Uint64(buf[:]))
+	} else {
+		for i := uint32(0); i < r.Count; i += 4 {
+			n := min(r.Count-i, 4)
+			clear(buf[:])
+			copy(buf[:], r.Data[i:i+n])
+			s.dev.Config.Write(uint32(r.Offset)+i, int(n), le.Uint32(buf[:]))
+		}
+	}
+	r.Data = nil
+	r.Put(s.out[:])
+	return 0, s.reply(m, nil, s.out[:RegionAccessSize])
+}

@@ -1,0 +1,157 @@
+package vfiouser
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"golang.org/x/sys/unix"
+)
+
+// oobSize is room for one SCM_RIGHTS message of MaxFDs fds; a peer that
+// sends more makes the kernel set MSG_CTRUNC, which Read refuses.
+var oobSize = unix.CmsgSpace(MaxFDs * 4)
+
+// Msg is one message: its header, its payload and the fds that came with
+// it (owned by the receiver).
+type Msg struct {
+	Header
+	Payload []byte
+	FDs     []int
+}
+
+// Wire reads and writes messages on one connection with reusable
+// buffers: a recvmsg for the header and its fds, a read for the payload,
+// one sendmsg per message. A Wire is not safe for concurrent use;
+// serialise readers and writers (one of each may run concurrently).
+type Wire struct {
+	conn    *net.UnixConn
+	hdr     [HeaderSize]byte
+	payload [MaxPayload]byte
+	oob     []byte
+	out     []byte
+}
+
+// NewWire returns a Wire on conn.
+func NewWire(conn *net.UnixConn) *Wire {
+	return &Wire{conn: conn, oob: make([]byte, oobSize), out: make([]byte, 0, HeaderSize+MaxPayload)}
+}
+
+// Read reads one message. Its Payload aliases the Wire's buffer and is
+// valid until the next Read. On error every fd received has been closed.
+// A peer that hangs up between messages yields io.EOF; malformed framing
+// an error wrapping ErrProtocol.
+func (w *Wire) Read() (Msg, error) {
+	var fds []int
+	fail := func(err error) (Msg, error) {
+		closeFDs(fds)
+		return Msg{}, err
+	}
+	n := 0
+	for n < HeaderSize {
+		k, oobn, flags, _, err := w.conn.ReadMsgUnix(w.hdr[n:], w.oob)
+		if oobn > 0 {
+			got, perr := parseRights(w.oob[:oobn])
+			fds = append(fds, got...)
+			if perr != nil {
+				return fail(perr)
+			}
+		}
+		if flags&unix.MSG_CTRUNC != 0 {
+			return fail(protoErr("control data truncated: more than %d fds", MaxFDs))
+		}
+		n += k
+		if err != nil {
+			if n > 0 && errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fail(fmt.Errorf("read header: %w", err))
+		}
+		if k == 0 {
+			if n == 0 {
+				return fail(io.EOF)
+			}
+			return fail(fmt.Errorf("read header: %w", io.ErrUnexpectedEOF))
+		}
+	}
+	h := ParseHeader(w.hdr[:])
+	if err := h.Check(); err != nil {
+		return fail(err)
+	}
+	p := w.payload[:h.Size-HeaderSize]
+	if _, err := io.ReadFull(w.conn, p); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fail(fmt.Errorf("read %v payload: %w", h.Cmd, err))
+	}
+	if len(fds) > MaxFDs {
+		return fail(protoErr("%v: %d fds", h.Cmd, len(fds)))
+	}
+	return Msg{Header: h, Payload: p, FDs: fds}, nil
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, protoErr("control data: %v", err)
+	}
+	var fds []int
+	for i := range msgs {
+		if msgs[i].Header.Level != unix.SOL_SOCKET || msgs[i].Header.Type != unix.SCM_RIGHTS {
+			continue
+		}
+		got, err := unix.ParseUnixRights(&msgs[i])
+		fds = append(fds, got...)
+		if err != nil {
+			return fds, protoErr("SCM_RIGHTS: %v", err)
+		}
+	}
+	return fds, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// Write sends one message: h (its Size is set here) followed by the
+// parts of the payload, with fds (not closed). It does not validate h,
+// so tests can send malformed messages.
+func (w *Wire) Write(h Header, fds []int, payload ...[]byte) error {
+	w.out = w.out[:HeaderSize]
+	for _, p := range payload {
+		w.out = append(w.out, p...)
+	}
+	h.Size = uint32(len(w.out))
+	h.Put(w.out)
+	return w.send(h.Cmd, fds)
+}
+
+// WriteRaw sends b as is, with fds: for tests playing a hostile peer.
+func (w *Wire) WriteRaw(b []byte, fds []int) error {
+	w.out = append(w.out[:0], b...)
+	return w.send(0, fds)
+}
+
+func (w *Wire) send(c Cmd, fds []int) error {
+	var (
+		n   int
+		err error
+	)
+	if len(fds) > 0 {
+		n, _, err = w.conn.WriteMsgUnix(w.out, unix.UnixRights(fds...), nil)
+	} else {
+		n, err = w.conn.Write(w.out)
+	}
+	if err == nil && n < len(w.out) {
+		// The fds went with the first byte; the rest is plain data.
+		_, err = w.conn.Write(w.out[n:])
+	}
+	if err != nil {
+		return fmt.Errorf("write %v: %w", c, err)
+	}
+	return nil
+}
