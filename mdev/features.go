@@ -215,7 +215,9 @@ func (s sizedMemory) Update(regions []guestmem.Region) error {
 	}
 	var n uint64
 	for _, r := range regions {
-		n += r.Size
+		if !r.Foreign { // a Xen window spans the MMIO hole: not RAM
+			n += r.Size
+		}
 	}
 	s.in.vmMem.Store(n)
 	return nil

@@ -20,7 +20,7 @@ func attachCmd(ctx context.Context, c *control.Client, args []string, w, stderr 
 	xenDom := fs.Uint("xen", 0, "the Xen HVM domain id that gets the vGPU")
 	fs.StringVar(&xreq.PCI, "pci", "", "with -xen: the guest PCI slot the vGPU claims, bb:dd.f")
 	fs.IntVar(&xreq.VCPUs, "vcpus", 0, "with -xen: vCPUs to serve (0: ask Xen)")
-	fs.Uint64Var(&xreq.RAMBytes, "ram", 0, "with -xen: bytes of guest-physical space the device may reach (0: ask Xen)")
+	fs.Uint64Var(&xreq.RAMBytes, "ram", 0, "with -xen: the guest's memory in bytes (xl.cfg maxmem=, else memory=); without it the vGPU cannot reach guest RAM")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	id, err := parseUUIDCmd(fs, args)
 	if err != nil {

@@ -58,7 +58,7 @@ func (x *xenAttacher) AttachXen(ctx context.Context, id string, req control.XenA
 	if err != nil {
 		return fmt.Errorf("xen attach %s: %w", id, err)
 	}
-	cfg := xen.Config{Domain: xen.DomID(req.Domain), SBDF: sbdf, VCPUs: req.VCPUs, Restrict: true}
+	cfg := xen.Config{Domain: xen.DomID(req.Domain), SBDF: sbdf, VCPUs: req.VCPUs, RAM: req.RAMBytes, Restrict: true}
 	srv := xen.NewServer(hv, cfg, inst.Endpoint())
 	done := make(chan error, 1)
 	x.wg.Add(1)

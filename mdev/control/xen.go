@@ -21,9 +21,10 @@ type XenAttachRequest struct {
 	PCI string `json:"pci"`
 	// VCPUs is the number of vCPUs to serve; 0 asks Xen.
 	VCPUs int `json:"vcpus,omitempty"`
-	// RAMBytes bounds the guest-physical range the device may reach (the
-	// domain's memory= plus the MMIO hole below 4 GiB, rounded up);
-	// 0 lets the transport take it from Xen where it can.
+	// RAMBytes is the guest's memory (xl.cfg maxmem=, else memory=) in
+	// bytes: the device may reach the guest-physical frames hvmloader can
+	// lay that much RAM out in (xen.RAMWindow). 0: the device gets no
+	// guest RAM under real Xen (registers only; docs/xen.md).
 	RAMBytes uint64 `json:"ram_bytes,omitempty"`
 }
 
