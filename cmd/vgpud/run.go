@@ -25,6 +25,8 @@ import (
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/runstate"
+	"github.com/vgpud/vgpud/mdev/transport"
+	"github.com/vgpud/vgpud/mdev/vfiouser"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/libvirt"
 )
@@ -36,6 +38,11 @@ type Config struct {
 	Devices []string `json:"devices"`
 	// RunDir holds control.sock and instances/<uuid>.sock.
 	RunDir string `json:"run_dir"`
+	// Transport is what VMs speak on the instance sockets: "mpqemu"
+	// (QEMU's x-pci-proxy-dev, <uuid>.sock; the default) or "vfio-user"
+	// (QEMU >= 10.1's vfio-user-pci, <uuid>.vfio-user.sock). Xen guests
+	// attach with vgpuctl attach -xen whatever this says.
+	Transport string `json:"transport,omitempty"`
 	// Profiles replace the built-in vGPU types when set.
 	Profiles []mdev.Profile `json:"profiles"`
 	// Instances are created at start.
@@ -148,6 +155,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
 		configPath = fs.String("config", "", "configuration file (JSON)")
 		runDir     = fs.String("run-dir", "", "directory for the control and instance sockets (default /run/vgpud)")
+		transp     = fs.String("transport", "", "protocol VMs speak on the instance sockets: mpqemu (QEMU x-pci-proxy-dev, default) or vfio-user (QEMU >= 10.1 vfio-user-pci)")
 		logLevel   = fs.String("log-level", "", "debug, info, warn or error")
 		logFormat  = fs.String("log-format", "", "text or json")
 		listDevs   = fs.Bool("list-devices", false, "print the OpenCL devices and exit")
@@ -191,6 +199,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.RunDir == "" {
 		cfg.RunDir = "/run/vgpud"
+	}
+	if *transp != "" {
+		cfg.Transport = *transp
+	}
+	sockTransport, err := socketTransport(cfg.Transport)
+	if err != nil {
+		return err
 	}
 	if *logLevel != "" {
 		cfg.LogLevel = *logLevel
@@ -295,7 +310,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Devices:   devs,
 		Profiles:  cfg.Profiles,
 		SocketDir: filepath.Join(cfg.RunDir, "instances"),
-		Transport: mpqemu.Transport{},
+		Transport: sockTransport,
 		Logger:    log,
 		Reuse:     cfg.Reuse,
 		WorkerDir: cfg.WorkerDir,
@@ -546,4 +561,15 @@ func watchLibvirt(ctx context.Context, att *libvirt.Attacher, uri string) (stop 
 		cancel()
 		<-done
 	}
+}
+
+// socketTransport is the transport the instance sockets speak.
+func socketTransport(name string) (transport.Socket, error) {
+	switch name {
+	case "", "mpqemu":
+		return mpqemu.Transport{}, nil
+	case "vfio-user":
+		return vfiouser.Transport{}, nil
+	}
+	return nil, fmt.Errorf("transport %q: want mpqemu or vfio-user", name)
 }

@@ -123,6 +123,7 @@ func TestBadConfig(t *testing.T) {
 		{"unknown profile instance", `{"instances": [{"profile": "missing"}]}`, nil},
 		{"bad device", `{}`, []string{"-device", "no-such-device"}},
 		{"bad log level", `{"log_level": "loud"}`, nil},
+		{"bad transport", `{"transport": "carrier-pigeon"}`, nil},
 	}
 	for _, tt := range tests {
 		p := filepath.Join(dir, "c.json")
