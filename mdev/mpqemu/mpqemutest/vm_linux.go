@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"sync"
@@ -15,7 +14,7 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/driver"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/mdev/guestmem/guestmemtest"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mmio"
 )
@@ -24,16 +23,15 @@ import (
 // memory listener: low RAM below the VGA hole, high RAM from 1 MiB. The
 // same memfd backs both at offset == gpa.
 const (
-	LowRAMEnd  = 0xa0000
-	HighRAM    = 0x100000
-	MinRAM     = 2 << 20
-	BAR0Addr   = 0xfebf0000 // where the harness programs BAR0
-	chunkPages = 16         // allocation order is shuffled in runs of this many pages
-	numBARs    = 7          // QEMU probes PCI_NUM_REGIONS dwords from 0x10: BAR0-5 and 0x28
+	LowRAMEnd = guestmemtest.LowRAMEnd
+	HighRAM   = guestmemtest.HighRAM
+	MinRAM    = guestmemtest.MinRAM
+	BAR0Addr  = 0xfebf0000 // where the harness programs BAR0
+	numBARs   = 7          // QEMU probes PCI_NUM_REGIONS dwords from 0x10: BAR0-5 and 0x28
 )
 
-// ErrClosed is returned by a VM's methods after Close.
-var ErrClosed = errors.New("mpqemutest: vm closed")
+// ErrClosed is returned by a VM's methods after Close (the same as its RAM's).
+var ErrClosed = guestmemtest.ErrClosed
 
 // PCIInfo is what the config space probe found.
 type PCIInfo struct {
@@ -45,14 +43,10 @@ type PCIInfo struct {
 // Register accesses are serialised like QEMU's io_mutex; Alloc, ReadRAM
 // and WriteRAM may run concurrently with them.
 type VM struct {
-	info    PCIInfo
-	ramMu   sync.RWMutex // guards ram against Close
-	ram     []byte       // local mapping of the whole memfd; nil after Close
-	ramFD   int
-	unseal  bool // the RAM memfd is not sealed (a peer that means to shrink it)
-	irqFD   int
-	resFD   int
-	ramSize uint64
+	*guestmemtest.RAM
+	info  PCIInfo
+	irqFD int
+	resFD int
 
 	ioMu   sync.Mutex
 	conn   *net.UnixConn
@@ -60,11 +54,6 @@ type VM struct {
 	rbuf   [mpqemu.HeaderSize + mpqemu.RetSize]byte
 	err    error // first transport error
 	closed bool
-
-	allocMu sync.Mutex
-	order   []uint64 // shuffled free pages
-	next    int
-	bufs    [][]byte // scattered views of guest RAM handed out by Alloc
 }
 
 var (
@@ -86,16 +75,15 @@ func NewVMUnsealed(conn *net.UnixConn, ramBytes uint64) (*VM, error) {
 }
 
 func newVM(conn *net.UnixConn, ramBytes uint64, unsealed bool) (_ *VM, err error) {
-	v := &VM{conn: conn, wire: mpqemu.NewWire(conn), ramFD: -1, irqFD: -1, resFD: -1, ramSize: ramBytes, unseal: unsealed}
+	v := &VM{conn: conn, wire: mpqemu.NewWire(conn), irqFD: -1, resFD: -1}
 	defer func() {
 		if err != nil {
 			v.Close()
 		}
 	}()
-	if ramBytes < MinRAM || ramBytes%abi.PageSize != 0 || ramBytes > 1<<40 {
-		return nil, fmt.Errorf("new vm: ram size %#x: want a page multiple >= %#x", ramBytes, MinRAM)
-	}
-	if err := v.makeRAM(); err != nil {
+	// Sealed against shrinking, as QEMU's memory-backend-memfd makes it:
+	// vgpud refuses guest RAM that could shrink under its mappings.
+	if v.RAM, err = guestmemtest.New("mpqemutest-ram", ramBytes, unsealed); err != nil {
 		return nil, fmt.Errorf("new vm: %w", err)
 	}
 	if err := v.syncSysmem(); err != nil {
@@ -110,31 +98,7 @@ func newVM(conn *net.UnixConn, ramBytes uint64, unsealed bool) (_ *VM, err error
 	if err := v.program(); err != nil {
 		return nil, fmt.Errorf("new vm: %w", err)
 	}
-	v.shufflePages()
 	return v, nil
-}
-
-func (v *VM) makeRAM() error {
-	// Sealed against shrinking, as QEMU's memory-backend-memfd makes it:
-	// vgpud refuses guest RAM that could shrink under its mappings.
-	var fd int
-	var err error
-	if v.unseal {
-		if fd, err = unix.MemfdCreate("mpqemutest-ram-unsealed", unix.MFD_CLOEXEC); err == nil {
-			err = unix.Ftruncate(fd, int64(v.ramSize))
-		}
-	} else {
-		fd, err = guestmem.NewSealed("mpqemutest-ram", int64(v.ramSize))
-	}
-	if err != nil {
-		return fmt.Errorf("guest ram: %w", err)
-	}
-	v.ramFD = fd
-	v.ram, err = unix.Mmap(fd, 0, int(v.ramSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fmt.Errorf("map guest ram: %w", err)
-	}
-	return nil
 }
 
 // syncSysmem announces RAM in two regions of the same fd, like QEMU's
@@ -142,8 +106,8 @@ func (v *VM) makeRAM() error {
 func (v *VM) syncSysmem() error {
 	var s mpqemu.SyncSysmemMsg
 	s.GPAs[0], s.Sizes[0], s.Offsets[0] = 0, LowRAMEnd, 0
-	s.GPAs[1], s.Sizes[1], s.Offsets[1] = HighRAM, v.ramSize-HighRAM, HighRAM
-	return v.send(mpqemu.Msg{Cmd: mpqemu.CmdSyncSysmem, Payload: s.Marshal(), FDs: []int{v.ramFD, v.ramFD}})
+	s.GPAs[1], s.Sizes[1], s.Offsets[1] = HighRAM, v.Size()-HighRAM, HighRAM
+	return v.send(mpqemu.Msg{Cmd: mpqemu.CmdSyncSysmem, Payload: s.Marshal(), FDs: []int{v.FD(), v.FD()}})
 }
 
 func (v *VM) setIRQFD() error {
@@ -410,88 +374,6 @@ func (v *VM) Resample() error {
 	return nil
 }
 
-// shufflePages builds the allocation order: RAM above 1 MiB in runs of
-// chunkPages pages, the runs in a fixed pseudo-random order.
-func (v *VM) shufflePages() {
-	var chunks []uint64
-	for gpa := uint64(HighRAM); gpa < v.ramSize; gpa += chunkPages * abi.PageSize {
-		chunks = append(chunks, gpa)
-	}
-	rand.New(rand.NewPCG(0x76677075, uint64(v.ramSize))).Shuffle(len(chunks), func(i, j int) {
-		chunks[i], chunks[j] = chunks[j], chunks[i]
-	})
-	for _, c := range chunks {
-		for p := range uint64(chunkPages) {
-			if gpa := c + p*abi.PageSize; gpa < v.ramSize {
-				v.order = append(v.order, gpa)
-			}
-		}
-	}
-}
-
-// Alloc hands out n bytes (rounded up to whole pages) of guest RAM above
-// 1 MiB. Buf is a contiguous local view of pages that are scattered in
-// guest-physical memory; it stays valid until Close.
-func (v *VM) Alloc(n int) (driver.DMA, error) {
-	if n <= 0 {
-		return driver.DMA{}, fmt.Errorf("alloc %d bytes: %w", n, abi.Errorf(abi.StatusInvalidArgument, "size must be positive"))
-	}
-	pages := (n + abi.PageSize - 1) / abi.PageSize
-	v.allocMu.Lock()
-	defer v.allocMu.Unlock()
-	if v.order == nil && v.next == 0 {
-		return driver.DMA{}, fmt.Errorf("alloc: %w", ErrClosed)
-	}
-	if pages > len(v.order)-v.next {
-		return driver.DMA{}, fmt.Errorf("alloc %d pages: %w", pages, abi.Errorf(abi.StatusOutOfResources, "guest ram exhausted"))
-	}
-	gpas := append([]uint64(nil), v.order[v.next:v.next+pages]...)
-	buf, err := mapScattered(v.ramFD, gpas)
-	if err != nil {
-		return driver.DMA{}, fmt.Errorf("alloc %d pages: %w", pages, err)
-	}
-	v.next += pages
-	v.bufs = append(v.bufs, buf)
-	return driver.DMA{Buf: buf, Pages: gpas}, nil
-}
-
-// ramRange checks that [gpa, gpa+n) is guest RAM (not the VGA hole).
-func (v *VM) ramRange(gpa uint64, n int) error {
-	end := gpa + uint64(n)
-	if end < gpa || end > v.ramSize || (gpa < HighRAM && end > LowRAMEnd) {
-		return fmt.Errorf("guest ram %#x+%#x: %w", gpa, n, abi.Errorf(abi.StatusBadAddress, "outside guest ram"))
-	}
-	return nil
-}
-
-// ReadRAM copies guest RAM at gpa into p.
-func (v *VM) ReadRAM(gpa uint64, p []byte) error {
-	if err := v.ramRange(gpa, len(p)); err != nil {
-		return err
-	}
-	v.ramMu.RLock()
-	defer v.ramMu.RUnlock()
-	if v.ram == nil {
-		return ErrClosed
-	}
-	copy(p, v.ram[gpa:])
-	return nil
-}
-
-// WriteRAM copies p into guest RAM at gpa.
-func (v *VM) WriteRAM(gpa uint64, p []byte) error {
-	if err := v.ramRange(gpa, len(p)); err != nil {
-		return err
-	}
-	v.ramMu.RLock()
-	defer v.ramMu.RUnlock()
-	if v.ram == nil {
-		return ErrClosed
-	}
-	copy(v.ram[gpa:], p)
-	return nil
-}
-
 // Close hangs up (the device side sees the peer go away), closes the
 // eventfds and unmaps guest RAM, including every buffer Alloc returned.
 // Close is idempotent.
@@ -509,30 +391,8 @@ func (v *VM) Close() error {
 		}
 	}
 	v.ioMu.Unlock()
-
-	v.allocMu.Lock()
-	for _, b := range v.bufs {
-		unmapScattered(b)
-	}
-	v.bufs, v.order, v.next = nil, nil, 0
-	v.allocMu.Unlock()
-	v.ramMu.Lock()
-	if v.ram != nil {
-		unix.Munmap(v.ram)
-		v.ram = nil
-	}
-	v.ramMu.Unlock()
-	if v.ramFD >= 0 {
-		unix.Close(v.ramFD)
-	}
-	return nil
-}
-
-// Shrink truncates the guest-RAM file to n bytes (only an unsealed one
-// can be): what a hostile peer does after sending it.
-func (v *VM) Shrink(n uint64) error {
-	if err := unix.Ftruncate(v.ramFD, int64(n)); err != nil {
-		return fmt.Errorf("shrink guest ram: %w", err)
+	if v.RAM != nil {
+		return v.RAM.Close()
 	}
 	return nil
 }
