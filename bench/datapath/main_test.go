@@ -27,6 +27,7 @@ func TestRunNoQEMU(t *testing.T) {
 		"host CPUs:", "OpenCL device:", "QEMU:          not used",
 		"MMIO cost:", "vGPU via harness (host process, no QEMU)",
 		"Transport cost:", "floor: Unix socket round trip", "mpqemu: harness over the instance socket",
+		"vfio-user: REGION_WRITE/READ", "vfio-user: kick on the ioeventfd", "xen: ioreq round trip (fake hypervisor)",
 		"Virtualization overhead: 32 x 32 float matmul x 2",
 		hostRow, "harness + driver library (host process)",
 	} {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +35,7 @@ const transportRounds = 5
 // operation).
 type accessPath struct {
 	name    string
+	floor   string // the floor row it is compared with ("": the socket floor)
 	measure func(n int) (write, read float64, err error)
 	close   func() error
 }
@@ -41,8 +43,8 @@ type accessPath struct {
 func (b *bench) transportTable(ctx context.Context) (_ *table.Table, err error) {
 	t := &table.Table{
 		Title: "Transport cost: one 32-bit BAR0 access through each transport, host process, ns/op " +
-			"(ratio to the floor: a bare Unix-socket round trip of an mpqemu BAR_WRITE's sizes)",
-		Header: []string{"path", "write ns/op", "read ns/op", "write vs floor", "read vs floor"},
+			"(ratio to the floor of its notification mechanism: a bare socket or eventfd round trip)",
+		Header: []string{"path", "write ns/op", "read ns/op", "floor", "write vs floor", "read vs floor"},
 	}
 	var paths []accessPath
 	defer func() {
@@ -62,6 +64,11 @@ func (b *bench) transportTable(ctx context.Context) (_ *table.Table, err error) 
 		return nil, err
 	}
 	paths = append(paths, locked)
+	evfloor, err := eventfdFloorPath()
+	if err != nil {
+		return nil, err
+	}
+	paths = append(paths, evfloor)
 	mp, err := b.mpqemuPath()
 	if err != nil {
 		return nil, err
@@ -86,13 +93,27 @@ func (b *bench) transportTable(ctx context.Context) (_ *table.Table, err error) 
 			reads[i] = append(reads[i], r)
 		}
 	}
-	fw, fr := medianNS(writes[0]), medianNS(reads[0])
+	floors := map[string]int{}
 	for i, p := range paths {
+		if p.floor == "" && strings.HasPrefix(p.name, "floor") {
+			floors[p.name] = i
+		}
+	}
+	for i, p := range paths {
+		f := floors[floor.name]
+		if p.floor != "" {
+			f = floors[p.floor]
+		}
+		fname := "socket"
+		if paths[f].name == evfloor.name {
+			fname = "eventfd"
+		}
 		w, r := medianNS(writes[i]), medianNS(reads[i])
-		t.Add(p.name, nsCell(w), nsCell(r), ratioCell(w, fw), ratioCell(r, fr))
+		t.Add(p.name, nsCell(w), nsCell(r), fname, ratioCell(w, medianNS(writes[f])), ratioCell(r, medianNS(reads[f])))
 	}
 	t.Note("%d accesses per path per round, %d rounds interleaved, median shown; client and server are goroutines of this process, as in the harness", n, transportRounds)
 	t.Note("floor: %d bytes out, %d back on a socketpair, both ends net.UnixConn (Go's poller); locked threads: the same with blocking read(2)/write(2) on a blocking fd, each end on its own locked OS thread", floorRequest, floorReply)
+	t.Note("eventfd floor: two eventfds ping-ponged, each end waiting in a blocking poll(2) (what an event channel notification and its reply cost; Xen's fake vCPU and ioreq server wait this way)")
 	t.Note("write = RegRingSlots (latched by the register file, no device work), read = RegID")
 	return t, nil
 }
@@ -289,6 +310,87 @@ func lockedFloorPath() (accessPath, error) {
 			unix.Shutdown(client, unix.SHUT_RDWR)
 			<-done
 			return errors.Join(unix.Close(client), unix.Close(server))
+		},
+	}, nil
+}
+
+// eventfdFloorName names the eventfd floor row; the Xen row compares with it.
+const eventfdFloorName = "floor: eventfd round trip (blocking poll)"
+
+// eventfdFloorPath is a notification and its answer on two eventfds,
+// each end blocked in poll(2): the floor of a transport whose requests
+// live in shared memory and whose notifications are events (Xen's
+// event channels), as the fake Xen delivers them.
+func eventfdFloorPath() (accessPath, error) {
+	var fds [3]int
+	for i := range fds {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			for _, f := range fds[:i] {
+				unix.Close(f)
+			}
+			return accessPath{}, fmt.Errorf("eventfd: %w", err)
+		}
+		fds[i] = fd
+	}
+	req, rep, stop := fds[0], fds[1], fds[2]
+	wait := func(fd int) (bool, error) {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(stop), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(p, -1); err != nil && !errors.Is(err, unix.EINTR) {
+				return false, err
+			}
+			if p[1].Revents != 0 {
+				return false, nil
+			}
+			var b [8]byte
+			if _, err := unix.Read(fd, b[:]); err == nil {
+				return true, nil
+			} else if !errors.Is(err, unix.EAGAIN) {
+				return false, err
+			}
+		}
+	}
+	var one [8]byte
+	one[0] = 1
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if ok, err := wait(req); !ok || err != nil {
+				return
+			}
+			if _, err := unix.Write(rep, one[:]); err != nil {
+				return
+			}
+		}
+	}()
+	trip := func(n int) (float64, error) {
+		start := time.Now()
+		for range n {
+			if _, err := unix.Write(req, one[:]); err != nil {
+				return 0, err
+			}
+			if _, err := wait(rep); err != nil {
+				return 0, err
+			}
+		}
+		return float64(time.Since(start).Nanoseconds()) / float64(n), nil
+	}
+	return accessPath{
+		name: eventfdFloorName,
+		measure: func(n int) (float64, float64, error) {
+			w, err := trip(n)
+			if err != nil {
+				return 0, 0, err
+			}
+			r, err := trip(n)
+			return w, r, err
+		},
+		close: func() error {
+			unix.Write(stop, one[:])
+			<-done
+			return errors.Join(unix.Close(req), unix.Close(rep), unix.Close(stop))
 		},
 	}, nil
 }
