@@ -134,6 +134,12 @@ const (
 	DMAFlagRead  = 1 << 0
 	DMAFlagWrite = 1 << 1
 
+	// DMAUnmapFlagAll (VFIO_DMA_UNMAP_FLAG_ALL) unmaps every window;
+	// address and size are 0. QEMU sends it when a section covering the
+	// whole 64-bit space goes away (a vIOMMU's). The dirty-bitmap flag
+	// (bit 0) is refused: migration is not offered.
+	DMAUnmapFlagAll = 1 << 1
+
 	IOFDTypeIoeventfd = 0
 )
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -107,6 +108,10 @@ func (s *Session) Serve(ctx context.Context) (err error) {
 			<-done
 		}
 		s.Close()
+		// A SET_IRQS or IO_FDS request that was being handled while Close
+		// ran may have installed an fd or a watcher after Close released
+		// them: nothing is handled any more, so release again.
+		s.releaseIRQ()
 		s.releaseDMA()
 	}()
 	for {
@@ -132,25 +137,30 @@ func (s *Session) Serve(ctx context.Context) (err error) {
 // the DMA windows. Idempotent; safe to call concurrently with Serve.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
-		s.closed.Store(true)
+		s.irqMu.Lock()
+		s.closed.Store(true) // under irqMu: no fd is installed after this
+		s.irqMu.Unlock()
 		s.conn.Close()
-		s.dev.Regs.INTx().ClearSink(s)
-		s.irqMu.Lock()
-		kw, uw := s.kickW, s.unmaskW
-		s.kickW, s.unmaskW = nil, nil
-		s.irqMu.Unlock()
-		kw.shutdown()
-		uw.shutdown()
-		s.irqMu.Lock()
-		for _, fd := range []int{s.intxFD, s.unmaskFD, s.kickFD} {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-		}
-		s.intxFD, s.unmaskFD, s.kickFD = -1, -1, -1
-		s.irqMu.Unlock()
+		s.releaseIRQ()
 	})
 	return nil
+}
+
+// releaseIRQ detaches the session from the interrupt line, stops the
+// watchers and closes the interrupt and kick fds. Idempotent.
+func (s *Session) releaseIRQ() {
+	s.dev.Regs.INTx().ClearSink(s)
+	s.irqMu.Lock()
+	kw, uw := s.kickW, s.unmaskW
+	fds := []int{s.intxFD, s.unmaskFD, s.kickFD}
+	s.kickW, s.unmaskW = nil, nil
+	s.intxFD, s.unmaskFD, s.kickFD = -1, -1, -1
+	s.irqMu.Unlock()
+	// The watchers call into the register file holding no Session lock;
+	// they are stopped before the fds they poll are closed.
+	kw.shutdown()
+	uw.shutdown()
+	closeFDs(slices.DeleteFunc(fds, func(fd int) bool { return fd < 0 }))
 }
 
 // releaseDMA closes the windows' fds and unmaps them from the device.
@@ -284,9 +294,10 @@ func (s *Session) version(m Msg) (unix.Errno, error) {
 
 // dmaMap records a DMA window. A window with an fd, readable and
 // writable, joins the device's guest-RAM map (the whole map goes to the
-// worker again); one without (the client did not share it) or read-only
-// is recorded and never touched: the device's DMA there fails with
-// StatusBadAddress.
+// worker again, which also decides how many windows it takes); one
+// without (the client did not share it) or read-only is recorded, its fd
+// closed, and never touched: the device's DMA there fails with
+// StatusBadAddress (DMA_READ/DMA_WRITE messages are not used).
 func (s *Session) dmaMap(m Msg) (unix.Errno, error) {
 	d, err := UnmarshalDMAMap(m.Payload)
 	refuse := func(e unix.Errno) (unix.Errno, error) {
@@ -308,19 +319,16 @@ func (s *Session) dmaMap(m Msg) (unix.Errno, error) {
 	}
 	w := dmaWindow{addr: d.Addr, size: d.Size, offset: d.Offset, flags: d.Flags, fd: -1}
 	if len(m.FDs) == 1 {
-		w.fd = m.FDs[0]
-		n := 0
-		for _, o := range s.dma {
-			if o.fd >= 0 {
-				n++
-			}
-		}
-		if n >= MaxFDs {
-			return refuse(unix.ENOSPC)
+		if w.flags == DMAFlagRead|DMAFlagWrite {
+			w.fd = m.FDs[0]
+		} else {
+			// Read-only (ROM, PAM shadows being set up) or write-only:
+			// the device never sees it, so the fd is not kept.
+			unix.Close(m.FDs[0])
 		}
 	}
 	s.dma = append(s.dma, w)
-	if w.fd >= 0 && w.flags == DMAFlagRead|DMAFlagWrite {
+	if w.fd >= 0 {
 		if err := s.updateMemory(); err != nil {
 			s.log.Warn("vfio-user: DMA_MAP refused by the guest-memory map", "addr", d.Addr, "size", d.Size, "err", err)
 			s.dma = s.dma[:len(s.dma)-1]
@@ -338,28 +346,52 @@ func (s *Session) dmaMap(m Msg) (unix.Errno, error) {
 // the request's entry.
 func (s *Session) dmaUnmap(m Msg) (unix.Errno, error) {
 	d, err := UnmarshalDMAUnmap(m.Payload)
-	if err != nil || d.Flags != 0 { // no dirty-page bitmap: migration is not offered
+	if err != nil || d.Flags&^DMAUnmapFlagAll != 0 { // no dirty-page bitmap: migration is not offered
 		return unix.EINVAL, nil
 	}
-	for i, w := range s.dma {
-		if w.addr != d.Addr || w.size != d.Size {
-			continue
+	if d.Flags&DMAUnmapFlagAll != 0 {
+		if d.Addr != 0 || d.Size != 0 {
+			return unix.EINVAL, nil
 		}
-		s.dma = append(s.dma[:i], s.dma[i+1:]...)
+		return s.unmapWhere(m, func(dmaWindow) bool { return true })
+	}
+	for _, w := range s.dma {
+		if w.addr == d.Addr && w.size == d.Size {
+			return s.unmapWhere(m, func(o dmaWindow) bool { return o == w })
+		}
+	}
+	return unix.EINVAL, nil // the specification: it must match a mapping exactly
+}
+
+// unmapWhere removes the windows gone reports, gives the device the map
+// without them and only then closes their fds and answers with the
+// request's entry: no reference to them is left when the client reads
+// the reply.
+func (s *Session) unmapWhere(m Msg, gone func(dmaWindow) bool) (unix.Errno, error) {
+	old := s.dma
+	var removed []dmaWindow
+	s.dma = nil
+	for _, w := range old {
+		if gone(w) {
+			removed = append(removed, w)
+		} else {
+			s.dma = append(s.dma, w)
+		}
+	}
+	if slices.ContainsFunc(removed, func(w dmaWindow) bool { return w.fd >= 0 }) {
+		if err := s.updateMemory(); err != nil {
+			// The device keeps the old map: so do the windows.
+			s.dma = old
+			s.log.Error("vfio-user: DMA_UNMAP: update the guest-memory map", "err", err)
+			return unix.EIO, nil
+		}
+	}
+	for _, w := range removed {
 		if w.fd >= 0 {
-			if w.flags == DMAFlagRead|DMAFlagWrite {
-				if err := s.updateMemory(); err != nil {
-					// The worker keeps the old map: the window must stay.
-					s.dma = append(s.dma, w)
-					s.log.Error("vfio-user: DMA_UNMAP: update the guest-memory map", "err", err)
-					return unix.EIO, nil
-				}
-			}
 			unix.Close(w.fd)
 		}
-		return 0, s.reply(m, nil, m.Payload)
 	}
-	return unix.EINVAL, nil
+	return 0, s.reply(m, nil, m.Payload)
 }
 
 // updateMemory hands the device the fd-backed, read-write windows as its
@@ -370,7 +402,7 @@ func (s *Session) updateMemory() error {
 	}
 	var regions []guestmem.Region
 	for _, w := range s.dma {
-		if w.fd < 0 || w.flags != DMAFlagRead|DMAFlagWrite {
+		if w.fd < 0 {
 			continue
 		}
 		fd, err := unix.FcntlInt(uintptr(w.fd), unix.F_DUPFD_CLOEXEC, 0)
@@ -540,11 +572,23 @@ func (s *Session) setIRQs(m Msg) (unix.Errno, error) {
 }
 
 // setTrigger replaces the INTx eventfd (-1: none) and attaches the
-// session to the line, asserting it at once if it is high.
+// session to the line, asserting it at once if it is high. Enabling
+// INTx (no eventfd before) starts unmasked; replacing the eventfd keeps
+// the mask, as VFIO's does (QEMU masks, swaps in KVM's irqfd, unmasks).
 func (s *Session) setTrigger(fd int) {
 	s.irqMu.Lock()
+	if s.closed.Load() {
+		s.irqMu.Unlock()
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return
+	}
 	old := s.intxFD
-	s.intxFD, s.masked = fd, false
+	if old < 0 {
+		s.masked = false
+	}
+	s.intxFD = fd
 	s.irqMu.Unlock()
 	if old >= 0 {
 		unix.Close(old)
@@ -568,6 +612,14 @@ func (s *Session) setUnmaskFD(fd int) error {
 		}
 	}
 	s.irqMu.Lock()
+	if s.closed.Load() {
+		s.irqMu.Unlock()
+		if w != nil {
+			w.shutdown()
+			unix.Close(fd)
+		}
+		return nil
+	}
 	oldFD, oldW := s.unmaskFD, s.unmaskW
 	s.unmaskFD, s.unmaskW = fd, w
 	s.irqMu.Unlock()

@@ -8,6 +8,7 @@ package vfiousertest
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -52,6 +53,16 @@ type Client struct {
 	// What DEVICE_GET_INFO and the region queries said.
 	NumRegions, NumIRQs  uint32
 	BAR0Size, ConfigSize uint64
+	// MaxXfer is the server's max_data_xfer_size.
+	MaxXfer uint64
+
+	// Posted makes BAR0 writes posted, as QEMU's vfio-user-pci sends
+	// them for memory BARs (region.post_wr, unless x-no-posted-writes):
+	// REGION_WRITE with No_reply, no reply awaited, an error unseen. The
+	// server handles messages in order, so a later read still sees the
+	// write. New sets it; set it before using the client from several
+	// goroutines.
+	Posted bool
 }
 
 var (
@@ -59,22 +70,46 @@ var (
 	_ driver.Memory    = (*Client)(nil)
 )
 
+// Mode is how a client reaches BAR0, which decides how it may order its
+// writes.
+type Mode int
+
+const (
+	// IOEventfd is a client that wires the server's kick ioeventfd (what
+	// KVM's KVM_IOEVENTFD would do): a store to abi.RegRingKick is one
+	// eventfd write that never crosses the socket. Such a client must
+	// not post writes: a kick could overtake a posted write still in
+	// the socket (QEMU turns posted writes off for the same reason when
+	// it mmaps a region). Its BAR0 writes wait for their replies.
+	IOEventfd Mode = iota
+	// QEMU101 is what QEMU 10.1's vfio-user-pci does: BAR0 writes are
+	// posted (No_reply) and DEVICE_GET_REGION_IO_FDS is never asked, so
+	// the kick is a posted REGION_WRITE like any other store.
+	QEMU101
+)
+
 // New negotiates VERSION on conn, queries the device, maps ramBytes of
 // guest RAM for DMA, wires INTx, fetches the kick ioeventfd and programs
-// config space, as QEMU's vfio-user-pci does at realize. It takes
-// ownership of conn: on error conn is closed.
+// config space, as QEMU's vfio-user-pci does at realize (mode
+// IOEventfd; NewMode picks the mode). It takes ownership of conn: on
+// error conn is closed.
 func New(conn *net.UnixConn, ramBytes uint64) (*Client, error) {
-	return newClient(conn, ramBytes, false)
+	return newClient(conn, ramBytes, IOEventfd, false)
+}
+
+// NewMode is New with the client's mode.
+func NewMode(conn *net.UnixConn, ramBytes uint64, mode Mode) (*Client, error) {
+	return newClient(conn, ramBytes, mode, false)
 }
 
 // NewUnsealed is New with guest RAM whose memfd is not sealed, which
 // vgpud must refuse (the DMA_MAP fails).
 func NewUnsealed(conn *net.UnixConn, ramBytes uint64) (*Client, error) {
-	return newClient(conn, ramBytes, true)
+	return newClient(conn, ramBytes, QEMU101, true)
 }
 
-func newClient(conn *net.UnixConn, ramBytes uint64, unsealed bool) (_ *Client, err error) {
-	c := &Client{conn: conn, wire: vfiouser.NewWire(conn), irqFD: -1, unmaskFD: -1, kickFD: -1}
+func newClient(conn *net.UnixConn, ramBytes uint64, mode Mode, unsealed bool) (_ *Client, err error) {
+	c := &Client{conn: conn, wire: vfiouser.NewWire(conn), irqFD: -1, unmaskFD: -1, kickFD: -1, Posted: mode == QEMU101}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -95,8 +130,10 @@ func newClient(conn *net.UnixConn, ramBytes uint64, unsealed bool) (_ *Client, e
 	if err := c.wireIRQ(); err != nil {
 		return nil, err
 	}
-	if err := c.fetchKick(); err != nil {
-		return nil, err
+	if mode == IOEventfd {
+		if err := c.fetchKick(); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.program(); err != nil {
 		return nil, err
@@ -148,13 +185,42 @@ func (c *Client) callLocked(cmd vfiouser.Cmd, fds []int, payload ...[]byte) (vfi
 	return m, nil
 }
 
-// Negotiate sends VERSION 0.0 with the client's capabilities.
+// postLocked sends a command with No_reply (ioMu held).
+func (c *Client) postLocked(cmd vfiouser.Cmd, payload []byte) error {
+	if c.closed {
+		return ErrClosed
+	}
+	if c.err != nil {
+		return c.err
+	}
+	c.id++
+	if err := c.wire.Write(vfiouser.Header{ID: c.id, Cmd: cmd, Flags: vfiouser.TypeCommand | vfiouser.FlagNoReply}, nil, payload); err != nil {
+		c.err = err
+		return err
+	}
+	return nil
+}
+
+// QEMUCaps is the capability JSON QEMU's vfio-user client proposes in
+// its VERSION request (hw/vfio-user/proxy.c, caps_json, QEMU 10.1: the
+// same members and values; QEMU's JSON writer puts a space after ':' and
+// ','). The client sends it so the server meets what QEMU sends.
+const QEMUCaps = `{"capabilities": {"migration": {"pgsize": 4096, "max_bitmap_size": 268435456}, ` +
+	`"max_msg_fds": 16, "max_data_xfer_size": 1048576, "pgsizes": 4096, "max_dma_maps": 65535, "write_multiple": true}}`
+
+// Negotiate sends VERSION 0.0 with QEMU's capabilities and checks the
+// reply as QEMU does: same major, minor not above ours, a NUL-terminated
+// JSON object whose capabilities are in range, and (QEMU reads the reply
+// into the request's buffer) no longer than the request.
 func (c *Client) Negotiate() error {
-	caps := append([]byte(`{"capabilities":{"max_msg_fds":8,"max_data_xfer_size":1048576}}`), 0)
-	p, fds, err := c.Call(vfiouser.CmdVersion, nil, vfiouser.Version{Major: 0, Minor: 0, Caps: caps}.Marshal())
+	req := vfiouser.Version{Major: 0, Minor: 0, Caps: append([]byte(QEMUCaps), 0)}.Marshal()
+	p, fds, err := c.Call(vfiouser.CmdVersion, nil, req)
 	closeAll(fds)
 	if err != nil {
 		return err
+	}
+	if len(p) > len(req) {
+		return fmt.Errorf("VERSION reply of %d bytes, QEMU's buffer holds %d: %w", len(p), len(req), vfiouser.ErrProtocol)
 	}
 	v, err := vfiouser.UnmarshalVersion(p)
 	if err != nil {
@@ -163,7 +229,66 @@ func (c *Client) Negotiate() error {
 	if v.Major != 0 || v.Minor != 0 {
 		return fmt.Errorf("server version %d.%d: %w", v.Major, v.Minor, vfiouser.ErrProtocol)
 	}
+	caps, err := ParseCaps(v.Caps)
+	if err != nil {
+		return err
+	}
+	c.MaxXfer = caps.MaxDataXfer
 	return nil
+}
+
+// Caps are the capabilities a VERSION reply announced, defaults filled in
+// (the specification's).
+type Caps struct {
+	MaxMsgFDs, MaxDataXfer, PageSizes, MaxDMAMaps uint64
+	WriteMultiple                                 bool
+}
+
+// ParseCaps checks a VERSION payload's capability bytes as QEMU's client
+// does (proxy.c, caps_check): NUL-terminated JSON, an object, known
+// members of the right type and within QEMU's limits.
+func ParseCaps(b []byte) (Caps, error) {
+	c := Caps{MaxMsgFDs: 1, MaxDataXfer: 1 << 20, PageSizes: 4096, MaxDMAMaps: 65535}
+	if len(b) == 0 || b[len(b)-1] != 0 {
+		return c, fmt.Errorf("capabilities not NUL-terminated: %w", vfiouser.ErrProtocol)
+	}
+	var doc struct {
+		Capabilities *struct {
+			MaxMsgFDs     *uint64          `json:"max_msg_fds"`
+			MaxDataXfer   *uint64          `json:"max_data_xfer_size"`
+			PageSizes     *uint64          `json:"pgsizes"`
+			MaxDMAMaps    *uint64          `json:"max_dma_maps"`
+			WriteMultiple *bool            `json:"write_multiple"`
+			Migration     *json.RawMessage `json:"migration"`
+		} `json:"capabilities"`
+	}
+	if err := json.Unmarshal(b[:len(b)-1], &doc); err != nil {
+		return c, fmt.Errorf("capabilities %q: %v: %w", b, err, vfiouser.ErrProtocol)
+	}
+	if k := doc.Capabilities; k != nil {
+		switch {
+		case k.MaxMsgFDs != nil && *k.MaxMsgFDs > 16:
+			return c, fmt.Errorf("max_msg_fds %d above QEMU's 16: %w", *k.MaxMsgFDs, vfiouser.ErrProtocol)
+		case k.MaxDataXfer != nil && *k.MaxDataXfer > 64<<20:
+			return c, fmt.Errorf("max_data_xfer_size %d above QEMU's 64 MiB: %w", *k.MaxDataXfer, vfiouser.ErrProtocol)
+		case k.PageSizes != nil && *k.PageSizes&4095 != 0:
+			return c, fmt.Errorf("pgsizes %#x below 4 KiB: %w", *k.PageSizes, vfiouser.ErrProtocol)
+		case k.MaxDMAMaps != nil && *k.MaxDMAMaps > 65535:
+			return c, fmt.Errorf("max_dma_maps %d above 65535: %w", *k.MaxDMAMaps, vfiouser.ErrProtocol)
+		}
+		for _, f := range []struct {
+			dst *uint64
+			src *uint64
+		}{{&c.MaxMsgFDs, k.MaxMsgFDs}, {&c.MaxDataXfer, k.MaxDataXfer}, {&c.PageSizes, k.PageSizes}, {&c.MaxDMAMaps, k.MaxDMAMaps}} {
+			if f.src != nil {
+				*f.dst = *f.src
+			}
+		}
+		if k.WriteMultiple != nil {
+			c.WriteMultiple = *k.WriteMultiple
+		}
+	}
+	return c, nil
 }
 
 func (c *Client) query() error {
@@ -301,6 +426,9 @@ func (c *Client) access(region uint32, off uint64, n int, write bool, v uint64) 
 	if write {
 		binary.LittleEndian.PutUint64(c.buf[vfiouser.RegionAccessSize:], v)
 		cmd, p = vfiouser.CmdRegionWrite, c.buf[:vfiouser.RegionAccessSize+n]
+		if region == vfiouser.RegionBAR0 && c.Posted {
+			return 0, c.postLocked(cmd, p)
+		}
 	}
 	m, err := c.callLocked(cmd, nil, p)
 	if err != nil {
@@ -353,9 +481,14 @@ func (c *Client) keep(err error) {
 	c.ioMu.Unlock()
 }
 
-// Kick rings the doorbell through the ioeventfd: one eventfd write, no
-// message, no reply (the tail is in the shadow word the driver keeps).
+// Kick rings the doorbell (the tail is in the shadow word the driver
+// keeps): in mode IOEventfd one eventfd write, no message, no reply; in
+// mode QEMU101 a posted REGION_WRITE of abi.RegRingKick.
 func (c *Client) Kick() error {
+	if c.kickFD < 0 {
+		_, err := c.access(vfiouser.RegionBAR0, abi.RegRingKick, 4, true, 1)
+		return err
+	}
 	var one [8]byte
 	one[0] = 1
 	if _, err := unix.Write(c.kickFD, one[:]); err != nil {

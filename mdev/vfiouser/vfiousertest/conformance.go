@@ -16,23 +16,30 @@ import (
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 
-// Conformance is vfio-user for the transport conformance suite.
-type Conformance struct{}
+// Conformance is vfio-user for the transport conformance suite; its
+// guests are clients of Mode (IOEventfd by default: the kick doorbell on
+// the server's ioeventfd; QEMU101: posted writes, what QEMU 10.1 sends).
+type Conformance struct{ Mode Mode }
 
 var _ transporttest.Transport = Conformance{}
 
-func (Conformance) Name() string             { return "vfio-user" }
+func (c Conformance) Name() string {
+	if c.Mode == QEMU101 {
+		return "vfio-user-qemu10.1"
+	}
+	return "vfio-user"
+}
 func (Conformance) Socket() transport.Socket { return vfiouser.Transport{} }
 
 // Attach dials the instance's vfio-user socket and sets the device up as
 // QEMU's vfio-user-pci would.
-func (Conformance) Attach(t testing.TB, inst *mdev.Instance, ram uint64) transporttest.Guest {
+func (cf Conformance) Attach(t testing.TB, inst *mdev.Instance, ram uint64) transporttest.Guest {
 	t.Helper()
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
 	if err != nil {
 		t.Fatalf("dial %s: %v", inst.Socket(), err)
 	}
-	c, err := New(conn, ram)
+	c, err := NewMode(conn, ram, cf.Mode)
 	if err != nil {
 		t.Fatalf("vfio-user attach: %v", err)
 	}
