@@ -1,8 +1,6 @@
 package vfiouser_test
 
 import (
-	"bytes"
-	"context"
 	"io"
 	"testing"
 	"time"
@@ -52,8 +50,5 @@ func FuzzSession(f *testing.F) {
 		if got := s.regs.ReadBAR(0, 4); got != 0x55504756 {
 			t.Fatalf("RegID after %x = %#x", data, got)
 		}
-		_ = bytes.MinRead
 	})
 }
-
-var _ = context.Background

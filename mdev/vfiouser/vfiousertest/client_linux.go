@@ -82,9 +82,11 @@ const (
 	// the socket (QEMU turns posted writes off for the same reason when
 	// it mmaps a region). Its BAR0 writes wait for their replies.
 	IOEventfd Mode = iota
-	// QEMU101 is what QEMU 10.1's vfio-user-pci does: BAR0 writes are
-	// posted (No_reply) and DEVICE_GET_REGION_IO_FDS is never asked, so
-	// the kick is a posted REGION_WRITE like any other store.
+	// QEMU101 is what QEMU 10.1's vfio-user-pci does without KVM (TCG,
+	// the only QEMU that runs here): BAR0 writes are posted (No_reply),
+	// DEVICE_GET_REGION_IO_FDS is never asked, so the kick is a posted
+	// REGION_WRITE like any other store, and the end of an interrupt is
+	// a SET_IRQS UNMASK message (no unmask eventfd).
 	QEMU101
 )
 
@@ -356,20 +358,30 @@ func (c *Client) DMAUnmap(addr, size uint64) error {
 	return err
 }
 
-// wireIRQ gives the server INTx's trigger eventfd and the unmask eventfd
-// (what KVM's irqfd resampler signals at the guest's EOI).
+// wireIRQ gives the server INTx's trigger eventfd and, in mode
+// IOEventfd, the unmask eventfd (what KVM's irqfd resampler signals at
+// the guest's EOI). In mode QEMU101 (QEMU without KVM's irqchip, as under
+// TCG) there is none: QEMU reads the trigger eventfd in its main loop and
+// unmasks by message at the EOI it emulates.
 func (c *Client) wireIRQ() error {
 	var err error
 	if c.irqFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return fmt.Errorf("eventfd: %w", err)
 	}
-	if c.unmaskFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
-		return fmt.Errorf("eventfd: %w", err)
-	}
-	for _, s := range []struct {
+	sets := []struct {
 		action uint32
 		fd     int
-	}{{vfiouser.IRQSetActionTrigger, c.irqFD}, {vfiouser.IRQSetActionUnmask, c.unmaskFD}} {
+	}{{vfiouser.IRQSetActionTrigger, c.irqFD}}
+	if !c.Posted {
+		if c.unmaskFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+			return fmt.Errorf("eventfd: %w", err)
+		}
+		sets = append(sets, struct {
+			action uint32
+			fd     int
+		}{vfiouser.IRQSetActionUnmask, c.unmaskFD})
+	}
+	for _, s := range sets {
 		set := vfiouser.IRQSet{Argsz: vfiouser.IRQSetSize, Flags: vfiouser.IRQSetDataEventfd | s.action, Index: vfiouser.IRQIntx, Count: 1}
 		if _, _, err := c.Call(vfiouser.CmdDeviceSetIRQs, []int{s.fd}, set.Marshal()); err != nil {
 			return fmt.Errorf("set irqs: %w", err)
@@ -567,12 +579,24 @@ func (c *Client) WaitIRQ(timeout time.Duration) (uint64, error) {
 	}
 }
 
-// Resample signals the unmask eventfd, as KVM does at the guest's EOI.
+// Resample ends the interrupt: in mode IOEventfd it signals the unmask
+// eventfd, as KVM does at the guest's EOI (not ordered with posted
+// writes, hence that mode posts none); in mode QEMU101 it sends the
+// UNMASK message QEMU sends at the EOI it emulates.
 func (c *Client) Resample() error {
 	c.ioMu.Lock()
 	defer c.ioMu.Unlock()
 	if c.closed {
 		return ErrClosed
+	}
+	if c.unmaskFD < 0 {
+		// QEMU's vfio_pci_intx_eoi: a SET_IRQS UNMASK message, ordered
+		// after the posted writes before it (the guest's ack).
+		set := vfiouser.IRQSet{Argsz: vfiouser.IRQSetSize, Flags: vfiouser.IRQSetDataNone | vfiouser.IRQSetActionUnmask, Index: vfiouser.IRQIntx, Count: 1}
+		if _, err := c.callLocked(vfiouser.CmdDeviceSetIRQs, nil, set.Marshal()); err != nil {
+			return fmt.Errorf("unmask: %w", err)
+		}
+		return nil
 	}
 	var one [8]byte
 	one[0] = 1

@@ -56,11 +56,16 @@ const hangUp = unix.Errno(0)
 // an error reply must still serve: a DEVICE_GET_INFO follows.
 type attack struct {
 	name    string
-	raw     bool // skip VERSION
+	raw     bool     // skip VERSION
+	pre     [][]byte // sent after VERSION, each answered without error
 	msg     func() []byte
 	fds     func(t testing.TB) []int
 	want    unix.Errno
 	halfMsg bool // close the write side after msg: the rest never comes
+	// accepted: msg is answered without error (harmless, e.g. a window
+	// the device never uses); silent: msg asks for no reply and must get
+	// none, the refusal included.
+	accepted, silent bool
 }
 
 func header(cmd vfiouser.Cmd, flags uint32, payload []byte) []byte {
@@ -156,6 +161,17 @@ var attacks = []attack{
 	}, want: unix.EINVAL},
 	{name: "fd-on-get-info", msg: func() []byte { return header(vfiouser.CmdDeviceGetInfo, 0, vfiouser.Info{Argsz: 16}.Marshal()) }, fds: eventfds(1), want: unix.EINVAL},
 	{name: "nine-fds", msg: func() []byte { return dmaMap(1<<20, 1<<20, 0) }, fds: eventfds(9), want: hangUp},
+	{name: "dma-map-overlapping", pre: [][]byte{dmaMap(1<<20, 1<<20, 0)}, msg: func() []byte { return dmaMap(1<<20+1<<19, 1<<20, 0) }, want: unix.EEXIST},
+	{name: "dma-map-without-fd", msg: func() []byte { return dmaMap(1<<20, 1<<20, 0) }, accepted: true},
+	{name: "set-irqs-fd-with-data-none", msg: func() []byte {
+		return header(vfiouser.CmdDeviceSetIRQs, 0, vfiouser.IRQSet{Argsz: vfiouser.IRQSetSize, Flags: vfiouser.IRQSetDataNone | vfiouser.IRQSetActionTrigger,
+			Index: vfiouser.IRQIntx, Count: 1}.Marshal())
+	}, fds: eventfds(1), want: unix.EINVAL},
+	{name: "posted-write-past-bar0", msg: func() []byte {
+		b := regionWrite(vfiouser.RegionBAR0, abi.BAR0Size, 4, make([]byte, 4))
+		vfiouser.Header{ID: 7, Cmd: vfiouser.CmdRegionWrite, Size: uint32(len(b)), Flags: vfiouser.FlagNoReply}.Put(b)
+		return b
+	}, silent: true},
 }
 
 // Hostile lists the attacks.
@@ -183,6 +199,14 @@ func (a attack) run(t testing.TB, inst *mdev.Instance) {
 			t.Fatalf("VERSION: %v %+v", err, m.Header)
 		}
 	}
+	for i, p := range a.pre {
+		if err := w.WriteRaw(p, nil); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := w.Read(); err != nil || m.Flags&vfiouser.FlagError != 0 {
+			t.Fatalf("%s: setup message %d: %v %+v", a.name, i, err, m.Header)
+		}
+	}
 	var fds []int
 	if a.fds != nil {
 		fds = a.fds(t)
@@ -194,7 +218,19 @@ func (a attack) run(t testing.TB, inst *mdev.Instance) {
 	if a.halfMsg {
 		conn.CloseWrite()
 	}
+	if a.silent {
+		serves(t, a.name, w)
+		return
+	}
 	m, err := w.Read()
+	if a.accepted {
+		if err != nil || m.Flags&vfiouser.FlagError != 0 || m.ID != 7 {
+			t.Fatalf("%s: %v %+v, want it answered without error", a.name, err, m.Header)
+		}
+		closeAll(m.FDs)
+		serves(t, a.name, w)
+		return
+	}
 	if a.want == hangUp {
 		if err == nil {
 			closeAll(m.FDs)
@@ -212,11 +248,17 @@ func (a attack) run(t testing.TB, inst *mdev.Instance) {
 	if m.Flags&vfiouser.FlagError == 0 || unix.Errno(m.Error) != a.want || m.ID != 7 {
 		t.Fatalf("%s: reply %+v, want error %v (id 7)", a.name, m.Header, a.want)
 	}
-	// Refused, not ended: the session still serves.
+	serves(t, a.name, w)
+}
+
+// serves checks that the session still serves after a refusal: the next
+// reply is DEVICE_GET_INFO's.
+func serves(t testing.TB, name string, w *vfiouser.Wire) {
+	t.Helper()
 	if err := w.Write(vfiouser.Header{ID: 8, Cmd: vfiouser.CmdDeviceGetInfo}, nil, vfiouser.Info{Argsz: 16}.Marshal()); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := w.Read(); err != nil || m.Flags&vfiouser.FlagError != 0 || m.ID != 8 {
-		t.Fatalf("%s: DEVICE_GET_INFO after the refusal: %v %+v", a.name, err, m.Header)
+		t.Fatalf("%s: DEVICE_GET_INFO after the attack: %v %+v", name, err, m.Header)
 	}
 }
