@@ -2,10 +2,10 @@ package xen
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,9 +64,11 @@ type Server struct {
 	serving atomic.Bool
 	closed  atomic.Bool
 	ready   chan struct{} // closed once set up (Serving)
-	stopMu  sync.Mutex
-	stopFD  int // eventfd written by Close and ctx; -1 once Serve ended
-	stopErr error
+	// waitMu guards waiting: the event channel handle as Go's poller
+	// watches it while Serve's loop runs, nil otherwise. Close and a
+	// context's end wake the loop by moving its read deadline.
+	waitMu  sync.Mutex
+	waiting *os.File
 
 	// Owned by Serve's goroutine.
 	id         ServerID
@@ -104,12 +106,8 @@ func NewServer(hv Hypervisor, cfg Config, dev transport.Device) *Server {
 		cfg.Liveness = DefaultLiveness
 	}
 	log = log.With("xen_domain", cfg.Domain, "sbdf", cfg.SBDF.String())
-	s := &Server{hv: hv, cfg: cfg, dev: dev, log: log, stopFD: -1, ready: make(chan struct{})}
+	s := &Server{hv: hv, cfg: cfg, dev: dev, log: log, ready: make(chan struct{})}
 	s.line = &intxLine{hv: hv, dom: cfg.Domain, sbdf: cfg.SBDF, log: log}
-	s.stopFD, s.stopErr = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if s.stopErr != nil {
-		s.stopFD = -1
-	}
 	dev.Config.SetINTx(dev.Regs.INTx())
 	return s
 }
@@ -127,10 +125,6 @@ func protoErr(format string, args ...any) error {
 func (s *Server) Serve(ctx context.Context) (err error) {
 	if !s.serving.CompareAndSwap(false, true) {
 		return errors.New("xen: Serve called twice")
-	}
-	defer s.closeStop()
-	if s.stopErr != nil {
-		return fmt.Errorf("xen: stop eventfd: %w", s.stopErr)
 	}
 	if s.closed.Load() {
 		return ErrClosed
@@ -168,23 +162,51 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// wake makes a waiting loop look at s.closed and its context again.
 func (s *Server) wake() {
-	s.stopMu.Lock()
-	defer s.stopMu.Unlock()
-	if s.stopFD >= 0 {
-		var one [8]byte
-		binary.LittleEndian.PutUint64(one[:], 1)
-		unix.Write(s.stopFD, one[:]) // EAGAIN: already signalled
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if s.waiting != nil {
+		s.waiting.SetReadDeadline(time.Unix(1, 0))
 	}
 }
 
-func (s *Server) closeStop() {
-	s.stopMu.Lock()
-	defer s.stopMu.Unlock()
-	if s.stopFD >= 0 {
-		unix.Close(s.stopFD)
-		s.stopFD = -1
+// pollable returns the event channel handle's fd as a file Go's poller
+// watches (a duplicate: the handle keeps its own), so the loop waits
+// without holding an OS thread in poll(2): a blocked thread loses its P
+// and every wake-up costs a handoff (bench/datapath measures both).
+func pollable(fd int) (*os.File, error) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("xen: dup event channel fd: %w", err)
 	}
+	if err := unix.SetNonblock(dup, true); err != nil { // shared with the handle's fd, which is non-blocking already
+		unix.Close(dup)
+		return nil, fmt.Errorf("xen: event channel fd: %w", err)
+	}
+	return os.NewFile(uintptr(dup), "evtchn"), nil
+}
+
+// waitReadable waits until f is readable (possibly spuriously: Go's
+// poller is edge-triggered and remembers an edge the loop has already
+// served) or its read deadline passes.
+func waitReadable(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	first := true
+	err = rc.Read(func(uintptr) bool {
+		if first { // the runtime calls once before waiting: make it wait
+			first = false
+			return false
+		}
+		return true
+	})
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil
+	}
+	return err
 }
 
 func (s *Server) setup() error {
@@ -342,32 +364,34 @@ func (s *Server) teardown() {
 
 // loop waits on the event channels and serves until something ends it.
 func (s *Server) loop(ctx context.Context) error {
-	timeout := int(s.cfg.Liveness / time.Millisecond)
-	if timeout < 1 {
-		timeout = 1
+	f, err := pollable(s.ev.Fd())
+	if err != nil {
+		return err
 	}
-	fds := []unix.PollFd{{Fd: int32(s.ev.Fd()), Events: unix.POLLIN}, {Fd: int32(s.stopFD), Events: unix.POLLIN}}
-	var b [8]byte
+	s.waitMu.Lock()
+	s.waiting = f
+	s.waitMu.Unlock()
+	defer func() {
+		s.waitMu.Lock()
+		s.waiting = nil
+		s.waitMu.Unlock()
+		f.Close()
+	}()
 	for {
+		// The deadline first, then the checks: a wake after the checks
+		// moves the deadline back into the past, one before them is seen
+		// by them.
+		if err := f.SetReadDeadline(time.Now().Add(s.cfg.Liveness)); err != nil {
+			return fmt.Errorf("xen: event channel deadline: %w", err)
+		}
 		if s.closed.Load() {
 			return ErrClosed
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, timeout); err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return fmt.Errorf("xen: poll: %w", err)
-		}
-		if fds[1].Revents != 0 {
-			unix.Read(s.stopFD, b[:])
-			continue // the checks above say why
-		}
-		if fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
-			return fmt.Errorf("xen: event channel handle failed (revents %#x)", fds[0].Revents)
+		if err := waitReadable(f); err != nil {
+			return fmt.Errorf("xen: wait for events: %w", err)
 		}
 		handled := 0
 		for {
@@ -388,7 +412,9 @@ func (s *Server) loop(ctx context.Context) error {
 		if err := s.drainBuffered(); err != nil {
 			return err
 		}
-		if handled == 0 {
+		if handled == 0 && !s.closed.Load() && ctx.Err() == nil {
+			// Quiet for a whole Liveness, or woken with nothing pending
+			// (a dying domain's channels close): is the domain still there?
 			_, err := s.hv.NrVCPUs(s.cfg.Domain)
 			if errors.Is(err, ErrNoDomain) {
 				return nil
