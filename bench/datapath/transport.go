@@ -113,7 +113,7 @@ func (b *bench) transportTable(ctx context.Context) (_ *table.Table, err error) 
 	}
 	t.Note("%d accesses per path per round, %d rounds interleaved, median shown; client and server are goroutines of this process, as in the harness", n, transportRounds)
 	t.Note("floor: %d bytes out, %d back on a socketpair, both ends net.UnixConn (Go's poller); locked threads: the same with blocking read(2)/write(2) on a blocking fd, each end on its own locked OS thread", floorRequest, floorReply)
-	t.Note("eventfd floor: two eventfds ping-ponged, each end waiting in a blocking poll(2) (what an event channel notification and its reply cost; Xen's fake vCPU and ioreq server wait this way)")
+	t.Note("eventfd floor: two eventfds ping-ponged, each end waiting in Go's poller (a notification and its answer, as an event channel carries them; the ioreq server waits on its event channel handle this way)")
 	t.Note("write = RegRingSlots (latched by the register file, no device work), read = RegID")
 	return t, nil
 }
@@ -315,52 +315,50 @@ func lockedFloorPath() (accessPath, error) {
 }
 
 // eventfdFloorName names the eventfd floor row; the Xen row compares with it.
-const eventfdFloorName = "floor: eventfd round trip (blocking poll)"
+const eventfdFloorName = "floor: eventfd round trip (Go's poller)"
 
 // eventfdFloorPath is a notification and its answer on two eventfds,
-// each end blocked in poll(2): the floor of a transport whose requests
-// live in shared memory and whose notifications are events (Xen's
-// event channels), as the fake Xen delivers them.
+// each end waiting in Go's poller: the floor of a transport whose
+// requests live in shared memory and whose notifications are events
+// (Xen's event channels; the ioreq server waits on its handle this way).
 func eventfdFloorPath() (accessPath, error) {
-	var fds [3]int
-	for i := range fds {
+	mk := func() (*os.File, error) {
 		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 		if err != nil {
-			for _, f := range fds[:i] {
-				unix.Close(f)
-			}
-			return accessPath{}, fmt.Errorf("eventfd: %w", err)
+			return nil, fmt.Errorf("eventfd: %w", err)
 		}
-		fds[i] = fd
+		return os.NewFile(uintptr(fd), "eventfd"), nil
 	}
-	req, rep, stop := fds[0], fds[1], fds[2]
-	wait := func(fd int) (bool, error) {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(stop), Events: unix.POLLIN}}
-		for {
-			if _, err := unix.Poll(p, -1); err != nil && !errors.Is(err, unix.EINTR) {
-				return false, err
-			}
-			if p[1].Revents != 0 {
-				return false, nil
-			}
-			var b [8]byte
-			if _, err := unix.Read(fd, b[:]); err == nil {
-				return true, nil
-			} else if !errors.Is(err, unix.EAGAIN) {
-				return false, err
-			}
+	req, err := mk()
+	if err != nil {
+		return accessPath{}, err
+	}
+	rep, err := mk()
+	if err != nil {
+		req.Close()
+		return accessPath{}, err
+	}
+	// wait consumes one notification (the counter), waiting for it in
+	// the poller; it fails once the file is closed.
+	wait := func(f *os.File) error {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return err
 		}
+		var b [8]byte
+		var rerr error
+		err = rc.Read(func(fd uintptr) bool {
+			_, rerr = unix.Read(int(fd), b[:])
+			return !errors.Is(rerr, unix.EAGAIN)
+		})
+		return errors.Join(err, rerr)
 	}
-	var one [8]byte
-	one[0] = 1
+	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for {
-			if ok, err := wait(req); !ok || err != nil {
-				return
-			}
-			if _, err := unix.Write(rep, one[:]); err != nil {
+		for wait(req) == nil {
+			if _, err := rep.Write(one); err != nil {
 				return
 			}
 		}
@@ -368,10 +366,10 @@ func eventfdFloorPath() (accessPath, error) {
 	trip := func(n int) (float64, error) {
 		start := time.Now()
 		for range n {
-			if _, err := unix.Write(req, one[:]); err != nil {
+			if _, err := req.Write(one); err != nil {
 				return 0, err
 			}
-			if _, err := wait(rep); err != nil {
+			if err := wait(rep); err != nil {
 				return 0, err
 			}
 		}
@@ -388,9 +386,9 @@ func eventfdFloorPath() (accessPath, error) {
 			return w, r, err
 		},
 		close: func() error {
-			unix.Write(stop, one[:])
+			err := req.Close() // ends the answering goroutine's wait
 			<-done
-			return errors.Join(unix.Close(req), unix.Close(rep), unix.Close(stop))
+			return errors.Join(err, rep.Close())
 		},
 	}, nil
 }

@@ -47,6 +47,7 @@ type Client struct {
 	err    error // first transport error
 	closed bool
 	buf    [vfiouser.RegionAccessSize + 8]byte
+	rbuf   [vfiouser.HeaderSize + vfiouser.RegionAccessSize + 8]byte // a register access's reply
 
 	irqFD, unmaskFD, kickFD int
 
@@ -185,6 +186,35 @@ func (c *Client) callLocked(cmd vfiouser.Cmd, fds []int, payload ...[]byte) (vfi
 		return vfiouser.Msg{}, fmt.Errorf("%v: %w: %w", cmd, ErrReply, unix.Errno(m.Error))
 	}
 	return m, nil
+}
+
+// readReplyLocked reads the reply to the register access just sent, in
+// one read when the kernel allows: the server sends nothing unasked and
+// no fds with these replies, so asking for the whole expected reply
+// never reads into another message (an error reply is shorter: the read
+// returns what there is). It returns the payload (aliasing c.rbuf).
+func (c *Client) readReplyLocked(cmd vfiouser.Cmd, want int) ([]byte, error) {
+	got := 0
+	for got < want {
+		k, err := c.conn.Read(c.rbuf[got:want])
+		got += k
+		if err != nil {
+			c.err = fmt.Errorf("%v reply: %w", cmd, err)
+			return nil, c.err
+		}
+		if got >= vfiouser.HeaderSize && want > int(vfiouser.ParseHeader(c.rbuf[:]).Size) {
+			want = int(vfiouser.ParseHeader(c.rbuf[:]).Size) // an error reply
+		}
+	}
+	h := vfiouser.ParseHeader(c.rbuf[:])
+	if h.Type() != vfiouser.TypeReply || h.ID != c.id || h.Cmd != cmd || int(h.Size) != want || want < vfiouser.HeaderSize {
+		c.err = fmt.Errorf("%v: reply %+v, want id %d: %w", cmd, h, c.id, vfiouser.ErrProtocol)
+		return nil, c.err
+	}
+	if h.Flags&vfiouser.FlagError != 0 {
+		return nil, fmt.Errorf("%v: %w: %w", cmd, ErrReply, unix.Errno(h.Error))
+	}
+	return c.rbuf[vfiouser.HeaderSize:want], nil
 }
 
 // postLocked sends a command with No_reply (ioMu held).
@@ -442,14 +472,26 @@ func (c *Client) access(region uint32, off uint64, n int, write bool, v uint64) 
 			return 0, c.postLocked(cmd, p)
 		}
 	}
-	m, err := c.callLocked(cmd, nil, p)
-	if err != nil {
+	if c.closed {
+		return 0, ErrClosed
+	}
+	if c.err != nil {
+		return 0, c.err
+	}
+	c.id++
+	if err := c.wire.Write(vfiouser.Header{ID: c.id, Cmd: cmd, Flags: vfiouser.TypeCommand}, nil, p); err != nil {
+		c.err = err
 		return 0, err
 	}
-	if write {
-		return 0, nil
+	want := vfiouser.HeaderSize + vfiouser.RegionAccessSize
+	if !write {
+		want += n
 	}
-	got, err := vfiouser.UnmarshalRegionAccess(cmd, m.Payload)
+	reply, err := c.readReplyLocked(cmd, want)
+	if err != nil || write {
+		return 0, err
+	}
+	got, err := vfiouser.UnmarshalRegionAccess(cmd, reply)
 	if err != nil || int(got.Count) != n || len(got.Data) != n {
 		return 0, fmt.Errorf("REGION_READ reply %+v: %w", got, vfiouser.ErrProtocol)
 	}
