@@ -18,6 +18,7 @@ import (
 	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mmio"
+	"github.com/vgpud/vgpud/scmrights"
 )
 
 // Errors returned by Conn.
@@ -164,14 +165,14 @@ func (c *Conn) serveOne() error {
 		return c.wire.WriteRet(0)
 	}
 	// RET: the remote never receives replies.
-	closeFDs(m.FDs)
+	scmrights.Close(m.FDs)
 	return protoErr("unexpected %v", m.Cmd)
 }
 
 func (c *Conn) syncSysmem(m Msg) error {
 	s, err := UnmarshalSyncSysmemMsg(m.Payload)
 	if err != nil {
-		closeFDs(m.FDs)
+		scmrights.Close(m.FDs)
 		return err
 	}
 	regions := make([]guestmem.Region, len(m.FDs))

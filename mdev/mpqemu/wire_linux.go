@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/scmrights"
 )
 
 // oobSize is room for one SCM_RIGHTS message of MaxFDs fds. A peer that
@@ -40,17 +42,17 @@ func NewWire(conn *net.UnixConn) *Wire {
 func (w *Wire) Read() (Msg, error) {
 	var fds []int
 	fail := func(err error) (Msg, error) {
-		closeFDs(fds)
+		scmrights.Close(fds)
 		return Msg{}, err
 	}
 	n := 0
 	for n < HeaderSize {
 		k, oobn, flags, _, err := w.conn.ReadMsgUnix(w.hdr[n:], w.oob)
 		if oobn > 0 {
-			got, perr := parseRights(w.oob[:oobn])
+			got, perr := scmrights.Parse(w.oob[:oobn])
 			fds = append(fds, got...)
 			if perr != nil {
-				return fail(perr)
+				return fail(protoErr("%v", perr))
 			}
 		}
 		if flags&unix.MSG_CTRUNC != 0 {
@@ -108,31 +110,6 @@ func (r noDeadline) Read(p []byte) (int, error) {
 		err = nil
 	}
 	return n, err
-}
-
-func parseRights(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, protoErr("control data: %v", err)
-	}
-	var fds []int
-	for i := range msgs {
-		if msgs[i].Header.Level != unix.SOL_SOCKET || msgs[i].Header.Type != unix.SCM_RIGHTS {
-			continue
-		}
-		got, err := unix.ParseUnixRights(&msgs[i])
-		fds = append(fds, got...)
-		if err != nil {
-			return fds, protoErr("SCM_RIGHTS: %v", err)
-		}
-	}
-	return fds, nil
-}
-
-func closeFDs(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
 }
 
 // Write sends one message with a single sendmsg (write when it has no

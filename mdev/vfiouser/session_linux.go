@@ -19,6 +19,7 @@ import (
 	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mmio"
+	"github.com/vgpud/vgpud/scmrights"
 )
 
 // ErrNoIRQ is returned by RaiseIRQ before the client set an INTx eventfd.
@@ -160,7 +161,7 @@ func (s *Session) releaseIRQ() {
 	// they are stopped before the fds they poll are closed.
 	kw.shutdown()
 	uw.shutdown()
-	closeFDs(slices.DeleteFunc(fds, func(fd int) bool { return fd < 0 }))
+	scmrights.Close(slices.DeleteFunc(fds, func(fd int) bool { return fd < 0 }))
 }
 
 // releaseDMA closes the windows' fds and unmaps them from the device.
@@ -188,11 +189,11 @@ func (s *Session) serveOne() error {
 		return err
 	}
 	if m.Type() != TypeCommand {
-		closeFDs(m.FDs)
+		scmrights.Close(m.FDs)
 		return protoErr("%v: a reply from the client, which was asked nothing", m.Cmd)
 	}
 	if !s.versioned && m.Cmd != CmdVersion {
-		closeFDs(m.FDs)
+		scmrights.Close(m.FDs)
 		return protoErr("%v before VERSION", m.Cmd)
 	}
 	errno, err := s.handle(m)
@@ -222,7 +223,7 @@ func (s *Session) reply(m Msg, fds []int, payload ...[]byte) error {
 // session.
 func (s *Session) handle(m Msg) (unix.Errno, error) {
 	if m.Cmd != CmdDMAMap && m.Cmd != CmdDeviceSetIRQs && len(m.FDs) > 0 {
-		closeFDs(m.FDs)
+		scmrights.Close(m.FDs)
 		return unix.EINVAL, nil // fds where none belong
 	}
 	switch m.Cmd {
@@ -301,7 +302,7 @@ func (s *Session) version(m Msg) (unix.Errno, error) {
 func (s *Session) dmaMap(m Msg) (unix.Errno, error) {
 	d, err := UnmarshalDMAMap(m.Payload)
 	refuse := func(e unix.Errno) (unix.Errno, error) {
-		closeFDs(m.FDs)
+		scmrights.Close(m.FDs)
 		return e, nil
 	}
 	switch {
@@ -506,7 +507,7 @@ func (s *Session) irqInfo(m Msg) (unix.Errno, error) {
 func (s *Session) setIRQs(m Msg) (unix.Errno, error) {
 	set, err := UnmarshalIRQSet(m.Payload)
 	refuse := func() (unix.Errno, error) {
-		closeFDs(m.FDs)
+		scmrights.Close(m.FDs)
 		return unix.EINVAL, nil
 	}
 	if err != nil || set.Index >= NumIRQs {

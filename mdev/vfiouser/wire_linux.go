@@ -7,6 +7,8 @@ import (
 	"net"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/scmrights"
 )
 
 // oobSize is room for one SCM_RIGHTS message of MaxFDs fds; a peer that
@@ -45,17 +47,17 @@ func NewWire(conn *net.UnixConn) *Wire {
 func (w *Wire) Read() (Msg, error) {
 	var fds []int
 	fail := func(err error) (Msg, error) {
-		closeFDs(fds)
+		scmrights.Close(fds)
 		return Msg{}, err
 	}
 	n := 0
 	for n < HeaderSize {
 		k, oobn, flags, _, err := w.conn.ReadMsgUnix(w.hdr[n:], w.oob)
 		if oobn > 0 {
-			got, perr := parseRights(w.oob[:oobn])
+			got, perr := scmrights.Parse(w.oob[:oobn])
 			fds = append(fds, got...)
 			if perr != nil {
-				return fail(perr)
+				return fail(protoErr("%v", perr))
 			}
 		}
 		if flags&unix.MSG_CTRUNC != 0 {
@@ -90,31 +92,6 @@ func (w *Wire) Read() (Msg, error) {
 		return fail(protoErr("%v: %d fds", h.Cmd, len(fds)))
 	}
 	return Msg{Header: h, Payload: p, FDs: fds}, nil
-}
-
-func parseRights(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, protoErr("control data: %v", err)
-	}
-	var fds []int
-	for i := range msgs {
-		if msgs[i].Header.Level != unix.SOL_SOCKET || msgs[i].Header.Type != unix.SCM_RIGHTS {
-			continue
-		}
-		got, err := unix.ParseUnixRights(&msgs[i])
-		fds = append(fds, got...)
-		if err != nil {
-			return fds, protoErr("SCM_RIGHTS: %v", err)
-		}
-	}
-	return fds, nil
-}
-
-func closeFDs(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
 }
 
 // Write sends one message: h (its Size is set here) followed by the

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/scmrights"
 )
 
 // maxMessage is the largest datagram a peer may send.
@@ -99,14 +101,14 @@ func (c *Conn) Recv() (Header, Msg, []int, error) {
 	var fds []int
 	if oobn > 0 {
 		var perr error
-		fds, perr = parseRights(c.oob[:oobn])
+		fds, perr = scmrights.Parse(c.oob[:oobn])
 		if perr != nil {
-			closeFDs(fds)
-			return Header{}, nil, nil, perr
+			scmrights.Close(fds)
+			return Header{}, nil, nil, protoErr("%v", perr)
 		}
 	}
 	fail := func(err error) (Header, Msg, []int, error) {
-		closeFDs(fds)
+		scmrights.Close(fds)
 		return Header{}, nil, nil, err
 	}
 	switch {
@@ -135,31 +137,6 @@ func (c *Conn) Raw() *net.UnixConn { return c.c }
 
 // Close closes the connection; a Recv in progress returns an error.
 func (c *Conn) Close() error { return c.c.Close() }
-
-func parseRights(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, protoErr("control data: %v", err)
-	}
-	var fds []int
-	for i := range msgs {
-		if msgs[i].Header.Level != unix.SOL_SOCKET || msgs[i].Header.Type != unix.SCM_RIGHTS {
-			continue
-		}
-		got, err := unix.ParseUnixRights(&msgs[i])
-		fds = append(fds, got...)
-		if err != nil {
-			return fds, protoErr("SCM_RIGHTS: %v", err)
-		}
-	}
-	return fds, nil
-}
-
-func closeFDs(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
-}
 
 // IsProtocol reports whether err is a protocol violation.
 func IsProtocol(err error) bool { return errors.Is(err, ErrProtocol) }
