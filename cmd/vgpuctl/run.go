@@ -330,6 +330,10 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 		if info.Socket == "" {
 			return fmt.Errorf("instance %s has no socket", id)
 		}
+		if !strings.HasSuffix(info.Socket, ".sock") || strings.HasSuffix(info.Socket, ".vfio-user.sock") {
+			return fmt.Errorf("instance %s listens for vfio-user (%s): vgpuctl vm starts QEMU with x-pci-proxy-dev; "+
+				"start QEMU >= 10.1 with -device vfio-user-pci as docs/vfio-user.md shows", id, info.Socket)
+		}
 		dev := qemuvm.ProxyDevice{ID: fmt.Sprintf("vgpu%d", i)}
 		if !*print {
 			f, err := dialFile(info.Socket)

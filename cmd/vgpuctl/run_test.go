@@ -14,6 +14,7 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 
 // daemon serves the control API over a real manager and returns the
@@ -34,7 +35,10 @@ func daemonWith(t *testing.T, cfg mdev.Config) string {
 	if len(cfg.Devices) == 0 {
 		cfg.Devices = []gpu.Device{d}
 	}
-	cfg.SocketDir, cfg.Transport = t.TempDir(), mpqemu.Transport{}
+	cfg.SocketDir = t.TempDir()
+	if cfg.Transport == nil {
+		cfg.Transport = mpqemu.Transport{}
+	}
 	m, err := mdev.NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -142,5 +146,20 @@ func TestGuestStatus(t *testing.T) {
 		if err == nil || exitCode(err) != tt.code {
 			t.Errorf("guestStatus(%q, %q) = %v (exit %d), want exit %d", tt.app, tt.lines, err, exitCode(err), tt.code)
 		}
+	}
+}
+
+// TestVMRefusesVFIOUser: vgpuctl vm drives QEMU 7.2's x-pci-proxy-dev, so
+// it refuses an instance of a vgpud that speaks vfio-user, saying what to
+// run instead.
+func TestVMRefusesVFIOUser(t *testing.T) {
+	sock := daemonWith(t, mdev.Config{Transport: vfiouser.Transport{}})
+	id, err := ctl(t, sock, "create", "-profile", "vgpu-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ctl(t, sock, "vm", "-instance", strings.TrimSpace(id), "-kernel", "/k", "-initrd", "/i", "-print")
+	if err == nil || !strings.Contains(err.Error(), "vfio-user-pci") {
+		t.Errorf("vm on a vfio-user instance = %v, want a refusal naming vfio-user-pci", err)
 	}
 }
