@@ -158,21 +158,27 @@ func floorPath() (accessPath, error) {
 		return float64(time.Since(start).Nanoseconds()) / float64(n), nil
 	}
 	return accessPath{
-		name: "floor: Unix socket round trip",
-		measure: func(n int) (float64, float64, error) {
-			w, err := trip(n)
-			if err != nil {
-				return 0, 0, err
-			}
-			r, err := trip(n)
-			return w, r, err
-		},
+		name:    "floor: Unix socket round trip",
+		measure: twice(trip),
 		close: func() error {
 			err := client.Close()
 			<-done
 			return errors.Join(err, server.Close())
 		},
 	}, nil
+}
+
+// twice makes a floor's measure: a floor has no reads and writes, so
+// both columns are its round trip, measured once each.
+func twice(trip func(n int) (float64, error)) func(n int) (float64, float64, error) {
+	return func(n int) (float64, float64, error) {
+		w, err := trip(n)
+		if err != nil {
+			return 0, 0, err
+		}
+		r, err := trip(n)
+		return w, r, err
+	}
 }
 
 // socketPair returns both ends of a Unix stream socketpair.
@@ -297,15 +303,8 @@ func lockedFloorPath() (accessPath, error) {
 		return float64(time.Since(start).Nanoseconds()) / float64(n), nil
 	}
 	return accessPath{
-		name: "floor, blocking reads on locked threads",
-		measure: func(n int) (float64, float64, error) {
-			w, err := trip(n)
-			if err != nil {
-				return 0, 0, err
-			}
-			r, err := trip(n)
-			return w, r, err
-		},
+		name:    "floor, blocking reads on locked threads",
+		measure: twice(trip),
 		close: func() error {
 			unix.Shutdown(client, unix.SHUT_RDWR)
 			<-done
@@ -376,15 +375,8 @@ func eventfdFloorPath() (accessPath, error) {
 		return float64(time.Since(start).Nanoseconds()) / float64(n), nil
 	}
 	return accessPath{
-		name: eventfdFloorName,
-		measure: func(n int) (float64, float64, error) {
-			w, err := trip(n)
-			if err != nil {
-				return 0, 0, err
-			}
-			r, err := trip(n)
-			return w, r, err
-		},
+		name:    eventfdFloorName,
+		measure: twice(trip),
 		close: func() error {
 			err := req.Close() // ends the answering goroutine's wait
 			<-done
