@@ -2,7 +2,9 @@
 // play a hypervisor's side of a transport (mpqemutest, vfiousertest,
 // xentest): a sealed memfd, as QEMU's memory-backend-memfd makes it, laid
 // out like a pc machine's (the VGA hole below 1 MiB), and DMA pages handed
-// out scattered, so the device must honour every page address.
+// out scattered, so the device must honour every page address. It also
+// counts the interrupts those VMs receive on eventfds (ReadCounter,
+// WaitCounter).
 package guestmemtest
 
 import (

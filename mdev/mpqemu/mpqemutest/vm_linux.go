@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"time"
 
@@ -322,40 +321,19 @@ func (v *VM) ResyncMemory() error {
 // IRQCount returns how often the device raised its interrupt since the
 // last call (the irqfd's counter), 0 if it did not.
 func (v *VM) IRQCount() (uint64, error) {
-	var b [8]byte
 	v.ioMu.Lock()
 	defer v.ioMu.Unlock()
 	if v.closed {
 		return 0, ErrClosed
 	}
-	if _, err := unix.Read(v.irqFD, b[:]); err != nil {
-		if errors.Is(err, unix.EAGAIN) {
-			return 0, nil
-		}
-		return 0, fmt.Errorf("read irqfd: %w", err)
-	}
-	return binary.LittleEndian.Uint64(b[:]), nil
+	return guestmemtest.ReadCounter(v.irqFD)
 }
 
 // WaitIRQ waits until the device has raised its interrupt (the irqfd's
 // counter is nonzero) and returns the count, like KVM's irqfd would
 // consume it; ErrTimeout-wrapped error after timeout.
 func (v *VM) WaitIRQ(timeout time.Duration) (uint64, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		n, err := v.IRQCount()
-		if err != nil || n > 0 {
-			return n, err
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return 0, fmt.Errorf("wait irq after %v: %w", timeout, os.ErrDeadlineExceeded)
-		}
-		fds := []unix.PollFd{{Fd: int32(v.irqFD), Events: unix.POLLIN}}
-		if _, err := unix.Poll(fds, int(left/time.Millisecond)+1); err != nil && !errors.Is(err, unix.EINTR) {
-			return 0, fmt.Errorf("wait irq: %w", err)
-		}
-	}
+	return guestmemtest.WaitCounter(v.irqFD, timeout, v.IRQCount)
 }
 
 // Resample signals the resample eventfd, as KVM does when the guest ends

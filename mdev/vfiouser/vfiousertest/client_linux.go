@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"time"
 
@@ -592,33 +591,12 @@ func (c *Client) IRQCount() (uint64, error) {
 	if c.closed {
 		return 0, ErrClosed
 	}
-	var b [8]byte
-	if _, err := unix.Read(c.irqFD, b[:]); err != nil {
-		if errors.Is(err, unix.EAGAIN) {
-			return 0, nil
-		}
-		return 0, fmt.Errorf("read irq eventfd: %w", err)
-	}
-	return binary.LittleEndian.Uint64(b[:]), nil
+	return guestmemtest.ReadCounter(c.irqFD)
 }
 
 // WaitIRQ waits until an interrupt was signalled and returns the count.
 func (c *Client) WaitIRQ(timeout time.Duration) (uint64, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		n, err := c.IRQCount()
-		if err != nil || n > 0 {
-			return n, err
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return 0, fmt.Errorf("wait irq after %v: %w", timeout, os.ErrDeadlineExceeded)
-		}
-		fds := []unix.PollFd{{Fd: int32(c.irqFD), Events: unix.POLLIN}}
-		if _, err := unix.Poll(fds, int(left/time.Millisecond)+1); err != nil && !errors.Is(err, unix.EINTR) {
-			return 0, fmt.Errorf("wait irq: %w", err)
-		}
-	}
+	return guestmemtest.WaitCounter(c.irqFD, timeout, c.IRQCount)
 }
 
 // Resample ends the interrupt: in mode IOEventfd it signals the unmask
