@@ -257,10 +257,10 @@ func unixConn(fd int, name string) (*net.UnixConn, error) {
 
 // adoptedInstance is what Start runs for an instance handed over.
 type adoptedInstance struct {
-	in       *Instance
-	fresh    bool          // its sockets are new ones, already served
-	conn     *net.UnixConn // QEMU's, nil when none was attached
-	irq, res int
+	in    *Instance
+	fresh bool          // its sockets are new ones, already served
+	conn  *net.UnixConn // the VM's connection, nil when none was attached
+	extra []int         // its transport's extra fds (mpqemu: irqfd, resample)
 }
 
 // adoptLocked gives a new instance what the old process handed over for
@@ -272,13 +272,16 @@ func (m *Manager) adoptLocked(inst *Instance, h handover.Instance) error {
 	var img [mmio.ConfigSize]byte
 	copy(img[:], h.Config)
 	inst.cfg.SetImage(img)
-	a := &adoptedInstance{in: inst, irq: -1, res: -1}
+	a := &adoptedInstance{in: inst}
 	if h.QEMU != nil {
 		c, err := unixConn(tab.Take(h.QEMU.Conn), "qemu connection")
 		if err != nil {
 			return err
 		}
-		a.conn, a.irq, a.res = c, tab.Take(h.QEMU.IRQ), tab.Take(h.QEMU.Resample)
+		a.conn = c
+		if irq, res := tab.Take(h.QEMU.IRQ), tab.Take(h.QEMU.Resample); irq >= 0 || res >= 0 {
+			a.extra = []int{irq, res}
+		}
 	}
 	m.adopted = append(m.adopted, a)
 	if m.socketDir == "" {
@@ -335,11 +338,7 @@ func (m *Manager) Start() error {
 		l := in.listener
 		in.mu.Unlock()
 		if a.conn != nil {
-			var extra []int
-			if a.irq >= 0 || a.res >= 0 {
-				extra = []int{a.irq, a.res}
-			}
-			if c, aerr := m.transport.Adopt(a.conn, extra, in.Endpoint()); aerr != nil {
+			if c, aerr := m.transport.Adopt(a.conn, a.extra, in.Endpoint()); aerr != nil {
 				// Adopt closed what it was given: the VM sees a hang-up
 				// and its vGPU stays to be re-attached.
 				err = errors.Join(err, fmt.Errorf("instance %s: %w", in.uuid, aerr))
