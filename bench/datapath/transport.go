@@ -9,7 +9,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -35,7 +34,7 @@ const transportRounds = 5
 // operation).
 type accessPath struct {
 	name    string
-	floor   string // the floor row it is compared with ("": the socket floor)
+	floor   string // the floor row it is compared with: eventfdFloorName, or "" for the socket floor
 	measure func(n int) (write, read float64, err error)
 	close   func() error
 }
@@ -93,19 +92,10 @@ func (b *bench) transportTable(ctx context.Context) (_ *table.Table, err error) 
 			reads[i] = append(reads[i], r)
 		}
 	}
-	floors := map[string]int{}
 	for i, p := range paths {
-		if p.floor == "" && strings.HasPrefix(p.name, "floor") {
-			floors[p.name] = i
-		}
-	}
-	for i, p := range paths {
-		f := floors[floor.name]
-		if p.floor != "" {
-			f = floors[p.floor]
-		}
-		fname := "socket"
-		if paths[f].name == evfloor.name {
+		f, fname := 0, "socket" // paths[0] is the socket floor
+		if p.floor == evfloor.name {
+			f = slices.IndexFunc(paths, func(q accessPath) bool { return q.name == p.floor })
 			fname = "eventfd"
 		}
 		w, r := medianNS(writes[i]), medianNS(reads[i])
