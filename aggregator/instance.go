@@ -311,6 +311,11 @@ func (in *Instance) RingEnabled() bool {
 // Doorbell publishes the guest's producer index and wakes the worker.
 func (in *Instance) Doorbell(tail uint32) error {
 	in.sh.Stats.Doorbells.Add(1)
+	return in.publish(tail)
+}
+
+// publish applies a producer index, from a doorbell or a kick.
+func (in *Instance) publish(tail uint32) error {
 	in.mu.Lock()
 	if !in.enabled {
 		in.mu.Unlock()
@@ -336,16 +341,15 @@ func (in *Instance) Doorbell(tail uint32) error {
 // Kick is a doorbell whose tail the device reads from guest RAM: the
 // 4-byte little-endian word at shadow (abi.RegRingKick, ABI 1.3).
 func (in *Instance) Kick(shadow uint64) error {
+	in.sh.Stats.Doorbells.Add(1)
 	if shadow%4 != 0 || shadow == 0 {
-		in.sh.Stats.Doorbells.Add(1)
 		return abi.Errorf(abi.StatusBadAddress, "kick: tail shadow at %#x is not a 4-byte aligned guest address", shadow)
 	}
 	var b [4]byte
 	if err := in.mem.ReadAt(b[:], shadow); err != nil {
-		in.sh.Stats.Doorbells.Add(1)
 		return abi.Errorf(abi.StatusBadAddress, "kick: tail shadow at %#x: %v", shadow, err)
 	}
-	return in.Doorbell(binary.LittleEndian.Uint32(b[:]))
+	return in.publish(binary.LittleEndian.Uint32(b[:]))
 }
 
 // Head returns the number of commands fetched.
