@@ -41,7 +41,7 @@ func protoErr(format string, args ...any) error {
 type Type uint16
 
 // The messages (docs/worker.md "Messages"). Requests expect a Reply with
-// their ID; TurnRelease and Notice are one-way.
+// their ID; TurnRelease, Unreserve and Notice are one-way.
 const (
 	TypeReply       Type = 1  // either way: the answer to a request
 	TypeHello       Type = 2  // main -> worker
@@ -63,7 +63,9 @@ const (
 	TypeThaw        Type = 18 // main -> worker
 	TypeParent      Type = 19 // main -> worker
 	TypeForeign     Type = 20 // main -> worker, 1 fd (a privcmd fd)
-	numTypes             = 21
+	TypeReserve     Type = 21 // worker -> main
+	TypeUnreserve   Type = 22 // worker -> main, one-way
+	numTypes             = 23
 )
 
 var typeNames = [numTypes]string{
@@ -71,7 +73,7 @@ var typeNames = [numTypes]string{
 	TypeEnable: "enable", TypeDisable: "disable", TypeReset: "reset", TypeQuota: "quota", TypeReuse: "reuse",
 	TypeBudget: "budget", TypeStats: "stats", TypeTurn: "turn", TypeTurnRelease: "turn-release",
 	TypeExtract: "extract", TypeInject: "inject", TypeFreeze: "freeze", TypeThaw: "thaw", TypeParent: "parent",
-	TypeForeign: "foreign",
+	TypeForeign: "foreign", TypeReserve: "reserve", TypeUnreserve: "unreserve",
 }
 
 func (t Type) String() string {
@@ -192,6 +194,10 @@ func newMsg(t Type) Msg {
 		return &Parent{}
 	case TypeForeign:
 		return &Foreign{}
+	case TypeReserve:
+		return &Reserve{}
+	case TypeUnreserve:
+		return &Unreserve{}
 	}
 	return nil
 }
@@ -730,4 +736,71 @@ func (m *Foreign) decode(d *decoder) {
 	for i := range m.Regions {
 		m.Regions[i] = ForeignRegion{GPA: d.u64(), Size: d.u64()}
 	}
+}
+
+// Reserve asks the main process for Bytes of the physical device's memory
+// for the instance in Slot, before the worker allocates a buffer of that
+// size (docs/overcommit.md). The Reply's status is OK with a ReserveReply
+// body (granted, or: the instance is about to be moved, defer the
+// command), or StatusOutOfResources when the device cannot hold it.
+type Reserve struct {
+	Slot  uint32
+	Bytes uint64
+}
+
+func (*Reserve) Type() Type { return TypeReserve }
+func (*Reserve) fds() int   { return 0 }
+func (m *Reserve) encode(e *encoder) {
+	e.u32(m.Slot)
+	e.u64(m.Bytes)
+}
+func (m *Reserve) decode(d *decoder) {
+	m.Slot = d.u32()
+	m.Bytes = d.u64()
+	if m.Bytes == 0 {
+		d.fail("reserve of 0 bytes")
+	}
+}
+
+// ReserveReply is the Body of a Reserve's OK Reply.
+type ReserveReply struct {
+	// Relocate: nothing was reserved; the main process is moving the
+	// instance (to another device, or out to host memory until room
+	// appears). The worker must not complete the command that asked: it
+	// leaves it in the ring, unfetched, and freezes the ring, so that the
+	// command runs again where the instance lands.
+	Relocate bool
+}
+
+// EncodeBody encodes a ReserveReply as a Reply's Body.
+func (r *ReserveReply) EncodeBody() []byte {
+	e := encoder{}
+	e.bool(r.Relocate)
+	return e.b
+}
+
+// DecodeReserveReply decodes a ReserveReply body.
+func DecodeReserveReply(b []byte) (ReserveReply, error) {
+	d := decoder{b: b}
+	r := ReserveReply{Relocate: d.bool()}
+	return r, d.done("reserve reply")
+}
+
+// Unreserve gives back Bytes of the device's memory the instance in Slot
+// no longer holds (a buffer freed, or an allocation that failed after its
+// Reserve).
+type Unreserve struct {
+	Slot  uint32
+	Bytes uint64
+}
+
+func (*Unreserve) Type() Type { return TypeUnreserve }
+func (*Unreserve) fds() int   { return 0 }
+func (m *Unreserve) encode(e *encoder) {
+	e.u32(m.Slot)
+	e.u64(m.Bytes)
+}
+func (m *Unreserve) decode(d *decoder) {
+	m.Slot = d.u32()
+	m.Bytes = d.u64()
 }

@@ -37,6 +37,8 @@ func samples() []Msg {
 		&Thaw{Slot: 7, Forget: true},
 		&Parent{Arm: true},
 		&Foreign{Slot: 7, Domain: 12, Regions: []ForeignRegion{{GPA: 0, Size: 0xf0000000}, {GPA: 1 << 32, Size: 1 << 30}}},
+		&Reserve{Slot: 7, Bytes: 64 << 20},
+		&Unreserve{Slot: 7, Bytes: 64 << 20},
 	}
 }
 
@@ -83,6 +85,14 @@ func TestBodiesRoundTrip(t *testing.T) {
 	x := ExtractReply{Programs: 1, ProgramsFreed: 2, Buffers: 3, BuffersFreed: 4, Redirty: 5, BufferBytes: 6 << 30}
 	if got, err := DecodeExtractReply(x.EncodeBody()); err != nil || got != x {
 		t.Errorf("ExtractReply round trip = %+v, %v", got, err)
+	}
+	for _, rr := range []ReserveReply{{}, {Relocate: true}} {
+		if got, err := DecodeReserveReply(rr.EncodeBody()); err != nil || got != rr {
+			t.Errorf("ReserveReply round trip = %+v, %v", got, err)
+		}
+	}
+	if _, err := DecodeReserveReply([]byte{2}); !errors.Is(err, ErrProtocol) {
+		t.Errorf("ReserveReply with a bad boolean = %v, want ErrProtocol", err)
 	}
 	g := TurnGrant{SliceBudget: time.Millisecond}
 	if got, err := DecodeTurnGrant(g.EncodeBody()); err != nil || got != g {
@@ -134,6 +144,11 @@ func TestUnmarshalRejects(t *testing.T) {
 		{"bad boolean", func() []byte {
 			b := Marshal(1, &Reuse{Slot: 1, On: true})
 			le.PutUint32(b[HeaderSize+4:], 2)
+			return b
+		}(), 0},
+		{"reserve of nothing", func() []byte {
+			b := Marshal(1, &Reserve{Slot: 1, Bytes: 1})
+			le.PutUint64(b[HeaderSize+4:], 0)
 			return b
 		}(), 0},
 		{"bad turn kind", func() []byte {
