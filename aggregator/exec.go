@@ -80,6 +80,10 @@ func (in *Instance) bufferCreate(_ *abi.Command, bc *abi.BufferCreate) (uint64, 
 		s.used.Add(^(bc.Size - 1))
 		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes with %d of %d in use", bc.Size, used-bc.Size, lim.MemBytes)
 	}
+	if err := in.reserve(bc.Size); err != nil {
+		s.used.Add(^(bc.Size - 1))
+		return 0, err
+	}
 	var mem gpu.Buffer
 	err := in.run(work{}, func() (_ time.Duration, err error) {
 		mem, err = in.queue.Alloc(bc.Size)
@@ -87,6 +91,7 @@ func (in *Instance) bufferCreate(_ *abi.Command, bc *abi.BufferCreate) (uint64, 
 	})
 	if err != nil {
 		s.used.Add(^(bc.Size - 1))
+		in.unreserve(bc.Size)
 		return 0, fmt.Errorf("allocate %d bytes: %w", bc.Size, err)
 	}
 	nb := &buffer{mem: mem, size: bc.Size, flags: bc.Flags}

@@ -416,7 +416,7 @@ func (in *Instance) Close() error {
 	in.mu.Unlock()
 	in.cancel()
 	<-in.done
-	in.state.freeAll()
+	in.unreserve(in.state.freeAll())
 	err := in.queue.Close()
 	in.dev.remove(in.id)
 	if err != nil {
@@ -465,7 +465,7 @@ func (in *Instance) step() bool {
 	if in.resetState {
 		in.resetState = false
 		in.mu.Unlock()
-		in.state.freeAll()
+		in.unreserve(in.state.freeAll())
 		return true
 	}
 	if !in.enabled || in.head == in.tail || in.frozen {
@@ -488,6 +488,19 @@ func (in *Instance) step() bool {
 	var detail uint64
 	if err == nil {
 		detail, err = in.execute(&cmd)
+	}
+	if errors.Is(err, ErrRelocate) {
+		// The instance is being moved: the command goes back to the
+		// ring, unfetched, and runs again where the instance lands.
+		in.mu.Lock()
+		if in.epoch == epoch && in.head == idx+1 {
+			in.head = idx
+			in.frozen = true
+			in.publishLocked()
+		}
+		in.mu.Unlock()
+		in.log.Info("command deferred: the instance is being moved", "index", idx, "opcode", cmd.Opcode.String())
+		return false
 	}
 	st := statusOf(err)
 	if err != nil {

@@ -444,6 +444,7 @@ func (in *Instance) dropBuffer(h uint32, b *buffer) {
 	in.state.objects.Add(-1)
 	b.mem.Release()
 	in.state.used.Add(^(b.size - 1))
+	in.unreserve(b.size)
 }
 
 // dropProgram frees a program.

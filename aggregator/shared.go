@@ -151,3 +151,35 @@ func (s *Stats) ByStatus(st abi.Status) uint64 {
 	}
 	return s.statusCounts[st].Load()
 }
+
+// StatsCopy is a plain copy of Stats' counters.
+type StatsCopy struct {
+	Commands, Errors, BytesToDev, BytesFromDev, Launches, KernelNanos, Doorbells uint64
+	ByStatus                                                                     [abi.NumStatus]uint64
+}
+
+// Copy reads every counter.
+func (s *Stats) Copy() StatsCopy {
+	c := StatsCopy{Commands: s.Commands.Load(), Errors: s.Errors.Load(), BytesToDev: s.BytesToDev.Load(),
+		BytesFromDev: s.BytesFromDev.Load(), Launches: s.Launches.Load(), KernelNanos: s.KernelNanos.Load(),
+		Doorbells: s.Doorbells.Load()}
+	for i := range s.statusCounts {
+		c.ByStatus[i] = s.statusCounts[i].Load()
+	}
+	return c
+}
+
+// Add adds c to the counters: an instance whose device state moved to a
+// fresh worker keeps counting from where it was.
+func (s *Stats) Add(c StatsCopy) {
+	s.Commands.Add(c.Commands)
+	s.Errors.Add(c.Errors)
+	s.BytesToDev.Add(c.BytesToDev)
+	s.BytesFromDev.Add(c.BytesFromDev)
+	s.Launches.Add(c.Launches)
+	s.KernelNanos.Add(c.KernelNanos)
+	s.Doorbells.Add(c.Doorbells)
+	for i := range s.statusCounts {
+		s.statusCounts[i].Add(c.ByStatus[i])
+	}
+}

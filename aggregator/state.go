@@ -68,8 +68,10 @@ func newState() *state {
 
 func (p *program) release() { p.prog.Release() }
 
-// freeAll releases every device object of the instance.
-func (s *state) freeAll() {
+// freeAll releases every device object of the instance and returns the
+// bytes of buffers it held.
+func (s *state) freeAll() uint64 {
+	held := s.used.Load()
 	for h, b := range s.buffers {
 		b.mem.Release()
 		delete(s.buffers, h)
@@ -81,4 +83,5 @@ func (s *state) freeAll() {
 	s.used.Store(0)
 	s.objects.Store(0)
 	s.progUsed.Store(0)
+	return held
 }

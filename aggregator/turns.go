@@ -2,8 +2,11 @@ package aggregator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/vgpud/vgpud/abi"
 )
 
 // Arbiter grants device turns: the physical device's scheduler
@@ -23,6 +26,49 @@ type Arbiter interface {
 // is called before a build; done, after it.
 type CompileWatcher interface {
 	Compiling(ctx context.Context, id string) (done func(), err error)
+}
+
+// MemoryArbiter is implemented by an Arbiter that also accounts for the
+// physical device's memory across instances (a worker process's arbiter:
+// its main process keeps the device's ledger, docs/overcommit.md). The
+// instance's quota is checked first; Reserve is then asked before every
+// allocation, and Unreserve told after every free.
+type MemoryArbiter interface {
+	// Reserve waits for n bytes of the device's memory for instance id.
+	// It returns nil when granted, an error wrapping ErrRelocate when the
+	// instance is about to be moved instead (the command must be left
+	// unfetched), or an error carrying abi.StatusOutOfResources.
+	Reserve(ctx context.Context, id string, n uint64) error
+	// Unreserve gives n bytes back.
+	Unreserve(id string, n uint64)
+}
+
+// ErrRelocate is wrapped by a MemoryArbiter's Reserve when the instance is
+// being moved (to another device, or out to host memory until its device
+// has room): the ring leaves the command that asked unfetched and
+// freezes, and the command runs again where the instance lands.
+var ErrRelocate = errors.New("the instance is being moved: the command waits in the ring")
+
+// reserve asks the device's memory arbiter, if any, for n bytes.
+func (in *Instance) reserve(n uint64) error {
+	ma, ok := in.dev.arb.(MemoryArbiter)
+	if !ok {
+		return nil
+	}
+	if err := ma.Reserve(in.ctx, in.id, n); err != nil {
+		if errors.Is(err, ErrRelocate) {
+			return err
+		}
+		return abi.Errorf(abi.StatusOutOfResources, "device memory for %d bytes: %v", n, err)
+	}
+	return nil
+}
+
+// unreserve gives n bytes back to the device's memory arbiter, if any.
+func (in *Instance) unreserve(n uint64) {
+	if ma, ok := in.dev.arb.(MemoryArbiter); ok && n > 0 {
+		ma.Unreserve(in.id, n)
+	}
 }
 
 // work describes a request for a turn.
