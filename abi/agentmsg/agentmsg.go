@@ -40,9 +40,9 @@ var (
 // Type identifies a message (docs/agent-channel.md "Messages").
 type Type uint16
 
-// Message types. 0x0100-0x01ff are migration messages (those not defined
-// here are reserved) and 0x0200-0x02ff are reserved for reconfiguration
-// messages of later versions; receivers skip types they do not know.
+// Message types. 0x0100-0x01ff are migration messages and 0x0200-0x02ff
+// reconfiguration messages (those of either range not defined here are
+// reserved); receivers skip types they do not know.
 const (
 	TypeHello      Type = 1 // both directions: versions and identity
 	TypeWatch      Type = 2 // guest -> host: wake me when a command completes
@@ -59,6 +59,13 @@ const (
 	TypeResume   Type = 0x0102 // host -> guest: reopen the vGPU and continue
 	TypeResumed  Type = 0x0103 // guest -> host: answer to Resume
 
+	// Reconfiguration (docs/agent-channel.md "Reconfiguration").
+	TypeResources    Type = 0x0200 // guest -> host: the programs' declared needs
+	TypeCheckpoint   Type = 0x0201 // host -> guest: checkpoint and release the device
+	TypeCheckpointed Type = 0x0202 // guest -> host: answer to Checkpoint
+	TypeReconfigure  Type = 0x0203 // host -> guest: the limits in effect; continue
+	TypeReconfigured Type = 0x0204 // guest -> host: answer to Reconfigure
+
 	TypeMigrationFirst Type = 0x0100
 	TypeMigrationLast  Type = 0x01ff
 	TypeReconfigFirst  Type = 0x0200
@@ -69,6 +76,8 @@ var typeNames = map[Type]string{
 	TypeHello: "hello", TypeWatch: "watch", TypeCompleted: "completed", TypeHints: "hints",
 	TypeGuestStats: "guest-stats", TypePing: "ping", TypePong: "pong", TypeStopping: "stopping",
 	TypeQuiesce: "quiesce", TypeQuiesced: "quiesced", TypeResume: "resume", TypeResumed: "resumed",
+	TypeResources: "resources", TypeCheckpoint: "checkpoint", TypeCheckpointed: "checkpointed",
+	TypeReconfigure: "reconfigure", TypeReconfigured: "reconfigured",
 }
 
 func (t Type) String() string {
@@ -120,6 +129,11 @@ const (
 	// Resume (a guest without it still answers them, with programs 0);
 	// from the host, it may send them.
 	FeatureMigration = 1 << 3
+	// FeatureReconfig: from the guest, some program registered for
+	// reconfiguration (its needs are in Resources; a guest without it
+	// still answers Checkpoint and Reconfigure, with programs 0); from the
+	// host, it may send Checkpoint and Reconfigure.
+	FeatureReconfig = 1 << 4
 )
 
 // Watch asks the host to send Completed once command Index (the ring's
@@ -217,9 +231,12 @@ const (
 	MigrationOK      MigrationStatus = 0 // every program did it
 	MigrationTimeout MigrationStatus = 1 // some program did not finish by the deadline
 	MigrationFailed  MigrationStatus = 2 // some program failed
+	// ReconfigRefused answers a Checkpoint only: a program's declared
+	// minimum does not fit the new limits.
+	ReconfigRefused MigrationStatus = 3
 )
 
-var migrationStatusNames = [...]string{"ok", "timeout", "failed"}
+var migrationStatusNames = [...]string{"ok", "timeout", "failed", "refused"}
 
 func (s MigrationStatus) String() string {
 	if int(s) < len(migrationStatusNames) {
@@ -281,26 +298,158 @@ type Resumed struct {
 	Programs uint32
 }
 
+// Reconfiguration limits (docs/agent-channel.md "Reconfiguration").
+const (
+	// MaxDeclarations bounds Resources.Decls.
+	MaxDeclarations = 32
+	// NameLen is the size of the name fields: a program's, a device's, a
+	// profile's. A name is printable ASCII (0x20-0x7e), NUL-padded; it
+	// fills the field or ends at its first NUL, and only NULs follow.
+	NameLen = 32
+)
+
+// Declaration is what one guest program needs of the device (the
+// Resources entry). A preferred amount of 0 means "the minimum"; Decode
+// returns it as the minimum.
+type Declaration struct {
+	PID     uint32 // the program's process in the guest
+	MinCUs  uint32 // compute units it cannot run with fewer of
+	PrefCUs uint32 // compute units it would use
+	MinMem  uint64 // device memory bytes it cannot run with less of
+	PrefMem uint64 // device memory bytes it would use
+	Name    string // the program's name, at most NameLen bytes
+}
+
+// Resources is the whole current set of the guest programs'
+// declarations (docs/agent-channel.md "Reconfiguration"), sent by the
+// guest after each of its Hellos and whenever the set changes. It
+// replaces the previous set; an empty one says no program registered.
+// Marshal writes at most MaxDeclarations entries; names are written as
+// by Limits.
+//
+//	off    size field
+//	0      4    n: entries (<= MaxDeclarations)
+//	4      4    reserved, 0
+//	8+64i  4    pid
+//	12+64i 4    min_cus
+//	16+64i 4    pref_cus (0: min_cus)
+//	20+64i 4    reserved, 0
+//	24+64i 8    min_mem_bytes
+//	32+64i 8    pref_mem_bytes (0: min_mem_bytes)
+//	40+64i 32   name, NUL-padded printable ASCII
+type Resources struct {
+	Decls []Declaration
+}
+
+// Limits are what a vGPU instance has: its device memory quota, its
+// compute units, and the names of its physical device and profile. Marshal
+// writes at most NameLen bytes of each name and turns bytes that are not
+// printable ASCII into '?', so what it writes always decodes.
+//
+//	off size field
+//	0   8    mem_bytes
+//	8   4    compute_units
+//	12  4    reserved, 0
+//	16  32   device name, NUL-padded printable ASCII
+//	48  32   profile name, NUL-padded printable ASCII
+type Limits struct {
+	MemBytes     uint64
+	ComputeUnits uint32
+	Device       string
+	Profile      string
+}
+
+// Checkpoint asks the guest's programs, before the host moves the vGPU to
+// another device or profile whose limits are To, to save what they need to
+// continue in their own memory and then release their device state
+// (buffers, programs). The guest answers Checkpointed with the same
+// cookie; it is told the outcome with Reconfigure.
+//
+//	off size field
+//	0   8    cookie
+//	8   4    deadline_ms: how long the guest may take (0: the guest's default)
+//	12  4    reserved, 0
+//	16  80   the limits after the reallocation, Limits
+type Checkpoint struct {
+	Cookie     uint64
+	DeadlineMs uint32
+	To         Limits
+}
+
+// Checkpointed answers Checkpoint. Its status is a MigrationStatus, and
+// may be ReconfigRefused.
+//
+//	off size field
+//	0   8    cookie of the Checkpoint
+//	8   4    status, MigrationStatus
+//	12  4    programs: how many programs checkpointed
+type Checkpointed struct {
+	Cookie   uint64
+	Status   MigrationStatus
+	Programs uint32
+}
+
+// Reconfigure flags.
+const (
+	// ReconfigureAborted: the reallocation did not happen; the limits are
+	// the old ones.
+	ReconfigureAborted = 1 << 0
+)
+
+// Reconfigure tells the guest's programs the limits now in effect so
+// that they adapt and continue (recreate their device state). The guest
+// answers Reconfigured.
+//
+//	off size field
+//	0   8    cookie
+//	8   4    flags, Reconfigure*
+//	12  4    deadline_ms: how long the guest may take (0: the guest's default)
+//	16  80   the limits in effect, Limits
+type Reconfigure struct {
+	Cookie     uint64
+	Flags      uint32
+	DeadlineMs uint32
+	Now        Limits
+}
+
+// Reconfigured answers Reconfigure.
+//
+//	off size field
+//	0   8    cookie of the Reconfigure
+//	8   4    status, MigrationStatus
+//	12  4    programs: how many programs continued
+type Reconfigured struct {
+	Cookie   uint64
+	Status   MigrationStatus
+	Programs uint32
+}
+
 // Unknown is a frame of a type this version does not know (including the
-// reserved migration and reconfiguration ranges). Receivers skip it.
+// reserved parts of the migration and reconfiguration ranges). Receivers
+// skip it.
 type Unknown struct {
 	T       Type
 	Payload []byte
 }
 
-func (*Hello) Type() Type      { return TypeHello }
-func (*Watch) Type() Type      { return TypeWatch }
-func (*Completed) Type() Type  { return TypeCompleted }
-func (*Hints) Type() Type      { return TypeHints }
-func (*GuestStats) Type() Type { return TypeGuestStats }
-func (*Ping) Type() Type       { return TypePing }
-func (*Pong) Type() Type       { return TypePong }
-func (*Stopping) Type() Type   { return TypeStopping }
-func (*Quiesce) Type() Type    { return TypeQuiesce }
-func (*Quiesced) Type() Type   { return TypeQuiesced }
-func (*Resume) Type() Type     { return TypeResume }
-func (*Resumed) Type() Type    { return TypeResumed }
-func (u *Unknown) Type() Type  { return u.T }
+func (*Hello) Type() Type        { return TypeHello }
+func (*Watch) Type() Type        { return TypeWatch }
+func (*Completed) Type() Type    { return TypeCompleted }
+func (*Hints) Type() Type        { return TypeHints }
+func (*GuestStats) Type() Type   { return TypeGuestStats }
+func (*Ping) Type() Type         { return TypePing }
+func (*Pong) Type() Type         { return TypePong }
+func (*Stopping) Type() Type     { return TypeStopping }
+func (*Quiesce) Type() Type      { return TypeQuiesce }
+func (*Quiesced) Type() Type     { return TypeQuiesced }
+func (*Resume) Type() Type       { return TypeResume }
+func (*Resumed) Type() Type      { return TypeResumed }
+func (*Resources) Type() Type    { return TypeResources }
+func (*Checkpoint) Type() Type   { return TypeCheckpoint }
+func (*Checkpointed) Type() Type { return TypeCheckpointed }
+func (*Reconfigure) Type() Type  { return TypeReconfigure }
+func (*Reconfigured) Type() Type { return TypeReconfigured }
+func (u *Unknown) Type() Type    { return u.T }
 
 const (
 	helloFixed     = 10
@@ -310,7 +459,11 @@ const (
 	guestStatsSize = 72
 	pingSize       = 8
 	stoppingSize   = 8
-	migrationSize  = 16 // Quiesce, Quiesced, Resume, Resumed
+	migrationSize  = 16 // Quiesce, Quiesced, Resume, Resumed, Checkpointed, Reconfigured
+	resourcesFixed = 8
+	declSize       = 64
+	limitsSize     = 16 + 2*NameLen
+	reconfigSize   = 16 + limitsSize // Checkpoint, Reconfigure
 )
 
 func (m *Hello) size() int { return helloFixed + min(len(m.Ident), MaxIdentLen) }
@@ -364,8 +517,40 @@ func (*Resume) size() int       { return migrationSize }
 func (m *Resume) put(b []byte)  { putMigration(b, m.Cookie, m.Flags, m.DeadlineMs) }
 func (*Resumed) size() int      { return migrationSize }
 func (m *Resumed) put(b []byte) { putMigration(b, m.Cookie, uint32(m.Status), m.Programs) }
-func (u *Unknown) size() int    { return min(len(u.Payload), MaxPayload) }
-func (u *Unknown) put(b []byte) { copy(b, u.Payload) }
+func (m *Resources) size() int {
+	return resourcesFixed + declSize*min(len(m.Decls), MaxDeclarations)
+}
+func (m *Resources) put(b []byte) {
+	ds := m.Decls[:min(len(m.Decls), MaxDeclarations)]
+	le.PutUint32(b[0:], uint32(len(ds)))
+	le.PutUint32(b[4:], 0)
+	for i, d := range ds {
+		e := b[resourcesFixed+declSize*i:]
+		le.PutUint32(e[0:], d.PID)
+		le.PutUint32(e[4:], d.MinCUs)
+		le.PutUint32(e[8:], d.PrefCUs)
+		le.PutUint32(e[12:], 0)
+		le.PutUint64(e[16:], d.MinMem)
+		le.PutUint64(e[24:], d.PrefMem)
+		putName(e[32:32+NameLen], d.Name)
+	}
+}
+func (*Checkpoint) size() int { return reconfigSize }
+func (m *Checkpoint) put(b []byte) {
+	putMigration(b, m.Cookie, m.DeadlineMs, 0)
+	m.To.put(b[16:])
+}
+func (*Checkpointed) size() int      { return migrationSize }
+func (m *Checkpointed) put(b []byte) { putMigration(b, m.Cookie, uint32(m.Status), m.Programs) }
+func (*Reconfigure) size() int       { return reconfigSize }
+func (m *Reconfigure) put(b []byte) {
+	putMigration(b, m.Cookie, m.Flags, m.DeadlineMs)
+	m.Now.put(b[16:])
+}
+func (*Reconfigured) size() int      { return migrationSize }
+func (m *Reconfigured) put(b []byte) { putMigration(b, m.Cookie, uint32(m.Status), m.Programs) }
+func (u *Unknown) size() int         { return min(len(u.Payload), MaxPayload) }
+func (u *Unknown) put(b []byte)      { copy(b, u.Payload) }
 
 // putMigration writes the common layout of the migration messages: a u64
 // cookie and two u32 words.
@@ -373,6 +558,105 @@ func putMigration(b []byte, cookie uint64, w0, w1 uint32) {
 	le.PutUint64(b[0:], cookie)
 	le.PutUint32(b[8:], w0)
 	le.PutUint32(b[12:], w1)
+}
+
+// put writes l's layout into b[:limitsSize].
+func (l *Limits) put(b []byte) {
+	le.PutUint64(b[0:], l.MemBytes)
+	le.PutUint32(b[8:], l.ComputeUnits)
+	le.PutUint32(b[12:], 0)
+	putName(b[16:16+NameLen], l.Device)
+	putName(b[16+NameLen:16+2*NameLen], l.Profile)
+}
+
+// putName writes at most len(b) bytes of s into b, NUL-padded, with every
+// byte that is not printable ASCII written as '?'.
+func putName(b []byte, s string) {
+	for i := range b {
+		c := byte(0)
+		if i < len(s) {
+			c = s[i]
+			if c < 0x20 || c > 0x7e {
+				c = '?'
+			}
+		}
+		b[i] = c
+	}
+}
+
+// name decodes a NUL-padded printable ASCII name field.
+func name(b []byte) (string, bool) {
+	n := len(b)
+	for i, c := range b {
+		if c == 0 {
+			n = i
+			break
+		}
+		if c < 0x20 || c > 0x7e {
+			return "", false
+		}
+	}
+	for _, c := range b[n:] {
+		if c != 0 {
+			return "", false
+		}
+	}
+	return string(b[:n]), true
+}
+
+// decodeLimits decodes a Limits layout (limitsSize bytes).
+func decodeLimits(t Type, p []byte) (Limits, error) {
+	l := Limits{MemBytes: le.Uint64(p[0:]), ComputeUnits: le.Uint32(p[8:])}
+	if r := le.Uint32(p[12:]); r != 0 {
+		return Limits{}, fmt.Errorf("%v: limits reserved %#x: %w", t, r, ErrMalformed)
+	}
+	var ok1, ok2 bool
+	l.Device, ok1 = name(p[16 : 16+NameLen])
+	l.Profile, ok2 = name(p[16+NameLen : 16+2*NameLen])
+	if !ok1 || !ok2 {
+		return Limits{}, fmt.Errorf("%v: device or profile name is not NUL-padded printable ASCII: %w", t, ErrMalformed)
+	}
+	return l, nil
+}
+
+// decodeResources decodes a Resources payload.
+func decodeResources(p []byte) (*Resources, error) {
+	if len(p) < resourcesFixed {
+		return nil, fmt.Errorf("resources: %d bytes: %w", len(p), ErrMalformed)
+	}
+	n, r := le.Uint32(p[0:]), le.Uint32(p[4:])
+	if n > MaxDeclarations || r != 0 || len(p) != resourcesFixed+declSize*int(n) {
+		return nil, fmt.Errorf("resources: %d entries (max %d), reserved %#x, in a %d-byte payload: %w",
+			n, MaxDeclarations, r, len(p), ErrMalformed)
+	}
+	m := &Resources{}
+	if n > 0 {
+		m.Decls = make([]Declaration, n)
+	}
+	for i := range m.Decls {
+		e := p[resourcesFixed+declSize*i:]
+		d := Declaration{PID: le.Uint32(e[0:]), MinCUs: le.Uint32(e[4:]), PrefCUs: le.Uint32(e[8:]),
+			MinMem: le.Uint64(e[16:]), PrefMem: le.Uint64(e[24:])}
+		if r := le.Uint32(e[12:]); r != 0 {
+			return nil, fmt.Errorf("resources: entry %d: reserved %#x: %w", i, r, ErrMalformed)
+		}
+		if d.PrefCUs == 0 {
+			d.PrefCUs = d.MinCUs
+		}
+		if d.PrefMem == 0 {
+			d.PrefMem = d.MinMem
+		}
+		if d.MinCUs > d.PrefCUs || d.MinMem > d.PrefMem {
+			return nil, fmt.Errorf("resources: entry %d: minimum above preferred (compute units %d > %d or memory %d > %d): %w",
+				i, d.MinCUs, d.PrefCUs, d.MinMem, d.PrefMem, ErrMalformed)
+		}
+		var ok bool
+		if d.Name, ok = name(e[32 : 32+NameLen]); !ok {
+			return nil, fmt.Errorf("resources: entry %d: name is not NUL-padded printable ASCII: %w", i, ErrMalformed)
+		}
+		m.Decls[i] = d
+	}
+	return m, nil
 }
 
 // Append encodes m as one frame appended to b.
@@ -519,6 +803,33 @@ func DecodePayload(t Type, p []byte) (Message, error) {
 		default:
 			return &Resumed{Cookie: cookie, Status: MigrationStatus(w0), Programs: w1}, nil
 		}
+	case TypeResources:
+		return decodeResources(p)
+	case TypeCheckpointed, TypeReconfigured:
+		if err := exact(migrationSize); err != nil {
+			return nil, err
+		}
+		cookie, st, n := le.Uint64(p[0:]), MigrationStatus(le.Uint32(p[8:])), le.Uint32(p[12:])
+		if t == TypeCheckpointed {
+			return &Checkpointed{Cookie: cookie, Status: st, Programs: n}, nil
+		}
+		return &Reconfigured{Cookie: cookie, Status: st, Programs: n}, nil
+	case TypeCheckpoint, TypeReconfigure:
+		if err := exact(reconfigSize); err != nil {
+			return nil, err
+		}
+		cookie, w0, w1 := le.Uint64(p[0:]), le.Uint32(p[8:]), le.Uint32(p[12:])
+		l, err := decodeLimits(t, p[16:])
+		if err != nil {
+			return nil, err
+		}
+		if t == TypeCheckpoint {
+			if w1 != 0 {
+				return nil, fmt.Errorf("checkpoint: reserved %#x: %w", w1, ErrMalformed)
+			}
+			return &Checkpoint{Cookie: cookie, DeadlineMs: w0, To: l}, nil
+		}
+		return &Reconfigure{Cookie: cookie, Flags: w0, DeadlineMs: w1, Now: l}, nil
 	}
 	var cp []byte
 	if len(p) > 0 {

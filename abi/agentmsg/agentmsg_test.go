@@ -27,7 +27,22 @@ func samples() []Message {
 		&Resume{Cookie: 4},
 		&Resumed{Cookie: 3, Status: MigrationFailed},
 		&Resumed{Cookie: 5, Status: 77, Programs: 9}, // unknown statuses decode (and count as failed)
+		&Resources{},
+		&Resources{Decls: []Declaration{
+			{PID: 42, MinCUs: 1, PrefCUs: 4, MinMem: 64 << 20, PrefMem: 256 << 20, Name: "vgpu-iterate"},
+			{PID: 43, MinMem: 1, PrefMem: 1, Name: "exactly-thirty-two-bytes-long!!!"},
+			{PID: 7},
+		}},
+		&Checkpoint{Cookie: 9, DeadlineMs: 30_000, To: Limits{MemBytes: 1 << 30, ComputeUnits: 8, Device: "pocl cpu", Profile: "vgpu-1g"}},
+		&Checkpoint{Cookie: 10},
+		&Checkpointed{Cookie: 9, Status: MigrationOK, Programs: 3},
+		&Checkpointed{Cookie: 10, Status: ReconfigRefused},
+		&Reconfigure{Cookie: 11, Flags: ReconfigureAborted, DeadlineMs: 1000, Now: Limits{MemBytes: 512 << 20, ComputeUnits: 2, Device: "d", Profile: "p"}},
+		&Reconfigure{Cookie: 12, Flags: 0x80, Now: Limits{Device: "exactly-thirty-two-bytes-long!!!"}},
+		&Reconfigured{Cookie: 11, Status: MigrationTimeout, Programs: 1},
 		&Unknown{T: TypeMigrationLast, Payload: []byte{1, 2, 3}},
+		&Unknown{T: 0x0206, Payload: []byte{9}},
+		&Unknown{T: TypeReconfigLast},
 		&Unknown{T: 0x7777},
 	}
 }
@@ -88,11 +103,91 @@ func TestLayout(t *testing.T) {
 			t.Errorf("Marshal(%v) = % x, want % x", tc.m.Type(), got, tc.want)
 		}
 	}
+	for _, tc := range []struct {
+		m    Message
+		want []byte
+	}{
+		{&Checkpointed{Cookie: 9, Status: ReconfigRefused, Programs: 1}, []byte{0x56, 0x47, 2, 2, 16, 0, 0, 0,
+			9, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0}},
+		{&Reconfigured{Cookie: 9, Status: MigrationOK, Programs: 2}, []byte{0x56, 0x47, 4, 2, 16, 0, 0, 0,
+			9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0}},
+	} {
+		if got := Marshal(tc.m); !bytes.Equal(got, tc.want) {
+			t.Errorf("Marshal(%v) = % x, want % x", tc.m.Type(), got, tc.want)
+		}
+	}
+	// Checkpoint: cookie, deadline, reserved, then the limits.
+	cp := Marshal(&Checkpoint{Cookie: 0x0807060504030201, DeadlineMs: 0x0a0b0c0d,
+		To: Limits{MemBytes: 0x1112131415161718, ComputeUnits: 0x21222324, Device: "dev", Profile: "prof"}})
+	want := append([]byte{0x56, 0x47, 1, 2, 96, 0, 0, 0,
+		1, 2, 3, 4, 5, 6, 7, 8, 0x0d, 0x0c, 0x0b, 0x0a, 0, 0, 0, 0,
+		0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11, 0x24, 0x23, 0x22, 0x21, 0, 0, 0, 0},
+		namefield("dev")...)
+	want = append(want, namefield("prof")...)
+	if !bytes.Equal(cp, want) {
+		t.Errorf("Marshal(checkpoint) =\n% x, want\n% x", cp, want)
+	}
+	// Reconfigure: cookie, flags, deadline, then the limits.
+	rc := Marshal(&Reconfigure{Cookie: 2, Flags: ReconfigureAborted, DeadlineMs: 1000, Now: Limits{MemBytes: 1, ComputeUnits: 2}})
+	if !bytes.Equal(rc[:HeaderSize+28], []byte{0x56, 0x47, 3, 2, 96, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0xe8, 3, 0, 0,
+		1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0}) || len(rc) != HeaderSize+96 {
+		t.Errorf("Marshal(reconfigure) = % x", rc)
+	}
+	// Resources: count, reserved, then 64-byte entries.
+	rs := Marshal(&Resources{Decls: []Declaration{{PID: 0x01020304, MinCUs: 1, PrefCUs: 2, MinMem: 3, PrefMem: 4, Name: "ab"}}})
+	want = append([]byte{0x56, 0x47, 0, 2, 72, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+		4, 3, 2, 1, 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0,
+		3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0}, namefield("ab")...)
+	if !bytes.Equal(rs, want) {
+		t.Errorf("Marshal(resources) =\n% x, want\n% x", rs, want)
+	}
 	if got := len(Marshal(&Hints{})); got != HeaderSize+32 {
 		t.Errorf("len(Marshal(Hints)) = %d, want %d", got, HeaderSize+32)
 	}
 	if got := len(Marshal(&GuestStats{})); got != HeaderSize+72 {
 		t.Errorf("len(Marshal(GuestStats)) = %d, want %d", got, HeaderSize+72)
+	}
+}
+
+// namefield is s as a NUL-padded name field.
+func namefield(s string) []byte {
+	b := make([]byte, NameLen)
+	copy(b, s)
+	return b
+}
+
+// TestReconfigEncoding: what the encoders make of values the layout
+// cannot carry, and how Decode reads a preferred amount of 0.
+func TestReconfigEncoding(t *testing.T) {
+	long := "a-device-name-that-is-longer-than-thirty-two-bytes"
+	got, _, err := Decode(Marshal(&Checkpoint{Cookie: 1, To: Limits{Device: long, Profile: "tab\there\x00é"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := got.(*Checkpoint).To; l.Device != long[:NameLen] || l.Profile != "tab?here???" {
+		t.Errorf("names written as %q, %q; want %q, %q", l.Device, l.Profile, long[:NameLen], "tab?here???")
+	}
+	many := make([]Declaration, MaxDeclarations+5)
+	for i := range many {
+		many[i] = Declaration{PID: uint32(i), Name: long}
+	}
+	got, _, err = Decode(Marshal(&Resources{Decls: many}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := got.(*Resources).Decls
+	if len(ds) != MaxDeclarations || ds[MaxDeclarations-1].PID != MaxDeclarations-1 || ds[0].Name != long[:NameLen] {
+		t.Errorf("Resources of %d declarations decoded as %d, last pid %d, name %q", len(many), len(ds), ds[len(ds)-1].PID, ds[0].Name)
+	}
+	if len(Marshal(&Resources{Decls: many})) > HeaderSize+MaxPayload {
+		t.Errorf("a full Resources exceeds MaxPayload")
+	}
+	got, _, err = Decode(Marshal(&Resources{Decls: []Declaration{{MinCUs: 3, MinMem: 5}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := got.(*Resources).Decls[0]; d.PrefCUs != 3 || d.PrefMem != 5 {
+		t.Errorf("preferred 0 decoded as %d CUs, %d bytes; want the minimum, 3 and 5", d.PrefCUs, d.PrefMem)
 	}
 }
 
@@ -124,6 +219,26 @@ func TestMalformed(t *testing.T) {
 		{"stopping too short", append(hdr(Magic, uint16(TypeStopping), 4), 1, 0, 0, 0)},
 		{"stopping reserved", append(hdr(Magic, uint16(TypeStopping), 8), 1, 0, 0, 0, 1, 0, 0, 0)},
 		{"quiesce reserved", append(hdr(Magic, uint16(TypeQuiesce), 16), 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0)},
+		{"resources too short", append(hdr(Magic, uint16(TypeResources), 4), 0, 0, 0, 0)},
+		{"resources count past payload", resources(1, 0)},
+		{"resources count over max", resources(MaxDeclarations+1, MaxDeclarations+1)},
+		{"resources entries past count", resources(0, 1)},
+		{"resources reserved", edit(resources(0, 0), 4, 1)},
+		{"resources entry reserved", edit(resources(1, 1), 8+12, 1)},
+		{"resources min mem > pref", Marshal(&Resources{Decls: []Declaration{{MinMem: 10, PrefMem: 9}}})},
+		{"resources min cus > pref", Marshal(&Resources{Decls: []Declaration{{MinCUs: 2, PrefCUs: 1}}})},
+		{"resources name control byte", edit(resources(1, 1), 8+32+1, 0x07)},
+		{"resources name high byte", edit(resources(1, 1), 8+32, 0xc3)},
+		{"resources name after nul", edit(resources(1, 1), 8+32+5, 'x')},
+		{"checkpoint too short", append(hdr(Magic, uint16(TypeCheckpoint), 16), make([]byte, 16)...)},
+		{"checkpoint reserved", edit(Marshal(&Checkpoint{}), 12, 1)},
+		{"checkpoint limits reserved", edit(Marshal(&Checkpoint{}), 16+12, 1)},
+		{"checkpoint device name", edit(Marshal(&Checkpoint{}), 16+16, 0x7f)},
+		{"checkpoint profile after nul", edit(Marshal(&Checkpoint{To: Limits{Profile: "p"}}), 16+48+2, 'q')},
+		{"checkpointed too long", append(hdr(Magic, uint16(TypeCheckpointed), 17), make([]byte, 17)...)},
+		{"reconfigure too long", append(hdr(Magic, uint16(TypeReconfigure), 97), make([]byte, 97)...)},
+		{"reconfigure profile name", edit(Marshal(&Reconfigure{}), 16+48+31, 0x80)},
+		{"reconfigured empty", hdr(Magic, uint16(TypeReconfigured), 0)},
 	} {
 		m, _, err := Decode(tc.b)
 		if !errors.Is(err, ErrMalformed) || m != nil {
@@ -141,6 +256,27 @@ func TestMalformed(t *testing.T) {
 	if _, err := NewReader(bytes.NewReader(b[:len(b)-1])).Read(); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("Read(truncated) = %v, want io.ErrUnexpectedEOF", err)
 	}
+}
+
+// resources is a Resources frame that says count entries and carries n
+// zeroed ones (named "abcd").
+func resources(count uint32, n int) []byte {
+	p := make([]byte, 8+64*n)
+	le.PutUint32(p, count)
+	for i := range n {
+		copy(p[8+64*i+32:], "abcd")
+	}
+	b := make([]byte, HeaderSize, HeaderSize+len(p))
+	le.PutUint16(b, Magic)
+	le.PutUint16(b[2:], uint16(TypeResources))
+	le.PutUint32(b[4:], uint32(len(p)))
+	return append(b, p...)
+}
+
+// edit sets payload byte off of frame b to v.
+func edit(b []byte, off int, v byte) []byte {
+	b[HeaderSize+off] = v
+	return b
 }
 
 func TestNegotiate(t *testing.T) {
@@ -166,17 +302,22 @@ func TestTypeNames(t *testing.T) {
 			t.Errorf("Type(%d).String() is empty", uint16(m.Type()))
 		}
 	}
-	if got, want := TypeReconfigFirst.String(), "reconfig-0x200"; got != want {
-		t.Errorf("TypeReconfigFirst.String() = %q, want %q", got, want)
+	if got, want := TypeReconfigLast.String(), "reconfig-0x2ff"; got != want {
+		t.Errorf("TypeReconfigLast.String() = %q, want %q", got, want)
 	}
 	for typ, want := range map[Type]string{TypeQuiesce: "quiesce", TypeQuiesced: "quiesced", TypeResume: "resume",
-		TypeResumed: "resumed", 0x0104: "migration-0x104"} {
+		TypeResumed: "resumed", 0x0104: "migration-0x104", TypeResources: "resources", TypeCheckpoint: "checkpoint",
+		TypeCheckpointed: "checkpointed", TypeReconfigure: "reconfigure", TypeReconfigured: "reconfigured",
+		0x0205: "reconfig-0x205"} {
 		if got := typ.String(); got != want {
 			t.Errorf("Type(%#x).String() = %q, want %q", uint16(typ), got, want)
 		}
 	}
 	if got := MigrationStatus(7).String(); got != "migration-status-7" || MigrationTimeout.String() != "timeout" {
 		t.Errorf("MigrationStatus strings: %q, %q", got, MigrationTimeout.String())
+	}
+	if got := ReconfigRefused.String(); got != "refused" {
+		t.Errorf("ReconfigRefused.String() = %q, want refused", got)
 	}
 }
 
@@ -196,11 +337,36 @@ func TestMigrationTypes(t *testing.T) {
 	}
 }
 
+// TestReconfigTypes pins the type numbers of the reconfiguration
+// messages, the feature bit and the refused status.
+func TestReconfigTypes(t *testing.T) {
+	for _, tc := range []struct {
+		m    Message
+		want Type
+	}{{&Resources{}, 0x0200}, {&Checkpoint{}, 0x0201}, {&Checkpointed{}, 0x0202}, {&Reconfigure{}, 0x0203}, {&Reconfigured{}, 0x0204}} {
+		if got := tc.m.Type(); got != tc.want || got < TypeReconfigFirst || got > TypeReconfigLast {
+			t.Errorf("%T.Type() = %#x, want %#x", tc.m, uint16(got), uint16(tc.want))
+		}
+	}
+	if FeatureReconfig != 16 || ReconfigRefused != 3 || ReconfigureAborted != 1 {
+		t.Errorf("FeatureReconfig = %d, ReconfigRefused = %d, ReconfigureAborted = %d; want 16, 3, 1",
+			FeatureReconfig, ReconfigRefused, ReconfigureAborted)
+	}
+	// Types of the range not defined here are skipped.
+	m, _, err := Decode(Marshal(&Unknown{T: 0x0206, Payload: make([]byte, 100)}))
+	if u, ok := m.(*Unknown); err != nil || !ok || len(u.Payload) != 100 {
+		t.Errorf("Decode(0x0206 frame) = %#v, %v; want Unknown", m, err)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	for _, m := range samples() {
 		f.Add(Marshal(m))
 	}
 	f.Add([]byte{0x56, 0x47, 1, 0, 0xff, 0xff, 0, 0})
+	f.Add(resources(2, 2))
+	f.Add(resources(MaxDeclarations, MaxDeclarations))
+	f.Add(Marshal(&Resources{Decls: []Declaration{{MinCUs: 3, MinMem: 5}}})) // preferred 0
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, n, err := Decode(b)
 		if err != nil {

@@ -8,8 +8,9 @@
 // returns an error wrapping ErrMalformed for anything out of range. Frames of
 // types it does not know are returned as *Unknown so a receiver can skip
 // them: that is how later versions add messages without breaking older
-// peers (the migration messages, Quiesce/Quiesced/Resume/Resumed, were
-// added that way; reconfiguration's type numbers are reserved here).
+// peers (the migration messages, Quiesce/Quiesced/Resume/Resumed, and the
+// reconfiguration messages, Resources/Checkpoint/Checkpointed/Reconfigure/
+// Reconfigured, were added that way).
 //
 // This package is a leaf: it imports only the standard library and knows
 // nothing of sockets, ports, the driver or the aggregator. Host and guest
