@@ -22,13 +22,15 @@ type Ledger struct {
 	// reservations (ReserveCredit): counted in held and used, drawn down
 	// by that instance's Reserve and TryReserve.
 	credit map[string]uint64
+	// peak is the most each instance held since it was forgotten last.
+	peak map[string]uint64
 	// freed is closed (and replaced) whenever room may have appeared.
 	freed chan struct{}
 }
 
 // New returns an empty ledger of a device holding capacity bytes.
 func New(capacity uint64) *Ledger {
-	return &Ledger{capacity: capacity, held: map[string]uint64{}, credit: map[string]uint64{}, freed: make(chan struct{})}
+	return &Ledger{capacity: capacity, held: map[string]uint64{}, credit: map[string]uint64{}, peak: map[string]uint64{}, freed: make(chan struct{})}
 }
 
 // Capacity returns the device's memory, in bytes.
@@ -108,7 +110,16 @@ func (l *Ledger) tryLocked(id string, n uint64) bool {
 	}
 	l.used += n - take
 	l.held[id] += n - take
+	l.peak[id] = max(l.peak[id], l.held[id])
 	return true
+}
+
+// Peak returns the most id held (credit included) since it was last
+// forgotten.
+func (l *Ledger) Peak(id string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.peak[id]
 }
 
 // Reserve reserves n bytes for id, waiting until they fit or ctx ends.
@@ -146,6 +157,7 @@ func (l *Ledger) ReserveCredit(ctx context.Context, id string, n uint64) error {
 			l.used += n
 			l.held[id] += n
 			l.credit[id] += n
+			l.peak[id] = max(l.peak[id], l.held[id])
 			l.mu.Unlock()
 			return nil
 		}
@@ -219,6 +231,7 @@ func (l *Ledger) Forget(id string) uint64 {
 	n := l.held[id]
 	l.releaseLocked(id, n)
 	delete(l.credit, id)
+	delete(l.peak, id)
 	return n
 }
 
@@ -234,6 +247,7 @@ func (l *Ledger) Set(id string, n uint64) {
 	} else {
 		l.held[id] = n
 	}
+	l.peak[id] = n
 	delete(l.credit, id)
 	l.wakeLocked()
 }

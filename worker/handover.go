@@ -442,6 +442,10 @@ func (p *Pool) adoptInstance(cfg InstanceConfig, h handover.Instance) (*procInst
 	}
 	pr.slots[h.Slot] = in
 	in.proc, in.slot = pr, h.Slot
+	// The worker holds the instance's buffers already: the new ledger
+	// starts from what the instance page says (the worker's own count,
+	// bounded by the quota).
+	p.mem[cfg.Device].Set(cfg.ID, min(in.sh.MemUsed.Load(), cfg.Limits.MemBytes))
 	return in, nil
 }
 

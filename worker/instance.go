@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -44,7 +45,27 @@ type procInstance struct {
 	why     string
 	regions []guestmem.Region // the guest-RAM map; its fds are this instance's copies
 	closed  bool
+	// A relocation in progress (relocate.go): moving is closed when it
+	// ends, stopMove cancels it, view is what the guest reads meanwhile.
+	moving   chan struct{}
+	stopMove context.CancelFunc
+	view     ringView
+
+	bellsLive bool // the relocation rang the last doorbell: ring again
+
+	// lastBell is the guest's last doorbell (a tail) or kick (a shadow
+	// address, with kickBit set), replayed after a relocation; bellMu
+	// orders the doorbells and the replay.
+	bellMu   sync.Mutex
+	lastBell atomic.Uint64
 }
+
+// In procInstance.lastBell: kickBit marks a kick, bellBit any doorbell
+// (0: none since the ring was last enabled).
+const (
+	kickBit = 1 << 63
+	bellBit = 1 << 62
+)
 
 var _ Backend = (*procInstance)(nil)
 
@@ -118,7 +139,10 @@ func (in *procInstance) notices() {
 // attach adds the instance to its domain's worker (starting one if
 // needed) and sends its guest-RAM map.
 func (in *procInstance) attach() error {
-	pr, err := in.pool.processFor(key{in.cfg.Domain, in.cfg.Device})
+	in.mu.Lock()
+	k := key{in.cfg.Domain, in.cfg.Device}
+	in.mu.Unlock()
+	pr, err := in.pool.processFor(k)
 	if err != nil {
 		return err
 	}
@@ -177,6 +201,13 @@ func wireLimits(l Limits) wire.Limits {
 func (in *procInstance) bound() (*process, uint32, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	for in.moving != nil && !in.closed {
+		// A relocation: wait for the instance to land.
+		ch := in.moving
+		in.mu.Unlock()
+		<-ch
+		in.mu.Lock()
+	}
 	switch {
 	case in.closed:
 		return nil, 0, aggregator.ErrClosed
@@ -195,7 +226,9 @@ func (in *procInstance) lose(pr *process, why string) {
 		return
 	}
 	in.proc, in.lost, in.why = nil, true, why
+	dev := in.cfg.Device
 	in.mu.Unlock()
+	in.pool.mem[dev].Forget(in.cfg.ID)
 	in.sh.Enabled.Store(0)
 	in.sh.Latch(abi.StatusDeviceLost)
 	in.pool.log.Warn("instance lost its device context", "instance", in.cfg.ID, "reason", why)
@@ -232,9 +265,9 @@ func (in *procInstance) call(m wire.Msg, fds ...int) error {
 // Limits is what the guest reads of its share of the device.
 func (in *procInstance) Limits() mmio.Limits {
 	in.mu.Lock()
-	lim := in.limits
+	lim, dev := in.limits, in.cfg.Device
 	in.mu.Unlock()
-	info := in.pool.cfg.Devices[in.cfg.Device]
+	info := in.pool.cfg.Devices[dev]
 	maxAlloc := lim.MemBytes
 	if info.MaxAllocBytes != 0 && info.MaxAllocBytes < maxAlloc {
 		maxAlloc = info.MaxAllocBytes
@@ -248,6 +281,7 @@ func (in *procInstance) Limits() mmio.Limits {
 }
 
 func (in *procInstance) EnableRing(c mmio.RingConfig) error {
+	in.lastBell.Store(0)
 	pr, slot, err := in.bound()
 	if err != nil {
 		return err
@@ -262,15 +296,49 @@ func (in *procInstance) DisableRing() {
 	}
 }
 
-func (in *procInstance) RingEnabled() bool { return in.sh.Enabled.Load() == 1 && !in.Lost() }
+func (in *procInstance) RingEnabled() bool {
+	if v, ok := in.viewing(); ok {
+		return v.enabled
+	}
+	return in.sh.Enabled.Load() == 1 && !in.Lost()
+}
 
 // Doorbell publishes tail in the instance page and signals the worker.
+// While the instance is being relocated the doorbell is only recorded:
+// the relocation replays the last one where the instance lands.
 func (in *procInstance) Doorbell(tail uint32) error {
-	if _, _, err := in.bound(); err != nil {
+	in.bellMu.Lock()
+	defer in.bellMu.Unlock()
+	in.lastBell.Store(uint64(tail) | bellBit)
+	if moving, err := in.ringable(); moving || err != nil {
 		return err
 	}
-	in.sh.Tail.Store(tail)
-	in.sh.Kick.Store(0)
+	return in.ring(false, uint64(tail))
+}
+
+// ringable reports whether the instance is being relocated, or why its
+// doorbell cannot ring.
+func (in *procInstance) ringable() (moving bool, err error) {
+	in.mu.Lock()
+	moving = in.moving != nil && !in.bellsLive
+	in.mu.Unlock()
+	if moving {
+		return true, nil
+	}
+	_, _, err = in.bound()
+	return false, err
+}
+
+// ring publishes a tail (or, kick, a tail shadow's address) in the
+// instance page and signals the worker.
+func (in *procInstance) ring(kick bool, v uint64) error {
+	if kick {
+		in.sh.Shadow.Store(v)
+		in.sh.Kick.Store(1)
+	} else {
+		in.sh.Tail.Store(uint32(v))
+		in.sh.Kick.Store(0)
+	}
 	var one [8]byte
 	one[0] = 1
 	if _, err := unix.Write(in.bellFD, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
@@ -282,24 +350,32 @@ func (in *procInstance) Doorbell(tail uint32) error {
 // Kick publishes the tail shadow's address in the instance page and
 // signals the worker, which reads the tail from guest RAM.
 func (in *procInstance) Kick(shadow uint64) error {
-	if _, _, err := in.bound(); err != nil {
+	in.bellMu.Lock()
+	defer in.bellMu.Unlock()
+	in.lastBell.Store(shadow&^(kickBit|bellBit) | kickBit | bellBit)
+	if moving, err := in.ringable(); moving || err != nil {
 		return err
 	}
-	in.sh.Shadow.Store(shadow)
-	in.sh.Kick.Store(1)
-	var one [8]byte
-	one[0] = 1
-	if _, err := unix.Write(in.bellFD, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
-		return abi.Errorf(abi.StatusInternal, "doorbell eventfd: %v", err)
-	}
-	return nil
+	return in.ring(true, shadow)
 }
 
-func (in *procInstance) Head() uint32 { return in.sh.Head.Load() }
-func (in *procInstance) Done() uint32 { return in.sh.Done.Load() }
+func (in *procInstance) Head() uint32 {
+	if v, ok := in.viewing(); ok {
+		return v.head
+	}
+	return in.sh.Head.Load()
+}
+
+func (in *procInstance) Done() uint32 {
+	if v, ok := in.viewing(); ok {
+		return v.done
+	}
+	return in.sh.Done.Load()
+}
 
 // Reset resets the instance; a lost one is brought back on a fresh worker.
 func (in *procInstance) Reset() {
+	in.lastBell.Store(0)
 	if in.Lost() {
 		if err := in.revive(); err != nil {
 			in.pool.log.Error("instance reset: no fresh worker", "instance", in.cfg.ID, "err", err)
@@ -315,7 +391,12 @@ func (in *procInstance) Reset() {
 	}
 }
 
-func (in *procInstance) Error() (abi.Status, uint32) { return in.sh.Error() }
+func (in *procInstance) Error() (abi.Status, uint32) {
+	if v, ok := in.viewing(); ok {
+		return v.err, v.errCount
+	}
+	return in.sh.Error()
+}
 func (in *procInstance) LatchError(s abi.Status) {
 	if s != abi.StatusOK {
 		in.sh.Latch(s)
@@ -384,9 +465,9 @@ func (in *procInstance) SetLimits(l Limits) error {
 	in.mu.Lock()
 	old := in.limits
 	in.limits = l
-	pr, slot := in.proc, in.slot
+	pr, slot, dev := in.proc, in.slot, in.cfg.Device
 	in.mu.Unlock()
-	in.pool.scheds[in.cfg.Device].SetLimit(in.cfg.ID, l.TurnTimeout)
+	in.pool.scheds[dev].SetLimit(in.cfg.ID, l.TurnTimeout)
 	in.pool.mu.Lock()
 	adopting := in.pool.adopting
 	in.pool.mu.Unlock()
@@ -397,7 +478,7 @@ func (in *procInstance) SetLimits(l Limits) error {
 		in.mu.Lock()
 		in.limits = old
 		in.mu.Unlock()
-		in.pool.scheds[in.cfg.Device].SetLimit(in.cfg.ID, old.TurnTimeout)
+		in.pool.scheds[dev].SetLimit(in.cfg.ID, old.TurnTimeout)
 		return err
 	}
 	return nil
@@ -449,6 +530,7 @@ func (in *procInstance) Move(domain string, shared bool) error {
 		delete(pr.slots, slot)
 		pr.mu.Unlock()
 		in.pool.retire(pr)
+		in.pool.mem[pr.key.device].Forget(in.cfg.ID)
 	}
 	in.mu.Lock()
 	in.cfg.Domain, in.cfg.Shared = domain, shared
@@ -473,9 +555,18 @@ func (in *procInstance) Close() error {
 		return nil
 	}
 	in.closed = true
-	pr, slot := in.proc, in.slot
+	if in.moving != nil {
+		// A relocation in progress gives up and puts nothing back.
+		stop, moving := in.stopMove, in.moving
+		in.mu.Unlock()
+		stop()
+		<-moving
+		in.mu.Lock()
+	}
+	pr, slot, dev := in.proc, in.slot, in.cfg.Device
 	in.proc = nil
 	in.mu.Unlock()
+	defer in.pool.mem[dev].Forget(in.cfg.ID)
 	var err error
 	if pr != nil {
 		// A worker busy with a kernel that never ends (its turn budget
@@ -501,7 +592,7 @@ func (in *procInstance) Close() error {
 		delete(in.pool.instances, in.cfg.ID)
 	}
 	in.pool.mu.Unlock()
-	in.pool.scheds[in.cfg.Device].Remove(in.cfg.ID)
+	in.pool.scheds[dev].Remove(in.cfg.ID)
 	in.free()
 	return err
 }

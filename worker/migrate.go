@@ -47,6 +47,11 @@ func (in *procInstance) ExtractRound(ctx context.Context, final bool, w io.Write
 	if err != nil {
 		return wire.ExtractReply{}, err
 	}
+	return in.extractFrom(ctx, pr, slot, final, w)
+}
+
+// extractFrom runs one extraction round on worker pr's slot.
+func (in *procInstance) extractFrom(ctx context.Context, pr *process, slot uint32, final bool, w io.Writer) (wire.ExtractReply, error) {
 	rd, wr, err := os.Pipe()
 	if err != nil {
 		return wire.ExtractReply{}, fmt.Errorf("extract: %w", err)
@@ -78,6 +83,11 @@ func (in *procInstance) Inject(ctx context.Context, src io.Reader) error {
 	if err != nil {
 		return err
 	}
+	return in.injectInto(ctx, pr, slot, src)
+}
+
+// injectInto applies the stream src to worker pr's slot.
+func (in *procInstance) injectInto(ctx context.Context, pr *process, slot uint32, src io.Reader) error {
 	rd, wr, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("inject: %w", err)
@@ -107,7 +117,11 @@ func (in *procInstance) Freeze(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = pr.call(ctx, &wire.Freeze{Slot: slot})
+	return in.freezeOn(ctx, pr, slot)
+}
+
+func (in *procInstance) freezeOn(ctx context.Context, pr *process, slot uint32) error {
+	_, err := pr.call(ctx, &wire.Freeze{Slot: slot})
 	return err
 }
 
@@ -117,5 +131,12 @@ func (in *procInstance) Thaw(ctx context.Context, forget bool) error {
 		return err
 	}
 	_, err = pr.call(ctx, &wire.Thaw{Slot: slot, Forget: forget})
+	return err
+}
+
+// thawOn lets worker pr's slot fetch again, forgetting what earlier
+// extraction rounds sent (a relocation's state went whole).
+func (in *procInstance) thawOn(pr *process, slot uint32) error {
+	_, err := pr.call(context.Background(), &wire.Thaw{Slot: slot, Forget: true})
 	return err
 }

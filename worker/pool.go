@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/devmem"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/reuse"
@@ -58,6 +59,16 @@ type Config struct {
 	// tenants (docs/isolation.md); for benchmarks' baselines only.
 	InProcess bool
 	GPUs      []gpu.Device
+
+	// DeviceMemory is how much memory the pool lets all instances on each
+	// device hold together (same order as Devices; a missing or 0 entry:
+	// the device's GlobalMemBytes). A profile may advertise more than
+	// this (overcommit, docs/overcommit.md). In process (InProcess) there
+	// is no ledger: only the instances' quotas bound them.
+	DeviceMemory []uint64
+	// Shortage decides what a reservation that does not fit its device
+	// waits for (docs/overcommit.md); nil: it is refused at once.
+	Shortage func(dev int, id string, want uint64) ShortagePlan
 }
 
 // Pool runs the device work of vgpud's instances: a worker process per
@@ -71,6 +82,8 @@ type Pool struct {
 	scheds []*sched.Scheduler
 	local  []*aggregator.Device // InProcess
 	eng    *reuse.Engine        // InProcess
+	mem    []*devmem.Ledger     // per device: what the instances hold
+	memSt  []memCounters        // per device: overcommit decisions
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -129,6 +142,14 @@ func NewPool(cfg Config) (*Pool, error) {
 	}
 	p := &Pool{cfg: cfg, log: cfg.Logger, procs: map[key]*process{}, starting: map[key]*startCall{},
 		instances: map[string]*procInstance{}, domains: map[string]*domainInfo{}, exits: map[string]uint64{}}
+	p.memSt = make([]memCounters, len(cfg.Devices))
+	for i, info := range cfg.Devices {
+		capacity := info.GlobalMemBytes
+		if i < len(cfg.DeviceMemory) && cfg.DeviceMemory[i] != 0 {
+			capacity = cfg.DeviceMemory[i]
+		}
+		p.mem = append(p.mem, devmem.New(capacity))
+	}
 	for i := range cfg.Devices {
 		dev := i
 		p.scheds = append(p.scheds, sched.New(sched.DefaultPolicy, func(id string, held time.Duration) { p.overrun(dev, id, held) }))

@@ -245,6 +245,10 @@ func (pr *process) read() (paused bool) {
 				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: %v", err))
 				return false
 			}
+		case *wire.Reserve:
+			pr.reserve(h.ID, m)
+		case *wire.Unreserve:
+			pr.unreserve(m)
 		default:
 			pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: the worker sent %v, a main-process message", m.Type()))
 			return false

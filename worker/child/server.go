@@ -591,3 +591,42 @@ func closeFDs(fds []int) {
 		}
 	}
 }
+
+// Reserve asks the main process for n bytes of the device's memory for
+// instance id (docs/overcommit.md): it keeps the device's ledger across
+// all trust domains and applies the instance's overcommit policy.
+func (s *server) Reserve(ctx context.Context, id string, n uint64) error {
+	slot, err := s.slotOf(id)
+	if err != nil {
+		return err
+	}
+	r, err := s.request(ctx, &wire.Reserve{Slot: slot, Bytes: n}, func(r *wire.Reply) {
+		// Abandoned: give back what a late grant reserved.
+		if rr, err := wire.DecodeReserveReply(r.Body); r.Status == uint32(abi.StatusOK) && err == nil && !rr.Relocate {
+			_ = s.conn.Send(0, &wire.Unreserve{Slot: slot, Bytes: n})
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if r.Status != uint32(abi.StatusOK) {
+		return abi.Errorf(abi.Status(r.Status), "%s", r.Msg)
+	}
+	rr, err := wire.DecodeReserveReply(r.Body)
+	if err != nil {
+		return err
+	}
+	if rr.Relocate {
+		return aggregator.ErrRelocate
+	}
+	return nil
+}
+
+// Unreserve gives n bytes of instance id's back to the main process.
+func (s *server) Unreserve(id string, n uint64) {
+	slot, err := s.slotOf(id)
+	if err != nil {
+		return // removed: the main process forgot its holdings
+	}
+	_ = s.conn.Send(0, &wire.Unreserve{Slot: slot, Bytes: n})
+}
