@@ -59,7 +59,7 @@ type Client struct {
 	mu sync.Mutex
 	// Guarded by mu.
 	mig      migrator              // answers Quiesce and Resume; nil: none
-	migq     chan agentmsg.Message // to the migration worker, while Run runs
+	migq     chan agentmsg.Message // to the request worker, while Run runs
 	rwc      io.ReadWriteCloser    // nil while disconnected
 	ready    bool                  // the peer's Hello arrived
 	done     uint32                // last Completed.Done
@@ -71,6 +71,11 @@ type Client struct {
 	greets   uint64 // host Hellos received; a new one re-arms watches
 	stops    uint64 // host Stopping messages received
 	stopMs   uint32 // the last one's drain_ms
+
+	// Reconfiguration (reconfig.go).
+	rec   migrator               // answers Checkpoint and Reconfigure; nil: none
+	recOn bool                   // announce FeatureReconfig
+	decls []agentmsg.Declaration // sent in Resources after each Hello
 }
 
 // New returns a Client that reaches the peer through open; call Run.
@@ -94,9 +99,10 @@ func (c *Client) notifyLocked() {
 }
 
 // Run keeps the channel open until ctx ends, reopening it after errors.
-// Migration requests run one at a time, in order, on a goroutine of their
-// own (so the channel keeps being read meanwhile); Run waits for the one in
-// progress, whose context ends with ctx, before it returns.
+// Migration and reconfiguration requests run one at a time, in order, on a
+// goroutine of their own (so the channel keeps being read meanwhile); Run
+// waits for the one in progress, whose context ends with ctx, before it
+// returns.
 func (c *Client) Run(ctx context.Context) error {
 	migq := make(chan agentmsg.Message, migrationQueue)
 	c.mu.Lock()
@@ -144,7 +150,7 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 	c.mu.Lock()
 	c.rwc, c.ready = rwc, false
 	c.connects++
-	hello := c.helloLocked()
+	hello := c.greetingLocked()
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -152,7 +158,7 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 		c.notifyLocked()
 		c.mu.Unlock()
 	}()
-	_, err := rwc.Write(agentmsg.Marshal(hello))
+	_, err := rwc.Write(hello)
 	c.helloMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("hello: %w", err)
@@ -201,13 +207,13 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 			if c.opts.OnStopping != nil {
 				c.opts.OnStopping(time.Duration(m.DrainMs) * time.Millisecond)
 			}
-		case *agentmsg.Quiesce, *agentmsg.Resume:
+		case *agentmsg.Quiesce, *agentmsg.Resume, *agentmsg.Checkpoint, *agentmsg.Reconfigure:
 			select {
 			case c.migq <- m:
 			default:
-				// The host asks faster than programs quiesce; it will
+				// The host asks faster than programs answer; it will
 				// time out on this one.
-				c.log.Warn("agent channel: migration requests queued up, dropping one", "type", m.Type())
+				c.log.Warn("agent channel: migration or reconfiguration requests queued up, dropping one", "type", m.Type())
 			}
 		}
 		c.notifyLocked()
@@ -215,9 +221,9 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 		if regreet {
 			c.helloMu.Lock()
 			c.mu.Lock()
-			hello := c.helloLocked()
+			hello := c.greetingLocked()
 			c.mu.Unlock()
-			_, err := rwc.Write(agentmsg.Marshal(hello))
+			_, err := rwc.Write(hello)
 			c.helloMu.Unlock()
 			if err != nil {
 				return fmt.Errorf("hello again: %w", err)
@@ -234,6 +240,9 @@ func (c *Client) helloLocked() *agentmsg.Hello {
 	}
 	if c.mig != nil {
 		features |= agentmsg.FeatureMigration
+	}
+	if c.recOn {
+		features |= agentmsg.FeatureReconfig
 	}
 	return &agentmsg.Hello{MinVersion: agentmsg.MinVersion, MaxVersion: agentmsg.Version, Features: features, Ident: c.opts.Ident}
 }

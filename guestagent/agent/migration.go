@@ -44,8 +44,9 @@ type LostHandler interface {
 	Lost(ctx context.Context) error
 }
 
-// migrator answers one Quiesce or Resume with a status and a count of
-// programs: a program's handler, or the Relay on behalf of its clients.
+// migrator answers one request (Quiesce or Resume; Checkpoint or
+// Reconfigure) with a status and a count of programs: a program's handler,
+// or the Relay on behalf of its clients.
 type migrator interface {
 	migrate(ctx context.Context, req agentmsg.Message) (agentmsg.MigrationStatus, uint32)
 }
@@ -75,12 +76,12 @@ func (c *Client) setMigrator(m migrator) {
 	c.mu.Lock()
 	changed := (c.mig == nil) != (m == nil)
 	c.mig = m
-	rwc, hello := c.rwc, c.helloLocked()
+	rwc, hello := c.rwc, c.greetingLocked()
 	c.mu.Unlock()
 	if changed && rwc != nil {
 		// Best effort: if the write fails the connection is failing, and
 		// the next one starts with the new Hello.
-		rwc.Write(agentmsg.Marshal(hello))
+		rwc.Write(hello)
 	}
 }
 
@@ -109,13 +110,18 @@ func (hm handlerMigrator) migrate(ctx context.Context, req agentmsg.Message) (ag
 	}
 }
 
-// migrationDeadline is how long a request may take.
+// migrationDeadline is how long a request (migration or
+// reconfiguration) may take.
 func migrationDeadline(req agentmsg.Message) time.Duration {
 	var ms uint32
 	switch req := req.(type) {
 	case *agentmsg.Quiesce:
 		ms = req.DeadlineMs
 	case *agentmsg.Resume:
+		ms = req.DeadlineMs
+	case *agentmsg.Checkpoint:
+		ms = req.DeadlineMs
+	case *agentmsg.Reconfigure:
 		ms = req.DeadlineMs
 	}
 	if ms == 0 {
@@ -124,7 +130,9 @@ func migrationDeadline(req agentmsg.Message) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// migrationLoop answers the migration requests in order until ctx ends.
+// migrationLoop answers the migration and reconfiguration requests in
+// order, one at a time, until ctx ends: a Quiesce and a Checkpoint never
+// interleave.
 func (c *Client) migrationLoop(ctx context.Context, q <-chan agentmsg.Message) {
 	for {
 		var req agentmsg.Message
@@ -135,6 +143,10 @@ func (c *Client) migrationLoop(ctx context.Context, q <-chan agentmsg.Message) {
 		}
 		c.mu.Lock()
 		m := c.mig
+		switch req.(type) {
+		case *agentmsg.Checkpoint, *agentmsg.Reconfigure:
+			m = c.rec
+		}
 		c.mu.Unlock()
 		status, programs := agentmsg.MigrationOK, uint32(0)
 		if m != nil {
@@ -148,12 +160,16 @@ func (c *Client) migrationLoop(ctx context.Context, q <-chan agentmsg.Message) {
 			reply = &agentmsg.Quiesced{Cookie: req.Cookie, Status: status, Programs: programs}
 		case *agentmsg.Resume:
 			reply = &agentmsg.Resumed{Cookie: req.Cookie, Status: status, Programs: programs}
+		case *agentmsg.Checkpoint:
+			reply = &agentmsg.Checkpointed{Cookie: req.Cookie, Status: status, Programs: programs}
+		case *agentmsg.Reconfigure:
+			reply = &agentmsg.Reconfigured{Cookie: req.Cookie, Status: status, Programs: programs}
 		default:
 			continue
 		}
-		c.log.Debug("agent channel: migration", "request", req.Type(), "status", status, "programs", programs)
+		c.log.Debug("agent channel: request answered", "request", req.Type(), "status", status, "programs", programs)
 		if err := c.sendReady(ctx, reply); err != nil {
-			c.log.Warn("agent channel: migration answer lost", "type", reply.Type(), "err", err)
+			c.log.Warn("agent channel: answer lost", "type", reply.Type(), "err", err)
 		}
 	}
 }

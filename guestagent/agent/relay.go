@@ -24,7 +24,11 @@ const DefaultRelaySocket = "/run/vgpu-agent.sock"
 // host's migration requests on behalf of its clients (docs/agent-channel.md
 // "Migration"): it forwards each Quiesce or Resume to every client that
 // announced agentmsg.FeatureMigration, waits for all of their answers until
-// the host's deadline, and answers the host once.
+// the host's deadline, and answers the host once. It does the same with
+// Checkpoint and Reconfigure for the clients that announced
+// agentmsg.FeatureReconfig and declared their needs, whose declarations it
+// sends the host as one Resources message (docs/agent-channel.md
+// "Reconfiguration", reconfig.go).
 type Relay struct {
 	up  *Client
 	l   *net.UnixListener
@@ -33,9 +37,16 @@ type Relay struct {
 
 	mu     sync.Mutex
 	conns  map[*relayConn]struct{}
-	ops    map[uint64]*relayOp // migration requests forwarded, by cookie
+	ops    map[uint64]*relayOp // requests forwarded, by cookie
 	cookie uint64              // last cookie used
 	closed bool
+	seq    uint64 // connections accepted
+
+	// declMu serialises computing the clients' declarations and sending
+	// them upstream; guarded by it, what was sent last (reconfig.go).
+	declMu   sync.Mutex
+	sentOn   bool
+	sentDecl []agentmsg.Declaration
 }
 
 // relayConn is one guest program's connection.
@@ -45,15 +56,23 @@ type relayConn struct {
 	// prefixes the relay's Hello when it has not been sent yet.
 	out       chan []byte
 	migration atomic.Bool // the program announced FeatureMigration
+	reconfig  atomic.Bool // the program announced FeatureReconfig
+	pid       uint32      // from SO_PEERCRED; 0: unknown
+	seq       uint64      // accept order, for a stable union of declarations
+
+	// Guarded by Relay.mu: the program's last Resources.
+	decls    []agentmsg.Declaration
+	declared bool
 }
 
-// relayOp is a migration request forwarded to the relay's clients.
-// Guarded by Relay.mu.
+// relayOp is a migration or reconfiguration request forwarded to the
+// relay's clients. Guarded by Relay.mu.
 type relayOp struct {
-	answer   agentmsg.Type           // TypeQuiesced or TypeResumed
+	answer   agentmsg.Type           // TypeQuiesced, TypeResumed, TypeCheckpointed or TypeReconfigured
 	waiting  map[*relayConn]struct{} // clients yet to answer
 	ok       int                     // answered MigrationOK
 	timeouts int                     // answered MigrationTimeout
+	refused  int                     // answered ReconfigRefused to a Checkpoint
 	failed   int                     // answered otherwise, or disconnected
 	done     chan struct{}           // closed once waiting is empty
 }
@@ -70,7 +89,9 @@ func (op *relayOp) finishLocked() {
 }
 
 // NewRelay listens on path. It answers the upstream client's migration
-// requests (see Relay), so up announces agentmsg.FeatureMigration.
+// and reconfiguration requests (see Relay), so up announces
+// agentmsg.FeatureMigration, and agentmsg.FeatureReconfig while some client
+// registered for reconfiguration.
 func NewRelay(up *Client, path string, log *slog.Logger) (*Relay, error) {
 	if log == nil {
 		log = slog.Default()
@@ -87,6 +108,7 @@ func NewRelay(up *Client, path string, log *slog.Logger) (*Relay, error) {
 	}
 	r := &Relay{up: up, l: l, log: log, conns: map[*relayConn]struct{}{}, ops: map[uint64]*relayOp{}}
 	up.setMigrator(r)
+	up.setReconfig(r, false, nil)
 	return r, nil
 }
 
@@ -103,13 +125,15 @@ func (r *Relay) Serve(ctx context.Context) error {
 			}
 			return fmt.Errorf("relay: %w", err)
 		}
-		rc := &relayConn{c: c, out: make(chan []byte, migrationQueue)}
+		rc := &relayConn{c: c, out: make(chan []byte, migrationQueue), pid: peerPID(c)}
 		r.mu.Lock()
 		if r.closed {
 			r.mu.Unlock()
 			c.Close()
 			continue
 		}
+		r.seq++
+		rc.seq = r.seq
 		r.conns[rc] = struct{}{}
 		r.mu.Unlock()
 		r.wg.Add(1)
@@ -118,8 +142,9 @@ func (r *Relay) Serve(ctx context.Context) error {
 			r.serve(rc)
 			r.mu.Lock()
 			delete(r.conns, rc)
-			// A client that goes away in the middle of a migration
-			// request counts as failed: nobody can say it quiesced.
+			// A client that goes away in the middle of a request
+			// counts as failed: nobody can say it quiesced (or
+			// checkpointed).
 			for _, op := range r.ops {
 				if _, ok := op.waiting[rc]; ok {
 					delete(op.waiting, rc)
@@ -127,7 +152,11 @@ func (r *Relay) Serve(ctx context.Context) error {
 					op.finishLocked()
 				}
 			}
+			declared := rc.declared
 			r.mu.Unlock()
+			if declared {
+				r.updateDecls()
+			}
 		}()
 	}
 }
@@ -178,10 +207,19 @@ func (r *Relay) serve(rc *relayConn) {
 					return
 				}
 				rc.migration.Store(m.Features&agentmsg.FeatureMigration != 0)
+				if on := m.Features&agentmsg.FeatureReconfig != 0; rc.reconfig.Swap(on) != on {
+					r.updateDecls()
+				}
 				ready.Store(true)
+			case *agentmsg.Resources:
+				r.resources(rc, m)
 			case *agentmsg.Quiesced:
 				r.answer(rc, m.Type(), m.Cookie, m.Status)
 			case *agentmsg.Resumed:
+				r.answer(rc, m.Type(), m.Cookie, m.Status)
+			case *agentmsg.Checkpointed:
+				r.answer(rc, m.Type(), m.Cookie, m.Status)
+			case *agentmsg.Reconfigured:
 				r.answer(rc, m.Type(), m.Cookie, m.Status)
 			case *agentmsg.Watch:
 				for {
@@ -206,7 +244,7 @@ func (r *Relay) serve(rc *relayConn) {
 		greeted = true
 		v := uint16(agentmsg.Version)
 		return agentmsg.Append(buf, &agentmsg.Hello{MinVersion: v, MaxVersion: v,
-			Features: agentmsg.FeatureWatch | agentmsg.FeatureHints | agentmsg.FeatureMigration, Ident: "vgpu-agent relay"})
+			Features: agentmsg.FeatureWatch | agentmsg.FeatureHints | agentmsg.FeatureMigration | agentmsg.FeatureReconfig, Ident: "vgpu-agent relay"})
 	}
 	var lastHints agentmsg.Hints
 	lastStops, _ := r.up.Stopping() // a program that connects later is not told
@@ -245,7 +283,8 @@ func (r *Relay) serve(rc *relayConn) {
 		case <-ch:
 		case <-local:
 		case frame := <-rc.out:
-			// Only clients that sent Hello get migration requests.
+			// Only clients that sent Hello get migration and
+			// reconfiguration requests.
 			if _, err := c.Write(append(greet(nil), frame...)); err != nil {
 				return
 			}
@@ -254,10 +293,13 @@ func (r *Relay) serve(rc *relayConn) {
 }
 
 // migrate implements migrator for the upstream client: it forwards req to
-// every client that announced FeatureMigration and answers for all of them
-// (docs/agent-channel.md "Migration"): OK only if all answered OK; else
-// Failed if any failed or went away; else Timeout (some answered Timeout or
-// did not answer by the deadline). programs counts the OK answers.
+// every client that announced FeatureMigration (a Quiesce or Resume) or
+// that is a reconfiguration client (a Checkpoint or Reconfigure: it
+// announced FeatureReconfig and sent Resources), and answers for all of
+// them (docs/agent-channel.md "Migration", "Reconfiguration"): OK only if
+// all answered OK; else Refused if any refused a Checkpoint; else Failed if
+// any failed or went away; else Timeout (some answered Timeout or did not
+// answer by the deadline). programs counts the OK answers.
 func (r *Relay) migrate(ctx context.Context, req agentmsg.Message) (agentmsg.MigrationStatus, uint32) {
 	// Leave the clients a margin to answer before the host's deadline.
 	var ms uint32
@@ -271,6 +313,7 @@ func (r *Relay) migrate(ctx context.Context, req agentmsg.Message) (agentmsg.Mig
 	cookie := r.cookie
 	op := &relayOp{waiting: map[*relayConn]struct{}{}, done: make(chan struct{})}
 	var fwd agentmsg.Message
+	asked := func(rc *relayConn) bool { return rc.migration.Load() }
 	switch req := req.(type) {
 	case *agentmsg.Quiesce:
 		op.answer = agentmsg.TypeQuiesced
@@ -278,13 +321,19 @@ func (r *Relay) migrate(ctx context.Context, req agentmsg.Message) (agentmsg.Mig
 	case *agentmsg.Resume:
 		op.answer = agentmsg.TypeResumed
 		fwd = &agentmsg.Resume{Cookie: cookie, Flags: req.Flags, DeadlineMs: ms}
+	case *agentmsg.Checkpoint:
+		op.answer, asked = agentmsg.TypeCheckpointed, reconfigClientLocked
+		fwd = &agentmsg.Checkpoint{Cookie: cookie, DeadlineMs: ms, To: req.To}
+	case *agentmsg.Reconfigure:
+		op.answer, asked = agentmsg.TypeReconfigured, reconfigClientLocked
+		fwd = &agentmsg.Reconfigure{Cookie: cookie, Flags: req.Flags, DeadlineMs: ms, Now: req.Now}
 	default:
 		r.mu.Unlock()
 		return agentmsg.MigrationFailed, 0
 	}
 	frame := agentmsg.Marshal(fwd)
 	for rc := range r.conns {
-		if !rc.migration.Load() {
+		if !asked(rc) {
 			continue
 		}
 		select {
@@ -305,22 +354,25 @@ func (r *Relay) migrate(ctx context.Context, req agentmsg.Message) (agentmsg.Mig
 	r.mu.Lock()
 	delete(r.ops, cookie)
 	late := len(op.waiting)
-	ok, timeouts, failed := op.ok, op.timeouts, op.failed
+	ok, timeouts, refused, failed := op.ok, op.timeouts, op.refused, op.failed
 	r.mu.Unlock()
 	status := agentmsg.MigrationOK
 	switch {
+	case refused > 0:
+		status = agentmsg.ReconfigRefused
 	case failed > 0:
 		status = agentmsg.MigrationFailed
 	case timeouts > 0 || late > 0:
 		status = agentmsg.MigrationTimeout
 	}
-	r.log.Debug("relay: migration", "request", req.Type(), "status", status, "ok", ok, "failed", failed,
-		"timeouts", timeouts, "late", late)
+	r.log.Debug("relay: request answered", "request", req.Type(), "status", status, "ok", ok, "refused", refused,
+		"failed", failed, "timeouts", timeouts, "late", late)
 	return status, uint32(ok)
 }
 
-// answer records a client's Quiesced or Resumed; answers to requests that
-// are over (or never were) are ignored.
+// answer records a client's Quiesced, Resumed, Checkpointed or
+// Reconfigured; answers to requests that are over (or never were) are
+// ignored.
 func (r *Relay) answer(rc *relayConn, t agentmsg.Type, cookie uint64, status agentmsg.MigrationStatus) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -337,6 +389,12 @@ func (r *Relay) answer(rc *relayConn, t agentmsg.Type, cookie uint64, status age
 		op.ok++
 	case agentmsg.MigrationTimeout:
 		op.timeouts++
+	case agentmsg.ReconfigRefused:
+		if op.answer != agentmsg.TypeCheckpointed {
+			op.failed++ // only a Checkpoint can be refused
+			break
+		}
+		op.refused++
 	default:
 		op.failed++
 	}
