@@ -13,10 +13,12 @@ import (
 // agent (no connection, or none that said Hello) before its deadline.
 var ErrNoAgent = errors.New("agentchan: no guest agent connected")
 
-// ErrGuestRefused wraps a Quiesced or Resumed whose status is not OK.
+// ErrGuestRefused wraps an answer (Quiesced, Resumed, Checkpointed,
+// Reconfigured) whose status is not OK.
 var ErrGuestRefused = errors.New("agentchan: the guest did not do it")
 
-// request is a migration request waiting for the guest's answer.
+// request is a migration or reconfiguration request waiting for the
+// guest's answer; one at a time.
 type request struct {
 	kind   agentmsg.Type // the answer's type
 	cookie uint64
@@ -106,7 +108,7 @@ func (s *Server) ask(ctx context.Context, kind agentmsg.Type, msg func(cookie ui
 	s.mu.Lock()
 	if s.pending != nil {
 		s.mu.Unlock()
-		return 0, errors.New("agentchan: a migration request is already waiting")
+		return 0, errors.New("agentchan: a migration or reconfiguration request is already waiting")
 	}
 	s.cookie++
 	r := &request{kind: kind, cookie: s.cookie, reply: make(chan answer, 1)}
@@ -128,10 +130,13 @@ func (s *Server) ask(ctx context.Context, kind agentmsg.Type, msg func(cookie ui
 	case c.asks <- m:
 		c.kick()
 	default:
-		return 0, errors.New("agentchan: migration requests queued")
+		return 0, errors.New("agentchan: requests to the guest agent queued")
 	}
 	select {
 	case a := <-r.reply:
+		if a.status == agentmsg.ReconfigRefused && kind == agentmsg.TypeCheckpointed {
+			return a.programs, fmt.Errorf("%w: %w (%d programs answered)", ErrGuestRefused, ErrBelowMinimum, a.programs)
+		}
 		if a.status != agentmsg.MigrationOK {
 			return a.programs, fmt.Errorf("%w: %v (%d programs answered)", ErrGuestRefused, a.status, a.programs)
 		}

@@ -96,6 +96,10 @@ type Server struct {
 	pending *request // the migration request waiting for its answer (migrate.go)
 	cookie  uint64
 	helloed chan struct{} // closed (and replaced) when a peer's Hello arrives
+
+	// declared is the guest's last Resources (reconfig.go); nil: none yet.
+	declared []Declaration
+
 	// An upgrade in place (handover.go): paused, the accept loop and
 	// the connection's loops stop, keeping the sockets open.
 	paused  bool
@@ -357,6 +361,9 @@ type conn struct {
 	version atomic.Uint32
 	pongs   chan uint64
 	asks    chan agentmsg.Message // migration requests and Stopping to send (migrate.go)
+
+	// agentFeatures are the feature bits of the agent's latest Hello.
+	agentFeatures atomic.Uint32
 }
 
 func (c *conn) kick() {
@@ -409,6 +416,7 @@ func (c *conn) readLoop() {
 				return
 			}
 			c.version.Store(uint32(v))
+			c.agentFeatures.Store(m.Features)
 			if c.hello.Swap(true) {
 				// The agent answered our greeting as well as greeting on
 				// its own: nothing new.
@@ -422,6 +430,12 @@ func (c *conn) readLoop() {
 			c.s.answer(agentmsg.TypeQuiesced, m.Cookie, m.Status, m.Programs)
 		case *agentmsg.Resumed:
 			c.s.answer(agentmsg.TypeResumed, m.Cookie, m.Status, m.Programs)
+		case *agentmsg.Checkpointed:
+			c.s.answer(agentmsg.TypeCheckpointed, m.Cookie, m.Status, m.Programs)
+		case *agentmsg.Reconfigured:
+			c.s.answer(agentmsg.TypeReconfigured, m.Cookie, m.Status, m.Programs)
+		case *agentmsg.Resources:
+			c.s.setDeclared(m)
 		case *agentmsg.Watch:
 			c.s.stats.Watches.Add(1)
 			c.s.setWatch(m.Index)
@@ -445,7 +459,7 @@ func (c *conn) readLoop() {
 
 // features are the host's Hello features on this connection.
 func (c *conn) features() uint32 {
-	f := uint32(agentmsg.FeatureWatch | agentmsg.FeatureStats)
+	f := uint32(agentmsg.FeatureWatch | agentmsg.FeatureStats | agentmsg.FeatureReconfig)
 	if c.pid > 0 && c.s.cfg.NewHinter != nil {
 		f |= agentmsg.FeatureHints
 	}
