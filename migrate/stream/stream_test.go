@@ -786,3 +786,44 @@ func TestRecordsAreCopies(t *testing.T) {
 		t.Errorf("records kept across reads = %q %q %q", p.Source, p.Options, d.Data)
 	}
 }
+
+// TestIncompressibleHeadSendsRaw: a large chunk whose first 64 KiB do not
+// compress travels raw without the rest being tried, even if the rest
+// would have compressed; a large chunk whose head compresses is tried
+// whole.
+func TestIncompressibleHeadSendsRaw(t *testing.T) {
+	noise := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range noise {
+		noise[i] = byte(rng.Uint32())
+	}
+	headNoise := append(append([]byte(nil), noise[:probeBytes]...), make([]byte, 1<<20-probeBytes)...)
+	for i := probeBytes; i < len(headNoise); i++ {
+		headNoise[i] = byte(i % 7) // compressible after the head
+	}
+	headText := bytes.Repeat([]byte("vgpud "), (1<<20)/6)
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	for i, d := range [][]byte{noise, headNoise, headText} {
+		if err := w.BufferData(uint32(i+1), 0, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var got []Encoding
+	for _, c := range chunks(t, buf.Bytes()) {
+		got = append(got, c.enc)
+	}
+	if d := cmp.Diff([]Encoding{EncodingRaw, EncodingRaw, EncodingZstd}, got); d != "" {
+		t.Errorf("encodings (-want +got):\n%s", d)
+	}
+	recs, err := readAll(t, buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(recs); n != 5 {
+		t.Fatalf("%d records, want header, 3 chunks, end", n)
+	}
+}

@@ -211,8 +211,18 @@ func (w *Writer) chunk(handle uint32, offset uint64, data []byte) error {
 	if err != nil {
 		return err
 	}
+	// A large chunk whose head does not compress is sent raw without
+	// trying the rest: compressing incompressible data (the usual content
+	// of device buffers: floats, hashes) costs more CPU than the copy.
+	if len(data) > 2*probeBytes && !saves(enc.EncodeAll(data[:probeBytes], b[start:start]), probeBytes) {
+		b = append(b[:start], data...)
+		b[HeaderSize+4] = byte(EncodingRaw)
+		w.stats.RawChunks++
+		w.stats.DataEncoded += uint64(len(data))
+		return w.record(TypeBufferData, b)
+	}
 	b = enc.EncodeAll(data, b)
-	if n := len(b) - start; n <= len(data)-len(data)/8 {
+	if n := len(b) - start; saves(b[start:], len(data)) {
 		w.stats.ZstdChunks++
 		w.stats.DataEncoded += uint64(n)
 		return w.record(TypeBufferData, b)
@@ -223,6 +233,13 @@ func (w *Writer) chunk(handle uint32, offset uint64, data []byte) error {
 	w.stats.DataEncoded += uint64(len(data))
 	return w.record(TypeBufferData, b)
 }
+
+// probeBytes is how much of a large chunk is compressed first to decide
+// whether the rest is worth compressing.
+const probeBytes = 64 << 10
+
+// saves reports whether compressed output enc of n bytes saves an eighth.
+func saves(enc []byte, n int) bool { return len(enc) <= n-n/8 }
 
 // encoder returns the Writer's zstd encoder, made on first use. It runs
 // in the caller's goroutine (no concurrency, EncodeAll only); its frames
