@@ -48,7 +48,7 @@ func (i *Instance) Counters() Counters {
 		FromDev:     sh.Stats.BytesFromDev.Load(),
 		WorkItems:   sh.Kernels.WorkItems.Load(),
 		MemUsed:     sh.MemUsed.Load(),
-		MemTotal:    i.memTotal,
+		MemTotal:    i.memTotal.Load(),
 		VMMem:       i.vmMem.Load(),
 	}
 	for b := range c.KernelCount {

@@ -30,8 +30,10 @@ var attachGrace = 5 * time.Second
 type Instance struct {
 	uuid    string
 	profile Profile // written holding Manager.mu and mu (SetProfile); read with either
+	// device and sched (the device's scheduler) are written holding
+	// Manager.mu and mu (a move, overcommit.go); read with either.
 	device  int
-	sched   *sched.Scheduler // the device's
+	sched   *sched.Scheduler
 	pool    *worker.Pool
 	created time.Time
 	log     *slog.Logger
@@ -49,13 +51,21 @@ type Instance struct {
 	// Placement features (features.go): the device's memory, the guest
 	// RAM the transport mapped, recent counter samples and how far back
 	// they look.
-	memTotal  uint64
+	memTotal  atomic.Uint64
 	vmMem     atomic.Uint64
 	window    featureWindow
 	windowLen time.Duration
 
 	// Guarded by Manager.mu.
-	reuse ReuseSetting // the reuse setting: domain (trust domain) and on/off
+	reuse      ReuseSetting // the reuse setting: domain (trust domain) and on/off
+	overcommit Overcommit   // its own overcommit setting; Policy "": its profile's
+
+	// Overcommit and reallocation (overcommit.go, realloc.go).
+	relocating  atomic.Bool  // a move is in progress
+	suspended   atomic.Bool  // its state is out in host memory
+	movedFailed atomic.Int64 // when a move last failed (UnixNano), 0: never
+	peakSince   atomic.Int64 // since when the device ledger's peak counts (UnixNano)
+	overStats   struct{ migrations, suspensions, failed atomic.Uint64 }
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -82,8 +92,19 @@ func (i *Instance) Profile() Profile {
 	return i.profile
 }
 
+// scheduler returns the scheduler of the instance's device.
+func (i *Instance) scheduler() *sched.Scheduler {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.sched
+}
+
 // Device returns the index of the physical device the instance is on.
-func (i *Instance) Device() int { return i.device }
+func (i *Instance) Device() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.device
+}
 
 // Stats returns the instance's live counters.
 func (i *Instance) Stats() *aggregator.Stats { return &i.be.Shared().Stats }
@@ -116,7 +137,12 @@ func (i *Instance) Error() (abi.Status, uint32) { return i.be.Error() }
 func (i *Instance) Lost() bool { return i.be.Lost() }
 
 // Sched returns the instance's scheduling counters on its device.
-func (i *Instance) Sched() sched.ClientStats { return i.sched.Client(i.uuid) }
+func (i *Instance) Sched() sched.ClientStats {
+	i.mu.Lock()
+	s := i.sched
+	i.mu.Unlock()
+	return s.Client(i.uuid)
+}
 
 // Socket returns the path QEMU connects to, or "" when the manager has no
 // socket directory.

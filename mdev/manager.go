@@ -60,6 +60,10 @@ type Config struct {
 	Adopt *Adoption
 	// Placement chooses how instances are placed (docs/placement.md).
 	Placement PlacementConfig
+	// DeviceMemory is how much memory all instances on each device may
+	// hold together (same order as Devices; a missing or 0 entry: the
+	// device's own). A profile may advertise more (docs/overcommit.md).
+	DeviceMemory []uint64
 	// FeatureWindow is how far back the instances' placement features
 	// look (docs/placement.md "Features"); 0: DefaultFeatureWindow.
 	FeatureWindow time.Duration
@@ -100,8 +104,9 @@ type Manager struct {
 	// Guarded by mu.
 	instances   map[string]*Instance
 	closed      bool
-	reusePinned map[string]int64 // domain budgets set by the operator
-	budgeted    map[string]bool  // domains given a budget (to forget when unused)
+	reusePinned map[string]int64      // domain budgets set by the operator
+	profileOC   map[string]Overcommit // profiles' overcommit settings (overcommit.go)
+	budgeted    map[string]bool       // domains given a budget (to forget when unused)
 	// An upgrade in place (handover.go).
 	paused   bool
 	resume   chan struct{}
@@ -147,6 +152,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	m.place = place
 	m.reusePinned = make(map[string]int64)
+	m.profileOC = make(map[string]Overcommit)
 	m.budgeted = make(map[string]bool)
 	for _, p := range profiles {
 		if err := p.Validate(); err != nil {
@@ -157,6 +163,7 @@ func NewManager(cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("new manager: profile %s defined twice", p.Name)
 		}
 		m.profiles[p.Name] = p
+		m.profileOC[p.Name] = p.Overcommit
 	}
 	if m.socketDir != "" {
 		if err := os.MkdirAll(m.socketDir, 0o700); err != nil {
@@ -167,7 +174,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		m.infos = append(m.infos, d.Info())
 	}
 	pool, err := worker.NewPool(worker.Config{Devices: m.infos, Dir: cfg.WorkerDir, Logger: log,
-		InProcess: cfg.InProcess, GPUs: cfg.Devices})
+		InProcess: cfg.InProcess, GPUs: cfg.Devices, DeviceMemory: cfg.DeviceMemory, Shortage: m.shortage})
 	if err != nil {
 		return nil, fmt.Errorf("new manager: %w", err)
 	}
@@ -216,7 +223,15 @@ func (m *Manager) Devices() []DeviceStatus {
 }
 
 // Profiles lists the vGPU types by name.
-func (m *Manager) Profiles() []Profile { return sortedProfiles(m.profiles) }
+func (m *Manager) Profiles() []Profile {
+	out := sortedProfiles(m.profiles)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range out {
+		out[i].Overcommit = m.profileOC[out[i].Name]
+	}
+	return out
+}
 
 // CreateRequest asks for a new instance.
 type CreateRequest struct {
@@ -275,7 +290,9 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 	log := m.log.With("instance", id, "profile", p.Name)
 	sc := m.pool.Sched(dev)
 	inst := &Instance{uuid: id, profile: p, device: dev, sched: sc, pool: m.pool, created: time.Now(), log: log, reuse: setting,
-		limits: limitsOf(p), memTotal: m.infos[dev].GlobalMemBytes, windowLen: m.featureWindow}
+		limits: limitsOf(p), windowLen: m.featureWindow}
+	inst.memTotal.Store(m.infos[dev].GlobalMemBytes)
+	inst.peakSince.Store(inst.created.UnixNano())
 	if err := sc.SetShare(id, min(p.Share, sched.MaxShare)); err != nil {
 		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
@@ -310,7 +327,7 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 
 func (m *Manager) profileNames() []string {
 	var names []string
-	for _, p := range m.Profiles() {
+	for _, p := range sortedProfiles(m.profiles) {
 		names = append(names, p.Name)
 	}
 	return names

@@ -30,6 +30,10 @@ type Profile struct {
 	// BuildTimeout bounds one program build of an instance the same way;
 	// 0: DefaultBuildTimeout.
 	BuildTimeout Duration `json:"build_timeout,omitempty"`
+	// Overcommit is what an instance's allocation that fits MemBytes but
+	// not its physical device does (docs/overcommit.md); the zero value:
+	// it fails (none). Changeable at run time (SetProfileOvercommit).
+	Overcommit Overcommit `json:"overcommit,omitzero"`
 }
 
 // Defaults of the profile settings left 0.
@@ -90,6 +94,9 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("profile %s: max_per_device %d", p.Name, p.MaxPerDevice)
 	case p.TurnTimeout < 0 || p.BuildTimeout < 0:
 		return fmt.Errorf("profile %s: negative timeout (turn %v, build %v)", p.Name, p.TurnTimeout.D(), p.BuildTimeout.D())
+	}
+	if err := p.Overcommit.Validate(); err != nil {
+		return fmt.Errorf("profile %s: %w", p.Name, err)
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func (m *Manager) SetProfile(id, name string) (err error) {
 	if err := inst.setLimits(limitsOf(p)); err != nil {
 		return fmt.Errorf("set profile of %s: %w", id, err)
 	}
-	if err := inst.sched.SetShare(inst.uuid, p.Share); err != nil {
+	if err := inst.scheduler().SetShare(inst.uuid, p.Share); err != nil {
 		inst.setLimits(prev) // back to where it was; it held less than either quota
 		return fmt.Errorf("set profile of %s: %w", id, err)
 	}

@@ -57,7 +57,7 @@ func (m *Manager) SetShare(id string, share uint32) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := inst.sched.SetShare(inst.uuid, share); err != nil {
+	if err := inst.scheduler().SetShare(inst.uuid, share); err != nil {
 		return fmt.Errorf("set share of %s: %w", id, err)
 	}
 	inst.log.Info("share set", "share", share)

@@ -18,6 +18,7 @@ func Capture(m *mdev.Manager) State {
 		st.Instances = append(st.Instances, Instance{
 			UUID: in.UUID(), Profile: in.Profile().Name, Device: in.Device(),
 			Reuse: m.ReuseSettingOf(in), Share: in.Sched().Share, Limits: in.Limits(),
+			Overcommit: m.OwnOvercommit(in),
 		})
 	}
 	for i := range m.Devices() {
@@ -60,6 +61,11 @@ func Restore(m *mdev.Manager, st State) (kept []Instance, err error) {
 		}
 		if lerr := m.SetLimits(r.UUID, r.Limits); lerr != nil {
 			errs = append(errs, fmt.Errorf("instance %s: %w", r.UUID, lerr))
+		}
+		if r.Overcommit != (mdev.Overcommit{}) {
+			if oerr := m.SetOvercommit(r.UUID, r.Overcommit); oerr != nil {
+				errs = append(errs, fmt.Errorf("instance %s: %w", r.UUID, oerr))
+			}
 		}
 	}
 	for _, p := range st.Policies {

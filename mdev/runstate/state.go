@@ -62,6 +62,9 @@ type Instance struct {
 	// profile's after vgpuctl set-share).
 	Share  uint32      `json:"share"`
 	Limits mdev.Limits `json:"limits"`
+	// Overcommit is the instance's own overcommit setting, if it has one
+	// (docs/overcommit.md).
+	Overcommit mdev.Overcommit `json:"overcommit,omitzero"`
 }
 
 // Policy is a device's scheduling policy.
