@@ -28,6 +28,12 @@ var (
 	devBusy      = desc("device_busy_seconds_total", "Wall time the device was held by some instance's turn.", "device")
 	devTurns     = desc("device_turns_total", "Device turns granted by the scheduler.", "device")
 	devInstances = desc("device_instances", "Instances placed on the device.", "device")
+	devMemCap    = desc("device_memory_capacity_bytes", "Device memory all instances on the device may hold together (docs/overcommit.md).", "device")
+	devMemUsed   = desc("device_memory_held_bytes", "Device memory the instances on the device hold, by the ledger.", "device")
+	devShortage  = desc("device_memory_shortages_total", "Allocations the device could not hold, by what the overcommit policy did (refused, waited, wait_timeout, relocated).", "device", "decision")
+
+	instMoves     = desc("instance_overcommit_moves_total", "Moves of the instance for want of device memory, by kind (migration, suspension, failed).", append(instLabels, "kind")...)
+	instSuspended = desc("instance_suspended", "1 while the instance's device state is out in host memory (overcommit policy suspend).", instLabels...)
 
 	instCommands  = desc("instance_commands_total", "Commands completed.", instLabels...)
 	instErrors    = desc("instance_errors_total", "Commands completed with an error, by status code.", append(instLabels, "status")...)
@@ -77,7 +83,7 @@ func NewCollector(m *mdev.Manager) *Collector { return &Collector{m: m} }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{devInfo, devPolicy, devBusy, devTurns, devInstances,
+	for _, d := range []*prometheus.Desc{devInfo, devPolicy, devBusy, devTurns, devInstances, devMemCap, devMemUsed, devShortage, instMoves, instSuspended,
 		instCommands, instErrors, instBytes, instLaunches, instKernel, instDevice, instWait, instTurns,
 		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, instFeature, placePolicy, workers, workerExits, acceptRetries,
 		instReuse, instReuseBytes, instReuseDevice, instReuseEvicted,
@@ -108,6 +114,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		dev := strconv.Itoa(d.Index)
 		ch <- prometheus.MustNewConstMetric(devInfo, prometheus.GaugeValue, 1, dev, d.Name, d.Platform)
 		ch <- prometheus.MustNewConstMetric(devInstances, prometheus.GaugeValue, float64(d.Instances), dev)
+		ms := pool.MemoryStats(d.Index)
+		ch <- prometheus.MustNewConstMetric(devMemCap, prometheus.GaugeValue, float64(ms.Capacity), dev)
+		ch <- prometheus.MustNewConstMetric(devMemUsed, prometheus.GaugeValue, float64(ms.Used), dev)
+		for _, o := range []struct {
+			name string
+			v    uint64
+		}{{"refused", ms.Refused}, {"waited", ms.Waited}, {"wait_timeout", ms.WaitTimeouts}, {"relocated", ms.Relocated}} {
+			ch <- prometheus.MustNewConstMetric(devShortage, prometheus.CounterValue, float64(o.v), dev, o.name)
+		}
 		s, err := c.m.Sched(d.Index)
 		if err != nil {
 			continue
@@ -156,6 +171,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(instLost, lost)
 		gauge(instMemQuota, float64(in.MemQuota()))
+		oc := in.Overcommit()
+		counter(instMoves, float64(oc.Migrations), "migration")
+		counter(instMoves, float64(oc.Suspensions), "suspension")
+		counter(instMoves, float64(oc.Failed), "failed")
+		susp := 0.0
+		if oc.Suspended {
+			susp = 1
+		}
+		gauge(instSuspended, susp)
 		f := in.Features()
 		for k := range interference.NumFeatures {
 			ch <- prometheus.MustNewConstMetric(instFeature, prometheus.GaugeValue, f.Get(k), append(lv[:3:3], k.String())...)

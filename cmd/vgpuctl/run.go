@@ -47,6 +47,19 @@ commands:
   limits UUID [-turn-timeout D] [-build-timeout D] [-program-bytes N]
                                 an instance's time budgets and program quota
                                 (a worker whose turn or build overruns is ended)
+  realloc UUID [-device N] [-profile P] [-deadline D] [-json]
+                                move the instance (VM running) to another device or
+                                vGPU type; guest programs that registered for
+                                reconfiguration checkpoint first and resume after
+                                (docs/overcommit.md)
+  realloc UUID -to HOST:PORT -uri QEMU-URI
+                                the same to another host: a live migration
+  resources UUID [-json]        what the guest's programs declared, what the instance
+                                holds, its overcommit policy and any downgrade proposal
+  overcommit UUID none|block|migrate|suspend|profile [-timeout D]
+  overcommit -profile P none|block|migrate|suspend [-timeout D]
+                                what an allocation the device cannot hold does
+  proposals [-window D] [-json] instances whose peak stayed below a smaller profile
   migrate UUID -to HOST:PORT -uri QEMU-URI [-qmp PATH] [-device-id ID] [-rounds N] [-no-precopy] [-json]
                                 move the instance and its running VM to the vgpud
                                 listening at HOST:PORT, whose QEMU waits with
@@ -145,6 +158,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return setLimits(ctx, c, rest, stdout, stderr)
 	case "migrate":
 		return migrateCmd(ctx, c, rest, stdout, stderr)
+	case "realloc":
+		return reallocCmd(ctx, c, rest, stdout, stderr)
+	case "resources":
+		return resourcesCmd(ctx, c, rest, stdout, stderr)
+	case "overcommit":
+		return overcommitCmd(ctx, c, rest, stdout, stderr)
+	case "proposals":
+		return proposalsCmd(ctx, c, rest, stdout, stderr)
 	case "reattach":
 		return reattachCmd(ctx, c, rest, stdout, stderr)
 	case "attach":

@@ -169,8 +169,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		placeData  = fs.String("placement-dataset", "", "co-run dataset the interference placement model learns from (docs/placement.md)")
 		libvirtURI = fs.String("libvirt", "", "libvirt connection URI (e.g. qemu:///system): plug the vGPU of every domain whose metadata names an instance, whenever it starts and after a restart (docs/operating.md)")
 		devices    multiFlag
+		devMem     multiFlag
 	)
 	fs.Var(&devices, "device", "physical device selector (index or name substring); repeatable")
+	fs.Var(&devMem, "device-memory", "memory all instances on a device may hold together, e.g. 256MiB; repeatable, one per device in order (default: the device's own; a profile may advertise more: docs/overcommit.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -301,6 +303,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		devs = append(devs, d)
 	}
 
+	devMemBytes, err := parseDeviceMemory(devMem, len(devs))
+	if err != nil {
+		in.failIf(err)
+		return err
+	}
 	var adopt *mdev.Adoption
 	if in != nil {
 		adopt = &mdev.Adoption{State: in.st, FDs: in.tab}
@@ -317,6 +324,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		InProcess: cfg.UnsafeInProcess,
 		OnChange:  store.Changed,
 		Placement: placement,
+
+		DeviceMemory: devMemBytes,
 	})
 	if err != nil {
 		in.failIf(err)

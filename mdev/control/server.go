@@ -86,6 +86,7 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	handleLimits(mux, m)
 	handleReuse(mux, m)
 	handlePlacement(mux, m)
+	handleRealloc(mux, m)
 	handleMigrate(mux, m, o.migrateTLS)
 	handleReattach(mux, m)
 	handleAttach(mux, o.libvirt)
