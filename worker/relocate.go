@@ -109,6 +109,16 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 	oldLimits := in.limits
 	in.mu.Unlock()
 	st.From, st.To = from, r.Device
+	// The worker on the new device starts (a process, an OpenCL context)
+	// before the ring freezes, not while the guest waits.
+	in.mu.Lock()
+	domain := in.cfg.Domain
+	in.mu.Unlock()
+	target, err := in.pool.processFor(key{domain, r.Device})
+	if err != nil {
+		return st, fmt.Errorf("relocate %s: start a worker on device %d: %w", in.cfg.ID, r.Device, err)
+	}
+	defer in.pool.retire(target) // if nothing landed there
 	defer func() {
 		in.mu.Lock()
 		in.moving, in.stopMove, in.view, in.bellsLive = nil, nil, ringView{}, false
@@ -134,7 +144,7 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 	in.view = ringView{enabled: in.sh.Enabled.Load() == 1, head: in.sh.Head.Load(), done: in.sh.Done.Load(),
 		err: errSt, errCount: errCount, relocated: true}
 	in.mu.Unlock()
-	if err := in.leave(pr, slot); err != nil {
+	if err := in.leave(pr, slot, pr == target); err != nil {
 		// The old worker still holds the state: go on there.
 		in.mu.Lock()
 		in.view = ringView{}
@@ -146,6 +156,10 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 	// Into the new one.
 	land := func(dev int, lim Limits) error {
 		in.mu.Lock()
+		if in.closed {
+			in.mu.Unlock()
+			return aggregator.ErrClosed
+		}
 		in.cfg.Device, in.limits = dev, lim
 		in.mu.Unlock()
 		in.pool.scheds[dev].SetLimit(in.cfg.ID, lim.TurnTimeout)
@@ -162,10 +176,9 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 				return nil
 			}
 		}
-		in.leave(npr, nslot) // refused: nothing of it stays there
+		in.leave(npr, nslot, false) // refused: nothing of it stays there
 		return err
 	}
-	target := r.Device
 	lim := oldLimits
 	if r.Limits != nil {
 		lim = *r.Limits
@@ -177,7 +190,15 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 		st.Held = time.Since(held)
 	}
 	if landErr == nil {
-		landErr = land(target, lim)
+		landErr = land(r.Device, lim)
+	}
+	if landErr != nil {
+		in.mu.Lock()
+		closed := in.closed
+		in.mu.Unlock()
+		if closed { // Close ended it: nothing to go back to
+			return st, fmt.Errorf("relocate %s: %w (%w)", in.cfg.ID, aggregator.ErrClosed, landErr)
+		}
 	}
 	if landErr != nil {
 		log.Warn("relocation refused where it was going: back to the old device", "err", landErr)
@@ -222,7 +243,7 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 	}
 	log.Info("instance relocated", "to", st.To, "state_bytes", st.StateBytes, "stopped", st.Stopped, "held", st.Held, "rolled_back", st.RolledBack)
 	if st.RolledBack {
-		return st, fmt.Errorf("relocate %s to device %d: %w", in.cfg.ID, target, landErr)
+		return st, fmt.Errorf("relocate %s to device %d: %w", in.cfg.ID, r.Device, landErr)
 	}
 	return st, nil
 }
@@ -242,8 +263,9 @@ func (in *procInstance) current() (*process, uint32, error) {
 }
 
 // leave removes the instance from worker pr (freeing its device state
-// there) and forgets what it held on that device.
-func (in *procInstance) leave(pr *process, slot uint32) error {
+// there) and forgets what it held on that device; the worker stops if it
+// serves no one else, unless keep.
+func (in *procInstance) leave(pr *process, slot uint32, keep bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
 	_, err := pr.call(ctx, &wire.Remove{Slot: slot})
 	cancel()
@@ -265,7 +287,9 @@ func (in *procInstance) leave(pr *process, slot uint32) error {
 		in.proc = nil
 	}
 	in.mu.Unlock()
-	in.pool.retire(pr)
+	if !keep {
+		in.pool.retire(pr)
+	}
 	in.pool.mem[pr.key.device].Forget(in.cfg.ID)
 	return nil
 }
