@@ -132,7 +132,10 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 		return st, fmt.Errorf("relocate %s: freeze: %w", in.cfg.ID, err)
 	}
 	frozen := time.Now()
+	// Sized for what the instance holds: growing a buffer of tens of
+	// MiB by doubling while the worker writes stalls the pipe.
 	var state bytes.Buffer
+	state.Grow(int(min(in.pool.mem[from].Held(in.cfg.ID)+in.sh.ProgramBytes.Load(), 1<<34)) + 1<<20)
 	if _, err := in.extractFrom(ctx, pr, slot, true, &state); err != nil {
 		in.thawOn(pr, slot)
 		return st, fmt.Errorf("relocate %s: %w", in.cfg.ID, err)
