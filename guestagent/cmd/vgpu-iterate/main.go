@@ -19,6 +19,20 @@
 // reopens the device with driver.ReopenGuest), reached through vgpu-agent's
 // relay socket or, when there is none, the virtio-serial port itself. It
 // needs root (pagemap, sysfs, mlock).
+//
+// With -min-mem it also holds a device "workspace" of min(-pref-mem, 3/4
+// of the device memory quota) bytes, at least -min-mem, and registers for
+// reconfiguration (docs/agent-channel.md "Reconfiguration") with those
+// needs: on Checkpoint it refuses limits whose 3/4 is below -min-mem,
+// else reads its vector back and frees every buffer and program it holds
+// (the step loop waits); on Reconfigure it sizes the workspace to the new
+// quota, then builds its program and buffers again, uploads the vector and
+// lets the loop continue. It prints
+//
+//	ITERATE reconfig checkpoint to=<bytes> step=<steps done>
+//	ITERATE reconfig limits mem=<bytes> device=<name> profile=<name> workspace=<bytes>
+//
+// and the result is the same however many times that happens.
 package main
 
 import (
@@ -29,9 +43,11 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +55,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/vgpud/vgpud/abi/agentmsg"
 	"github.com/vgpud/vgpud/guestagent/agent"
 	"github.com/vgpud/vgpud/guestagent/driver"
 )
@@ -111,6 +128,26 @@ type Config struct {
 	// this many times; Migrated counts them.
 	Migrations int
 	Migrated   *atomic.Int32
+	// WorkMin and WorkPref size the workspace, device memory the job
+	// holds (filled like ballast, never read) for the reconfiguration
+	// API: see workspaceSize. WorkMin 0: none.
+	WorkMin, WorkPref uint64
+}
+
+// fitsWorkspace says whether cfg's workspace minimum fits a device
+// memory quota.
+func fitsWorkspace(cfg Config, quota uint64) bool {
+	_, fits := workspaceSize(cfg.WorkMin, cfg.WorkPref, quota)
+	return fits
+}
+
+// workspaceSize is the workspace for a device memory quota: the
+// preferred size (at least the minimum), at most 3/4 of the quota, and
+// at least the minimum; fits says whether the minimum is within 3/4 of the
+// quota.
+func workspaceSize(minB, pref, quota uint64) (size uint64, fits bool) {
+	limit := quota / 4 * 3
+	return max(min(max(pref, minB), limit), minB), minB <= limit
 }
 
 // stepKey is launch s's k argument.
@@ -194,42 +231,94 @@ var errMismatch = errors.New("result differs from the CPU reference")
 // of the final vector after checking it against the CPU, and how many
 // steps it ran.
 func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint64, int, error) {
+	return newJob(d, cfg, out).run(ctx)
+}
+
+// iterJob is one run of the job. Its device state (program, vectors,
+// ballast, workspace) can be taken down and built again around a
+// reconfiguration: it is the program's agent.ReconfigHandler.
+type iterJob struct {
+	d   *driver.Device
+	cfg Config
+	out io.Writer
+	// waiting, if set, is called when the step loop starts to wait for a
+	// Resume (tests).
+	waiting func()
+
+	// lock is the job's mutex, a channel so that a handler's wait for it
+	// ends with its context: the step loop holds it around each step and
+	// the handler during each call.
+	lock chan struct{}
+	// Guarded by lock.
+	p       driver.Program
+	bufs    [2]driver.Buffer
+	bl, ws  *ballast
+	wsBytes uint64        // the workspace's size
+	quota   uint64        // the device memory quota in effect
+	live    bool          // the device state exists
+	ended   bool          // the job is over: there is nothing to checkpoint
+	step    int           // steps done
+	saved   []uint32      // the vector at the checkpoint, while it is not on the device
+	paused  chan struct{} // from Checkpoint to Resume, closed by Resume
+	err     error         // Resume failed: the job fails with it
+}
+
+func newJob(d *driver.Device, cfg Config, out io.Writer) *iterJob {
+	return &iterJob{d: d, cfg: cfg, out: out, lock: make(chan struct{}, 1)}
+}
+
+func (j *iterJob) lockCtx(ctx context.Context) error {
+	select {
+	case j.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (j *iterJob) unlock() { <-j.lock }
+
+// acquire takes the lock for the step loop, waiting while the job is
+// checkpointed; it fails with the error of a failed Resume.
+func (j *iterJob) acquire(ctx context.Context) error {
+	for {
+		if err := j.lockCtx(ctx); err != nil {
+			return err
+		}
+		if j.err != nil {
+			j.unlock()
+			return j.err
+		}
+		if j.paused == nil {
+			return nil
+		}
+		ch := j.paused
+		j.unlock()
+		if j.waiting != nil {
+			j.waiting()
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (j *iterJob) run(ctx context.Context) (uint64, int, error) {
 	start := time.Now()
+	cfg := j.cfg
 	steps := cfg.Steps
-	p, log, err := d.Build(kernelSrc, "")
-	if err != nil {
-		return 0, steps, fmt.Errorf("build: %w (log: %q)", err, log)
-	}
-	size := uint64(cfg.N) * 4
-	var bufs [2]driver.Buffer
-	// Free what the job made and wait for it, so that the device is left
-	// as the job found it (best effort after a failure).
-	defer func() {
-		for _, b := range bufs {
-			if b.Handle != 0 {
-				d.Free(b)
-			}
-		}
-		d.FreeProgram(p)
-		d.Finish()
-	}()
-	for i := range bufs {
-		if bufs[i], err = d.CreateBuffer(size); err != nil {
-			return 0, steps, fmt.Errorf("create buffer: %w", err)
-		}
-	}
-	bl, err := newBallast(d, p, cfg.Ballast)
-	if bl != nil {
-		defer bl.free()
-	}
-	if err != nil {
+	if err := j.acquire(ctx); err != nil {
 		return 0, steps, err
 	}
-	if err := d.Write(bufs[0], 0, toBytes(initial(cfg.Seed, cfg.N))); err != nil {
-		return 0, steps, fmt.Errorf("upload: %w", err)
-	}
-	if err := d.Finish(); err != nil {
-		return 0, steps, fmt.Errorf("upload: %w", err)
+	err := j.setupLocked()
+	j.unlock()
+	// Free what the job made and wait for it, so that the device is left
+	// as the job found it (best effort after a failure).
+	defer j.end()
+	if err != nil {
+		return 0, steps, err
 	}
 	var longest time.Duration
 	for s := range cfg.Steps {
@@ -238,20 +327,18 @@ func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint
 			steps = s
 			break
 		}
-		in, res := bufs[s%2], bufs[(s+1)%2]
+		if err := j.acquire(ctx); err != nil {
+			return 0, steps, fmt.Errorf("step %d: %w", s+1, err)
+		}
 		t0 := time.Now()
-		if err := d.Launch(p, Kernel, driver.Range1(uint64(cfg.N), 0), driver.BufferArg(in), driver.BufferArg(res), driver.Uint32Arg(stepKey(s))); err != nil {
-			return 0, steps, fmt.Errorf("step %d: %w", s+1, err)
-		}
-		if err := bl.rewrite(cfg.Rewrite); err != nil {
-			return 0, steps, fmt.Errorf("step %d: %w", s+1, err)
-		}
-		if err := d.Finish(); err != nil {
+		err := j.stepLocked(s)
+		j.unlock()
+		if err != nil {
 			return 0, steps, fmt.Errorf("step %d: %w", s+1, err)
 		}
 		longest = max(longest, time.Since(t0))
 		if cfg.Progress > 0 && (s+1)%cfg.Progress == 0 {
-			if _, err := io.WriteString(out, progressLine(d, s+1, cfg.Steps, longest)); err != nil {
+			if _, err := io.WriteString(j.out, progressLine(j.d, s+1, cfg.Steps, longest)); err != nil {
 				return 0, steps, err
 			}
 			longest = 0
@@ -268,11 +355,15 @@ func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint
 			return 0, steps, fmt.Errorf("step %d: %w", s+1, err)
 		}
 	}
-	if err := bl.check(); err != nil {
+	if err := j.acquire(ctx); err != nil {
 		return 0, steps, err
 	}
-	got := make([]byte, size)
-	if err := d.Read(bufs[steps%2], 0, got); err != nil {
+	defer j.unlock()
+	if err := j.bl.check(); err != nil {
+		return 0, steps, err
+	}
+	got := make([]byte, uint64(cfg.N)*4)
+	if err := j.d.Read(j.bufs[steps%2], 0, got); err != nil {
 		return 0, steps, fmt.Errorf("read result: %w", err)
 	}
 	v := fromBytes(got)
@@ -285,6 +376,202 @@ func job(ctx context.Context, d *driver.Device, cfg Config, out io.Writer) (uint
 	return checksum(v), steps, nil
 }
 
+// setupLocked makes the job's device state and uploads its initial
+// vector.
+func (j *iterJob) setupLocked() error {
+	if j.cfg.WorkMin > 0 && j.quota == 0 {
+		j.quota = j.d.Info().MemSize
+		size, fits := workspaceSize(j.cfg.WorkMin, j.cfg.WorkPref, j.quota)
+		if !fits {
+			return fmt.Errorf("workspace: a minimum of %d bytes does not fit 3/4 of the device's %d", j.cfg.WorkMin, j.quota)
+		}
+		j.wsBytes = size
+	}
+	return j.makeLocked(initial(j.cfg.Seed, j.cfg.N), 0)
+}
+
+// makeLocked builds the program, makes the vectors, the ballast (anew,
+// or as it was) and the workspace, and uploads v as the vector after
+// step steps. What it made is freed by dropLocked, also after a failure.
+func (j *iterJob) makeLocked(v []uint32, step int) error {
+	d := j.d
+	j.live = true
+	p, log, err := d.Build(kernelSrc, "")
+	if err != nil {
+		return fmt.Errorf("build: %w (log: %q)", err, log)
+	}
+	j.p = p
+	for i := range j.bufs {
+		if j.bufs[i], err = d.CreateBuffer(uint64(j.cfg.N) * 4); err != nil {
+			return fmt.Errorf("create buffer: %w", err)
+		}
+	}
+	if j.bl == nil {
+		j.bl, err = newBallast(d, p, j.cfg.Ballast, ballastChunk)
+	} else {
+		err = j.bl.restore(p)
+	}
+	if err != nil {
+		return err
+	}
+	// The workspace's buffers fit any device's largest allocation, which
+	// OpenCL makes at least a quarter of its memory.
+	chunk := uint64(ballastChunk)
+	if m := d.Info().MaxAlloc; m > 0 {
+		chunk = min(chunk, m)
+	}
+	if j.quota >= 16 {
+		chunk = min(chunk, j.quota/4)
+	}
+	if j.ws, err = newBallast(d, p, j.wsBytes, chunk); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if err := d.Write(j.bufs[step%2], 0, toBytes(v)); err != nil {
+		return fmt.Errorf("upload: %w", err)
+	}
+	if err := d.Finish(); err != nil {
+		return fmt.Errorf("upload: %w", err)
+	}
+	return nil
+}
+
+// stepLocked runs step s.
+func (j *iterJob) stepLocked(s int) error {
+	in, res := j.bufs[s%2], j.bufs[(s+1)%2]
+	if err := j.d.Launch(j.p, Kernel, driver.Range1(uint64(j.cfg.N), 0), driver.BufferArg(in), driver.BufferArg(res), driver.Uint32Arg(stepKey(s))); err != nil {
+		return err
+	}
+	if err := j.bl.rewrite(j.cfg.Rewrite); err != nil {
+		return err
+	}
+	if err := j.d.Finish(); err != nil {
+		return err
+	}
+	j.step = s + 1
+	return nil
+}
+
+// dropLocked frees every buffer and program the job holds and waits for
+// the device to have done it. The ballast keeps its sizes and fill
+// generations (restore makes it again).
+func (j *iterJob) dropLocked() error {
+	if !j.live {
+		return nil
+	}
+	j.live = false
+	var errs []error
+	for i, b := range j.bufs {
+		if b.Handle != 0 {
+			errs = append(errs, j.d.Free(b))
+		}
+		j.bufs[i] = driver.Buffer{}
+	}
+	errs = append(errs, j.bl.drop())
+	if j.ws != nil {
+		errs = append(errs, j.ws.drop())
+		j.ws = nil
+	}
+	if j.p.Handle != 0 {
+		errs = append(errs, j.d.FreeProgram(j.p))
+		j.p = driver.Program{}
+	}
+	errs = append(errs, j.d.Finish())
+	return errors.Join(errs...)
+}
+
+// end frees the job's device state for good: later reconfiguration
+// requests find nothing to do.
+func (j *iterJob) end() {
+	j.lock <- struct{}{}
+	defer j.unlock()
+	j.ended = true
+	j.dropLocked()
+}
+
+// Checkpoint implements agent.ReconfigHandler (R.1): it refuses limits
+// whose 3/4 is below the workspace's minimum; else it reads the vector
+// back and holds the step loop until Resume.
+func (j *iterJob) Checkpoint(ctx context.Context, to agentmsg.Limits) error {
+	if !fitsWorkspace(j.cfg, to.MemBytes) {
+		fmt.Fprintf(j.out, "%sreconfig refused to=%d min=%d\n", Prefix, to.MemBytes, j.cfg.WorkMin)
+		return fmt.Errorf("3/4 of %d bytes is below the workspace's minimum of %d: %w", to.MemBytes, j.cfg.WorkMin, agent.ErrRefused)
+	}
+	if err := j.lockCtx(ctx); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer j.unlock()
+	if j.ended || j.paused != nil {
+		return nil
+	}
+	if j.live {
+		got := make([]byte, uint64(j.cfg.N)*4)
+		if err := j.d.Read(j.bufs[j.step%2], 0, got); err != nil {
+			return fmt.Errorf("checkpoint: read the vector: %w", err)
+		}
+		j.saved = fromBytes(got)
+	}
+	j.paused = make(chan struct{})
+	fmt.Fprintf(j.out, "%sreconfig checkpoint to=%d step=%d\n", Prefix, to.MemBytes, j.step)
+	return nil
+}
+
+// Cleanup implements agent.ReconfigHandler (R.2): it frees every buffer
+// and program the job holds.
+func (j *iterJob) Cleanup(ctx context.Context) error {
+	if err := j.lockCtx(ctx); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	defer j.unlock()
+	if j.paused == nil || j.saved == nil {
+		return nil // nothing checkpointed: keep it
+	}
+	if err := j.dropLocked(); err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	return nil
+}
+
+// Reconfigure implements agent.ReconfigHandler (R.3): it sizes the
+// workspace to the memory quota in effect (a workspace that was not freed
+// keeps its size).
+func (j *iterJob) Reconfigure(ctx context.Context, now agentmsg.Limits) error {
+	if err := j.lockCtx(ctx); err != nil {
+		return fmt.Errorf("reconfigure: %w", err)
+	}
+	defer j.unlock()
+	if !j.live {
+		j.quota = now.MemBytes
+		j.wsBytes, _ = workspaceSize(j.cfg.WorkMin, j.cfg.WorkPref, now.MemBytes)
+	}
+	fmt.Fprintf(j.out, "%sreconfig limits mem=%d device=%s profile=%s workspace=%d\n", Prefix, now.MemBytes,
+		printable(now.Device), printable(now.Profile), j.wsBytes)
+	return nil
+}
+
+// Resume implements agent.ReconfigHandler (R.4): it makes the device
+// state again, uploads the checkpointed vector and lets the step loop go
+// on. If that fails the job fails with the error.
+func (j *iterJob) Resume(ctx context.Context) error {
+	if err := j.lockCtx(ctx); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	defer j.unlock()
+	if j.paused == nil {
+		return nil
+	}
+	if !j.live && j.saved != nil {
+		if err := j.makeLocked(j.saved, j.step); err != nil {
+			j.err = fmt.Errorf("resume after a reconfiguration: %w", err)
+		}
+	}
+	j.saved = nil
+	close(j.paused)
+	j.paused = nil
+	return j.err
+}
+
+var _ agent.ReconfigHandler = (*iterJob)(nil)
+
 // ballast is device memory the job holds and checks at the end.
 type ballast struct {
 	d    *driver.Device
@@ -294,15 +581,16 @@ type ballast struct {
 	next int      // the buffer rewrite fills next
 }
 
-// newBallast creates and fills bytes of ballast (rounded up to 4 bytes);
-// nil for 0.
-func newBallast(d *driver.Device, p driver.Program, bytes uint64) (*ballast, error) {
+// newBallast creates and fills bytes of ballast (rounded up to 4 bytes)
+// in buffers of at most chunk bytes; nil for 0.
+func newBallast(d *driver.Device, p driver.Program, bytes, chunk uint64) (*ballast, error) {
 	if bytes == 0 {
 		return nil, nil
 	}
+	chunk = max(chunk&^3, 4)
 	bl := &ballast{d: d, p: p}
 	for left := (bytes + 3) &^ 3; left > 0; {
-		n := min(left, ballastChunk)
+		n := min(left, chunk)
 		b, err := d.CreateBuffer(n)
 		if err != nil {
 			return bl, fmt.Errorf("create ballast: %w", err)
@@ -372,10 +660,43 @@ func (bl *ballast) check() error {
 	return nil
 }
 
-func (bl *ballast) free() {
-	for _, b := range bl.bufs {
-		bl.d.Free(b)
+// drop frees the buffers, keeping their sizes and fill generations for
+// restore.
+func (bl *ballast) drop() error {
+	if bl == nil {
+		return nil
 	}
+	var errs []error
+	for i, b := range bl.bufs {
+		if b.Handle != 0 {
+			errs = append(errs, bl.d.Free(b))
+		}
+		bl.bufs[i].Handle = 0
+	}
+	return errors.Join(errs...)
+}
+
+// restore makes the buffers drop freed again, filled as they were, for
+// program p.
+func (bl *ballast) restore(p driver.Program) error {
+	if bl == nil {
+		return nil
+	}
+	bl.p = p
+	for i, b := range bl.bufs {
+		if b.Handle != 0 {
+			continue
+		}
+		nb, err := bl.d.CreateBuffer(b.Size)
+		if err != nil {
+			return fmt.Errorf("restore ballast: %w", err)
+		}
+		bl.bufs[i] = nb
+		if err := bl.fill(i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lockedWriter serialises the job's lines and the migration handler's.
@@ -455,6 +776,40 @@ func main() {
 	}
 }
 
+// byteSize is a flag holding a number of bytes: plain, or with a binary
+// suffix, KiB, MiB, GiB or TiB (64MiB).
+type byteSize uint64
+
+func (b *byteSize) String() string { return strconv.FormatUint(uint64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// parseBytes reads a byteSize.
+func parseBytes(s string) (uint64, error) {
+	num, mult := s, uint64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   uint64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}} {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || n > math.MaxUint64/mult {
+		return 0, fmt.Errorf("%q: want a number of bytes, optionally followed by KiB, MiB, GiB or TiB", s)
+	}
+	return n * mult, nil
+}
+
 // errFailed: the job ran and failed (an ITERATE FAIL line was printed).
 var errFailed = errors.New("job failed")
 
@@ -479,6 +834,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Duration, "duration", 0, "end the job after this long (0: after -steps)")
 	fs.IntVar(&cfg.Migrations, "migrations", 0, "end the job once it has been migrated this many times (0: after -steps)")
 	fs.IntVar(&cfg.Rewrite, "rewrite", 0, "ballast buffers (64 MiB each) each step fills anew: the job's dirty rate")
+	var minMem, prefMem byteSize
+	fs.Var(&minMem, "min-mem", "hold a device workspace of at least this many bytes (64MiB, or plain bytes) and register for reconfiguration with it as the job's least device memory (0: neither)")
+	fs.Var(&prefMem, "pref-mem", "with -min-mem, the workspace the job would hold and declares (0: -min-mem); it holds at most 3/4 of the device's memory quota")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -500,7 +858,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-migrations %d: want 0 or more", cfg.Migrations)
 	case cfg.Rewrite < 0:
 		return fmt.Errorf("-rewrite %d: want 0 or more", cfg.Rewrite)
+	case minMem > 1<<40:
+		return fmt.Errorf("-min-mem %d: want at most 1 TiB", minMem)
+	case prefMem > 0 && minMem == 0:
+		return errors.New("-pref-mem needs -min-mem")
+	case prefMem > 0 && prefMem < minMem:
+		return fmt.Errorf("-pref-mem %d is below -min-mem %d", prefMem, minMem)
 	}
+	cfg.WorkMin, cfg.WorkPref = uint64(minMem), uint64(max(prefMem, minMem))
 	cfg.N = uint32(*n)
 	cfg.Migrated = new(atomic.Int32)
 	if *sock == "" {
@@ -546,6 +911,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fail(fmt.Errorf("open vgpu: %w", err))
 	}
 	defer func() { d.Close() }()
+	if cfg.WorkMin > 0 {
+		if quota := d.Info().MemSize; !fitsWorkspace(cfg, quota) {
+			return fail(fmt.Errorf("-min-mem %d does not fit 3/4 of the device's %d bytes of memory", cfg.WorkMin, quota))
+		}
+	}
+	j := newJob(d, cfg, out)
+	needs := agent.Resources{MinMem: cfg.WorkMin, PrefMem: cfg.WorkPref, Name: "vgpu-iterate"}
 
 	reopen := func(ctx context.Context) (driver.Registers, error) { return reopenDevice(ctx, *device) }
 	var c *agent.Client
@@ -554,6 +926,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(out, "%shost stopping: fetched commands get %v to finish\n", Prefix, drain)
 		}})
 		c.HandleMigration(reporting{h: agent.DriverMigration(d, reopen), d: d, out: out, migrated: cfg.Migrated})
+		if cfg.WorkMin > 0 {
+			c.HandleReconfig(needs, j)
+		}
 		actx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- c.Run(actx) }()
@@ -571,7 +946,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for attempt := 0; ; attempt++ {
 		in := d.Info()
 		fmt.Fprintf(out, "%sstart steps=%d n=%d device=%s cus=%d\n", Prefix, cfg.Steps, cfg.N, printable(in.Name), in.ComputeUnits)
-		sum, steps, err := job(ctx, d, cfg, out)
+		sum, steps, err := j.run(ctx)
 		if err == nil {
 			fmt.Fprintf(out, "%sOK steps=%d sum=%016x\n", Prefix, steps, sum)
 			return nil
@@ -586,8 +961,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if d, err = reopenFresh(ctx, reopen, mem, dopts, *timeout); err != nil {
 			return fail(fmt.Errorf("reopen vgpu after losing it: %w", err))
 		}
+		j = newJob(d, cfg, out)
 		if c != nil {
 			c.HandleMigration(reporting{h: agent.DriverMigration(d, reopen), d: d, out: out, migrated: cfg.Migrated})
+			if cfg.WorkMin > 0 {
+				c.HandleReconfig(needs, j)
+			}
 		}
 		fmt.Fprintf(out, "%sRECOVERED on a fresh device: starting the job again\n", Prefix)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,11 +17,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/abi/agentmsg"
+	"github.com/vgpud/vgpud/guestagent/agent"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/driver/drivertest"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // stepKernel is the kernel in Go, for the fake device. corrupt, if set,
 // returns a bit to flip in out[0] (0: none).
@@ -299,9 +305,11 @@ func TestJobAcrossMigration(t *testing.T) {
 
 // useFake makes run open a fake device, and reopen it after a migration
 // as "Destination GPU".
-func useFake(t *testing.T) {
+func useFake(t *testing.T) *drivertest.Device {
 	t.Helper()
-	f := drivertest.New(drivertest.Config{}, map[string]drivertest.KernelFunc{Kernel: stepKernel(nil)})
+	ks := ballastKernels()
+	ks[Kernel] = stepKernel(nil)
+	f := drivertest.New(drivertest.Config{}, ks)
 	oldOpen, oldReopen, oldPort := openDevice, reopenDevice, portOpener
 	openDevice = func(string) (driver.Registers, driver.Memory, error) { return f, f, nil }
 	reopenDevice = func(context.Context, string) (driver.Registers, error) {
@@ -311,6 +319,7 @@ func useFake(t *testing.T) {
 		return func() (io.ReadWriteCloser, error) { return nil, errors.New("no port in tests") }
 	}
 	t.Cleanup(func() { openDevice, reopenDevice, portOpener = oldOpen, oldReopen, oldPort })
+	return f
 }
 
 func TestRun(t *testing.T) {
@@ -329,7 +338,8 @@ func TestRun(t *testing.T) {
 
 func TestRunBadArgs(t *testing.T) {
 	useFake(t)
-	for _, args := range [][]string{{"-steps", "0"}, {"-n", "0"}, {"-agent", "pigeon"}, {"-progress", "-1"}, {"extra"}, {"-nope"}} {
+	for _, args := range [][]string{{"-steps", "0"}, {"-n", "0"}, {"-agent", "pigeon"}, {"-progress", "-1"}, {"extra"}, {"-nope"},
+		{"-min-mem", "lots"}, {"-min-mem", "2TiB"}, {"-pref-mem", "1MiB"}, {"-min-mem", "2MiB", "-pref-mem", "1MiB"}} {
 		var out bytes.Buffer
 		if err := run(context.Background(), args, &out, io.Discard); err == nil || errors.Is(err, errFailed) {
 			t.Errorf("run(%q) = %v, want a usage error", args, err)
@@ -347,18 +357,16 @@ func TestRunFailsWithoutDevice(t *testing.T) {
 	}
 }
 
-// TestRunMigratesThroughAgent: the whole guest side of a migration. A fake
-// relay (the host's end, as vgpu-agent forwards it) sends Quiesce when the
-// job reports step 10 and Resume (replugged) once it is answered; the job
-// continues on the "new device" and ends OK.
-func TestRunMigratesThroughAgent(t *testing.T) {
-	useFake(t)
+// listenRelay is a relay socket whose first connection comes out of
+// conns.
+func listenRelay(t *testing.T) (string, <-chan net.Conn) {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "relay.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	conns := make(chan net.Conn, 1)
 	go func() {
 		c, err := l.Accept()
@@ -366,13 +374,30 @@ func TestRunMigratesThroughAgent(t *testing.T) {
 			conns <- c
 		}
 	}()
-	step10 := make(chan struct{})
+	return sock, conns
+}
+
+// stepLine returns an output writer and a channel closed when the job
+// prints its step-th progress line.
+func stepLine(step int) (*lineWriter, <-chan struct{}) {
+	reached := make(chan struct{})
 	var once sync.Once
-	out := &lineWriter{onLine: func(l string) {
-		if strings.HasPrefix(l, "ITERATE step 10/") {
-			once.Do(func() { close(step10) })
+	prefix := fmt.Sprintf("ITERATE step %d/", step)
+	return &lineWriter{onLine: func(l string) {
+		if strings.HasPrefix(l, prefix) {
+			once.Do(func() { close(reached) })
 		}
-	}}
+	}}, reached
+}
+
+// TestRunMigratesThroughAgent: the whole guest side of a migration. A fake
+// relay (the host's end, as vgpu-agent forwards it) sends Quiesce when the
+// job reports step 10 and Resume (replugged) once it is answered; the job
+// continues on the "new device" and ends OK.
+func TestRunMigratesThroughAgent(t *testing.T) {
+	useFake(t)
+	sock, conns := listenRelay(t)
+	out, step10 := stepLine(10)
 	hostErr := make(chan error, 1)
 	go func() { hostErr <- fakeRelayHost(conns, step10) }()
 	args := []string{"-agent", "relay", "-agent-socket", sock, "-steps", "40", "-n", "128", "-pace", "2ms", "-progress", "5", "-staging", "0"}
@@ -395,20 +420,26 @@ func TestRunMigratesThroughAgent(t *testing.T) {
 	}
 }
 
-// fakeRelayHost answers the program's Hello, then at step10 runs one
-// migration: Quiesce, expect Quiesced OK with 1 program, Resume, expect
-// Resumed OK with 1 program. It returns when the program disconnects.
-func fakeRelayHost(conns <-chan net.Conn, step10 <-chan struct{}) error {
+// relayPeer is the host's end of a program's connection, as vgpu-agent's
+// relay would serve it: it answers the program's Hellos and hands over
+// everything the program sends.
+type relayPeer struct {
+	c    net.Conn
+	msgs chan agentmsg.Message
+}
+
+// acceptRelayPeer takes the program's connection; a Hello that lacks the
+// features need closes it.
+func acceptRelayPeer(conns <-chan net.Conn, need uint32) (*relayPeer, error) {
 	var c net.Conn
 	select {
 	case c = <-conns:
 	case <-time.After(time.Minute):
-		return errors.New("the program did not connect")
+		return nil, errors.New("the program did not connect")
 	}
-	defer c.Close()
-	msgs := make(chan agentmsg.Message, 64)
+	p := &relayPeer{c: c, msgs: make(chan agentmsg.Message, 64)}
 	go func() {
-		defer close(msgs)
+		defer close(p.msgs)
 		r := agentmsg.NewReader(c)
 		for {
 			m, err := r.Read()
@@ -416,51 +447,79 @@ func fakeRelayHost(conns <-chan net.Conn, step10 <-chan struct{}) error {
 				return
 			}
 			if h, ok := m.(*agentmsg.Hello); ok {
-				if h.Features&agentmsg.FeatureMigration == 0 {
+				if h.Features&need != need {
 					c.Close()
 					return
 				}
-				c.Write(agentmsg.Marshal(&agentmsg.Hello{MinVersion: 1, MaxVersion: 1, Features: agentmsg.FeatureWatch | agentmsg.FeatureMigration, Ident: "fake relay"}))
+				p.send(&agentmsg.Hello{MinVersion: 1, MaxVersion: 1, Features: agentmsg.FeatureWatch | agentmsg.FeatureMigration | agentmsg.FeatureReconfig, Ident: "fake relay"})
 			}
-			msgs <- m
+			p.msgs <- m
 		}
 	}()
-	await := func(want agentmsg.Message) error {
-		timeout := time.After(time.Minute)
-		for {
-			select {
-			case m, ok := <-msgs:
-				if !ok {
-					return fmt.Errorf("program went away waiting for %v", want.Type())
-				}
-				if m.Type() != want.Type() {
-					continue
-				}
-				if fmt.Sprint(m) != fmt.Sprint(want) {
-					return fmt.Errorf("got %+v, want %+v", m, want)
-				}
-				return nil
-			case <-timeout:
-				return fmt.Errorf("no %v", want.Type())
+	return p, nil
+}
+
+func (p *relayPeer) send(m agentmsg.Message) { p.c.Write(agentmsg.Marshal(m)) }
+
+// await skips messages up to the next one of want's type, which must
+// print like want.
+func (p *relayPeer) await(want agentmsg.Message) error {
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case m, ok := <-p.msgs:
+			if !ok {
+				return fmt.Errorf("program went away waiting for %v", want.Type())
 			}
+			if m.Type() != want.Type() {
+				continue
+			}
+			if fmt.Sprint(m) != fmt.Sprint(want) {
+				return fmt.Errorf("got %+v, want %+v", m, want)
+			}
+			return nil
+		case <-timeout:
+			return fmt.Errorf("no %v", want.Type())
 		}
 	}
+}
+
+// ask sends req and awaits answer.
+func (p *relayPeer) ask(req, answer agentmsg.Message) error {
+	p.send(req)
+	if err := p.await(answer); err != nil {
+		return fmt.Errorf("answer to %+v: %w", req, err)
+	}
+	return nil
+}
+
+// close waits for the program to disconnect.
+func (p *relayPeer) close() {
+	for range p.msgs {
+	}
+	p.c.Close()
+}
+
+// fakeRelayHost answers the program's Hello, then at step10 runs one
+// migration: Quiesce, expect Quiesced OK with 1 program, Resume, expect
+// Resumed OK with 1 program. It returns when the program disconnects.
+func fakeRelayHost(conns <-chan net.Conn, step10 <-chan struct{}) error {
+	p, err := acceptRelayPeer(conns, agentmsg.FeatureMigration)
+	if err != nil {
+		return err
+	}
+	defer p.close()
 	select {
 	case <-step10:
 	case <-time.After(time.Minute):
 		return errors.New("the job never reached step 10")
 	}
-	c.Write(agentmsg.Marshal(&agentmsg.Quiesce{Cookie: 100, DeadlineMs: 60_000}))
-	if err := await(&agentmsg.Quiesced{Cookie: 100, Status: agentmsg.MigrationOK, Programs: 1}); err != nil {
+	if err := p.ask(&agentmsg.Quiesce{Cookie: 100, DeadlineMs: 60_000},
+		&agentmsg.Quiesced{Cookie: 100, Status: agentmsg.MigrationOK, Programs: 1}); err != nil {
 		return err
 	}
-	c.Write(agentmsg.Marshal(&agentmsg.Resume{Cookie: 101, Flags: agentmsg.ResumeReplugged, DeadlineMs: 60_000}))
-	if err := await(&agentmsg.Resumed{Cookie: 101, Status: agentmsg.MigrationOK, Programs: 1}); err != nil {
-		return err
-	}
-	for range msgs { // until the program disconnects
-	}
-	return nil
+	return p.ask(&agentmsg.Resume{Cookie: 101, Flags: agentmsg.ResumeReplugged, DeadlineMs: 60_000},
+		&agentmsg.Resumed{Cookie: 101, Status: agentmsg.MigrationOK, Programs: 1})
 }
 
 // okHandler is a MigrationHandler that does nothing.
@@ -495,5 +554,258 @@ func TestJobEndsAfterMigrations(t *testing.T) {
 	}
 	if want := checksum(reference(cfg.Seed, cfg.N, steps)); sum != want {
 		t.Errorf("sum %016x, want %016x", sum, want)
+	}
+}
+
+func TestWorkspaceSize(t *testing.T) {
+	for _, tc := range []struct {
+		min, pref, quota, want uint64
+		fits                   bool
+	}{
+		{1 << 20, 16 << 20, 64 << 20, 16 << 20, true},  // preferred fits
+		{1 << 20, 64 << 20, 64 << 20, 48 << 20, true},  // 3/4 of the quota
+		{1 << 20, 0, 64 << 20, 1 << 20, true},          // preferred 0: the minimum
+		{48 << 20, 64 << 20, 64 << 20, 48 << 20, true}, // the minimum just fits
+		{49 << 20, 64 << 20, 64 << 20, 49 << 20, false},
+		{64 << 20, 512 << 20, 256 << 20, 192 << 20, true}, // the e2e test's downgrade
+		{0, 0, 0, 0, true},
+	} {
+		got, fits := workspaceSize(tc.min, tc.pref, tc.quota)
+		if got != tc.want || fits != tc.fits {
+			t.Errorf("workspaceSize(%d, %d, %d) = %d, %v; want %d, %v", tc.min, tc.pref, tc.quota, got, fits, tc.want, tc.fits)
+		}
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]uint64{"0": 0, "67108864": 64 << 20, "64MiB": 64 << 20, "3KiB": 3 << 10, "2GiB": 2 << 30, "1TiB": 1 << 40} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1", "1.5GiB", "64MB", "16777216TiB", "0x10"} {
+		if got, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+// TestJobWorkspace: the workspace changes nothing in the result and is
+// freed with the rest.
+func TestJobWorkspace(t *testing.T) {
+	d, f := openFake(t, nil)
+	cfg := Config{Steps: 9, N: 256, Seed: 6, WorkMin: 1 << 20, WorkPref: 40 << 20}
+	sum, _, err := job(context.Background(), d, cfg, io.Discard)
+	if err != nil {
+		t.Fatalf("job() = %v", err)
+	}
+	if want := checksum(reference(cfg.Seed, cfg.N, cfg.Steps)); sum != want {
+		t.Errorf("sum %016x with a workspace, want %016x", sum, want)
+	}
+	if f.Buffers() != 0 {
+		t.Errorf("job() left %d buffers", f.Buffers())
+	}
+	// A minimum that does not fit 3/4 of the fake's 64 MiB fails at
+	// start.
+	cfg.WorkMin, cfg.WorkPref = 49<<20, 49<<20
+	if _, _, err := job(context.Background(), d, cfg, io.Discard); err == nil || !strings.Contains(err.Error(), "workspace") {
+		t.Errorf("job() with a workspace that does not fit = %v", err)
+	}
+}
+
+var reconfigRE = regexp.MustCompile(`^ITERATE reconfig limits mem=(\d+) device=(.*) profile=(.*) workspace=(\d+)$`)
+
+// TestJobReconfig: the job's reconfiguration handler, called as the
+// agent calls it, twice (down to 8 MiB at step 5, up to 64 MiB at step
+// 12): the step loop waits between Checkpoint and Resume, Cleanup leaves
+// the device empty, the workspace follows the quota, and the result is
+// the CPU's.
+func TestJobReconfig(t *testing.T) {
+	d, f := openFake(t, nil)
+	cfg := Config{Steps: 20, N: 512, Seed: 4, Progress: 1, WorkMin: 1 << 20, WorkPref: 16 << 20, Ballast: 1 << 20, Rewrite: 1}
+	small := agentmsg.Limits{MemBytes: 8 << 20, ComputeUnits: 1, Device: "small gpu", Profile: "small"}
+	big := agentmsg.Limits{MemBytes: 64 << 20, ComputeUnits: 2, Device: "big gpu", Profile: "big"}
+	var j *iterJob
+	blocked := make(chan struct{}, 1)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	reconfigure := func(to agentmsg.Limits) {
+		ctx := context.Background()
+		// On the job's goroutine, between two steps: the lock is free.
+		if err := j.Checkpoint(ctx, to); err != nil {
+			errs <- fmt.Errorf("checkpoint: %w", err)
+			return
+		}
+		if err := j.Cleanup(ctx); err != nil {
+			errs <- fmt.Errorf("cleanup: %w", err)
+			return
+		}
+		if n := f.Buffers(); n != 0 {
+			errs <- fmt.Errorf("%d buffers left after Cleanup", n)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-blocked // the step loop waits for Resume
+			if err := j.Reconfigure(ctx, to); err != nil {
+				errs <- err
+			}
+			if err := j.Resume(ctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	out := &lineWriter{onLine: func(l string) {
+		switch {
+		case strings.HasPrefix(l, "ITERATE step 5/"):
+			reconfigure(small)
+		case strings.HasPrefix(l, "ITERATE step 12/"):
+			reconfigure(big)
+		}
+	}}
+	j = newJob(d, cfg, out)
+	j.waiting = func() {
+		select {
+		case blocked <- struct{}{}:
+		default:
+		}
+	}
+	sum, steps, err := j.run(context.Background())
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err != nil || steps != cfg.Steps {
+		t.Fatalf("job across reconfigurations = %d steps, %v\n%s", steps, err, out)
+	}
+	if want := checksum(reference(cfg.Seed, cfg.N, cfg.Steps)); sum != want {
+		t.Errorf("sum %016x, want %016x", sum, want)
+	}
+	if f.Buffers() != 0 {
+		t.Errorf("job() left %d buffers", f.Buffers())
+	}
+	var limits []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if m := reconfigRE.FindStringSubmatch(l); m != nil {
+			limits = append(limits, strings.Join(m[1:], " "))
+		}
+	}
+	// 3/4 of 8 MiB is 6 MiB; the preferred 16 MiB fits 3/4 of 64 MiB.
+	want := []string{"8388608 small gpu small 6291456", "67108864 big gpu big 16777216"}
+	if fmt.Sprint(limits) != fmt.Sprint(want) {
+		t.Errorf("limits lines %q, want %q\n%s", limits, want, out)
+	}
+	for _, w := range []string{"ITERATE reconfig checkpoint to=8388608 step=5\n", "ITERATE reconfig checkpoint to=67108864 step=12\n"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// TestJobReconfigRefused: limits below the minimum are refused before
+// anything stops; the abort that follows changes nothing.
+func TestJobReconfigRefused(t *testing.T) {
+	d, _ := openFake(t, nil)
+	cfg := Config{Steps: 10, N: 64, Seed: 8, Progress: 1, WorkMin: 4 << 20, WorkPref: 8 << 20}
+	tiny := agentmsg.Limits{MemBytes: 4 << 20, Device: "tiny"}
+	old := agentmsg.Limits{MemBytes: 64 << 20, Device: "drivertest"}
+	var j *iterJob
+	var herr error
+	out := &lineWriter{onLine: func(l string) {
+		if !strings.HasPrefix(l, "ITERATE step 3/") {
+			return
+		}
+		ctx := context.Background()
+		if err := j.Checkpoint(ctx, tiny); !errors.Is(err, agent.ErrRefused) {
+			herr = fmt.Errorf("Checkpoint(4 MiB) = %v, want ErrRefused", err)
+		}
+		herr = errors.Join(herr, j.Reconfigure(ctx, old), j.Resume(ctx))
+	}}
+	j = newJob(d, cfg, out)
+	sum, _, err := j.run(context.Background())
+	if err != nil || herr != nil {
+		t.Fatalf("job() = %v; handler: %v\n%s", err, herr, out)
+	}
+	if want := checksum(reference(cfg.Seed, cfg.N, cfg.Steps)); sum != want {
+		t.Errorf("sum %016x, want %016x", sum, want)
+	}
+	for _, w := range []string{"ITERATE reconfig refused to=4194304 min=4194304\n", "ITERATE reconfig limits mem=67108864 device=drivertest profile= workspace=8388608\n"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out.String(), "reconfig checkpoint") {
+		t.Errorf("a refused checkpoint checkpointed:\n%s", out)
+	}
+}
+
+// TestRunReconfiguresThroughAgent: the whole guest side of the
+// reconfiguration API. The program announces FeatureReconfig and declares
+// its needs; at step 10 a fake relay asks it to checkpoint for limits
+// below its minimum (refused; aborted), then for 8 MiB: the program frees
+// everything on the device, is told the new limits, continues, and ends
+// OK.
+func TestRunReconfiguresThroughAgent(t *testing.T) {
+	f := useFake(t)
+	sock, conns := listenRelay(t)
+	out, step10 := stepLine(10)
+	hostErr := make(chan error, 1)
+	go func() {
+		hostErr <- func() error {
+			p, err := acceptRelayPeer(conns, agentmsg.FeatureMigration|agentmsg.FeatureReconfig)
+			if err != nil {
+				return err
+			}
+			defer p.close()
+			want := &agentmsg.Resources{Decls: []agentmsg.Declaration{{PID: uint32(os.Getpid()), MinMem: 1 << 20, PrefMem: 16 << 20, Name: "vgpu-iterate"}}}
+			if err := p.await(want); err != nil {
+				return err
+			}
+			select {
+			case <-step10:
+			case <-time.After(time.Minute):
+				return errors.New("the job never reached step 10")
+			}
+			old := agentmsg.Limits{MemBytes: 64 << 20, ComputeUnits: 2, Device: "drivertest", Profile: "big"}
+			small := agentmsg.Limits{MemBytes: 8 << 20, ComputeUnits: 1, Device: "Small GPU", Profile: "small"}
+			for _, x := range []struct{ req, answer agentmsg.Message }{
+				{&agentmsg.Checkpoint{Cookie: 1, DeadlineMs: 60_000, To: agentmsg.Limits{MemBytes: 1 << 20}},
+					&agentmsg.Checkpointed{Cookie: 1, Status: agentmsg.ReconfigRefused}},
+				{&agentmsg.Reconfigure{Cookie: 2, Flags: agentmsg.ReconfigureAborted, DeadlineMs: 60_000, Now: old},
+					&agentmsg.Reconfigured{Cookie: 2, Status: agentmsg.MigrationOK, Programs: 1}},
+				{&agentmsg.Checkpoint{Cookie: 3, DeadlineMs: 60_000, To: small},
+					&agentmsg.Checkpointed{Cookie: 3, Status: agentmsg.MigrationOK, Programs: 1}},
+			} {
+				if err := p.ask(x.req, x.answer); err != nil {
+					return err
+				}
+			}
+			if n := f.Buffers(); n != 0 {
+				return fmt.Errorf("%d buffers on the device after the program checkpointed", n)
+			}
+			return p.ask(&agentmsg.Reconfigure{Cookie: 4, DeadlineMs: 60_000, Now: small},
+				&agentmsg.Reconfigured{Cookie: 4, Status: agentmsg.MigrationOK, Programs: 1})
+		}()
+	}()
+	args := []string{"-agent", "relay", "-agent-socket", sock, "-steps", "40", "-n", "128", "-pace", "2ms", "-progress", "5",
+		"-staging", "0", "-min-mem", "1MiB", "-pref-mem", "16777216"}
+	if err := run(context.Background(), args, out, io.Discard); err != nil {
+		t.Fatalf("run(%q) = %v\n%s", args, err, out)
+	}
+	if err := <-hostErr; err != nil {
+		t.Fatalf("host side: %v\n%s", err, out)
+	}
+	s := out.String()
+	for _, want := range []string{
+		"ITERATE reconfig refused to=1048576 min=1048576\n",
+		"ITERATE reconfig limits mem=67108864 device=drivertest profile=big workspace=16777216\n",
+		"ITERATE reconfig checkpoint to=8388608 step=",
+		"ITERATE reconfig limits mem=8388608 device=Small GPU profile=small workspace=6291456\n",
+		fmt.Sprintf("ITERATE OK steps=40 sum=%016x\n", checksum(reference(1, 128, 40))),
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
 	}
 }
