@@ -11,6 +11,12 @@
 // from fds (in the worker), qemuvm builds and runs QEMU command lines.
 // mdev knows nothing of command semantics: it never decodes a ring entry.
 //
+// mdev also decides what an instance's allocation that its device cannot
+// hold does (overcommit.go: the policies) and moves instances between
+// devices and profiles at run time (realloc.go), asking the guest's
+// programs through the agent channel when they registered; the ledger and
+// the moves themselves are the worker pool's (docs/overcommit.md).
+//
 // Lock order: Manager.mu, then Instance.mu. Neither is held while calling
 // into a transport or the aggregator.
 package mdev

@@ -27,9 +27,17 @@
 // and answer requests that are waiting, values it wrote in shared pages
 // are shown, never trusted, and it never sees another domain's memory.
 //
-// Config.InProcess runs the instances in this process instead: no
-// isolation at all, for benchmark baselines only.
+// The Pool also keeps each device's memory ledger (package devmem,
+// docs/overcommit.md): workers reserve before they allocate, and a
+// reservation the device cannot hold is answered by Config.Shortage's
+// plan (wait, refuse, or the instance is being moved). Relocate moves an
+// instance's device state to a worker on another device, or out to this
+// process's memory and back, while its VM runs.
 //
-// Lock order: Pool.mu, then procInstance.mu, then process.mu; none is held
-// while waiting for a worker's reply.
+// Config.InProcess runs the instances in this process instead: no
+// isolation at all and no ledger, for benchmark baselines only.
+//
+// Lock order: Pool.mu, then procInstance.bellMu, then procInstance.mu,
+// then process.mu, then a ledger's; none is held while waiting for a
+// worker's reply.
 package worker
