@@ -177,9 +177,7 @@ func (m *Manager) shortage(dev int, id string, want uint64) worker.ShortagePlan 
 			m.pool.Memory(target).DropCredit(id)
 			return worker.ShortagePlan{Why: "the instance is being moved"}
 		}
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
+		if !m.goOwned(func() {
 			defer inst.relocating.Store(false)
 			_, err := m.move(m.ctx, inst, target, nil, nil)
 			if err != nil {
@@ -188,7 +186,11 @@ func (m *Manager) shortage(dev int, id string, want uint64) worker.ShortagePlan 
 				return
 			}
 			inst.overStats.migrations.Add(1)
-		}()
+		}) {
+			inst.relocating.Store(false)
+			m.pool.Memory(target).DropCredit(id)
+			return worker.ShortagePlan{Why: "vgpud is stopping"}
+		}
 		return worker.ShortagePlan{Relocate: true, Why: fmt.Sprintf("policy migrate: to device %d", target)}
 	}
 	// Suspend.
@@ -198,9 +200,7 @@ func (m *Manager) shortage(dev int, id string, want uint64) worker.ShortagePlan 
 	if !inst.relocating.CompareAndSwap(false, true) {
 		return worker.ShortagePlan{Why: "the instance is being moved"}
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	if !m.goOwned(func() {
 		defer inst.relocating.Store(false)
 		hold := func(ctx context.Context, _ uint64) error {
 			inst.suspended.Store(true)
@@ -216,8 +216,27 @@ func (m *Manager) shortage(dev int, id string, want uint64) worker.ShortagePlan 
 		}
 		inst.overStats.suspensions.Add(1)
 		inst.log.Info("overcommit: resumed from host memory", "suspended", st.Held)
-	}()
+	}) {
+		inst.relocating.Store(false)
+		return worker.ShortagePlan{Why: "vgpud is stopping"}
+	}
 	return worker.ShortagePlan{Relocate: true, Why: "policy suspend"}
+}
+
+// goOwned runs f in a goroutine the manager waits for on Close, unless it
+// is closing.
+func (m *Manager) goOwned(f func()) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+	return true
 }
 
 // roomFor returns a device other than from whose ledger now holds need
