@@ -5,7 +5,11 @@
 // Unix socket (agent.DefaultRelaySocket), where they use agent.DialRelay.
 // It answers the host's migration requests (Quiesce, Resume) for the
 // programs that registered a handler (agent.Client.HandleMigration), and
-// announces agentmsg.FeatureMigration to the host.
+// announces agentmsg.FeatureMigration to the host; likewise the
+// reconfiguration requests (Checkpoint, Reconfigure) for the programs that
+// registered for them (agent.Client.HandleReconfig), whose declared
+// resources it sends the host, announcing agentmsg.FeatureReconfig while
+// there is one.
 //
 // With arguments after the flags it runs them as a child once the channel
 // is up and exits with the child's status (so a guest init that runs one
