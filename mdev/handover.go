@@ -41,6 +41,12 @@ func (m *Manager) Pause(ctx context.Context) error {
 		m.mu.Unlock()
 		return errors.New("pause: already paused")
 	}
+	for _, in := range m.instances {
+		if in.relocating.Load() {
+			m.mu.Unlock()
+			return fmt.Errorf("pause: instance %s is being moved (or is suspended to host memory): %w", in.uuid, ErrRelocating)
+		}
+	}
 	m.paused = true
 	m.resume = make(chan struct{})
 	resume := m.resume

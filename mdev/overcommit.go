@@ -144,7 +144,7 @@ func (m *Manager) SetProfileOvercommit(name string, o Overcommit) (err error) {
 
 // shortage is the pool's Shortage: what an allocation of want bytes by
 // instance id that does not fit device dev does (docs/overcommit.md).
-func (m *Manager) shortage(dev int, id string, want uint64) worker.ShortagePlan {
+func (m *Manager) shortage(dev int, id string, want uint64) (plan worker.ShortagePlan) {
 	m.mu.Lock()
 	inst := m.instances[id]
 	if inst == nil || m.closed {
@@ -152,42 +152,52 @@ func (m *Manager) shortage(dev int, id string, want uint64) worker.ShortagePlan 
 		return worker.ShortagePlan{Why: "instance going away"}
 	}
 	oc := m.overcommitLocked(inst)
-	m.mu.Unlock()
-	if inst.relocating.Load() {
+	moves := oc.Policy == OvercommitMigrate || oc.Policy == OvercommitSuspend
+	switch {
+	case !moves:
+	case m.paused:
+		// An upgrade in place is handing the instances over: no move now.
+		m.mu.Unlock()
+		return worker.ShortagePlan{Wait: oc.timeout(), Why: fmt.Sprintf("policy %s, but vgpud is being upgraded: waiting", oc.Policy)}
+	case !inst.relocating.CompareAndSwap(false, true):
+		// Claimed under mu, so that Pause and Realloc see it.
+		m.mu.Unlock()
 		return worker.ShortagePlan{Why: "the instance is being moved"}
+	}
+	m.mu.Unlock()
+	if moves {
+		// Unless a move starts, the claim goes.
+		defer func() {
+			if !plan.Relocate {
+				inst.relocating.Store(false)
+			}
+		}()
 	}
 	ledger := m.pool.Memory(dev)
 	held := ledger.Held(id)
-	switch oc.Policy {
-	case OvercommitBlock:
+	switch {
+	case oc.Policy == OvercommitBlock:
 		return worker.ShortagePlan{Wait: oc.timeout(), Why: "policy block"}
-	case OvercommitMigrate, OvercommitSuspend:
-		if failed := inst.movedFailed.Load(); failed != 0 && time.Since(time.Unix(0, failed)) < retryAfterFailedMove {
-			return worker.ShortagePlan{Wait: oc.timeout(), Why: fmt.Sprintf("policy %s, but the last move failed: waiting", oc.Policy)}
-		}
-	default:
+	case !moves:
 		return worker.ShortagePlan{Why: "policy none"}
+	}
+	if failed := inst.movedFailed.Load(); failed != 0 && time.Since(time.Unix(0, failed)) < retryAfterFailedMove {
+		return worker.ShortagePlan{Wait: oc.timeout(), Why: fmt.Sprintf("policy %s, but the last move failed: waiting", oc.Policy)}
 	}
 	if oc.Policy == OvercommitMigrate {
 		target := m.roomFor(inst, dev, held+want)
 		if target < 0 {
 			return worker.ShortagePlan{Wait: oc.timeout(), Why: "policy migrate, but no other device has room: waiting"}
 		}
-		if !inst.relocating.CompareAndSwap(false, true) {
-			m.pool.Memory(target).DropCredit(id)
-			return worker.ShortagePlan{Why: "the instance is being moved"}
-		}
 		if !m.goOwned(func() {
 			defer inst.relocating.Store(false)
-			_, err := m.move(m.ctx, inst, target, nil, nil)
-			if err != nil {
+			if _, err := m.move(m.ctx, inst, target, nil, nil); err != nil {
 				m.pool.Memory(target).DropCredit(id)
 				inst.log.Warn("overcommit: move failed", "to", target, "err", err)
 				return
 			}
 			inst.overStats.migrations.Add(1)
 		}) {
-			inst.relocating.Store(false)
 			m.pool.Memory(target).DropCredit(id)
 			return worker.ShortagePlan{Why: "vgpud is stopping"}
 		}
@@ -196,9 +206,6 @@ func (m *Manager) shortage(dev int, id string, want uint64) worker.ShortagePlan 
 	// Suspend.
 	if need := held + want; need > ledger.Capacity() {
 		return worker.ShortagePlan{Why: fmt.Sprintf("policy suspend, but the device can never hold %d bytes", need)}
-	}
-	if !inst.relocating.CompareAndSwap(false, true) {
-		return worker.ShortagePlan{Why: "the instance is being moved"}
 	}
 	if !m.goOwned(func() {
 		defer inst.relocating.Store(false)
@@ -217,7 +224,6 @@ func (m *Manager) shortage(dev int, id string, want uint64) worker.ShortagePlan 
 		inst.overStats.suspensions.Add(1)
 		inst.log.Info("overcommit: resumed from host memory", "suspended", st.Held)
 	}) {
-		inst.relocating.Store(false)
 		return worker.ShortagePlan{Why: "vgpud is stopping"}
 	}
 	return worker.ShortagePlan{Relocate: true, Why: "policy suspend"}

@@ -272,3 +272,24 @@ func TestReallocTransparent(t *testing.T) {
 	}
 	g.check(t, b, 10)
 }
+
+// TestPauseRefusedWhileMoving: an upgrade in place does not start while an
+// instance is being moved (its state is between two workers, or in host
+// memory), and a reallocation does not start while one is in progress.
+func TestPauseRefusedWhileMoving(t *testing.T) {
+	m := newOvercommitManager(t)
+	dev := 0
+	inst, err := m.Create(CreateRequest{Profile: ocProfile.Name, Device: &dev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.relocating.Store(true)
+	defer inst.relocating.Store(false)
+	if err := m.Pause(context.Background()); !errors.Is(err, ErrRelocating) {
+		t.Fatalf("Pause with an instance moving: %v, want ErrRelocating", err)
+	}
+	one := 1
+	if _, err := m.Realloc(context.Background(), inst.UUID(), ReallocRequest{Device: &one}); !errors.Is(err, ErrRelocating) {
+		t.Fatalf("Realloc of an instance moving: %v, want ErrRelocating", err)
+	}
+}

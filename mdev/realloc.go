@@ -101,7 +101,14 @@ func (m *Manager) Realloc(ctx context.Context, id string, req ReallocRequest) (r
 	if err := m.roomForProfile(inst, p, to); err != nil {
 		return res, fmt.Errorf("realloc %s: %w", id, err)
 	}
-	if !inst.relocating.CompareAndSwap(false, true) {
+	m.mu.Lock() // claimed under mu, so that Pause sees it
+	paused := m.paused
+	claimed := !paused && inst.relocating.CompareAndSwap(false, true)
+	m.mu.Unlock()
+	switch {
+	case paused:
+		return res, fmt.Errorf("realloc %s: vgpud is being upgraded in place: %w", id, ErrRelocating)
+	case !claimed:
 		return res, fmt.Errorf("realloc %s: %w", id, ErrRelocating)
 	}
 	defer inst.relocating.Store(false)
