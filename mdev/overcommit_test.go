@@ -293,3 +293,63 @@ func TestPauseRefusedWhileMoving(t *testing.T) {
 		t.Fatalf("Realloc of an instance moving: %v, want ErrRelocating", err)
 	}
 }
+
+// TestReallocUnderLoad: a guest keeps submitting commands (and ringing its
+// doorbell) while its instance moves between the devices and back three
+// times: nothing hangs, no command fails, its data comes along each time.
+func TestReallocUnderLoad(t *testing.T) {
+	m := newOvercommitManager(t)
+	g := newOCGuest(t, m, 0, OvercommitNone, 0)
+	b := g.fill(t, 4<<20, 13)
+	prog, _, err := g.d.Build(`__kernel void inc(__global uint* x) { x[get_global_id(0)] += 1; }`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := g.fill(t, 4096, 0)
+	zeroed := make([]byte, 4096)
+	if err := g.d.Write(counter, 0, zeroed); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	launches := 0
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := g.d.Launch(prog, "inc", driver.Range1(1024, 0), driver.BufferArg(counter)); err != nil {
+				done <- err
+				return
+			}
+			if err := g.d.Finish(); err != nil {
+				done <- err
+				return
+			}
+			launches++
+		}
+	}()
+	for i, dev := range []int{1, 0, 1} {
+		d := dev
+		if _, err := m.Realloc(context.Background(), g.inst.UUID(), ReallocRequest{Device: &d}); err != nil {
+			close(stop)
+			<-done
+			t.Fatalf("move %d to device %d: %v", i, dev, err)
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("guest during the moves: %v", err)
+	}
+	g.check(t, b, 13)
+	got := make([]byte, 4096)
+	if err := g.d.Read(counter, 0, got); err != nil {
+		t.Fatal(err)
+	}
+	if n := int(uint32(got[0]) | uint32(got[1])<<8 | uint32(got[2])<<16 | uint32(got[3])<<24); n != launches {
+		t.Fatalf("counter %d after %d launches across three moves", n, launches)
+	}
+}

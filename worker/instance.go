@@ -320,11 +320,19 @@ func (in *procInstance) Doorbell(tail uint32) error {
 // doorbell cannot ring.
 func (in *procInstance) ringable() (moving bool, err error) {
 	in.mu.Lock()
-	moving = in.moving != nil && !in.bellsLive
-	in.mu.Unlock()
-	if moving {
-		return true, nil
+	if in.moving != nil {
+		live := in.bellsLive
+		in.mu.Unlock()
+		if !live {
+			return true, nil
+		}
+		// Before the freeze or after the landing: ring the worker the
+		// instance is on now, without waiting for the relocation (which
+		// takes bellMu, held by the caller).
+		_, _, err = in.current()
+		return false, err
 	}
+	in.mu.Unlock()
 	_, _, err = in.bound()
 	return false, err
 }

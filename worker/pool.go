@@ -292,7 +292,7 @@ func (p *Pool) forget(pr *process) {
 // retire stops pr if it serves no instance any more.
 func (p *Pool) retire(pr *process) {
 	pr.mu.Lock()
-	idle := len(pr.slots) == 0
+	idle := len(pr.slots) == 0 && pr.pinned == 0
 	pr.mu.Unlock()
 	if !idle {
 		return

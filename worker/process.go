@@ -66,6 +66,7 @@ type process struct {
 	turns    map[uint32]func(dev time.Duration, slices uint32) // turns of the worker in progress; nil: being granted
 	slots    map[uint32]*procInstance
 	nextSlot uint32
+	pinned   int // relocations on their way here: not retired while idle
 	// An upgrade in place (handover.go) pauses the process: turns asked
 	// for meanwhile wait in deferred, calls are refused, and the reader
 	// stops between two messages.

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/migrate/stream"
 	"github.com/vgpud/vgpud/worker/wire"
 )
 
@@ -33,7 +35,8 @@ type Relocation struct {
 // RelocateStats says what a relocation did.
 type RelocateStats struct {
 	From, To   int
-	StateBytes uint64        // the state's stream, in bytes
+	StateBytes uint64        // the state's streams, in bytes: pre-copy and final round
+	FinalBytes uint64        // of which the final round (ring frozen)
 	Stopped    time.Duration // ring frozen: from the freeze to the thaw
 	Held       time.Duration // of Stopped, spent in Hold
 	RolledBack bool          // the state went back to From
@@ -76,11 +79,14 @@ func (in *procInstance) viewing() (ringView, bool) {
 }
 
 // Relocate moves the instance's device state to r.Device while the VM
-// runs: the ring is frozen between two commands (a command the guest
-// publishes meanwhile waits in guest RAM), the state is taken out of the
-// old worker whole (buffers, programs as source, ring positions), the old
-// worker frees it, and a worker of the instance's domain on r.Device
-// rebuilds it; then the ring thaws and the last doorbell is replayed. The
+// runs: a pre-copy round reads the whole state (buffers, programs as
+// source) while the guest computes, and the programs are built ahead on
+// r.Device's worker; then the ring is frozen between two commands (a
+// command the guest publishes meanwhile waits in guest RAM), a final
+// round takes what changed and the ring positions, the old worker frees
+// the state, and a worker of the instance's domain on r.Device rebuilds
+// it from both rounds; then the ring thaws and the last doorbell is
+// replayed. The
 // register file keeps answering throughout. If the new device refuses
 // the state (a program that does not build there, no room), it goes back
 // to the old device; if that fails too the instance is lost (its guest
@@ -118,7 +124,15 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 	if err != nil {
 		return st, fmt.Errorf("relocate %s: start a worker on device %d: %w", in.cfg.ID, r.Device, err)
 	}
-	defer in.pool.retire(target) // if nothing landed there
+	target.mu.Lock()
+	target.pinned++
+	target.mu.Unlock()
+	defer func() {
+		target.mu.Lock()
+		target.pinned--
+		target.mu.Unlock()
+		in.pool.retire(target) // if nothing landed there
+	}()
 	defer func() {
 		in.mu.Lock()
 		in.moving, in.stopMove, in.view, in.bellsLive = nil, nil, ringView{}, false
@@ -127,20 +141,40 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 	}()
 	log := in.pool.log.With("instance", in.cfg.ID, "from", from, "to", r.Device)
 
-	// Out of the old worker.
+	// Pre-copy: the whole state, read while the guest computes; its
+	// programs are built on the new device's worker at once, so that
+	// their rebuild during the move hits that worker's compiler cache.
+	in.mu.Lock()
+	in.bellsLive = true // doorbells reach the old worker until the freeze
+	in.mu.Unlock()
+	var pre bytes.Buffer
+	pre.Grow(int(min(in.pool.mem[from].Held(in.cfg.ID)+in.sh.ProgramBytes.Load(), 1<<34)) + 1<<20)
+	if _, err := in.extractFrom(ctx, pr, slot, false, &pre); err != nil {
+		return st, fmt.Errorf("relocate %s: pre-copy: %w", in.cfg.ID, err)
+	}
+	if err := in.prebuild(ctx, r.Device, pre.Bytes()); err != nil {
+		log.Warn("relocation: programs not built ahead on the new device (they are built during the move)", "err", err)
+	}
+
+	// Out of the old worker: the ring frozen, what changed since.
+	in.bellMu.Lock()
+	in.mu.Lock()
+	in.bellsLive = false
+	in.mu.Unlock()
+	in.bellMu.Unlock()
 	if err := in.freezeOn(ctx, pr, slot); err != nil {
+		in.liveBells()
 		return st, fmt.Errorf("relocate %s: freeze: %w", in.cfg.ID, err)
 	}
 	frozen := time.Now()
-	// Sized for what the instance holds: growing a buffer of tens of
-	// MiB by doubling while the worker writes stalls the pipe.
-	var state bytes.Buffer
-	state.Grow(int(min(in.pool.mem[from].Held(in.cfg.ID)+in.sh.ProgramBytes.Load(), 1<<34)) + 1<<20)
-	if _, err := in.extractFrom(ctx, pr, slot, true, &state); err != nil {
+	var final bytes.Buffer
+	if _, err := in.extractFrom(ctx, pr, slot, true, &final); err != nil {
+		in.liveBells()
 		in.thawOn(pr, slot)
 		return st, fmt.Errorf("relocate %s: %w", in.cfg.ID, err)
 	}
-	st.StateBytes = uint64(state.Len())
+	st.FinalBytes = uint64(final.Len())
+	st.StateBytes = uint64(pre.Len() + final.Len())
 	stats := in.sh.Stats.Copy()
 	errSt, errCount := in.sh.Error()
 	in.mu.Lock()
@@ -149,9 +183,7 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 	in.mu.Unlock()
 	if err := in.leave(pr, slot, pr == target); err != nil {
 		// The old worker still holds the state: go on there.
-		in.mu.Lock()
-		in.view = ringView{}
-		in.mu.Unlock()
+		in.liveBells()
 		in.thawOn(pr, slot)
 		return st, fmt.Errorf("relocate %s: leave device %d: %w", in.cfg.ID, from, err)
 	}
@@ -173,11 +205,15 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 		if err != nil {
 			return err
 		}
-		if err := in.freezeOn(ctx, npr, nslot); err == nil {
-			err = in.injectInto(ctx, npr, nslot, bytes.NewReader(state.Bytes()))
-			if err == nil {
-				return nil
-			}
+		err = in.freezeOn(ctx, npr, nslot)
+		if err == nil {
+			err = in.injectInto(ctx, npr, nslot, bytes.NewReader(pre.Bytes()))
+		}
+		if err == nil {
+			err = in.injectInto(ctx, npr, nslot, bytes.NewReader(final.Bytes()))
+		}
+		if err == nil {
+			return nil
 		}
 		in.leave(npr, nslot, false) // refused: nothing of it stays there
 		return err
@@ -230,12 +266,7 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 	in.sh.Stats.Add(stats)
 	npr, nslot, err := in.current()
 	if err == nil {
-		in.bellMu.Lock()
-		in.mu.Lock()
-		in.bellsLive, in.view = true, ringView{}
-		in.mu.Unlock()
-		err = in.replayBell()
-		in.bellMu.Unlock()
+		err = in.liveBells()
 	}
 	if err == nil {
 		err = in.thawOn(npr, nslot)
@@ -297,6 +328,18 @@ func (in *procInstance) leave(pr *process, slot uint32, keep bool) error {
 	return nil
 }
 
+// liveBells lets doorbells reach the instance's worker again (the one it
+// landed on, or the old one after a failure), the register file reads its
+// page again, and rings the last doorbell recorded meanwhile.
+func (in *procInstance) liveBells() error {
+	in.bellMu.Lock()
+	defer in.bellMu.Unlock()
+	in.mu.Lock()
+	in.bellsLive, in.view = true, ringView{}
+	in.mu.Unlock()
+	return in.replayBell()
+}
+
 // replayBell rings the guest's last doorbell again on the instance's new
 // worker, if it may be one the old worker never applied: a kick always
 // (the worker reads the tail from guest RAM), a tail only when it lies
@@ -315,4 +358,51 @@ func (in *procInstance) replayBell() error {
 		return nil
 	}
 	return in.ring(false, uint64(t))
+}
+
+// prebuild builds the programs of a pre-copy stream on device dev's
+// worker of the instance's domain, in a scratch instance that is removed
+// at once: the worker's compiler cache then holds them when the move
+// builds them again. Best effort.
+func (in *procInstance) prebuild(ctx context.Context, dev int, pre []byte) error {
+	var progs bytes.Buffer
+	w := stream.NewWriter(&progs)
+	r := stream.NewReader(bytes.NewReader(pre))
+	n := 0
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("pre-copy stream: %w", err)
+		}
+		if p, ok := rec.(*stream.Program); ok {
+			if err := w.Write(p); err != nil {
+				return err
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	cfg := InstanceConfig{ID: in.cfg.ID + "~prebuild", Device: dev, Domain: in.cfg.Domain, Shared: in.cfg.Shared, Limits: in.limits}
+	in.mu.Unlock()
+	scratch, err := newProcInstance(in.pool, cfg)
+	if err != nil {
+		return err
+	}
+	defer scratch.Close()
+	if err := scratch.attach(); err != nil {
+		return err
+	}
+	if err := scratch.Freeze(ctx); err != nil {
+		return err
+	}
+	return scratch.Inject(ctx, &progs)
 }

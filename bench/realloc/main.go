@@ -549,6 +549,9 @@ func phases(r *result) []summaryRow {
 				n++
 			}
 		}
+		if hi <= lo {
+			continue // the run ended during the reallocation
+		}
 		rate := float64(n) / (hi - lo).Seconds()
 		if p == 0 {
 			first = rate
