@@ -516,7 +516,7 @@ func series(w io.Writer, cfg config, r *result) {
 		t.Add(fmt.Sprintf("%.1f", lo.Seconds()), dev, fmt.Sprintf("%.1f", float64(counts[b])/cfg.bin.Seconds()), bar, event)
 	}
 	t.Notes = []string{
-		"STOP marks the bins in which a reallocation ran: the frame loop makes no progress from the request to the answer (ring frozen: the device state moving between workers; realloc: the whole reallocation, the program's checkpoint and resume included).",
+		"STOP marks the bins in which a reallocation ran (realloc: from the request to the answer). The ring is frozen only for the figure given: transparent moves pre-copy the state and build the programs on the new device while the guest computes; a cooperative program stops itself from its checkpoint (R.1) to its resume (R.4).",
 	}
 	t.Print(w)
 }
@@ -585,8 +585,7 @@ func summary(w io.Writer, rows []summaryRow) {
 		t.Add(r.mode, r.phase, r.device, fmt.Sprint(r.wset>>20), fmt.Sprintf("%.1f", r.rate), ratio, state, stopped, total)
 	}
 	t.Notes = []string{
-		"transparent: the state moves whole while the ring is frozen; cooperative: the program frees its buffers first (R.1, R.2), so almost nothing moves, and makes its working set again at the new size after (R.3, R.4): its stoppage is the whole reallocation.",
-		"Both pay the program's rebuild for the other device (PoCL compiles it again: most of the frozen time).",
+		"transparent: the state is read while the guest runs and what changed is copied again while the ring is frozen; cooperative: the program frees its buffers first (R.1, R.2), so almost nothing moves, and makes its working set again at the new size after (R.3, R.4): it does not run from its checkpoint to its resume, most of which is its program's compile for the other device.",
 	}
 	t.Print(w)
 }
