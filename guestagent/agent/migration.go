@@ -100,6 +100,12 @@ func (hm handlerMigrator) migrate(ctx context.Context, req agentmsg.Message) (ag
 			err = hm.h.Resume(ctx, req.Flags&agentmsg.ResumeReplugged != 0)
 		}
 	}
+	return answerOf(err)
+}
+
+// answerOf is the status and program count a program's handler earns
+// with err: ok and 1, or timeout (a deadline) or failed and 0.
+func answerOf(err error) (agentmsg.MigrationStatus, uint32) {
 	switch {
 	case err == nil:
 		return agentmsg.MigrationOK, 1

@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/vgpud/vgpud/abi/agentmsg"
-	"github.com/vgpud/vgpud/guestagent/driver"
 )
 
 // Reconfiguration (docs/agent-channel.md "Reconfiguration"): before vgpud
@@ -148,14 +147,7 @@ func (hr handlerReconfig) migrate(ctx context.Context, req agentmsg.Message) (ag
 	default:
 		return agentmsg.MigrationFailed, 0
 	}
-	switch {
-	case err == nil:
-		return agentmsg.MigrationOK, 1
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, driver.ErrTimeout):
-		return agentmsg.MigrationTimeout, 0
-	default:
-		return agentmsg.MigrationFailed, 0
-	}
+	return answerOf(err)
 }
 
 // reconfigClientLocked reports whether rc is a reconfiguration client: it
