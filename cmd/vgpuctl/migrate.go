@@ -34,8 +34,14 @@ func migrateCmd(ctx context.Context, c *control.Client, args []string, w, stderr
 	}
 	req.QEMUBandwidth <<= 20
 	rep, err := c.Migrate(ctx, id, req)
+	return showMigration(w, rep, err, *asJSON)
+}
+
+// showMigration prints a migration's report (there may be one with an
+// error) and returns the error.
+func showMigration(w io.Writer, rep *migrate.Report, err error, asJSON bool) error {
 	if rep != nil {
-		if *asJSON {
+		if asJSON {
 			if perr := printJSON(w, rep); perr != nil {
 				return perr
 			}

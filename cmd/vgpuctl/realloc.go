@@ -37,16 +37,7 @@ func reallocCmd(ctx context.Context, c *control.Client, args []string, w, stderr
 			return errors.New(use)
 		}
 		rep, err := c.Migrate(ctx, id, control.MigrateRequest{To: *to, URI: *uri})
-		if rep != nil {
-			if *asJSON {
-				if perr := printJSON(w, rep); perr != nil {
-					return perr
-				}
-			} else {
-				printReport(w, rep)
-			}
-		}
-		return err
+		return showMigration(w, rep, err, *asJSON)
 	}
 	req := mdev.ReallocRequest{Profile: *profile, Deadline: mdev.Duration(*deadline)}
 	if *dev >= 0 {
