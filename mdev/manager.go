@@ -102,11 +102,12 @@ type Manager struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	instances   map[string]*Instance
-	closed      bool
-	reusePinned map[string]int64      // domain budgets set by the operator
-	profileOC   map[string]Overcommit // profiles' overcommit settings (overcommit.go)
-	budgeted    map[string]bool       // domains given a budget (to forget when unused)
+	instances    map[string]*Instance
+	closed       bool
+	reusePinned  map[string]int64      // domain budgets set by the operator
+	profileOC    map[string]Overcommit // profiles' overcommit settings (overcommit.go)
+	profileOCSet map[string]bool       // of which set at run time
+	budgeted     map[string]bool       // domains given a budget (to forget when unused)
 	// An upgrade in place (handover.go).
 	paused   bool
 	resume   chan struct{}
@@ -153,6 +154,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	m.place = place
 	m.reusePinned = make(map[string]int64)
 	m.profileOC = make(map[string]Overcommit)
+	m.profileOCSet = make(map[string]bool)
 	m.budgeted = make(map[string]bool)
 	for _, p := range profiles {
 		if err := p.Validate(); err != nil {

@@ -137,9 +137,25 @@ func (m *Manager) SetProfileOvercommit(name string, o Overcommit) (err error) {
 	}
 	m.mu.Lock()
 	m.profileOC[name] = o
+	m.profileOCSet[name] = true
 	m.mu.Unlock()
 	m.log.Info("profile overcommit set", "profile", name, "policy", o.Policy, "timeout", o.timeout())
 	return nil
+}
+
+// ProfileOvercommitSet returns the profiles whose overcommit setting an
+// operator changed at run time, with it, by name.
+func (m *Manager) ProfileOvercommitSet() []Profile {
+	var out []Profile
+	for _, p := range m.Profiles() {
+		m.mu.Lock()
+		set := m.profileOCSet[p.Name]
+		m.mu.Unlock()
+		if set {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // shortage is the pool's Shortage: what an allocation of want bytes by

@@ -34,6 +34,9 @@ func Capture(m *mdev.Manager) State {
 	if p, ds, ok := m.PlacementSet(); ok {
 		st.Placement = &Placement{Policy: string(p), Dataset: ds}
 	}
+	for _, p := range m.ProfileOvercommitSet() {
+		st.ProfileOvercommit = append(st.ProfileOvercommit, ProfileOvercommit{Profile: p.Name, Overcommit: p.Overcommit})
+	}
 	return st
 }
 
@@ -76,6 +79,11 @@ func Restore(m *mdev.Manager, st State) (kept []Instance, err error) {
 	for _, b := range st.ReuseBudgets {
 		if berr := m.SetReuseBudget(b.Domain, b.Bytes); berr != nil {
 			errs = append(errs, fmt.Errorf("reuse budget of %s: %w", b.Domain, berr))
+		}
+	}
+	for _, p := range st.ProfileOvercommit {
+		if oerr := m.SetProfileOvercommit(p.Profile, p.Overcommit); oerr != nil {
+			errs = append(errs, fmt.Errorf("profile %s overcommit: %w", p.Profile, oerr))
 		}
 	}
 	if p := st.Placement; p != nil {

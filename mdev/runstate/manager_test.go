@@ -46,13 +46,16 @@ func TestCaptureRestore(t *testing.T) {
 		m.SetPolicy(0, "fixed-share"),
 		m.SetReuseBudget("tenant-a", 1<<20),
 		m.SetPlacement(mdev.PlaceRoundRobin, nil),
+		m.SetOvercommit(a.UUID(), mdev.Overcommit{Policy: mdev.OvercommitSuspend}),
+		m.SetProfileOvercommit("vgpu-medium", mdev.Overcommit{Policy: mdev.OvercommitBlock, Timeout: mdev.Duration(5 * time.Second)}),
 	} {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	st := Capture(m)
-	if len(st.Instances) != 2 || st.Instances[0].Share != 5 || len(st.ReuseBudgets) != 1 || st.Placement == nil {
+	if len(st.Instances) != 2 || st.Instances[0].Share != 5 || len(st.ReuseBudgets) != 1 || st.Placement == nil ||
+		st.Instances[0].Overcommit.Policy != mdev.OvercommitSuspend || len(st.ProfileOvercommit) != 1 {
 		t.Fatalf("Capture = %+v", st)
 	}
 	m.Close()

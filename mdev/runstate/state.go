@@ -43,6 +43,15 @@ type State struct {
 	// Placement is the placement an operator set at run time (vgpuctl
 	// place), if any.
 	Placement *Placement `json:"placement,omitempty"`
+	// ProfileOvercommit are the vGPU types' overcommit settings an
+	// operator set at run time (vgpuctl overcommit -profile).
+	ProfileOvercommit []ProfileOvercommit `json:"profile_overcommit,omitempty"`
+}
+
+// ProfileOvercommit is a vGPU type's overcommit setting.
+type ProfileOvercommit struct {
+	Profile    string          `json:"profile"`
+	Overcommit mdev.Overcommit `json:"overcommit"`
 }
 
 // Placement is the placement policy and the dataset its model learned
