@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/vgpud/vgpud/bench/syncjob"
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/guestagent/syncjob"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 )

@@ -6,7 +6,7 @@
 //     emulated edu device, both timed inside one TCG guest; plus the vGPU
 //     register through the QEMU-less harness (host process -> socket ->
 //     vgpud).
-//   - Virtualization overhead of a matmul-heavy job (package bench/job):
+//   - Virtualization overhead of a matmul-heavy job (package guestagent/job):
 //     directly on gpu.Queue (the baseline), through the harness and the
 //     guest driver library in this process, and from inside a TCG guest
 //     (guestagent/cmd/vgpu-bench).

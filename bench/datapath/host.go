@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vgpud/vgpud/bench/job"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/job"
 )
 
 // hostDevice runs the job directly on a gpu.Queue: the baseline, with no

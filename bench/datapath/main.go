@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/bench/host"
-	"github.com/vgpud/vgpud/bench/job"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/job"
 	"github.com/vgpud/vgpud/mdev"
 )
 

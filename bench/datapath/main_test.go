@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/vgpud/vgpud/bench/job"
+	"github.com/vgpud/vgpud/guestagent/job"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

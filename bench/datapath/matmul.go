@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/vgpud/vgpud/bench/job"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/guestagent/job"
 )
 
 // matmulTable runs the job on every path and compares each with the host.
@@ -59,7 +59,7 @@ func (b *bench) matmulTable(ctx context.Context) (*table.Table, error) {
 	if b.guest != nil {
 		row("QEMU guest via x-pci-proxy-dev (TCG)", guestRuns)
 	}
-	t.Note("same job (bench/job) on every path: upload B, then %d x (upload A (alternating 2 inputs), matmul %dx%d in %dx%d groups, download C);",
+	t.Note("same job (guestagent/job) on every path: upload B, then %d x (upload A (alternating 2 inputs), matmul %dx%d in %dx%d groups, download C);",
 		s.Reps, s.N, s.N, s.Local, s.Local)
 	t.Note("each row is the run with the median total of %d runs on that path (the last column gives the range)", b.cfg.runs)
 	t.Note("total excludes setup (program build and buffer allocation); kernel = device time from OpenCL profiling (host) or the completion record")

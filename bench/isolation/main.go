@@ -7,7 +7,7 @@
 //     nop, a one-item launch, a 4 KiB write and read back), the two modes
 //     measured in interleaved blocks, as the median and as a paired ratio
 //     with its 95% confidence interval;
-//   - the 512 x 512 matmul job of bench/job (upload A, multiply, download C,
+//   - the 512 x 512 matmul job of guestagent/job (upload A, multiply, download C,
 //     ten times) in each mode, alternating, median of -runs.
 //
 // The guests are the driver library on the QEMU-less harness VM
@@ -29,10 +29,10 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/bench/host"
-	"github.com/vgpud/vgpud/bench/job"
 	"github.com/vgpud/vgpud/bench/stats"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/guestagent/job"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpud/vgpud/bench/syncjob"
+	"github.com/vgpud/vgpud/guestagent/syncjob"
 )
 
 // TestRunRejectsBadFlags: bad settings fail before any guest boots.

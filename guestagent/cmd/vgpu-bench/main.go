@@ -1,5 +1,5 @@
 // Command vgpu-bench runs inside a guest the data-path benchmark's matmul
-// job (package bench/job, the same work bench/datapath runs on the host): it
+// job (package guestagent/job, the same work bench/datapath runs on the host): it
 // finds the vGPU on the PCI bus, opens it with the guest driver library, runs
 // the job -runs times (default 1), and prints its own timing as one line per
 // run (bench/README.md):
@@ -20,8 +20,8 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/vgpud/vgpud/bench/job"
 	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/guestagent/job"
 )
 
 // Marker prefixes the result line.

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/bench/job"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/driver/drivertest"
+	"github.com/vgpud/vgpud/guestagent/job"
 )
 
 func f32(b []byte, i uint64) float32 {

@@ -25,9 +25,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vgpud/vgpud/bench/syncjob"
 	"github.com/vgpud/vgpud/guestagent/agent"
 	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/guestagent/syncjob"
 )
 
 // The console format is shared with bench/sync.

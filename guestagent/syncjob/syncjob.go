@@ -1,7 +1,3 @@
-// Package syncjob is the wire format between the guest program vgpu-sync
-// (the NAMD-like sync workload) and bench/sync, which reads its console:
-// defined once so the two cannot drift. Plain Go, so the static guest
-// binary imports it too.
 package syncjob
 
 // Console line prefixes: BeginPrefix + mode announces a mode, LinePrefix +
