@@ -130,8 +130,10 @@ func TestReallocWithReconfigurationAPI(t *testing.T) {
 // together, less than the 256 MiB vgpu-small advertises. Two guests on it
 // each allocate a 64 MiB buffer: the one whose policy is migrate moves to
 // device 1 and finishes its job there with the CPU's result; the one whose
-// policy is block, with nobody freeing memory, gets a clean
-// out-of-resources status after its timeout, not a hang.
+// policy is block asks for more than device 0 can ever hold and gets a
+// clean out-of-resources status, not a hang. (Blocking until another
+// instance frees, and timing out when none does, are mdev's
+// TestOvercommitBlock, with real workers but no QEMU.)
 func TestOvercommitInGuests(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU twice")
