@@ -13,3 +13,5 @@
 // nothing of transports, devices or scheduling. The guest driver and the
 // host side share it, so the two ends cannot disagree.
 package abi
+
+//go:generate go run ./cabi -o ../guestagent/icd/vgpu_abi.h
