@@ -33,6 +33,25 @@ build: deps
 	$(GO) build -o $(BIN)/vgpud ./cmd/vgpud
 	$(GO) build -o $(BIN)/vgpuctl ./cmd/vgpuctl
 
+# The guest OpenCL ICD (docs/icd.md): build/icd/libvgpud-icd.so and
+# build/icd/vgpud.icd, the loader's one-line file naming it by absolute
+# path (OCL_ICD_VENDORS=build/icd clinfo uses it in place; a guest image
+# copies both, the .icd into /etc/OpenCL/vendors). Rebuilt only when a
+# source changed; vgpud.icd is rewritten only when the path changed.
+ICD        := build/icd
+ICD_SRCS   := $(wildcard guestagent/icd/src/*.c)
+ICD_HDRS   := $(wildcard guestagent/icd/src/*.h) guestagent/icd/vgpu_abi.h
+ICD_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden
+
+.PHONY: icd
+icd: deps $(ICD)/libvgpud-icd.so
+	@echo '$(abspath $(ICD))/libvgpud-icd.so' | cmp -s - $(ICD)/vgpud.icd || \
+		echo '$(abspath $(ICD))/libvgpud-icd.so' > $(ICD)/vgpud.icd
+
+$(ICD)/libvgpud-icd.so: $(ICD_SRCS) $(ICD_HDRS)
+	@mkdir -p $(ICD)
+	$(CC) $(ICD_CFLAGS) -Iguestagent/icd -shared -Wl,-z,defs -o $@ $(ICD_SRCS) -lpthread
+
 test: deps kernel
 	$(GO) vet ./...
 	$(GO) test $(TESTFLAGS) ./...

@@ -1,0 +1,35 @@
+/* util.c: logging and the common shape of every clGet*Info answer. */
+#include "icd.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void vgpu_log(const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	/* One write per line, so that lines of concurrent threads do not mix. */
+	fprintf(stderr, "vgpud ICD: %s\n", line);
+}
+
+cl_int vgpu_info(const void *src, size_t n, size_t size, void *value, size_t *size_ret)
+{
+	if (value != NULL) {
+		if (size < n)
+			return CL_INVALID_VALUE;
+		if (n > 0)
+			memcpy(value, src, n);
+	}
+	if (size_ret != NULL)
+		*size_ret = n;
+	return CL_SUCCESS;
+}
+
+cl_int vgpu_info_str(const char *s, size_t size, void *value, size_t *size_ret)
+{
+	return vgpu_info(s, strlen(s) + 1, size, value, size_ret);
+}
