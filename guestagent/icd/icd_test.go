@@ -1,0 +1,332 @@
+package icd
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// cflags are the flags of the Makefile's icd target: C11, every warning an
+// error, only the loader's symbols exported.
+var cflags = []string{"-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fPIC", "-fvisibility=hidden"}
+
+// needToolchain skips the test when what CI installs through
+// scripts/install-deps.sh (gcc, ocl-icd-opencl-dev, opencl-headers) is
+// missing here.
+func needToolchain(t *testing.T) string {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("gcc not installed (scripts/install-deps.sh installs it)")
+	}
+	cmd := exec.Command(gcc, "-fsyntax-only", "-x", "c", "-")
+	cmd.Stdin = strings.NewReader("#define CL_TARGET_OPENCL_VERSION 300\n#include <CL/cl_icd.h>\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("OpenCL headers missing (opencl-headers, ocl-icd-opencl-dev; scripts/install-deps.sh installs them): %v\n%s", err, out)
+	}
+	return gcc
+}
+
+// buildICD compiles libvgpud-icd.so into a new directory and writes the
+// vgpud.icd file naming it there; it returns the directory. extra flags
+// are added to the compile (sanitizers).
+func buildICD(t *testing.T, gcc string, extra ...string) string {
+	t.Helper()
+	srcs, err := filepath.Glob("src/*.c")
+	if err != nil || len(srcs) == 0 {
+		t.Fatalf("no sources in src/: %v", err)
+	}
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libvgpud-icd.so")
+	args := append(append(append([]string{}, cflags...), extra...), "-I.", "-shared", "-Wl,-z,defs", "-o", lib)
+	args = append(append(args, srcs...), "-lpthread")
+	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "vgpud.icd"), []byte(lib+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// regs is the register image of a fake vGPU's BAR0.
+type regs struct {
+	id, version   uint32
+	mem, maxAlloc uint64
+	computeUnits  uint32
+	maxWorkGroup  uint32
+	profile, name string
+}
+
+func (r regs) image() []byte {
+	le := binary.LittleEndian
+	b := make([]byte, abi.BAR0Size)
+	le.PutUint32(b[abi.RegID:], r.id)
+	le.PutUint32(b[abi.RegVersion:], r.version)
+	le.PutUint32(b[abi.RegFeatures:], abi.Features)
+	le.PutUint64(b[abi.RegMemSizeLo:], r.mem) // Lo then Hi: one little-endian 64-bit value
+	le.PutUint64(b[abi.RegMaxAllocLo:], r.maxAlloc)
+	le.PutUint32(b[abi.RegComputeUnits:], r.computeUnits)
+	le.PutUint32(b[abi.RegMaxRingSlots:], abi.MaxRingSlots)
+	le.PutUint32(b[abi.RegMaxWorkGroup:], r.maxWorkGroup)
+	copy(b[abi.RegProfileName:abi.RegProfileName+abi.ProfileNameLen], r.profile)
+	copy(b[abi.RegDeviceName:abi.RegDeviceName+abi.DeviceNameLen], r.name)
+	return b
+}
+
+// small is the device of the tests: the profile of the issue's example.
+var small = regs{
+	id: abi.IDMagic, version: abi.Version, mem: 256 << 20, maxAlloc: 64 << 20,
+	computeUnits: 2, maxWorkGroup: 1024, profile: "vgpu-small", name: "pthread-test",
+}
+
+// addDevice creates the sysfs directory of a PCI function under root. A nil
+// image makes a function without resource0.
+func addDevice(t *testing.T, root, bdf string, vendor, device, class int, image []byte) {
+	t.Helper()
+	dir := filepath.Join(root, bdf)
+	files := map[string]string{
+		"vendor": hex(vendor, 4), "device": hex(device, 4), "class": hex(class, 6), "enable": "",
+	}
+	if image != nil {
+		files["resource0"] = string(image)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func hex(v, digits int) string { return fmt.Sprintf("0x%0*x\n", digits, v) }
+
+func addVGPU(t *testing.T, root, bdf string, r regs) {
+	addDevice(t, root, bdf, abi.VendorID, abi.DeviceID, abi.ClassCode, r.image())
+}
+
+// env is the environment that makes the loader see only the ICD in icdDir
+// and the ICD see only the fake tree.
+func env(icdDir, sysfs string) []string {
+	var e []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OCL_ICD_") && !strings.HasPrefix(kv, "OPENCL_VENDOR_PATH=") &&
+			!strings.HasPrefix(kv, "VGPUD_ICD_") {
+			e = append(e, kv)
+		}
+	}
+	return append(e, "OCL_ICD_VENDORS="+icdDir, "VGPUD_ICD_SYSFS="+sysfs)
+}
+
+// TestExports: the library exports what ICD loaders look up, nothing else.
+func TestExports(t *testing.T) {
+	dir := buildICD(t, needToolchain(t))
+	f, err := elf.Open(filepath.Join(dir, "libvgpud-icd.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && elf.ST_BIND(s.Info) != elf.STB_LOCAL && s.Name != "" {
+			got = append(got, s.Name)
+		}
+	}
+	slices.Sort(got)
+	want := []string{"clGetExtensionFunctionAddress", "clGetPlatformInfo", "clIcdGetPlatformIDsKHR"}
+	if !slices.Equal(got, want) {
+		t.Errorf("exported symbols %v, want %v", got, want)
+	}
+}
+
+// TestClinfo runs the real clinfo against one fake vGPU.
+func TestClinfo(t *testing.T) {
+	gcc := needToolchain(t)
+	clinfo, err := exec.LookPath("clinfo")
+	if err != nil {
+		t.Skip("clinfo not installed (scripts/install-deps.sh installs it)")
+	}
+	icdDir := buildICD(t, gcc)
+	sysfs := t.TempDir()
+	addVGPU(t, sysfs, "0000:00:04.0", small)
+	cmd := exec.Command(clinfo)
+	cmd.Env = env(icdDir, sysfs)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("clinfo: %v\n%s", err, out)
+	}
+	t.Logf("clinfo:\n%s", out)
+	for _, re := range []string{
+		`(?m)^Number of platforms\s+1$`,
+		`(?m)^\s+Platform Name\s+vgpud$`,
+		`(?m)^\s+Platform Version\s+OpenCL 1\.2 vgpud$`,
+		`(?m)^\s+Platform Extensions function suffix\s+vgpud$`,
+		`(?m)^Number of devices\s+1$`,
+		`(?m)^\s+Device Name\s+pthread-test$`,
+		`(?m)^\s+Device Type\s+GPU$`,
+		`(?m)^\s+Device Version\s+OpenCL 1\.2 vgpud ABI 1\.3 profile vgpu-small$`,
+		`(?m)^\s+Global memory size\s+268435456 \(256MiB\)$`,
+		`(?m)^\s+Max memory allocation\s+67108864 \(64MiB\)$`,
+		`(?m)^\s+Max compute units\s+2$`,
+		`(?m)^\s+Max work group size\s+1024$`,
+		`(?m)^\s+Image support\s+No$`,
+	} {
+		if !regexp.MustCompile(re).Match(out) {
+			t.Errorf("clinfo output does not match %s", re)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(sysfs, "0000:00:04.0", "enable")); err != nil || string(b) != "1" {
+		t.Errorf("enable file holds %q (%v), want the ICD's \"1\"", b, err)
+	}
+}
+
+// TestAPI runs testdata/apitest.c through the loader against a tree with
+// two good vGPUs among functions the ICD must skip, then against a tree
+// with none it can use.
+func TestAPI(t *testing.T) {
+	gcc := needToolchain(t)
+	t.Run("plain", func(t *testing.T) { runAPITest(t, gcc) })
+	t.Run("sanitized", func(t *testing.T) {
+		san := []string{"-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"}
+		probe := exec.Command(gcc, append(san, "-x", "c", "-o", filepath.Join(t.TempDir(), "a"), "-")...)
+		probe.Stdin = strings.NewReader("int main(void) { return 0; }\n")
+		if out, err := probe.CombinedOutput(); err != nil {
+			t.Skipf("gcc cannot build with sanitizers here: %v\n%s", err, out)
+		}
+		runAPITest(t, gcc, san...)
+	})
+}
+
+func runAPITest(t *testing.T, gcc string, extra ...string) {
+	icdDir := buildICD(t, gcc, extra...)
+	exe := filepath.Join(t.TempDir(), "apitest")
+	args := append(append(append([]string{}, cflags...), extra...), "-o", exe, "testdata/apitest.c", "-lOpenCL", "-ldl")
+	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	lib := filepath.Join(icdDir, "libvgpud-icd.so")
+
+	full := t.TempDir()
+	addDevice(t, full, "0000:00:03.0", 0x8086, 0x1237, 0x060000, nil) // a host bridge
+	addVGPU(t, full, "0000:00:07.0", regs{id: abi.IDMagic, version: abi.Version, mem: 1 << 30, maxAlloc: 1 << 28,
+		computeUnits: 4, maxWorkGroup: 256, profile: "vgpu-large",
+		name: "second, a name of exactly sixty-four bytes, with no NUL at all!!"})
+	addVGPU(t, full, "0000:00:04.0", small)
+	bad := small
+	bad.id = 0xffffffff // what a function with memory space disabled reads
+	addVGPU(t, full, "0000:00:05.0", bad)
+	v2 := small
+	v2.version = 2 << 16
+	addVGPU(t, full, "0000:00:06.0", v2)
+	addDevice(t, full, "0000:00:08.0", abi.VendorID, abi.DeviceID, abi.ClassCode, make([]byte, 100)) // short BAR
+	addDevice(t, full, "0000:00:09.0", abi.VendorID, abi.DeviceID, 0x038000, small.image())          // other class
+
+	stderr := runAPI(t, exe, "full", lib, icdDir, full)
+	for _, want := range []string{
+		"vgpud ICD: skipping 0000:00:05.0: ID register reads 0xffffffff, want 0x55504756",
+		"vgpud ICD: skipping 0000:00:06.0: ABI version 2.0, this ICD drives 1.x",
+		"vgpud ICD: skipping 0000:00:08.0: ",
+	} {
+		if strings.Count(stderr, want) != 1 {
+			t.Errorf("stderr has %q %d times, want once", want, strings.Count(stderr, want))
+		}
+	}
+	if n := strings.Count(stderr, "vgpud ICD: clCreateContext is not implemented yet (issue 11)\n"); n != 1 {
+		t.Errorf("clCreateContext was refused with %d messages, want 1 for two calls", n)
+	}
+	if strings.Contains(stderr, "0000:00:03.0") || strings.Contains(stderr, "0000:00:09.0") {
+		t.Errorf("a function that is not a vGPU was mentioned:\n%s", stderr)
+	}
+
+	none := t.TempDir()
+	addVGPU(t, none, "0000:00:05.0", bad)
+	runAPI(t, exe, "none", lib, icdDir, none)
+}
+
+func runAPI(t *testing.T, exe, mode, lib, icdDir, sysfs string) string {
+	t.Helper()
+	cmd := exec.Command(exe, mode, lib)
+	cmd.Env = env(icdDir, sysfs)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("apitest %s:\n%s%s", mode, stdout.String(), stderr.String())
+	if err != nil {
+		t.Errorf("apitest %s: %v\n%s%s", mode, err, stdout.String(), stderr.String())
+	}
+	return stderr.String()
+}
+
+// TestDocsListRefusals keeps docs/icd.md honest: every dispatch entry the
+// ICD refuses is listed under the heading of its kind, every listed entry
+// is refused, and every device query the ICD answers has a table row.
+func TestDocsListRefusals(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/icd.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("src/dispatch.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := map[string][]string{}
+	for _, m := range regexp.MustCompile(`REFUSE\((cl\w+), (NOT_YET|NOT_12)\)`).FindAllStringSubmatch(string(src), -1) {
+		refused[m[2]] = append(refused[m[2]], m[1])
+	}
+	for kind, heading := range map[string]string{"NOT_YET": "## Not implemented yet", "NOT_12": "## Not supported"} {
+		section := sectionOf(string(doc), heading)
+		if section == "" {
+			t.Errorf("docs/icd.md has no section %q", heading)
+			continue
+		}
+		var listed []string
+		for _, m := range regexp.MustCompile("`(cl[A-Za-z0-9]+)`").FindAllStringSubmatch(section, -1) {
+			listed = append(listed, m[1])
+		}
+		slices.Sort(listed)
+		listed = slices.Compact(listed)
+		want := slices.Clone(refused[kind])
+		slices.Sort(want)
+		if !slices.Equal(listed, want) {
+			t.Errorf("docs/icd.md %q lists %v,\nsrc/dispatch.c refuses %v", heading, listed, want)
+		}
+	}
+	dev, err := os.ReadFile("src/device.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries := sectionOf(string(doc), "## Device queries")
+	for _, m := range regexp.MustCompile(`case (CL_\w+):`).FindAllStringSubmatch(string(dev), -1) {
+		if !strings.Contains(queries, "`"+m[1]+"`") {
+			t.Errorf("docs/icd.md \"Device queries\" has no row for %s", m[1])
+		}
+	}
+}
+
+// sectionOf returns the text under a "## " heading up to the next one.
+func sectionOf(doc, heading string) string {
+	i := strings.Index(doc, "\n"+heading)
+	if i < 0 {
+		return ""
+	}
+	s := doc[i+1+len(heading):]
+	if j := strings.Index(s, "\n## "); j >= 0 {
+		s = s[:j]
+	}
+	return s
+}
