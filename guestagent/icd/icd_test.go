@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vgpud/vgpud/abi"
@@ -212,13 +213,21 @@ func TestAPI(t *testing.T) {
 	})
 }
 
-func runAPITest(t *testing.T, gcc string, extra ...string) {
-	icdDir := buildICD(t, gcc, extra...)
-	exe := filepath.Join(t.TempDir(), "apitest")
+// buildAPITest compiles the ICD and testdata/apitest.c; it returns the
+// test program and the directory of the ICD.
+func buildAPITest(t *testing.T, gcc string, extra ...string) (exe, icdDir string) {
+	t.Helper()
+	icdDir = buildICD(t, gcc, extra...)
+	exe = filepath.Join(t.TempDir(), "apitest")
 	args := append(append(append([]string{}, cflags...), extra...), "-o", exe, "testdata/apitest.c", "-lOpenCL", "-ldl")
 	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+	return exe, icdDir
+}
+
+func runAPITest(t *testing.T, gcc string, extra ...string) {
+	exe, icdDir := buildAPITest(t, gcc, extra...)
 	lib := filepath.Join(icdDir, "libvgpud-icd.so")
 
 	full := t.TempDir()
@@ -258,10 +267,51 @@ func runAPITest(t *testing.T, gcc string, extra ...string) {
 	runAPI(t, exe, "none", lib, icdDir, none)
 }
 
+// TestAPINonRoot: for a user who may not open resource0 (mode 0600 in
+// sysfs) or write enable, the vGPU is skipped with a message and no
+// platform is listed; nothing fails harder than that.
+func TestAPINonRoot(t *testing.T) {
+	gcc := needToolchain(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run the test as another user")
+	}
+	exe, icdDir := buildAPITest(t, gcc)
+	sysfs := t.TempDir()
+	addVGPU(t, sysfs, "0000:00:04.0", small)
+	for _, f := range []string{"resource0", "enable"} {
+		if err := os.Chmod(filepath.Join(sysfs, "0000:00:04.0", f), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Let the other user reach the program, the library and the tree: each
+	// is in a t.TempDir, in the test's temporary directory, both mode 0700.
+	for _, d := range []string{filepath.Dir(exe), icdDir, sysfs} {
+		for _, p := range []string{d, filepath.Dir(d)} {
+			if err := os.Chmod(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cred := &syscall.Credential{Uid: 65534, Gid: 65534} // nobody
+	stderr := runAPIAs(t, cred, exe, "none", filepath.Join(icdDir, "libvgpud-icd.so"), icdDir, sysfs)
+	want := "vgpud ICD: skipping 0000:00:04.0: open " + filepath.Join(sysfs, "0000:00:04.0", "resource0") + ": Permission denied"
+	if !strings.Contains(stderr, want) {
+		t.Errorf("stderr does not say %q", want)
+	}
+}
+
 func runAPI(t *testing.T, exe, mode, lib, icdDir, sysfs string) string {
+	t.Helper()
+	return runAPIAs(t, nil, exe, mode, lib, icdDir, sysfs)
+}
+
+func runAPIAs(t *testing.T, cred *syscall.Credential, exe, mode, lib, icdDir, sysfs string) string {
 	t.Helper()
 	cmd := exec.Command(exe, mode, lib)
 	cmd.Env = env(icdDir, sysfs)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
