@@ -110,7 +110,12 @@ static int probe(const char *dir, const char *bdf, struct _cl_device_id *dev)
 		return -1;
 	}
 	struct stat st;
-	if (fstat(fd, &st) != 0 || st.st_size < VGPU_BAR0_SIZE) {
+	if (fstat(fd, &st) != 0) {
+		vgpu_log("skipping %s: stat %s: %s", bdf, path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (st.st_size < VGPU_BAR0_SIZE) {
 		vgpu_log("skipping %s: %s is %lld bytes, want %d", bdf, path, (long long)st.st_size, VGPU_BAR0_SIZE);
 		close(fd);
 		return -1;
