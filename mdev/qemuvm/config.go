@@ -24,10 +24,11 @@ const (
 )
 
 // PCI slots on bus 0: the vGPUs from ProxySlot on, the agent channel's
-// virtio-serial controller at AgentSlot.
+// virtio-serial controller at AgentSlot, the userland disk at DiskSlot.
 const (
 	ProxySlot = 0x10
 	AgentSlot = 0x08
+	DiskSlot  = 0x09
 )
 
 // firstProxyFD is the descriptor number the first proxy device's socket
@@ -50,6 +51,11 @@ type Config struct {
 	QEMU string
 	// Kernel and Initrd are the guest's kernel image and initramfs.
 	Kernel, Initrd string
+	// Disk, if set, is a raw disk image attached read-only as a virtio
+	// block device at DiskSlot (/dev/vda in the guest): the Debian
+	// userland of scripts/fetch-userland.sh (docs/guest-image.md). QEMU
+	// never writes it, so VMs can share one image.
+	Disk string
 	// Append is added to BaseAppend on the kernel command line, e.g.
 	// "vgpu.run=vgpu-mmiobench vgpu.args=-dev,7667:0001".
 	Append string
@@ -125,6 +131,9 @@ func (c Config) Validate() error {
 	if strings.ContainsAny(c.Incoming, ", ") {
 		errs = append(errs, fmt.Errorf("incoming URI %q contains a comma or space", c.Incoming))
 	}
+	if strings.Contains(c.Disk, ",") {
+		errs = append(errs, fmt.Errorf("disk image path %q contains a comma", c.Disk))
+	}
 	if strings.Contains(c.QMPSocket, ",") {
 		errs = append(errs, fmt.Errorf("qmp socket path %q contains a comma", c.QMPSocket))
 	}
@@ -198,6 +207,11 @@ func (c Config) Args() []string {
 			"-device", fmt.Sprintf("virtio-serial-pci,id=agentser,addr=%#x", AgentSlot),
 			"-chardev", "socket,id=agentch,path="+c.AgentSocket+",reconnect=1",
 			"-device", "virtserialport,bus=agentser.0,chardev=agentch,name="+port)
+	}
+	if c.Disk != "" {
+		args = append(args,
+			"-drive", "file="+c.Disk+",format=raw,if=none,id=disk0,readonly=on",
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=disk0,addr=%#x", DiskSlot))
 	}
 	for _, d := range c.ExtraDevices {
 		args = append(args, "-device", d)

@@ -83,6 +83,7 @@ func TestValidate(t *testing.T) {
 		{"negative cpus", func(c *Config) { c.CPUs = -1 }},
 		{"quote in append", func(c *Config) { c.Append = `a="b c"` }},
 		{"comma in qmp path", func(c *Config) { c.QMPSocket = "/tmp/a,b" }},
+		{"comma in disk path", func(c *Config) { c.Disk = "/tmp/a,b.ext4" }},
 		{"empty id", func(c *Config) { c.Devices = []ProxyDevice{{FD: f}} }},
 		{"id with comma", func(c *Config) { c.Devices = []ProxyDevice{{ID: "a,fd=9", FD: f}} }},
 		{"id starting with digit", func(c *Config) { c.Devices = []ProxyDevice{{ID: "0a", FD: f}} }},
@@ -131,5 +132,28 @@ func TestArgsAgentChannel(t *testing.T) {
 	}
 	if err := (Config{Kernel: "k", Initrd: "i", AgentSocket: "a,b"}).Validate(); err == nil {
 		t.Errorf("Validate(agent socket with a comma) = nil")
+	}
+}
+
+func TestArgsDisk(t *testing.T) {
+	c := Config{Kernel: "k", Initrd: "i", Disk: "/b/guest/apps/rootfs.ext4", ExtraDevices: []string{"edu"}}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate() = %v, want nil", err)
+	}
+	want := []string{
+		"-drive", "file=/b/guest/apps/rootfs.ext4,format=raw,if=none,id=disk0,readonly=on",
+		"-device", "virtio-blk-pci,drive=disk0,addr=0x9",
+		"-device", "edu",
+		"-no-reboot",
+	}
+	args := c.Args()
+	if len(args) < len(want) {
+		t.Fatalf("Args() = %q, too short", args)
+	}
+	if diff := cmp.Diff(want, args[len(args)-len(want):]); diff != "" {
+		t.Errorf("Args() tail mismatch (-want +got):\n%s", diff)
+	}
+	if got := strings.Join((Config{Kernel: "k", Initrd: "i"}).Args(), " "); strings.Contains(got, "-drive") {
+		t.Errorf("Args() without Disk = %s, want no -drive", got)
 	}
 }
