@@ -23,6 +23,7 @@
 #   OUTDIR/initrd.cpio         the same tree as a newc archive, to append to
 #                              an initramfs made by vgpu-mkinitramfs
 #   OUTDIR/packages            "<package> <version>" of everything installed
+#   OUTDIR/kernel-package      the kernel package the modules come from
 #   OUTDIR/stamp               what the image was made from; a second run
 #                              with the same inputs does nothing
 #
@@ -73,8 +74,14 @@ outdir=$(realpath -m "$1")
 guestdir=$(realpath -m "${2:-$outdir/..}")
 
 [[ $(id -u) -eq 0 ]] || die "needs root: the image keeps the packages' file owners (dpkg -x) and ldconfig -r chroots"
+if ! command -v mkfs.ext4 >/dev/null; then
+	say "mkfs.ext4 missing: installing e2fsprogs"
+	export DEBIAN_FRONTEND=noninteractive
+	{ apt-get install -y -qq e2fsprogs >/dev/null || { apt-get update -qq && apt-get install -y -qq e2fsprogs >/dev/null; }; } ||
+		die "cannot install e2fsprogs (mkfs.ext4)"
+fi
 for tool in apt-get dpkg-deb mkfs.ext4 ldconfig chroot sha256sum; do
-	command -v "$tool" >/dev/null || die "$tool not found (apt, dpkg, e2fsprogs, libc-bin)"
+	command -v "$tool" >/dev/null || die "$tool not found (apt, dpkg, e2fsprogs, libc-bin, coreutils)"
 done
 [[ -f $guestdir/kernel-package && -f $guestdir/kernel-version ]] ||
 	die "no kernel in $guestdir: run \`make kernel\` or \`scripts/fetch-kernel.sh $guestdir\` first"
@@ -352,5 +359,6 @@ mv "$initrd" "$outdir/initrd"
 mv "$work/initrd.cpio" "$outdir/initrd.cpio"
 mv "$work/rootfs.ext4" "$outdir/rootfs.ext4"
 printf '%s\n' "$resolved" | awk '{ print $1, $2 }' >"$outdir/packages"
+echo "$kernel_package" >"$outdir/kernel-package"
 echo "$stamp" >"$outdir/stamp"
 say "$npkgs packages ($(du -sh --apparent-size "$outdir/rootfs.ext4" | cut -f1) image, $(du -sh "$outdir/rootfs.ext4" | cut -f1) used) -> $outdir"
