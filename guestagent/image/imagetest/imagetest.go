@@ -4,7 +4,9 @@
 // The kernel comes from scripts/fetch-kernel.sh (make kernel) into the
 // guest directory: $VGPUD_GUEST_DIR, or build/guest at the top of the
 // repository. Tests that need it fail, not skip, when it is missing, except
-// under -short, where they skip.
+// under -short, where they skip. The same holds for the Debian userland
+// disk (RequireApps) that scripts/fetch-userland.sh (make guest-apps)
+// builds into <guest dir>/apps.
 package imagetest
 
 import (
@@ -112,11 +114,17 @@ func Initramfs(t testing.TB, k Kernel, progs ...string) string {
 // BuildInitramfs is Initramfs into dir, for programs that are not tests
 // (benchmarks).
 func BuildInitramfs(ctx context.Context, dir string, k Kernel, progs ...string) (string, error) {
+	return buildInitramfs(ctx, dir, k, nil, progs)
+}
+
+// buildInitramfs writes dir/initramfs.cpio: vgpu-init, k's modules, the
+// files, and progs built static into /bin.
+func buildInitramfs(ctx context.Context, dir string, k Kernel, files []image.File, progs []string) (string, error) {
 	initBin, err := BuildStatic(ctx, dir, InitPackage)
 	if err != nil {
 		return "", err
 	}
-	spec := image.Spec{Init: initBin, Modules: k.Modules}
+	spec := image.Spec{Init: initBin, Modules: k.Modules, Files: files}
 	for _, p := range progs {
 		bin, err := BuildStatic(ctx, dir, p)
 		if err != nil {
