@@ -1,5 +1,6 @@
 # vgpud: `make demo` runs two VMs sharing one OpenCL device; `make test`
-# runs the tests. Both install what they need from Debian's packages.
+# runs the tests; `make guest-apps` builds the guest's Debian userland
+# disk. All install what they need from Debian's packages.
 
 GO      ?= go
 GUEST   := build/guest
@@ -29,6 +30,28 @@ guest: kernel
 		-init $(GUEST)/bin/vgpu-init -modules $(GUEST)/modules \
 		$(foreach p,$(filter-out vgpu-init,$(GUESTPROGS)),-bin $(p)=$(GUEST)/bin/$(p))
 
+# The Debian userland disk for issue 11's unmodified OpenCL programs
+# (docs/guest-image.md, "The userland image"): $(APPS)/rootfs.ext4, which
+# qemuvm.Config.Disk attaches read-only, and $(APPS)/initramfs.cpio, the
+# guest initramfs plus what mounts that disk, to boot by hand with
+# vgpu.run=vgpu-apps vgpu.args=PROGRAM,ARGS. Cached: nothing is downloaded
+# or rebuilt again unless the packages, the kernel or the script changed.
+APPS      := $(GUEST)/apps
+APPSPROGS := vgpu-init vgpu-agent vgpu-mmiobench
+
+.PHONY: guest-apps
+guest-apps: kernel
+	scripts/fetch-userland.sh $(APPS) $(GUEST)
+	@mkdir -p $(APPS)/bin
+	for p in $(APPSPROGS); do \
+		CGO_ENABLED=0 $(GO) build -trimpath -ldflags=-s -o $(APPS)/bin/$$p ./guestagent/cmd/$$p || exit 1; \
+	done
+	$(GO) run ./guestagent/cmd/vgpu-mkinitramfs -o $(APPS)/base.cpio \
+		-init $(APPS)/bin/vgpu-init -modules $(GUEST)/modules \
+		$(foreach p,$(filter-out vgpu-init,$(APPSPROGS)),-bin $(p)=$(APPS)/bin/$(p))
+	cat $(APPS)/base.cpio $(APPS)/initrd.cpio > $(APPS)/initramfs.cpio.tmp
+	mv $(APPS)/initramfs.cpio.tmp $(APPS)/initramfs.cpio
+
 build: deps
 	$(GO) build -o $(BIN)/vgpud ./cmd/vgpud
 	$(GO) build -o $(BIN)/vgpuctl ./cmd/vgpuctl
@@ -52,7 +75,9 @@ $(ICD)/libvgpud-icd.so: $(ICD_SRCS) $(ICD_HDRS)
 	@mkdir -p $(ICD)
 	$(CC) $(ICD_CFLAGS) -Iguestagent/icd -shared -Wl,-z,defs -o $@ $(ICD_SRCS) -lpthread
 
-test: deps kernel
+# guest-apps: TestGuestUserland boots the userland disk (about 20 s to
+# build from the mirror on a fresh machine, 2 s when cached).
+test: deps kernel guest-apps
 	$(GO) vet ./...
 	$(GO) test $(TESTFLAGS) ./...
 
