@@ -87,6 +87,10 @@ type entry struct {
 	raw    bool // submitted by SubmitRaw: the record is not checked against it
 	pages  []page
 	onDone func(abi.Completion)
+	// owned: onDone owns the command's status; a failure is not kept for
+	// the next Finish (callers with their own error attribution, e.g. a
+	// server multiplexing several clients on one device).
+	owned bool
 }
 
 // Device is an open vGPU.
@@ -513,6 +517,9 @@ func (d *Device) reapOneCtx(ctx context.Context) error {
 		if e.sync {
 			rec.Status = abi.StatusInternal
 			d.results[idx] = rec
+		} else if e.owned {
+			rec.Status = abi.StatusInternal
+			e.onDone(rec)
 		} else if d.deferred == nil {
 			d.deferred = err
 		}
@@ -529,7 +536,7 @@ func (d *Device) reapOneCtx(ctx context.Context) error {
 	switch {
 	case e.sync:
 		d.results[idx] = rec
-	case rec.Status != abi.StatusOK && d.deferred == nil:
+	case rec.Status != abi.StatusOK && d.deferred == nil && !e.owned:
 		d.deferred = cmdErr(idx, rec, e.op, e.tag)
 	}
 	return nil
