@@ -82,7 +82,7 @@ var allModes = []string{"transparent", "cooperative"}
 func run(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("realloc", flag.ContinueOnError)
 	var cfg config
-	fs.Float64Var(&cfg.seconds, "seconds", 12, "length of each mode's run; the downgrade is at 1/3, the upgrade at 2/3")
+	fs.Float64Var(&cfg.seconds, "seconds", 12, "length of each mode's run without its reallocations: before, after the downgrade and after the upgrade each run a third of it")
 	fs.DurationVar(&cfg.bin, "bin", 500*time.Millisecond, "width of one row of the time series")
 	fs.IntVar(&cfg.frame, "frame", 1<<18, "elements (uint32) per frame")
 	fs.IntVar(&cfg.work, "work", 64, "hash rounds per element per frame")
@@ -224,20 +224,26 @@ func runMode(ctx context.Context, m *mdev.Manager, cfg config, mode string) (*re
 		}
 	}
 	res.start = time.Now()
-	loopCtx, stopLoop := context.WithTimeout(runCtx, res.total)
+	// Each phase runs for a third of -seconds counted from the end of the
+	// reallocation before it, so a slow move (a loaded host) shortens no
+	// phase and skips no move; the run is then longer than -seconds.
+	phase := res.total / 3
+	loopCtx, stopLoop := context.WithCancel(runCtx)
 	defer stopLoop()
 	var loopErr error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		loopErr = wl.loop(loopCtx)
+		stopLoop() // a failed frame ends the run at once
 	}()
-	for i, step := range []struct {
+	next := res.start.Add(phase)
+	for _, step := range []struct {
 		dev     int
 		profile mdev.Profile
 	}{{1, small}, {0, large}} {
 		select {
-		case <-time.After(time.Until(res.start.Add(res.total * time.Duration(i+1) / 3))):
+		case <-time.After(time.Until(next)):
 		case <-loopCtx.Done():
 		}
 		if loopCtx.Err() != nil {
@@ -258,8 +264,14 @@ func runMode(ctx context.Context, m *mdev.Manager, cfg config, mode string) (*re
 		}
 		res.moves = append(res.moves, move{at: t0.Sub(res.start), res: r})
 		res.wsets = append(res.wsets, wl.workingSet())
+		next = time.Now().Add(phase)
 	}
-	<-loopCtx.Done()
+	select {
+	case <-time.After(time.Until(next)):
+	case <-loopCtx.Done():
+	}
+	stopLoop()
+	res.total = time.Since(res.start)
 	cancel()
 	wg.Wait()
 	if loopErr != nil && !errors.Is(loopErr, context.DeadlineExceeded) && !errors.Is(loopErr, context.Canceled) {
