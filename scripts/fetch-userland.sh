@@ -252,7 +252,7 @@ done < <("$root/bin/busybox" --list-full)
 say "linked $applets busybox applets (sh among them)"
 
 # What base-files, base-passwd and the init system would provide.
-for d in proc sys dev tmp run root var/tmp mnt etc/OpenCL/vendors vgpu/bin; do
+for d in proc sys dev tmp run root var/tmp mnt etc/OpenCL/vendors vgpu/bin vgpu/lib; do
 	mkdir -p "$root/$d"
 done
 chmod 1777 "$root/tmp" "$root/var/tmp"
@@ -333,9 +333,38 @@ $bb mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs $r/tmp &&
 	$bb mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs $r/run &&
 	$bb mount -t tmpfs -o mode=0700 tmpfs $r/root || fail "mount tmpfs"
 $bb mount -o bind,ro /bin $r/vgpu/bin || fail "bind /bin on /vgpu/bin"
+# The vgpud OpenCL ICD, when the initramfs carries it (/lib/vgpud,
+# docs/icd.md): it appears as /vgpu/lib in the userland and the loader
+# finds it where it finds every ICD, through /etc/OpenCL/vendors. Its
+# daemon, vgpu-icdd, owns the vGPUs and serves /run/vgpud/icd.sock to
+# every user; it runs outside the chroot, as root.
+if [ -f /lib/vgpud/libvgpud-icd.so ]; then
+	$bb mount -o bind,ro /lib/vgpud $r/vgpu/lib || fail "bind /lib/vgpud on /vgpu/lib"
+	$bb mount -t tmpfs -o mode=0755 tmpfs $r/etc/OpenCL/vendors || fail "mount tmpfs on /etc/OpenCL/vendors"
+	echo /vgpu/lib/libvgpud-icd.so >$r/etc/OpenCL/vendors/vgpud.icd
+fi
+icdd=
+if [ -x /bin/vgpu-icdd ]; then
+	$bb mkdir -p $r/run/vgpud
+	/bin/vgpu-icdd -socket $r/run/vgpud/icd.sock &
+	icdd=$!
+	i=0
+	until [ -S $r/run/vgpud/icd.sock ]; do
+		i=$((i + 1))
+		[ $i -le 600 ] || fail "vgpu-icdd did not listen within 30 s"
+		$bb kill -0 $icdd 2>/dev/null || fail "vgpu-icdd exited"
+		$bb usleep 50000
+	done
+fi
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/vgpu/bin
 export HOME=/root TERM=dumb LANG=C.UTF-8
-exec $bb chroot $r /bin/sh -c 'cd /root && exec "$@"' vgpu-apps "$@"
+$bb chroot $r /bin/sh -c 'cd /root && exec "$@"' vgpu-apps "$@"
+rc=$?
+if [ -n "$icdd" ]; then
+	$bb kill -TERM $icdd
+	wait $icdd || echo "VGPU-APPS vgpu-icdd exit=$?"
+fi
+exit $rc
 EOF
 chmod 0755 "$initrd/bin/vgpu-apps" "$initrd/bin/busybox"
 
