@@ -1,0 +1,570 @@
+package icdproto
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// opInfo is what the codec knows of one operation.
+type opInfo struct {
+	name string
+	// reply: the request is answered (by a message of op|ReplyBit).
+	reply bool
+	// body returns a new, zero body of the op's type (a pointer).
+	body func() any
+}
+
+var ops = map[Op]opInfo{
+	OpHello:        {"hello", true, func() any { return new(Hello) }},
+	OpAttach:       {"attach", true, func() any { return new(Attach) }},
+	OpBufferCreate: {"buffer-create", false, func() any { return new(BufferCreate) }},
+	OpBufferFree:   {"buffer-free", false, func() any { return new(BufferFree) }},
+	OpWrite:        {"write", false, func() any { return new(Transfer) }},
+	OpRead:         {"read", false, func() any { return new(Transfer) }},
+	OpCopy:         {"copy", false, func() any { return new(Copy) }},
+	OpFill:         {"fill", false, func() any { return new(Fill) }},
+	OpBuild:        {"build", true, func() any { return new(Build) }},
+	OpProgramFree:  {"program-free", false, func() any { return new(ProgramFree) }},
+	OpProgramInfo:  {"program-info", true, func() any { return new(ProgramInfo) }},
+	OpLaunch:       {"launch", false, func() any { return new(Launch) }},
+	OpFlush:        {"flush", false, func() any { return new(Flush) }},
+	OpWait:         {"wait", true, func() any { return new(Wait) }},
+	OpPoll:         {"poll", true, func() any { return new(Wait) }},
+	OpMarker:       {"marker", false, func() any { return new(Marker) }},
+	OpError:        {"error", false, func() any { return new(Error) }},
+
+	OpHello | ReplyBit:       {"hello-reply", false, func() any { return new(HelloReply) }},
+	OpAttach | ReplyBit:      {"attach-reply", false, func() any { return new(AttachReply) }},
+	OpBuild | ReplyBit:       {"build-reply", false, func() any { return new(BuildReply) }},
+	OpProgramInfo | ReplyBit: {"program-info-reply", false, func() any { return new(ProgramInfoReply) }},
+	OpWait | ReplyBit:        {"wait-reply", false, func() any { return new(WaitReply) }},
+	OpPoll | ReplyBit:        {"poll-reply", false, func() any { return new(WaitReply) }},
+}
+
+// Ops returns every operation, requests and replies, in no order.
+func Ops() []Op {
+	out := make([]Op, 0, len(ops))
+	for op := range ops {
+		out = append(out, op)
+	}
+	return out
+}
+
+func (op Op) String() string {
+	if in, ok := ops[op]; ok {
+		return in.name
+	}
+	return fmt.Sprintf("op(%#x)", uint16(op))
+}
+
+// Known reports whether op is an operation of the protocol.
+func (op Op) Known() bool { _, ok := ops[op]; return ok }
+
+// Replied reports whether a request of op is answered.
+func (op Op) Replied() bool { return ops[op].reply }
+
+// IsReply reports whether op is a reply's.
+func (op Op) IsReply() bool { return op&ReplyBit != 0 && op != OpError }
+
+// NewBody returns a zero body of op's type (a pointer), or nil for an
+// unknown op.
+func NewBody(op Op) any {
+	in, ok := ops[op]
+	if !ok {
+		return nil
+	}
+	return in.body()
+}
+
+// fixedSize is the wire size of a fixed body type.
+func fixedSize(v any) int { return binary.Size(v) }
+
+// Append encodes a message of op with request id and body (a pointer to
+// op's body type, as NewBody returns) and appends it to b. Counts that the
+// tail determines (HelloReply's device count, Wait's count, Launch's
+// NumArgs) are set from the tail. The body is validated as Unmarshal
+// would; a body that Unmarshal would refuse is not encoded.
+func Append(b []byte, op Op, id uint64, body any) ([]byte, error) {
+	in, ok := ops[op]
+	if !ok {
+		return nil, Errorf(ErrUnknownOp, "encode op %#x", uint16(op))
+	}
+	if want := in.body(); fmt.Sprintf("%T", want) != fmt.Sprintf("%T", body) {
+		return nil, Errorf(ErrMalformed, "encode %v: body is %T, want %T", op, body, want)
+	}
+	if l, ok := body.(*Launch); ok {
+		l.NumArgs = uint32(len(l.Args))
+	}
+	if err := validate(body); err != nil {
+		return nil, fmt.Errorf("encode %v: %w", op, err)
+	}
+	start := len(b)
+	b = le.AppendUint16(b, uint16(op))
+	b = le.AppendUint16(b, 0)
+	b = le.AppendUint32(b, 0) // length, set below
+	b = le.AppendUint64(b, id)
+	switch v := body.(type) {
+	case *HelloReply:
+		b = le.AppendUint32(b, v.Version)
+		b = le.AppendUint32(b, uint32(len(v.Devices)))
+		for i := range v.Devices {
+			b = appendFixed(b, &v.Devices[i])
+		}
+	case *Wait:
+		b = le.AppendUint32(b, uint32(len(v.Events)))
+		b = le.AppendUint32(b, 0)
+		for _, e := range v.Events {
+			b = le.AppendUint64(b, e)
+		}
+	case *WaitReply:
+		b = le.AppendUint32(b, uint32(len(v.Events)))
+		b = le.AppendUint32(b, v.Pending)
+		for i := range v.Events {
+			b = appendFixed(b, &v.Events[i])
+		}
+	case *Launch:
+		b = appendFixed(b, &v.LaunchHead)
+		for i := range v.Args {
+			b = appendFixed(b, &v.Args[i])
+		}
+		b = append(b, v.Scalars...)
+	case *Error:
+		b = le.AppendUint32(b, uint32(v.Code))
+		b = le.AppendUint32(b, 0)
+		b = append(b, v.Message...)
+	case *Flush:
+	default:
+		b = appendFixed(b, body)
+	}
+	n := len(b) - start
+	if n > MaxMessage {
+		return nil, Errorf(ErrLimit, "encode %v: %d bytes, more than %d", op, n, MaxMessage)
+	}
+	le.PutUint32(b[start+4:], uint32(n))
+	return b, nil
+}
+
+// Marshal is Append to a new slice.
+func Marshal(op Op, id uint64, body any) ([]byte, error) { return Append(nil, op, id, body) }
+
+// AppendFixed appends the little-endian encoding of a fixed-size wire
+// structure (a pointer to one of this package's fixed types) as is,
+// reserved fields included and without validation: abi/cabi uses it to
+// find each field's offset.
+func AppendFixed(b []byte, v any) []byte { return appendFixed(b, v) }
+
+func appendFixed(b []byte, v any) []byte {
+	b, err := binary.Append(b, le, v)
+	if err != nil {
+		panic(fmt.Sprintf("icdproto: %T is not a fixed-size type: %v", v, err)) // a programming error
+	}
+	return b
+}
+
+// UnmarshalHeader decodes the header of message b and checks it against
+// the datagram: its length must be len(b), between HeaderSize and
+// MaxMessage, its flags 0 and its op known.
+func UnmarshalHeader(b []byte) (Header, error) {
+	var h Header
+	if len(b) < HeaderSize {
+		return h, Errorf(ErrMalformed, "message of %d bytes, shorter than a header", len(b))
+	}
+	h = Header{Op: Op(le.Uint16(b)), Flags: le.Uint16(b[2:]), Len: le.Uint32(b[4:]), ID: le.Uint64(b[8:])}
+	switch {
+	case len(b) > MaxMessage:
+		return h, Errorf(ErrMalformed, "message of %d bytes, more than %d", len(b), MaxMessage)
+	case int(h.Len) != len(b):
+		return h, Errorf(ErrMalformed, "header says %d bytes, message has %d", h.Len, len(b))
+	case h.Flags != 0:
+		return h, Errorf(ErrReserved, "header flags %#x", h.Flags)
+	case !h.Op.Known():
+		return h, Errorf(ErrUnknownOp, "op %#x", uint16(h.Op))
+	}
+	return h, nil
+}
+
+// Unmarshal decodes and validates message b: its header and its body (a
+// pointer to the op's body type). It never panics; on error the body is
+// nil (the header is returned when it could be decoded, so that an error
+// reply can echo its id).
+func Unmarshal(b []byte) (Header, any, error) {
+	h, err := UnmarshalHeader(b)
+	if err != nil {
+		return h, nil, err
+	}
+	body := NewBody(h.Op)
+	if err := decodeBody(b[HeaderSize:], body); err != nil {
+		return h, nil, fmt.Errorf("%v: %w", h.Op, err)
+	}
+	if err := validate(body); err != nil {
+		return h, nil, fmt.Errorf("%v: %w", h.Op, err)
+	}
+	return h, body, nil
+}
+
+func badLen(n, want int) error {
+	return Errorf(ErrMalformed, "body of %d bytes, want %d", n, want)
+}
+
+// decodeBody decodes p, a body without its header, into body.
+func decodeBody(p []byte, body any) error {
+	switch v := body.(type) {
+	case *Flush:
+		if len(p) != 0 {
+			return badLen(len(p), 0)
+		}
+	case *HelloReply:
+		var hd HelloReplyHead
+		if err := decodeFixed(p, &hd, true); err != nil {
+			return err
+		}
+		if hd.DeviceCount > MaxDevices {
+			return Errorf(ErrLimit, "%d devices", hd.DeviceCount)
+		}
+		if want := 8 + DeviceRecordSize*int(hd.DeviceCount); len(p) != want {
+			return badLen(len(p), want)
+		}
+		v.Version = hd.Version
+		v.Devices = make([]DeviceRecord, hd.DeviceCount)
+		for i := range v.Devices {
+			o := 8 + DeviceRecordSize*i
+			_ = decodeFixed(p[o:o+DeviceRecordSize], &v.Devices[i], false)
+		}
+	case *Wait:
+		var hd WaitHead
+		if err := decodeFixed(p, &hd, true); err != nil {
+			return err
+		}
+		if hd.Reserved != 0 {
+			return Errorf(ErrReserved, "wait reserved %#x", hd.Reserved)
+		}
+		if hd.Count > MaxWaitEvents {
+			return Errorf(ErrLimit, "%d events, more than %d", hd.Count, MaxWaitEvents)
+		}
+		if want := 8 + 8*int(hd.Count); len(p) != want {
+			return badLen(len(p), want)
+		}
+		v.Events = make([]uint64, hd.Count)
+		for i := range v.Events {
+			v.Events[i] = le.Uint64(p[8+8*i:])
+		}
+	case *WaitReply:
+		var hd WaitReplyHead
+		if err := decodeFixed(p, &hd, true); err != nil {
+			return err
+		}
+		if hd.Count > MaxWaitEvents {
+			return Errorf(ErrLimit, "%d event records, more than %d", hd.Count, MaxWaitEvents)
+		}
+		if want := 8 + EventRecordSize*int(hd.Count); len(p) != want {
+			return badLen(len(p), want)
+		}
+		v.Pending = hd.Pending
+		v.Events = make([]EventRecord, hd.Count)
+		for i := range v.Events {
+			o := 8 + EventRecordSize*i
+			_ = decodeFixed(p[o:o+EventRecordSize], &v.Events[i], false)
+		}
+	case *Launch:
+		if err := decodeFixed(p, &v.LaunchHead, true); err != nil {
+			return err
+		}
+		if v.NumArgs > abi.MaxKernelArgs {
+			return Errorf(ErrLimit, "%d arguments, more than %d", v.NumArgs, abi.MaxKernelArgs)
+		}
+		end := LaunchHeadSize + LaunchArgSize*int(v.NumArgs)
+		if len(p) < end {
+			return badLen(len(p), end)
+		}
+		v.Args = make([]LaunchArg, v.NumArgs)
+		for i := range v.Args {
+			o := LaunchHeadSize + LaunchArgSize*i
+			_ = decodeFixed(p[o:o+LaunchArgSize], &v.Args[i], false)
+		}
+		v.Scalars = append([]byte(nil), p[end:]...)
+	case *Error:
+		var hd ErrorHead
+		if err := decodeFixed(p, &hd, true); err != nil {
+			return err
+		}
+		if hd.Reserved != 0 {
+			return Errorf(ErrReserved, "error reserved %#x", hd.Reserved)
+		}
+		v.Code, v.Message = hd.Code, string(p[8:])
+	default:
+		return decodeFixed(p, body, false)
+	}
+	return nil
+}
+
+// decodeFixed decodes a fixed structure from p, which must be exactly its
+// size (or, with prefix, at least its size).
+func decodeFixed(p []byte, v any, prefix bool) error {
+	n := fixedSize(v)
+	if len(p) < n || (!prefix && len(p) != n) {
+		return badLen(len(p), n)
+	}
+	if _, err := binary.Decode(p[:n], le, v); err != nil {
+		return Errorf(ErrMalformed, "%v", err)
+	}
+	return nil
+}
+
+func reserved(what string, v uint64) error {
+	if v != 0 {
+		return Errorf(ErrReserved, "%s %#x", what, v)
+	}
+	return nil
+}
+
+func nonzero(what string, v uint64) error {
+	if v == 0 {
+		return Errorf(ErrMalformed, "%s is 0", what)
+	}
+	return nil
+}
+
+// span checks that off+n does not overflow.
+func span(what string, off, n uint64) error {
+	if off+n < off {
+		return Errorf(ErrRange, "%s %d+%d overflows", what, off, n)
+	}
+	return nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate checks what can be checked of a body without state.
+func validate(body any) error {
+	switch v := body.(type) {
+	case *Hello:
+		return reserved("hello reserved", uint64(v.Reserved))
+	case *HelloReply:
+		if len(v.Devices) > MaxDevices {
+			return Errorf(ErrLimit, "%d devices", len(v.Devices))
+		}
+		for _, d := range v.Devices {
+			if err := reserved("device record reserved", uint64(d.Reserved)); err != nil {
+				return err
+			}
+		}
+	case *Attach:
+		return firstErr(reserved("attach reserved", uint64(v.Reserved)), nonzero("arena", uint64(v.Arena)),
+			nonzero("arena size", v.Size))
+	case *AttachReply:
+		return reserved("attach reply reserved", uint64(v.Reserved))
+	case *BufferCreate:
+		if err := firstErr(reserved("buffer-create reserved", uint64(v.Reserved)),
+			nonzero("buffer", uint64(v.Buffer)), nonzero("size", v.Size)); err != nil {
+			return err
+		}
+		if v.Flags&^abi.BufferFlagsMask != 0 {
+			return Errorf(ErrReserved, "buffer flags %#x", v.Flags)
+		}
+		if v.Flags == abi.BufferFlagsMask {
+			return Errorf(ErrMalformed, "buffer both read-only and write-only")
+		}
+	case *BufferFree:
+		return firstErr(reserved("buffer-free reserved", uint64(v.Reserved)), nonzero("buffer", uint64(v.Buffer)))
+	case *Transfer:
+		return firstErr(nonzero("buffer", uint64(v.Buffer)), nonzero("arena", uint64(v.Arena)),
+			nonzero("length", v.Length), span("buffer range", v.Offset, v.Length),
+			span("arena range", v.ArenaOffset, v.Length))
+	case *Copy:
+		return firstErr(nonzero("source buffer", uint64(v.Src)), nonzero("destination buffer", uint64(v.Dst)),
+			nonzero("length", v.Length), span("source range", v.SrcOffset, v.Length),
+			span("destination range", v.DstOffset, v.Length))
+	case *Fill:
+		if err := firstErr(nonzero("buffer", uint64(v.Buffer)), nonzero("length", v.Length),
+			span("buffer range", v.Offset, v.Length)); err != nil {
+			return err
+		}
+		n := v.PatternLen
+		if n == 0 || n > MaxPattern || n&(n-1) != 0 {
+			return Errorf(ErrMalformed, "pattern of %d bytes (want a power of two up to %d)", n, MaxPattern)
+		}
+		if v.Length%uint64(n) != 0 {
+			return Errorf(ErrMalformed, "fill length %d not a multiple of the pattern's %d", v.Length, n)
+		}
+		for _, c := range v.Pattern[n:] {
+			if c != 0 {
+				return Errorf(ErrReserved, "pattern bytes past pattern_len %d", n)
+			}
+		}
+	case *Build:
+		if err := firstErr(nonzero("program", uint64(v.Program)), nonzero("arena", uint64(v.Arena)),
+			span("source range", v.SrcOffset, uint64(v.SrcLen)), span("options range", v.OptsOffset, uint64(v.OptsLen)),
+			span("output range", v.OutOffset, v.OutCap)); err != nil {
+			return err
+		}
+		if v.Flags&^uint32(abi.FlagsMask) != 0 {
+			return Errorf(ErrReserved, "build flags %#x", v.Flags)
+		}
+		if v.SrcLen == 0 || v.SrcLen > abi.MaxSourceLen || v.OptsLen > abi.MaxOptionsLen {
+			return Errorf(ErrLimit, "source of %d bytes, options of %d (limits %d, %d)", v.SrcLen, v.OptsLen, abi.MaxSourceLen, abi.MaxOptionsLen)
+		}
+	case *BuildReply:
+		return reserved("build reply reserved", uint64(v.Reserved))
+	case *ProgramFree:
+		return firstErr(reserved("program-free reserved", uint64(v.Reserved)), nonzero("program", uint64(v.Program)))
+	case *ProgramInfo:
+		return firstErr(nonzero("program", uint64(v.Program)), nonzero("arena", uint64(v.Arena)),
+			span("output range", v.OutOffset, v.OutCap))
+	case *ProgramInfoReply:
+		return reserved("program-info reply reserved", uint64(v.Reserved))
+	case *Launch:
+		return validateLaunch(v)
+	case *Wait:
+		if len(v.Events) > MaxWaitEvents {
+			return Errorf(ErrLimit, "%d events, more than %d", len(v.Events), MaxWaitEvents)
+		}
+		for _, e := range v.Events {
+			if e == 0 {
+				return Errorf(ErrMalformed, "event 0")
+			}
+		}
+	case *WaitReply:
+		if len(v.Events) > MaxWaitEvents {
+			return Errorf(ErrLimit, "%d event records, more than %d", len(v.Events), MaxWaitEvents)
+		}
+		for _, e := range v.Events {
+			if err := reserved("event record reserved", uint64(e.Reserved)); err != nil {
+				return err
+			}
+		}
+	case *Error:
+		if !utf8.ValidString(v.Message) {
+			return Errorf(ErrMalformed, "error message not UTF-8")
+		}
+	}
+	return nil
+}
+
+func validateLaunch(v *Launch) error {
+	if err := nonzero("program", uint64(v.Program)); err != nil {
+		return err
+	}
+	if v.Flags&^uint32(abi.FlagsMask) != 0 {
+		return Errorf(ErrReserved, "launch flags %#x", v.Flags)
+	}
+	if v.WorkDim < 1 || v.WorkDim > 3 {
+		return Errorf(ErrMalformed, "work_dim %d", v.WorkDim)
+	}
+	if int(v.NumArgs) != len(v.Args) || len(v.Args) > abi.MaxKernelArgs {
+		return Errorf(ErrMalformed, "num_args %d with %d entries (at most %d)", v.NumArgs, len(v.Args), abi.MaxKernelArgs)
+	}
+	for i := 0; i < 3; i++ {
+		used := uint32(i) < v.WorkDim
+		switch {
+		case used && v.GlobalSize[i] == 0:
+			return Errorf(ErrMalformed, "global size %d is 0", i)
+		case !used && (v.GlobalSize[i] != 0 || v.GlobalOffset[i] != 0 || v.LocalSize[i] != 0):
+			return Errorf(ErrMalformed, "dimension %d beyond work_dim set", i)
+		}
+	}
+	name := v.Kernel[:]
+	n := bytes.IndexByte(name, 0)
+	if n < 0 {
+		return Errorf(ErrMalformed, "kernel name not NUL terminated")
+	}
+	for _, c := range name[n:] {
+		if c != 0 {
+			return Errorf(ErrMalformed, "kernel name not NUL padded")
+		}
+	}
+	if !validIdent(name[:n]) {
+		return Errorf(ErrMalformed, "kernel name %q", name[:n])
+	}
+	for i, a := range v.Args {
+		switch a.Kind {
+		case abi.ArgBuffer:
+			if a.Size != 0 || a.Value == 0 || a.Value > 0xFFFFFFFF {
+				return Errorf(ErrMalformed, "argument %d: buffer id %#x size %d", i, a.Value, a.Size)
+			}
+		case abi.ArgScalar:
+			if a.Size == 0 || a.Size > abi.MaxScalarSize {
+				return Errorf(ErrMalformed, "argument %d: scalar of %d bytes", i, a.Size)
+			}
+			if a.Size <= 8 {
+				if a.Size < 8 && a.Value>>(8*a.Size) != 0 {
+					return Errorf(ErrReserved, "argument %d: scalar padding not zero", i)
+				}
+			} else if a.Value > uint64(len(v.Scalars)) || uint64(len(v.Scalars))-a.Value < uint64(a.Size) {
+				return Errorf(ErrRange, "argument %d: scalar at %d+%d outside the %d-byte scalar area", i, a.Value, a.Size, len(v.Scalars))
+			}
+		case abi.ArgLocal:
+			if a.Size == 0 || a.Value != 0 {
+				return Errorf(ErrMalformed, "argument %d: local of %d bytes, value %d", i, a.Size, a.Value)
+			}
+		default:
+			return Errorf(ErrMalformed, "argument %d: kind %d", i, a.Kind)
+		}
+	}
+	return nil
+}
+
+func validIdent(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for i, c := range b {
+		switch {
+		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case i > 0 && c >= '0' && c <= '9':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// KernelName returns the launch's kernel name (up to the first NUL).
+func (h *LaunchHead) KernelName() string {
+	n := bytes.IndexByte(h.Kernel[:], 0)
+	if n < 0 {
+		n = len(h.Kernel)
+	}
+	return string(h.Kernel[:n])
+}
+
+// SetKernel sets the kernel name; it is truncated to fit with its NUL.
+func (h *LaunchHead) SetKernel(name string) {
+	h.Kernel = [abi.KernelNameLen]byte{}
+	copy(h.Kernel[:abi.KernelNameLen-1], name)
+}
+
+// ScalarBytes returns the bytes of scalar argument a (kind abi.ArgScalar)
+// of a validated launch.
+func (l *Launch) ScalarBytes(a LaunchArg) []byte {
+	if a.Size <= 8 {
+		var v [8]byte
+		le.PutUint64(v[:], a.Value)
+		return v[:a.Size]
+	}
+	return l.Scalars[a.Value : a.Value+uint64(a.Size)]
+}
+
+// String names a record's device (up to the first NUL).
+func cstr(b []byte) string {
+	if n := bytes.IndexByte(b, 0); n >= 0 {
+		b = b[:n]
+	}
+	return string(b)
+}
+
+// ProfileName returns the record's profile name.
+func (d *DeviceRecord) ProfileName() string { return cstr(d.Profile[:]) }
+
+// DeviceName returns the record's device name.
+func (d *DeviceRecord) DeviceName() string { return cstr(d.Name[:]) }
