@@ -150,6 +150,10 @@ func (d *Device) CreateBuffer(size uint64) (Buffer, error) {
 
 // CreateBufferFlags is CreateBuffer with abi.Buffer* flags.
 func (d *Device) CreateBufferFlags(size uint64, flags uint32) (Buffer, error) {
+	return d.createBuffer(size, flags, entry{})
+}
+
+func (d *Device) createBuffer(size uint64, flags uint32, e entry) (Buffer, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.check(); err != nil {
@@ -164,14 +168,16 @@ func (d *Device) CreateBufferFlags(size uint64, flags uint32) (Buffer, error) {
 	}
 	b := Buffer{Handle: d.nextBuf, Size: size}
 	c := abi.NewCommand(&abi.BufferCreate{Handle: b.Handle, Flags: flags, Size: size}, 0, d.next)
-	if _, err := d.submit(c, entry{}); err != nil {
+	if _, err := d.submit(c, e); err != nil {
 		return Buffer{}, fmt.Errorf("create buffer: %w", err)
 	}
 	return b, nil
 }
 
 // Free releases a buffer (batched).
-func (d *Device) Free(b Buffer) error {
+func (d *Device) Free(b Buffer) error { return d.free1(b, entry{}) }
+
+func (d *Device) free1(b Buffer, e entry) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.check(); err != nil {
@@ -180,7 +186,7 @@ func (d *Device) Free(b Buffer) error {
 	if b.Handle == 0 {
 		return fmt.Errorf("free buffer 0: %w", ErrInvalid)
 	}
-	if _, err := d.submit(abi.NewCommand(&abi.BufferFree{Handle: b.Handle}, 0, d.next), entry{}); err != nil {
+	if _, err := d.submit(abi.NewCommand(&abi.BufferFree{Handle: b.Handle}, 0, d.next), e); err != nil {
 		return fmt.Errorf("free buffer %d: %w", b.Handle, err)
 	}
 	return nil
@@ -289,6 +295,14 @@ func (d *Device) Read(b Buffer, off uint64, dst []byte) error {
 // log (at most one page, abi.PageSize bytes) is returned in both cases; a
 // compile error is a *CommandError with abi.StatusBuildFailed.
 func (d *Device) Build(source, options string) (Program, string, error) {
+	return d.BuildFlags(source, options, 0)
+}
+
+// BuildFlags is Build with command flags (abi.FlagNondeterministic).
+func (d *Device) BuildFlags(source, options string, flags uint16) (Program, string, error) {
+	if flags&^abi.FlagsMask != 0 {
+		return Program{}, "", fmt.Errorf("build: flags %#x: %w", flags, ErrInvalid)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.check(); err != nil {
@@ -332,7 +346,7 @@ func (d *Device) Build(source, options string) (Program, string, error) {
 		s, _, _ := strings.Cut(string(b), "\x00")
 		log = s
 	}}
-	idx, err := d.submit(abi.NewCommand(pb, 0, d.next), e)
+	idx, err := d.submit(abi.NewCommand(pb, flags, d.next), e)
 	if err != nil {
 		return Program{}, "", fmt.Errorf("build: %w", err)
 	}
@@ -344,7 +358,9 @@ func (d *Device) Build(source, options string) (Program, string, error) {
 }
 
 // FreeProgram releases a program (batched).
-func (d *Device) FreeProgram(p Program) error {
+func (d *Device) FreeProgram(p Program) error { return d.freeProgram(p, entry{}) }
+
+func (d *Device) freeProgram(p Program, e entry) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.check(); err != nil {
@@ -353,7 +369,7 @@ func (d *Device) FreeProgram(p Program) error {
 	if p.Handle == 0 {
 		return fmt.Errorf("free program 0: %w", ErrInvalid)
 	}
-	if _, err := d.submit(abi.NewCommand(&abi.ProgramFree{Handle: p.Handle}, 0, d.next), entry{}); err != nil {
+	if _, err := d.submit(abi.NewCommand(&abi.ProgramFree{Handle: p.Handle}, 0, d.next), e); err != nil {
 		return fmt.Errorf("free program %d: %w", p.Handle, err)
 	}
 	return nil
@@ -366,6 +382,10 @@ func (d *Device) Launch(p Program, kernel string, r NDRange, args ...Arg) error 
 
 // LaunchFlags is Launch with command flags (abi.FlagNondeterministic).
 func (d *Device) LaunchFlags(p Program, kernel string, r NDRange, flags uint16, args ...Arg) error {
+	return d.launch(p, kernel, r, flags, args, entry{})
+}
+
+func (d *Device) launch(p Program, kernel string, r NDRange, flags uint16, args []Arg, e entry) error {
 	desc := abi.LaunchDesc{WorkDim: r.Dims, GlobalOffset: r.Offset, GlobalSize: r.Global, LocalSize: r.Local, Kernel: kernel}
 	for _, a := range args {
 		desc.Args = append(desc.Args, a.a)
@@ -388,7 +408,8 @@ func (d *Device) LaunchFlags(p Program, kernel string, r NDRange, flags uint16, 
 	}
 	copy(ps[0].buf, b)
 	c := abi.NewCommand(&abi.Launch{Program: p.Handle, DescLen: uint32(len(b)), DescAddr: ps[0].gpa}, flags, d.next)
-	if _, err := d.submit(c, entry{pages: ps}); err != nil {
+	e.pages = ps
+	if _, err := d.submit(c, e); err != nil {
 		return fmt.Errorf("launch %s: %w", kernel, err)
 	}
 	return nil

@@ -1,0 +1,170 @@
+package driver
+
+import (
+	"fmt"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// Tracked commands: asynchronous variants whose completion goes to a
+// callback that owns the command's status (entry.owned), for a caller that
+// multiplexes several clients on one device and attributes each failure to
+// its client (guestagent/icdserver). A failed status given to a callback is
+// not kept for the next Finish.
+//
+// Callbacks run with the device's mutex held, on whichever goroutine reaps
+// the completion (a wait, a full ring, Reap): they must be short and must
+// not call the Device. A callback is called exactly once for a method that
+// returned nil, and never for one that returned an error.
+
+// CreateBufferNotify is CreateBufferFlags whose completion goes to done.
+func (d *Device) CreateBufferNotify(size uint64, flags uint32, done func(abi.Completion)) (Buffer, error) {
+	return d.createBuffer(size, flags, ownedEntry(done))
+}
+
+// FreeNotify is Free whose completion goes to done.
+func (d *Device) FreeNotify(b Buffer, done func(abi.Completion)) error {
+	return d.free1(b, ownedEntry(done))
+}
+
+// FreeProgramNotify is FreeProgram whose completion goes to done.
+func (d *Device) FreeProgramNotify(p Program, done func(abi.Completion)) error {
+	return d.freeProgram(p, ownedEntry(done))
+}
+
+// LaunchNotify is LaunchFlags whose completion goes to done; the
+// completion's Detail is the kernel's execution time in nanoseconds.
+func (d *Device) LaunchNotify(p Program, kernel string, r NDRange, flags uint16, args []Arg, done func(abi.Completion)) error {
+	return d.launch(p, kernel, r, flags, args, ownedEntry(done))
+}
+
+// Marker submits a fence whose completion goes to done: it completes once
+// the device has completed every command submitted before it.
+func (d *Device) Marker(done func(abi.Completion)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.check(); err != nil {
+		return err
+	}
+	v := d.fenceVal + 1
+	if _, err := d.submit(abi.NewCommand(&abi.Fence{Addr: d.fence.gpa, Value: v}, 0, d.next), ownedEntry(done)); err != nil {
+		return fmt.Errorf("marker: %w", err)
+	}
+	d.fenceVal = v
+	return nil
+}
+
+func ownedEntry(done func(abi.Completion)) entry {
+	return entry{onDone: done, owned: done != nil}
+}
+
+// joined gathers the completions of the chunks of one transfer into one
+// call of done: the first failed record, or the last one. Guarded by the
+// device's mutex (callbacks run under it).
+type joined struct {
+	left      int  // chunks not yet completed
+	submitted bool // every chunk is in the ring
+	abandoned bool // a chunk could not be submitted: report nothing
+	rec       abi.Completion
+	failed    bool
+	done      func(abi.Completion)
+}
+
+func (j *joined) complete(c abi.Completion) {
+	j.left--
+	if !j.failed {
+		j.rec = c
+		j.failed = c.Status != abi.StatusOK
+	}
+	j.finish()
+}
+
+func (j *joined) finish() {
+	if j.left == 0 && j.submitted && !j.abandoned && j.done != nil {
+		j.done(j.rec)
+		j.done = nil
+	}
+}
+
+// WriteNotify is Write whose completion goes to done, once for every copy
+// command the write is split into: done gets the first failed record, or
+// the last one.
+func (d *Device) WriteNotify(b Buffer, off uint64, data []byte, done func(abi.Completion)) error {
+	return d.transfer(true, b, off, data, done)
+}
+
+// ReadAsync copies len(dst) bytes of b at off into dst asynchronously: the
+// bytes are copied from the staging pages into dst when each chunk's
+// completion is reaped, and done is called once every chunk has completed
+// (as for WriteNotify). dst must stay valid until done has been called. On
+// a failed chunk dst's part is left as it was.
+func (d *Device) ReadAsync(b Buffer, off uint64, dst []byte, done func(abi.Completion)) error {
+	return d.transfer(false, b, off, dst, done)
+}
+
+func (d *Device) transfer(toDev bool, b Buffer, off uint64, data []byte, done func(abi.Completion)) error {
+	what := "read"
+	if toDev {
+		what = "write"
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.check(); err != nil {
+		return err
+	}
+	if err := checkRange(b, off, len(data)); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	j := &joined{done: done}
+	chunk := d.chunkBytes()
+	for pos := 0; pos < len(data); pos += chunk {
+		part := data[pos:min(pos+chunk, len(data))]
+		j.left++
+		idx, err := d.copyChunk(toDev, b.Handle, off+uint64(pos), part, false, func(c abi.Completion, ps []page) {
+			if !toDev && c.Status == abi.StatusOK && !j.abandoned {
+				for i, p := range ps {
+					copy(part[i*abi.PageSize:], p.buf)
+				}
+			}
+			j.complete(c)
+		})
+		if err != nil {
+			j.abandoned = true
+			return fmt.Errorf("%s buffer %d at %d: %w", what, b.Handle, off+uint64(pos), err)
+		}
+		d.inflight[idx%d.slots].owned = true // done owns the status
+	}
+	j.submitted = true
+	j.finish()
+	return nil
+}
+
+// Reap reaps every command whose completion has already landed, without
+// waiting or ringing the doorbell, running their callbacks. It returns the
+// number reaped. A server calls it often so that it sees completions (and
+// timestamps them) promptly.
+func (d *Device) Reap() (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, ErrClosed
+	}
+	if d.abandoned.Load() {
+		return 0, d.lostErr()
+	}
+	n := 0
+	for d.reaped < d.next && d.complSeq(d.reaped) == abi.SeqOf(d.reaped) {
+		if err := d.reapOne(); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// Pending returns the number of commands submitted and not yet reaped.
+func (d *Device) Pending() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return int(d.next - d.reaped)
+}
