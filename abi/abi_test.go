@@ -2,6 +2,7 @@ package abi
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -45,6 +46,10 @@ func TestCommandRoundTrip(t *testing.T) {
 		&ProgramFree{Handle: 1},
 		&Launch{Program: 1, DescLen: 200, DescAddr: 0x6008},
 		&Fence{Addr: 0x7000, Value: 42},
+		&ProgramInfoQuery{Handle: 2, SGCount: 3, Length: 9000, SGAddr: 0x8010},
+		&BufferCopy{Src: 1, Dst: 2, SrcOffset: 8, DstOffset: 16, Length: 64},
+		&BufferCopy{Src: 1, Dst: 1, SrcOffset: 0, DstOffset: 64, Length: 64},
+		&BufferFill{Handle: 4, PatternLen: 16, Offset: 32, Length: 4096, PatternAddr: 0x9ff0},
 	}
 	for _, p := range payloads {
 		c := NewCommand(p, 0, 0xdeadbeef)
@@ -129,6 +134,28 @@ func TestDecodeRejects(t *testing.T) {
 		{"options too long", &ProgramBuild{Handle: 1, SrcCount: 1, SrcLen: 1, OptsLen: MaxOptionsLen + 1}},
 		{"launch short desc", &Launch{Program: 1, DescLen: 10}},
 		{"fence misaligned", &Fence{Addr: 4}},
+		{"info program 0", &ProgramInfoQuery{SGCount: 1, Length: 16}},
+		{"info sg count 0", &ProgramInfoQuery{Handle: 1, Length: 16}},
+		{"info sg count 257", &ProgramInfoQuery{Handle: 1, SGCount: 257, Length: 16}},
+		{"info length 0", &ProgramInfoQuery{Handle: 1, SGCount: 1}},
+		{"info sg misaligned", &ProgramInfoQuery{Handle: 1, SGCount: 1, Length: 16, SGAddr: 8}},
+		{"buffer copy src 0", &BufferCopy{Dst: 1, Length: 1}},
+		{"buffer copy dst 0", &BufferCopy{Src: 1, Length: 1}},
+		{"buffer copy length 0", &BufferCopy{Src: 1, Dst: 2}},
+		{"buffer copy src overflow", &BufferCopy{Src: 1, Dst: 2, SrcOffset: ^uint64(0), Length: 2}},
+		{"buffer copy dst overflow", &BufferCopy{Src: 1, Dst: 2, DstOffset: ^uint64(0) - 1, Length: 2}},
+		{"buffer copy overlap", &BufferCopy{Src: 3, Dst: 3, SrcOffset: 0, DstOffset: 63, Length: 64}},
+		{"buffer copy overlap backwards", &BufferCopy{Src: 3, Dst: 3, SrcOffset: 10, DstOffset: 0, Length: 11}},
+		{"buffer copy same range", &BufferCopy{Src: 3, Dst: 3, Length: 1}},
+		{"fill handle 0", &BufferFill{PatternLen: 1, Length: 1}},
+		{"fill pattern 0", &BufferFill{Handle: 1, Length: 1}},
+		{"fill pattern 3", &BufferFill{Handle: 1, PatternLen: 3, Length: 3}},
+		{"fill pattern 256", &BufferFill{Handle: 1, PatternLen: 256, Length: 256}},
+		{"fill length 0", &BufferFill{Handle: 1, PatternLen: 1}},
+		{"fill offset unaligned", &BufferFill{Handle: 1, PatternLen: 4, Offset: 2, Length: 4}},
+		{"fill length unaligned", &BufferFill{Handle: 1, PatternLen: 4, Length: 6}},
+		{"fill overflow", &BufferFill{Handle: 1, PatternLen: 1, Offset: ^uint64(0), Length: 1}},
+		{"fill pattern crosses page", &BufferFill{Handle: 1, PatternLen: 8, Length: 8, PatternAddr: 0x1ffc}},
 	}
 	for _, tt := range tests {
 		c := NewCommand(tt.p, 0, 0)
@@ -235,6 +262,151 @@ func TestDecodeAs(t *testing.T) {
 		c := NewCommand(&Copy{ToDevice: op == OpCopyToDev, Handle: 2, SGCount: 1, Length: 8, SGAddr: 0x2000}, 0, 0)
 		if cp, err := DecodeAs[*Copy](&c); err != nil || cp.ToDevice != (op == OpCopyToDev) {
 			t.Errorf("DecodeAs[*Copy](%v) = %+v, %v", op, cp, err)
+		}
+	}
+}
+
+// TestNewPayloadLayout pins the 1.4 payload offsets of docs/ABI.md.
+func TestNewPayloadLayout(t *testing.T) {
+	tests := []struct {
+		p     Payload
+		words map[int]uint64 // offset -> value, 4- or 8-byte by the value's field
+		sizes map[int]int
+	}{
+		{&ProgramInfoQuery{Handle: 0x11111111, SGCount: 0x22, Length: 0x3333333333333333, SGAddr: 0x4444444444444440},
+			map[int]uint64{0: 0x11111111, 4: 0x22, 8: 0x3333333333333333, 16: 0x4444444444444440},
+			map[int]int{0: 4, 4: 4, 8: 8, 16: 8}},
+		{&BufferCopy{Src: 0x11111111, Dst: 0x22222222, SrcOffset: 0x3333, DstOffset: 0x4444, Length: 0x5555},
+			map[int]uint64{0: 0x11111111, 4: 0x22222222, 8: 0x3333, 16: 0x4444, 24: 0x5555},
+			map[int]int{0: 4, 4: 4, 8: 8, 16: 8, 24: 8}},
+		{&BufferFill{Handle: 0x11111111, PatternLen: 0x40, Offset: 0x3340, Length: 0x4440, PatternAddr: 0x5555555555555000},
+			map[int]uint64{0: 0x11111111, 4: 0x40, 8: 0x3340, 16: 0x4440, 24: 0x5555555555555000},
+			map[int]int{0: 4, 4: 4, 8: 8, 16: 8, 24: 8}},
+	}
+	for _, tt := range tests {
+		c := NewCommand(tt.p, 0, 0)
+		for off, want := range tt.words {
+			var got uint64
+			if tt.sizes[off] == 4 {
+				got = uint64(le.Uint32(c.Payload[off:]))
+			} else {
+				got = le.Uint64(c.Payload[off:])
+			}
+			if got != want {
+				t.Errorf("%v payload byte %d = %#x, want %#x", tt.p.Op(), off, got, want)
+			}
+		}
+		if !allZero(c.Payload[32:]) {
+			t.Errorf("%v payload reserved bytes = % x", tt.p.Op(), c.Payload[32:])
+		}
+	}
+}
+
+func testProgramInfo() ProgramInfo {
+	return ProgramInfo{Kernels: []KernelInfo{
+		{Name: "add", WorkGroupSize: 4096, PreferredMultiple: 8, LocalMemSize: 0, PrivateMemSize: 16,
+			Args: []KernelArgInfo{
+				{AddressQualifier: ArgAddressGlobal, AccessQualifier: ArgAccessNone, TypeQualifier: ArgTypeConst | ArgTypeRestrict, TypeName: "float*", Name: "a"},
+				{AddressQualifier: ArgAddressGlobal, AccessQualifier: ArgAccessNone, TypeName: "float*", Name: "out"},
+				{AddressQualifier: ArgAddressPrivate, AccessQualifier: ArgAccessNone, TypeName: "uint", Name: "n"},
+			}},
+		{Name: "empty", WorkGroupSize: 256, PreferredMultiple: 1, CompileWorkGroupSize: [3]uint64{64, 1, 1}},
+		{Name: "scale", WorkGroupSize: 1024, LocalMemSize: 512,
+			Args: []KernelArgInfo{{AddressQualifier: ArgAddressLocal, AccessQualifier: ArgAccessNone, TypeName: "float4*", Name: "tmp"}}},
+	}}
+}
+
+func TestProgramInfoRoundTrip(t *testing.T) {
+	p := testProgramInfo()
+	b, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(ProgramInfoHeaderSize + 3*KernelInfoSize + 4*ArgInfoSize); uint64(len(b)) != want || p.Size() != want {
+		t.Errorf("Marshal() = %d bytes, Size() = %d, want %d", len(b), p.Size(), want)
+	}
+	// Pin the layout: header, first kernel record, its first argument.
+	if le.Uint32(b[0:]) != 3 || le.Uint32(b[4:]) != 0 || le.Uint64(b[8:]) != uint64(len(b)) {
+		t.Errorf("header = % x", b[:16])
+	}
+	k := b[16:]
+	if string(k[:4]) != "add\x00" || le.Uint32(k[64:]) != 3 || le.Uint64(k[72:]) != 4096 || le.Uint64(k[80:]) != 8 || le.Uint64(k[96:]) != 16 {
+		t.Errorf("kernel record = % x", k[:KernelInfoSize])
+	}
+	a := b[16+KernelInfoSize:]
+	if le.Uint32(a[0:]) != ArgAddressGlobal || le.Uint32(a[4:]) != ArgAccessNone || le.Uint32(a[8:]) != 3 ||
+		string(a[16:23]) != "float*\x00" || string(a[80:82]) != "a\x00" {
+		t.Errorf("argument record = % x", a[:ArgInfoSize])
+	}
+	e := b[16+KernelInfoSize+3*ArgInfoSize:] // "empty"
+	if le.Uint64(e[104:]) != 64 || le.Uint64(e[112:]) != 1 || le.Uint64(e[120:]) != 1 {
+		t.Errorf("compile_work_group_size = % x", e[104:128])
+	}
+	// The guest's room may be larger than the blob.
+	p2, err := UnmarshalProgramInfo(append(b, make([]byte, 100)...))
+	if err != nil {
+		t.Fatalf("UnmarshalProgramInfo = %v", err)
+	}
+	if d := cmp.Diff(p, p2); d != "" {
+		t.Errorf("program info round trip (-want +got):\n%s", d)
+	}
+	empty := ProgramInfo{}
+	eb, err := empty.Marshal()
+	if err != nil || len(eb) != ProgramInfoHeaderSize {
+		t.Fatalf("empty Marshal() = %d bytes, %v", len(eb), err)
+	}
+	if p, err := UnmarshalProgramInfo(eb); err != nil || len(p.Kernels) != 0 {
+		t.Errorf("UnmarshalProgramInfo(empty) = %+v, %v", p, err)
+	}
+}
+
+func TestProgramInfoMarshalRejects(t *testing.T) {
+	for name, mod := range map[string]func(*ProgramInfo){
+		"bad name":        func(p *ProgramInfo) { p.Kernels[0].Name = "9x" },
+		"long name":       func(p *ProgramInfo) { p.Kernels[0].Name = "a" + string(make([]byte, 63)) },
+		"unsorted":        func(p *ProgramInfo) { p.Kernels[0].Name = "zzz" },
+		"duplicate":       func(p *ProgramInfo) { p.Kernels[1].Name = "add" },
+		"long arg name":   func(p *ProgramInfo) { p.Kernels[0].Args[0].Name = strings.Repeat("x", 64) },
+		"NUL in arg type": func(p *ProgramInfo) { p.Kernels[0].Args[0].TypeName = "a\x00b" },
+	} {
+		p := testProgramInfo()
+		mod(&p)
+		if _, err := p.Marshal(); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: Marshal() = %v, want ErrMalformed", name, err)
+		}
+	}
+	if got := TruncInfoString(strings.Repeat("y", 80)); len(got) != ArgInfoNameLen-1 {
+		t.Errorf("TruncInfoString(80 bytes) = %d bytes", len(got))
+	}
+	if got := TruncInfoString("ab\x00cd"); got != "ab" {
+		t.Errorf("TruncInfoString(ab NUL cd) = %q", got)
+	}
+}
+
+func TestProgramInfoUnmarshalRejects(t *testing.T) {
+	p := testProgramInfo()
+	good, _ := p.Marshal()
+	for name, mod := range map[string]func(b []byte) []byte{
+		"short":              func(b []byte) []byte { return b[:15] },
+		"reserved header":    func(b []byte) []byte { b[4] = 1; return b },
+		"total beyond room":  func(b []byte) []byte { return b[:len(b)-1] },
+		"total too small":    func(b []byte) []byte { le.PutUint64(b[8:], 8); return b },
+		"total too large":    func(b []byte) []byte { le.PutUint64(b[8:], uint64(len(b))+1); return append(b, 0) },
+		"too many kernels":   func(b []byte) []byte { le.PutUint32(b[0:], 1000); return b },
+		"too few kernels":    func(b []byte) []byte { le.PutUint32(b[0:], 2); return b },
+		"name unterminated":  func(b []byte) []byte { copy(b[16:80], strings.Repeat("a", 64)); return b },
+		"name not padded":    func(b []byte) []byte { b[16+10] = 'x'; return b },
+		"name not ident":     func(b []byte) []byte { b[16] = '1'; return b },
+		"kernel reserved":    func(b []byte) []byte { b[16+68] = 1; return b },
+		"arg count too big":  func(b []byte) []byte { le.PutUint32(b[16+64:], 99); return b },
+		"arg reserved":       func(b []byte) []byte { b[16+KernelInfoSize+12] = 1; return b },
+		"arg name unpadded":  func(b []byte) []byte { b[16+KernelInfoSize+80+5] = 'q'; return b },
+		"arg type unpadded":  func(b []byte) []byte { copy(b[16+KernelInfoSize+16:], strings.Repeat("t", 64)); return b },
+		"kernels not sorted": func(b []byte) []byte { copy(b[16:], "zzz"); return b },
+	} {
+		b := mod(append([]byte(nil), good...))
+		if got, err := UnmarshalProgramInfo(b); !errors.Is(err, ErrMalformed) || got.Kernels != nil {
+			t.Errorf("%s: UnmarshalProgramInfo = %+v, %v, want ErrMalformed", name, got, err)
 		}
 	}
 }

@@ -21,6 +21,9 @@ const (
 	OpProgramFree  Opcode = 6
 	OpLaunch       Opcode = 7
 	OpFence        Opcode = 8
+	OpProgramInfo  Opcode = 9  // ABI 1.4
+	OpBufferCopy   Opcode = 10 // ABI 1.4
+	OpBufferFill   Opcode = 11 // ABI 1.4
 )
 
 var opcodeNames = [...]string{
@@ -33,6 +36,9 @@ var opcodeNames = [...]string{
 	OpProgramFree:  "program-free",
 	OpLaunch:       "launch",
 	OpFence:        "fence",
+	OpProgramInfo:  "program-info",
+	OpBufferCopy:   "buffer-copy",
+	OpBufferFill:   "buffer-fill",
 }
 
 // NumOpcodes is one more than the largest defined opcode.
@@ -139,6 +145,12 @@ func DecodePayload(c *Command) (Payload, error) {
 		p = &Launch{}
 	case OpFence:
 		p = &Fence{}
+	case OpProgramInfo:
+		p = &ProgramInfoQuery{}
+	case OpBufferCopy:
+		p = &BufferCopy{}
+	case OpBufferFill:
+		p = &BufferFill{}
 	default:
 		return nil, Errorf(StatusInvalidOpcode, "opcode %d", uint16(c.Opcode))
 	}
@@ -422,4 +434,147 @@ func (f *Fence) unmarshal(p *[48]byte) error {
 		return fmt.Errorf("fence address %#x misaligned: %w", f.Addr, ErrMalformed)
 	}
 	return zeroFrom(p, 16)
+}
+
+// ProgramInfoQuery asks for the program-information blob (ProgramInfo) of a
+// program, written into guest RAM through a scatter-gather list when it
+// fits (docs/ABI.md "program-info", ABI 1.4).
+//
+//	off size field
+//	0   4    program handle
+//	4   4    sg_count: entries in the first scatter-gather table (1..256)
+//	8   8    length: room in bytes (nonzero; the data entries must add up to it)
+//	16  8    sg_gpa: guest-physical address of the first table (16-byte aligned)
+type ProgramInfoQuery struct {
+	Handle  uint32
+	SGCount uint32
+	Length  uint64
+	SGAddr  uint64
+}
+
+func (*ProgramInfoQuery) Op() Opcode { return OpProgramInfo }
+func (q *ProgramInfoQuery) marshal(p *[48]byte) {
+	le.PutUint32(p[0:], q.Handle)
+	le.PutUint32(p[4:], q.SGCount)
+	le.PutUint64(p[8:], q.Length)
+	le.PutUint64(p[16:], q.SGAddr)
+}
+func (q *ProgramInfoQuery) unmarshal(p *[48]byte) error {
+	q.Handle = le.Uint32(p[0:])
+	q.SGCount = le.Uint32(p[4:])
+	q.Length = le.Uint64(p[8:])
+	q.SGAddr = le.Uint64(p[16:])
+	switch {
+	case q.Handle == 0:
+		return fmt.Errorf("program 0: %w", ErrMalformed)
+	case q.SGCount == 0 || q.SGCount > PageSize/SGEntrySize:
+		return fmt.Errorf("sg_count %d: %w", q.SGCount, ErrMalformed)
+	case q.Length == 0:
+		return fmt.Errorf("length 0: %w", ErrMalformed)
+	case q.SGAddr%SGEntrySize != 0:
+		return fmt.Errorf("sg_gpa %#x misaligned: %w", q.SGAddr, ErrMalformed)
+	}
+	return zeroFrom(p, 24)
+}
+
+// BufferCopy copies bytes from one buffer to another, or within one buffer
+// between ranges that do not overlap (docs/ABI.md "buffer-copy", ABI 1.4).
+//
+//	off size field
+//	0   4    src: source buffer handle
+//	4   4    dst: destination buffer handle (may equal src)
+//	8   8    src_offset
+//	16  8    dst_offset
+//	24  8    length in bytes (nonzero; neither offset + length overflows)
+type BufferCopy struct {
+	Src       uint32
+	Dst       uint32
+	SrcOffset uint64
+	DstOffset uint64
+	Length    uint64
+}
+
+func (*BufferCopy) Op() Opcode { return OpBufferCopy }
+func (c *BufferCopy) marshal(p *[48]byte) {
+	le.PutUint32(p[0:], c.Src)
+	le.PutUint32(p[4:], c.Dst)
+	le.PutUint64(p[8:], c.SrcOffset)
+	le.PutUint64(p[16:], c.DstOffset)
+	le.PutUint64(p[24:], c.Length)
+}
+func (c *BufferCopy) unmarshal(p *[48]byte) error {
+	c.Src = le.Uint32(p[0:])
+	c.Dst = le.Uint32(p[4:])
+	c.SrcOffset = le.Uint64(p[8:])
+	c.DstOffset = le.Uint64(p[16:])
+	c.Length = le.Uint64(p[24:])
+	switch {
+	case c.Src == 0 || c.Dst == 0:
+		return fmt.Errorf("buffer 0 (src %d, dst %d): %w", c.Src, c.Dst, ErrMalformed)
+	case c.Length == 0:
+		return fmt.Errorf("length 0: %w", ErrMalformed)
+	case c.SrcOffset+c.Length < c.SrcOffset:
+		return fmt.Errorf("src_offset %d + length %d overflows: %w", c.SrcOffset, c.Length, ErrMalformed)
+	case c.DstOffset+c.Length < c.DstOffset:
+		return fmt.Errorf("dst_offset %d + length %d overflows: %w", c.DstOffset, c.Length, ErrMalformed)
+	case c.Overlaps():
+		return fmt.Errorf("copy within buffer %d: %d+%d and %d+%d overlap: %w", c.Src, c.SrcOffset, c.Length, c.DstOffset, c.Length, ErrMalformed)
+	}
+	return zeroFrom(p, 32)
+}
+
+// Overlaps reports whether c copies within one buffer between overlapping
+// ranges (which the device refuses). Both ranges must not overflow.
+func (c *BufferCopy) Overlaps() bool {
+	return c.Src == c.Dst && c.SrcOffset < c.DstOffset+c.Length && c.DstOffset < c.SrcOffset+c.Length
+}
+
+// BufferFill writes a pattern of 1, 2, 4, ... or MaxFillPattern bytes,
+// read from guest RAM, repeatedly over a range of a buffer
+// (docs/ABI.md "buffer-fill", ABI 1.4).
+//
+//	off size field
+//	0   4    handle
+//	4   4    pattern_len: a power of two, 1..MaxFillPattern
+//	8   8    offset in the buffer (a multiple of pattern_len)
+//	16  8    length in bytes (nonzero, a multiple of pattern_len; offset + length does not overflow)
+//	24  8    pattern_gpa (contiguous; the pattern does not cross a PageSize page)
+type BufferFill struct {
+	Handle      uint32
+	PatternLen  uint32
+	Offset      uint64
+	Length      uint64
+	PatternAddr uint64
+}
+
+func (*BufferFill) Op() Opcode { return OpBufferFill }
+func (f *BufferFill) marshal(p *[48]byte) {
+	le.PutUint32(p[0:], f.Handle)
+	le.PutUint32(p[4:], f.PatternLen)
+	le.PutUint64(p[8:], f.Offset)
+	le.PutUint64(p[16:], f.Length)
+	le.PutUint64(p[24:], f.PatternAddr)
+}
+func (f *BufferFill) unmarshal(p *[48]byte) error {
+	f.Handle = le.Uint32(p[0:])
+	f.PatternLen = le.Uint32(p[4:])
+	f.Offset = le.Uint64(p[8:])
+	f.Length = le.Uint64(p[16:])
+	f.PatternAddr = le.Uint64(p[24:])
+	n := uint64(f.PatternLen)
+	switch {
+	case f.Handle == 0:
+		return fmt.Errorf("handle 0: %w", ErrMalformed)
+	case n == 0 || n > MaxFillPattern || n&(n-1) != 0:
+		return fmt.Errorf("pattern_len %d: %w", n, ErrMalformed)
+	case f.Length == 0:
+		return fmt.Errorf("length 0: %w", ErrMalformed)
+	case f.Offset%n != 0 || f.Length%n != 0:
+		return fmt.Errorf("offset %d or length %d not a multiple of pattern_len %d: %w", f.Offset, f.Length, n, ErrMalformed)
+	case f.Offset+f.Length < f.Offset:
+		return fmt.Errorf("offset %d + length %d overflows: %w", f.Offset, f.Length, ErrMalformed)
+	case f.PatternAddr%PageSize+n > PageSize:
+		return fmt.Errorf("pattern at %#x+%d crosses a page: %w", f.PatternAddr, n, ErrMalformed)
+	}
+	return zeroFrom(p, 32)
 }

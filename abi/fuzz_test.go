@@ -4,7 +4,10 @@ import "testing"
 
 func FuzzDecodeCommand(f *testing.F) {
 	for _, p := range []Payload{&Nop{}, &BufferCreate{Handle: 1, Size: 4}, &Copy{ToDevice: true, Handle: 1, SGCount: 1, Length: 4, SGAddr: 16},
-		&ProgramBuild{Handle: 1, SrcCount: 1, SrcLen: 5}, &Launch{Program: 1, DescLen: LaunchHeaderSize}, &Fence{Addr: 8, Value: 1}} {
+		&ProgramBuild{Handle: 1, SrcCount: 1, SrcLen: 5}, &Launch{Program: 1, DescLen: LaunchHeaderSize}, &Fence{Addr: 8, Value: 1},
+		&ProgramInfoQuery{Handle: 1, SGCount: 1, Length: 4096, SGAddr: 16},
+		&BufferCopy{Src: 1, Dst: 1, SrcOffset: 0, DstOffset: 8, Length: 8},
+		&BufferFill{Handle: 1, PatternLen: 4, Offset: 4, Length: 8, PatternAddr: 0xffc}} {
 		c := NewCommand(p, 0, 1)
 		var b [CommandSize]byte
 		c.Marshal(b[:])
@@ -68,6 +71,33 @@ func FuzzSGEntry(f *testing.F) {
 		e.Marshal(b2[:])
 		if string(b2[:]) != string(b[:SGEntrySize]) {
 			t.Fatalf("sg entry re-encode differs")
+		}
+	})
+}
+
+func FuzzProgramInfo(f *testing.F) {
+	p := testProgramInfo()
+	b, _ := p.Marshal()
+	f.Add(b)
+	f.Add(b[:ProgramInfoHeaderSize+KernelInfoSize+ArgInfoSize])
+	empty := ProgramInfo{}
+	eb, _ := empty.Marshal()
+	f.Add(eb)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := UnmarshalProgramInfo(b)
+		if err != nil {
+			if p.Kernels != nil {
+				t.Fatalf("UnmarshalProgramInfo error %v with %d kernels", err, len(p.Kernels))
+			}
+			return
+		}
+		// A decoded blob re-encodes to exactly the bytes it was read from.
+		b2, err := p.Marshal()
+		if err != nil {
+			t.Fatalf("Marshal of decoded blob: %v", err)
+		}
+		if uint64(len(b2)) != p.Size() || string(b2) != string(b[:len(b2)]) {
+			t.Fatalf("decode -> marshal differs:\n% x\n% x", b[:min(len(b), len(b2))], b2)
 		}
 	})
 }

@@ -5,7 +5,7 @@ package abi
 // whose major version differs from the one it was built for.
 const (
 	VersionMajor = 1
-	VersionMinor = 3
+	VersionMinor = 4
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -135,4 +135,5 @@ const (
 	MaxScalarSize    = 256
 	KernelNameLen    = 64
 	MaxSGEntries     = 1 << 20 // entries in one scatter-gather list, chains included
+	MaxFillPattern   = 128     // buffer-fill pattern bytes (1.4)
 )

@@ -11,7 +11,8 @@
 //   - Status and opcode names, from abi.Status.String and
 //     abi.Opcode.String, as vgpu_status_name and vgpu_opcode_name.
 //   - The wire layout of the command slot, completion record,
-//     scatter-gather entry and every command payload, as C structs with
+//     scatter-gather entry, every command payload and the records of the
+//     program-information blob, as C structs with
 //     _Static_assert checks of each size and offset. Offsets and widths are
 //     not copied from comments: each field of the Go type is set to a marker
 //     whose every byte is nonzero, the value is encoded with abi's own
@@ -269,6 +270,11 @@ func payload(v any) []byte {
 	return c.Payload[:]
 }
 
+// record encodes a record type of size bytes with its Marshal method.
+func record[T any](size int, marshal func(*T, []byte)) func(any) []byte {
+	return func(v any) []byte { b := make([]byte, size); marshal(v.(*T), b); return b }
+}
+
 func wireTypes() []wireType {
 	n := len(abi.Command{}.Payload)
 	return []wireType{
@@ -288,6 +294,18 @@ func wireTypes() []wireType {
 		{"vgpu_cmd_program_free", "the payload of program-free.", reflect.TypeFor[abi.ProgramFree](), n, payload},
 		{"vgpu_cmd_launch", "the payload of launch.", reflect.TypeFor[abi.Launch](), n, payload},
 		{"vgpu_cmd_fence", "the payload of fence.", reflect.TypeFor[abi.Fence](), n, payload},
+		{"vgpu_cmd_program_info", "the payload of program-info (1.4).", reflect.TypeFor[abi.ProgramInfoQuery](), n, payload},
+		{"vgpu_cmd_buffer_copy", "the payload of buffer-copy (1.4).", reflect.TypeFor[abi.BufferCopy](), n, payload},
+		{"vgpu_cmd_buffer_fill", "the payload of buffer-fill (1.4).", reflect.TypeFor[abi.BufferFill](), n, payload},
+		{"vgpu_program_info_header", "the header of the program-information blob (docs/ABI.md \"Program-information blob\", 1.4).",
+			reflect.TypeFor[abi.ProgramInfoHeader](), abi.ProgramInfoHeaderSize,
+			record(abi.ProgramInfoHeaderSize, (*abi.ProgramInfoHeader).Marshal)},
+		{"vgpu_kernel_info", "a kernel record of the program-information blob; num_args vgpu_arg_info records follow it.",
+			reflect.TypeFor[abi.KernelInfoRecord](), abi.KernelInfoSize,
+			record(abi.KernelInfoSize, (*abi.KernelInfoRecord).Marshal)},
+		{"vgpu_arg_info", "an argument record of the program-information blob.",
+			reflect.TypeFor[abi.ArgInfoRecord](), abi.ArgInfoSize,
+			record(abi.ArgInfoSize, (*abi.ArgInfoRecord).Marshal)},
 	}
 }
 
@@ -351,8 +369,9 @@ func probe(wt wireType) ([]cField, error) {
 		case ft.Kind() >= reflect.Uint8 && ft.Kind() <= reflect.Uint64:
 			f.size = int(ft.Size())
 			f.ctype = fmt.Sprintf("uint%d_t", 8*f.size)
-		case ft.Kind() == reflect.Array && ft.Elem().Kind() == reflect.Uint8:
-			f.size, f.count, f.ctype = ft.Len(), ft.Len(), "uint8_t"
+		case ft.Kind() == reflect.Array && ft.Elem().Kind() >= reflect.Uint8 && ft.Elem().Kind() <= reflect.Uint64:
+			es := int(ft.Elem().Size())
+			f.size, f.count, f.ctype = ft.Len()*es, ft.Len(), fmt.Sprintf("uint%d_t", 8*es)
 		default:
 			return nil, fmt.Errorf("field %s has type %v, which abi/cabi cannot lay out", sf.Name, ft)
 		}
@@ -362,14 +381,21 @@ func probe(wt wireType) ([]cField, error) {
 		}
 		v := reflect.New(wt.typ)
 		fv := v.Elem().Field(i)
+		// Each element (the field itself when it is no array) gets its
+		// part of the marker, little-endian.
+		elems, es := []reflect.Value{fv}, f.size
 		if ft.Kind() == reflect.Array {
-			reflect.Copy(fv, reflect.ValueOf(marker))
-		} else {
-			var u uint64
-			for j := f.size - 1; j >= 0; j-- {
-				u = u<<8 | uint64(marker[j])
+			elems, es = nil, f.size/f.count
+			for j := 0; j < f.count; j++ {
+				elems = append(elems, fv.Index(j))
 			}
-			fv.SetUint(u)
+		}
+		for k, ev := range elems {
+			var u uint64
+			for j := es - 1; j >= 0; j-- {
+				u = u<<8 | uint64(marker[k*es+j])
+			}
+			ev.SetUint(u)
 		}
 		b := wt.marshal(v.Interface())
 		off := bytes.Index(b, marker)
@@ -380,7 +406,7 @@ func probe(wt wireType) ([]cField, error) {
 		if !allZero(rest) {
 			return nil, fmt.Errorf("field %s: setting it changes bytes outside offset %d..%d: % x", sf.Name, off, off+f.size, b)
 		}
-		if off%min(f.size, 8) != 0 {
+		if off%min(f.size/max(f.count, 1), 8) != 0 {
 			return nil, fmt.Errorf("field %s at offset %d is not naturally aligned", sf.Name, off)
 		}
 		f.off = off

@@ -35,11 +35,14 @@
 //
 // # Errors
 //
-// Asynchronous commands (CreateBuffer, Free, Write, Launch, FreeProgram) are
-// batched: their device status is checked when their completion is reaped,
-// and the first failure is returned by the next Finish (or Sync) as a
-// *CommandError naming the command's index, opcode and tag. Synchronous
-// calls (Read, Build, WaitIndex) return their own command's failure.
+// Asynchronous commands (CreateBuffer, Free, Write, Launch, FreeProgram,
+// CopyBuffer, FillBuffer) are batched: their device status is checked when
+// their completion is reaped, and the first failure is returned by the next
+// Finish (or Sync) as a *CommandError naming the command's index, opcode and
+// tag; CopyBuffer and FillBuffer given a done callback leave their status to
+// it instead. Synchronous calls (Read, Build, ProgramInfo, WaitIndex) return
+// their own command's failure. The ABI 1.4 commands (abi14.go) fail with
+// ErrUnsupported on an older device.
 // abi.StatusOf(err) recovers the device status from any of them.
 //
 // A Device is safe for concurrent use; its methods serialise on one mutex.

@@ -34,6 +34,11 @@ var (
 	// ErrNoINTx means the device does not announce abi.FeatureINTx (an ABI 1.0
 	// device): it never interrupts, so it cannot be slept on.
 	ErrNoINTx = errors.New("vgpu device has no interrupt (FeatureINTx)")
+	// ErrUnsupported means the device's ABI minor version is too old for
+	// the command asked for (e.g. buffer-copy on a device before ABI 1.4);
+	// nothing was submitted. It carries abi.StatusInvalidOpcode, what such
+	// a device would answer.
+	ErrUnsupported = abi.Errorf(abi.StatusInvalidOpcode, "command not in the device's abi version")
 	// ErrNoPFN means /proc/self/pagemap did not give a page frame number: the
 	// process is not root (the kernel hides PFNs) or the page is not present.
 	ErrNoPFN = errors.New("pagemap gives no page frame number (not root, or page not present)")

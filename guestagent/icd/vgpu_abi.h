@@ -27,8 +27,11 @@
 #define VGPU_OP_PROGRAM_FREE                 6 /* abi.OpProgramFree */
 #define VGPU_OP_LAUNCH                       7 /* abi.OpLaunch */
 #define VGPU_OP_FENCE                        8 /* abi.OpFence */
+#define VGPU_OP_PROGRAM_INFO                 9 /* abi.OpProgramInfo */
+#define VGPU_OP_BUFFER_COPY                  10 /* abi.OpBufferCopy */
+#define VGPU_OP_BUFFER_FILL                  11 /* abi.OpBufferFill */
 
-#define VGPU_NUM_OPCODES                     9 /* abi.NumOpcodes */
+#define VGPU_NUM_OPCODES                     12 /* abi.NumOpcodes */
 
 #define VGPU_FLAG_NONDETERMINISTIC           0x01 /* abi.FlagNondeterministic */
 #define VGPU_FLAGS_MASK                      0x01 /* abi.FlagsMask */
@@ -36,6 +39,26 @@
 #define VGPU_BUFFER_READ_ONLY                0x01 /* abi.BufferReadOnly */
 #define VGPU_BUFFER_WRITE_ONLY               0x02 /* abi.BufferWriteOnly */
 #define VGPU_BUFFER_FLAGS_MASK               0x03 /* abi.BufferFlagsMask */
+
+/* abi/proginfo.go */
+#define VGPU_PROGRAM_INFO_HEADER_SIZE        16 /* abi.ProgramInfoHeaderSize */
+#define VGPU_KERNEL_INFO_SIZE                128 /* abi.KernelInfoSize */
+#define VGPU_ARG_INFO_SIZE                   144 /* abi.ArgInfoSize */
+#define VGPU_ARG_INFO_NAME_LEN               64 /* abi.ArgInfoNameLen */
+
+#define VGPU_ARG_ADDRESS_GLOBAL              0x119B /* abi.ArgAddressGlobal */
+#define VGPU_ARG_ADDRESS_LOCAL               0x119C /* abi.ArgAddressLocal */
+#define VGPU_ARG_ADDRESS_CONSTANT            0x119D /* abi.ArgAddressConstant */
+#define VGPU_ARG_ADDRESS_PRIVATE             0x119E /* abi.ArgAddressPrivate */
+#define VGPU_ARG_ACCESS_READ_ONLY            0x11A0 /* abi.ArgAccessReadOnly */
+#define VGPU_ARG_ACCESS_WRITE_ONLY           0x11A1 /* abi.ArgAccessWriteOnly */
+#define VGPU_ARG_ACCESS_READ_WRITE           0x11A2 /* abi.ArgAccessReadWrite */
+#define VGPU_ARG_ACCESS_NONE                 0x11A3 /* abi.ArgAccessNone */
+#define VGPU_ARG_TYPE_NONE                   0 /* abi.ArgTypeNone */
+#define VGPU_ARG_TYPE_CONST                  0x01 /* abi.ArgTypeConst */
+#define VGPU_ARG_TYPE_RESTRICT               0x02 /* abi.ArgTypeRestrict */
+#define VGPU_ARG_TYPE_VOLATILE               0x04 /* abi.ArgTypeVolatile */
+#define VGPU_ARG_TYPE_PIPE                   0x08 /* abi.ArgTypePipe */
 
 /* abi/records.go */
 #define VGPU_COMPL_SEQ_OFFSET                0 /* abi.ComplSeqOffset */
@@ -54,8 +77,8 @@
 
 /* abi/regs.go */
 #define VGPU_VERSION_MAJOR                   1 /* abi.VersionMajor */
-#define VGPU_VERSION_MINOR                   3 /* abi.VersionMinor */
-#define VGPU_VERSION                         0x00010003 /* abi.Version */
+#define VGPU_VERSION_MINOR                   4 /* abi.VersionMinor */
+#define VGPU_VERSION                         0x00010004 /* abi.Version */
 
 #define VGPU_VENDOR_ID                       0x7667 /* abi.VendorID */
 #define VGPU_DEVICE_ID                       0x0001 /* abi.DeviceID */
@@ -129,6 +152,7 @@
 #define VGPU_MAX_SCALAR_SIZE                 256 /* abi.MaxScalarSize */
 #define VGPU_KERNEL_NAME_LEN                 64 /* abi.KernelNameLen */
 #define VGPU_MAX_SG_ENTRIES                  0x00100000 /* abi.MaxSGEntries */
+#define VGPU_MAX_FILL_PATTERN                128 /* abi.MaxFillPattern */
 
 /* abi/status.go */
 #define VGPU_STATUS_OK                       0 /* abi.StatusOK */
@@ -189,6 +213,9 @@ static inline const char *vgpu_opcode_name(uint32_t op)
 	case 6: return "program-free";
 	case 7: return "launch";
 	case 8: return "fence";
+	case 9: return "program-info";
+	case 10: return "buffer-copy";
+	case 11: return "buffer-fill";
 	default: return NULL;
 	}
 }
@@ -330,5 +357,103 @@ _Static_assert(sizeof(struct vgpu_cmd_fence) == 48, "vgpu_cmd_fence size");
 _Static_assert(offsetof(struct vgpu_cmd_fence, addr) == 0, "vgpu_cmd_fence.addr offset");
 _Static_assert(offsetof(struct vgpu_cmd_fence, value) == 8, "vgpu_cmd_fence.value offset");
 _Static_assert(offsetof(struct vgpu_cmd_fence, reserved16) == 16, "vgpu_cmd_fence.reserved16 offset");
+
+/* abi.ProgramInfoQuery: the payload of program-info (1.4). */
+struct vgpu_cmd_program_info {
+	uint32_t handle;
+	uint32_t sg_count;
+	uint64_t length;
+	uint64_t sg_addr;
+	uint8_t reserved24[24];
+};
+_Static_assert(sizeof(struct vgpu_cmd_program_info) == 48, "vgpu_cmd_program_info size");
+_Static_assert(offsetof(struct vgpu_cmd_program_info, handle) == 0, "vgpu_cmd_program_info.handle offset");
+_Static_assert(offsetof(struct vgpu_cmd_program_info, sg_count) == 4, "vgpu_cmd_program_info.sg_count offset");
+_Static_assert(offsetof(struct vgpu_cmd_program_info, length) == 8, "vgpu_cmd_program_info.length offset");
+_Static_assert(offsetof(struct vgpu_cmd_program_info, sg_addr) == 16, "vgpu_cmd_program_info.sg_addr offset");
+_Static_assert(offsetof(struct vgpu_cmd_program_info, reserved24) == 24, "vgpu_cmd_program_info.reserved24 offset");
+
+/* abi.BufferCopy: the payload of buffer-copy (1.4). */
+struct vgpu_cmd_buffer_copy {
+	uint32_t src;
+	uint32_t dst;
+	uint64_t src_offset;
+	uint64_t dst_offset;
+	uint64_t length;
+	uint8_t reserved32[16];
+};
+_Static_assert(sizeof(struct vgpu_cmd_buffer_copy) == 48, "vgpu_cmd_buffer_copy size");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_copy, src) == 0, "vgpu_cmd_buffer_copy.src offset");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_copy, dst) == 4, "vgpu_cmd_buffer_copy.dst offset");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_copy, src_offset) == 8, "vgpu_cmd_buffer_copy.src_offset offset");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_copy, dst_offset) == 16, "vgpu_cmd_buffer_copy.dst_offset offset");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_copy, length) == 24, "vgpu_cmd_buffer_copy.length offset");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_copy, reserved32) == 32, "vgpu_cmd_buffer_copy.reserved32 offset");
+
+/* abi.BufferFill: the payload of buffer-fill (1.4). */
+struct vgpu_cmd_buffer_fill {
+	uint32_t handle;
+	uint32_t pattern_len;
+	uint64_t offset;
+	uint64_t length;
+	uint64_t pattern_addr;
+	uint8_t reserved32[16];
+};
+_Static_assert(sizeof(struct vgpu_cmd_buffer_fill) == 48, "vgpu_cmd_buffer_fill size");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_fill, handle) == 0, "vgpu_cmd_buffer_fill.handle offset");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_fill, pattern_len) == 4, "vgpu_cmd_buffer_fill.pattern_len offset");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_fill, offset) == 8, "vgpu_cmd_buffer_fill.offset offset");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_fill, length) == 16, "vgpu_cmd_buffer_fill.length offset");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_fill, pattern_addr) == 24, "vgpu_cmd_buffer_fill.pattern_addr offset");
+_Static_assert(offsetof(struct vgpu_cmd_buffer_fill, reserved32) == 32, "vgpu_cmd_buffer_fill.reserved32 offset");
+
+/* abi.ProgramInfoHeader: the header of the program-information blob (docs/ABI.md "Program-information blob", 1.4). */
+struct vgpu_program_info_header {
+	uint32_t kernel_count;
+	uint32_t reserved4;
+	uint64_t total_len;
+};
+_Static_assert(sizeof(struct vgpu_program_info_header) == 16, "vgpu_program_info_header size");
+_Static_assert(offsetof(struct vgpu_program_info_header, kernel_count) == 0, "vgpu_program_info_header.kernel_count offset");
+_Static_assert(offsetof(struct vgpu_program_info_header, reserved4) == 4, "vgpu_program_info_header.reserved4 offset");
+_Static_assert(offsetof(struct vgpu_program_info_header, total_len) == 8, "vgpu_program_info_header.total_len offset");
+
+/* abi.KernelInfoRecord: a kernel record of the program-information blob; num_args vgpu_arg_info records follow it. */
+struct vgpu_kernel_info {
+	uint8_t name[64];
+	uint32_t num_args;
+	uint32_t reserved68;
+	uint64_t work_group_size;
+	uint64_t preferred_multiple;
+	uint64_t local_mem_size;
+	uint64_t private_mem_size;
+	uint64_t compile_work_group_size[3];
+};
+_Static_assert(sizeof(struct vgpu_kernel_info) == 128, "vgpu_kernel_info size");
+_Static_assert(offsetof(struct vgpu_kernel_info, name) == 0, "vgpu_kernel_info.name offset");
+_Static_assert(offsetof(struct vgpu_kernel_info, num_args) == 64, "vgpu_kernel_info.num_args offset");
+_Static_assert(offsetof(struct vgpu_kernel_info, reserved68) == 68, "vgpu_kernel_info.reserved68 offset");
+_Static_assert(offsetof(struct vgpu_kernel_info, work_group_size) == 72, "vgpu_kernel_info.work_group_size offset");
+_Static_assert(offsetof(struct vgpu_kernel_info, preferred_multiple) == 80, "vgpu_kernel_info.preferred_multiple offset");
+_Static_assert(offsetof(struct vgpu_kernel_info, local_mem_size) == 88, "vgpu_kernel_info.local_mem_size offset");
+_Static_assert(offsetof(struct vgpu_kernel_info, private_mem_size) == 96, "vgpu_kernel_info.private_mem_size offset");
+_Static_assert(offsetof(struct vgpu_kernel_info, compile_work_group_size) == 104, "vgpu_kernel_info.compile_work_group_size offset");
+
+/* abi.ArgInfoRecord: an argument record of the program-information blob. */
+struct vgpu_arg_info {
+	uint32_t address_qualifier;
+	uint32_t access_qualifier;
+	uint32_t type_qualifier;
+	uint32_t reserved12;
+	uint8_t type_name[64];
+	uint8_t name[64];
+};
+_Static_assert(sizeof(struct vgpu_arg_info) == 144, "vgpu_arg_info size");
+_Static_assert(offsetof(struct vgpu_arg_info, address_qualifier) == 0, "vgpu_arg_info.address_qualifier offset");
+_Static_assert(offsetof(struct vgpu_arg_info, access_qualifier) == 4, "vgpu_arg_info.access_qualifier offset");
+_Static_assert(offsetof(struct vgpu_arg_info, type_qualifier) == 8, "vgpu_arg_info.type_qualifier offset");
+_Static_assert(offsetof(struct vgpu_arg_info, reserved12) == 12, "vgpu_arg_info.reserved12 offset");
+_Static_assert(offsetof(struct vgpu_arg_info, type_name) == 16, "vgpu_arg_info.type_name offset");
+_Static_assert(offsetof(struct vgpu_arg_info, name) == 80, "vgpu_arg_info.name offset");
 
 #endif /* VGPU_ABI_H */

@@ -3,7 +3,8 @@
 // driver.Memory over Go byte slices, decodes the ring with package abi and
 // executes commands synchronously when the doorbell is written. Kernels are
 // Go functions registered by name; "building" a program only scans its source
-// for kernel names and fails on a "#error" line.
+// for kernel names and parameter lists (what program-info reports) and fails
+// on a "#error" line.
 //
 // It is a model of the ABI written from the guest's side, not the real
 // device: it knows nothing of dom0's implementation, and the end-to-end tests
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -35,6 +37,9 @@ type Config struct {
 	MaxAlloc     uint64 // default MemSize/2
 	MaxWorkGroup uint32 // default 256
 	Seed         uint64 // page shuffle
+	// Version is what RegVersion reads (default abi.Version); a minor
+	// below 4 makes the ABI 1.4 opcodes invalid, as on an older device.
+	Version uint32
 }
 
 // Device is the fake vGPU.
@@ -54,8 +59,8 @@ type Device struct {
 	errCount  uint32
 	buffers   map[uint32][]byte
 	used      uint64
-	programs  map[uint32][]string // kernel names
-	Launches  int                 // launches executed
+	programs  map[uint32][]abi.KernelInfo // scanned kernels, sorted by name
+	Launches  int                         // launches executed
 }
 
 // New returns a fake device with room for 64 Ki guest pages (256 MiB).
@@ -69,6 +74,9 @@ func New(cfg Config, kernels map[string]KernelFunc) *Device {
 	if cfg.MaxWorkGroup == 0 {
 		cfg.MaxWorkGroup = 256
 	}
+	if cfg.Version == 0 {
+		cfg.Version = abi.Version
+	}
 	const npages = 1 << 16
 	pfns := make([]uint64, npages)
 	for i := range pfns {
@@ -77,7 +85,7 @@ func New(cfg Config, kernels map[string]KernelFunc) *Device {
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
 	r.Shuffle(len(pfns), func(i, j int) { pfns[i], pfns[j] = pfns[j], pfns[i] })
 	return &Device{cfg: cfg, kernels: kernels, pages: map[uint64][]byte{}, freePFN: pfns,
-		buffers: map[uint32][]byte{}, programs: map[uint32][]string{}}
+		buffers: map[uint32][]byte{}, programs: map[uint32][]abi.KernelInfo{}}
 }
 
 // Alloc implements driver.Memory.
@@ -114,7 +122,7 @@ func (f *Device) Read32(off uint32) uint32 {
 	case abi.RegID:
 		return abi.IDMagic
 	case abi.RegVersion:
-		return abi.Version
+		return f.cfg.Version
 	case abi.RegStatus:
 		var s uint32
 		if f.enabled {
@@ -204,7 +212,7 @@ func (f *Device) Write32(off, v uint32) {
 	case abi.RegRingCtrl:
 		if v&abi.RingCtrlReset != 0 {
 			f.enabled, f.head = false, 0
-			f.buffers, f.programs, f.used = map[uint32][]byte{}, map[uint32][]string{}, 0
+			f.buffers, f.programs, f.used = map[uint32][]byte{}, map[uint32][]abi.KernelInfo{}, 0
 			return
 		}
 		if v&abi.RingCtrlEnable == 0 {
@@ -340,7 +348,55 @@ func (f *Device) gather(addr uint64, count uint32, length uint64) ([]byte, error
 	return out, nil
 }
 
-var kernelRE = regexp.MustCompile(`__kernel\s+void\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(`)
+var kernelRE = regexp.MustCompile(`__kernel\s+void\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(([^)]*)\)?`)
+
+// scanKernels finds the kernels of src with their parameters, roughly as a
+// compiler with -cl-kernel-arg-info reports them: qualifiers from the
+// keywords, the type without them ("float*"), the last word as the name.
+func (f *Device) scanKernels(src string) []abi.KernelInfo {
+	ks := []abi.KernelInfo{}
+	for _, m := range kernelRE.FindAllStringSubmatch(src, -1) {
+		k := abi.KernelInfo{Name: m[1], WorkGroupSize: uint64(f.cfg.MaxWorkGroup), PreferredMultiple: 1}
+		for _, param := range strings.Split(m[2], ",") {
+			words := strings.Fields(strings.ReplaceAll(param, "*", " * "))
+			if len(words) == 0 || len(words) == 1 && words[0] == "void" {
+				continue
+			}
+			a := abi.KernelArgInfo{AddressQualifier: abi.ArgAddressPrivate, AccessQualifier: abi.ArgAccessNone}
+			var typ []string
+			for _, w := range words[:len(words)-1] {
+				switch strings.TrimPrefix(w, "__") {
+				case "global":
+					a.AddressQualifier = abi.ArgAddressGlobal
+				case "local":
+					a.AddressQualifier = abi.ArgAddressLocal
+				case "constant":
+					a.AddressQualifier = abi.ArgAddressConstant
+				case "private":
+					a.AddressQualifier = abi.ArgAddressPrivate
+				case "const":
+					a.TypeQualifier |= abi.ArgTypeConst
+				case "restrict":
+					a.TypeQualifier |= abi.ArgTypeRestrict
+				case "volatile":
+					a.TypeQualifier |= abi.ArgTypeVolatile
+				default:
+					typ = append(typ, w)
+				}
+			}
+			a.Name = abi.TruncInfoString(words[len(words)-1])
+			a.TypeName = abi.TruncInfoString(strings.ReplaceAll(strings.Join(typ, " "), " *", "*"))
+			k.Args = append(k.Args, a)
+		}
+		if i := slices.IndexFunc(ks, func(o abi.KernelInfo) bool { return o.Name == k.Name }); i >= 0 {
+			ks[i] = k // a redefinition; a compiler would refuse it
+			continue
+		}
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, func(a, b abi.KernelInfo) int { return strings.Compare(a.Name, b.Name) })
+	return ks
+}
 
 func (f *Device) run(p abi.Payload) (uint64, error) {
 	switch p := p.(type) {
@@ -406,11 +462,7 @@ func (f *Device) run(p abi.Payload) (uint64, error) {
 			}
 			return uint64(len(log)), abi.Errorf(abi.StatusBuildFailed, "#error")
 		}
-		names := []string{}
-		for _, m := range kernelRE.FindAllStringSubmatch(string(src), -1) {
-			names = append(names, m[1])
-		}
-		f.programs[p.Handle] = names
+		f.programs[p.Handle] = f.scanKernels(string(src))
 		return 0, nil
 	case *abi.ProgramFree:
 		if f.programs[p.Handle] == nil {
@@ -419,8 +471,8 @@ func (f *Device) run(p abi.Payload) (uint64, error) {
 		delete(f.programs, p.Handle)
 		return 0, nil
 	case *abi.Launch:
-		names := f.programs[p.Program]
-		if names == nil {
+		kernels := f.programs[p.Program]
+		if kernels == nil {
 			return 0, abi.Errorf(abi.StatusNotFound, "program %d", p.Program)
 		}
 		raw, ok := f.read(p.DescAddr, uint64(p.DescLen))
@@ -432,8 +484,8 @@ func (f *Device) run(p abi.Payload) (uint64, error) {
 			return 0, err
 		}
 		found := false
-		for _, n := range names {
-			found = found || n == d.Kernel
+		for _, k := range kernels {
+			found = found || k.Name == d.Kernel
 		}
 		k := f.kernels[d.Kernel]
 		if !found || k == nil {
@@ -449,6 +501,70 @@ func (f *Device) run(p abi.Payload) (uint64, error) {
 		}
 		f.Launches++
 		return 1000, nil
+	case *abi.ProgramInfoQuery:
+		if err := f.need14(p); err != nil {
+			return 0, err
+		}
+		kernels := f.programs[p.Handle]
+		if kernels == nil {
+			return 0, abi.Errorf(abi.StatusNotFound, "program %d", p.Handle)
+		}
+		rs, err := f.sg(p.SGAddr, p.SGCount, p.Length)
+		if err != nil {
+			return 0, err
+		}
+		info := abi.ProgramInfo{Kernels: kernels}
+		blob, err := info.Marshal()
+		if err != nil {
+			return 0, abi.Errorf(abi.StatusInternal, "program info: %v", err)
+		}
+		if uint64(len(blob)) <= p.Length {
+			for _, r := range rs {
+				if len(blob) == 0 {
+					break
+				}
+				n := min(r[1], uint64(len(blob)))
+				f.write(r[0], blob[:n])
+				blob = blob[n:]
+			}
+		}
+		return info.Size(), nil
+	case *abi.BufferCopy:
+		if err := f.need14(p); err != nil {
+			return 0, err
+		}
+		src, dst := f.buffers[p.Src], f.buffers[p.Dst]
+		switch {
+		case src == nil:
+			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Src)
+		case dst == nil:
+			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Dst)
+		case p.SrcOffset+p.Length > uint64(len(src)):
+			return 0, abi.Errorf(abi.StatusInvalidArgument, "source range %d+%d", p.SrcOffset, p.Length)
+		case p.DstOffset+p.Length > uint64(len(dst)):
+			return 0, abi.Errorf(abi.StatusInvalidArgument, "destination range %d+%d", p.DstOffset, p.Length)
+		}
+		copy(dst[p.DstOffset:p.DstOffset+p.Length], src[p.SrcOffset:p.SrcOffset+p.Length])
+		return p.Length, nil
+	case *abi.BufferFill:
+		if err := f.need14(p); err != nil {
+			return 0, err
+		}
+		b := f.buffers[p.Handle]
+		if b == nil {
+			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Handle)
+		}
+		if p.Offset+p.Length > uint64(len(b)) {
+			return 0, abi.Errorf(abi.StatusInvalidArgument, "range %d+%d", p.Offset, p.Length)
+		}
+		pat, ok := f.read(p.PatternAddr, uint64(p.PatternLen))
+		if !ok {
+			return 0, abi.Errorf(abi.StatusBadAddress, "pattern at %#x", p.PatternAddr)
+		}
+		for o := p.Offset; o < p.Offset+p.Length; o += uint64(len(pat)) {
+			copy(b[o:], pat)
+		}
+		return p.Length, nil
 	case *abi.Fence:
 		var b [8]byte
 		le.PutUint64(b[:], p.Value)
@@ -458,4 +574,12 @@ func (f *Device) run(p abi.Payload) (uint64, error) {
 		return 0, nil
 	}
 	return 0, abi.Errorf(abi.StatusInvalidOpcode, "%T", p)
+}
+
+// need14 refuses an ABI 1.4 command on a fake configured as an older device.
+func (f *Device) need14(p abi.Payload) error {
+	if f.cfg.Version&0xffff < 4 {
+		return abi.Errorf(abi.StatusInvalidOpcode, "%v on an abi %d.%d device", p.Op(), f.cfg.Version>>16, f.cfg.Version&0xffff)
+	}
+	return nil
 }

@@ -1,0 +1,188 @@
+package driver
+
+import (
+	"fmt"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// ABI 1.4 commands: program-info, buffer-copy and buffer-fill (docs/ABI.md
+// "program-info", "buffer-copy", "buffer-fill"). Each method fails with
+// ErrUnsupported, submitting nothing, on a device whose ABI minor version is
+// below 4.
+
+// minorABI14 is the first ABI minor version with the commands of this file.
+const minorABI14 = 4
+
+// needMinor fails with ErrUnsupported when the device's ABI (as read at Open
+// or the last Resume) is older than 1.minor.
+func (d *Device) needMinor(what string, minor uint32) error {
+	v := d.Info().Version
+	if v&0xffff < minor {
+		return fmt.Errorf("%s: device abi %d.%d, needs %d.%d: %w", what, v>>16, v&0xffff, abi.VersionMajor, minor, ErrUnsupported)
+	}
+	return nil
+}
+
+// programInfoTries bounds how often ProgramInfo asks again with more room:
+// a program's blob never changes, so the second answer fits; more tries
+// only cover a device that changed under a migration meanwhile.
+const programInfoTries = 3
+
+// ProgramInfo returns the kernels of p with their arguments and work-group
+// limits on the physical device (the program-info command), waiting for
+// every earlier command. It first offers one page of room and asks again
+// with as much as the device reported when the blob did not fit.
+func (d *Device) ProgramInfo(p Program) (abi.ProgramInfo, error) {
+	if p.Handle == 0 {
+		return abi.ProgramInfo{}, fmt.Errorf("program info of program 0: %w", ErrInvalid)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.check(); err != nil {
+		return abi.ProgramInfo{}, err
+	}
+	if err := d.needMinor("program info", minorABI14); err != nil {
+		return abi.ProgramInfo{}, err
+	}
+	room := uint64(abi.PageSize)
+	for try := 0; try < programInfoTries; try++ {
+		blob, size, err := d.programInfoOnce(p, room)
+		if err != nil {
+			return abi.ProgramInfo{}, fmt.Errorf("program info of program %d: %w", p.Handle, err)
+		}
+		if blob != nil {
+			info, err := abi.UnmarshalProgramInfo(blob)
+			if err != nil {
+				return abi.ProgramInfo{}, fmt.Errorf("program info of program %d: device wrote a bad blob: %v: %w", p.Handle, err, ErrProtocol)
+			}
+			return info, nil
+		}
+		room = (size + abi.PageSize - 1) / abi.PageSize * abi.PageSize
+	}
+	return abi.ProgramInfo{}, fmt.Errorf("program info of program %d: the blob grew on every try: %w", p.Handle, ErrProtocol)
+}
+
+// programInfoOnce runs one program-info command with room bytes of staging
+// pages. It returns the blob when it fitted, else nil and its size.
+func (d *Device) programInfoOnce(p Program, room uint64) ([]byte, uint64, error) {
+	np := int(room / abi.PageSize)
+	nt := tablesFor(np)
+	if np+nt > d.poolSize {
+		return nil, 0, fmt.Errorf("blob of %d bytes does not fit the staging pool of %d pages: %w", room, d.poolSize, ErrInvalid)
+	}
+	ps, err := d.pages(np + nt)
+	if err != nil {
+		return nil, 0, err
+	}
+	data, tables := ps[:np], ps[np:]
+	used, sgAddr, count, err := sgBuild(data, int(room), tables)
+	if err != nil {
+		d.free = append(d.free, ps...)
+		return nil, 0, err
+	}
+	d.free = append(d.free, tables[len(used):]...)
+	var blob []byte
+	e := entry{sync: true, pages: ps[:np+len(used)], onDone: func(c abi.Completion) {
+		if c.Status != abi.StatusOK || c.Detail > room || c.Detail < abi.ProgramInfoHeaderSize {
+			return
+		}
+		blob = make([]byte, 0, c.Detail)
+		for _, pg := range data {
+			blob = append(blob, pg.buf[:min(uint64(len(pg.buf)), c.Detail-uint64(len(blob)))]...)
+		}
+	}}
+	q := &abi.ProgramInfoQuery{Handle: p.Handle, SGCount: count, Length: room, SGAddr: sgAddr}
+	idx, err := d.submit(abi.NewCommand(q, 0, d.next), e)
+	if err != nil {
+		return nil, 0, err
+	}
+	d.flush()
+	rec, err := d.waitOK(idx)
+	if err != nil {
+		return nil, 0, err
+	}
+	switch {
+	case rec.Detail < abi.ProgramInfoHeaderSize:
+		return nil, 0, fmt.Errorf("device reported a blob of %d bytes: %w", rec.Detail, ErrProtocol)
+	case rec.Detail <= room:
+		return blob, rec.Detail, nil
+	}
+	return nil, rec.Detail, nil
+}
+
+// submitOwned submits c with done, when not nil, owning its status
+// (entry.owned): a failure then goes to done only, not to the next Finish.
+func (d *Device) submitOwned(c abi.Command, pages []page, done func(abi.Completion)) error {
+	_, err := d.submit(c, entry{pages: pages, onDone: done, owned: done != nil})
+	return err
+}
+
+// CopyBuffer copies n bytes of src at srcOff into dst at dstOff on the
+// device (buffer-copy, batched). src and dst may be the same buffer if the
+// ranges do not overlap. When done is not nil it receives the completion
+// and owns its status: a failure is not kept for the next Finish.
+func (d *Device) CopyBuffer(src, dst Buffer, srcOff, dstOff, n uint64, done func(abi.Completion)) error {
+	bc := &abi.BufferCopy{Src: src.Handle, Dst: dst.Handle, SrcOffset: srcOff, DstOffset: dstOff, Length: n}
+	if err := checkRange64(src, srcOff, n); err != nil {
+		return fmt.Errorf("copy buffer: source: %w", err)
+	}
+	if err := checkRange64(dst, dstOff, n); err != nil {
+		return fmt.Errorf("copy buffer: destination: %w", err)
+	}
+	if bc.Overlaps() {
+		return fmt.Errorf("copy buffer %d: %d+%d and %d+%d overlap: %w", src.Handle, srcOff, n, dstOff, n, ErrInvalid)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.check(); err != nil {
+		return err
+	}
+	if err := d.needMinor("copy buffer", minorABI14); err != nil {
+		return err
+	}
+	if err := d.submitOwned(abi.NewCommand(bc, 0, d.next), nil, done); err != nil {
+		return fmt.Errorf("copy buffer %d to %d: %w", src.Handle, dst.Handle, err)
+	}
+	return nil
+}
+
+// FillBuffer fills n bytes of b at off with copies of pattern (buffer-fill,
+// batched): len(pattern) is a power of two up to abi.MaxFillPattern and
+// divides off and n. The pattern is staged before FillBuffer returns. done
+// is as for CopyBuffer.
+func (d *Device) FillBuffer(b Buffer, off, n uint64, pattern []byte, done func(abi.Completion)) error {
+	pl := uint64(len(pattern))
+	if pl == 0 || pl > abi.MaxFillPattern || pl&(pl-1) != 0 || off%pl != 0 || n%pl != 0 {
+		return fmt.Errorf("fill buffer %d: pattern of %d bytes at %d+%d: %w", b.Handle, pl, off, n, ErrInvalid)
+	}
+	if err := checkRange64(b, off, n); err != nil {
+		return fmt.Errorf("fill buffer: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.check(); err != nil {
+		return err
+	}
+	if err := d.needMinor("fill buffer", minorABI14); err != nil {
+		return err
+	}
+	ps, err := d.pages(1)
+	if err != nil {
+		return fmt.Errorf("fill buffer %d: %w", b.Handle, err)
+	}
+	copy(ps[0].buf, pattern) // page aligned: the pattern never crosses a page
+	bf := &abi.BufferFill{Handle: b.Handle, PatternLen: uint32(pl), Offset: off, Length: n, PatternAddr: ps[0].gpa}
+	if err := d.submitOwned(abi.NewCommand(bf, 0, d.next), ps, done); err != nil {
+		return fmt.Errorf("fill buffer %d: %w", b.Handle, err)
+	}
+	return nil
+}
+
+// checkRange64 is checkRange for a 64-bit length.
+func checkRange64(b Buffer, off, n uint64) error {
+	if b.Handle == 0 || n == 0 || off+n < off || (b.Size != 0 && off+n > b.Size) {
+		return fmt.Errorf("buffer %d of %d bytes: range %d+%d: %w", b.Handle, b.Size, off, n, ErrInvalid)
+	}
+	return nil
+}
