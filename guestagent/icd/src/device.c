@@ -123,9 +123,9 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 	case CL_DEVICE_EXTENSIONS: s = DEVICE_EXTENSIONS; break;
 	case CL_DEVICE_BUILT_IN_KERNELS: s = ""; break;
 	case CL_DEVICE_PLATFORM: v.platform = &vgpu_platform; n = sizeof v.platform; break;
-	case CL_DEVICE_AVAILABLE: BOOL(CL_TRUE); break;
+	case CL_DEVICE_AVAILABLE: BOOL(d->daemon ? CL_TRUE : CL_FALSE); break;
 	case CL_DEVICE_COMPILER_AVAILABLE: BOOL(CL_TRUE); break;
-	case CL_DEVICE_LINKER_AVAILABLE: BOOL(CL_FALSE); break;
+	case CL_DEVICE_LINKER_AVAILABLE: BOOL(CL_TRUE); break;
 	case CL_DEVICE_ENDIAN_LITTLE: BOOL(CL_TRUE); break;
 	case CL_DEVICE_ADDRESS_BITS: UINT(64); break;
 
@@ -140,7 +140,7 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 		break;
 	case CL_DEVICE_MAX_PARAMETER_SIZE: SIZE(MIN_PARAMETER_SIZE); break;
 	case CL_DEVICE_EXECUTION_CAPABILITIES: BITS(CL_EXEC_KERNEL); break;
-	case CL_DEVICE_QUEUE_PROPERTIES: BITS(0); break;
+	case CL_DEVICE_QUEUE_PROPERTIES: BITS(CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE); break;
 	case CL_DEVICE_PROFILING_TIMER_RESOLUTION: SIZE(1); break;
 	case CL_DEVICE_PRINTF_BUFFER_SIZE: SIZE(0); break;
 	case CL_DEVICE_PREFERRED_INTEROP_USER_SYNC: BOOL(CL_TRUE); break;

@@ -1,5 +1,8 @@
-/* discover.c: finding the vGPUs. Like guestagent/driver (pci_linux.go), the
- * ICD lists the PCI functions in sysfs whose vendor, device and class are
+/* discover.c: finding the vGPUs. When vgpu-icdd answers on its socket
+ * (VGPUD_ICD_SOCKET, or /run/vgpud/icd.sock), the devices are those of its
+ * Hello reply, in its order. Otherwise, for the queries only (no context
+ * can be created without the daemon), like guestagent/driver
+ * (pci_linux.go), the ICD lists the PCI functions in sysfs whose vendor, device and class are
  * the vGPU's (vgpu_abi.h), in bus-address order, enables each, maps its BAR0
  * read-only and checks the ID register and the ABI major version. A
  * function that fails a check is skipped with one line on stderr. The
@@ -164,6 +167,12 @@ static int by_name(const void *a, const void *b)
 
 static void discover(void)
 {
+	/* vgpu-icdd first: its devices are the ones that can run anything. */
+	int nd = vgpu_conn_discover(devices, VGPU_MAX_DEVICES);
+	if (nd >= 0) {
+		ndevices = (cl_uint)nd;
+		return;
+	}
 	const char *root = secure_getenv("VGPUD_ICD_SYSFS");
 	if (root == NULL || root[0] == '\0')
 		root = SYSFS_PCI;

@@ -17,10 +17,14 @@
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <CL/cl_icd.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "vgpu_abi.h"
+#include "vgpu_icdproto.h"
 
 #define VGPU_EXPORT __attribute__((visibility("default")))
 #define VGPU_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -31,13 +35,18 @@ struct _cl_platform_id {
 	struct _cl_icd_dispatch *dispatch;
 };
 
-/* A vGPU PCI function, with the registers read once at discovery (every
- * trapped register read costs the guest a round trip to vgpud). */
+/* A vGPU, with what the queries need read once at discovery: from the
+ * daemon's Hello reply (its device record), or, when no daemon answers,
+ * from the registers of the PCI function in sysfs (root only; such a
+ * device answers queries but cannot run anything: CL_DEVICE_AVAILABLE is
+ * CL_FALSE and contexts on it fail with CL_DEVICE_NOT_AVAILABLE). */
 struct _cl_device_id {
 	struct _cl_icd_dispatch *dispatch;
-	char sysfs[512];  /* the device's sysfs directory */
-	char bdf[64];     /* its PCI address, the directory's name */
-	uint32_t version; /* RegVersion */
+	int daemon;        /* found through vgpu-icdd: usable */
+	uint32_t index;    /* the daemon's device index */
+	char sysfs[512];   /* the device's sysfs directory (sysfs discovery) */
+	char bdf[64];      /* its PCI address, the directory's name */
+	uint32_t version;  /* RegVersion, or the record's abi_version */
 	uint32_t features;
 	uint64_t mem_size;  /* RegMemSize */
 	uint64_t max_alloc; /* RegMaxAlloc */
@@ -58,10 +67,13 @@ extern struct _cl_icd_dispatch vgpu_dispatch;
 extern struct _cl_platform_id vgpu_platform;
 int vgpu_platform_valid(cl_platform_id p);
 
-/* discover.c: the devices found, in bus-address order; the list is built
- * once per process, on first use, and never changes afterwards. */
+/* discover.c: the devices found, in order (the daemon's, or bus-address
+ * order); the list is built once per process, on first use, and never
+ * changes afterwards. */
 cl_uint vgpu_devices(struct _cl_device_id **list);
 int vgpu_device_valid(cl_device_id d);
+/* The socket path: VGPUD_ICD_SOCKET (secure_getenv) or the default. */
+const char *vgpu_socket_path(void);
 
 /* util.c: one line on stderr, prefixed "vgpud ICD: ". */
 void vgpu_log(const char *fmt, ...) VGPU_PRINTF(1, 2);
@@ -70,19 +82,371 @@ void vgpu_log(const char *fmt, ...) VGPU_PRINTF(1, 2);
  * functions do (CL_INVALID_VALUE when value is not NULL and size < n). */
 cl_int vgpu_info(const void *src, size_t n, size_t size, void *value, size_t *size_ret);
 cl_int vgpu_info_str(const char *s, size_t size, void *value, size_t *size_ret);
+uint64_t vgpu_now_ns(void); /* CLOCK_MONOTONIC, the clock of the daemon's timestamps */
 
-/* The entries implemented so far, by file. */
-cl_int CL_API_CALL vgpu_clGetPlatformIDs(cl_uint, cl_platform_id *, cl_uint *);
-cl_int CL_API_CALL vgpu_clGetPlatformInfo(cl_platform_id, cl_platform_info, size_t, void *, size_t *);
-void *CL_API_CALL vgpu_clGetExtensionFunctionAddressForPlatform(cl_platform_id, const char *);
-cl_int CL_API_CALL vgpu_clUnloadCompiler(void);
-cl_int CL_API_CALL vgpu_clUnloadPlatformCompiler(cl_platform_id);
+/* ---- Objects (obj.c) ------------------------------------------------
+ *
+ * Every object an application can name starts with struct vgpu_obj, whose
+ * first member is the loader's dispatch pointer. A handle is trusted only
+ * after it is found in the registry (a set of the live objects' addresses
+ * with their kind), so a made-up, foreign or released handle is refused
+ * without being dereferenced.
+ *
+ * Two counts: refs is the application's (clRetain*, clRelease*, the
+ * *_REFERENCE_COUNT queries); the handle leaves the registry when it
+ * reaches 0. iref counts every holder, the application's refs together
+ * counting as one; the object is destroyed when it reaches 0. A call
+ * holds an iref on each object it uses, taken by vgpu_obj_get.
+ *
+ * Lock order: the registry lock is a leaf (nothing is called under it).
+ * Each context has one lock, ctx->mu, that guards the connection and the
+ * mutable state of every object of that context; it is re-entrant (an
+ * owner and a depth) so that releasing an object under it may destroy
+ * others. A thread that takes ctx->mu holds an iref on the context, so
+ * the context itself is never destroyed under its own lock. Application
+ * callbacks are never called with ctx->mu held: they are queued and run
+ * when the outermost ctx_unlock releases the lock. */
+enum vgpu_kind {
+	VGPU_CONTEXT = 1,
+	VGPU_QUEUE,
+	VGPU_MEM,
+	VGPU_PROGRAM,
+	VGPU_KERNEL,
+	VGPU_EVENT,
+};
 
-cl_int CL_API_CALL vgpu_clGetDeviceIDs(cl_platform_id, cl_device_type, cl_uint, cl_device_id *, cl_uint *);
-cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id, cl_device_info, size_t, void *, size_t *);
-cl_int CL_API_CALL vgpu_clRetainDevice(cl_device_id);
-cl_int CL_API_CALL vgpu_clReleaseDevice(cl_device_id);
-cl_int CL_API_CALL vgpu_clCreateSubDevices(cl_device_id, const cl_device_partition_property *, cl_uint,
-					   cl_device_id *, cl_uint *);
+struct vgpu_obj {
+	struct _cl_icd_dispatch *dispatch;
+	enum vgpu_kind kind;
+	cl_uint refs;          /* guarded by the registry lock */
+	_Atomic unsigned iref; /* atomic */
+};
+
+void vgpu_obj_init(struct vgpu_obj *o, enum vgpu_kind kind);
+/* Publish makes the handle valid (refs 1). */
+void vgpu_obj_publish(struct vgpu_obj *o);
+/* Get: the object behind handle if it is a live object of kind, with an
+ * iref taken; NULL otherwise. */
+void *vgpu_obj_get(const void *handle, enum vgpu_kind kind);
+/* Retain: refs++ of a live handle; -1 if it is none. */
+int vgpu_obj_retain(const void *handle, enum vgpu_kind kind);
+/* Release: refs-- of a live handle; returns the object (with the iref the
+ * application's refs held, which the caller must put) when refs reached
+ * 0, the handle itself cast when it did not, NULL when it is no live
+ * handle. *last says which. */
+void *vgpu_obj_release(const void *handle, enum vgpu_kind kind, int *last);
+cl_uint vgpu_obj_refs(const struct vgpu_obj *o);
+static inline void vgpu_iref(struct vgpu_obj *o)
+{
+	o->iref++;
+}
+/* Put drops an iref and destroys the object at 0. Objects of a context
+ * other than the context itself may be put with or without ctx->mu. */
+void vgpu_put(struct vgpu_obj *o);
+#define GET(h, k) vgpu_obj_get((h), (k))
+#define PUT(p) vgpu_put(&(p)->obj)
+#define IREF(p) vgpu_iref(&(p)->obj)
+
+/* An arena range: arena index and offset; len 0 means none. */
+struct vgpu_range {
+	uint32_t arena;
+	uint64_t off;
+	uint64_t len;
+};
+
+struct vgpu_arena {
+	uint8_t *base;
+	uint64_t size;
+	struct vgpu_free *free; /* free blocks, by offset */
+};
+
+/* A deferred application callback (run when ctx->mu is released). */
+struct vgpu_deferred {
+	struct vgpu_deferred *next;
+	int what; /* DEFER_EVENT, DEFER_MEM */
+	void *obj; /* an iref is held */
+	void (*fn)(void);
+	void *data;
+	cl_int status;
+};
+
+#define VGPU_EVENT_BUCKETS 4096
+
+struct _cl_context {
+	struct vgpu_obj obj;
+	cl_device_id dev;
+	cl_context_properties props[5]; /* as given: at most two pairs and the 0 */
+	size_t nprops; /* entries in props, the 0 included; 0 when none given */
+	void(CL_CALLBACK *notify)(const char *, const void *, size_t, void *);
+	void *notify_data;
+
+	pthread_mutex_t mu;
+	pthread_t owner; /* holder of mu, while depth > 0 */
+	int depth;
+	pthread_cond_t cv; /* commands submitted or completed, user events set */
+
+	/* The connection (conn.c), all guarded by mu. */
+	int fd;
+	pid_t pid; /* the process that connected: after fork the child does not use it */
+	int lost;  /* the connection failed; everything fails with CL_OUT_OF_RESOURCES */
+	int need_flush;
+	uint64_t next_req;
+	uint64_t next_event;
+	uint32_t next_buffer;
+	uint32_t next_program;
+	uint8_t *rbuf; /* VGPU_ICDP_MAX_MESSAGE bytes for replies */
+	unsigned narenas;
+	struct vgpu_arena arenas[16];
+	struct _cl_event *pend_head, *pend_tail; /* sent, not reported, in order */
+	unsigned npending;
+	unsigned sends_since_poll;
+	struct _cl_event *bucket[VGPU_EVENT_BUCKETS]; /* pending, by event id */
+	struct _cl_command_queue *queues;
+	struct vgpu_deferred *deferred, **deferred_tail;
+	int progress_running; /* the callback progress thread (event.c) */
+	unsigned ncallback_events;
+};
+
+struct _cl_command_queue {
+	struct vgpu_obj obj;
+	cl_context ctx;
+	cl_device_id dev;
+	cl_command_queue_properties props;
+	struct _cl_event *held_head, *held_tail; /* commands held back in the ICD */
+	struct _cl_command_queue *next;          /* in ctx->queues */
+};
+
+/* A mapping of a buffer (clEnqueueMapBuffer). */
+struct vgpu_map {
+	struct vgpu_map *next;
+	void *ptr;
+	size_t offset, size;
+	cl_map_flags flags;
+	struct vgpu_range r; /* where the mapping lives in the arena (len 0 with USE_HOST_PTR) */
+};
+
+struct vgpu_memcb {
+	struct vgpu_memcb *next;
+	void(CL_CALLBACK *fn)(cl_mem, void *);
+	void *data;
+};
+
+struct _cl_mem {
+	struct vgpu_obj obj;
+	cl_context ctx;
+	cl_mem_flags flags;
+	size_t size;
+	void *host_ptr;
+	uint32_t id;   /* the daemon's buffer (the parent's for a sub-buffer) */
+	cl_mem parent; /* a sub-buffer's buffer (an iref is held) */
+	size_t origin; /* a sub-buffer's offset in it */
+	cl_uint map_count;
+	struct vgpu_map *maps;
+	struct vgpu_memcb *dtors;
+};
+
+/* What the program-information blob says of one kernel. */
+struct vgpu_karg_info {
+	cl_uint address, access;
+	cl_bitfield type_qual;
+	char type_name[VGPU_ARG_INFO_NAME_LEN];
+	char name[VGPU_ARG_INFO_NAME_LEN];
+	size_t scalar_size; /* the size of a scalar argument's type, 0 when unknown */
+};
+
+struct vgpu_kinfo {
+	char name[VGPU_KERNEL_NAME_LEN];
+	cl_uint num_args;
+	size_t work_group_size, preferred_multiple;
+	cl_ulong local_mem, private_mem;
+	size_t compile_wg[3];
+	struct vgpu_karg_info *args;
+};
+
+struct _cl_program {
+	struct vgpu_obj obj;
+	cl_context ctx;
+	char *source; /* as given, NUL-terminated; NULL for a binary */
+	size_t source_len;
+	int from_binary;
+	char *built_src; /* what the device compiles: includes inlined (a binary's source) */
+	size_t built_len;
+	char *built_opts; /* options passed to the device */
+	char *options;    /* the options of the last build, as given */
+	cl_build_status status;
+	cl_program_binary_type bintype;
+	char *log;
+	uint32_t id; /* the daemon's program, 0 when none */
+	struct vgpu_kinfo *kernels;
+	cl_uint nkernels;
+	cl_uint nkernel_objs; /* kernels created from it that are alive */
+	char *kernel_names;   /* "a;b;c" */
+};
+
+#define VGPU_MAX_SCALAR VGPU_MAX_SCALAR_SIZE
+
+struct vgpu_karg {
+	int set;
+	uint32_t kind; /* VGPU_ARG_* */
+	uint32_t size;
+	cl_mem mem; /* a buffer argument (no reference: OpenCL's clSetKernelArg does not retain) */
+	uint8_t bytes[VGPU_MAX_SCALAR];
+};
+
+struct _cl_kernel {
+	struct vgpu_obj obj;
+	cl_context ctx;
+	cl_program prog; /* an iref is held */
+	const struct vgpu_kinfo *ki;
+	struct vgpu_karg *args;
+};
+
+/* The host side of a rectangle read (clEnqueueReadBufferRect). */
+struct vgpu_rect {
+	void *dst;
+	size_t origin[3], region[3];
+	size_t row_pitch, slice_pitch;
+};
+
+struct vgpu_evcb {
+	struct vgpu_evcb *next;
+	cl_int type;
+	void(CL_CALLBACK *fn)(cl_event, cl_int, void *);
+	void *data;
+};
+
+struct _cl_event {
+	struct vgpu_obj obj;
+	cl_context ctx;         /* an iref is held */
+	cl_command_queue queue; /* an iref is held; NULL for a user event */
+	cl_command_type type;
+	cl_int status; /* CL_QUEUED, CL_SUBMITTED, CL_COMPLETE or an error */
+	int sent;      /* the request went to the daemon */
+	uint64_t id;   /* the daemon's event id */
+	uint64_t t_queued, t_submit, t_start, t_end;
+
+	/* A command held back: its request and what it waits for. */
+	uint8_t *msg;
+	size_t msg_len;
+	cl_event *wait;
+	cl_uint nwait;
+	struct _cl_event *held_next;
+	cl_mem *mems; /* objects the request names, kept until it is sent */
+	cl_uint nmems;
+
+	/* In ctx's pending list and hash while sent and not reported. */
+	struct _cl_event *pnext, *pprev, *hnext;
+	int pending;
+
+	/* On completion: copy out of the arena (a read), free ranges. */
+	void *copy_dst;
+	size_t copy_len;
+	struct vgpu_range copy_src;
+	struct vgpu_range free1, free2;
+	struct vgpu_rect *rect; /* a rectangle read: copy_src's rows go there */
+
+	struct vgpu_evcb *cbs;
+	int in_progress_list;
+};
+
+/* ---- conn.c: the connection to vgpu-icdd --------------------------- */
+/* Connect, Hello, attach the first arena. 0, or a CL error. */
+cl_int vgpu_conn_open(cl_context ctx);
+void vgpu_conn_close(cl_context ctx);
+/* Hello on a fresh connection for discovery: fills devices, returns the
+ * count, or -1 when there is no daemon. */
+int vgpu_conn_discover(struct _cl_device_id *devs, int max);
+void ctx_lock(cl_context ctx);
+void ctx_unlock(cl_context ctx);
+void ctx_wait(cl_context ctx); /* on ctx->cv; only at depth 1 */
+/* Usable: locked, not lost, the process that connected. */
+int conn_ok(cl_context ctx);
+/* Send a request without a reply; 0, or -1 (the connection is lost). */
+int conn_send(cl_context ctx, void *msg, size_t len);
+/* Send a request with a reply and receive it; reply gets at most cap bytes.
+ * Returns the reply's length, or -1. */
+long conn_call(cl_context ctx, void *msg, size_t len, void *reply, size_t cap);
+uint64_t conn_req_id(cl_context ctx);
+void conn_hdr(cl_context ctx, void *msg, uint16_t op, size_t len);
+/* Arena memory. 0, or CL_OUT_OF_HOST_MEMORY / CL_OUT_OF_RESOURCES. */
+cl_int arena_alloc(cl_context ctx, uint64_t n, struct vgpu_range *r);
+void arena_free(cl_context ctx, struct vgpu_range *r);
+static inline void *arena_ptr(cl_context ctx, const struct vgpu_range *r)
+{
+	return ctx->arenas[r->arena].base + r->off;
+}
+void conn_lost(cl_context ctx, const char *why);
+
+/* ---- event.c ------------------------------------------------------- */
+/* A new command event (not published) for q; the caller fills the request. */
+struct _cl_event *vgpu_event_new(cl_context ctx, cl_command_queue q, cl_command_type type);
+/* Check an event wait list (OpenCL's rules); CL_SUCCESS or the error. */
+cl_int vgpu_check_wait_list(cl_context ctx, cl_uint n, const cl_event *list);
+/* Submit ev: send it, or hold it back behind the wait list and the queue.
+ * Takes ownership of ev's msg. The command's own reference to ev is kept
+ * until it completes. Then, when blocking, wait for it; when out is not
+ * NULL, publish ev there. Returns CL_SUCCESS or the error of a blocking
+ * command (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST...). */
+cl_int vgpu_submit(struct _cl_event *ev, cl_uint nwait, const cl_event *wait, int blocking, cl_event *out);
+/* Wait until every event is complete (ctx locked, depth 1). */
+cl_int vgpu_wait_events(cl_context ctx, cl_uint n, struct _cl_event *const *evs);
+/* Ask the daemon about events (Wait or Poll) and complete what it reports. */
+int vgpu_ask(cl_context ctx, uint16_t op, cl_uint n, struct _cl_event *const *evs);
+/* Complete ev with a daemon status (or a CL error when cl_err). */
+void vgpu_event_done(struct _cl_event *ev, cl_int cl_status, const void *rec);
+void vgpu_release_held(cl_context ctx);
+void vgpu_fail_all(cl_context ctx);
+cl_int vgpu_queue_finish(cl_command_queue q);
+void vgpu_defer(cl_context ctx, int what, void *obj, void (*fn)(void), void *data, cl_int status);
+void vgpu_run_deferred(cl_context ctx);
+#define DEFER_EVENT 1
+#define DEFER_MEM 2
+#define DEFER_FREE 3
+
+/* Destructors, by kind (obj.c calls them). */
+void vgpu_context_destroy(cl_context ctx);
+void vgpu_queue_destroy(cl_command_queue q);
+void vgpu_mem_destroy(cl_mem m);
+void vgpu_program_destroy(cl_program p);
+void vgpu_kernel_destroy(cl_kernel k);
+void vgpu_event_destroy(cl_event e);
+
+/* Errors of the daemon's statuses. */
+cl_int vgpu_status_error(uint32_t status, cl_command_type type);
+void vgpu_context_notify(cl_context ctx, const char *fmt, ...) VGPU_PRINTF(2, 3);
+
+/* A size_t for a count of bytes of a C string, capped. */
+char *vgpu_strndup(const char *s, size_t n);
+
+/* The entries, declared with the dispatch table's own types (cl_icd.h), so
+ * that each definition is checked against it. */
+#define VGPU_ENTRY(name) extern __typeof__(*(cl_api_##name)0) vgpu_##name;
+#define VGPU_ENTRIES(X)                                                                                      \
+	X(clGetPlatformIDs) X(clGetPlatformInfo) X(clGetExtensionFunctionAddressForPlatform)                 \
+	X(clUnloadCompiler) X(clUnloadPlatformCompiler) X(clGetDeviceIDs) X(clGetDeviceInfo)                 \
+	X(clRetainDevice) X(clReleaseDevice) X(clCreateSubDevices)                                           \
+	X(clCreateContext) X(clCreateContextFromType) X(clRetainContext) X(clReleaseContext)                 \
+	X(clGetContextInfo) X(clCreateCommandQueue) X(clRetainCommandQueue) X(clReleaseCommandQueue)         \
+	X(clGetCommandQueueInfo) X(clSetCommandQueueProperty) X(clFlush) X(clFinish)                         \
+	X(clCreateBuffer) X(clCreateSubBuffer) X(clRetainMemObject) X(clReleaseMemObject)                    \
+	X(clGetMemObjectInfo) X(clSetMemObjectDestructorCallback) X(clEnqueueReadBuffer)                     \
+	X(clEnqueueWriteBuffer) X(clEnqueueCopyBuffer) X(clEnqueueFillBuffer) X(clEnqueueMapBuffer)          \
+	X(clEnqueueUnmapMemObject) X(clEnqueueMigrateMemObjects) X(clEnqueueReadBufferRect)                  \
+	X(clEnqueueWriteBufferRect) X(clEnqueueCopyBufferRect)                                               \
+	X(clCreateImage) X(clCreateImage2D) X(clCreateImage3D) X(clGetSupportedImageFormats)                 \
+	X(clGetImageInfo) X(clEnqueueReadImage) X(clEnqueueWriteImage) X(clEnqueueCopyImage)                 \
+	X(clEnqueueCopyImageToBuffer) X(clEnqueueCopyBufferToImage) X(clEnqueueMapImage)                     \
+	X(clEnqueueFillImage) X(clCreateSampler) X(clRetainSampler) X(clReleaseSampler) X(clGetSamplerInfo)  \
+	X(clCreateProgramWithSource) X(clCreateProgramWithBinary) X(clCreateProgramWithBuiltInKernels)       \
+	X(clRetainProgram) X(clReleaseProgram) X(clBuildProgram) X(clCompileProgram) X(clLinkProgram)        \
+	X(clGetProgramInfo) X(clGetProgramBuildInfo)                                                         \
+	X(clCreateKernel) X(clCreateKernelsInProgram) X(clRetainKernel) X(clReleaseKernel)                   \
+	X(clSetKernelArg) X(clGetKernelInfo) X(clGetKernelArgInfo) X(clGetKernelWorkGroupInfo)               \
+	X(clEnqueueNDRangeKernel) X(clEnqueueTask) X(clEnqueueNativeKernel)                                  \
+	X(clWaitForEvents) X(clGetEventInfo) X(clRetainEvent) X(clReleaseEvent)                              \
+	X(clGetEventProfilingInfo) X(clSetEventCallback) X(clCreateUserEvent) X(clSetUserEventStatus)        \
+	X(clEnqueueMarker) X(clEnqueueWaitForEvents) X(clEnqueueBarrier) X(clEnqueueMarkerWithWaitList)      \
+	X(clEnqueueBarrierWithWaitList)
+VGPU_ENTRIES(VGPU_ENTRY)
 
 #endif /* VGPUD_ICD_H */

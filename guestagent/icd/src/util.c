@@ -1,9 +1,11 @@
 /* util.c: logging and the common shape of every clGet*Info answer. */
+#define _POSIX_C_SOURCE 200809L
 #include "icd.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 void vgpu_log(const char *fmt, ...)
 {
@@ -32,4 +34,11 @@ cl_int vgpu_info(const void *src, size_t n, size_t size, void *value, size_t *si
 cl_int vgpu_info_str(const char *s, size_t size, void *value, size_t *size_ret)
 {
 	return vgpu_info(s, strlen(s) + 1, size, value, size_ret);
+}
+
+uint64_t vgpu_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }

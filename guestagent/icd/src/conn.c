@@ -1,0 +1,651 @@
+/* conn.c: the connection of a context to vgpu-icdd (docs/icd-protocol.md).
+ *
+ * Each context has its own connection: a SOCK_SEQPACKET socket to the
+ * daemon (VGPUD_ICD_SOCKET, read with secure_getenv, or
+ * /run/vgpud/icd.sock) and its arenas, memfds shared with the daemon that
+ * carry every byte of data. The daemon executes one connection's requests
+ * in order, so every queue of a context is in order with every other; an
+ * OpenCL in-order queue needs nothing more. Releasing the context closes
+ * the socket, and the daemon frees whatever the connection held.
+ *
+ * A connection that fails (the daemon answers a request with an Error,
+ * closes, or sends something this ICD cannot parse) is lost: every command
+ * in flight completes with CL_OUT_OF_RESOURCES, and so does every later
+ * call that needs the daemon. Nothing aborts the process: sends use
+ * MSG_NOSIGNAL. After fork the child does not use its parent's connection
+ * (the pid is checked): the parent's contexts fail in the child, which may
+ * create its own. */
+#define _GNU_SOURCE
+#include "icd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define ARENA_MIN (64ull << 20)
+#define ARENA_ALIGN 64
+
+/* ---- Locks ---------------------------------------------------------- */
+
+/* The contexts this thread holds locked, with their depth: ctx->mu is
+ * re-entrant for its holder. */
+static _Thread_local struct {
+	cl_context ctx;
+	int depth;
+} held[8];
+
+static int *depth_of(cl_context ctx)
+{
+	for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
+		if (held[i].ctx == ctx && held[i].depth > 0)
+			return &held[i].depth;
+	return NULL;
+}
+
+void ctx_lock(cl_context ctx)
+{
+	int *d = depth_of(ctx);
+	if (d != NULL) {
+		(*d)++;
+		return;
+	}
+	pthread_mutex_lock(&ctx->mu);
+	for (size_t i = 0; i < sizeof held / sizeof held[0]; i++) {
+		if (held[i].depth == 0) {
+			held[i].ctx = ctx;
+			held[i].depth = 1;
+			return;
+		}
+	}
+	/* More than eight contexts locked at once by one thread cannot happen:
+	 * no call locks more than two. */
+	vgpu_log("internal error: too many contexts locked by one thread");
+	abort();
+}
+
+void ctx_unlock(cl_context ctx)
+{
+	int *d = depth_of(ctx);
+	if (d == NULL || --*d > 0)
+		return;
+	/* Outermost: run the application's callbacks without the lock. */
+	while (ctx->deferred != NULL) {
+		struct vgpu_deferred *list = ctx->deferred;
+		ctx->deferred = NULL;
+		ctx->deferred_tail = &ctx->deferred;
+		pthread_mutex_unlock(&ctx->mu);
+		while (list != NULL) {
+			struct vgpu_deferred *n = list->next;
+			switch (list->what) {
+			case DEFER_EVENT:
+				((void(CL_CALLBACK *)(cl_event, cl_int, void *))list->fn)(list->obj, list->status,
+											     list->data);
+				vgpu_put(list->obj);
+				break;
+			case DEFER_MEM:
+				((void(CL_CALLBACK *)(cl_mem, void *))list->fn)(list->obj, list->data);
+				break;
+			case DEFER_FREE:
+				free(list->obj); /* a destroyed buffer, kept for its callbacks */
+				break;
+			}
+			free(list);
+			list = n;
+		}
+		pthread_mutex_lock(&ctx->mu);
+	}
+	pthread_mutex_unlock(&ctx->mu);
+}
+
+void ctx_wait(cl_context ctx)
+{
+	int *d = depth_of(ctx);
+	if (d == NULL || *d != 1) {
+		/* Waiting under a nested lock would keep the lock held. */
+		pthread_mutex_unlock(&ctx->mu);
+		sched_yield();
+		pthread_mutex_lock(&ctx->mu);
+		return;
+	}
+	pthread_cond_wait(&ctx->cv, &ctx->mu);
+}
+
+void vgpu_defer(cl_context ctx, int what, void *obj, void (*fn)(void), void *data, cl_int status)
+{
+	struct vgpu_deferred *d = calloc(1, sizeof *d);
+	if (d == NULL) {
+		if (what == DEFER_EVENT)
+			vgpu_put(obj);
+		return;
+	}
+	d->what = what;
+	d->obj = obj;
+	d->fn = fn;
+	d->data = data;
+	d->status = status;
+	*ctx->deferred_tail = d;
+	ctx->deferred_tail = &d->next;
+}
+
+/* ---- Fork ----------------------------------------------------------- */
+
+static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
+static cl_context all_ctx[1024];
+static size_t nall;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+/* Hold every context's lock across fork, so that the child never inherits
+ * one held by a thread that does not exist there. */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&all_mu);
+	for (size_t i = 0; i < nall; i++)
+		pthread_mutex_lock(&all_ctx[i]->mu);
+}
+
+static void fork_after(void)
+{
+	for (size_t i = nall; i-- > 0;)
+		pthread_mutex_unlock(&all_ctx[i]->mu);
+	pthread_mutex_unlock(&all_mu);
+}
+
+static void fork_init(void)
+{
+	pthread_atfork(fork_prepare, fork_after, fork_after);
+}
+
+static void track(cl_context ctx, int add)
+{
+	pthread_once(&fork_once, fork_init);
+	pthread_mutex_lock(&all_mu);
+	if (add) {
+		if (nall < sizeof all_ctx / sizeof all_ctx[0])
+			all_ctx[nall++] = ctx;
+	} else {
+		for (size_t i = 0; i < nall; i++) {
+			if (all_ctx[i] == ctx) {
+				all_ctx[i] = all_ctx[--nall];
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&all_mu);
+}
+
+/* ---- Messages ------------------------------------------------------- */
+
+const char *vgpu_socket_path(void)
+{
+	const char *p = secure_getenv("VGPUD_ICD_SOCKET");
+	return p != NULL && p[0] != '\0' ? p : VGPU_ICDP_DEFAULT_SOCKET;
+}
+
+static int dial(void)
+{
+	const char *path = vgpu_socket_path();
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof sa.sun_path) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+static int send_fd(int fd, const void *msg, size_t len, int pass)
+{
+	struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	if (pass >= 0) {
+		memset(&u, 0, sizeof u);
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof u.buf;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass, sizeof pass);
+	}
+	for (;;) {
+		ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+		if (n == (ssize_t)len)
+			return 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		return -1;
+	}
+}
+
+/* recv_msg receives one datagram into buf (VGPU_ICDP_MAX_MESSAGE bytes);
+ * its length, or -1 (closed, truncated, failed). */
+static long recv_msg(int fd, uint8_t *buf)
+{
+	for (;;) {
+		ssize_t n = recv(fd, buf, VGPU_ICDP_MAX_MESSAGE, MSG_TRUNC);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0 || n > VGPU_ICDP_MAX_MESSAGE)
+			return -1;
+		return n;
+	}
+}
+
+void conn_hdr(cl_context ctx, void *msg, uint16_t op, size_t len)
+{
+	struct vgpu_icdp_header *h = msg;
+	h->op = op;
+	h->flags = 0;
+	h->len = (uint32_t)len;
+	h->id = ++ctx->next_req;
+}
+
+uint64_t conn_req_id(cl_context ctx)
+{
+	return ++ctx->next_req;
+}
+
+int conn_ok(cl_context ctx)
+{
+	if (!ctx->lost && ctx->pid != getpid()) {
+		/* A forked child: the socket and arenas are the parent's. */
+		ctx->lost = 1;
+		ctx->fd = -1;
+		vgpu_fail_all(ctx);
+	}
+	return !ctx->lost;
+}
+
+void conn_lost(cl_context ctx, const char *why)
+{
+	if (ctx->lost)
+		return;
+	vgpu_log("connection to vgpu-icdd lost: %s", why);
+	vgpu_context_notify(ctx, "vgpud: connection to vgpu-icdd lost: %s", why);
+	ctx->lost = 1;
+	if (ctx->fd >= 0)
+		close(ctx->fd);
+	ctx->fd = -1;
+	vgpu_fail_all(ctx);
+	pthread_cond_broadcast(&ctx->cv);
+}
+
+int conn_send(cl_context ctx, void *msg, size_t len)
+{
+	if (!conn_ok(ctx))
+		return -1;
+	if (send_fd(ctx->fd, msg, len, -1) != 0) {
+		char why[128];
+		snprintf(why, sizeof why, "send: %s", strerror(errno));
+		conn_lost(ctx, why);
+		return -1;
+	}
+	ctx->need_flush = 1;
+	return 0;
+}
+
+/* take_reply receives the reply to the request with header h. */
+static long take_reply(cl_context ctx, const struct vgpu_icdp_header *h, void *reply, size_t cap)
+{
+	long n = recv_msg(ctx->fd, ctx->rbuf);
+	if (n < 0) {
+		conn_lost(ctx, "the daemon closed the connection");
+		return -1;
+	}
+	const struct vgpu_icdp_header *r = (const void *)ctx->rbuf;
+	if ((size_t)n < sizeof *r || r->len != (uint32_t)n) {
+		conn_lost(ctx, "malformed message from the daemon");
+		return -1;
+	}
+	if (r->op == VGPU_ICDP_OP_ERROR) {
+		char why[300];
+		const struct vgpu_icdp_error_head *e = (const void *)(ctx->rbuf + sizeof *r);
+		if ((size_t)n >= sizeof *r + sizeof *e) {
+			int ml = (int)((size_t)n - sizeof *r - sizeof *e);
+			snprintf(why, sizeof why, "daemon error %u: %.*s", e->code, ml > 200 ? 200 : ml,
+				 (const char *)(e + 1));
+		} else {
+			snprintf(why, sizeof why, "daemon error");
+		}
+		conn_lost(ctx, why);
+		return -1;
+	}
+	if (r->op != (h->op | VGPU_ICDP_REPLY_BIT) || r->id != h->id) {
+		conn_lost(ctx, "reply out of order");
+		return -1;
+	}
+	size_t body = (size_t)n - sizeof *r;
+	memmove(reply, ctx->rbuf + sizeof *r, body < cap ? body : cap);
+	return (long)body;
+}
+
+long conn_call(cl_context ctx, void *msg, size_t len, void *reply, size_t cap)
+{
+	if (conn_send(ctx, msg, len) != 0)
+		return -1;
+	return take_reply(ctx, msg, reply, cap);
+}
+
+static int hello(int fd, uint8_t *buf, long *n)
+{
+	struct {
+		struct vgpu_icdp_header h;
+		struct vgpu_icdp_hello b;
+	} m = {.h = {.op = VGPU_ICDP_OP_HELLO, .len = sizeof m, .id = 1}, .b = {.version = VGPU_ICDP_VERSION}};
+	if (send_fd(fd, &m, sizeof m, -1) != 0)
+		return -1;
+	*n = recv_msg(fd, buf);
+	const struct vgpu_icdp_header *r = (const void *)buf;
+	if (*n < (long)(sizeof *r + sizeof(struct vgpu_icdp_hello_reply_head)) || r->len != (uint32_t)*n ||
+	    r->op != (VGPU_ICDP_OP_HELLO | VGPU_ICDP_REPLY_BIT))
+		return -1;
+	return 0;
+}
+
+static void copy_name(const uint8_t *src, size_t len, char *out)
+{
+	memcpy(out, src, len);
+	out[len] = '\0';
+	for (char *p = out; *p != '\0'; p++)
+		if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f)
+			*p = '?';
+}
+
+int vgpu_conn_discover(struct _cl_device_id *devs, int max)
+{
+	int fd = dial();
+	if (fd < 0) {
+		if (errno != ENOENT && errno != ECONNREFUSED)
+			vgpu_log("connect %s: %s", vgpu_socket_path(), strerror(errno));
+		return -1;
+	}
+	uint8_t *buf = malloc(VGPU_ICDP_MAX_MESSAGE);
+	long n = 0;
+	int count = -1;
+	if (buf == NULL || hello(fd, buf, &n) != 0) {
+		vgpu_log("%s: no Hello reply from vgpu-icdd", vgpu_socket_path());
+		goto out;
+	}
+	const struct vgpu_icdp_hello_reply_head *hr = (const void *)(buf + sizeof(struct vgpu_icdp_header));
+	const struct vgpu_icdp_device_record *rec = (const void *)(hr + 1);
+	size_t room = ((size_t)n - sizeof(struct vgpu_icdp_header) - sizeof *hr) / sizeof *rec;
+	if (hr->version != VGPU_ICDP_VERSION || hr->device_count > room) {
+		vgpu_log("%s: vgpu-icdd speaks protocol %u with %u devices, want %d", vgpu_socket_path(),
+			 hr->version, hr->device_count, VGPU_ICDP_VERSION);
+		goto out;
+	}
+	count = 0;
+	for (uint32_t i = 0; i < hr->device_count && count < max; i++) {
+		if (rec[i].abi_version >> 16 != VGPU_VERSION_MAJOR) {
+			vgpu_log("skipping device %u: ABI version %u.%u, this ICD drives %u.x", rec[i].index,
+				 rec[i].abi_version >> 16, rec[i].abi_version & 0xffff, VGPU_VERSION_MAJOR);
+			continue;
+		}
+		struct _cl_device_id *d = &devs[count++];
+		memset(d, 0, sizeof *d);
+		d->dispatch = &vgpu_dispatch;
+		d->daemon = 1;
+		d->index = rec[i].index;
+		snprintf(d->bdf, sizeof d->bdf, "vgpu-icdd device %u", rec[i].index);
+		d->version = rec[i].abi_version;
+		d->features = rec[i].features;
+		d->mem_size = rec[i].mem_size;
+		d->max_alloc = rec[i].max_alloc;
+		d->compute_units = rec[i].compute_units;
+		d->max_work_group = rec[i].max_work_group;
+		copy_name(rec[i].profile, VGPU_PROFILE_NAME_LEN, d->profile);
+		copy_name(rec[i].name, VGPU_DEVICE_NAME_LEN, d->name);
+	}
+out:
+	free(buf);
+	close(fd);
+	return count;
+}
+
+/* ---- Arenas --------------------------------------------------------- */
+
+struct vgpu_free {
+	struct vgpu_free *next;
+	uint64_t off, len;
+};
+
+static cl_int attach(cl_context ctx, uint64_t size)
+{
+	if (ctx->narenas >= VGPU_ICDP_MAX_ARENAS)
+		return CL_OUT_OF_HOST_MEMORY;
+	struct vgpu_free *f = malloc(sizeof *f);
+	if (f == NULL)
+		return CL_OUT_OF_HOST_MEMORY;
+	int fd = memfd_create("vgpud-icd-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	void *base = MAP_FAILED;
+	if (fd < 0 || ftruncate(fd, (off_t)size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0 ||
+	    (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		vgpu_log("arena of %llu bytes: %s", (unsigned long long)size, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		free(f);
+		return CL_OUT_OF_HOST_MEMORY;
+	}
+	struct {
+		struct vgpu_icdp_header h;
+		struct vgpu_icdp_attach b;
+	} m = {.b = {.arena = ctx->narenas, .size = size}};
+	conn_hdr(ctx, &m, VGPU_ICDP_OP_ATTACH, sizeof m);
+	struct vgpu_icdp_attach_reply r = {0};
+	long n = -1;
+	if (conn_ok(ctx)) {
+		if (send_fd(ctx->fd, &m, sizeof m, fd) != 0)
+			conn_lost(ctx, "send Attach");
+		else
+			n = take_reply(ctx, &m.h, &r, sizeof r);
+	}
+	close(fd);
+	if (n < (long)sizeof r || r.status != 0) {
+		if (n >= (long)sizeof r)
+			vgpu_log("vgpu-icdd refused an arena of %llu bytes: status %u", (unsigned long long)size,
+				 r.status);
+		munmap(base, size);
+		free(f);
+		return CL_OUT_OF_RESOURCES;
+	}
+	struct vgpu_arena *a = &ctx->arenas[ctx->narenas++];
+	a->base = base;
+	a->size = size;
+	f->next = NULL;
+	f->off = 0;
+	f->len = size;
+	a->free = f;
+	return CL_SUCCESS;
+}
+
+static int take(struct vgpu_arena *a, uint64_t n, uint64_t *off)
+{
+	for (struct vgpu_free **pp = &a->free; *pp != NULL; pp = &(*pp)->next) {
+		struct vgpu_free *f = *pp;
+		if (f->len < n)
+			continue;
+		*off = f->off;
+		f->off += n;
+		f->len -= n;
+		if (f->len == 0) {
+			*pp = f->next;
+			free(f);
+		}
+		return 0;
+	}
+	return -1;
+}
+
+static int try_alloc(cl_context ctx, uint64_t n, struct vgpu_range *r)
+{
+	for (unsigned i = 0; i < ctx->narenas; i++) {
+		if (take(&ctx->arenas[i], n, &r->off) == 0) {
+			r->arena = i;
+			r->len = n;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+cl_int arena_alloc(cl_context ctx, uint64_t n, struct vgpu_range *r)
+{
+	r->len = 0;
+	if (!conn_ok(ctx))
+		return CL_OUT_OF_RESOURCES;
+	if (n == 0)
+		n = 1;
+	if (n > (1ull << 40))
+		return CL_OUT_OF_HOST_MEMORY;
+	n = (n + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+	if (try_alloc(ctx, n, r) == 0)
+		return CL_SUCCESS;
+	/* Collect what has completed, without waiting. */
+	if (ctx->pend_head != NULL) {
+		struct _cl_event *evs[VGPU_ICDP_MAX_WAIT_EVENTS];
+		cl_uint k = 0;
+		for (struct _cl_event *e = ctx->pend_head; e != NULL && k < VGPU_ICDP_MAX_WAIT_EVENTS; e = e->pnext)
+			evs[k++] = e;
+		vgpu_ask(ctx, VGPU_ICDP_OP_POLL, k, evs);
+		if (try_alloc(ctx, n, r) == 0)
+			return CL_SUCCESS;
+	}
+	/* A new arena, large enough, while there is room for one. */
+	if (ctx->narenas < VGPU_ICDP_MAX_ARENAS) {
+		uint64_t size = n < ARENA_MIN ? ARENA_MIN : (n + (2ull << 20) - 1) & ~((2ull << 20) - 1);
+		if (attach(ctx, size) == CL_SUCCESS && try_alloc(ctx, n, r) == 0)
+			return CL_SUCCESS;
+	}
+	/* Wait for the oldest commands to finish and free their ranges. */
+	while (conn_ok(ctx) && ctx->pend_head != NULL) {
+		struct _cl_event *evs[64];
+		cl_uint k = 0;
+		for (struct _cl_event *e = ctx->pend_head; e != NULL && k < 64; e = e->pnext)
+			evs[k++] = e;
+		vgpu_ask(ctx, VGPU_ICDP_OP_WAIT, k, evs);
+		if (try_alloc(ctx, n, r) == 0)
+			return CL_SUCCESS;
+	}
+	return conn_ok(ctx) ? CL_OUT_OF_HOST_MEMORY : CL_OUT_OF_RESOURCES;
+}
+
+void arena_free(cl_context ctx, struct vgpu_range *r)
+{
+	if (r->len == 0)
+		return;
+	uint64_t n = r->len;
+	if (r->arena >= ctx->narenas)
+		return;
+	struct vgpu_arena *a = &ctx->arenas[r->arena];
+	r->len = 0;
+	/* Give the pages of a large range back (both sides map the memfd). */
+	if (n >= (1ull << 20)) {
+		uint64_t lo = (r->off + 4095) & ~4095ull, hi = (r->off + n) & ~4095ull;
+		if (hi > lo)
+			madvise(a->base + lo, hi - lo, MADV_REMOVE);
+	}
+	struct vgpu_free **pp = &a->free, *prev = NULL;
+	while (*pp != NULL && (*pp)->off < r->off) {
+		prev = *pp;
+		pp = &(*pp)->next;
+	}
+	struct vgpu_free *next = *pp;
+	if (prev != NULL && prev->off + prev->len == r->off) {
+		prev->len += n;
+		if (next != NULL && prev->off + prev->len == next->off) {
+			prev->len += next->len;
+			prev->next = next->next;
+			free(next);
+		}
+		return;
+	}
+	if (next != NULL && r->off + n == next->off) {
+		next->off = r->off;
+		next->len += n;
+		return;
+	}
+	struct vgpu_free *f = malloc(sizeof *f);
+	if (f == NULL)
+		return; /* the range is lost to this connection, nothing worse */
+	f->off = r->off;
+	f->len = n;
+	f->next = next;
+	*pp = f;
+}
+
+/* ---- Open and close ------------------------------------------------- */
+
+cl_int vgpu_conn_open(cl_context ctx)
+{
+	ctx->fd = -1;
+	ctx->pid = getpid();
+	ctx->deferred_tail = &ctx->deferred;
+	ctx->rbuf = malloc(VGPU_ICDP_MAX_MESSAGE);
+	if (ctx->rbuf == NULL)
+		return CL_OUT_OF_HOST_MEMORY;
+	ctx->fd = dial();
+	if (ctx->fd < 0) {
+		vgpu_log("connect %s: %s", vgpu_socket_path(), strerror(errno));
+		ctx->lost = 1;
+		return CL_DEVICE_NOT_AVAILABLE;
+	}
+	long n = 0;
+	if (hello(ctx->fd, ctx->rbuf, &n) != 0) {
+		vgpu_log("%s: no Hello reply from vgpu-icdd", vgpu_socket_path());
+		close(ctx->fd);
+		ctx->fd = -1;
+		ctx->lost = 1;
+		return CL_DEVICE_NOT_AVAILABLE;
+	}
+	ctx->next_req = 1;
+	cl_int err = attach(ctx, ARENA_MIN);
+	if (err != CL_SUCCESS) {
+		if (ctx->fd >= 0)
+			close(ctx->fd);
+		ctx->fd = -1;
+		ctx->lost = 1;
+		return err;
+	}
+	track(ctx, 1);
+	return CL_SUCCESS;
+}
+
+void vgpu_conn_close(cl_context ctx)
+{
+	track(ctx, 0);
+	if (ctx->fd >= 0 && ctx->pid == getpid())
+		close(ctx->fd);
+	ctx->fd = -1;
+	for (unsigned i = 0; i < ctx->narenas; i++) {
+		struct vgpu_arena *a = &ctx->arenas[i];
+		munmap(a->base, a->size);
+		while (a->free != NULL) {
+			struct vgpu_free *n = a->free->next;
+			free(a->free);
+			a->free = n;
+		}
+	}
+	ctx->narenas = 0;
+	free(ctx->rbuf);
+	ctx->rbuf = NULL;
+}

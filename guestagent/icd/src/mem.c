@@ -1,0 +1,1197 @@
+/* mem.c: buffers, sub-buffers, transfers, maps; and the image and sampler
+ * entries, which the device does not support (CL_DEVICE_IMAGE_SUPPORT is
+ * CL_FALSE), answered as OpenCL 1.2 says for such a device.
+ *
+ * A buffer is a daemon buffer on the context's device. Data moves through
+ * the context's arena: a write copies the application's bytes into an
+ * arena range at once (so the application may reuse its memory as soon as
+ * the call returns), a read lands in an arena range and is copied to the
+ * application's memory when the ICD learns the read completed (before
+ * clWaitForEvents, clFinish or a blocking read returns, and before a
+ * callback or status query reports CL_COMPLETE). A mapping lives in the
+ * arena (with CL_MEM_USE_HOST_PTR, in the application's memory: it is read
+ * back there on map and written from there on unmap, as 1.2 requires).
+ *
+ * A sub-buffer is its buffer's daemon buffer at an offset: reads, writes,
+ * copies, fills and maps of it work. As a kernel argument it needs a
+ * device address at that offset, which the device ABI cannot express; see
+ * kernel.c. */
+#include "icd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ENTER(ctx)                                                                                           \
+	do {                                                                                                 \
+		IREF(ctx);                                                                                   \
+		ctx_lock(ctx);                                                                               \
+	} while (0)
+#define LEAVE(ctx)                                                                                           \
+	do {                                                                                                 \
+		ctx_unlock(ctx);                                                                             \
+		PUT(ctx);                                                                                    \
+	} while (0)
+
+#define ACCESS_FLAGS (CL_MEM_READ_WRITE | CL_MEM_WRITE_ONLY | CL_MEM_READ_ONLY)
+#define HOSTPTR_FLAGS (CL_MEM_USE_HOST_PTR | CL_MEM_ALLOC_HOST_PTR | CL_MEM_COPY_HOST_PTR)
+#define HOSTACC_FLAGS (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS)
+#define ALL_FLAGS (ACCESS_FLAGS | HOSTPTR_FLAGS | HOSTACC_FLAGS)
+
+/* Sub-buffer origins must be multiples of CL_DEVICE_MEM_BASE_ADDR_ALIGN
+ * (device.c reports 1024 bits). */
+#define BASE_ALIGN 128
+
+static int one_bit_at_most(cl_mem_flags f)
+{
+	return (f & (f - 1)) == 0;
+}
+
+static cl_int check_flags(cl_mem_flags f)
+{
+	if ((f & ~(cl_mem_flags)ALL_FLAGS) != 0 || !one_bit_at_most(f & ACCESS_FLAGS) ||
+	    !one_bit_at_most(f & HOSTACC_FLAGS) ||
+	    ((f & CL_MEM_USE_HOST_PTR) && (f & (CL_MEM_ALLOC_HOST_PTR | CL_MEM_COPY_HOST_PTR))))
+		return CL_INVALID_VALUE;
+	return CL_SUCCESS;
+}
+
+cl_mem CL_API_CALL vgpu_clCreateBuffer(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr,
+				       cl_int *errcode_ret)
+{
+	cl_int err = CL_SUCCESS;
+	cl_mem m = NULL;
+	cl_context ctx = GET(context, VGPU_CONTEXT);
+	if (ctx == NULL) {
+		err = CL_INVALID_CONTEXT;
+		goto out;
+	}
+	if ((err = check_flags(flags)) != CL_SUCCESS)
+		goto put;
+	if (size == 0 || size > ctx->dev->max_alloc) {
+		err = CL_INVALID_BUFFER_SIZE;
+		goto put;
+	}
+	if ((host_ptr == NULL) != ((flags & (CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR)) == 0)) {
+		err = CL_INVALID_HOST_PTR;
+		goto put;
+	}
+	if ((flags & ACCESS_FLAGS) == 0)
+		flags |= CL_MEM_READ_WRITE;
+	ctx_lock(ctx);
+	if (!conn_ok(ctx)) {
+		err = CL_OUT_OF_RESOURCES;
+		goto unlock;
+	}
+	if ((m = calloc(1, sizeof *m)) == NULL) {
+		err = CL_OUT_OF_HOST_MEMORY;
+		goto unlock;
+	}
+	vgpu_obj_init(&m->obj, VGPU_MEM);
+	m->ctx = ctx;
+	m->flags = flags;
+	m->size = size;
+	m->host_ptr = (flags & CL_MEM_USE_HOST_PTR) ? host_ptr : NULL;
+	if (++ctx->next_buffer == 0)
+		++ctx->next_buffer;
+	uint32_t id = ctx->next_buffer;
+
+	struct {
+		struct vgpu_icdp_header h;
+		struct vgpu_icdp_buffer_create b;
+	} *c = calloc(1, sizeof *c);
+	struct _cl_event *ev = c != NULL ? vgpu_event_new(ctx, NULL, 0) : NULL;
+	if (ev == NULL) {
+		free(c);
+		err = CL_OUT_OF_HOST_MEMORY;
+		goto fail;
+	}
+	conn_hdr(ctx, c, VGPU_ICDP_OP_BUFFER_CREATE, sizeof *c);
+	c->b.device = ctx->dev->index;
+	c->b.buffer = id;
+	c->b.size = size;
+	c->b.flags = (flags & CL_MEM_READ_ONLY) ? VGPU_BUFFER_READ_ONLY
+		     : (flags & CL_MEM_WRITE_ONLY) ? VGPU_BUFFER_WRITE_ONLY
+						    : 0;
+	c->b.event = ev->id;
+	ev->msg = (uint8_t *)c;
+	ev->msg_len = sizeof *c;
+	/* Creation is waited for, so that a failure is this call's error and
+	 * no later request names a buffer the daemon does not have. */
+	IREF(ev);
+	vgpu_submit(ev, 0, NULL, 1, NULL);
+	cl_int st = ev->status;
+	PUT(ev);
+	if (st != CL_COMPLETE) {
+		err = st == CL_OUT_OF_RESOURCES && !conn_ok(ctx) ? CL_OUT_OF_RESOURCES
+								  : CL_MEM_OBJECT_ALLOCATION_FAILURE;
+		goto fail;
+	}
+	m->id = id;
+	if (flags & (CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR)) {
+		struct vgpu_range r;
+		if ((err = arena_alloc(ctx, size, &r)) != CL_SUCCESS)
+			goto fail;
+		memcpy(arena_ptr(ctx, &r), host_ptr, size);
+		struct {
+			struct vgpu_icdp_header h;
+			struct vgpu_icdp_transfer b;
+		} *w = calloc(1, sizeof *w);
+		struct _cl_event *wev = w != NULL ? vgpu_event_new(ctx, NULL, 0) : NULL;
+		if (wev == NULL) {
+			free(w);
+			arena_free(ctx, &r);
+			err = CL_OUT_OF_HOST_MEMORY;
+			goto fail;
+		}
+		conn_hdr(ctx, w, VGPU_ICDP_OP_WRITE, sizeof *w);
+		w->b.buffer = id;
+		w->b.arena = r.arena;
+		w->b.offset = 0;
+		w->b.arena_offset = r.off;
+		w->b.length = size;
+		w->b.event = wev->id;
+		wev->msg = (uint8_t *)w;
+		wev->msg_len = sizeof *w;
+		wev->free1 = r;
+		vgpu_submit(wev, 0, NULL, 0, NULL);
+	}
+	IREF(ctx); /* the buffer's */
+	vgpu_obj_publish(&m->obj);
+	goto unlock;
+fail:
+	if (m->id != 0 && conn_ok(ctx)) {
+		struct {
+			struct vgpu_icdp_header h;
+			struct vgpu_icdp_buffer_free b;
+		} f = {.b = {.buffer = m->id}};
+		conn_hdr(ctx, &f, VGPU_ICDP_OP_BUFFER_FREE, sizeof f);
+		conn_send(ctx, &f, sizeof f);
+	}
+	free(m);
+	m = NULL;
+unlock:
+	ctx_unlock(ctx);
+put:
+	PUT(ctx);
+out:
+	if (errcode_ret != NULL)
+		*errcode_ret = err;
+	return m;
+}
+
+cl_mem CL_API_CALL vgpu_clCreateSubBuffer(cl_mem buffer, cl_mem_flags flags, cl_buffer_create_type create_type,
+					  const void *info, cl_int *errcode_ret)
+{
+	cl_int err = CL_SUCCESS;
+	cl_mem s = NULL;
+	cl_mem m = GET(buffer, VGPU_MEM);
+	if (m == NULL || m->parent != NULL) {
+		err = CL_INVALID_MEM_OBJECT;
+		goto out;
+	}
+	if ((err = check_flags(flags)) != CL_SUCCESS)
+		goto put;
+	if ((flags & HOSTPTR_FLAGS) != 0 ||
+	    ((m->flags & CL_MEM_WRITE_ONLY) && (flags & (CL_MEM_READ_WRITE | CL_MEM_READ_ONLY))) ||
+	    ((m->flags & CL_MEM_READ_ONLY) && (flags & (CL_MEM_READ_WRITE | CL_MEM_WRITE_ONLY))) ||
+	    ((m->flags & CL_MEM_HOST_WRITE_ONLY) && (flags & CL_MEM_HOST_READ_ONLY)) ||
+	    ((m->flags & CL_MEM_HOST_READ_ONLY) && (flags & CL_MEM_HOST_WRITE_ONLY)) ||
+	    ((m->flags & CL_MEM_HOST_NO_ACCESS) && (flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_WRITE_ONLY)))) {
+		err = CL_INVALID_VALUE;
+		goto put;
+	}
+	if (create_type != CL_BUFFER_CREATE_TYPE_REGION || info == NULL) {
+		err = CL_INVALID_VALUE;
+		goto put;
+	}
+	const cl_buffer_region *reg = info;
+	if (reg->origin > m->size || reg->size > m->size - reg->origin) {
+		err = CL_INVALID_VALUE;
+		goto put;
+	}
+	if (reg->size == 0) {
+		err = CL_INVALID_BUFFER_SIZE;
+		goto put;
+	}
+	if (reg->origin % BASE_ALIGN != 0) {
+		err = CL_MISALIGNED_SUB_BUFFER_OFFSET;
+		goto put;
+	}
+	if ((s = calloc(1, sizeof *s)) == NULL) {
+		err = CL_OUT_OF_HOST_MEMORY;
+		goto put;
+	}
+	vgpu_obj_init(&s->obj, VGPU_MEM);
+	s->ctx = m->ctx;
+	IREF(s->ctx);
+	/* Inherited: access and host access when not given, and the host
+	 * pointer flags. */
+	if ((flags & ACCESS_FLAGS) == 0)
+		flags |= m->flags & ACCESS_FLAGS;
+	if ((flags & HOSTACC_FLAGS) == 0)
+		flags |= m->flags & HOSTACC_FLAGS;
+	flags |= m->flags & HOSTPTR_FLAGS;
+	s->flags = flags;
+	s->size = reg->size;
+	s->host_ptr = m->host_ptr != NULL ? (char *)m->host_ptr + reg->origin : NULL;
+	s->id = m->id;
+	s->parent = m;
+	IREF(m);
+	s->origin = reg->origin;
+	vgpu_obj_publish(&s->obj);
+put:
+	PUT(m);
+out:
+	if (errcode_ret != NULL)
+		*errcode_ret = err;
+	return s;
+}
+
+void vgpu_mem_destroy(cl_mem m)
+{
+	cl_context ctx = m->ctx;
+	ctx_lock(ctx);
+	while (m->maps != NULL) {
+		struct vgpu_map *n = m->maps->next;
+		arena_free(ctx, &m->maps->r);
+		free(m->maps);
+		m->maps = n;
+	}
+	if (m->parent == NULL && m->id != 0 && conn_ok(ctx)) {
+		/* Every command that names the buffer was sent before (held
+		 * commands keep the buffer alive), and the daemon runs them in
+		 * order: freeing now is safe. */
+		struct {
+			struct vgpu_icdp_header h;
+			struct vgpu_icdp_buffer_free b;
+		} f = {.b = {.buffer = m->id}};
+		conn_hdr(ctx, &f, VGPU_ICDP_OP_BUFFER_FREE, sizeof f);
+		conn_send(ctx, &f, sizeof f);
+	}
+	cl_mem parent = m->parent;
+	/* Destructor callbacks, most recently registered first, after the
+	 * lock is released; the memory stays until they have run. */
+	struct vgpu_memcb *cb = m->dtors;
+	m->dtors = NULL;
+	while (cb != NULL) {
+		struct vgpu_memcb *n = cb->next;
+		vgpu_defer(ctx, DEFER_MEM, m, (void (*)(void))cb->fn, cb->data, 0);
+		free(cb);
+		cb = n;
+	}
+	vgpu_defer(ctx, DEFER_FREE, m, NULL, NULL, 0);
+	if (parent != NULL)
+		PUT(parent);
+	ctx_unlock(ctx);
+	PUT(ctx);
+}
+
+cl_int CL_API_CALL vgpu_clRetainMemObject(cl_mem memobj)
+{
+	return vgpu_obj_retain(memobj, VGPU_MEM) == 0 ? CL_SUCCESS : CL_INVALID_MEM_OBJECT;
+}
+
+cl_int CL_API_CALL vgpu_clReleaseMemObject(cl_mem memobj)
+{
+	int last;
+	cl_mem m = vgpu_obj_release(memobj, VGPU_MEM, &last);
+	if (m == NULL)
+		return CL_INVALID_MEM_OBJECT;
+	if (last) {
+		cl_context ctx = m->ctx;
+		ENTER(ctx);
+		PUT(m);
+		LEAVE(ctx);
+	}
+	return CL_SUCCESS;
+}
+
+cl_int CL_API_CALL vgpu_clSetMemObjectDestructorCallback(cl_mem memobj, void(CL_CALLBACK *fn)(cl_mem, void *),
+							 void *user_data)
+{
+	cl_mem m = GET(memobj, VGPU_MEM);
+	if (m == NULL)
+		return CL_INVALID_MEM_OBJECT;
+	cl_int err = CL_SUCCESS;
+	if (fn == NULL) {
+		err = CL_INVALID_VALUE;
+	} else {
+		struct vgpu_memcb *cb = calloc(1, sizeof *cb);
+		if (cb == NULL) {
+			err = CL_OUT_OF_HOST_MEMORY;
+		} else {
+			cl_context ctx = m->ctx;
+			ENTER(ctx);
+			cb->fn = fn;
+			cb->data = user_data;
+			cb->next = m->dtors;
+			m->dtors = cb;
+			LEAVE(ctx);
+		}
+	}
+	cl_context ctx = m->ctx;
+	ENTER(ctx);
+	PUT(m);
+	LEAVE(ctx);
+	return err;
+}
+
+cl_int CL_API_CALL vgpu_clGetMemObjectInfo(cl_mem memobj, cl_mem_info param_name, size_t param_value_size,
+					   void *param_value, size_t *param_value_size_ret)
+{
+	cl_mem m = GET(memobj, VGPU_MEM);
+	if (m == NULL)
+		return CL_INVALID_MEM_OBJECT;
+	union {
+		cl_mem_object_type t;
+		cl_mem_flags f;
+		size_t sz;
+		void *p;
+		cl_uint u;
+		cl_context c;
+		cl_mem m;
+		cl_bool b;
+	} v;
+	size_t n;
+	cl_int err = CL_SUCCESS;
+	switch (param_name) {
+	case CL_MEM_TYPE: v.t = CL_MEM_OBJECT_BUFFER; n = sizeof v.t; break;
+	case CL_MEM_FLAGS: v.f = m->flags; n = sizeof v.f; break;
+	case CL_MEM_SIZE: v.sz = m->size; n = sizeof v.sz; break;
+	case CL_MEM_HOST_PTR: v.p = m->host_ptr; n = sizeof v.p; break;
+	case CL_MEM_MAP_COUNT: v.u = m->map_count; n = sizeof v.u; break;
+	case CL_MEM_REFERENCE_COUNT: v.u = vgpu_obj_refs(&m->obj); n = sizeof v.u; break;
+	case CL_MEM_CONTEXT: v.c = m->ctx; n = sizeof v.c; break;
+	case CL_MEM_ASSOCIATED_MEMOBJECT: v.m = m->parent; n = sizeof v.m; break;
+	case CL_MEM_OFFSET: v.sz = m->origin; n = sizeof v.sz; break;
+	default: err = CL_INVALID_VALUE; n = 0; break;
+	}
+	if (err == CL_SUCCESS)
+		err = vgpu_info(&v, n, param_value_size, param_value, param_value_size_ret);
+	cl_context ctx = m->ctx;
+	ENTER(ctx);
+	PUT(m);
+	LEAVE(ctx);
+	return err;
+}
+
+/* ---- Transfers ------------------------------------------------------ */
+
+/* An enqueue in progress: the queue, its context, locked. */
+struct enq {
+	cl_command_queue q;
+	cl_context ctx;
+};
+
+static cl_int enq_begin(struct enq *e, cl_command_queue queue, cl_uint nwait, const cl_event *wait)
+{
+	e->q = GET(queue, VGPU_QUEUE);
+	if (e->q == NULL)
+		return CL_INVALID_COMMAND_QUEUE;
+	e->ctx = e->q->ctx;
+	ENTER(e->ctx);
+	cl_int err = vgpu_check_wait_list(e->ctx, nwait, wait);
+	if (err == CL_SUCCESS && !conn_ok(e->ctx))
+		err = CL_OUT_OF_RESOURCES;
+	return err;
+}
+
+static cl_int enq_end(struct enq *e, cl_int err)
+{
+	if (e->q == NULL)
+		return err;
+	cl_context ctx = e->ctx;
+	PUT(e->q);
+	LEAVE(ctx);
+	return err;
+}
+
+/* get_mem: a buffer of the queue's context, with a reference. */
+static cl_int get_mem(struct enq *e, cl_mem h, cl_mem *out)
+{
+	*out = GET(h, VGPU_MEM);
+	if (*out == NULL)
+		return CL_INVALID_MEM_OBJECT;
+	if ((*out)->ctx != e->ctx) {
+		PUT(*out);
+		*out = NULL;
+		return CL_INVALID_CONTEXT;
+	}
+	return CL_SUCCESS;
+}
+
+static int out_of(const struct _cl_mem *m, size_t off, size_t n)
+{
+	return off > m->size || n > m->size - off;
+}
+
+/* new_cmd: a command event with a request of len bytes (zeroed, header
+ * written), and the buffers it names kept alive until it is sent. */
+static struct _cl_event *new_cmd(struct enq *e, cl_command_type type, uint16_t op, size_t len, cl_mem a, cl_mem b)
+{
+	struct _cl_event *ev = vgpu_event_new(e->ctx, e->q, type);
+	if (ev == NULL)
+		return NULL;
+	ev->msg = calloc(1, len);
+	ev->mems = calloc(2, sizeof *ev->mems);
+	if (ev->msg == NULL || ev->mems == NULL) {
+		vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);
+		return NULL;
+	}
+	ev->msg_len = len;
+	conn_hdr(e->ctx, ev->msg, op, len);
+	if (a != NULL) {
+		IREF(a);
+		ev->mems[ev->nmems++] = a;
+	}
+	if (b != NULL) {
+		IREF(b);
+		ev->mems[ev->nmems++] = b;
+	}
+	return ev;
+}
+
+static void *body(struct _cl_event *ev)
+{
+	return ev->msg + sizeof(struct vgpu_icdp_header);
+}
+
+/* A marker standing for a command that moves no data. */
+static cl_int enq_marker(struct enq *e, cl_command_type type, cl_uint nwait, const cl_event *wait, int blocking,
+			 cl_event *event)
+{
+	struct _cl_event *ev =
+		new_cmd(e, type, VGPU_ICDP_OP_MARKER, sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_marker),
+			NULL, NULL);
+	if (ev == NULL)
+		return CL_OUT_OF_HOST_MEMORY;
+	((struct vgpu_icdp_marker *)body(ev))->event = ev->id;
+	return vgpu_submit(ev, nwait, wait, blocking, event);
+}
+
+/* enq_read reads n bytes at off of m into dst (the application's memory),
+ * through the arena. */
+static cl_int enq_read(struct enq *e, cl_mem m, cl_command_type type, size_t off, size_t n, void *dst,
+		       cl_uint nwait, const cl_event *wait, int blocking, cl_event *event)
+{
+	struct vgpu_range r;
+	cl_int err = arena_alloc(e->ctx, n, &r);
+	if (err != CL_SUCCESS)
+		return err;
+	struct _cl_event *ev = new_cmd(e, type, VGPU_ICDP_OP_READ,
+				       sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_transfer), m, NULL);
+	if (ev == NULL) {
+		arena_free(e->ctx, &r);
+		return CL_OUT_OF_HOST_MEMORY;
+	}
+	struct vgpu_icdp_transfer *t = body(ev);
+	t->buffer = m->id;
+	t->arena = r.arena;
+	t->offset = m->origin + off;
+	t->arena_offset = r.off;
+	t->length = n;
+	t->event = ev->id;
+	ev->copy_dst = dst;
+	ev->copy_src = r;
+	ev->copy_len = n;
+	return vgpu_submit(ev, nwait, wait, blocking, event);
+}
+
+/* enq_write writes n bytes from src to m at off; src is copied now. When
+ * r is given, the bytes are in that arena range already (it is freed on
+ * completion). */
+static cl_int enq_write(struct enq *e, cl_mem m, cl_command_type type, size_t off, size_t n, const void *src,
+			const struct vgpu_range *have, cl_uint nwait, const cl_event *wait, int blocking,
+			cl_event *event)
+{
+	struct vgpu_range r;
+	if (have != NULL) {
+		r = *have;
+	} else {
+		cl_int err = arena_alloc(e->ctx, n, &r);
+		if (err != CL_SUCCESS)
+			return err;
+		memcpy(arena_ptr(e->ctx, &r), src, n);
+	}
+	struct _cl_event *ev = new_cmd(e, type, VGPU_ICDP_OP_WRITE,
+				       sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_transfer), m, NULL);
+	if (ev == NULL) {
+		arena_free(e->ctx, &r);
+		return CL_OUT_OF_HOST_MEMORY;
+	}
+	struct vgpu_icdp_transfer *t = body(ev);
+	t->buffer = m->id;
+	t->arena = r.arena;
+	t->offset = m->origin + off;
+	t->arena_offset = r.off;
+	t->length = n;
+	t->event = ev->id;
+	ev->free1 = r;
+	return vgpu_submit(ev, nwait, wait, blocking, event);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueReadBuffer(cl_command_queue queue, cl_mem buffer, cl_bool blocking, size_t offset,
+					    size_t size, void *ptr, cl_uint num_events, const cl_event *wait_list,
+					    cl_event *event)
+{
+	struct enq e;
+	cl_mem m = NULL;
+	cl_int err = enq_begin(&e, queue, num_events, wait_list);
+	if (err == CL_SUCCESS)
+		err = get_mem(&e, buffer, &m);
+	if (err == CL_SUCCESS && (ptr == NULL || size == 0 || out_of(m, offset, size)))
+		err = CL_INVALID_VALUE;
+	if (err == CL_SUCCESS && (m->flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS)))
+		err = CL_INVALID_OPERATION;
+	if (err == CL_SUCCESS)
+		err = enq_read(&e, m, CL_COMMAND_READ_BUFFER, offset, size, ptr, num_events, wait_list, blocking, event);
+	if (m != NULL)
+		PUT(m);
+	return enq_end(&e, err);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueWriteBuffer(cl_command_queue queue, cl_mem buffer, cl_bool blocking, size_t offset,
+					     size_t size, const void *ptr, cl_uint num_events,
+					     const cl_event *wait_list, cl_event *event)
+{
+	struct enq e;
+	cl_mem m = NULL;
+	cl_int err = enq_begin(&e, queue, num_events, wait_list);
+	if (err == CL_SUCCESS)
+		err = get_mem(&e, buffer, &m);
+	if (err == CL_SUCCESS && (ptr == NULL || size == 0 || out_of(m, offset, size)))
+		err = CL_INVALID_VALUE;
+	if (err == CL_SUCCESS && (m->flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS)))
+		err = CL_INVALID_OPERATION;
+	if (err == CL_SUCCESS)
+		err = enq_write(&e, m, CL_COMMAND_WRITE_BUFFER, offset, size, ptr, NULL, num_events, wait_list,
+				blocking, event);
+	if (m != NULL)
+		PUT(m);
+	return enq_end(&e, err);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueCopyBuffer(cl_command_queue queue, cl_mem src_buffer, cl_mem dst_buffer,
+					    size_t src_offset, size_t dst_offset, size_t size, cl_uint num_events,
+					    const cl_event *wait_list, cl_event *event)
+{
+	struct enq e;
+	cl_mem s = NULL, d = NULL;
+	cl_int err = enq_begin(&e, queue, num_events, wait_list);
+	if (err == CL_SUCCESS)
+		err = get_mem(&e, src_buffer, &s);
+	if (err == CL_SUCCESS)
+		err = get_mem(&e, dst_buffer, &d);
+	if (err == CL_SUCCESS && (size == 0 || out_of(s, src_offset, size) || out_of(d, dst_offset, size)))
+		err = CL_INVALID_VALUE;
+	if (err == CL_SUCCESS && s->id == d->id) {
+		size_t a = s->origin + src_offset, b = d->origin + dst_offset;
+		if (a < b + size && b < a + size)
+			err = CL_MEM_COPY_OVERLAP;
+	}
+	if (err == CL_SUCCESS) {
+		struct _cl_event *ev = new_cmd(&e, CL_COMMAND_COPY_BUFFER, VGPU_ICDP_OP_COPY,
+					       sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_copy), s, d);
+		if (ev == NULL) {
+			err = CL_OUT_OF_HOST_MEMORY;
+		} else {
+			struct vgpu_icdp_copy *c = body(ev);
+			c->src = s->id;
+			c->dst = d->id;
+			c->src_offset = s->origin + src_offset;
+			c->dst_offset = d->origin + dst_offset;
+			c->length = size;
+			c->event = ev->id;
+			err = vgpu_submit(ev, num_events, wait_list, 0, event);
+		}
+	}
+	if (s != NULL)
+		PUT(s);
+	if (d != NULL)
+		PUT(d);
+	return enq_end(&e, err);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueFillBuffer(cl_command_queue queue, cl_mem buffer, const void *pattern,
+					    size_t pattern_size, size_t offset, size_t size, cl_uint num_events,
+					    const cl_event *wait_list, cl_event *event)
+{
+	struct enq e;
+	cl_mem m = NULL;
+	cl_int err = enq_begin(&e, queue, num_events, wait_list);
+	if (err == CL_SUCCESS)
+		err = get_mem(&e, buffer, &m);
+	if (err == CL_SUCCESS &&
+	    (pattern == NULL || pattern_size == 0 || pattern_size > VGPU_ICDP_MAX_PATTERN ||
+	     (pattern_size & (pattern_size - 1)) != 0 || offset % pattern_size != 0 || size % pattern_size != 0 ||
+	     out_of(m, offset, size)))
+		err = CL_INVALID_VALUE;
+	if (err == CL_SUCCESS && size == 0) {
+		err = enq_marker(&e, CL_COMMAND_FILL_BUFFER, num_events, wait_list, 0, event);
+	} else if (err == CL_SUCCESS) {
+		struct _cl_event *ev = new_cmd(&e, CL_COMMAND_FILL_BUFFER, VGPU_ICDP_OP_FILL,
+					       sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_fill), m, NULL);
+		if (ev == NULL) {
+			err = CL_OUT_OF_HOST_MEMORY;
+		} else {
+			struct vgpu_icdp_fill *f = body(ev);
+			f->buffer = m->id;
+			f->pattern_len = (uint32_t)pattern_size;
+			f->offset = m->origin + offset;
+			f->length = size;
+			f->event = ev->id;
+			memcpy(f->pattern, pattern, pattern_size);
+			err = vgpu_submit(ev, num_events, wait_list, 0, event);
+		}
+	}
+	if (m != NULL)
+		PUT(m);
+	return enq_end(&e, err);
+}
+
+/* ---- Rectangles ----------------------------------------------------- */
+
+/* rect_check applies clEnqueue*BufferRect's rules to one side: pitches
+ * default to tight ones, must be at least the region's row and slice, and
+ * the rectangle must lie in a buffer of size bytes (size 0: host memory,
+ * unchecked). Returns 0, or -1 for CL_INVALID_VALUE. */
+static int rect_check(const size_t *origin, const size_t *region, size_t *row_pitch, size_t *slice_pitch,
+		      size_t size)
+{
+	if (region[0] == 0 || region[1] == 0 || region[2] == 0)
+		return -1;
+	if (*row_pitch == 0)
+		*row_pitch = region[0];
+	if (*slice_pitch == 0)
+		*slice_pitch = region[1] * *row_pitch;
+	if (*row_pitch < region[0] || *slice_pitch < region[1] * *row_pitch)
+		return -1;
+	if (*slice_pitch % *row_pitch != 0)
+		return -1;
+	if (size == 0)
+		return 0;
+	/* The last byte: (origin + region - 1) in each dimension. */
+	size_t last = (origin[2] + region[2] - 1) * *slice_pitch + (origin[1] + region[1] - 1) * *row_pitch +
+		      origin[0] + region[0];
+	return last > size ? -1 : 0;
+}
+
+static size_t rect_off(const size_t *origin, size_t row_pitch, size_t slice_pitch, size_t y, size_t z)
+{
+	return (origin[2] + z) * slice_pitch + (origin[1] + y) * row_pitch + origin[0];
+}
+
+/* The rows of a rectangle travel one request each, in one event: the
+ * requests are concatenated in the event's message (send_now sends them
+ * one by one); only the last carries the event id, and the daemon runs
+ * them in order. */
+cl_int CL_API_CALL vgpu_clEnqueueReadBufferRect(cl_command_queue queue, cl_mem buffer, cl_bool blocking,
+						const size_t *buffer_origin, const size_t *host_origin,
+						const size_t *region, size_t buffer_row_pitch,
+						size_t buffer_slice_pitch, size_t host_row_pitch,
+						size_t host_slice_pitch, void *ptr, cl_uint num_events,
+						const cl_event *wait_list, cl_event *event);
+cl_int CL_API_CALL vgpu_clEnqueueWriteBufferRect(cl_command_queue queue, cl_mem buffer, cl_bool blocking,
+						 const size_t *buffer_origin, const size_t *host_origin,
+						 const size_t *region, size_t buffer_row_pitch,
+						 size_t buffer_slice_pitch, size_t host_row_pitch,
+						 size_t host_slice_pitch, const void *ptr, cl_uint num_events,
+						 const cl_event *wait_list, cl_event *event);
+
+static cl_int rect(cl_command_queue queue, cl_mem buffer, cl_mem dst_buffer, cl_command_type type, int blocking,
+		   const size_t *bo, const size_t *ho, const size_t *region, size_t brp, size_t bsp, size_t hrp,
+		   size_t hsp, void *ptr, cl_uint num_events, const cl_event *wait_list, cl_event *event)
+{
+	struct enq e;
+	cl_mem m = NULL, d = NULL;
+	cl_int err = enq_begin(&e, queue, num_events, wait_list);
+	if (err == CL_SUCCESS)
+		err = get_mem(&e, buffer, &m);
+	if (err == CL_SUCCESS && dst_buffer != NULL)
+		err = get_mem(&e, dst_buffer, &d);
+	if (err != CL_SUCCESS)
+		goto out;
+	if (bo == NULL || ho == NULL || region == NULL || (d == NULL && ptr == NULL) ||
+	    rect_check(bo, region, &brp, &bsp, m->size) != 0 ||
+	    rect_check(ho, region, &hrp, &hsp, d != NULL ? d->size : 0) != 0) {
+		err = CL_INVALID_VALUE;
+		goto out;
+	}
+	if (type == CL_COMMAND_READ_BUFFER_RECT && (m->flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS)))
+		err = CL_INVALID_OPERATION;
+	if (type == CL_COMMAND_WRITE_BUFFER_RECT && (m->flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS)))
+		err = CL_INVALID_OPERATION;
+	if (err != CL_SUCCESS)
+		goto out;
+	if (d != NULL && m->id == d->id) {
+		/* Overlap of two rectangles in one buffer: compare the spans,
+		 * as a conservative test (OpenCL's overlap rule for rects). */
+		size_t a0 = m->origin + rect_off(bo, brp, bsp, 0, 0);
+		size_t a1 = m->origin + rect_off(bo, brp, bsp, region[1] - 1, region[2] - 1) + region[0];
+		size_t b0 = d->origin + rect_off(ho, hrp, hsp, 0, 0);
+		size_t b1 = d->origin + rect_off(ho, hrp, hsp, region[1] - 1, region[2] - 1) + region[0];
+		if (a0 < b1 && b0 < a1) {
+			err = CL_MEM_COPY_OVERLAP;
+			goto out;
+		}
+	}
+	size_t rows = region[1] * region[2];
+	size_t one = sizeof(struct vgpu_icdp_header) +
+		     (d != NULL ? sizeof(struct vgpu_icdp_copy) : sizeof(struct vgpu_icdp_transfer));
+	if (rows > (1u << 20)) {
+		err = CL_OUT_OF_RESOURCES;
+		goto out;
+	}
+	struct vgpu_range r = {0};
+	if (d == NULL && (err = arena_alloc(e.ctx, rows * region[0], &r)) != CL_SUCCESS)
+		goto out;
+	struct _cl_event *ev = vgpu_event_new(e.ctx, e.q, type);
+	uint8_t *msg = ev != NULL ? calloc(rows, one) : NULL;
+	cl_mem *mems = ev != NULL ? calloc(2, sizeof *mems) : NULL;
+	if (msg == NULL || mems == NULL) {
+		free(msg);
+		free(mems);
+		arena_free(e.ctx, &r);
+		if (ev != NULL)
+			vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);
+		err = CL_OUT_OF_HOST_MEMORY;
+		goto out;
+	}
+	ev->msg = msg;
+	ev->msg_len = rows * one;
+	ev->mems = mems;
+	IREF(m);
+	ev->mems[ev->nmems++] = m;
+	if (d != NULL) {
+		IREF(d);
+		ev->mems[ev->nmems++] = d;
+	}
+	size_t i = 0;
+	for (size_t z = 0; z < region[2]; z++) {
+		for (size_t y = 0; y < region[1]; y++, i++) {
+			uint8_t *p = msg + i * one;
+			uint64_t evid = i + 1 == rows ? ev->id : 0;
+			if (d != NULL) {
+				conn_hdr(e.ctx, p, VGPU_ICDP_OP_COPY, one);
+				struct vgpu_icdp_copy *c = (void *)(p + sizeof(struct vgpu_icdp_header));
+				c->src = m->id;
+				c->dst = d->id;
+				c->src_offset = m->origin + rect_off(bo, brp, bsp, y, z);
+				c->dst_offset = d->origin + rect_off(ho, hrp, hsp, y, z);
+				c->length = region[0];
+				c->event = evid;
+			} else {
+				uint16_t op = type == CL_COMMAND_READ_BUFFER_RECT ? VGPU_ICDP_OP_READ : VGPU_ICDP_OP_WRITE;
+				conn_hdr(e.ctx, p, op, one);
+				struct vgpu_icdp_transfer *t = (void *)(p + sizeof(struct vgpu_icdp_header));
+				t->buffer = m->id;
+				t->arena = r.arena;
+				t->offset = m->origin + rect_off(bo, brp, bsp, y, z);
+				t->arena_offset = r.off + i * region[0];
+				t->length = region[0];
+				t->event = evid;
+				if (op == VGPU_ICDP_OP_WRITE)
+					memcpy(arena_ptr(e.ctx, &r) + i * region[0],
+					       (const uint8_t *)ptr + rect_off(ho, hrp, hsp, y, z), region[0]);
+			}
+		}
+	}
+	if (d == NULL && type == CL_COMMAND_READ_BUFFER_RECT) {
+		/* Copied out row by row on completion: describe the host side. */
+		ev->copy_src = r;
+		ev->copy_len = 0;
+		ev->rect = calloc(1, sizeof *ev->rect);
+		if (ev->rect == NULL) {
+			vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);
+			err = CL_OUT_OF_HOST_MEMORY;
+			goto out;
+		}
+		ev->rect->dst = ptr;
+		memcpy(ev->rect->origin, ho, sizeof ev->rect->origin);
+		memcpy(ev->rect->region, region, sizeof ev->rect->region);
+		ev->rect->row_pitch = hrp;
+		ev->rect->slice_pitch = hsp;
+	} else {
+		ev->free1 = r;
+	}
+	err = vgpu_submit(ev, num_events, wait_list, blocking, event);
+out:
+	if (m != NULL)
+		PUT(m);
+	if (d != NULL)
+		PUT(d);
+	return enq_end(&e, err);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueReadBufferRect(cl_command_queue queue, cl_mem buffer, cl_bool blocking,
+						const size_t *buffer_origin, const size_t *host_origin,
+						const size_t *region, size_t buffer_row_pitch,
+						size_t buffer_slice_pitch, size_t host_row_pitch,
+						size_t host_slice_pitch, void *ptr, cl_uint num_events,
+						const cl_event *wait_list, cl_event *event)
+{
+	return rect(queue, buffer, NULL, CL_COMMAND_READ_BUFFER_RECT, blocking, buffer_origin, host_origin, region,
+		    buffer_row_pitch, buffer_slice_pitch, host_row_pitch, host_slice_pitch, ptr, num_events,
+		    wait_list, event);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueWriteBufferRect(cl_command_queue queue, cl_mem buffer, cl_bool blocking,
+						 const size_t *buffer_origin, const size_t *host_origin,
+						 const size_t *region, size_t buffer_row_pitch,
+						 size_t buffer_slice_pitch, size_t host_row_pitch,
+						 size_t host_slice_pitch, const void *ptr, cl_uint num_events,
+						 const cl_event *wait_list, cl_event *event)
+{
+	return rect(queue, buffer, NULL, CL_COMMAND_WRITE_BUFFER_RECT, blocking, buffer_origin, host_origin, region,
+		    buffer_row_pitch, buffer_slice_pitch, host_row_pitch, host_slice_pitch, (void *)ptr, num_events,
+		    wait_list, event);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueCopyBufferRect(cl_command_queue queue, cl_mem src_buffer, cl_mem dst_buffer,
+						const size_t *src_origin, const size_t *dst_origin,
+						const size_t *region, size_t src_row_pitch, size_t src_slice_pitch,
+						size_t dst_row_pitch, size_t dst_slice_pitch, cl_uint num_events,
+						const cl_event *wait_list, cl_event *event)
+{
+	if (dst_buffer == NULL) {
+		/* rect() reads a NULL destination as a host transfer. */
+		cl_command_queue q = GET(queue, VGPU_QUEUE);
+		if (q == NULL)
+			return CL_INVALID_COMMAND_QUEUE;
+		PUT(q);
+		return CL_INVALID_MEM_OBJECT;
+	}
+	return rect(queue, src_buffer, dst_buffer, CL_COMMAND_COPY_BUFFER_RECT, 0, src_origin, dst_origin, region,
+		    src_row_pitch, src_slice_pitch, dst_row_pitch, dst_slice_pitch, NULL, num_events, wait_list,
+		    event);
+}
+
+/* ---- Maps ----------------------------------------------------------- */
+
+#define MAP_FLAGS (CL_MAP_READ | CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION)
+
+void *CL_API_CALL vgpu_clEnqueueMapBuffer(cl_command_queue queue, cl_mem buffer, cl_bool blocking,
+					  cl_map_flags flags, size_t offset, size_t size, cl_uint num_events,
+					  const cl_event *wait_list, cl_event *event, cl_int *errcode_ret)
+{
+	struct enq e;
+	cl_mem m = NULL;
+	void *ptr = NULL;
+	cl_int err = enq_begin(&e, queue, num_events, wait_list);
+	if (err == CL_SUCCESS)
+		err = get_mem(&e, buffer, &m);
+	if (err == CL_SUCCESS &&
+	    (size == 0 || out_of(m, offset, size) || (flags & ~(cl_map_flags)MAP_FLAGS) != 0 ||
+	     ((flags & CL_MAP_WRITE_INVALIDATE_REGION) && (flags & (CL_MAP_READ | CL_MAP_WRITE)))))
+		err = CL_INVALID_VALUE;
+	if (err == CL_SUCCESS && (((flags & CL_MAP_READ) && (m->flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS))) ||
+				  ((flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION)) &&
+				   (m->flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS)))))
+		err = CL_INVALID_OPERATION;
+	struct vgpu_map *map = NULL;
+	if (err == CL_SUCCESS && (map = calloc(1, sizeof *map)) == NULL)
+		err = CL_OUT_OF_HOST_MEMORY;
+	if (err != CL_SUCCESS)
+		goto out;
+	int need_read = (flags & CL_MAP_WRITE_INVALIDATE_REGION) == 0;
+	map->offset = offset;
+	map->size = size;
+	map->flags = flags;
+	if (m->flags & CL_MEM_USE_HOST_PTR) {
+		/* The mapping is the application's own memory, brought up to
+		 * date. */
+		map->ptr = (char *)m->host_ptr + offset;
+		if (need_read)
+			err = enq_read(&e, m, CL_COMMAND_MAP_BUFFER, offset, size, map->ptr, num_events, wait_list,
+				       blocking, event);
+		else
+			err = enq_marker(&e, CL_COMMAND_MAP_BUFFER, num_events, wait_list, blocking, event);
+	} else {
+		if ((err = arena_alloc(e.ctx, size, &map->r)) != CL_SUCCESS) {
+			free(map);
+			goto out;
+		}
+		map->ptr = arena_ptr(e.ctx, &map->r);
+		if (need_read) {
+			/* A read into the mapping itself: nothing to copy out. */
+			struct _cl_event *ev = new_cmd(
+				&e, CL_COMMAND_MAP_BUFFER, VGPU_ICDP_OP_READ,
+				sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_transfer), m, NULL);
+			if (ev == NULL) {
+				err = CL_OUT_OF_HOST_MEMORY;
+			} else {
+				struct vgpu_icdp_transfer *t = body(ev);
+				t->buffer = m->id;
+				t->arena = map->r.arena;
+				t->offset = m->origin + offset;
+				t->arena_offset = map->r.off;
+				t->length = size;
+				t->event = ev->id;
+				err = vgpu_submit(ev, num_events, wait_list, blocking, event);
+			}
+		} else {
+			err = enq_marker(&e, CL_COMMAND_MAP_BUFFER, num_events, wait_list, blocking, event);
+		}
+	}
+	if (err == CL_SUCCESS) {
+		map->next = m->maps;
+		m->maps = map;
+		m->map_count++;
+		ptr = map->ptr;
+	} else {
+		arena_free(e.ctx, &map->r);
+		free(map);
+	}
+out:
+	if (m != NULL)
+		PUT(m);
+	err = enq_end(&e, err);
+	if (errcode_ret != NULL)
+		*errcode_ret = err;
+	return ptr;
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueUnmapMemObject(cl_command_queue queue, cl_mem memobj, void *mapped_ptr,
+						cl_uint num_events, const cl_event *wait_list, cl_event *event)
+{
+	struct enq e;
+	cl_mem m = NULL;
+	cl_int err = enq_begin(&e, queue, num_events, wait_list);
+	if (err == CL_SUCCESS)
+		err = get_mem(&e, memobj, &m);
+	struct vgpu_map *map = NULL, **pp = NULL;
+	if (err == CL_SUCCESS) {
+		for (pp = &m->maps; *pp != NULL; pp = &(*pp)->next)
+			if ((*pp)->ptr == mapped_ptr)
+				break;
+		map = *pp;
+		if (map == NULL)
+			err = CL_INVALID_VALUE;
+	}
+	if (err != CL_SUCCESS)
+		goto out;
+	int written = (map->flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION)) != 0;
+	if (written) {
+		/* From the arena range itself, freed when the write completes;
+		 * with USE_HOST_PTR, copied from the application's memory. */
+		err = enq_write(&e, m, CL_COMMAND_UNMAP_MEM_OBJECT, map->offset, map->size, map->ptr,
+				map->r.len > 0 ? &map->r : NULL, num_events, wait_list, 0, event);
+	} else {
+		struct _cl_event *ev =
+			new_cmd(&e, CL_COMMAND_UNMAP_MEM_OBJECT, VGPU_ICDP_OP_MARKER,
+				sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_marker), NULL, NULL);
+		if (ev == NULL) {
+			err = CL_OUT_OF_HOST_MEMORY;
+		} else {
+			((struct vgpu_icdp_marker *)body(ev))->event = ev->id;
+			ev->free1 = map->r; /* the mapping's memory, once everything before is done */
+			err = vgpu_submit(ev, num_events, wait_list, 0, event);
+		}
+	}
+	if (err == CL_SUCCESS) {
+		*pp = map->next;
+		m->map_count--;
+		free(map);
+	}
+out:
+	if (m != NULL)
+		PUT(m);
+	return enq_end(&e, err);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueMigrateMemObjects(cl_command_queue queue, cl_uint num_mem_objects,
+						   const cl_mem *mem_objects, cl_mem_migration_flags flags,
+						   cl_uint num_events, const cl_event *wait_list, cl_event *event)
+{
+	struct enq e;
+	cl_int err = enq_begin(&e, queue, num_events, wait_list);
+	if (err == CL_SUCCESS && (num_mem_objects == 0 || mem_objects == NULL ||
+				  (flags & ~(cl_mem_migration_flags)(CL_MIGRATE_MEM_OBJECT_HOST |
+								     CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED))))
+		err = CL_INVALID_VALUE;
+	for (cl_uint i = 0; err == CL_SUCCESS && i < num_mem_objects; i++) {
+		cl_mem m;
+		err = get_mem(&e, mem_objects[i], &m);
+		if (err == CL_SUCCESS)
+			PUT(m);
+	}
+	/* One device: buffers never move. */
+	if (err == CL_SUCCESS)
+		err = enq_marker(&e, CL_COMMAND_MIGRATE_MEM_OBJECTS, num_events, wait_list, 0, event);
+	return enq_end(&e, err);
+}
+
+/* ---- Images and samplers: not supported ----------------------------- */
+
+static cl_int no_images(cl_context context)
+{
+	cl_context ctx = GET(context, VGPU_CONTEXT);
+	if (ctx == NULL)
+		return CL_INVALID_CONTEXT;
+	PUT(ctx);
+	/* "CL_INVALID_OPERATION if there are no devices in context that
+	 * support images". */
+	return CL_INVALID_OPERATION;
+}
+
+cl_mem CL_API_CALL vgpu_clCreateImage(cl_context context, cl_mem_flags flags, const cl_image_format *format,
+				      const cl_image_desc *desc, void *host_ptr, cl_int *errcode_ret)
+{
+	(void)flags, (void)format, (void)desc, (void)host_ptr;
+	cl_int err = no_images(context);
+	if (errcode_ret != NULL)
+		*errcode_ret = err;
+	return NULL;
+}
+
+cl_mem CL_API_CALL vgpu_clCreateImage2D(cl_context context, cl_mem_flags flags, const cl_image_format *format,
+					size_t w, size_t h, size_t pitch, void *host_ptr, cl_int *errcode_ret)
+{
+	(void)flags, (void)format, (void)w, (void)h, (void)pitch, (void)host_ptr;
+	cl_int err = no_images(context);
+	if (errcode_ret != NULL)
+		*errcode_ret = err;
+	return NULL;
+}
+
+cl_mem CL_API_CALL vgpu_clCreateImage3D(cl_context context, cl_mem_flags flags, const cl_image_format *format,
+					size_t w, size_t h, size_t d, size_t rp, size_t sp, void *host_ptr,
+					cl_int *errcode_ret)
+{
+	(void)flags, (void)format, (void)w, (void)h, (void)d, (void)rp, (void)sp, (void)host_ptr;
+	cl_int err = no_images(context);
+	if (errcode_ret != NULL)
+		*errcode_ret = err;
+	return NULL;
+}
+
+cl_int CL_API_CALL vgpu_clGetSupportedImageFormats(cl_context context, cl_mem_flags flags,
+						   cl_mem_object_type type, cl_uint num_entries,
+						   cl_image_format *formats, cl_uint *num_formats)
+{
+	cl_context ctx = GET(context, VGPU_CONTEXT);
+	if (ctx == NULL)
+		return CL_INVALID_CONTEXT;
+	PUT(ctx);
+	if (check_flags(flags) != CL_SUCCESS || (num_entries == 0 && formats != NULL))
+		return CL_INVALID_VALUE;
+	switch (type) {
+	case CL_MEM_OBJECT_IMAGE1D:
+	case CL_MEM_OBJECT_IMAGE1D_BUFFER:
+	case CL_MEM_OBJECT_IMAGE1D_ARRAY:
+	case CL_MEM_OBJECT_IMAGE2D:
+	case CL_MEM_OBJECT_IMAGE2D_ARRAY:
+	case CL_MEM_OBJECT_IMAGE3D: break;
+	default: return CL_INVALID_VALUE;
+	}
+	if (num_formats != NULL)
+		*num_formats = 0;
+	return CL_SUCCESS;
+}
+
+/* No image can exist, so no handle is an image. */
+cl_int CL_API_CALL vgpu_clGetImageInfo(cl_mem image, cl_image_info param, size_t size, void *value, size_t *ret)
+{
+	(void)image, (void)param, (void)size, (void)value, (void)ret;
+	return CL_INVALID_MEM_OBJECT;
+}
+
+static cl_int no_image_queue(cl_command_queue queue)
+{
+	cl_command_queue q = GET(queue, VGPU_QUEUE);
+	if (q == NULL)
+		return CL_INVALID_COMMAND_QUEUE;
+	PUT(q);
+	return CL_INVALID_MEM_OBJECT;
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueReadImage(cl_command_queue queue, cl_mem image, cl_bool blocking,
+					   const size_t *origin, const size_t *region, size_t rp, size_t sp, void *ptr,
+					   cl_uint n, const cl_event *wl, cl_event *ev)
+{
+	(void)image, (void)blocking, (void)origin, (void)region, (void)rp, (void)sp, (void)ptr, (void)n, (void)wl,
+		(void)ev;
+	return no_image_queue(queue);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueWriteImage(cl_command_queue queue, cl_mem image, cl_bool blocking,
+					    const size_t *origin, const size_t *region, size_t rp, size_t sp,
+					    const void *ptr, cl_uint n, const cl_event *wl, cl_event *ev)
+{
+	(void)image, (void)blocking, (void)origin, (void)region, (void)rp, (void)sp, (void)ptr, (void)n, (void)wl,
+		(void)ev;
+	return no_image_queue(queue);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueCopyImage(cl_command_queue queue, cl_mem src, cl_mem dst, const size_t *so,
+					   const size_t *dor, const size_t *region, cl_uint n, const cl_event *wl,
+					   cl_event *ev)
+{
+	(void)src, (void)dst, (void)so, (void)dor, (void)region, (void)n, (void)wl, (void)ev;
+	return no_image_queue(queue);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueCopyImageToBuffer(cl_command_queue queue, cl_mem src, cl_mem dst,
+						   const size_t *so, const size_t *region, size_t doff, cl_uint n,
+						   const cl_event *wl, cl_event *ev)
+{
+	(void)src, (void)dst, (void)so, (void)region, (void)doff, (void)n, (void)wl, (void)ev;
+	return no_image_queue(queue);
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueCopyBufferToImage(cl_command_queue queue, cl_mem src, cl_mem dst, size_t soff,
+						   const size_t *dor, const size_t *region, cl_uint n,
+						   const cl_event *wl, cl_event *ev)
+{
+	(void)src, (void)dst, (void)soff, (void)dor, (void)region, (void)n, (void)wl, (void)ev;
+	return no_image_queue(queue);
+}
+
+void *CL_API_CALL vgpu_clEnqueueMapImage(cl_command_queue queue, cl_mem image, cl_bool blocking, cl_map_flags flags,
+					 const size_t *origin, const size_t *region, size_t *rp, size_t *sp,
+					 cl_uint n, const cl_event *wl, cl_event *ev, cl_int *errcode_ret)
+{
+	(void)image, (void)blocking, (void)flags, (void)origin, (void)region, (void)rp, (void)sp, (void)n, (void)wl,
+		(void)ev;
+	cl_int err = no_image_queue(queue);
+	if (errcode_ret != NULL)
+		*errcode_ret = err;
+	return NULL;
+}
+
+cl_int CL_API_CALL vgpu_clEnqueueFillImage(cl_command_queue queue, cl_mem image, const void *color,
+					   const size_t *origin, const size_t *region, cl_uint n, const cl_event *wl,
+					   cl_event *ev)
+{
+	(void)image, (void)color, (void)origin, (void)region, (void)n, (void)wl, (void)ev;
+	return no_image_queue(queue);
+}
+
+cl_sampler CL_API_CALL vgpu_clCreateSampler(cl_context context, cl_bool normalized, cl_addressing_mode am,
+					    cl_filter_mode fm, cl_int *errcode_ret)
+{
+	(void)normalized, (void)am, (void)fm;
+	cl_int err = no_images(context);
+	if (errcode_ret != NULL)
+		*errcode_ret = err;
+	return NULL;
+}
+
+/* No sampler can exist. */
+cl_int CL_API_CALL vgpu_clRetainSampler(cl_sampler s)
+{
+	(void)s;
+	return CL_INVALID_SAMPLER;
+}
+
+cl_int CL_API_CALL vgpu_clReleaseSampler(cl_sampler s)
+{
+	(void)s;
+	return CL_INVALID_SAMPLER;
+}
+
+cl_int CL_API_CALL vgpu_clGetSamplerInfo(cl_sampler s, cl_sampler_info p, size_t size, void *v, size_t *r)
+{
+	(void)s, (void)p, (void)size, (void)v, (void)r;
+	return CL_INVALID_SAMPLER;
+}
