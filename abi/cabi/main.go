@@ -52,8 +52,13 @@ const abiPath = "github.com/vgpud/vgpud/abi"
 
 func main() {
 	out := flag.String("o", "", "write the header to this file (default: stdout)")
+	proto := flag.Bool("proto", false, "write the ICD protocol header (vgpu_icdproto.h, from package guestagent/icdproto) instead")
 	flag.Parse()
-	b, err := Generate()
+	gen := Generate
+	if *proto {
+		gen = GenerateProto
+	}
+	b, err := gen()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cabi:", err)
 		os.Exit(1)
@@ -92,7 +97,7 @@ func Generate() ([]byte, error) {
 #endif
 
 `)
-	if err := writeConstants(&w); err != nil {
+	if err := writeConstants(&w, abiPath, "VGPU_", "abi"); err != nil {
 		return nil, err
 	}
 	writeNames(&w)
@@ -103,12 +108,14 @@ func Generate() ([]byte, error) {
 	return w.Bytes(), nil
 }
 
-// writeConstants type-checks package abi from source and writes each
-// exported integer constant, in source order, one block per declaration.
-func writeConstants(w *bytes.Buffer) error {
-	bp, err := build.Import(abiPath, ".", 0)
+// writeConstants type-checks the package at path (label is its name in
+// comments) from source and writes each exported integer constant, in
+// source order, one block per declaration, as prefix+UPPER_SNAKE; string
+// constants become C string literals.
+func writeConstants(w *bytes.Buffer, path, prefix, label string) error {
+	bp, err := build.Import(path, ".", 0)
 	if err != nil {
-		return fmt.Errorf("find package abi: %w", err)
+		return fmt.Errorf("find package %s: %w", label, err)
 	}
 	fset := token.NewFileSet()
 	var files []*ast.File
@@ -120,14 +127,14 @@ func writeConstants(w *bytes.Buffer) error {
 		files = append(files, f)
 	}
 	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
-	pkg, err := conf.Check(abiPath, fset, files, nil)
+	pkg, err := conf.Check(path, fset, files, nil)
 	if err != nil {
-		return fmt.Errorf("type-check abi: %w", err)
+		return fmt.Errorf("type-check %s: %w", label, err)
 	}
 	seen := map[string]string{}
 	hex := map[string]int{} // constants spelled in hex: their digit count
 	for i, f := range files {
-		header := fmt.Sprintf("/* abi/%s */\n", bp.GoFiles[i])
+		header := fmt.Sprintf("/* %s/%s */\n", label, bp.GoFiles[i])
 		for _, d := range f.Decls {
 			gd, ok := d.(*ast.GenDecl)
 			if !ok || gd.Tok != token.CONST {
@@ -141,28 +148,31 @@ func writeConstants(w *bytes.Buffer) error {
 						continue
 					}
 					c, ok := pkg.Scope().Lookup(id.Name).(*types.Const)
-					if !ok || c.Val().Kind() != constant.Int {
-						return fmt.Errorf("abi.%s: not an integer constant; teach abi/cabi how to write it", id.Name)
+					if !ok || (c.Val().Kind() != constant.Int && c.Val().Kind() != constant.String) {
+						return fmt.Errorf("%s.%s: not an integer or string constant; teach abi/cabi how to write it", pkg.Name(), id.Name)
 					}
-					cname := "VGPU_" + snake(id.Name)
+					cname := prefix + snake(id.Name)
 					if prev, dup := seen[cname]; dup {
-						return fmt.Errorf("abi.%s and abi.%s both map to %s", prev, id.Name, cname)
+						return fmt.Errorf("%s.%s and %s.%s both map to %s", pkg.Name(), prev, pkg.Name(), id.Name, cname)
 					}
 					seen[cname] = id.Name
 					var expr ast.Expr
 					if j < len(vs.Values) {
 						expr = vs.Values[j]
 					}
-					v, digits, err := cValue(c.Val(), expr, hex)
-					if err != nil {
-						return fmt.Errorf("abi.%s: %w", id.Name, err)
+					var v string
+					var digits int
+					if c.Val().Kind() == constant.String {
+						v = c.Val().ExactString() // a Go string literal: also valid C for ASCII
+					} else if v, digits, err = cValue(c.Val(), expr, hex); err != nil {
+						return fmt.Errorf("%s.%s: %w", pkg.Name(), id.Name, err)
 					}
 					if digits > 0 {
 						hex[id.Name] = digits
 					}
 					w.WriteString(header)
 					header = ""
-					fmt.Fprintf(w, "#define %-36s %s /* abi.%s */\n", cname, v, id.Name)
+					fmt.Fprintf(w, "#define %-36s %s /* %s.%s */\n", cname, v, pkg.Name(), id.Name)
 					n++
 				}
 			}
