@@ -394,8 +394,8 @@ func validate(body any) error {
 		if n == 0 || n > MaxPattern || n&(n-1) != 0 {
 			return Errorf(ErrMalformed, "pattern of %d bytes (want a power of two up to %d)", n, MaxPattern)
 		}
-		if v.Length%uint64(n) != 0 {
-			return Errorf(ErrMalformed, "fill length %d not a multiple of the pattern's %d", v.Length, n)
+		if v.Length%uint64(n) != 0 || v.Offset%uint64(n) != 0 {
+			return Errorf(ErrMalformed, "fill of %d bytes at %d: not multiples of the pattern's %d", v.Length, v.Offset, n)
 		}
 		for _, c := range v.Pattern[n:] {
 			if c != 0 {

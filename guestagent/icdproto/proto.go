@@ -217,7 +217,7 @@ type Copy struct {
 type Fill struct {
 	Buffer     uint32
 	PatternLen uint32 // 1..MaxPattern, a power of two
-	Offset     uint64
+	Offset     uint64 // a multiple of PatternLen
 	Length     uint64 // a multiple of PatternLen
 	Event      uint64
 	Pattern    [MaxPattern]byte // bytes past PatternLen are reserved

@@ -199,6 +199,7 @@ func TestAppendRefuses(t *testing.T) {
 		{"wrong body", OpHello, &Attach{Arena: 1, Size: 1}, ErrMalformed},
 		{"fill pattern not power of two", OpFill, &Fill{Buffer: 1, PatternLen: 3, Length: 3}, ErrMalformed},
 		{"fill length", OpFill, &Fill{Buffer: 1, PatternLen: 2, Length: 3}, ErrMalformed},
+		{"fill offset", OpFill, &Fill{Buffer: 1, PatternLen: 2, Offset: 1, Length: 2}, ErrMalformed},
 		{"fill pattern tail", OpFill, &Fill{Buffer: 1, PatternLen: 1, Length: 3, Pattern: [MaxPattern]byte{1, 2}}, ErrReserved},
 		{"write overflow", OpWrite, &Transfer{Buffer: 1, Arena: 1, Offset: ^uint64(0), Length: 2}, ErrRange},
 		{"write length 0", OpWrite, &Transfer{Buffer: 1, Arena: 1}, ErrMalformed},
