@@ -1,0 +1,100 @@
+package icdserver
+
+import (
+	"fmt"
+	"net"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/guestagent/icdproto"
+)
+
+// maxArenaSize bounds one arena's mapping (address space, not memory).
+const maxArenaSize = 1 << 40
+
+// mapArena maps size bytes of the memfd fd shared, read-write. It refuses
+// (with icdproto.ErrArena) a file that is not sealed against shrinking: a
+// client that truncated a mapped file would make the daemon's next access
+// to it fault (SIGBUS). It does not close fd.
+func mapArena(fd int, size uint64) ([]byte, error) {
+	if size == 0 || size > maxArenaSize {
+		return nil, icdproto.Errorf(icdproto.ErrArena, "arena of %d bytes", size)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, icdproto.Errorf(icdproto.ErrArena, "F_GET_SEALS: %v (not a memfd?)", err)
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, icdproto.Errorf(icdproto.ErrArena, "memfd not sealed with F_SEAL_SHRINK (seals %#x)", seals)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, icdproto.Errorf(icdproto.ErrArena, "fstat: %v", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, icdproto.Errorf(icdproto.ErrArena, "not a regular file (mode %#o)", st.Mode)
+	}
+	if st.Size < 0 || uint64(st.Size) < size {
+		return nil, icdproto.Errorf(icdproto.ErrArena, "memfd of %d bytes, arena of %d", st.Size, size)
+	}
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, icdproto.Errorf(icdproto.ErrArena, "mmap %d bytes: %v", size, err)
+	}
+	return b, nil
+}
+
+func unmapArena(b []byte) error {
+	if err := unix.Munmap(b); err != nil {
+		return fmt.Errorf("munmap arena: %w", err)
+	}
+	return nil
+}
+
+// closeFDs closes received file descriptors the daemon does not keep.
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// parseFDs extracts the file descriptors of SCM_RIGHTS messages in oob.
+func parseFDs(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if f, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+// peerCred returns the pid, uid and gid of the process that connected c
+// (SO_PEERCRED), or -1s when it cannot tell.
+func peerCred(c *net.UnixConn) (pid, uid, gid int) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return -1, -1, -1
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || serr != nil {
+		return -1, -1, -1
+	}
+	return int(cred.Pid), int(cred.Uid), int(cred.Gid)
+}
+
+// monoNow is CLOCK_MONOTONIC in nanoseconds, the clock of event records.
+func monoNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano()
+}

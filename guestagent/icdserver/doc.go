@@ -1,0 +1,39 @@
+// Package icdserver is the logic of vgpu-icdd, the privileged guest daemon
+// that lets unprivileged OpenCL applications use the guest's vGPUs through
+// the guest OpenCL ICD (docs/icd-protocol.md).
+//
+// It owns, per client connection: the tables that translate the client's
+// buffer, program and event ids into device handles of the devices it
+// serves (so a client can only name its own objects), the client's arenas
+// (memfds mapped shared, sealed against shrinking), its events with their
+// timestamps, its limits, and the cleanup when the client goes away
+// (wait for its commands, free its buffers and programs, unmap its arenas).
+// Per served device it owns one reaper goroutine that reaps completions as
+// they land, so that events are timestamped promptly.
+//
+// It drives the devices only through guestagent/driver, using the tracked
+// commands (driver/tracked.go) whose completion callbacks own their status:
+// a device failure is reported to the client that caused it, in its event,
+// and never to another connection. It knows the protocol through package
+// icdproto, and nothing of how the devices were found (the command
+// guestagent/cmd/vgpu-icdd, or a test harness, opens them), of the guest
+// agent, or of dom0.
+//
+// # Concurrency
+//
+// Each connection has one goroutine that reads and executes its requests in
+// order; the Server's accept loops and device reapers are the others. Close
+// stops and waits for all of them. Completion callbacks run on whichever
+// goroutine reaps (a connection's, or a reaper) with the driver's device
+// mutex held, so the lock order is: driver.Device's mutex, then conn.mu,
+// then nothing. A connection's goroutine never holds conn.mu while it calls
+// the driver.
+//
+// # Hostile clients
+//
+// Every message is decoded by icdproto.Unmarshal and every id and arena
+// range is checked against the connection's own tables; any failure is
+// answered with an Error message and the connection is closed (and
+// cleaned up). Nothing a client sends can panic the daemon, reach another
+// connection's objects, or make another connection's commands fail.
+package icdserver

@@ -1,0 +1,230 @@
+package icdserver
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/vgpud/vgpud/guestagent/driver"
+)
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("icd server closed")
+
+// DefaultTimeout bounds a Wait and the drain of a closing connection.
+const DefaultTimeout = driver.DefaultTimeout
+
+// Config configures a Server.
+type Config struct {
+	// Devices are the vGPUs served, in the order Hello reports them. The
+	// Server does not close them.
+	Devices []*driver.Device
+	// Timeout bounds each Wait (events still incomplete are then reported
+	// as not complete) and the wait for a closing connection's commands.
+	// 0 means DefaultTimeout.
+	Timeout time.Duration
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves the ICD protocol on Unix SOCK_SEQPACKET connections.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	devs []*device
+	done chan struct{} // closed by Close
+
+	wg     sync.WaitGroup // every goroutine the Server started
+	connWG sync.WaitGroup // connection goroutines; Add only under mu while !closed
+
+	mu        sync.Mutex
+	closed    bool
+	listeners map[*net.UnixListener]struct{}
+	conns     map[*conn]struct{}
+	nextConn  uint64
+}
+
+// device is one served vGPU.
+type device struct {
+	index int
+	d     *driver.Device
+	// wake is signalled when commands were submitted: the reaper polls
+	// while the device has commands in flight.
+	wake chan struct{}
+}
+
+func (d *device) kick() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// New returns a Server for cfg and starts its device reapers.
+func New(cfg Config) *Server {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, done: make(chan struct{}),
+		listeners: map[*net.UnixListener]struct{}{}, conns: map[*conn]struct{}{}}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	for i, d := range cfg.Devices {
+		dev := &device{index: i, d: d, wake: make(chan struct{}, 1)}
+		s.devs = append(s.devs, dev)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.reap(dev)
+		}()
+	}
+	return s
+}
+
+// Reaper polling: it starts fast after a submission and backs off to
+// reapMaxSleep while nothing completes.
+const (
+	reapMinSleep = 20 * time.Microsecond
+	reapMaxSleep = time.Millisecond
+)
+
+// reap reaps dev's completions while it has commands in flight, so that
+// callbacks (and the events' end times) run promptly even when no client
+// waits.
+func (s *Server) reap(dev *device) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-dev.wake:
+		}
+		sleep := reapMinSleep
+		for dev.d.Pending() > 0 {
+			n, err := dev.d.Reap()
+			if err != nil {
+				s.log.Debug("icd reaper stops polling", "device", dev.index, "err", err)
+				break
+			}
+			if n > 0 {
+				sleep = reapMinSleep
+				continue
+			}
+			t.Reset(sleep)
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+			}
+			sleep = min(2*sleep, reapMaxSleep)
+		}
+	}
+}
+
+// Serve accepts connections on l and serves each on its own goroutine
+// until Close (then it returns ErrServerClosed) or until l fails. l should
+// be a "unixpacket" listener. Serve closes l when it returns.
+func (s *Server) Serve(l *net.UnixListener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+		l.Close()
+	}()
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			if s.isClosed() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		if !s.start(c) {
+			return ErrServerClosed
+		}
+	}
+}
+
+// ServeConn serves one connected SOCK_SEQPACKET socket (e.g. one end of a
+// socketpair) on its own goroutine; the Server closes it. It reports false,
+// closing c, when the Server is closed.
+func (s *Server) ServeConn(c *net.UnixConn) bool { return s.start(c) }
+
+func (s *Server) start(c *net.UnixConn) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return false
+	}
+	s.nextConn++
+	cn := newConn(s, c, s.nextConn)
+	s.conns[cn] = struct{}{}
+	s.connWG.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.connWG.Done()
+		cn.serve()
+		s.mu.Lock()
+		delete(s.conns, cn)
+		s.mu.Unlock()
+	}()
+	return true
+}
+
+// Conns returns the number of connections being served.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Close stops accepting, closes every connection (each waits for its
+// commands, at most Config.Timeout, and frees its objects), stops the
+// reapers and waits for all of the Server's goroutines. It is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.connWG.Wait()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.stop() // its goroutine cleans up and returns
+	}
+	s.mu.Unlock()
+	// Connections drain with the reapers still running; then the reapers go.
+	s.connWG.Wait()
+	close(s.done)
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
