@@ -20,24 +20,40 @@ const SysfsPCI = "/sys/bus/pci/devices"
 func FindPCI() (string, error) { return findPCI(SysfsPCI) }
 
 func findPCI(root string) (string, error) {
+	dirs, err := findAllPCI(root)
+	if err != nil {
+		return "", err
+	}
+	return dirs[0], nil
+}
+
+// FindAllPCI returns the sysfs directories of every vGPU, by bus address:
+// for a program that serves them all (vgpu-icdd).
+func FindAllPCI() ([]string, error) { return findAllPCI(SysfsPCI) }
+
+func findAllPCI(root string) ([]string, error) {
 	ents, err := os.ReadDir(root)
 	if err != nil {
-		return "", fmt.Errorf("find vgpu: %w", err)
+		return nil, fmt.Errorf("find vgpu: %w", err)
 	}
 	names := make([]string, 0, len(ents))
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
 	sort.Strings(names)
+	var dirs []string
 	for _, n := range names {
 		dir := filepath.Join(root, n)
 		if sysfsHex(dir, "vendor") == abi.VendorID && sysfsHex(dir, "device") == abi.DeviceID &&
 			sysfsHex(dir, "class") == abi.ClassCode {
-			return dir, nil
+			dirs = append(dirs, dir)
 		}
 	}
-	return "", fmt.Errorf("find vgpu: no device %04x:%04x class %06x in %s: %w",
-		abi.VendorID, abi.DeviceID, abi.ClassCode, root, ErrNoDevice)
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("find vgpu: no device %04x:%04x class %06x in %s: %w",
+			abi.VendorID, abi.DeviceID, abi.ClassCode, root, ErrNoDevice)
+	}
+	return dirs, nil
 }
 
 // sysfsHex reads a "0x..." sysfs attribute, -1 when absent or malformed.

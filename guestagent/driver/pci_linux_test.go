@@ -35,6 +35,10 @@ func TestFindPCI(t *testing.T) {
 	if want := filepath.Join(root, "0000:00:05.0"); err != nil || got != want {
 		t.Errorf("findPCI() = %q, %v, want %q", got, err, want)
 	}
+	all, err := findAllPCI(root)
+	if want := []string{filepath.Join(root, "0000:00:05.0"), filepath.Join(root, "0000:00:06.0")}; err != nil || len(all) != 2 || all[0] != want[0] || all[1] != want[1] {
+		t.Errorf("findAllPCI() = %q, %v, want %q", all, err, want)
+	}
 	empty := t.TempDir()
 	if _, err := findPCI(empty); !errors.Is(err, ErrNoDevice) {
 		t.Errorf("findPCI(empty) = %v, want ErrNoDevice", err)
