@@ -1,0 +1,140 @@
+// Command icdhost serves the ICD protocol (docs/icd-protocol.md) on the
+// host, over a real vGPU and no VM, so that the C ICD's tests and
+// OpenCL applications (clinfo, pyopencl) can run against the whole vgpud
+// stack in seconds rather than in a booted guest:
+//
+//	go build -o build/icdhost ./tests/icdhost
+//	build/icdhost -socket /tmp/icd.sock &        # prints "ready" when listening
+//	VGPUD_ICD_SOCKET=/tmp/icd.sock OCL_ICD_VENDORS=build/icd clinfo
+//
+// It starts an in-process vgpud: mdev.NewManager over gpu.Open(-device,
+// default $VGPUD_TEST_DEVICE) and the QEMU multi-process transport, creates
+// an instance of -profile, plays the VM with mpqemutest.NewVM on the
+// instance's socket (guest RAM in a memfd of -guest-mem bytes) and opens
+// the device with the Go driver, as metrics' TestMetricsDuringRun does;
+// then it serves icdserver on -socket and prints "ready" on stdout. It exits
+// cleanly (closing the clients, the device, the instance and the manager,
+// and removing the socket) on SIGTERM, SIGINT, or when stdin reaches end of
+// file, so a test harness that dies takes it along.
+//
+// It is a test tool under tests/ because it imports dom0 packages (mdev,
+// gpu), which guest programs must not.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/guestagent/icdserver"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "icdhost:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("icdhost", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sock := fs.String("socket", "", "Unix socket to serve the ICD protocol on (required)")
+	device := fs.String("device", os.Getenv("VGPUD_TEST_DEVICE"), "physical device for gpu.Open (default $VGPUD_TEST_DEVICE; empty: the first OpenCL device)")
+	profile := fs.String("profile", "vgpu-medium", "vGPU profile of the instance")
+	guestMem := fs.Uint64("guest-mem", 256<<20, "bytes of simulated guest RAM (DMA staging comes out of it)")
+	staging := fs.Int("staging", driver.DefaultStagingBytes, "driver DMA staging pool bytes")
+	timeout := fs.Duration("timeout", driver.DefaultTimeout, "driver and server timeout")
+	verbose := fs.Bool("v", false, "debug logs on stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *sock == "" || fs.NArg() != 0 {
+		return errors.New("usage: icdhost -socket PATH [-device D] [-profile P]")
+	}
+	lvl := slog.LevelInfo
+	if *verbose {
+		lvl = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("prog", "icdhost")
+
+	dev, err := gpu.Open(*device)
+	if err != nil {
+		return fmt.Errorf("gpu.Open(%q): %w", *device, err)
+	}
+	defer dev.Close()
+	sockDir, err := os.MkdirTemp("", "icdhost-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(sockDir)
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockDir, Transport: mpqemu.Transport{}})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	inst, err := m.Create(mdev.CreateRequest{Profile: *profile})
+	if err != nil {
+		return fmt.Errorf("create a %s instance: %w", *profile, err)
+	}
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	if err != nil {
+		return err
+	}
+	vm, err := mpqemutest.NewVM(c, *guestMem)
+	if err != nil {
+		return fmt.Errorf("play the VM: %w", err)
+	}
+	defer vm.Close()
+	d, err := driver.Open(vm, vm, driver.Options{StagingBytes: *staging, Timeout: *timeout, Logger: log})
+	if err != nil {
+		return fmt.Errorf("open the vGPU: %w", err)
+	}
+	defer d.Close()
+
+	os.Remove(*sock) // a stale socket of an earlier run
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: *sock, Net: "unixpacket"})
+	if err != nil {
+		return err
+	}
+	srv := icdserver.New(icdserver.Config{Devices: []*driver.Device{d}, Timeout: *timeout, Logger: log})
+	defer srv.Close()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	in := d.Info()
+	log.Info("serving", "socket", *sock, "profile", in.Profile, "device", in.Name,
+		"abi", fmt.Sprintf("%d.%d", in.Version>>16, in.Version&0xffff))
+	fmt.Fprintln(stdout, "ready")
+
+	eof := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, stdin) //nolint:errcheck // any end means stop
+		close(eof)
+	}()
+	select {
+	case <-ctx.Done():
+	case <-eof:
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	}
+	start := time.Now()
+	srv.Close()
+	log.Info("stopped", "took", time.Since(start))
+	return nil
+}
