@@ -27,6 +27,13 @@ func mapArena(fd int, size uint64) ([]byte, error) {
 	if seals&unix.F_SEAL_SHRINK == 0 {
 		return nil, icdproto.Errorf(icdproto.ErrArena, "memfd not sealed with F_SEAL_SHRINK (seals %#x)", seals)
 	}
+	// Only shmem (a plain memfd): a hugetlbfs file, say, can fault (SIGBUS)
+	// when the huge page pool runs dry, and other file systems can be
+	// truncated behind the seal's back or fail I/O.
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
+		return nil, icdproto.Errorf(icdproto.ErrArena, "not a plain memfd (file system %#x, %v)", sfs.Type, err)
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, icdproto.Errorf(icdproto.ErrArena, "fstat: %v", err)

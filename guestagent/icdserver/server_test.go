@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -161,6 +162,15 @@ func TestAttachRefusals(t *testing.T) {
 		return icdproto.ErrCode(cl.call(icdproto.OpAttach, body, fds...).(*icdproto.AttachReply).Status)
 	}
 	unsealed, _ := memfd(t, 8192, 0)
+	// A sealed regular file on a disk file system: not a memfd.
+	tmp, err := os.CreateTemp(t.TempDir(), "arena")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tmp.Close()
+	if err := tmp.Truncate(8192); err != nil {
+		t.Fatal(err)
+	}
 	small, _ := memfd(t, 4096, unix.F_SEAL_SHRINK)
 	p := make([]int, 2)
 	if err := unix.Pipe2(p, unix.O_CLOEXEC); err != nil {
@@ -172,12 +182,13 @@ func TestAttachRefusals(t *testing.T) {
 		body *icdproto.Attach
 		fds  []int
 	}{
-		"no fd":     {&icdproto.Attach{Arena: 1, Size: 4096}, nil},
-		"unsealed":  {&icdproto.Attach{Arena: 1, Size: 4096}, []int{unsealed}},
-		"too small": {&icdproto.Attach{Arena: 1, Size: 8192}, []int{small}},
-		"pipe":      {&icdproto.Attach{Arena: 1, Size: 4096}, []int{p[0]}},
-		"two fds":   {&icdproto.Attach{Arena: 1, Size: 4096}, []int{small, small}},
-		"huge":      {&icdproto.Attach{Arena: 1, Size: 1 << 62}, []int{small}},
+		"no fd":        {&icdproto.Attach{Arena: 1, Size: 4096}, nil},
+		"unsealed":     {&icdproto.Attach{Arena: 1, Size: 4096}, []int{unsealed}},
+		"too small":    {&icdproto.Attach{Arena: 1, Size: 8192}, []int{small}},
+		"pipe":         {&icdproto.Attach{Arena: 1, Size: 4096}, []int{p[0]}},
+		"regular file": {&icdproto.Attach{Arena: 1, Size: 4096}, []int{int(tmp.Fd())}},
+		"two fds":      {&icdproto.Attach{Arena: 1, Size: 4096}, []int{small, small}},
+		"huge":         {&icdproto.Attach{Arena: 1, Size: 1 << 62}, []int{small}},
 	} {
 		if got := status(c.body, c.fds...); got != icdproto.ErrArena {
 			t.Errorf("%s: attach status %v, want %v", name, got, icdproto.ErrArena)
