@@ -12,8 +12,9 @@
 // guest ABI: callers (the aggregator) hand it sizes, bytes, source text and
 // launch geometry, and map its sentinels to what their guests see.
 //
-// Inputs are treated as hostile all the same. Write and Read bound-check in
-// Go before calling C; Launch checks the argument count and, from the
+// Inputs are treated as hostile all the same. Write, Read, Copy and Fill
+// bound-check in Go before calling C (Copy refuses overlapping ranges of
+// one buffer, Fill a pattern OpenCL does not take); Launch checks the argument count and, from the
 // kernel's argument info (every program is built with -cl-kernel-arg-info),
 // that each argument is the kind the parameter needs, so bytes can never be
 // taken for a cl_mem handle; objects of another Queue are refused. Build

@@ -38,6 +38,14 @@ type Queue interface {
 	Write(b Buffer, off uint64, p []byte) error
 	// Read copies len(p) bytes of b at off into p.
 	Read(b Buffer, off uint64, p []byte) error
+	// Copy copies n bytes of src at srcOff into dst at dstOff on the
+	// device (clEnqueueCopyBuffer). Both ranges must lie in their
+	// buffers and, when src and dst are the same buffer, not overlap.
+	Copy(src, dst Buffer, srcOff, dstOff, n uint64) error
+	// Fill writes copies of pattern over n bytes of b at off
+	// (clEnqueueFillBuffer). len(pattern) is a power of two up to
+	// MaxFillPattern and divides off and n.
+	Fill(b Buffer, off, n uint64, pattern []byte) error
 	// Build compiles OpenCL C source. On a compile error it returns the
 	// build log and an error for which errors.Is(err, ErrBuildFailed).
 	Build(source, options string) (Program, string, error)
@@ -60,6 +68,10 @@ type Program interface {
 	Kernel(name string) (Kernel, error)
 	// KernelNames lists the program's kernels.
 	KernelNames() []string
+	// Info describes every kernel of the program on the queue's device
+	// (clCreateKernelsInProgram, clGetKernelInfo, clGetKernelWorkGroupInfo,
+	// clGetKernelArgInfo), sorted by name.
+	Info() ([]KernelInfo, error)
 	Release()
 }
 
@@ -85,3 +97,42 @@ type NDRange struct {
 	Global [3]uint64
 	Local  [3]uint64
 }
+
+// MaxFillPattern is the largest pattern Queue.Fill takes: OpenCL's largest
+// built-in type, a 16-element vector of 8-byte elements.
+const MaxFillPattern = 128
+
+// KernelInfo describes one kernel of a program on a device.
+type KernelInfo struct {
+	Name                 string
+	WorkGroupSize        uint64    // CL_KERNEL_WORK_GROUP_SIZE
+	PreferredMultiple    uint64    // CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE
+	LocalMemSize         uint64    // CL_KERNEL_LOCAL_MEM_SIZE
+	PrivateMemSize       uint64    // CL_KERNEL_PRIVATE_MEM_SIZE
+	CompileWorkGroupSize [3]uint64 // CL_KERNEL_COMPILE_WORK_GROUP_SIZE
+	Args                 []ArgInfo // one per parameter (CL_KERNEL_NUM_ARGS)
+}
+
+// ArgInfo describes one kernel parameter as the device reports it for a
+// program built with -cl-kernel-arg-info; a field the device does not
+// report is zero.
+type ArgInfo struct {
+	AddressQualifier uint32 // CL_KERNEL_ARG_ADDRESS_*, Arg* below
+	AccessQualifier  uint32 // CL_KERNEL_ARG_ACCESS_*
+	TypeQualifier    uint32 // CL_KERNEL_ARG_TYPE_* bits
+	TypeName         string
+	Name             string
+}
+
+// OpenCL's values of ArgInfo's qualifiers, for implementations that are
+// not OpenCL (gputest).
+const (
+	ArgAddressGlobal   = 0x119B
+	ArgAddressLocal    = 0x119C
+	ArgAddressConstant = 0x119D
+	ArgAddressPrivate  = 0x119E
+	ArgAccessNone      = 0x11A3
+	ArgTypeConst       = 1 << 0
+	ArgTypeRestrict    = 1 << 1
+	ArgTypeVolatile    = 1 << 2
+)

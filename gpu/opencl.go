@@ -45,6 +45,21 @@ static cl_int vg_zero_buffer(cl_command_queue q, cl_mem m, size_t size) {
 	return clFinish(q);
 }
 
+// vg_copy_buffer copies n bytes between buffers and waits for it.
+static cl_int vg_copy_buffer(cl_command_queue q, cl_mem src, cl_mem dst, size_t src_off, size_t dst_off, size_t n) {
+	cl_int err = clEnqueueCopyBuffer(q, src, dst, src_off, dst_off, n, 0, NULL, NULL);
+	if (err != CL_SUCCESS) return err;
+	return clFinish(q);
+}
+
+// vg_fill_buffer fills n bytes of m at off with a pattern (copied by the
+// enqueue) and waits for it.
+static cl_int vg_fill_buffer(cl_command_queue q, cl_mem m, const void *pattern, size_t pattern_len, size_t off, size_t n) {
+	cl_int err = clEnqueueFillBuffer(q, m, pattern, pattern_len, off, n, 0, NULL, NULL);
+	if (err != CL_SUCCESS) return err;
+	return clFinish(q);
+}
+
 static cl_int vg_create_program(cl_context c, const char *src, size_t len, cl_program *out) {
 	cl_int err = CL_SUCCESS;
 	*out = clCreateProgramWithSource(c, 1, &src, &len, &err);
@@ -106,6 +121,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -507,6 +523,61 @@ func (q *queue) transfer(op string, b Buffer, off uint64, p []byte) error {
 	return nil
 }
 
+// Copy copies n bytes of src at srcOff into dst at dstOff, blocking.
+func (q *queue) Copy(src, dst Buffer, srcOff, dstOff, n uint64) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.q == nil {
+		return q.closedErr("copy")
+	}
+	sb, err := q.checkBuffer("copy", src)
+	if err != nil {
+		return err
+	}
+	db, err := q.checkBuffer("copy", dst)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n == 0:
+		return fmt.Errorf("copy of 0 bytes: %w", ErrInvalidArgument)
+	case srcOff > sb.size || n > sb.size-srcOff:
+		return fmt.Errorf("copy %d bytes from %d of a %d-byte buffer: %w", n, srcOff, sb.size, ErrOutOfRange)
+	case dstOff > db.size || n > db.size-dstOff:
+		return fmt.Errorf("copy %d bytes to %d of a %d-byte buffer: %w", n, dstOff, db.size, ErrOutOfRange)
+	case sb == db && srcOff < dstOff+n && dstOff < srcOff+n:
+		return fmt.Errorf("copy %d bytes from %d to %d of one buffer: ranges overlap: %w", n, srcOff, dstOff, ErrInvalidArgument)
+	}
+	if err := clErr("clEnqueueCopyBuffer", C.vg_copy_buffer(q.q, sb.mem, db.mem, C.size_t(srcOff), C.size_t(dstOff), C.size_t(n))); err != nil {
+		return fmt.Errorf("copy %d bytes: %w", n, err)
+	}
+	return nil
+}
+
+// Fill writes copies of pattern over n bytes of b at off, blocking.
+func (q *queue) Fill(b Buffer, off, n uint64, pattern []byte) error {
+	pl := uint64(len(pattern))
+	if pl == 0 || pl > MaxFillPattern || pl&(pl-1) != 0 || off%pl != 0 || n%pl != 0 || n == 0 {
+		return fmt.Errorf("fill %d bytes at %d with a %d-byte pattern: %w", n, off, pl, ErrInvalidArgument)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.q == nil {
+		return q.closedErr("fill")
+	}
+	bb, err := q.checkBuffer("fill", b)
+	if err != nil {
+		return err
+	}
+	if off > bb.size || n > bb.size-off {
+		return fmt.Errorf("fill %d bytes at %d of a %d-byte buffer: %w", n, off, bb.size, ErrOutOfRange)
+	}
+	if err := clErr("clEnqueueFillBuffer", C.vg_fill_buffer(q.q, bb.mem, unsafe.Pointer(&pattern[0]), C.size_t(pl), C.size_t(off), C.size_t(n))); err != nil {
+		return fmt.Errorf("fill %d bytes: %w", n, err)
+	}
+	return nil
+}
+
 func (q *queue) Build(source, options string) (Program, string, error) {
 	if err := CheckSource(source, options); err != nil {
 		return nil, err.Error(), err // the log says why, for the program's author
@@ -864,6 +935,140 @@ func (k *kernel) argString(i int, param C.cl_kernel_arg_info) (string, error) {
 }
 
 func (p *program) KernelNames() []string { return append([]string(nil), p.names...) }
+
+// Info describes every kernel of the program: it creates them all
+// (clCreateKernelsInProgram), queries each and releases them.
+func (p *program) Info() ([]KernelInfo, error) {
+	p.owner.mu.Lock()
+	defer p.owner.mu.Unlock()
+	if p.prog == nil {
+		return nil, fmt.Errorf("program info: program: %w", ErrClosed)
+	}
+	var n C.cl_uint
+	if err := clErr("clCreateKernelsInProgram", C.clCreateKernelsInProgram(p.prog, 0, nil, &n)); err != nil {
+		return nil, fmt.Errorf("program info: %w", err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	ks := make([]C.cl_kernel, n)
+	if err := clErr("clCreateKernelsInProgram", C.clCreateKernelsInProgram(p.prog, n, &ks[0], nil)); err != nil {
+		return nil, fmt.Errorf("program info: %w", err)
+	}
+	defer func() {
+		for _, k := range ks {
+			C.clReleaseKernel(k)
+		}
+	}()
+	infos := make([]KernelInfo, 0, n)
+	for _, k := range ks {
+		ki, err := kernelInfo(k, p.owner.dev.id)
+		if err != nil {
+			return nil, fmt.Errorf("program info: %w", err)
+		}
+		infos = append(infos, ki)
+	}
+	slices.SortFunc(infos, func(a, b KernelInfo) int { return strings.Compare(a.Name, b.Name) })
+	return infos, nil
+}
+
+// kernelInfo queries one kernel of a program on device dev.
+func kernelInfo(k C.cl_kernel, dev C.cl_device_id) (KernelInfo, error) {
+	var ki KernelInfo
+	name, err := infoString(func(n C.size_t, v unsafe.Pointer, ret *C.size_t) C.cl_int {
+		return C.clGetKernelInfo(k, C.CL_KERNEL_FUNCTION_NAME, n, v, ret)
+	})
+	if err != nil {
+		return ki, fmt.Errorf("clGetKernelInfo: %w", err)
+	}
+	ki.Name = name
+	var nargs C.cl_uint
+	if err := clErr("clGetKernelInfo", C.clGetKernelInfo(k, C.CL_KERNEL_NUM_ARGS, C.size_t(unsafe.Sizeof(nargs)), unsafe.Pointer(&nargs), nil)); err != nil {
+		return ki, fmt.Errorf("kernel %q: %w", name, err)
+	}
+	var (
+		wg, mult C.size_t
+		cwg      [3]C.size_t
+		lmem     C.cl_ulong
+		pmem     C.cl_ulong
+	)
+	for _, q := range []struct {
+		param C.cl_kernel_work_group_info
+		size  uintptr
+		v     unsafe.Pointer
+	}{
+		{C.CL_KERNEL_WORK_GROUP_SIZE, unsafe.Sizeof(wg), unsafe.Pointer(&wg)},
+		{C.CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE, unsafe.Sizeof(mult), unsafe.Pointer(&mult)},
+		{C.CL_KERNEL_COMPILE_WORK_GROUP_SIZE, unsafe.Sizeof(cwg), unsafe.Pointer(&cwg[0])},
+		{C.CL_KERNEL_LOCAL_MEM_SIZE, unsafe.Sizeof(lmem), unsafe.Pointer(&lmem)},
+		{C.CL_KERNEL_PRIVATE_MEM_SIZE, unsafe.Sizeof(pmem), unsafe.Pointer(&pmem)},
+	} {
+		if err := clErr("clGetKernelWorkGroupInfo", C.clGetKernelWorkGroupInfo(k, dev, q.param, C.size_t(q.size), q.v, nil)); err != nil {
+			return ki, fmt.Errorf("kernel %q: %w", name, err)
+		}
+	}
+	ki.WorkGroupSize, ki.PreferredMultiple = uint64(wg), uint64(mult)
+	ki.LocalMemSize, ki.PrivateMemSize = uint64(lmem), uint64(pmem)
+	for i := range cwg {
+		ki.CompileWorkGroupSize[i] = uint64(cwg[i])
+	}
+	ki.Args = make([]ArgInfo, nargs)
+	for i := range ki.Args {
+		a := &ki.Args[i]
+		var addr, access C.cl_uint
+		var typ C.cl_bitfield
+		code := C.clGetKernelArgInfo(k, C.cl_uint(i), C.CL_KERNEL_ARG_ADDRESS_QUALIFIER, C.size_t(unsafe.Sizeof(addr)), unsafe.Pointer(&addr), nil)
+		if code == clKernelArgInfoNotAvailable {
+			continue // reported as zero: the program was not built with argument info
+		}
+		if err := clErr("clGetKernelArgInfo", code); err != nil {
+			return ki, fmt.Errorf("kernel %q argument %d: %w", name, i, err)
+		}
+		if err := clErr("clGetKernelArgInfo", C.clGetKernelArgInfo(k, C.cl_uint(i), C.CL_KERNEL_ARG_ACCESS_QUALIFIER, C.size_t(unsafe.Sizeof(access)), unsafe.Pointer(&access), nil)); err != nil {
+			return ki, fmt.Errorf("kernel %q argument %d: %w", name, i, err)
+		}
+		if err := clErr("clGetKernelArgInfo", C.clGetKernelArgInfo(k, C.cl_uint(i), C.CL_KERNEL_ARG_TYPE_QUALIFIER, C.size_t(unsafe.Sizeof(typ)), unsafe.Pointer(&typ), nil)); err != nil {
+			return ki, fmt.Errorf("kernel %q argument %d: %w", name, i, err)
+		}
+		a.AddressQualifier, a.AccessQualifier, a.TypeQualifier = uint32(addr), uint32(access), uint32(typ)
+		for _, s := range []struct {
+			param C.cl_kernel_arg_info
+			dst   *string
+		}{{C.CL_KERNEL_ARG_TYPE_NAME, &a.TypeName}, {C.CL_KERNEL_ARG_NAME, &a.Name}} {
+			v, err := infoString(func(n C.size_t, v unsafe.Pointer, ret *C.size_t) C.cl_int {
+				return C.clGetKernelArgInfo(k, C.cl_uint(i), s.param, n, v, ret)
+			})
+			if err != nil {
+				return ki, fmt.Errorf("kernel %q argument %d: clGetKernelArgInfo: %w", name, i, err)
+			}
+			*s.dst = v
+		}
+	}
+	return ki, nil
+}
+
+// maxInfoString bounds a string an info query returns: names and type
+// names, which a compiler keeps short.
+const maxInfoString = 64 << 10
+
+// infoString runs an OpenCL string query (size first, then the bytes).
+func infoString(get func(n C.size_t, v unsafe.Pointer, ret *C.size_t) C.cl_int) (string, error) {
+	var n C.size_t
+	if err := clErr("info query", get(0, nil, &n)); err != nil {
+		return "", err
+	}
+	if n == 0 {
+		return "", nil
+	}
+	if n > maxInfoString {
+		return "", fmt.Errorf("a string of %d bytes: %w", n, ErrDevice)
+	}
+	buf := make([]byte, n)
+	if err := clErr("info query", get(n, unsafe.Pointer(&buf[0]), nil)); err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(cString(buf)), nil
+}
 
 // Size is the size of the program's built binary on its device
 // (CL_PROGRAM_BINARY_SIZES), 0 if the implementation does not say: the

@@ -3,6 +3,7 @@ package gputest
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +41,9 @@ const (
 	OpRead   = "read"
 	OpBuild  = "build"
 	OpLaunch = "launch"
+	OpCopy   = "copy"
+	OpFill   = "fill"
+	OpInfo   = "info"
 )
 
 // Config describes a fake device. Zero fields take defaults.
@@ -59,7 +63,8 @@ type Config struct {
 	// LaunchTime is the device time every launch reports.
 	LaunchTime time.Duration
 	// Fault, if set, is called with one of the Op names once an Alloc,
-	// Write, Read, Build or Launch has passed every check, before it takes
+	// Write, Read, Copy, Fill, Build, Launch or Program.Info has passed
+	// every check, before it takes
 	// effect; an error fails the operation with it (wrapped), as a device
 	// failure would. It is called with the queue's lock held and must not
 	// call the fake; it must be deterministic for the fake to be.
@@ -286,6 +291,65 @@ func (q *queue) transfer(op string, b gpu.Buffer, off uint64, p []byte) error {
 	return nil
 }
 
+// Copy copies between buffers of q as the real device does.
+func (q *queue) Copy(src, dst gpu.Buffer, srcOff, dstOff, n uint64) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return fmt.Errorf("copy: queue: %w", gpu.ErrClosed)
+	}
+	sb, err := q.checkBuffer(OpCopy, src)
+	if err != nil {
+		return err
+	}
+	db, err := q.checkBuffer(OpCopy, dst)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n == 0:
+		return fmt.Errorf("copy of 0 bytes: %w", gpu.ErrInvalidArgument)
+	case srcOff > sb.size || n > sb.size-srcOff:
+		return fmt.Errorf("copy %d bytes from %d of a %d-byte buffer: %w", n, srcOff, sb.size, gpu.ErrOutOfRange)
+	case dstOff > db.size || n > db.size-dstOff:
+		return fmt.Errorf("copy %d bytes to %d of a %d-byte buffer: %w", n, dstOff, db.size, gpu.ErrOutOfRange)
+	case sb == db && srcOff < dstOff+n && dstOff < srcOff+n:
+		return fmt.Errorf("copy within one buffer: ranges overlap: %w", gpu.ErrInvalidArgument)
+	}
+	if err := q.fault(OpCopy); err != nil {
+		return err
+	}
+	copy(db.data[dstOff:dstOff+n], sb.data[srcOff:srcOff+n])
+	return nil
+}
+
+// Fill fills a range of a buffer of q with a pattern as the real device does.
+func (q *queue) Fill(b gpu.Buffer, off, n uint64, pattern []byte) error {
+	pl := uint64(len(pattern))
+	if pl == 0 || pl > gpu.MaxFillPattern || pl&(pl-1) != 0 || off%pl != 0 || n%pl != 0 || n == 0 {
+		return fmt.Errorf("fill %d bytes at %d with a %d-byte pattern: %w", n, off, pl, gpu.ErrInvalidArgument)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return fmt.Errorf("fill: queue: %w", gpu.ErrClosed)
+	}
+	bb, err := q.checkBuffer(OpFill, b)
+	if err != nil {
+		return err
+	}
+	if off > bb.size || n > bb.size-off {
+		return fmt.Errorf("fill %d bytes at %d of a %d-byte buffer: %w", n, off, bb.size, gpu.ErrOutOfRange)
+	}
+	if err := q.fault(OpFill); err != nil {
+		return err
+	}
+	for o := off; o < off+n; o += pl {
+		copy(bb.data[o:], pattern)
+	}
+	return nil
+}
+
 // Build screens the source as the real device does, then parses its
 // kernel signatures; a failure's log is the error's text.
 func (q *queue) Build(source, options string) (gpu.Program, string, error) {
@@ -489,6 +553,39 @@ func (p *program) Kernel(name string) (gpu.Kernel, error) {
 }
 
 func (p *program) KernelNames() []string { return append([]string(nil), p.names...) }
+
+// Info describes the parsed kernels, sorted by name, with the device's
+// work-group size and plausible qualifiers (gpu.ArgInfo).
+func (p *program) Info() ([]gpu.KernelInfo, error) {
+	p.owner.mu.Lock()
+	defer p.owner.mu.Unlock()
+	if p.released {
+		return nil, fmt.Errorf("program info: program: %w", gpu.ErrClosed)
+	}
+	if err := p.owner.fault(OpInfo); err != nil {
+		return nil, err
+	}
+	var out []gpu.KernelInfo
+	for _, s := range p.sigs {
+		k := gpu.KernelInfo{Name: s.name, WorkGroupSize: p.owner.dev.cfg.Info.MaxWorkGroupSize, PreferredMultiple: 1}
+		for _, prm := range s.params {
+			a := gpu.ArgInfo{AddressQualifier: gpu.ArgAddressPrivate, AccessQualifier: gpu.ArgAccessNone,
+				TypeQualifier: prm.quals, TypeName: prm.typ, Name: prm.name}
+			switch prm.space {
+			case "global":
+				a.AddressQualifier = gpu.ArgAddressGlobal
+			case "constant":
+				a.AddressQualifier = gpu.ArgAddressConstant
+			case "local":
+				a.AddressQualifier = gpu.ArgAddressLocal
+			}
+			k.Args = append(k.Args, a)
+		}
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b gpu.KernelInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
 
 // Release frees the program and its kernels. It is idempotent.
 func (p *program) Release() {

@@ -25,7 +25,12 @@
 // dimensions, nonzero global sizes, local sizes all set or all zero and
 // dividing the global ones, the device's work-group and __local memory
 // limits, no overflow). It then writes nothing to any buffer and reports a
-// fixed device time (Config.LaunchTime).
+// fixed device time (Config.LaunchTime). Copy and Fill check ranges,
+// overlap and the pattern as the real device does and move the bytes.
+// Program.Info reports the parsed kernels with the device's largest
+// work-group size, and each parameter's address space, const, restrict
+// and volatile qualifiers, type and name as written (the real device
+// normalises type names; the fake does not).
 //
 // Every error wraps the sentinel the real device's would (package gpu's
 // ErrInvalidArgument or ErrOutOfRange for bad sizes and ranges,

@@ -42,3 +42,11 @@ func TestMatchesOpenCL(t *testing.T) {
 	t.Run("launch", func(t *testing.T) { checkLaunches(t, d, false) })
 	t.Run("lifecycle", func(t *testing.T) { checkLifecycle(t, openReal) })
 }
+
+// TestInfoCopyFillMatchesOpenCL runs the checks of the fake's Program.Info,
+// Copy and Fill against the real device.
+func TestInfoCopyFillMatchesOpenCL(t *testing.T) {
+	d := openReal(t)
+	t.Run("info", func(t *testing.T) { checkInfo(t, d) })
+	t.Run("copy-fill", func(t *testing.T) { checkCopyFill(t, d) })
+}

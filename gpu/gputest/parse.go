@@ -32,9 +32,12 @@ func (k kind) String() string {
 
 // param is one kernel parameter.
 type param struct {
-	kind kind
-	typ  string // as written, without qualifiers and name, for messages
-	size int    // bytes a scalar must have; 0 when unknown (typedefs, structs): any
+	kind  kind
+	typ   string // as written, without qualifiers and name, for messages
+	size  int    // bytes a scalar must have; 0 when unknown (typedefs, structs): any
+	space string // address space: "global", "constant", "local" or "" (private)
+	name  string // the parameter's name; "" when it has none
+	quals uint32 // gpu.ArgType* bits
 }
 
 // signature is one kernel's name and parameters.
@@ -363,6 +366,7 @@ func classify(toks []string) (param, error) {
 	var (
 		space string
 		ptr   bool
+		quals uint32
 		words []string // type words, then the name
 	)
 	for _, t := range toks {
@@ -373,6 +377,14 @@ func classify(toks []string) (param, error) {
 			}
 			space = addressSpaces[t]
 		case qualifiers[t]:
+			switch strings.TrimPrefix(t, "__") {
+			case "const":
+				quals |= gpu.ArgTypeConst
+			case "restrict":
+				quals |= gpu.ArgTypeRestrict
+			case "volatile":
+				quals |= gpu.ArgTypeVolatile
+			}
 		case t == "*":
 			ptr = true
 		case isIdent(t[0]) && !isDigit(t[0]):
@@ -381,13 +393,14 @@ func classify(toks []string) (param, error) {
 			return param{}, fmt.Errorf("unexpected %q", t)
 		}
 	}
+	var name string
 	if len(words) >= 2 {
-		words = words[:len(words)-1] // drop the name
+		name, words = words[len(words)-1], words[:len(words)-1] // drop the name
 	}
 	if len(words) == 0 {
 		return param{}, fmt.Errorf("no type")
 	}
-	p := param{typ: strings.Join(words, " ")}
+	p := param{typ: strings.Join(words, " "), space: space, name: name, quals: quals}
 	switch {
 	case ptr:
 		p.typ += "*"
