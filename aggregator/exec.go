@@ -50,15 +50,9 @@ var handlers = [abi.NumOpcodes]handler{
 	abi.OpProgramFree:  bind((*Instance).programFree),
 	abi.OpLaunch:       bind((*Instance).launch),
 	abi.OpFence:        bind((*Instance).fence),
-	// ABI 1.4 commands: defined in package abi, not yet served here.
-	abi.OpProgramInfo: notYet,
-	abi.OpBufferCopy:  notYet,
-	abi.OpBufferFill:  notYet,
-}
-
-// notYet answers an opcode the device does not serve yet.
-func notYet(_ *Instance, c *abi.Command) (uint64, error) {
-	return 0, abi.Errorf(abi.StatusInvalidOpcode, "%v not implemented yet", c.Opcode)
+	abi.OpProgramInfo:  bind((*Instance).programInfo),
+	abi.OpBufferCopy:   bind((*Instance).bufferCopy),
+	abi.OpBufferFill:   bind((*Instance).bufferFill),
 }
 
 // execute runs one command; the returned error carries the status.

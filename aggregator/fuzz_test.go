@@ -743,6 +743,30 @@ func fuzzSeeds() []fuzzSeed {
 			}
 		}
 	})
+	abi14 := func(b *seedBuilder) {
+		b.create(ok, 1, 64)
+		b.create(ok, 2, 64)
+		b.copy(ok, true, 1, 0, seq(64), 1)
+		b.build(ok, 1, 0, "", 0)
+		table, n := b.sg(make([]byte, 2048), 2) // room for fzSources[0]'s blob
+		b.cmd(ok, &abi.ProgramInfoQuery{Handle: 1, SGCount: n, Length: 2048, SGAddr: table}, 0)
+		table, n = b.sg(make([]byte, 16), 1) // too little room: the size only
+		b.cmd(ok, &abi.ProgramInfoQuery{Handle: 1, SGCount: n, Length: 16, SGAddr: table}, 0)
+		b.cmd(abi.StatusNotFound, &abi.ProgramInfoQuery{Handle: 2, SGCount: n, Length: 16, SGAddr: table}, 0)
+		b.launch(ok, 1, 0, "copy1", one, fzBuf(2), fzBuf(1))
+		b.cmd(ok, &abi.BufferCopy{Src: 1, Dst: 2, SrcOffset: 8, DstOffset: 0, Length: 32}, 0)
+		b.cmd(ok, &abi.BufferCopy{Src: 2, Dst: 2, SrcOffset: 0, DstOffset: 32, Length: 32}, 0)
+		b.cmd(abi.StatusInvalidArgument, &abi.BufferCopy{Src: 2, Dst: 2, SrcOffset: 0, DstOffset: 16, Length: 32}, 0)
+		b.cmd(abi.StatusNotFound, &abi.BufferCopy{Src: 1, Dst: 3, Length: 1}, 0)
+		pat := b.put([]byte{1, 2, 3, 4}, 4, true)
+		b.cmd(ok, &abi.BufferFill{Handle: 1, PatternLen: 4, Offset: 4, Length: 56, PatternAddr: pat}, 0)
+		b.cmd(ok, &abi.BufferFill{Handle: 1, PatternLen: 1, Offset: 0, Length: 64, PatternAddr: pat + 3}, 0)
+		b.cmd(abi.StatusBadAddress, &abi.BufferFill{Handle: 1, PatternLen: 4, Length: 4, PatternAddr: fzRAM}, 0)
+		b.launch(ok, 1, 0, "copy1", one, fzBuf(2), fzBuf(1))
+		b.copy(ok, false, 2, 0, make([]byte, 64), 1)
+	}
+	add("abi 1.4", 0, abi14)
+	add("abi 1.4, reuse", fzReuse|fzSlow, abi14)
 	fakeOnly("device full", 0, func(b *seedBuilder) {
 		b.create(ok, 1, fzDevMem-4096)
 		b.create(abi.StatusOutOfResources, 2, 8192) // within the quota, past the device's memory

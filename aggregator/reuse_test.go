@@ -141,7 +141,7 @@ func TestReuseMatchesNoReuse(t *testing.T) {
 		for s := 0; s < steps; s++ {
 			h := handles.Draw(rt, "h")
 			n, live := sizes[h]
-			switch op := rapid.IntRange(0, 8).Draw(rt, "op"); {
+			switch op := rapid.IntRange(0, 10).Draw(rt, "op"); {
 			case !live || op == 0: // (re)create and fill
 				if live {
 					check("free", r.each(func(g *testGuest) []abi.Command {
@@ -260,9 +260,118 @@ func TestReuseMatchesNoReuse(t *testing.T) {
 					k++
 					return cmds
 				}), map[bool][]func() []byte{true: reads}[peek])
+			case op == 9: // buffer-fill, whole or partial
+				off, l := 0, n
+				if rapid.Bool().Draw(rt, "fpartial") {
+					off = rapid.IntRange(0, n-1).Draw(rt, "foff")
+					l = rapid.IntRange(1, n-off).Draw(rt, "flen")
+				}
+				v := floatBytes([]float32{float32(rapid.IntRange(0, 2).Draw(rt, "fv"))})
+				check("fill", r.each(func(g *testGuest) []abi.Command {
+					pat := g.alloc(4)
+					g.put(pat, v)
+					return []abi.Command{abi.NewCommand(&abi.BufferFill{Handle: h, PatternLen: 4, Offset: uint64(4 * off),
+						Length: uint64(4 * l), PatternAddr: pat}, 0, 0)}
+				}), nil)
+			case op == 10: // buffer-copy from another live buffer, or within one
+				h2 := handles.Draw(rt, "ch")
+				n2, ok := sizes[h2]
+				if !ok {
+					continue
+				}
+				l := rapid.IntRange(1, min(n, n2)).Draw(rt, "clen")
+				so := rapid.IntRange(0, n2-l).Draw(rt, "csrc")
+				do := rapid.IntRange(0, n-l).Draw(rt, "cdst")
+				// Overlapping ranges of one buffer are refused on every guest alike.
+				check("copy", r.each(func(g *testGuest) []abi.Command {
+					return []abi.Command{abi.NewCommand(&abi.BufferCopy{Src: h2, Dst: h, SrcOffset: uint64(4 * so),
+						DstOffset: uint64(4 * do), Length: uint64(4 * l)}, 0, 0)}
+				}), nil)
 			}
 		}
 	})
+}
+
+// TestReuseSeesCopyAndFill: a buffer-fill or buffer-copy into a launch's
+// input changes what reuse believes the input holds, so the launch that
+// follows runs on the new content and is never answered with the result
+// of the old one; and content held in host memory (a whole upload not yet
+// on the device) is what a copy reads and what a partial fill lands on.
+func TestReuseSeesCopyAndFill(t *testing.T) {
+	d, _ := newDevice(t)
+	eng := reuse.New(reuse.Config{})
+	dom, err := eng.Shared("cf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 256
+	ones, twos := make([]float32, n), make([]float32, n)
+	for i := range ones {
+		ones[i], twos[i] = 1, 2
+	}
+	g := newTestGuest(t, d, "cf", 1<<20)
+	g.in.SetReuseDomain(dom)
+	c, _ := g.build(1, reuseTestSource, 0)
+	g.mustOK(g.run(c,
+		abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: 4 * n}, 0, 0), // input
+		abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: 4 * n}, 0, 0), // output
+		abi.NewCommand(&abi.BufferCreate{Handle: 3, Size: 4 * n}, 0, 0), // a source of copies
+	)...)
+	// out = in*2 + 1, downloaded. The output is uploaded first (zeros), so
+	// that reuse knows every argument's content.
+	zeros := make([]byte, 4*n)
+	scale := func(what string, want float32) {
+		t.Helper()
+		get, read := g.download(2, 4*n)
+		g.mustOK(g.run(g.upload(2, zeros), g.launch(1, abi.LaunchDesc{WorkDim: 1, GlobalSize: [3]uint64{n}, Kernel: "scale",
+			Args: []abi.KernelArg{bufArg(1), bufArg(2), scalarF32(2)}}), get)...)
+		out := floats(read())
+		for i, v := range out {
+			if v != want {
+				t.Fatalf("%s: out[%d] = %v, want %v", what, i, v, want)
+			}
+		}
+	}
+	fill := func(h uint32, off, l uint64, v float32) abi.Command {
+		pat := g.alloc(4)
+		g.put(pat, floatBytes([]float32{v}))
+		return abi.NewCommand(&abi.BufferFill{Handle: h, PatternLen: 4, Offset: off, Length: l, PatternAddr: pat}, 0, 0)
+	}
+	// The same upload three times: the launch is recorded, then served
+	// from the table.
+	for i := 0; i < 3; i++ {
+		g.mustOK(g.run(g.upload(1, floatBytes(ones)))...)
+		scale("upload of ones", 3)
+	}
+	if g.in.ReuseStats().Hits.Load() == 0 {
+		t.Fatalf("no reuse hit before the fill: the test proves nothing")
+	}
+	hits := g.in.ReuseStats().Hits.Load()
+	// A whole fill replaces the input (held in host memory until now).
+	g.mustOK(g.run(fill(1, 0, 4*n, 5))...)
+	scale("after a whole fill", 11)
+	// The same upload again, then a partial fill over it: the upload must
+	// reach the device under the fill.
+	g.mustOK(g.run(g.upload(1, floatBytes(ones)), fill(1, 0, 4*n/2, 4))...)
+	get, read := g.download(1, 4*n)
+	g.mustOK(g.run(get)...)
+	if in := floats(read()); in[0] != 4 || in[n-1] != 1 {
+		t.Fatalf("after a partial fill over an upload: in[0] = %v, in[%d] = %v, want 4 and 1", in[0], n-1, in[n-1])
+	}
+	// Back to the recorded input, then a copy from a buffer whose content
+	// is a pending upload of twos: the copy reads the twos.
+	g.mustOK(g.run(g.upload(1, floatBytes(ones)), g.upload(3, floatBytes(twos)))...)
+	scale("ones again", 3)
+	g.mustOK(g.run(abi.NewCommand(&abi.BufferCopy{Src: 3, Dst: 1, Length: 4 * n}, 0, 0))...)
+	scale("after a whole copy of twos", 5)
+	// A copy of part of the input within the input (a move of the first
+	// half over the second) after a recorded launch.
+	g.mustOK(g.run(g.upload(1, floatBytes(ones)), fill(1, 0, 4*n/2, 2))...)
+	g.mustOK(g.run(abi.NewCommand(&abi.BufferCopy{Src: 1, Dst: 1, DstOffset: 4 * n / 2, Length: 4 * n / 2}, 0, 0))...)
+	scale("after a fill and a copy within", 5)
+	if g.in.ReuseStats().Hits.Load() < hits+1 {
+		t.Errorf("hits = %d: the recorded upload of ones was not served again", g.in.ReuseStats().Hits.Load())
+	}
 }
 
 // TestReuseHitsChain checks that a repeated chain of launches is served

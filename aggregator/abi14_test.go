@@ -1,0 +1,249 @@
+package aggregator
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/gpu"
+)
+
+const infoSrc = `
+__kernel void zed(__global const float *restrict in, __global float *out, __local float *tmp, uint n) { }
+__kernel void abc(__constant int *c) { }
+`
+
+// programInfoCmd asks for program h's blob into room bytes of scattered
+// guest pages (prefilled with 0xee) and returns the command and the room's
+// bytes as they are once it has run.
+func (g *testGuest) programInfoCmd(h uint32, room int) (abi.Command, func() []byte) {
+	table, count, pages := g.sg(bytes.Repeat([]byte{0xee}, room), room)
+	read := func() []byte {
+		out := make([]byte, 0, room)
+		for i, p := range pages {
+			out = append(out, g.get(p, min(abi.PageSize, room-i*abi.PageSize))...)
+		}
+		return out
+	}
+	return abi.NewCommand(&abi.ProgramInfoQuery{Handle: h, SGCount: count, Length: uint64(room), SGAddr: table}, 0, 0), read
+}
+
+func TestProgramInfoCommand(t *testing.T) {
+	d, _ := newDevice(t)
+	g := newTestGuest(t, d, "info", 1<<20)
+	build, _ := g.build(1, infoSrc, 0)
+	g.mustOK(g.run(build)...)
+
+	cmd, read := g.programInfoCmd(1, 3*abi.PageSize) // 3 pages, not contiguous
+	rec := g.run(cmd)[0]
+	g.mustOK(rec)
+	blob := read()
+	info, err := abi.UnmarshalProgramInfo(blob)
+	if err != nil {
+		t.Fatalf("UnmarshalProgramInfo = %v", err)
+	}
+	if rec.Detail != info.Size() || rec.Detail != abi.ProgramInfoHeaderSize+2*abi.KernelInfoSize+5*abi.ArgInfoSize {
+		t.Errorf("detail = %d, blob of %d bytes", rec.Detail, info.Size())
+	}
+	if !bytes.Equal(blob[rec.Detail:], bytes.Repeat([]byte{0xee}, len(blob)-int(rec.Detail))) {
+		t.Errorf("the room after the blob was written")
+	}
+	var names []string
+	for _, k := range info.Kernels {
+		names = append(names, k.Name)
+	}
+	if !slices.Equal(names, []string{"abc", "zed"}) || len(info.Kernels[1].Args) != 4 || len(info.Kernels[0].Args) != 1 {
+		t.Fatalf("kernels = %+v", info.Kernels)
+	}
+	z := info.Kernels[1]
+	wantArgs := []abi.KernelArgInfo{
+		{AddressQualifier: abi.ArgAddressGlobal, AccessQualifier: abi.ArgAccessNone, TypeQualifier: abi.ArgTypeConst | abi.ArgTypeRestrict, TypeName: "float*", Name: "in"},
+		{AddressQualifier: abi.ArgAddressGlobal, AccessQualifier: abi.ArgAccessNone, TypeName: "float*", Name: "out"},
+		{AddressQualifier: abi.ArgAddressLocal, AccessQualifier: abi.ArgAccessNone, TypeName: "float*", Name: "tmp"},
+		{AddressQualifier: abi.ArgAddressPrivate, AccessQualifier: abi.ArgAccessNone, TypeName: "uint", Name: "n"},
+	}
+	if !slices.Equal(z.Args, wantArgs) || z.WorkGroupSize == 0 {
+		t.Errorf("zed = %+v\nwant args %+v", z, wantArgs)
+	}
+
+	// Too little room: the size, and nothing written.
+	cmd, read = g.programInfoCmd(1, 100)
+	rec = g.run(cmd)[0]
+	g.mustOK(rec)
+	if rec.Detail != info.Size() || !bytes.Equal(read(), bytes.Repeat([]byte{0xee}, 100)) {
+		t.Errorf("program-info with 100 bytes of room: detail %d, room % x", rec.Detail, read()[:16])
+	}
+
+	// Failures, in the order docs/ABI.md gives.
+	table, count, _ := g.sg(nil, abi.PageSize)
+	q := func(h uint32, count uint32, length, sg uint64) abi.Command {
+		return abi.NewCommand(&abi.ProgramInfoQuery{Handle: h, SGCount: count, Length: length, SGAddr: sg}, 0, 0)
+	}
+	badTable := g.alloc(abi.PageSize)
+	g.put(badTable, sgEntryBytes(abi.SGEntry{Addr: ramSize + abi.PageSize, Len: abi.PageSize}))
+	flagged := q(1, count, abi.PageSize, table)
+	flagged.Flags = abi.FlagNondeterministic
+	for _, tt := range []struct {
+		name string
+		c    abi.Command
+		want abi.Status
+	}{
+		{"nondeterministic flag", flagged, abi.StatusInvalidArgument},
+		{"length 0", q(1, count, 0, table), abi.StatusInvalidArgument},
+		{"unknown program before a bad list", q(7, 1, 1, ramSize*2), abi.StatusNotFound},
+		{"list shorter than length", q(1, count, 2*abi.PageSize, table), abi.StatusInvalidArgument},
+		{"table outside RAM", q(1, 1, abi.PageSize, ramSize+abi.PageSize), abi.StatusBadAddress},
+		{"data outside RAM, blob written", q(1, 1, abi.PageSize, badTable), abi.StatusBadAddress},
+		{"data outside RAM, blob too big", q(1, 1, 16, badTableOf(g, 16)), abi.StatusOK},
+	} {
+		if rec := g.run(tt.c)[0]; rec.Status != tt.want {
+			t.Errorf("%s: status %v, want %v", tt.name, rec.Status, tt.want)
+		}
+	}
+	// The program is gone after program-free.
+	g.mustOK(g.run(abi.NewCommand(&abi.ProgramFree{Handle: 1}, 0, 0))...)
+	if rec := g.run(q(1, count, abi.PageSize, table))[0]; rec.Status != abi.StatusNotFound {
+		t.Errorf("program-info of a freed program: %v", rec.Status)
+	}
+}
+
+func sgEntryBytes(e abi.SGEntry) []byte {
+	var b [abi.SGEntrySize]byte
+	e.Marshal(b[:])
+	return b[:]
+}
+
+// badTableOf is a one-entry table of n bytes outside guest RAM.
+func badTableOf(g *testGuest, n uint32) uint64 {
+	a := g.alloc(abi.PageSize)
+	g.put(a, sgEntryBytes(abi.SGEntry{Addr: ramSize + abi.PageSize, Len: n}))
+	return a
+}
+
+func TestBufferCopyFillCommands(t *testing.T) {
+	d, _ := newDevice(t)
+	g := newTestGuest(t, d, "copyfill", 1<<20)
+	other := newTestGuest(t, d, "other", 1<<20)
+	g.mustOK(g.run(
+		abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: 4096}, 0, 0),
+		abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: 1024}, 0, 0),
+	)...)
+	other.mustOK(other.run(abi.NewCommand(&abi.BufferCreate{Handle: 3, Size: 1024}, 0, 0))...)
+	data := make([]byte, 4096)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	pat := g.alloc(abi.PageSize)
+	g.put(pat+abi.PageSize-8, []byte{1, 2, 3, 4, 5, 6, 7, 8}) // at the very end of its page
+	bcopy := func(src, dst uint32, so, do, n uint64) abi.Command {
+		return abi.NewCommand(&abi.BufferCopy{Src: src, Dst: dst, SrcOffset: so, DstOffset: do, Length: n}, 0, 0)
+	}
+	fill := func(h uint32, pl uint32, off, n, addr uint64) abi.Command {
+		return abi.NewCommand(&abi.BufferFill{Handle: h, PatternLen: pl, Offset: off, Length: n, PatternAddr: addr}, 0, 0)
+	}
+	recs := g.run(g.upload(1, data),
+		bcopy(1, 2, 100, 24, 1000),              // between buffers
+		bcopy(1, 1, 0, 2048, 2048),              // within one, adjacent halves
+		fill(2, 8, 0, 16, pat+abi.PageSize-8),   // an 8-byte pattern
+		fill(2, 1, 1016, 8, pat+abi.PageSize-1)) // the last byte of the page
+	g.mustOK(recs...)
+	for i, want := range []uint64{4096, 1000, 2048, 16, 8} {
+		if recs[i].Detail != want {
+			t.Errorf("command %d (%v) detail = %d, want %d", i, recs[i].Opcode, recs[i].Detail, want)
+		}
+	}
+	get1, read1 := g.download(1, 4096)
+	get2, read2 := g.download(2, 1024)
+	g.mustOK(g.run(get1, get2)...)
+	want1 := append(bytes.Clone(data[:2048]), data[:2048]...)
+	want2 := make([]byte, 1024)
+	copy(want2[24:], data[100:1100])
+	copy(want2[0:16], []byte{1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8})
+	copy(want2[1016:], bytes.Repeat([]byte{8}, 8))
+	if got := read1(); !bytes.Equal(got, want1) {
+		t.Errorf("buffer 1 after the copy within = % x..., want % x...", got[2040:2056], want1[2040:2056])
+	}
+	if got := read2(); !bytes.Equal(got, want2) {
+		t.Errorf("buffer 2 = % x...", got[:40])
+	}
+
+	nondet := fill(2, 1, 0, 1, pat)
+	nondet.Flags = abi.FlagNondeterministic
+	for _, tt := range []struct {
+		name string
+		c    abi.Command
+		want abi.Status
+	}{
+		{"copy overlapping, before handles", bcopy(9, 9, 0, 4, 8), abi.StatusInvalidArgument},
+		{"copy unknown source", bcopy(9, 2, 0, 0, 8), abi.StatusNotFound},
+		{"copy unknown destination", bcopy(1, 9, 0, 0, 8), abi.StatusNotFound},
+		{"copy another instance's buffer", bcopy(3, 2, 0, 0, 8), abi.StatusNotFound},
+		{"copy past source before destination", bcopy(2, 1, 1020, 9999, 8), abi.StatusInvalidArgument},
+		{"copy past destination", bcopy(1, 2, 0, 1020, 8), abi.StatusInvalidArgument},
+		{"copy offset + length wraps", bcopy(1, 2, ^uint64(0)-3, 0, 8), abi.StatusInvalidArgument},
+		{"fill nondeterministic flag", nondet, abi.StatusInvalidArgument},
+		{"fill pattern length 3", fill(2, 3, 0, 3, pat), abi.StatusInvalidArgument},
+		{"fill pattern crossing a page", fill(2, 8, 0, 8, pat+abi.PageSize-4), abi.StatusInvalidArgument},
+		{"fill unknown buffer", fill(9, 1, 0, 1, ramSize*2), abi.StatusNotFound},
+		{"fill past the end", fill(2, 4, 1020, 8, pat), abi.StatusInvalidArgument},
+		{"fill pattern outside RAM", fill(2, 4, 0, 8, ramSize), abi.StatusBadAddress},
+	} {
+		if rec := g.run(tt.c)[0]; rec.Status != tt.want {
+			t.Errorf("%s: status %v, want %v", tt.name, rec.Status, tt.want)
+		}
+	}
+	// Nothing reached the other instance.
+	get3, read3 := other.download(3, 1024)
+	other.mustOK(other.run(get3)...)
+	if got := read3(); !bytes.Equal(got, make([]byte, 1024)) {
+		t.Errorf("the other instance's buffer changed")
+	}
+}
+
+// TestMigrateSeesCopyAndFill: a buffer-copy or buffer-fill makes its
+// destination dirty for the next pre-copy round; its source stays clean.
+func TestMigrateSeesCopyAndFill(t *testing.T) {
+	d, _ := newDevice(t)
+	g := newTestGuest(t, d, "mig14", 1<<20)
+	g.mustOK(g.run(
+		abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: 4096}, 0, 0),
+		abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: 4096}, 0, 0),
+		abi.NewCommand(&abi.BufferCreate{Handle: 3, Size: 4096}, 0, 0),
+		g.upload(1, bytes.Repeat([]byte{5}, 4096)),
+	)...)
+	ctx := context.Background()
+	if _, err := g.in.ExtractRound(ctx, newRecSink(), false); err != nil {
+		t.Fatal(err)
+	}
+	pat := g.alloc(abi.PageSize)
+	g.put(pat, []byte{9})
+	g.mustOK(g.run(
+		abi.NewCommand(&abi.BufferCopy{Src: 1, Dst: 2, Length: 4096}, 0, 0),
+		abi.NewCommand(&abi.BufferFill{Handle: 3, PatternLen: 1, Offset: 100, Length: 10, PatternAddr: pat}, 0, 0),
+	)...)
+	r := newRecSink()
+	st, err := g.in.ExtractRound(ctx, r, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Buffers != 2 || r.data[1] != nil || !bytes.Equal(r.data[2], bytes.Repeat([]byte{5}, 4096)) || r.data[3][105] != 9 || r.data[3][99] != 0 {
+		t.Errorf("round after copy and fill: %+v, sent %v", st, r.order)
+	}
+}
+
+// TestQualifiersAgree: gpu and abi spell the argument qualifiers alike, so
+// program-info passes the device's values through unchanged.
+func TestQualifiersAgree(t *testing.T) {
+	for _, c := range [][2]uint32{
+		{gpu.ArgAddressGlobal, abi.ArgAddressGlobal}, {gpu.ArgAddressLocal, abi.ArgAddressLocal},
+		{gpu.ArgAddressConstant, abi.ArgAddressConstant}, {gpu.ArgAddressPrivate, abi.ArgAddressPrivate},
+		{gpu.ArgAccessNone, abi.ArgAccessNone}, {gpu.ArgTypeConst, abi.ArgTypeConst},
+		{gpu.ArgTypeRestrict, abi.ArgTypeRestrict}, {gpu.ArgTypeVolatile, abi.ArgTypeVolatile},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("gpu %#x, abi %#x", c[0], c[1])
+		}
+	}
+}
