@@ -45,5 +45,11 @@
 // ErrUnsupported on an older device.
 // abi.StatusOf(err) recovers the device status from any of them.
 //
+// Tracked commands (tracked.go: CreateBufferNotify, WriteNotify, ReadAsync,
+// LaunchNotify, FreeNotify, FreeProgramNotify, Marker) hand their
+// completion to a callback that owns the status, for a caller that serves
+// several clients on one device (vgpu-icdd); Reap collects what has landed
+// without waiting.
+//
 // A Device is safe for concurrent use; its methods serialise on one mutex.
 package driver
