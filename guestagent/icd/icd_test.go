@@ -1,17 +1,22 @@
 package icd
 
 import (
+	"bufio"
+	"context"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vgpud/vgpud/abi"
 )
@@ -379,4 +384,144 @@ func sectionOf(doc, heading string) string {
 		s = s[:j]
 	}
 	return s
+}
+
+// sanitize are the flags of the sanitized builds.
+var sanitize = []string{"-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"}
+
+// canSanitize reports whether gcc links sanitized programs here.
+func canSanitize(t *testing.T, gcc string) bool {
+	t.Helper()
+	probe := exec.Command(gcc, append(sanitize, "-x", "c", "-o", filepath.Join(t.TempDir(), "a"), "-")...)
+	probe.Stdin = strings.NewReader("int main(void) { return 0; }\n")
+	if out, err := probe.CombinedOutput(); err != nil {
+		t.Logf("gcc cannot build with sanitizers here: %v\n%s", err, out)
+		return false
+	}
+	return true
+}
+
+// startHost builds tests/icdhost (a vgpu-icdd over a real vGPU backed by
+// the host's OpenCL device, no VM) and serves it on a socket in a new
+// directory until the test ends; it returns the socket's path.
+func startHost(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: starts a vgpud instance on the host's OpenCL device")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "icdhost")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../tests/icdhost").CombinedOutput(); err != nil {
+		t.Fatalf("go build tests/icdhost: %v\n%s", err, out)
+	}
+	sock := filepath.Join(dir, "icd.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "-socket", sock)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	stdin, err := cmd.StdinPipe() // closed at the end: icdhost exits
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	cmd.Stderr = &syncWriter{w: &logs}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		cancel()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("icdhost:\n%s", logs.String())
+		}
+	})
+	ready := make(chan bool, 1)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			if s.Text() == "ready" {
+				ready <- true
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatalf("icdhost exited before it was ready:\n%s", logs.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("icdhost not ready after 2 minutes:\n%s", logs.String())
+	}
+	return sock
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+// buildProgram compiles one C test program against the loader.
+func buildProgram(t *testing.T, gcc, src string, extra ...string) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(src), ".c"))
+	args := append(append(append([]string{}, cflags...), extra...), "-I.", "-o", exe, src, "-lOpenCL", "-lpthread")
+	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return exe
+}
+
+// runAgainst runs a test program with the loader seeing only the ICD in
+// icdDir and the ICD the daemon at sock.
+func runAgainst(t *testing.T, exe, icdDir, sock string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(env(icdDir, filepath.Join(t.TempDir(), "no-sysfs")), "VGPUD_ICD_SOCKET="+sock)
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s:\n%s", filepath.Base(exe), out)
+	if err != nil {
+		t.Errorf("%s: %v", filepath.Base(exe), err)
+	}
+}
+
+// TestDaemon runs OpenCL work through the ICD against vgpu-icdd serving a
+// real vGPU (tests/icdhost): testdata/runtest.c (a vector addition whose
+// header is found through -I, fills, copies, maps, rectangles, events with
+// profiling, a user event holding commands back, callbacks, sub-buffers,
+// binaries, compile and link, fork) and testdata/misuse.c (malformed use
+// with its exact errors, and a daemon that dies); both again with the ICD
+// and the programs built with AddressSanitizer and UBSan.
+func TestDaemon(t *testing.T) {
+	gcc := needToolchain(t)
+	sock := startHost(t)
+	san := canSanitize(t, gcc)
+	for _, c := range []struct {
+		name  string
+		flags []string
+	}{{"plain", nil}, {"sanitized", sanitize}} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.flags != nil && !san {
+				t.Skip("gcc cannot build with sanitizers here")
+			}
+			icdDir := buildICD(t, gcc, c.flags...)
+			t.Run("run", func(t *testing.T) {
+				runAgainst(t, buildProgram(t, gcc, "testdata/runtest.c", c.flags...), icdDir, sock, t.TempDir())
+			})
+			t.Run("misuse", func(t *testing.T) {
+				runAgainst(t, buildProgram(t, gcc, "testdata/misuse.c", c.flags...), icdDir, sock, t.TempDir())
+			})
+		})
+	}
 }

@@ -449,7 +449,7 @@ static cl_int attach(cl_context ctx, uint64_t size)
 	struct {
 		struct vgpu_icdp_header h;
 		struct vgpu_icdp_attach b;
-	} m = {.b = {.arena = ctx->narenas, .size = size}};
+	} m = {.b = {.arena = ctx->narenas + 1, .size = size}};
 	conn_hdr(ctx, &m, VGPU_ICDP_OP_ATTACH, sizeof m);
 	struct vgpu_icdp_attach_reply r = {0};
 	long n = -1;
@@ -500,7 +500,7 @@ static int try_alloc(cl_context ctx, uint64_t n, struct vgpu_range *r)
 {
 	for (unsigned i = 0; i < ctx->narenas; i++) {
 		if (take(&ctx->arenas[i], n, &r->off) == 0) {
-			r->arena = i;
+			r->arena = i + 1;
 			r->len = n;
 			return 0;
 		}
@@ -554,9 +554,9 @@ void arena_free(cl_context ctx, struct vgpu_range *r)
 	if (r->len == 0)
 		return;
 	uint64_t n = r->len;
-	if (r->arena >= ctx->narenas)
+	if (r->arena == 0 || r->arena > ctx->narenas)
 		return;
-	struct vgpu_arena *a = &ctx->arenas[r->arena];
+	struct vgpu_arena *a = &ctx->arenas[r->arena - 1];
 	r->len = 0;
 	/* Give the pages of a large range back (both sides map the memfd). */
 	if (n >= (1ull << 20)) {

@@ -147,7 +147,8 @@ void vgpu_put(struct vgpu_obj *o);
 #define PUT(p) vgpu_put(&(p)->obj)
 #define IREF(p) vgpu_iref(&(p)->obj)
 
-/* An arena range: arena index and offset; len 0 means none. */
+/* An arena range: the arena's protocol id (its index + 1: ids are
+ * nonzero) and offset; len 0 means none. */
 struct vgpu_range {
 	uint32_t arena;
 	uint64_t off;
@@ -373,7 +374,7 @@ cl_int arena_alloc(cl_context ctx, uint64_t n, struct vgpu_range *r);
 void arena_free(cl_context ctx, struct vgpu_range *r);
 static inline void *arena_ptr(cl_context ctx, const struct vgpu_range *r)
 {
-	return ctx->arenas[r->arena].base + r->off;
+	return ctx->arenas[r->arena - 1].base + r->off;
 }
 void conn_lost(cl_context ctx, const char *why);
 

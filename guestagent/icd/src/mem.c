@@ -121,12 +121,14 @@ cl_mem CL_API_CALL vgpu_clCreateBuffer(cl_context context, cl_mem_flags flags, s
 	vgpu_submit(ev, 0, NULL, 1, NULL);
 	cl_int st = ev->status;
 	PUT(ev);
+	/* A refused create leaves the id live in the daemon until freed
+	 * (docs/icd-protocol.md "Creation failures"); fail frees it. */
+	m->id = id;
 	if (st != CL_COMPLETE) {
 		err = st == CL_OUT_OF_RESOURCES && !conn_ok(ctx) ? CL_OUT_OF_RESOURCES
 								  : CL_MEM_OBJECT_ALLOCATION_FAILURE;
 		goto fail;
 	}
-	m->id = id;
 	if (flags & (CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR)) {
 		struct vgpu_range r;
 		if ((err = arena_alloc(ctx, size, &r)) != CL_SUCCESS)
@@ -185,9 +187,13 @@ cl_mem CL_API_CALL vgpu_clCreateSubBuffer(cl_mem buffer, cl_mem_flags flags, cl_
 	cl_int err = CL_SUCCESS;
 	cl_mem s = NULL;
 	cl_mem m = GET(buffer, VGPU_MEM);
-	if (m == NULL || m->parent != NULL) {
+	if (m == NULL) {
 		err = CL_INVALID_MEM_OBJECT;
 		goto out;
+	}
+	if (m->parent != NULL) {
+		err = CL_INVALID_MEM_OBJECT;
+		goto put;
 	}
 	if ((err = check_flags(flags)) != CL_SUCCESS)
 		goto put;
