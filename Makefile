@@ -63,7 +63,7 @@ build: deps
 # source changed; vgpud.icd is rewritten only when the path changed.
 ICD        := build/icd
 ICD_SRCS   := $(wildcard guestagent/icd/src/*.c)
-ICD_HDRS   := $(wildcard guestagent/icd/src/*.h) guestagent/icd/vgpu_abi.h
+ICD_HDRS   := $(wildcard guestagent/icd/src/*.h) guestagent/icd/vgpu_abi.h guestagent/icd/vgpu_icdproto.h
 ICD_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden
 
 .PHONY: icd
