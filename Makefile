@@ -76,8 +76,9 @@ $(ICD)/libvgpud-icd.so: $(ICD_SRCS) $(ICD_HDRS)
 	$(CC) $(ICD_CFLAGS) -Iguestagent/icd -shared -Wl,-z,defs -o $@ $(ICD_SRCS) -lpthread
 
 # guest-apps: TestGuestUserland boots the userland disk (about 20 s to
-# build from the mirror on a fresh machine, 2 s when cached).
-test: deps kernel guest-apps
+# build from the mirror on a fresh machine, 2 s when cached); icd: TestGuestICD
+# installs the guest ICD in it.
+test: deps kernel guest-apps icd
 	$(GO) vet ./...
 	$(GO) test $(TESTFLAGS) ./...
 

@@ -1,0 +1,186 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/guestagent/image"
+	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+)
+
+// icdLib is the guest ICD that `make icd` builds (docs/icd.md).
+const icdLib = "../build/icd/libvgpud-icd.so"
+
+// icdGuestCheck runs in the guest, chrooted into the Debian userland by
+// vgpu-apps, with the vgpud ICD installed in /etc/OpenCL/vendors and
+// vgpu-icdd serving the vGPU. The applications are Debian's, unmodified;
+// "user" runs them as nobody (arguments without blanks), which can neither map the BAR nor read
+// /proc/self/pagemap, so everything goes through vgpu-icdd.
+const icdGuestCheck = `#!/bin/sh
+check() {
+	name=$1
+	shift
+	echo "USERLAND-BEGIN $name"
+	"$@" 2>&1
+	echo "USERLAND-END $name exit=$?"
+}
+user() { HOME=/tmp su -p -s /bin/sh -c "$*" nobody; }
+check clinfo-root clinfo
+check clinfo-user user clinfo
+check vadd-user user python3 /vgpu/bin/vadd.py
+`
+
+// icdVadd is a pyopencl program: a vector addition on the first platform,
+// checked on the CPU, with the kernel's profiled time.
+const icdVadd = `import numpy as np
+import pyopencl as cl
+
+plats = cl.get_platforms()
+dev = plats[0].get_devices()[0]
+ctx = cl.Context([dev])
+q = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+n = 1 << 16
+a = np.arange(n, dtype=np.float32)
+b = np.full(n, 2.5, dtype=np.float32)
+mf = cl.mem_flags
+da = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+db = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+dc = cl.Buffer(ctx, mf.WRITE_ONLY, a.nbytes)
+prg = cl.Program(ctx, """
+__kernel void vadd(__global const float *a, __global const float *b, __global float *c) {
+	size_t i = get_global_id(0);
+	c[i] = a[i] + b[i];
+}""").build()
+ev = prg.vadd(q, (n,), None, da, db, dc)
+c = np.empty_like(a)
+cl.enqueue_copy(q, c, dc)
+q.finish()
+assert np.array_equal(c, a + b), "wrong sums"
+print("VADD OK platform=%s device=%s kernel_ns=%d" % (plats[0].name, dev.name, ev.profile.end - ev.profile.start))
+`
+
+// TestGuestICD boots the userland guest with a vGPU, the vgpud ICD and
+// vgpu-icdd, and checks that Debian's clinfo lists the vGPU with the
+// profile's limits, as root and as an unprivileged user, and that an
+// unmodified pyopencl program computes correctly through it as that user.
+func TestGuestICD(t *testing.T) {
+	a := imagetest.RequireApps(t)
+	lib, err := filepath.Abs(icdLib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(lib); err != nil {
+		t.Fatalf("guest ICD missing (%v): run `make icd`", err)
+	}
+	m := host(t)
+	inst := mustCreate(t, m, "vgpu-small")
+	prof := profileOf(t, m, "vgpu-small")
+
+	dir := t.TempDir()
+	files := []image.File{{Src: lib, Dst: "/lib/vgpud/libvgpud-icd.so", Mode: 0o755}}
+	for name, text := range map[string]string{"icd-check": icdGuestCheck, "vadd.py": icdVadd} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, image.File{Src: p, Dst: image.BinDir + "/" + name, Mode: 0o755})
+	}
+	initrd := imagetest.AppsInitramfs(t, a, files, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd")
+
+	out, codes, console := runAppsGuest(t, a, initrd, inst, imagetest.AppsBinDir+"/icd-check")
+	for _, name := range []string{"clinfo-root", "clinfo-user", "vadd-user"} {
+		if _, ok := codes[name]; !ok {
+			t.Fatalf("check %s did not finish; console:\n%s", name, console)
+		}
+		if codes[name] != 0 {
+			t.Errorf("%s: exit %d, want 0; output:\n%s", name, codes[name], out[name])
+		}
+	}
+	for _, name := range []string{"clinfo-root", "clinfo-user"} {
+		text := out[name]
+		for _, want := range []string{
+			`(?m)^Number of platforms\s+1\s*$`,
+			`(?m)^\s*Platform Name\s+vgpud\s*$`,
+			fmt.Sprintf(`(?m)^\s*Global memory size\s+%d\b`, prof.MemBytes),
+			`(?m)^\s*Device Type\s+GPU\b`,
+		} {
+			if !regexp.MustCompile(want).MatchString(text) {
+				t.Errorf("%s: output does not match %s:\n%s", name, want, text)
+			}
+		}
+	}
+	t.Logf("pyopencl as nobody: %s", strings.TrimSpace(out["vadd-user"]))
+	if !strings.Contains(out["vadd-user"], "VADD OK platform=vgpud") {
+		t.Errorf("pyopencl vector addition as nobody: output:\n%s", out["vadd-user"])
+	}
+}
+
+// profileOf returns the manager's profile called name.
+func profileOf(t *testing.T, m *mdev.Manager, name string) mdev.Profile {
+	t.Helper()
+	for _, p := range m.Profiles() {
+		if p.Name == name {
+			return p
+		}
+	}
+	t.Fatalf("no profile %s", name)
+	return mdev.Profile{}
+}
+
+// runAppsGuest boots the userland guest with inst's vGPU attached,
+// running prog (an initramfs path as the userland sees it), and returns
+// each check's output and exit code (userlandResults) and the console.
+func runAppsGuest(t *testing.T, a imagetest.Apps, initrd string, inst *mdev.Instance, prog string) (map[string]string, map[string]int, string) {
+	t.Helper()
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := conn.File()
+	conn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), vmTimeout)
+	defer cancel()
+	start := time.Now()
+	vm, err := qemuvm.Start(ctx, qemuvm.Config{
+		Kernel: a.Vmlinuz, Initrd: initrd, Disk: a.Disk, MemMiB: 1024,
+		Append:  "vgpu.run=" + imagetest.AppsProgram + " vgpu.args=" + prog,
+		Devices: []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Kill()
+	f.Close()
+	console := func() string { return strings.Join(vm.Lines(), "\n") }
+	exit, err := vm.WaitLine(ctx, "VGPU-INIT exit=")
+	if err != nil {
+		t.Fatalf("guest did not finish: %v; console:\n%s", err, console())
+	}
+	t.Logf("boot and checks: %v", time.Since(start).Round(time.Millisecond))
+	if exit != "VGPU-INIT exit=0" {
+		t.Errorf("%s, want VGPU-INIT exit=0", exit)
+	}
+	if err := vm.Wait(); err != nil {
+		t.Errorf("qemu: %v", err)
+	}
+	for _, l := range vm.Lines() {
+		if strings.HasPrefix(l, "VGPU-INIT error") || strings.HasPrefix(l, "VGPU-APPS error") {
+			t.Errorf("console: %s", l)
+		}
+	}
+	out, codes := userlandResults(vm.Lines())
+	return out, codes, console()
+}
