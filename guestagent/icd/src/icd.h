@@ -195,6 +195,7 @@ struct _cl_context {
 	uint64_t next_event;
 	uint32_t next_buffer;
 	uint32_t next_program;
+	uint32_t null_buffer; /* the stand-in for NULL buffer arguments, 0 until made */
 	uint8_t *rbuf; /* VGPU_ICDP_MAX_MESSAGE bytes for replies */
 	unsigned narenas;
 	struct vgpu_arena arenas[16];
@@ -403,6 +404,8 @@ void vgpu_run_deferred(cl_context ctx);
 #define DEFER_EVENT 1
 #define DEFER_MEM 2
 #define DEFER_FREE 3
+
+uint32_t vgpu_null_buffer(cl_context ctx);
 
 /* Destructors, by kind (obj.c calls them). */
 void vgpu_context_destroy(cl_context ctx);

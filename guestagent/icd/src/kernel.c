@@ -8,11 +8,13 @@
  * __local pointers local memory, the rest scalars (whose size is checked
  * against the type when the type is a built-in scalar or vector).
  *
- * Two kinds of argument the device ABI cannot carry are refused at launch,
- * with the errors OpenCL 1.2 gives for them: a sub-buffer whose origin is
- * not 0 (the device names buffers by handle, with no offset:
- * CL_MISALIGNED_SUB_BUFFER_OFFSET), and a NULL buffer
- * (CL_INVALID_KERNEL_ARGS). A scalar of more than 256 bytes (the ABI's
+ * An argument the device ABI cannot carry is refused at launch with the
+ * error OpenCL 1.2 gives for it: a sub-buffer whose origin is not 0 (the
+ * device names buffers by handle, with no offset:
+ * CL_MISALIGNED_SUB_BUFFER_OFFSET). A NULL buffer argument names a small
+ * buffer of the context instead (the ABI has no null buffer; pyopencl
+ * passes NULL for empty arrays), so a kernel that compares the pointer
+ * with NULL sees it non-NULL. A scalar of more than 256 bytes (the ABI's
  * limit) is refused by clSetKernelArg with CL_INVALID_ARG_SIZE. */
 #include "icd.h"
 
@@ -463,8 +465,11 @@ static cl_int launch(cl_command_queue queue, cl_kernel kernel, cl_command_type t
 		const struct vgpu_karg *a = &k->args[i];
 		if (a->kind == VGPU_ARG_BUFFER) {
 			if (a->mem == NULL) {
-				err = CL_INVALID_KERNEL_ARGS;
-				goto out;
+				if (vgpu_null_buffer(ctx) == 0) {
+					err = CL_OUT_OF_RESOURCES;
+					goto out;
+				}
+				continue;
 			}
 			cl_mem m = GET(a->mem, VGPU_MEM);
 			if (m == NULL || m->ctx != ctx) {
@@ -523,7 +528,7 @@ static cl_int launch(cl_command_queue queue, cl_kernel kernel, cl_command_type t
 		switch (a->kind) {
 		case VGPU_ARG_BUFFER:
 			args[i].size = 0;
-			args[i].value = mems[mi++]->id;
+			args[i].value = a->mem != NULL ? mems[mi++]->id : ctx->null_buffer;
 			break;
 		case VGPU_ARG_LOCAL:
 			args[i].size = a->size;

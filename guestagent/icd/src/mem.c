@@ -55,6 +55,55 @@ static cl_int check_flags(cl_mem_flags f)
 	return CL_SUCCESS;
 }
 
+/* create_device_buffer sends BufferCreate for id and waits for it, so that
+ * a failure is the caller's error and no later request names a buffer the
+ * daemon refused. */
+static cl_int create_device_buffer(cl_context ctx, uint32_t id, size_t size, cl_mem_flags flags)
+{
+	struct {
+		struct vgpu_icdp_header h;
+		struct vgpu_icdp_buffer_create b;
+	} *c = calloc(1, sizeof *c);
+	struct _cl_event *ev = c != NULL ? vgpu_event_new(ctx, NULL, 0) : NULL;
+	if (ev == NULL) {
+		free(c);
+		return CL_OUT_OF_HOST_MEMORY;
+	}
+	conn_hdr(ctx, c, VGPU_ICDP_OP_BUFFER_CREATE, sizeof *c);
+	c->b.device = ctx->dev->index;
+	c->b.buffer = id;
+	c->b.size = size;
+	c->b.flags = (flags & CL_MEM_READ_ONLY) ? VGPU_BUFFER_READ_ONLY
+		     : (flags & CL_MEM_WRITE_ONLY) ? VGPU_BUFFER_WRITE_ONLY
+						    : 0;
+	c->b.event = ev->id;
+	ev->msg = (uint8_t *)c;
+	ev->msg_len = sizeof *c;
+	IREF(ev);
+	vgpu_submit(ev, 0, NULL, 1, NULL);
+	cl_int st = ev->status;
+	PUT(ev);
+	if (st == CL_COMPLETE)
+		return CL_SUCCESS;
+	return st == CL_OUT_OF_RESOURCES && !conn_ok(ctx) ? CL_OUT_OF_RESOURCES : CL_MEM_OBJECT_ALLOCATION_FAILURE;
+}
+
+/* The stand-in for a NULL buffer argument (kernel.c): the device ABI has
+ * no null buffer, so such an argument names a small buffer of the
+ * context's own, created on first use. 0 if it cannot be made. */
+uint32_t vgpu_null_buffer(cl_context ctx)
+{
+	if (ctx->null_buffer != 0 || !conn_ok(ctx))
+		return ctx->null_buffer;
+	if (++ctx->next_buffer == 0)
+		++ctx->next_buffer;
+	uint32_t id = ctx->next_buffer;
+	cl_int err = create_device_buffer(ctx, id, 4096, CL_MEM_READ_WRITE);
+	if (err == CL_SUCCESS)
+		ctx->null_buffer = id;
+	return ctx->null_buffer;
+}
+
 cl_mem CL_API_CALL vgpu_clCreateBuffer(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr,
 				       cl_int *errcode_ret)
 {
@@ -95,40 +144,11 @@ cl_mem CL_API_CALL vgpu_clCreateBuffer(cl_context context, cl_mem_flags flags, s
 		++ctx->next_buffer;
 	uint32_t id = ctx->next_buffer;
 
-	struct {
-		struct vgpu_icdp_header h;
-		struct vgpu_icdp_buffer_create b;
-	} *c = calloc(1, sizeof *c);
-	struct _cl_event *ev = c != NULL ? vgpu_event_new(ctx, NULL, 0) : NULL;
-	if (ev == NULL) {
-		free(c);
-		err = CL_OUT_OF_HOST_MEMORY;
-		goto fail;
-	}
-	conn_hdr(ctx, c, VGPU_ICDP_OP_BUFFER_CREATE, sizeof *c);
-	c->b.device = ctx->dev->index;
-	c->b.buffer = id;
-	c->b.size = size;
-	c->b.flags = (flags & CL_MEM_READ_ONLY) ? VGPU_BUFFER_READ_ONLY
-		     : (flags & CL_MEM_WRITE_ONLY) ? VGPU_BUFFER_WRITE_ONLY
-						    : 0;
-	c->b.event = ev->id;
-	ev->msg = (uint8_t *)c;
-	ev->msg_len = sizeof *c;
-	/* Creation is waited for, so that a failure is this call's error and
-	 * no later request names a buffer the daemon does not have. */
-	IREF(ev);
-	vgpu_submit(ev, 0, NULL, 1, NULL);
-	cl_int st = ev->status;
-	PUT(ev);
 	/* A refused create leaves the id live in the daemon until freed
 	 * (docs/icd-protocol.md "Creation failures"); fail frees it. */
 	m->id = id;
-	if (st != CL_COMPLETE) {
-		err = st == CL_OUT_OF_RESOURCES && !conn_ok(ctx) ? CL_OUT_OF_RESOURCES
-								  : CL_MEM_OBJECT_ALLOCATION_FAILURE;
+	if ((err = create_device_buffer(ctx, id, size, flags)) != CL_SUCCESS)
 		goto fail;
-	}
 	if (flags & (CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR)) {
 		struct vgpu_range r;
 		if ((err = arena_alloc(ctx, size, &r)) != CL_SUCCESS)

@@ -963,7 +963,10 @@ static cl_int device_build(cl_program p, const char *icdlog)
 	const uint8_t *out = a + p->built_len + olen;
 	uint64_t cap = LOG_CAP + INFO_CAP;
 	uint64_t loglen = br.log_len < cap ? br.log_len : cap;
-	set_log(p, icdlog, (const char *)out, (size_t)loglen);
+	/* The ICD's lines (headers not found, which a false #if may have
+	 * skipped) only matter when the build failed: applications warn about
+	 * any log of a successful build. */
+	set_log(p, br.status != VGPU_STATUS_OK ? icdlog : NULL, (const char *)out, (size_t)loglen);
 	if (br.status != VGPU_STATUS_OK) {
 		arena_free(ctx, &r);
 		p->status = CL_BUILD_ERROR;
