@@ -46,8 +46,8 @@ type Config struct {
 
 	// Sandbox confines every worker (docs/sandbox.md). Nil: the policy
 	// the OpenCL runtime of this platform needs (sandbox.DefaultPolicy).
-	// Either way the worker's private directory is added to the Write
-	// paths, and limits left zero get the pool's: files up to CacheBytes,
+	// Either way the worker's private directory is its Private one (at
+	// sandbox.PrivateView in its file view), and limits left zero get the pool's: files up to CacheBytes,
 	// private memory up to sandbox.DataLimit of the device's memory.
 	Sandbox *sandbox.Policy
 	// NoSandbox runs workers unconfined: only for tests and benchmarks
@@ -563,7 +563,7 @@ func (p *Pool) command(k key, cacheDir string) (*exec.Cmd, error) {
 	if !p.cfg.NoSandbox {
 		if p.cfg.Sandbox != nil {
 			pol = *p.cfg.Sandbox
-			pol.Write = append(slices.Clone(pol.Write), cacheDir)
+			pol.Private = cacheDir
 		} else {
 			pol = sandbox.DefaultPolicy(cacheDir)
 		}

@@ -14,7 +14,11 @@
 //     worker's environment); PrepareDir hands the worker its private
 //     directory; SetDataLimit moves a running worker's memory limit.
 //   - the worker's half: Enter, called before the worker loads the OpenCL
-//     runtime or serves a request, sets resource limits and no_new_privs,
+//     runtime or serves a request, makes its root a file view that holds
+//     only the policy's paths (where the host allows: a tmpfs of bind
+//     mounts and its own /proc, pivot_root, the host's root detached),
+//     drops the capability it needed for that, sets resource limits and
+//     no_new_privs,
 //     restricts its thread with Landlock (files, network, signals) and a
 //     seccomp allowlist (system calls), and executes the worker again from
 //     that thread, so that the whole new image, every thread it starts and

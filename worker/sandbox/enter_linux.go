@@ -22,9 +22,11 @@ const envConfined = "VGPUD_WORKER_CONFINED"
 // Enter confines this process, a worker, by p, for good, and must run
 // before the worker loads the OpenCL runtime or serves any request.
 //
-// It works in two steps. The first call sets the resource limits and
-// no_new_privs, restricts the calling thread with Landlock (files and
-// network; signals and abstract sockets out of the process) and installs
+// It works in two steps. The first call builds the worker's file view
+// (p.View: its root then holds only p's paths, buildView), drops every
+// capability, sets the resource limits and no_new_privs, restricts the
+// calling thread with Landlock (files and network; signals and abstract
+// sockets out of the process) and installs
 // the seccomp allowlist (on every thread), then executes this program
 // again from that thread; it returns only on error. Everything is
 // inherited across execve and by every thread the new image starts, so
@@ -59,6 +61,17 @@ func Enter(p Policy) (Report, error) {
 			return r, fmt.Errorf("sandbox: parent-death signal: %w", err)
 		}
 	}
+	// The file view needs the capability Apply left the worker in its
+	// own user namespace; nothing after it does.
+	if p.View {
+		if err := buildView(p); err != nil {
+			return r, err
+		}
+		r.View = true
+	}
+	if err := dropCapabilities(); err != nil {
+		return r, err
+	}
 	if err := setLimits(p.Limits); err != nil {
 		return r, err
 	}
@@ -84,6 +97,9 @@ func Enter(p Policy) (Report, error) {
 		return r, fmt.Errorf("sandbox: %w", err)
 	}
 	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, envConfined+"=") })
+	if p.View {
+		env = viewEnv(env, p.Private)
+	}
 	env = append(env, envConfined+"="+string(b))
 	err = unix.Exec(selfExe, os.Args, env)
 	return r, fmt.Errorf("sandbox: execute the confined worker: %w", err)

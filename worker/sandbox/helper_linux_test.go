@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -29,9 +30,11 @@ const (
 	envHelper  = "VGPUD_SANDBOX_TEST_HELPER" // helper mode: modeConfined or modeNamespaces
 	envParent  = "VGPUD_SANDBOX_TEST_PARENT" // the test process's pid
 	envOutside = "VGPUD_SANDBOX_TEST_OUTSIDE"
-	envPort    = "VGPUD_SANDBOX_TEST_PORT"   // a TCP port the test listens on at 127.0.0.1
-	envOpenCL  = "VGPUD_SANDBOX_TEST_OPENCL" // the devices' gpu.Info, as the test process sees them
-	envDevFD   = "VGPUD_SANDBOX_TEST_DEVFD"  // a character device's fd opened by the test process (as privcmd is)
+	envCache   = "VGPUD_SANDBOX_TEST_CACHE"   // "host:" and the worker's private directory's host path
+	envSibling = "VGPUD_SANDBOX_TEST_SIBLING" // another worker's private directory
+	envPort    = "VGPUD_SANDBOX_TEST_PORT"    // a TCP port the test listens on at 127.0.0.1
+	envOpenCL  = "VGPUD_SANDBOX_TEST_OPENCL"  // the devices' gpu.Info, as the test process sees them
+	envDevFD   = "VGPUD_SANDBOX_TEST_DEVFD"   // a character device's fd opened by the test process (as privcmd is)
 
 	// modeConfined enters the sandbox (Enter) and tries what a guest might.
 	modeConfined = "confined"
@@ -195,6 +198,7 @@ func confinedChecks() map[string]func() error {
 	parent, _ := strconv.Atoi(os.Getenv(envParent))
 	outside := os.Getenv(envOutside)
 	cache, _ := os.Getwd()
+	hostCache := strings.TrimPrefix(os.Getenv(envCache), "host:")
 	return map[string]func() error{
 		"read allowed file": func() error { return readFile("/usr/lib/os-release") },
 		"read own status":   func() error { return readFile("/proc/self/status") },
@@ -204,11 +208,11 @@ func confinedChecks() map[string]func() error {
 		"read another worker's cache": func() error {
 			return readFile(filepath.Join(outside, "sibling", "kernel.so"))
 		},
-		"list /":                  func() error { _, err := os.ReadDir("/"); return err },
-		"read parent's environ":   func() error { return readFile(fmt.Sprintf("/proc/%d/environ", parent)) },
-		"read host init's status": func() error { return readFile("/proc/1/status") },
-		"write outside dir":       func() error { return os.WriteFile(filepath.Join(outside, "new"), []byte("x"), 0o644) },
-		"write /tmp":              func() error { return os.WriteFile("/tmp/vgpud-sandbox-escape", []byte("x"), 0o644) },
+		"list /":                 func() error { _, err := os.ReadDir("/"); return err },
+		"read parent's environ":  func() error { return readFile(fmt.Sprintf("/proc/%d/environ", parent)) },
+		"host init out of reach": hostInitOutOfReach,
+		"write outside dir":      func() error { return os.WriteFile(filepath.Join(outside, "new"), []byte("x"), 0o644) },
+		"write /tmp":             func() error { return os.WriteFile("/tmp/vgpud-sandbox-escape", []byte("x"), 0o644) },
 		"write cache": func() error {
 			p := filepath.Join(cache, "sub", "f")
 			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
@@ -294,8 +298,20 @@ func confinedChecks() map[string]func() error {
 			}
 			return unix.Munmap(b)
 		},
-		"limits": checkLimits,
-		"opencl": runKernel,
+		// In the file view, what the policy does not list does not exist.
+		"stat /etc/passwd":                 func() error { return stat("/etc/passwd") },
+		"stat /root":                       func() error { return stat("/root") },
+		"stat /home":                       func() error { return stat("/home") },
+		"stat /run":                        func() error { return stat("/run") },
+		"stat /tmp":                        func() error { return stat("/tmp") },
+		"stat /usr/bin/env":                func() error { return stat("/usr/bin/env") },
+		"stat private dir's parent":        func() error { return stat(filepath.Dir(hostCache)) },
+		"stat private dir's host path":     func() error { return stat(hostCache) },
+		"stat another worker's dir":        func() error { return stat(os.Getenv(envSibling)) },
+		"stat the private dir":             func() error { return stat(cache) },
+		"stat /lib64/ld-linux-x86-64.so.2": func() error { return stat("/lib64/ld-linux-x86-64.so.2") },
+		"limits":                           checkLimits,
+		"opencl":                           runKernel,
 		// A device fd the main process opened and passed (privcmd, for
 		// Xen guest RAM): Landlock checks ioctl on devices at open, so
 		// the request reaches the driver (/dev/null: ENOTTY); seccomp
@@ -365,6 +381,30 @@ func namespaceChecks() map[string]func() error {
 
 func readFile(p string) error { _, err := os.ReadFile(p); return err }
 
+func stat(p string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return &os.PathError{Op: "stat", Path: p, Err: err}
+	}
+	return nil
+}
+
+// hostInitOutOfReach fails if this process can read the host's init's
+// /proc entry. In a worker's own /proc, pid 1 is the worker itself; in
+// the host's, Landlock refuses it.
+func hostInitOutOfReach() error {
+	err := readFile("/proc/1/status")
+	if err != nil {
+		return nil
+	}
+	a, errA := os.Stat("/proc/1")
+	b, errB := os.Stat("/proc/self")
+	if errA == nil && errB == nil && os.SameFile(a, b) {
+		return nil
+	}
+	return errors.New("the host's init is readable")
+}
+
 func socket(domain, typ int) error {
 	fd, err := unix.Socket(domain, typ, 0)
 	if err == nil {
@@ -407,6 +447,15 @@ func checkLimits() error {
 		}
 		if got.Cur != w.cur || got.Max != w.max {
 			return fmt.Errorf("%s limit %d/%d, want %d/%d", name, got.Cur, got.Max, w.cur, w.max)
+		}
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return err
+	}
+	for _, set := range []string{"CapInh", "CapPrm", "CapEff", "CapAmb"} {
+		if !strings.Contains(string(status), "\n"+set+":\t0000000000000000\n") {
+			return fmt.Errorf("capabilities left (%s):\n%s", set, status)
 		}
 	}
 	if d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); err != nil || d != 0 {

@@ -79,6 +79,7 @@ func restrictThread(p Policy, exe string) (int, error) {
 		{p.Read, rightsReadDir, rightsReadFile},
 		{p.ReadExec, rightsExecDir, rightsExecFile},
 		{p.Write, rightsWriteDir, rightsWriteFile},
+		{[]string{p.privatePath()}, rightsWriteDir, rightsWriteFile},
 		{[]string{exe}, rightsExecDir, rightsExecFile},
 	} {
 		for _, path := range set.paths {
@@ -93,10 +94,22 @@ func restrictThread(p Policy, exe string) (int, error) {
 	return abi, nil
 }
 
+// privatePath is where the worker reaches its private directory: in its
+// file view, or at its host path; "" if it has none.
+func (p Policy) privatePath() string {
+	if p.View && p.Private != "" {
+		return PrivateView
+	}
+	return p.Private
+}
+
 // addPathRule grants path (its target, if a symbolic link) dirRights if
 // it is a directory, fileRights otherwise, as far as the ruleset handles
 // them; a path that does not exist is skipped.
 func addPathRule(ruleset int, path string, dirRights, fileRights, handled uint64) error {
+	if path == "" {
+		return nil
+	}
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil

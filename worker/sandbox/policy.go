@@ -44,10 +44,19 @@ const (
 	DataPerCPU = 16 << 20
 )
 
+// PrivateView is where a worker finds its private directory
+// (Policy.Private) in its file view: not at its host path, whose parent
+// (holding other workers' directories) it must not see.
+const PrivateView = "/worker"
+
 // Policy is what a worker process may touch. Paths are files or
 // directories (a directory grants the same on everything beneath it); a
 // path that does not exist on this host is skipped. Symbolic links are
 // followed when the policy is applied: the right lands on their target.
+//
+// Where the host allows (Report.View), the worker's root is a private
+// file view that holds only these paths (and its own /proc): anything
+// else does not exist for it, not even as a name to stat.
 type Policy struct {
 	// Read may be read (files) or listed and read (directories).
 	Read []string `json:"read,omitempty"`
@@ -58,6 +67,15 @@ type Policy struct {
 	// files and directories may be created, renamed and removed. No
 	// device, socket, pipe or symbolic link may be created anywhere.
 	Write []string `json:"write,omitempty"`
+	// Private is the worker's private directory (compiler cache, TMPDIR,
+	// HOME), with Write's rights. In the file view it is at PrivateView:
+	// Enter points the environment variables and the working directory
+	// that name it there.
+	Private string `json:"private,omitempty"`
+	// View makes Enter build the worker's file view. Apply sets it when
+	// the host allows a view (Report.View); anything set before is
+	// overwritten.
+	View bool `json:"view,omitempty"`
 	// Limits are the worker's resource limits.
 	Limits Limits `json:"limits"`
 	// ParentDeath is the signal the worker gets when the thread that
@@ -118,6 +136,9 @@ type Report struct {
 	GID int `json:"gid"`
 	// LandlockABI is the kernel's Landlock ABI version; 0: no Landlock.
 	LandlockABI int `json:"landlock_abi"`
+	// View is whether a worker's root is its private file view (Probe)
+	// or was made so (Enter): only its policy's paths exist for it.
+	View bool `json:"view"`
 	// Seccomp is whether a seccomp filter can be (Probe) or was (Enter)
 	// installed.
 	Seccomp bool `json:"seccomp"`

@@ -10,7 +10,8 @@ import (
 // DefaultPolicy is what a worker running the OpenCL runtime of this
 // platform needs (PoCL 3.1 with LLVM 15 on Debian 12; docs/sandbox.md
 // lists how each path was found), with writeDir, its private directory
-// (compiler cache, temporary files), the only place it may write.
+// (compiler cache, temporary files), the only place it may write besides
+// /dev/null.
 func DefaultPolicy(writeDir string) Policy {
 	return Policy{
 		Read: append([]string{
@@ -50,7 +51,8 @@ func DefaultPolicy(writeDir string) Policy {
 			// kernel opens the ELF interpreter for execution too.
 			"/usr/bin/ld", "/lib64/ld-linux-x86-64.so.2",
 		},
-		Write: []string{writeDir, "/dev/null"},
+		Write:   []string{"/dev/null"},
+		Private: writeDir,
 	}
 }
 

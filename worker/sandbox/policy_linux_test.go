@@ -171,7 +171,8 @@ func TestPolicyTravelsInTheEnvironment(t *testing.T) {
 				t.Fatal(err)
 			}
 			sent := tt.pol
-			sent.ParentDeath = syscall.SIGKILL // Apply took it from SysProcAttr
+			sent.ParentDeath = syscall.SIGKILL        // Apply took it from SysProcAttr
+			sent.View = !sent.Off && probeHost().view // Apply's, from Probe
 			if diff := cmp.Diff(sent, got); diff != "" {
 				t.Errorf("(-sent +received):\n%s", diff)
 			}

@@ -56,8 +56,13 @@ func startHelper(mode string, setup func(*exec.Cmd) error, cache, outside string
 		envHelper + "=" + mode,
 		envParent + "=" + fmt.Sprint(os.Getpid()),
 		envOutside + "=" + outside,
+		// Not a path, or Enter would point it at the view's name.
+		envCache + "=host:" + cache,
 		envPort + "=" + fmt.Sprint(port),
 		"PATH=/usr/bin:/bin", "HOME=" + cache, "TMPDIR=" + cache, "POCL_CACHE_DIR=" + cache,
+	}
+	if sibling, err := os.Readlink(filepath.Join(outside, "sibling")); err == nil {
+		cmd.Env = append(cmd.Env, envSibling+"="+sibling)
 	}
 	if os.Geteuid() == 0 {
 		cmd.Env = append(cmd.Env, envParent+"_ROOT=1")
@@ -187,6 +192,11 @@ func TestConfinedWorker(t *testing.T) {
 	cache, outside, port := testDirs(t)
 	pol := DefaultPolicy(cache)
 	pol.Limits = testLimits
+	// Paths a policy may list that this host lacks: the worker starts
+	// without them, and a link on the way to one (outside/sibling) is not
+	// made in the file view either.
+	pol.Read = append(pol.Read, "/usr/lib/vgpud-absent", "/etc/vgpud-absent/file",
+		filepath.Join(outside, "sibling", "absent"), "/lib64/vgpud-absent")
 	// With CAP_SYS_RESOURCE the test may raise the hard limit; without,
 	// it may only move the soft one below it.
 	newData := uint64(3 << 30)
@@ -207,24 +217,32 @@ func TestConfinedWorker(t *testing.T) {
 
 	const (
 		ok     = ""
-		denied = "permission denied"       // Landlock (EACCES)
-		eperm  = "operation not permitted" // seccomp (EPERM)
+		denied = "permission denied"         // Landlock (EACCES)
+		eperm  = "operation not permitted"   // seccomp (EPERM)
+		noent  = "no such file or directory" // not in the file view
 	)
+	// Outside the policy's paths: absent in the file view, else refused
+	// by Landlock; a path the view hides is a name stat can probe
+	// without it.
+	hidden, statHidden := denied, ok
+	if rep.View {
+		hidden, statHidden = noent, noent
+	}
 	tests := []struct {
 		check string
 		want  string // "" success, else a part of the error
 	}{
 		{"read allowed file", ok},
 		{"read own status", ok},
-		{"read /etc/shadow", denied},
-		{"read /etc/passwd", denied},
-		{"read outside file", denied},
-		{"read another worker's cache", denied},
+		{"read /etc/shadow", hidden},
+		{"read /etc/passwd", hidden},
+		{"read outside file", hidden},
+		{"read another worker's cache", hidden},
 		{"list /", denied},
-		{"read parent's environ", denied},
-		{"read host init's status", denied},
-		{"write outside dir", denied},
-		{"write /tmp", denied},
+		{"read parent's environ", hidden + "|" + denied}, // the host's /proc if the kernel refused a new one
+		{"host init out of reach", ok},
+		{"write outside dir", hidden},
+		{"write /tmp", hidden},
 		{"write cache", ok},
 		{"write over file size limit", "file too large"},
 		{"symlink in cache", eperm},
@@ -247,12 +265,23 @@ func TestConfinedWorker(t *testing.T) {
 		{"io_uring_setup", eperm},
 		{"memfd_create", eperm},
 		{"set data limit", eperm},
-		{"exec /bin/true", denied},
+		{"exec /bin/true", hidden},
 		{"exec the linker", ok},
 		{"map 3 GiB private", "cannot allocate memory"},
 		{"map 3 GiB shared", eperm},
 		{"map a file shared", ok},
-		{"map /dev/zero shared", denied},
+		{"map /dev/zero shared", hidden},
+		{"stat /etc/passwd", statHidden},
+		{"stat /root", statHidden},
+		{"stat /home", statHidden},
+		{"stat /run", statHidden},
+		{"stat /tmp", statHidden},
+		{"stat /usr/bin/env", statHidden},
+		{"stat private dir's parent", statHidden},
+		{"stat private dir's host path", statHidden},
+		{"stat another worker's dir", statHidden},
+		{"stat the private dir", ok},
+		{"stat /lib64/ld-linux-x86-64.so.2", ok},
 		{"limits", ok},
 		{"opencl", ok},
 		{"ioctl TCGETS on a passed device", "inappropriate ioctl"},
@@ -275,7 +304,7 @@ func TestConfinedWorker(t *testing.T) {
 				t.Errorf("failed: %s", got)
 			case tt.want != ok && got == ok:
 				t.Errorf("succeeded, want an error containing %q", tt.want)
-			case tt.want != ok && !strings.Contains(got, tt.want):
+			case tt.want != ok && !slices.ContainsFunc(strings.Split(tt.want, "|"), func(w string) bool { return strings.Contains(got, w) }):
 				t.Errorf("error %q, want one containing %q", got, tt.want)
 			}
 		})
@@ -414,6 +443,12 @@ func TestProbeReportsWhatIsMissing(t *testing.T) {
 	}
 	if rep.LandlockABI == 0 && !slices.ContainsFunc(rep.Weak, func(w string) bool { return strings.HasPrefix(w, "no Landlock") }) {
 		t.Errorf("no Landlock, and the report does not say so: %q", rep.Weak)
+	}
+	if !rep.View && !slices.ContainsFunc(rep.Weak, func(w string) bool { return strings.HasPrefix(w, "no file view") }) {
+		t.Errorf("no file view, and the report does not say so: %q", rep.Weak)
+	}
+	if slices.Contains(rep.Namespaces, "user") && slices.Contains(rep.Namespaces, "mount") && !rep.View {
+		t.Errorf("user and mount namespaces but no file view: %q", rep.Weak)
 	}
 	if !rep.Seccomp && !slices.ContainsFunc(rep.Weak, func(w string) bool { return strings.HasPrefix(w, "no seccomp") }) {
 		t.Errorf("no seccomp, and the report does not say so: %q", rep.Weak)

@@ -8,7 +8,7 @@ import (
 )
 
 // DefaultPolicy is an empty policy: there is no sandbox here.
-func DefaultPolicy(writeDir string) Policy { return Policy{Write: []string{writeDir}} }
+func DefaultPolicy(writeDir string) Policy { return Policy{Private: writeDir} }
 
 // Probe reports that nothing is available.
 func Probe() Report {

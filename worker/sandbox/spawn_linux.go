@@ -20,11 +20,19 @@ import (
 
 // envProbe makes this program exit at once (the package's init): Probe
 // starts it in the namespaces a worker would get, to learn whether the
-// kernel allows them.
+// kernel allows them ("1"), and whether a file view can be built in
+// them ("view": it builds one of nothing, says why it failed on stderr).
 const envProbe = "VGPUD_SANDBOX_PROBE"
 
 func init() {
-	if os.Getenv(envProbe) == "1" {
+	switch os.Getenv(envProbe) {
+	case "1":
+		os.Exit(0)
+	case "view":
+		if err := buildView(Policy{View: true}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 		os.Exit(0)
 	}
 }
@@ -57,6 +65,7 @@ type host struct {
 	root     bool
 	uid, gid int     // the host ids a worker runs as
 	flags    uintptr // the namespaces a worker is started in
+	view     bool    // workers get a file view (Policy.View)
 	report   Report
 }
 
@@ -96,6 +105,7 @@ func newHost() *host {
 		}
 	}
 	h.weakNamespaces()
+	h.view, r.View = h.tryView()
 	if v, err := ll.LandlockGetABIVersion(); err == nil {
 		r.LandlockABI = v
 	}
@@ -147,15 +157,50 @@ func (h *host) tryNamespaces(flags uintptr) error {
 	cmd.Env = []string{envProbe + "=1"}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	h.setAttr(cmd.SysProcAttr, flags)
+	h.setAttr(cmd.SysProcAttr, flags, false)
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("start in namespaces %#x: %w", flags, err)
 	}
 	return nil
 }
 
-// setAttr adds the namespaces of flags and the worker's ids to a.
-func (h *host) setAttr(a *syscall.SysProcAttr, flags uintptr) {
+// viewFlags are the namespaces a file view needs: the capability to mount
+// comes from the worker's own user namespace.
+const viewFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS
+
+// tryView reports whether workers can get a file view here: it starts
+// this program as a worker, which builds one (of nothing). A failure is
+// noted in the report.
+func (h *host) tryView() (bool, bool) {
+	if h.flags&viewFlags != viewFlags {
+		h.report.weak("no file view (it needs user and mount namespaces): workers see the host's whole file tree, the names and metadata of every path (Landlock keeps them from opening or listing what the policy does not grant)")
+		return false, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, selfExe)
+	cmd.Args = []string{"vgpud-sandbox-probe"}
+	cmd.Env = []string{envProbe + "=view"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	h.setAttr(cmd.SysProcAttr, h.flags, true)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		h.report.weak("no file view (%v: %s): workers see the host's whole file tree, the names and metadata of every path (Landlock keeps them from opening or listing what the policy does not grant)",
+			err, strings.TrimSpace(string(out)))
+		return false, false
+	}
+	return true, true
+}
+
+// setAttr adds the namespaces of flags and the worker's ids to a, and,
+// with view, the capability to build its file view: CAP_SYS_ADMIN, in
+// its own user namespace only (flags must hold viewFlags), as an ambient
+// capability, which survives the worker's execve as an unprivileged
+// uid; Enter drops it once the view is built.
+func (h *host) setAttr(a *syscall.SysProcAttr, flags uintptr, view bool) {
+	if view && flags&viewFlags == viewFlags {
+		a.AmbientCaps = append(a.AmbientCaps, unix.CAP_SYS_ADMIN)
+	}
 	a.Cloneflags |= flags
 	if flags&unix.CLONE_NEWUSER != 0 {
 		// The worker's id is the same inside and out: a non-zero uid
@@ -231,6 +276,7 @@ func (p Policy) Apply(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr != nil {
 		p.ParentDeath = cmd.SysProcAttr.Pdeathsig
 	}
+	p.View = !p.Off && probeHost().view
 	kv, err := p.env()
 	if err != nil {
 		return err
@@ -247,7 +293,7 @@ func (p Policy) Apply(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	h.setAttr(cmd.SysProcAttr, h.flags)
+	h.setAttr(cmd.SysProcAttr, h.flags, h.view)
 	if isSelf(cmd.Path) {
 		cmd.Path = selfExe
 	}
