@@ -95,7 +95,7 @@ demo: build guest
 
 # Every benchmark table (bench/README.md); each compares against a baseline
 # measured in the same run.
-bench: build guest
+bench: build guest guest-apps icd
 	$(GO) run ./bench/datapath
 	$(GO) run ./bench/sched
 	$(GO) run ./bench/reuse
@@ -103,6 +103,7 @@ bench: build guest
 	$(GO) run ./bench/isolation
 	$(GO) run ./bench/migrate
 	$(GO) run ./bench/restart
+	$(GO) run ./bench/apps
 	$(GO) run ./bench/placement -eval bench/interference/testdata/pocl-pthread-rerun.json
 
 # The interference placement model's training data: every workload type

@@ -1,0 +1,507 @@
+// Command apps measures unmodified OpenCL applications through the guest
+// ICD (issue 11, docs/icd.md) against baselines measured in the same run:
+//
+//   - job: the data-path benchmark's matmul job (package guestagent/job)
+//     as an ordinary OpenCL program (bench/apps/cljob/cljob.c, linked
+//     against the ICD loader), run on the host's PoCL directly and in a
+//     TCG guest through the vgpud ICD and vgpu-icdd, and the same job
+//     through the Go driver library (vgpu-bench) in the same guest image
+//     and VM configuration. Goal: the ICD path within 1.1x of the Go
+//     driver path.
+//   - pyopencl: pyopencl's own benchmark module
+//     (pyopencl.characterize.performance: command latency, empty kernel,
+//     float32 add rate, host-to-device and device-to-host bandwidth) run
+//     by /usr/bin/python3 on the host's PoCL and in the guest through the
+//     ICD. The host row needs Debian's python3-pyopencl on the host; it is
+//     left out (and said so) when it is missing.
+//
+// Every guest boots the userland disk (make guest-apps) with one vGPU of
+// -profile; the host rows use the same PoCL device vgpud serves (-device).
+// TCG inflates the guest's own CPU work (Python, the ICD, the copies into
+// DMA memory), so guest/host ratios are reported as measured, not as the
+// cost of the ICD alone; the ICD/Go-driver ratio compares two guests.
+//
+//	go run ./bench/apps [-sections job,pyopencl] [-n 512] [-reps 10] [-runs 3]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vgpud/vgpud/bench/host"
+	"github.com/vgpud/vgpud/bench/table"
+	"github.com/vgpud/vgpud/guestagent/image"
+	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/guestagent/job"
+	"github.com/vgpud/vgpud/guestagent/suite"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+)
+
+const (
+	sectionJob      = "job"
+	sectionPyopencl = "pyopencl"
+	icddPkg         = "github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd"
+	benchPkg        = "github.com/vgpud/vgpud/guestagent/cmd/vgpu-bench"
+	hostPython      = "/usr/bin/python3"
+)
+
+var allSections = []string{sectionJob, sectionPyopencl}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "apps:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	sections []string
+	job      job.Spec
+	runs     int
+	profile  string
+	device   string
+	icd      string // the guest ICD (make icd)
+	timeout  time.Duration
+	serial   io.Writer
+}
+
+func parseFlags(args []string, out io.Writer) (config, error) {
+	fs := flag.NewFlagSet("apps", flag.ContinueOnError)
+	fs.SetOutput(out)
+	sections := fs.String("sections", strings.Join(allSections, ","), "tables to print: "+strings.Join(allSections, ","))
+	d := job.Default()
+	var c config
+	fs.IntVar(&c.job.N, "n", d.N, "matrix side of the job")
+	fs.IntVar(&c.job.Reps, "reps", d.Reps, "matmuls per run of the job")
+	fs.IntVar(&c.job.Local, "local", d.Local, "work-group side of the job")
+	fs.Uint64Var(&c.job.Seed, "seed", d.Seed, "input seed of the job")
+	fs.IntVar(&c.runs, "runs", 3, "runs of the job per path; the median is shown")
+	fs.StringVar(&c.profile, "profile", "vgpu-medium", "vGPU profile of the guests")
+	fs.StringVar(&c.device, "device", os.Getenv("VGPUD_TEST_DEVICE"), "OpenCL device (gpu.Open selector; empty: the first)")
+	fs.StringVar(&c.icd, "icd", "build/icd/libvgpud-icd.so", "the guest ICD (make icd)")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "bound on each guest boot")
+	serial := fs.Bool("serial", false, "copy the guests' consoles to stderr")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	var err error
+	if c.sections, err = table.ParseSections(*sections, allSections); err != nil {
+		return c, err
+	}
+	if err := c.job.Validate(); err != nil {
+		return c, err
+	}
+	if c.runs < 1 || c.runs > 100 {
+		return c, fmt.Errorf("-runs %d: want 1..100", c.runs)
+	}
+	if *serial {
+		c.serial = os.Stderr
+	}
+	return c, nil
+}
+
+func (c config) has(s string) bool { return slices.Contains(c.sections, s) }
+
+type bench struct {
+	cfg  config
+	h    *host.Host
+	apps imagetest.Apps
+	dir  string // job data, binaries, initramfs files
+	icd  string // absolute path of the ICD
+	pocl string // a vendors directory holding only PoCL's .icd
+	// cljob is the job program built on the host; it runs on the host and,
+	// unchanged, in the guest (the guest userland is the same Debian).
+	cljob string
+	jobs  string // the job's data directory
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
+	cfg, err := parseFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	apps, err := imagetest.FindApps()
+	if err != nil {
+		return err
+	}
+	icd, err := filepath.Abs(cfg.icd)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(icd); err != nil {
+		return fmt.Errorf("guest ICD: %w (run make icd)", err)
+	}
+	h, err := host.Start(cfg.device, "vgpud-apps-")
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, h.Close()) }()
+	b := &bench{cfg: cfg, h: h, apps: apps, dir: h.Dir, icd: icd}
+	if err := b.prepare(ctx); err != nil {
+		return err
+	}
+	info := h.Dev.Info()
+	fmt.Fprintf(stdout, "vgpud application benchmark (issue 11), %s, %s, %d host CPUs\n", time.Now().UTC().Format(time.RFC3339), runtime.Version(), runtime.NumCPU())
+	fmt.Fprintf(stdout, "  device: %s (%d compute units); guests: TCG, profile %s, Debian userland disk, kernel %s\n\n", info.Name, info.ComputeUnits, cfg.profile, apps.Release)
+
+	if cfg.has(sectionJob) {
+		t, err := b.jobTable(ctx)
+		if err != nil {
+			return fmt.Errorf("job: %w", err)
+		}
+		t.Print(stdout)
+		fmt.Fprintln(stdout)
+	}
+	if cfg.has(sectionPyopencl) {
+		t, err := b.pyopenclTable(ctx)
+		if err != nil {
+			return fmt.Errorf("pyopencl: %w", err)
+		}
+		t.Print(stdout)
+	}
+	return nil
+}
+
+// prepare builds cljob, writes the job's data and the PoCL-only vendors
+// directory.
+func (b *bench) prepare(ctx context.Context) error {
+	src, err := filepath.Abs("bench/apps/cljob/cljob.c")
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(src); err != nil {
+		return fmt.Errorf("%w (run from the repository root)", err)
+	}
+	b.cljob = filepath.Join(b.dir, "cljob")
+	cmd := exec.CommandContext(ctx, "gcc", "-std=c11", "-O2", "-Wall", "-Werror", "-o", b.cljob, src, "-lOpenCL", "-lm")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("gcc cljob: %v\n%s", err, out)
+	}
+	b.jobs = filepath.Join(b.dir, "jobdata")
+	if err := os.Mkdir(b.jobs, 0o755); err != nil {
+		return err
+	}
+	in := job.MakeInputs(b.cfg.job)
+	for name, data := range map[string][]byte{
+		"job.cl": []byte(job.Source), "opts": []byte(job.BuildOptions),
+		"a0.f32": suite.Bytes(in.As[0]), "a1.f32": suite.Bytes(in.As[1]), "b.f32": suite.Bytes(in.B),
+	} {
+		if err := os.WriteFile(filepath.Join(b.jobs, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	b.pocl = filepath.Join(b.dir, "pocl-vendors")
+	if err := os.Mkdir(b.pocl, 0o755); err != nil {
+		return err
+	}
+	icd, err := os.ReadFile("/etc/OpenCL/vendors/pocl.icd")
+	if err != nil {
+		return fmt.Errorf("host PoCL: %w (install pocl-opencl-icd)", err)
+	}
+	return os.WriteFile(filepath.Join(b.pocl, "pocl.icd"), icd, 0o644)
+}
+
+// hostEnv is the environment of a program run on the host's PoCL: only
+// PoCL's ICD, and the PoCL device vgpud serves.
+func (b *bench) hostEnv() []string {
+	env := append(os.Environ(), "OCL_ICD_VENDORS="+b.pocl)
+	if d := pocldevice(b.h.Dev.Info().Name); d != "" {
+		env = append(env, "POCL_DEVICES="+d)
+	}
+	return env
+}
+
+// pocldevice is the POCL_DEVICES value of a PoCL device name
+// ("pthread-..." -> "pthread"), or "" for another platform.
+func pocldevice(name string) string {
+	for _, d := range []string{"pthread", "basic"} {
+		if strings.HasPrefix(name, d+"-") {
+			return d
+		}
+	}
+	return ""
+}
+
+// guest boots the userland disk with one new vGPU instance, the files
+// given under /bin (the userland's /vgpu/bin), vgpu-icdd and the ICD when
+// icd is set, running prog with args; it returns the console.
+func (b *bench) guest(ctx context.Context, icd bool, files []image.File, progs []string, prog string, args ...string) (_ []string, err error) {
+	inst, err := b.h.Mgr.Create(mdev.CreateRequest{Profile: b.cfg.profile})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, b.h.Mgr.Destroy(inst.UUID())) }()
+	if icd {
+		files = append(files, image.File{Src: b.icd, Dst: "/lib/vgpud/libvgpud-icd.so", Mode: 0o755})
+		progs = append(progs, icddPkg)
+	}
+	dir, err := os.MkdirTemp(b.dir, "guest")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	initrd, err := imagetest.BuildAppsInitramfs(ctx, dir, b.apps, files, progs...)
+	if err != nil {
+		return nil, err
+	}
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.File()
+	c.Close()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
+	defer cancel()
+	vm, err := qemuvm.Start(ctx, qemuvm.Config{
+		Kernel: b.apps.Vmlinuz, Initrd: initrd, Disk: b.apps.Disk, MemMiB: 2048,
+		Append:    "vgpu.run=" + imagetest.AppsProgram + " vgpu.args=" + strings.Join(append([]string{prog}, args...), ","),
+		Devices:   []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
+		SerialLog: b.cfg.serial,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer vm.Kill()
+	f.Close()
+	exit, err := vm.WaitLine(ctx, "VGPU-INIT exit=")
+	if err != nil {
+		return vm.Lines(), fmt.Errorf("guest %s: %w\n%s", prog, err, strings.Join(vm.Lines(), "\n"))
+	}
+	if exit != "VGPU-INIT exit=0" {
+		return vm.Lines(), fmt.Errorf("guest %s: %s\n%s", prog, exit, strings.Join(vm.Lines(), "\n"))
+	}
+	return vm.Lines(), vm.Wait()
+}
+
+// results decodes the JSON after marker on each line.
+func results[T any](lines []string, marker string) ([]T, error) {
+	var out []T
+	for _, l := range lines {
+		rest, ok := strings.CutPrefix(l, marker)
+		if !ok {
+			continue
+		}
+		var v T
+		if err := json.Unmarshal([]byte(rest), &v); err != nil {
+			return nil, fmt.Errorf("decode %q: %w", l, err)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no %q line", marker)
+	}
+	return out, nil
+}
+
+func (b *bench) jobArgs() []string {
+	s := b.cfg.job
+	return []string{strconv.Itoa(s.N), strconv.Itoa(s.Reps), strconv.Itoa(s.Local), strconv.Itoa(b.cfg.runs)}
+}
+
+// jobFiles puts cljob and the job's data in the guest's /vgpu/bin.
+func (b *bench) jobFiles() []image.File {
+	files := []image.File{{Src: b.cljob, Dst: image.BinDir + "/cljob", Mode: 0o755}}
+	for _, n := range []string{"job.cl", "opts", "a0.f32", "a1.f32", "b.f32"} {
+		files = append(files, image.File{Src: filepath.Join(b.jobs, n), Dst: image.BinDir + "/jobdata/" + n, Mode: 0o644})
+	}
+	return files
+}
+
+func (b *bench) checkRuns(name string, runs []job.Result) error {
+	s := b.cfg.job
+	if len(runs) != b.cfg.runs {
+		return fmt.Errorf("%s: %d runs, want %d", name, len(runs), b.cfg.runs)
+	}
+	for _, r := range runs {
+		if r.N != s.N || r.Reps != s.Reps || r.Checked != job.Checks || r.TotalNS <= 0 {
+			return fmt.Errorf("%s: result %+v: want n %d, %d iterations, %d checked", name, r, s.N, s.Reps, job.Checks)
+		}
+	}
+	return nil
+}
+
+func (b *bench) jobTable(ctx context.Context) (*table.Table, error) {
+	s := b.cfg.job
+	// Host: cljob on PoCL directly.
+	cmd := exec.CommandContext(ctx, b.cljob, append([]string{b.jobs}, b.jobArgs()...)...)
+	cmd.Env = b.hostEnv()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("host cljob: %v\n%s", err, stderr.String())
+	}
+	hostRuns, err := results[job.Result](strings.Split(string(out), "\n"), "CLJOB ")
+	if err != nil {
+		return nil, fmt.Errorf("host cljob: %w", err)
+	}
+	// Guest, through the ICD.
+	lines, err := b.guest(ctx, true, b.jobFiles(), nil, imagetest.AppsBinDir+"/cljob", append([]string{imagetest.AppsBinDir + "/jobdata"}, b.jobArgs()...)...)
+	if err != nil {
+		return nil, fmt.Errorf("guest ICD: %w", err)
+	}
+	icdRuns, err := results[job.Result](lines, "CLJOB ")
+	if err != nil {
+		return nil, fmt.Errorf("guest ICD: %w\n%s", err, strings.Join(lines, "\n"))
+	}
+	// Guest, through the Go driver library (no vgpu-icdd: vgpu-bench owns
+	// the vGPU).
+	lines, err = b.guest(ctx, false, nil, []string{benchPkg}, imagetest.AppsBinDir+"/vgpu-bench",
+		"-n", strconv.Itoa(s.N), "-reps", strconv.Itoa(s.Reps), "-local", strconv.Itoa(s.Local),
+		"-seed", strconv.FormatUint(s.Seed, 10), "-runs", strconv.Itoa(b.cfg.runs))
+	if err != nil {
+		return nil, fmt.Errorf("guest Go driver: %w", err)
+	}
+	goRuns, err := results[job.Result](lines, "VGPU-BENCH ")
+	if err != nil {
+		return nil, fmt.Errorf("guest Go driver: %w\n%s", err, strings.Join(lines, "\n"))
+	}
+	for name, runs := range map[string][]job.Result{"host": hostRuns, "guest ICD": icdRuns, "guest Go driver": goRuns} {
+		if err := b.checkRuns(name, runs); err != nil {
+			return nil, err
+		}
+	}
+	goDrv, hostR := median(goRuns), median(hostRuns)
+	t := &table.Table{
+		Title: fmt.Sprintf("The matmul job, %d x %d float x %d (upload A, multiply, download C each), the same work on three paths; median of %d runs",
+			s.N, s.N, s.Reps, b.cfg.runs),
+		Header: []string{"path", "per matmul (ms)", "kernel (ms)", "setup (ms)", "vs Go driver", "vs host PoCL"},
+	}
+	row := func(name string, runs []job.Result) {
+		r := median(runs)
+		kernel := "-"
+		if r.KernelLaunches > 0 {
+			kernel = ms(time.Duration(r.KernelNS / int64(r.KernelLaunches)))
+		}
+		t.Add(name, ms(r.PerMatMul()), kernel, ms(time.Duration(r.SetupNS)),
+			ratio(float64(r.TotalNS), float64(goDrv.TotalNS)), ratio(float64(r.TotalNS), float64(hostR.TotalNS)))
+	}
+	row("host: cljob on PoCL directly", hostRuns)
+	row("guest: vgpu-bench, Go driver library", goRuns)
+	row("guest: cljob through the ICD + vgpu-icdd", icdRuns)
+	t.Note("cljob (bench/apps/cljob) is an ordinary OpenCL 1.2 program, the same binary on the host and in the guest; vgpu-bench is the Go driver path of bench/datapath.")
+	t.Note("Goal: the ICD path within 1.1x of the Go driver path. Both guests: same image, profile and VM size, separate boots.")
+	return t, nil
+}
+
+func median(runs []job.Result) job.Result {
+	s := slices.Clone(runs)
+	slices.SortFunc(s, func(a, b job.Result) int { return int(a.TotalNS - b.TotalNS) })
+	return s[(len(s)-1)/2]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
+
+func ratio(x, base float64) string {
+	if base <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", x/base)
+}
+
+// pyperf runs pyopencl's own benchmark module on the first platform and
+// prints one JSON line.
+const pyperf = `import json, sys
+import pyopencl as cl
+import pyopencl.characterize.performance as perf
+plat = cl.get_platforms()[0]
+ctx = cl.Context([plat.get_devices()[0]])
+q = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+_, latency = perf.get_profiling_overhead(ctx)
+r = {"platform": plat.name, "latency_s": latency, "empty_kernel_s": perf.get_empty_kernel_time(q),
+     "add_gops": perf.get_add_rate(q) / 1e9,
+     "h2d_latency_s": perf.transfer_latency(q, perf.HostToDeviceTransfer),
+     "h2d_gbs": perf.transfer_bandwidth(q, perf.HostToDeviceTransfer, 1 << 22) / 1e9,
+     "d2h_gbs": perf.transfer_bandwidth(q, perf.DeviceToHostTransfer, 1 << 22) / 1e9}
+print("PYPERF " + json.dumps(r))
+`
+
+type pyResult struct {
+	Platform     string  `json:"platform"`
+	Latency      float64 `json:"latency_s"`
+	EmptyKernel  float64 `json:"empty_kernel_s"`
+	AddGOps      float64 `json:"add_gops"`
+	H2DLatency   float64 `json:"h2d_latency_s"`
+	H2DBandwidth float64 `json:"h2d_gbs"`
+	D2HBandwidth float64 `json:"d2h_gbs"`
+}
+
+func (b *bench) pyopenclTable(ctx context.Context) (*table.Table, error) {
+	script := filepath.Join(b.dir, "pyperf.py")
+	if err := os.WriteFile(script, []byte(pyperf), 0o644); err != nil {
+		return nil, err
+	}
+	t := &table.Table{
+		Title:  "pyopencl.characterize.performance (pyopencl's own benchmark module), host PoCL vs guest through the ICD",
+		Header: []string{"path", "command latency (us)", "empty kernel (us)", "float32 add (GOps/s)", "H2D latency (us)", "H2D 4 MiB (GB/s)", "D2H 4 MiB (GB/s)"},
+	}
+	add := func(name string, r pyResult) {
+		us := func(s float64) string { return fmt.Sprintf("%.0f", s*1e6) }
+		t.Add(name, us(r.Latency), us(r.EmptyKernel), fmt.Sprintf("%.2f", r.AddGOps), us(r.H2DLatency),
+			fmt.Sprintf("%.3f", r.H2DBandwidth), fmt.Sprintf("%.3f", r.D2HBandwidth))
+	}
+	var hostR *pyResult
+	cmd := exec.CommandContext(ctx, hostPython, script)
+	cmd.Env = b.hostEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Note("host row left out: %s %s: %v (install python3-pyopencl for it)", hostPython, filepath.Base(script), firstLine(string(out)))
+	} else {
+		rs, err := results[pyResult](strings.Split(string(out), "\n"), "PYPERF ")
+		if err != nil {
+			return nil, fmt.Errorf("host: %w", err)
+		}
+		hostR = &rs[0]
+		add("host: PoCL directly", *hostR)
+	}
+	lines, err := b.guest(ctx, true, []image.File{{Src: script, Dst: image.BinDir + "/pyperf.py", Mode: 0o644}}, nil,
+		"/usr/bin/python3", imagetest.AppsBinDir+"/pyperf.py")
+	if err != nil {
+		return nil, fmt.Errorf("guest: %w", err)
+	}
+	rs, err := results[pyResult](lines, "PYPERF ")
+	if err != nil {
+		return nil, fmt.Errorf("guest: %w\n%s", err, strings.Join(lines, "\n"))
+	}
+	if rs[0].Platform != "vgpud" {
+		return nil, fmt.Errorf("guest ran on platform %q, not the vgpud ICD", rs[0].Platform)
+	}
+	add("guest: through the ICD (TCG)", rs[0])
+	if hostR != nil {
+		g := rs[0]
+		t.Add("guest / host", ratio(g.Latency, hostR.Latency), ratio(g.EmptyKernel, hostR.EmptyKernel),
+			ratio(g.AddGOps, hostR.AddGOps), ratio(g.H2DLatency, hostR.H2DLatency),
+			ratio(g.H2DBandwidth, hostR.H2DBandwidth), ratio(g.D2HBandwidth, hostR.D2HBandwidth))
+	}
+	t.Note("Latencies in the guest include TCG's slowdown of Python and of the guest's copies; the kernel and the device are the host's in both rows.")
+	return t, nil
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
