@@ -24,6 +24,7 @@ const (
 	OpProgramInfo  Opcode = 9  // ABI 1.4
 	OpBufferCopy   Opcode = 10 // ABI 1.4
 	OpBufferFill   Opcode = 11 // ABI 1.4
+	OpDeviceInfo   Opcode = 12 // ABI 1.4
 )
 
 var opcodeNames = [...]string{
@@ -39,6 +40,7 @@ var opcodeNames = [...]string{
 	OpProgramInfo:  "program-info",
 	OpBufferCopy:   "buffer-copy",
 	OpBufferFill:   "buffer-fill",
+	OpDeviceInfo:   "device-info",
 }
 
 // NumOpcodes is one more than the largest defined opcode.
@@ -151,6 +153,8 @@ func DecodePayload(c *Command) (Payload, error) {
 		p = &BufferCopy{}
 	case OpBufferFill:
 		p = &BufferFill{}
+	case OpDeviceInfo:
+		p = &DeviceInfoQuery{}
 	default:
 		return nil, Errorf(StatusInvalidOpcode, "opcode %d", uint16(c.Opcode))
 	}

@@ -7,7 +7,8 @@ func FuzzDecodeCommand(f *testing.F) {
 		&ProgramBuild{Handle: 1, SrcCount: 1, SrcLen: 5}, &Launch{Program: 1, DescLen: LaunchHeaderSize}, &Fence{Addr: 8, Value: 1},
 		&ProgramInfoQuery{Handle: 1, SGCount: 1, Length: 4096, SGAddr: 16},
 		&BufferCopy{Src: 1, Dst: 1, SrcOffset: 0, DstOffset: 8, Length: 8},
-		&BufferFill{Handle: 1, PatternLen: 4, Offset: 4, Length: 8, PatternAddr: 0xffc}} {
+		&BufferFill{Handle: 1, PatternLen: 4, Offset: 4, Length: 8, PatternAddr: 0xffc},
+		&DeviceInfoQuery{SGCount: 1, Length: 4096, SGAddr: 16}} {
 		c := NewCommand(p, 0, 1)
 		var b [CommandSize]byte
 		c.Marshal(b[:])
@@ -100,6 +101,33 @@ func FuzzProgramInfo(f *testing.F) {
 			t.Fatalf("Marshal of decoded blob: %v", err)
 		}
 		if uint64(len(b2)) != p.Size() || string(b2) != string(b[:len(b2)]) {
+			t.Fatalf("decode -> marshal differs:\n% x\n% x", b[:min(len(b), len(b2))], b2)
+		}
+	})
+}
+
+func FuzzDeviceInfo(f *testing.F) {
+	d := testDeviceInfo()
+	b, _ := d.Marshal()
+	f.Add(b)
+	f.Add(b[:DeviceInfoFixedSize])
+	empty := DeviceInfo{}
+	eb, _ := empty.Marshal()
+	f.Add(eb)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := UnmarshalDeviceInfo(b)
+		if err != nil {
+			if d.Extensions != nil {
+				t.Fatalf("UnmarshalDeviceInfo error %v with extensions %q", err, d.Extensions)
+			}
+			return
+		}
+		// A decoded blob re-encodes to exactly the bytes it was read from.
+		b2, err := d.Marshal()
+		if err != nil {
+			t.Fatalf("Marshal of decoded blob: %v", err)
+		}
+		if uint64(len(b2)) != d.Size() || string(b2) != string(b[:len(b2)]) {
 			t.Fatalf("decode -> marshal differs:\n% x\n% x", b[:min(len(b), len(b2))], b2)
 		}
 	})

@@ -136,4 +136,10 @@ const (
 	KernelNameLen    = 64
 	MaxSGEntries     = 1 << 20 // entries in one scatter-gather list, chains included
 	MaxFillPattern   = 128     // buffer-fill pattern bytes (1.4)
+	// MaxLaunchParamBytes is the most kernel-parameter bytes one launch
+	// descriptor carries: 15 scalars by offset fill the 3952 bytes after
+	// the header with their entries (15 × 16) and 3712 bytes of data;
+	// any other mix carries less. The device-information blob's
+	// max_parameter_size is at most this (1.4).
+	MaxLaunchParamBytes = 3712
 )

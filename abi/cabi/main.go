@@ -316,6 +316,10 @@ func wireTypes() []wireType {
 		{"vgpu_arg_info", "an argument record of the program-information blob.",
 			reflect.TypeFor[abi.ArgInfoRecord](), abi.ArgInfoSize,
 			record(abi.ArgInfoSize, (*abi.ArgInfoRecord).Marshal)},
+		{"vgpu_cmd_device_info", "the payload of device-info (1.4).", reflect.TypeFor[abi.DeviceInfoQuery](), n, payload},
+		{"vgpu_device_info", "the fixed part of the device-information blob (docs/ABI.md \"Device-information blob\", 1.4); extensions_len bytes of extension list follow it.",
+			reflect.TypeFor[abi.DeviceInfoRecord](), abi.DeviceInfoFixedSize,
+			record(abi.DeviceInfoFixedSize, (*abi.DeviceInfoRecord).Marshal)},
 	}
 }
 

@@ -6,8 +6,8 @@ import (
 	"github.com/vgpud/vgpud/abi"
 )
 
-// ABI 1.4 commands: program-info, buffer-copy and buffer-fill (docs/ABI.md
-// "program-info", "buffer-copy", "buffer-fill"). Each method fails with
+// ABI 1.4 commands: program-info, buffer-copy, buffer-fill and device-info
+// (docs/ABI.md "program-info", "buffer-copy", "buffer-fill", "device-info"). Each method fails with
 // ErrUnsupported, submitting nothing, on a device whose ABI minor version is
 // below 4.
 
@@ -66,6 +66,16 @@ func (d *Device) ProgramInfo(p Program) (abi.ProgramInfo, error) {
 // programInfoOnce runs one program-info command with room bytes of staging
 // pages. It returns the blob when it fitted, else nil and its size.
 func (d *Device) programInfoOnce(p Program, room uint64) ([]byte, uint64, error) {
+	return d.blobQuery(room, abi.ProgramInfoHeaderSize, func(count uint32, sgAddr uint64) abi.Payload {
+		return &abi.ProgramInfoQuery{Handle: p.Handle, SGCount: count, Length: room, SGAddr: sgAddr}
+	})
+}
+
+// blobQuery runs one command that writes a blob of at least minSize bytes
+// through a scatter-gather list of room bytes of staging pages and reports
+// its size as detail (program-info, device-info); query makes the payload
+// from the list. It returns the blob when it fitted, else nil and its size.
+func (d *Device) blobQuery(room, minSize uint64, query func(sgCount uint32, sgAddr uint64) abi.Payload) ([]byte, uint64, error) {
 	np := int(room / abi.PageSize)
 	nt := tablesFor(np)
 	if np+nt > d.poolSize {
@@ -84,7 +94,7 @@ func (d *Device) programInfoOnce(p Program, room uint64) ([]byte, uint64, error)
 	d.free = append(d.free, tables[len(used):]...)
 	var blob []byte
 	e := entry{sync: true, pages: ps[:np+len(used)], onDone: func(c abi.Completion) {
-		if c.Status != abi.StatusOK || c.Detail > room || c.Detail < abi.ProgramInfoHeaderSize {
+		if c.Status != abi.StatusOK || c.Detail > room || c.Detail < minSize {
 			return
 		}
 		blob = make([]byte, 0, c.Detail)
@@ -92,8 +102,7 @@ func (d *Device) programInfoOnce(p Program, room uint64) ([]byte, uint64, error)
 			blob = append(blob, pg.buf[:min(uint64(len(pg.buf)), c.Detail-uint64(len(blob)))]...)
 		}
 	}}
-	q := &abi.ProgramInfoQuery{Handle: p.Handle, SGCount: count, Length: room, SGAddr: sgAddr}
-	idx, err := d.submit(abi.NewCommand(q, 0, d.next), e)
+	idx, err := d.submit(abi.NewCommand(query(count, sgAddr), 0, d.next), e)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -103,12 +112,46 @@ func (d *Device) programInfoOnce(p Program, room uint64) ([]byte, uint64, error)
 		return nil, 0, err
 	}
 	switch {
-	case rec.Detail < abi.ProgramInfoHeaderSize:
+	case rec.Detail < minSize:
 		return nil, 0, fmt.Errorf("device reported a blob of %d bytes: %w", rec.Detail, ErrProtocol)
 	case rec.Detail <= room:
 		return blob, rec.Detail, nil
 	}
 	return nil, rec.Detail, nil
+}
+
+// DeviceInfo returns the OpenCL device properties of the vGPU (the
+// device-info command), waiting for every earlier command. The blob
+// always fits the one page of room it offers. The values may change
+// across a live migration to another device model: ask again after one
+// (docs/ABI.md "device-info").
+func (d *Device) DeviceInfo() (abi.DeviceInfo, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.check(); err != nil {
+		return abi.DeviceInfo{}, err
+	}
+	if err := d.needMinor("device info", minorABI14); err != nil {
+		return abi.DeviceInfo{}, err
+	}
+	const room = abi.MaxDeviceInfoLen
+	blob, size, err := d.blobQuery(room, abi.DeviceInfoFixedSize, func(count uint32, sgAddr uint64) abi.Payload {
+		return &abi.DeviceInfoQuery{SGCount: count, Length: room, SGAddr: sgAddr}
+	})
+	switch {
+	case err != nil:
+		return abi.DeviceInfo{}, fmt.Errorf("device info: %w", err)
+	case blob == nil:
+		return abi.DeviceInfo{}, fmt.Errorf("device info: device reported a blob of %d bytes, over %d: %w", size, room, ErrProtocol)
+	}
+	info, err := abi.UnmarshalDeviceInfo(blob)
+	if err != nil {
+		return abi.DeviceInfo{}, fmt.Errorf("device info: device wrote a bad blob: %v: %w", err, ErrProtocol)
+	}
+	if uint64(len(blob)) != info.Size() {
+		return abi.DeviceInfo{}, fmt.Errorf("device info: device reported %d bytes for a blob of %d: %w", len(blob), info.Size(), ErrProtocol)
+	}
+	return info, nil
 }
 
 // submitOwned submits c with done, when not nil, owning its status

@@ -226,8 +226,10 @@ func TestABI14Unsupported(t *testing.T) {
 	a, _ := d.CreateBuffer(64)
 	b, _ := d.CreateBuffer(64)
 	_, err1 := d.ProgramInfo(p)
+	_, err2 := d.DeviceInfo()
 	for name, err := range map[string]error{
 		"ProgramInfo": err1,
+		"DeviceInfo":  err2,
 		"CopyBuffer":  d.CopyBuffer(a, b, 0, 0, 8, nil),
 		"FillBuffer":  d.FillBuffer(a, 0, 8, []byte{1}, nil),
 	} {
@@ -240,5 +242,39 @@ func TestABI14Unsupported(t *testing.T) {
 	d.RingDoorbell(d.Tail())
 	if rec, err := d.WaitIndex(idx); err != nil || rec.Status != abi.StatusInvalidOpcode {
 		t.Errorf("raw buffer-fill on abi 1.3 = %+v, %v", rec, err)
+	}
+}
+
+func TestDeviceInfo(t *testing.T) {
+	d, _ := open(t, drivertest.Config{MaxWorkGroup: 128}, driver.Options{})
+	got, err := d.DeviceInfo()
+	if err != nil {
+		t.Fatalf("DeviceInfo() = %v", err)
+	}
+	want := drivertest.FakeDeviceInfo()
+	want.MaxWorkItemSizes = [3]uint64{128, 128, 64} // clamped to MaxWorkGroup
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("DeviceInfo() (-want +got):\n%s", diff)
+	}
+	// The blob is read through the ring like any command: a buffer write
+	// queued before it is not lost.
+	b, _ := d.CreateBuffer(8)
+	if err := d.Write(b, 0, []byte{1, 2, 3, 4, 5, 6, 7, 8}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DeviceInfo(); err != nil {
+		t.Fatalf("second DeviceInfo() = %v", err)
+	}
+	out := make([]byte, 8)
+	if err := d.Read(b, 0, out); err != nil || out[7] != 8 {
+		t.Errorf("Read after DeviceInfo = %v, %v", out, err)
+	}
+	// A device without extensions and with the largest extension list.
+	for _, info := range []abi.DeviceInfo{{}, {Extensions: []string{strings.Repeat("x", abi.MaxDeviceInfoLen-abi.DeviceInfoFixedSize)}}} {
+		d, _ := open(t, drivertest.Config{DeviceInfo: &info}, driver.Options{})
+		got, err := d.DeviceInfo()
+		if err != nil || !cmp.Equal(info, got) {
+			t.Errorf("DeviceInfo() of %d bytes = %+v, %v", info.Size(), got, err)
+		}
 	}
 }

@@ -30,8 +30,9 @@
 #define VGPU_OP_PROGRAM_INFO                 9 /* abi.OpProgramInfo */
 #define VGPU_OP_BUFFER_COPY                  10 /* abi.OpBufferCopy */
 #define VGPU_OP_BUFFER_FILL                  11 /* abi.OpBufferFill */
+#define VGPU_OP_DEVICE_INFO                  12 /* abi.OpDeviceInfo */
 
-#define VGPU_NUM_OPCODES                     12 /* abi.NumOpcodes */
+#define VGPU_NUM_OPCODES                     13 /* abi.NumOpcodes */
 
 #define VGPU_FLAG_NONDETERMINISTIC           0x01 /* abi.FlagNondeterministic */
 #define VGPU_FLAGS_MASK                      0x01 /* abi.FlagsMask */
@@ -39,6 +40,20 @@
 #define VGPU_BUFFER_READ_ONLY                0x01 /* abi.BufferReadOnly */
 #define VGPU_BUFFER_WRITE_ONLY               0x02 /* abi.BufferWriteOnly */
 #define VGPU_BUFFER_FLAGS_MASK               0x03 /* abi.BufferFlagsMask */
+
+/* abi/devinfo.go */
+#define VGPU_DEVICE_INFO_VERSION             1 /* abi.DeviceInfoVersion */
+#define VGPU_DEVICE_INFO_FIXED_SIZE          200 /* abi.DeviceInfoFixedSize */
+#define VGPU_MAX_DEVICE_INFO_LEN             4096 /* abi.MaxDeviceInfoLen */
+
+#define VGPU_VEC_CHAR                        0 /* abi.VecChar */
+#define VGPU_VEC_SHORT                       1 /* abi.VecShort */
+#define VGPU_VEC_INT                         2 /* abi.VecInt */
+#define VGPU_VEC_LONG                        3 /* abi.VecLong */
+#define VGPU_VEC_FLOAT                       4 /* abi.VecFloat */
+#define VGPU_VEC_DOUBLE                      5 /* abi.VecDouble */
+#define VGPU_VEC_HALF                        6 /* abi.VecHalf */
+#define VGPU_NUM_VEC_WIDTHS                  7 /* abi.NumVecWidths */
 
 /* abi/proginfo.go */
 #define VGPU_PROGRAM_INFO_HEADER_SIZE        16 /* abi.ProgramInfoHeaderSize */
@@ -153,6 +168,7 @@
 #define VGPU_KERNEL_NAME_LEN                 64 /* abi.KernelNameLen */
 #define VGPU_MAX_SG_ENTRIES                  0x00100000 /* abi.MaxSGEntries */
 #define VGPU_MAX_FILL_PATTERN                128 /* abi.MaxFillPattern */
+#define VGPU_MAX_LAUNCH_PARAM_BYTES          3712 /* abi.MaxLaunchParamBytes */
 
 /* abi/status.go */
 #define VGPU_STATUS_OK                       0 /* abi.StatusOK */
@@ -216,6 +232,7 @@ static inline const char *vgpu_opcode_name(uint32_t op)
 	case 9: return "program-info";
 	case 10: return "buffer-copy";
 	case 11: return "buffer-fill";
+	case 12: return "device-info";
 	default: return NULL;
 	}
 }
@@ -455,5 +472,65 @@ _Static_assert(offsetof(struct vgpu_arg_info, type_qualifier) == 8, "vgpu_arg_in
 _Static_assert(offsetof(struct vgpu_arg_info, reserved12) == 12, "vgpu_arg_info.reserved12 offset");
 _Static_assert(offsetof(struct vgpu_arg_info, type_name) == 16, "vgpu_arg_info.type_name offset");
 _Static_assert(offsetof(struct vgpu_arg_info, name) == 80, "vgpu_arg_info.name offset");
+
+/* abi.DeviceInfoQuery: the payload of device-info (1.4). */
+struct vgpu_cmd_device_info {
+	uint32_t sg_count;
+	uint32_t reserved4;
+	uint64_t length;
+	uint64_t sg_addr;
+	uint8_t reserved24[24];
+};
+_Static_assert(sizeof(struct vgpu_cmd_device_info) == 48, "vgpu_cmd_device_info size");
+_Static_assert(offsetof(struct vgpu_cmd_device_info, sg_count) == 0, "vgpu_cmd_device_info.sg_count offset");
+_Static_assert(offsetof(struct vgpu_cmd_device_info, reserved4) == 4, "vgpu_cmd_device_info.reserved4 offset");
+_Static_assert(offsetof(struct vgpu_cmd_device_info, length) == 8, "vgpu_cmd_device_info.length offset");
+_Static_assert(offsetof(struct vgpu_cmd_device_info, sg_addr) == 16, "vgpu_cmd_device_info.sg_addr offset");
+_Static_assert(offsetof(struct vgpu_cmd_device_info, reserved24) == 24, "vgpu_cmd_device_info.reserved24 offset");
+
+/* abi.DeviceInfoRecord: the fixed part of the device-information blob (docs/ABI.md "Device-information blob", 1.4); extensions_len bytes of extension list follow it. */
+struct vgpu_device_info {
+	uint32_t version;
+	uint32_t reserved4;
+	uint64_t max_work_item_sizes[3];
+	uint64_t local_mem_size;
+	uint64_t max_constant_buffer_size;
+	uint64_t max_constant_args;
+	uint64_t max_parameter_size;
+	uint64_t mem_base_addr_align;
+	uint64_t min_data_type_align_size;
+	uint64_t max_clock_frequency;
+	uint64_t address_bits;
+	uint64_t single_fp_config;
+	uint64_t double_fp_config;
+	uint64_t half_fp_config;
+	uint64_t profiling_timer_resolution;
+	uint64_t printf_buffer_size;
+	uint32_t preferred_vector_width[7];
+	uint32_t native_vector_width[7];
+	uint32_t endian_little;
+	uint32_t extensions_len;
+};
+_Static_assert(sizeof(struct vgpu_device_info) == 200, "vgpu_device_info size");
+_Static_assert(offsetof(struct vgpu_device_info, version) == 0, "vgpu_device_info.version offset");
+_Static_assert(offsetof(struct vgpu_device_info, reserved4) == 4, "vgpu_device_info.reserved4 offset");
+_Static_assert(offsetof(struct vgpu_device_info, max_work_item_sizes) == 8, "vgpu_device_info.max_work_item_sizes offset");
+_Static_assert(offsetof(struct vgpu_device_info, local_mem_size) == 32, "vgpu_device_info.local_mem_size offset");
+_Static_assert(offsetof(struct vgpu_device_info, max_constant_buffer_size) == 40, "vgpu_device_info.max_constant_buffer_size offset");
+_Static_assert(offsetof(struct vgpu_device_info, max_constant_args) == 48, "vgpu_device_info.max_constant_args offset");
+_Static_assert(offsetof(struct vgpu_device_info, max_parameter_size) == 56, "vgpu_device_info.max_parameter_size offset");
+_Static_assert(offsetof(struct vgpu_device_info, mem_base_addr_align) == 64, "vgpu_device_info.mem_base_addr_align offset");
+_Static_assert(offsetof(struct vgpu_device_info, min_data_type_align_size) == 72, "vgpu_device_info.min_data_type_align_size offset");
+_Static_assert(offsetof(struct vgpu_device_info, max_clock_frequency) == 80, "vgpu_device_info.max_clock_frequency offset");
+_Static_assert(offsetof(struct vgpu_device_info, address_bits) == 88, "vgpu_device_info.address_bits offset");
+_Static_assert(offsetof(struct vgpu_device_info, single_fp_config) == 96, "vgpu_device_info.single_fp_config offset");
+_Static_assert(offsetof(struct vgpu_device_info, double_fp_config) == 104, "vgpu_device_info.double_fp_config offset");
+_Static_assert(offsetof(struct vgpu_device_info, half_fp_config) == 112, "vgpu_device_info.half_fp_config offset");
+_Static_assert(offsetof(struct vgpu_device_info, profiling_timer_resolution) == 120, "vgpu_device_info.profiling_timer_resolution offset");
+_Static_assert(offsetof(struct vgpu_device_info, printf_buffer_size) == 128, "vgpu_device_info.printf_buffer_size offset");
+_Static_assert(offsetof(struct vgpu_device_info, preferred_vector_width) == 136, "vgpu_device_info.preferred_vector_width offset");
+_Static_assert(offsetof(struct vgpu_device_info, native_vector_width) == 164, "vgpu_device_info.native_vector_width offset");
+_Static_assert(offsetof(struct vgpu_device_info, endian_little) == 192, "vgpu_device_info.endian_little offset");
+_Static_assert(offsetof(struct vgpu_device_info, extensions_len) == 196, "vgpu_device_info.extensions_len offset");
 
 #endif /* VGPU_ABI_H */

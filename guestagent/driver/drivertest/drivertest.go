@@ -40,6 +40,25 @@ type Config struct {
 	// Version is what RegVersion reads (default abi.Version); a minor
 	// below 4 makes the ABI 1.4 opcodes invalid, as on an older device.
 	Version uint32
+	// DeviceInfo is what device-info reports; nil: FakeDeviceInfo with
+	// its work-item sizes clamped to MaxWorkGroup.
+	DeviceInfo *abi.DeviceInfo
+}
+
+// FakeDeviceInfo returns the device properties the fake reports by
+// default: those of a small little-endian 64-bit device with fp64 and no
+// fp16.
+func FakeDeviceInfo() abi.DeviceInfo {
+	return abi.DeviceInfo{
+		MaxWorkItemSizes: [3]uint64{1024, 1024, 64}, LocalMemSize: 32 << 10, MaxConstantBufferSize: 64 << 10,
+		MaxConstantArgs: 8, MaxParameterSize: 1024, MemBaseAddrAlign: 1024, MinDataTypeAlignSize: 128,
+		MaxClockFrequency: 1000, AddressBits: 64, SingleFPConfig: 0x3e, DoubleFPConfig: 0x3f,
+		ProfilingTimerResolution: 1, PrintfBufferSize: 1 << 20,
+		PreferredVectorWidth: [abi.NumVecWidths]uint32{16, 8, 4, 2, 4, 2, 0},
+		NativeVectorWidth:    [abi.NumVecWidths]uint32{16, 8, 4, 2, 4, 2, 0},
+		EndianLittle:         true,
+		Extensions:           []string{"cl_khr_byte_addressable_store", "cl_khr_fp64", "cl_khr_int64_base_atomics"},
+	}
 }
 
 // Device is the fake vGPU.
@@ -76,6 +95,13 @@ func New(cfg Config, kernels map[string]KernelFunc) *Device {
 	}
 	if cfg.Version == 0 {
 		cfg.Version = abi.Version
+	}
+	if cfg.DeviceInfo == nil {
+		di := FakeDeviceInfo()
+		for i, v := range di.MaxWorkItemSizes {
+			di.MaxWorkItemSizes[i] = min(v, uint64(cfg.MaxWorkGroup))
+		}
+		cfg.DeviceInfo = &di
 	}
 	const npages = 1 << 16
 	pfns := make([]uint64, npages)
@@ -529,6 +555,30 @@ func (f *Device) run(p abi.Payload) (uint64, error) {
 			}
 		}
 		return info.Size(), nil
+	case *abi.DeviceInfoQuery:
+		if err := f.need14(p); err != nil {
+			return 0, err
+		}
+		rs, err := f.sg(p.SGAddr, p.SGCount, p.Length)
+		if err != nil {
+			return 0, err
+		}
+		blob, err := f.cfg.DeviceInfo.Marshal()
+		if err != nil {
+			return 0, abi.Errorf(abi.StatusInternal, "device info: %v", err)
+		}
+		size := uint64(len(blob))
+		if size <= p.Length {
+			for _, r := range rs {
+				if len(blob) == 0 {
+					break
+				}
+				n := min(r[1], uint64(len(blob)))
+				f.write(r[0], blob[:n])
+				blob = blob[n:]
+			}
+		}
+		return size, nil
 	case *abi.BufferCopy:
 		if err := f.need14(p); err != nil {
 			return 0, err

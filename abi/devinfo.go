@@ -1,0 +1,305 @@
+package abi
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Sizes and limits of the device-information blob (docs/ABI.md
+// "Device-information blob", ABI 1.4).
+const (
+	// DeviceInfoVersion is the blob's version field.
+	DeviceInfoVersion = 1
+	// DeviceInfoFixedSize is the fixed part (DeviceInfoRecord); the
+	// extension list follows it.
+	DeviceInfoFixedSize = 200
+	// MaxDeviceInfoLen bounds the whole blob, so it always fits one page:
+	// the extension list is at most MaxDeviceInfoLen-DeviceInfoFixedSize
+	// bytes.
+	MaxDeviceInfoLen = PageSize
+)
+
+// Indices of DeviceInfo's vector-width arrays, in OpenCL's order of
+// CL_DEVICE_PREFERRED_VECTOR_WIDTH_* and CL_DEVICE_NATIVE_VECTOR_WIDTH_*.
+const (
+	VecChar = iota
+	VecShort
+	VecInt
+	VecLong
+	VecFloat
+	VecDouble
+	VecHalf
+	NumVecWidths
+)
+
+// PassThroughExtensions are the OpenCL C extensions the device may list in
+// the device-information blob (docs/ABI.md "Device-information blob"):
+// pure kernel-language features that reach the physical compiler
+// unchanged, needing nothing of the vGPU. The device lists those of them
+// the physical device reports. Nothing about images, GL, SPIR or IL, SVM,
+// sub-groups, device-side enqueue or the ICD belongs here.
+var PassThroughExtensions = [...]string{
+	"cl_khr_byte_addressable_store",
+	"cl_khr_fp16",
+	"cl_khr_fp64",
+	"cl_khr_global_int32_base_atomics",
+	"cl_khr_global_int32_extended_atomics",
+	"cl_khr_int64_base_atomics",
+	"cl_khr_int64_extended_atomics",
+	"cl_khr_local_int32_base_atomics",
+	"cl_khr_local_int32_extended_atomics",
+}
+
+// PassThroughExtension reports whether name is one of PassThroughExtensions.
+func PassThroughExtension(name string) bool {
+	for _, e := range PassThroughExtensions {
+		if e == name {
+			return true
+		}
+	}
+	return false
+}
+
+// DeviceInfoQuery asks for the device-information blob (DeviceInfo),
+// written into guest RAM through a scatter-gather list when it fits
+// (docs/ABI.md "device-info", ABI 1.4).
+//
+//	off size field
+//	0   4    sg_count: entries in the first scatter-gather table (1..256)
+//	4   4    reserved, 0
+//	8   8    length: room in bytes (nonzero; the data entries must add up to it)
+//	16  8    sg_gpa: guest-physical address of the first table (16-byte aligned)
+type DeviceInfoQuery struct {
+	SGCount uint32
+	_       uint32
+	Length  uint64
+	SGAddr  uint64
+}
+
+func (*DeviceInfoQuery) Op() Opcode { return OpDeviceInfo }
+func (q *DeviceInfoQuery) marshal(p *[48]byte) {
+	le.PutUint32(p[0:], q.SGCount)
+	le.PutUint32(p[4:], 0)
+	le.PutUint64(p[8:], q.Length)
+	le.PutUint64(p[16:], q.SGAddr)
+}
+func (q *DeviceInfoQuery) unmarshal(p *[48]byte) error {
+	q.SGCount = le.Uint32(p[0:])
+	q.Length = le.Uint64(p[8:])
+	q.SGAddr = le.Uint64(p[16:])
+	switch {
+	case q.SGCount == 0 || q.SGCount > PageSize/SGEntrySize:
+		return fmt.Errorf("sg_count %d: %w", q.SGCount, ErrMalformed)
+	case le.Uint32(p[4:]) != 0:
+		return fmt.Errorf("reserved word %#x: %w", le.Uint32(p[4:]), ErrMalformed)
+	case q.Length == 0:
+		return fmt.Errorf("length 0: %w", ErrMalformed)
+	case q.SGAddr%SGEntrySize != 0:
+		return fmt.Errorf("sg_gpa %#x misaligned: %w", q.SGAddr, ErrMalformed)
+	}
+	return zeroFrom(p, 24)
+}
+
+// DeviceInfoRecord is the fixed part of the device-information blob
+// (docs/ABI.md "Device-information blob"); ExtensionsLen bytes of
+// extension list follow it.
+//
+//	off size field
+//	0   4    version, DeviceInfoVersion
+//	4   4    reserved, 0
+//	8   24   max_work_item_sizes[3]
+//	32  8    local_mem_size
+//	40  8    max_constant_buffer_size
+//	48  8    max_constant_args
+//	56  8    max_parameter_size
+//	64  8    mem_base_addr_align (bits)
+//	72  8    min_data_type_align_size
+//	80  8    max_clock_frequency (MHz)
+//	88  8    address_bits
+//	96  8    single_fp_config
+//	104 8    double_fp_config (0: no fp64)
+//	112 8    half_fp_config (0: no fp16)
+//	120 8    profiling_timer_resolution (ns)
+//	128 8    printf_buffer_size
+//	136 28   preferred_vector_width[7] (Vec* order)
+//	164 28   native_vector_width[7]
+//	192 4    endian_little (0 or 1)
+//	196 4    extensions_len
+type DeviceInfoRecord struct {
+	Version                  uint32
+	_                        uint32
+	MaxWorkItemSizes         [3]uint64
+	LocalMemSize             uint64
+	MaxConstantBufferSize    uint64
+	MaxConstantArgs          uint64
+	MaxParameterSize         uint64
+	MemBaseAddrAlign         uint64
+	MinDataTypeAlignSize     uint64
+	MaxClockFrequency        uint64
+	AddressBits              uint64
+	SingleFPConfig           uint64
+	DoubleFPConfig           uint64
+	HalfFPConfig             uint64
+	ProfilingTimerResolution uint64
+	PrintfBufferSize         uint64
+	PreferredVectorWidth     [NumVecWidths]uint32
+	NativeVectorWidth        [NumVecWidths]uint32
+	EndianLittle             uint32
+	ExtensionsLen            uint32
+}
+
+// Marshal writes r into b (at least DeviceInfoFixedSize bytes).
+func (r *DeviceInfoRecord) Marshal(b []byte) {
+	_ = b[DeviceInfoFixedSize-1]
+	le.PutUint32(b[0:], r.Version)
+	le.PutUint32(b[4:], 0)
+	for i, v := range r.MaxWorkItemSizes {
+		le.PutUint64(b[8+8*i:], v)
+	}
+	for i, v := range r.u64s() {
+		le.PutUint64(b[32+8*i:], *v)
+	}
+	for i := range NumVecWidths {
+		le.PutUint32(b[136+4*i:], r.PreferredVectorWidth[i])
+		le.PutUint32(b[164+4*i:], r.NativeVectorWidth[i])
+	}
+	le.PutUint32(b[192:], r.EndianLittle)
+	le.PutUint32(b[196:], r.ExtensionsLen)
+}
+
+// u64s lists the u64 fields from offset 32 on, in wire order.
+func (r *DeviceInfoRecord) u64s() []*uint64 {
+	return []*uint64{&r.LocalMemSize, &r.MaxConstantBufferSize, &r.MaxConstantArgs, &r.MaxParameterSize,
+		&r.MemBaseAddrAlign, &r.MinDataTypeAlignSize, &r.MaxClockFrequency, &r.AddressBits,
+		&r.SingleFPConfig, &r.DoubleFPConfig, &r.HalfFPConfig, &r.ProfilingTimerResolution, &r.PrintfBufferSize}
+}
+
+// DeviceInfo is the decoded device-information blob the device-info
+// command writes (docs/ABI.md "Device-information blob"): the OpenCL
+// device properties of the physical device as the instance's profile
+// restricts them. The values are fixed for an instance on one device; a
+// live migration to another device model may change them.
+type DeviceInfo struct {
+	MaxWorkItemSizes         [3]uint64
+	LocalMemSize             uint64 // bytes of __local memory
+	MaxConstantBufferSize    uint64 // bytes
+	MaxConstantArgs          uint64
+	MaxParameterSize         uint64 // bytes of kernel arguments
+	MemBaseAddrAlign         uint64 // bits
+	MinDataTypeAlignSize     uint64 // bytes
+	MaxClockFrequency        uint64 // MHz
+	AddressBits              uint64
+	SingleFPConfig           uint64 // cl_device_fp_config bits
+	DoubleFPConfig           uint64 // 0: no fp64
+	HalfFPConfig             uint64 // 0: no fp16
+	ProfilingTimerResolution uint64 // ns
+	PrintfBufferSize         uint64 // bytes
+	PreferredVectorWidth     [NumVecWidths]uint32
+	NativeVectorWidth        [NumVecWidths]uint32
+	EndianLittle             bool
+	// Extensions are OpenCL C extension names, each made of
+	// [A-Za-z0-9_], distinct; on the wire they are joined by single
+	// spaces.
+	Extensions []string
+}
+
+// Size is the encoded size of d in bytes.
+func (d *DeviceInfo) Size() uint64 {
+	return DeviceInfoFixedSize + uint64(len(strings.Join(d.Extensions, " ")))
+}
+
+// Marshal encodes d. It fails if d cannot be represented: an extension
+// name that is empty, holds a byte outside [A-Za-z0-9_] or repeats, or a
+// blob over MaxDeviceInfoLen bytes.
+func (d *DeviceInfo) Marshal() ([]byte, error) {
+	seen := make(map[string]bool, len(d.Extensions))
+	for _, e := range d.Extensions {
+		if !extensionName(e) || seen[e] {
+			return nil, fmt.Errorf("device info: extension %q: %w", e, ErrMalformed)
+		}
+		seen[e] = true
+	}
+	ext := strings.Join(d.Extensions, " ")
+	if DeviceInfoFixedSize+len(ext) > MaxDeviceInfoLen {
+		return nil, fmt.Errorf("device info: %d bytes of extensions: %w", len(ext), ErrMalformed)
+	}
+	r := DeviceInfoRecord{Version: DeviceInfoVersion, MaxWorkItemSizes: d.MaxWorkItemSizes,
+		LocalMemSize: d.LocalMemSize, MaxConstantBufferSize: d.MaxConstantBufferSize, MaxConstantArgs: d.MaxConstantArgs,
+		MaxParameterSize: d.MaxParameterSize, MemBaseAddrAlign: d.MemBaseAddrAlign, MinDataTypeAlignSize: d.MinDataTypeAlignSize,
+		MaxClockFrequency: d.MaxClockFrequency, AddressBits: d.AddressBits, SingleFPConfig: d.SingleFPConfig,
+		DoubleFPConfig: d.DoubleFPConfig, HalfFPConfig: d.HalfFPConfig, ProfilingTimerResolution: d.ProfilingTimerResolution,
+		PrintfBufferSize: d.PrintfBufferSize, PreferredVectorWidth: d.PreferredVectorWidth, NativeVectorWidth: d.NativeVectorWidth,
+		ExtensionsLen: uint32(len(ext))}
+	if d.EndianLittle {
+		r.EndianLittle = 1
+	}
+	b := make([]byte, DeviceInfoFixedSize+len(ext))
+	r.Marshal(b)
+	copy(b[DeviceInfoFixedSize:], ext)
+	return b, nil
+}
+
+// UnmarshalDeviceInfo decodes and validates a device-information blob. b
+// may be longer than the blob (the room the guest gave); only
+// DeviceInfoFixedSize + extensions_len bytes are read. It fails on a
+// version other than DeviceInfoVersion, a nonzero reserved word, an
+// endian_little other than 0 or 1, a blob over MaxDeviceInfoLen bytes or
+// beyond b, and an extension list that is not distinct names of
+// [A-Za-z0-9_] joined by single spaces.
+func UnmarshalDeviceInfo(b []byte) (DeviceInfo, error) {
+	if len(b) < DeviceInfoFixedSize {
+		return DeviceInfo{}, fmt.Errorf("device info: %d bytes: %w", len(b), ErrMalformed)
+	}
+	ver, res, endian, n := le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[192:]), uint64(le.Uint32(b[196:]))
+	switch {
+	case ver != DeviceInfoVersion:
+		return DeviceInfo{}, fmt.Errorf("device info: version %d: %w", ver, ErrMalformed)
+	case res != 0:
+		return DeviceInfo{}, fmt.Errorf("device info: reserved word %#x: %w", res, ErrMalformed)
+	case endian > 1:
+		return DeviceInfo{}, fmt.Errorf("device info: endian_little %d: %w", endian, ErrMalformed)
+	case n > MaxDeviceInfoLen-DeviceInfoFixedSize || DeviceInfoFixedSize+n > uint64(len(b)):
+		return DeviceInfo{}, fmt.Errorf("device info: extensions_len %d with %d bytes: %w", n, len(b), ErrMalformed)
+	}
+	var r DeviceInfoRecord
+	for i := range r.MaxWorkItemSizes {
+		r.MaxWorkItemSizes[i] = le.Uint64(b[8+8*i:])
+	}
+	for i, v := range r.u64s() {
+		*v = le.Uint64(b[32+8*i:])
+	}
+	for i := range NumVecWidths {
+		r.PreferredVectorWidth[i] = le.Uint32(b[136+4*i:])
+		r.NativeVectorWidth[i] = le.Uint32(b[164+4*i:])
+	}
+	d := DeviceInfo{MaxWorkItemSizes: r.MaxWorkItemSizes,
+		LocalMemSize: r.LocalMemSize, MaxConstantBufferSize: r.MaxConstantBufferSize, MaxConstantArgs: r.MaxConstantArgs,
+		MaxParameterSize: r.MaxParameterSize, MemBaseAddrAlign: r.MemBaseAddrAlign, MinDataTypeAlignSize: r.MinDataTypeAlignSize,
+		MaxClockFrequency: r.MaxClockFrequency, AddressBits: r.AddressBits, SingleFPConfig: r.SingleFPConfig,
+		DoubleFPConfig: r.DoubleFPConfig, HalfFPConfig: r.HalfFPConfig, ProfilingTimerResolution: r.ProfilingTimerResolution,
+		PrintfBufferSize: r.PrintfBufferSize, PreferredVectorWidth: r.PreferredVectorWidth, NativeVectorWidth: r.NativeVectorWidth,
+		EndianLittle: endian == 1}
+	if n > 0 {
+		list := string(b[DeviceInfoFixedSize : DeviceInfoFixedSize+n])
+		d.Extensions = strings.Split(list, " ")
+		seen := make(map[string]bool, len(d.Extensions))
+		for _, e := range d.Extensions {
+			if !extensionName(e) || seen[e] {
+				return DeviceInfo{}, fmt.Errorf("device info: extension list %q: %w", list, ErrMalformed)
+			}
+			seen[e] = true
+		}
+	}
+	return d, nil
+}
+
+// extensionName reports whether s is a nonempty run of [A-Za-z0-9_].
+func extensionName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '_' && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return s != ""
+}
