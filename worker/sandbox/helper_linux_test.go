@@ -312,6 +312,23 @@ func confinedChecks() map[string]func() error {
 		"stat /lib64/ld-linux-x86-64.so.2": func() error { return stat("/lib64/ld-linux-x86-64.so.2") },
 		"limits":                           checkLimits,
 		"opencl":                           runKernel,
+		// A guest may paste tokens (ABI 1.4), and so form __has_include:
+		// in the file view it finds no host file outside the policy.
+		"pasted __has_include": func() error {
+			if _, ok := os.LookupEnv(envOpenCL); !ok {
+				return errors.New("no OpenCL device")
+			}
+			for path, want := range map[string]bool{"/etc/passwd": false, "/usr/lib/os-release": true} {
+				found, err := pastedHasInclude(path)
+				if err != nil {
+					return err
+				}
+				if found != want {
+					return fmt.Errorf("pasted __has_include(%q) = %v, want %v", path, found, want)
+				}
+			}
+			return nil
+		},
 		// A device fd the main process opened and passed (privcmd, for
 		// Xen guest RAM): Landlock checks ioctl on devices at open, so
 		// the request reaches the driver (/dev/null: ENOTTY); seccomp
@@ -462,6 +479,55 @@ func checkLimits() error {
 		return fmt.Errorf("dumpable %d (%v)", d, err)
 	}
 	return nil
+}
+
+// pastedHasInclude reports whether path exists for the OpenCL compiler
+// of device 0, as a guest can learn it: a __has_include formed by token
+// pasting, in a kernel whose result depends on it.
+func pastedHasInclude(path string) (bool, error) {
+	dev, err := gpu.Open("0")
+	if err != nil {
+		return false, err
+	}
+	defer dev.Close()
+	q, err := dev.NewQueue()
+	if err != nil {
+		return false, err
+	}
+	defer q.Close()
+	prog, buildLog, err := q.Build(`#define CAT(a, b) a##b
+#if CAT(__has_, include)("`+path+`")
+#define FOUND 7
+#else
+#define FOUND 3
+#endif
+__kernel void probe(__global int *v) { v[0] = FOUND; }`, "")
+	if err != nil {
+		return false, fmt.Errorf("%w: %s", err, buildLog)
+	}
+	k, err := prog.Kernel("probe")
+	if err != nil {
+		return false, err
+	}
+	buf, err := q.Alloc(4)
+	if err != nil {
+		return false, err
+	}
+	if _, err := q.Launch(k, gpu.NDRange{Dims: 1, Global: [3]uint64{1}}, []gpu.Arg{{Buffer: buf}}); err != nil {
+		return false, err
+	}
+	data := make([]byte, 4)
+	if err := q.Read(buf, 0, data); err != nil {
+		return false, err
+	}
+	switch v := binary.LittleEndian.Uint32(data); v {
+	case 7:
+		return true, nil
+	case 3:
+		return false, nil
+	default:
+		return false, fmt.Errorf("probe kernel wrote %d", v)
+	}
 }
 
 // runKernel builds and launches a kernel on every device: the OpenCL
