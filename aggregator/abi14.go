@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
@@ -13,7 +14,8 @@ import (
 // without the bytes passing through the aggregator: to result reuse,
 // migration's dirty tracking and host-held content they are a write of the
 // destination whose bytes are unknown (deviceWrite); the source of a copy
-// must be current on the device first. program-info changes nothing.
+// must be current on the device first. program-info changes nothing;
+// device-info neither, and answers from the blob made with the instance.
 
 // programInfo writes the program-information blob of a program through
 // the guest's scatter-gather list when it fits; detail is its size.
@@ -48,6 +50,54 @@ func (in *Instance) programInfo(_ *abi.Command, q *abi.ProgramInfoQuery) (uint64
 		return 0, fmt.Errorf("program %d info: %w", q.Handle, err)
 	}
 	return size, nil
+}
+
+// deviceInfo writes the instance's device-information blob through the
+// guest's scatter-gather list when it fits; detail is its size. The blob
+// was made with the instance: no device turn.
+func (in *Instance) deviceInfo(_ *abi.Command, q *abi.DeviceInfoQuery) (uint64, error) {
+	segs, err := walkSG(in.mem, q.SGAddr, q.SGCount, q.Length)
+	if err != nil {
+		return 0, err
+	}
+	size := uint64(len(in.devInfo))
+	if size > q.Length {
+		return size, nil
+	}
+	if in.stale() {
+		return 0, errStale
+	}
+	if err := scatterPrefix(in.mem, segs, in.devInfo); err != nil {
+		return 0, fmt.Errorf("device info: %w", err)
+	}
+	return size, nil
+}
+
+// deviceInfoOf makes the device-information blob of an instance on a
+// device from what the device reported (docs/ABI.md "Device-information
+// blob"): work-item sizes at most the instance's largest work-group,
+// parameter bytes at most what a launch descriptor carries, and of the
+// device's extensions only abi.PassThroughExtensions, in that list's
+// order.
+func deviceInfoOf(info gpu.Info, maxWorkGroup uint32) abi.DeviceInfo {
+	c := info.Caps
+	d := abi.DeviceInfo{LocalMemSize: info.LocalMemBytes,
+		MaxConstantBufferSize: c.MaxConstantBufferSize, MaxConstantArgs: c.MaxConstantArgs,
+		MaxParameterSize: min(c.MaxParameterSize, abi.MaxLaunchParamBytes), MemBaseAddrAlign: c.MemBaseAddrAlign,
+		MinDataTypeAlignSize: c.MinDataTypeAlignSize, MaxClockFrequency: c.MaxClockFrequency, AddressBits: c.AddressBits,
+		SingleFPConfig: c.SingleFPConfig, DoubleFPConfig: c.DoubleFPConfig, HalfFPConfig: c.HalfFPConfig,
+		ProfilingTimerResolution: c.ProfilingTimerResolution, PrintfBufferSize: c.PrintfBufferSize,
+		PreferredVectorWidth: c.PreferredVectorWidth, NativeVectorWidth: c.NativeVectorWidth, EndianLittle: c.EndianLittle}
+	for i, v := range info.MaxWorkItemSizes {
+		d.MaxWorkItemSizes[i] = min(v, uint64(maxWorkGroup))
+	}
+	have := c.ExtensionList()
+	for _, e := range abi.PassThroughExtensions {
+		if slices.Contains(have, e) {
+			d.Extensions = append(d.Extensions, e)
+		}
+	}
+	return d
 }
 
 // programInfoOf turns what the device reports into the blob's terms: a

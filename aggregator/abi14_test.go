@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
 )
@@ -245,5 +246,108 @@ func TestQualifiersAgree(t *testing.T) {
 		if c[0] != c[1] {
 			t.Errorf("gpu %#x, abi %#x", c[0], c[1])
 		}
+	}
+}
+
+// deviceInfoCmd asks for the device-information blob into room bytes of
+// scattered guest pages (prefilled with 0xee), as programInfoCmd does.
+func (g *testGuest) deviceInfoCmd(room int) (abi.Command, func() []byte) {
+	table, count, pages := g.sg(bytes.Repeat([]byte{0xee}, room), room)
+	read := func() []byte {
+		out := make([]byte, 0, room)
+		for i, p := range pages {
+			out = append(out, g.get(p, min(abi.PageSize, room-i*abi.PageSize))...)
+		}
+		return out
+	}
+	return abi.NewCommand(&abi.DeviceInfoQuery{SGCount: count, Length: uint64(room), SGAddr: table}, 0, 0), read
+}
+
+func TestDeviceInfoCommand(t *testing.T) {
+	d, _ := newDevice(t)
+	g := newTestGuest(t, d, "devinfo", 1<<20)
+	cmd, read := g.deviceInfoCmd(2 * abi.PageSize)
+	rec := g.run(cmd)[0]
+	g.mustOK(rec)
+	blob := read()
+	info, err := abi.UnmarshalDeviceInfo(blob)
+	if err != nil {
+		t.Fatalf("UnmarshalDeviceInfo = %v", err)
+	}
+	t.Logf("%+v", info)
+	if rec.Detail != info.Size() || !bytes.Equal(blob[rec.Detail:], bytes.Repeat([]byte{0xee}, len(blob)-int(rec.Detail))) {
+		t.Errorf("detail = %d for a blob of %d bytes, or the room after it was written", rec.Detail, info.Size())
+	}
+	want := deviceInfoOf(d.Info(), g.in.Limits().MaxWorkGroup)
+	if !cmp.Equal(info, want) {
+		t.Errorf("device-info = %+v\nwant %+v", info, want)
+	}
+	// PoCL's CPU devices: fp64, 64-bit, little-endian; images and SPIR,
+	// which they list too, are not passed on.
+	if !slices.Contains(info.Extensions, "cl_khr_fp64") || info.DoubleFPConfig == 0 || info.AddressBits != 64 || !info.EndianLittle {
+		t.Errorf("device-info on PoCL = %+v, want fp64, 64 bits, little-endian", info)
+	}
+	for _, e := range info.Extensions {
+		if !abi.PassThroughExtension(e) {
+			t.Errorf("device-info lists %q", e)
+		}
+	}
+
+	// Too little room: the size, and nothing written.
+	cmd, read = g.deviceInfoCmd(100)
+	rec = g.run(cmd)[0]
+	g.mustOK(rec)
+	if rec.Detail != info.Size() || !bytes.Equal(read(), bytes.Repeat([]byte{0xee}, 100)) {
+		t.Errorf("device-info with 100 bytes of room: detail %d", rec.Detail)
+	}
+
+	// Failures, in the order docs/ABI.md gives.
+	table, count, _ := g.sg(nil, abi.PageSize)
+	q := func(count uint32, length, sg uint64) abi.Command {
+		return abi.NewCommand(&abi.DeviceInfoQuery{SGCount: count, Length: length, SGAddr: sg}, 0, 0)
+	}
+	badTable := g.alloc(abi.PageSize)
+	g.put(badTable, sgEntryBytes(abi.SGEntry{Addr: ramSize + abi.PageSize, Len: abi.PageSize}))
+	flagged := q(count, abi.PageSize, table)
+	flagged.Flags = abi.FlagNondeterministic
+	reserved := q(count, abi.PageSize, table)
+	reserved.Payload[4] = 1
+	for _, tt := range []struct {
+		name string
+		c    abi.Command
+		want abi.Status
+	}{
+		{"nondeterministic flag", flagged, abi.StatusInvalidArgument},
+		{"reserved word", reserved, abi.StatusInvalidArgument},
+		{"length 0", q(count, 0, table), abi.StatusInvalidArgument},
+		{"list shorter than length", q(count, 2*abi.PageSize, table), abi.StatusInvalidArgument},
+		{"table outside RAM", q(1, abi.PageSize, ramSize+abi.PageSize), abi.StatusBadAddress},
+		{"data outside RAM, blob written", q(1, abi.PageSize, badTable), abi.StatusBadAddress},
+		{"data outside RAM, blob too big", q(1, 16, badTableOf(g, 16)), abi.StatusOK},
+	} {
+		if rec := g.run(tt.c)[0]; rec.Status != tt.want {
+			t.Errorf("%s: status %v, want %v", tt.name, rec.Status, tt.want)
+		}
+	}
+}
+
+// TestDeviceInfoOf: the profile's restrictions and the extension
+// allowlist, on values no PoCL device reports.
+func TestDeviceInfoOf(t *testing.T) {
+	info := gpu.Info{MaxWorkItemSizes: [3]uint64{1024, 64, 8}, LocalMemBytes: 48 << 10, Caps: gpu.Caps{
+		MaxParameterSize: 8192, MaxClockFrequency: 1500, HalfFPConfig: 0x3e, DoubleFPConfig: 0,
+		PreferredVectorWidth: [7]uint32{1, 2, 3, 4, 5, 6, 7}, NativeVectorWidth: [7]uint32{7, 6, 5, 4, 3, 2, 1},
+		Extensions: "  cl_khr_gl_sharing cl_khr_fp16 cl_khr_subgroups cl_khr_byte_addressable_store cl_khr_icd cl_khr_il_program cl_khr_spir cl_khr_3d_image_writes ",
+	}}
+	got := deviceInfoOf(info, 256)
+	want := abi.DeviceInfo{MaxWorkItemSizes: [3]uint64{256, 64, 8}, LocalMemSize: 48 << 10, MaxParameterSize: abi.MaxLaunchParamBytes,
+		MaxClockFrequency: 1500, HalfFPConfig: 0x3e,
+		PreferredVectorWidth: [7]uint32{1, 2, 3, 4, 5, 6, 7}, NativeVectorWidth: [7]uint32{7, 6, 5, 4, 3, 2, 1},
+		Extensions: []string{"cl_khr_byte_addressable_store", "cl_khr_fp16"}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("deviceInfoOf (-want +got):\n%s", d)
+	}
+	if _, err := got.Marshal(); err != nil {
+		t.Errorf("Marshal() = %v", err)
 	}
 }

@@ -53,12 +53,7 @@ var handlers = [abi.NumOpcodes]handler{
 	abi.OpProgramInfo:  bind((*Instance).programInfo),
 	abi.OpBufferCopy:   bind((*Instance).bufferCopy),
 	abi.OpBufferFill:   bind((*Instance).bufferFill),
-	abi.OpDeviceInfo:   notYet, // defined in package abi, not yet served here
-}
-
-// notYet answers an opcode the device does not serve yet.
-func notYet(_ *Instance, c *abi.Command) (uint64, error) {
-	return 0, abi.Errorf(abi.StatusInvalidOpcode, "%v not implemented yet", c.Opcode)
+	abi.OpDeviceInfo:   bind((*Instance).deviceInfo),
 }
 
 // execute runs one command; the returned error carries the status.

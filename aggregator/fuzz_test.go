@@ -753,6 +753,9 @@ func fuzzSeeds() []fuzzSeed {
 		table, n = b.sg(make([]byte, 16), 1) // too little room: the size only
 		b.cmd(ok, &abi.ProgramInfoQuery{Handle: 1, SGCount: n, Length: 16, SGAddr: table}, 0)
 		b.cmd(abi.StatusNotFound, &abi.ProgramInfoQuery{Handle: 2, SGCount: n, Length: 16, SGAddr: table}, 0)
+		b.cmd(ok, &abi.DeviceInfoQuery{SGCount: n, Length: 16, SGAddr: table}, 0) // the size only
+		table, n = b.sg(make([]byte, abi.PageSize), 2)
+		b.cmd(ok, &abi.DeviceInfoQuery{SGCount: n, Length: abi.PageSize, SGAddr: table}, 0)
 		b.launch(ok, 1, 0, "copy1", one, fzBuf(2), fzBuf(1))
 		b.cmd(ok, &abi.BufferCopy{Src: 1, Dst: 2, SrcOffset: 8, DstOffset: 0, Length: 32}, 0)
 		b.cmd(ok, &abi.BufferCopy{Src: 2, Dst: 2, SrcOffset: 0, DstOffset: 32, Length: 32}, 0)

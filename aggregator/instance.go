@@ -61,6 +61,9 @@ type Instance struct {
 	mem    GuestMemory
 	queue  gpu.Queue
 	limits Limits // fixed at creation but for the quota below
+	// devInfo is the device-information blob, fixed at creation (the
+	// device and MaxWorkGroup do not change under an instance).
+	devInfo []byte
 	// memBytes and maxAlloc are the live quota (SetProfile); progBytes the
 	// live program quota (SetProgramBytes).
 	memBytes, maxAlloc, progBytes atomic.Uint64
@@ -125,6 +128,12 @@ func (d *Device) NewInstance(cfg InstanceConfig) (*Instance, error) {
 		lim.ComputeUnits = d.info.ComputeUnits
 	}
 
+	di := deviceInfoOf(d.info, lim.MaxWorkGroup)
+	devInfo, err := di.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("new instance %s: device info: %w", cfg.ID, err)
+	}
+
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -146,6 +155,7 @@ func (d *Device) NewInstance(cfg InstanceConfig) (*Instance, error) {
 		mem:         cfg.Memory,
 		queue:       q,
 		limits:      lim,
+		devInfo:     devInfo,
 		devMaxAlloc: d.info.MaxAllocBytes,
 		log:         log.With("instance", cfg.ID),
 		notify:      cfg.Notify,

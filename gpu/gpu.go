@@ -1,6 +1,9 @@
 package gpu
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Info describes one physical device.
 type Info struct {
@@ -16,7 +19,39 @@ type Info struct {
 	MaxWorkGroupSize uint64
 	MaxWorkItemSizes [3]uint64
 	LocalMemBytes    uint64
+	Caps             Caps
 }
+
+// Caps are a device's OpenCL C limits and capabilities as clGetDeviceInfo
+// reports them, read once when the device is enumerated; the guest's
+// device-info command passes them on, restricted by the instance's profile
+// (docs/ABI.md "Device-information blob"). A property the device does not
+// report (fp16 and fp64 configs on a device without them, printf's buffer
+// before OpenCL 1.2) is zero.
+type Caps struct {
+	MaxConstantBufferSize    uint64 // CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE, bytes
+	MaxConstantArgs          uint64 // CL_DEVICE_MAX_CONSTANT_ARGS
+	MaxParameterSize         uint64 // CL_DEVICE_MAX_PARAMETER_SIZE, bytes
+	MemBaseAddrAlign         uint64 // CL_DEVICE_MEM_BASE_ADDR_ALIGN, bits
+	MinDataTypeAlignSize     uint64 // CL_DEVICE_MIN_DATA_TYPE_ALIGN_SIZE, bytes
+	MaxClockFrequency        uint64 // CL_DEVICE_MAX_CLOCK_FREQUENCY, MHz
+	AddressBits              uint64 // CL_DEVICE_ADDRESS_BITS
+	SingleFPConfig           uint64 // CL_DEVICE_SINGLE_FP_CONFIG
+	DoubleFPConfig           uint64 // CL_DEVICE_DOUBLE_FP_CONFIG; 0: no fp64
+	HalfFPConfig             uint64 // CL_DEVICE_HALF_FP_CONFIG; 0: no fp16
+	ProfilingTimerResolution uint64 // CL_DEVICE_PROFILING_TIMER_RESOLUTION, ns
+	PrintfBufferSize         uint64 // CL_DEVICE_PRINTF_BUFFER_SIZE, bytes
+	// PreferredVectorWidth and NativeVectorWidth are
+	// CL_DEVICE_{PREFERRED,NATIVE}_VECTOR_WIDTH_* for char, short, int,
+	// long, float, double and half, in that order.
+	PreferredVectorWidth [7]uint32
+	NativeVectorWidth    [7]uint32
+	EndianLittle         bool   // CL_DEVICE_ENDIAN_LITTLE
+	Extensions           string // CL_DEVICE_EXTENSIONS, as reported (space separated)
+}
+
+// ExtensionList returns the names of c.Extensions.
+func (c *Caps) ExtensionList() []string { return strings.Fields(c.Extensions) }
 
 // Device is one physical compute device. It is safe for concurrent use.
 type Device interface {

@@ -307,7 +307,84 @@ func deviceInfo(d C.cl_device_id) (Info, error) {
 	for i, v := range items {
 		info.MaxWorkItemSizes[i] = uint64(v)
 	}
+	caps, err := deviceCaps(d)
+	if err != nil {
+		return Info{}, err
+	}
+	info.Caps = caps
 	return info, nil
+}
+
+// clDeviceHalfFPConfig is CL_DEVICE_HALF_FP_CONFIG, defined in cl_ext.h.
+const clDeviceHalfFPConfig = 0x1033
+
+// deviceCaps reads the properties of Caps. The fp16 and fp64 configs and
+// printf's buffer are optional: a device that refuses the query
+// (CL_INVALID_VALUE) reports 0.
+func deviceCaps(d C.cl_device_id) (Caps, error) {
+	var c Caps
+	var err error
+	if c.Extensions, err = deviceString(d, C.CL_DEVICE_EXTENSIONS); err != nil {
+		return Caps{}, err
+	}
+	type query struct {
+		param    C.cl_device_info
+		size     uintptr // of the value: 4 (cl_uint, cl_bool) or 8 (cl_ulong, cl_bitfield, size_t on 64-bit hosts)
+		dst      *uint64
+		optional bool
+	}
+	var endian uint64
+	qs := []query{
+		{C.CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE, 8, &c.MaxConstantBufferSize, false},
+		{C.CL_DEVICE_MAX_CONSTANT_ARGS, 4, &c.MaxConstantArgs, false},
+		{C.CL_DEVICE_MAX_PARAMETER_SIZE, unsafe.Sizeof(C.size_t(0)), &c.MaxParameterSize, false},
+		{C.CL_DEVICE_MEM_BASE_ADDR_ALIGN, 4, &c.MemBaseAddrAlign, false},
+		{C.CL_DEVICE_MIN_DATA_TYPE_ALIGN_SIZE, 4, &c.MinDataTypeAlignSize, false},
+		{C.CL_DEVICE_MAX_CLOCK_FREQUENCY, 4, &c.MaxClockFrequency, false},
+		{C.CL_DEVICE_ADDRESS_BITS, 4, &c.AddressBits, false},
+		{C.CL_DEVICE_SINGLE_FP_CONFIG, 8, &c.SingleFPConfig, false},
+		{C.CL_DEVICE_DOUBLE_FP_CONFIG, 8, &c.DoubleFPConfig, true},
+		{clDeviceHalfFPConfig, 8, &c.HalfFPConfig, true},
+		{C.CL_DEVICE_PROFILING_TIMER_RESOLUTION, unsafe.Sizeof(C.size_t(0)), &c.ProfilingTimerResolution, false},
+		{C.CL_DEVICE_PRINTF_BUFFER_SIZE, unsafe.Sizeof(C.size_t(0)), &c.PrintfBufferSize, true},
+		{C.CL_DEVICE_ENDIAN_LITTLE, 4, &endian, false},
+	}
+	var pref, native [7]uint64
+	for i, p := range []C.cl_device_info{C.CL_DEVICE_PREFERRED_VECTOR_WIDTH_CHAR, C.CL_DEVICE_PREFERRED_VECTOR_WIDTH_SHORT,
+		C.CL_DEVICE_PREFERRED_VECTOR_WIDTH_INT, C.CL_DEVICE_PREFERRED_VECTOR_WIDTH_LONG, C.CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT,
+		C.CL_DEVICE_PREFERRED_VECTOR_WIDTH_DOUBLE, C.CL_DEVICE_PREFERRED_VECTOR_WIDTH_HALF} {
+		qs = append(qs, query{p, 4, &pref[i], false})
+	}
+	for i, p := range []C.cl_device_info{C.CL_DEVICE_NATIVE_VECTOR_WIDTH_CHAR, C.CL_DEVICE_NATIVE_VECTOR_WIDTH_SHORT,
+		C.CL_DEVICE_NATIVE_VECTOR_WIDTH_INT, C.CL_DEVICE_NATIVE_VECTOR_WIDTH_LONG, C.CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT,
+		C.CL_DEVICE_NATIVE_VECTOR_WIDTH_DOUBLE, C.CL_DEVICE_NATIVE_VECTOR_WIDTH_HALF} {
+		qs = append(qs, query{p, 4, &native[i], false})
+	}
+	for _, q := range qs {
+		var (
+			u32  C.cl_uint
+			u64  C.cl_ulong
+			code C.cl_int
+		)
+		if q.size == 4 {
+			code = C.clGetDeviceInfo(d, q.param, C.size_t(unsafe.Sizeof(u32)), unsafe.Pointer(&u32), nil)
+			u64 = C.cl_ulong(u32)
+		} else {
+			code = C.clGetDeviceInfo(d, q.param, C.size_t(unsafe.Sizeof(u64)), unsafe.Pointer(&u64), nil)
+		}
+		if q.optional && code == C.CL_INVALID_VALUE {
+			continue
+		}
+		if err := clErr("clGetDeviceInfo", code); err != nil {
+			return Caps{}, fmt.Errorf("device info %#x: %w", int(q.param), err)
+		}
+		*q.dst = uint64(u64)
+	}
+	for i := range pref {
+		c.PreferredVectorWidth[i], c.NativeVectorWidth[i] = uint32(pref[i]), uint32(native[i])
+	}
+	c.EndianLittle = endian != 0
+	return c, nil
 }
 
 // Open opens a device. selector "" picks the first device, a decimal number

@@ -726,3 +726,56 @@ func BenchmarkLaunch(b *testing.B) {
 	}
 	b.ReportMetric(float64(dev.Nanoseconds())/float64(b.N), "device-ns/op")
 }
+
+// TestDeviceCaps checks the properties read for the guest's device-info
+// against what PoCL's CPU devices report (clinfo on this host): a
+// little-endian 64-bit device with fp64 and no fp16, the OpenCL 1.2
+// minimums, and an fp64 kernel that builds and runs.
+func TestDeviceCaps(t *testing.T) {
+	infos, err := Devices()
+	if err != nil {
+		t.Fatalf("Devices() = %v", err)
+	}
+	for _, in := range infos {
+		c := in.Caps
+		t.Logf("%s: %+v", in.Name, c)
+		if !c.EndianLittle || c.AddressBits != 64 || c.MaxParameterSize < 1024 || c.MaxConstantBufferSize < 64<<10 ||
+			c.MaxConstantArgs < 8 || c.MemBaseAddrAlign == 0 || c.MaxClockFrequency == 0 || c.SingleFPConfig == 0 ||
+			c.ProfilingTimerResolution == 0 {
+			t.Errorf("%s: Caps = %+v, want OpenCL 1.2 minimums", in.Name, c)
+		}
+		if c.PreferredVectorWidth[4] == 0 || c.NativeVectorWidth[2] == 0 {
+			t.Errorf("%s: vector widths %v, %v", in.Name, c.PreferredVectorWidth, c.NativeVectorWidth)
+		}
+		exts := c.ExtensionList()
+		hasFP64 := slices.Contains(exts, "cl_khr_fp64")
+		if hasFP64 != (c.DoubleFPConfig != 0) || hasFP64 != (c.PreferredVectorWidth[5] != 0) {
+			t.Errorf("%s: cl_khr_fp64 listed %v, double config %#x, double width %d", in.Name, hasFP64, c.DoubleFPConfig, c.PreferredVectorWidth[5])
+		}
+		if slices.Contains(exts, "cl_khr_fp16") != (c.HalfFPConfig != 0) {
+			t.Errorf("%s: cl_khr_fp16 listed %v, half config %#x", in.Name, slices.Contains(exts, "cl_khr_fp16"), c.HalfFPConfig)
+		}
+		if !hasFP64 {
+			continue
+		}
+		d := openDevice(t, strconv.Itoa(in.Index))
+		q := newQueue(t, d)
+		p := build(t, q, `#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+__kernel void half_of(__global double *x) { x[get_global_id(0)] *= 0.5; }`)
+		k := kernelOf(t, p, "half_of")
+		b := alloc(t, q, 16)
+		if err := q.Write(b, 0, binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, math.Float64bits(3)), math.Float64bits(-1))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Launch(k, NDRange{Dims: 1, Global: [3]uint64{2}}, []Arg{{Buffer: b}}); err != nil {
+			t.Fatalf("%s: fp64 launch = %v", in.Name, err)
+		}
+		out := make([]byte, 16)
+		if err := q.Read(b, 0, out); err != nil {
+			t.Fatal(err)
+		}
+		if x, y := math.Float64frombits(binary.LittleEndian.Uint64(out)), math.Float64frombits(binary.LittleEndian.Uint64(out[8:])); x != 1.5 || y != -0.5 {
+			t.Errorf("%s: fp64 kernel gave %v, %v, want 1.5, -0.5", in.Name, x, y)
+		}
+	}
+}

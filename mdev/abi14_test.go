@@ -2,7 +2,9 @@ package mdev
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"math"
 	"slices"
 	"testing"
 
@@ -26,7 +28,8 @@ __kernel void reduce(__constant int *in, __global volatile int *out, __local int
 
 // TestABI14EndToEnd drives the ABI 1.4 commands from the guest driver
 // through a harness VM, the transport, a worker process and the
-// aggregator to the OpenCL device: program-info of a two-kernel program,
+// aggregator to the OpenCL device: device-info, with an fp64 kernel run
+// when it lists cl_khr_fp64, program-info of a two-kernel program,
 // a fill read back, copies between buffers and within one, and an
 // overlapping copy refused.
 func TestABI14EndToEnd(t *testing.T) {
@@ -39,6 +42,7 @@ func TestABI14EndToEnd(t *testing.T) {
 	if v := d.Info().Version; v != abi.Version {
 		t.Fatalf("device abi %#x, want %#x", v, abi.Version)
 	}
+	checkDeviceInfo(t, d)
 	p, log, err := d.Build(abi14Source, "")
 	if err != nil {
 		t.Fatalf("Build = %v\n%s", err, log)
@@ -131,6 +135,65 @@ func TestABI14EndToEnd(t *testing.T) {
 	}
 	if err := d.Read(b, 0, gotB); err != nil || !bytes.Equal(gotB, wantB) {
 		t.Errorf("the refused copy changed the buffer (%v)", err)
+	}
+}
+
+// checkDeviceInfo reads the device-information blob and checks it against
+// the registers and PoCL's CPU devices; when it lists cl_khr_fp64, a
+// double-precision kernel builds and computes.
+func checkDeviceInfo(t *testing.T, d *driver.Device) {
+	t.Helper()
+	di, err := d.DeviceInfo()
+	if err != nil {
+		t.Fatalf("DeviceInfo = %v", err)
+	}
+	t.Logf("device info: %+v", di)
+	mwg := uint64(d.Info().MaxWorkGroup)
+	for i, v := range di.MaxWorkItemSizes {
+		if v == 0 || v > mwg {
+			t.Errorf("max_work_item_sizes[%d] = %d, RegMaxWorkGroup %d", i, v, mwg)
+		}
+	}
+	if di.LocalMemSize == 0 || di.MaxParameterSize < 256 || di.MaxParameterSize > abi.MaxLaunchParamBytes ||
+		di.AddressBits != 64 || !di.EndianLittle || di.SingleFPConfig == 0 || di.PreferredVectorWidth[abi.VecFloat] == 0 {
+		t.Errorf("DeviceInfo = %+v", di)
+	}
+	for _, e := range di.Extensions {
+		if !abi.PassThroughExtension(e) {
+			t.Errorf("DeviceInfo lists %q", e)
+		}
+	}
+	if !slices.Contains(di.Extensions, "cl_khr_fp64") {
+		t.Fatalf("DeviceInfo lists no cl_khr_fp64 on PoCL: %q", di.Extensions)
+	}
+	if di.DoubleFPConfig == 0 {
+		t.Errorf("cl_khr_fp64 listed with double_fp_config 0")
+	}
+	p, log, err := d.Build(`#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+__kernel void twice(__global double *x, double k) { x[get_global_id(0)] *= k; }`, "")
+	if err != nil {
+		t.Fatalf("Build(fp64) = %v\n%s", err, log)
+	}
+	b, _ := d.CreateBuffer(16)
+	in := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, math.Float64bits(1.25)), math.Float64bits(-3))
+	if err := d.Write(b, 0, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Launch(p, "twice", driver.Range1(2, 0), driver.BufferArg(b), driver.Uint64Arg(math.Float64bits(2))); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, 16)
+	if err := d.Read(b, 0, out); err != nil {
+		t.Fatalf("Read after the fp64 launch = %v", err)
+	}
+	if x, y := math.Float64frombits(binary.LittleEndian.Uint64(out)), math.Float64frombits(binary.LittleEndian.Uint64(out[8:])); x != 2.5 || y != -6 {
+		t.Errorf("fp64 kernel gave %v, %v, want 2.5, -6", x, y)
+	}
+	if err := d.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.FreeProgram(p); err != nil {
+		t.Fatal(err)
 	}
 }
 

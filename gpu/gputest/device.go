@@ -32,6 +32,16 @@ var defaultInfo = gpu.Info{
 	MaxWorkGroupSize: 256,
 	MaxWorkItemSizes: [3]uint64{256, 256, 256},
 	LocalMemBytes:    32 << 10,
+	Caps: gpu.Caps{
+		MaxConstantBufferSize: 64 << 10, MaxConstantArgs: 8, MaxParameterSize: 1024, MemBaseAddrAlign: 1024,
+		MinDataTypeAlignSize: 128, MaxClockFrequency: 1000, AddressBits: 64, SingleFPConfig: 0xbf, DoubleFPConfig: 0xbf,
+		ProfilingTimerResolution: 1, PrintfBufferSize: 1 << 20,
+		PreferredVectorWidth: [7]uint32{16, 8, 4, 2, 4, 2, 0}, NativeVectorWidth: [7]uint32{16, 8, 4, 2, 4, 2, 0},
+		EndianLittle: true,
+		// What PoCL lists, images and SPIR included: device-info must
+		// pass on only the kernel-language extensions.
+		Extensions: "cl_khr_byte_addressable_store cl_khr_global_int32_base_atomics  cl_khr_3d_image_writes cl_khr_spir cl_khr_int64_base_atomics cl_khr_fp64",
+	},
 }
 
 // Operations a Config.Fault hook is asked about.
@@ -50,7 +60,9 @@ const (
 type Config struct {
 	// Info is what Device.Info reports; its zero fields are filled in
 	// (256 MiB of memory, 64 MiB per buffer, work-groups of 256 items,
-	// 32 KiB of __local memory).
+	// 32 KiB of __local memory; Caps as a whole, when zero: a 64-bit
+	// device with fp64 listing some extensions that are not kernel
+	// language).
 	Info gpu.Info
 	// MemLimit bounds the bytes of all live buffers of the device; an
 	// Alloc past it fails with gpu.ErrOutOfMemory. 0: Info.GlobalMemBytes.
@@ -114,6 +126,9 @@ func New(cfg Config) *Device {
 	}
 	if in.ComputeUnits == 0 {
 		in.ComputeUnits = def.ComputeUnits
+	}
+	if in.Caps == (gpu.Caps{}) {
+		in.Caps = def.Caps
 	}
 	if cfg.MemLimit == 0 {
 		cfg.MemLimit = in.GlobalMemBytes
