@@ -309,6 +309,7 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 		ids    = fs.String("instance", "", "instance UUIDs to attach, comma separated")
 		kernel = fs.String("kernel", filepath.Join(guestDir(), "vmlinuz"), "guest kernel")
 		initrd = fs.String("initrd", filepath.Join(guestDir(), "initramfs.cpio"), "guest initramfs")
+		disk   = fs.String("disk", "", "a raw disk image attached read-only (the userland disk of make guest-apps: build/guest/apps/rootfs.ext4)")
 		app    = fs.String("append", "", "extra kernel command line, e.g. vgpu.run=vgpu-suite")
 		mem    = fs.Int("mem", qemuvm.DefaultMemMiB, "guest RAM in MiB")
 		cpus   = fs.Int("cpus", qemuvm.DefaultCPUs, "vCPUs")
@@ -324,7 +325,7 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 	if *ids == "" {
 		return errors.New("vm: -instance is required")
 	}
-	cfg := qemuvm.Config{QEMU: *qemu, Kernel: *kernel, Initrd: *initrd, Append: *app, MemMiB: *mem, CPUs: *cpus,
+	cfg := qemuvm.Config{QEMU: *qemu, Kernel: *kernel, Initrd: *initrd, Disk: *disk, Append: *app, MemMiB: *mem, CPUs: *cpus,
 		SerialLog: &prefixWriter{w: w, prefix: *prefix}, Stderr: stderr, Incoming: *in}
 	if *in != "" {
 		// The instance does not exist here yet: the migration creates it.

@@ -4,7 +4,9 @@
 //	vgpu-mkinitramfs -o out.cpio -init vgpu-init -modules build/guest/modules \
 //		-bin vgpu-mmiobench=build/guest/bin/vgpu-mmiobench
 //
-// Each -bin NAME=PATH places the host file PATH at /bin/NAME, mode 0755.
+// Each -bin NAME=PATH places the host file PATH at /bin/NAME, mode 0755;
+// each -file DST=SRC places SRC at the absolute path DST with SRC's mode
+// (the guest ICD at /lib/vgpud/libvgpud-icd.so, docs/icd.md).
 // The archive is written to a temporary file and renamed over -o.
 package main
 
@@ -16,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -45,6 +48,25 @@ func (b *binFlags) Set(v string) error {
 	return nil
 }
 
+// fileFlags collects -file DST=SRC: any file at an absolute path of the
+// archive (e.g. a shared library under /lib), mode taken from SRC.
+type fileFlags []image.File
+
+func (f *fileFlags) String() string { return fmt.Sprint(len(*f), " files") }
+
+func (f *fileFlags) Set(v string) error {
+	dst, src, ok := strings.Cut(v, "=")
+	if !ok || !path.IsAbs(dst) || path.Clean(dst) != dst || src == "" {
+		return fmt.Errorf("want DST=SRC with a clean absolute DST, got %q", v)
+	}
+	st, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, image.File{Src: src, Dst: dst, Mode: st.Mode().Perm()})
+	return nil
+}
+
 func run(_ context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("vgpu-mkinitramfs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -53,6 +75,8 @@ func run(_ context.Context, args []string, stderr io.Writer) error {
 	modules := fs.String("modules", "", "`dir`ectory whose *.ko go to /lib/modules")
 	var bins binFlags
 	fs.Var(&bins, "bin", "`NAME=PATH`: place PATH at /bin/NAME (repeatable)")
+	var files fileFlags
+	fs.Var(&files, "file", "`DST=SRC`: place SRC at the absolute path DST, with SRC's mode (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,7 +84,7 @@ func run(_ context.Context, args []string, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("need -o and -init, and no positional arguments")
 	}
-	spec := image.Spec{Init: *initBin, Modules: *modules, Files: bins}
+	spec := image.Spec{Init: *initBin, Modules: *modules, Files: append(bins, files...)}
 
 	tmp, err := os.CreateTemp(filepath.Dir(*out), ".initramfs-*")
 	if err != nil {

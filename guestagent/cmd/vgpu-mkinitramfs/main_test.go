@@ -15,13 +15,17 @@ func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	initBin := filepath.Join(dir, "init")
 	bench := filepath.Join(dir, "bench")
-	for _, p := range []string{initBin, bench} {
+	lib := filepath.Join(dir, "lib.so")
+	for _, p := range []string{initBin, bench, lib} {
 		if err := os.WriteFile(p, []byte(p), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if err := os.Chmod(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(dir, "out.cpio")
-	args := []string{"-o", out, "-init", initBin, "-bin", "vgpu-mmiobench=" + bench}
+	args := []string{"-o", out, "-init", initBin, "-bin", "vgpu-mmiobench=" + bench, "-file", "/lib/vgpud/libvgpud-icd.so=" + lib}
 	if err := run(context.Background(), args, io.Discard); err != nil {
 		t.Fatalf("run(%q) = %v, want nil", args, err)
 	}
@@ -35,9 +39,10 @@ func TestRun(t *testing.T) {
 	}
 	a := cpio.ArchiveFromRecords(recs)
 	for name, mode := range map[string]uint64{
-		"init":               cpio.S_IFREG | 0o755,
-		"bin/vgpu-mmiobench": cpio.S_IFREG | 0o755,
-		"dev/console":        cpio.S_IFCHR | 0o600,
+		"init":                      cpio.S_IFREG | 0o755,
+		"bin/vgpu-mmiobench":        cpio.S_IFREG | 0o755,
+		"lib/vgpud/libvgpud-icd.so": cpio.S_IFREG | 0o755,
+		"dev/console":               cpio.S_IFCHR | 0o600,
 	} {
 		r, ok := a.Get(name)
 		if !ok || r.Mode != mode {
@@ -55,6 +60,9 @@ func TestRunBadArgs(t *testing.T) {
 		{"-o", out, "-init", filepath.Join(dir, "absent")},
 		{"-o", out, "-init", out, "-bin", "noequals"},
 		{"-o", out, "-init", out, "-bin", "a/b=/x"},
+		{"-o", out, "-init", out, "-file", "relative=" + out},
+		{"-o", out, "-init", out, "-file", "/a/../b=" + out},
+		{"-o", out, "-init", out, "-file", "/lib/x=" + filepath.Join(dir, "absent")},
 		{"-o", out, "-init", out, "extra"},
 	} {
 		if err := run(context.Background(), args, io.Discard); err == nil {
