@@ -39,7 +39,7 @@ guest: kernel
 APPS      := $(GUEST)/apps
 APPSPROGS := vgpu-init vgpu-agent vgpu-mmiobench
 
-.PHONY: guest-apps
+.PHONY: guest-apps guest-icd
 guest-apps: kernel
 	scripts/fetch-userland.sh $(APPS) $(GUEST)
 	@mkdir -p $(APPS)/bin
@@ -51,6 +51,18 @@ guest-apps: kernel
 		$(foreach p,$(filter-out vgpu-init,$(APPSPROGS)),-bin $(p)=$(APPS)/bin/$(p))
 	cat $(APPS)/base.cpio $(APPS)/initrd.cpio > $(APPS)/initramfs.cpio.tmp
 	mv $(APPS)/initramfs.cpio.tmp $(APPS)/initramfs.cpio
+
+# The userland guest with the vgpud ICD (the README's demo): the apps
+# initramfs plus vgpu-icdd, the ICD at /lib/vgpud and the demo's scripts.
+guest-icd: guest-apps icd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags=-s -o $(APPS)/bin/vgpu-icdd ./guestagent/cmd/vgpu-icdd
+	$(GO) run ./guestagent/cmd/vgpu-mkinitramfs -o $(APPS)/icd-base.cpio \
+		-init $(APPS)/bin/vgpu-init -modules $(GUEST)/modules \
+		$(foreach p,$(filter-out vgpu-init,$(APPSPROGS)) vgpu-icdd,-bin $(p)=$(APPS)/bin/$(p)) \
+		-bin icd-demo=scripts/guest/icd-demo -bin vadd.py=scripts/guest/vadd.py \
+		-file /lib/vgpud/libvgpud-icd.so=$(ICD)/libvgpud-icd.so
+	cat $(APPS)/icd-base.cpio $(APPS)/initrd.cpio > $(APPS)/icd.cpio.tmp
+	mv $(APPS)/icd.cpio.tmp $(APPS)/icd.cpio
 
 build: deps
 	$(GO) build -o $(BIN)/vgpud ./cmd/vgpud
@@ -90,7 +102,7 @@ test-short: deps
 fuzz:
 	scripts/fuzz-all.sh 20s
 
-demo: build guest
+demo: build guest guest-icd
 	scripts/demo.sh
 
 # Every benchmark table (bench/README.md); each compares against a baseline

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # demo.sh: start vgpud on the first OpenCL device, create two vGPU
 # instances, boot two QEMU guests at once, each running the correctness
-# suite on its vGPU, and show what they did. Run through `make demo`,
-# which builds build/bin and build/guest first.
+# suite on its vGPU, and show what they did; then boot a third with the
+# Debian userland and the vgpud ICD, where Debian's clinfo and a pyopencl
+# program run unmodified. Run through `make demo`, which builds build/bin,
+# build/guest and build/guest/apps first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,8 +67,20 @@ fi
 for v in a b; do
 	grep -q 'VGPU-RESULT {.*"fail":0' "$run/$v.log" || { echo "VM $v: suite failed" >&2; status=1; }
 done
+
+# A third VM runs unmodified Debian OpenCL programs through the vgpud ICD
+# (docs/icd.md): the userland disk of make guest-apps, the ICD and its
+# daemon vgpu-icdd from build/guest/apps/icd.cpio (make guest-icd).
+c=$("$bin/vgpuctl" create -profile vgpu-small)
+echo
+echo "== VM c ($c, vgpu-small): Debian's clinfo and a pyopencl program, unmodified, as an unprivileged user"
+"$bin/vgpuctl" vm -instance "$c" -initrd build/guest/apps/icd.cpio -disk build/guest/apps/rootfs.ext4 -mem 1024 \
+	-append "quiet vgpu.run=vgpu-apps vgpu.args=/vgpu/bin/icd-demo" -prefix "[vm-c] " >"$run/c.log" 2>&1 || status=1
+awk '/VGPU-INIT run=/ { on = 1 } on && !/level=INFO/' "$run/c.log"
+grep -q 'VADD OK platform=vgpud' "$run/c.log" || { echo "VM c: the pyopencl program did not compute through the vgpud ICD" >&2; status=1; }
+
 if [[ $status -eq 0 ]]; then
 	echo
-	echo "demo: both VMs computed correct results on one shared OpenCL device"
+	echo "demo: three VMs computed correct results on one shared OpenCL device, one of them with unmodified Debian OpenCL programs"
 fi
 exit $status
