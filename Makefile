@@ -9,7 +9,7 @@ GUESTPROGS := vgpu-init vgpu-suite vgpu-mmiobench
 # Run time of the whole test suite is bounded well below CI's limit.
 TESTFLAGS ?= -timeout 25m
 
-.PHONY: all deps kernel guest build test test-short fuzz demo bench bench-interference clean
+.PHONY: all deps kernel guest build test test-apps test-short fuzz demo bench bench-interference clean
 
 all: build
 
@@ -93,6 +93,11 @@ $(ICD)/libvgpud-icd.so: $(ICD_SRCS) $(ICD_HDRS)
 test: deps kernel guest-apps icd
 	$(GO) vet ./...
 	$(GO) test $(TESTFLAGS) ./...
+
+# Every application of issue 11 (pyopencl's tests, clpeak, hashcat, a
+# CLBlast tuner) in two guests at once through the ICD: many minutes.
+test-apps: deps kernel guest-apps icd
+	VGPUD_TEST_APPS=1 $(GO) test -count=1 -timeout 60m -v -run 'TestGuestApps|TestGuestICD' ./tests/
 
 # In-process tests only (no QEMU boots).
 test-short: deps

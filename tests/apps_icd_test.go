@@ -1,0 +1,182 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/guestagent/image"
+	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+)
+
+// appsCheck runs every application issue 11 names, unmodified, in the
+// guest through the ICD, as nobody. pyopencl's tests run from a copy of
+// the read-only doc directory (pytest writes next to them).
+const appsCheck = `#!/bin/sh
+check() {
+	name=$1
+	shift
+	echo "USERLAND-BEGIN $name"
+	"$@" 2>&1
+	echo "USERLAND-END $name exit=$?"
+}
+user() { HOME=/tmp su -p -s /bin/sh -c "$*" nobody; }
+cp -r /usr/share/doc/python-pyopencl-doc/examples /tmp/pyopencl-tests
+chmod -R a+rwX /tmp/pyopencl-tests
+cd /tmp/pyopencl-tests
+for t in test_wrapper test_array test_enqueue_copy; do
+	check $t user python3 -m pytest -q -p no:cacheprovider -rfEs --tb=line $t.py
+done
+cd /tmp
+check clpeak user clpeak
+check hashcat user hashcat -b -m 0
+check hashcat-selftest user hashcat -m 0 -a 3 --potfile-disable -O e2fc714c4727ee9395f324cd2e7f331f ?l?l?l?l
+tuner=$(ls /usr/bin/clblast_tuner_xaxpy /usr/bin/clblast_tuner_copy_fast 2>/dev/null | head -n 1)
+check clblast user $tuner -precision 32
+`
+
+// TestGuestApps (make test-apps) boots two userland guests at once on one
+// device, each running appsCheck: pyopencl's own tests, clpeak, hashcat's
+// benchmark and a mask attack on an MD5, and a CLBlast tuner. It is not
+// part of make test (it runs for many minutes under TCG); set
+// VGPUD_TEST_APPS=1 to run it.
+func TestGuestApps(t *testing.T) {
+	if os.Getenv("VGPUD_TEST_APPS") == "" {
+		t.Skip("the full application run takes many minutes: make test-apps (VGPUD_TEST_APPS=1)")
+	}
+	a := imagetest.RequireApps(t)
+	lib, err := filepath.Abs(icdLib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(lib); err != nil {
+		t.Fatalf("guest ICD missing (%v): run `make icd`", err)
+	}
+	m := host(t)
+	script := filepath.Join(t.TempDir(), "apps-check")
+	if err := os.WriteFile(script, []byte(appsCheck), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	initrd := imagetest.AppsInitramfs(t, a, []image.File{
+		{Src: lib, Dst: "/lib/vgpud/libvgpud-icd.so", Mode: 0o755},
+		{Src: script, Dst: image.BinDir + "/apps-check", Mode: 0o755},
+	}, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Minute)
+	defer cancel()
+	type result struct {
+		out     map[string]string
+		codes   map[string]int
+		console string
+		err     error
+	}
+	res := make([]result, 2)
+	var wg sync.WaitGroup
+	for i := range res {
+		inst := mustCreate(t, m, "vgpu-medium")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := &res[i]
+			r.console, r.err = bootApps(ctx, a, initrd, inst.Socket(), imagetest.AppsBinDir+"/apps-check")
+			r.out, r.codes = userlandResults(strings.Split(r.console, "\n"))
+		}()
+	}
+	wg.Wait()
+	summary := regexp.MustCompile(`(?m)^=+ (.*) in [0-9.]+s`)
+	for i, r := range res {
+		if r.err != nil {
+			t.Errorf("guest %d: %v\n%s", i, r.err, r.console)
+			continue
+		}
+		for _, name := range []string{"test_wrapper", "test_array", "test_enqueue_copy"} {
+			s := summary.FindStringSubmatch(r.out[name])
+			line := "(no summary)"
+			if s != nil {
+				line = s[1]
+			}
+			t.Logf("guest %d: pyopencl %s: %s", i, name, line)
+			if r.codes[name] != 0 {
+				t.Errorf("guest %d: pyopencl %s: exit %d; failures:\n%s", i, name, r.codes[name], failures(r.out[name]))
+			}
+		}
+		for _, name := range []string{"clpeak", "hashcat", "hashcat-selftest", "clblast"} {
+			c, ok := r.codes[name]
+			t.Logf("guest %d: %s: exit %d (ran %v)", i, name, c, ok)
+			if !ok || c != 0 {
+				t.Errorf("guest %d: %s: exit %d; output:\n%s", i, name, c, tail(r.out[name], 40))
+			}
+		}
+		if s := regexp.MustCompile(`(?m)^Speed\.#1\.*: *(.*)$`).FindStringSubmatch(r.out["hashcat"]); s != nil {
+			t.Logf("guest %d: hashcat -b -m 0: %s", i, s[1])
+		}
+		if !strings.Contains(r.out["hashcat-selftest"], "e2fc714c4727ee9395f324cd2e7f331f:abcd") && r.codes["hashcat-selftest"] == 0 {
+			t.Errorf("guest %d: hashcat did not crack md5(abcd); output:\n%s", i, tail(r.out["hashcat-selftest"], 20))
+		}
+		if !strings.Contains(r.out["clblast"], "Found best result") && r.codes["clblast"] == 0 {
+			t.Errorf("guest %d: the CLBlast tuner found no result; output:\n%s", i, tail(r.out["clblast"], 20))
+		}
+	}
+}
+
+// bootApps boots the userland guest with the vGPU behind socket running
+// prog and returns its console once it powered off.
+func bootApps(ctx context.Context, a imagetest.Apps, initrd, socket, prog string) (string, error) {
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		return "", err
+	}
+	f, err := conn.File()
+	conn.Close()
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	vm, err := qemuvm.Start(ctx, qemuvm.Config{
+		Kernel: a.Vmlinuz, Initrd: initrd, Disk: a.Disk, MemMiB: 2048,
+		Append:  "vgpu.run=" + imagetest.AppsProgram + " vgpu.args=" + prog,
+		Devices: []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
+	})
+	if err != nil {
+		return "", err
+	}
+	defer vm.Kill()
+	f.Close()
+	console := func() string { return strings.Join(vm.Lines(), "\n") }
+	exit, err := vm.WaitLine(ctx, "VGPU-INIT exit=")
+	if err != nil {
+		return console(), fmt.Errorf("guest did not finish: %w", err)
+	}
+	if exit != "VGPU-INIT exit=0" {
+		return console(), fmt.Errorf("%s", exit)
+	}
+	return console(), vm.Wait()
+}
+
+// failures is pytest's short summary: its FAILED and ERROR lines.
+func failures(out string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "FAILED ") || strings.HasPrefix(l, "ERROR ") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
