@@ -37,6 +37,7 @@
 #define VGPU_ICDP_MAX_WAIT_EVENTS            1024 /* icdproto.MaxWaitEvents */
 #define VGPU_ICDP_MAX_PATTERN                128 /* icdproto.MaxPattern */
 #define VGPU_ICDP_MAX_DEVICES                64 /* icdproto.MaxDevices */
+#define VGPU_ICDP_MAX_DEVICE_INFO            4096 /* icdproto.MaxDeviceInfo */
 
 #define VGPU_ICDP_NOT_COMPLETE               0xFFFFFFFFU /* icdproto.NotComplete */
 
@@ -44,6 +45,7 @@
 
 #define VGPU_ICDP_OP_HELLO                   1 /* icdproto.OpHello */
 #define VGPU_ICDP_OP_ATTACH                  2 /* icdproto.OpAttach */
+#define VGPU_ICDP_OP_DEVICE_INFO             3 /* icdproto.OpDeviceInfo */
 #define VGPU_ICDP_OP_BUFFER_CREATE           10 /* icdproto.OpBufferCreate */
 #define VGPU_ICDP_OP_BUFFER_FREE             11 /* icdproto.OpBufferFree */
 #define VGPU_ICDP_OP_WRITE                   12 /* icdproto.OpWrite */
@@ -78,6 +80,7 @@ static inline const char *vgpu_icdp_op_name(uint32_t op)
 	switch (op) {
 	case 0x0001: return "hello";
 	case 0x0002: return "attach";
+	case 0x0003: return "device-info";
 	case 0x000A: return "buffer-create";
 	case 0x000B: return "buffer-free";
 	case 0x000C: return "write";
@@ -95,6 +98,7 @@ static inline const char *vgpu_icdp_op_name(uint32_t op)
 	case 0x7F00: return "error";
 	case 0x8001: return "hello-reply";
 	case 0x8002: return "attach-reply";
+	case 0x8003: return "device-info-reply";
 	case 0x8014: return "build-reply";
 	case 0x8016: return "program-info-reply";
 	case 0x8029: return "wait-reply";
@@ -198,6 +202,26 @@ struct vgpu_icdp_attach_reply {
 _Static_assert(sizeof(struct vgpu_icdp_attach_reply) == 8, "vgpu_icdp_attach_reply size");
 _Static_assert(offsetof(struct vgpu_icdp_attach_reply, status) == 0, "vgpu_icdp_attach_reply.status offset");
 _Static_assert(offsetof(struct vgpu_icdp_attach_reply, reserved) == 4, "vgpu_icdp_attach_reply.reserved offset");
+
+/* icdproto.DeviceInfo: the body of device-info (replied). */
+struct vgpu_icdp_device_info {
+	uint32_t device;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct vgpu_icdp_device_info) == 8, "vgpu_icdp_device_info size");
+_Static_assert(offsetof(struct vgpu_icdp_device_info, device) == 0, "vgpu_icdp_device_info.device offset");
+_Static_assert(offsetof(struct vgpu_icdp_device_info, reserved) == 4, "vgpu_icdp_device_info.reserved offset");
+
+/* icdproto.DeviceInfoReplyHead: the head of device-info's reply; info_len bytes of abi device-information blob (struct vgpu_device_info and its extension list) follow. */
+struct vgpu_icdp_device_info_reply_head {
+	uint32_t status;
+	uint32_t reserved;
+	uint64_t info_len;
+};
+_Static_assert(sizeof(struct vgpu_icdp_device_info_reply_head) == 16, "vgpu_icdp_device_info_reply_head size");
+_Static_assert(offsetof(struct vgpu_icdp_device_info_reply_head, status) == 0, "vgpu_icdp_device_info_reply_head.status offset");
+_Static_assert(offsetof(struct vgpu_icdp_device_info_reply_head, reserved) == 4, "vgpu_icdp_device_info_reply_head.reserved offset");
+_Static_assert(offsetof(struct vgpu_icdp_device_info_reply_head, info_len) == 8, "vgpu_icdp_device_info_reply_head.info_len offset");
 
 /* icdproto.BufferCreate: the body of buffer-create. */
 struct vgpu_icdp_buffer_create {

@@ -21,6 +21,7 @@ type opInfo struct {
 var ops = map[Op]opInfo{
 	OpHello:        {"hello", true, func() any { return new(Hello) }},
 	OpAttach:       {"attach", true, func() any { return new(Attach) }},
+	OpDeviceInfo:   {"device-info", true, func() any { return new(DeviceInfo) }},
 	OpBufferCreate: {"buffer-create", false, func() any { return new(BufferCreate) }},
 	OpBufferFree:   {"buffer-free", false, func() any { return new(BufferFree) }},
 	OpWrite:        {"write", false, func() any { return new(Transfer) }},
@@ -39,6 +40,7 @@ var ops = map[Op]opInfo{
 
 	OpHello | ReplyBit:       {"hello-reply", false, func() any { return new(HelloReply) }},
 	OpAttach | ReplyBit:      {"attach-reply", false, func() any { return new(AttachReply) }},
+	OpDeviceInfo | ReplyBit:  {"device-info-reply", false, func() any { return new(DeviceInfoReply) }},
 	OpBuild | ReplyBit:       {"build-reply", false, func() any { return new(BuildReply) }},
 	OpProgramInfo | ReplyBit: {"program-info-reply", false, func() any { return new(ProgramInfoReply) }},
 	OpWait | ReplyBit:        {"wait-reply", false, func() any { return new(WaitReply) }},
@@ -114,6 +116,9 @@ func Append(b []byte, op Op, id uint64, body any) ([]byte, error) {
 		for i := range v.Devices {
 			b = appendFixed(b, &v.Devices[i])
 		}
+	case *DeviceInfoReply:
+		b = appendFixed(b, &DeviceInfoReplyHead{Status: v.Status, InfoLen: uint64(len(v.Info))})
+		b = append(b, v.Info...)
 	case *Wait:
 		b = le.AppendUint32(b, uint32(len(v.Events)))
 		b = le.AppendUint32(b, 0)
@@ -234,6 +239,21 @@ func decodeBody(p []byte, body any) error {
 			o := 8 + DeviceRecordSize*i
 			_ = decodeFixed(p[o:o+DeviceRecordSize], &v.Devices[i], false)
 		}
+	case *DeviceInfoReply:
+		var hd DeviceInfoReplyHead
+		if err := decodeFixed(p, &hd, true); err != nil {
+			return err
+		}
+		if hd.Reserved != 0 {
+			return Errorf(ErrReserved, "device-info reply reserved %#x", hd.Reserved)
+		}
+		if hd.InfoLen > MaxDeviceInfo {
+			return Errorf(ErrLimit, "device info of %d bytes, more than %d", hd.InfoLen, MaxDeviceInfo)
+		}
+		if want := 16 + int(hd.InfoLen); len(p) != want {
+			return badLen(len(p), want)
+		}
+		v.Status, v.Info = hd.Status, append([]byte(nil), p[16:]...)
 	case *Wait:
 		var hd WaitHead
 		if err := decodeFixed(p, &hd, true); err != nil {
@@ -364,6 +384,15 @@ func validate(body any) error {
 			nonzero("arena size", v.Size))
 	case *AttachReply:
 		return reserved("attach reply reserved", uint64(v.Reserved))
+	case *DeviceInfo:
+		return reserved("device-info reserved", uint64(v.Reserved))
+	case *DeviceInfoReply:
+		if len(v.Info) > MaxDeviceInfo {
+			return Errorf(ErrLimit, "device info of %d bytes, more than %d", len(v.Info), MaxDeviceInfo)
+		}
+		if v.Status != 0 && len(v.Info) != 0 {
+			return Errorf(ErrMalformed, "device info of %d bytes with status %d", len(v.Info), v.Status)
+		}
 	case *BufferCreate:
 		if err := firstErr(reserved("buffer-create reserved", uint64(v.Reserved)),
 			nonzero("buffer", uint64(v.Buffer)), nonzero("size", v.Size)); err != nil {

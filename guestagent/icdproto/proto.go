@@ -47,6 +47,9 @@ const (
 	MaxPattern = 128
 	// MaxDevices is the most devices a Hello reply lists.
 	MaxDevices = 64
+	// MaxDeviceInfo is the most blob bytes a DeviceInfo reply carries:
+	// the abi device-information blob is at most one page.
+	MaxDeviceInfo = abi.MaxDeviceInfoLen
 )
 
 // NotComplete is an event record's status while the event has not
@@ -63,6 +66,7 @@ type Op uint16
 const (
 	OpHello        Op = 1
 	OpAttach       Op = 2
+	OpDeviceInfo   Op = 3
 	OpBufferCreate Op = 10
 	OpBufferFree   Op = 11
 	OpWrite        Op = 12
@@ -161,6 +165,20 @@ type DeviceRecord struct {
 	Reserved     uint32
 	Profile      [abi.ProfileNameLen]byte // NUL padded
 	Name         [abi.DeviceNameLen]byte  // NUL padded
+}
+
+// DeviceInfo asks for a device's abi device-information blob (reply).
+type DeviceInfo struct {
+	Device   uint32
+	Reserved uint32
+}
+
+// DeviceInfoReplyHead is the fixed part of DeviceInfo's reply; InfoLen
+// bytes of blob follow.
+type DeviceInfoReplyHead struct {
+	Status   uint32 // abi status; nonzero: no blob
+	Reserved uint32
+	InfoLen  uint64 // 0..MaxDeviceInfo; 0 unless Status is 0
 }
 
 // Attach passes an arena: a memfd, sealed against shrinking, in SCM_RIGHTS.
@@ -336,6 +354,13 @@ type Flush struct{}
 type HelloReply struct {
 	Version uint32
 	Devices []DeviceRecord
+}
+
+// DeviceInfoReply is DeviceInfo's reply: the abi device-information blob
+// (abi.UnmarshalDeviceInfo decodes it) inline, or a status without one.
+type DeviceInfoReply struct {
+	Status uint32
+	Info   []byte
 }
 
 // Wait is the body of Wait and Poll: the events asked about; none means

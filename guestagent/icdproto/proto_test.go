@@ -43,6 +43,8 @@ func samples() map[Op]any {
 		OpHello | ReplyBit:       &HelloReply{Version: Version, Devices: []DeviceRecord{dev, {Index: 2}}},
 		OpAttach:                 &Attach{Arena: 1, Size: 1 << 20},
 		OpAttach | ReplyBit:      &AttachReply{Status: uint32(ErrArena)},
+		OpDeviceInfo:             &DeviceInfo{Device: 1},
+		OpDeviceInfo | ReplyBit:  &DeviceInfoReply{Info: []byte("a blob")},
 		OpBufferCreate:           &BufferCreate{Device: 0, Buffer: 1, Size: 4096, Flags: abi.BufferReadOnly, Event: 2},
 		OpBufferFree:             &BufferFree{Buffer: 1},
 		OpWrite:                  &Transfer{Buffer: 1, Arena: 2, Offset: 3, ArenaOffset: 4, Length: 5, Event: 6},
@@ -148,6 +150,7 @@ func TestUnmarshalRefuses(t *testing.T) {
 	}
 	wait := mustMarshal(t, OpWait, &Wait{Events: []uint64{1}})
 	lb := mustMarshal(t, OpLaunch, launch())
+	di := mustMarshal(t, OpDeviceInfo|ReplyBit, &DeviceInfoReply{Info: []byte("blob")})
 	for _, c := range []struct {
 		name string
 		b    []byte
@@ -172,6 +175,12 @@ func TestUnmarshalRefuses(t *testing.T) {
 		{"launch scalar outside", patch(lb, 16+160+32+8, 20), ErrRange},
 		{"launch scalar padding", patch(lb, 16+160+16+12, 1), ErrReserved},
 		{"launch flags", patch(lb, 16+4, 2), ErrReserved},
+		{"device info len beyond body", patch(di, 16+8, 5), ErrMalformed},
+		{"device info len short of body", patch(di, 16+8, 3), ErrMalformed},
+		{"device info len huge", patch(di, 16+8, 0x01, 0x10), ErrLimit},
+		{"device info reserved", patch(di, 16+4, 1), ErrReserved},
+		{"device info blob with a status", patch(di, 16, 1), ErrMalformed},
+		{"device info request reserved", patch(mustMarshal(t, OpDeviceInfo, &DeviceInfo{}), 16+4, 1), ErrReserved},
 		{"too big", append(patch(hello, 4, 0, 0, 2), make([]byte, MaxMessage+8)...), ErrMalformed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -207,6 +216,8 @@ func TestAppendRefuses(t *testing.T) {
 		{"buffer id 0", OpBufferCreate, &BufferCreate{Size: 1}, ErrMalformed},
 		{"build source too long", OpBuild, &Build{Program: 1, Arena: 1, SrcLen: abi.MaxSourceLen + 1}, ErrLimit},
 		{"wait too many", OpWait, &Wait{Events: make([]uint64, MaxWaitEvents+1)}, ErrLimit},
+		{"device info too big", OpDeviceInfo | ReplyBit, &DeviceInfoReply{Info: make([]byte, MaxDeviceInfo+1)}, ErrLimit},
+		{"device info with a status", OpDeviceInfo | ReplyBit, &DeviceInfoReply{Status: 1, Info: []byte{1}}, ErrMalformed},
 		{"error not utf-8", OpError, &Error{Code: 1, Message: "\xff"}, ErrMalformed},
 		{"unknown op", Op(77), &Flush{}, ErrUnknownOp},
 	} {

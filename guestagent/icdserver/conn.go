@@ -199,6 +199,8 @@ func (c *conn) handle(h icdproto.Header, body any, fds []int) (any, error) {
 		return c.doHello(v)
 	case *icdproto.Attach:
 		return c.doAttach(v, fds)
+	case *icdproto.DeviceInfo:
+		return c.doDeviceInfo(v)
 	case *icdproto.BufferCreate:
 		return nil, c.doBufferCreate(v)
 	case *icdproto.BufferFree:
@@ -270,6 +272,27 @@ func (c *conn) doAttach(v *icdproto.Attach, fds []int) (any, error) {
 }
 
 // --- lookups: each failure is a protocol error ---
+
+// doDeviceInfo answers with the device's abi device-information blob, or
+// the status that kept the device from giving it (invalid opcode before
+// abi 1.4).
+func (c *conn) doDeviceInfo(v *icdproto.DeviceInfo) (any, error) {
+	dev, err := c.device(v.Device)
+	if err != nil {
+		return nil, err
+	}
+	if minor(dev) < 4 {
+		return &icdproto.DeviceInfoReply{Status: uint32(abi.StatusInvalidOpcode)}, nil
+	}
+	blob, err := dev.deviceInfo()
+	if err != nil {
+		return &icdproto.DeviceInfoReply{Status: uint32(statusOf(err))}, nil
+	}
+	if len(blob) > icdproto.MaxDeviceInfo { // abi bounds it the same
+		return &icdproto.DeviceInfoReply{Status: uint32(abi.StatusInternal)}, nil
+	}
+	return &icdproto.DeviceInfoReply{Info: blob}, nil
+}
 
 func (c *conn) device(i uint32) (*device, error) {
 	if int64(i) >= int64(len(c.s.devs)) {

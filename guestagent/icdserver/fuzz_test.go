@@ -57,6 +57,11 @@ func FuzzConn(f *testing.F) {
 		msg(f, icdproto.OpBufferFree, &icdproto.BufferFree{Buffer: 1}),
 		msg(f, icdproto.OpFlush, &icdproto.Flush{}),
 	))
+	f.Add(encodeMsgs(f,
+		msg(f, icdproto.OpDeviceInfo, &icdproto.DeviceInfo{}),
+		msg(f, icdproto.OpDeviceInfo, &icdproto.DeviceInfo{}),
+		msg(f, icdproto.OpDeviceInfo, &icdproto.DeviceInfo{Device: 1}),
+	))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		start := time.Now()
 		defer func() {

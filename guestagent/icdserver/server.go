@@ -54,6 +54,36 @@ type device struct {
 	// wake is signalled when commands were submitted: the reaper polls
 	// while the device has commands in flight.
 	wake chan struct{}
+
+	infoMu sync.Mutex
+	// Guarded by infoMu: the device-information blob, read once and kept
+	// while the driver reports the device it was read from (infoOf).
+	info   []byte
+	infoOf driver.Info
+}
+
+// deviceInfo returns the abi device-information blob of dev: the one it
+// kept, unless the driver now reports another device (a migration to
+// another model, a new profile), else a fresh one. Failures are not kept.
+func (dev *device) deviceInfo() ([]byte, error) {
+	dev.infoMu.Lock()
+	defer dev.infoMu.Unlock()
+	in := dev.d.Info()
+	if dev.info != nil && dev.infoOf == in {
+		return dev.info, nil
+	}
+	info, err := dev.d.DeviceInfo()
+	if err != nil {
+		return nil, err
+	}
+	blob, err := info.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	// Keyed by the Info from before the command: a migration meanwhile
+	// makes the next call ask again.
+	dev.info, dev.infoOf = blob, in
+	return blob, nil
 }
 
 func (d *device) kick() {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
@@ -378,4 +379,34 @@ func TestLaunchRefusals(t *testing.T) {
 	}
 	cl.send(icdproto.OpLaunch, big)
 	cl.expectError(icdproto.ErrMalformed)
+}
+
+// TestDeviceInfo: the blob comes inline in the reply, is asked of the
+// device once, and an older device answers invalid opcode.
+func TestDeviceInfo(t *testing.T) {
+	want := drivertest.FakeDeviceInfo()
+	want.Extensions = []string{"cl_khr_fp64"}
+	want.MaxClockFrequency = 1234
+	fx := newFixture(t, drivertest.Config{DeviceInfo: &want}, drivertest.Config{Version: abi.VersionMajor<<16 | 3})
+	cl, _ := fx.hello(t)
+	for i := range 2 {
+		before := fx.devs[0].Stats().Commands
+		r := cl.call(icdproto.OpDeviceInfo, &icdproto.DeviceInfo{Device: 0}).(*icdproto.DeviceInfoReply)
+		if r.Status != 0 {
+			t.Fatalf("device-info reply status %v", abi.Status(r.Status))
+		}
+		got, err := abi.UnmarshalDeviceInfo(r.Info)
+		if err != nil || uint64(len(r.Info)) != got.Size() || !cmp.Equal(got, want) {
+			t.Errorf("device-info blob = %+v, %v\nwant %+v", got, err, want)
+		}
+		if n := fx.devs[0].Stats().Commands - before; (i == 0) != (n == 1) {
+			t.Errorf("request %d sent %d commands to the device", i, n)
+		}
+	}
+	r := cl.call(icdproto.OpDeviceInfo, &icdproto.DeviceInfo{Device: 1}).(*icdproto.DeviceInfoReply)
+	if r.Status != uint32(abi.StatusInvalidOpcode) || len(r.Info) != 0 {
+		t.Errorf("device-info of an abi 1.3 device = %+v", r)
+	}
+	cl.send(icdproto.OpDeviceInfo, &icdproto.DeviceInfo{Device: 2})
+	cl.expectError(icdproto.ErrUnknownID)
 }
