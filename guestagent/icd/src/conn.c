@@ -29,7 +29,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define ARENA_MIN (64ull << 20)
 #define ARENA_ALIGN 64
 
 /* ---- Locks ---------------------------------------------------------- */
@@ -515,8 +514,8 @@ cl_int arena_alloc(cl_context ctx, uint64_t n, struct vgpu_range *r)
 		return CL_OUT_OF_RESOURCES;
 	if (n == 0)
 		n = 1;
-	if (n > (1ull << 40))
-		return CL_OUT_OF_HOST_MEMORY;
+	if (n > VGPU_ARENA_CAP)
+		return CL_OUT_OF_HOST_MEMORY; /* transfers come in chunks: nothing asks for this much */
 	n = (n + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
 	if (try_alloc(ctx, n, r) == 0)
 		return CL_SUCCESS;
@@ -530,13 +529,8 @@ cl_int arena_alloc(cl_context ctx, uint64_t n, struct vgpu_range *r)
 		if (try_alloc(ctx, n, r) == 0)
 			return CL_SUCCESS;
 	}
-	/* A new arena, large enough, while there is room for one. */
-	if (ctx->narenas < VGPU_ICDP_MAX_ARENAS) {
-		uint64_t size = n < ARENA_MIN ? ARENA_MIN : (n + (2ull << 20) - 1) & ~((2ull << 20) - 1);
-		if (attach(ctx, size) == CL_SUCCESS && try_alloc(ctx, n, r) == 0)
-			return CL_SUCCESS;
-	}
-	/* Wait for the oldest commands to finish and free their ranges. */
+	/* The arena is all a context gets (VGPU_ARENA_CAP): wait for the
+	 * oldest commands to finish and free their ranges. */
 	while (conn_ok(ctx) && ctx->pend_head != NULL) {
 		struct _cl_event *evs[64];
 		cl_uint k = 0;
@@ -618,7 +612,9 @@ cl_int vgpu_conn_open(cl_context ctx)
 		return CL_DEVICE_NOT_AVAILABLE;
 	}
 	ctx->next_req = 1;
-	cl_int err = attach(ctx, ARENA_MIN);
+	/* One arena of VGPU_ARENA_CAP bytes: pages are allocated as they are
+	 * touched, and large ranges given back when freed. */
+	cl_int err = attach(ctx, VGPU_ARENA_CAP);
 	if (err != CL_SUCCESS) {
 		if (ctx->fd >= 0)
 			close(ctx->fd);

@@ -102,12 +102,27 @@ static cl_context create(const cl_context_properties *props, cl_device_id dev,
 	return ctx;
 }
 
+/* The loader reads a handle's dispatch pointer before the ICD can check
+ * the handle, so a released context's memory is kept (its first word
+ * intact) for the next few releases: a call on a context just released
+ * reaches the registry and fails with CL_INVALID_CONTEXT instead of
+ * jumping through freed memory. */
+#define CTX_QUARANTINE 8
+static pthread_mutex_t quarantine_mu = PTHREAD_MUTEX_INITIALIZER;
+static cl_context quarantine[CTX_QUARANTINE];
+static unsigned quarantine_next;
+
 void vgpu_context_destroy(cl_context ctx)
 {
 	vgpu_conn_close(ctx);
 	pthread_mutex_destroy(&ctx->mu);
 	pthread_cond_destroy(&ctx->cv);
-	free(ctx);
+	pthread_mutex_lock(&quarantine_mu);
+	cl_context old = quarantine[quarantine_next];
+	quarantine[quarantine_next] = ctx;
+	quarantine_next = (quarantine_next + 1) % CTX_QUARANTINE;
+	pthread_mutex_unlock(&quarantine_mu);
+	free(old);
 }
 
 cl_context CL_API_CALL vgpu_clCreateContext(const cl_context_properties *properties, cl_uint num_devices,

@@ -79,6 +79,13 @@ static struct _cl_event *pending_find(cl_context ctx, uint64_t id)
 	return NULL;
 }
 
+static void xfer_free(struct vgpu_xfer *x)
+{
+	if (x != NULL)
+		free(x->segs);
+	free(x);
+}
+
 struct _cl_event *vgpu_event_new(cl_context ctx, cl_command_queue q, cl_command_type type)
 {
 	struct _cl_event *ev = calloc(1, sizeof *ev);
@@ -108,7 +115,12 @@ void vgpu_event_destroy(cl_event ev)
 		PUT(ev->mems[i]);
 	free(ev->mems);
 	free(ev->msg);
-	free(ev->rect);
+	free(ev->out);
+	xfer_free(ev->xfer);
+	if (ev->hm != NULL)
+		vgpu_hostmem_put(ev->hm);
+	if (ev->parent != NULL)
+		PUT(ev->parent);
 	arena_free(ctx, &ev->copy_src);
 	arena_free(ctx, &ev->free1);
 	arena_free(ctx, &ev->free2);
@@ -162,11 +174,58 @@ static void fire_callbacks(struct _cl_event *ev)
 	}
 }
 
+/* chunk_done: a chunk of a staged transfer completed; tell its command. */
+static void chunk_done(struct _cl_event *c, cl_int status)
+{
+	struct _cl_event *p = c->parent;
+	if (!p->have_first) {
+		p->have_first = 1;
+		p->t_first_submit = c->t_submit;
+		p->t_first_start = c->t_start;
+	}
+	if (status != CL_COMPLETE && p->chunk_err == 0)
+		p->chunk_err = status;
+	for (struct _cl_event **pp = &p->chunks; *pp != NULL; pp = &(*pp)->chunk_next) {
+		if (*pp == c) {
+			*pp = c->chunk_next;
+			break;
+		}
+	}
+	c->chunk_next = NULL;
+	c->parent = NULL;
+	PUT(p);
+}
+
+/* wait_chunks asks the daemon about ev's chunks still outstanding (before
+ * ev completes: they ran before it), so that their bytes are copied out. */
+static void wait_chunks(struct _cl_event *ev)
+{
+	cl_context ctx = ev->ctx;
+	while (ev->chunks != NULL && conn_ok(ctx)) {
+		struct _cl_event *cs[VGPU_ICDP_MAX_WAIT_EVENTS];
+		cl_uint k = 0;
+		for (struct _cl_event *c = ev->chunks; c != NULL && k < VGPU_ICDP_MAX_WAIT_EVENTS; c = c->chunk_next)
+			cs[k++] = c;
+		struct _cl_event *first = ev->chunks;
+		vgpu_ask(ctx, VGPU_ICDP_OP_WAIT, k, cs);
+		if (ev->chunks == first && first->status > CL_COMPLETE)
+			break; /* no progress (the daemon's timeout): do not spin */
+	}
+}
+
 void vgpu_event_done(struct _cl_event *ev, cl_int status, const void *record)
 {
 	cl_context ctx = ev->ctx;
 	if (ev->status <= CL_COMPLETE)
 		return;
+	if (ev->chunks != NULL) {
+		/* Completing them may complete ev itself (a lost connection). */
+		wait_chunks(ev);
+		if (ev->status <= CL_COMPLETE)
+			return;
+		if (status == CL_COMPLETE && ev->chunk_err != 0)
+			status = ev->chunk_err;
+	}
 	const struct vgpu_icdp_event_record *rec = record;
 	if (rec != NULL) {
 		ev->t_submit = rec->submit_ns;
@@ -174,6 +233,12 @@ void vgpu_event_done(struct _cl_event *ev, cl_int status, const void *record)
 		ev->t_end = rec->end_ns;
 	} else {
 		ev->t_submit = ev->t_start = ev->t_end = vgpu_now_ns();
+	}
+	if (ev->have_first) {
+		/* A chunked transfer: from its first chunk to its last. */
+		if (ev->t_first_submit < ev->t_submit)
+			ev->t_submit = ev->t_first_submit;
+		ev->t_start = ev->t_first_start;
 	}
 	/* Profiling times never go backwards. */
 	if (ev->t_submit < ev->t_queued)
@@ -184,20 +249,21 @@ void vgpu_event_done(struct _cl_event *ev, cl_int status, const void *record)
 		ev->t_end = ev->t_start;
 	if (ev->pending)
 		pending_remove(ctx, ev);
-	if (status == CL_COMPLETE && ev->copy_dst != NULL && ev->copy_len > 0)
-		memcpy(ev->copy_dst, arena_ptr(ctx, &ev->copy_src), ev->copy_len);
-	ev->copy_dst = NULL;
-	if (status == CL_COMPLETE && ev->rect != NULL) {
-		const struct vgpu_rect *rc = ev->rect;
+	if (status == CL_COMPLETE && ev->out != NULL) {
 		const uint8_t *src = arena_ptr(ctx, &ev->copy_src);
-		for (size_t z = 0; z < rc->region[2]; z++)
-			for (size_t y = 0; y < rc->region[1]; y++, src += rc->region[0])
-				memcpy((uint8_t *)rc->dst + (rc->origin[2] + z) * rc->slice_pitch +
-					       (rc->origin[1] + y) * rc->row_pitch + rc->origin[0],
-				       src, rc->region[0]);
+		for (size_t i = 0; i < ev->nout; src += ev->out[i].len, i++)
+			memcpy(ev->out[i].host, src, ev->out[i].len);
 	}
-	free(ev->rect);
-	ev->rect = NULL;
+	free(ev->out);
+	ev->out = NULL;
+	ev->nout = 0;
+	xfer_free(ev->xfer);
+	ev->xfer = NULL;
+	if (ev->hm != NULL)
+		vgpu_hostmem_put(ev->hm);
+	ev->hm = NULL;
+	if (ev->parent != NULL)
+		chunk_done(ev, status);
 	arena_free(ctx, &ev->copy_src);
 	arena_free(ctx, &ev->free1);
 	arena_free(ctx, &ev->free2);
@@ -219,10 +285,157 @@ void vgpu_event_done(struct _cl_event *ev, cl_int status, const void *record)
 	PUT(ev); /* the command's own reference */
 }
 
+/* ---- Staged transfers ----------------------------------------------- */
+
+/* chunk_alloc: an arena range for the next chunk, want bytes or, when the
+ * arena is too fragmented (mappings live in it), fewer: *got. */
+static int chunk_alloc(cl_context ctx, uint64_t want, struct vgpu_range *r, uint64_t *got)
+{
+	for (;;) {
+		if (arena_alloc(ctx, want, r) == CL_SUCCESS) {
+			*got = want;
+			return 0;
+		}
+		if (!conn_ok(ctx) || want <= (64u << 10))
+			return -1;
+		want /= 2;
+	}
+}
+
+/* send_chunk sends the requests of one chunk of ev's transfer, got bytes
+ * staged in r, for c (ev itself for the last chunk, else a chunk event).
+ * 0, or -1 when the connection failed. */
+static int send_chunk(struct _cl_event *ev, struct _cl_event *c, const struct vgpu_range *r, uint64_t got)
+{
+	cl_context ctx = ev->ctx;
+	struct vgpu_xfer *x = ev->xfer;
+	/* Count the pieces first, for a read's copy-out list. */
+	size_t n = 0;
+	{
+		size_t seg = x->seg;
+		uint64_t pos = x->pos, need = got;
+		while (need > 0) {
+			uint64_t l = x->segs[seg].len - pos;
+			if (l > need)
+				l = need;
+			n++;
+			need -= l;
+			pos += l;
+			if (pos == x->segs[seg].len) {
+				seg++;
+				pos = 0;
+			}
+		}
+	}
+	if (!x->write) {
+		c->out = calloc(n, sizeof *c->out);
+		if (c->out == NULL)
+			return -2;
+		c->nout = n;
+		c->copy_src = *r;
+	} else {
+		c->free1 = *r;
+	}
+	uint8_t *a = arena_ptr(ctx, r);
+	uint64_t aoff = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct vgpu_seg *sg = &x->segs[x->seg];
+		uint64_t l = sg->len - x->pos;
+		if (l > got - aoff)
+			l = got - aoff;
+		struct {
+			struct vgpu_icdp_header h;
+			struct vgpu_icdp_transfer b;
+		} m = {.b = {.buffer = x->buffer,
+			     .arena = r->arena,
+			     .offset = sg->dev_off + x->pos,
+			     .arena_offset = r->off + aoff,
+			     .length = l,
+			     .event = i + 1 == n ? c->id : 0}};
+		conn_hdr(ctx, &m, x->write ? VGPU_ICDP_OP_WRITE : VGPU_ICDP_OP_READ, sizeof m);
+		if (x->write)
+			memcpy(a + aoff, sg->host + x->pos, l);
+		else
+			c->out[i] = (struct vgpu_seg){.dev_off = sg->dev_off + x->pos, .host = sg->host + x->pos, .len = l};
+		if (conn_send(ctx, &m, sizeof m) != 0)
+			return -1;
+		aoff += l;
+		x->pos += l;
+		if (x->pos == sg->len) {
+			x->seg++;
+			x->pos = 0;
+		}
+	}
+	x->left -= got;
+	return 0;
+}
+
+/* send_xfer sends ev's staged transfer: chunk after chunk, each waiting
+ * for arena room (the oldest commands, earlier chunks among them, give
+ * it back). 0 when everything is sent (ev's own request last), or -1
+ * when ev was completed with an error. */
+static int send_xfer(struct _cl_event *ev)
+{
+	cl_context ctx = ev->ctx;
+	struct vgpu_xfer *x = ev->xfer;
+	cl_int err = CL_OUT_OF_RESOURCES;
+	while (x->left > 0) {
+		struct vgpu_range r;
+		uint64_t got;
+		if (chunk_alloc(ctx, x->left < VGPU_CHUNK ? x->left : VGPU_CHUNK, &r, &got) != 0) {
+			err = conn_ok(ctx) ? CL_OUT_OF_HOST_MEMORY : CL_OUT_OF_RESOURCES;
+			goto fail;
+		}
+		if (got == x->left) {
+			/* The last chunk: the command's own request. */
+			int rc = send_chunk(ev, ev, &r, got);
+			if (rc == 0)
+				return 0;
+			if (rc == -2)
+				arena_free(ctx, &r);
+			err = rc == -2 ? CL_OUT_OF_HOST_MEMORY : CL_OUT_OF_RESOURCES;
+			goto fail;
+		}
+		struct _cl_event *c = vgpu_event_new(ctx, ev->queue, ev->type);
+		if (c == NULL) {
+			arena_free(ctx, &r);
+			err = CL_OUT_OF_HOST_MEMORY;
+			goto fail;
+		}
+		int rc = send_chunk(ev, c, &r, got);
+		if (rc != 0) {
+			if (c->copy_src.len == 0 && c->free1.len == 0)
+				arena_free(ctx, &r);
+			vgpu_event_done(c, rc == -2 ? CL_OUT_OF_HOST_MEMORY : CL_OUT_OF_RESOURCES, NULL);
+			err = rc == -2 ? CL_OUT_OF_HOST_MEMORY : CL_OUT_OF_RESOURCES;
+			goto fail;
+		}
+		c->parent = ev;
+		IREF(ev);
+		c->chunk_next = ev->chunks;
+		ev->chunks = c;
+		if (ev->hm != NULL) {
+			c->hm = ev->hm;
+			c->hm->refs++;
+		}
+		c->sent = 1;
+		c->status = CL_SUBMITTED;
+		pending_add(ctx, c);
+	}
+	return 0;
+fail:
+	/* What was sent completes first (a read's chunks copy out). */
+	wait_chunks(ev);
+	vgpu_event_done(ev, err, NULL);
+	return -1;
+}
+
 /* send_now sends a ready command. */
 static void send_now(struct _cl_event *ev)
 {
 	cl_context ctx = ev->ctx;
+	if (ev->xfer != NULL && send_xfer(ev) != 0)
+		return;
 	/* The message may be several requests (a rectangle's rows). */
 	for (size_t off = 0; off < ev->msg_len;) {
 		struct vgpu_icdp_header *h = (void *)(ev->msg + off);

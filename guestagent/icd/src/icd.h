@@ -199,6 +199,7 @@ struct _cl_context {
 	uint8_t *rbuf; /* VGPU_ICDP_MAX_MESSAGE bytes for replies */
 	unsigned narenas;
 	struct vgpu_arena arenas[16];
+	uint64_t arena_mapped; /* arena bytes that mappings hold (mem.c) */
 	struct _cl_event *pend_head, *pend_tail; /* sent, not reported, in order */
 	unsigned npending;
 	unsigned sends_since_poll;
@@ -224,7 +225,8 @@ struct vgpu_map {
 	void *ptr;
 	size_t offset, size;
 	cl_map_flags flags;
-	struct vgpu_range r; /* where the mapping lives in the arena (len 0 with USE_HOST_PTR) */
+	struct vgpu_range r; /* where the mapping lives in the arena (len 0 when not there) */
+	struct vgpu_hostmem *hm; /* else its own host memory (NULL with USE_HOST_PTR) */
 };
 
 struct vgpu_memcb {
@@ -303,12 +305,46 @@ struct _cl_kernel {
 	struct vgpu_karg *args;
 };
 
-/* The host side of a rectangle read (clEnqueueReadBufferRect). */
-struct vgpu_rect {
-	void *dst;
-	size_t origin[3], region[3];
-	size_t row_pitch, slice_pitch;
+/* Bounded arenas. Every byte a transfer moves between the application's
+ * memory and a buffer is staged in the context's arena, in chunks of at
+ * most VGPU_CHUNK bytes, one Write or Read request (or one per row of a
+ * rectangle) each; a chunk's range is reused once its request completes.
+ * The arena is VGPU_ARENA_CAP bytes, the most arena memory a context ever
+ * has: the bound on the memory the ICD adds to a process's own for data.
+ * A larger transfer waits for its earlier chunks to complete (an enqueue
+ * may block for that). See docs/icd.md "How it works". */
+#define VGPU_ARENA_CAP (64ull << 20)
+#define VGPU_CHUNK (8ull << 20)
+
+/* A contiguous piece of a transfer: bytes at dev_off of the daemon's
+ * buffer and at host in the application's memory. */
+struct vgpu_seg {
+	uint64_t dev_off;
+	uint8_t *host;
+	uint64_t len;
 };
+
+/* A transfer staged through the arena when its command is sent (event.c):
+ * the pieces in order, and how far sending has come. */
+struct vgpu_xfer {
+	int write; /* host to buffer (Write), else Read */
+	uint32_t buffer;
+	struct vgpu_seg *segs;
+	size_t nsegs;
+	size_t seg;    /* the piece being sent */
+	uint64_t pos;  /* bytes of it sent */
+	uint64_t left; /* bytes not sent, all pieces */
+};
+
+/* Host memory of a mapping that does not live in the arena (mem.c),
+ * unmapped when the last holder (the mapping, the commands that copy into
+ * or out of it) lets go. Guarded by ctx->mu. */
+struct vgpu_hostmem {
+	void *p;
+	size_t len;
+	unsigned refs;
+};
+void vgpu_hostmem_put(struct vgpu_hostmem *h);
 
 struct vgpu_evcb {
 	struct vgpu_evcb *next;
@@ -340,12 +376,25 @@ struct _cl_event {
 	struct _cl_event *pnext, *pprev, *hnext;
 	int pending;
 
-	/* On completion: copy out of the arena (a read), free ranges. */
-	void *copy_dst;
-	size_t copy_len;
+	/* On completion: copy out of the arena (a read: copy_src's bytes to
+	 * the pieces of out, in order), free ranges. */
+	struct vgpu_seg *out;
+	size_t nout;
 	struct vgpu_range copy_src;
 	struct vgpu_range free1, free2;
-	struct vgpu_rect *rect; /* a rectangle read: copy_src's rows go there */
+	struct vgpu_hostmem *hm; /* host memory the command uses, a reference held */
+
+	/* A staged transfer (sent in chunks when the command is sent). Every
+	 * chunk but the last is an internal event of its own (parent: the
+	 * command, an iref held), on the command's list chunks until it
+	 * completes; the last chunk is the command's own request. The
+	 * command completes after its chunks, with the first error of one,
+	 * and its profiling start is the first chunk's. */
+	struct vgpu_xfer *xfer;
+	struct _cl_event *parent, *chunks, *chunk_next;
+	cl_int chunk_err;
+	int have_first;
+	uint64_t t_first_submit, t_first_start;
 
 	struct vgpu_evcb *cbs;
 	int in_progress_list;

@@ -3,23 +3,32 @@
  * CL_FALSE), answered as OpenCL 1.2 says for such a device.
  *
  * A buffer is a daemon buffer on the context's device. Data moves through
- * the context's arena: a write copies the application's bytes into an
- * arena range at once (so the application may reuse its memory as soon as
- * the call returns), a read lands in an arena range and is copied to the
- * application's memory when the ICD learns the read completed (before
+ * the context's arena (at most VGPU_ARENA_CAP bytes), in chunks of at most
+ * VGPU_CHUNK bytes, when the command is sent (event.c, send_xfer): a write
+ * copies the application's bytes into arena ranges as it sends them (a
+ * command sent at once has copied everything when the call returns; one
+ * held back reads the application's memory when it is sent, which 1.2
+ * allows: the memory of a non-blocking write is the command's until it
+ * completes), a read lands in arena ranges and each chunk is copied to the
+ * application's memory when the ICD learns it completed (the last before
  * clWaitForEvents, clFinish or a blocking read returns, and before a
- * callback or status query reports CL_COMPLETE). A mapping lives in the
- * arena (with CL_MEM_USE_HOST_PTR, in the application's memory: it is read
- * back there on map and written from there on unmap, as 1.2 requires).
+ * callback or status query reports CL_COMPLETE). A small mapping lives in
+ * the arena; a large one (more than VGPU_CHUNK bytes, or when mappings
+ * hold a quarter of the arena already) in host memory of its own, read
+ * into and written from in chunks; with CL_MEM_USE_HOST_PTR, it is the
+ * application's memory: read back there on map and written from there on
+ * unmap, as 1.2 requires.
  *
  * A sub-buffer is its buffer's daemon buffer at an offset: reads, writes,
  * copies, fills and maps of it work. As a kernel argument it needs a
  * device address at that offset, which the device ABI cannot express; see
  * kernel.c. */
+#define _GNU_SOURCE
 #include "icd.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define ENTER(ctx)                                                                                           \
 	do {                                                                                                 \
@@ -53,6 +62,43 @@ static cl_int check_flags(cl_mem_flags f)
 	    ((f & CL_MEM_USE_HOST_PTR) && (f & (CL_MEM_ALLOC_HOST_PTR | CL_MEM_COPY_HOST_PTR))))
 		return CL_INVALID_VALUE;
 	return CL_SUCCESS;
+}
+
+void vgpu_hostmem_put(struct vgpu_hostmem *h)
+{
+	if (--h->refs > 0)
+		return;
+	munmap(h->p, h->len);
+	free(h);
+}
+
+/* new_xfer: a command event for a transfer of nsegs pieces (xfer_seg
+ * fills them), staged through the arena when it is sent; the buffer is
+ * kept alive until then. */
+static struct _cl_event *new_xfer(cl_context ctx, cl_command_queue q, cl_command_type type, cl_mem m, int write,
+				  size_t nsegs)
+{
+	struct _cl_event *ev = vgpu_event_new(ctx, q, type);
+	if (ev == NULL)
+		return NULL;
+	ev->xfer = calloc(1, sizeof *ev->xfer);
+	ev->mems = calloc(1, sizeof *ev->mems);
+	if (ev->xfer == NULL || ev->mems == NULL || (ev->xfer->segs = calloc(nsegs, sizeof *ev->xfer->segs)) == NULL) {
+		vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);
+		return NULL;
+	}
+	ev->xfer->write = write;
+	ev->xfer->buffer = m->id;
+	ev->xfer->nsegs = nsegs;
+	IREF(m);
+	ev->mems[ev->nmems++] = m;
+	return ev;
+}
+
+static void xfer_seg(struct _cl_event *ev, size_t i, uint64_t dev_off, const void *host, uint64_t len)
+{
+	ev->xfer->segs[i] = (struct vgpu_seg){.dev_off = dev_off, .host = (uint8_t *)host, .len = len};
+	ev->xfer->left += len;
 }
 
 /* create_device_buffer sends BufferCreate for id and waits for it, so that
@@ -150,32 +196,22 @@ cl_mem CL_API_CALL vgpu_clCreateBuffer(cl_context context, cl_mem_flags flags, s
 	if ((err = create_device_buffer(ctx, id, size, flags)) != CL_SUCCESS)
 		goto fail;
 	if (flags & (CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR)) {
-		struct vgpu_range r;
-		if ((err = arena_alloc(ctx, size, &r)) != CL_SUCCESS)
-			goto fail;
-		memcpy(arena_ptr(ctx, &r), host_ptr, size);
-		struct {
-			struct vgpu_icdp_header h;
-			struct vgpu_icdp_transfer b;
-		} *w = calloc(1, sizeof *w);
-		struct _cl_event *wev = w != NULL ? vgpu_event_new(ctx, NULL, 0) : NULL;
+		/* The host bytes, in chunks, all staged before this returns (the
+		 * command is sent at once). */
+		struct _cl_event *wev = new_xfer(ctx, NULL, 0, m, 1, 1);
 		if (wev == NULL) {
-			free(w);
-			arena_free(ctx, &r);
 			err = CL_OUT_OF_HOST_MEMORY;
 			goto fail;
 		}
-		conn_hdr(ctx, w, VGPU_ICDP_OP_WRITE, sizeof *w);
-		w->b.buffer = id;
-		w->b.arena = r.arena;
-		w->b.offset = 0;
-		w->b.arena_offset = r.off;
-		w->b.length = size;
-		w->b.event = wev->id;
-		wev->msg = (uint8_t *)w;
-		wev->msg_len = sizeof *w;
-		wev->free1 = r;
+		xfer_seg(wev, 0, 0, host_ptr, size);
+		IREF(wev);
 		vgpu_submit(wev, 0, NULL, 0, NULL);
+		cl_int st = wev->status;
+		PUT(wev);
+		if (st < 0) {
+			err = st == CL_OUT_OF_HOST_MEMORY ? CL_OUT_OF_HOST_MEMORY : CL_OUT_OF_RESOURCES;
+			goto fail;
+		}
 	}
 	IREF(ctx); /* the buffer's */
 	vgpu_obj_publish(&m->obj);
@@ -273,14 +309,23 @@ out:
 	return s;
 }
 
+/* unmap_free frees a mapping's memory at once (nothing uses it). */
+static void unmap_free(cl_context ctx, struct vgpu_map *map)
+{
+	ctx->arena_mapped -= map->r.len;
+	arena_free(ctx, &map->r);
+	if (map->hm != NULL)
+		vgpu_hostmem_put(map->hm);
+	free(map);
+}
+
 void vgpu_mem_destroy(cl_mem m)
 {
 	cl_context ctx = m->ctx;
 	ctx_lock(ctx);
 	while (m->maps != NULL) {
 		struct vgpu_map *n = m->maps->next;
-		arena_free(ctx, &m->maps->r);
-		free(m->maps);
+		unmap_free(ctx, m->maps);
 		m->maps = n;
 	}
 	if (m->parent == NULL && m->id != 0 && conn_ok(ctx)) {
@@ -495,64 +540,52 @@ static cl_int enq_marker(struct enq *e, cl_command_type type, cl_uint nwait, con
 	return vgpu_submit(ev, nwait, wait, blocking, event);
 }
 
-/* enq_read reads n bytes at off of m into dst (the application's memory),
- * through the arena. */
+/* enq_read reads n bytes at off of m into dst (the application's memory,
+ * or hm's), through the arena. */
 static cl_int enq_read(struct enq *e, cl_mem m, cl_command_type type, size_t off, size_t n, void *dst,
-		       cl_uint nwait, const cl_event *wait, int blocking, cl_event *event)
+		       struct vgpu_hostmem *hm, cl_uint nwait, const cl_event *wait, int blocking, cl_event *event)
 {
-	struct vgpu_range r;
-	cl_int err = arena_alloc(e->ctx, n, &r);
-	if (err != CL_SUCCESS)
-		return err;
-	struct _cl_event *ev = new_cmd(e, type, VGPU_ICDP_OP_READ,
-				       sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_transfer), m, NULL);
-	if (ev == NULL) {
-		arena_free(e->ctx, &r);
+	struct _cl_event *ev = new_xfer(e->ctx, e->q, type, m, 0, 1);
+	if (ev == NULL)
 		return CL_OUT_OF_HOST_MEMORY;
+	xfer_seg(ev, 0, m->origin + off, dst, n);
+	if (hm != NULL) {
+		ev->hm = hm;
+		hm->refs++;
 	}
-	struct vgpu_icdp_transfer *t = body(ev);
-	t->buffer = m->id;
-	t->arena = r.arena;
-	t->offset = m->origin + off;
-	t->arena_offset = r.off;
-	t->length = n;
-	t->event = ev->id;
-	ev->copy_dst = dst;
-	ev->copy_src = r;
-	ev->copy_len = n;
 	return vgpu_submit(ev, nwait, wait, blocking, event);
 }
 
-/* enq_write writes n bytes from src to m at off; src is copied now. When
- * r is given, the bytes are in that arena range already (it is freed on
- * completion). */
+/* enq_write writes n bytes from src (the application's memory, or hm's)
+ * to m at off, through the arena. When have is given, the bytes are in
+ * that arena range already (a mapping's; freed on completion). */
 static cl_int enq_write(struct enq *e, cl_mem m, cl_command_type type, size_t off, size_t n, const void *src,
-			const struct vgpu_range *have, cl_uint nwait, const cl_event *wait, int blocking,
-			cl_event *event)
+			const struct vgpu_range *have, struct vgpu_hostmem *hm, cl_uint nwait, const cl_event *wait,
+			int blocking, cl_event *event)
 {
-	struct vgpu_range r;
-	if (have != NULL) {
-		r = *have;
-	} else {
-		cl_int err = arena_alloc(e->ctx, n, &r);
-		if (err != CL_SUCCESS)
-			return err;
-		memcpy(arena_ptr(e->ctx, &r), src, n);
+	if (have == NULL) {
+		struct _cl_event *ev = new_xfer(e->ctx, e->q, type, m, 1, 1);
+		if (ev == NULL)
+			return CL_OUT_OF_HOST_MEMORY;
+		xfer_seg(ev, 0, m->origin + off, src, n);
+		if (hm != NULL) {
+			ev->hm = hm;
+			hm->refs++;
+		}
+		return vgpu_submit(ev, nwait, wait, blocking, event);
 	}
 	struct _cl_event *ev = new_cmd(e, type, VGPU_ICDP_OP_WRITE,
 				       sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_transfer), m, NULL);
-	if (ev == NULL) {
-		arena_free(e->ctx, &r);
+	if (ev == NULL)
 		return CL_OUT_OF_HOST_MEMORY;
-	}
 	struct vgpu_icdp_transfer *t = body(ev);
 	t->buffer = m->id;
-	t->arena = r.arena;
+	t->arena = have->arena;
 	t->offset = m->origin + off;
-	t->arena_offset = r.off;
+	t->arena_offset = have->off;
 	t->length = n;
 	t->event = ev->id;
-	ev->free1 = r;
+	ev->free1 = *have;
 	return vgpu_submit(ev, nwait, wait, blocking, event);
 }
 
@@ -570,7 +603,8 @@ cl_int CL_API_CALL vgpu_clEnqueueReadBuffer(cl_command_queue queue, cl_mem buffe
 	if (err == CL_SUCCESS && (m->flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS)))
 		err = CL_INVALID_OPERATION;
 	if (err == CL_SUCCESS)
-		err = enq_read(&e, m, CL_COMMAND_READ_BUFFER, offset, size, ptr, num_events, wait_list, blocking, event);
+		err = enq_read(&e, m, CL_COMMAND_READ_BUFFER, offset, size, ptr, NULL, num_events, wait_list, blocking,
+			       event);
 	if (m != NULL)
 		PUT(m);
 	return enq_end(&e, err);
@@ -590,7 +624,7 @@ cl_int CL_API_CALL vgpu_clEnqueueWriteBuffer(cl_command_queue queue, cl_mem buff
 	if (err == CL_SUCCESS && (m->flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS)))
 		err = CL_INVALID_OPERATION;
 	if (err == CL_SUCCESS)
-		err = enq_write(&e, m, CL_COMMAND_WRITE_BUFFER, offset, size, ptr, NULL, num_events, wait_list,
+		err = enq_write(&e, m, CL_COMMAND_WRITE_BUFFER, offset, size, ptr, NULL, NULL, num_events, wait_list,
 				blocking, event);
 	if (m != NULL)
 		PUT(m);
@@ -707,7 +741,9 @@ static size_t rect_off(const size_t *origin, size_t row_pitch, size_t slice_pitc
 	return (origin[2] + z) * slice_pitch + (origin[1] + y) * row_pitch + origin[0];
 }
 
-/* The rows of a rectangle travel one request each, in one event: the
+/* The rows of a rectangle travel one request each, in one event. A read
+ * or write is a staged transfer whose pieces are the rows (a chunk holds
+ * as many rows as fit, a row longer than a chunk is split). A copy's
  * requests are concatenated in the event's message (send_now sends them
  * one by one); only the last carries the event id, and the daemon runs
  * them in order. */
@@ -762,22 +798,33 @@ static cl_int rect(cl_command_queue queue, cl_mem buffer, cl_mem dst_buffer, cl_
 		}
 	}
 	size_t rows = region[1] * region[2];
-	size_t one = sizeof(struct vgpu_icdp_header) +
-		     (d != NULL ? sizeof(struct vgpu_icdp_copy) : sizeof(struct vgpu_icdp_transfer));
 	if (rows > (1u << 20)) {
 		err = CL_OUT_OF_RESOURCES;
 		goto out;
 	}
-	struct vgpu_range r = {0};
-	if (d == NULL && (err = arena_alloc(e.ctx, rows * region[0], &r)) != CL_SUCCESS)
+	struct _cl_event *ev;
+	if (d == NULL) {
+		/* A read or write: its rows are the pieces of a staged transfer. */
+		ev = new_xfer(e.ctx, e.q, type, m, type == CL_COMMAND_WRITE_BUFFER_RECT, rows);
+		if (ev == NULL) {
+			err = CL_OUT_OF_HOST_MEMORY;
+			goto out;
+		}
+		size_t i = 0;
+		for (size_t z = 0; z < region[2]; z++)
+			for (size_t y = 0; y < region[1]; y++, i++)
+				xfer_seg(ev, i, m->origin + rect_off(bo, brp, bsp, y, z),
+					 (uint8_t *)ptr + rect_off(ho, hrp, hsp, y, z), region[0]);
+		err = vgpu_submit(ev, num_events, wait_list, blocking, event);
 		goto out;
-	struct _cl_event *ev = vgpu_event_new(e.ctx, e.q, type);
+	}
+	size_t one = sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_copy);
+	ev = vgpu_event_new(e.ctx, e.q, type);
 	uint8_t *msg = ev != NULL ? calloc(rows, one) : NULL;
 	cl_mem *mems = ev != NULL ? calloc(2, sizeof *mems) : NULL;
 	if (msg == NULL || mems == NULL) {
 		free(msg);
 		free(mems);
-		arena_free(e.ctx, &r);
 		if (ev != NULL)
 			vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);
 		err = CL_OUT_OF_HOST_MEMORY;
@@ -788,57 +835,21 @@ static cl_int rect(cl_command_queue queue, cl_mem buffer, cl_mem dst_buffer, cl_
 	ev->mems = mems;
 	IREF(m);
 	ev->mems[ev->nmems++] = m;
-	if (d != NULL) {
-		IREF(d);
-		ev->mems[ev->nmems++] = d;
-	}
+	IREF(d);
+	ev->mems[ev->nmems++] = d;
 	size_t i = 0;
 	for (size_t z = 0; z < region[2]; z++) {
 		for (size_t y = 0; y < region[1]; y++, i++) {
 			uint8_t *p = msg + i * one;
-			uint64_t evid = i + 1 == rows ? ev->id : 0;
-			if (d != NULL) {
-				conn_hdr(e.ctx, p, VGPU_ICDP_OP_COPY, one);
-				struct vgpu_icdp_copy *c = (void *)(p + sizeof(struct vgpu_icdp_header));
-				c->src = m->id;
-				c->dst = d->id;
-				c->src_offset = m->origin + rect_off(bo, brp, bsp, y, z);
-				c->dst_offset = d->origin + rect_off(ho, hrp, hsp, y, z);
-				c->length = region[0];
-				c->event = evid;
-			} else {
-				uint16_t op = type == CL_COMMAND_READ_BUFFER_RECT ? VGPU_ICDP_OP_READ : VGPU_ICDP_OP_WRITE;
-				conn_hdr(e.ctx, p, op, one);
-				struct vgpu_icdp_transfer *t = (void *)(p + sizeof(struct vgpu_icdp_header));
-				t->buffer = m->id;
-				t->arena = r.arena;
-				t->offset = m->origin + rect_off(bo, brp, bsp, y, z);
-				t->arena_offset = r.off + i * region[0];
-				t->length = region[0];
-				t->event = evid;
-				if (op == VGPU_ICDP_OP_WRITE)
-					memcpy(arena_ptr(e.ctx, &r) + i * region[0],
-					       (const uint8_t *)ptr + rect_off(ho, hrp, hsp, y, z), region[0]);
-			}
+			conn_hdr(e.ctx, p, VGPU_ICDP_OP_COPY, one);
+			struct vgpu_icdp_copy *c = (void *)(p + sizeof(struct vgpu_icdp_header));
+			c->src = m->id;
+			c->dst = d->id;
+			c->src_offset = m->origin + rect_off(bo, brp, bsp, y, z);
+			c->dst_offset = d->origin + rect_off(ho, hrp, hsp, y, z);
+			c->length = region[0];
+			c->event = i + 1 == rows ? ev->id : 0;
 		}
-	}
-	if (d == NULL && type == CL_COMMAND_READ_BUFFER_RECT) {
-		/* Copied out row by row on completion: describe the host side. */
-		ev->copy_src = r;
-		ev->copy_len = 0;
-		ev->rect = calloc(1, sizeof *ev->rect);
-		if (ev->rect == NULL) {
-			vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);
-			err = CL_OUT_OF_HOST_MEMORY;
-			goto out;
-		}
-		ev->rect->dst = ptr;
-		memcpy(ev->rect->origin, ho, sizeof ev->rect->origin);
-		memcpy(ev->rect->region, region, sizeof ev->rect->region);
-		ev->rect->row_pitch = hrp;
-		ev->rect->slice_pitch = hsp;
-	} else {
-		ev->free1 = r;
 	}
 	err = vgpu_submit(ev, num_events, wait_list, blocking, event);
 out:
@@ -928,17 +939,38 @@ void *CL_API_CALL vgpu_clEnqueueMapBuffer(cl_command_queue queue, cl_mem buffer,
 		 * date. */
 		map->ptr = (char *)m->host_ptr + offset;
 		if (need_read)
-			err = enq_read(&e, m, CL_COMMAND_MAP_BUFFER, offset, size, map->ptr, num_events, wait_list,
-				       blocking, event);
+			err = enq_read(&e, m, CL_COMMAND_MAP_BUFFER, offset, size, map->ptr, NULL, num_events,
+				       wait_list, blocking, event);
 		else
 			err = enq_marker(&e, CL_COMMAND_MAP_BUFFER, num_events, wait_list, blocking, event);
 	} else {
-		if ((err = arena_alloc(e.ctx, size, &map->r)) != CL_SUCCESS) {
+		/* A small mapping lives in the arena, read into directly; a
+		 * large one (or one that would make mappings hold more than a
+		 * quarter of the arena) in host memory of its own, staged. */
+		if (size <= VGPU_CHUNK && e.ctx->arena_mapped + size <= VGPU_ARENA_CAP / 4 &&
+		    arena_alloc(e.ctx, size, &map->r) == CL_SUCCESS) {
+			e.ctx->arena_mapped += map->r.len;
+			map->ptr = arena_ptr(e.ctx, &map->r);
+		} else if (conn_ok(e.ctx)) {
+			void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (p == MAP_FAILED || (map->hm = calloc(1, sizeof *map->hm)) == NULL) {
+				if (p != MAP_FAILED)
+					munmap(p, size);
+				free(map);
+				err = CL_OUT_OF_HOST_MEMORY;
+				goto out;
+			}
+			*map->hm = (struct vgpu_hostmem){.p = p, .len = size, .refs = 1};
+			map->ptr = p;
+		} else {
 			free(map);
+			err = CL_OUT_OF_RESOURCES;
 			goto out;
 		}
-		map->ptr = arena_ptr(e.ctx, &map->r);
-		if (need_read) {
+		if (need_read && map->hm != NULL) {
+			err = enq_read(&e, m, CL_COMMAND_MAP_BUFFER, offset, size, map->ptr, map->hm, num_events,
+				       wait_list, blocking, event);
+		} else if (need_read) {
 			/* A read into the mapping itself: nothing to copy out. */
 			struct _cl_event *ev = new_cmd(
 				&e, CL_COMMAND_MAP_BUFFER, VGPU_ICDP_OP_READ,
@@ -965,8 +997,7 @@ void *CL_API_CALL vgpu_clEnqueueMapBuffer(cl_command_queue queue, cl_mem buffer,
 		m->map_count++;
 		ptr = map->ptr;
 	} else {
-		arena_free(e.ctx, &map->r);
-		free(map);
+		unmap_free(e.ctx, map);
 	}
 out:
 	if (m != NULL)
@@ -999,9 +1030,11 @@ cl_int CL_API_CALL vgpu_clEnqueueUnmapMemObject(cl_command_queue queue, cl_mem m
 	int written = (map->flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION)) != 0;
 	if (written) {
 		/* From the arena range itself, freed when the write completes;
-		 * with USE_HOST_PTR, copied from the application's memory. */
+		 * else staged from the mapping's memory (host memory of its own,
+		 * kept until the write has read it, or the application's with
+		 * USE_HOST_PTR). */
 		err = enq_write(&e, m, CL_COMMAND_UNMAP_MEM_OBJECT, map->offset, map->size, map->ptr,
-				map->r.len > 0 ? &map->r : NULL, num_events, wait_list, 0, event);
+				map->r.len > 0 ? &map->r : NULL, map->hm, num_events, wait_list, 0, event);
 	} else {
 		struct _cl_event *ev =
 			new_cmd(&e, CL_COMMAND_UNMAP_MEM_OBJECT, VGPU_ICDP_OP_MARKER,
@@ -1010,13 +1043,23 @@ cl_int CL_API_CALL vgpu_clEnqueueUnmapMemObject(cl_command_queue queue, cl_mem m
 			err = CL_OUT_OF_HOST_MEMORY;
 		} else {
 			((struct vgpu_icdp_marker *)body(ev))->event = ev->id;
-			ev->free1 = map->r; /* the mapping's memory, once everything before is done */
+			/* The mapping's memory, once everything before is done. */
+			ev->free1 = map->r;
+			if (map->hm != NULL) {
+				ev->hm = map->hm;
+				map->hm->refs++;
+			}
 			err = vgpu_submit(ev, num_events, wait_list, 0, event);
 		}
 	}
 	if (err == CL_SUCCESS) {
 		*pp = map->next;
 		m->map_count--;
+		/* The command owns the arena range now; the host memory is
+		 * unmapped when the commands that use it are done. */
+		e.ctx->arena_mapped -= map->r.len;
+		if (map->hm != NULL)
+			vgpu_hostmem_put(map->hm);
 		free(map);
 	}
 out:
