@@ -13,13 +13,23 @@
  * consumed; every other option must be one the device accepts, or the
  * build fails with CL_INVALID_BUILD_OPTIONS before anything is sent.
  *
+ * Every -D and -U option becomes a source line instead, in option order,
+ * before the source: -DNAME is #define NAME 1, -DNAME=VALUE is #define
+ * NAME VALUE, -D'F(x)=BODY' is #define F(x) BODY (as clang reads -D: the
+ * name, with its parameters, up to the first '='), -UNAME is #undef NAME.
+ * So function-like macros and values the device's option rules refuse
+ * (quotes, backslashes) work, and the device sees only -w, -Werror and
+ * -cl-* options. Options are split as a compiler splits them without a
+ * shell (llvm's GNU tokenizer): blanks separate words, quotes group,
+ * a backslash escapes the next character outside single quotes.
+ *
  * A program "binary" is a portable blob: a magic, the version, the options
  * the device was given and the inlined source. Applications that cache
  * binaries (pyopencl does) get it back and build it again anywhere.
  * clCompileProgram keeps the inlined source and options (with the
- * embedded headers it is given); clLinkProgram concatenates the compiled
- * sources, each unit's -D and -U turned into #define and #undef lines
- * around it, and builds the whole. */
+ * embedded headers it is given, its -D and -U lines before it and an
+ * #undef of each -D macro after it, so that a unit's macros end with it);
+ * clLinkProgram concatenates the compiled sources and builds the whole. */
 #define _GNU_SOURCE
 #include "icd.h"
 
@@ -72,7 +82,8 @@ static void sb_add(struct sbuf *b, const char *s, size_t n)
 		b->p = np;
 		b->cap = nc;
 	}
-	memcpy(b->p + b->len, s, n);
+	if (n > 0)
+		memcpy(b->p + b->len, s, n);
 	b->len += n;
 	b->p[b->len] = '\0';
 }
@@ -109,22 +120,45 @@ char *vgpu_strndup(const char *s, size_t n)
 struct opts {
 	char **inc; /* -I directories */
 	size_t ninc;
-	struct sbuf dev; /* what the device gets */
-	char **defs;     /* -D and -U words, for clLinkProgram ("DNAME=V", "UNAME") */
-	size_t ndefs;
+	struct sbuf dev;  /* what the device gets */
+	struct sbuf defs; /* the -D and -U options as #define and #undef lines, in order */
+	struct sbuf undefs; /* an #undef line for each -D macro (a compiled unit's end) */
+	struct macro *macros; /* the -D macros in force after every option, for computed #includes */
+	size_t nmacros;
 	int create_library, enable_link_options;
 	char bad[128]; /* the refused option */
 };
 
+/* A -D macro: name, parameters (func: function-like; a final "..." is
+ * __VA_ARGS__), body. */
+struct macro {
+	char *name;
+	char **params;
+	size_t nparams;
+	int func;
+	char *body;
+};
+
+static void macro_free(struct macro *m)
+{
+	free(m->name);
+	for (size_t i = 0; i < m->nparams; i++)
+		free(m->params[i]);
+	free(m->params);
+	free(m->body);
+}
+
 static void opts_free(struct opts *o)
 {
+	for (size_t i = 0; i < o->nmacros; i++)
+		macro_free(&o->macros[i]);
+	free(o->macros);
 	for (size_t i = 0; i < o->ninc; i++)
 		free(o->inc[i]);
 	free(o->inc);
-	for (size_t i = 0; i < o->ndefs; i++)
-		free(o->defs[i]);
-	free(o->defs);
 	free(o->dev.p);
+	free(o->defs.p);
+	free(o->undefs.p);
 	memset(o, 0, sizeof *o);
 }
 
@@ -140,8 +174,11 @@ static int push(char ***list, size_t *n, const char *s)
 	return 0;
 }
 
-/* next_word splits options as a shell would, for the quotes applications
- * put around paths with blanks ("-I \"/a b\""): NULL at the end. */
+/* next_word splits options as a compiler does without a shell (llvm's
+ * TokenizeGNUCommandLine, which clang uses): blanks separate words, '...'
+ * and "..." group (for paths with blanks, "-I \"/a b\""), a backslash
+ * outside single quotes takes the next character literally. NULL at the
+ * end. *quoted: the word had quotes or backslashes. */
 static char *next_word(const char **sp, int *quoted)
 {
 	const char *s = *sp;
@@ -162,6 +199,10 @@ static char *next_word(const char **sp, int *quoted)
 			}
 			if (*s == q)
 				s++;
+		} else if (*s == '\\' && s[1] != '\0') {
+			*quoted = 1;
+			s++;
+			sb_add(&w, s++, 1);
 		} else {
 			sb_add(&w, s++, 1);
 		}
@@ -182,18 +223,134 @@ static int ident(const char *s, size_t n)
 	return 1;
 }
 
-/* A -D/-U operand: NAME or (for -D) NAME=VALUE, VALUE without blanks,
- * quotes, backslashes, control characters or bytes >= 0x7f. */
-static int macro_ok(const char *w, int define)
+static const char *skip_blanks(const char *p, const char *end)
 {
-	const char *eq = strchr(w, '=');
-	size_t n = eq != NULL ? (size_t)(eq - w) : strlen(w);
-	if (!ident(w, n) || (eq != NULL && !define))
+	while (p < end && (*p == ' ' || *p == '\t'))
+		p++;
+	return p;
+}
+
+/* add_def turns the operand w of a -D (def) or -U option into a line of
+ * o->defs, as clang does: for -D, what precedes the first '=' is the
+ * name, an identifier optionally followed at once by a parameter list
+ * (identifiers and a final "...", separated by commas); what follows it
+ * is the value up to a newline (none: 1). For -U, the operand is an
+ * identifier. 0, or -1 when the operand is none of these. */
+static int add_def(struct opts *o, int def, const char *w)
+{
+	const char *eq = def ? strchr(w, '=') : NULL;
+	const char *hend = eq != NULL ? eq : w + strlen(w);
+	const char *p = w;
+	while (p < hend && (isalnum((unsigned char)*p) || *p == '_'))
+		p++;
+	if (!ident(w, (size_t)(p - w)))
+		return -1;
+	size_t nlen = (size_t)(p - w);
+	struct macro mac = {0};
+	/* -U, or a -D of the same name, ends an earlier definition. */
+	for (size_t i = 0; i < o->nmacros; i++) {
+		if (strlen(o->macros[i].name) == (size_t)(p - w) && memcmp(o->macros[i].name, w, (size_t)(p - w)) == 0) {
+			macro_free(&o->macros[i]);
+			o->macros[i] = o->macros[--o->nmacros];
+			break;
+		}
+	}
+	if (!def) {
+		if (*p != '\0')
+			return -1;
+		sb_str(&o->defs, "#undef ");
+		sb_str(&o->defs, w);
+		sb_str(&o->defs, "\n");
 		return 0;
-	for (const unsigned char *p = (const unsigned char *)w; *p != '\0'; p++)
-		if (*p < 0x21 || *p >= 0x7f || *p == '"' || *p == '\'' || *p == '\\')
-			return 0;
-	return 1;
+	}
+	if (p < hend) {
+		/* A function-like macro: "(a, b, ...)" closing the name. */
+		if (*p++ != '(')
+			return -1;
+		int first = 1, variadic = 0;
+		mac.func = 1;
+		for (;;) {
+			p = skip_blanks(p, hend);
+			if (p < hend && *p == ')' && first) {
+				p++;
+				break;
+			}
+			if (variadic) {
+				macro_free(&mac);
+				return -1;
+			}
+			if (hend - p >= 3 && memcmp(p, "...", 3) == 0) {
+				variadic = 1;
+				p += 3;
+				push(&mac.params, &mac.nparams, "__VA_ARGS__");
+			} else {
+				const char *a = p;
+				while (p < hend && (isalnum((unsigned char)*p) || *p == '_'))
+					p++;
+				if (!ident(a, (size_t)(p - a))) {
+					macro_free(&mac);
+					return -1;
+				}
+				char *pn = vgpu_strndup(a, (size_t)(p - a));
+				if (pn != NULL)
+					push(&mac.params, &mac.nparams, pn);
+				free(pn);
+				if (hend - p >= 3 && memcmp(p, "...", 3) == 0) {
+					variadic = 1; /* a named variadic parameter, "args..." */
+					p += 3;
+				}
+			}
+			p = skip_blanks(p, hend);
+			if (p < hend && *p == ')') {
+				p++;
+				break;
+			}
+			if (p >= hend || *p++ != ',') {
+				macro_free(&mac);
+				return -1;
+			}
+			first = 0;
+		}
+		if (p != hend) {
+			macro_free(&mac);
+			return -1;
+		}
+	}
+	size_t vlen = 1;
+	const char *v = "1";
+	if (eq != NULL) {
+		v = eq + 1;
+		vlen = strcspn(v, "\n\r");
+		/* A value ending in a backslash would splice the next line. */
+		size_t t = vlen;
+		while (t > 0 && (v[t - 1] == ' ' || v[t - 1] == '\t'))
+			t--;
+		if (t > 0 && v[t - 1] == '\\') {
+			macro_free(&mac);
+			return -1;
+		}
+	}
+	mac.name = vgpu_strndup(w, nlen);
+	mac.body = vgpu_strndup(v, vlen);
+	struct macro *nm = realloc(o->macros, (o->nmacros + 1) * sizeof *nm);
+	if (nm == NULL || mac.name == NULL || mac.body == NULL) {
+		macro_free(&mac);
+		if (nm != NULL)
+			o->macros = nm;
+		o->defs.oom = 1;
+		return 0;
+	}
+	o->macros = nm;
+	o->macros[o->nmacros++] = mac;
+	sb_str(&o->defs, "#define ");
+	sb_add(&o->defs, w, (size_t)(hend - w));
+	sb_str(&o->defs, " ");
+	sb_add(&o->defs, v, vlen);
+	sb_str(&o->defs, "\n");
+	sb_str(&o->undefs, "#undef ");
+	sb_add(&o->undefs, w, nlen);
+	sb_str(&o->undefs, "\n");
+	return 0;
 }
 
 static const char *const cl_stds[] = {"-cl-std=CL1.0", "-cl-std=CL1.1", "-cl-std=CL1.2", "-cl-std=CL2.0",
@@ -216,7 +373,7 @@ static int parse_opts(const char *s, struct opts *o, int link)
 				o->create_library = 1;
 			else if (strcmp(w, "-enable-link-options") == 0)
 				o->enable_link_options = 1;
-			else if (strncmp(w, "-cl-", 4) == 0 && !quoted && macro_ok("X", 1))
+			else if (strncmp(w, "-cl-", 4) == 0 && !quoted)
 				sb_printf(&o->dev, "%s%s", o->dev.len ? " " : "", w);
 			else
 				ok = 0;
@@ -226,22 +383,11 @@ static int parse_opts(const char *s, struct opts *o, int link)
 				ok = 0;
 			free(dir);
 		} else if (strcmp(w, "-D") == 0 || strcmp(w, "-U") == 0) {
-			int def = w[1] == 'D';
 			char *m = next_word(&s, &quoted);
-			ok = m != NULL && !quoted && macro_ok(m, def);
-			if (ok) {
-				sb_printf(&o->dev, "%s-%c%s", o->dev.len ? " " : "", w[1], m);
-				char tmp[1100];
-				snprintf(tmp, sizeof tmp, "%c%s", w[1], m);
-				push(&o->defs, &o->ndefs, tmp);
-			}
+			ok = m != NULL && add_def(o, w[1] == 'D', m) == 0;
 			free(m);
-		} else if ((strncmp(w, "-D", 2) == 0 || strncmp(w, "-U", 2) == 0) && !quoted) {
-			ok = macro_ok(w + 2, w[1] == 'D');
-			if (ok) {
-				sb_printf(&o->dev, "%s%s", o->dev.len ? " " : "", w);
-				push(&o->defs, &o->ndefs, w + 1);
-			}
+		} else if (strncmp(w, "-D", 2) == 0 || strncmp(w, "-U", 2) == 0) {
+			ok = add_def(o, w[1] == 'D', w + 2) == 0;
 		} else if ((strcmp(w, "-w") == 0 || strcmp(w, "-Werror") == 0) && !quoted) {
 			sb_printf(&o->dev, "%s%s", o->dev.len ? " " : "", w);
 		} else if (strncmp(w, "-cl-std=", 8) == 0) {
@@ -251,7 +397,7 @@ static int parse_opts(const char *s, struct opts *o, int link)
 					ok = 1;
 			if (ok)
 				sb_printf(&o->dev, "%s%s", o->dev.len ? " " : "", w);
-		} else if (strncmp(w, "-cl-", 4) == 0 && !quoted && macro_ok("X", 1)) {
+		} else if (strncmp(w, "-cl-", 4) == 0 && !quoted) {
 			for (const unsigned char *p = (const unsigned char *)w; *p != '\0'; p++)
 				if (*p < 0x21 || *p >= 0x7f || *p == '"' || *p == '\'' || *p == '\\')
 					ok = 0;
@@ -267,8 +413,8 @@ static int parse_opts(const char *s, struct opts *o, int link)
 		}
 		free(w);
 	}
-	if (o->dev.oom || o->dev.len > VGPU_MAX_OPTIONS_LEN) {
-		snprintf(o->bad, sizeof o->bad, "%s", o->dev.oom ? "" : "(options longer than the device takes)");
+	if (o->dev.oom || o->defs.oom || o->undefs.oom || o->dev.len > VGPU_MAX_OPTIONS_LEN) {
+		snprintf(o->bad, sizeof o->bad, "%s", o->dev.len <= VGPU_MAX_OPTIONS_LEN ? "" : "(options longer than the device takes)");
 		return -1;
 	}
 	return 0;
@@ -394,11 +540,186 @@ static int directive(const char *line, size_t n, const char **name, size_t *nlen
 
 static void expand(struct expand *x, const char *src, size_t len, const char *path, int depth);
 
-/* do_include replaces one #include line with the file's text. */
-static void do_include(struct expand *x, const char *rest, const char *end, const char *curdir, int depth)
+/* ---- Computed includes ---------------------------------------------- */
+
+/* A computed #include (#include M2S(INCLUDE_PATH/inc_vendor.h), hashcat's)
+ * names its file through macros. The ICD expands it with the macros of
+ * the -D options (not the source's #defines: those depend on #if, which
+ * the ICD does not evaluate), as a preprocessor would: object-like and
+ * function-like macros, arguments expanded before substitution unless
+ * stringified with #, the result rescanned, a macro not expanded inside
+ * itself. */
+static const struct macro *find_macro(const struct opts *o, const char *s, size_t n)
+{
+	for (size_t i = 0; i < o->nmacros; i++)
+		if (strlen(o->macros[i].name) == n && memcmp(o->macros[i].name, s, n) == 0)
+			return &o->macros[i];
+	return NULL;
+}
+
+static int is_id(char c)
+{
+	return isalnum((unsigned char)c) || c == '_';
+}
+
+/* stringify: #arg, blanks collapsed, quotes and backslashes escaped. */
+static void stringify(struct sbuf *out, const char *a, size_t n)
+{
+	while (n > 0 && isspace((unsigned char)*a))
+		a++, n--;
+	while (n > 0 && isspace((unsigned char)a[n - 1]))
+		n--;
+	sb_str(out, "\"");
+	for (size_t i = 0; i < n; i++) {
+		if (isspace((unsigned char)a[i])) {
+			while (i + 1 < n && isspace((unsigned char)a[i + 1]))
+				i++;
+			sb_str(out, " ");
+		} else {
+			if (a[i] == '"' || a[i] == '\\')
+				sb_str(out, "\\");
+			sb_add(out, &a[i], 1);
+		}
+	}
+	sb_str(out, "\"");
+}
+
+/* mexpand appends s (n bytes) to out with the macros expanded; hide: the
+ * macros being expanded (not again inside themselves). -1: too deep. */
+static int mexpand(const struct opts *o, const char *s, size_t n, struct sbuf *out, const struct macro **hide,
+		   int nhide)
+{
+	if (nhide >= 32)
+		return -1;
+	for (size_t i = 0; i < n;) {
+		if (s[i] == '"' || s[i] == '\'') {
+			size_t j = i + 1;
+			while (j < n && s[j] != s[i])
+				j += s[j] == '\\' ? 2 : 1;
+			j = j < n ? j + 1 : n;
+			sb_add(out, s + i, j - i);
+			i = j;
+			continue;
+		}
+		if (!is_id(s[i]) || (i > 0 && is_id(s[i - 1]))) {
+			sb_add(out, s + i, 1);
+			i++;
+			continue;
+		}
+		size_t j = i;
+		while (j < n && is_id(s[j]))
+			j++;
+		const struct macro *m = isdigit((unsigned char)s[i]) ? NULL : find_macro(o, s + i, j - i);
+		for (int h = 0; m != NULL && h < nhide; h++)
+			if (hide[h] == m)
+				m = NULL;
+		size_t k = j;
+		while (m != NULL && m->func && k < n && isspace((unsigned char)s[k]))
+			k++;
+		if (m == NULL || (m->func && (k >= n || s[k] != '('))) {
+			sb_add(out, s + i, j - i);
+			i = j;
+			continue;
+		}
+		hide[nhide] = m;
+		struct sbuf body = {0};
+		sb_add(&body, "", 0);
+		if (!m->func) {
+			sb_str(&body, m->body);
+			i = j;
+		} else {
+			/* The arguments: split at top-level commas. */
+			const char *args[64];
+			size_t alen[64], na = 0, depth = 0, a0 = k + 1;
+			for (k = k + 1; k < n; k++) {
+				if (s[k] == '(') {
+					depth++;
+				} else if ((s[k] == ',' && depth == 0 && na + 1 < m->nparams) || (s[k] == ')' && depth == 0)) {
+					if (na < 64) {
+						args[na] = s + a0;
+						alen[na++] = k - a0;
+					}
+					a0 = k + 1;
+					if (s[k] == ')')
+						break;
+				} else if (s[k] == ')') {
+					depth--;
+				}
+			}
+			if (k >= n) {
+				free(body.p);
+				return -1; /* unbalanced */
+			}
+			i = k + 1;
+			if (m->nparams == 0 && na == 1 && alen[0] == 0)
+				na = 0;
+			/* Substitute the parameters in the body. */
+			const char *b = m->body;
+			size_t bn = strlen(b);
+			for (size_t q = 0; q < bn;) {
+				int str = 0;
+				size_t q0 = q;
+				if (b[q] == '#' && (q + 1 >= bn || b[q + 1] != '#') && (q == 0 || b[q - 1] != '#')) {
+					size_t r = q + 1;
+					while (r < bn && isspace((unsigned char)b[r]))
+						r++;
+					if (r < bn && is_id(b[r])) {
+						str = 1;
+						q = r;
+					}
+				}
+				if (!is_id(b[q]) || (q > 0 && is_id(b[q - 1]) && !str)) {
+					sb_add(&body, b + q, 1);
+					q++;
+					continue;
+				}
+				size_t r = q;
+				while (r < bn && is_id(b[r]))
+					r++;
+				size_t pi = 0;
+				while (pi < m->nparams && !(strlen(m->params[pi]) == r - q && memcmp(m->params[pi], b + q, r - q) == 0))
+					pi++;
+				if (pi == m->nparams) {
+					sb_add(&body, b + q0, r - q0);
+				} else if (str) {
+					stringify(&body, pi < na ? args[pi] : "", pi < na ? alen[pi] : 0);
+				} else if (pi < na) {
+					if (mexpand(o, args[pi], alen[pi], &body, hide, nhide) != 0) {
+						free(body.p);
+						return -1;
+					}
+				}
+				q = r;
+			}
+		}
+		int rc = body.oom ? -1 : mexpand(o, body.p, body.len, out, hide, nhide + 1);
+		free(body.p);
+		if (rc != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* include_at replaces one #include line with the file's text; computed:
+ * rest is a computed include's expansion already. */
+static void include_at(struct expand *x, const char *rest, const char *end, const char *curdir, int depth,
+		       int computed)
 {
 	while (rest < end && (*rest == ' ' || *rest == '\t'))
 		rest++;
+	if (rest < end && *rest != '"' && *rest != '<' && !computed) {
+		/* A computed include: expand the macros, then read it again. */
+		const struct macro *hide[33];
+		struct sbuf e = {0};
+		sb_add(&e, "", 0);
+		if (mexpand(x->o, rest, (size_t)(end - rest), &e, hide, 0) == 0 && !e.oom) {
+			include_at(x, e.p, e.p + e.len, curdir, depth, 1);
+		} else {
+			sb_str(&x->out, "#error \"vgpud ICD: malformed #include\"\n");
+		}
+		free(e.p);
+		return;
+	}
 	char close = 0;
 	if (rest < end && *rest == '"')
 		close = '"';
@@ -442,6 +763,11 @@ static void do_include(struct expand *x, const char *rest, const char *end, cons
 	}
 	free(p);
 	free(name);
+}
+
+static void do_include(struct expand *x, const char *rest, const char *end, const char *curdir, int depth)
+{
+	include_at(x, rest, end, curdir, depth, 0);
 }
 
 /* expand copies src to x->out with its includes inlined. path is the
@@ -1048,6 +1374,7 @@ cl_int CL_API_CALL vgpu_clBuildProgram(cl_program program, cl_uint num_devices, 
 		struct expand x = {.o = &o};
 		sb_add(&x.log, "", 0);
 		if (!p->from_binary) {
+			sb_add(&x.out, o.defs.p, o.defs.len); /* -D and -U, before the source */
 			expand(&x, p->source, p->source_len, "", 0);
 			if (x.out.p == NULL)
 				sb_add(&x.out, "", 0);
@@ -1125,9 +1452,11 @@ cl_int CL_API_CALL vgpu_clCompileProgram(cl_program program, cl_uint num_devices
 	} else if (err == CL_SUCCESS) {
 		struct expand x = {.o = &o, .hdrs = hs, .nhdrs = num_headers};
 		sb_add(&x.log, "", 0);
+		sb_add(&x.out, o.defs.p, o.defs.len);
 		expand(&x, p->source, p->source_len, "", 0);
-		if (x.out.p == NULL)
-			sb_add(&x.out, "", 0);
+		/* The unit's -D macros end with it (clLinkProgram concatenates). */
+		sb_str(&x.out, "\n");
+		sb_add(&x.out, o.undefs.p, o.undefs.len);
 		if (x.out.oom || x.log.oom) {
 			err = CL_OUT_OF_HOST_MEMORY;
 		} else if (x.failed) {
@@ -1143,8 +1472,8 @@ cl_int CL_API_CALL vgpu_clCompileProgram(cl_program program, cl_uint num_devices
 			p->built_src = x.out.p;
 			p->built_len = x.out.len;
 			x.out.p = NULL;
-			/* Kept whole: the link needs the -D and -U words. */
-			p->built_opts = strdup(options != NULL ? options : "");
+			p->built_opts = o.dev.p;
+			o.dev.p = NULL;
 			p->options = strdup(options != NULL ? options : "");
 			set_log(p, x.log.p, NULL, 0);
 			p->status = CL_BUILD_SUCCESS;
@@ -1214,22 +1543,12 @@ cl_program CL_API_CALL vgpu_clLinkProgram(cl_context context, cl_uint num_device
 			PUT(in);
 			break;
 		}
-		/* Each unit's macros around it; its other options for all. */
-		for (size_t j = 0; j < io.ndefs; j++) {
-			const char *d = io.defs[j] + 1, *eq = strchr(d, '=');
-			if (io.defs[j][0] == 'D')
-				sb_printf(&src, "#define %.*s %s\n", (int)(eq ? eq - d : (long)strlen(d)), d,
-					  eq ? eq + 1 : "1");
-			else
-				sb_printf(&src, "#undef %s\n", d);
-		}
+		/* A unit's -D and -U are in its source, around it (a binary of
+		 * an older ICD kept them in its options: turned into lines here). */
+		sb_add(&src, io.defs.p, io.defs.len);
 		sb_add(&src, in->built_src, in->built_len);
 		sb_str(&src, "\n");
-		for (size_t j = 0; j < io.ndefs; j++) {
-			const char *d = io.defs[j] + 1, *eq = strchr(d, '=');
-			if (io.defs[j][0] == 'D')
-				sb_printf(&src, "#undef %.*s\n", (int)(eq ? eq - d : (long)strlen(d)), d);
-		}
+		sb_add(&src, io.undefs.p, io.undefs.len);
 		const char *w = io.dev.p;
 		int quoted;
 		char *word;
