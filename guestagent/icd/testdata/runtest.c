@@ -3,8 +3,10 @@
  * the host's OpenCL): contexts, queues, buffers with every host-pointer
  * flag, a program with an #include found through -I, kernels, fills,
  * copies, maps, rectangles, events with profiling, user events holding
- * commands back, callbacks, sub-buffers, binaries, compile and link, and
- * fork. Built and run by icd_test.go:
+ * commands back, callbacks, sub-buffers, binaries, compile and link, -D
+ * options defining function-like macros, transfers and maps larger than the
+ * ICD's arena (which must stay within its cap), and fork. Built and run by
+ * icd_test.go:
  *
  *   runtest DIR     DIR: an empty directory for the test's header files
  *
@@ -14,6 +16,7 @@
 #define CL_USE_DEPRECATED_OPENCL_1_1_APIS
 #include <CL/cl.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -577,13 +580,222 @@ static void compile_link_test(const char *dir)
 	CHECK(clCreateKernel(bad, "k", &err) == NULL && err == CL_INVALID_PROGRAM_EXECUTABLE, "kernel of a failed build: %d",
 	      err);
 	CHECK_ERR(clBuildProgram(bad, 1, &dev, "-O3", NULL, NULL), CL_INVALID_BUILD_OPTIONS);
-	CHECK_ERR(clBuildProgram(bad, 1, &dev, "-DX=\"y\"", NULL, NULL), CL_INVALID_BUILD_OPTIONS);
+	/* -D options become source lines (docs/icd.md): what can never be
+	 * a macro definition is refused. */
+	const char *never[] = {"-D 1X", "-D F(x", "-D F(1)=x", "-D", "-UX=1", "-D F(x)y=1", "-D=1", "-DX=a\\"};
+	for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
+		CHECK_ERR(clBuildProgram(bad, 1, &dev, never[i], NULL, NULL), CL_INVALID_BUILD_OPTIONS);
+	CHECK_ERR(clCompileProgram(bad, 1, &dev, "-D F(x", 0, NULL, NULL, NULL, NULL), CL_INVALID_COMPILER_OPTIONS);
 	OK(clReleaseProgram(bad));
 	cl_program missing = build("#include \"nowhere.h\"\n__kernel void k() {}\n", "", CL_BUILD_PROGRAM_FAILURE);
 	OK(clGetProgramBuildInfo(missing, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL));
 	CHECK(strstr(log, "nowhere.h") != NULL, "missing header log: %s", log);
 	OK(clReleaseProgram(missing));
 	(void)dir;
+}
+
+/* -D and -U options, function-like macros (hashcat's) included, through
+ * clBuildProgram and through clCompileProgram and clLinkProgram, where a
+ * unit's macros end with it. */
+static void macro_test(const char *dir)
+{
+	cl_int err;
+	const char *src = "__kernel void m(__global int *o) {\n"
+			  "#ifdef GONE\n  o[0] = -1;\n#else\n"
+			  "  o[0] = TWICE(LOCAL_MEM_TYPE) + ADD(1, 2) + KERNEL_STATIC + (int)sizeof(M2S(abc));\n"
+			  "#endif\n  EMPTY o[1] = VALUE;\n}\n";
+	const char *opts = "-D KERNEL_STATIC -D XM2S(x)=#x -D M2S(x)=XM2S(x) -D LOCAL_MEM_TYPE=2 -DTWICE(a)=((a)*2) "
+			   "-D 'ADD(a, b)=((a) + (b))' -DEMPTY= -D\"VALUE=(3 + 4)\" -DGONE -UGONE -w";
+	cl_program p = build(src, opts, CL_SUCCESS);
+	char got[1024] = "";
+	OK(clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_OPTIONS, sizeof got, got, NULL));
+	CHECK(strcmp(got, opts) == 0, "build options %s", got);
+	cl_kernel k = clCreateKernel(p, "m", &err);
+	CHECK(err == CL_SUCCESS, "macro kernel: %d", err);
+	cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 8, NULL, &err);
+	int v[2] = {0, 0};
+	if (k != NULL) {
+		OK(clSetKernelArg(k, 0, sizeof m, &m));
+		OK(clEnqueueTask(q, k, 0, NULL, NULL));
+		OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, sizeof v, v, 0, NULL, NULL));
+		/* 4 + 3 + 1 + sizeof("abc") */
+		CHECK(v[0] == 12 && v[1] == 7, "macros: %d %d, want 12 7", v[0], v[1]);
+		OK(clReleaseKernel(k));
+	}
+	OK(clReleaseProgram(p));
+
+	const char *a = "int f(int x) { return MUL(x, K); }\n";
+	const char *b = "#if defined(MUL) || defined(K)\n#error a unit's macros leaked into the next\n#endif\n"
+			"int f(int x);\n__kernel void use(__global int *o) { o[0] = f(6); }\n";
+	cl_program pa = clCreateProgramWithSource(ctx, 1, &a, NULL, &err);
+	cl_program pb = clCreateProgramWithSource(ctx, 1, &b, NULL, &err);
+	OK(clCompileProgram(pa, 1, &dev, "-D 'MUL(a,b)=((a)*(b))' -DK=7", 0, NULL, NULL, NULL, NULL));
+	OK(clCompileProgram(pb, 1, &dev, NULL, 0, NULL, NULL, NULL, NULL));
+	cl_program ins[2] = {pa, pb};
+	cl_program pl = clLinkProgram(ctx, 1, &dev, NULL, 2, ins, NULL, NULL, &err);
+	CHECK(err == CL_SUCCESS && pl != NULL, "clLinkProgram with macros: %d", err);
+	if (pl != NULL) {
+		k = clCreateKernel(pl, "use", &err);
+		OK(clSetKernelArg(k, 0, sizeof m, &m));
+		OK(clEnqueueTask(q, k, 0, NULL, NULL));
+		OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, sizeof v, v, 0, NULL, NULL));
+		CHECK(v[0] == 42, "linked macros: %d", v[0]);
+		OK(clReleaseKernel(k));
+		OK(clReleaseProgram(pl));
+	}
+	OK(clReleaseProgram(pa));
+	OK(clReleaseProgram(pb));
+
+	/* A computed #include, named through -D macros (hashcat's). */
+	write_file(dir, "computed.h", "#define COMPUTED 5\n");
+	char copts[4400];
+	snprintf(copts, sizeof copts, "-D XM2S(x)=#x -D M2S(x)=XM2S(x) -D INCLUDE_PATH=%s", dir);
+	p = build("#include M2S(INCLUDE_PATH/computed.h)\n__kernel void c(__global int *o) { o[0] = COMPUTED; }\n", copts,
+		  CL_SUCCESS);
+	k = clCreateKernel(p, "c", &err);
+	CHECK(err == CL_SUCCESS, "computed include kernel: %d", err);
+	if (k != NULL) {
+		OK(clSetKernelArg(k, 0, sizeof m, &m));
+		OK(clEnqueueTask(q, k, 0, NULL, NULL));
+		OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, sizeof v, v, 0, NULL, NULL));
+		CHECK(v[0] == 5, "computed include: %d", v[0]);
+		OK(clReleaseKernel(k));
+	}
+	OK(clReleaseProgram(p));
+	OK(clReleaseMemObject(m));
+}
+
+/* kib: a field of /proc/self/status, in KiB. */
+static long status_kib(const char *field)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long v = -1;
+	size_t n = strlen(field);
+	while (f != NULL && fgets(line, sizeof line, f) != NULL)
+		if (strncmp(line, field, n) == 0 && line[n] == ':')
+			v = atol(line + n + 1);
+	if (f != NULL)
+		fclose(f);
+	return v;
+}
+
+static size_t check_pattern(const uint32_t *p, size_t n, uint32_t seed)
+{
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (uint32_t)i * 2654435761u + seed)
+			bad++;
+	return bad;
+}
+
+static void fill_pattern(uint32_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint32_t)i * 2654435761u + seed;
+}
+
+/* Transfers larger than the ICD's arena (VGPU_ARENA_CAP, 64 MiB): they go
+ * in chunks, and the arena memory the process maps stays within the cap. */
+static void big_test(void)
+{
+	cl_ulong max_alloc = 0;
+	OK(clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL));
+	size_t size = 80u << 20;
+	if (max_alloc < size) {
+		printf("runtest: big transfers skipped: the device's largest allocation is %llu bytes\n",
+		       (unsigned long long)max_alloc);
+		return;
+	}
+	size_t n = size / 4;
+	cl_int err;
+	uint32_t *src = malloc(size), *dst = malloc(size);
+	CHECK(src != NULL && dst != NULL, "malloc");
+	if (src == NULL || dst == NULL)
+		return;
+	fill_pattern(src, n, 1);
+	cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, NULL, &err);
+	CHECK(err == CL_SUCCESS, "big buffer: %d", err);
+
+	/* Blocking write and read, with profiling. */
+	cl_event ev = NULL;
+	OK(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, size, src, 0, NULL, &ev));
+	cl_int st = 1;
+	OK(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL));
+	CHECK(st == CL_COMPLETE, "blocking big write status %d", st);
+	cl_ulong t[4] = {0};
+	for (int i = 0; i < 4; i++)
+		OK(clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_QUEUED + i, sizeof t[i], &t[i], NULL));
+	CHECK(t[0] <= t[1] && t[1] <= t[2] && t[2] < t[3], "big write profile %llu %llu %llu %llu",
+	      (unsigned long long)t[0], (unsigned long long)t[1], (unsigned long long)t[2], (unsigned long long)t[3]);
+	OK(clReleaseEvent(ev));
+	memset(dst, 0, size);
+	OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, size, dst, 0, NULL, NULL));
+	CHECK(check_pattern(dst, n, 1) == 0, "blocking big read: %zu wrong", check_pattern(dst, n, 1));
+
+	/* Non-blocking: a write of new bytes, a read at an offset, done by
+	 * clWaitForEvents; then one read behind a user event. */
+	fill_pattern(src, n, 2);
+	OK(clEnqueueWriteBuffer(q, m, CL_FALSE, 0, size, src, 0, NULL, NULL));
+	memset(dst, 0, size);
+	OK(clEnqueueReadBuffer(q, m, CL_FALSE, 4096, size - 4096, dst, 0, NULL, &ev));
+	OK(clWaitForEvents(1, &ev));
+	OK(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL));
+	CHECK(st == CL_COMPLETE, "non-blocking big read status %d", st);
+	CHECK(check_pattern(dst, n - 1024, 2 + 1024u * 2654435761u) == 0, "non-blocking big read: %zu wrong",
+	      check_pattern(dst, n - 1024, 2 + 1024u * 2654435761u));
+	OK(clReleaseEvent(ev));
+	cl_event gate = clCreateUserEvent(ctx, &err);
+	memset(dst, 0, size);
+	OK(clEnqueueReadBuffer(q, m, CL_FALSE, 0, size, dst, 1, &gate, &ev));
+	OK(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL));
+	CHECK(st == CL_QUEUED, "held big read status %d", st);
+	OK(clSetUserEventStatus(gate, CL_COMPLETE));
+	OK(clFinish(q));
+	OK(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL));
+	CHECK(st == CL_COMPLETE && check_pattern(dst, n, 2) == 0, "held big read: status %d, %zu wrong", st,
+	      check_pattern(dst, n, 2));
+	OK(clReleaseEvent(ev));
+	OK(clReleaseEvent(gate));
+
+	/* A map of the whole buffer: read, changed, written back on unmap. */
+	uint32_t *mp = clEnqueueMapBuffer(q, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, size, 0, NULL, NULL, &err);
+	CHECK(err == CL_SUCCESS && mp != NULL, "big map: %d", err);
+	if (mp != NULL) {
+		CHECK(check_pattern(mp, n, 2) == 0, "big map: %zu wrong", check_pattern(mp, n, 2));
+		fill_pattern(mp, n, 3);
+		OK(clEnqueueUnmapMemObject(q, m, mp, 0, NULL, NULL));
+	}
+	memset(dst, 0, size);
+	OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, size, dst, 0, NULL, NULL));
+	CHECK(check_pattern(dst, n, 3) == 0, "after big unmap: %zu wrong", check_pattern(dst, n, 3));
+
+	/* A rectangle of many rows, wider than the tight pitch on the host. */
+	size_t region[3] = {40000, 1000, 2}, zero[3] = {0, 0, 0}, hrow = 40960;
+	fill_pattern(src, n, 4);
+	OK(clEnqueueWriteBufferRect(q, m, CL_FALSE, zero, zero, region, 0, 0, hrow, 0, src, 0, NULL, NULL));
+	memset(dst, 0, size);
+	OK(clEnqueueReadBufferRect(q, m, CL_TRUE, zero, zero, region, 0, 0, hrow, 0, dst, 0, NULL, NULL));
+	size_t rbad = 0;
+	for (size_t r = 0; r < region[1] * region[2]; r++)
+		rbad += memcmp((char *)dst + r * hrow, (char *)src + r * hrow, region[0]) != 0;
+	CHECK(rbad == 0, "big rectangle: %zu rows wrong", rbad);
+	OK(clReleaseMemObject(m));
+
+	/* The initial upload of COPY_HOST_PTR. */
+	m = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, size, src, &err);
+	CHECK(err == CL_SUCCESS, "big COPY_HOST_PTR buffer: %d", err);
+	memset(dst, 0, size);
+	OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, size, dst, 0, NULL, NULL));
+	CHECK(check_pattern(dst, n, 4) == 0, "big COPY_HOST_PTR: %zu wrong", check_pattern(dst, n, 4));
+	OK(clReleaseMemObject(m));
+
+	/* The arena is shared memory: what this process maps of it stays
+	 * within the cap (64 MiB), whatever the transfers' sizes. */
+	long shm = status_kib("RssShmem");
+	CHECK(shm >= 0 && shm <= 72 * 1024, "RssShmem %ld KiB after big transfers", shm);
+	free(src);
+	free(dst);
 }
 
 /* After fork the child must not use the parent's connection; it may make
@@ -627,6 +839,8 @@ int main(int argc, char **argv)
 	vadd_test(argv[1]);
 	event_test();
 	compile_link_test(argv[1]);
+	macro_test(argv[1]);
+	big_test();
 	fork_test();
 	cl_uint refs = 0;
 	OK(clGetContextInfo(ctx, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL));
