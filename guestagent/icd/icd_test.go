@@ -191,6 +191,9 @@ func TestClinfo(t *testing.T) {
 		`(?m)^\s+Max compute units\s+2$`,
 		`(?m)^\s+Max work group size\s+1024$`,
 		`(?m)^\s+Image support\s+No$`,
+		// Without vgpu-icdd there is no device-information blob: the
+		// conservative answers stay.
+		`(?m)^\s+Double-precision Floating-point support\s+\(n/a\)$`,
 	} {
 		if !regexp.MustCompile(re).Match(out) {
 			t.Errorf("clinfo output does not match %s", re)
@@ -523,5 +526,45 @@ func TestDaemon(t *testing.T) {
 				runAgainst(t, buildProgram(t, gcc, "testdata/misuse.c", c.flags...), icdDir, sock, t.TempDir())
 			})
 		})
+	}
+}
+
+// TestDaemonDeviceInfo runs Debian's clinfo through the ICD against
+// vgpu-icdd serving a real vGPU: the device queries answer from the abi
+// 1.4 device-information blob (PoCL's fp64, vector widths, local memory,
+// clock, pass-through extensions plus the ICD's cl_khr_icd), and nothing
+// the vGPU does not pass through (images, SPIR) is listed.
+func TestDaemonDeviceInfo(t *testing.T) {
+	gcc := needToolchain(t)
+	clinfo, err := exec.LookPath("clinfo")
+	if err != nil {
+		t.Skip("clinfo not installed (scripts/install-deps.sh installs it)")
+	}
+	sock := startHost(t)
+	icdDir := buildICD(t, gcc)
+	cmd := exec.Command(clinfo)
+	cmd.Env = append(env(icdDir, filepath.Join(t.TempDir(), "no-sysfs")), "VGPUD_ICD_SOCKET="+sock)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("clinfo: %v\n%s", err, out)
+	}
+	t.Logf("clinfo:\n%s", out)
+	for _, re := range []string{
+		`(?m)^\s+Device Extensions\s+cl_khr_byte_addressable_store cl_khr_fp64 .*cl_khr_icd$`,
+		`(?m)^\s+Double-precision Floating-point support\s+\(cl_khr_fp64\)$`,
+		`(?m)^\s+double\s+[1-9][0-9]* / [1-9][0-9]*\s+\(cl_khr_fp64\)$`,
+		`(?m)^\s+Local memory size\s+[1-9][0-9]* `,
+		`(?m)^\s+Max clock frequency\s+[1-9][0-9]*MHz$`,
+		`(?m)^\s+Address bits\s+64, Little-Endian$`,
+		`(?m)^\s+Max size of kernel argument\s+[1-9][0-9]*$`,
+	} {
+		if !regexp.MustCompile(re).Match(out) {
+			t.Errorf("clinfo output does not match %s", re)
+		}
+	}
+	for _, bad := range []string{"cl_khr_spir", "cl_khr_3d_image_writes", "cl_khr_command_buffer"} {
+		if strings.Contains(string(out), bad) {
+			t.Errorf("clinfo lists %s", bad)
+		}
 	}
 }

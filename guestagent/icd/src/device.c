@@ -1,10 +1,20 @@
-/* device.c: device lists and device queries. Every value is either read
- * from the device's registers at discovery or a constant chosen to promise
- * no more than the ABI guarantees; docs/icd.md has the table with the
- * reason for each. */
+/* device.c: device lists and device queries. Every value is read from
+ * the device's registers at discovery, taken from the device-information
+ * blob vgpu-icdd gives for an abi 1.4 device (the physical device's
+ * OpenCL properties as the profile restricts them), or, without one, a
+ * constant chosen to promise no more than the ABI guarantees; docs/icd.md
+ * has the table with the reason for each. */
 #include "icd.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 /* The device types a call may name; CL_DEVICE_TYPE_ALL is every bit. */
 #define KNOWN_TYPES                                                                                          \
@@ -60,6 +70,198 @@ cl_int CL_API_CALL vgpu_clCreateSubDevices(cl_device_id in_device, const cl_devi
 	return CL_INVALID_VALUE;
 }
 
+/* ---- Device information (abi 1.4 device-info, through vgpu-icdd) ---- */
+
+/* What the ICD itself implements, listed after the device's extensions. */
+#define ICD_EXTENSIONS "cl_khr_icd"
+
+/* The extension list of a blob, at most this long. */
+#define MAX_EXTENSIONS (VGPU_MAX_DEVICE_INFO_LEN - VGPU_DEVICE_INFO_FIXED_SIZE)
+
+struct devinfo {
+	int state; /* 0: not asked yet; 1: f and ext hold the blob; -1: the device gives none */
+	struct vgpu_device_info f;
+	char ext[MAX_EXTENSIONS + sizeof " " ICD_EXTENSIONS]; /* the device's list, then ICD_EXTENSIONS */
+};
+
+/* One per entry of vgpu_devices' list, guarded by info_mu. A device's
+ * answer is kept for the life of the process once conclusive (a blob, or
+ * a status saying there is none); a daemon that cannot be reached is asked
+ * again at the next query. */
+static struct devinfo infos[VGPU_MAX_DEVICES];
+static pthread_mutex_t info_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* How long a query waits for each of vgpu-icdd's replies. */
+#define INFO_TIMEOUT_S 10
+
+static int info_dial(void)
+{
+	const char *path = vgpu_socket_path();
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof sa.sun_path)
+		return -1;
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	struct timeval tv = {.tv_sec = INFO_TIMEOUT_S};
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* info_call sends the request msg and reads its reply (op | reply bit, the
+ * same id) into buf (VGPU_ICDP_MAX_MESSAGE bytes). It returns the reply's
+ * length, -2 when the daemon answered with an Error (one that does not
+ * know the request), or -1 (the connection failed). */
+static long info_call(int fd, const void *msg, size_t len, uint8_t *buf)
+{
+	const struct vgpu_icdp_header *q = msg;
+	ssize_t n;
+	do
+		n = send(fd, msg, len, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)len)
+		return -1;
+	do
+		n = recv(fd, buf, VGPU_ICDP_MAX_MESSAGE, MSG_TRUNC);
+	while (n < 0 && errno == EINTR);
+	const struct vgpu_icdp_header *r = (const void *)buf;
+	if (n < (ssize_t)sizeof *r || n > VGPU_ICDP_MAX_MESSAGE || r->len != (uint32_t)n)
+		return -1;
+	if (r->op == VGPU_ICDP_OP_ERROR)
+		return -2;
+	if (r->op != (q->op | VGPU_ICDP_REPLY_BIT) || r->id != q->id)
+		return -1;
+	return (long)n;
+}
+
+/* info_decode checks a device-information blob as abi.UnmarshalDeviceInfo
+ * does (the daemon is trusted no further than that) and keeps it in di. */
+static int info_decode(const uint8_t *b, uint64_t n, struct devinfo *di)
+{
+	struct vgpu_device_info f;
+	if (n < sizeof f || n > VGPU_MAX_DEVICE_INFO_LEN)
+		return -1;
+	memcpy(&f, b, sizeof f);
+	if (f.version != VGPU_DEVICE_INFO_VERSION || f.reserved4 != 0 || f.endian_little > 1 ||
+	    f.extensions_len != n - sizeof f)
+		return -1;
+	const char *e = (const char *)b + sizeof f;
+	for (uint32_t i = 0; i < f.extensions_len; i++) {
+		char c = e[i];
+		int name = c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+		if (!name && !(c == ' ' && i > 0 && i + 1 < f.extensions_len && e[i - 1] != ' '))
+			return -1;
+	}
+	di->f = f;
+	memcpy(di->ext, e, f.extensions_len);
+	snprintf(di->ext + f.extensions_len, sizeof di->ext - f.extensions_len, "%s%s", f.extensions_len ? " " : "",
+		 ICD_EXTENSIONS);
+	return 0;
+}
+
+/* info_fetch asks vgpu-icdd, on one connection, for the blob of every
+ * daemon device of list not asked yet. Caller holds info_mu. */
+static void info_fetch(struct _cl_device_id *list, cl_uint n)
+{
+	int fd = info_dial();
+	if (fd < 0)
+		return;
+	uint8_t *buf = malloc(VGPU_ICDP_MAX_MESSAGE);
+	struct {
+		struct vgpu_icdp_header h;
+		struct vgpu_icdp_hello b;
+	} hello = {.h = {.op = VGPU_ICDP_OP_HELLO, .len = sizeof hello, .id = 1}, .b = {.version = VGPU_ICDP_VERSION}};
+	if (buf == NULL || info_call(fd, &hello, sizeof hello, buf) < 0)
+		goto out;
+	for (cl_uint i = 0; i < n; i++) {
+		if (infos[i].state != 0 || !list[i].daemon || (list[i].version & 0xffff) < 4)
+			continue;
+		struct {
+			struct vgpu_icdp_header h;
+			struct vgpu_icdp_device_info b;
+		} m = {.h = {.op = VGPU_ICDP_OP_DEVICE_INFO, .len = sizeof m, .id = 2 + i}, .b = {.device = list[i].index}};
+		long len = info_call(fd, &m, sizeof m, buf);
+		if (len == -2) {
+			/* A daemon that refuses the request (older than
+			 * DeviceInfo) refuses it again: conclusive. It closed the
+			 * connection; other devices are asked on the next. */
+			infos[i].state = -1;
+			break;
+		}
+		const struct vgpu_icdp_device_info_reply_head *r = (const void *)(buf + sizeof(struct vgpu_icdp_header));
+		if (len < (long)(sizeof(struct vgpu_icdp_header) + sizeof *r))
+			break; /* not conclusive: asked again next time */
+		const uint8_t *blob = (const uint8_t *)(r + 1);
+		if (r->status != 0 || r->info_len != (uint64_t)len - sizeof(struct vgpu_icdp_header) - sizeof *r ||
+		    info_decode(blob, r->info_len, &infos[i]) != 0) {
+			if (r->status != VGPU_STATUS_INVALID_OPCODE)
+				vgpu_log("device %u: no device information from vgpu-icdd (status %u, %llu bytes)",
+					 list[i].index, r->status, (unsigned long long)r->info_len);
+			infos[i].state = -1;
+			continue;
+		}
+		infos[i].state = 1;
+	}
+out:
+	free(buf);
+	close(fd);
+}
+
+/* device_info returns d's device information, asking vgpu-icdd the first
+ * time; NULL when d has none (sysfs discovery, a device older than abi
+ * 1.4, a daemon that cannot say): then the queries keep their
+ * conservative answers. */
+static const struct devinfo *device_info(const struct _cl_device_id *d)
+{
+	if (!d->daemon || (d->version & 0xffff) < 4)
+		return NULL;
+	struct _cl_device_id *list;
+	cl_uint n = vgpu_devices(&list);
+	if (d < list || d >= list + n)
+		return NULL;
+	size_t i = (size_t)(d - list);
+	pthread_mutex_lock(&info_mu);
+	if (infos[i].state == 0)
+		info_fetch(list, n);
+	int ok = infos[i].state == 1;
+	pthread_mutex_unlock(&info_mu);
+	/* Once 1, infos[i] never changes again: read without the lock. */
+	return ok ? &infos[i] : NULL;
+}
+
+/* vector_width answers a CL_DEVICE_{PREFERRED,NATIVE}_VECTOR_WIDTH_* query:
+ * from the blob (its arrays are in VGPU_VEC_* order), or without one 1
+ * for the types every device has and 0 for double and half. */
+static cl_uint vector_width(const struct vgpu_device_info *f, cl_device_info q)
+{
+	static const struct {
+		cl_device_info pref, native;
+		int vec;
+	} w[] = {
+		{CL_DEVICE_PREFERRED_VECTOR_WIDTH_CHAR, CL_DEVICE_NATIVE_VECTOR_WIDTH_CHAR, VGPU_VEC_CHAR},
+		{CL_DEVICE_PREFERRED_VECTOR_WIDTH_SHORT, CL_DEVICE_NATIVE_VECTOR_WIDTH_SHORT, VGPU_VEC_SHORT},
+		{CL_DEVICE_PREFERRED_VECTOR_WIDTH_INT, CL_DEVICE_NATIVE_VECTOR_WIDTH_INT, VGPU_VEC_INT},
+		{CL_DEVICE_PREFERRED_VECTOR_WIDTH_LONG, CL_DEVICE_NATIVE_VECTOR_WIDTH_LONG, VGPU_VEC_LONG},
+		{CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, VGPU_VEC_FLOAT},
+		{CL_DEVICE_PREFERRED_VECTOR_WIDTH_DOUBLE, CL_DEVICE_NATIVE_VECTOR_WIDTH_DOUBLE, VGPU_VEC_DOUBLE},
+		{CL_DEVICE_PREFERRED_VECTOR_WIDTH_HALF, CL_DEVICE_NATIVE_VECTOR_WIDTH_HALF, VGPU_VEC_HALF},
+	};
+	for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
+		if (q != w[i].pref && q != w[i].native)
+			continue;
+		if (f == NULL)
+			return w[i].vec == VGPU_VEC_DOUBLE || w[i].vec == VGPU_VEC_HALF ? 0 : 1;
+		return q == w[i].pref ? f->preferred_vector_width[w[i].vec] : f->native_vector_width[w[i].vec];
+	}
+	return 0;
+}
+
 /* The OpenCL C 1.2 extensions every 1.2 device must report (OpenCL 1.2
  * section 9.2); they are core features of OpenCL C 1.1 and later, so every
  * physical device vgpud can serve has them. Nothing optional is claimed:
@@ -69,7 +271,8 @@ cl_int CL_API_CALL vgpu_clCreateSubDevices(cl_device_id in_device, const cl_devi
 	"cl_khr_local_int32_base_atomics cl_khr_local_int32_extended_atomics cl_khr_byte_addressable_store"
 
 /* OpenCL 1.2 minimums for a full-profile, non-custom device, used where the
- * ABI does not report the physical device's value. */
+ * ABI does not report the physical device's value (no device-information
+ * blob). */
 #define MIN_CONSTANT_BUFFER (64 * 1024)
 #define MIN_LOCAL_MEM (32 * 1024)
 #define MIN_CONSTANT_ARGS 8
@@ -83,6 +286,10 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 	if (!vgpu_device_valid(device))
 		return CL_INVALID_DEVICE;
 	const struct _cl_device_id *d = device;
+	/* The device's own values when it gives them (abi 1.4), else NULL
+	 * and the conservative answers below. */
+	const struct devinfo *di = device_info(d);
+	const struct vgpu_device_info *f = di != NULL ? &di->f : NULL;
 	union {
 		cl_uint u;
 		cl_ulong ul;
@@ -120,48 +327,65 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 		s = str;
 		break;
 	case CL_DEVICE_OPENCL_C_VERSION: s = "OpenCL C 1.2 vgpud"; break;
-	case CL_DEVICE_EXTENSIONS: s = DEVICE_EXTENSIONS; break;
+	case CL_DEVICE_EXTENSIONS: s = di != NULL ? di->ext : DEVICE_EXTENSIONS; break;
 	case CL_DEVICE_BUILT_IN_KERNELS: s = ""; break;
 	case CL_DEVICE_PLATFORM: v.platform = &vgpu_platform; n = sizeof v.platform; break;
 	case CL_DEVICE_AVAILABLE: BOOL(d->daemon ? CL_TRUE : CL_FALSE); break;
 	case CL_DEVICE_COMPILER_AVAILABLE: BOOL(CL_TRUE); break;
 	case CL_DEVICE_LINKER_AVAILABLE: BOOL(CL_TRUE); break;
-	case CL_DEVICE_ENDIAN_LITTLE: BOOL(CL_TRUE); break;
-	case CL_DEVICE_ADDRESS_BITS: UINT(64); break;
+	case CL_DEVICE_ENDIAN_LITTLE: BOOL(f == NULL || f->endian_little ? CL_TRUE : CL_FALSE); break;
+	case CL_DEVICE_ADDRESS_BITS: UINT(f != NULL ? (cl_uint)f->address_bits : 64); break;
 
 	/* Compute. */
 	case CL_DEVICE_MAX_COMPUTE_UNITS: UINT(d->compute_units); break;
-	case CL_DEVICE_MAX_CLOCK_FREQUENCY: UINT(0); break;
+	case CL_DEVICE_MAX_CLOCK_FREQUENCY: UINT(f != NULL ? (cl_uint)f->max_clock_frequency : 0); break;
 	case CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS: UINT(3); break;
 	case CL_DEVICE_MAX_WORK_GROUP_SIZE: SIZE(d->max_work_group); break;
 	case CL_DEVICE_MAX_WORK_ITEM_SIZES:
 		v.sizes[0] = v.sizes[1] = v.sizes[2] = d->max_work_group;
+		for (int i = 0; f != NULL && i < 3; i++)
+			if (f->max_work_item_sizes[i] < v.sizes[i])
+				v.sizes[i] = (size_t)f->max_work_item_sizes[i];
 		n = sizeof v.sizes;
 		break;
-	case CL_DEVICE_MAX_PARAMETER_SIZE: SIZE(MIN_PARAMETER_SIZE); break;
+	case CL_DEVICE_MAX_PARAMETER_SIZE: SIZE(f != NULL ? (size_t)f->max_parameter_size : MIN_PARAMETER_SIZE); break;
 	case CL_DEVICE_EXECUTION_CAPABILITIES: BITS(CL_EXEC_KERNEL); break;
 	case CL_DEVICE_QUEUE_PROPERTIES: BITS(CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE); break;
-	case CL_DEVICE_PROFILING_TIMER_RESOLUTION: SIZE(1); break;
-	case CL_DEVICE_PRINTF_BUFFER_SIZE: SIZE(0); break;
+	case CL_DEVICE_PROFILING_TIMER_RESOLUTION:
+		SIZE(f != NULL && f->profiling_timer_resolution != 0 ? (size_t)f->profiling_timer_resolution : 1);
+		break;
+	case CL_DEVICE_PRINTF_BUFFER_SIZE:
+		/* 0 even when the blob gives the physical device's size: a
+		 * kernel's printf output stays on the host, so none is promised. */
+		SIZE(0);
+		break;
 	case CL_DEVICE_PREFERRED_INTEROP_USER_SYNC: BOOL(CL_TRUE); break;
 
 	/* Floating point and vectors. */
-	case CL_DEVICE_SINGLE_FP_CONFIG: BITS(CL_FP_ROUND_TO_NEAREST | CL_FP_INF_NAN); break;
-	case CL_DEVICE_DOUBLE_FP_CONFIG: BITS(0); break;
+	case CL_DEVICE_SINGLE_FP_CONFIG:
+		BITS(f != NULL && f->single_fp_config != 0 ? f->single_fp_config : CL_FP_ROUND_TO_NEAREST | CL_FP_INF_NAN);
+		break;
+	case CL_DEVICE_DOUBLE_FP_CONFIG: BITS(f != NULL ? f->double_fp_config : 0); break;
+	case CL_DEVICE_HALF_FP_CONFIG:
+		/* A query of cl_khr_fp16: only a device that offers it answers. */
+		if (f == NULL || f->half_fp_config == 0)
+			return CL_INVALID_VALUE;
+		BITS(f->half_fp_config);
+		break;
 	case CL_DEVICE_PREFERRED_VECTOR_WIDTH_CHAR:
 	case CL_DEVICE_PREFERRED_VECTOR_WIDTH_SHORT:
 	case CL_DEVICE_PREFERRED_VECTOR_WIDTH_INT:
 	case CL_DEVICE_PREFERRED_VECTOR_WIDTH_LONG:
 	case CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT:
+	case CL_DEVICE_PREFERRED_VECTOR_WIDTH_DOUBLE:
+	case CL_DEVICE_PREFERRED_VECTOR_WIDTH_HALF:
 	case CL_DEVICE_NATIVE_VECTOR_WIDTH_CHAR:
 	case CL_DEVICE_NATIVE_VECTOR_WIDTH_SHORT:
 	case CL_DEVICE_NATIVE_VECTOR_WIDTH_INT:
 	case CL_DEVICE_NATIVE_VECTOR_WIDTH_LONG:
-	case CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT: UINT(1); break;
-	case CL_DEVICE_PREFERRED_VECTOR_WIDTH_DOUBLE:
-	case CL_DEVICE_PREFERRED_VECTOR_WIDTH_HALF:
+	case CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT:
 	case CL_DEVICE_NATIVE_VECTOR_WIDTH_DOUBLE:
-	case CL_DEVICE_NATIVE_VECTOR_WIDTH_HALF: UINT(0); break;
+	case CL_DEVICE_NATIVE_VECTOR_WIDTH_HALF: UINT(vector_width(f, param_name)); break;
 
 	/* Memory. */
 	case CL_DEVICE_GLOBAL_MEM_SIZE: ULONG(d->mem_size); break;
@@ -169,16 +393,23 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 	case CL_DEVICE_GLOBAL_MEM_CACHE_TYPE: UINT(CL_NONE); break;
 	case CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE: UINT(0); break;
 	case CL_DEVICE_GLOBAL_MEM_CACHE_SIZE: ULONG(0); break;
-	case CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE:
-		ULONG(d->max_alloc < MIN_CONSTANT_BUFFER ? d->max_alloc : MIN_CONSTANT_BUFFER);
+	case CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE: {
+		/* A __constant argument is a buffer: never more than one. */
+		cl_ulong c = f != NULL ? f->max_constant_buffer_size : MIN_CONSTANT_BUFFER;
+		ULONG(d->max_alloc < c ? d->max_alloc : c);
 		break;
-	case CL_DEVICE_MAX_CONSTANT_ARGS: UINT(MIN_CONSTANT_ARGS); break;
+	}
+	case CL_DEVICE_MAX_CONSTANT_ARGS: UINT(f != NULL ? (cl_uint)f->max_constant_args : MIN_CONSTANT_ARGS); break;
 	case CL_DEVICE_LOCAL_MEM_TYPE: UINT(CL_GLOBAL); break;
-	case CL_DEVICE_LOCAL_MEM_SIZE: ULONG(MIN_LOCAL_MEM); break;
+	case CL_DEVICE_LOCAL_MEM_SIZE: ULONG(f != NULL ? f->local_mem_size : MIN_LOCAL_MEM); break;
 	case CL_DEVICE_ERROR_CORRECTION_SUPPORT: BOOL(CL_FALSE); break;
 	case CL_DEVICE_HOST_UNIFIED_MEMORY: BOOL(CL_FALSE); break;
-	case CL_DEVICE_MEM_BASE_ADDR_ALIGN: UINT(MIN_BASE_ADDR_ALIGN_BITS); break;
-	case CL_DEVICE_MIN_DATA_TYPE_ALIGN_SIZE: UINT(MIN_DATA_TYPE_ALIGN); break;
+	case CL_DEVICE_MEM_BASE_ADDR_ALIGN:
+		UINT(f != NULL ? (cl_uint)f->mem_base_addr_align : MIN_BASE_ADDR_ALIGN_BITS);
+		break;
+	case CL_DEVICE_MIN_DATA_TYPE_ALIGN_SIZE:
+		UINT(f != NULL ? (cl_uint)f->min_data_type_align_size : MIN_DATA_TYPE_ALIGN);
+		break;
 
 	/* Images and samplers: not supported. */
 	case CL_DEVICE_IMAGE_SUPPORT: BOOL(CL_FALSE); break;
@@ -203,7 +434,7 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 
 	default:
 		/* Queries of later versions and of extensions this device does
-		 * not offer (cl_khr_fp16's CL_DEVICE_HALF_FP_CONFIG among them). */
+		 * not offer. */
 		return CL_INVALID_VALUE;
 	}
 #undef UINT
