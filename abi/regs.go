@@ -127,7 +127,7 @@ const (
 
 // Limits on guest-supplied sizes (docs/ABI.md "Limits").
 const (
-	MaxSourceLen     = 1 << 20 // program source bytes
+	MaxSourceLen     = 4 << 20 // program source bytes (1 MiB before 1.4)
 	MaxOptionsLen    = 1024    // build options bytes
 	MaxBuildLogLen   = 64 << 10
 	MaxLaunchDescLen = 4096

@@ -159,7 +159,7 @@
 #define VGPU_COMPL_SIZE                      32 /* abi.ComplSize */
 #define VGPU_PAGE_SIZE                       4096 /* abi.PageSize */
 
-#define VGPU_MAX_SOURCE_LEN                  0x00100000 /* abi.MaxSourceLen */
+#define VGPU_MAX_SOURCE_LEN                  0x00400000 /* abi.MaxSourceLen */
 #define VGPU_MAX_OPTIONS_LEN                 1024 /* abi.MaxOptionsLen */
 #define VGPU_MAX_BUILD_LOG_LEN               0x00010000 /* abi.MaxBuildLogLen */
 #define VGPU_MAX_LAUNCH_DESC_LEN             4096 /* abi.MaxLaunchDescLen */
