@@ -14,6 +14,14 @@
 //     by /usr/bin/python3 on the host's PoCL and in the guest through the
 //     ICD. The host row needs Debian's python3-pyopencl on the host; it is
 //     left out (and said so) when it is missing.
+//   - hashcat: `hashcat -b -m 0` (MD5 benchmark), Debian's hashcat, on the
+//     host's PoCL and in the guest through the ICD.
+//   - clpeak: Debian's clpeak (global memory bandwidth, single-precision
+//     compute, transfer bandwidth, kernel latency) on both.
+//
+// The host rows of pyopencl, hashcat and clpeak need the Debian packages
+// on the host (python3-pyopencl, hashcat, clpeak); without them the row is
+// left out and the table says so.
 //
 // Every guest boots the userland disk (make guest-apps) with one vGPU of
 // -profile; the host rows use the same PoCL device vgpud serves (-device).
@@ -36,6 +44,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -55,12 +64,14 @@ import (
 const (
 	sectionJob      = "job"
 	sectionPyopencl = "pyopencl"
+	sectionHashcat  = "hashcat"
+	sectionClpeak   = "clpeak"
 	icddPkg         = "github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd"
 	benchPkg        = "github.com/vgpud/vgpud/guestagent/cmd/vgpu-bench"
 	hostPython      = "/usr/bin/python3"
 )
 
-var allSections = []string{sectionJob, sectionPyopencl}
+var allSections = []string{sectionJob, sectionPyopencl, sectionHashcat, sectionClpeak}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -169,12 +180,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		t.Print(stdout)
 		fmt.Fprintln(stdout)
 	}
-	if cfg.has(sectionPyopencl) {
-		t, err := b.pyopenclTable(ctx)
+	for _, sec := range []struct {
+		name string
+		run  func(context.Context) (*table.Table, error)
+	}{{sectionPyopencl, b.pyopenclTable}, {sectionHashcat, b.hashcatTable}, {sectionClpeak, b.clpeakTable}} {
+		if !cfg.has(sec.name) {
+			continue
+		}
+		t, err := sec.run(ctx)
 		if err != nil {
-			return fmt.Errorf("pyopencl: %w", err)
+			return fmt.Errorf("%s: %w", sec.name, err)
 		}
 		t.Print(stdout)
+		fmt.Fprintln(stdout)
 	}
 	return nil
 }
@@ -503,4 +521,169 @@ func firstLine(s string) string {
 		return s[i+1:]
 	}
 	return s
+}
+
+// hostTool runs an application on the host's PoCL with a private HOME
+// (hashcat and pyopencl cache kernels there). ok is false, with a note,
+// when the tool is not installed.
+func (b *bench) hostTool(ctx context.Context, t *table.Table, bin string, args ...string) (string, bool, error) {
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		t.Note("host row left out: %s is not installed here (apt-get install %s)", bin, bin)
+		return "", false, nil
+	}
+	home, err := os.MkdirTemp(b.dir, "home")
+	if err != nil {
+		return "", false, err
+	}
+	defer os.RemoveAll(home)
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = append(b.hostEnv(), "HOME="+home)
+	cmd.Dir = home
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), false, fmt.Errorf("host %s: %v\n%s", bin, err, tail(string(out), 20))
+	}
+	return string(out), true, nil
+}
+
+// guestTool runs an application in a guest through the ICD, as nobody,
+// and returns its output (the lines between the markers).
+func (b *bench) guestTool(ctx context.Context, cmdline string) (string, error) {
+	script := filepath.Join(b.dir, "tool-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	text := "#!/bin/sh\necho TOOL-BEGIN\nHOME=/tmp su -p -s /bin/sh -c 'cd /tmp && " + cmdline + "' nobody\nrc=$?\necho TOOL-END $rc\nexit $rc\n"
+	if err := os.WriteFile(script, []byte(text), 0o755); err != nil {
+		return "", err
+	}
+	lines, err := b.guest(ctx, true, []image.File{{Src: script, Dst: image.BinDir + "/tool", Mode: 0o755}}, nil, imagetest.AppsBinDir+"/tool")
+	var out []string
+	on := false
+	for _, l := range lines {
+		switch {
+		case l == "TOOL-BEGIN":
+			on = true
+		case strings.HasPrefix(l, "TOOL-END"):
+			on = false
+		case on && !strings.Contains(l, "prog=vgpu-icdd"):
+			out = append(out, l)
+		}
+	}
+	if err != nil {
+		return strings.Join(out, "\n"), err
+	}
+	return strings.Join(out, "\n"), nil
+}
+
+func tail(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+var hashcatSpeed = regexp.MustCompile(`(?m)^Speed\.#1\.*: *([0-9.]+) ([kMGT]?)H/s`)
+
+// hashes is hashcat's speed line as hashes per second.
+func hashes(out string) (float64, error) {
+	m := hashcatSpeed.FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no Speed.#1 line in:\n%s", tail(out, 20))
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, err
+	}
+	return v * map[string]float64{"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m[2]], nil
+}
+
+func (b *bench) hashcatTable(ctx context.Context) (*table.Table, error) {
+	t := &table.Table{
+		Title:  "hashcat -b -m 0 (MD5 benchmark, optimized kernels), Debian's hashcat, host PoCL vs guest through the ICD",
+		Header: []string{"path", "speed (MH/s)", "vs host"},
+	}
+	var host float64
+	out, ok, err := b.hostTool(ctx, t, "hashcat", "-b", "-m", "0", "-D", "1,2") // PoCL is a CPU device
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		if host, err = hashes(out); err != nil {
+			return nil, fmt.Errorf("host: %w", err)
+		}
+		t.Add("host: PoCL directly", fmt.Sprintf("%.1f", host/1e6), "1.00x")
+	}
+	out, err = b.guestTool(ctx, "hashcat -b -m 0")
+	if err != nil {
+		return nil, fmt.Errorf("guest: %w\n%s", err, tail(out, 30))
+	}
+	g, err := hashes(out)
+	if err != nil {
+		return nil, fmt.Errorf("guest: %w", err)
+	}
+	t.Add("guest: through the ICD (TCG)", fmt.Sprintf("%.1f", g/1e6), ratio(g, host))
+	t.Note("The speed is hashcat's own figure: hashes over the kernels' time on the device, which is the host's in both rows.")
+	return t, nil
+}
+
+// clpeakArgs are the clpeak tests run: the device's bandwidth and compute,
+// and the two the virtualization path costs (transfers, kernel latency).
+var clpeakArgs = []string{"--global-bandwidth", "--compute-sp", "--transfer-bandwidth", "--kernel-latency"}
+
+var clpeakLine = regexp.MustCompile(`^\s+([A-Za-z0-9 ()]+?)\s*:\s*([0-9.]+)\s*$`)
+
+// clpeakFigures collects clpeak's "name : value" lines under their section
+// headings ("Global memory bandwidth (GBPS)/float4").
+func clpeakFigures(out string) (keys []string, vals map[string]float64) {
+	vals = map[string]float64{}
+	section := ""
+	for _, l := range strings.Split(out, "\n") {
+		trim := strings.TrimSpace(l)
+		if m := clpeakLine.FindStringSubmatch(l); m != nil && section != "" {
+			v, err := strconv.ParseFloat(m[2], 64)
+			if err == nil {
+				k := section + ": " + strings.TrimSpace(m[1])
+				keys = append(keys, k)
+				vals[k] = v
+			}
+			continue
+		}
+		if strings.HasSuffix(trim, ")") && !strings.Contains(trim, ":") {
+			section = trim
+		}
+	}
+	return keys, vals
+}
+
+func (b *bench) clpeakTable(ctx context.Context) (*table.Table, error) {
+	t := &table.Table{
+		Title:  "clpeak " + strings.Join(clpeakArgs, " ") + ", Debian's clpeak, host PoCL vs guest through the ICD",
+		Header: []string{"figure", "host PoCL", "guest via ICD (TCG)", "guest / host"},
+	}
+	out, ok, err := b.hostTool(ctx, t, "clpeak", clpeakArgs...)
+	if err != nil {
+		return nil, err
+	}
+	var hostVals map[string]float64
+	if ok {
+		_, hostVals = clpeakFigures(out)
+	}
+	gout, err := b.guestTool(ctx, "clpeak "+strings.Join(clpeakArgs, " "))
+	if err != nil {
+		return nil, fmt.Errorf("guest: %w\n%s", err, tail(gout, 30))
+	}
+	keys, gv := clpeakFigures(gout)
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("guest: no clpeak figures in:\n%s", tail(gout, 30))
+	}
+	for _, k := range keys {
+		h, ok := hostVals[k]
+		hs := "-"
+		if ok {
+			hs = fmt.Sprintf("%.2f", h)
+		}
+		t.Add(k, hs, fmt.Sprintf("%.2f", gv[k]), ratio(gv[k], h))
+	}
+	t.Note("Bandwidth and compute run on the host's device in both columns; transfer bandwidth and kernel latency include the guest's path (TCG, the ICD's arena, vgpu-icdd, the vGPU ring).")
+	return t, nil
 }
