@@ -33,7 +33,7 @@ check() {
 	"$@" 2>&1
 	echo "USERLAND-END $name exit=$?"
 }
-user() { HOME=/tmp su -p -s /bin/sh -c "$*" nobody; }
+user() { su -p -s /bin/sh -c "HOME=/tmp $*" nobody; }
 check clinfo-root clinfo
 check clinfo-user user clinfo
 check vadd-user user python3 /vgpu/bin/vadd.py
