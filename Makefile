@@ -97,7 +97,7 @@ test: deps kernel guest-apps icd
 # Every application of issue 11 (pyopencl's tests, clpeak, hashcat, a
 # CLBlast tuner) in two guests at once through the ICD: many minutes.
 test-apps: deps kernel guest-apps icd
-	VGPUD_TEST_APPS=1 $(GO) test -count=1 -timeout 110m -v -run 'TestGuestApps|TestGuestICD' ./tests/
+	$(GO) test -tags apps -count=1 -timeout 110m -v -run 'TestGuestApps|TestGuestICD' ./tests/
 
 # In-process tests only (no QEMU boots).
 test-short: deps

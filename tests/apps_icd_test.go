@@ -1,3 +1,5 @@
+//go:build apps
+
 package tests
 
 import (
@@ -49,12 +51,9 @@ check clpeak user clpeak
 // benchmark and a mask attack on an MD5, and a CLBlast tuner. It is not
 // part of make test (under TCG, with two guests sharing two host cores,
 // pyopencl's tests take about 11 minutes and clpeak's full run over 25);
-// set VGPUD_TEST_APPS=1 to run it. clpeak runs last, so that a run cut
+// it is built only with -tags apps (make test-apps). clpeak runs last, so that a run cut
 // short still shows everything else.
 func TestGuestApps(t *testing.T) {
-	if os.Getenv("VGPUD_TEST_APPS") == "" {
-		t.Skip("the full application run takes many minutes: make test-apps (VGPUD_TEST_APPS=1)")
-	}
 	a := imagetest.RequireApps(t)
 	lib, err := filepath.Abs(icdLib)
 	if err != nil {
