@@ -552,9 +552,12 @@ void arena_free(cl_context ctx, struct vgpu_range *r)
 		return;
 	struct vgpu_arena *a = &ctx->arenas[r->arena - 1];
 	r->len = 0;
-	/* Give the pages of a large range back (both sides map the memfd). */
-	if (n >= (1ull << 20)) {
+	/* Give the pages of a large range beyond VGPU_ARENA_KEEP back (both
+	 * sides map the memfd). */
+	if (n >= (1ull << 20) && r->off + n > VGPU_ARENA_KEEP) {
 		uint64_t lo = (r->off + 4095) & ~4095ull, hi = (r->off + n) & ~4095ull;
+		if (lo < VGPU_ARENA_KEEP)
+			lo = VGPU_ARENA_KEEP;
 		if (hi > lo)
 			madvise(a->base + lo, hi - lo, MADV_REMOVE);
 	}

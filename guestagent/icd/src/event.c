@@ -692,7 +692,17 @@ cl_int vgpu_submit(struct _cl_event *ev, cl_uint nwait, const cl_event *wait, in
 		*out = ev;
 	}
 	cl_int err = CL_SUCCESS;
-	if (blocking) {
+	/* A blocking write that was sent has copied the application's bytes
+	 * into the arena: the application may reuse its memory now, which is
+	 * all a blocking write promises (1.2, 5.2.2), so when the application
+	 * keeps no event of it the call does not wait for the device; the
+	 * in-order queue still runs the write before later commands. With an
+	 * event it waits, since applications read a blocking write's event
+	 * (its profiling times) at once, as other implementations allow. One
+	 * held back behind its wait list has not read the bytes yet, and
+	 * waits. */
+	int staged = out == NULL && ev->xfer != NULL && ev->xfer->write && ev->sent && ev->status >= 0;
+	if (blocking && !staged) {
 		struct _cl_event *one = ev;
 		vgpu_wait_events(ctx, 1, &one);
 		if (ev->status < 0)

@@ -315,6 +315,12 @@ struct _cl_kernel {
  * may block for that). See docs/icd.md "How it works". */
 #define VGPU_ARENA_CAP (64ull << 20)
 #define VGPU_CHUNK (8ull << 20)
+/* The first VGPU_ARENA_KEEP bytes of the arena stay resident once touched:
+ * the allocator is first fit, so a program that moves the same sizes over
+ * and over reuses them, and neither it nor the daemon takes a page fault
+ * (and a zeroed page) per page per transfer. Freed pages beyond it are
+ * given back. */
+#define VGPU_ARENA_KEEP (16ull << 20)
 
 /* A contiguous piece of a transfer: bytes at dev_off of the daemon's
  * buffer and at host in the application's memory. */

@@ -6,7 +6,9 @@
  * the context's arena (at most VGPU_ARENA_CAP bytes), in chunks of at most
  * VGPU_CHUNK bytes, when the command is sent (event.c, send_xfer): a write
  * copies the application's bytes into arena ranges as it sends them (a
- * command sent at once has copied everything when the call returns; one
+ * command sent at once has copied everything when the call returns, so a
+ * blocking one without an event returns then, not waiting for the device
+ * (event.c, vgpu_submit); one
  * held back reads the application's memory when it is sent, which 1.2
  * allows: the memory of a non-blocking write is the command's until it
  * completes), a read lands in arena ranges and each chunk is copied to the

@@ -5,7 +5,8 @@
  * copies, maps, rectangles, events with profiling, user events holding
  * commands back, callbacks, sub-buffers, binaries, compile and link, -D
  * options defining function-like macros, transfers and maps larger than the
- * ICD's arena (which must stay within its cap), and fork. Built and run by
+ * ICD's arena (which must stay within its cap), repeated transfers that
+ * reuse resident arena pages, and fork. Built and run by
  * icd_test.go:
  *
  *   runtest DIR     DIR: an empty directory for the test's header files
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -680,6 +682,13 @@ static long status_kib(const char *field)
 	return v;
 }
 
+/* minor_faults: this process's minor page faults so far. */
+static long minor_faults(void)
+{
+	struct rusage ru;
+	return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_minflt : -1;
+}
+
 static size_t check_pattern(const uint32_t *p, size_t n, uint32_t seed)
 {
 	size_t bad = 0;
@@ -798,6 +807,49 @@ static void big_test(void)
 	free(dst);
 }
 
+/* Repeated transfers of one size reuse resident arena pages
+ * (VGPU_ARENA_KEEP): the mechanism behind the ICD's transfer cost. A
+ * blocking write returns once its bytes are in the arena, so the
+ * application may change its memory at once without changing what the
+ * buffer gets. After the big transfers, what lies beyond the kept part of
+ * the arena has been given back. */
+static void reuse_test(void)
+{
+	OK(clFinish(q));
+	long shm = status_kib("RssShmem");
+	CHECK(shm >= 0 && shm <= 20 * 1024, "RssShmem %ld KiB once the big transfers are done (kept: 16 MiB)", shm);
+
+	const size_t n = (1 << 20) / 4, size = n * 4;
+	uint32_t *src = malloc(size), *dst = malloc(size);
+	cl_int err;
+	cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, size, NULL, &err);
+	CHECK(err == CL_SUCCESS && src != NULL && dst != NULL, "1 MiB buffer: %d", err);
+	if (err != CL_SUCCESS || src == NULL || dst == NULL) {
+		free(src);
+		free(dst);
+		return;
+	}
+	memset(dst, 0, size);
+	/* Two rounds warm up (the arena's pages, the ICD's own memory); the
+	 * eight after them would take 8 x 2 x 256 page faults in this process
+	 * if each transfer's arena range were given back and touched anew. */
+	long faults = 0;
+	for (int i = 0; i < 10; i++) {
+		if (i == 2)
+			faults = minor_faults();
+		fill_pattern(src, n, 100 + i);
+		OK(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, size, src, 0, NULL, NULL));
+		fill_pattern(src, n, 999); /* the write has its bytes already */
+		OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, size, dst, 0, NULL, NULL));
+		CHECK(check_pattern(dst, n, 100 + i) == 0, "transfer %d: %zu wrong", i, check_pattern(dst, n, 100 + i));
+	}
+	faults = minor_faults() - faults;
+	CHECK(faults < 512, "%ld page faults in 8 rounds of a 1 MiB write and read (resident arena: about 0)", faults);
+	OK(clReleaseMemObject(m));
+	free(src);
+	free(dst);
+}
+
 /* After fork the child must not use the parent's connection; it may make
  * its own. */
 static void fork_test(void)
@@ -841,6 +893,7 @@ int main(int argc, char **argv)
 	compile_link_test(argv[1]);
 	macro_test(argv[1]);
 	big_test();
+	reuse_test();
 	fork_test();
 	cl_uint refs = 0;
 	OK(clGetContextInfo(ctx, CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL));
