@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -117,11 +116,4 @@ func TestGuestBlocksThroughAgent(t *testing.T) {
 }
 
 // dialProxy connects to inst's QEMU socket and returns QEMU's end.
-func dialProxy(inst *mdev.Instance) (*os.File, error) {
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	return conn.File()
-}
+func dialProxy(inst *mdev.Instance) (*os.File, error) { return qemuvm.DialProxy(inst.Socket()) }

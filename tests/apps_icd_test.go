@@ -4,8 +4,6 @@ package tests
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/vgpud/vgpud/guestagent/image"
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
-	"github.com/vgpud/vgpud/mdev/qemuvm"
 )
 
 // appsCheck runs every application issue 11 names, unmodified, in the
@@ -88,7 +85,7 @@ func TestGuestApps(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := &res[i]
-			r.console, r.err = bootApps(ctx, a, initrd, inst.Socket(), imagetest.AppsBinDir+"/apps-check")
+			r.console, r.err = bootApps(ctx, a, initrd, inst.Socket(), imagetest.AppsBinDir+"/apps-check", 2048)
 			r.out, r.codes = userlandResults(strings.Split(r.console, "\n"))
 		}()
 	}
@@ -127,40 +124,6 @@ func TestGuestApps(t *testing.T) {
 			t.Errorf("guest %d: the CLBlast tuner found no result; output:\n%s", i, tail(r.out["clblast"], 20))
 		}
 	}
-}
-
-// bootApps boots the userland guest with the vGPU behind socket running
-// prog and returns its console once it powered off.
-func bootApps(ctx context.Context, a imagetest.Apps, initrd, socket, prog string) (string, error) {
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
-	if err != nil {
-		return "", err
-	}
-	f, err := conn.File()
-	conn.Close()
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	vm, err := qemuvm.Start(ctx, qemuvm.Config{
-		Kernel: a.Vmlinuz, Initrd: initrd, Disk: a.Disk, MemMiB: 2048,
-		Append:  "vgpu.run=" + imagetest.AppsProgram + " vgpu.args=" + prog,
-		Devices: []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
-	})
-	if err != nil {
-		return "", err
-	}
-	defer vm.Kill()
-	f.Close()
-	console := func() string { return strings.Join(vm.Lines(), "\n") }
-	exit, err := vm.WaitLine(ctx, "VGPU-INIT exit=")
-	if err != nil {
-		return console(), fmt.Errorf("guest did not finish: %w", err)
-	}
-	if exit != "VGPU-INIT exit=0" {
-		return console(), fmt.Errorf("%s", exit)
-	}
-	return console(), vm.Wait()
 }
 
 // failures is pytest's short summary: its FAILED and ERROR lines.

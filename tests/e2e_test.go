@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -92,12 +91,7 @@ func host(t *testing.T) *mdev.Manager {
 // and returns the suite's report and the console.
 func runGuest(ctx context.Context, t *testing.T, inst *mdev.Instance, args ...string) (suite.Report, string, error) {
 	k, initrd := guest(t)
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return suite.Report{}, "", err
-	}
-	f, err := conn.File()
-	conn.Close()
+	f, err := qemuvm.DialProxy(inst.Socket())
 	if err != nil {
 		return suite.Report{}, "", err
 	}

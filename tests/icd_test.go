@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -116,46 +115,50 @@ func profileOf(t *testing.T, m *mdev.Manager, name string) mdev.Profile {
 // each check's output and exit code (userlandResults) and the console.
 func runAppsGuest(t *testing.T, a imagetest.Apps, initrd string, inst *mdev.Instance, prog string) (map[string]string, map[string]int, string) {
 	t.Helper()
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := conn.File()
-	conn.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), vmTimeout)
 	defer cancel()
 	start := time.Now()
+	console, err := bootApps(ctx, a, initrd, inst.Socket(), prog, 1024)
+	if err != nil {
+		t.Errorf("%v; console:\n%s", err, console)
+	}
+	t.Logf("boot and checks: %v", time.Since(start).Round(time.Millisecond))
+	lines := strings.Split(console, "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "VGPU-INIT error") || strings.HasPrefix(l, "VGPU-APPS error") {
+			t.Errorf("console: %s", l)
+		}
+	}
+	out, codes := userlandResults(lines)
+	return out, codes, console
+}
+
+// bootApps boots the userland guest (memMiB of memory) with the vGPU
+// behind socket running prog and returns its console once it powered off:
+// an error when it did not, or its init exited non-zero.
+func bootApps(ctx context.Context, a imagetest.Apps, initrd, socket, prog string, memMiB int) (string, error) {
+	f, err := qemuvm.DialProxy(socket)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
 	vm, err := qemuvm.Start(ctx, qemuvm.Config{
-		Kernel: a.Vmlinuz, Initrd: initrd, Disk: a.Disk, MemMiB: 1024,
+		Kernel: a.Vmlinuz, Initrd: initrd, Disk: a.Disk, MemMiB: memMiB,
 		Append:  "vgpu.run=" + imagetest.AppsProgram + " vgpu.args=" + prog,
 		Devices: []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
 	})
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer vm.Kill()
 	f.Close()
 	console := func() string { return strings.Join(vm.Lines(), "\n") }
 	exit, err := vm.WaitLine(ctx, "VGPU-INIT exit=")
 	if err != nil {
-		t.Fatalf("guest did not finish: %v; console:\n%s", err, console())
+		return console(), fmt.Errorf("guest did not finish: %w", err)
 	}
-	t.Logf("boot and checks: %v", time.Since(start).Round(time.Millisecond))
 	if exit != "VGPU-INIT exit=0" {
-		t.Errorf("%s, want VGPU-INIT exit=0", exit)
+		return console(), fmt.Errorf("%s, want VGPU-INIT exit=0", exit)
 	}
-	if err := vm.Wait(); err != nil {
-		t.Errorf("qemu: %v", err)
-	}
-	for _, l := range vm.Lines() {
-		if strings.HasPrefix(l, "VGPU-INIT error") || strings.HasPrefix(l, "VGPU-APPS error") {
-			t.Errorf("console: %s", l)
-		}
-	}
-	out, codes := userlandResults(vm.Lines())
-	return out, codes, console()
+	return console(), vm.Wait()
 }

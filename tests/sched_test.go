@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -122,12 +121,7 @@ func waitGroupDone(wg *sync.WaitGroup) <-chan struct{} {
 // runSpin boots a VM running vgpu-spin on inst; started and finished are
 // called when its start and done lines appear.
 func runSpin(ctx context.Context, inst *mdev.Instance, kernel, initrd string, started, finished func()) (spinResult, string, error) {
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return spinResult{}, "", err
-	}
-	f, err := conn.File()
-	conn.Close()
+	f, err := qemuvm.DialProxy(inst.Socket())
 	if err != nil {
 		return spinResult{}, "", err
 	}

@@ -39,7 +39,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -279,12 +278,7 @@ func (b *bench) guest(ctx context.Context, icd bool, files []image.File, progs [
 	if err != nil {
 		return nil, err
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	f, err := c.File()
-	c.Close()
+	f, err := qemuvm.DialProxy(inst.Socket())
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -83,14 +82,9 @@ type guestRun struct {
 func (b *bench) boot(ctx context.Context, inst *mdev.Instance, r guestRun) ([]json.RawMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.bootTimeout)
 	defer cancel()
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	f, err := qemuvm.DialProxy(inst.Socket())
 	if err != nil {
-		return nil, fmt.Errorf("dial instance: %w", err)
-	}
-	f, err := c.File()
-	c.Close()
-	if err != nil {
-		return nil, fmt.Errorf("instance socket fd: %w", err)
+		return nil, err
 	}
 	cfg := qemuvm.Config{
 		Kernel:       b.guest.kernel.Vmlinuz,

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -188,12 +187,7 @@ func buildGuest(ctx context.Context, dir string) (imagetest.Kernel, string, erro
 // runGuest boots one guest running every mode; with contended, a CPU hog
 // shares the vCPU's core for the whole run.
 func runGuest(ctx context.Context, k imagetest.Kernel, initrd string, inst *mdev.Instance, guestArgs string, nModes, core int, contended, verbose bool) ([]result, error) {
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	f, err := conn.File()
-	conn.Close()
+	f, err := qemuvm.DialProxy(inst.Socket())
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -358,7 +357,7 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 		}
 		dev := qemuvm.ProxyDevice{ID: fmt.Sprintf("vgpu%d", i)}
 		if !*print {
-			f, err := dialFile(info.Socket)
+			f, err := qemuvm.DialProxy(info.Socket)
 			if err != nil {
 				return fmt.Errorf("instance %s: %w", id, err)
 			}
@@ -418,17 +417,6 @@ func guestStatus(app string, lines []string) error {
 		return nil
 	}
 	return errors.New("the guest powered off without its program's exit status (no VGPU-INIT exit= line)")
-}
-
-// dialFile connects to an instance socket and returns the connection as a
-// file for QEMU to inherit.
-func dialFile(path string) (*os.File, error) {
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	return conn.File()
 }
 
 // prefixWriter writes each line with a prefix.

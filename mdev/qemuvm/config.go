@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -245,4 +246,21 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// DialProxy connects to the Unix socket at path (an mdev instance's
+// socket) and returns QEMU's end of the connection as a file for
+// ProxyDevice.FD. Start passes a copy to QEMU, so the caller closes it
+// once Start has returned.
+func DialProxy(path string) (*os.File, error) {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("proxy socket: %w", err)
+	}
+	defer c.Close()
+	f, err := c.File()
+	if err != nil {
+		return nil, fmt.Errorf("proxy socket %s: %w", path, err)
+	}
+	return f, nil
 }

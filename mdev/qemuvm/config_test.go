@@ -2,7 +2,10 @@ package qemuvm
 
 import (
 	"errors"
+	"io"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -155,5 +158,36 @@ func TestArgsDisk(t *testing.T) {
 	}
 	if got := strings.Join((Config{Kernel: "k", Initrd: "i"}).Args(), " "); strings.Contains(got, "-drive") {
 		t.Errorf("Args() without Disk = %s, want no -drive", got)
+	}
+}
+
+// TestDialProxy: the file is a connected socket whose other end is the
+// listener's connection, and a missing socket is an error naming it.
+func TestDialProxy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, err := DialProxy(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := f.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	if _, err := DialProxy(filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "none") {
+		t.Fatalf("DialProxy of a missing socket: %v", err)
 	}
 }

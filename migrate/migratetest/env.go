@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 
@@ -65,12 +64,7 @@ func (e *Env) StartVM(ctx context.Context, base, incoming, app string) (*qemuvm.
 	cfg := qemuvm.Config{Kernel: e.Kernel.Vmlinuz, Initrd: e.Initrd, MemMiB: 512, Append: app,
 		AgentSocket: base + ".agent.sock", QMPSocket: base + ".qmp", Incoming: incoming, SerialLog: e.SerialLog}
 	if incoming == "" {
-		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: base + ".sock", Net: "unix"})
-		if err != nil {
-			return nil, err
-		}
-		f, err := c.File()
-		c.Close()
+		f, err := qemuvm.DialProxy(base + ".sock")
 		if err != nil {
 			return nil, err
 		}
