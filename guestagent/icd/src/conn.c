@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -187,7 +188,7 @@ const char *vgpu_socket_path(void)
 	return p != NULL && p[0] != '\0' ? p : VGPU_ICDP_DEFAULT_SOCKET;
 }
 
-static int dial(void)
+int vgpu_dial(int timeout_s)
 {
 	const char *path = vgpu_socket_path();
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -199,7 +200,10 @@ static int dial(void)
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+	struct timeval tv = {.tv_sec = timeout_s};
+	if ((timeout_s > 0 && (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+			       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0)) ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
 		int e = errno;
 		close(fd);
 		errno = e;
@@ -345,18 +349,30 @@ long conn_call(cl_context ctx, void *msg, size_t len, void *reply, size_t cap)
 	return take_reply(ctx, msg, reply, cap);
 }
 
+long vgpu_call_fd(int fd, const void *msg, size_t len, uint8_t *buf)
+{
+	const struct vgpu_icdp_header *q = msg;
+	if (send_fd(fd, msg, len, -1) != 0)
+		return -1;
+	long n = recv_msg(fd, buf);
+	const struct vgpu_icdp_header *r = (const void *)buf;
+	if (n < (long)sizeof *r || r->len != (uint32_t)n)
+		return -1;
+	if (r->op == VGPU_ICDP_OP_ERROR)
+		return -2;
+	if (r->op != (q->op | VGPU_ICDP_REPLY_BIT) || r->id != q->id)
+		return -1;
+	return n;
+}
+
 static int hello(int fd, uint8_t *buf, long *n)
 {
 	struct {
 		struct vgpu_icdp_header h;
 		struct vgpu_icdp_hello b;
 	} m = {.h = {.op = VGPU_ICDP_OP_HELLO, .len = sizeof m, .id = 1}, .b = {.version = VGPU_ICDP_VERSION}};
-	if (send_fd(fd, &m, sizeof m, -1) != 0)
-		return -1;
-	*n = recv_msg(fd, buf);
-	const struct vgpu_icdp_header *r = (const void *)buf;
-	if (*n < (long)(sizeof *r + sizeof(struct vgpu_icdp_hello_reply_head)) || r->len != (uint32_t)*n ||
-	    r->op != (VGPU_ICDP_OP_HELLO | VGPU_ICDP_REPLY_BIT))
+	*n = vgpu_call_fd(fd, &m, sizeof m, buf);
+	if (*n < (long)(sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_hello_reply_head)))
 		return -1;
 	return 0;
 }
@@ -372,7 +388,7 @@ static void copy_name(const uint8_t *src, size_t len, char *out)
 
 int vgpu_conn_discover(struct _cl_device_id *devs, int max)
 {
-	int fd = dial();
+	int fd = vgpu_dial(0);
 	if (fd < 0) {
 		if (errno != ENOENT && errno != ECONNREFUSED)
 			vgpu_log("connect %s: %s", vgpu_socket_path(), strerror(errno));
@@ -600,7 +616,7 @@ cl_int vgpu_conn_open(cl_context ctx)
 	ctx->rbuf = malloc(VGPU_ICDP_MAX_MESSAGE);
 	if (ctx->rbuf == NULL)
 		return CL_OUT_OF_HOST_MEMORY;
-	ctx->fd = dial();
+	ctx->fd = vgpu_dial(0);
 	if (ctx->fd < 0) {
 		vgpu_log("connect %s: %s", vgpu_socket_path(), strerror(errno));
 		ctx->lost = 1;

@@ -6,14 +6,10 @@
  * has the table with the reason for each. */
 #include "icd.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 /* The device types a call may name; CL_DEVICE_TYPE_ALL is every bit. */
@@ -94,52 +90,6 @@ static pthread_mutex_t info_mu = PTHREAD_MUTEX_INITIALIZER;
 /* How long a query waits for each of vgpu-icdd's replies. */
 #define INFO_TIMEOUT_S 10
 
-static int info_dial(void)
-{
-	const char *path = vgpu_socket_path();
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof sa.sun_path)
-		return -1;
-	strcpy(sa.sun_path, path);
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	struct timeval tv = {.tv_sec = INFO_TIMEOUT_S};
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0 ||
-	    connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-/* info_call sends the request msg and reads its reply (op | reply bit, the
- * same id) into buf (VGPU_ICDP_MAX_MESSAGE bytes). It returns the reply's
- * length, -2 when the daemon answered with an Error (one that does not
- * know the request), or -1 (the connection failed). */
-static long info_call(int fd, const void *msg, size_t len, uint8_t *buf)
-{
-	const struct vgpu_icdp_header *q = msg;
-	ssize_t n;
-	do
-		n = send(fd, msg, len, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)len)
-		return -1;
-	do
-		n = recv(fd, buf, VGPU_ICDP_MAX_MESSAGE, MSG_TRUNC);
-	while (n < 0 && errno == EINTR);
-	const struct vgpu_icdp_header *r = (const void *)buf;
-	if (n < (ssize_t)sizeof *r || n > VGPU_ICDP_MAX_MESSAGE || r->len != (uint32_t)n)
-		return -1;
-	if (r->op == VGPU_ICDP_OP_ERROR)
-		return -2;
-	if (r->op != (q->op | VGPU_ICDP_REPLY_BIT) || r->id != q->id)
-		return -1;
-	return (long)n;
-}
-
 /* info_decode checks a device-information blob as abi.UnmarshalDeviceInfo
  * does (the daemon is trusted no further than that) and keeps it in di. */
 static int info_decode(const uint8_t *b, uint64_t n, struct devinfo *di)
@@ -169,7 +119,7 @@ static int info_decode(const uint8_t *b, uint64_t n, struct devinfo *di)
  * daemon device of list not asked yet. Caller holds info_mu. */
 static void info_fetch(struct _cl_device_id *list, cl_uint n)
 {
-	int fd = info_dial();
+	int fd = vgpu_dial(INFO_TIMEOUT_S);
 	if (fd < 0)
 		return;
 	uint8_t *buf = malloc(VGPU_ICDP_MAX_MESSAGE);
@@ -177,7 +127,7 @@ static void info_fetch(struct _cl_device_id *list, cl_uint n)
 		struct vgpu_icdp_header h;
 		struct vgpu_icdp_hello b;
 	} hello = {.h = {.op = VGPU_ICDP_OP_HELLO, .len = sizeof hello, .id = 1}, .b = {.version = VGPU_ICDP_VERSION}};
-	if (buf == NULL || info_call(fd, &hello, sizeof hello, buf) < 0)
+	if (buf == NULL || vgpu_call_fd(fd, &hello, sizeof hello, buf) < 0)
 		goto out;
 	for (cl_uint i = 0; i < n; i++) {
 		if (infos[i].state != 0 || !list[i].daemon || (list[i].version & 0xffff) < 4)
@@ -186,7 +136,7 @@ static void info_fetch(struct _cl_device_id *list, cl_uint n)
 			struct vgpu_icdp_header h;
 			struct vgpu_icdp_device_info b;
 		} m = {.h = {.op = VGPU_ICDP_OP_DEVICE_INFO, .len = sizeof m, .id = 2 + i}, .b = {.device = list[i].index}};
-		long len = info_call(fd, &m, sizeof m, buf);
+		long len = vgpu_call_fd(fd, &m, sizeof m, buf);
 		if (len == -2) {
 			/* A daemon that refuses the request (older than
 			 * DeviceInfo) refuses it again: conclusive. It closed the

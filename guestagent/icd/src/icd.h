@@ -413,6 +413,14 @@ void vgpu_conn_close(cl_context ctx);
 /* Hello on a fresh connection for discovery: fills devices, returns the
  * count, or -1 when there is no daemon. */
 int vgpu_conn_discover(struct _cl_device_id *devs, int max);
+/* A new connection to vgpu-icdd (close-on-exec), whose sends and receives
+ * give up after timeout_s seconds when it is positive; -1 with errno. */
+int vgpu_dial(int timeout_s);
+/* One request and its reply on a connection of the caller's own (not a
+ * context's): reads the reply into buf (VGPU_ICDP_MAX_MESSAGE bytes) and
+ * returns its length once it is msg's (op | reply bit, the same id), -2
+ * when the daemon answered with an Error, or -1. */
+long vgpu_call_fd(int fd, const void *msg, size_t len, uint8_t *buf);
 void ctx_lock(cl_context ctx);
 void ctx_unlock(cl_context ctx);
 void ctx_wait(cl_context ctx); /* on ctx->cv; only at depth 1 */
