@@ -767,7 +767,10 @@ func (c *conn) reap() {
 }
 
 // waitFor waits until cond (called with c.mu held) holds, the timeout
-// passes or the connection is stopped. It reports whether cond held.
+// passes or the connection is stopped. It reports whether cond held. It
+// rings the doorbells and wakes the devices' reapers (flush); they reap
+// the completions, whose callbacks signal c.wake, so it does not poll the
+// devices itself.
 func (c *conn) waitFor(timeout time.Duration, stoppable bool, cond func() bool) bool {
 	check := func() bool {
 		c.mu.Lock()
@@ -778,28 +781,20 @@ func (c *conn) waitFor(timeout time.Duration, stoppable bool, cond func() bool) 
 		return true
 	}
 	c.flush()
-	deadline := time.Now().Add(timeout)
-	sleep := reapMinSleep
-	t := time.NewTimer(sleep)
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	quit := c.quit
 	if !stoppable {
 		quit = nil
 	}
 	for {
-		c.reap()
-		if check() {
-			return true
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return false
-		}
-		t.Reset(min(sleep, left))
 		select {
 		case <-c.wake:
+			if check() {
+				return true
+			}
 		case <-t.C:
-			sleep = min(2*sleep, reapMaxSleep)
+			return check()
 		case <-quit:
 			return check()
 		}

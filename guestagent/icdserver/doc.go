@@ -9,7 +9,8 @@
 // timestamps, its limits, and the cleanup when the client goes away
 // (wait for its commands, free its buffers and programs, unmap its arenas).
 // Per served device it owns one reaper goroutine that reaps completions as
-// they land, so that events are timestamped promptly.
+// they land, so that events are timestamped promptly; a blocking Wait
+// waits for the completions it delivers rather than polling itself.
 //
 // It drives the devices only through guestagent/driver, using the tracked
 // commands (driver/tracked.go) whose completion callbacks own their status:
