@@ -74,7 +74,7 @@ func GenerateProto() ([]byte, error) {
  * The protocol between the guest OpenCL ICD and vgpu-icdd
  * (docs/icd-protocol.md). Every value below comes from the Go package
  * github.com/vgpud/vgpud/guestagent/icdproto, the single definition;
- * TestProtoHeaderUpToDate (abi/cabi) keeps this file in step. All
+ * TestHeadersUpToDate (abi/cabi) keeps this file in step. All
  * structures are little-endian with no implicit padding.
  */
 #ifndef VGPU_ICDPROTO_H

@@ -24,7 +24,7 @@
 //
 //	go run ./abi/cabi -o guestagent/icd/vgpu_abi.h
 //
-// TestHeaderUpToDate fails when the checked-in header differs from what
+// TestHeadersUpToDate fails when the checked-in header differs from what
 // this program writes.
 package main
 
@@ -82,7 +82,7 @@ func Generate() ([]byte, error) {
  *
  * The vgpud virtual GPU's guest ABI (docs/ABI.md) for C guests. Every value
  * below comes from the Go package github.com/vgpud/vgpud/abi, which is the
- * single definition; TestHeaderUpToDate (abi/cabi) keeps this file in step.
+ * single definition; TestHeadersUpToDate (abi/cabi) keeps this file in step.
  * All wire structures are little-endian; the structs describe them only on a
  * little-endian guest.
  */

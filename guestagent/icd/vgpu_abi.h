@@ -3,7 +3,7 @@
  *
  * The vgpud virtual GPU's guest ABI (docs/ABI.md) for C guests. Every value
  * below comes from the Go package github.com/vgpud/vgpud/abi, which is the
- * single definition; TestHeaderUpToDate (abi/cabi) keeps this file in step.
+ * single definition; TestHeadersUpToDate (abi/cabi) keeps this file in step.
  * All wire structures are little-endian; the structs describe them only on a
  * little-endian guest.
  */
