@@ -106,7 +106,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.profile, "profile", "vgpu-medium", "vGPU profile of the guests")
 	fs.StringVar(&c.device, "device", os.Getenv("VGPUD_TEST_DEVICE"), "OpenCL device (gpu.Open selector; empty: the first)")
 	fs.StringVar(&c.icd, "icd", "build/icd/libvgpud-icd.so", "the guest ICD (make icd)")
-	fs.DurationVar(&c.timeout, "timeout", 10*time.Minute, "bound on each guest boot")
+	fs.DurationVar(&c.timeout, "timeout", 45*time.Minute, "bound on each guest boot (clpeak's takes over 10 minutes under TCG)")
 	serial := fs.Bool("serial", false, "copy the guests' consoles to stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err
