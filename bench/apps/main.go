@@ -626,19 +626,25 @@ func (b *bench) hashcatTable(ctx context.Context) (*table.Table, error) {
 // and the two the virtualization path costs (transfers, kernel latency).
 var clpeakArgs = []string{"--global-bandwidth", "--compute-sp", "--transfer-bandwidth", "--kernel-latency"}
 
-var clpeakLine = regexp.MustCompile(`^\s+([A-Za-z0-9 ()]+?)\s*:\s*([0-9.]+)\s*$`)
+var clpeakLine = regexp.MustCompile(`^\s+([A-Za-z0-9 ()-]+?)\s*:\s*([0-9.]+)\s*(us)?\s*$`)
 
 // clpeakFigures collects clpeak's "name : value" lines under their section
-// headings ("Global memory bandwidth (GBPS)/float4").
+// headings ("Global memory bandwidth (GBPS): float4"), and the figures
+// that stand alone with their unit ("Kernel launch latency : 16.17 us"
+// becomes "Kernel launch latency (us)"). The device's own lines before
+// the first section are not figures.
 func clpeakFigures(out string) (keys []string, vals map[string]float64) {
 	vals = map[string]float64{}
 	section := ""
 	for _, l := range strings.Split(out, "\n") {
 		trim := strings.TrimSpace(l)
-		if m := clpeakLine.FindStringSubmatch(l); m != nil && section != "" {
+		if m := clpeakLine.FindStringSubmatch(l); m != nil && (section != "" || m[3] != "") {
 			v, err := strconv.ParseFloat(m[2], 64)
 			if err == nil {
 				k := section + ": " + strings.TrimSpace(m[1])
+				if m[3] != "" {
+					k = strings.TrimSpace(m[1]) + " (" + m[3] + ")"
+				}
 				keys = append(keys, k)
 				vals[k] = v
 			}

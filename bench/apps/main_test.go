@@ -39,3 +39,43 @@ func TestRunTiny(t *testing.T) {
 		}
 	}
 }
+
+// TestClpeakFigures parses Debian clpeak's output: sectioned figures,
+// names with a hyphen, the kernel latency with its unit, and none of the
+// device's own lines.
+func TestClpeakFigures(t *testing.T) {
+	out := `Platform: vgpud
+  Device: pthread-skylake-avx512-AMD EPYC
+    Driver version  : 1.4 (Linux x64)
+    Compute units   : 2
+    Clock frequency : 2096 MHz
+
+    Global memory bandwidth (GBPS)
+      float   : 9.44
+      float16 : 30.63
+
+    Transfer bandwidth (GBPS)
+      enqueueWriteBuffer              : 0.15
+      enqueueReadBuffer non-blocking  : 0.20
+      enqueueUnmap(after write)       : 0.15
+
+    Kernel launch latency : 16.17 us
+`
+	keys, vals := clpeakFigures(out)
+	want := map[string]float64{
+		"Global memory bandwidth (GBPS): float":                     9.44,
+		"Global memory bandwidth (GBPS): float16":                   30.63,
+		"Transfer bandwidth (GBPS): enqueueWriteBuffer":             0.15,
+		"Transfer bandwidth (GBPS): enqueueReadBuffer non-blocking": 0.20,
+		"Transfer bandwidth (GBPS): enqueueUnmap(after write)":      0.15,
+		"Kernel launch latency (us)":                                16.17,
+	}
+	if len(keys) != len(want) {
+		t.Errorf("keys %q, want %d of them", keys, len(want))
+	}
+	for k, v := range want {
+		if vals[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, vals[k], v, vals)
+		}
+	}
+}
