@@ -365,7 +365,7 @@ long vgpu_call_fd(int fd, const void *msg, size_t len, uint8_t *buf)
 	return n;
 }
 
-static int hello(int fd, uint8_t *buf, long *n)
+int vgpu_hello(int fd, uint8_t *buf, long *n)
 {
 	struct {
 		struct vgpu_icdp_header h;
@@ -397,7 +397,7 @@ int vgpu_conn_discover(struct _cl_device_id *devs, int max)
 	uint8_t *buf = malloc(VGPU_ICDP_MAX_MESSAGE);
 	long n = 0;
 	int count = -1;
-	if (buf == NULL || hello(fd, buf, &n) != 0) {
+	if (buf == NULL || vgpu_hello(fd, buf, &n) != 0) {
 		vgpu_log("%s: no Hello reply from vgpu-icdd", vgpu_socket_path());
 		goto out;
 	}
@@ -623,7 +623,7 @@ cl_int vgpu_conn_open(cl_context ctx)
 		return CL_DEVICE_NOT_AVAILABLE;
 	}
 	long n = 0;
-	if (hello(ctx->fd, ctx->rbuf, &n) != 0) {
+	if (vgpu_hello(ctx->fd, ctx->rbuf, &n) != 0) {
 		vgpu_log("%s: no Hello reply from vgpu-icdd", vgpu_socket_path());
 		close(ctx->fd);
 		ctx->fd = -1;

@@ -123,11 +123,8 @@ static void info_fetch(struct _cl_device_id *list, cl_uint n)
 	if (fd < 0)
 		return;
 	uint8_t *buf = malloc(VGPU_ICDP_MAX_MESSAGE);
-	struct {
-		struct vgpu_icdp_header h;
-		struct vgpu_icdp_hello b;
-	} hello = {.h = {.op = VGPU_ICDP_OP_HELLO, .len = sizeof hello, .id = 1}, .b = {.version = VGPU_ICDP_VERSION}};
-	if (buf == NULL || vgpu_call_fd(fd, &hello, sizeof hello, buf) < 0)
+	long hn;
+	if (buf == NULL || vgpu_hello(fd, buf, &hn) != 0)
 		goto out;
 	for (cl_uint i = 0; i < n; i++) {
 		if (infos[i].state != 0 || !list[i].daemon || (list[i].version & 0xffff) < 4)

@@ -421,6 +421,9 @@ int vgpu_dial(int timeout_s);
  * returns its length once it is msg's (op | reply bit, the same id), -2
  * when the daemon answered with an Error, or -1. */
 long vgpu_call_fd(int fd, const void *msg, size_t len, uint8_t *buf);
+/* Hello on such a connection: 0 with the reply (at least its head) in buf
+ * and its length in *n, or -1. */
+int vgpu_hello(int fd, uint8_t *buf, long *n);
 void ctx_lock(cl_context ctx);
 void ctx_unlock(cl_context ctx);
 void ctx_wait(cl_context ctx); /* on ctx->cv; only at depth 1 */
