@@ -48,8 +48,8 @@ check clpeak user clpeak
 // benchmark and a mask attack on an MD5, and a CLBlast tuner. It is not
 // part of make test (under TCG, with two guests sharing two host cores,
 // pyopencl's tests take about 11 minutes and clpeak's full run over 25);
-// it is built only with -tags apps (make test-apps). clpeak runs last, so that a run cut
-// short still shows everything else.
+// it is built only with -tags apps (make test-apps). clpeak runs last, so
+// that a run cut short still shows everything else.
 func TestGuestApps(t *testing.T) {
 	a := imagetest.RequireApps(t)
 	lib, err := filepath.Abs(icdLib)

@@ -641,9 +641,10 @@ func clpeakFigures(out string) (keys []string, vals map[string]float64) {
 		if m := clpeakLine.FindStringSubmatch(l); m != nil && (section != "" || m[3] != "") {
 			v, err := strconv.ParseFloat(m[2], 64)
 			if err == nil {
-				k := section + ": " + strings.TrimSpace(m[1])
+				name := strings.TrimSpace(m[1])
+				k := section + ": " + name
 				if m[3] != "" {
-					k = strings.TrimSpace(m[1]) + " (" + m[3] + ")"
+					k = name + " (" + m[3] + ")"
 				}
 				keys = append(keys, k)
 				vals[k] = v
