@@ -2,11 +2,14 @@
 # install-deps.sh: install what vgpud needs from Debian's packages, if it is
 # not there yet: QEMU (qemu-system-x86_64 with x-pci-proxy-dev), the OpenCL
 # ICD loader and headers, PoCL as the CPU OpenCL platform, and libvirt
-# (libvirtd, virtlogd and the qemu driver; virsh) for libvirt-managed VMs.
-# Idempotent; needs root (or sudo) only when something is missing.
+# (libvirtd, virtlogd and the qemu driver; virsh) for libvirt-managed VMs,
+# and Xen's headers (libxen-dev), which xen/xenctl's layout test compiles
+# against. Idempotent; needs root (or sudo) only when something is missing.
+# Another apt-get or dpkg holding the lock is waited for (up to 10 minutes),
+# not an error.
 set -euo pipefail
 
-pkgs=(qemu-system-x86 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo gcc libvirt-daemon-system libvirt-clients)
+pkgs=(qemu-system-x86 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo gcc libvirt-daemon-system libvirt-clients libxen-dev)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,5 +24,6 @@ if [[ $(id -u) -ne 0 ]]; then
 	sudo=(sudo)
 fi
 export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+lock=(-o DPkg::Lock::Timeout=600)
+"${sudo[@]}" apt-get "${lock[@]}" update -qq
+"${sudo[@]}" apt-get "${lock[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
