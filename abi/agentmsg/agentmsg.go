@@ -804,7 +804,14 @@ func DecodePayload(t Type, p []byte) (Message, error) {
 			return &Resumed{Cookie: cookie, Status: MigrationStatus(w0), Programs: w1}, nil
 		}
 	case TypeResources:
-		return decodeResources(p)
+		// Not "return decodeResources(p)": a nil *Resources returned as a
+		// Message is a non-nil interface, so a caller would see a message
+		// beside the error.
+		m, err := decodeResources(p)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
 	case TypeCheckpointed, TypeReconfigured:
 		if err := exact(migrationSize); err != nil {
 			return nil, err
