@@ -284,15 +284,15 @@ func (pr *process) turn(id uint32, m *wire.Turn) error {
 	pr.mu.Unlock()
 	lim := inst.limitsNow()
 	if m.Kind == wire.TurnCompile {
-		var t *time.Timer
+		var w *buildWatch
 		if lim.BuildTimeout > 0 {
-			t = time.AfterFunc(lim.BuildTimeout, func() {
-				pr.kill(CauseBuildTimeout, fmt.Sprintf("a build of instance %s ran over its budget of %v", inst.cfg.ID, lim.BuildTimeout))
+			w = watchBuild(pr.os.Pid(), lim.BuildTimeout, func(reason string) {
+				pr.kill(CauseBuildTimeout, fmt.Sprintf("a build of instance %s %s", inst.cfg.ID, reason))
 			})
 		}
 		pr.grant(m.Turn, func(time.Duration, uint32) {
-			if t != nil {
-				t.Stop()
+			if w != nil {
+				w.stop()
 			}
 		})
 		go pr.reply(id, abi.StatusOK, "", (&wire.TurnGrant{}).EncodeBody())

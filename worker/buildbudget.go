@@ -1,0 +1,133 @@
+package worker
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// buildWallFactor bounds a build's wall-clock time at this many times its
+// budget, whatever CPU time it got: a build that blocks (rather than
+// computes) still ends.
+const buildWallFactor = 8
+
+// buildRecheckMin is the shortest wait before the budget is checked again:
+// a build that is close to its budget is not polled in a busy loop.
+const buildRecheckMin = 50 * time.Millisecond
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's CPU times: 100 on
+// every Linux architecture vgpud runs on.
+const clockTicks = 100
+
+// buildWatch ends a build that ran over its budget. The budget counts the
+// CPU time the worker process spent since the build began, not wall-clock
+// time: on a loaded host a legitimate build gets less of a CPU and takes
+// longer, and that is not the tenant's doing. The worker's CPU time is an
+// upper bound of the compiler's own (the worker may run its domain's
+// kernels meanwhile), so a build is never given more than the budget of
+// CPU; a build that blocks instead of computing ends at buildWallFactor
+// times the budget of wall-clock time.
+type buildWatch struct {
+	pid    int
+	budget time.Duration
+	wall   time.Duration // the wall-clock bound: buildWallFactor * budget
+	cpu0   time.Duration
+	start  time.Time
+	over   func(reason string)
+	cpu    func(pid int) (time.Duration, error)
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+}
+
+// watchBuild starts watching a build of the worker pid; over is called at
+// most once, from a timer's goroutine, when the build ran over.
+func watchBuild(pid int, budget time.Duration, over func(reason string)) *buildWatch {
+	return startBuildWatch(pid, budget, buildWallFactor*budget, over, processCPU)
+}
+
+func startBuildWatch(pid int, budget, wall time.Duration, over func(string), cpu func(int) (time.Duration, error)) *buildWatch {
+	w := &buildWatch{pid: pid, budget: budget, wall: wall, start: time.Now(), over: over, cpu: cpu}
+	// Without a readable CPU time the budget is wall-clock time, as if
+	// every second of the build had been CPU.
+	w.cpu0, _ = cpu(pid)
+	w.mu.Lock()
+	w.timer = time.AfterFunc(budget, w.check)
+	w.mu.Unlock()
+	return w
+}
+
+// check runs when the budget may be spent: it ends the build or looks
+// again when the CPU time still missing could have been spent.
+func (w *buildWatch) check() {
+	wall := time.Since(w.start)
+	used := wall
+	if now, err := w.cpu(w.pid); err == nil {
+		used = now - w.cpu0
+	}
+	var reason string
+	switch {
+	case used >= w.budget:
+		reason = fmt.Sprintf("ran over its budget of %v (%v of CPU in %v)", w.budget, used.Round(time.Millisecond), wall.Round(time.Millisecond))
+	case wall >= w.wall:
+		reason = fmt.Sprintf("ran over %v of wall-clock time (its budget: %v of CPU; it had %v)", w.wall, w.budget, used.Round(time.Millisecond))
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	if reason != "" {
+		w.stopped = true
+		go w.over(reason)
+		return
+	}
+	next := min(max(w.budget-used, buildRecheckMin), w.wall-wall)
+	w.timer = time.AfterFunc(next, w.check)
+}
+
+// stop ends the watch: the build finished.
+func (w *buildWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	w.timer.Stop()
+}
+
+// processCPU reads the user and system CPU time of process pid from
+// /proc/PID/stat.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(b)
+}
+
+// parseStatCPU returns utime + stime from the contents of /proc/PID/stat.
+// The command name (field 2) may hold spaces and parentheses, so fields
+// are counted from its last ')'.
+func parseStatCPU(b []byte) (time.Duration, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("proc stat: no command name")
+	}
+	f := bytes.Fields(b[i+1:])
+	// After the name: state (3), ..., utime (14), stime (15).
+	if len(f) < 13 {
+		return 0, fmt.Errorf("proc stat: %d fields after the name, want at least 13", len(f))
+	}
+	var ticks uint64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseUint(string(s), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("proc stat: cpu time %q: %w", s, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
