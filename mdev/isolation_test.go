@@ -25,9 +25,13 @@ import (
 var isoProfile = Profile{Name: "iso", MemBytes: 256 << 20, Share: 1, MaxPerDevice: 8,
 	TurnTimeout: Duration(2 * time.Second), BuildTimeout: Duration(5 * time.Second)}
 
-// guestTimeout bounds every wait of the good guest: a stall longer than
-// the hostile domain's budgets plus a worker's start fails the test.
-const guestTimeout = 20 * time.Second
+// guestTimeout bounds every wait of either guest. It is generous: a
+// build's budget counts CPU time, so on a loaded host (load 7-13 on two
+// cores) the compiler bomb may hold its worker for up to eight times the
+// hostile domain's 5 s before it is ended, and the attacker waits for
+// that; what is tested is that the attacks end and never reach the good
+// guest, not how fast.
+const guestTimeout = 2 * time.Minute
 
 // mainSecret is a secret in vgpud's own memory (this test process is the
 // main process): no guest may read it back.

@@ -48,7 +48,10 @@ func TestIsolationTwoGuests(t *testing.T) {
 	// The good guest's own budgets are generous: what is tested is that
 	// the attacks never reach it, not how fast it compiles while the
 	// attacker's compiler bomb holds the CPUs (in CI a build of the good
-	// guest once ran 5.2 s against the attacker's 5 s budget).
+	// guest once ran 5.2 s against the attacker's 5 s budget). Both guests
+	// wait up to 120 s for a command: a build's budget counts CPU time, so
+	// on a loaded host the attacker's compiler bomb runs up to 8 x 5 s of
+	// wall-clock time before it is ended.
 	goodProf := prof
 	goodProf.Name, goodProf.TurnTimeout, goodProf.BuildTimeout = "iso-good", mdev.Duration(30*time.Second), mdev.Duration(60*time.Second)
 	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, Profiles: []mdev.Profile{prof, goodProf}, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
@@ -76,10 +79,10 @@ func TestIsolationTwoGuests(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		hrep, hconsole, herr = runGuest(t.Context(), t, bad, "-mode=attack",
-			"-needles="+hex.EncodeToString(secret)+":"+hex.EncodeToString(mainSecret), "-timeout=30s")
+			"-needles="+hex.EncodeToString(secret)+":"+hex.EncodeToString(mainSecret), "-timeout=120s")
 	}()
 	rep, console, err := runGuest(t.Context(), t, good, "-mode=reuse", "-repeat=5", "-seed=3",
-		"-secret="+hex.EncodeToString(secret), "-timeout=30s")
+		"-secret="+hex.EncodeToString(secret), "-timeout=120s")
 	wg.Wait()
 	t.Logf("hostile guest's report:\n%s", hrep)
 	if herr != nil || !hrep.OK() || hrep.Mode != "attack" {
