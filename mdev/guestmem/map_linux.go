@@ -26,7 +26,27 @@ var (
 	// ErrFault is wrapped when an access faulted (the file under the
 	// mapping shrank after all); it carries abi.StatusBadAddress.
 	ErrFault = abi.Errorf(abi.StatusBadAddress, "guest memory access faulted")
+	// ErrTooLarge is wrapped when a memory map's regions add up to more
+	// than Limit: a peer announcing terabytes of "guest RAM" would
+	// otherwise fill the address space of the process that maps it. It
+	// carries abi.StatusBadAddress.
+	ErrTooLarge = abi.Errorf(abi.StatusBadAddress, "guest RAM regions larger than the host's memory")
 )
+
+// Limit is the most guest RAM one memory map may announce, in bytes:
+// the host's RAM plus swap (sysinfo(2)), at least 1 GiB. No VM's RAM
+// can be backed by more, and a worker maps each of its instances' maps,
+// so the bound keeps a hostile peer from taking the worker's address
+// space.
+var Limit = sync.OnceValue(func() uint64 {
+	const floor = 1 << 30
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return floor
+	}
+	unit := max(uint64(si.Unit), 1)
+	return max((uint64(si.Totalram)+uint64(si.Totalswap))*unit, floor)
+})
 
 // Region is one range of guest-physical addresses backed by a file:
 // [GPA, GPA+Size) is file bytes [Offset, Offset+Size) of FD.
@@ -63,14 +83,17 @@ type Map struct {
 
 	mu     sync.RWMutex
 	spans  []span   // sorted by gpa, non-overlapping
-	maps   [][]byte // whole-file mappings backing spans
+	maps   [][]byte // the mappings backing spans, one per region
 	cache  *mapcache
 	closed bool
 }
 
-// Update replaces the memory map with regions. Each distinct fd is mapped
-// once, shared and read-write, over its whole size; several regions may
-// be views of one fd. Update takes ownership of the fds: it closes every
+// Update replaces the memory map with regions. Each region maps, shared
+// and read-write, only its window of the file, [Offset, Offset+Size)
+// widened to page boundaries (the file's block size: a hugetlbfs page),
+// never the whole file; several regions may be views of one fd. The
+// regions must lie inside their files and add up to at most Limit()
+// bytes (ErrTooLarge). Update takes ownership of the fds: it closes every
 // one of them, on success and on error. On error the previous map stays
 // in place.
 func (m *Map) Update(regions []Region) error { return m.update(regions, true) }
@@ -90,7 +113,7 @@ func (m *Map) update(regions []Region, sealed bool) error {
 			return fmt.Errorf("update guest memory: %w", err)
 		}
 	}
-	spans, maps, err := mapRegions(regions, fds)
+	spans, maps, err := mapRegions(regions)
 	if err != nil {
 		return fmt.Errorf("update guest memory: %w", err)
 	}
@@ -146,8 +169,8 @@ func NewSealed(name string, size int64) (int, error) {
 }
 
 // Check validates regions as Update would, without mapping them: fds
-// sealed against shrinking, regions inside their files, no overlap. The
-// fds stay the caller's.
+// sealed against shrinking, regions inside their files, no overlap, at
+// most Limit() bytes in all. The fds stay the caller's.
 func Check(regions []Region) error {
 	if anyForeign(regions) {
 		return checkForeign(regions)
@@ -160,15 +183,41 @@ func Check(regions []Region) error {
 		return err
 	}
 	for _, r := range regions {
-		var st unix.Stat_t
-		if err := unix.Fstat(r.FD, &st); err != nil {
-			return fmt.Errorf("fstat fd %d: %w", r.FD, err)
-		}
-		if st.Size <= 0 || r.Offset+r.Size > uint64(st.Size) {
-			return abi.Errorf(abi.StatusBadAddress, "region %#x: offset %#x + size %#x beyond file of %#x bytes", r.GPA, r.Offset, r.Size, st.Size)
+		if _, err := fileWindow(r); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// fileSpan is the page-aligned part of a file a region maps.
+type fileSpan struct {
+	off, len uint64 // the mapping: file bytes [off, off+len)
+	skip     uint64 // the region starts skip bytes into the mapping
+}
+
+// fileWindow checks that r lies inside its file and returns the aligned
+// window that maps it.
+func fileWindow(r Region) (fileSpan, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(r.FD, &st); err != nil {
+		return fileSpan{}, fmt.Errorf("fstat fd %d: %w", r.FD, err)
+	}
+	if st.Size <= 0 || r.Offset+r.Size > uint64(st.Size) {
+		return fileSpan{}, abi.Errorf(abi.StatusBadAddress, "region %#x: offset %#x + size %#x beyond file of %#x bytes", r.GPA, r.Offset, r.Size, st.Size)
+	}
+	// mmap wants the offset page-aligned, and a hugetlbfs file's offset
+	// and length huge-page-aligned: its st_blksize is the huge page.
+	align := uint64(unix.Getpagesize())
+	if b := uint64(st.Blksize); b > align && b&(b-1) == 0 && b <= 1<<30 {
+		align = b
+	}
+	off := r.Offset &^ (align - 1)
+	end := (r.Offset + r.Size + align - 1) &^ (align - 1)
+	if end < r.Offset+r.Size || end-off > math.MaxInt {
+		return fileSpan{}, abi.Errorf(abi.StatusBadAddress, "region %#x: offset %#x + size %#x: overflows", r.GPA, r.Offset, r.Size)
+	}
+	return fileSpan{off: off, len: end - off, skip: r.Offset - off}, nil
 }
 
 func distinctFDs(regions []Region) []int {
@@ -201,45 +250,41 @@ func checkLayout(regions []Region) error {
 			return abi.Errorf(abi.StatusBadAddress, "regions at %#x and %#x overlap", sorted[i-1].GPA, r.GPA)
 		}
 	}
+	// No overlap and no wrap: the sizes add up without overflow.
+	var total uint64
+	for _, r := range regions {
+		total += r.Size
+	}
+	if limit := Limit(); total > limit {
+		return fmt.Errorf("%d regions of %#x bytes in all, at most %#x: %w", len(regions), total, limit, ErrTooLarge)
+	}
 	return nil
 }
 
-// mapRegions validates regions and maps their files.
-func mapRegions(regions []Region, fds []int) ([]span, [][]byte, error) {
+// mapRegions validates regions and maps each one's window of its file.
+func mapRegions(regions []Region) ([]span, [][]byte, error) {
 	if err := checkLayout(regions); err != nil {
 		return nil, nil, err
 	}
 	sorted := append([]Region(nil), regions...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].GPA < sorted[j].GPA })
-	mapped := make(map[int][]byte, len(fds))
 	var maps [][]byte
 	fail := func(err error) ([]span, [][]byte, error) {
 		unmapAll(maps)
 		return nil, nil, err
 	}
-	for _, fd := range fds {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return fail(fmt.Errorf("fstat fd %d: %w", fd, err))
-		}
-		if st.Size <= 0 || uint64(st.Size) > math.MaxInt {
-			return fail(abi.Errorf(abi.StatusBadAddress, "fd %d: unusable size %d", fd, st.Size))
-		}
-		mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		if err != nil {
-			return fail(fmt.Errorf("mmap fd %d (%d bytes): %w", fd, st.Size, err))
-		}
-		maps = append(maps, mem)
-		mapped[fd] = mem
-	}
 	spans := make([]span, 0, len(sorted))
 	for _, r := range sorted {
-		mem := mapped[r.FD]
-		if r.Offset+r.Size > uint64(len(mem)) {
-			return fail(abi.Errorf(abi.StatusBadAddress, "region %#x: offset %#x + size %#x beyond file of %#x bytes",
-				r.GPA, r.Offset, r.Size, len(mem)))
+		w, err := fileWindow(r)
+		if err != nil {
+			return fail(err)
 		}
-		spans = append(spans, span{gpa: r.GPA, mem: mem[r.Offset : r.Offset+r.Size : r.Offset+r.Size]})
+		mem, err := unix.Mmap(r.FD, int64(w.off), int(w.len), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			return fail(fmt.Errorf("mmap fd %d bytes [%#x, +%#x): %w", r.FD, w.off, w.len, err))
+		}
+		maps = append(maps, mem)
+		spans = append(spans, span{gpa: r.GPA, mem: mem[w.skip : w.skip+r.Size : w.skip+r.Size]})
 	}
 	return spans, maps, nil
 }
@@ -261,6 +306,19 @@ func (m *Map) Close() error {
 	unmapAll(old)
 	oldCache.close()
 	return nil
+}
+
+// Mapped returns the bytes of address space the file regions' mappings
+// take: each region's size rounded out to page boundaries, never more
+// than a page (a huge page) or two beyond the regions' sizes.
+func (m *Map) Mapped() uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var n uint64
+	for _, mem := range m.maps {
+		n += uint64(len(mem))
+	}
+	return n
 }
 
 // Regions returns the current memory map as (gpa, size) pairs, sorted.
