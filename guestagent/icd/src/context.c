@@ -158,10 +158,6 @@ out:
 	return ctx;
 }
 
-#define KNOWN_TYPES                                                                                          \
-	(CL_DEVICE_TYPE_DEFAULT | CL_DEVICE_TYPE_CPU | CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR |     \
-	 CL_DEVICE_TYPE_CUSTOM)
-
 cl_context CL_API_CALL vgpu_clCreateContextFromType(const cl_context_properties *properties,
 						    cl_device_type device_type,
 						    void(CL_CALLBACK *pfn_notify)(const char *, const void *, size_t,
@@ -176,14 +172,10 @@ cl_context CL_API_CALL vgpu_clCreateContextFromType(const cl_context_properties 
 		err = CL_INVALID_VALUE;
 		goto out;
 	}
-	if (device_type == 0 || (device_type != CL_DEVICE_TYPE_ALL && (device_type & ~(cl_device_type)KNOWN_TYPES))) {
-		err = CL_INVALID_DEVICE_TYPE;
-		goto out;
-	}
 	struct _cl_device_id *list;
-	cl_uint n = vgpu_devices(&list);
-	if ((device_type & CL_DEVICE_TYPE_GPU) == 0)
-		n = (device_type & CL_DEVICE_TYPE_DEFAULT) != 0 && n > 0 ? 1 : 0;
+	cl_uint n;
+	if ((err = vgpu_devices_of_type(device_type, &list, &n)) != CL_SUCCESS)
+		goto out;
 	if (n == 0) {
 		err = CL_DEVICE_NOT_FOUND;
 		goto out;

@@ -17,19 +17,31 @@
 	(CL_DEVICE_TYPE_DEFAULT | CL_DEVICE_TYPE_CPU | CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR |     \
 	 CL_DEVICE_TYPE_CUSTOM)
 
+cl_int vgpu_devices_of_type(cl_device_type device_type, struct _cl_device_id **list, cl_uint *n)
+{
+	/* CL_DEVICE_TYPE_ALL is 0xFFFFFFFF in a 64-bit bitfield: a caller that
+	 * writes ALL as ~0 sets the upper bits too, and means every device. */
+	int all = (device_type & CL_DEVICE_TYPE_ALL) == CL_DEVICE_TYPE_ALL;
+	if (device_type == 0 || (!all && (device_type & ~(cl_device_type)KNOWN_TYPES) != 0))
+		return CL_INVALID_DEVICE_TYPE;
+	*n = vgpu_devices(list);
+	if ((device_type & CL_DEVICE_TYPE_GPU) == 0)
+		*n = (device_type & CL_DEVICE_TYPE_DEFAULT) != 0 && *n > 0 ? 1 : 0;
+	return CL_SUCCESS;
+}
+
 cl_int CL_API_CALL vgpu_clGetDeviceIDs(cl_platform_id platform, cl_device_type device_type, cl_uint num_entries,
 				       cl_device_id *devices, cl_uint *num_devices)
 {
 	if (!vgpu_platform_valid(platform))
 		return CL_INVALID_PLATFORM;
-	if (device_type == 0 || (device_type != CL_DEVICE_TYPE_ALL && (device_type & ~(cl_device_type)KNOWN_TYPES) != 0))
-		return CL_INVALID_DEVICE_TYPE;
+	struct _cl_device_id *list;
+	cl_uint n;
+	cl_int err = vgpu_devices_of_type(device_type, &list, &n);
+	if (err != CL_SUCCESS)
+		return err;
 	if ((num_entries == 0 && devices != NULL) || (devices == NULL && num_devices == NULL))
 		return CL_INVALID_VALUE;
-	struct _cl_device_id *list;
-	cl_uint n = vgpu_devices(&list);
-	if ((device_type & CL_DEVICE_TYPE_GPU) == 0)
-		n = (device_type & CL_DEVICE_TYPE_DEFAULT) != 0 && n > 0 ? 1 : 0;
 	if (num_devices != NULL)
 		*num_devices = n;
 	if (n == 0)

@@ -72,6 +72,12 @@ int vgpu_platform_valid(cl_platform_id p);
  * changes afterwards. */
 cl_uint vgpu_devices(struct _cl_device_id **list);
 int vgpu_device_valid(cl_device_id d);
+/* device.c: how many of the devices *list holds a device_type selects
+ * (clGetDeviceIDs, clCreateContextFromType), or CL_INVALID_DEVICE_TYPE.
+ * A value with every bit of CL_DEVICE_TYPE_ALL set is ALL, so a 64-bit
+ * all-ones value ((cl_device_type)-1, what OpenCV's ":ALL:" passes) is
+ * accepted as PoCL accepts it. */
+cl_int vgpu_devices_of_type(cl_device_type device_type, struct _cl_device_id **list, cl_uint *n);
 /* The socket path: VGPUD_ICD_SOCKET (secure_getenv) or the default. */
 const char *vgpu_socket_path(void);
 

@@ -107,6 +107,12 @@ static void device_checks(cl_platform_id p)
 	 * 06.0 a bad major version, 03.0 is not a vGPU. */
 	CHECK_ERR(clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, NULL, &n), CL_SUCCESS);
 	CHECK(n == 2, "ALL devices: %u", n);
+	/* ALL written as a 64-bit all-ones value (OpenCV's ":ALL:"). */
+	n = 99;
+	CHECK_ERR(clGetDeviceIDs(p, ~(cl_device_type)0, 8, devs, &n), CL_SUCCESS);
+	CHECK(n == 2, "~0 devices: %u", n);
+	CHECK_ERR(clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL | (cl_device_type)1 << 40, 8, devs, &n), CL_SUCCESS);
+	CHECK(n == 2, "ALL|1<<40 devices: %u", n);
 	CHECK_ERR(clGetDeviceIDs(p, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_CPU, 8, devs, &n), CL_SUCCESS);
 	CHECK(n == 2, "GPU|CPU devices: %u", n);
 	cl_device_id first = NULL;
@@ -222,6 +228,9 @@ static void device_checks(cl_platform_id p)
 	CHECK(clCreateContext(NULL, 1, &d, NULL, NULL, NULL) == NULL, "clCreateContext returned a context");
 	CHECK(clCreateContextFromType(NULL, CL_DEVICE_TYPE_GPU, NULL, NULL, &err) == NULL, "context from type");
 	CHECK(err == CL_OUT_OF_RESOURCES, "clCreateContextFromType of two vGPUs: %d", err);
+	err = CL_SUCCESS;
+	CHECK(clCreateContextFromType(NULL, ~(cl_device_type)0, NULL, NULL, &err) == NULL, "context from ~0");
+	CHECK(err == CL_OUT_OF_RESOURCES, "clCreateContextFromType(~0) of two vGPUs: %d", err);
 }
 
 /* Every entry of the dispatch table is filled but those whose types only
