@@ -350,7 +350,8 @@ func (p *Pool) WorkerPID(id string) int {
 }
 
 // CacheDir returns the compiler cache directory of the worker serving
-// instance id, or "" (in-process, lost, unknown).
+// instance id as the main process reaches it (its contents are the
+// worker's: untrusted), or "" (in-process, lost, unknown).
 func (p *Pool) CacheDir(id string) string {
 	p.mu.Lock()
 	inst := p.instances[id]
@@ -363,7 +364,11 @@ func (p *Pool) CacheDir(id string) string {
 	if inst.proc == nil {
 		return ""
 	}
-	return inst.proc.cache
+	if p.cfg.NoSandbox {
+		return inst.proc.cache
+	}
+	// A confined worker's directory is its own tmpfs (docs/sandbox.md).
+	return sandbox.PrivateDir(inst.proc.os.Pid(), inst.proc.cache)
 }
 
 // overrun is the schedulers' watchdog: a turn of instance id on device

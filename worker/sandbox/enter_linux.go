@@ -146,6 +146,13 @@ func setLimits(l Limits) error {
 		{"RLIMIT_FSIZE", unix.RLIMIT_FSIZE, orInfinity(l.FileBytes), orInfinity(l.FileBytes)},
 		{"RLIMIT_DATA", unix.RLIMIT_DATA, orInfinity(l.DataBytes), orInfinity(l.DataMax)},
 	}
+	if ownUserNamespace() {
+		limits = append(limits, struct {
+			name     string
+			resource int
+			cur, max uint64
+		}{"RLIMIT_NPROC", unix.RLIMIT_NPROC, l.Processes, l.Processes})
+	}
 	for _, lim := range limits {
 		if err := unix.Setrlimit(lim.resource, &unix.Rlimit{Cur: lim.cur, Max: lim.max}); err != nil {
 			return fmt.Errorf("sandbox: set %s to %d (hard %d): %w", lim.name, lim.cur, lim.max, err)
@@ -160,4 +167,15 @@ func orInfinity(n uint64) uint64 {
 		return unix.RLIM_INFINITY
 	}
 	return n
+}
+
+// ownUserNamespace reports whether this process is in a user namespace of
+// its own rather than the host's (whose uid map is the identity over all
+// ids), where RLIMIT_NPROC counts only its own tasks.
+func ownUserNamespace() bool {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return false
+	}
+	return strings.Join(strings.Fields(string(b)), " ") != "0 0 4294967295"
 }

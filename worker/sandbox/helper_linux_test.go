@@ -267,10 +267,23 @@ func confinedChecks() map[string]func() error {
 		"set data limit": func() error {
 			return unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: testLimits.DataBytes - 1, Max: testLimits.DataMax})
 		},
-		"exec /bin/true":    func() error { return exec.Command("/bin/true").Run() },
-		"exec the linker":   func() error { return exec.Command("/usr/bin/ld", "--version").Run() },
-		"map 3 GiB private": func() error { return mapAnon(3<<30, unix.MAP_PRIVATE) },
-		"map 3 GiB shared":  func() error { return mapAnon(3<<30, unix.MAP_SHARED) },
+		// Process creation: only threads, and the linker's spawn.
+		"fork":           func() error { return rawClone(uintptr(unix.SIGCHLD)) },
+		"fork syscall":   func() error { return rawClone(0) },
+		"vfork syscall":  func() error { return errnoOf(unix.RawSyscall(unix.SYS_VFORK, 0, 0, 0)) },
+		"clone3 process": clone3Process,
+		"start threads":  startThreads,
+		"clone shared, no thread": func() error {
+			// A process sharing the signal handlers (the kernel wants
+			// CLONE_VM with it: EINVAL past the filter, never a process).
+			return errnoOf(unix.RawSyscall(unix.SYS_CLONE, unix.CLONE_SIGHAND|uintptr(unix.SIGCHLD), 0, 0))
+		},
+		"mountinfo shows no host path": func() error { return noHostMounts(hostCache) },
+		"fill private dir":             func() error { return fillDir(cache) },
+		"exec /bin/true":               func() error { return exec.Command("/bin/true").Run() },
+		"exec the linker":              func() error { return exec.Command("/usr/bin/ld", "--version").Run() },
+		"map 3 GiB private":            func() error { return mapAnon(3<<30, unix.MAP_PRIVATE) },
+		"map 3 GiB shared":             func() error { return mapAnon(3<<30, unix.MAP_SHARED) },
 		"map a file shared": func() error {
 			f, err := os.Create(filepath.Join(cache, "mapped"))
 			if err != nil {
@@ -457,6 +470,12 @@ func checkLimits() error {
 		"fsize":  {unix.RLIMIT_FSIZE, testLimits.FileBytes, testLimits.FileBytes},
 		"data":   {unix.RLIMIT_DATA, testLimits.DataBytes, testLimits.DataMax},
 	}
+	if ownUserNamespace() {
+		want["nproc"] = struct {
+			res      int
+			cur, max uint64
+		}{unix.RLIMIT_NPROC, testLimits.Processes, testLimits.Processes}
+	}
 	for name, w := range want {
 		var got unix.Rlimit
 		if err := unix.Getrlimit(w.res, &got); err != nil {
@@ -604,6 +623,112 @@ func runKernelOn(index int, want gpu.Info) error {
 	for i := range 4 {
 		if got := binary.LittleEndian.Uint32(data[4*i:]); got != uint32(2*i+1) {
 			return fmt.Errorf("v[%d] = %d, want %d", i, got, 2*i+1)
+		}
+	}
+	return nil
+}
+
+// rawClone makes a process by clone(flags), or by fork if flags is 0;
+// the new process exits at once and is reaped.
+func rawClone(flags uintptr) error {
+	var pid uintptr
+	var e unix.Errno
+	if flags == 0 {
+		pid, _, e = unix.RawSyscall(unix.SYS_FORK, 0, 0, 0)
+	} else {
+		pid, _, e = unix.RawSyscall6(unix.SYS_CLONE, flags, 0, 0, 0, 0, 0)
+	}
+	if e != 0 {
+		return e
+	}
+	if pid == 0 {
+		unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
+	}
+	var ws unix.WaitStatus
+	_, _ = unix.Wait4(int(pid), &ws, 0, nil)
+	return nil
+}
+
+// clone3Process asks clone3 for a process (no CLONE_THREAD).
+func clone3Process() error {
+	args := make([]uint64, 11)     // struct clone_args (CLONE_ARGS_SIZE_VER2)
+	args[4] = uint64(unix.SIGCHLD) // exit_signal
+	pid, _, e := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args[0])), uintptr(len(args)*8), 0)
+	if e != 0 {
+		return e
+	}
+	if pid == 0 {
+		unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
+	}
+	var ws unix.WaitStatus
+	_, _ = unix.Wait4(int(pid), &ws, 0, nil)
+	return nil
+}
+
+// startThreads makes the Go runtime start new threads (clone with
+// CLONE_THREAD), as PoCL's pthread_create does: n goroutines each hold
+// a thread at once.
+func startThreads() error {
+	const n = 8
+	tids := make(chan int, n)
+	release := make(chan struct{})
+	for range n {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			tids <- unix.Gettid()
+			<-release
+		}()
+	}
+	seen := map[int]bool{}
+	for range n {
+		seen[<-tids] = true
+	}
+	close(release)
+	if len(seen) != n {
+		return fmt.Errorf("%d goroutines locked to %d threads", n, len(seen))
+	}
+	return nil
+}
+
+// noHostMounts fails if this process's mount table, as /proc shows it
+// to it, names hostDir (its private directory's host path) or a cgroup
+// or block device of the host.
+func noHostMounts(hostDir string) error {
+	paths := []string{"/proc/self/mountinfo", "/proc/self/mounts", "/proc/self/mountstats",
+		"/proc/thread-self/mountinfo", fmt.Sprintf("/proc/self/task/%d/mountinfo", unix.Gettid())}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, host := range []string{hostDir, "/dev/sd", "/dev/nvme", "/dev/vd", "/sys/fs/cgroup"} {
+			if strings.Contains(string(b), host) {
+				return fmt.Errorf("%s names %s:\n%s", p, host, b)
+			}
+		}
+	}
+	return nil
+}
+
+// fillDir writes files of just under the file size limit into dir until
+// a write fails, then removes them: the error says what stopped it.
+func fillDir(dir string) error {
+	if dir != PrivateView {
+		return nil // the host's directory, without a file view: not filled
+	}
+	block := make([]byte, testLimits.FileBytes-1)
+	var made []string
+	defer func() {
+		for _, p := range made {
+			os.Remove(p)
+		}
+	}()
+	for i := range 64 { // 256 MiB at most
+		p := filepath.Join(dir, fmt.Sprintf("fill%d", i))
+		made = append(made, p)
+		if err := os.WriteFile(p, block, 0o600); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -42,7 +42,21 @@ const (
 	// (the pthread device runs one per compute unit): an 8 MiB stack each
 	// (glibc's default, which counts as private memory), with room.
 	DataPerCPU = 16 << 20
+	// ProcessesBase and ProcessesPerCPU make DefaultProcesses: the Go
+	// runtime's threads (one per CPU and one per blocking call), PoCL's
+	// (one per compute unit), the linker, with room for many instances'
+	// concurrent calls.
+	ProcessesBase   = 256
+	ProcessesPerCPU = 4
+	// DefaultDirBytes is the size of a worker's private directory when
+	// neither DirBytes nor FileBytes says.
+	DefaultDirBytes = 512 << 20
 )
+
+// DefaultProcesses is the RLIMIT_NPROC of a worker (Limits.Processes).
+func DefaultProcesses() uint64 {
+	return ProcessesBase + ProcessesPerCPU*uint64(runtime.NumCPU())
+}
 
 // PrivateView is where a worker finds its private directory
 // (Policy.Private) in its file view: not at its host path, whose parent
@@ -68,7 +82,9 @@ type Policy struct {
 	// device, socket, pipe or symbolic link may be created anywhere.
 	Write []string `json:"write,omitempty"`
 	// Private is the worker's private directory (compiler cache, TMPDIR,
-	// HOME), with Write's rights. In the file view it is at PrivateView:
+	// HOME), with Write's rights. In the file view it is a tmpfs of
+	// Limits.DirBytes at PrivateView, and this host directory stays
+	// empty (PrivateDir names it from the main process):
 	// Enter points the environment variables and the working directory
 	// that name it there.
 	Private string `json:"private,omitempty"`
@@ -113,6 +129,19 @@ type Limits struct {
 	// DataBytes is the soft RLIMIT_DATA, the private memory the worker may
 	// map; 0: no limit. SetDataLimit moves it in a running worker.
 	DataBytes uint64 `json:"data_bytes,omitempty"`
+	// Processes is RLIMIT_NPROC, the tasks (threads and processes) the
+	// worker may have at once; 0: DefaultProcesses. The kernel counts a
+	// uid's tasks per user namespace, so the bound is the worker's own
+	// only where it has a user namespace: elsewhere Enter leaves the
+	// limit as it was (all workers would share one count) and Probe
+	// reports that.
+	Processes uint64 `json:"processes,omitempty"`
+	// DirBytes is the size of the tmpfs that holds the worker's private
+	// directory in its file view (Policy.View); 0: twice FileBytes, or
+	// DefaultDirBytes without FileBytes. Writing past it fails with
+	// ENOSPC. Without a file view the directory is the host's and only
+	// its file system bounds it.
+	DirBytes uint64 `json:"dir_bytes,omitempty"`
 	// DataMax is the hard RLIMIT_DATA, up to which the main process may
 	// raise DataBytes later without privilege; 0: DataBytes. The worker
 	// cannot raise its own limits (its seccomp filter refuses).
@@ -178,6 +207,16 @@ func (p Policy) env() (string, error) {
 func (l Limits) withDefaults() Limits {
 	if l.OpenFiles == 0 {
 		l.OpenFiles = DefaultOpenFiles
+	}
+	if l.Processes == 0 {
+		l.Processes = DefaultProcesses()
+	}
+	switch {
+	case l.DirBytes != 0:
+	case l.FileBytes != 0:
+		l.DirBytes = 2 * l.FileBytes
+	default:
+		l.DirBytes = DefaultDirBytes
 	}
 	switch {
 	case l.DataBytes == 0:

@@ -35,16 +35,12 @@ func DefaultPolicy(writeDir string) Policy {
 			"/sys/kernel/mm/hugepages", "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size",
 			// PoCL takes the CPU device's vendor id from the host bridge.
 			"/sys/bus/pci/devices/0000:00:00.0/vendor",
-			// The worker's own /proc entries (maps, mounts, cpuset, fd):
-			// "self" is resolved when the policy is applied, so no other
-			// process's entries are readable.
-			"/proc/self",
 			// Not /dev/zero: a shared mapping of it is memory that
 			// RLIMIT_DATA does not count.
 			"/dev/urandom",
 			// Local time for log lines.
 			"/etc/localtime", "/usr/share/zoneinfo",
-		}, cgroupFiles("/proc/self/cgroup")...),
+		}, append(procSelf(), cgroupFiles("/proc/self/cgroup")...)...),
 		ReadExec: []string{
 			// PoCL 3.1 links every kernel into a shared object by running
 			// GNU ld (through clang's driver) in a child process; the
@@ -54,6 +50,26 @@ func DefaultPolicy(writeDir string) Policy {
 		Write:   []string{"/dev/null"},
 		Private: writeDir,
 	}
+}
+
+// procSelfFiles are the worker's own /proc entries it may read: what the
+// Go runtime, glibc, LLVM, PoCL and hwloc read there. Not mountinfo,
+// mounts or mountstats (they show each mount's source within its file
+// system and the host's block devices), nor task/ (each thread's copy of
+// them).
+var procSelfFiles = []string{
+	"status", "stat", "statm", "maps", "smaps", "cpuset", "cgroup", "limits",
+	"auxv", "cmdline", "comm", "environ", "fd", "fdinfo",
+}
+
+// procSelf lists procSelfFiles under /proc/self, which is resolved when
+// the policy is applied, so no other process's entries are readable.
+func procSelf() []string {
+	out := make([]string, len(procSelfFiles))
+	for i, f := range procSelfFiles {
+		out[i] = "/proc/self/" + f
+	}
+	return out
 }
 
 // cgroupFiles are the files of this process's own cgroup that say which

@@ -116,12 +116,17 @@ func TestLimitsDefaults(t *testing.T) {
 		name     string
 		in, want Limits
 	}{
-		{"zero", Limits{}, Limits{OpenFiles: DefaultOpenFiles}},
-		{"hard follows soft", Limits{DataBytes: 10}, Limits{OpenFiles: DefaultOpenFiles, DataBytes: 10, DataMax: 10}},
-		{"hard above soft kept", Limits{OpenFiles: 9, DataBytes: 10, DataMax: 20}, Limits{OpenFiles: 9, DataBytes: 10, DataMax: 20}},
-		{"no soft, no hard", Limits{DataMax: 20}, Limits{OpenFiles: DefaultOpenFiles}},
+		{"zero", Limits{}, Limits{OpenFiles: DefaultOpenFiles, DirBytes: DefaultDirBytes}},
+		{"hard follows soft", Limits{DataBytes: 10}, Limits{OpenFiles: DefaultOpenFiles, DataBytes: 10, DataMax: 10, DirBytes: DefaultDirBytes}},
+		{"hard above soft kept", Limits{OpenFiles: 9, DataBytes: 10, DataMax: 20}, Limits{OpenFiles: 9, DataBytes: 10, DataMax: 20, DirBytes: DefaultDirBytes}},
+		{"no soft, no hard", Limits{DataMax: 20}, Limits{OpenFiles: DefaultOpenFiles, DirBytes: DefaultDirBytes}},
+		{"directory twice the file cap", Limits{FileBytes: 7}, Limits{OpenFiles: DefaultOpenFiles, FileBytes: 7, DirBytes: 14}},
+		{"directory and processes kept", Limits{Processes: 5, DirBytes: 3}, Limits{OpenFiles: DefaultOpenFiles, Processes: 5, DirBytes: 3}},
 	}
 	for _, tt := range tests {
+		if tt.want.Processes == 0 {
+			tt.want.Processes = DefaultProcesses()
+		}
 		if got := tt.in.withDefaults(); got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}

@@ -25,7 +25,7 @@ import (
 
 // testLimits are the helper's limits: small enough to hit, large enough
 // for PoCL to build a kernel (its preprocessed source is about 1 MiB).
-var testLimits = Limits{OpenFiles: 128, FileBytes: 4 << 20, DataBytes: 2 << 30, DataMax: 2 << 30}
+var testLimits = Limits{OpenFiles: 128, FileBytes: 4 << 20, DataBytes: 2 << 30, DataMax: 2 << 30, Processes: 200, DirBytes: 64 << 20}
 
 // helperResult is what a helper process reported.
 type helperResult struct {
@@ -225,8 +225,14 @@ func TestConfinedWorker(t *testing.T) {
 	// by Landlock; a path the view hides is a name stat can probe
 	// without it.
 	hidden, statHidden := denied, ok
+	// The private directory is a tmpfs of DirBytes in a file view; the
+	// host's directory (whose file system this test does not fill)
+	// without.
+	noSpace := "no space left on device"
 	if rep.View {
 		hidden, statHidden = noent, noent
+	} else {
+		noSpace = ok
 	}
 	tests := []struct {
 		check string
@@ -265,6 +271,14 @@ func TestConfinedWorker(t *testing.T) {
 		{"io_uring_setup", eperm},
 		{"memfd_create", eperm},
 		{"set data limit", eperm},
+		{"fork", eperm},
+		{"fork syscall", eperm},
+		{"vfork syscall", eperm},
+		{"clone3 process", "function not implemented"},
+		{"start threads", ok},
+		{"clone shared, no thread", eperm},
+		{"mountinfo shows no host path", ok},
+		{"fill private dir", noSpace},
 		{"exec /bin/true", hidden},
 		{"exec the linker", ok},
 		{"map 3 GiB private", "cannot allocate memory"},

@@ -53,6 +53,13 @@ var allowed = []string{
 	"sched_get_priority_max", "sched_get_priority_min",
 }
 
+// cloneSpawn are the flags of the clone with which glibc's posix_spawn
+// (and Go's os/exec) start a process that executes another program: it
+// shares the caller's memory, and the caller waits until it has executed
+// its program (or ended). PoCL 3.1 starts the linker so (clone3 first,
+// which the filter answers ENOSYS).
+const cloneSpawn = unix.CLONE_VM | unix.CLONE_VFORK | uint64(unix.SIGCHLD)
+
 // cloneNamespaces are the clone flags that make new namespaces.
 const cloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
@@ -116,10 +123,18 @@ func syscallPolicy(pid int) (seccomp.Policy, error) {
 		return seccomp.Condition{Argument: arg, Operation: seccomp.Equal, Value: v}
 	}
 	var cond []seccomp.NameWithConditions
-	// New threads and the linker's process, never in a new namespace.
-	cond = append(cond, seccomp.NameWithConditions{Name: "clone", Conditions: seccomp.ArgumentConditions{
-		{Argument: 0, Operation: seccomp.BitsNotSet, Value: cloneNamespaces},
-	}})
+	// New threads (CLONE_THREAD: the kernel then requires CLONE_SIGHAND
+	// and CLONE_VM, so the thread is of this process), never in a new
+	// namespace; and the one process PoCL makes, the linker, started by
+	// posix_spawn as exactly cloneSpawn. No fork: a copy of the
+	// worker's memory would have a data limit of its own.
+	cond = append(cond,
+		seccomp.NameWithConditions{Name: "clone", Conditions: seccomp.ArgumentConditions{
+			{Argument: 0, Operation: seccomp.BitsSet, Value: unix.CLONE_THREAD},
+			{Argument: 0, Operation: seccomp.BitsNotSet, Value: cloneNamespaces},
+		}},
+		seccomp.NameWithConditions{Name: "clone", Conditions: seccomp.ArgumentConditions{equal(0, cloneSpawn)}},
+	)
 	// Signals only to this process and its own threads.
 	cond = append(cond,
 		seccomp.NameWithConditions{Name: "kill", Conditions: seccomp.ArgumentConditions{equal(0, uint64(pid))}},

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -375,4 +376,16 @@ func SetDataLimit(pid int, bytes uint64) error {
 		return fmt.Errorf("set memory limit of worker %d to %d bytes: %w", pid, bytes, err)
 	}
 	return nil
+}
+
+// PrivateDir is where the main process finds the private directory of
+// the running worker pid whose policy named hostDir: in a file view
+// (Report.View) the worker's own tmpfs, reached through its root in
+// /proc, else hostDir. What the worker wrote there is its own: read it
+// as untrusted.
+func PrivateDir(pid int, hostDir string) string {
+	if !probeHost().view || pid <= 0 {
+		return hostDir
+	}
+	return filepath.Join("/proc", strconv.Itoa(pid), "root", strings.TrimPrefix(PrivateView, "/"))
 }

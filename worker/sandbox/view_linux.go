@@ -44,8 +44,8 @@ type viewEntry struct {
 //     /dev) at its own name; each symbolic link on the way to it (/lib ->
 //     usr/lib, /usr/bin/ld -> x86_64-linux-gnu-ld) made again with the
 //     same text, and its target bound, so names resolve as on the host;
-//   - each path of p.Write bound read-write, and p.Private bound
-//     read-write at PrivateView;
+//   - each path of p.Write bound read-write, and at PrivateView, for
+//     p.Private, a tmpfs of p.Limits.DirBytes (mountPrivate);
 //   - /proc: a new proc file system of the worker's PID namespace where
 //     the kernel allows, else the host's bound (read-only);
 //
@@ -85,8 +85,7 @@ func buildView(p Policy) error {
 		}
 	}
 	if p.Private != "" {
-		e := viewEntry{path: PrivateView, dir: true, kind: viewWrite}
-		if err := e.bind(filepath.Join(oldRoot, p.Private)); err != nil {
+		if err := mountPrivate(p.Limits.withDefaults().DirBytes); err != nil {
 			return err
 		}
 	}
@@ -111,6 +110,25 @@ func buildView(p Policy) error {
 		if err := unix.Chdir(wd); err != nil {
 			return fmt.Errorf("sandbox: view: %w", err)
 		}
+	}
+	return nil
+}
+
+// privateInodes bounds the files and directories of a worker's private
+// directory (PoCL's cache makes a few per program and kernel size).
+const privateInodes = 1 << 16
+
+// mountPrivate mounts the worker's private directory at PrivateView: a
+// tmpfs of size bytes, its own, so that no write of the worker (or of
+// guest code in it) fills a host file system, and no host path of it
+// shows. It lives as long as the worker's mount namespace.
+func mountPrivate(size uint64) error {
+	if err := os.MkdirAll(PrivateView, 0o755); err != nil {
+		return fmt.Errorf("sandbox: view: %w", err)
+	}
+	opts := fmt.Sprintf("mode=0700,size=%d,nr_inodes=%d", size, privateInodes)
+	if err := unix.Mount("tmpfs", PrivateView, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("sandbox: view: tmpfs of %d bytes on %s: %w", size, PrivateView, err)
 	}
 	return nil
 }
