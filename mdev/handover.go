@@ -144,6 +144,27 @@ func (m *Manager) waitResume() bool {
 	}
 }
 
+// ErrHandedOver is what the manager of an old process answers after
+// HandOver: a new process serves its instances.
+var ErrHandedOver = errors.New("handed over to a new vgpud")
+
+// HandOver marks the paused manager as handed over, once the new process
+// is ready and before the old one commits (docs/upgrade.md): from then on
+// its instances, sockets and workers are the new process's, and nothing
+// of this one touches them. The manager forgets its instances, refuses
+// everything, Close does nothing and Drain finds nothing; the worker pool
+// likewise (worker.Pool.HandOver). The old process then exits without
+// cleaning up, which frees only its own copies of the descriptors.
+func (m *Manager) HandOver() {
+	m.mu.Lock()
+	m.handedOver = true
+	m.closed = true
+	m.instances = map[string]*Instance{}
+	m.adopt, m.adopted = nil, nil
+	m.mu.Unlock()
+	m.pool.HandOver()
+}
+
 // Export describes the paused manager; every descriptor goes into tab as
 // a duplicate (the manager keeps its own until the process exits).
 func (m *Manager) Export(tab *handover.Table) ([]handover.Instance, []handover.Worker, []handover.Domain, error) {

@@ -114,6 +114,9 @@ type Manager struct {
 	adoption *Adoption
 	adopt    map[string]handover.Instance // not yet created
 	adopted  []*adoptedInstance           // created, not yet started
+	// handedOver: a new process took everything over (HandOver); nothing
+	// here may touch an instance, socket or worker again.
+	handedOver bool
 }
 
 // NewManager validates cfg and returns a Manager with no instances.
@@ -509,8 +512,14 @@ func (m *Manager) Destroy(id string) (err error) {
 }
 
 // Close destroys every instance and waits for all connections to end.
+// After HandOver it does nothing: what it would close and unlink is the
+// new process's.
 func (m *Manager) Close() error {
 	m.mu.Lock()
+	if m.handedOver {
+		m.mu.Unlock()
+		return ErrHandedOver
+	}
 	if m.closed {
 		m.mu.Unlock()
 		return nil

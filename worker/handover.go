@@ -154,6 +154,19 @@ func (p *Pool) Pause(ctx context.Context) error {
 	return nil
 }
 
+// HandOver marks the paused pool as handed over to a new process (the
+// old side's commit, docs/upgrade.md): its workers are the new process's.
+// The pool forgets them and its instances; Close, retire and every later
+// call stop, kill or send nothing.
+func (p *Pool) HandOver() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.handedOver = true
+	p.closed = true
+	p.procs = map[key]*process{}
+	p.instances = map[string]*procInstance{}
+}
+
 // waitAll waits until cond holds for every live process (under its lock).
 func waitAll(ctx context.Context, procs []*process, cond func(*process) bool) error {
 	for {

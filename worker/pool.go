@@ -100,6 +100,9 @@ type Pool struct {
 	adoptProcs []*process
 	adoptInsts map[string]handover.Instance
 	adoptTab   *handover.Table
+	// handedOver: a new process serves the workers (HandOver); nothing
+	// here stops or kills one again.
+	handedOver bool
 }
 
 // domainInfo is what the pool knows of a trust domain.
@@ -298,6 +301,10 @@ func (p *Pool) retire(pr *process) {
 		return
 	}
 	p.mu.Lock()
+	if p.handedOver {
+		p.mu.Unlock()
+		return
+	}
 	if p.procs[pr.key] == pr {
 		delete(p.procs, pr.key)
 	}
@@ -525,6 +532,8 @@ func (p *Pool) DropDomain(name string) {
 
 // Close stops every worker (their instances must be closed first, or are
 // lost) and the schedulers.
+//
+// After HandOver it does nothing: the workers are the new process's.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	if p.closed {

@@ -418,8 +418,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	gate := &control.Gate{}
 	stdoutF, _ := stdout.(*os.File)
 	stderrF, _ := stderr.(*os.File)
-	up := &upgrader{log: log, m: m, lock: lock, gate: gate, listeners: listeners, args: args,
-		stdout: stdoutF, stderr: stderrF, exit: make(chan struct{})}
+	up := newUpgrader(&upgrader{log: log, m: m, lock: lock, gate: gate, listeners: listeners, args: args,
+		stdout: stdoutF, stderr: stderrF})
 	xenCtx, stopXen := context.WithCancel(ctx)
 	xa := newXenAttacher(xenCtx, m, log)
 	defer func() { stopXen(); xa.Wait() }() // before the manager closes
@@ -428,6 +428,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		handlerOpts = append(handlerOpts, control.WithMigration(migTLSConf))
 	}
 	srv := &http.Server{Handler: control.Handler(m, handlerOpts...), ReadHeaderTimeout: 10 * time.Second}
+	migDone := make(chan error, 1)
+	migCtx, stopMig := context.WithCancel(ctx)
+	defer stopMig()
+	migAddr := ""
+	if cfg.MigrateListen != "" || migL != nil {
+		ml := migL
+		if ml == nil {
+			if ml, err = net.Listen("tcp", cfg.MigrateListen); err != nil {
+				l.Close()
+				return fmt.Errorf("migrate listen: %w", err)
+			}
+		}
+		mp := newPausable(ml)
+		listeners["migrate"] = mp
+		ml = mp
+		migAddr = ml.Addr().String()
+		log.Info("receiving migrations", "addr", migAddr)
+		dst := &migrate.Destination{Manager: m, TLS: migTLSConf, Logger: log}
+		go func() { migDone <- dst.Serve(migCtx, ml) }()
+	} else {
+		migDone <- nil
+	}
+	// From here an upgrade may hand everything over (the control API,
+	// SIGHUP): every way out of run passes up.settle first, which exits
+	// this process, touching nothing, if one committed.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	hupDone := make(chan struct{})
@@ -457,28 +482,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(pl) }()
-	migDone := make(chan error, 1)
-	migCtx, stopMig := context.WithCancel(ctx)
-	defer stopMig()
-	migAddr := ""
-	if cfg.MigrateListen != "" || migL != nil {
-		ml := migL
-		if ml == nil {
-			if ml, err = net.Listen("tcp", cfg.MigrateListen); err != nil {
-				l.Close()
-				return fmt.Errorf("migrate listen: %w", err)
-			}
-		}
-		mp := newPausable(ml)
-		listeners["migrate"] = mp
-		ml = mp
-		migAddr = ml.Addr().String()
-		log.Info("receiving migrations", "addr", migAddr)
-		dst := &migrate.Destination{Manager: m, TLS: migTLSConf, Logger: log}
-		go func() { migDone <- dst.Serve(migCtx, ml) }()
-	} else {
-		migDone <- nil
-	}
 	log.Info("serving", "control", sock, "instances", len(m.List()))
 	ready := "vgpud ready control=" + sock
 	if ms != nil {
@@ -490,19 +493,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout, ready)
 
 	select {
-	case <-up.exit:
-		// Handed over: the new process serves every socket, connection
-		// and worker; closing or removing anything here would take it
-		// from it, and releasing the devices may wait on the OpenCL
-		// runtime: exit now, as a crash would, which frees only this
-		// process's own copies.
-		log.Info("upgrade: exiting")
-		os.Exit(0)
 	case <-ctx.Done():
+		up.settle()
 		log.Info("shutting down: telling the guests, draining fetched commands", "drain", *stopDrain)
 		rep := m.Drain(context.Background(), *stopDrain)
 		log.Info("drained", "instances", rep.Instance, "agents_told", rep.Told, "drained", rep.Drained, "cut_off", rep.Cut)
 	case err := <-served:
+		up.settle()
 		return errors.Join(fmt.Errorf("control server: %w", err), ms.stop(context.Background()))
 	}
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -36,16 +36,20 @@ const (
 	pauseWait = 30 * time.Second
 	// readyWait bounds the new process's adoption of the state.
 	readyWait = 30 * time.Second
+	// answerWait bounds, after the commit, the answer to the upgrade
+	// request: the old process exits when it went out or after this long.
+	answerWait = 10 * time.Second
 )
 
 // pausable is a listener whose Accept an upgrade pauses: connections then
-// wait in the listen queue for whichever process accepts next.
+// wait in the listen queue for whichever process accepts next. After a
+// commit it stays paused until the process exits: its server must not
+// return (run would shut down what the new process serves).
 type pausable struct {
 	net.Listener
-	mu      sync.Mutex
-	paused  bool
-	resume  chan struct{}
-	retired chan struct{}
+	mu     sync.Mutex
+	paused bool
+	resume chan struct{}
 }
 
 func newPausable(l net.Listener) *pausable {
@@ -55,7 +59,7 @@ func newPausable(l net.Listener) *pausable {
 		// new process serves the same file).
 		ul.SetUnlinkOnClose(false)
 	}
-	return &pausable{Listener: l, resume: make(chan struct{}), retired: make(chan struct{})}
+	return &pausable{Listener: l, resume: make(chan struct{})}
 }
 
 func (p *pausable) deadline(t time.Time) {
@@ -77,11 +81,7 @@ func (p *pausable) Accept() (net.Conn, error) {
 			p.deadline(time.Time{})
 			continue
 		}
-		select {
-		case <-resume:
-		case <-p.retired:
-			return nil, net.ErrClosed
-		}
+		<-resume
 	}
 }
 
@@ -100,8 +100,6 @@ func (p *pausable) unpause() {
 	p.mu.Unlock()
 	p.deadline(time.Time{})
 }
-
-func (p *pausable) retire() { close(p.retired) }
 
 // conn is the listening socket, to hand over.
 func (p *pausable) conn() (syscall.Conn, error) {
@@ -124,25 +122,86 @@ type upgrader struct {
 	stdout    *os.File
 	stderr    *os.File
 
-	busy      atomic.Bool
-	committed atomic.Bool
-	exit      chan struct{} // closed after a commit, once the answer went out
-	exitOnce  sync.Once
+	mu sync.Mutex
+	// Guarded by mu.
+	stopping bool          // run shuts down: no upgrade starts
+	running  chan struct{} // closed when the upgrade in progress ends; nil: none
+
+	// committed: this process handed everything over. From then on only
+	// exit runs: nothing here touches a shared object again.
+	committed  atomic.Bool
+	answered   chan struct{} // closed once the upgrade's answer went out
+	answerOnce sync.Once
+	exitOnce   sync.Once
 }
 
-func (u *upgrader) leave() { u.exitOnce.Do(func() { close(u.exit) }) }
+func newUpgrader(u *upgrader) *upgrader {
+	u.answered = make(chan struct{})
+	return u
+}
+
+// ErrStopping refuses an upgrade while vgpud shuts down.
+var ErrStopping = errors.New("vgpud is shutting down")
+
+// answer is the after of a committed upgrade: its answer went out.
+func (u *upgrader) answer() { u.answerOnce.Do(func() { close(u.answered) }) }
+
+// exit ends a process that handed over, once the upgrade's answer went
+// out (or answerWait passed): os.Exit, as a crash would, which frees only
+// this process's own copies of the descriptors. Closing or removing
+// anything, or releasing the devices (which may wait on the OpenCL
+// runtime), would take from the new process what it serves.
+func (u *upgrader) exit() {
+	t := time.NewTimer(answerWait)
+	select {
+	case <-u.answered:
+	case <-t.C:
+		u.log.Warn("upgrade: the answer to the upgrade request did not go out; exiting anyway", "waited", answerWait)
+	}
+	u.exitOnce.Do(func() {
+		u.log.Info("upgrade: exiting")
+		os.Exit(0)
+	})
+}
+
+// settle is the first step of every way run ends once it serves: no
+// upgrade starts from now on, one in progress is waited for, and if one
+// committed this process exits there and then (exit), touching nothing.
+func (u *upgrader) settle() {
+	u.mu.Lock()
+	u.stopping = true
+	running := u.running
+	u.mu.Unlock()
+	if running != nil {
+		u.log.Info("shutting down: waiting for the upgrade in progress to commit or roll back")
+		<-running
+	}
+	if u.committed.Load() {
+		u.exit() // does not return
+	}
+}
 
 // upgrade starts binary ("" : this program's file) as the new vgpud and
 // hands everything over; on any failure before the commit this process
 // goes on serving.
 func (u *upgrader) upgrade(ctx context.Context, binary string) (*control.UpgradeReport, func(), error) {
-	if !u.busy.CompareAndSwap(false, true) {
+	u.mu.Lock()
+	switch {
+	case u.stopping, u.committed.Load():
+		u.mu.Unlock()
+		return nil, nil, ErrStopping
+	case u.running != nil:
+		u.mu.Unlock()
 		return nil, nil, control.ErrUpgradeBusy
 	}
+	running := make(chan struct{})
+	u.running = running
+	u.mu.Unlock()
 	defer func() {
-		if !u.committed.Load() {
-			u.busy.Store(false)
-		}
+		u.mu.Lock()
+		u.running = nil
+		u.mu.Unlock()
+		close(running)
 	}()
 	if u.stdout == nil || u.stderr == nil {
 		return nil, nil, errors.New("upgrade: vgpud's standard output and error are not files to hand on")
@@ -234,21 +293,27 @@ func (u *upgrader) upgrade(ctx context.Context, binary string) (*control.Upgrade
 		resume()
 		return nil, nil, abort(err)
 	}
+	// The commit: from here this process only answers and exits. The
+	// manager and its pool forget what they handed over, so no path of
+	// this process's shutdown (a signal, a server returning) can close,
+	// unlink or stop any of it; and exit runs whatever becomes of the
+	// answer.
+	u.m.HandOver()
 	u.committed.Store(true)
+	go u.exit()
 	if err := ch.Send(handover.KindCommit, nil, nil); err != nil {
 		// The new process holds everything and takes over when this one
 		// exits (it reads the hang-up as the commit).
 		log.Warn("upgrade: commit not sent; the new vgpud takes over when this one exits", "err", err)
 	}
-	for _, l := range u.listeners {
-		l.retire()
-	}
+	// Requests that waited are answered "send it again"; the listeners
+	// stay paused (their servers must not return) until the exit.
 	u.gate.Retire()
 	rep := &control.UpgradeReport{OldPID: os.Getpid(), NewPID: cmd.Process.Pid, Binary: binary,
 		Instances: len(st.Instances), Workers: len(st.Workers), Paused: time.Since(paused), Took: time.Since(start)}
 	log.Info("upgrade: handed over; this vgpud exits", "paused", rep.Paused, "took", rep.Took,
 		"instances", rep.Instances, "workers", rep.Workers)
-	return rep, u.leave, nil
+	return rep, u.answer, nil
 }
 
 // export is the State of the paused daemon.
