@@ -135,6 +135,10 @@ type Device struct {
 	fenceVal uint64
 	stats    Stats
 	lostAt   time.Time // last RegError read while waiting (deviceLost)
+	// lost: the device reported StatusDeviceLost; every command that was
+	// in flight has been failed with it, and every call fails with
+	// ErrDeviceLost until Reopen.
+	lost bool
 }
 
 // Open checks the device behind regs, sets up the ring, completion records,
@@ -308,7 +312,7 @@ func (d *Device) Close() error {
 	if d.closed {
 		return nil
 	}
-	if d.Suspended() || d.abandoned.Load() {
+	if d.Suspended() || d.abandoned.Load() || d.lost {
 		d.closed = true
 		d.openGate()
 		return nil
@@ -317,6 +321,67 @@ func (d *Device) Close() error {
 	d.regs.Write32(abi.RegRingCtrl, 0)
 	d.closed = true
 	return err
+}
+
+// Reopen resets the device and sets its ring up again on the same
+// registers and memory, as Open does: the way back from a lost device
+// context (docs/ABI.md "Device lost": the reset brings the instance back
+// on a fresh one). Every buffer and program is freed by the reset; every
+// command still in flight fails with StatusDeviceLost (a reset writes no
+// completion record). Buffer and program handles keep counting, so a
+// handle from before the reset names nothing afterwards. It fails after
+// Close, on an abandoned device (its registers are another device's) and
+// while the device is suspended.
+func (d *Device) Reopen() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+		return ErrClosed
+	case d.abandoned.Load():
+		return d.lostErr()
+	case d.Suspended():
+		return fmt.Errorf("reopen: %w", ErrSuspended)
+	}
+	d.failInflight(abi.StatusDeviceLost)
+	regs := d.regs
+	regs.Write32(abi.RegRingCtrl, abi.RingCtrlReset)
+	regs.Write32(abi.RegErrorAck, 1)
+	// Records and tails of the old ring must not match the new indexes.
+	clear(d.ring.buf)
+	clear(d.compl.buf)
+	d.next, d.rung, d.reaped = 0, 0, 0
+	clear(d.results)
+	d.deferred = nil
+	regs.Write32(abi.RegRingBaseLo, uint32(d.ring.gpa))
+	regs.Write32(abi.RegRingBaseHi, uint32(d.ring.gpa>>32))
+	regs.Write32(abi.RegComplBaseLo, uint32(d.compl.gpa))
+	regs.Write32(abi.RegComplBaseHi, uint32(d.compl.gpa>>32))
+	regs.Write32(abi.RegRingSlots, uint32(d.slots))
+	d.programKick(regs)
+	regs.Write32(abi.RegRingCtrl, abi.RingCtrlEnable)
+	st := regs.Read32(abi.RegStatus)
+	if st&abi.StatusBitError != 0 || st&abi.StatusBitRingEnabled == 0 {
+		s := abi.Status(regs.Read32(abi.RegError))
+		if s == abi.StatusOK {
+			s = abi.StatusRingConfig
+		}
+		d.lost = true
+		return fmt.Errorf("reopen: enable ring (status register %#x): %w", st, abi.Errorf(s, "device refused the ring"))
+	}
+	d.lost = false
+	d.lostAt = time.Time{}
+	// A nop's completion says the device is quiescent: a command that was
+	// executing at the reset has ended (docs/ABI.md "Reset").
+	idx, err := d.submit(abi.NewCommand(&abi.Nop{}, 0, d.next), entry{sync: true})
+	if err == nil {
+		_, err = d.waitOK(idx)
+	}
+	if err != nil {
+		return fmt.Errorf("reopen: nop after the reset: %w", err)
+	}
+	d.log.Info("vgpu reopened: ring reset, buffers and programs gone")
+	return nil
 }
 
 // --- ring mechanics (d.mu held) ---
@@ -333,6 +398,9 @@ func (d *Device) check() error {
 		}
 		if d.abandoned.Load() {
 			return d.lostErr()
+		}
+		if d.lost {
+			return fmt.Errorf("%w: reset the device (Reopen) to continue", ErrDeviceLost)
 		}
 		d.smu.Lock()
 		g := d.gate
@@ -475,10 +543,15 @@ func (d *Device) pollCtx(ctx context.Context, what string, done func() bool) err
 const lostCheck = 10 * time.Millisecond
 
 // deviceLost reads RegError when lostCheck has passed since the last read
-// and reports a lost device context. Caller holds mu.
+// and reports a lost device context. On a lost device every command in
+// flight fails (failInflight): the device never completes them (docs/ABI.md
+// "Device lost"). Caller holds mu.
 func (d *Device) deviceLost() error {
 	if d.abandoned.Load() {
 		return d.lostErr()
+	}
+	if d.lost {
+		return fmt.Errorf("%w: reset the device (Reopen) to continue", ErrDeviceLost)
 	}
 	now := time.Now()
 	if now.Sub(d.lostAt) < lostCheck {
@@ -486,9 +559,37 @@ func (d *Device) deviceLost() error {
 	}
 	d.lostAt = now
 	if st := abi.Status(d.regs.Read32(abi.RegError)); st == abi.StatusDeviceLost {
-		return fmt.Errorf("%w: reset the device (open it again) to continue", ErrDeviceLost)
+		n := d.next - d.reaped
+		d.lost = true
+		d.failInflight(abi.StatusDeviceLost)
+		d.log.Warn("vgpu device context lost: commands in flight failed", "commands", n)
+		return fmt.Errorf("%w: %d commands in flight failed; reset the device (Reopen) to continue", ErrDeviceLost, n)
 	}
 	return nil
+}
+
+// failInflight ends every command submitted and not reaped as if the
+// device had completed it with status st: callbacks run, staging pages
+// return to the pool, the first failure of an untracked asynchronous
+// command is kept for Finish. A synchronous command's caller gets the
+// error of its wait instead of a record. Caller holds mu.
+func (d *Device) failInflight(st abi.Status) {
+	for ; d.reaped < d.next; d.reaped++ {
+		idx := d.reaped
+		e := d.inflight[idx%d.slots]
+		d.inflight[idx%d.slots] = entry{}
+		rec := abi.Completion{Seq: abi.SeqOf(idx), Tag: e.tag, Opcode: e.op, Status: st}
+		d.stats.Completed++
+		d.stats.Failed++
+		if e.onDone != nil {
+			e.onDone(rec)
+		}
+		d.free = append(d.free, e.pages...)
+		if !e.sync && !e.owned && d.deferred == nil {
+			d.deferred = cmdErr(idx, rec, e.op, e.tag)
+		}
+	}
+	d.rung = d.next
 }
 
 // reapOne waits for the oldest unreaped command, checks its record and

@@ -51,5 +51,14 @@
 // several clients on one device (vgpu-icdd); Reap collects what has landed
 // without waiting.
 //
+// # Device lost
+//
+// When the instance's device context is lost (docs/ABI.md "Device lost":
+// vgpud's worker process ended) the device never completes what is in its
+// ring. A wait, Reap or CheckLost that finds RegError reading
+// StatusDeviceLost fails every command in flight as if it had completed
+// with that status (callbacks included), and every later call fails with
+// ErrDeviceLost until Reopen resets the device and sets its ring up again.
+//
 // A Device is safe for concurrent use; its methods serialise on one mutex.
 package driver

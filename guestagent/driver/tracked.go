@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/vgpud/vgpud/abi"
 )
@@ -152,6 +153,9 @@ func (d *Device) Reap() (int, error) {
 	if d.abandoned.Load() {
 		return 0, d.lostErr()
 	}
+	if d.lost {
+		return 0, fmt.Errorf("reap: %w: reset the device (Reopen) to continue", ErrDeviceLost)
+	}
 	n := 0
 	for d.reaped < d.next && d.complSeq(d.reaped) == abi.SeqOf(d.reaped) {
 		if err := d.reapOne(); err != nil {
@@ -159,7 +163,45 @@ func (d *Device) Reap() (int, error) {
 		}
 		n++
 	}
+	if n == 0 && d.reaped < d.next {
+		// Nothing landed: a lost device never completes what is in
+		// flight, so look (at most every lostCheck) and fail it all.
+		if err := d.deviceLost(); err != nil {
+			return 0, fmt.Errorf("reap: %w", err)
+		}
+	}
 	return n, nil
+}
+
+// Lost reports whether the device has reported its context lost
+// (StatusDeviceLost, noticed while waiting or reaping) or was abandoned:
+// every call fails with ErrDeviceLost until Reopen.
+func (d *Device) Lost() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lost || d.abandoned.Load()
+}
+
+// CheckLost reads RegError once (one trapped register read) and, when the
+// device reports its context lost, fails every command in flight as a
+// wait would; it reports whether the device is lost. A server calls it
+// before handing the device to a new client, so that the client gets a
+// reset device rather than a dead ring. While another call holds the
+// device (a build, a wait: they look at RegError themselves) it does not
+// wait for it and reports what is known.
+func (d *Device) CheckLost() bool {
+	if !d.mu.TryLock() {
+		return d.abandoned.Load()
+	}
+	defer d.mu.Unlock()
+	if d.lost || d.abandoned.Load() {
+		return true
+	}
+	if d.closed || d.Suspended() {
+		return false
+	}
+	d.lostAt = time.Time{}
+	return d.deviceLost() != nil
 }
 
 // Pending returns the number of commands submitted and not yet reaped.

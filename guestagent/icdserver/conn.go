@@ -21,12 +21,39 @@ import (
 // a client id.
 type bufObj struct {
 	dev *device
+	gen uint64 // dev.gen when it was made
 	b   driver.Buffer
 }
 
 type progObj struct {
 	dev *device
+	gen uint64
 	p   driver.Program
+}
+
+// errStale is the failure of a request naming a buffer or program that was
+// lost with its device's context (Server.revive).
+var errStale = fmt.Errorf("object made before the device was reset: %w", driver.ErrDeviceLost)
+
+func (o bufObj) stale() bool  { return o.gen != o.dev.gen.Load() }
+func (o progObj) stale() bool { return o.gen != o.dev.gen.Load() }
+
+// failStale answers a request on a lost object: its event (ev, 0: none)
+// ends with StatusDeviceLost and nothing reaches the device.
+func (c *conn) failStale(ev uint64, dev *device) error {
+	cm, err := c.begin(ev, false)
+	if err != nil {
+		return err
+	}
+	c.part(cm, dev)
+	return c.seal(cm, nil, errStale)
+}
+
+// lost hands a device found lost to its reaper, which reopens it.
+func lost(dev *device, err error) {
+	if errors.Is(err, driver.ErrDeviceLost) {
+		dev.kick()
+	}
 }
 
 // event is a client's event: one tracked request's outcome.
@@ -240,6 +267,11 @@ func (c *conn) doHello(v *icdproto.Hello) (any, error) {
 	c.hello = true
 	r := &icdproto.HelloReply{Version: icdproto.Version}
 	for _, dev := range c.s.devs[:min(len(c.s.devs), icdproto.MaxDevices)] {
+		// A device whose context was lost while nobody used it: a new
+		// client gets it reopened, not a dead ring.
+		if dev.d.CheckLost() {
+			c.s.revive(dev)
+		}
 		in := dev.d.Info()
 		rec := icdproto.DeviceRecord{Index: uint32(dev.index), AbiVersion: in.Version, Features: in.Features,
 			ComputeUnits: in.ComputeUnits, MemSize: in.MemSize, MaxAlloc: in.MaxAlloc, MaxWorkGroup: in.MaxWorkGroup}
@@ -286,6 +318,7 @@ func (c *conn) doDeviceInfo(v *icdproto.DeviceInfo) (any, error) {
 	}
 	blob, err := dev.deviceInfo()
 	if err != nil {
+		lost(dev, err)
 		return &icdproto.DeviceInfoReply{Status: uint32(statusOf(err))}, nil
 	}
 	if len(blob) > icdproto.MaxDeviceInfo { // abi bounds it the same
@@ -432,6 +465,9 @@ func (c *conn) seal(cm *cmd, dev *device, err error) error {
 		dev.kick()
 	}
 	c.signal()
+	if dev != nil {
+		lost(dev, err)
+	}
 	if refused(err) {
 		return icdproto.Errorf(icdproto.ErrMalformed, "%v", err)
 	}
@@ -473,9 +509,10 @@ func (c *conn) doBufferCreate(v *icdproto.BufferCreate) error {
 	if err != nil {
 		return err
 	}
+	gen := dev.gen.Load()
 	b, err := dev.d.CreateBufferNotify(v.Size, v.Flags, c.part(cm, dev))
 	if err == nil {
-		c.buffers[v.Buffer] = bufObj{dev: dev, b: b}
+		c.buffers[v.Buffer] = bufObj{dev: dev, gen: gen, b: b}
 	}
 	return c.seal(cm, dev, err)
 }
@@ -490,11 +527,17 @@ func (c *conn) doBufferFree(v *icdproto.BufferFree) error {
 }
 
 func (c *conn) freeBuffer(o bufObj) error {
+	if o.stale() {
+		return nil // gone with the device context
+	}
 	cm, _ := c.begin(0, false)
 	return c.seal(cm, o.dev, o.dev.d.FreeNotify(o.b, c.part(cm, o.dev)))
 }
 
 func (c *conn) freeProgram(o progObj) error {
+	if o.stale() {
+		return nil
+	}
 	cm, _ := c.begin(0, false)
 	return c.seal(cm, o.dev, o.dev.d.FreeProgramNotify(o.p, c.part(cm, o.dev)))
 }
@@ -510,6 +553,9 @@ func (c *conn) doTransfer(write bool, v *icdproto.Transfer) error {
 	data, err := c.arenaRange(v.Arena, v.ArenaOffset, v.Length)
 	if err != nil {
 		return err
+	}
+	if o.stale() {
+		return c.failStale(v.Event, o.dev)
 	}
 	cm, err := c.begin(v.Event, false)
 	if err != nil {
@@ -550,6 +596,9 @@ func (c *conn) doCopy(v *icdproto.Copy) error {
 		return icdproto.Errorf(icdproto.ErrRange, "copy within buffer %d: %d+%d and %d+%d overlap", v.Src, v.SrcOffset, v.Length, v.DstOffset, v.Length)
 	}
 	dev := src.dev
+	if src.stale() || dst.stale() {
+		return c.failStale(v.Event, dev)
+	}
 	cm, err := c.begin(v.Event, false)
 	if err != nil {
 		return err
@@ -581,6 +630,9 @@ func (c *conn) doFill(v *icdproto.Fill) error {
 		return err
 	}
 	dev := o.dev
+	if o.stale() {
+		return c.failStale(v.Event, dev)
+	}
 	pattern := v.Pattern[:v.PatternLen]
 	cm, err := c.begin(v.Event, false)
 	if err != nil {
@@ -629,8 +681,10 @@ func (c *conn) doBuild(v *icdproto.Build) (any, error) {
 		return nil, err
 	}
 	c.used[dev] = true
+	gen := dev.gen.Load()
 	// string() copies: the client may change the arena meanwhile.
 	p, log, err := dev.d.BuildFlags(string(src), string(opts), uint16(v.Flags))
+	lost(dev, err)
 	if refused(err) {
 		return nil, icdproto.Errorf(icdproto.ErrMalformed, "build: %v", err)
 	}
@@ -642,7 +696,7 @@ func (c *conn) doBuild(v *icdproto.Build) (any, error) {
 	if err != nil {
 		return r, nil
 	}
-	c.programs[v.Program] = progObj{dev: dev, p: p}
+	c.programs[v.Program] = progObj{dev: dev, gen: gen, p: p}
 	if blob := programInfo(dev, p); blob != nil {
 		r.InfoLen = uint64(len(blob))
 		if r.LogLen+r.InfoLen <= v.OutCap {
@@ -690,8 +744,12 @@ func (c *conn) doProgramInfo(v *icdproto.ProgramInfo) (any, error) {
 	if minor(o.dev) < 4 {
 		return &icdproto.ProgramInfoReply{Status: uint32(abi.StatusInvalidOpcode)}, nil
 	}
+	if o.stale() {
+		return &icdproto.ProgramInfoReply{Status: uint32(abi.StatusDeviceLost)}, nil
+	}
 	info, err := o.dev.d.ProgramInfo(o.p)
 	if err != nil {
+		lost(o.dev, err)
 		return &icdproto.ProgramInfoReply{Status: uint32(statusOf(err))}, nil
 	}
 	blob, err := info.Marshal()
@@ -728,6 +786,14 @@ func (c *conn) doLaunch(v *icdproto.Launch) error {
 		}
 	}
 	r := driver.NDRange{Dims: v.WorkDim, Offset: v.GlobalOffset, Global: v.GlobalSize, Local: v.LocalSize}
+	if o.stale() {
+		return c.failStale(v.Event, o.dev)
+	}
+	for _, a := range v.Args {
+		if b, ok := c.buffers[uint32(a.Value)]; ok && a.Kind == abi.ArgBuffer && b.stale() {
+			return c.failStale(v.Event, o.dev)
+		}
+	}
 	cm, err := c.begin(v.Event, true)
 	if err != nil {
 		return err

@@ -10,7 +10,13 @@
 // (wait for its commands, free its buffers and programs, unmap its arenas).
 // Per served device it owns one reaper goroutine that reaps completions as
 // they land, so that events are timestamped promptly; a blocking Wait
-// waits for the completions it delivers rather than polling itself.
+// waits for the completions it delivers rather than polling itself. When a
+// device's context is lost (vgpud's worker ended), the driver fails the
+// commands in flight, so each client's events end with StatusDeviceLost;
+// the reaper then reopens the device (Server.revive), and a Hello finds a
+// device lost while idle and has it reopened too. Buffers and programs of
+// the lost context are stale: requests naming them end with
+// StatusDeviceLost without reaching the device.
 //
 // It drives the devices only through guestagent/driver, using the tracked
 // commands (driver/tracked.go) whose completion callbacks own their status:

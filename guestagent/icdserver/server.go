@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vgpud/vgpud/guestagent/driver"
@@ -54,6 +55,13 @@ type device struct {
 	// wake is signalled when commands were submitted: the reaper polls
 	// while the device has commands in flight.
 	wake chan struct{}
+
+	// gen counts the device's resets after a lost device context
+	// (Server.revive): a buffer or program made in an older generation
+	// is gone with the context it lived in.
+	gen atomic.Uint64
+	// reviveMu serialises revive.
+	reviveMu sync.Mutex
 
 	infoMu sync.Mutex
 	// Guarded by infoMu: the device-information blob, read once and kept
@@ -124,7 +132,9 @@ const (
 
 // reap reaps dev's completions while it has commands in flight, so that
 // callbacks (and the events' end times) run promptly even when no client
-// waits.
+// waits. When the device reports its context lost, the driver has failed
+// every command in flight (each client's events end with
+// StatusDeviceLost) and the reaper reopens the device for what comes next.
 func (s *Server) reap(dev *device) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
@@ -134,9 +144,15 @@ func (s *Server) reap(dev *device) {
 			return
 		case <-dev.wake:
 		}
+		if dev.d.Lost() && !s.revive(dev) {
+			continue
+		}
 		sleep := reapMinSleep
 		for dev.d.Pending() > 0 {
 			n, err := dev.d.Reap()
+			if errors.Is(err, driver.ErrDeviceLost) && s.revive(dev) {
+				continue
+			}
 			if err != nil {
 				s.log.Debug("icd reaper stops polling", "device", dev.index, "err", err)
 				break
@@ -154,6 +170,29 @@ func (s *Server) reap(dev *device) {
 			sleep = min(2*sleep, reapMaxSleep)
 		}
 	}
+}
+
+// revive reopens dev when its driver reports the device context lost
+// (docs/ABI.md "Device lost"; the reset brings the instance back on a
+// fresh context). Buffers and programs of the old generation are stale
+// from then on: requests naming them fail with StatusDeviceLost without
+// reaching the device. It reports whether the device is usable.
+func (s *Server) revive(dev *device) bool {
+	dev.reviveMu.Lock()
+	defer dev.reviveMu.Unlock()
+	if !dev.d.Lost() {
+		return true
+	}
+	gen := dev.gen.Add(1)
+	if err := dev.d.Reopen(); err != nil {
+		s.log.Error("icd device lost and not reopened", "device", dev.index, "err", err)
+		return false
+	}
+	dev.infoMu.Lock()
+	dev.info = nil
+	dev.infoMu.Unlock()
+	s.log.Warn("icd device context lost: device reopened; older buffers and programs are gone", "device", dev.index, "generation", gen)
+	return true
 }
 
 // Serve accepts connections on l and serves each on its own goroutine

@@ -80,6 +80,43 @@ type Device struct {
 	used      uint64
 	programs  map[uint32][]abi.KernelInfo // scanned kernels, sorted by name
 	Launches  int                         // launches executed
+	held      bool                        // Hold: doorbells queue commands
+	tail      uint32                      // last tail rung while held
+	lost      bool                        // Lose: until a reset
+}
+
+// Hold makes later doorbells queue their commands instead of running them,
+// so that they stay in flight (a kernel that runs for ever); Release runs
+// what was queued and ends the hold.
+func (f *Device) Hold() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.held, f.tail = true, f.head
+}
+
+// Release runs the commands queued since Hold and ends the hold.
+func (f *Device) Release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.held = false
+	if f.enabled {
+		for f.head != f.tail {
+			f.exec(f.head)
+			f.head++
+		}
+	}
+}
+
+// Lose plays the end of the instance's worker process in vgpud
+// (docs/ABI.md "Device lost"): RegError reads StatusDeviceLost, the ring
+// stops, the commands in flight never complete, every buffer and program
+// is gone, and doorbells are refused with StatusDeviceLost until a reset.
+func (f *Device) Lose() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lost, f.enabled, f.held = true, false, false
+	f.buffers, f.programs, f.used = map[uint32][]byte{}, map[uint32][]abi.KernelInfo{}, 0
+	f.fail(abi.StatusDeviceLost)
 }
 
 // New returns a fake device with room for 64 Ki guest pages (256 MiB).
@@ -237,7 +274,10 @@ func (f *Device) Write32(off, v uint32) {
 		f.slots = v
 	case abi.RegRingCtrl:
 		if v&abi.RingCtrlReset != 0 {
-			f.enabled, f.head = false, 0
+			if f.lost {
+				f.lost, f.errReg, f.errCount = false, abi.StatusOK, 0
+			}
+			f.enabled, f.head, f.held = false, 0, false
 			f.buffers, f.programs, f.used = map[uint32][]byte{}, map[uint32][]abi.KernelInfo{}, 0
 			return
 		}
@@ -252,12 +292,20 @@ func (f *Device) Write32(off, v uint32) {
 		}
 		f.enabled, f.head = true, 0
 	case abi.RegRingTail:
+		if f.lost {
+			f.fail(abi.StatusDeviceLost)
+			return
+		}
 		if !f.enabled {
 			f.fail(abi.StatusRingConfig)
 			return
 		}
 		if v-f.head > f.slots {
 			f.fail(abi.StatusRingOverflow)
+			return
+		}
+		if f.held {
+			f.tail = v
 			return
 		}
 		for f.head != v {
