@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -39,6 +41,21 @@ var bannedIdentifiers = map[string]bool{
 	"_Pragma": true, "__pragma": true, "__debug": true,
 }
 
+// unpastableIdentifiers may not appear anywhere outside comments (as
+// bannedIdentifiers), and those marked true not be formed by token
+// pasting either: inline assembly in each spelling (a kernel with it
+// makes raw system calls, docs/sandbox.md; clang accepts __asm__ and
+// __asm in OpenCL C, and asm only in GNU modes, which OpenCL C is not:
+// "use of undeclared identifier 'asm'" with PoCL 3.1 for every
+// -cl-std), and the macros that give the host's clock (__TIMESTAMP__
+// also the temporary source file's time). Refused, not predefined: a
+// program that names them is told so, instead of building with a value
+// that lies.
+var unpastableIdentifiers = map[string]bool{
+	"asm": false, "__asm": true, "__asm__": true,
+	"__DATE__": true, "__TIME__": true, "__TIMESTAMP__": true,
+}
+
 // CheckSource rejects OpenCL C source and build options that could make an
 // in-process compiler read host files or crash it (PoCL 3.1 puts a host
 // file's lines into the build log for #include "/etc/...", and aborts the
@@ -48,13 +65,100 @@ var bannedIdentifiers = map[string]bool{
 // allow-list, file probes, _Pragma, __debug, universal character names in
 // identifiers, NUL bytes, and options other than -D, -U, -w, -Werror,
 // -cl-std=CL1.0..CL3.0 and other -cl-* flags; token pasting is allowed
-// (ABI 1.4). Build calls it first; the error wraps ErrSourceRejected (an
-// ErrBuildFailed).
+// (ABI 1.4). Inline assembly (asm, __asm, __asm__) and the clock macros
+// (__DATE__, __TIME__, __TIMESTAMP__) are refused written out, in a -D
+// value, and wherever the source or options paste tokens (## or %:%:)
+// from whose identifiers they could be formed. Build calls it first; the
+// error wraps ErrSourceRejected (an ErrBuildFailed).
 func CheckSource(source, options string) error {
 	if err := checkOptions(options); err != nil {
 		return err
 	}
-	return checkSource(source)
+	if err := checkSource(source); err != nil {
+		return err
+	}
+	// -D values are macro bodies: identifiers and pasting as in the source.
+	values := macroValues(options)
+	if err := checkTokens(values); err != nil {
+		return err
+	}
+	return checkPasting(source + "\n" + values)
+}
+
+// macroValues returns the VALUEs of options' -D NAME=VALUE, one a line.
+func macroValues(options string) string {
+	var b strings.Builder
+	fields := strings.Fields(options)
+	for i, f := range fields {
+		def, ok := strings.CutPrefix(f, "-D")
+		if ok && def == "" && i+1 < len(fields) {
+			def = fields[i+1]
+		}
+		if _, v, ok := strings.Cut(def, "="); ok && strings.HasPrefix(f, "-D") {
+			b.WriteString(v)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// pasteOperators are the spellings of the paste operator, and of # next
+// to a %: (two tokens, but cheap to be wary of).
+var pasteOperators = []string{"##", "%:%:", "#%:", "%:#"}
+
+// checkPasting refuses text that pastes tokens if an unpastable
+// identifier is a concatenation of two or more identifiers (or pieces of
+// literals and comments) that appear in it, on every reading of it
+// (checkSource's): pasting joins whole tokens, and the operands come from
+// the text itself. It cannot see identifiers that only the OpenCL
+// headers' macros produce; docs/ABI.md says why that is contained.
+func checkPasting(text string) error {
+	for _, v := range [...]struct{ trigraphs, loose bool }{{true, true}, {false, true}, {false, false}} {
+		s := spliceLines(text, v.trigraphs, v.loose)
+		if !slices.ContainsFunc(pasteOperators, func(op string) bool { return strings.Contains(s, op) }) {
+			continue
+		}
+		words := map[string]bool{}
+		for _, w := range strings.FieldsFunc(s, func(r rune) bool { return r < 0x80 && !isIdent(byte(r)) }) {
+			words[w] = true
+		}
+		for _, id := range slices.Sorted(maps.Keys(unpastableIdentifiers)) {
+			if !unpastableIdentifiers[id] {
+				continue
+			}
+			if pieces := concatenation(id, words); pieces != nil {
+				return rejected("%q could be formed by pasting %q (inline assembly and the clock macros are not allowed)", id, pieces)
+			}
+		}
+	}
+	return nil
+}
+
+// concatenation returns two or more words whose concatenation is id, or
+// nil if there are none.
+func concatenation(id string, words map[string]bool) []string {
+	// from[i]: the last word of a concatenation of id[:i], or "".
+	from := make([]string, len(id)+1)
+	reach := make([]bool, len(id)+1)
+	reach[0] = true
+	for i := 1; i <= len(id); i++ {
+		for j := 0; j < i; j++ {
+			w := id[j:i]
+			// The whole of id as one word is checkIdent's, not pasting.
+			if reach[j] && words[w] && len(w) < len(id) {
+				reach[i], from[i] = true, w
+				break
+			}
+		}
+	}
+	if !reach[len(id)] {
+		return nil
+	}
+	var pieces []string
+	for i := len(id); i > 0; i -= len(from[i]) {
+		pieces = append([]string{from[i]}, pieces...)
+	}
+	return pieces
 }
 
 func rejected(format string, args ...any) error {
@@ -223,6 +327,9 @@ func scan(s string) error {
 func checkIdent(id string) error {
 	if bannedIdentifiers[id] || strings.Contains(id, "__debug") || strings.Contains(id, "\\") {
 		return rejected("%q is not allowed", id)
+	}
+	if _, ok := unpastableIdentifiers[id]; ok {
+		return rejected("%q is not allowed (inline assembly and the clock macros are refused)", id)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -104,4 +105,70 @@ func FuzzCheckSource(f *testing.F) {
 			}
 		}
 	})
+}
+
+// asmAndClockSources are programs that use inline assembly or read the
+// host's clock, in each spelling the compiler accepts and some it
+// does not: written out, through a macro, pasted, in a -D value. Each is
+// refused; the error names what.
+var asmAndClockSources = []struct {
+	name, src, opts, want string
+}{
+	{"__asm__", `__kernel void k(__global int *v) { __asm__ volatile("syscall"); v[0] = 1; }`, "", `"__asm__"`},
+	{"__asm", `__kernel void k(__global int *v) { __asm volatile("syscall"); v[0] = 1; }`, "", `"__asm"`},
+	{"asm", `__kernel void k(__global int *v) { asm("syscall"); v[0] = 1; }`, "", `"asm"`},
+	{"file scope", "__asm__(\".globl x\");\n__kernel void k(void) {}", "", `"__asm__"`},
+	{"asm label", `int f(void) __asm__("getpid"); __kernel void k(void) {}`, "", `"__asm__"`},
+	{"macro", "#define SYS __asm__ volatile(\"syscall\")\n__kernel void k(void) { SYS; }", "", `"__asm__"`},
+	{"pasted", "#define C(a, b) a##b\n__kernel void k(void) { C(__as, m__)(\"syscall\"); }", "", `"__asm__"`},
+	{"pasted in three", "#define C(a, b, c) a##b##c\n__kernel void k(void) { C(_, _as, m)(\"syscall\"); }", "", `"__asm"`},
+	{"pasted digraph", "#define C(a, b) a%:%:b\n__kernel void k(void) { C(__a, sm__)(\"syscall\"); }", "", `"__asm__"`},
+	{"pasted trigraph", "#define C(a, b) a??=??=b\n__kernel void k(void) { C(__a, sm)(\"syscall\"); }", "", `"__asm"`},
+	{"pasted across a splice", "#define C(a, b) a#\\\n#b\n__kernel void k(void) { C(__a, sm)(\"syscall\"); }", "", `"__asm"`},
+	{"pieces from options", "#define C(a, b) a##b\n#define X C(P, Q)\n__kernel void k(void) { X(\"syscall\"); }", "-DP=__as -DQ=m__", `"__asm__"`},
+	{"-D value", `__kernel void k(void) { X("syscall"); }`, "-DX=__asm__", `"__asm__"`},
+	{"-D value pasted", `__kernel void k(void) { X("syscall"); }`, "-D X=__as##m__", `"__asm__"`},
+	{"__DATE__", `__constant char d[] = __DATE__;`, "", `"__DATE__"`},
+	{"__TIME__", `__constant char d[] = __TIME__;`, "", `"__TIME__"`},
+	{"__TIMESTAMP__", `__constant char d[] = __TIMESTAMP__;`, "", `"__TIMESTAMP__"`},
+	{"pasted __TIMESTAMP__", "#define C(a, b) a##b\n__constant char d[] = C(__TIME, STAMP__);", "", `"__TIMESTAMP__"`},
+}
+
+func TestCheckSourceRefusesAsmAndClock(t *testing.T) {
+	for _, tt := range asmAndClockSources {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckSource(tt.src, tt.opts)
+			if !errors.Is(err, ErrSourceRejected) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("CheckSource(%q, %q) = %v, want ErrSourceRejected naming %s", tt.src, tt.opts, err, tt.want)
+			}
+		})
+	}
+	// Pasting is still allowed where its pieces cannot form them.
+	for _, src := range []string{
+		"#define CONCAT(a, b) a##b\n__kernel void CONCAT(k, 1)(__global int *a, int s, int m) { a[s] = m; }",
+		"#define C(a, b) a##b\nint C(time, stamp); int C(as, m);", // asm is no keyword in OpenCL C
+		"// __asm__ in a comment\n__kernel void k(void) {}",
+	} {
+		if err := CheckSource(src, "-DN=4"); err != nil {
+			t.Errorf("CheckSource(%q) = %v, want nil", src, err)
+		}
+	}
+}
+
+// TestBuildRefusesAsm builds each program of asmAndClockSources on a
+// real device: Build fails with ErrSourceRejected (StatusBuildFailed for
+// the guest) and a log that says why, before the compiler sees it.
+func TestBuildRefusesAsm(t *testing.T) {
+	if _, err := Devices(); err != nil {
+		t.Skipf("no OpenCL device: %v", err)
+	}
+	q := newQueue(t, openDevice(t, "0"))
+	for _, tt := range asmAndClockSources {
+		t.Run(tt.name, func(t *testing.T) {
+			_, log, err := q.Build(tt.src, tt.opts)
+			if !errors.Is(err, ErrSourceRejected) || !strings.Contains(log, tt.want) {
+				t.Errorf("Build(%q, %q) = %v, log %q; want ErrSourceRejected, a log naming %s", tt.src, tt.opts, err, log, tt.want)
+			}
+		})
+	}
 }
