@@ -30,6 +30,17 @@ type Destination struct {
 	// StepTimeout bounds each wait on the source (a round's records, the
 	// command after the stream) and on QEMU; 0 means 2 minutes.
 	StepTimeout time.Duration
+	// HandshakeTimeout bounds a new connection's TLS handshake and its
+	// first records (Header, Instance) together: a peer that connects and
+	// sends nothing is dropped then. 0 means DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// MaxConns bounds the connections open at once, authenticated or not;
+	// one over it is closed as soon as it is accepted. 0 means
+	// DefaultMaxConns.
+	MaxConns int
+	// OnRefuse, if set, is called for each connection refused over
+	// MaxConns (a metric).
+	OnRefuse func()
 	// ResumeTimeout bounds the guest agent's answer to Resume after the
 	// device is plugged (it includes the guest noticing the hot-plug); 0
 	// means 60 s.
@@ -44,6 +55,12 @@ type Destination struct {
 	wg sync.WaitGroup
 }
 
+// Defaults for Destination.
+const (
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultMaxConns         = 16
+)
+
 // Serve accepts connections on ln until ctx ends or ln is closed, then
 // waits for the migrations in progress (which ctx also ends).
 func (d *Destination) Serve(ctx context.Context, ln net.Listener) error {
@@ -52,7 +69,12 @@ func (d *Destination) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	tl := tls.NewListener(ln, d.TLS.Server())
+	maxConns := d.MaxConns
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
+	}
+	limit := &accept.Limit{Max: maxConns, Name: "migrate", Logger: d.log(), OnRefuse: d.OnRefuse}
+	tl := tls.NewListener(limit.Listener(ln), d.TLS.Server())
 	defer d.wg.Wait()
 	for {
 		c, err := accept.Retry(ctx, tl.Accept, func(err error, delay time.Duration) {
@@ -132,8 +154,18 @@ func (in *incoming) fail(step string, err error) error {
 	return fmt.Errorf("%s: %w", step, err)
 }
 
+func (d *Destination) handshakeTimeout() time.Duration {
+	if d.HandshakeTimeout <= 0 {
+		return DefaultHandshakeTimeout
+	}
+	return d.HandshakeTimeout
+}
+
 func (d *Destination) handle(ctx context.Context, conn *tls.Conn) (err error) {
-	conn.SetDeadline(time.Now().Add(d.stepTimeout()))
+	// Until the peer has authenticated and said which instance it
+	// brings, it gets seconds, not a step's minutes: a flood of
+	// connections that never send a byte holds its places only that long.
+	conn.SetDeadline(time.Now().Add(d.handshakeTimeout()))
 	if err := conn.HandshakeContext(ctx); err != nil {
 		return fmt.Errorf("tls handshake: %w", err)
 	}
@@ -247,10 +279,10 @@ func (in *incoming) discard(ctx context.Context) {
 	}
 }
 
-// instance reads Header and Instance, creates the instance (frozen) and
-// checks that the VM's QEMU is waiting for the migration.
+// instance reads Header and Instance (within the handshake's deadline),
+// creates the instance (frozen) and checks that the VM's QEMU is waiting
+// for the migration.
 func (in *incoming) instance(ctx context.Context) error {
-	in.deadline()
 	if _, err := in.r.Next(); err != nil { // Header: checked by the Reader
 		return err
 	}
@@ -262,6 +294,7 @@ func (in *incoming) instance(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("%w: stream starts with %v, want instance", stream.ErrCorrupt, rec.Type())
 	}
+	in.deadline()
 	req := mdev.CreateRequest{UUID: ir.ID, Profile: ir.Profile, ReuseDomain: ir.Domain}
 	inst, err := in.d.Manager.Create(req)
 	if err != nil {

@@ -4,7 +4,8 @@
 // before it was accepted. Like net/http's Server, it retries those with a
 // backoff from 5 ms doubling to 1 s, and reports each one, so that one
 // "too many open files" never stops a socket for good. It knows nothing of
-// what is accepted.
+// what is accepted. Limit bounds the connections a listener has open at
+// once, closing those over it as soon as they are accepted.
 package accept
 
 import (
