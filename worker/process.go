@@ -517,8 +517,13 @@ func exitCause(err error) string {
 	return CauseExit
 }
 
-// relayLogs copies the worker's JSON log lines into the main log,
-// attributed to the worker, cut and rate-limited.
+// relayLogs copies the worker's stderr lines into the main log,
+// attributed to the worker, cut and rate-limited, and quoted: a worker
+// taken over by guest code writes what it likes there, so no line becomes
+// a record of the main process's own. Each is one record with a fixed
+// message and the line as the value of "untrusted" (the handler quotes
+// it); the level a JSON line claims is kept for filtering, but never
+// above WARN.
 func (pr *process) relayLogs(r *os.File) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), 64<<10)
@@ -539,16 +544,15 @@ func (pr *process) relayLogs(r *os.File) {
 		}
 		var rec struct {
 			Level string `json:"level"`
-			Msg   string `json:"msg"`
 		}
 		if json.Unmarshal([]byte(line), &rec) != nil {
 			// Not the worker's own log: the OpenCL runtime or compiler
 			// writing to stderr.
-			pr.log.Debug("worker stderr", "line", line)
+			pr.log.Debug("worker stderr (untrusted)", "untrusted", line)
 			continue
 		}
 		lvl := slog.LevelInfo
 		_ = lvl.UnmarshalText([]byte(rec.Level))
-		pr.log.Log(context.Background(), lvl, "worker: "+rec.Msg, "line", line)
+		pr.log.Log(context.Background(), min(lvl, slog.LevelWarn), "worker log line (untrusted)", "untrusted", line)
 	}
 }
