@@ -295,13 +295,22 @@ func (in *incoming) instance(ctx context.Context) error {
 		return fmt.Errorf("%w: stream starts with %v, want instance", stream.ErrCorrupt, rec.Type())
 	}
 	in.deadline()
-	req := mdev.CreateRequest{UUID: ir.ID, Profile: ir.Profile, ReuseDomain: ir.Domain}
+	// The trust domain is this host operator's to choose, never the
+	// stream's: a source (any holder of a certificate the migration CA
+	// signed) that named another tenant's domain would have its records
+	// applied, and its programs built, in that tenant's worker. The
+	// instance gets its private domain (instance:<uuid>).
+	req := mdev.CreateRequest{UUID: ir.ID, Profile: ir.Profile}
 	inst, err := in.d.Manager.Create(req)
 	if err != nil {
 		return err
 	}
 	in.inst = inst
 	in.log = in.log.With("instance", inst.UUID())
+	if ir.Domain != "" {
+		in.log.Warn("incoming migration: the source named a reuse domain; the instance gets its own private domain here",
+			"source_domain", ir.Domain, "domain", inst.ReuseDomain())
+	}
 	if in.mig, err = inst.Migrator(); err != nil {
 		return err
 	}
