@@ -168,6 +168,10 @@ type Report struct {
 	// View is whether a worker's root is its private file view (Probe)
 	// or was made so (Enter): only its policy's paths exist for it.
 	View bool `json:"view"`
+	// Cgroup is the delegated cgroup v2 directory in which each worker
+	// gets a cgroup of its own (pids.max, memory.max); "" where there is
+	// none (Probe).
+	Cgroup string `json:"cgroup,omitempty"`
 	// Seccomp is whether a seccomp filter can be (Probe) or was (Enter)
 	// installed.
 	Seccomp bool `json:"seccomp"`

@@ -472,6 +472,9 @@ func TestProbeReportsWhatIsMissing(t *testing.T) {
 	if slices.Contains(rep.Namespaces, "user") && slices.Contains(rep.Namespaces, "mount") && !rep.View {
 		t.Errorf("user and mount namespaces but no file view: %q", rep.Weak)
 	}
+	if rep.Cgroup == "" && !slices.ContainsFunc(rep.Weak, func(w string) bool { return strings.HasPrefix(w, "no delegated cgroup v2") }) {
+		t.Errorf("no cgroup for workers, and the report does not say so: %q", rep.Weak)
+	}
 	if !rep.Seccomp && !slices.ContainsFunc(rep.Weak, func(w string) bool { return strings.HasPrefix(w, "no seccomp") }) {
 		t.Errorf("no seccomp, and the report does not say so: %q", rep.Weak)
 	}

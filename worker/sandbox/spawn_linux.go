@@ -67,6 +67,7 @@ type host struct {
 	uid, gid int     // the host ids a worker runs as
 	flags    uintptr // the namespaces a worker is started in
 	view     bool    // workers get a file view (Policy.View)
+	cgroup   string  // the delegated cgroup v2 directory workers' cgroups go in; "" none
 	report   Report
 }
 
@@ -115,10 +116,30 @@ func newHost() *host {
 	if !r.Seccomp {
 		r.weak("no seccomp: guest code in a worker may make any system call its uid and namespaces allow (mount, ptrace, sockets, io_uring...)")
 	}
+	h.weakBounds()
 	if !h.root {
 		r.weak("vgpud is not root: workers run as its own uid %d and keep its supplementary groups (DAC does not separate them from vgpud's files; Landlock does)", h.uid)
 	}
 	return h
+}
+
+// weakBounds finds the delegated cgroup v2 directory for workers'
+// cgroups, and notes which of a worker's bounds (processes, memory, its
+// private directory's size) are weaker than designed.
+func (h *host) weakBounds() {
+	r := &h.report
+	parent, err := cgroupParent("/proc/self/cgroup", cgroupRoot)
+	if err == nil {
+		h.cgroup, r.Cgroup = parent, parent
+	} else {
+		r.weak("no delegated cgroup v2 (%v): a worker's tasks are bounded by RLIMIT_NPROC, its memory by RLIMIT_DATA (not its private directory's tmpfs, shared mappings or kernel memory), per worker, not together", err)
+	}
+	if h.flags&unix.CLONE_NEWUSER == 0 && h.cgroup == "" {
+		r.weak("no user namespace and no cgroup: a worker's tasks are not bounded (RLIMIT_NPROC would count every worker's tasks together); only seccomp (no fork) and the PID namespace (its tasks die with it) contain them")
+	}
+	if !h.view {
+		r.weak("no file view: a worker's private directory is the host's, bounded only by RLIMIT_FSIZE per file and the file system that holds it (put the pool's directory on one with a size limit)")
+	}
 }
 
 // chooseNamespaces returns the namespaces to start workers in: all where
@@ -295,6 +316,13 @@ func (p Policy) Apply(cmd *exec.Cmd) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	h.setAttr(cmd.SysProcAttr, h.flags, h.view)
+	if h.cgroup != "" {
+		f, err := newCgroup(h.cgroup, p.Limits.withDefaults())
+		if err != nil {
+			return err
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(f.Fd())
+	}
 	if isSelf(cmd.Path) {
 		cmd.Path = selfExe
 	}
