@@ -10,17 +10,21 @@
 //     protections this host can give and lists those that are weaker than
 //     designed; Policy.Apply turns a Policy into the exec.Cmd settings of a
 //     worker (new user, mount, network, PID, IPC and UTS namespaces where
-//     the kernel allows them, the worker's uid and gid, the policy in the
+//     the kernel allows them, the worker's uid and gid, a cgroup v2 of
+//     its own where vgpud's parent cgroup is delegated, the policy in the
 //     worker's environment); PrepareDir hands the worker its private
-//     directory; SetDataLimit moves a running worker's memory limit.
+//     directory and PrivateDir finds it from outside; SetDataLimit moves
+//     a running worker's memory limit.
 //   - the worker's half: Enter, called before the worker loads the OpenCL
 //     runtime or serves a request, makes its root a file view that holds
 //     only the policy's paths (where the host allows: a tmpfs of bind
-//     mounts and its own /proc, pivot_root, the host's root detached),
+//     mounts, its own /proc, a size-capped tmpfs as its private
+//     directory, pivot_root, the host's root detached),
 //     drops the capability it needed for that, sets resource limits and
 //     no_new_privs,
 //     restricts its thread with Landlock (files, network, signals) and a
-//     seccomp allowlist (system calls), and executes the worker again from
+//     seccomp allowlist (system calls; no process but threads and the
+//     linker's spawn), and executes the worker again from
 //     that thread, so that the whole new image, every thread it starts and
 //     the linker PoCL runs inherit all of it; the new image then makes
 //     itself non-dumpable and goes on.
