@@ -17,6 +17,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/mdev/transport"
+	"github.com/vgpud/vgpud/mdev/transport/irqfd"
 	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/scmrights"
 )
@@ -47,7 +48,8 @@ const allOnes = ^uint64(0)
 // its own lock). Serve's goroutine alone uses wire; the device, config
 // space and memory map have their own locks. The resample goroutine
 // (one per SET_IRQFD, stopped before its fds are closed) calls
-// dev.INTx().Resample holding no Conn lock.
+// dev.INTx().Resample holding no Conn lock. RaiseIRQ never writes the
+// irqfd itself: the irqfd.Trigger's goroutine does, holding no lock.
 type Conn struct {
 	conn *net.UnixConn
 	dev  *mmio.Device
@@ -62,8 +64,8 @@ type Conn struct {
 	closeOnce sync.Once
 
 	irqMu      sync.Mutex
-	irqFD      int // eventfd QEMU routes to the guest's INTx; -1 if none
-	resampleFD int // eventfd KVM signals on EOI; -1 if none
+	irq        *irqfd.Trigger // the eventfd QEMU routes to the guest's INTx; nil if none
+	resampleFD int            // eventfd KVM signals on EOI; -1 if none
 	resampler  *resampler
 }
 
@@ -85,7 +87,7 @@ func NewConn(conn *net.UnixConn, dev *mmio.Device, cs *mmio.ConfigSpace, mem Mem
 		log = slog.Default()
 	}
 	cs.SetINTx(dev.INTx())
-	return &Conn{conn: conn, dev: dev, cs: cs, mem: mem, log: log, wire: NewWire(conn), irqFD: -1, resampleFD: -1}
+	return &Conn{conn: conn, dev: dev, cs: cs, mem: mem, log: log, wire: NewWire(conn), resampleFD: -1}
 }
 
 // Serve handles messages until the peer hangs up (nil), ctx ends
@@ -157,7 +159,9 @@ func (c *Conn) serveOne() error {
 	case CmdBarRead, CmdBarWrite:
 		return c.bar(m)
 	case CmdSetIRQFD:
-		c.setIRQFD(m.FDs[0], m.FDs[1])
+		if err := c.setIRQFD(m.FDs[0], m.FDs[1]); err != nil {
+			return fmt.Errorf("SET_IRQFD: %w: %w", ErrProtocol, err)
+		}
 		return nil
 	case CmdDeviceReset:
 		c.dev.Reset()
@@ -230,8 +234,20 @@ func (c *Conn) bar(m Msg) error {
 // setIRQFD takes the interrupt and resample eventfds, starts waiting on
 // the resample one, and attaches the Conn to the device's line (asserting
 // it at once if it is high). Earlier fds are closed after their resample
-// goroutine has stopped.
-func (c *Conn) setIRQFD(irq, resample int) {
+// goroutine has stopped. Either fd not an eventfd (a pipe the peer keeps
+// full would block every interrupt) is refused: both are closed and the
+// error wraps irqfd.ErrNotEventfd.
+func (c *Conn) setIRQFD(irq, resample int) error {
+	if err := irqfd.Prepare(resample); err != nil {
+		unix.Close(irq)
+		unix.Close(resample)
+		return fmt.Errorf("resample fd: %w", err)
+	}
+	trig, err := irqfd.New(irq, c.log)
+	if err != nil {
+		unix.Close(resample)
+		return fmt.Errorf("interrupt fd: %w", err)
+	}
 	r, err := startResampler(resample, c.dev.INTx(), c.log)
 	if err != nil {
 		c.log.Error("mpqemu: no resample wait; a level interrupt will not be re-asserted after EOI", "err", err)
@@ -239,29 +255,27 @@ func (c *Conn) setIRQFD(irq, resample int) {
 	c.irqMu.Lock()
 	if c.closed.Load() {
 		c.irqMu.Unlock()
-		r.shutdown()
-		unix.Close(irq)
-		unix.Close(resample)
-		return
+		closeIRQ(trig, resample, r)
+		return nil
 	}
-	oldIRQ, oldRes, oldR := c.irqFD, c.resampleFD, c.resampler
-	c.irqFD, c.resampleFD, c.resampler = irq, resample, r
+	oldIRQ, oldRes, oldR := c.irq, c.resampleFD, c.resampler
+	c.irq, c.resampleFD, c.resampler = trig, resample, r
 	c.irqMu.Unlock()
 	closeIRQ(oldIRQ, oldRes, oldR)
 	c.dev.INTx().SetSink(c)
 	if c.closed.Load() {
 		c.dev.INTx().ClearSink(c) // Close ran in between
 	}
+	return nil
 }
 
-// closeIRQ stops r, then closes the fds it waited on.
-func closeIRQ(irq, resample int, r *resampler) {
+// closeIRQ stops r, then closes the fds it waited on, and stops irq.
+func closeIRQ(irq *irqfd.Trigger, resample int, r *resampler) {
 	r.shutdown()
-	for _, fd := range []int{irq, resample} {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
+	if resample >= 0 {
+		unix.Close(resample)
 	}
+	irq.Close()
 }
 
 // startResampler starts the goroutine that calls x.Resample each time KVM
@@ -280,7 +294,6 @@ func startResampler(fd int, x *mmio.INTx, log *slog.Logger) (*resampler, error) 
 func (r *resampler) loop(x *mmio.INTx, log *slog.Logger) {
 	defer close(r.done)
 	fds := []unix.PollFd{{Fd: int32(r.fd), Events: unix.POLLIN}, {Fd: int32(r.stop), Events: unix.POLLIN}}
-	var b [8]byte
 	for {
 		fds[0].Revents, fds[1].Revents = 0, 0
 		if _, err := unix.Poll(fds, -1); err != nil {
@@ -300,7 +313,7 @@ func (r *resampler) loop(x *mmio.INTx, log *slog.Logger) {
 		if fds[0].Revents&unix.POLLIN == 0 {
 			continue
 		}
-		if _, err := unix.Read(r.fd, b[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
+		if _, err := irqfd.Drain(r.fd); err != nil {
 			log.Error("mpqemu: read resample eventfd", "err", err)
 			return
 		}
@@ -347,7 +360,10 @@ func (c *Conn) FDs() (conn, irq, resample int, err error) {
 	}
 	c.irqMu.Lock()
 	defer c.irqMu.Unlock()
-	return conn, c.irqFD, c.resampleFD, nil
+	if c.irq == nil {
+		return conn, -1, c.resampleFD, nil
+	}
+	return conn, c.irq.FD(), c.resampleFD, nil
 }
 
 // HandoverFDs is FDs as transport.Pausable wants it: extra holds the
@@ -364,33 +380,34 @@ func (c *Conn) HandoverFDs() (conn int, extra []int, err error) {
 }
 
 // AdoptIRQ takes the irqfd and resample eventfd an earlier vgpud had
-// from QEMU for this connection (as SET_IRQFD would give them).
-func (c *Conn) AdoptIRQ(irq, resample int) {
+// from QEMU for this connection (as SET_IRQFD would give them). Fds that
+// are not eventfds are refused (closed) as SET_IRQFD refuses them.
+func (c *Conn) AdoptIRQ(irq, resample int) error {
 	if irq < 0 || resample < 0 {
 		for _, fd := range []int{irq, resample} {
 			if fd >= 0 {
 				unix.Close(fd)
 			}
 		}
-		return
+		return nil
 	}
-	c.setIRQFD(irq, resample)
+	if err := c.setIRQFD(irq, resample); err != nil {
+		return fmt.Errorf("mpqemu: adopt irqfd: %w", err)
+	}
+	return nil
 }
 
-// RaiseIRQ asserts the device's INTx by signalling the irqfd QEMU sent.
-// Under TCG QEMU does not wire the irqfd to the guest (docs/mpqemu.md).
+// RaiseIRQ asserts the device's INTx by signalling the irqfd QEMU sent:
+// the irqfd.Trigger writes it soon after, never blocking (a full counter
+// means the interrupt is pending anyway). Under TCG QEMU does not wire
+// the irqfd to the guest (docs/mpqemu.md).
 func (c *Conn) RaiseIRQ() error {
 	c.irqMu.Lock()
 	defer c.irqMu.Unlock()
-	if c.irqFD < 0 {
+	if c.irq == nil {
 		return ErrNoIRQ
 	}
-	var one [8]byte
-	le.PutUint64(one[:], 1)
-	if _, err := unix.Write(c.irqFD, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
-		// EAGAIN: the counter is saturated, the interrupt is pending anyway.
-		return fmt.Errorf("raise irq: %w", err)
-	}
+	c.irq.Signal()
 	return nil
 }
 
@@ -403,8 +420,8 @@ func (c *Conn) Close() error {
 		c.conn.Close()
 		c.dev.INTx().ClearSink(c)
 		c.irqMu.Lock()
-		irq, res, r := c.irqFD, c.resampleFD, c.resampler
-		c.irqFD, c.resampleFD, c.resampler = -1, -1, nil
+		irq, res, r := c.irq, c.resampleFD, c.resampler
+		c.irq, c.resampleFD, c.resampler = nil, -1, nil
 		c.irqMu.Unlock()
 		closeIRQ(irq, res, r)
 	})

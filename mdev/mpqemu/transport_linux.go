@@ -45,7 +45,10 @@ func (Transport) Adopt(conn *net.UnixConn, extra []int, dev transport.Device) (t
 	}
 	c := NewConn(conn, dev.Regs, dev.Config, dev.Memory, dev.Log)
 	if len(extra) == 2 {
-		c.AdoptIRQ(extra[0], extra[1])
+		if err := c.AdoptIRQ(extra[0], extra[1]); err != nil {
+			c.Close()
+			return nil, err
+		}
 	}
 	return c, nil
 }

@@ -204,12 +204,12 @@ func TestEveryCommand(t *testing.T) {
 		p.ok(vfiouser.CmdDeviceSetIRQs, []int{fd}, set(trig, vfiouser.IRQIntx, 0, 1, nil))
 		// DATA_BOOL trigger of the one interrupt: the client raises it.
 		p.ok(vfiouser.CmdDeviceSetIRQs, nil, set(vfiouser.IRQSetDataBool|vfiouser.IRQSetActionTrigger, vfiouser.IRQIntx, 0, 1, []byte{1}))
-		if n := readCounter(t, fd); n != 1 {
+		if n := waitCounter(t, fd, 1); n != 1 {
 			t.Errorf("DATA_BOOL trigger signalled %d times, want 1", n)
 		}
 		p.ok(vfiouser.CmdDeviceSetIRQs, nil, set(vfiouser.IRQSetDataBool|vfiouser.IRQSetActionTrigger, vfiouser.IRQIntx, 0, 1, []byte{0}))
 		p.ok(vfiouser.CmdDeviceSetIRQs, nil, set(vfiouser.IRQSetDataNone|vfiouser.IRQSetActionTrigger, vfiouser.IRQIntx, 0, 1, nil))
-		if n := readCounter(t, fd); n != 1 {
+		if n := waitCounter(t, fd, 1); n != 1 {
 			t.Errorf("DATA_NONE trigger signalled %d times, want 1 (DATA_BOOL false: none)", n)
 		}
 		// MSI, MSI-X, ERR, REQ have no interrupts: only "disable all".
@@ -409,7 +409,7 @@ func TestTriggerSwapKeepsMask(t *testing.T) {
 		t.Errorf("%d interrupts while masked", n)
 	}
 	p.ok(vfiouser.CmdDeviceSetIRQs, nil, set(vfiouser.IRQSetDataNone|vfiouser.IRQSetActionUnmask))
-	if n := readCounter(t, second); n != 1 {
+	if n := waitCounter(t, second, 1); n != 1 {
 		t.Errorf("unmask with the line high: %d interrupts on the new eventfd, want 1", n)
 	}
 }
@@ -471,6 +471,24 @@ func readCounter(t *testing.T, fd int) uint64 {
 		t.Fatal(err)
 	}
 	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24
+}
+
+// waitCounter waits until an interrupt eventfd's counter has added up to
+// at least n (the session writes it from a goroutine of its own, after
+// the request's reply) and returns the sum.
+func waitCounter(t *testing.T, fd int, n uint64) uint64 {
+	t.Helper()
+	var got uint64
+	for got < n {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if k, err := unix.Poll(pfd, int(time.Minute/time.Millisecond)); errors.Is(err, unix.EINTR) {
+			continue
+		} else if err != nil || k == 0 {
+			t.Fatalf("poll eventfd after %d of %d signals: %d, %v", got, n, k, err)
+		}
+		got += readCounter(t, fd)
+	}
+	return got
 }
 
 func closeAll(fds []int) {

@@ -18,6 +18,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/mdev/transport"
+	"github.com/vgpud/vgpud/mdev/transport/irqfd"
 	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/scmrights"
 )
@@ -44,7 +45,8 @@ type dmaWindow struct {
 //
 // Serve's goroutine alone reads the connection and owns the DMA windows.
 // irqMu guards the interrupt fds and the mask; it is a leaf (the device's
-// INTx calls RaiseIRQ holding its own lock). The watcher goroutines (kick,
+// INTx calls RaiseIRQ holding its own lock), and RaiseIRQ never writes the
+// trigger eventfd itself: its irqfd.Trigger's goroutine does. The watcher goroutines (kick,
 // unmask) call into the register file holding no Session lock; they are
 // stopped before their fds are closed.
 type Session struct {
@@ -63,9 +65,9 @@ type Session struct {
 	dma       []dmaWindow
 
 	irqMu    sync.Mutex
-	intxFD   int  // the INTx trigger eventfd; -1 if none
-	masked   bool // INTx masked (automasked after each trigger until UNMASK)
-	unmaskFD int  // eventfd the client signals to unmask (KVM's resample); -1
+	intx     *irqfd.Trigger // the INTx trigger eventfd; nil if none
+	masked   bool           // INTx masked (automasked after each trigger until UNMASK)
+	unmaskFD int            // eventfd the client signals to unmask (KVM's resample); -1
 	unmaskW  *watcher
 	kickFD   int // the ioeventfd behind abi.RegRingKick; -1 until asked for
 	kickW    *watcher
@@ -84,7 +86,7 @@ func NewSession(conn *net.UnixConn, dev transport.Device) *Session {
 		log = slog.Default()
 	}
 	dev.Config.SetINTx(dev.Regs.INTx())
-	return &Session{conn: conn, dev: dev, log: log, wire: NewWire(conn), intxFD: -1, unmaskFD: -1, kickFD: -1}
+	return &Session{conn: conn, dev: dev, log: log, wire: NewWire(conn), unmaskFD: -1, kickFD: -1}
 }
 
 // Serve handles messages until the client hangs up (nil), ctx ends
@@ -152,11 +154,12 @@ func (s *Session) Close() error {
 func (s *Session) releaseIRQ() {
 	s.dev.Regs.INTx().ClearSink(s)
 	s.irqMu.Lock()
-	kw, uw := s.kickW, s.unmaskW
-	fds := []int{s.intxFD, s.unmaskFD, s.kickFD}
-	s.kickW, s.unmaskW = nil, nil
-	s.intxFD, s.unmaskFD, s.kickFD = -1, -1, -1
+	kw, uw, intx := s.kickW, s.unmaskW, s.intx
+	fds := []int{s.unmaskFD, s.kickFD}
+	s.kickW, s.unmaskW, s.intx = nil, nil, nil
+	s.unmaskFD, s.kickFD = -1, -1
 	s.irqMu.Unlock()
+	intx.Close()
 	// The watchers call into the register file holding no Session lock;
 	// they are stopped before the fds they poll are closed.
 	kw.shutdown()
@@ -528,7 +531,7 @@ func (s *Session) setIRQs(m Msg) (unix.Errno, error) {
 			return refuse()
 		}
 		if set.Index == IRQIntx {
-			s.setTrigger(-1)
+			s.setTrigger(nil)
 			s.setUnmaskFD(-1)
 		}
 		return 0, s.reply(m, nil)
@@ -544,17 +547,27 @@ func (s *Session) setIRQs(m Msg) (unix.Errno, error) {
 	}
 	switch {
 	case action == IRQSetActionTrigger && data == IRQSetDataEventfd:
-		fd := -1
+		var trig *irqfd.Trigger
 		if len(m.FDs) == 1 {
-			fd = m.FDs[0]
+			if trig, err = irqfd.New(m.FDs[0], s.log); err != nil {
+				s.log.Error("vfio-user: SET_IRQS: INTx trigger refused", "err", err)
+				return unix.EINVAL, nil
+			}
 		}
-		s.setTrigger(fd)
+		s.setTrigger(trig)
 	case action == IRQSetActionTrigger:
 		s.signal() // the client raises the interrupt itself
 	case action == IRQSetActionUnmask && data == IRQSetDataEventfd:
 		fd := -1
 		if len(m.FDs) == 1 {
 			fd = m.FDs[0]
+		}
+		if fd >= 0 {
+			if err := irqfd.Prepare(fd); err != nil {
+				unix.Close(fd)
+				s.log.Error("vfio-user: SET_IRQS: INTx unmask fd refused", "err", err)
+				return unix.EINVAL, nil
+			}
 		}
 		if err := s.setUnmaskFD(fd); err != nil {
 			s.log.Error("vfio-user: unmask eventfd", "err", err)
@@ -572,29 +585,26 @@ func (s *Session) setIRQs(m Msg) (unix.Errno, error) {
 	return 0, s.reply(m, nil)
 }
 
-// setTrigger replaces the INTx eventfd (-1: none) and attaches the
-// session to the line, asserting it at once if it is high. Enabling
-// INTx (no eventfd before) starts unmasked; replacing the eventfd keeps
-// the mask, as VFIO's does (QEMU masks, swaps in KVM's irqfd, unmasks).
-func (s *Session) setTrigger(fd int) {
+// setTrigger replaces the INTx eventfd's trigger (nil: none) and
+// attaches the session to the line, asserting it at once if it is high.
+// Enabling INTx (no eventfd before) starts unmasked; replacing the
+// eventfd keeps the mask, as VFIO's does (QEMU masks, swaps in KVM's
+// irqfd, unmasks).
+func (s *Session) setTrigger(trig *irqfd.Trigger) {
 	s.irqMu.Lock()
 	if s.closed.Load() {
 		s.irqMu.Unlock()
-		if fd >= 0 {
-			unix.Close(fd)
-		}
+		trig.Close()
 		return
 	}
-	old := s.intxFD
-	if old < 0 {
+	old := s.intx
+	if old == nil {
 		s.masked = false
 	}
-	s.intxFD = fd
+	s.intx = trig
 	s.irqMu.Unlock()
-	if old >= 0 {
-		unix.Close(old)
-	}
-	if fd >= 0 {
+	old.Close()
+	if trig != nil {
 		s.dev.Regs.INTx().SetSink(s)
 	} else {
 		s.dev.Regs.INTx().ClearSink(s)
@@ -645,31 +655,23 @@ func (s *Session) unmask() {
 func (s *Session) RaiseIRQ() error {
 	s.irqMu.Lock()
 	defer s.irqMu.Unlock()
-	if s.intxFD < 0 {
+	if s.intx == nil {
 		return ErrNoIRQ
 	}
 	if s.masked {
 		return nil
 	}
 	s.masked = true
-	return s.signalLocked()
+	s.intx.Signal() // written by the trigger's goroutine, never blocking
+	return nil
 }
 
 func (s *Session) signal() {
 	s.irqMu.Lock()
 	defer s.irqMu.Unlock()
-	if s.intxFD >= 0 {
-		s.signalLocked()
+	if s.intx != nil {
+		s.intx.Signal()
 	}
-}
-
-func (s *Session) signalLocked() error {
-	var one [8]byte
-	one[0] = 1
-	if _, err := unix.Write(s.intxFD, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
-		return fmt.Errorf("vfio-user: raise INTx: %w", err)
-	}
-	return nil
 }
 
 // access checks a region access and returns how to serve it.

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/mdev/transport/irqfd"
 )
 
 // watcher is a goroutine that calls fn each time an eventfd it does not
@@ -28,7 +30,6 @@ func watch(fd int, fn func()) (*watcher, error) {
 func (w *watcher) loop(fn func()) {
 	defer close(w.done)
 	fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}, {Fd: int32(w.stop), Events: unix.POLLIN}}
-	var b [8]byte
 	for {
 		fds[0].Revents, fds[1].Revents = 0, 0
 		if _, err := unix.Poll(fds, -1); err != nil {
@@ -46,9 +47,10 @@ func (w *watcher) loop(fn func()) {
 		if fds[0].Revents&unix.POLLIN == 0 {
 			continue
 		}
-		// The counter is reset by the read; signals that came before it
-		// are one event, which every use here tolerates.
-		if _, err := unix.Read(w.fd, b[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
+		// The counter is reset by the read (never a blocking one: a
+		// client's unmask eventfd is shared with it); signals that came
+		// before it are one event, which every use here tolerates.
+		if _, err := irqfd.Drain(w.fd); err != nil {
 			return
 		}
 		fn()

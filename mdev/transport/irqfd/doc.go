@@ -1,0 +1,12 @@
+// Package irqfd takes interrupt eventfds from a transport's peer (QEMU's
+// SET_IRQFD, a vfio-user client's SET_IRQS) without letting the peer
+// block vgpud through them.
+//
+// Check and Prepare refuse any fd that is not an eventfd: a pipe, a
+// socket or a file can be made to block a write forever. A Trigger owns
+// an interrupt eventfd and writes to it from a goroutine of its own, never
+// in the caller's goroutine and never under the caller's locks: Signal
+// only counts and wakes the writer, and an eventfd whose counter is full
+// (the interrupt is pending anyway) drops the write instead of blocking.
+// Close never waits for a write in progress.
+package irqfd

@@ -1,0 +1,210 @@
+package irqfd
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotEventfd is wrapped when a peer's interrupt fd is not an eventfd.
+var ErrNotEventfd = errors.New("not an eventfd")
+
+// eventfdLink is what /proc/self/fd/N reads for an eventfd.
+const eventfdLink = "anon_inode:[eventfd]"
+
+// Check returns nil if fd is an eventfd, an error wrapping ErrNotEventfd
+// that says what it is otherwise.
+func Check(fd int) error {
+	if fd < 0 {
+		return fmt.Errorf("fd %d: %w", fd, ErrNotEventfd)
+	}
+	buf := make([]byte, 128)
+	n, err := unix.Readlink("/proc/self/fd/"+strconv.Itoa(fd), buf)
+	if err != nil {
+		return fmt.Errorf("fd %d: readlink: %v: %w", fd, err, ErrNotEventfd)
+	}
+	if what := string(buf[:n]); what != eventfdLink {
+		return fmt.Errorf("fd %d is %q: %w", fd, what, ErrNotEventfd)
+	}
+	return nil
+}
+
+// Prepare checks that fd is an eventfd and makes it non-blocking. The
+// flag is the open file's, shared with the peer: QEMU makes its event
+// notifiers non-blocking itself, so nothing changes for it; a peer that
+// clears the flag again only makes the next Trigger write set it again.
+func Prepare(fd int) error {
+	if err := Check(fd); err != nil {
+		return err
+	}
+	return nonblock(fd)
+}
+
+func nonblock(fd int) error {
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return fmt.Errorf("fd %d: F_GETFL: %w", fd, err)
+	}
+	if fl&unix.O_NONBLOCK != 0 {
+		return nil
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+		return fmt.Errorf("fd %d: F_SETFL O_NONBLOCK: %w", fd, err)
+	}
+	return nil
+}
+
+// Trigger signals one interrupt eventfd it owns. Signal never blocks;
+// a goroutine adds the signals to the eventfd's counter. A write that
+// would overflow the counter is dropped (the counter is full: the
+// interrupt is pending anyway).
+type Trigger struct {
+	fd  int
+	log *slog.Logger
+
+	pending atomic.Uint64 // signals not yet written
+	kick    chan struct{} // wakes the writer; capacity 1
+	stop    chan struct{}
+	done    chan struct{}
+
+	mu      sync.Mutex
+	closed  bool // Close was called
+	writing bool // the goroutine is in write(2)
+
+	written, dropped, failed atomic.Uint64
+}
+
+// New returns a Trigger that owns fd, after Prepare. On error fd is
+// closed. log may be nil (slog.Default()).
+func New(fd int, log *slog.Logger) (*Trigger, error) {
+	if err := Prepare(fd); err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	t := &Trigger{fd: fd, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go t.loop()
+	return t, nil
+}
+
+// FD returns the eventfd, still the Trigger's, valid until Close.
+func (t *Trigger) FD() int { return t.fd }
+
+// Signal adds 1 to the eventfd's counter, later, in the Trigger's
+// goroutine. It never blocks and may be called holding any lock.
+func (t *Trigger) Signal() {
+	t.pending.Add(1)
+	select {
+	case t.kick <- struct{}{}:
+	default: // the writer is already woken
+	}
+}
+
+// Stats returns how many signals were written, dropped on a full counter
+// and lost to a failed write.
+func (t *Trigger) Stats() (written, dropped, failed uint64) {
+	return t.written.Load(), t.dropped.Load(), t.failed.Load()
+}
+
+// Close stops the Trigger: signals not yet written are dropped and the
+// goroutine closes the eventfd when it ends. Close waits for that unless
+// the goroutine is inside a write (Done says when it ended): a write
+// never blocks unless the peer races it (Trigger.write), and then Close
+// must not. Close is idempotent; a nil Trigger's Close does nothing.
+func (t *Trigger) Close() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	writing := t.writing
+	t.mu.Unlock()
+	close(t.stop)
+	if !writing {
+		<-t.done
+	}
+}
+
+// Done is closed when the goroutine has ended and closed the eventfd.
+func (t *Trigger) Done() <-chan struct{} { return t.done }
+
+func (t *Trigger) loop() {
+	defer close(t.done)
+	defer unix.Close(t.fd)
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-t.kick:
+		}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return
+		}
+		t.writing = true
+		t.mu.Unlock()
+		if n := t.pending.Swap(0); n > 0 {
+			t.write(n)
+		}
+		t.mu.Lock()
+		t.writing = false
+		t.mu.Unlock()
+	}
+}
+
+// write adds n to the counter without blocking: the peer shares the open
+// file and may have cleared O_NONBLOCK, so it is set again first. Only a
+// peer that clears it again between the two calls, with the counter full,
+// can make the write wait, and then only this goroutine waits, holding
+// no lock; it goes on when anyone reads the counter.
+func (t *Trigger) write(n uint64) {
+	if err := nonblock(t.fd); err != nil {
+		t.failed.Add(n)
+		t.log.Error("irqfd: interrupt not delivered", "err", err)
+		return
+	}
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], n)
+	_, err := unix.Write(t.fd, b[:])
+	switch {
+	case err == nil:
+		t.written.Add(n)
+	case errors.Is(err, unix.EAGAIN):
+		t.dropped.Add(n)
+	default:
+		t.failed.Add(n)
+		t.log.Error("irqfd: interrupt not delivered", "err", err)
+	}
+}
+
+// Drain reads and so resets an eventfd's counter without blocking: the
+// open file is made non-blocking first (the peer may have cleared
+// O_NONBLOCK). It returns the counter, 0 with a nil error if it was 0.
+func Drain(fd int) (uint64, error) {
+	if err := nonblock(fd); err != nil {
+		return 0, err
+	}
+	var b [8]byte
+	if _, err := unix.Read(fd, b[:]); err != nil {
+		if errors.Is(err, unix.EAGAIN) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("read eventfd %d: %w", fd, err)
+	}
+	return binary.NativeEndian.Uint64(b[:]), nil
+}

@@ -1,0 +1,223 @@
+package vfiouser_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/mdev/vfiouser"
+)
+
+// hang is how long a hostile-fd test waits for something that takes
+// microseconds before it calls it blocked: generous, so that a loaded
+// machine never fails it.
+const hang = time.Minute
+
+// counterMax is the largest value an eventfd's counter holds: adding 1
+// to it blocks a blocking eventfd.
+const counterMax = 0xfffffffffffffffe
+
+// fullPipe returns both ends of a pipe whose buffer is full; the write
+// end is blocking.
+func fullPipe(t *testing.T) (r, w int) {
+	t.Helper()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(p[0]); unix.Close(p[1]) })
+	buf := make([]byte, 1<<16)
+	for {
+		if _, err := unix.Write(p[1], buf); errors.Is(err, unix.EAGAIN) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETFL, 0); err != nil {
+		t.Fatal(err)
+	}
+	return p[0], p[1]
+}
+
+// blockingEventfd returns an eventfd without EFD_NONBLOCK.
+func blockingEventfd(t *testing.T) int {
+	t.Helper()
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// within sends one command from another goroutine and waits up to hang
+// for its reply; on timeout it calls unblock, waits for the reply after
+// all, and fails the test.
+func (p *rawPeer) within(what string, cmd vfiouser.Cmd, fds []int, payload []byte, unblock func()) vfiouser.Msg {
+	p.t.Helper()
+	p.id++
+	id := p.id
+	type result struct {
+		m   vfiouser.Msg
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		if err := p.w.Write(vfiouser.Header{ID: id, Cmd: cmd}, fds, payload); err != nil {
+			done <- result{err: err}
+			return
+		}
+		m, err := p.w.Read()
+		m.Payload = append([]byte(nil), m.Payload...)
+		done <- result{m, err}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		unblock()
+		<-done
+		p.t.Fatalf("%s: no reply within %v (blocked writing the interrupt fd?)", what, hang)
+	}
+	if r.err != nil {
+		p.t.Fatalf("%s: %v", what, r.err)
+	}
+	if r.m.ID != id || r.m.Cmd != cmd {
+		p.t.Fatalf("%s: reply %+v, want a reply to %v id %d", what, r.m.Header, cmd, id)
+	}
+	return r.m
+}
+
+func irqSet(flags uint32) []byte {
+	return vfiouser.IRQSet{Argsz: vfiouser.IRQSetSize, Flags: flags, Index: vfiouser.IRQIntx, Count: 1}.Marshal()
+}
+
+// raiseLevel makes the device's interrupt level high, so that attaching
+// a trigger asserts it at once.
+func raiseLevel(p *rawPeer) {
+	p.s.regs.WriteBAR(abi.RegIntEnable, 4, abi.IntCompletion)
+	p.s.regs.INTx().Signal(abi.IntCompletion)
+}
+
+// A hostile client that sends a full, blocking pipe (or a file) as
+// INTx's trigger or unmask fd: SET_IRQS fails with EINVAL, nothing
+// blocks though the level is high, and the session goes on serving.
+func TestSetIRQsRefusesNonEventfd(t *testing.T) {
+	trigger := uint32(vfiouser.IRQSetDataEventfd | vfiouser.IRQSetActionTrigger)
+	unmask := uint32(vfiouser.IRQSetDataEventfd | vfiouser.IRQSetActionUnmask)
+	tests := []struct {
+		name  string
+		flags uint32
+		fd    func(t *testing.T) (fd int, unblock func())
+	}{
+		{"full pipe as trigger", trigger, pipeFD},
+		{"full pipe as unmask fd", unmask, pipeFD},
+		{"memfd as trigger", trigger, memfdFD},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newRaw(t)
+			raiseLevel(p)
+			fd, unblock := tc.fd(t)
+			m := p.within("SET_IRQS", vfiouser.CmdDeviceSetIRQs, []int{fd}, irqSet(tc.flags), unblock)
+			if m.Flags&vfiouser.FlagError == 0 || unix.Errno(m.Error) != unix.EINVAL {
+				t.Errorf("SET_IRQS with a %s: reply %+v, want error EINVAL", tc.name, m.Header)
+			}
+			if r, _ := p.s.regs.INTx().Raised(); r != 0 {
+				t.Errorf("INTx raised %d times through a refused fd, want 0", r)
+			}
+			// The session still serves: an eventfd is accepted after.
+			efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(efd)
+			p.ok(vfiouser.CmdDeviceSetIRQs, []int{efd}, irqSet(tc.flags))
+		})
+	}
+}
+
+func pipeFD(t *testing.T) (int, func()) {
+	r, w := fullPipe(t)
+	return w, func() {
+		unix.SetNonblock(r, true)
+		buf := make([]byte, 1<<16)
+		for {
+			if n, err := unix.Read(r, buf); n <= 0 || err != nil {
+				return
+			}
+		}
+	}
+}
+
+func memfdFD(t *testing.T) (int, func()) {
+	fd, err := unix.MemfdCreate("vfiouser-test", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd, func() {}
+}
+
+// A trigger eventfd whose counter is at its maximum, blocking (a hostile
+// client keeps it there): raising INTx, unmasking it and closing the
+// session (what destroying the instance does) all return.
+func TestINTxFullCounterDoesNotBlock(t *testing.T) {
+	p := newRaw(t)
+	efd := blockingEventfd(t)
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], counterMax)
+	if _, err := unix.Write(efd, b[:]); err != nil {
+		t.Fatal(err)
+	}
+	p.ok(vfiouser.CmdDeviceSetIRQs, []int{efd}, irqSet(vfiouser.IRQSetDataEventfd|vfiouser.IRQSetActionTrigger))
+	// The client clears O_NONBLOCK again, as a hostile one may: the
+	// file is shared.
+	if _, err := unix.FcntlInt(uintptr(efd), unix.F_SETFL, 0); err != nil {
+		t.Fatal(err)
+	}
+	unblock := func() { unix.Read(efd, b[:]) } // empties the counter: a blocked write goes on
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	wait := func(what string, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { defer close(done); f() }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			unblock()
+			<-done
+			t.Fatalf("%s did not return within %v with the trigger's counter full", what, hang)
+		}
+	}
+	wait("raising INTx", func() { raiseLevel(p) })
+	for range 3 { // each unmask asserts the line again: it is still high
+		m := p.within("SET_IRQS unmask", vfiouser.CmdDeviceSetIRQs, nil, irqSet(vfiouser.IRQSetDataNone|vfiouser.IRQSetActionUnmask), unblock)
+		if m.Flags&vfiouser.FlagError != 0 {
+			t.Fatalf("SET_IRQS unmask: error reply %v", unix.Errno(m.Error))
+		}
+	}
+	wait("Close", func() { p.s.sess.Close() })
+	select {
+	case err := <-p.s.done:
+		p.s.done <- err
+	case <-ctx.Done():
+		unblock()
+		t.Fatalf("Serve did not return within %v of Close", hang)
+	}
+	if _, f := p.s.regs.INTx().Raised(); f != 0 {
+		t.Errorf("Raised() failures = %d, want 0 (a full counter is an interrupt pending)", f)
+	}
+	if _, err := unix.Read(efd, b[:]); err != nil || binary.NativeEndian.Uint64(b[:]) != counterMax {
+		t.Errorf("trigger counter = %#x, %v, want %#x: nothing added to a full counter", binary.NativeEndian.Uint64(b[:]), err, uint64(counterMax))
+	}
+}
