@@ -4,6 +4,8 @@
 // address. *Map implements aggregator.GuestMemory without importing it.
 //
 // guestmem owns the mappings and their lifetime: an Update swaps in a new
-// memory map atomically and unmaps the old one once no access uses it. It
+// memory map atomically and unmaps the old one once no access uses it.
+// It maps only the windows the transport announced, never a whole file,
+// and refuses maps larger than the host's memory (Limit). It
 // knows nothing of protocols, register semantics or commands.
 package guestmem
