@@ -8,11 +8,13 @@ import (
 )
 
 // IRQSink asserts the device's interrupt line on the transport (for
-// x-pci-proxy-dev: a write to the irqfd QEMU sent). An irqfd cannot be
+// x-pci-proxy-dev: a signal to the irqfd QEMU sent). An irqfd cannot be
 // deasserted by the device: KVM deasserts the line when the guest ends the
 // interrupt (EOI) and signals the resample eventfd, on which the transport
-// calls INTx.Resample. RaiseIRQ must not block and must not call back into
-// the INTx.
+// calls INTx.Resample. RaiseIRQ is called holding the INTx's lock (and
+// the Device's): it must not block and must not call back into the INTx,
+// so a sink never writes a peer's fd itself (mdev/transport/irqfd's
+// Trigger writes it from a goroutine of its own).
 type IRQSink interface {
 	RaiseIRQ() error
 }
