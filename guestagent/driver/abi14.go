@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/vgpud/vgpud/abi"
@@ -44,6 +45,9 @@ func (d *Device) ProgramInfo(p Program) (abi.ProgramInfo, error) {
 	}
 	if err := d.needMinor("program info", minorABI14); err != nil {
 		return abi.ProgramInfo{}, err
+	}
+	if err := d.stale("program", p.Handle, p.gen); err != nil {
+		return abi.ProgramInfo{}, fmt.Errorf("program info: %w", err)
 	}
 	room := uint64(abi.PageSize)
 	for try := 0; try < programInfoTries; try++ {
@@ -184,6 +188,9 @@ func (d *Device) CopyBuffer(src, dst Buffer, srcOff, dstOff, n uint64, done func
 	if err := d.needMinor("copy buffer", minorABI14); err != nil {
 		return err
 	}
+	if err := errors.Join(d.stale("buffer", src.Handle, src.gen), d.stale("buffer", dst.Handle, dst.gen)); err != nil {
+		return fmt.Errorf("copy buffer: %w", err)
+	}
 	if err := d.submitOwned(abi.NewCommand(bc, 0, d.next), nil, done); err != nil {
 		return fmt.Errorf("copy buffer %d to %d: %w", src.Handle, dst.Handle, err)
 	}
@@ -209,6 +216,9 @@ func (d *Device) FillBuffer(b Buffer, off, n uint64, pattern []byte, done func(a
 	}
 	if err := d.needMinor("fill buffer", minorABI14); err != nil {
 		return err
+	}
+	if err := d.stale("buffer", b.Handle, b.gen); err != nil {
+		return fmt.Errorf("fill buffer: %w", err)
 	}
 	ps, err := d.pages(1)
 	if err != nil {

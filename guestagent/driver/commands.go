@@ -13,10 +13,14 @@ import (
 type Buffer struct {
 	Handle uint32
 	Size   uint64
+	gen    uint64 // the device's generation (Reopen) it was made in
 }
 
 // Program is a built OpenCL program.
-type Program struct{ Handle uint32 }
+type Program struct {
+	Handle uint32
+	gen    uint64
+}
 
 // NDRange is the index space of a launch.
 type NDRange struct {
@@ -37,21 +41,26 @@ func Range2(gx, gy, lx, ly uint64) NDRange {
 }
 
 // Arg is one kernel argument.
-type Arg struct{ a abi.KernelArg }
+type Arg struct {
+	a   abi.KernelArg
+	gen uint64 // a buffer's generation
+}
 
 // BufferArg passes a buffer (a __global pointer).
-func BufferArg(b Buffer) Arg { return Arg{abi.KernelArg{Kind: abi.ArgBuffer, Handle: b.Handle}} }
+func BufferArg(b Buffer) Arg {
+	return Arg{a: abi.KernelArg{Kind: abi.ArgBuffer, Handle: b.Handle}, gen: b.gen}
+}
 
 // BytesArg passes a scalar or struct by value (1..abi.MaxScalarSize bytes).
 func BytesArg(v []byte) Arg {
-	return Arg{abi.KernelArg{Kind: abi.ArgScalar, Bytes: append([]byte(nil), v...)}}
+	return Arg{a: abi.KernelArg{Kind: abi.ArgScalar, Bytes: append([]byte(nil), v...)}}
 }
 
 // Uint32Arg passes a uint (or int, as its two's complement bits).
 func Uint32Arg(v uint32) Arg {
 	b := make([]byte, 4)
 	le.PutUint32(b, v)
-	return Arg{abi.KernelArg{Kind: abi.ArgScalar, Bytes: b}}
+	return Arg{a: abi.KernelArg{Kind: abi.ArgScalar, Bytes: b}}
 }
 
 // Int32Arg passes an int.
@@ -61,14 +70,14 @@ func Int32Arg(v int32) Arg { return Uint32Arg(uint32(v)) }
 func Uint64Arg(v uint64) Arg {
 	b := make([]byte, 8)
 	le.PutUint64(b, v)
-	return Arg{abi.KernelArg{Kind: abi.ArgScalar, Bytes: b}}
+	return Arg{a: abi.KernelArg{Kind: abi.ArgScalar, Bytes: b}}
 }
 
 // Float32Arg passes a float.
 func Float32Arg(v float32) Arg { return Uint32Arg(math.Float32bits(v)) }
 
 // LocalArg passes n bytes of __local memory.
-func LocalArg(n uint32) Arg { return Arg{abi.KernelArg{Kind: abi.ArgLocal, Local: n}} }
+func LocalArg(n uint32) Arg { return Arg{a: abi.KernelArg{Kind: abi.ArgLocal, Local: n}} }
 
 // tablesFor is the number of scatter-gather table pages n entries need:
 // every table but the last holds 255 entries and a chain entry.
@@ -166,7 +175,7 @@ func (d *Device) createBuffer(size uint64, flags uint32, e entry) (Buffer, error
 	if d.nextBuf == 0 {
 		d.nextBuf++
 	}
-	b := Buffer{Handle: d.nextBuf, Size: size}
+	b := Buffer{Handle: d.nextBuf, Size: size, gen: d.gen}
 	c := abi.NewCommand(&abi.BufferCreate{Handle: b.Handle, Flags: flags, Size: size}, 0, d.next)
 	if _, err := d.submit(c, e); err != nil {
 		return Buffer{}, fmt.Errorf("create buffer: %w", err)
@@ -185,6 +194,9 @@ func (d *Device) free1(b Buffer, e entry) error {
 	}
 	if b.Handle == 0 {
 		return fmt.Errorf("free buffer 0: %w", ErrInvalid)
+	}
+	if err := d.stale("buffer", b.Handle, b.gen); err != nil {
+		return fmt.Errorf("free: %w", err)
 	}
 	if _, err := d.submit(abi.NewCommand(&abi.BufferFree{Handle: b.Handle}, 0, d.next), e); err != nil {
 		return fmt.Errorf("free buffer %d: %w", b.Handle, err)
@@ -242,6 +254,9 @@ func (d *Device) Write(b Buffer, off uint64, data []byte) error {
 	if err := checkRange(b, off, len(data)); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
+	if err := d.stale("buffer", b.Handle, b.gen); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
 	chunk := d.chunkBytes()
 	for pos := 0; pos < len(data); pos += chunk {
 		part := data[pos:min(pos+chunk, len(data))]
@@ -261,6 +276,9 @@ func (d *Device) Read(b Buffer, off uint64, dst []byte) error {
 		return err
 	}
 	if err := checkRange(b, off, len(dst)); err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	if err := d.stale("buffer", b.Handle, b.gen); err != nil {
 		return fmt.Errorf("read: %w", err)
 	}
 	chunk := d.chunkBytes()
@@ -354,7 +372,7 @@ func (d *Device) BuildFlags(source, options string, flags uint16) (Program, stri
 	if _, err := d.waitOK(idx); err != nil {
 		return Program{}, log, fmt.Errorf("build: %w", err)
 	}
-	return Program{Handle: pb.Handle}, log, nil
+	return Program{Handle: pb.Handle, gen: d.gen}, log, nil
 }
 
 // FreeProgram releases a program (batched).
@@ -368,6 +386,9 @@ func (d *Device) freeProgram(p Program, e entry) error {
 	}
 	if p.Handle == 0 {
 		return fmt.Errorf("free program 0: %w", ErrInvalid)
+	}
+	if err := d.stale("program", p.Handle, p.gen); err != nil {
+		return fmt.Errorf("free: %w", err)
 	}
 	if _, err := d.submit(abi.NewCommand(&abi.ProgramFree{Handle: p.Handle}, 0, d.next), e); err != nil {
 		return fmt.Errorf("free program %d: %w", p.Handle, err)
@@ -401,6 +422,16 @@ func (d *Device) launch(p Program, kernel string, r NDRange, flags uint16, args 
 	defer d.mu.Unlock()
 	if err := d.check(); err != nil {
 		return err
+	}
+	if err := d.stale("program", p.Handle, p.gen); err != nil {
+		return fmt.Errorf("launch %s: %w", kernel, err)
+	}
+	for i, a := range args {
+		if a.a.Kind == abi.ArgBuffer {
+			if err := d.stale("buffer", a.a.Handle, a.gen); err != nil {
+				return fmt.Errorf("launch %s: argument %d: %w", kernel, i, err)
+			}
+		}
 	}
 	ps, err := d.pages(1)
 	if err != nil {

@@ -139,6 +139,19 @@ type Device struct {
 	// in flight has been failed with it, and every call fails with
 	// ErrDeviceLost until Reopen.
 	lost bool
+	// gen counts Reopens: buffers and programs of an older generation
+	// are gone with the context they were made in (stale).
+	gen uint64
+}
+
+// stale refuses a buffer or program made before the last Reopen: its
+// handle named an object of the lost context, and may name nothing, or
+// (handles keep counting) never another object. Caller holds mu.
+func (d *Device) stale(what string, h uint32, gen uint64) error {
+	if gen != d.gen {
+		return fmt.Errorf("%s %d was made before the device was reopened: %w", what, h, ErrDeviceLost)
+	}
+	return nil
 }
 
 // Open checks the device behind regs, sets up the ring, completion records,
@@ -344,6 +357,7 @@ func (d *Device) Reopen() error {
 		return fmt.Errorf("reopen: %w", ErrSuspended)
 	}
 	d.failInflight(abi.StatusDeviceLost)
+	d.gen++
 	regs := d.regs
 	regs.Write32(abi.RegRingCtrl, abi.RingCtrlReset)
 	regs.Write32(abi.RegErrorAck, 1)

@@ -107,8 +107,17 @@ func TestReapFailsInflightOnLoss(t *testing.T) {
 	if err := d.Read(b, 0, got); err != nil || !bytes.Equal(got, want) {
 		t.Errorf("Read after Reopen = %v, bytes equal %v", err, bytes.Equal(got, want))
 	}
-	if err := d.Read(old, 0, got[:16]); abi.StatusOf(err) != abi.StatusNotFound {
-		t.Errorf("Read of a buffer from before the loss = %v, want StatusNotFound", err)
+	if err := d.Read(old, 0, got[:16]); !errors.Is(err, driver.ErrDeviceLost) {
+		t.Errorf("Read of a buffer from before the loss = %v, want ErrDeviceLost", err)
+	}
+	if err := d.Launch(p, "fill", driver.Range1(16, 0), driver.BufferArg(b), driver.Uint32Arg(1)); !errors.Is(err, driver.ErrDeviceLost) {
+		t.Errorf("Launch of a program from before the loss = %v, want ErrDeviceLost", err)
+	}
+	if err := d.Free(old); !errors.Is(err, driver.ErrDeviceLost) {
+		t.Errorf("Free of a buffer from before the loss = %v, want ErrDeviceLost", err)
+	}
+	if d.Pending() != 0 {
+		t.Errorf("Pending() = %d: a stale object reached the device", d.Pending())
 	}
 }
 

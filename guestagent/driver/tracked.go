@@ -116,6 +116,9 @@ func (d *Device) transfer(toDev bool, b Buffer, off uint64, data []byte, done fu
 	if err := checkRange(b, off, len(data)); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	if err := d.stale("buffer", b.Handle, b.gen); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	j := &joined{done: done}
 	chunk := d.chunkBytes()
 	for pos := 0; pos < len(data); pos += chunk {

@@ -21,32 +21,12 @@ import (
 // a client id.
 type bufObj struct {
 	dev *device
-	gen uint64 // dev.gen when it was made
 	b   driver.Buffer
 }
 
 type progObj struct {
 	dev *device
-	gen uint64
 	p   driver.Program
-}
-
-// errStale is the failure of a request naming a buffer or program that was
-// lost with its device's context (Server.revive).
-var errStale = fmt.Errorf("object made before the device was reset: %w", driver.ErrDeviceLost)
-
-func (o bufObj) stale() bool  { return o.gen != o.dev.gen.Load() }
-func (o progObj) stale() bool { return o.gen != o.dev.gen.Load() }
-
-// failStale answers a request on a lost object: its event (ev, 0: none)
-// ends with StatusDeviceLost and nothing reaches the device.
-func (c *conn) failStale(ev uint64, dev *device) error {
-	cm, err := c.begin(ev, false)
-	if err != nil {
-		return err
-	}
-	c.part(cm, dev)
-	return c.seal(cm, nil, errStale)
 }
 
 // lost hands a device found lost to its reaper, which reopens it.
@@ -509,10 +489,9 @@ func (c *conn) doBufferCreate(v *icdproto.BufferCreate) error {
 	if err != nil {
 		return err
 	}
-	gen := dev.gen.Load()
 	b, err := dev.d.CreateBufferNotify(v.Size, v.Flags, c.part(cm, dev))
 	if err == nil {
-		c.buffers[v.Buffer] = bufObj{dev: dev, gen: gen, b: b}
+		c.buffers[v.Buffer] = bufObj{dev: dev, b: b}
 	}
 	return c.seal(cm, dev, err)
 }
@@ -527,17 +506,11 @@ func (c *conn) doBufferFree(v *icdproto.BufferFree) error {
 }
 
 func (c *conn) freeBuffer(o bufObj) error {
-	if o.stale() {
-		return nil // gone with the device context
-	}
 	cm, _ := c.begin(0, false)
 	return c.seal(cm, o.dev, o.dev.d.FreeNotify(o.b, c.part(cm, o.dev)))
 }
 
 func (c *conn) freeProgram(o progObj) error {
-	if o.stale() {
-		return nil
-	}
 	cm, _ := c.begin(0, false)
 	return c.seal(cm, o.dev, o.dev.d.FreeProgramNotify(o.p, c.part(cm, o.dev)))
 }
@@ -553,9 +526,6 @@ func (c *conn) doTransfer(write bool, v *icdproto.Transfer) error {
 	data, err := c.arenaRange(v.Arena, v.ArenaOffset, v.Length)
 	if err != nil {
 		return err
-	}
-	if o.stale() {
-		return c.failStale(v.Event, o.dev)
 	}
 	cm, err := c.begin(v.Event, false)
 	if err != nil {
@@ -596,9 +566,6 @@ func (c *conn) doCopy(v *icdproto.Copy) error {
 		return icdproto.Errorf(icdproto.ErrRange, "copy within buffer %d: %d+%d and %d+%d overlap", v.Src, v.SrcOffset, v.Length, v.DstOffset, v.Length)
 	}
 	dev := src.dev
-	if src.stale() || dst.stale() {
-		return c.failStale(v.Event, dev)
-	}
 	cm, err := c.begin(v.Event, false)
 	if err != nil {
 		return err
@@ -630,9 +597,6 @@ func (c *conn) doFill(v *icdproto.Fill) error {
 		return err
 	}
 	dev := o.dev
-	if o.stale() {
-		return c.failStale(v.Event, dev)
-	}
 	pattern := v.Pattern[:v.PatternLen]
 	cm, err := c.begin(v.Event, false)
 	if err != nil {
@@ -681,7 +645,6 @@ func (c *conn) doBuild(v *icdproto.Build) (any, error) {
 		return nil, err
 	}
 	c.used[dev] = true
-	gen := dev.gen.Load()
 	// string() copies: the client may change the arena meanwhile.
 	p, log, err := dev.d.BuildFlags(string(src), string(opts), uint16(v.Flags))
 	lost(dev, err)
@@ -696,7 +659,7 @@ func (c *conn) doBuild(v *icdproto.Build) (any, error) {
 	if err != nil {
 		return r, nil
 	}
-	c.programs[v.Program] = progObj{dev: dev, gen: gen, p: p}
+	c.programs[v.Program] = progObj{dev: dev, p: p}
 	if blob := programInfo(dev, p); blob != nil {
 		r.InfoLen = uint64(len(blob))
 		if r.LogLen+r.InfoLen <= v.OutCap {
@@ -744,9 +707,6 @@ func (c *conn) doProgramInfo(v *icdproto.ProgramInfo) (any, error) {
 	if minor(o.dev) < 4 {
 		return &icdproto.ProgramInfoReply{Status: uint32(abi.StatusInvalidOpcode)}, nil
 	}
-	if o.stale() {
-		return &icdproto.ProgramInfoReply{Status: uint32(abi.StatusDeviceLost)}, nil
-	}
 	info, err := o.dev.d.ProgramInfo(o.p)
 	if err != nil {
 		lost(o.dev, err)
@@ -786,14 +746,6 @@ func (c *conn) doLaunch(v *icdproto.Launch) error {
 		}
 	}
 	r := driver.NDRange{Dims: v.WorkDim, Offset: v.GlobalOffset, Global: v.GlobalSize, Local: v.LocalSize}
-	if o.stale() {
-		return c.failStale(v.Event, o.dev)
-	}
-	for _, a := range v.Args {
-		if b, ok := c.buffers[uint32(a.Value)]; ok && a.Kind == abi.ArgBuffer && b.stale() {
-			return c.failStale(v.Event, o.dev)
-		}
-	}
 	cm, err := c.begin(v.Event, true)
 	if err != nil {
 		return err

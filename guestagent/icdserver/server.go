@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/vgpud/vgpud/guestagent/driver"
@@ -56,10 +55,6 @@ type device struct {
 	// while the device has commands in flight.
 	wake chan struct{}
 
-	// gen counts the device's resets after a lost device context
-	// (Server.revive): a buffer or program made in an older generation
-	// is gone with the context it lived in.
-	gen atomic.Uint64
 	// reviveMu serialises revive.
 	reviveMu sync.Mutex
 
@@ -174,16 +169,16 @@ func (s *Server) reap(dev *device) {
 
 // revive reopens dev when its driver reports the device context lost
 // (docs/ABI.md "Device lost"; the reset brings the instance back on a
-// fresh context). Buffers and programs of the old generation are stale
-// from then on: requests naming them fail with StatusDeviceLost without
-// reaching the device. It reports whether the device is usable.
+// fresh context). Buffers and programs made before are stale from then
+// on: the driver fails requests naming them with ErrDeviceLost (their
+// events end with StatusDeviceLost) without reaching the device. It
+// reports whether the device is usable.
 func (s *Server) revive(dev *device) bool {
 	dev.reviveMu.Lock()
 	defer dev.reviveMu.Unlock()
 	if !dev.d.Lost() {
 		return true
 	}
-	gen := dev.gen.Add(1)
 	if err := dev.d.Reopen(); err != nil {
 		s.log.Error("icd device lost and not reopened", "device", dev.index, "err", err)
 		return false
@@ -191,7 +186,7 @@ func (s *Server) revive(dev *device) bool {
 	dev.infoMu.Lock()
 	dev.info = nil
 	dev.infoMu.Unlock()
-	s.log.Warn("icd device context lost: device reopened; older buffers and programs are gone", "device", dev.index, "generation", gen)
+	s.log.Warn("icd device context lost: device reopened; older buffers and programs are gone", "device", dev.index)
 	return true
 }
 
