@@ -98,7 +98,11 @@ type Manager struct {
 	// acceptRetries counts transient accept errors on instance and agent
 	// sockets (accept.Transient), each retried.
 	acceptRetries atomic.Uint64
-	wg            sync.WaitGroup // accept loops and connections
+	// connsRefused counts connections refused over a listener's limit
+	// (accept.Limit): instance sockets here, vgpud's other listeners
+	// through RefuseConn.
+	connsRefused atomic.Uint64
+	wg           sync.WaitGroup // accept loops and connections
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -423,7 +427,13 @@ func (m *Manager) serveAgent(inst *Instance, a *agentchan.Server) {
 	}()
 }
 
+// MaxInstanceConns bounds the connections an instance socket holds at
+// once: the attached VM's and a few waiting their turn (Attach refuses
+// them after attachGrace); more are closed as soon as they are accepted.
+const MaxInstanceConns = 4
+
 func (m *Manager) acceptLoop(inst *Instance, l *net.UnixListener) {
+	limit := &accept.Limit{Max: MaxInstanceConns, Name: "instance", Logger: inst.log, OnRefuse: m.RefuseConn}
 	for {
 		c, err := accept.Retry(m.ctx, l.AcceptUnix, func(err error, delay time.Duration) {
 			m.acceptRetries.Add(1)
@@ -439,9 +449,14 @@ func (m *Manager) acceptLoop(inst *Instance, l *net.UnixListener) {
 			}
 			return
 		}
+		if !limit.Acquire() {
+			c.Close()
+			continue
+		}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
+			defer limit.Release()
 			if err := inst.Attach(m.ctx, m.transport.NewSession(c, inst.Endpoint())); err != nil && !errors.Is(err, context.Canceled) {
 				inst.log.Warn("vm connection ended", "err", err)
 			}
@@ -557,6 +572,13 @@ func limitsOf(p Profile) worker.Limits {
 // AcceptRetries counts the transient accept errors (out of descriptors,
 // memory) the instances' sockets survived.
 func (m *Manager) AcceptRetries() uint64 { return m.acceptRetries.Load() }
+
+// RefuseConn counts one connection refused over a listener's limit
+// (accept.Limit.OnRefuse of vgpud's listeners).
+func (m *Manager) RefuseConn() { m.connsRefused.Add(1) }
+
+// ConnsRefused counts the connections refused over a listener's limit.
+func (m *Manager) ConnsRefused() uint64 { return m.connsRefused.Load() }
 
 // Pool returns the manager's worker pool (for counters).
 func (m *Manager) Pool() *worker.Pool { return m.pool }

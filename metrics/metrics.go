@@ -56,6 +56,7 @@ var (
 
 	workers       = desc("workers", "Worker processes running (one per trust domain and device).")
 	acceptRetries = desc("accept_retries_total", "Transient accept errors (out of file descriptors or memory) on instance and agent sockets, each retried with a backoff.")
+	connsRefused  = desc("connections_refused_total", "Connections closed as soon as accepted because their listener (control, metrics, migration, an instance socket) held its limit of connections.")
 	workerExits   = desc("worker_exits_total", "Worker processes that ended other than by being stopped, by cause (watchdog, build-timeout, signal, exit, protocol, start).", "cause")
 
 	instReuse        = desc("instance_reuse_launches_total", "Launches by result-reuse outcome (hit, miss, skipped, recorded).", append(instLabels, "outcome")...)
@@ -85,7 +86,7 @@ func NewCollector(m *mdev.Manager) *Collector { return &Collector{m: m} }
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{devInfo, devPolicy, devBusy, devTurns, devInstances, devMemCap, devMemUsed, devShortage, instMoves, instSuspended,
 		instCommands, instErrors, instBytes, instLaunches, instKernel, instDevice, instWait, instTurns,
-		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, instFeature, placePolicy, workers, workerExits, acceptRetries,
+		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, instFeature, placePolicy, workers, workerExits, acceptRetries, connsRefused,
 		instReuse, instReuseBytes, instReuseDevice, instReuseEvicted,
 		domReuse, domEntries, domBytes, domBudget, domUsers, domEvicted, domSavedBytes} {
 		ch <- d
@@ -99,6 +100,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	pool := c.m.Pool()
 	ch <- prometheus.MustNewConstMetric(workers, prometheus.GaugeValue, float64(pool.Workers()))
 	ch <- prometheus.MustNewConstMetric(acceptRetries, prometheus.CounterValue, float64(c.m.AcceptRetries()))
+	ch <- prometheus.MustNewConstMetric(connsRefused, prometheus.CounterValue, float64(c.m.ConnsRefused()))
 	for _, cause := range worker.Causes {
 		ch <- prometheus.MustNewConstMetric(workerExits, prometheus.CounterValue, float64(pool.Exits()[cause]), cause)
 	}

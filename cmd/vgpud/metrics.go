@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/metrics"
@@ -23,11 +22,14 @@ type metricsServer struct {
 	served chan error
 }
 
-func startMetrics(l net.Listener, m *mdev.Manager, log *slog.Logger) *metricsServer {
+// startMetrics serves /metrics for m on l within lim (metricsLimits but
+// in tests) until stop.
+func startMetrics(l net.Listener, m *mdev.Manager, log *slog.Logger, lim httpLimits) *metricsServer {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(m))
+	srv, l := lim.serve(l, mux, m, log)
 	s := &metricsServer{
-		srv:    &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		srv:    srv,
 		addr:   l.Addr(),
 		served: make(chan error, 1),
 	}

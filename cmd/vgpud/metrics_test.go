@@ -33,7 +33,7 @@ func TestMetricsServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := startMetrics(l, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := startMetrics(l, m, slog.New(slog.NewTextHandler(io.Discard, nil)), metricsLimits)
 	hc := &http.Client{Transport: &http.Transport{}}
 	resp, err := hc.Get("http://" + s.addr.String() + "/metrics")
 	if err != nil {

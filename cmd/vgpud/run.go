@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -413,7 +412,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		mp := newPausable(metricsL)
 		listeners["metrics"] = mp
-		ms = startMetrics(mp, m, log)
+		ms = startMetrics(mp, m, log, metricsLimits)
 	}
 	gate := &control.Gate{}
 	stdoutF, _ := stdout.(*os.File)
@@ -427,7 +426,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if migTLSConf != nil {
 		handlerOpts = append(handlerOpts, control.WithMigration(migTLSConf))
 	}
-	srv := &http.Server{Handler: control.Handler(m, handlerOpts...), ReadHeaderTimeout: 10 * time.Second}
+	srv, controlL := controlLimits.serve(pl, control.Handler(m, handlerOpts...), m, log)
 	migDone := make(chan error, 1)
 	migCtx, stopMig := context.WithCancel(ctx)
 	defer stopMig()
@@ -445,7 +444,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ml = mp
 		migAddr = ml.Addr().String()
 		log.Info("receiving migrations", "addr", migAddr)
-		dst := &migrate.Destination{Manager: m, TLS: migTLSConf, Logger: log}
+		dst := &migrate.Destination{Manager: m, TLS: migTLSConf, Logger: log, OnRefuse: m.RefuseConn}
 		go func() { migDone <- dst.Serve(migCtx, ml) }()
 	} else {
 		migDone <- nil
@@ -481,7 +480,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(pl) }()
+	go func() { served <- srv.Serve(controlL) }()
 	log.Info("serving", "control", sock, "instances", len(m.List()))
 	ready := "vgpud ready control=" + sock
 	if ms != nil {

@@ -23,6 +23,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // once the daemon says it is ready. stop checks that run returned nil.
 func daemonOn(t *testing.T, runDir string, args ...string) (sock, metricsURL string, stop func()) {
 	t.Helper()
+	ready, stop := daemonReady(t, runDir, args...)
+	return ready["control"], ready["metrics"], stop
+}
+
+// daemonReady is daemonOn that returns the ready line's fields by name
+// ("control", "metrics", "migrate").
+func daemonReady(t *testing.T, runDir string, args ...string) (ready map[string]string, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
@@ -49,17 +57,17 @@ func daemonOn(t *testing.T, runDir string, args ...string) (sock, metricsURL str
 		stopped = true
 		t.Fatalf("daemon did not get ready: %v (run: %v)", err, <-done)
 	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "vgpud ready control=")
-	if !ok {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "vgpud ready ")
+	if !ok || !strings.HasPrefix(rest, "control=") {
 		t.Fatalf("ready line = %q", line)
 	}
-	fields := strings.Fields(rest)
-	for _, f := range fields[1:] {
-		if u, ok := strings.CutPrefix(f, "metrics="); ok {
-			metricsURL = u
+	ready = map[string]string{}
+	for _, f := range strings.Fields(rest) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			ready[k] = v
 		}
 	}
-	return fields[0], metricsURL, stop
+	return ready, stop
 }
 
 // startDaemon runs vgpud in-process with metrics on a free port and
