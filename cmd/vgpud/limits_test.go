@@ -208,3 +208,31 @@ func TestDaemonSurvivesFlood(t *testing.T) {
 		t.Errorf("Destroy(%s) during the flood = %v", info.UUID, err)
 	}
 }
+
+// TestControlLimits: the control socket closes the connections over its
+// limit at once (the header timeout is far away); once the others are
+// gone the API answers again.
+func TestControlLimits(t *testing.T) {
+	old := controlLimits
+	controlLimits.MaxConns, controlLimits.Header = 4, 10*time.Minute
+	t.Cleanup(func() { controlLimits = old })
+	ready, _ := daemonReady(t, filepath.Join(t.TempDir(), "run"))
+	const n = 12
+	conns, closed := floodConns(t, "unix", ready["control"], n)
+	refused := waitClosed(t, closed, n-controlLimits.MaxConns, "control flood")
+	for i, c := range conns {
+		if !refused[i] {
+			c.Close()
+		}
+	}
+	ctl := control.NewClient(ready["control"])
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, err = ctl.Devices(context.Background()); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Errorf("Devices after the flood = %v", err)
+	}
+}
