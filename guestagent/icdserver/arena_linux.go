@@ -9,8 +9,9 @@ import (
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 )
 
-// maxArenaSize bounds one arena's mapping (address space, not memory).
-const maxArenaSize = 1 << 40
+// maxArenaSize bounds one arena's mapping (address space, not memory): a
+// connection's arenas together are bounded by maxArenaBytes anyway.
+const maxArenaSize = maxArenaBytes
 
 // mapArena maps size bytes of the memfd fd shared, read-write. It refuses
 // (with icdproto.ErrArena) a file that is not sealed against shrinking: a

@@ -91,7 +91,14 @@ type conn struct {
 	events   map[uint64]*event
 	order    []*event // completed events in completion order; reported ones are stale
 	inflight int      // tracked requests not finished
+	peak     int      // most events held at once
 }
+
+// maxArenaBytes bounds the sum of a connection's arena sizes: address
+// space of the daemon that the client's mappings take (the ICD maps one
+// arena of at most 64 MiB per context). An Attach beyond it is refused
+// with status ErrLimit.
+const maxArenaBytes = 4 << 30
 
 func newConn(s *Server, c *net.UnixConn, id uint64) *conn {
 	return &conn{s: s, c: c, id: id, log: s.log, quit: make(chan struct{}),
@@ -274,6 +281,14 @@ func (c *conn) doAttach(v *icdproto.Attach, fds []int) (any, error) {
 		c.log.Info("icd attach refused", "arena", v.Arena, "fds", len(fds))
 		return &icdproto.AttachReply{Status: uint32(icdproto.ErrArena)}, nil
 	}
+	var total uint64
+	for _, m := range c.arenas {
+		total += uint64(len(m))
+	}
+	if v.Size <= maxArenaSize && v.Size > maxArenaBytes-total { // a larger one is no arena at all (mapArena)
+		c.log.Info("icd attach refused: arena bytes over the limit", "arena", v.Arena, "size", v.Size, "attached", total, "limit", uint64(maxArenaBytes))
+		return &icdproto.AttachReply{Status: uint32(icdproto.ErrLimit)}, nil
+	}
 	m, err := mapArena(fds[0], v.Size)
 	if err != nil {
 		c.log.Info("icd attach refused", "arena", v.Arena, "err", err)
@@ -365,6 +380,7 @@ func (c *conn) begin(ev uint64, launch bool) (*cmd, error) {
 		}
 		cm.ev = &event{id: ev, submit: monoNow()}
 		c.events[ev] = cm.ev
+		c.peak = max(c.peak, len(c.events))
 	}
 	c.inflight++
 	return cm, nil
@@ -922,5 +938,15 @@ func (c *conn) cleanup() {
 		}
 	}
 	clear(c.arenas)
-	c.log.Info("icd client disconnected", "buffers_freed", nb, "programs_freed", np)
+	// Drop the tables themselves (clear keeps a map's storage): the
+	// connection stays in the server's set until serve returns.
+	c.mu.Lock()
+	held, peak := len(c.events), c.peak
+	c.events, c.order = map[uint64]*event{}, nil
+	c.mu.Unlock()
+	c.arenas, c.buffers, c.programs = map[uint32][]byte{}, map[uint32]bufObj{}, map[uint32]progObj{}
+	if peak >= trimEvents {
+		c.s.requestTrim()
+	}
+	c.log.Info("icd client disconnected", "buffers_freed", nb, "programs_freed", np, "events_dropped", held, "events_peak", peak)
 }

@@ -29,7 +29,9 @@
 // # Concurrency
 //
 // Each connection has one goroutine that reads and executes its requests in
-// order; the Server's accept loops and device reapers are the others. Close
+// order; the Server's accept loops, device reapers and its trimmer (which
+// hands the memory of closed connections that held many events back to
+// the kernel, debug.FreeOSMemory at most once a second) are the others. Close
 // stops and waits for all of them. Completion callbacks run on whichever
 // goroutine reaps (a connection's, or a reaper) with the driver's device
 // mutex held, so the lock order is: driver.Device's mutex, then conn.mu,
