@@ -98,8 +98,27 @@ type client struct {
 	turns     uint64
 	slices    uint64        // slices of launches cut for the scheduler
 	avgCost   float64       // moving average of the device time of its turns
-	limit     time.Duration // longest a turn may hold the device (0: no limit)
+	limit     time.Duration // longest a turn may run, stopped time excluded (0: no limit)
+
+	// Preemption (SetSlice): a turn that has run slice while another
+	// client waits is stopped and resumed later. Clients of one group
+	// share a process: while one's turn is stopped the others cannot run.
+	slice    time.Duration
+	group    string
+	stopped  *request // its preempted turn, waiting to be resumed
+	preempts uint64
 }
+
+// turnState is where a granted turn is.
+type turnState uint8
+
+const (
+	stateWaiting turnState = iota
+	stateRunning           // it holds the device (schedCore.cur)
+	stateStopped           // preempted: off the device until resumed
+	stateShared            // it runs beside the holder (a device that time-slices, or continued)
+	stateDone              // released
+)
 
 // request is one wait for a turn.
 type request struct {
@@ -110,7 +129,17 @@ type request struct {
 	granted bool
 	start   time.Time     // granted
 	budget  time.Duration // slice budget at the grant
-	watch   *time.Timer   // the watchdog of a granted turn with a limit
+	watch   *time.Timer   // checks the turn's kernel limit and slice
+
+	state     turnState
+	runStart  time.Time     // the current run began (granted, resumed, continued)
+	ran       time.Duration // running time before runStart
+	stoppedAt time.Time
+	charged   time.Duration // charged at preemptions, before the release
+	resumed   bool          // set by grant when it resumed a stopped turn
+	cont      func()        // continues the stopped turn's holder
+	timeSlice bool          // the device time-slices it: never stopped
+	overran   bool          // reported to onOverrun
 }
 
 // schedCore is the scheduler's state machine: which request gets the
@@ -123,7 +152,8 @@ type schedCore struct {
 	rr      int     // round-robin cursor: index of the last client served
 	vclock  float64 // vtime of the last grant: the floor for newly backlogged clients
 
-	holder   *client // the running turn's client, or the timeslice owner
+	holder   *client  // the running turn's client, or the timeslice owner
+	cur      *request // the turn holding the device (nil: none, or a pure test's)
 	sliceEnd time.Time
 	released time.Time // end of the last turn
 	busy     bool
@@ -202,7 +232,7 @@ func (s *schedCore) enqueue(r *request, now time.Time) error {
 	if len(c.queue) >= maxQueued {
 		return errQueueFull
 	}
-	if len(c.queue) == 0 && c != s.holder {
+	if !waiting(c) && c != s.holder {
 		// Newly backlogged: no credit for the time it was idle.
 		c.vtime = max(c.vtime, s.vclock)
 	}
@@ -223,10 +253,49 @@ func (s *schedCore) cancel(r *request) {
 	}
 }
 
-// pending reports whether any client waits.
+// pending reports whether any client waits and may be served.
 func (s *schedCore) pending() bool {
 	for _, c := range s.clients {
-		if len(c.queue) > 0 {
+		if s.eligible(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// waiting reports whether c has a request or a stopped turn.
+func waiting(c *client) bool { return len(c.queue) > 0 || c.stopped != nil }
+
+// next is c's request to serve next: its stopped turn first.
+func next(c *client) *request {
+	if c.stopped != nil {
+		return c.stopped
+	}
+	return c.queue[0]
+}
+
+// eligible reports whether c waits and may be served now: not while
+// another client of its group has a stopped turn (their process is
+// stopped).
+func (s *schedCore) eligible(c *client) bool {
+	if !waiting(c) {
+		return false
+	}
+	if c.stopped != nil || c.group == "" {
+		return true
+	}
+	for _, o := range s.clients {
+		if o != c && o.stopped != nil && o.group == c.group {
+			return false
+		}
+	}
+	return true
+}
+
+// othersWait reports whether a client outside c's group may be served.
+func (s *schedCore) othersWait(c *client) bool {
+	for _, o := range s.clients {
+		if o != c && (c.group == "" || o.group != c.group) && s.eligible(o) {
 			return true
 		}
 	}
@@ -239,7 +308,7 @@ func (s *schedCore) pick(now time.Time) *client {
 	case PolicyEqualShare, PolicyFixedShare:
 		return s.pickFair()
 	case PolicyTimeslice:
-		if h := s.holder; h != nil && len(h.queue) > 0 && now.Before(s.sliceEnd) && s.indexOf(h) >= 0 {
+		if h := s.holder; h != nil && s.eligible(h) && now.Before(s.sliceEnd) && s.indexOf(h) >= 0 {
 			return h
 		}
 		c := s.pickRR()
@@ -266,7 +335,7 @@ func (s *schedCore) pickRR() *client {
 	n := len(s.clients)
 	for k := 1; k <= n; k++ {
 		i := (s.rr + k) % n
-		if c := s.clients[i]; len(c.queue) > 0 {
+		if c := s.clients[i]; s.eligible(c) {
 			s.rr = i
 			return c
 		}
@@ -280,7 +349,7 @@ func (s *schedCore) pickRR() *client {
 func (s *schedCore) pickFair() *client {
 	minV := -1.0
 	for _, c := range s.clients {
-		if len(c.queue) > 0 && (minV < 0 || c.vtime < minV) {
+		if s.eligible(c) && (minV < 0 || c.vtime < minV) {
 			minV = c.vtime
 		}
 	}
@@ -291,10 +360,13 @@ func (s *schedCore) pickFair() *client {
 	var best *client
 	var bestCost time.Duration
 	for _, c := range s.clients {
-		if len(c.queue) == 0 || c.vtime > limit {
+		if !s.eligible(c) || c.vtime > limit {
 			continue
 		}
-		cost := c.queue[0].cost
+		cost := next(c).cost
+		if r := next(c); r.state == stateStopped && cost > 0 {
+			cost = max(cost-r.ran, 1) // what is left of it
+		}
 		if cost <= 0 {
 			cost = unknownCost
 		}
@@ -310,6 +382,7 @@ func (s *schedCore) pickFair() *client {
 // reservation holds, it returns nil and the time to try again.
 func (s *schedCore) grant(now time.Time) (*request, time.Time) {
 	s.busy = false
+	s.cur = nil
 	if until := s.reservedUntil(); now.Before(until) && s.pending() {
 		return nil, until
 	}
@@ -317,14 +390,28 @@ func (s *schedCore) grant(now time.Time) (*request, time.Time) {
 	if c == nil {
 		return nil, time.Time{}
 	}
+	s.busy = true
+	s.holder = c
+	s.vclock = max(s.vclock, c.vtime)
+	if r := c.stopped; r != nil {
+		// Resume a preempted turn: the time it was stopped counts as
+		// waiting; it is the same turn, not a new one.
+		c.stopped = nil
+		r.state, r.runStart, r.resumed = stateRunning, now, true
+		if w := now.Sub(r.stoppedAt); w > 0 {
+			c.waitNanos += uint64(w)
+		}
+		s.cur = r
+		return r, time.Time{}
+	}
 	r := c.queue[0]
 	c.queue = c.queue[1:]
 	r.granted = true
 	r.start = now
+	r.runStart = now
+	r.state = stateRunning
 	r.budget = s.budget(c, now)
-	s.busy = true
-	s.holder = c
-	s.vclock = max(s.vclock, c.vtime)
+	s.cur = r
 	s.grants++
 	c.turns++
 	if w := now.Sub(r.at); w > 0 {
@@ -343,7 +430,7 @@ func (s *schedCore) grant(now time.Time) (*request, time.Time) {
 // under PolicyTimeslice while its slice lasts.
 func (s *schedCore) reservedUntil() time.Time {
 	h := s.holder
-	if h == nil || len(h.queue) > 0 || s.released.IsZero() || s.indexOf(h) < 0 {
+	if h == nil || waiting(h) || s.released.IsZero() || s.indexOf(h) < 0 {
 		return time.Time{}
 	}
 	until := s.released.Add(idleGrace)
@@ -354,7 +441,7 @@ func (s *schedCore) reservedUntil() time.Time {
 		}
 	case PolicyEqualShare, PolicyFixedShare:
 		for _, c := range s.clients {
-			if len(c.queue) > 0 && c.vtime <= h.vtime {
+			if s.eligible(c) && c.vtime <= h.vtime {
 				return time.Time{}
 			}
 		}
@@ -376,6 +463,88 @@ func (s *schedCore) charge(c *client, dev, held time.Duration, now time.Time) {
 	c.avgCost = ewma(c.avgCost, float64(dev))
 }
 
+// ranNow is r's running time until now, stopped time excluded.
+func ranNow(r *request, now time.Time) time.Duration {
+	if r.state == stateRunning || r.state == stateShared {
+		return r.ran + max(now.Sub(r.runStart), 0)
+	}
+	return r.ran
+}
+
+// suspend takes the running or shared turn r off the device's books at
+// now: the run so far is charged (its wall time, reconciled at the
+// release) and, when it held the device, the device is free. stop: r is
+// stopped (its client's stopped turn, resumed by a later grant); else it
+// goes on running beside the next holder.
+func (s *schedCore) suspend(r *request, now time.Time, stop bool) {
+	c := r.c
+	seg := max(now.Sub(r.runStart), 0)
+	r.ran += seg
+	r.runStart = now
+	r.charged += seg
+	c.devNanos += uint64(seg)
+	c.heldNanos += uint64(seg)
+	s.heldNanos += uint64(seg)
+	c.vtime += float64(seg) / s.weight(c)
+	c.preempts++
+	if s.cur == r {
+		s.cur = nil
+		s.busy = false
+		s.released = now
+	}
+	if stop {
+		r.state, r.stoppedAt = stateStopped, now
+		c.stopped = r
+	} else {
+		r.state = stateShared
+	}
+}
+
+// unstop makes the stopped turn r run again beside the holder.
+func (s *schedCore) unstop(r *request, now time.Time) {
+	if r.c.stopped == r {
+		r.c.stopped = nil
+	}
+	r.state, r.runStart = stateShared, now
+	if w := now.Sub(r.stoppedAt); w > 0 {
+		r.c.waitNanos += uint64(w)
+	}
+}
+
+// finish accounts the end of turn r at now: dev is the device time its
+// holder measured, clamped to the time it ran (0: that time). It reports
+// whether r held the device (which is now free).
+func (s *schedCore) finish(r *request, dev time.Duration, now time.Time) bool {
+	c := r.c
+	var seg time.Duration
+	switch r.state {
+	case stateRunning, stateShared:
+		seg = max(now.Sub(r.runStart), 0)
+		r.ran += seg
+	case stateStopped:
+		if c.stopped == r {
+			c.stopped = nil
+		}
+	}
+	if dev <= 0 || dev > r.ran {
+		dev = r.ran
+	}
+	holder := s.cur == r
+	released := s.released
+	avg := c.avgCost
+	// What the preemptions charged already is part of dev.
+	s.charge(c, max(dev-r.charged, 0), seg, now)
+	c.avgCost = ewma(avg, float64(dev))
+	if holder {
+		s.cur = nil
+		s.busy = false
+	} else {
+		s.released = released
+	}
+	r.state = stateDone
+	return holder
+}
+
 func ewma(avg, x float64) float64 {
 	if avg == 0 {
 		return x
@@ -391,7 +560,7 @@ func ewma(avg, x float64) float64 {
 func (s *schedCore) budget(c *client, now time.Time) time.Duration {
 	shortest := time.Duration(-1)
 	for _, o := range s.clients {
-		if o == c || (len(o.queue) == 0 && now.Sub(o.seen) > activeWindow) || o.seen.IsZero() {
+		if o == c || (!waiting(o) && now.Sub(o.seen) > activeWindow) || o.seen.IsZero() {
 			continue
 		}
 		if cost := time.Duration(o.avgCost); shortest < 0 || cost < shortest {

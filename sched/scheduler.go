@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -22,26 +23,62 @@ var (
 // MaxShare bounds a client's weight.
 const MaxShare = 1000
 
+// Preemption is what a Preempter did to a running turn.
+type Preemption int
+
+const (
+	// PreemptRefused: the turn cannot be taken off the device now; it is
+	// asked again a slice later.
+	PreemptRefused Preemption = iota
+	// PreemptStopped: the turn's holder is stopped (a worker process of a
+	// CPU device, SIGSTOP) until the continue function is called.
+	PreemptStopped
+	// PreemptShared: the turn goes on running and the device time-slices
+	// it with the next turns (a GPU driver's contexts); it is only
+	// accounted.
+	PreemptShared
+)
+
+// Preempter takes client id's running turn off the device. It is called
+// with the Scheduler's lock held, so it must be quick and must not call
+// the Scheduler; so is the continue function it returns with
+// PreemptStopped, which lets the turn's holder run again.
+type Preempter func(id string) (how Preemption, cont func())
+
 // Scheduler is one physical device's turn arbiter: schedCore under a
 // mutex, with a channel per waiting request, a timer for timeslice
-// reservations, and a watchdog timer per granted turn of a client with a
-// turn limit. It is safe for concurrent use.
+// reservations, and a timer per granted turn of a client with a kernel
+// limit or a slice (the watchdog and preemption). It is safe for
+// concurrent use.
 type Scheduler struct {
 	now       func() time.Time
-	onOverrun func(id string, held time.Duration)
+	onOverrun func(id string, ran time.Duration)
 
-	mu     sync.Mutex
-	core   *schedCore
-	timer  *time.Timer
-	closed bool
+	mu        sync.Mutex
+	core      *schedCore
+	timer     *time.Timer
+	closed    bool
+	preempt   Preempter
+	noPreempt bool                  // SetPreempting(false), Close
+	live      map[*request]struct{} // granted turns not yet released
 }
 
 // New returns a Scheduler with policy p. onOverrun, if set, is called
 // (from a timer goroutine, holding no lock) when a granted turn of a
-// client with a limit (SetLimit) holds the device longer than that: the
-// caller ends the turn's holder, whose Release is still awaited.
-func New(p Policy, onOverrun func(id string, held time.Duration)) *Scheduler {
-	return &Scheduler{now: time.Now, core: newSchedCore(p), onOverrun: onOverrun}
+// client with a limit (SetLimit) has run longer than that, the time it
+// was stopped by a preemption excluded: the caller ends the turn's
+// holder, whose Release is still awaited.
+func New(p Policy, onOverrun func(id string, ran time.Duration)) *Scheduler {
+	return &Scheduler{now: time.Now, core: newSchedCore(p), onOverrun: onOverrun, live: map[*request]struct{}{}}
+}
+
+// SetPreempter sets how running turns are taken off the device (nil:
+// never; the default). A client's turns are preempted only if it has a
+// slice (SetSlice).
+func (s *Scheduler) SetPreempter(p Preempter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.preempt = p
 }
 
 // Acquire waits for a device turn of client id (created with share 1 on
@@ -66,6 +103,8 @@ func (s *Scheduler) Acquire(ctx context.Context, id string, cost time.Duration) 
 	}
 	if !s.core.busy {
 		s.grantLocked()
+	} else if cur := s.core.cur; cur != nil && cur.watch != nil && s.sliceOver(cur, s.now()) {
+		cur.watch.Reset(0) // it ran past its slice while nobody waited
 	}
 	s.mu.Unlock()
 	var once sync.Once
@@ -90,12 +129,20 @@ func (s *Scheduler) Acquire(ctx context.Context, id string, cost time.Duration) 
 // grantLocked hands the idle device to the next request, or arms the
 // timer when a timeslice reservation holds it.
 func (s *Scheduler) grantLocked() {
-	r, retry := s.core.grant(s.now())
+	now := s.now()
+	r, retry := s.core.grant(now)
 	if r != nil {
-		if lim := r.c.limit; lim > 0 && s.onOverrun != nil {
-			r.watch = time.AfterFunc(lim, func() { s.overrun(r) })
+		if r.resumed {
+			r.resumed = false
+			if r.cont != nil {
+				r.cont()
+				r.cont = nil
+			}
+		} else {
+			s.live[r] = struct{}{}
+			close(r.ready)
 		}
-		close(r.ready)
+		s.armLocked(r, now)
 		return
 	}
 	if !retry.IsZero() && !s.closed {
@@ -108,15 +155,152 @@ func (s *Scheduler) grantLocked() {
 	}
 }
 
-// overrun reports a turn that outlived its client's limit, if it still
-// holds the device.
-func (s *Scheduler) overrun(r *request) {
+// sliceOver reports whether the running turn r may be preempted now: it
+// ran its client's slice since it last started running.
+func (s *Scheduler) sliceOver(r *request, now time.Time) bool {
+	return s.preempt != nil && !s.noPreempt && r.c.slice > 0 && !r.timeSlice &&
+		(r.state == stateRunning || r.state == stateShared) && now.Sub(r.runStart) >= r.c.slice
+}
+
+// armLocked sets r's timer for its next check: the end of its kernel
+// limit, or of its slice (a slice later when that passed already).
+func (s *Scheduler) armLocked(r *request, now time.Time) {
+	if r.state != stateRunning && r.state != stateShared {
+		if r.watch != nil {
+			r.watch.Stop()
+		}
+		return
+	}
+	d := time.Duration(-1)
+	if lim := r.c.limit; lim > 0 && s.onOverrun != nil && !r.overran {
+		d = max(lim-ranNow(r, now), 0)
+	}
+	if s.preempt != nil && !s.noPreempt && r.c.slice > 0 && !r.timeSlice {
+		sl := r.c.slice - now.Sub(r.runStart)
+		if sl <= 0 {
+			sl = r.c.slice
+		}
+		if d < 0 || sl < d {
+			d = sl
+		}
+	}
+	switch {
+	case d < 0 && r.watch != nil:
+		r.watch.Stop()
+	case d < 0:
+	case r.watch == nil:
+		r.watch = time.AfterFunc(d, func() { s.tick(r) })
+	default:
+		r.watch.Reset(d)
+	}
+}
+
+// tick checks a running turn: past its kernel limit it is reported to
+// onOverrun (once); past its slice while another client waits it is
+// preempted and the device granted on.
+func (s *Scheduler) tick(r *request) {
 	s.mu.Lock()
-	held := s.core.busy && s.core.holder == r.c && r.watch != nil
-	id, d := r.c.id, s.now().Sub(r.start)
+	if r.state != stateRunning && r.state != stateShared {
+		s.mu.Unlock()
+		return
+	}
+	now := s.now()
+	if lim := r.c.limit; lim > 0 && s.onOverrun != nil && !r.overran {
+		if ran := ranNow(r, now); ran >= lim {
+			r.overran = true
+			id := r.c.id
+			s.mu.Unlock()
+			s.onOverrun(id, ran)
+			return
+		}
+	}
+	if s.sliceOver(r, now) && (r.state == stateShared || s.core.othersWait(r.c)) && !s.groupRuns(r) {
+		s.preemptLocked(r, now)
+	}
+	s.armLocked(r, now)
 	s.mu.Unlock()
-	if held {
-		s.onOverrun(id, d)
+}
+
+// groupRuns reports whether another turn of r's group runs (in r's
+// process, which stopping r would stop too).
+func (s *Scheduler) groupRuns(r *request) bool {
+	if r.c.group == "" {
+		return false
+	}
+	for o := range s.live {
+		if o != r && o.c.group == r.c.group && (o.state == stateRunning || (o.state == stateShared && !o.timeSlice)) {
+			return true
+		}
+	}
+	return false
+}
+
+// preemptLocked asks the Preempter to take r off the device, and grants
+// the device on if r held it.
+func (s *Scheduler) preemptLocked(r *request, now time.Time) {
+	how, cont := s.preempt(r.c.id)
+	switch how {
+	case PreemptStopped:
+		r.cont = cont
+		s.core.suspend(r, now, true)
+	case PreemptShared:
+		r.timeSlice = true
+		if r.state == stateRunning {
+			s.core.suspend(r, now, false)
+		}
+	default:
+		return
+	}
+	if !s.core.busy {
+		s.grantLocked()
+	}
+}
+
+// continueLocked lets the stopped turn r run again beside the holder.
+func (s *Scheduler) continueLocked(r *request, now time.Time) {
+	s.core.unstop(r, now)
+	if r.cont != nil {
+		r.cont()
+		r.cont = nil
+	}
+	s.armLocked(r, now)
+}
+
+// Wake lets the stopped turns of clients ids run again at once, beside
+// the holder (their holder must answer something); they may be
+// preempted again a slice later.
+func (s *Scheduler) Wake(ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for r := range s.live {
+		if r.state == stateStopped && slices.Contains(ids, r.c.id) {
+			s.continueLocked(r, now)
+		}
+	}
+	if !s.core.busy {
+		s.grantLocked()
+	}
+}
+
+// SetPreempting turns preemption off (every stopped turn is continued
+// at once and runs beside the holder; none is stopped until it is turned
+// on again) or back on. An upgrade in place turns it off before it waits
+// for the turns in progress.
+func (s *Scheduler) SetPreempting(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noPreempt = !on
+	now := s.now()
+	for r := range s.live {
+		if r.state == stateStopped && !on {
+			s.continueLocked(r, now)
+		} else {
+			s.armLocked(r, now)
+		}
+	}
+	if !s.core.busy && !s.closed {
+		s.grantLocked()
 	}
 }
 
@@ -138,27 +322,32 @@ func (s *Scheduler) release(r *request, dev time.Duration, slices int) {
 		r.watch.Stop()
 		r.watch = nil
 	}
-	now := s.now()
-	held := now.Sub(r.start)
-	if dev <= 0 || dev > held {
-		dev = held
+	if r.cont != nil {
+		// Released while stopped (its holder died): whatever is left of
+		// it must not stay stopped.
+		r.cont()
+		r.cont = nil
 	}
+	delete(s.live, r)
 	if slices > 1 {
 		r.c.slices += uint64(slices)
 	}
-	s.core.charge(r.c, dev, held, now)
-	s.grantLocked()
+	s.core.finish(r, dev, s.now())
+	if !s.core.busy {
+		s.grantLocked()
+	}
 }
 
-// Close fails later Acquires with ErrClosed. Turns in progress end as
-// usual.
+// Close fails later Acquires with ErrClosed and continues every stopped
+// turn. Turns in progress end as usual.
 func (s *Scheduler) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	s.mu.Unlock()
+	s.SetPreempting(false)
 }
 
 // Remove forgets client id, which has no turn waiting or in progress.
@@ -176,7 +365,9 @@ type ClientStats struct {
 	WaitNanos   uint64 `json:"wait_ns"`   // time spent waiting for turns
 	HeldNanos   uint64 `json:"held_ns"`   // wall time holding the device
 	Turns       uint64 `json:"turns"`
-	Slices      uint64 `json:"slices"` // launch slices cut for the scheduler
+	Slices      uint64 `json:"slices"`      // launch slices cut for the scheduler
+	Preemptions uint64 `json:"preemptions"` // turns taken off the device past their slice
+	Stopped     bool   `json:"stopped,omitempty"`
 	Queued      int    `json:"queued"`
 }
 
@@ -191,7 +382,7 @@ type Stats struct {
 
 func statsOf(c *client) ClientStats {
 	return ClientStats{ID: c.id, Share: c.share, DeviceNanos: c.devNanos, WaitNanos: c.waitNanos, HeldNanos: c.heldNanos,
-		Turns: c.turns, Slices: c.slices, Queued: len(c.queue)}
+		Turns: c.turns, Slices: c.slices, Preemptions: c.preempts, Stopped: c.stopped != nil, Queued: len(c.queue)}
 }
 
 // Stats returns the scheduler's counters.
@@ -250,11 +441,23 @@ func (s *Scheduler) SetShare(id string, share uint32) error {
 	return nil
 }
 
-// SetLimit bounds how long one turn of client id may hold the device (0:
-// no bound). A turn that holds it longer is reported to the onOverrun
-// callback given to New. It applies from the client's next turn.
+// SetLimit bounds how long one turn of client id may run, the time it
+// was stopped by preemptions excluded (0: no bound): the kernel limit. A
+// turn that runs longer is reported to the onOverrun callback given to
+// New. It applies from the client's next turn.
 func (s *Scheduler) SetLimit(id string, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.core.client(id).limit = max(d, 0)
+}
+
+// SetSlice sets how long a turn of client id may run while a client
+// outside its group waits before it is preempted (0: never), and its
+// group: clients whose turns run in one process, which a preemption
+// stops for all of them. It applies from the client's next check.
+func (s *Scheduler) SetSlice(id, group string, slice time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.core.client(id)
+	c.slice, c.group = max(slice, 0), group
 }
