@@ -19,7 +19,11 @@ type Info struct {
 	MaxWorkGroupSize uint64
 	MaxWorkItemSizes [3]uint64
 	LocalMemBytes    uint64
-	Caps             Caps
+	// CPU: a CL_DEVICE_TYPE_CPU device (PoCL's): its kernels run on the
+	// host's cores in the process that launched them, so stopping that
+	// process stops them (sched preemption, docs/scheduler.md).
+	CPU  bool
+	Caps Caps
 }
 
 // Caps are a device's OpenCL C limits and capabilities as clGetDeviceInfo

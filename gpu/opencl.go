@@ -270,6 +270,11 @@ func deviceInfo(d C.cl_device_id) (Info, error) {
 		return Info{}, err
 	}
 	info.ComputeUnits = uint32(cus)
+	var typ C.cl_device_type
+	if err := clErr("clGetDeviceInfo", C.clGetDeviceInfo(d, C.CL_DEVICE_TYPE, C.size_t(unsafe.Sizeof(typ)), unsafe.Pointer(&typ), nil)); err != nil {
+		return Info{}, err
+	}
+	info.CPU = typ&C.CL_DEVICE_TYPE_CPU != 0
 	for _, u := range []struct {
 		param C.cl_device_info
 		dst   *uint64

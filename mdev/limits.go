@@ -9,9 +9,17 @@ import (
 // Limits are an instance's time budgets and program quota (docs/isolation.md),
 // set from its profile and changeable at run time.
 type Limits struct {
-	// TurnTimeout bounds one device turn; a worker whose turn overruns it
-	// is ended and its domain's instances lose their device context.
+	// KernelTimeout bounds how long one device turn may run, the time it
+	// was preempted excluded; a worker whose turn runs longer is ended and
+	// its domain's instances lose their device context.
+	KernelTimeout Duration `json:"kernel_timeout,omitempty"`
+	// TurnTimeout is KernelTimeout's former name, still accepted (from
+	// older clients and state files); KernelTimeout wins when both are
+	// set. Limits read back carry the value in KernelTimeout only.
 	TurnTimeout Duration `json:"turn_timeout,omitempty"`
+	// Slice is how long one turn may run while another domain's instance
+	// waits before it is preempted (docs/scheduler.md); at least MinSlice.
+	Slice Duration `json:"slice,omitempty"`
 	// BuildTimeout bounds one program build the same way.
 	BuildTimeout Duration `json:"build_timeout,omitempty"`
 	// ProgramBytes bounds the programs the instance holds.
@@ -22,8 +30,8 @@ type Limits struct {
 func (i *Instance) Limits() Limits {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	return Limits{TurnTimeout: Duration(i.limits.TurnTimeout), BuildTimeout: Duration(i.limits.BuildTimeout),
-		ProgramBytes: i.limits.ProgramBytes}
+	return Limits{KernelTimeout: Duration(i.limits.KernelTimeout), Slice: Duration(i.limits.Slice),
+		BuildTimeout: Duration(i.limits.BuildTimeout), ProgramBytes: i.limits.ProgramBytes}
 }
 
 // SetLimits changes an instance's limits at run time; zero fields keep
@@ -36,14 +44,23 @@ func (m *Manager) SetLimits(id string, l Limits) (err error) {
 	if err != nil {
 		return err
 	}
-	if l.TurnTimeout < 0 || l.BuildTimeout < 0 {
+	if l.KernelTimeout < 0 || l.TurnTimeout < 0 || l.BuildTimeout < 0 {
 		return fmt.Errorf("set limits of %s: negative timeout", id)
+	}
+	if l.Slice < 0 || (l.Slice != 0 && l.Slice.D() < MinSlice) {
+		return fmt.Errorf("set limits of %s: slice %v below %v", id, l.Slice.D(), MinSlice)
 	}
 	inst.mu.Lock()
 	next := inst.limits
 	inst.mu.Unlock()
-	if l.TurnTimeout != 0 {
-		next.TurnTimeout = l.TurnTimeout.D()
+	switch {
+	case l.KernelTimeout != 0:
+		next.KernelTimeout = l.KernelTimeout.D()
+	case l.TurnTimeout != 0:
+		next.KernelTimeout = l.TurnTimeout.D()
+	}
+	if l.Slice != 0 {
+		next.Slice = l.Slice.D()
 	}
 	if l.BuildTimeout != 0 {
 		next.BuildTimeout = l.BuildTimeout.D()
@@ -54,7 +71,7 @@ func (m *Manager) SetLimits(id string, l Limits) (err error) {
 	if err := inst.setLimits(next); err != nil {
 		return fmt.Errorf("set limits of %s: %w", id, err)
 	}
-	inst.log.Info("limits set", "turn_timeout", next.TurnTimeout, "build_timeout", next.BuildTimeout, "program_bytes", next.ProgramBytes)
+	inst.log.Info("limits set", "kernel_timeout", next.KernelTimeout, "slice", next.Slice, "build_timeout", next.BuildTimeout, "program_bytes", next.ProgramBytes)
 	return nil
 }
 

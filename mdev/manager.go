@@ -531,11 +531,7 @@ func (m *Manager) Destroy(id string) (err error) {
 // new process's.
 func (m *Manager) Close() error {
 	m.mu.Lock()
-	if m.handedOver {
-		m.mu.Unlock()
-		return ErrHandedOver
-	}
-	if m.closed {
+	if m.closed && !m.handedOver {
 		m.mu.Unlock()
 		return nil
 	}
@@ -566,7 +562,7 @@ func trustDomain(id string, setting ReuseSetting) string {
 // limitsOf is what an instance of profile p may use.
 func limitsOf(p Profile) worker.Limits {
 	return worker.Limits{Profile: p.Name, MemBytes: p.MemBytes, ProgramBytes: p.ProgramBytes,
-		TurnTimeout: p.TurnTimeout.D(), BuildTimeout: p.BuildTimeout.D()}
+		KernelTimeout: p.kernelTimeout(), Slice: p.slice(), BuildTimeout: p.BuildTimeout.D()}
 }
 
 // AcceptRetries counts the transient accept errors (out of descriptors,

@@ -22,11 +22,20 @@ type Profile struct {
 	// ProgramBytes bounds the programs an instance holds (source, options
 	// and built binaries); 0: DefaultProgramBytes.
 	ProgramBytes uint64 `json:"program_bytes,omitempty"`
-	// TurnTimeout bounds how long one device turn of an instance (a launch
-	// or slice of one, a copy chunk) may hold the device: a worker whose
-	// turn overruns it is ended and its domain's instances lose their
-	// device context (docs/isolation.md). 0: DefaultTurnTimeout.
+	// KernelTimeout bounds how long one device turn of an instance (a
+	// launch or slice of one, a copy chunk) may run, the time it was
+	// preempted excluded: a worker whose turn runs longer is ended and its
+	// domain's instances lose their device context (docs/isolation.md,
+	// docs/scheduler.md). 0: TurnTimeout, or DefaultKernelTimeout.
+	KernelTimeout Duration `json:"kernel_timeout,omitempty"`
+	// TurnTimeout is KernelTimeout's former name, still read from
+	// configurations and state files; KernelTimeout wins when both are
+	// set. A profile in use carries its value in KernelTimeout only.
 	TurnTimeout Duration `json:"turn_timeout,omitempty"`
+	// Slice is how long one turn of an instance may run while another
+	// domain's instance waits for the device before it is preempted
+	// (docs/scheduler.md); 0: DefaultSlice.
+	Slice Duration `json:"slice,omitempty"`
 	// BuildTimeout bounds one program build of an instance the same way;
 	// 0: DefaultBuildTimeout.
 	BuildTimeout Duration `json:"build_timeout,omitempty"`
@@ -38,23 +47,49 @@ type Profile struct {
 
 // Defaults of the profile settings left 0.
 const (
-	DefaultProgramBytes = 64 << 20
-	DefaultTurnTimeout  = 10 * time.Second
-	DefaultBuildTimeout = 60 * time.Second
+	DefaultProgramBytes  = 64 << 20
+	DefaultKernelTimeout = 5 * time.Minute
+	DefaultSlice         = 250 * time.Millisecond
+	DefaultBuildTimeout  = 60 * time.Second
 )
+
+// MinSlice is the shortest slice a profile or an instance may have: each
+// preemption stops and continues a worker process.
+const MinSlice = 10 * time.Millisecond
 
 // withDefaults fills the settings left 0.
 func (p Profile) withDefaults() Profile {
 	if p.ProgramBytes == 0 {
 		p.ProgramBytes = DefaultProgramBytes
 	}
-	if p.TurnTimeout == 0 {
-		p.TurnTimeout = Duration(DefaultTurnTimeout)
+	p.KernelTimeout, p.TurnTimeout = Duration(p.kernelTimeout()), 0
+	if p.Slice == 0 {
+		p.Slice = Duration(DefaultSlice)
 	}
 	if p.BuildTimeout == 0 {
 		p.BuildTimeout = Duration(DefaultBuildTimeout)
 	}
 	return p
+}
+
+// kernelTimeout is the profile's kernel limit: KernelTimeout, else its
+// former name TurnTimeout, else the default.
+func (p Profile) kernelTimeout() time.Duration {
+	switch {
+	case p.KernelTimeout != 0:
+		return p.KernelTimeout.D()
+	case p.TurnTimeout != 0:
+		return p.TurnTimeout.D()
+	}
+	return DefaultKernelTimeout
+}
+
+// slice is the profile's slice, or the default.
+func (p Profile) slice() time.Duration {
+	if p.Slice != 0 {
+		return p.Slice.D()
+	}
+	return DefaultSlice
 }
 
 // Duration is a time.Duration written in JSON as a Go duration string
@@ -92,8 +127,10 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("profile %s: share 0", p.Name)
 	case p.MaxPerDevice <= 0:
 		return fmt.Errorf("profile %s: max_per_device %d", p.Name, p.MaxPerDevice)
-	case p.TurnTimeout < 0 || p.BuildTimeout < 0:
-		return fmt.Errorf("profile %s: negative timeout (turn %v, build %v)", p.Name, p.TurnTimeout.D(), p.BuildTimeout.D())
+	case p.KernelTimeout < 0 || p.TurnTimeout < 0 || p.BuildTimeout < 0:
+		return fmt.Errorf("profile %s: negative timeout (kernel %v, build %v)", p.Name, p.kernelTimeout(), p.BuildTimeout.D())
+	case p.Slice != 0 && p.Slice.D() < MinSlice:
+		return fmt.Errorf("profile %s: slice %v below %v", p.Name, p.Slice.D(), MinSlice)
 	}
 	if err := p.Overcommit.Validate(); err != nil {
 		return fmt.Errorf("profile %s: %w", p.Name, err)

@@ -77,6 +77,10 @@ const (
 	maxQueued = 4
 	// ewmaShift: averages move by 1/2^ewmaShift of each new sample.
 	ewmaShift = 2
+	// minRun: a preemptible turn runs at least this long (within its
+	// slice) before a waiting client the policy would serve first takes
+	// the device from it; each preemption stops and continues a process.
+	minRun = 2 * time.Millisecond
 )
 
 // errQueueFull is returned when a client already has maxQueued requests.
@@ -290,6 +294,20 @@ func (s *schedCore) eligible(c *client) bool {
 		}
 	}
 	return true
+}
+
+// owed reports whether the policy would serve a waiting client outside
+// c's group before c, were c charged for the run of its turn so far: one
+// that is less served under the share policies, any under the others.
+func (s *schedCore) owed(c *client, run time.Duration) bool {
+	fair := s.policy == PolicyEqualShare || s.policy == PolicyFixedShare
+	v := c.vtime + float64(run)/s.weight(c)
+	for _, o := range s.clients {
+		if o != c && (c.group == "" || o.group != c.group) && s.eligible(o) && (!fair || o.vtime < v) {
+			return true
+		}
+	}
+	return false
 }
 
 // othersWait reports whether a client outside c's group may be served.

@@ -103,8 +103,10 @@ func (s *Scheduler) Acquire(ctx context.Context, id string, cost time.Duration) 
 	}
 	if !s.core.busy {
 		s.grantLocked()
-	} else if cur := s.core.cur; cur != nil && cur.watch != nil && s.sliceOver(cur, s.now()) {
-		cur.watch.Reset(0) // it ran past its slice while nobody waited
+	} else if cur := s.core.cur; cur != nil {
+		// A waiter the policy owes service may take the device from a
+		// long turn now.
+		s.checkLocked(cur, s.now())
 	}
 	s.mu.Unlock()
 	var once sync.Once
@@ -155,11 +157,42 @@ func (s *Scheduler) grantLocked() {
 	}
 }
 
-// sliceOver reports whether the running turn r may be preempted now: it
-// ran its client's slice since it last started running.
-func (s *Scheduler) sliceOver(r *request, now time.Time) bool {
+// preemptible reports whether the running turn r may ever be preempted.
+func (s *Scheduler) preemptible(r *request) bool {
 	return s.preempt != nil && !s.noPreempt && r.c.slice > 0 && !r.timeSlice &&
-		(r.state == stateRunning || r.state == stateShared) && now.Sub(r.runStart) >= r.c.slice
+		(r.state == stateRunning || r.state == stateShared)
+}
+
+// minRunOf is how long r runs at least before a waiter the policy owes
+// service takes the device from it: minRun, within its slice.
+func minRunOf(r *request) time.Duration { return min(minRun, r.c.slice) }
+
+// shouldPreempt reports whether the running turn r is to be taken off the
+// device now: while a client outside its group waits, once it ran its
+// slice, or once it ran minRun if the policy would serve that client
+// before it (charged for its run so far); a turn continued beside the
+// holder, once it ran its slice. Never while another turn of its group
+// runs (stopping its process would stop that one too).
+func (s *Scheduler) shouldPreempt(r *request, now time.Time) bool {
+	if !s.preemptible(r) || s.groupRuns(r) {
+		return false
+	}
+	run := now.Sub(r.runStart)
+	if r.state == stateShared {
+		return run >= r.c.slice
+	}
+	if !s.core.othersWait(r.c) {
+		return false
+	}
+	return run >= r.c.slice || (run >= minRunOf(r) && s.core.owed(r.c, run))
+}
+
+// checkLocked preempts r if it should be, and sets its timer.
+func (s *Scheduler) checkLocked(r *request, now time.Time) {
+	if s.shouldPreempt(r, now) {
+		s.preemptLocked(r, now)
+	}
+	s.armLocked(r, now)
 }
 
 // armLocked sets r's timer for its next check: the end of its kernel
@@ -175,10 +208,20 @@ func (s *Scheduler) armLocked(r *request, now time.Time) {
 	if lim := r.c.limit; lim > 0 && s.onOverrun != nil && !r.overran {
 		d = max(lim-ranNow(r, now), 0)
 	}
-	if s.preempt != nil && !s.noPreempt && r.c.slice > 0 && !r.timeSlice {
-		sl := r.c.slice - now.Sub(r.runStart)
+	if s.preemptible(r) {
+		run := now.Sub(r.runStart)
+		sl := r.c.slice - run
 		if sl <= 0 {
 			sl = r.c.slice
+		}
+		if r.state == stateRunning && s.core.othersWait(r.c) {
+			// Look again when it ran minRun, then every minRun: the
+			// waiter may be owed the device by then.
+			if mr := minRunOf(r); run < mr {
+				sl = min(sl, mr-run)
+			} else {
+				sl = min(sl, mr)
+			}
 		}
 		if d < 0 || sl < d {
 			d = sl
@@ -214,10 +257,7 @@ func (s *Scheduler) tick(r *request) {
 			return
 		}
 	}
-	if s.sliceOver(r, now) && (r.state == stateShared || s.core.othersWait(r.c)) && !s.groupRuns(r) {
-		s.preemptLocked(r, now)
-	}
-	s.armLocked(r, now)
+	s.checkLocked(r, now)
 	s.mu.Unlock()
 }
 

@@ -28,10 +28,13 @@ type Limits struct {
 	MemBytes     uint64 // device memory quota
 	ProgramBytes uint64 // bytes of programs (source, options, binaries) it may hold
 	ComputeUnits uint32 // 0: the device's
-	// TurnTimeout bounds how long one device turn (a launch or launch
-	// slice, a copy chunk) may hold the device: a worker whose turn
-	// overruns it is ended (0: no bound).
-	TurnTimeout time.Duration
+	// KernelTimeout bounds how long one device turn (a launch or launch
+	// slice, a copy chunk) may run, the time it was stopped by preemptions
+	// excluded: a worker whose turn overruns it is ended (0: no bound).
+	KernelTimeout time.Duration
+	// Slice is how long a turn may run while another domain's instance
+	// waits before it is preempted (0: never; docs/scheduler.md).
+	Slice time.Duration
 	// BuildTimeout bounds one program build (0: no bound).
 	BuildTimeout time.Duration
 }

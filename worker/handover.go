@@ -108,6 +108,11 @@ func (p *Pool) Pause(ctx context.Context) error {
 		pr.deferTurn = true
 		pr.mu.Unlock()
 	}
+	// Stopped workers could neither end their turns nor answer, and the
+	// next process must not inherit a stopped one (preempt.go).
+	for _, s := range p.scheds {
+		s.SetPreempting(false)
+	}
 	// A turn is in turns from its request (nil while the scheduler has
 	// not granted it) to its release.
 	quiet := func(pr *process) bool { return len(pr.turns) == 0 }
@@ -197,6 +202,9 @@ func (p *Pool) Resume() {
 	p.paused = false
 	procs := p.procList()
 	p.mu.Unlock()
+	for _, s := range p.scheds {
+		s.SetPreempting(true)
+	}
 	for _, in := range p.instList() {
 		in.startNotices()
 	}
@@ -509,7 +517,7 @@ func (p *Pool) Start() error {
 		in.mu.Lock()
 		lim, pr, slot := in.limits, in.proc, in.slot
 		in.mu.Unlock()
-		p.scheds[in.cfg.Device].SetLimit(in.cfg.ID, lim.TurnTimeout)
+		p.schedLimits(in.cfg.Device, in.cfg.ID, in.cfg.Domain, lim)
 		if pr != nil {
 			if _, err := pr.call(context.Background(), &wire.Quota{Slot: slot, Limits: wireLimits(lim)}); err != nil {
 				pr.log.Warn("adopted instance: limits not sent", "instance", in.cfg.ID, "err", err)

@@ -475,7 +475,7 @@ func (in *procInstance) SetLimits(l Limits) error {
 	in.limits = l
 	pr, slot, dev := in.proc, in.slot, in.cfg.Device
 	in.mu.Unlock()
-	in.pool.scheds[dev].SetLimit(in.cfg.ID, l.TurnTimeout)
+	in.pool.schedLimits(dev, in.cfg.ID, in.cfg.Domain, l)
 	in.pool.mu.Lock()
 	adopting := in.pool.adopting
 	in.pool.mu.Unlock()
@@ -486,7 +486,7 @@ func (in *procInstance) SetLimits(l Limits) error {
 		in.mu.Lock()
 		in.limits = old
 		in.mu.Unlock()
-		in.pool.scheds[dev].SetLimit(in.cfg.ID, old.TurnTimeout)
+		in.pool.schedLimits(dev, in.cfg.ID, in.cfg.Domain, old)
 		return err
 	}
 	return nil

@@ -109,7 +109,7 @@ func TestLyingWorker(t *testing.T) {
 			lost := make(chan struct{}, 16)
 			inst, err := p.Create(InstanceConfig{
 				ID: "liar-instance", Domain: "instance:liar-instance",
-				Limits: Limits{MemBytes: 1 << 20, TurnTimeout: 100 * time.Millisecond, BuildTimeout: time.Second},
+				Limits: Limits{MemBytes: 1 << 20, KernelTimeout: 100 * time.Millisecond, BuildTimeout: time.Second},
 				Notify: func(uint32) { lost <- struct{}{} },
 			})
 			if tt.createErr {
@@ -156,7 +156,7 @@ func TestWorkerOpensDeviceByEnumerationIndex(t *testing.T) {
 	defer p.Close()
 	inst, err := p.Create(InstanceConfig{
 		ID: "one", Domain: "instance:one",
-		Limits: Limits{MemBytes: 1 << 20, TurnTimeout: time.Second, BuildTimeout: time.Second},
+		Limits: Limits{MemBytes: 1 << 20, KernelTimeout: time.Second, BuildTimeout: time.Second},
 		Notify: func(uint32) {},
 	})
 	if err != nil {
@@ -184,7 +184,7 @@ func TestFreshWorkerGetsNoStaleDoorbell(t *testing.T) {
 	lost := make(chan struct{}, 16)
 	b, err := p.Create(InstanceConfig{
 		ID: "bell", Domain: "instance:bell",
-		Limits: Limits{MemBytes: 1 << 20, TurnTimeout: time.Second, BuildTimeout: time.Second},
+		Limits: Limits{MemBytes: 1 << 20, KernelTimeout: time.Second, BuildTimeout: time.Second},
 		Notify: func(uint32) { lost <- struct{}{} },
 	})
 	if err != nil {

@@ -96,7 +96,7 @@ func (l *localInstance) SetLimits(lim Limits) error {
 		return err
 	}
 	l.limits = lim
-	l.pool.scheds[l.cfg.Device].SetLimit(l.cfg.ID, lim.TurnTimeout)
+	l.pool.schedLimits(l.cfg.Device, l.cfg.ID, l.cfg.Domain, lim)
 	return nil
 }
 

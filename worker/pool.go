@@ -155,7 +155,11 @@ func NewPool(cfg Config) (*Pool, error) {
 	}
 	for i := range cfg.Devices {
 		dev := i
-		p.scheds = append(p.scheds, sched.New(sched.DefaultPolicy, func(id string, held time.Duration) { p.overrun(dev, id, held) }))
+		s := sched.New(sched.DefaultPolicy, func(id string, ran time.Duration) { p.overrun(dev, id, ran) })
+		if !cfg.InProcess {
+			s.SetPreempter(p.preempter(dev))
+		}
+		p.scheds = append(p.scheds, s)
 	}
 	if cfg.InProcess {
 		p.eng = reuse.New(reuse.Config{})
@@ -194,7 +198,7 @@ func (p *Pool) Create(cfg InstanceConfig) (Backend, error) {
 	if err := p.declare(cfg.Domain, cfg.Shared); err != nil {
 		return nil, fmt.Errorf("create %s: %w", cfg.ID, err)
 	}
-	p.scheds[cfg.Device].SetLimit(cfg.ID, cfg.Limits.TurnTimeout)
+	p.schedLimits(cfg.Device, cfg.ID, cfg.Domain, cfg.Limits)
 	if p.cfg.InProcess {
 		return p.createLocal(cfg)
 	}
@@ -379,22 +383,23 @@ func (p *Pool) CacheDir(id string) string {
 }
 
 // overrun is the schedulers' watchdog: a turn of instance id on device
-// dev held the device longer than its budget. Its worker is ended.
-func (p *Pool) overrun(dev int, id string, held time.Duration) {
+// dev ran longer than its kernel limit (the time it was stopped by
+// preemptions excluded). Its worker is ended.
+func (p *Pool) overrun(dev int, id string, ran time.Duration) {
 	p.mu.Lock()
 	inst := p.instances[id]
 	p.mu.Unlock()
 	if inst == nil {
-		p.log.Error("device turn over its budget, but no worker to end (in-process instance)", "instance", id, "held", held)
+		p.log.Error("device turn over its kernel limit, but no worker to end (in-process instance)", "instance", id, "ran", ran)
 		return
 	}
 	inst.mu.Lock()
 	pr := inst.proc
-	budget := inst.limits.TurnTimeout
+	budget := inst.limits.KernelTimeout
 	inst.mu.Unlock()
 	if pr != nil {
-		pr.kill(CauseWatchdog, fmt.Sprintf("a device turn of instance %s held device %d for %v, over its budget of %v",
-			id, dev, held.Round(time.Millisecond), budget))
+		pr.kill(CauseWatchdog, fmt.Sprintf("a device turn of instance %s ran on device %d for %v, over its kernel limit of %v",
+			id, dev, ran.Round(time.Millisecond), budget))
 	}
 }
 

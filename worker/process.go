@@ -80,6 +80,7 @@ type process struct {
 	readDone  chan struct{} // closed when the connection ended
 	logsDone  chan struct{} // closed when the log pipe ended
 	stopping  bool          // asked to exit (not a failure)
+	stopped   bool          // SIGSTOPped by a preemption (preempt.go)
 	why       string        // why it was ended, for the log
 	cause     string        // the metrics label of a kill (Pool.Exits)
 }
@@ -363,7 +364,11 @@ func (pr *process) call(ctx context.Context, m wire.Msg, fds ...int) (*wire.Repl
 	pr.nextID++
 	id := pr.nextID
 	pr.pending[id] = ch
+	stopped := pr.stopped
 	pr.mu.Unlock()
+	if stopped {
+		pr.wake() // it cannot answer while stopped
+	}
 	if err := pr.conn.Send(id, m, fds...); err != nil {
 		pr.mu.Lock()
 		delete(pr.pending, id)
@@ -407,11 +412,10 @@ func (pr *process) kill(cause, reason string) {
 	first := pr.why == ""
 	if first {
 		pr.why, pr.cause = reason, cause
-	}
-	pr.mu.Unlock()
-	if first {
 		pr.log.Warn("ending worker", "reason", reason)
 	}
+	pr.cont() // a preempted worker is continued before it is killed
+	pr.mu.Unlock()
 	_ = pr.os.Kill()
 	pr.conn.Close()
 }
@@ -430,7 +434,11 @@ func (pr *process) ended(reason string) {
 func (pr *process) stop() {
 	pr.mu.Lock()
 	pr.stopping = true
+	stopped := pr.stopped
 	pr.mu.Unlock()
+	if stopped {
+		pr.wake() // it cannot exit while stopped
+	}
 	pr.conn.Close()
 	select {
 	case <-pr.done:

@@ -197,7 +197,7 @@ func (in *procInstance) Relocate(ctx context.Context, r Relocation) (st Relocate
 		}
 		in.cfg.Device, in.limits = dev, lim
 		in.mu.Unlock()
-		in.pool.scheds[dev].SetLimit(in.cfg.ID, lim.TurnTimeout)
+		in.pool.schedLimits(dev, in.cfg.ID, in.cfg.Domain, lim)
 		if err := in.attach(); err != nil {
 			return err
 		}

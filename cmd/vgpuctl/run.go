@@ -43,7 +43,7 @@ commands:
   reuse set UUID DOMAIN|private|off
   reuse budget DOMAIN BYTES|unpin
   set-profile UUID PROFILE      move an instance (VM attached) to another vGPU type
-  limits UUID [-turn-timeout D] [-build-timeout D] [-program-bytes N]
+  limits UUID [-kernel-timeout D] [-slice D] [-build-timeout D] [-program-bytes N]
                                 an instance's time budgets and program quota
                                 (a worker whose turn or build overruns is ended)
   realloc UUID [-device N] [-profile P] [-deadline D] [-json]

@@ -102,11 +102,15 @@ func TestCommands(t *testing.T) {
 	if _, err := ctl(t, sock, "set-profile", id, "no-such-profile"); err == nil {
 		t.Errorf("set-profile to an unknown profile = nil error")
 	}
-	if out, err := ctl(t, sock, "limits", id, "-turn-timeout", "3s", "-program-bytes", "1048576"); err != nil ||
-		!strings.Contains(out, "turn timeout 3s, build timeout 1m0s, programs 0 of 1048576 bytes") {
+	if out, err := ctl(t, sock, "limits", id, "-kernel-timeout", "3s", "-slice", "100ms", "-program-bytes", "1048576"); err != nil ||
+		!strings.Contains(out, "kernel timeout 3s, slice 100ms, build timeout 1m0s, programs 0 of 1048576 bytes") {
 		t.Errorf("limits = %q, %v", out, err)
 	}
-	for _, args := range [][]string{{"limits"}, {"limits", id, "-turn-timeout", "-1s"}, {"limits", id, "extra"}} {
+	// The former name of -kernel-timeout still sets it.
+	if out, err := ctl(t, sock, "limits", id, "-turn-timeout", "4s"); err != nil || !strings.Contains(out, "kernel timeout 4s, slice 100ms") {
+		t.Errorf("limits -turn-timeout = %q, %v", out, err)
+	}
+	for _, args := range [][]string{{"limits"}, {"limits", id, "-turn-timeout", "-1s"}, {"limits", id, "-slice", "1ms"}, {"limits", id, "extra"}} {
 		if _, err := ctl(t, sock, args...); err == nil {
 			t.Errorf("vgpuctl %q = nil error", args)
 		}

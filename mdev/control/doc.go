@@ -14,7 +14,7 @@
 //	PUT    /v1/devices/{index}/policy {"policy": "fixed-share"}
 //	GET    /v1/stats                  schedulers and counters in one snapshot
 //	PUT    /v1/instances/{uuid}/profile {"profile": "..."}   vGPU type, VM attached
-//	PUT    /v1/instances/{uuid}/limits  {"turn_timeout": "10s", ...}
+//	PUT    /v1/instances/{uuid}/limits  {"kernel_timeout": "5m", "slice": "250ms", ...}
 //	GET    /v1/reuse                  reuse domains and counters
 //	PUT    /v1/instances/{uuid}/reuse {"domain": "...", "off": false}
 //	PUT    /v1/reuse/domains/{name}/budget {"budget": N}   (negative: unpin)

@@ -27,10 +27,11 @@ func handleProfile(mux *http.ServeMux, m *mdev.Manager) {
 
 // handleLimits adds
 //
-//	PUT /v1/instances/{uuid}/limits    {"turn_timeout": "5s", "build_timeout": "30s", "program_bytes": N}
+//	PUT /v1/instances/{uuid}/limits    {"kernel_timeout": "5m", "slice": "250ms", "build_timeout": "30s", "program_bytes": N}
 //
 // which changes an instance's time budgets and program quota (fields
-// left out keep their value).
+// left out keep their value; "turn_timeout" is kernel_timeout's former
+// name, still accepted).
 func handleLimits(mux *http.ServeMux, m *mdev.Manager) {
 	putOnInstance(mux, m, "limits", "set limits", m.SetLimits)
 }
