@@ -531,7 +531,11 @@ func (m *Manager) Destroy(id string) (err error) {
 // new process's.
 func (m *Manager) Close() error {
 	m.mu.Lock()
-	if m.closed && !m.handedOver {
+	if m.handedOver {
+		m.mu.Unlock()
+		return ErrHandedOver
+	}
+	if m.closed {
 		m.mu.Unlock()
 		return nil
 	}
