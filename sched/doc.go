@@ -3,8 +3,11 @@
 // fixed-share, the timeslice baseline), accounted in measured device time
 // (docs/scheduler.md). A Scheduler grants one turn at a time; a client is
 // an instance, named by its id; a turn carries the slice budget of the
-// moment (how long a slice of a long launch may hold the device), and a
-// watchdog reports a turn that outlives its client's limit.
+// moment (how long a slice of a long launch may hold the device); a turn
+// that has run its client's slice while another group's client waits is
+// preempted through a Preempter (stopped and resumed later, or left to
+// the device's time-slicing) and the device granted on; a watchdog
+// reports a turn whose running time outlives its client's kernel limit.
 //
 // sched owns the policies' state machine (schedCore: pure, time passed in,
 // property-tested) and its synchronisation (Scheduler). It knows nothing of
@@ -13,6 +16,9 @@
 // main process; a worker process asks across its protocol, and the main
 // process asks the Scheduler on its behalf.
 //
-// Lock order: Scheduler.mu is a leaf; the onOverrun callback runs without
+// Lock order: the Preempter and the continue functions it returns run
+// under Scheduler.mu and must not call the Scheduler (worker.Pool's take
+// only the pool's, an instance's and a process's locks, which it never
+// holds while calling the Scheduler); the onOverrun callback runs without
 // it.
 package sched

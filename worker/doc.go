@@ -14,8 +14,10 @@
 //
 // The Pool starts a worker on its domain's first instance and stops it
 // after the last; it answers each worker's turn requests from the device's
-// scheduler and bounds every turn (the scheduler's watchdog) and every
-// build (a timer): a worker that overruns, breaks the protocol or dies is
+// scheduler and bounds every turn (the scheduler's watchdog, on its
+// running time) and every build (a timer); on a CPU device it stops a
+// worker whose turn the scheduler preempts and continues it when the turn
+// resumes (preempt.go): a worker that overruns, breaks the protocol or dies is
 // ended, its instances lose their device context (abi.StatusDeviceLost),
 // and each comes back on a fresh worker when its guest resets it. Other
 // domains never notice. A Backend is an instance as the main process sees
@@ -37,7 +39,8 @@
 // Config.InProcess runs the instances in this process instead: no
 // isolation at all and no ledger, for benchmark baselines only.
 //
-// Lock order: Pool.mu, then procInstance.bellMu, then procInstance.mu,
-// then process.mu, then a ledger's; none is held while waiting for a
-// worker's reply.
+// Lock order: a scheduler's (it calls the pool's Preempter holding it),
+// then Pool.mu, then procInstance.bellMu, then procInstance.mu, then
+// process.mu, then a ledger's; none is held while waiting for a worker's
+// reply, nor while calling a scheduler.
 package worker
