@@ -3,9 +3,17 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/migrate/migratetest"
 )
@@ -120,4 +128,184 @@ func workerPID(ctx context.Context, t *testing.T, d *daemon, id string) int {
 		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
 	}
 	return st.WorkerPID
+}
+
+// TestUpgradesInARowUnderLoad: 20 upgrades in place in a row while a
+// guest computes and busy processes load every CPU (issue 27: an old
+// vgpud whose shutdown raced its exit stopped the worker and unlinked
+// the sockets it had handed over, and hung). After each upgrade the old
+// process has exited with status 0, the instance's QEMU and agent
+// sockets are the same files, the same worker serves the instance and
+// the guest saw no error; at the end the job's result is whole.
+func TestUpgradesInARowUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	const upgrades = 20
+	env := migrationSetup(t)
+	// This process becomes the reaper of every vgpud that an upgrade
+	// orphans (each new one is the old one's child), so it sees each
+	// exit's status, and of the workers once their first vgpud exits.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
+	}
+	var last, worker int // reaped at the end, once the daemon stopped
+	t.Cleanup(func() {
+		for _, pid := range []int{last, worker} {
+			if pid > 0 {
+				reap(pid, time.Minute)
+			}
+		}
+		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	})
+	a := startDaemon(t, env, "pthread")
+	id := create(t, a, "vgpu-small")
+	loadCPUs(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	const steps = 1500
+	app := fmt.Sprintf("vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,%d,-pace,10ms,-progress,10", steps)
+	vm := startVM(ctx, t, env, a.InstanceBase(id), "", app)
+	if _, err := vm.WaitLine(ctx, "ITERATE step 10/"); err != nil {
+		t.Fatalf("job did not start: %v\n%s", err, console(vm))
+	}
+	socks := []string{a.InstanceBase(id) + ".sock", a.InstanceBase(id) + ".agent.sock"}
+	inodes := func() ([]uint64, error) {
+		var out []uint64
+		for _, p := range socks {
+			var st unix.Stat_t
+			if err := unix.Stat(p, &st); err != nil {
+				return nil, err
+			}
+			out = append(out, st.Ino)
+		}
+		return out, nil
+	}
+	inoBefore, err := inodes()
+	if err != nil {
+		t.Fatalf("instance sockets: %v", err)
+	}
+	worker = workerPID(ctx, t, a, id)
+	first := a.PID()
+	start := time.Now()
+	for i := range upgrades {
+		// The guest computed since the last upgrade.
+		if err := waitProgress(ctx, vm); err != nil {
+			t.Fatalf("upgrade %d: the job made no progress: %v\n%s", i, err, console(vm))
+		}
+		if lastStep(vm) >= steps {
+			t.Fatalf("upgrade %d: the job ended already (step %d of %d): give it more steps", i, lastStep(vm), steps)
+		}
+		old := a.PID()
+		out, err := a.Ctl(ctx, "upgrade")
+		if err != nil {
+			t.Fatalf("upgrade %d: vgpuctl upgrade: %v\n%s", i, err, out)
+		}
+		cur := a.PID()
+		if cur == old || cur == 0 {
+			t.Fatalf("upgrade %d: the run directory's lock names pid %d, %d before", i, cur, old)
+		}
+		if old == first {
+			// The test's own child: Daemon reaps it; its pidfd says it ended.
+			if !exited(old, time.Minute) {
+				t.Fatalf("upgrade %d: the old vgpud %d is still running a minute after the commit\n%s", i, old, a.Logs())
+			}
+		} else if ws, err := reap(old, time.Minute); err != nil || !ws.Exited() || ws.ExitStatus() != 0 {
+			t.Fatalf("upgrade %d: the old vgpud %d: %v (status %v), want an exit with status 0\n%s", i, old, err, ws, a.Logs())
+		}
+		last = cur
+		if ino, err := inodes(); err != nil || fmt.Sprint(ino) != fmt.Sprint(inoBefore) {
+			t.Fatalf("upgrade %d: instance sockets %v (%v), want the same files %v\n%s", i, ino, err, inoBefore, a.Logs())
+		}
+		if w := workerPID(ctx, t, a, id); w != worker || !running(w) {
+			t.Fatalf("upgrade %d: worker pid %d (running %v), want %d: the device state was not handed over\n%s",
+				i, w, running(w), worker, a.Logs())
+		}
+		for _, l := range vm.Lines() {
+			if strings.Contains(l, "ITERATE LOST") || strings.Contains(l, "ITERATE FAIL") {
+				t.Fatalf("upgrade %d: the guest saw an error: %q\n%s", i, l, console(vm))
+			}
+		}
+		t.Logf("upgrade %d: vgpud %d -> %d at guest step %d", i, old, cur, lastStep(vm))
+	}
+	upgraded := time.Since(start)
+	waitResult(ctx, t, vm, steps)
+	t.Logf("%d upgrades in %v; the job ended %v later", upgrades, upgraded.Round(time.Millisecond),
+		(time.Since(start) - upgraded).Round(time.Millisecond))
+	if n := strings.Count(console(vm), "ITERATE start"); n != 1 {
+		t.Errorf("the job started %d times across %d upgrades, want once", n, upgrades)
+	}
+	if _, err := vm.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
+		t.Fatalf("guest did not exit 0: %v\n%s", err, console(vm))
+	}
+}
+
+// loadCPUs keeps every CPU busy with niced busy loops until the test ends.
+func loadCPUs(t *testing.T) {
+	t.Helper()
+	for range max(2, runtimeCPUs()) {
+		cmd := exec.Command("nice", "-n", "10", "sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start a busy loop: %v", err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
+	}
+}
+
+// runtimeCPUs is the number of CPUs this process may run on.
+func runtimeCPUs() int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return 1
+	}
+	return set.Count()
+}
+
+// exited waits up to wait for process pid to end (its pidfd turns
+// readable), reaped or not.
+func exited(pid int, wait time.Duration) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return errors.Is(err, unix.ESRCH)
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for deadline := time.Now().Add(wait); time.Now().Before(deadline); {
+		n, err := unix.Poll(fds, int(time.Until(deadline).Milliseconds())+1)
+		if n > 0 {
+			return true
+		}
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return false
+		}
+	}
+	return false
+}
+
+// reap waits up to wait for child pid of this process (a subreaper) to
+// end and collects its status.
+func reap(pid int, wait time.Duration) (syscall.WaitStatus, error) {
+	var ws syscall.WaitStatus
+	if !exited(pid, wait) {
+		return ws, fmt.Errorf("process %d did not exit within %v", pid, wait)
+	}
+	if _, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err != nil {
+		return ws, fmt.Errorf("wait4(%d): %w", pid, err)
+	}
+	return ws, nil
+}
+
+// running reports whether process pid exists and is not a zombie.
+func running(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", fmt.Sprint(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }
