@@ -54,8 +54,12 @@ func TestStoppedWorkerWokenForCalls(t *testing.T) {
 	if c := s.Client("hold"); !c.Stopped || c.Preemptions == 0 {
 		t.Errorf("held turn after the neighbour's grant: %+v, want stopped", c)
 	}
-	if st := procState(t, pid); st != "T" {
-		t.Errorf("worker state = %s, want T (stopped)", st)
+	// A stop signal takes effect when the process next runs in the kernel.
+	for procState(t, pid) != "T" {
+		if ctx.Err() != nil {
+			t.Fatalf("worker state = %s, want T (stopped)", procState(t, pid))
+		}
+		time.Sleep(time.Millisecond)
 	}
 
 	// A call to the worker: it must be continued to answer.
