@@ -407,7 +407,7 @@ func canSanitize(t *testing.T, gcc string) bool {
 // startHost builds tests/icdhost (a vgpu-icdd over a real vGPU backed by
 // the host's OpenCL device, no VM) and serves it on a socket in a new
 // directory until the test ends; it returns the socket's path.
-func startHost(t *testing.T) string {
+func startHost(t *testing.T, args ...string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: starts a vgpud instance on the host's OpenCL device")
@@ -419,7 +419,7 @@ func startHost(t *testing.T) string {
 	}
 	sock := filepath.Join(dir, "icd.sock")
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "-socket", sock)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-socket", sock}, args...)...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
 	stdin, err := cmd.StdinPipe() // closed at the end: icdhost exits
@@ -526,6 +526,32 @@ func TestDaemon(t *testing.T) {
 				runAgainst(t, buildProgram(t, gcc, "testdata/misuse.c", c.flags...), icdDir, sock, t.TempDir())
 			})
 		})
+	}
+}
+
+// TestDaemonDeviceLost runs testdata/lost.c through the ICD against
+// vgpu-icdd over an instance with a 3 s turn budget: its kernel never
+// ends, vgpud's watchdog ends the worker, and the application must get
+// the kernel's event failed (clWaitForEvents returning
+// CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST) rather than wait for ever,
+// and a new context must compute correctly afterwards. The program's run
+// is bounded: a hang fails the test.
+func TestDaemonDeviceLost(t *testing.T) {
+	gcc := needToolchain(t)
+	sock := startHost(t, "-turn-timeout", "3s")
+	icdDir := buildICD(t, gcc)
+	exe := buildProgram(t, gcc, "testdata/lost.c")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(env(icdDir, filepath.Join(t.TempDir(), "no-sysfs")), "VGPUD_ICD_SOCKET="+sock)
+	out, err := cmd.CombinedOutput()
+	t.Logf("lost:\n%s", out)
+	if ctx.Err() != nil {
+		t.Fatalf("lost did not end in 3 minutes: the application waits for a kernel of a lost device")
+	}
+	if err != nil {
+		t.Errorf("lost: %v", err)
 	}
 }
 

@@ -61,6 +61,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	guestMem := fs.Uint64("guest-mem", 256<<20, "bytes of simulated guest RAM (DMA staging comes out of it)")
 	staging := fs.Int("staging", driver.DefaultStagingBytes, "driver DMA staging pool bytes")
 	timeout := fs.Duration("timeout", driver.DefaultTimeout, "driver and server timeout")
+	turn := fs.Duration("turn-timeout", 0, "the instance's turn budget: vgpud's watchdog ends a worker whose kernel overruns it, and the device context is lost (0: the profile's)")
 	verbose := fs.Bool("v", false, "debug logs on stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -92,6 +93,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	inst, err := m.Create(mdev.CreateRequest{Profile: *profile})
 	if err != nil {
 		return fmt.Errorf("create a %s instance: %w", *profile, err)
+	}
+	if *turn > 0 {
+		if err := m.SetLimits(inst.UUID(), mdev.Limits{TurnTimeout: mdev.Duration(*turn)}); err != nil {
+			return fmt.Errorf("turn budget %v: %w", *turn, err)
+		}
 	}
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
 	if err != nil {

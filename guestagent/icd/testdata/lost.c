@@ -1,0 +1,157 @@
+/* lost: a kernel that never ends, run through the ICD against a vgpu-icdd
+ * (tests/icdhost) whose instance has a short turn budget: vgpud's watchdog
+ * ends the worker, the device context is lost, and the waiting application
+ * must get the error OpenCL 1.2 gives (the event's execution status a
+ * negative error, clWaitForEvents CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)
+ * instead of waiting for ever; then a new context computes correctly on the
+ * device vgpu-icdd reopened. Built and run by icd_test.go.
+ *
+ * It prints one line per failed check and exits with the number of them. */
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                                     \
+	do {                                                                                                 \
+		if (!(cond)) {                                                                               \
+			failures++;                                                                          \
+			printf("lost.c:%d: %s: ", __LINE__, #cond);                                          \
+			printf(__VA_ARGS__);                                                                 \
+			printf("\n");                                                                        \
+			fflush(stdout);                                                                      \
+		}                                                                                            \
+	} while (0)
+
+#define OK(call)                                                                                             \
+	do {                                                                                                 \
+		cl_int got_ = (call);                                                                        \
+		CHECK(got_ == CL_SUCCESS, "got %d", got_);                                                   \
+	} while (0)
+
+#define N 4096
+
+static const char *spin_src =
+	"__kernel void spin(__global volatile int *o) { while (o[1] == 0) { o[0]++; } }\n";
+static const char *vadd_src =
+	"__kernel void vadd(__global const uint *a, __global uint *b, uint k) {\n"
+	"	size_t i = get_global_id(0);\n"
+	"	b[i] = a[i] + k;\n"
+	"}\n";
+
+static cl_device_id device(void)
+{
+	cl_platform_id ps[8];
+	cl_uint n = 0;
+	OK(clGetPlatformIDs(8, ps, &n));
+	for (cl_uint i = 0; i < n && i < 8; i++) {
+		char name[64] = "";
+		clGetPlatformInfo(ps[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
+		cl_device_id d;
+		if (strcmp(name, "vgpud") == 0 && clGetDeviceIDs(ps[i], CL_DEVICE_TYPE_GPU, 1, &d, NULL) == CL_SUCCESS)
+			return d;
+	}
+	printf("lost.c: no vgpud device\n");
+	exit(1);
+}
+
+static cl_program build(cl_context ctx, cl_device_id dev, const char *src)
+{
+	cl_int err;
+	cl_program p = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
+	OK(err);
+	OK(clBuildProgram(p, 1, &dev, "", NULL, NULL));
+	return p;
+}
+
+/* The spinning kernel's worker is ended by the watchdog: its event fails. */
+static void lose(cl_device_id dev)
+{
+	cl_int err;
+	cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+	OK(err);
+	cl_command_queue q = clCreateCommandQueue(ctx, dev, 0, &err);
+	OK(err);
+	cl_program p = build(ctx, dev, spin_src);
+	cl_kernel k = clCreateKernel(p, "spin", &err);
+	OK(err);
+	int zero[16] = {0};
+	cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zero, zero, &err);
+	OK(err);
+	OK(clSetKernelArg(k, 0, sizeof b, &b));
+	size_t one = 1;
+	cl_event ev;
+	OK(clEnqueueNDRangeKernel(q, k, 1, NULL, &one, NULL, 0, NULL, &ev));
+	OK(clFlush(q));
+	err = clWaitForEvents(1, &ev);
+	CHECK(err == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, "clWaitForEvents on the lost kernel: %d", err);
+	cl_int st = 0;
+	OK(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL));
+	CHECK(st < 0, "execution status of the lost kernel: %d, want a negative error", st);
+	/* A read of the lost buffer fails too, without hanging. */
+	int back[16];
+	err = clEnqueueReadBuffer(q, b, CL_TRUE, 0, sizeof back, back, 0, NULL, NULL);
+	CHECK(err != CL_SUCCESS, "blocking read of a buffer of the lost context succeeded");
+	clFinish(q);
+	printf("lost.c: lost kernel: clWaitForEvents %d, status %d; read %d\n", CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST,
+	       st, err);
+	clReleaseEvent(ev);
+	clReleaseMemObject(b);
+	clReleaseKernel(k);
+	clReleaseProgram(p);
+	clReleaseCommandQueue(q);
+	clReleaseContext(ctx);
+}
+
+/* A new context after the loss computes correctly. */
+static void compute(cl_device_id dev)
+{
+	cl_int err;
+	cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+	OK(err);
+	cl_command_queue q = clCreateCommandQueue(ctx, dev, 0, &err);
+	OK(err);
+	cl_program p = build(ctx, dev, vadd_src);
+	cl_kernel k = clCreateKernel(p, "vadd", &err);
+	OK(err);
+	static cl_uint a[N], out[N];
+	for (int i = 0; i < N; i++)
+		a[i] = 3u * (cl_uint)i;
+	cl_mem ba = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof a, a, &err);
+	OK(err);
+	cl_mem bb = clCreateBuffer(ctx, CL_MEM_WRITE_ONLY, sizeof out, NULL, &err);
+	OK(err);
+	cl_uint kk = 7;
+	OK(clSetKernelArg(k, 0, sizeof ba, &ba));
+	OK(clSetKernelArg(k, 1, sizeof bb, &bb));
+	OK(clSetKernelArg(k, 2, sizeof kk, &kk));
+	size_t n = N;
+	OK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, NULL));
+	OK(clEnqueueReadBuffer(q, bb, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
+	int bad = 0;
+	for (int i = 0; i < N && bad < 5; i++)
+		if (out[i] != a[i] + kk) {
+			CHECK(out[i] == a[i] + kk, "element %d = %u, want %u", i, out[i], a[i] + kk);
+			bad++;
+		}
+	clReleaseMemObject(ba);
+	clReleaseMemObject(bb);
+	clReleaseKernel(k);
+	clReleaseProgram(p);
+	clReleaseCommandQueue(q);
+	clReleaseContext(ctx);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	cl_device_id dev = device();
+	lose(dev);
+	compute(dev);
+	printf("lost.c: %d failures\n", failures);
+	return failures;
+}
