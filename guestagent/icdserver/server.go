@@ -1,6 +1,7 @@
 package icdserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,8 +62,10 @@ type device struct {
 	// while the device has commands in flight.
 	wake chan struct{}
 
-	// reviveMu serialises revive.
-	reviveMu sync.Mutex
+	// reviveMu serialises revive and guards reviveFailed (a failed reopen
+	// was logged as an error; the next ones are logged at debug level).
+	reviveMu     sync.Mutex
+	reviveFailed bool
 
 	infoMu sync.Mutex
 	// Guarded by infoMu: the device-information blob, read once and kept
@@ -191,9 +194,15 @@ func (s *Server) revive(dev *device) bool {
 		return true
 	}
 	if err := dev.d.Reopen(); err != nil {
-		s.log.Error("icd device lost and not reopened", "device", dev.index, "err", err)
+		lvl := slog.LevelError
+		if dev.reviveFailed {
+			lvl = slog.LevelDebug
+		}
+		dev.reviveFailed = true
+		s.log.Log(context.Background(), lvl, "icd device lost and not reopened", "device", dev.index, "err", err)
 		return false
 	}
+	dev.reviveFailed = false
 	dev.infoMu.Lock()
 	dev.info = nil
 	dev.infoMu.Unlock()
