@@ -15,6 +15,11 @@
 // clients' commands on it fail with abi status device-lost. It does not
 // take part in reconfiguration (it declares no memory needs).
 //
+// Device lost: when vgpud ends the worker behind a vGPU (its watchdog, a
+// crash), the server fails every client's commands in flight with abi
+// status device-lost and resets the device, so later requests and clients
+// work on a fresh device context (docs/icd-protocol.md "Device lost").
+//
 // It serves until SIGTERM or SIGINT, then closes every connection (waiting
 // for their commands, freeing their objects), closes the devices and
 // removes the socket.
