@@ -187,7 +187,10 @@ func (u *upgrader) settle() {
 func (u *upgrader) upgrade(ctx context.Context, binary string) (*control.UpgradeReport, func(), error) {
 	u.mu.Lock()
 	switch {
-	case u.stopping, u.committed.Load():
+	case u.committed.Load():
+		u.mu.Unlock()
+		return nil, nil, control.ErrUpgraded // the new process serves it
+	case u.stopping:
 		u.mu.Unlock()
 		return nil, nil, ErrStopping
 	case u.running != nil:
