@@ -84,3 +84,48 @@ func TestStoppedWorkerWokenForCalls(t *testing.T) {
 		t.Errorf("worker exits = %v, want none (a stopped worker is not a dead one)", exits)
 	}
 }
+
+// TestPauseContinuesStoppedWorker: an upgrade in place (Pool.Pause)
+// continues a preempted worker before it waits for the turns in progress,
+// so that the worker can end its turn and answer, and no stopped worker
+// is handed over; Resume turns preemption back on.
+func TestPauseContinuesStoppedWorker(t *testing.T) {
+	dev := liarDevice
+	dev.CPU = true
+	p := liarPool(t, "hold-turn", dev)
+	defer p.Close()
+	lim := Limits{MemBytes: 1 << 20, KernelTimeout: 10 * time.Minute, Slice: 10 * time.Millisecond, BuildTimeout: time.Second}
+	inst, err := p.Create(InstanceConfig{ID: "hold", Domain: "instance:hold", Limits: lim, Notify: func(uint32) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	s := p.Sched(0)
+	for s.Stats().Holder != "hold" {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, release, err := s.Acquire(ctx, "neighbour", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(0, 0)
+	if c := s.Client("hold"); !c.Stopped {
+		t.Fatalf("held turn after the neighbour's grant: %+v, want stopped", c)
+	}
+	// The liar never ends its turn: the pause gives up waiting for it,
+	// but only after it continued the worker.
+	pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer pcancel()
+	if err := p.Pause(pctx); err == nil {
+		t.Errorf("Pause with a turn held forever = nil, want its wait to fail")
+	}
+	if c := s.Client("hold"); c.Stopped {
+		t.Errorf("held turn after Pause: %+v, want continued", c)
+	}
+	if st := procState(t, p.WorkerPID("hold")); st == "T" {
+		t.Errorf("worker state after Pause = %s, want it continued", st)
+	}
+	p.Resume()
+}
