@@ -120,7 +120,11 @@ func (t *Trigger) Stats() (written, dropped, failed uint64) {
 // goroutine closes the eventfd when it ends. Close waits for that unless
 // the goroutine is inside a write (Done says when it ended): a write
 // never blocks unless the peer races it (Trigger.write), and then Close
-// must not. Close is idempotent; a nil Trigger's Close does nothing.
+// must not. A write blocked on a full counter goes on once the counter
+// is read, so Close reads it once (without blocking) to let the
+// goroutine end; a peer that fills the counter again before the writer
+// retries keeps it blocked until the next read (Unblock). Close is
+// idempotent; a nil Trigger's Close does nothing.
 func (t *Trigger) Close() {
 	if t == nil {
 		return
@@ -132,10 +136,46 @@ func (t *Trigger) Close() {
 	}
 	t.closed = true
 	writing := t.writing
+	if writing {
+		t.unblockLocked()
+	}
 	t.mu.Unlock()
 	close(t.stop)
 	if !writing {
 		<-t.done
+	}
+}
+
+// Unblock reads the counter (without blocking) if the goroutine is
+// inside a write, which a write blocked on a full counter needs to go
+// on; the count read is lost (the eventfd's owner uses Unblock only when
+// no one waits for it: after Close). It does nothing once the goroutine
+// ended. A nil Trigger's Unblock does nothing.
+func (t *Trigger) Unblock() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.writing {
+		t.unblockLocked()
+	}
+}
+
+// unblockLocked reads the counter; t.mu is held and the goroutine is in
+// a write, so the fd is open (the goroutine closes it only after it
+// cleared writing under t.mu).
+func (t *Trigger) unblockLocked() {
+	if _, err := Drain(t.fd); err != nil {
+		t.log.Error("irqfd: read a full eventfd to unblock its writer", "err", err)
+	}
+}
+
+// Discard drops the signals not yet written. One being written may
+// still reach the counter.
+func (t *Trigger) Discard() {
+	if t != nil {
+		t.pending.Store(0)
 	}
 }
 
@@ -178,6 +218,9 @@ func (t *Trigger) write(n uint64) {
 		t.log.Error("irqfd: interrupt not delivered", "err", err)
 		return
 	}
+	if beforeWrite != nil {
+		beforeWrite(t.fd)
+	}
 	var b [8]byte
 	binary.NativeEndian.PutUint64(b[:], n)
 	_, err := unix.Write(t.fd, b[:])
@@ -192,15 +235,27 @@ func (t *Trigger) write(n uint64) {
 	}
 }
 
-// Drain reads and so resets an eventfd's counter without blocking: the
-// open file is made non-blocking first (the peer may have cleared
-// O_NONBLOCK). It returns the counter, 0 with a nil error if it was 0.
+// beforeWrite, set by tests only, runs between the write's F_SETFL and
+// the write: where a racing peer clears O_NONBLOCK again.
+var beforeWrite func(fd int)
+
+// Drain reads and so resets an eventfd's counter without blocking, even
+// when the peer that shares the open file cleared its O_NONBLOCK: the
+// read is a preadv2 with RWF_NOWAIT, which an eventfd honours (Linux 5.12
+// and later). On an older kernel the open file is made non-blocking
+// first, then read: only a peer that clears the flag again and empties
+// the counter between the two calls can make that read wait. Drain
+// returns the counter, 0 with a nil error if it was 0.
 func Drain(fd int) (uint64, error) {
-	if err := nonblock(fd); err != nil {
-		return 0, err
-	}
 	var b [8]byte
-	if _, err := unix.Read(fd, b[:]); err != nil {
+	_, err := unix.Preadv2(fd, [][]byte{b[:]}, -1, unix.RWF_NOWAIT)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		if err := nonblock(fd); err != nil {
+			return 0, err
+		}
+		_, err = unix.Read(fd, b[:])
+	}
+	if err != nil {
 		if errors.Is(err, unix.EAGAIN) {
 			return 0, nil
 		}

@@ -234,3 +234,102 @@ func TestCloseIdle(t *testing.T) {
 	var nilTrigger *Trigger
 	nilTrigger.Close()
 }
+
+// Drain never blocks: not on an empty eventfd that the peer made
+// blocking, and a full one is read and reset.
+func TestDrainBlockingEventfd(t *testing.T) {
+	fd := eventfd(t, 0)
+	defer unix.Close(fd)
+	for _, tc := range []struct {
+		name string
+		add  uint64
+	}{
+		{"empty", 0},
+		{"one", 1},
+		{"full", counterMax},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.add != 0 {
+				add(t, fd, tc.add)
+			}
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, 0); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			type result struct {
+				n   uint64
+				err error
+			}
+			got := make(chan result, 1)
+			go func() {
+				n, err := Drain(fd)
+				got <- result{n, err}
+			}()
+			select {
+			case r := <-got:
+				if r.n != tc.add || r.err != nil {
+					t.Errorf("Drain(eventfd at %#x) = %#x, %v, want %#x, nil", tc.add, r.n, r.err, tc.add)
+				}
+			case <-ctx.Done():
+				add(t, fd, 1) // let the blocked read return
+				<-got
+				t.Fatalf("Drain(blocking eventfd at %#x) blocked", tc.add)
+			}
+		})
+	}
+}
+
+// A peer that clears O_NONBLOCK between the writer's F_SETFL and its
+// write, with the counter full, blocks the writer: Close returns at once
+// and its read of the counter lets the writer end.
+func TestCloseUnblocksBlockedWriter(t *testing.T) {
+	fd := eventfd(t, 0)
+	peer, err := unix.Dup(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(peer)
+	add(t, peer, counterMax)
+	writing := make(chan struct{})
+	beforeWrite = func(int) {
+		if _, err := unix.FcntlInt(uintptr(peer), unix.F_SETFL, 0); err != nil {
+			panic(err)
+		}
+		close(writing)
+	}
+	defer func() { beforeWrite = nil }()
+	tr, err := New(fd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Signal()
+	<-writing
+	// The writer is in (or about to enter) a write that blocks; Close
+	// must not wait for it.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		tr.Close()
+	}()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("Close waited for a writer blocked on a full eventfd")
+	}
+	for {
+		select {
+		case <-tr.Done():
+			return
+		case <-ctx.Done():
+			t.Fatal("the blocked writer did not end after Close and Unblock")
+		case <-time.After(time.Millisecond):
+			// Close may have read the counter before the write began to
+			// wait (then the write did not block at all) or while the
+			// write was about to: Unblock reads it again.
+			tr.Unblock()
+		}
+	}
+}
