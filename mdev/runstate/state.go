@@ -135,7 +135,7 @@ func Decode(b []byte) (State, error) {
 			return State{}, fmt.Errorf("%w: instance %s recorded twice", ErrBadState, in.UUID)
 		case in.Device < 0:
 			return State{}, fmt.Errorf("%w: instance %s: device %d", ErrBadState, in.UUID, in.Device)
-		case in.Limits.TurnTimeout < 0 || in.Limits.BuildTimeout < 0:
+		case in.Limits.KernelTimeout < 0 || in.Limits.TurnTimeout < 0 || in.Limits.Slice < 0 || in.Limits.BuildTimeout < 0:
 			return State{}, fmt.Errorf("%w: instance %s: negative limit", ErrBadState, in.UUID)
 		}
 		seen[in.UUID] = true

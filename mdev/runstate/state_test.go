@@ -59,6 +59,8 @@ func TestDecodeRefuses(t *testing.T) {
 		{"no uuid", `{"format":"vgpud-state","version":1,"instances":[{"profile":"p"}]}`, "no uuid"},
 		{"twice", `{"format":"vgpud-state","version":1,"instances":[{"uuid":"a","profile":"p"},{"uuid":"a","profile":"p"}]}`, "twice"},
 		{"negative device", `{"format":"vgpud-state","version":1,"instances":[{"uuid":"a","profile":"p","device":-1}]}`, "device -1"},
+		{"negative kernel limit", `{"format":"vgpud-state","version":1,"instances":[{"uuid":"a","profile":"p","limits":{"kernel_timeout":"-1s"}}]}`, "negative limit"},
+		{"negative slice", `{"format":"vgpud-state","version":1,"instances":[{"uuid":"a","profile":"p","limits":{"slice":"-1ms"}}]}`, "negative limit"},
 		{"bad policy", `{"format":"vgpud-state","version":1,"instances":[],"policies":[{"device":0}]}`, "policy"},
 		{"bad placement", `{"format":"vgpud-state","version":1,"instances":[],"placement":{"policy":"best"}}`, "placement policy"},
 		{"bad placement dataset", `{"format":"vgpud-state","version":1,"instances":[],"placement":{"policy":"fewest","dataset":{"version":9}}}`, "dataset"},
