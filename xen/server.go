@@ -190,16 +190,22 @@ func pollable(fd int) (*os.File, error) {
 // waitReadable waits until f is readable (possibly spuriously: Go's
 // poller is edge-triggered and remembers an edge the loop has already
 // served) or its read deadline passes.
+//
+// Before waiting it asks the kernel whether f is readable now: the
+// runtime forgets an edge that came before the wait began (it resets the
+// poll state first), so an event that arrived between the loop's last
+// look at the pending ports and this wait — or before the loop started —
+// would otherwise be seen only when the deadline (Liveness) passed.
 func waitReadable(f *os.File) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
 	first := true
-	err = rc.Read(func(uintptr) bool {
-		if first { // the runtime calls once before waiting: make it wait
+	err = rc.Read(func(fd uintptr) bool {
+		if first { // the runtime calls once before waiting
 			first = false
-			return false
+			return readable(int(fd))
 		}
 		return true
 	})
@@ -207,6 +213,18 @@ func waitReadable(f *os.File) error {
 		return nil
 	}
 	return err
+}
+
+// readable reports whether fd is readable now, without waiting.
+func readable(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(pfd, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return err != nil || (n > 0 && pfd[0].Revents != 0) // an error: let the loop look
+	}
 }
 
 func (s *Server) setup() error {
