@@ -14,19 +14,33 @@ import (
 // Writer, to records that read back the same. With fixCRC the input's
 // checksums are made right first, so that mutations reach the payload
 // decoders instead of stopping at the CRC.
+//
+// The seeds are small streams (each under a few hundred bytes), one or
+// two records each: the fuzzer minimizes every input that finds new
+// coverage, in time quadratic in its length, and does no fuzzing
+// meanwhile; mutants of a kilobyte stream of every record stalled a 20 s
+// run for most of it.
 func FuzzReader(f *testing.F) {
-	good := encode(f, samples()...)
+	var seeds [][]byte
+	for _, r := range samples() {
+		if d, ok := r.(*BufferData); ok && len(d.Data) > 48 {
+			// Raw data stays as long as it is: 48 bytes of it will do.
+			r = &BufferData{Handle: d.Handle, Offset: d.Offset, Data: d.Data[:48]}
+		}
+		seeds = append(seeds, encode(f, r))
+	}
 	// A later minor version with a skippable record of a new type.
-	rs := split(f, good)
+	rs := split(f, encode(f, &Round{Number: 1}))
 	le.PutUint16(rs[0].p[10:], 3)
-	rs = append(rs[:2], append([]rec{{t: 0x0400, flags: FlagSkippable, p: []byte("later")}}, rs[2:]...)...)
-	for _, b := range [][]byte{
-		good,
+	rs = append(rs[:1], append([]rec{{t: 0x0400, flags: FlagSkippable, p: []byte("later")}}, rs[1:]...)...)
+	two := encode(f, &Buffer{Handle: 5, Size: 4096}, &BufferData{Handle: 5, Data: []byte("data")})
+	seeds = append(seeds,
 		encode(f),
 		encode(f, &BufferData{Handle: 1, Offset: 1 << 20, Data: compressible(70_000)}),
 		join(rs, true),
-		good[:len(good)/2],
-	} {
+		two[:len(two)/2],
+	)
+	for _, b := range seeds {
 		f.Add(b, false)
 		f.Add(b, true)
 	}
