@@ -38,6 +38,10 @@ type Destination struct {
 	// one over it is closed as soon as it is accepted. 0 means
 	// DefaultMaxConns.
 	MaxConns int
+	// MaxConnsPerHost bounds those from one IP address, so that one
+	// host's flood leaves places for the others. 0 means
+	// DefaultMaxConnsPerHost.
+	MaxConnsPerHost int
 	// OnRefuse, if set, is called for each connection refused over
 	// MaxConns (a metric).
 	OnRefuse func()
@@ -59,6 +63,7 @@ type Destination struct {
 const (
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultMaxConns         = 16
+	DefaultMaxConnsPerHost  = 8
 )
 
 // Serve accepts connections on ln until ctx ends or ln is closed, then
@@ -73,7 +78,11 @@ func (d *Destination) Serve(ctx context.Context, ln net.Listener) error {
 	if maxConns <= 0 {
 		maxConns = DefaultMaxConns
 	}
-	limit := &accept.Limit{Max: maxConns, Name: "migrate", Logger: d.log(), OnRefuse: d.OnRefuse}
+	perHost := d.MaxConnsPerHost
+	if perHost <= 0 {
+		perHost = DefaultMaxConnsPerHost
+	}
+	limit := &accept.Limit{Max: maxConns, PerHost: perHost, Name: "migrate", Logger: d.log(), OnRefuse: d.OnRefuse}
 	tl := tls.NewListener(limit.Listener(ln), d.TLS.Server())
 	defer d.wg.Wait()
 	for {

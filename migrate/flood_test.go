@@ -143,6 +143,45 @@ func badStream(addr string, tc *migrate.TLS) (migrate.Reply, error) {
 	return rep, json.Unmarshal(line, &rep)
 }
 
+// TestDestinationFloodPerHost: one address's flood holds only
+// MaxConnsPerHost places; a peer from another address is served while it
+// lasts.
+func TestDestinationFloodPerHost(t *testing.T) {
+	const perHost = 4
+	ca := migratetest.NewCA(t)
+	_, addr := floodDestination(t, ca.HostDir(t), &migrate.Destination{MaxConns: 16, MaxConnsPerHost: perHost, HandshakeTimeout: 10 * time.Minute})
+	conns, closed := flood(t, addr, 4*perHost)
+	budget := time.NewTimer(30 * time.Second)
+	defer budget.Stop()
+	for i := range len(conns) - perHost {
+		select {
+		case <-closed:
+		case <-budget.C:
+			t.Fatalf("%d of %d flood connections from one address closed, want the %d over MaxConnsPerHost %d",
+				i, len(conns), len(conns)-perHost, perHost)
+		}
+	}
+	tc := migratetest.Load(t, ca.HostDir(t)).Client("127.0.0.1")
+	d := &tls.Dialer{NetDialer: &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}, Config: tc}
+	c, err := d.DialContext(context.Background(), "tcp", addr)
+	if err != nil {
+		t.Fatalf("a peer from another address during the flood: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write(make([]byte, 64)); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	line, err := bufio.NewReader(c).ReadBytes('\n')
+	var rep migrate.Reply
+	if err == nil {
+		err = json.Unmarshal(line, &rep)
+	}
+	if err != nil || rep.Step != "instance" || rep.Error == "" {
+		t.Errorf("a bad stream from another address during the flood: reply %+v, %v; want an instance error", rep, err)
+	}
+}
+
 // TestDestinationHandshakeTimeout: a connection that sends nothing, and
 // one that completes the TLS handshake but sends no record, are both
 // dropped after HandshakeTimeout, not after a step's minutes.

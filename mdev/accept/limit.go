@@ -21,6 +21,9 @@ const LogEvery = 10 * time.Second
 type Limit struct {
 	// Max is the most connections open at once; 0 means no limit.
 	Max int
+	// PerHost, if > 0, is the most a Listener holds from one remote IP
+	// address (TCP), so that one host's flood leaves places for others.
+	PerHost int
 	// Name names the listener in log lines ("migrate", "metrics").
 	Name string
 	// Logger receives the rate-limited refusal lines; nil: slog.Default.
@@ -32,8 +35,9 @@ type Limit struct {
 	refused atomic.Uint64
 
 	mu       sync.Mutex
-	lastLog  time.Time // guarded by mu
-	lastSeen uint64    // refused at lastLog; guarded by mu
+	lastLog  time.Time      // guarded by mu
+	lastSeen uint64         // refused at lastLog; guarded by mu
+	hosts    map[string]int // open per remote IP (PerHost); guarded by mu
 }
 
 // Acquire takes a place for one connection; false when Max are open (the
@@ -78,7 +82,7 @@ func (g *Limit) refuse() {
 }
 
 // Listener returns l limited by g: Accept closes each connection over the
-// limit at once and waits for the next; a connection it returns gives
+// limit (or over PerHost from its address) at once and waits for the next; a connection it returns gives
 // its place back when closed (once, however often Close is called).
 func (g *Limit) Listener(l net.Listener) net.Listener {
 	return &limitListener{Listener: l, g: g}
@@ -95,11 +99,49 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
+		host := ""
+		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && l.g.PerHost > 0 {
+			host = a.IP.String()
+		}
+		if !l.g.acquireHost(host) {
+			c.Close()
+			l.g.refuse()
+			continue
+		}
 		if !l.g.Acquire() {
+			l.g.releaseHost(host)
 			c.Close()
 			continue
 		}
-		return &limitConn{Conn: c, g: l.g}, nil
+		return &limitConn{Conn: c, g: l.g, host: host}, nil
+	}
+}
+
+// acquireHost takes one of host's PerHost places ("": no host limit).
+func (g *Limit) acquireHost(host string) bool {
+	if host == "" {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.hosts[host] >= g.PerHost {
+		return false
+	}
+	if g.hosts == nil {
+		g.hosts = map[string]int{}
+	}
+	g.hosts[host]++
+	return true
+}
+
+func (g *Limit) releaseHost(host string) {
+	if host == "" {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.hosts[host]--; g.hosts[host] <= 0 {
+		delete(g.hosts, host)
 	}
 }
 
@@ -107,11 +149,15 @@ func (l *limitListener) Accept() (net.Conn, error) {
 type limitConn struct {
 	net.Conn
 	g    *Limit
+	host string
 	once sync.Once
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.g.Release)
+	c.once.Do(func() {
+		c.g.Release()
+		c.g.releaseHost(c.host)
+	})
 	return err
 }

@@ -113,3 +113,89 @@ func TestLimitZero(t *testing.T) {
 		t.Errorf("Open, Refused = %d, %d; want 100, 0", g.Open(), g.Refused())
 	}
 }
+
+// TestLimitPerHost: one address's flood gets PerHost places, the rest of
+// its connections are closed at once, and another address still gets in.
+func TestLimitPerHost(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Limit{Max: 8, PerHost: 2, Name: "test"}
+	l := g.Listener(raw)
+	accepted := make(chan net.Conn, 16)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	defer func() {
+		l.Close()
+		wg.Wait()
+		close(accepted)
+		for c := range accepted {
+			c.Close()
+		}
+	}()
+	dial := func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatalf("dial from %s: %v", from, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	closed := make(chan struct{}, 6)
+	for range 6 {
+		c := dial("127.0.0.1")
+		go func() {
+			c.SetReadDeadline(time.Now().Add(time.Minute))
+			if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
+				closed <- struct{}{}
+			}
+		}()
+	}
+	for i := range 4 {
+		select {
+		case <-closed:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of the 4 connections over PerHost 2 closed", i)
+		}
+	}
+	dial("127.0.0.2")
+	dial("127.0.0.2")
+	var got []net.Conn
+	for range 4 {
+		select {
+		case c := <-accepted:
+			got = append(got, c)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d connections accepted, want 2 from each address", len(got))
+		}
+	}
+	hosts := map[string]int{}
+	for _, c := range got {
+		hosts[c.RemoteAddr().(*net.TCPAddr).IP.String()]++
+	}
+	if hosts["127.0.0.1"] != 2 || hosts["127.0.0.2"] != 2 || g.Refused() != 4 {
+		t.Errorf("accepted per address %v, refused %d; want 2 each, 4 refused", hosts, g.Refused())
+	}
+	for _, c := range got {
+		c.Close()
+	}
+	g.mu.Lock()
+	left := len(g.hosts)
+	g.mu.Unlock()
+	if g.Open() != 0 || left != 0 {
+		t.Errorf("after closing all: Open() = %d, %d hosts counted; want 0, 0", g.Open(), left)
+	}
+}
