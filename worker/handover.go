@@ -16,6 +16,7 @@ import (
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/mdev/transport/irqfd"
 	"github.com/vgpud/vgpud/worker/wire"
 )
 
@@ -426,10 +427,27 @@ func (p *Pool) adoptInstance(cfg InstanceConfig, h handover.Instance) (*procInst
 	in := &procInstance{pool: p, cfg: cfg, limits: cfg.Limits, reuse: cfg.Reuse, pageFD: tab.Take(h.Page), bellFD: tab.Take(h.Bell)}
 	nfd := tab.Take(h.Notify)
 	if in.pageFD < 0 || in.bellFD < 0 || nfd < 0 {
+		if nfd >= 0 {
+			unix.Close(nfd)
+		}
 		in.free()
 		return nil, fmt.Errorf("adopt instance %s: missing descriptors", cfg.ID)
 	}
+	// The worker may have left either eventfd blocking: the notice relay
+	// waits in the runtime's poller, which only a non-blocking file
+	// joins, and the doorbell is written by a Trigger (instance.go).
+	if err := irqfd.Prepare(nfd); err != nil {
+		unix.Close(nfd)
+		in.free()
+		return nil, fmt.Errorf("adopt instance %s: notify: %w", cfg.ID, err)
+	}
 	in.notify = os.NewFile(uintptr(nfd), "notify")
+	bfd := in.bellFD
+	in.bellFD = -1
+	if err := in.ownBell(bfd); err != nil {
+		in.free()
+		return nil, fmt.Errorf("adopt instance %s: %w", cfg.ID, err)
+	}
 	var err error
 	if in.page, err = unix.Mmap(in.pageFD, 0, abi.PageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		in.free()

@@ -15,6 +15,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/mdev/transport/irqfd"
 	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/worker/wire"
 )
@@ -24,6 +25,12 @@ import (
 // the worker), its doorbell and notify eventfds and copies of its
 // guest-RAM fds, so that it can bring the instance back on a fresh worker
 // after the old one ended.
+//
+// The eventfds' open files are shared with the worker, an untrusted peer
+// that may clear their O_NONBLOCK and fill or empty their counters: no
+// goroutine of the main process that holds a lock, or that the guest's
+// register path, a pause, Close or shutdown waits for, writes or reads
+// them in a way that can block (docs/worker.md).
 type procInstance struct {
 	pool *Pool
 	cfg  InstanceConfig
@@ -31,8 +38,9 @@ type procInstance struct {
 	page   []byte // the instance page (a sealed memfd), mapped
 	sh     *aggregator.Shared
 	pageFD int
-	bellFD int      // eventfd: main signals after publishing a tail
-	notify *os.File // eventfd: the worker signals after completions
+	bell   *irqfd.Trigger // owns bellFD and writes it from its goroutine
+	bellFD int            // eventfd: main signals after publishing a tail
+	notify *os.File       // eventfd: the worker signals after completions
 	noteWG sync.WaitGroup
 
 	mu sync.Mutex
@@ -89,8 +97,12 @@ func newProcInstance(p *Pool, cfg InstanceConfig) (*procInstance, error) {
 		return nil, err
 	}
 	unmapWhenUnreachable(in)
-	if in.bellFD, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+	bfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
 		return nil, fmt.Errorf("doorbell eventfd: %w", err)
+	}
+	if err = in.ownBell(bfd); err != nil {
+		return nil, err
 	}
 	nfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
@@ -108,6 +120,17 @@ func unmapWhenUnreachable(in *procInstance) {
 	runtime.AddCleanup(in, func(page []byte) { _ = unix.Munmap(page) }, in.page)
 }
 
+// ownBell makes fd, an eventfd, the instance's doorbell, written by a
+// Trigger of its own (closed by free). On error fd is closed.
+func (in *procInstance) ownBell(fd int) error {
+	t, err := irqfd.New(fd, in.pool.log.With("instance", in.cfg.ID, "eventfd", "doorbell"))
+	if err != nil {
+		return fmt.Errorf("doorbell eventfd: %w", err)
+	}
+	in.bell, in.bellFD = t, fd
+	return nil
+}
+
 // startNotices starts relaying the worker's completion notices.
 func (in *procInstance) startNotices() {
 	in.notify.SetReadDeadline(time.Time{})
@@ -122,12 +145,31 @@ func (in *procInstance) pauseNotices() {
 	in.noteWG.Wait()
 }
 
-// notices relays the worker's completion notices to the Notify hook.
+// notices relays the worker's completion notices to the Notify hook. It
+// waits in the runtime's poller, which a read deadline (pauseNotices) or
+// Close ends, and reads the counter only with irqfd.Drain, which never
+// blocks: a worker that cleared the eventfd's O_NONBLOCK would otherwise
+// hold the relay in a read(2) that neither ends, and Close (which waits
+// for reads in progress on a non-blocking os.File) with it.
 func (in *procInstance) notices() {
 	defer in.noteWG.Done()
-	var b [8]byte
+	rc, err := in.notify.SyscallConn()
+	if err != nil {
+		in.pool.log.Error("notice relay", "instance", in.cfg.ID, "err", err)
+		return
+	}
 	for {
-		if _, err := in.notify.Read(b[:]); err != nil {
+		var n uint64
+		var derr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, derr = irqfd.Drain(int(fd))
+			return derr != nil || n > 0 // else: wait until readable
+		})
+		if err != nil {
+			return // closed, or paused by the read deadline
+		}
+		if derr != nil {
+			in.pool.log.Error("notice relay", "instance", in.cfg.ID, "err", derr)
 			return
 		}
 		if in.cfg.Notify != nil {
@@ -155,14 +197,16 @@ func (in *procInstance) attach() error {
 	lim, reuse := in.limits, in.reuse
 	in.mu.Unlock()
 	// A doorbell rung while the last worker was dying is still counted in
-	// the eventfd: it belongs to a ring that worker took with it, and
-	// would reach the fresh worker before the guest's reset enabled a
-	// new one (and latch an error in the middle of the guest reopening).
-	var stale [8]byte
-	for {
-		if _, err := unix.Read(in.bellFD, stale[:]); err != nil {
-			break // EAGAIN: no count pending
-		}
+	// the eventfd (or about to be): it belongs to a ring that worker took
+	// with it, and would reach the fresh worker before the guest's reset
+	// enabled a new one (and latch an error in the middle of the guest
+	// reopening). Drain never blocks, whatever the last worker left of
+	// the eventfd's flags; a write it had blocked goes on once this
+	// read empties the counter (that one write may then still reach the
+	// fresh worker: an error only this instance sees).
+	in.bell.Discard()
+	if _, err := irqfd.Drain(in.bellFD); err != nil {
+		in.pool.log.Warn("doorbell eventfd: stale count not read", "instance", in.cfg.ID, "err", err)
 	}
 	if _, err := pr.call(context.Background(), &wire.Add{Slot: slot, ID: in.cfg.ID, Reuse: reuse, Limits: wireLimits(lim)},
 		in.pageFD, in.bellFD, int(in.notify.Fd())); err != nil {
@@ -338,7 +382,11 @@ func (in *procInstance) ringable() (moving bool, err error) {
 }
 
 // ring publishes a tail (or, kick, a tail shadow's address) in the
-// instance page and signals the worker.
+// instance page and signals the worker. It never blocks, whatever the
+// worker did to the doorbell eventfd: the write is the bell Trigger's,
+// in its own goroutine (a write that fails is its to log; a full counter
+// has a doorbell pending anyway), so ring has no error to return; its
+// callers hold bellMu and the register file's locks.
 func (in *procInstance) ring(kick bool, v uint64) error {
 	if kick {
 		in.sh.Shadow.Store(v)
@@ -347,11 +395,7 @@ func (in *procInstance) ring(kick bool, v uint64) error {
 		in.sh.Tail.Store(uint32(v))
 		in.sh.Kick.Store(0)
 	}
-	var one [8]byte
-	one[0] = 1
-	if _, err := unix.Write(in.bellFD, one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
-		return abi.Errorf(abi.StatusInternal, "doorbell eventfd: %v", err)
-	}
+	in.bell.Signal()
 	return nil
 }
 
@@ -602,7 +646,32 @@ func (in *procInstance) Close() error {
 	in.pool.mu.Unlock()
 	in.pool.scheds[dev].Remove(in.cfg.ID)
 	in.free()
+	if pr != nil {
+		in.unblockBellAfter(pr)
+	}
 	return err
+}
+
+// unblockBellAfter ends the doorbell's writer if it is still blocked
+// after free: free's Close read the counter once, but the worker (which
+// keeps its copy of the eventfd) may have filled it again before the
+// writer retried. Once the worker has ended no one refills it, so a
+// goroutine waits for that end and reads the counter once more; it ends
+// with the worker or the writer, whichever ends first.
+func (in *procInstance) unblockBellAfter(pr *process) {
+	bell := in.bell
+	select {
+	case <-bell.Done():
+		return
+	default:
+	}
+	go func() {
+		select {
+		case <-bell.Done():
+		case <-pr.done:
+			bell.Unblock()
+		}
+	}()
 }
 
 // free releases the main process's resources of the instance.
@@ -611,7 +680,12 @@ func (in *procInstance) free() {
 		in.notify.Close()
 		in.noteWG.Wait()
 	}
-	if in.bellFD >= 0 {
+	if in.bell != nil {
+		// Close does not wait for a write the worker blocked (it reads
+		// the counter to let it end): the fd is closed when it ends.
+		in.bell.Close()
+		in.bellFD = -1
+	} else if in.bellFD >= 0 {
 		unix.Close(in.bellFD)
 		in.bellFD = -1
 	}

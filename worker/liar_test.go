@@ -29,7 +29,7 @@ var (
 
 // liar builds testdata/liar, a worker process that breaks the protocol in
 // the way its name says, and returns the path of a link named for mode.
-func liar(t *testing.T, mode string) string {
+func liar(t testing.TB, mode string) string {
 	t.Helper()
 	liarOnce.Do(func() {
 		goTool, err := exec.LookPath("go")

@@ -8,5 +8,10 @@
 // in the caller's goroutine and never under the caller's locks: Signal
 // only counts and wakes the writer, and an eventfd whose counter is full
 // (the interrupt is pending anyway) drops the write instead of blocking.
-// Close never waits for a write in progress.
+// Close never waits for a write in progress. Drain reads a counter
+// without ever blocking (preadv2 with RWF_NOWAIT).
+//
+// Package worker uses it for the eventfds it shares with a worker
+// process, an untrusted peer in the same way: the instance's doorbell is
+// a Trigger, and its reads of both eventfds are Drains.
 package irqfd

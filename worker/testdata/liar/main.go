@@ -6,10 +6,15 @@
 // "liar-device-N" for the device index N it was asked for, in mode
 // honest-index) and Add with success, then misbehaves (mode honest-index:
 // does not; mode stale-bell: refuses an Add whose doorbell eventfd has a
-// count pending); it exits when its socket closes.
+// count pending; mode blocking-bell: clears O_NONBLOCK on the doorbell
+// eventfd it shares with the main process and fills its counter, so that
+// a write to it blocks; mode blocking-notify: clears O_NONBLOCK on the
+// notify eventfd and signals it once, so that the main process's next
+// read of it blocks); it exits when its socket closes.
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,6 +50,14 @@ func main() {
 			n, _ := unix.Read(fds[1], b[:])
 			stale = n == 8
 		}
+		if _, ok := m.(*wire.Add); ok && len(fds) >= 3 {
+			switch mode {
+			case "blocking-bell":
+				block(fds[1], 0xfffffffffffffffe)
+			case "blocking-notify":
+				block(fds[2], 1)
+			}
+		}
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
@@ -69,6 +82,19 @@ func main() {
 		default:
 			reply(conn, h.ID, nil)
 		}
+	}
+}
+
+// block makes the eventfd fd (its open file, shared with the main
+// process) blocking and adds v to its counter.
+func block(fd int, v uint64) {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, 0); err != nil {
+		os.Exit(4)
+	}
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], v)
+	if _, err := unix.Write(fd, b[:]); err != nil {
+		os.Exit(4)
 	}
 }
 
@@ -107,7 +133,7 @@ func misbehave(conn *wire.Conn, id uint32, mode string) {
 	case "crash":
 		reply(conn, id, nil)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	case "honest-index", "stale-bell":
+	case "honest-index", "stale-bell", "blocking-bell", "blocking-notify":
 		reply(conn, id, nil)
 	default:
 		os.Exit(3)
