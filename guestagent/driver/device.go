@@ -573,6 +573,14 @@ func (d *Device) deviceLost() error {
 	}
 	d.lostAt = now
 	if st := abi.Status(d.regs.Read32(abi.RegError)); st == abi.StatusDeviceLost {
+		// What completed before the loss keeps its result: records may
+		// have landed after the caller last looked, and none lands once
+		// the device reads lost (the worker that wrote them is gone).
+		for d.reaped < d.next && d.complSeq(d.reaped) == abi.SeqOf(d.reaped) {
+			if err := d.reapOne(); err != nil {
+				break
+			}
+		}
 		n := d.next - d.reaped
 		d.lost = true
 		d.failInflight(abi.StatusDeviceLost)

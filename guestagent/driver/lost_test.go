@@ -166,3 +166,42 @@ func TestWaitOnLostDeviceFailsInflight(t *testing.T) {
 		t.Errorf("Finish after the second Reopen = %v", err)
 	}
 }
+
+// TestLossKeepsWhatCompleted: commands whose completions landed before the
+// device context was lost keep their results, though nobody reaped them
+// before the loss was noticed (vgpu-icdd's CheckLost, or a wait, may be
+// the first to look); only what was still in flight fails.
+func TestLossKeepsWhatCompleted(t *testing.T) {
+	d, f := open(t, drivertest.Config{}, driver.Options{StagingBytes: driver.MinStagingBytes, Timeout: time.Minute})
+	b, err := d.CreateBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	var done, inflight recorder
+	if err := d.WriteNotify(b, 0, make([]byte, 4096), done.done); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Flush(); err != nil { // the fake completes it now; nobody reaps
+		t.Fatal(err)
+	}
+	f.Hold()
+	if err := d.Marker(inflight.done); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Lose()
+	if !d.CheckLost() {
+		t.Fatal("CheckLost() on a lost device = false")
+	}
+	if len(done.got) != 1 || done.got[0].Status != abi.StatusOK {
+		t.Errorf("the write that completed before the loss: completions %+v, want one StatusOK", done.got)
+	}
+	if len(inflight.got) != 1 || inflight.got[0].Status != abi.StatusDeviceLost {
+		t.Errorf("the marker in flight at the loss: completions %+v, want one StatusDeviceLost", inflight.got)
+	}
+}
