@@ -11,7 +11,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/handover"
+	"github.com/vgpud/vgpud/mdev/guestmem"
 )
 
 // eventfdWait bounds what takes microseconds when nothing is wrong:
@@ -40,6 +44,33 @@ func bounded(f, unstick func()) bool {
 		case <-done:
 			return false
 		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// relent undoes, from the worker's side, what a hostile worker did to
+// the instance's eventfds (their dups bell and notify), so that whatever
+// blocked on them returns: a writer blocked on a full counter, a reader
+// blocked on an empty one.
+func relent(t *testing.T, bell, notify int) {
+	for _, fd := range []int{bell, notify} {
+		if err := unix.SetNonblock(fd, true); err != nil {
+			t.Errorf("set O_NONBLOCK: %v", err)
+		}
+	}
+	var c [8]byte
+	_, _ = unix.Read(bell, c[:])
+	eventfdAdd(t, bell, 1)
+	eventfdAdd(t, notify, 1)
+}
+
+// blockFDs clears O_NONBLOCK on the open files of fds, as a hostile
+// worker does on its copies.
+func blockFDs(t *testing.T, fds ...int) {
+	t.Helper()
+	for _, fd := range fds {
+		if err := unix.SetNonblock(fd, false); err != nil {
+			t.Fatalf("clear O_NONBLOCK: %v", err)
 		}
 	}
 }
@@ -110,15 +141,7 @@ func TestHostileWorkerEventfds(t *testing.T) {
 					t.Fatal("the worker's notice never reached the Notify hook")
 				}
 			}
-			unstick := func() {
-				var c [8]byte
-				// A full doorbell counter: a blocked write goes on (a
-				// read that does not block on an empty one either).
-				_, _ = unix.Preadv2(bell, [][]byte{c[:]}, -1, unix.RWF_NOWAIT)
-				eventfdAdd(t, notify, 1)     // an empty notify counter: a blocked read returns
-				// (and the relay's next read blocks again, until the
-				// file is closed)
-			}
+			unstick := func() { relent(t, bell, notify) }
 
 			if !bounded(func() {
 				for i, err := range []error{in.Doorbell(1), in.Kick(0x1000), in.Doorbell(2)} {
@@ -201,4 +224,109 @@ func BenchmarkDoorbell(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestAdoptedHostileEventfds: an upgrade in place hands a new pool an
+// instance whose eventfds a hostile worker left blocking, the doorbell's
+// counter full, and whose worker ended meanwhile (the instance is lost).
+// The new pool relays notices, the guest's reset brings the instance
+// back on a fresh worker (the stale doorbell count drained without
+// blocking: stale-bell refuses an Add that comes with one), the doorbell
+// rings without blocking, and Close returns.
+func TestAdoptedHostileEventfds(t *testing.T) {
+	page, err := guestmem.NewSealed("vgpud-test-instance", abi.PageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(page, 0, abi.PageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = aggregator.SharedIn(m, true)
+	unix.Munmap(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []int // page, bell, notify: the table's, then the pool's
+	fds = append(fds, page)
+	for range 2 {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC) // blocking, as the worker left them
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, fd)
+	}
+	bell, err := unix.Dup(fds[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(bell)
+	notify, err := unix.Dup(fds[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(notify)
+	eventfdAdd(t, bell, 0xfffffffffffffffe)
+	h := handover.Instance{UUID: "adopted", Worker: -1, Why: "its worker ended during the upgrade",
+		Page: 0, Bell: 1, Notify: 2, Listener: handover.None}
+
+	p := liarPool(t, "stale-bell", liarDevice)
+	defer p.Close()
+	if err := p.Adopt(nil, nil, []handover.Instance{h}, handover.NewTable(fds)); err != nil {
+		t.Fatalf("Adopt = %v", err)
+	}
+	notes := make(chan struct{}, 16)
+	b, err := p.Create(InstanceConfig{
+		ID: "adopted", Domain: "instance:adopted",
+		Limits: Limits{MemBytes: 1 << 20, BuildTimeout: time.Second},
+		Notify: func(uint32) {
+			select {
+			case notes <- struct{}{}:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("Create (adopt) = %v", err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatalf("Start = %v", err)
+	}
+	in := b.(*procInstance)
+	unstick := func() { relent(t, bell, notify) }
+	blockFDs(t, bell, notify) // adopting them made them non-blocking again
+
+	ctx, cancel := context.WithTimeout(context.Background(), eventfdWait)
+	defer cancel()
+	eventfdAdd(t, notify, 1) // a completion notice
+	select {
+	case <-notes:
+	case <-ctx.Done():
+		t.Fatal("the adopted instance's notice relay did not relay a notice")
+	}
+	if !bounded(in.Reset, unstick) {
+		t.Fatal("Reset blocked draining the doorbell eventfd the worker made blocking")
+	}
+	if in.Lost() {
+		t.Fatal("after Reset the instance is still lost: the fresh worker refused it (a stale doorbell count came with it?)")
+	}
+	blockFDs(t, bell) // the fresh worker, as hostile
+	eventfdAdd(t, bell, 0xfffffffffffffffe)
+	if !bounded(func() {
+		if err := in.Doorbell(1); err != nil {
+			t.Errorf("Doorbell(1) = %v, want nil", err)
+		}
+	}, unstick) {
+		t.Fatal("Doorbell blocked on the doorbell eventfd the worker made blocking and filled")
+	}
+	var cerr error
+	if !bounded(func() { cerr = in.Close() }, unstick) {
+		t.Fatal("Close blocked on an eventfd the worker made blocking")
+	}
+	if cerr != nil {
+		t.Errorf("Close = %v", cerr)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("pool Close = %v", err)
+	}
 }

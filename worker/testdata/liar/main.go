@@ -10,7 +10,8 @@
 // eventfd it shares with the main process and fills its counter, so that
 // a write to it blocks; mode blocking-notify: clears O_NONBLOCK on the
 // notify eventfd and signals it once, so that the main process's next
-// read of it blocks); it exits when its socket closes.
+// read of it blocks; mode blocking-both: both); it exits when its socket
+// closes.
 package main
 
 import (
@@ -45,9 +46,10 @@ func main() {
 		stale := false
 		if _, ok := m.(*wire.Add); ok && mode == "stale-bell" && len(fds) >= 2 {
 			// The doorbell eventfd must come with no count pending from a
-			// worker before this one.
+			// worker before this one (read without blocking, whatever
+			// the last worker left of its O_NONBLOCK).
 			var b [8]byte
-			n, _ := unix.Read(fds[1], b[:])
+			n, _ := unix.Preadv2(fds[1], [][]byte{b[:]}, -1, unix.RWF_NOWAIT)
 			stale = n == 8
 		}
 		if _, ok := m.(*wire.Add); ok && len(fds) >= 3 {
@@ -55,6 +57,9 @@ func main() {
 			case "blocking-bell":
 				block(fds[1], 0xfffffffffffffffe)
 			case "blocking-notify":
+				block(fds[2], 1)
+			case "blocking-both":
+				block(fds[1], 0xfffffffffffffffe)
 				block(fds[2], 1)
 			}
 		}
@@ -133,7 +138,7 @@ func misbehave(conn *wire.Conn, id uint32, mode string) {
 	case "crash":
 		reply(conn, id, nil)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	case "honest-index", "stale-bell", "blocking-bell", "blocking-notify":
+	case "honest-index", "stale-bell", "blocking-bell", "blocking-notify", "blocking-both":
 		reply(conn, id, nil)
 	default:
 		os.Exit(3)
