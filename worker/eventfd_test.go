@@ -16,17 +16,14 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/mdev/transport/irqfd/irqfdtest"
 )
 
-// eventfdWait bounds what takes microseconds when nothing is wrong:
-// generous, so that a loaded machine never reaches it.
-const eventfdWait = time.Minute
-
-// bounded runs f and waits for it, at most eventfdWait; then it calls
-// unstick (which undoes what blocks f) until f returns, and reports
-// false.
+// bounded runs f and waits for it, at most irqfdtest.Patience; then it
+// calls unstick (which undoes what blocks f) until f returns, and
+// reports false.
 func bounded(f, unstick func()) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), eventfdWait)
+	ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
@@ -60,8 +57,14 @@ func relent(t *testing.T, bell, notify int) {
 	}
 	var c [8]byte
 	_, _ = unix.Read(bell, c[:])
-	eventfdAdd(t, bell, 1)
-	eventfdAdd(t, notify, 1)
+	// Not irqfdtest.Add: relent runs while f may still be blocked, and a
+	// Fatal here would leave it so; bounded must go on until f returns.
+	one := binary.NativeEndian.AppendUint64(nil, 1)
+	for _, fd := range []int{bell, notify} {
+		if _, err := unix.Write(fd, one); err != nil {
+			t.Errorf("write 0x1 to eventfd: %v", err)
+		}
+	}
 }
 
 // blockFDs clears O_NONBLOCK on the open files of fds, as a hostile
@@ -72,16 +75,6 @@ func blockFDs(t *testing.T, fds ...int) {
 		if err := unix.SetNonblock(fd, false); err != nil {
 			t.Fatalf("clear O_NONBLOCK: %v", err)
 		}
-	}
-}
-
-// eventfdAdd adds v to the counter of the eventfd fd.
-func eventfdAdd(t *testing.T, fd int, v uint64) {
-	t.Helper()
-	var b [8]byte
-	binary.NativeEndian.PutUint64(b[:], v)
-	if _, err := unix.Write(fd, b[:]); err != nil {
-		t.Errorf("write %#x to eventfd: %v", v, err)
 	}
 }
 
@@ -130,7 +123,7 @@ func TestHostileWorkerEventfds(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer unix.Close(notify)
-			ctx, cancel := context.WithTimeout(context.Background(), eventfdWait)
+			ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
 			defer cancel()
 			for range tt.notes {
 				// The relay took the worker's notice: its next read
@@ -266,7 +259,7 @@ func TestAdoptedHostileEventfds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(notify)
-	eventfdAdd(t, bell, 0xfffffffffffffffe)
+	irqfdtest.Add(t, bell, irqfdtest.CounterMax)
 	h := handover.Instance{UUID: "adopted", Worker: -1, Why: "its worker ended during the upgrade",
 		Page: 0, Bell: 1, Notify: 2, Listener: handover.None}
 
@@ -296,9 +289,9 @@ func TestAdoptedHostileEventfds(t *testing.T) {
 	unstick := func() { relent(t, bell, notify) }
 	blockFDs(t, bell, notify) // adopting them made them non-blocking again
 
-	ctx, cancel := context.WithTimeout(context.Background(), eventfdWait)
+	ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
 	defer cancel()
-	eventfdAdd(t, notify, 1) // a completion notice
+	irqfdtest.Add(t, notify, 1) // a completion notice
 	select {
 	case <-notes:
 	case <-ctx.Done():
@@ -311,7 +304,7 @@ func TestAdoptedHostileEventfds(t *testing.T) {
 		t.Fatal("after Reset the instance is still lost: the fresh worker refused it (a stale doorbell count came with it?)")
 	}
 	blockFDs(t, bell) // the fresh worker, as hostile
-	eventfdAdd(t, bell, 0xfffffffffffffffe)
+	irqfdtest.Add(t, bell, irqfdtest.CounterMax)
 	if !bounded(func() {
 		if err := in.Doorbell(1); err != nil {
 			t.Errorf("Doorbell(1) = %v, want nil", err)

@@ -1,39 +1,14 @@
 package guestmem
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
-)
 
-// vmSize returns this process's address-space size (VmSize in
-// /proc/self/status), in bytes.
-func vmSize(t *testing.T) uint64 {
-	t.Helper()
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmSize:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("VmSize %q: %v", rest, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmSize in /proc/self/status (%v)", sc.Err())
-	return 0
-}
+	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
+)
 
 // sparse returns a sealed memfd of size bytes (a hole but for what
 // tests pwrite into it).
@@ -68,7 +43,7 @@ func TestSparseFileMapsOnlyWindows(t *testing.T) {
 	}
 	m := &Map{}
 	t.Cleanup(func() { m.Close() })
-	before := vmSize(t)
+	before := addrspacetest.VMSize(t)
 	err := m.Update([]Region{
 		{GPA: 0, Size: lowSize, Offset: lowOff, FD: fd},
 		{GPA: highGPA, Size: highSize, Offset: highOff, FD: dup(t, fd)},
@@ -78,7 +53,7 @@ func TestSparseFileMapsOnlyWindows(t *testing.T) {
 	}
 	// The windows are 3 MiB; the Go runtime may reserve a heap arena or
 	// two meanwhile. Mapping the file would add a terabyte or two.
-	if grew := int64(vmSize(t) - before); grew > 1<<30 {
+	if grew := int64(addrspacetest.VMSize(t) - before); grew > 1<<30 {
 		t.Errorf("Update of %d MiB of windows of a %d GiB file grew VmSize by %d MiB, want well under 1 GiB",
 			(lowSize+highSize)>>20, fileSize>>30, grew>>20)
 	}
@@ -168,11 +143,11 @@ func TestHugeAnnouncementRefused(t *testing.T) {
 			for i := range regions {
 				regions[i].FD = dup(t, fd)
 			}
-			before := vmSize(t)
+			before := addrspacetest.VMSize(t)
 			if err := m.Update(regions); !errors.Is(err, ErrTooLarge) {
 				t.Errorf("Update(%d TiB) = %v, want ErrTooLarge", huge>>40, err)
 			}
-			if grew := int64(vmSize(t) - before); grew > 1<<30 {
+			if grew := int64(addrspacetest.VMSize(t) - before); grew > 1<<30 {
 				t.Errorf("refused Update grew VmSize by %d MiB", grew>>20)
 			}
 			got := make([]byte, 16)

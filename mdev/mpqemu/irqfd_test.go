@@ -7,55 +7,13 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mdev/transport/irqfd/irqfdtest"
 )
-
-// hang is how long a hostile-fd test waits for something that takes
-// microseconds before it calls it blocked: generous, so that a loaded
-// machine never fails it.
-const hang = time.Minute
-
-// counterMax is the largest value an eventfd's counter holds: adding 1
-// to it blocks a blocking eventfd.
-const counterMax = 0xfffffffffffffffe
-
-// fullPipe returns both ends of a pipe whose buffer is full; the write
-// end is blocking.
-func fullPipe(t *testing.T) (r, w int) {
-	t.Helper()
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(p[0]); unix.Close(p[1]) })
-	buf := make([]byte, 1<<16)
-	for {
-		if _, err := unix.Write(p[1], buf); errors.Is(err, unix.EAGAIN) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETFL, 0); err != nil {
-		t.Fatal(err)
-	}
-	return p[0], p[1]
-}
-
-func testEventfd(t *testing.T, flags int) int {
-	t.Helper()
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|flags)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return fd
-}
 
 // drainPipe empties a pipe (unblocking a writer) until it is closed.
 func drainPipe(fd int) {
@@ -98,7 +56,7 @@ func TestSetIRQFDRefusesNonEventfd(t *testing.T) {
 			if err := mpqemu.WriteMsg(peer, mpqemu.Msg{Cmd: mpqemu.CmdSetIRQFD, FDs: []int{irq, res}}); err != nil {
 				t.Fatalf("send SET_IRQFD: %v", err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), hang)
+			ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
 			defer cancel()
 			select {
 			case err := <-d.done:
@@ -109,7 +67,7 @@ func TestSetIRQFDRefusesNonEventfd(t *testing.T) {
 			case <-ctx.Done():
 				unblockIRQ()
 				unblockRes()
-				t.Fatalf("Serve did not end within %v of a SET_IRQFD with a non-eventfd (blocked writing it?)", hang)
+				t.Fatalf("Serve did not end within %v of a SET_IRQFD with a non-eventfd (blocked writing it?)", irqfdtest.Patience)
 			}
 			if r, _ := d.dev.INTx().Raised(); r != 0 {
 				t.Errorf("INTx raised %d times through a refused fd, want 0", r)
@@ -119,11 +77,11 @@ func TestSetIRQFDRefusesNonEventfd(t *testing.T) {
 }
 
 func pipeFD(t *testing.T) (int, func()) {
-	r, w := fullPipe(t)
+	r, w := irqfdtest.FullPipe(t)
 	return w, func() { go drainPipe(r) }
 }
 
-func eventfdFD(t *testing.T) (int, func()) { return testEventfd(t, 0), func() {} }
+func eventfdFD(t *testing.T) (int, func()) { return irqfdtest.Eventfd(t, 0), func() {} }
 
 func memfdFD(t *testing.T) (int, func()) { return memfd(t, 4096), func() {} }
 
@@ -134,12 +92,9 @@ func memfdFD(t *testing.T) (int, func()) { return memfd(t, 4096), func() {} }
 func TestIRQFDFullCounterDoesNotBlock(t *testing.T) {
 	peer, devSide := pipe(t)
 	d := serve(t, context.Background(), devSide)
-	irq, res := testEventfd(t, 0), testEventfd(t, 0)
+	irq, res := irqfdtest.Eventfd(t, 0), irqfdtest.Eventfd(t, 0)
+	irqfdtest.Add(t, irq, irqfdtest.CounterMax)
 	var b [8]byte
-	binary.NativeEndian.PutUint64(b[:], counterMax)
-	if _, err := unix.Write(irq, b[:]); err != nil {
-		t.Fatal(err)
-	}
 	if err := mpqemu.WriteMsg(peer, mpqemu.Msg{Cmd: mpqemu.CmdSetIRQFD, FDs: []int{irq, res}}); err != nil {
 		t.Fatalf("send SET_IRQFD: %v", err)
 	}
@@ -154,7 +109,7 @@ func TestIRQFDFullCounterDoesNotBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	unblock := func() { unix.Read(irq, b[:]) } // empties the counter: a blocked write goes on
-	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
 	defer cancel()
 	wait := func(what string, f func()) {
 		t.Helper()
@@ -165,7 +120,7 @@ func TestIRQFDFullCounterDoesNotBlock(t *testing.T) {
 		case <-ctx.Done():
 			unblock()
 			<-done
-			t.Fatalf("%s did not return within %v with the irqfd's counter full", what, hang)
+			t.Fatalf("%s did not return within %v with the irqfd's counter full", what, irqfdtest.Patience)
 		}
 	}
 	wait("raising INTx", func() {
@@ -182,13 +137,13 @@ func TestIRQFDFullCounterDoesNotBlock(t *testing.T) {
 		d.done <- err
 	case <-ctx.Done():
 		unblock()
-		t.Fatalf("Serve did not return within %v of Close", hang)
+		t.Fatalf("Serve did not return within %v of Close", irqfdtest.Patience)
 	}
 	if _, f := d.dev.INTx().Raised(); f != 0 {
 		t.Errorf("Raised() failures = %d, want 0 (a full counter is an interrupt pending)", f)
 	}
-	if _, err := unix.Read(irq, b[:]); err != nil || binary.NativeEndian.Uint64(b[:]) != counterMax {
-		t.Errorf("irqfd counter = %#x, %v, want %#x: nothing added to a full counter", binary.NativeEndian.Uint64(b[:]), err, uint64(counterMax))
+	if _, err := unix.Read(irq, b[:]); err != nil || binary.NativeEndian.Uint64(b[:]) != irqfdtest.CounterMax {
+		t.Errorf("irqfd counter = %#x, %v, want %#x: nothing added to a full counter", binary.NativeEndian.Uint64(b[:]), err, uint64(irqfdtest.CounterMax))
 	}
 }
 

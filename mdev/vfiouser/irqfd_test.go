@@ -3,62 +3,18 @@ package vfiouser_test
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/mdev/transport/irqfd/irqfdtest"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 
-// hang is how long a hostile-fd test waits for something that takes
-// microseconds before it calls it blocked: generous, so that a loaded
-// machine never fails it.
-const hang = time.Minute
-
-// counterMax is the largest value an eventfd's counter holds: adding 1
-// to it blocks a blocking eventfd.
-const counterMax = 0xfffffffffffffffe
-
-// fullPipe returns both ends of a pipe whose buffer is full; the write
-// end is blocking.
-func fullPipe(t *testing.T) (r, w int) {
-	t.Helper()
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(p[0]); unix.Close(p[1]) })
-	buf := make([]byte, 1<<16)
-	for {
-		if _, err := unix.Write(p[1], buf); errors.Is(err, unix.EAGAIN) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETFL, 0); err != nil {
-		t.Fatal(err)
-	}
-	return p[0], p[1]
-}
-
-// blockingEventfd returns an eventfd without EFD_NONBLOCK.
-func blockingEventfd(t *testing.T) int {
-	t.Helper()
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return fd
-}
-
-// within sends one command from another goroutine and waits up to hang
-// for its reply; on timeout it calls unblock, waits for the reply after
-// all, and fails the test.
+// within sends one command from another goroutine and waits up to
+// irqfdtest.Patience for its reply; on timeout it calls unblock, waits
+// for the reply after all, and fails the test.
 func (p *rawPeer) within(what string, cmd vfiouser.Cmd, fds []int, payload []byte, unblock func()) vfiouser.Msg {
 	p.t.Helper()
 	p.id++
@@ -77,7 +33,7 @@ func (p *rawPeer) within(what string, cmd vfiouser.Cmd, fds []int, payload []byt
 		m.Payload = append([]byte(nil), m.Payload...)
 		done <- result{m, err}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
 	defer cancel()
 	var r result
 	select {
@@ -85,7 +41,7 @@ func (p *rawPeer) within(what string, cmd vfiouser.Cmd, fds []int, payload []byt
 	case <-ctx.Done():
 		unblock()
 		<-done
-		p.t.Fatalf("%s: no reply within %v (blocked writing the interrupt fd?)", what, hang)
+		p.t.Fatalf("%s: no reply within %v (blocked writing the interrupt fd?)", what, irqfdtest.Patience)
 	}
 	if r.err != nil {
 		p.t.Fatalf("%s: %v", what, r.err)
@@ -146,7 +102,7 @@ func TestSetIRQsRefusesNonEventfd(t *testing.T) {
 }
 
 func pipeFD(t *testing.T) (int, func()) {
-	r, w := fullPipe(t)
+	r, w := irqfdtest.FullPipe(t)
 	return w, func() {
 		unix.SetNonblock(r, true)
 		buf := make([]byte, 1<<16)
@@ -172,12 +128,9 @@ func memfdFD(t *testing.T) (int, func()) {
 // session (what destroying the instance does) all return.
 func TestINTxFullCounterDoesNotBlock(t *testing.T) {
 	p := newRaw(t)
-	efd := blockingEventfd(t)
+	efd := irqfdtest.Eventfd(t, 0)
+	irqfdtest.Add(t, efd, irqfdtest.CounterMax)
 	var b [8]byte
-	binary.NativeEndian.PutUint64(b[:], counterMax)
-	if _, err := unix.Write(efd, b[:]); err != nil {
-		t.Fatal(err)
-	}
 	p.ok(vfiouser.CmdDeviceSetIRQs, []int{efd}, irqSet(vfiouser.IRQSetDataEventfd|vfiouser.IRQSetActionTrigger))
 	// The client clears O_NONBLOCK again, as a hostile one may: the
 	// file is shared.
@@ -185,7 +138,7 @@ func TestINTxFullCounterDoesNotBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	unblock := func() { unix.Read(efd, b[:]) } // empties the counter: a blocked write goes on
-	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
 	defer cancel()
 	wait := func(what string, f func()) {
 		t.Helper()
@@ -196,7 +149,7 @@ func TestINTxFullCounterDoesNotBlock(t *testing.T) {
 		case <-ctx.Done():
 			unblock()
 			<-done
-			t.Fatalf("%s did not return within %v with the trigger's counter full", what, hang)
+			t.Fatalf("%s did not return within %v with the trigger's counter full", what, irqfdtest.Patience)
 		}
 	}
 	wait("raising INTx", func() { raiseLevel(p) })
@@ -212,12 +165,12 @@ func TestINTxFullCounterDoesNotBlock(t *testing.T) {
 		p.s.done <- err
 	case <-ctx.Done():
 		unblock()
-		t.Fatalf("Serve did not return within %v of Close", hang)
+		t.Fatalf("Serve did not return within %v of Close", irqfdtest.Patience)
 	}
 	if _, f := p.s.regs.INTx().Raised(); f != 0 {
 		t.Errorf("Raised() failures = %d, want 0 (a full counter is an interrupt pending)", f)
 	}
-	if _, err := unix.Read(efd, b[:]); err != nil || binary.NativeEndian.Uint64(b[:]) != counterMax {
-		t.Errorf("trigger counter = %#x, %v, want %#x: nothing added to a full counter", binary.NativeEndian.Uint64(b[:]), err, uint64(counterMax))
+	if _, err := unix.Read(efd, b[:]); err != nil || binary.NativeEndian.Uint64(b[:]) != irqfdtest.CounterMax {
+		t.Errorf("trigger counter = %#x, %v, want %#x: nothing added to a full counter", binary.NativeEndian.Uint64(b[:]), err, uint64(irqfdtest.CounterMax))
 	}
 }

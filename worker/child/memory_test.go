@@ -1,39 +1,13 @@
 package child
 
 import (
-	"bufio"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/worker/wire"
 )
-
-// vmSize returns this process's address-space size (VmSize), in bytes:
-// the worker's, since the server code runs here.
-func vmSize(t *testing.T) uint64 {
-	t.Helper()
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmSize:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatalf("VmSize %q: %v", rest, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmSize in /proc/self/status (%v)", sc.Err())
-	return 0
-}
 
 // A Memory message with a small window of a sealed, sparse 1 TiB memfd
 // grows the worker's address space by about the window; one announcing
@@ -52,12 +26,12 @@ func TestMemorySparseFile(t *testing.T) {
 	}
 
 	const window = 2 << 20
-	before := vmSize(t)
+	before := addrspacetest.VMSize(t)
 	m := &wire.Memory{Slot: 1, Regions: []wire.Region{{GPA: 0, Size: window, Offset: 1<<40 - window}}}
 	if err := s.memory(m, []int{sparse(1 << 40)}); err != nil {
 		t.Fatalf("Memory(2 MiB of a 1 TiB memfd): %v", err)
 	}
-	if grew := int64(vmSize(t) - before); grew > 1<<30 {
+	if grew := int64(addrspacetest.VMSize(t) - before); grew > 1<<30 {
 		t.Errorf("Memory(2 MiB of a 1 TiB memfd) grew the worker's VmSize by %d MiB, want well under 1 GiB", grew>>20)
 	}
 	if err := mem.WriteAt([]byte("dma"), window-3); err != nil {
@@ -68,12 +42,12 @@ func TestMemorySparseFile(t *testing.T) {
 	}
 
 	const huge = 8 << 40
-	before = vmSize(t)
+	before = addrspacetest.VMSize(t)
 	m = &wire.Memory{Slot: 1, Regions: []wire.Region{{GPA: 0, Size: huge}}}
 	if err := s.memory(m, []int{sparse(huge)}); abi.StatusOf(err) != abi.StatusBadAddress {
 		t.Errorf("Memory(8 TiB window) = %v, want a bad-address error", err)
 	}
-	if grew := int64(vmSize(t) - before); grew > 1<<30 {
+	if grew := int64(addrspacetest.VMSize(t) - before); grew > 1<<30 {
 		t.Errorf("Memory(8 TiB window) grew the worker's VmSize by %d MiB", grew>>20)
 	}
 	if got := mem.Regions(); len(got) != 1 || got[0] != [2]uint64{0, window} {

@@ -9,32 +9,19 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/mdev/transport/irqfd/irqfdtest"
 )
 
-// wait is how long a test waits for something that takes microseconds:
-// generous, so a loaded machine never fails it.
-const wait = time.Minute
-
-// counterMax is the largest value an eventfd's counter holds: a write of
-// 1 to a counter there blocks (or fails with EAGAIN).
-const counterMax = 0xfffffffffffffffe
-
-func eventfd(t *testing.T, flags int) int {
+// dup returns a second fd of fd's open file, for what takes ownership
+// of it (New closes it) while the test keeps fd.
+func dup(t *testing.T, fd int) int {
 	t.Helper()
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|flags)
+	d, err := unix.Dup(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fd
-}
-
-func add(t *testing.T, fd int, v uint64) {
-	t.Helper()
-	var b [8]byte
-	binary.NativeEndian.PutUint64(b[:], v)
-	if _, err := unix.Write(fd, b[:]); err != nil {
-		t.Fatalf("write %#x to eventfd: %v", v, err)
-	}
+	return d
 }
 
 // read waits until the eventfd's counter is nonzero and takes it.
@@ -42,7 +29,7 @@ func read(t *testing.T, fd int) uint64 {
 	t.Helper()
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	for {
-		n, err := unix.Poll(pfd, int(wait/time.Millisecond))
+		n, err := unix.Poll(pfd, int(irqfdtest.Patience/time.Millisecond))
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -58,33 +45,12 @@ func read(t *testing.T, fd int) uint64 {
 	return binary.NativeEndian.Uint64(b[:])
 }
 
-// fullPipe returns a pipe's write end, blocking, with the pipe full.
-func fullPipe(t *testing.T) int {
-	t.Helper()
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(p[0]) })
-	buf := make([]byte, 1<<16)
-	for {
-		if _, err := unix.Write(p[1], buf); errors.Is(err, unix.EAGAIN) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETFL, 0); err != nil {
-		t.Fatal(err)
-	}
-	return p[1]
-}
-
 func TestCheck(t *testing.T) {
 	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer unix.Close(sock)
 	f, err := os.CreateTemp(t.TempDir(), "irqfd")
 	if err != nil {
 		t.Fatal(err)
@@ -94,14 +60,16 @@ func TestCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer unix.Close(memfd)
+	_, fullPipe := irqfdtest.FullPipe(t)
 	tests := []struct {
 		name string
 		fd   int
 		ok   bool
 	}{
-		{"eventfd", eventfd(t, 0), true},
-		{"nonblocking eventfd", eventfd(t, unix.EFD_NONBLOCK), true},
-		{"full blocking pipe", fullPipe(t), false},
+		{"eventfd", irqfdtest.Eventfd(t, 0), true},
+		{"nonblocking eventfd", irqfdtest.Eventfd(t, unix.EFD_NONBLOCK), true},
+		{"full blocking pipe", fullPipe, false},
 		{"socket", sock, false},
 		{"file", int(f.Fd()), false},
 		{"memfd", memfd, false},
@@ -118,15 +86,13 @@ func TestCheck(t *testing.T) {
 				t.Errorf("Check(%s) = %v, want ErrNotEventfd", tc.name, err)
 			}
 		})
-		if tc.fd >= 0 && tc.fd != int(f.Fd()) && tc.fd != 1<<20 {
-			unix.Close(tc.fd)
-		}
 	}
 }
 
 // New refuses a full blocking pipe, closing it.
 func TestNewRefusesPipe(t *testing.T) {
-	fd := fullPipe(t)
+	_, w := irqfdtest.FullPipe(t)
+	fd := dup(t, w)
 	tr, err := New(fd, nil)
 	if !errors.Is(err, ErrNotEventfd) {
 		tr.Close()
@@ -139,12 +105,8 @@ func TestNewRefusesPipe(t *testing.T) {
 
 // Signals add up on the counter, in the Trigger's goroutine.
 func TestSignalCounts(t *testing.T) {
-	fd := eventfd(t, 0)
-	peer, err := unix.Dup(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(peer)
+	peer := irqfdtest.Eventfd(t, 0)
+	fd := dup(t, peer)
 	tr, err := New(fd, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -171,13 +133,9 @@ func TestSignalCounts(t *testing.T) {
 // leaves it, clearing O_NONBLOCK again after New set it): Signal returns,
 // the write is dropped rather than blocking, and Close ends the Trigger.
 func TestSignalFullCounterDoesNotBlock(t *testing.T) {
-	fd := eventfd(t, 0)
-	peer, err := unix.Dup(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(peer)
-	add(t, peer, counterMax)
+	peer := irqfdtest.Eventfd(t, 0)
+	fd := dup(t, peer)
+	irqfdtest.Add(t, peer, irqfdtest.CounterMax)
 	tr, err := New(fd, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +143,7 @@ func TestSignalFullCounterDoesNotBlock(t *testing.T) {
 	if _, err := unix.FcntlInt(uintptr(peer), unix.F_SETFL, 0); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
 	defer cancel()
 	signalled := make(chan struct{})
 	go func() {
@@ -216,14 +174,14 @@ func TestSignalFullCounterDoesNotBlock(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the Trigger did not end after Close")
 	}
-	if got := read(t, peer); got != counterMax {
-		t.Errorf("counter = %#x, want %#x (nothing added)", got, uint64(counterMax))
+	if got := read(t, peer); got != irqfdtest.CounterMax {
+		t.Errorf("counter = %#x, want %#x (nothing added)", got, uint64(irqfdtest.CounterMax))
 	}
 }
 
 // Close needs no Signal, and a closed Trigger's Signal does nothing.
 func TestCloseIdle(t *testing.T) {
-	tr, err := New(eventfd(t, unix.EFD_NONBLOCK), nil)
+	tr, err := New(dup(t, irqfdtest.Eventfd(t, unix.EFD_NONBLOCK)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,24 +196,23 @@ func TestCloseIdle(t *testing.T) {
 // Drain never blocks: not on an empty eventfd that the peer made
 // blocking, and a full one is read and reset.
 func TestDrainBlockingEventfd(t *testing.T) {
-	fd := eventfd(t, 0)
-	defer unix.Close(fd)
+	fd := irqfdtest.Eventfd(t, 0)
 	for _, tc := range []struct {
 		name string
 		add  uint64
 	}{
 		{"empty", 0},
 		{"one", 1},
-		{"full", counterMax},
+		{"full", irqfdtest.CounterMax},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.add != 0 {
-				add(t, fd, tc.add)
+				irqfdtest.Add(t, fd, tc.add)
 			}
 			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, 0); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
 			defer cancel()
 			type result struct {
 				n   uint64
@@ -272,7 +229,7 @@ func TestDrainBlockingEventfd(t *testing.T) {
 					t.Errorf("Drain(eventfd at %#x) = %#x, %v, want %#x, nil", tc.add, r.n, r.err, tc.add)
 				}
 			case <-ctx.Done():
-				add(t, fd, 1) // let the blocked read return
+				irqfdtest.Add(t, fd, 1) // let the blocked read return
 				<-got
 				t.Fatalf("Drain(blocking eventfd at %#x) blocked", tc.add)
 			}
@@ -284,13 +241,9 @@ func TestDrainBlockingEventfd(t *testing.T) {
 // write, with the counter full, blocks the writer: Close returns at once
 // and its read of the counter lets the writer end.
 func TestCloseUnblocksBlockedWriter(t *testing.T) {
-	fd := eventfd(t, 0)
-	peer, err := unix.Dup(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(peer)
-	add(t, peer, counterMax)
+	peer := irqfdtest.Eventfd(t, 0)
+	fd := dup(t, peer)
+	irqfdtest.Add(t, peer, irqfdtest.CounterMax)
 	writing := make(chan struct{})
 	beforeWrite = func(int) {
 		if _, err := unix.FcntlInt(uintptr(peer), unix.F_SETFL, 0); err != nil {
@@ -307,7 +260,7 @@ func TestCloseUnblocksBlockedWriter(t *testing.T) {
 	<-writing
 	// The writer is in (or about to enter) a write that blocks; Close
 	// must not wait for it.
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
 	defer cancel()
 	closed := make(chan struct{})
 	go func() {

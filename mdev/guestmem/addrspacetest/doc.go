@@ -1,0 +1,7 @@
+// Package addrspacetest measures a test process's address space
+// (VmSize), so that a test can tell a map of a guest RAM window from a
+// map of the whole sparse memfd behind it.
+//
+// It imports nothing of vgpud, guestmem included, so that guestmem's own
+// internal tests can use it (guestmemtest imports guestmem).
+package addrspacetest
