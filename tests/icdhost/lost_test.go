@@ -214,6 +214,15 @@ func TestWorkerKilledMidKernel(t *testing.T) {
 	a.build(1, `__kernel void hold(__global volatile int *o) { while (o[1] == 0) { o[0]++; } }`)
 	a.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: 1, Size: 64, Event: 1})
 	a.send(icdproto.OpWrite, &icdproto.Transfer{Buffer: 1, Arena: 1, ArenaOffset: 0, Length: 64, Event: 2})
+	a.send(icdproto.OpFlush, &icdproto.Flush{})
+	// The write takes a device turn too: only once it completed is the
+	// instance's turn the kernel's (under load the kill once came during
+	// the write's turn, and the write was lost with the kernel).
+	for _, r := range a.wait(1, 2) {
+		if r.Status != 0 {
+			t.Fatalf("event %d before the kernel: status %v, want OK", r.Event, abi.Status(r.Status))
+		}
+	}
 	l := &icdproto.Launch{LaunchHead: icdproto.LaunchHead{Program: 1, WorkDim: 1, GlobalSize: [3]uint64{1}, Event: 3},
 		Args: []icdproto.LaunchArg{{Kind: abi.ArgBuffer, Value: 1}}}
 	l.SetKernel("hold")
@@ -235,13 +244,7 @@ func TestWorkerKilledMidKernel(t *testing.T) {
 		}
 	} // else the watchdog got there first
 
-	recs := a.wait(1, 2, 3, 4)
-	for _, r := range recs[:2] {
-		if r.Status != 0 {
-			t.Errorf("event %d before the kernel: status %v, want OK", r.Event, abi.Status(r.Status))
-		}
-	}
-	for _, r := range recs[2:] {
+	for _, r := range a.wait(3, 4) {
 		if r.Status != uint32(abi.StatusDeviceLost) {
 			t.Errorf("event %d in flight when the worker died: status %#x, want StatusDeviceLost (%d)", r.Event, r.Status, abi.StatusDeviceLost)
 		}
