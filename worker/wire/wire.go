@@ -14,10 +14,12 @@ const Version = 1
 const HeaderSize = 16
 
 // MaxPayload bounds a message's payload; MaxFDs bounds the descriptors
-// one message carries.
+// one message carries: a Memory message carries one per guest-RAM window,
+// and a vfio-user client may map as many windows as its VERSION reply
+// allows (max_dma_maps, 64).
 const (
 	MaxPayload = 4096
-	MaxFDs     = 8
+	MaxFDs     = 64
 )
 
 // Limits of the fields that carry names.
