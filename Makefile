@@ -136,5 +136,16 @@ bench-interference: deps
 	$(GO) run ./bench/interference -out build/interference.json
 	$(GO) run ./bench/placement -dataset build/interference.json
 
+# The modern VMM root (docs/vmm-root.md, issue 28): a Debian trixie root
+# with trixie-backports' QEMU 11.1 (vfio-user-pci) and trixie's libvirt,
+# built once and cached in build/vmm-root; scripts/vmm-run.sh runs programs
+# from it. Deliberately not a prerequisite of deps, test or .ci/run yet:
+# tests are wired to it once its build is proven within CI's time budget.
+VMMROOT := build/vmm-root
+
+.PHONY: vmm-root
+vmm-root:
+	scripts/vmm-root.sh $(VMMROOT)
+
 clean:
 	rm -rf build
