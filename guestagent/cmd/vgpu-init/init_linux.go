@@ -19,7 +19,7 @@ import (
 )
 
 // moduleOrder is the load order of the modules the guest needs
-// (DESIGN.md): each after those it depends on. Other *.ko files in
+// (docs/design.md): each after those it depends on. Other *.ko files in
 // /lib/modules load afterwards, sorted by name.
 var moduleOrder = []string{
 	"virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev",
