@@ -2,19 +2,13 @@ package vfiouser_test
 
 import (
 	"errors"
-	"io"
-	"log/slog"
-	"net"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/gpu"
-	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/guestmem/guestmemtest"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
-	"github.com/vgpud/vgpud/mdev/vfiouser/vfiousertest"
 )
 
 // TestMaxDMAMapsReachTheWorker: the VERSION reply advertises max_dma_maps
@@ -27,30 +21,7 @@ func TestMaxDMAMapsReachTheWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the OpenCL device")
 	}
-	dev, err := gpu.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: t.TempDir(), Transport: vfiouser.Transport{},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	inst, err := m.Create(mdev.CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := vfiousertest.New(conn, 16<<20) // maps two windows of guest RAM
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, inst, c := attachedVM(t) // maps two windows of guest RAM
 	// The rest, one page each of a second memfd, above 4 GiB.
 	extra, err := guestmemtest.New("extra", guestmemtest.MinRAM, false)
 	if err != nil {
