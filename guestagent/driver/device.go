@@ -139,6 +139,8 @@ type Device struct {
 	// in flight has been failed with it, and every call fails with
 	// ErrDeviceLost until Reopen.
 	lost bool
+	// lostSeen mirrors lost for LostSeen, which must not wait for mu.
+	lostSeen atomic.Bool
 	// gen counts Reopens: buffers and programs of an older generation
 	// are gone with the context they were made in (stale).
 	gen uint64
@@ -381,9 +383,11 @@ func (d *Device) Reopen() error {
 			s = abi.StatusRingConfig
 		}
 		d.lost = true
+		d.lostSeen.Store(true)
 		return fmt.Errorf("reopen: enable ring (status register %#x): %w", st, abi.Errorf(s, "device refused the ring"))
 	}
 	d.lost = false
+	d.lostSeen.Store(false)
 	d.lostAt = time.Time{}
 	// A nop's completion says the device is quiescent: a command that was
 	// executing at the reset has ended (docs/ABI.md "Reset").
@@ -583,6 +587,7 @@ func (d *Device) deviceLost() error {
 		}
 		n := d.next - d.reaped
 		d.lost = true
+		d.lostSeen.Store(true)
 		d.failInflight(abi.StatusDeviceLost)
 		d.log.Warn("vgpu device context lost: commands in flight failed", "commands", n)
 		return fmt.Errorf("%w: %d commands in flight failed; reset the device (Reopen) to continue", ErrDeviceLost, n)

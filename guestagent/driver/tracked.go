@@ -207,6 +207,12 @@ func (d *Device) CheckLost() bool {
 	return d.deviceLost() != nil
 }
 
+// LostSeen reports, without waiting for a call in progress, whether the
+// driver has seen the device context lost and not yet reopened it (or
+// abandoned it). Unlike CheckLost it reads no register: it tells what a
+// reaper or a wait already noticed, while they may still hold the device.
+func (d *Device) LostSeen() bool { return d.lostSeen.Load() || d.abandoned.Load() }
+
 // Pending returns the number of commands submitted and not yet reaped.
 func (d *Device) Pending() int {
 	d.mu.Lock()

@@ -254,9 +254,12 @@ func (c *conn) doHello(v *icdproto.Hello) (any, error) {
 	c.hello = true
 	r := &icdproto.HelloReply{Version: icdproto.Version}
 	for _, dev := range c.s.devs[:min(len(c.s.devs), icdproto.MaxDevices)] {
-		// A device whose context was lost while nobody used it: a new
-		// client gets it reopened, not a dead ring.
-		if dev.d.CheckLost() {
+		// A device whose context was lost: a new client gets it
+		// reopened, not a dead ring, whether the loss happened while
+		// nobody used it (CheckLost reads RegError) or the reaper saw it
+		// and has not reopened the device yet (LostSeen; revive waits
+		// for the reaper's reopen instead of racing it).
+		if dev.d.LostSeen() || dev.d.CheckLost() {
 			c.s.revive(dev)
 		}
 		in := dev.d.Info()
