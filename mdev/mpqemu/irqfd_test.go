@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -109,20 +110,7 @@ func TestIRQFDFullCounterDoesNotBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	unblock := func() { unix.Read(irq, b[:]) } // empties the counter: a blocked write goes on
-	ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
-	defer cancel()
-	wait := func(what string, f func()) {
-		t.Helper()
-		done := make(chan struct{})
-		go func() { defer close(done); f() }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			unblock()
-			<-done
-			t.Fatalf("%s did not return within %v with the irqfd's counter full", what, irqfdtest.Patience)
-		}
-	}
+	wait := func(what string, f func()) { t.Helper(); irqfdtest.Returns(t, what, f, unblock) }
 	wait("raising INTx", func() {
 		raiseLevel(d)
 		for range 3 {
@@ -135,7 +123,7 @@ func TestIRQFDFullCounterDoesNotBlock(t *testing.T) {
 	select {
 	case err := <-d.done:
 		d.done <- err
-	case <-ctx.Done():
+	case <-time.After(irqfdtest.Patience):
 		unblock()
 		t.Fatalf("Serve did not return within %v of Close", irqfdtest.Patience)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -138,20 +139,7 @@ func TestINTxFullCounterDoesNotBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	unblock := func() { unix.Read(efd, b[:]) } // empties the counter: a blocked write goes on
-	ctx, cancel := context.WithTimeout(context.Background(), irqfdtest.Patience)
-	defer cancel()
-	wait := func(what string, f func()) {
-		t.Helper()
-		done := make(chan struct{})
-		go func() { defer close(done); f() }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			unblock()
-			<-done
-			t.Fatalf("%s did not return within %v with the trigger's counter full", what, irqfdtest.Patience)
-		}
-	}
+	wait := func(what string, f func()) { t.Helper(); irqfdtest.Returns(t, what, f, unblock) }
 	wait("raising INTx", func() { raiseLevel(p) })
 	for range 3 { // each unmask asserts the line again: it is still high
 		m := p.within("SET_IRQS unmask", vfiouser.CmdDeviceSetIRQs, nil, irqSet(vfiouser.IRQSetDataNone|vfiouser.IRQSetActionUnmask), unblock)
@@ -163,7 +151,7 @@ func TestINTxFullCounterDoesNotBlock(t *testing.T) {
 	select {
 	case err := <-p.s.done:
 		p.s.done <- err
-	case <-ctx.Done():
+	case <-time.After(irqfdtest.Patience):
 		unblock()
 		t.Fatalf("Serve did not return within %v of Close", irqfdtest.Patience)
 	}

@@ -65,3 +65,22 @@ func Add(t testing.TB, fd int, v uint64) {
 		t.Fatalf("write %#x to eventfd: %v", v, err)
 	}
 }
+
+// Returns runs f and waits up to Patience for it to return; if it has not
+// by then, it calls unblock (which must let f go on, e.g. by reading a
+// full counter), waits for f and fails the test: f blocked on a hostile
+// fd. what names f in the failure.
+func Returns(t testing.TB, what string, f, unblock func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	timer := time.NewTimer(Patience)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		unblock()
+		<-done
+		t.Fatalf("%s did not return within %v with the interrupt fd's counter full", what, Patience)
+	}
+}
