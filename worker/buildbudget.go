@@ -1,12 +1,11 @@
 package worker
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // buildWallFactor bounds a build's wall-clock time at this many times its
@@ -17,10 +16,6 @@ const buildWallFactor = 8
 // buildRecheckMin is the shortest wait before the budget is checked again:
 // a build that is close to its budget is not polled in a busy loop.
 const buildRecheckMin = 50 * time.Millisecond
-
-// clockTicks is USER_HZ, the unit of /proc/PID/stat's CPU times: 100 on
-// every Linux architecture vgpud runs on.
-const clockTicks = 100
 
 // buildWatch ends a build that ran over its budget. The budget counts the
 // CPU time the worker process spent since the build began, not wall-clock
@@ -101,33 +96,13 @@ func (w *buildWatch) stop() {
 // processCPU reads the user and system CPU time of process pid from
 // /proc/PID/stat.
 func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	return parseStatCPU(b)
-}
-
-// parseStatCPU returns utime + stime from the contents of /proc/PID/stat.
-// The command name (field 2) may hold spaces and parentheses, so fields
-// are counted from its last ')'.
-func parseStatCPU(b []byte) (time.Duration, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("proc stat: no command name")
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
 	}
-	f := bytes.Fields(b[i+1:])
-	// After the name: state (3), ..., utime (14), stime (15).
-	if len(f) < 13 {
-		return 0, fmt.Errorf("proc stat: %d fields after the name, want at least 13", len(f))
-	}
-	var ticks uint64
-	for _, s := range f[11:13] {
-		n, err := strconv.ParseUint(string(s), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("proc stat: cpu time %q: %w", s, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	return time.Duration(st.CPUTime() * float64(time.Second)), nil
 }

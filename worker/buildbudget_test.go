@@ -86,29 +86,6 @@ func TestBuildWatchStop(t *testing.T) {
 	}
 }
 
-func TestParseStatCPU(t *testing.T) {
-	tests := []struct {
-		name, stat string
-		want       time.Duration
-		wantErr    bool
-	}{
-		{"plain", "42 (vgpud) S 1 42 42 0 -1 4194560 100 0 0 0 150 25 0 0 20 0 3 0 100 0 0", 1750 * time.Millisecond, false},
-		// A worker may name itself anything: fields count from the last ')'.
-		{"hostile-name", "42 (a) 9 9 (b) R 1 42 42 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 3 0 100 0 0", 100 * time.Millisecond, false},
-		{"no-name", "42 vgpud S 1", 0, true},
-		{"short", "42 (vgpud) S 1 42", 0, true},
-		{"not-a-number", "42 (vgpud) S 1 42 42 0 -1 4194560 100 0 0 0 x 25 0", 0, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseStatCPU([]byte(tt.stat))
-			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Errorf("parseStatCPU(%q) = %v, %v; want %v, error %v", tt.stat, got, err, tt.want, tt.wantErr)
-			}
-		})
-	}
-}
-
 // TestProcessCPU reads this process's own CPU time: it grows as the
 // process computes.
 func TestProcessCPU(t *testing.T) {
