@@ -605,7 +605,13 @@ func (p *Pool) command(k key, cacheDir string) (*exec.Cmd, error) {
 }
 
 // workerEnv is a worker's environment: only what the OpenCL runtime and
-// the worker need from vgpud's own, nothing else.
+// the worker need from vgpud's own, nothing else. Mesa's rusticl reads
+// RUSTICL_ (RUSTICL_ENABLE=llvmpipe turns on its CPU device), its Gallium
+// drivers GALLIUM_ and LP_ (llvmpipe's threads), and Mesa MESA_; but not
+// MESA_SHADER_CACHE_DIR (nor the older MESA_GLSL_CACHE_DIR): one directory
+// for every worker would share compiled programs between trust domains, so
+// Mesa's cache stays under HOME, the worker's own directory, as PoCL's
+// does (docs/platforms.md).
 func workerEnv(from []string, cacheDir string, level slog.Level) []string {
 	env := []string{
 		child.EnvWorker + "=1",
@@ -619,9 +625,12 @@ func workerEnv(from []string, cacheDir string, level slog.Level) []string {
 	for _, kv := range from {
 		name, _, _ := strings.Cut(kv, "=")
 		switch {
-		case name == "POCL_CACHE_DIR" || name == "TMPDIR" || name == "HOME" || name == "PATH":
+		case name == "POCL_CACHE_DIR" || name == "TMPDIR" || name == "HOME" || name == "PATH",
+			name == "MESA_SHADER_CACHE_DIR" || name == "MESA_GLSL_CACHE_DIR":
 		case strings.HasPrefix(name, "POCL_"), strings.HasPrefix(name, "OCL_ICD_"), strings.HasPrefix(name, "OPENCL_"),
-			strings.HasPrefix(name, "CUDA_"), strings.HasPrefix(name, "__GL"), name == "LD_LIBRARY_PATH", name == "GOMAXPROCS":
+			strings.HasPrefix(name, "CUDA_"), strings.HasPrefix(name, "__GL"), name == "LD_LIBRARY_PATH", name == "GOMAXPROCS",
+			strings.HasPrefix(name, "RUSTICL_"), strings.HasPrefix(name, "MESA_"), strings.HasPrefix(name, "LP_"),
+			strings.HasPrefix(name, "GALLIUM_"):
 			env = append(env, kv)
 		}
 	}
