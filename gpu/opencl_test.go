@@ -204,6 +204,12 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// TestPoCLDriversPresent: POCL_DEVICES="pthread basic" gives one device
+// of each driver, which the other packages' tests rely on (two different
+// devices). PoCL 5 renamed the drivers (docs/platforms.md): PoCL 3.1's
+// "pthread-..." and "basic-..." are PoCL 6's "cpu-..." and
+// "cpu-minimal-...", and there "cpu" names both (Open("cpu") is
+// ambiguous), so each is opened by its full name.
 func TestPoCLDriversPresent(t *testing.T) {
 	if os.Getenv("POCL_DEVICES") != "pthread basic" {
 		t.Skip("POCL_DEVICES set by the caller")
@@ -212,15 +218,48 @@ func TestPoCLDriversPresent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Devices() = %v", err)
 	}
-	for _, sel := range []string{"pthread", "basic"} {
-		d, err := Open(sel)
-		if err != nil {
-			t.Fatalf("Open(%q) = %v (have %d devices)", sel, err, len(infos))
+	if p := infos[0].Platform; p != "Portable Computing Language" {
+		t.Skipf("platform %q is not PoCL: POCL_DEVICES does not apply", p)
+	}
+	// driverOf is the PoCL driver that made a device, by its name's prefix.
+	driverOf := func(name string) string {
+		for _, d := range []struct{ prefix, driver string }{
+			{"pthread-", "pthread"}, {"basic-", "basic"}, // PoCL 3.1
+			{"cpu-minimal-", "basic"}, {"cpu-", "pthread"}, // PoCL 5 and later
+		} {
+			if strings.HasPrefix(name, d.prefix) {
+				return d.driver
+			}
 		}
-		if name := d.Info().Name; !strings.HasPrefix(name, sel) {
-			t.Errorf("Open(%q).Info().Name = %q, want prefix %q", sel, name, sel)
+		return ""
+	}
+	seen := map[string]int{}
+	for _, in := range infos {
+		drv := driverOf(in.Name)
+		if drv == "" {
+			t.Errorf("device %d %q is of neither the pthread nor the basic driver", in.Index, in.Name)
+			continue
+		}
+		seen[drv]++
+		d, err := Open(in.Name)
+		if err != nil {
+			t.Errorf("Open(%q) = %v", in.Name, err)
+			continue
+		}
+		if got := d.Info(); got != in {
+			t.Errorf("Open(%q).Info() = %+v, want %+v", in.Name, got, in)
 		}
 		d.Close()
+		if strings.HasPrefix(in.Name, drv+"-") { // PoCL 3.1: the driver's name selects it
+			if d, err := Open(drv); err != nil || d.Info() != in {
+				t.Errorf("Open(%q) = %v, want device %d", drv, err, in.Index)
+			} else {
+				d.Close()
+			}
+		}
+	}
+	if seen["pthread"] != 1 || seen["basic"] != 1 {
+		t.Errorf("devices per driver = %v, want one pthread and one basic: %s", seen, listNames(infos))
 	}
 }
 
