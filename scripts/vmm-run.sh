@@ -4,7 +4,7 @@
 #
 #   scripts/vmm-run.sh build/vmm-root -- qemu-system-x86_64 --version
 #
-# CMD runs chroot'ed into ROOT, with PATH the root's, in a private mount
+# CMD runs with ROOT as its root, with PATH the root's, in a private mount
 # namespace (unshare -m) where these are bound into the root at their own
 # paths, so file names mean the same inside and out:
 #   /proc, /dev (with /dev/kvm, /dev/shm, /dev/pts), /sys, /tmp
@@ -18,10 +18,15 @@
 # namespace and go away with its last process, however it ends, and
 # concurrent runs each have their own. A daemon CMD starts (qemu
 # -daemonize, libvirtd -d) keeps them for as long as it runs. The script
-# execs CMD (unshare and chroot exec too): its pid, signals, stdin and exit
-# status are CMD's.
+# execs CMD (unshare and the shell in the namespace exec too): its pid,
+# signals, stdin and exit status are CMD's.
 #
-# Needs root (unshare -m, mount, chroot).
+# ROOT becomes the namespace's root by pivot_root, and the host's root is
+# detached, rather than by chroot: the kernel refuses a chroot'ed process
+# a new user namespace (EPERM), which vgpud's worker sandbox starts each
+# worker in (make test-platforms runs the sandbox's tests from the root).
+#
+# Needs root (unshare -m, mount, pivot_root).
 set -euo pipefail
 
 die() {
@@ -38,7 +43,7 @@ self=$(realpath "${BASH_SOURCE[0]}")
 
 if [[ ${1:-} != --in-namespace ]]; then
 	[[ $# -ge 2 ]] || usage
-	[[ $(id -u) -eq 0 ]] || die "needs root: unshare -m, mount and chroot"
+	[[ $(id -u) -eq 0 ]] || die "needs root: unshare -m, mount and pivot_root"
 	root=$(realpath -e "$1" 2>/dev/null) || die "$1: no such root; build it with make vmm-root"
 	[[ -f $root/.vmm-root-stamp ]] || die "$root is not a finished VMM root (no .vmm-root-stamp); build it with make vmm-root"
 	shift
@@ -51,6 +56,9 @@ fi
 shift
 root=$1
 shift
+# ROOT must be a mount point for pivot_root: bound onto itself before the
+# binds below land on it.
+mount --bind "$root" "$root"
 
 # bind SRC: bind SRC at the same path inside the root.
 bind() {
@@ -84,5 +92,11 @@ if [[ -n ${VMM_RUN_BINDS:-} ]]; then
 fi
 
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+cwd=$PWD
+# pivot_root(".", "."): the host's root is stacked on ROOT, and the
+# lazy unmount of "." takes it away (pivot_root(2)).
+cd "$root"
+pivot_root . .
+umount -l .
 # shellcheck disable=SC2016 # $1 and $@ are the inner shell's
-exec chroot "$root" /bin/sh -c 'cd "$1" 2>/dev/null || cd /; shift; exec "$@"' vmm-run "$PWD" "$@"
+exec /bin/sh -c 'cd "$1" 2>/dev/null || cd /; shift; exec "$@"' vmm-run "$cwd" "$@"
