@@ -8,12 +8,20 @@
 //     measured in interleaved blocks, as the median and as a paired ratio
 //     with its 95% confidence interval;
 //   - the 512 x 512 matmul job of guestagent/job (upload A, multiply, download C,
-//     ten times) in each mode, alternating, median of -runs.
+//     ten times) in each mode and directly on the device, the three
+//     alternating run by run, median of -runs. The direct baseline is no
+//     vgpud at all: gpu.Open on the same selector, a queue of this process,
+//     and job.Run on it, so the same kernel source and build options, sizes,
+//     NDRange and repetitions, timed and checked against the CPU reference
+//     exactly as through vgpud. The table prints worker / direct,
+//     in-process / direct and worker / in-process (goal, issue 29: vgpud
+//     within 1.03x of direct on a GPU).
 //
 // The guests are the driver library on the QEMU-less harness VM
 // (mdev/mpqemu/mpqemutest), so the figures are vgpud's, not QEMU's.
 //
 //	go run ./bench/isolation [-ops 2000] [-runs 5]
+//	go run ./bench/isolation -sections matmul [-runs 5]   (the matmul table alone)
 package main
 
 import (
@@ -25,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
@@ -96,6 +105,9 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	fmt.Fprintf(w, "  OpenCL device: %s (%s, %d compute units)\n", info.Name, info.Platform, info.ComputeUnits)
 	fmt.Fprintf(w, "  guests:        QEMU-less harness (mpqemutest) + guest driver library, one vgpu-small instance per mode\n")
 	fmt.Fprintf(w, "  modes:         in-process (unsafe baseline) and worker (a worker process per trust domain, vgpud's default)\n")
+	if slices.Contains(cfg.sects, "matmul") {
+		fmt.Fprintf(w, "  matmul also:   direct (the job on a gpu.Queue of this process, no vgpud: the matmul table's baseline)\n")
+	}
 	for _, s := range cfg.sects {
 		var t *table.Table
 		switch s {
@@ -248,21 +260,42 @@ func commandTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table
 	return t, nil
 }
 
-// matmulTable runs the job in each mode, alternating.
+// matmulTable runs the job in each mode and directly on the device, the
+// three alternating run by run (and which goes first rotating).
 func matmulTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table, error) {
 	s := cfg.job
+	d, err := newDirect(cfg.device)
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
 	t := &table.Table{
 		Title:  fmt.Sprintf("The %d x %d float matmul job x %d (upload A, multiply, download C each), median of %d runs per mode", s.N, s.N, s.Reps, cfg.runs),
-		Header: []string{"mode", "total", "per matmul", "kernel (device)", "vs in-process", "totals (min-max)"},
+		Header: []string{"mode", "total", "per matmul", "kernel (device)", "vs direct", "vs in-process", "totals (min-max)"},
 	}
-	var runs [2][]job.Result
-	var totals [2][]float64
+	// The rows: direct (the baseline), then vgpud's two modes.
+	const direct, inProcess, worker = 0, 1, 2
+	names := [3]string{"direct", modes[0].name, modes[1].name}
+	runOnce := func(i int) (job.Result, error) {
+		if i == direct {
+			return d.runJob(ctx, s)
+		}
+		dd := job.NewDriverDevice(modes[i-1].d)
+		res, err := job.Run(ctx, s, dd)
+		if err != nil {
+			return res, err
+		}
+		// Untimed: the instance's memory would otherwise fill up over many runs.
+		return res, dd.Free()
+	}
+	var runs [3][]job.Result
+	var totals [3][]float64
 	for r := 0; r < cfg.runs; r++ {
-		for k := range 2 {
-			i := (r + k) % 2
-			res, err := job.Run(ctx, s, job.NewDriverDevice(modes[i].d))
+		for k := range 3 {
+			i := (r + k) % 3
+			res, err := runOnce(i)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", modes[i].name, err)
+				return nil, fmt.Errorf("%s: %w", names[i], err)
 			}
 			runs[i] = append(runs[i], res)
 			totals[i] = append(totals[i], float64(res.TotalNS))
@@ -282,8 +315,8 @@ func matmulTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table,
 		}
 		return best
 	}
-	base := med(runs[0])
-	for i, m := range modes {
+	base, in := med(runs[direct]), med(runs[inProcess])
+	for i, name := range names {
 		r := med(runs[i])
 		lo, hi := r.TotalNS, r.TotalNS
 		for _, x := range runs[i] {
@@ -293,11 +326,22 @@ func matmulTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table,
 		if r.KernelLaunches > 0 {
 			kernel = (time.Duration(r.KernelNS) / time.Duration(r.KernelLaunches)).Round(100 * time.Microsecond).String()
 		}
-		t.Add(m.name, time.Duration(r.TotalNS).Round(100*time.Microsecond).String(), r.PerMatMul().Round(10*time.Microsecond).String(),
-			kernel, fmt.Sprintf("%.3fx", float64(r.TotalNS)/float64(base.TotalNS)),
+		vsIn := "-"
+		if i != direct {
+			vsIn = fmt.Sprintf("%.3fx", float64(r.TotalNS)/float64(in.TotalNS))
+		}
+		t.Add(name, time.Duration(r.TotalNS).Round(100*time.Microsecond).String(), r.PerMatMul().Round(10*time.Microsecond).String(),
+			kernel, fmt.Sprintf("%.3fx", float64(r.TotalNS)/float64(base.TotalNS)), vsIn,
 			fmt.Sprintf("%v-%v", time.Duration(lo).Round(time.Millisecond), time.Duration(hi).Round(time.Millisecond)))
 	}
-	t.Note("paired over runs (worker / in-process): %s", stats.PairedRatio(totals[1], totals[0]))
+	ratio := func(a, b int) string {
+		return fmt.Sprintf("%.3fx by median, paired over runs %s", float64(med(runs[a]).TotalNS)/float64(med(runs[b]).TotalNS), stats.PairedRatio(totals[a], totals[b]))
+	}
+	t.Note("worker / direct:      %s", ratio(worker, direct))
+	t.Note("in-process / direct:  %s", ratio(inProcess, direct))
+	t.Note("worker / in-process:  %s", ratio(worker, inProcess))
+	t.Note("direct: the same job (source, %s, sizes, NDRange, repetitions) on a gpu.Queue of this process, no vgpud", job.BuildOptions)
+	t.Note("goal (issue 29): vgpud / direct <= 1.03x on a GPU")
 	t.Note("every run checks %d elements of its last product against a CPU reference", job.Checks)
 	return t, nil
 }
