@@ -147,5 +147,14 @@ VMMROOT := build/vmm-root
 vmm-root:
 	scripts/vmm-root.sh $(VMMROOT)
 
+# The device-level tests (gpu, worker/sandbox, mdev's isolation attacks
+# and the vGPU suite over the harness, reuse's mechanism test) on three
+# OpenCL implementations: the host's PoCL 3.1, and PoCL 6 and Mesa's
+# rusticl on llvmpipe in the VMM root, which it builds if needed
+# (docs/platforms.md). Needs root. Prints one table; fails if any run did.
+.PHONY: test-platforms
+test-platforms: deps
+	GO=$(GO) scripts/test-platforms.sh
+
 clean:
 	rm -rf build

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # vmm-root.sh DIR: build the modern VMM root (docs/vmm-root.md, issue 28):
 # a Debian trixie root file system holding trixie-backports' QEMU 11.1
-# (qemu-system-x86, with the vfio-user-pci device) and trixie's libvirt
-# (libvirt-daemon-system, libvirt-clients), from the same Debian registry
-# the host's apt uses. scripts/vmm-run.sh runs programs from it.
+# (qemu-system-x86, with the vfio-user-pci device), trixie's libvirt
+# (libvirt-daemon-system, libvirt-clients) and trixie's two OpenCL
+# platforms for make test-platforms (docs/platforms.md): PoCL 6
+# (pocl-opencl-icd) and Mesa's rusticl (mesa-opencl-icd, run on llvmpipe),
+# with the ICD loader and clinfo, from the same Debian registry the host's
+# apt uses. scripts/vmm-run.sh runs programs from it.
 #
 # Steps: install debootstrap on the host if missing; read the Debian mirror
 # from the host's apt sources (VMM_ROOT_MIRROR overrides it); debootstrap
@@ -148,7 +151,7 @@ chmod 755 "$tmp/usr/sbin/policy-rc.d"
 # The installs run in a private mount namespace with /proc, /dev and /sys
 # bound into the root; the trap unmounts them, and the namespace's end
 # drops them regardless.
-say "installing qemu-system-x86 (trixie-backports) and libvirt (trixie)"
+say "installing qemu-system-x86 (trixie-backports), libvirt and OpenCL (trixie)"
 unshare -m --propagation private bash -euo pipefail -c '
 	root=$1
 	cleanup() { umount -R "$root/sys" "$root/dev" "$root/proc" 2>/dev/null || true; }
@@ -161,6 +164,7 @@ unshare -m --propagation private bash -euo pipefail -c '
 	inroot apt-get -q update
 	inroot "${apt[@]}" -t trixie-backports install qemu-system-x86
 	inroot "${apt[@]}" install libvirt-daemon-system libvirt-clients
+	inroot "${apt[@]}" install ocl-icd-libopencl1 pocl-opencl-icd mesa-opencl-icd clinfo
 	inroot apt-get clean
 ' vmm-root "$tmp" >"$dir.install.log" 2>&1 ||
 	{ tail -n 20 "$dir.install.log" >&2; die "installing into the root failed (log: $dir.install.log)"; }
@@ -169,7 +173,8 @@ unshare -m --propagation private bash -euo pipefail -c '
 	echo "$key"
 	echo "mirror $mirror"
 	echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) in $((SECONDS - start)) s"
-	chroot "$tmp" dpkg-query -W -f='${Package} ${Version}\n' qemu-system-x86 qemu-system-common libvirt-daemon-system libvirt-clients libvirt-daemon libc6
+	chroot "$tmp" dpkg-query -W -f='${Package} ${Version}\n' qemu-system-x86 qemu-system-common libvirt-daemon-system libvirt-clients libvirt-daemon libc6 \
+		ocl-icd-libopencl1 pocl-opencl-icd mesa-opencl-icd clinfo
 } >"$tmp/$stampname"
 chroot "$tmp" dpkg-query -W -f='${Package} ${Version}\n' >"$tmp/.vmm-root-packages"
 
