@@ -29,6 +29,11 @@ var (
 	// ErrDevice: the device failed in a way the caller could not have
 	// prevented (a crashed kernel, an unexpected OpenCL error).
 	ErrDevice = errors.New("device error")
+	// ErrContextLost: the device context is unusable from now on (a
+	// kernel's illegal memory access on NVIDIA's OpenCL, code -9999,
+	// fails every later call of the context). It is an ErrDevice too.
+	// The context's owner must drop it and open a new one.
+	ErrContextLost = fmt.Errorf("device context lost: %w", ErrDevice)
 	// ErrClosed is returned for use of a closed Device or Queue or a
 	// released Buffer, Program or Kernel.
 	ErrClosed = errors.New("use of closed or released object")
@@ -86,7 +91,9 @@ func (e *CLError) Is(target error) bool {
 	case ErrInvalidArgument:
 		return codeKind(e.Code) == kindArgument
 	case ErrDevice:
-		return codeKind(e.Code) == kindDevice
+		return codeKind(e.Code) == kindDevice || codeKind(e.Code) == kindLost
+	case ErrContextLost:
+		return codeKind(e.Code) == kindLost
 	case ErrNoPlatform:
 		return e.Code == clPlatformNotFoundKHR
 	case ErrNoDevice:
@@ -106,6 +113,7 @@ const (
 	kindBuild                 // a program did not build
 	kindName                  // no kernel of that name
 	kindLaunch                // a launch does not fit its kernel
+	kindLost                  // the context is unusable from now on
 )
 
 // clCodes names every OpenCL 1.2 error code (plus the 2.x ones a newer ICD
@@ -178,6 +186,11 @@ var clCodes = map[int32]struct {
 	-71:   {"CL_INVALID_SPEC_ID", kindArgument},
 	-72:   {"CL_MAX_SIZE_RESTRICTION_EXCEEDED", kindResources},
 	-1001: {"CL_PLATFORM_NOT_FOUND_KHR", kindDevice},
+	// NVIDIA's OpenCL, for a kernel's illegal memory access (CUDA's
+	// sticky error): the launch, and then every call of the context,
+	// builds included, fail with it (seen on an H200, driver
+	// 580.159.04).
+	-9999: {"NV_ILLEGAL_MEMORY_ACCESS", kindLost},
 }
 
 // CodeName returns the OpenCL name of an error code, e.g.

@@ -16,24 +16,24 @@ func TestEveryCodeHasNameAndStatus(t *testing.T) {
 	for c := int32(-30); c >= -72; c-- {
 		codes = append(codes, c)
 	}
-	codes = append(codes, clPlatformNotFoundKHR)
+	codes = append(codes, clPlatformNotFoundKHR, -9999)
 	for _, c := range codes {
 		name := CodeName(c)
-		if !strings.HasPrefix(name, "CL_") || strings.HasPrefix(name, "CL_ERROR(") {
+		if c != -9999 && !strings.HasPrefix(name, "CL_") || strings.HasPrefix(name, "CL_ERROR(") {
 			t.Errorf("CodeName(%d) = %q, want a CL_ name", c, name)
 		}
-		if k := codeKind(c); (c == 0) != (k == kindNone) || k > kindLaunch {
+		if k := codeKind(c); (c == 0) != (k == kindNone) || k > kindLost {
 			t.Errorf("codeKind(%d) = %v, want a defined kind (none only for 0)", c, k)
 		}
 	}
 	if len(clCodes) != len(codes) {
 		t.Errorf("len(clCodes) = %d, want %d", len(clCodes), len(codes))
 	}
-	if got := CodeName(-9999); got != "CL_ERROR(-9999)" {
-		t.Errorf("CodeName(-9999) = %q, want CL_ERROR(-9999)", got)
+	if got := CodeName(-9998); got != "CL_ERROR(-9998)" {
+		t.Errorf("CodeName(-9998) = %q, want CL_ERROR(-9998)", got)
 	}
-	if got := codeKind(-9999); got != kindDevice {
-		t.Errorf("codeKind(-9999) = %v, want a device failure", got)
+	if got := codeKind(-9998); got != kindDevice {
+		t.Errorf("codeKind(-9998) = %v, want a device failure", got)
 	}
 }
 
@@ -57,10 +57,12 @@ func TestCLError(t *testing.T) {
 		{-1001, []error{ErrNoPlatform, ErrDevice}},
 		{-1, []error{ErrNoDevice, ErrDevice}},
 		{-36, []error{ErrDevice}},
-		{-9999, []error{ErrDevice}},
+		{-9998, []error{ErrDevice}},
+		// NVIDIA's illegal memory access poisons the context.
+		{-9999, []error{ErrDevice, ErrContextLost}},
 	} {
 		err := fmt.Errorf("context: %w", &CLError{Op: "clOp", Code: tc.code})
-		for _, s := range []error{ErrBuildFailed, ErrNoKernel, ErrOutOfMemory, ErrInvalidLaunch, ErrNoPlatform, ErrNoDevice, ErrInvalidArgument, ErrDevice} {
+		for _, s := range []error{ErrBuildFailed, ErrNoKernel, ErrOutOfMemory, ErrInvalidLaunch, ErrNoPlatform, ErrNoDevice, ErrInvalidArgument, ErrDevice, ErrContextLost} {
 			want := false
 			for _, w := range tc.is {
 				want = want || w == s

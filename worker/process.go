@@ -16,6 +16,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/sched"
+	"github.com/vgpud/vgpud/worker/child"
 	"github.com/vgpud/vgpud/worker/wire"
 )
 
@@ -400,10 +401,16 @@ const (
 	CauseStart        = "start"         // it failed to start or to open its device
 	CauseSignal       = "signal"        // it died of a signal (a crash, or killed from outside)
 	CauseExit         = "exit"          // it exited by itself
+	// CauseContextLost: it exited because its device context became
+	// unusable (child.ExitContextLost: a kernel's illegal memory access
+	// on NVIDIA's OpenCL). The exit code is the worker's word: a worker
+	// taken over by guest code may claim it, which only mislabels its
+	// own end.
+	CauseContextLost = "context-lost"
 )
 
 // Causes lists the causes of a worker's end.
-var Causes = []string{CauseWatchdog, CauseBuildTimeout, CauseProtocol, CauseStart, CauseSignal, CauseExit}
+var Causes = []string{CauseWatchdog, CauseBuildTimeout, CauseProtocol, CauseStart, CauseSignal, CauseExit, CauseContextLost}
 
 // kill ends the worker for reason (a failure: counted under cause, its
 // instances lost).
@@ -520,6 +527,9 @@ func exitCause(err error) string {
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return CauseSignal
+		}
+		if ee.ExitCode() == child.ExitContextLost {
+			return CauseContextLost
 		}
 	}
 	return CauseExit

@@ -268,6 +268,7 @@ func (s *server) helloed(h *wire.Hello) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open device %d: %w", h.Device, err)
 	}
+	g = guardLost(g, s.contextLost)
 	s.g = g
 	s.dev = aggregator.NewDevice(g, s, s.log)
 	s.eng = reuse.New(reuse.Config{Budget: max(h.ReuseBudget, 1)})
@@ -629,4 +630,17 @@ func (s *server) Unreserve(id string, n uint64) {
 		return // removed: the main process forgot its holdings
 	}
 	_ = s.conn.Send(0, &wire.Unreserve{Slot: slot, Bytes: n})
+}
+
+// contextLost ends a worker process whose device context is unusable
+// (gpu.ErrContextLost): every instance of its domain lost it, which the
+// main process learns as it learns of any worker's end, and a fresh
+// worker opens a fresh context. Outside a worker process (tests) the
+// connection is closed instead, which ends Serve.
+func (s *server) contextLost(err error) {
+	s.log.Error("device context lost: ending the worker, its domain starts again on a fresh one", "err", fmt.Sprint(err))
+	if os.Getenv(EnvWorker) == "1" {
+		os.Exit(ExitContextLost)
+	}
+	s.conn.Close()
 }

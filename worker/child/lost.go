@@ -1,0 +1,84 @@
+package child
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/vgpud/vgpud/gpu"
+)
+
+// ExitContextLost is a worker's exit code when its device context became
+// unusable (gpu.ErrContextLost): the main process counts it under
+// worker.CauseContextLost, and its instances start again on a fresh
+// worker, with a fresh context, as after any worker's end.
+const ExitContextLost = 3
+
+// lostGuard is a gpu.Device whose queues report the first error that says
+// the device context is unusable (gpu.ErrContextLost) to lost. On NVIDIA's
+// OpenCL a kernel's illegal memory access fails every later call of the
+// context, builds included: without this a domain whose guest ran such a
+// kernel got device errors forever (seen on an H200), where on a CPU
+// device the same kernel ends the worker and the domain starts afresh.
+type lostGuard struct {
+	gpu.Device
+	once sync.Once
+	lost func(error)
+}
+
+// guardLost wraps d; lost runs once, on the first lost-context error.
+func guardLost(d gpu.Device, lost func(error)) gpu.Device {
+	return &lostGuard{Device: d, lost: lost}
+}
+
+func (g *lostGuard) check(err error) error {
+	if err != nil && errors.Is(err, gpu.ErrContextLost) {
+		g.once.Do(func() { g.lost(err) })
+	}
+	return err
+}
+
+func (g *lostGuard) NewQueue() (gpu.Queue, error) {
+	q, err := g.Device.NewQueue()
+	if err != nil {
+		return nil, g.check(err)
+	}
+	return &lostQueue{Queue: q, g: g}, nil
+}
+
+// lostQueue is a queue of a lostGuard.
+type lostQueue struct {
+	gpu.Queue
+	g *lostGuard
+}
+
+func (q *lostQueue) Alloc(size uint64) (gpu.Buffer, error) {
+	b, err := q.Queue.Alloc(size)
+	return b, q.g.check(err)
+}
+
+func (q *lostQueue) Write(b gpu.Buffer, off uint64, p []byte) error {
+	return q.g.check(q.Queue.Write(b, off, p))
+}
+
+func (q *lostQueue) Read(b gpu.Buffer, off uint64, p []byte) error {
+	return q.g.check(q.Queue.Read(b, off, p))
+}
+
+func (q *lostQueue) Copy(src, dst gpu.Buffer, srcOff, dstOff, n uint64) error {
+	return q.g.check(q.Queue.Copy(src, dst, srcOff, dstOff, n))
+}
+
+func (q *lostQueue) Fill(b gpu.Buffer, off, n uint64, pattern []byte) error {
+	return q.g.check(q.Queue.Fill(b, off, n, pattern))
+}
+
+func (q *lostQueue) Build(source, options string) (gpu.Program, string, error) {
+	p, log, err := q.Queue.Build(source, options)
+	return p, log, q.g.check(err)
+}
+
+func (q *lostQueue) Launch(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Duration, error) {
+	d, err := q.Queue.Launch(k, r, args)
+	return d, q.g.check(err)
+}
