@@ -25,6 +25,7 @@ import (
 	"github.com/vgpud/vgpud/reuse"
 	"github.com/vgpud/vgpud/sched"
 	"github.com/vgpud/vgpud/worker"
+	"github.com/vgpud/vgpud/worker/sandbox"
 )
 
 // Config configures a Manager.
@@ -49,6 +50,9 @@ type Config struct {
 	// WorkerDir is where worker processes keep their private directories
 	// (compiler caches); empty: the system's temporary directory.
 	WorkerDir string
+	// Sandbox, if set, confines every worker in place of the policy
+	// derived from this host's OpenCL platforms (worker.Config.Sandbox).
+	Sandbox *sandbox.Policy
 	// InProcess runs every instance's device work in vgpud's own process:
 	// no isolation between tenants (docs/isolation.md). Unsafe; for
 	// benchmark baselines only.
@@ -182,7 +186,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	for _, d := range cfg.Devices {
 		m.infos = append(m.infos, d.Info())
 	}
-	pool, err := worker.NewPool(worker.Config{Devices: m.infos, Dir: cfg.WorkerDir, Logger: log,
+	pool, err := worker.NewPool(worker.Config{Devices: m.infos, Dir: cfg.WorkerDir, Logger: log, Sandbox: cfg.Sandbox,
 		InProcess: cfg.InProcess, GPUs: cfg.Devices, DeviceMemory: cfg.DeviceMemory, Shortage: m.shortage})
 	if err != nil {
 		return nil, fmt.Errorf("new manager: %w", err)

@@ -45,7 +45,8 @@ type Config struct {
 	Logger    *slog.Logger
 
 	// Sandbox confines every worker (docs/sandbox.md). Nil: the policy
-	// the OpenCL runtime of this platform needs (sandbox.DefaultPolicy).
+	// the OpenCL platforms found on this host need (sandbox.DefaultPolicy,
+	// derived once, when the pool is made).
 	// Either way the worker's private directory is its Private one (at
 	// sandbox.PrivateView in its file view), and limits left zero get the pool's: files up to CacheBytes,
 	// private memory up to sandbox.DataLimit of the device's memory.
@@ -79,6 +80,7 @@ type Config struct {
 type Pool struct {
 	cfg    Config
 	log    *slog.Logger
+	policy sandbox.Policy // every worker's, but Private (not NoSandbox)
 	scheds []*sched.Scheduler
 	local  []*aggregator.Device // InProcess
 	eng    *reuse.Engine        // InProcess
@@ -173,6 +175,19 @@ func NewPool(cfg Config) (*Pool, error) {
 	case cfg.NoSandbox:
 		p.log.Warn("UNSAFE: workers run without their sandbox: guest code may reach the host's files, network and processes (docs/sandbox.md)")
 	default:
+		if cfg.Sandbox != nil {
+			p.policy = *cfg.Sandbox
+		} else {
+			p.policy = sandbox.DefaultPolicy("")
+			platforms, err := sandbox.FindPlatforms(sandbox.Host{})
+			if err != nil {
+				p.log.Warn("worker sandbox: no OpenCL platform found to derive the policy from: workers get the base policy", "err", err)
+			}
+			for _, pl := range platforms {
+				p.log.Info("worker sandbox platform", "vendor", pl.Vendor, "icd", pl.ICD, "library", pl.Library,
+					"libraries", len(pl.Libraries), "dirs", pl.Dirs, "devices", pl.Devices, "missing", pl.Missing)
+			}
+		}
 		rep := sandbox.Probe()
 		for _, w := range rep.Weak {
 			p.log.Warn("worker sandbox weaker than designed: " + w)
@@ -580,12 +595,8 @@ func (p *Pool) command(k key, cacheDir string) (*exec.Cmd, error) {
 	}
 	pol := sandbox.Policy{Off: true}
 	if !p.cfg.NoSandbox {
-		if p.cfg.Sandbox != nil {
-			pol = *p.cfg.Sandbox
-			pol.Private = cacheDir
-		} else {
-			pol = sandbox.DefaultPolicy(cacheDir)
-		}
+		pol = p.policy
+		pol.Private = cacheDir
 		if pol.Limits.FileBytes == 0 {
 			pol.Limits.FileBytes = uint64(p.cfg.CacheBytes)
 		}

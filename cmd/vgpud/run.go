@@ -69,6 +69,9 @@ type Config struct {
 	// whose domains get the vGPU their metadata names, automatically
 	// (docs/operating.md, "libvirt-managed VMs").
 	Libvirt string `json:"libvirt,omitempty"`
+	// Sandbox adds to every worker's sandbox policy, which vgpud derives
+	// from the OpenCL platform it finds (docs/sandbox.md, "Platforms").
+	Sandbox SandboxConfig `json:"sandbox,omitzero"`
 	// Placement chooses where new instances go (docs/placement.md):
 	// {"policy": "interference", "dataset": "/var/lib/vgpud/interference.json"}.
 	Placement PlacementConfig `json:"placement,omitzero"`
@@ -158,6 +161,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logLevel   = fs.String("log-level", "", "debug, info, warn or error")
 		logFormat  = fs.String("log-format", "", "text or json")
 		listDevs   = fs.Bool("list-devices", false, "print the OpenCL devices and exit")
+		diagnose   = fs.Bool("sandbox-diagnose", false, "run one kernel in a confined worker on the -device given (default the first), print every file, ioctl and system call the sandbox refused it, and exit")
+		diagJSON   = fs.Bool("json", false, "with -sandbox-diagnose: print the platforms, policy and diagnosis as JSON")
 		metricsAt  = fs.String("metrics-addr", defaultMetricsAddr, "TCP address for Prometheus /metrics (\"\" disables)")
 		unsafeProc = fs.Bool("unsafe-in-process", false, "run guests' device work in vgpud's own process: NO isolation between tenants (benchmark baseline only)")
 		migTLS     = fs.String("migrate-tls", "", "directory with the migration channel's ca.pem, cert.pem, key.pem (docs/migration.md)")
@@ -191,6 +196,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig(*configPath)
 	if err != nil {
 		return err
+	}
+	if *diagnose {
+		if len(devices) > 1 {
+			return errDiagnoseArgs
+		}
+		sel := ""
+		if len(devices) == 1 {
+			sel = devices[0]
+		}
+		return diagnoseSandbox(ctx, cfg, sel, *diagJSON, stdout)
 	}
 	if len(devices) > 0 {
 		cfg.Devices = devices
@@ -320,6 +335,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Logger:    log,
 		Reuse:     cfg.Reuse,
 		WorkerDir: cfg.WorkerDir,
+		Sandbox:   cfg.Sandbox.policy(),
 		InProcess: cfg.UnsafeInProcess,
 		OnChange:  store.Changed,
 		Placement: placement,

@@ -62,6 +62,9 @@ func Main() int {
 	} else {
 		log.Debug("sandboxed", "uid", rep.UID, "landlock_abi", rep.LandlockABI, "seccomp", rep.Seccomp, "weak", rep.Weak)
 	}
+	if sel, ok := os.LookupEnv(EnvSelfTest); ok {
+		return runSelfTest(sel, os.Stdout)
+	}
 	f := os.NewFile(ProtocolFD, "worker-protocol")
 	if f == nil {
 		log.Error("no protocol socket on fd 3")

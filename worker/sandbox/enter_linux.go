@@ -85,7 +85,7 @@ func Enter(p Policy) (Report, error) {
 	r.LandlockABI = abi
 	weakLandlock(&r, landlockABI())
 	if seccomp.Supported() {
-		if err := restrictSyscalls(os.Getpid()); err != nil {
+		if err := restrictSyscalls(os.Getpid(), p); err != nil {
 			return r, err
 		}
 		r.Seccomp = true

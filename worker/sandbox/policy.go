@@ -81,6 +81,32 @@ type Policy struct {
 	// files and directories may be created, renamed and removed. No
 	// device, socket, pipe or symbolic link may be created anywhere.
 	Write []string `json:"write,omitempty"`
+	// Devices are device nodes the worker opens read-write and drives
+	// with ioctl (a GPU's: docs/sandbox.md "Platforms"): bound as devices
+	// in the file view, granted read, write and (Landlock ABI 5 and
+	// later) ioctl by Landlock. A policy with devices lets every ioctl
+	// request through seccomp: a vendor driver's requests cannot be
+	// listed, and Landlock confines device ioctls to these nodes.
+	Devices []string `json:"devices,omitempty"`
+	// Syscalls are system calls allowed with any arguments beyond the
+	// worker's allowlist (a vendor runtime's needs, or an operator's
+	// override); names this architecture lacks are skipped.
+	Syscalls []string `json:"syscalls,omitempty"`
+	// SharedMemory lets the worker map shared anonymous memory, which
+	// the filter otherwise refuses because RLIMIT_DATA does not count it
+	// (NVIDIA's runtime needs it). Its bound is then the worker's cgroup
+	// memory.max where vgpud's cgroup is delegated, and nothing else.
+	SharedMemory bool `json:"shared_memory,omitempty"`
+	// Diagnose makes the seccomp filter report instead of only refuse:
+	// every system call the filter would refuse, and every call that
+	// names a file, goes to a supervisor in the main process
+	// (Supervise), which records it and answers as the filter would
+	// (EPERM), or lets the file call go on. NotifyFD is the socket the
+	// worker sends the filter's listener descriptor on. For vgpud
+	// -sandbox-diagnose only: the worker runs as confined as ever, but
+	// slower.
+	Diagnose bool `json:"diagnose,omitempty"`
+	NotifyFD int  `json:"notify_fd,omitempty"`
 	// Private is the worker's private directory (compiler cache, TMPDIR,
 	// HOME), with Write's rights. In the file view it is a tmpfs of
 	// Limits.DirBytes at PrivateView, and this host directory stays

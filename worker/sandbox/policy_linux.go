@@ -4,15 +4,70 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
-// DefaultPolicy is what a worker running the OpenCL runtime of this
-// platform needs (PoCL 3.1 with LLVM 15 on Debian 12; docs/sandbox.md
-// lists how each path was found), with writeDir, its private directory
-// (compiler cache, temporary files), the only place it may write besides
-// /dev/null.
+// DefaultPolicy is what a worker needs to run the OpenCL platforms the
+// ICD loader finds on this host (FindPlatforms, PlatformPolicy), with
+// writeDir, its private directory (compiler cache, temporary files), the
+// only place it may write besides /dev/null and the platform's device
+// nodes. With no platform found it is BasePolicy: the worker will fail to
+// find one too, and says so.
 func DefaultPolicy(writeDir string) Policy {
+	p := BasePolicy(writeDir)
+	if ps, err := FindPlatforms(Host{}); err == nil {
+		p = PlatformPolicy(writeDir, ps)
+	}
+	// The worker is this program run again in its view: the libraries
+	// it loads from outside the system's directories must be there.
+	p.Read = appendNew(p.Read, ProgramLibraries(Host{}, selfExe)...)
+	return p
+}
+
+// PlatformPolicy is BasePolicy plus what each of ps needs: its libraries
+// and their directories outside the system's (read), its files in /proc
+// and /sys and data (read), its programs and the ELF interpreter
+// (read and execute), its device nodes (read, write, ioctl) and its
+// system calls.
+func PlatformPolicy(writeDir string, ps []Platform) Policy {
+	p := BasePolicy(writeDir)
+	for _, pl := range ps {
+		// The loader's vendor files where the environment moved them:
+		// the worker's loader must find the same platforms, not the
+		// ones of /etc/OpenCL/vendors (seen on an NVIDIA machine: a
+		// worker without OCL_ICD_VENDORS's directory loaded PoCL).
+		if pl.VendorDir != "" {
+			p.Read = appendNew(p.Read, pl.VendorDir)
+		} else if pl.ICD != "" {
+			p.Read = appendNew(p.Read, pl.ICD)
+		}
+		p.Read = appendNew(p.Read, pl.Libraries...)
+		p.Read = appendNew(p.Read, pl.Dirs...)
+		p.Read = appendNew(p.Read, pl.Read...)
+		p.ReadExec = appendNew(p.ReadExec, pl.Exec...)
+		p.Devices = appendNew(p.Devices, pl.Devices...)
+		p.Syscalls = appendNew(p.Syscalls, pl.Syscalls...)
+		p.SharedMemory = p.SharedMemory || pl.SharedMemory
+	}
+	return p
+}
+
+// appendNew appends the values of vs that list lacks.
+func appendNew(list []string, vs ...string) []string {
+	for _, v := range vs {
+		if !slices.Contains(list, v) {
+			list = append(list, v)
+		}
+	}
+	return list
+}
+
+// BasePolicy is what any worker needs whatever its OpenCL platform (the
+// Go runtime, the C library, the ICD loader, and the system's libraries,
+// which hold PoCL's and Mesa's compilers and their headers; docs/sandbox.md
+// lists how each path was found), with writeDir its private directory.
+func BasePolicy(writeDir string) Policy {
 	return Policy{
 		Read: append([]string{
 			// Shared libraries (the ICD loader, PoCL, LLVM, hwloc), LLVM's
@@ -21,11 +76,9 @@ func DefaultPolicy(writeDir string) Policy {
 			// links into /usr on merged-/usr systems, directories
 			// elsewhere.
 			"/usr/lib", "/usr/lib64", "/lib", "/lib64",
-			// PoCL's OpenCL C headers.
-			"/usr/share/pocl",
 			// The ICD loader's list of platforms; the dynamic loader's
-			// cache (dlopen of PoCL and its drivers, and the linker).
-			"/etc/OpenCL/vendors", "/etc/ld.so.cache",
+			// cache and configuration (dlopen of the platform's library).
+			DefaultVendorDir, "/etc/ld.so.cache",
 			// Clang's driver reads these to pick the linker's options.
 			"/etc/os-release", "/etc/debian_version", "/etc/lsb-release", "/etc/redhat-release",
 			// hwloc's and PoCL's view of the CPUs and memory (PoCL sizes
@@ -33,22 +86,19 @@ func DefaultPolicy(writeDir string) Policy {
 			// huge pages.
 			"/proc/cpuinfo", "/proc/meminfo", "/sys/devices/system/cpu", "/sys/devices/system/node",
 			"/sys/kernel/mm/hugepages", "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size",
-			// PoCL takes the CPU device's vendor id from the host bridge.
-			"/sys/bus/pci/devices/0000:00:00.0/vendor",
 			// Not /dev/zero: a shared mapping of it is memory that
 			// RLIMIT_DATA does not count.
 			"/dev/urandom",
 			// Local time for log lines.
 			"/etc/localtime", "/usr/share/zoneinfo",
 		}, append(procSelf(), cgroupFiles("/proc/self/cgroup")...)...),
-		ReadExec: []string{
-			// PoCL 3.1 links every kernel into a shared object by running
-			// GNU ld (through clang's driver) in a child process; the
-			// kernel opens the ELF interpreter for execution too.
-			"/usr/bin/ld", "/lib64/ld-linux-x86-64.so.2",
-		},
-		Write:   []string{"/dev/null"},
-		Private: writeDir,
+		// The ELF interpreter, which the kernel opens for execution
+		// whenever a dynamically linked program is executed: the worker
+		// itself (Enter executes it again once confined), and PoCL's
+		// linker.
+		ReadExec: []string{"/lib64/ld-linux-x86-64.so.2"},
+		Write:    []string{"/dev/null"},
+		Private:  writeDir,
 	}
 }
 

@@ -229,7 +229,7 @@ func TestSyscallAllowlist(t *testing.T) {
 			t.Errorf("%s is allowed unconditionally", n)
 		}
 	}
-	pol, err := syscallPolicy(1)
+	pol, err := syscallPolicy(1, Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}

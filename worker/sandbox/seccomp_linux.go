@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"fmt"
+	"slices"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -106,18 +108,33 @@ const ioctlPrivcmdMmapBatchV2 = 'P'<<8 | 4 | 32<<16
 // library falls back to clone, whose flags the filter checks.
 const errnoENOSYS = seccomp.Action(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
 
+// pathSyscalls are the allowed system calls that name a file: in a
+// diagnosis (Policy.Diagnose) the supervisor sees each, to report the
+// files the worker looked for and could not have (Supervise).
+var pathSyscalls = []string{
+	"open", "openat", "openat2", "creat", "stat", "lstat", "newfstatat", "statx",
+	"access", "faccessat", "faccessat2", "readlink", "readlinkat", "execve",
+}
+
 // syscallPolicy is the seccomp policy of a worker whose process id is
-// pid: the allowlist, and everything else refused with EPERM.
-func syscallPolicy(pid int) (seccomp.Policy, error) {
+// pid, confined by p: the allowlist with p's additions (Policy.Syscalls;
+// every ioctl where p has devices), and everything else refused with
+// EPERM, or, in a diagnosis, sent to the supervisor.
+func syscallPolicy(pid int, p Policy) (seccomp.Policy, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return seccomp.Policy{}, fmt.Errorf("sandbox: seccomp architecture: %w", err)
 	}
-	var names []string
-	for _, n := range allowed {
-		if _, ok := info.SyscallNames[n]; ok {
-			names = append(names, n)
+	var names, notify []string
+	for _, n := range slices.Concat(allowed, p.Syscalls) {
+		if _, ok := info.SyscallNames[n]; !ok || slices.Contains(names, n) || slices.Contains(notify, n) {
+			continue
 		}
+		if p.Diagnose && slices.Contains(pathSyscalls, n) {
+			notify = append(notify, n)
+			continue
+		}
+		names = append(names, n)
 	}
 	equal := func(arg uint32, v uint64) seccomp.Condition {
 		return seccomp.Condition{Argument: arg, Operation: seccomp.Equal, Value: v}
@@ -167,25 +184,112 @@ func syscallPolicy(pid int) (seccomp.Policy, error) {
 	for _, req := range ioctlAllowed {
 		cond = append(cond, seccomp.NameWithConditions{Name: "ioctl", Conditions: seccomp.ArgumentConditions{equal(1, req)}})
 	}
-	return seccomp.Policy{
+	if p.SharedMemory && !slices.Contains(names, "mmap") {
+		names = append(names, "mmap")
+	}
+	if slices.Contains(names, "mmap") {
+		cond = slices.DeleteFunc(cond, func(c seccomp.NameWithConditions) bool { return c.Name == "mmap" })
+	}
+	if len(p.Devices) > 0 && !slices.Contains(names, "ioctl") {
+		cond = append(cond, deviceIoctls()...)
+	}
+	if slices.Contains(names, "ioctl") {
+		cond = slices.DeleteFunc(cond, func(c seccomp.NameWithConditions) bool { return c.Name == "ioctl" })
+	}
+	pol := seccomp.Policy{
 		DefaultAction: seccomp.ActionErrno, // EPERM
 		Syscalls: []seccomp.SyscallGroup{
 			{Names: []string{"clone3"}, Action: errnoENOSYS},
 			{Names: names, NamesWithCondtions: cond, Action: seccomp.ActionAllow},
 		},
-	}, nil
+	}
+	if p.Diagnose {
+		// go-seccomp-bpf v1.6.0 refuses ActionUserNotify as an action
+		// (its table of names lacks it): its stand-in, which nothing else
+		// here uses, is ActionTrace, replaced in the assembled program
+		// (loadDiagnosisFilter).
+		pol.DefaultAction = notifyStandIn
+		pol.Syscalls = append(pol.Syscalls, seccomp.SyscallGroup{Names: notify, Action: notifyStandIn})
+	}
+	return pol, nil
 }
 
 // restrictSyscalls installs the worker's seccomp filter on every thread
-// (TSYNC), with no_new_privs.
-func restrictSyscalls(pid int) error {
-	pol, err := syscallPolicy(pid)
+// (TSYNC), with no_new_privs. In a diagnosis it sends the filter's
+// listener to the supervisor on p.NotifyFD and closes both.
+func restrictSyscalls(pid int, p Policy) error {
+	pol, err := syscallPolicy(pid, p)
 	if err != nil {
 		return err
+	}
+	if p.Diagnose {
+		return loadDiagnosisFilter(pol, p.NotifyFD)
 	}
 	f := seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: pol}
 	if err := seccomp.LoadFilter(f); err != nil {
 		return fmt.Errorf("sandbox: seccomp: %w", err)
+	}
+	return nil
+}
+
+// deviceIoctls are the ioctl conditions of a policy with device nodes:
+// any request whose type is not privcmd's ('P'), since a vendor driver's
+// requests cannot be listed and Landlock (ABI 5 and later) keeps device
+// ioctls to the policy's nodes. Landlock does not see descriptors opened
+// outside the worker, such as the privcmd fd a Xen instance's guest RAM
+// comes through, so privcmd's requests stay refused here but for the
+// listed one. Seccomp compares words, not bytes: "the type byte (request
+// bits 8-15) is not 0x50" is one condition per bit, any of which allows
+// (a bit 0x50 has clear is set, or a bit it has set is clear).
+func deviceIoctls() []seccomp.NameWithConditions {
+	const typeP = 'P' << 8
+	var out []seccomp.NameWithConditions
+	for bit := uint64(1 << 8); bit <= 1<<15; bit <<= 1 {
+		op := seccomp.BitsSet
+		if typeP&bit != 0 {
+			op = seccomp.BitsNotSet
+		}
+		out = append(out, seccomp.NameWithConditions{Name: "ioctl", Conditions: seccomp.ArgumentConditions{
+			{Argument: 1, Operation: op, Value: bit},
+		}})
+	}
+	return out
+}
+
+// notifyStandIn stands for SECCOMP_RET_USER_NOTIF in a diagnosis policy
+// until it is assembled.
+const notifyStandIn = seccomp.ActionTrace
+
+// loadDiagnosisFilter installs pol on every thread with a listener
+// (SECCOMP_FILTER_FLAG_NEW_LISTENER, which TSYNC accepts only with
+// TSYNC_ESRCH) and sends the listener on the socket notifyFD.
+func loadDiagnosisFilter(pol seccomp.Policy, notifyFD int) error {
+	insts, err := pol.Assemble()
+	if err != nil {
+		return fmt.Errorf("sandbox: seccomp: %w", err)
+	}
+	for i, in := range insts {
+		if r, ok := in.(bpf.RetConstant); ok && r.Val == uint32(notifyStandIn) {
+			insts[i] = bpf.RetConstant{Val: unix.SECCOMP_RET_USER_NOTIF}
+		}
+	}
+	raw, err := bpf.Assemble(insts)
+	if err != nil {
+		return fmt.Errorf("sandbox: seccomp: %w", err)
+	}
+	prog := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		prog[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	listener, err := seccompListener(prog,
+		unix.SECCOMP_FILTER_FLAG_TSYNC|unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH|unix.SECCOMP_FILTER_FLAG_NEW_LISTENER)
+	if err != nil {
+		return fmt.Errorf("sandbox: seccomp with a listener: %w", err)
+	}
+	defer unix.Close(listener)
+	defer unix.Close(notifyFD)
+	if err := unix.Sendmsg(notifyFD, []byte{1}, unix.UnixRights(listener), nil, 0); err != nil {
+		return fmt.Errorf("sandbox: send the seccomp listener: %w", err)
 	}
 	return nil
 }

@@ -173,7 +173,7 @@ func planView(p Policy) ([]viewEntry, error) {
 	for _, set := range []struct {
 		paths []string
 		kind  viewKind
-	}{{p.Read, viewRead}, {p.ReadExec, viewRead}, {p.Write, viewWrite}} {
+	}{{p.Read, viewRead}, {p.ReadExec, viewRead}, {p.Write, viewWrite}, {p.Devices, viewWrite}} {
 		if err := add(set.paths, set.kind); err != nil {
 			return nil, err
 		}
