@@ -31,8 +31,13 @@ import (
 //
 // The exception, documented in docs/reuse.md: lud's job is 510 in-place
 // launches on one buffer whose intermediate states are never downloaded
-// and are too cheap to capture, so from the third repetition only its
-// last launch is served; the others run again.
+// and are too cheap to capture, so from the third repetition its last
+// launch is served and the others run again; but a step is captured, and
+// served, when it took at least 20 ns per output byte on the device,
+// which depends on the device and its load: Mesa's rusticl took that long
+// for a few of lud's first steps (4 hits in one run of make
+// test-platforms, 1 in another; docs/platforms.md). So lud must get at
+// least the last launch's hit, and no more than its launches.
 func TestDefaultConfigServesRepeats(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs six kernels on the OpenCL device")
@@ -77,7 +82,14 @@ func TestDefaultConfigServesRepeats(t *testing.T) {
 				case rep < 3:
 					want = 0
 				case b.inPlace:
-					want = 1 // only the last in-place step (see above)
+					// The last in-place step, and any step slow
+					// enough to be captured (see above).
+					if hits >= 1 && hits <= launches {
+						want = hits
+						t.Logf("repetition %d: %d hits of %d launches", rep, hits, launches)
+					} else {
+						want = 1
+					}
 				default:
 					want = launches
 				}
