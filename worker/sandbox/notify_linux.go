@@ -82,7 +82,8 @@ type Supervisor struct {
 	listener *os.File
 	pol      Policy
 	names    map[int]string
-	exe      string // this program: the worker's binary
+	exe      string            // this program: the worker's binary
+	resolved map[string]string // policy paths resolved on the host (loop only)
 	stopR    *os.File
 	stopW    *os.File
 	done     chan struct{}
@@ -105,7 +106,7 @@ func Supervise(listener *os.File, pol Policy) (*Supervisor, error) {
 		return nil, fmt.Errorf("supervise: %w", err)
 	}
 	s := &Supervisor{listener: listener, pol: pol, names: map[int]string{}, stopR: r, stopW: w,
-		done: make(chan struct{}), index: map[Denial]int{}}
+		done: make(chan struct{}), index: map[Denial]int{}, resolved: map[string]string{}}
 	s.exe, _ = os.Executable()
 	for name, nr := range info.SyscallNames {
 		s.names[nr] = name
@@ -252,19 +253,30 @@ func (s *Supervisor) file(n *seccompNotif, name string) (Denial, bool) {
 		if err != nil {
 			return Denial{}, false
 		}
-		path = filepath.Join(dir, path)
+		path = dir + "/" + path
 	}
+	// Not filepath.Clean: "/lib/x86_64-linux-gnu/../../share" is
+	// /usr/share where /lib is a link to usr/lib. The kernel resolves
+	// the name as the worker gave it, in the view and on the host, and
+	// the report names what the host resolves it to.
+	raw := path
 	path = filepath.Clean(path)
+	if strings.HasPrefix(path, "/proc/") {
+		// The worker's own /proc: resolved here it would be this
+		// process's.
+	} else if resolved, err := filepath.EvalSymlinks(raw); err == nil {
+		path = resolved
+	}
 	if path == s.exe {
 		return Denial{}, false // the worker's own binary, by its host name
 	}
 	d := Denial{Syscall: name, Path: path}
-	inView := existsIn(int(n.PID), path)
+	inView := existsIn(int(n.PID), raw) || existsIn(int(n.PID), filepath.Clean(raw))
 	if !inView {
 		if strings.HasPrefix(path, "/proc/") {
 			return Denial{}, false // the worker's own /proc, not the host's
 		}
-		if _, err := os.Stat(path); err != nil {
+		if _, err := os.Stat(raw); err != nil {
 			return Denial{}, false
 		}
 		d.Kind, d.Detail = "file", "not in the worker's file view"
@@ -287,10 +299,18 @@ func (s *Supervisor) file(n *seccompNotif, name string) (Denial, bool) {
 func (s *Supervisor) landlockRefuses(path string, write, exec bool) string {
 	p := s.pol
 	private := []string{p.Private, PrivateView} // at PrivateView in a view
+	// Rules land on the targets of links (Landlock), and path is
+	// resolved on the host: a policy path counts by its name and by
+	// what it resolves to.
 	beneath := func(list ...string) bool {
 		for _, l := range list {
-			if l != "" && (path == l || strings.HasPrefix(path, strings.TrimSuffix(l, "/")+"/")) {
-				return true
+			if l == "" {
+				continue
+			}
+			for _, name := range []string{l, s.resolve(l)} {
+				if path == name || strings.HasPrefix(path, strings.TrimSuffix(name, "/")+"/") {
+					return true
+				}
 			}
 		}
 		return false
@@ -315,6 +335,20 @@ func (s *Supervisor) landlockRefuses(path string, write, exec bool) string {
 		return "no rule: not in the policy"
 	}
 	return ""
+}
+
+// resolve is the host's resolution of a policy path (remembered), or the
+// path itself.
+func (s *Supervisor) resolve(p string) string {
+	if r, ok := s.resolved[p]; ok {
+		return r
+	}
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		r = p
+	}
+	s.resolved[p] = r
+	return r
 }
 
 // existsIn reports whether path exists in process pid's file view,
