@@ -347,6 +347,25 @@ func confinedChecks() map[string]func() error {
 		// the request reaches the driver (/dev/null: ENOTTY); seccomp
 		// allows MMAPBATCH_V2 and no other privcmd request.
 		"ioctl TCGETS on a passed device": func() error { return devIoctl(unix.TCGETS) },
+		// A device node of the policy's (Policy.Devices, as a GPU's):
+		// opened read-write, and an ioctl request reaches its driver,
+		// which has none (ENOTTY), past seccomp and Landlock.
+		"ioctl a policy device": func() error {
+			f, err := os.OpenFile("/dev/full", os.O_RDWR, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			var arg [64]byte
+			return errnoOf(unix.Syscall(unix.SYS_IOCTL, f.Fd(), 0xc0204600, uintptr(unsafe.Pointer(&arg[0]))))
+		},
+		"open an unlisted device": func() error {
+			f, err := os.OpenFile("/dev/zero", os.O_RDWR, 0)
+			if err == nil {
+				f.Close()
+			}
+			return err
+		},
 		"ioctl MMAPBATCH_V2 on a passed device": func() error {
 			return devIoctl(guestmem.IoctlPrivcmdMmapBatchV2)
 		},

@@ -195,6 +195,8 @@ func TestConfinedWorker(t *testing.T) {
 	// Paths a policy may list that this host lacks: the worker starts
 	// without them, and a link on the way to one (outside/sibling) is not
 	// made in the file view either.
+	// A device node as a GPU platform's policy lists one.
+	pol.Devices = append(pol.Devices, "/dev/full")
 	pol.Read = append(pol.Read, "/usr/lib/vgpud-absent", "/etc/vgpud-absent/file",
 		filepath.Join(outside, "sibling", "absent"), "/lib64/vgpud-absent")
 	// With CAP_SYS_RESOURCE the test may raise the hard limit; without,
@@ -306,6 +308,8 @@ func TestConfinedWorker(t *testing.T) {
 		{"opencl", ok},
 		{"pasted __has_include", ok},
 		{"ioctl TCGETS on a passed device", "inappropriate ioctl"},
+		{"ioctl a policy device", "inappropriate ioctl"},
+		{"open an unlisted device", hidden},
 		{"ioctl MMAPBATCH_V2 on a passed device", "inappropriate ioctl"},
 		{"ioctl privcmd DM_OP", eperm},
 		{"ioctl privcmd MMAP_RESOURCE", eperm},
