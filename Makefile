@@ -156,5 +156,12 @@ vmm-root:
 test-platforms: deps
 	GO=$(GO) scripts/test-platforms.sh
 
+# The bundle scripts/gpu-check.sh runs on a machine with a GPU, where
+# nothing is built (docs/gpu-check.md): carry build/gpu-check there and run
+# scripts/gpu-check.sh run from the repository's root.
+.PHONY: gpu-check-bundle
+gpu-check-bundle: deps
+	GO=$(GO) scripts/gpu-check.sh build build/gpu-check
+
 clean:
 	rm -rf build
