@@ -13,10 +13,12 @@ import (
 
 // infoSource has kernels out of name order, every address space, the
 // type qualifiers, and a required work-group size.
+// (An empty parameter list is "()": NVIDIA's compiler refuses an empty
+// kernel declared "(void)", gpu/doc.go.)
 const infoSource = `
 __kernel void zeta(__global const float *restrict a, __global volatile int *b, __constant uint *c) { }
 __kernel __attribute__((reqd_work_group_size(8, 2, 1))) void alpha(__local float4 *tmp, int n, float4 v) { }
-__kernel void mid(void) { }
+__kernel void mid() { }
 `
 
 func TestProgramInfo(t *testing.T) {
