@@ -98,8 +98,12 @@ run() {
 	if [[ -n $lib ]]; then
 		# A vendor directory of our own: Debian 12's ocl-icd (the
 		# bundle's loader) reads OCL_ICD_VENDORS, not OCL_ICD_FILENAMES.
-		local vendors
-		vendors=$(mktemp -d)
+		# In the bundle, not under /tmp: the vendor directory is in
+		# every worker's view, and the sandbox tests check that /tmp
+		# is not.
+		local vendors=$dir/vendors
+		rm -rf "$vendors"
+		mkdir -p "$vendors"
 		chmod 755 "$vendors"
 		echo "$lib" >"$vendors/gpu.icd"
 		export OCL_ICD_VENDORS=$vendors
