@@ -5,8 +5,9 @@
 # (libvirt-daemon-system, libvirt-clients) and trixie's two OpenCL
 # platforms for make test-platforms (docs/platforms.md): PoCL 6
 # (pocl-opencl-icd) and Mesa's rusticl (mesa-opencl-icd, run on llvmpipe),
-# with the ICD loader and clinfo, from the same Debian registry the host's
-# apt uses. scripts/vmm-run.sh runs programs from it.
+# with the ICD loader and clinfo, and gcc (worker/sandbox's tests build a
+# fake vendor's libraries with cc), from the same Debian registry the
+# host's apt uses. scripts/vmm-run.sh runs programs from it.
 #
 # Steps: install debootstrap on the host if missing; read the Debian mirror
 # from the host's apt sources (VMM_ROOT_MIRROR overrides it); debootstrap
@@ -164,7 +165,7 @@ unshare -m --propagation private bash -euo pipefail -c '
 	inroot apt-get -q update
 	inroot "${apt[@]}" -t trixie-backports install qemu-system-x86
 	inroot "${apt[@]}" install libvirt-daemon-system libvirt-clients
-	inroot "${apt[@]}" install ocl-icd-libopencl1 pocl-opencl-icd mesa-opencl-icd clinfo
+	inroot "${apt[@]}" install ocl-icd-libopencl1 pocl-opencl-icd mesa-opencl-icd clinfo gcc libc6-dev
 	inroot apt-get clean
 ' vmm-root "$tmp" >"$dir.install.log" 2>&1 ||
 	{ tail -n 20 "$dir.install.log" >&2; die "installing into the root failed (log: $dir.install.log)"; }
