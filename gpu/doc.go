@@ -37,13 +37,16 @@
 // about 60 ms from PoCL's kernel cache; an empty launch costs about 21 us.
 // Launch returns CL_PROFILING_COMMAND_END - START, the device time only.
 //
-// NVIDIA's OpenCL (driver 580.159.04, one H100, Ubuntu 24.04; run once on
-// 2026-11-26 with this package's tests built on Debian 12 and Debian's ICD
-// loader carried along): one platform "NVIDIA CUDA", OpenCL C 1.2, 132
-// compute units, 79.2 GiB of memory, 19.8 GiB per allocation. Every test
-// passed but two: TestPoCLDriversPresent (no PoCL there) and
-// TestProgramInfo, whose source NVIDIA's compiler refuses: an empty
-// kernel declared with an explicit "(void)" parameter list makes ptxas
-// fail ("Parsing error near '}'"), a build failure with its log, as a
-// guest sees it. The same kernels without it build.
+// NVIDIA's OpenCL (driver 580.159.04 on an H100 and an H200, Ubuntu
+// 24.04; run on 2026-11-26 and 27 by scripts/gpu-check.sh, this
+// package's tests built on Debian 12 with Debian's ICD loader carried
+// along; docs/gpu-check.md): one platform "NVIDIA CUDA", OpenCL C 1.2,
+// 132 compute units, 79.2 GiB of memory and 19.8 GiB per allocation
+// (H100; H200: 139.8 and 35.0 GiB). Every test passes but
+// TestProgramInfo, which skips there: NVIDIA's ptxas fails ("Parsing
+// error near '}'") on its empty kernel without parameters, declared
+// "(void)" or "()" alike, a build failure with its log, as a guest sees
+// it. A kernel's illegal memory access fails that call and every later
+// one of the context with -9999 (ErrContextLost). TestPoCLDriversPresent
+// skips where the platform is not PoCL.
 package gpu

@@ -594,10 +594,14 @@ func runKernelOn(index int, want gpu.Info) error {
 	}
 	defer dev.Close()
 	// The device must look the same from inside (the main process checks
-	// its name and gives guests its limits), but for its memory: PoCL
-	// sizes a CPU device's memory to fit RLIMIT_DATA.
+	// its name and gives guests its limits), but for a CPU device's
+	// memory: PoCL sizes it to fit RLIMIT_DATA. A GPU's is its own.
 	got := dev.Info()
-	if got.GlobalMemBytes == 0 || got.GlobalMemBytes > min(want.GlobalMemBytes, testLimits.DataBytes) || got.MaxAllocBytes > got.GlobalMemBytes {
+	limit := want.GlobalMemBytes
+	if want.CPU {
+		limit = min(limit, testLimits.DataBytes)
+	}
+	if got.GlobalMemBytes == 0 || got.GlobalMemBytes > limit || got.MaxAllocBytes > got.GlobalMemBytes {
 		return fmt.Errorf("device memory in the sandbox %d (max alloc %d), outside %d, limit %d",
 			got.GlobalMemBytes, got.MaxAllocBytes, want.GlobalMemBytes, testLimits.DataBytes)
 	}
