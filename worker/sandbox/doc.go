@@ -29,11 +29,16 @@
 //     the linker PoCL runs inherit all of it; the new image then makes
 //     itself non-dumpable and goes on.
 //
-// It knows which files and system calls the OpenCL runtime on this
-// platform (PoCL 3.1, LLVM 15, GNU ld) needs, as measured with strace; it
-// must not know the worker protocol, instances, trust domains or devices:
-// the caller says which directory a worker may write and how much memory
-// it may take.
+// It derives a worker's policy from the OpenCL platform the ICD loader
+// finds (FindPlatforms, PlatformPolicy: vendor files, libraries and their
+// dependency closure, each vendor's device nodes, driver files and
+// system calls), and it diagnoses a policy: in a worker whose filter
+// reports to the main process (Policy.Diagnose), Supervise records every
+// system call refused and every file the worker could not have. It knows
+// what each vendor's runtime needs (PoCL's measured with strace, NVIDIA's
+// with the diagnosis); it must not know the worker protocol, instances,
+// trust domains or vgpud's devices: the caller says which directory a
+// worker may write and how much memory it may take.
 //
 // Linux only; on other systems Probe reports nothing available, Apply
 // changes nothing and Enter fails.
