@@ -343,3 +343,39 @@ func TestDeviceIoctls(t *testing.T) {
 		t.Errorf("diagnosis: read -> %#x, want allow", got)
 	}
 }
+
+// FuzzPlatformFiles: whatever the vendor files and the dynamic loader's
+// configuration hold (an operator's files, or a broken package's), the
+// platforms are found or refused with an error, without a panic, and every
+// path found is absolute.
+func FuzzPlatformFiles(f *testing.F) {
+	f.Add("libnvidia-opencl.so.1\n", "include /etc/ld.so.conf.d/*.conf\n/usr/local/lib\n", "/usr/local/nvidia/lib64\n")
+	f.Add("/opt/x/libOther.so", "include ld.so.conf.d/*.conf\n# c\n", "include /etc/ld.so.conf\n")
+	f.Add("", "", "")
+	f.Add("a\nb", "include /etc/*\n", "../../etc")
+	f.Fuzz(func(t *testing.T, icd, conf, included string) {
+		root := t.TempDir()
+		for name, text := range map[string]string{
+			"etc/OpenCL/vendors/x.icd": icd, "etc/ld.so.conf": conf, "etc/ld.so.conf.d/a.conf": included,
+		} {
+			p := filepath.Join(root, name)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ps, err := FindPlatforms(Host{Root: root, Getenv: noEnv})
+		if err != nil {
+			return
+		}
+		for _, p := range ps {
+			for _, path := range slices.Concat(p.Libraries, p.Dirs, p.Devices, p.Read) {
+				if !filepath.IsAbs(path) {
+					t.Errorf("platform path %q is not absolute", path)
+				}
+			}
+		}
+	})
+}
