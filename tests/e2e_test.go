@@ -15,6 +15,8 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/mdev/transport"
+	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 
 // vmTimeout bounds one guest's whole life under TCG on a loaded 2-core
@@ -67,14 +69,22 @@ func TestMain(m *testing.M) {
 }
 
 // host is an in-process vgpud: one real OpenCL device, a manager with
-// instance sockets.
+// instance sockets for QEMU 7.2's x-pci-proxy-dev (mdev/mpqemu).
 func host(t *testing.T) *mdev.Manager {
+	t.Helper()
+	return hostOn(t, mpqemu.Transport{})
+}
+
+// hostOn is host with the instance sockets speaking tr: mpqemu.Transport
+// or vfiouser.Transport (QEMU 11.1's vfio-user-pci, run from the VMM
+// root).
+func hostOn(t *testing.T, tr transport.Socket) *mdev.Manager {
 	t.Helper()
 	d, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
 	if err != nil {
 		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
 	}
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir(), Transport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,29 +98,44 @@ func host(t *testing.T) *mdev.Manager {
 }
 
 // runGuest boots a VM with inst attached, running vgpu-suite with args,
-// and returns the suite's report and the console.
+// and returns the suite's report and the console. An instance of an
+// mpqemu host is attached by x-pci-proxy-dev to the host's QEMU 7.2; one
+// of a vfio-user host by vfio-user-pci to QEMU 11.1 from the VMM root
+// (make vmm-root), with sealed guest RAM.
 func runGuest(ctx context.Context, t *testing.T, inst *mdev.Instance, args ...string) (suite.Report, string, error) {
 	k, initrd := guest(t)
-	f, err := qemuvm.DialProxy(inst.Socket())
-	if err != nil {
-		return suite.Report{}, "", err
-	}
-	defer f.Close()
 	ctx, cancel := context.WithTimeout(ctx, vmTimeout)
 	defer cancel()
 	app := "vgpu.run=vgpu-suite"
 	if len(args) > 0 {
 		app += " vgpu.args=" + strings.Join(args, ",")
 	}
-	vm, err := qemuvm.Start(ctx, qemuvm.Config{
-		Kernel: k.Vmlinuz, Initrd: initrd, Append: app, MemMiB: 512,
-		Devices: []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
-	})
+	cfg := qemuvm.Config{Kernel: k.Vmlinuz, Initrd: initrd, Append: app, MemMiB: 512}
+	if sock := inst.Socket(); strings.HasSuffix(sock, vfiouser.Transport{}.Suffix()) {
+		root, err := qemuvm.RepoVMMRoot()
+		if err != nil {
+			return suite.Report{}, "", err
+		}
+		cfg.VFIOUser = []qemuvm.VFIOUserDevice{{ID: "vgpu0", Socket: sock}}
+		root.Apply(&cfg)
+	} else {
+		f, err := qemuvm.DialProxy(sock)
+		if err != nil {
+			return suite.Report{}, "", err
+		}
+		defer f.Close()
+		cfg.Devices = []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}}
+	}
+	var qemuErr strings.Builder
+	cfg.Stderr = &qemuErr
+	vm, err := qemuvm.Start(ctx, cfg)
 	if err != nil {
 		return suite.Report{}, "", err
 	}
 	defer vm.Kill()
-	f.Close()
+	for _, d := range cfg.Devices {
+		d.FD.Close() // QEMU holds its own copy now
+	}
 	line, err := vm.WaitLine(ctx, suite.LinePrefix)
 	console := strings.Join(vm.Lines(), "\n")
 	if err != nil {
@@ -126,6 +151,9 @@ func runGuest(ctx context.Context, t *testing.T, inst *mdev.Instance, args ...st
 	if err := vm.Wait(); err != nil {
 		return rep, console, fmt.Errorf("qemu: %w", err)
 	}
+	if e := strings.TrimSpace(qemuErr.String()); e != "" {
+		t.Logf("qemu stderr:\n%s", e)
+	}
 	return rep, console, nil
 }
 
@@ -138,25 +166,39 @@ func mustCreate(t *testing.T, m *mdev.Manager, profile string) *mdev.Instance {
 	return inst
 }
 
-// TestGuestSuite: one guest runs the correctness suite on its vGPU.
+// TestGuestSuite: one guest runs the correctness suite on its vGPU, on
+// each transport: QEMU 7.2 over x-pci-proxy-dev (mpqemu) and QEMU 11.1
+// from the VMM root over vfio-user-pci.
 func TestGuestSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
-	m := host(t)
-	inst := mustCreate(t, m, "vgpu-small")
-	rep, console, err := runGuest(t.Context(), t, inst)
-	if err != nil {
-		t.Fatalf("guest: %v\nconsole:\n%s", err, console)
-	}
-	if !rep.OK() || len(rep.Cases) < 5 {
-		t.Fatalf("suite in the guest:\n%s\nconsole:\n%s", rep, console)
-	}
-	if rep.Profile != "vgpu-small" {
-		t.Errorf("guest saw profile %q", rep.Profile)
-	}
-	if s := inst.Stats(); s.Launches.Load() == 0 || s.BytesToDev.Load() == 0 {
-		t.Errorf("host saw no work: launches %d, bytes %d", s.Launches.Load(), s.BytesToDev.Load())
+	for _, tt := range []struct {
+		name string
+		tr   transport.Socket
+	}{
+		{"qemu7.2-mpqemu", mpqemu.Transport{}},
+		{"qemu11.1-vfio-user", vfiouser.Transport{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := hostOn(t, tt.tr)
+			inst := mustCreate(t, m, "vgpu-small")
+			start := time.Now()
+			rep, console, err := runGuest(t.Context(), t, inst)
+			if err != nil {
+				t.Fatalf("guest: %v\nconsole:\n%s", err, console)
+			}
+			t.Logf("boot, suite and power-off: %v", time.Since(start).Round(time.Millisecond))
+			if !rep.OK() || len(rep.Cases) < 5 {
+				t.Fatalf("suite in the guest:\n%s\nconsole:\n%s", rep, console)
+			}
+			if rep.Profile != "vgpu-small" {
+				t.Errorf("guest saw profile %q", rep.Profile)
+			}
+			if s := inst.Stats(); s.Launches.Load() == 0 || s.BytesToDev.Load() == 0 {
+				t.Errorf("host saw no work: launches %d, bytes %d", s.Launches.Load(), s.BytesToDev.Load())
+			}
+		})
 	}
 }
 

@@ -1,6 +1,7 @@
 package qemuvm
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +25,8 @@ const (
 	BaseAppend = "console=ttyS0 panic=-1"
 )
 
-// PCI slots on bus 0: the vGPUs from ProxySlot on, the agent channel's
+// PCI slots on bus 0: the vGPUs from ProxySlot on (the ProxyDevices,
+// then the VFIOUserDevices), the agent channel's
 // virtio-serial controller at AgentSlot, the userland disk at DiskSlot.
 const (
 	ProxySlot = 0x10
@@ -46,10 +48,37 @@ type ProxyDevice struct {
 	FD *os.File
 }
 
+// VFIOUserDevice is a vGPU instance attached with QEMU >= 10.1's
+// vfio-user-pci (docs/vfio-user.md): QEMU connects to Socket, the
+// instance's <uuid>.vfio-user.sock of a vgpud run with -transport
+// vfio-user, itself.
+type VFIOUserDevice struct {
+	// ID names the device in QEMU, with ProxyDevice.ID's syntax.
+	ID string
+	// Socket is the path of the instance's vfio-user socket, at most
+	// maxSocketPath bytes (a sockaddr_un's sun_path).
+	Socket string
+}
+
+// maxSocketPath is the longest path a Unix socket address holds.
+const maxSocketPath = 107
+
 // Config describes a VM. Zero fields take the Default* values.
 type Config struct {
 	// QEMU is the emulator binary.
 	QEMU string
+	// Prefix, if set, is a command QEMU runs under: the process started
+	// is Prefix[0] with Prefix[1:], then QEMU and its arguments, e.g. the
+	// VMM root's "scripts/vmm-run.sh build/vmm-root --" (VMMRoot.Apply).
+	// The process's pid, signals and exit status must be QEMU's.
+	Prefix []string
+	// Env is added to the process's environment (vmm-run.sh's
+	// VMM_RUN_BINDS, say).
+	Env []string
+	// Modern selects the spelling of QEMU >= 9.2 for options QEMU 11
+	// removed the old spelling of (the agent chardev's reconnect-ms).
+	// Attaching a VFIOUserDevice implies it.
+	Modern bool
 	// Kernel and Initrd are the guest's kernel image and initramfs.
 	Kernel, Initrd string
 	// Disk, if set, is a raw disk image attached read-only as a virtio
@@ -64,8 +93,13 @@ type Config struct {
 	MemMiB int
 	// CPUs is the number of vCPUs.
 	CPUs int
-	// Devices are the vGPU instances, in PCI slot order.
+	// Devices are the vGPU instances attached by x-pci-proxy-dev (QEMU
+	// 7.2's multi-process protocol), in PCI slot order.
 	Devices []ProxyDevice
+	// VFIOUser are the vGPU instances attached by vfio-user-pci (QEMU >=
+	// 10.1), in PCI slot order after Devices. With any, guest RAM is
+	// sealed (seal=on), which vgpud requires of a vfio-user client's RAM.
+	VFIOUser []VFIOUserDevice
 	// ExtraDevices are further -device values, verbatim (e.g. "edu",
 	// "virtio-serial-pci").
 	ExtraDevices []string
@@ -151,6 +185,21 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("device %q: no socket fd", d.ID))
 		}
 	}
+	for i, d := range c.VFIOUser {
+		if !validID(d.ID) {
+			errs = append(errs, fmt.Errorf("vfio-user device %d: bad id %q", i, d.ID))
+		}
+		if seen[d.ID] {
+			errs = append(errs, fmt.Errorf("vfio-user device %d: id %q used twice", i, d.ID))
+		}
+		seen[d.ID] = true
+		if d.Socket == "" || len(d.Socket) > maxSocketPath {
+			errs = append(errs, fmt.Errorf("vfio-user device %q: socket path %q: want 1..%d bytes", d.ID, d.Socket, maxSocketPath))
+		}
+	}
+	if len(c.Devices)+len(c.VFIOUser) > 0x20-ProxySlot {
+		errs = append(errs, fmt.Errorf("%d vGPUs: at most %d fit from slot %#x", len(c.Devices)+len(c.VFIOUser), 0x20-ProxySlot, ProxySlot))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -177,10 +226,17 @@ func validID(id string) bool {
 func (c Config) Args() []string {
 	c = c.withDefaults()
 	mem := strconv.Itoa(c.MemMiB) + "M"
+	backend := "memory-backend-memfd,id=mem,size=" + mem + ",share=on"
+	if len(c.VFIOUser) > 0 {
+		// vgpud maps a vfio-user client's RAM only if it cannot shrink
+		// (docs/vfio-user.md); seal=on is the backend's default, spelled
+		// out.
+		backend += ",seal=on"
+	}
 	args := []string{
 		"-accel", "tcg",
 		"-machine", "pc,memory-backend=mem",
-		"-object", "memory-backend-memfd,id=mem,size=" + mem + ",share=on",
+		"-object", backend,
 		"-m", mem,
 		"-smp", strconv.Itoa(c.CPUs),
 		"-nodefaults", "-no-user-config",
@@ -196,6 +252,9 @@ func (c Config) Args() []string {
 	for i, d := range c.Devices {
 		args = append(args, "-device", fmt.Sprintf("x-pci-proxy-dev,id=%s,fd=%d,addr=%#x", d.ID, firstProxyFD+i, ProxySlot+i))
 	}
+	for i, d := range c.VFIOUser {
+		args = append(args, "-device", vfioUserJSON(d, ProxySlot+len(c.Devices)+i))
+	}
 	if c.AgentSocket != "" {
 		port := c.AgentPort
 		if port == "" {
@@ -206,7 +265,7 @@ func (c Config) Args() []string {
 			// for its scheduling hints.
 			"-name", "vgpu-guest,debug-threads=on",
 			"-device", fmt.Sprintf("virtio-serial-pci,id=agentser,addr=%#x", AgentSlot),
-			"-chardev", "socket,id=agentch,path="+c.AgentSocket+",reconnect=1",
+			"-chardev", "socket,id=agentch,path="+c.AgentSocket+c.reconnect(),
 			"-device", "virtserialport,bus=agentser.0,chardev=agentch,name="+port)
 	}
 	if c.Disk != "" {
@@ -227,11 +286,46 @@ func (c Config) Args() []string {
 	return append(args, c.ExtraArgs...)
 }
 
-// CommandLine is the command as a shell would take it (QEMU binary first).
-// The proxy sockets are descriptors 3, 4, ... of the process.
-func (c Config) CommandLine() string {
+// vfioUserJSON is vfio-user-pci's -device value: JSON, because its socket
+// property is a structure (a SocketAddress).
+func vfioUserJSON(d VFIOUserDevice, slot int) string {
+	type socket struct {
+		Type string `json:"type"`
+		Path string `json:"path"`
+	}
+	b, err := json.Marshal(struct {
+		Driver string `json:"driver"`
+		ID     string `json:"id"`
+		Addr   string `json:"addr"`
+		Socket socket `json:"socket"`
+	}{"vfio-user-pci", d.ID, fmt.Sprintf("%#x", slot), socket{"unix", d.Socket}})
+	if err != nil {
+		panic(fmt.Sprintf("qemuvm: marshal vfio-user-pci: %v", err)) // strings always marshal
+	}
+	return string(b)
+}
+
+// reconnect is the agent chardev's reconnect option: a second between
+// tries. QEMU 9.2 deprecated reconnect= for reconnect-ms=, and QEMU 11
+// refuses it; QEMU 7.2 knows only reconnect=.
+func (c Config) reconnect() string {
+	if c.Modern || len(c.VFIOUser) > 0 {
+		return ",reconnect-ms=1000"
+	}
+	return ",reconnect=1"
+}
+
+// argv is the whole command: Prefix, the QEMU binary, its arguments.
+func (c Config) argv() []string {
 	c = c.withDefaults()
-	words := append([]string{c.QEMU}, c.Args()...)
+	return append(append(append([]string(nil), c.Prefix...), c.QEMU), c.Args()...)
+}
+
+// CommandLine is the command as a shell would take it (Env first, then
+// Prefix and the QEMU binary). The proxy sockets are descriptors 3, 4,
+// ... of the process.
+func (c Config) CommandLine() string {
+	words := append(append([]string(nil), c.Env...), c.argv()...)
 	for i, w := range words {
 		words[i] = shellQuote(w)
 	}

@@ -1,11 +1,14 @@
 package qemuvm
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -60,6 +63,51 @@ func TestArgs(t *testing.T) {
 				"-chardev", "socket,id=ch0,path=/tmp/s",
 			},
 		},
+		{
+			name: "vfio-user",
+			cfg: Config{
+				Kernel: "k", Initrd: "i", AgentSocket: "/run/vgpud/instances/u.agent.sock",
+				VFIOUser: []VFIOUserDevice{{ID: "vgpu0", Socket: "/run/vgpud/instances/u.vfio-user.sock"}, {ID: "vgpu1", Socket: `/tmp/a "b".sock`}},
+			},
+			want: []string{
+				"-accel", "tcg",
+				"-machine", "pc,memory-backend=mem",
+				"-object", "memory-backend-memfd,id=mem,size=256M,share=on,seal=on",
+				"-m", "256M", "-smp", "1",
+				"-nodefaults", "-no-user-config", "-display", "none",
+				"-serial", "stdio",
+				"-kernel", "k", "-initrd", "i",
+				"-append", "console=ttyS0 panic=-1",
+				"-device", `{"driver":"vfio-user-pci","id":"vgpu0","addr":"0x10","socket":{"type":"unix","path":"/run/vgpud/instances/u.vfio-user.sock"}}`,
+				"-device", `{"driver":"vfio-user-pci","id":"vgpu1","addr":"0x11","socket":{"type":"unix","path":"/tmp/a \"b\".sock"}}`,
+				"-name", "vgpu-guest,debug-threads=on",
+				"-device", "virtio-serial-pci,id=agentser,addr=0x8",
+				"-chardev", "socket,id=agentch,path=/run/vgpud/instances/u.agent.sock,reconnect-ms=1000",
+				"-device", "virtserialport,bus=agentser.0,chardev=agentch,name=" + DefaultAgentPort,
+				"-no-reboot",
+			},
+		},
+		{
+			name: "both transports",
+			cfg: Config{
+				Kernel: "k", Initrd: "i",
+				Devices:  []ProxyDevice{{ID: "p0", FD: f}},
+				VFIOUser: []VFIOUserDevice{{ID: "v0", Socket: "/s"}},
+			},
+			want: []string{
+				"-accel", "tcg",
+				"-machine", "pc,memory-backend=mem",
+				"-object", "memory-backend-memfd,id=mem,size=256M,share=on,seal=on",
+				"-m", "256M", "-smp", "1",
+				"-nodefaults", "-no-user-config", "-display", "none",
+				"-serial", "stdio",
+				"-kernel", "k", "-initrd", "i",
+				"-append", "console=ttyS0 panic=-1",
+				"-device", "x-pci-proxy-dev,id=p0,fd=3,addr=0x10",
+				"-device", `{"driver":"vfio-user-pci","id":"v0","addr":"0x11","socket":{"type":"unix","path":"/s"}}`,
+				"-no-reboot",
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,6 +140,18 @@ func TestValidate(t *testing.T) {
 		{"id starting with digit", func(c *Config) { c.Devices = []ProxyDevice{{ID: "0a", FD: f}} }},
 		{"duplicate id", func(c *Config) { c.Devices = []ProxyDevice{{ID: "a", FD: f}, {ID: "a", FD: f}} }},
 		{"no fd", func(c *Config) { c.Devices = []ProxyDevice{{ID: "a"}} }},
+		{"vfio-user without socket", func(c *Config) { c.VFIOUser = []VFIOUserDevice{{ID: "a"}} }},
+		{"vfio-user socket path too long", func(c *Config) { c.VFIOUser = []VFIOUserDevice{{ID: "a", Socket: "/" + strings.Repeat("s", 107)}} }},
+		{"vfio-user bad id", func(c *Config) { c.VFIOUser = []VFIOUserDevice{{ID: "a,b", Socket: "/s"}} }},
+		{"id shared by the transports", func(c *Config) {
+			c.Devices = []ProxyDevice{{ID: "a", FD: f}}
+			c.VFIOUser = []VFIOUserDevice{{ID: "a", Socket: "/s"}}
+		}},
+		{"more vGPUs than slots", func(c *Config) {
+			for i := range 17 {
+				c.VFIOUser = append(c.VFIOUser, VFIOUserDevice{ID: fmt.Sprintf("v%d", i), Socket: "/s"})
+			}
+		}},
 	}
 	for _, tt := range tests {
 		c := ok
@@ -189,5 +249,105 @@ func TestDialProxy(t *testing.T) {
 	}
 	if _, err := DialProxy(filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "none") {
 		t.Fatalf("DialProxy of a missing socket: %v", err)
+	}
+}
+
+// TestVFIOUserJSON: the -device value round-trips to what QEMU's JSON
+// parser sees, whatever the socket path holds.
+func TestVFIOUserJSON(t *testing.T) {
+	for _, path := range []string{"/run/vgpud/instances/u.vfio-user.sock", `/tmp/q"uote\back,comma sp.sock`, "/tmp/ünï"} {
+		var got struct {
+			Driver, ID, Addr string
+			Socket           struct{ Type, Path string }
+		}
+		arg := vfioUserJSON(VFIOUserDevice{ID: "vgpu3", Socket: path}, 0x13)
+		if err := json.Unmarshal([]byte(arg), &got); err != nil {
+			t.Fatalf("vfioUserJSON(%q) = %s: %v", path, arg, err)
+		}
+		if got.Driver != "vfio-user-pci" || got.ID != "vgpu3" || got.Addr != "0x13" || got.Socket.Type != "unix" || got.Socket.Path != path {
+			t.Errorf("vfioUserJSON(%q) = %s, decoded %+v", path, arg, got)
+		}
+	}
+}
+
+// TestPrefixAndEnv: the process is Prefix, QEMU, its arguments; the
+// command line shows Env before it.
+func TestPrefixAndEnv(t *testing.T) {
+	c := Config{QEMU: "qemu-system-x86_64", Kernel: "k", Initrd: "i", Prefix: []string{"/r/scripts/vmm-run.sh", "/r/build/vmm-root", "--"}, Env: []string{"VMM_RUN_BINDS=/run/x"}}
+	argv := c.argv()
+	if diff := cmp.Diff([]string{"/r/scripts/vmm-run.sh", "/r/build/vmm-root", "--", "qemu-system-x86_64", "-accel"}, argv[:5]); diff != "" {
+		t.Errorf("argv() head mismatch (-want +got):\n%s", diff)
+	}
+	if got := c.CommandLine(); !strings.HasPrefix(got, "VMM_RUN_BINDS=/run/x /r/scripts/vmm-run.sh /r/build/vmm-root -- qemu-system-x86_64 -accel tcg ") {
+		t.Errorf("CommandLine() = %s", got)
+	}
+}
+
+// TestVMMRootApply: Apply prefixes the run script and binds exactly the
+// directories the script does not bind itself.
+func TestVMMRootApply(t *testing.T) {
+	repo := t.TempDir()
+	script := filepath.Join(repo, "scripts", "vmm-run.sh")
+	root := filepath.Join(repo, "build", "vmm-root")
+	if _, err := NewVMMRoot(script, root); err == nil {
+		t.Fatalf("NewVMMRoot(missing) = nil error")
+	}
+	for _, p := range []string{script, filepath.Join(root, vmmStamp)} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := NewVMMRoot(script, root)
+	if err != nil {
+		t.Fatalf("NewVMMRoot = %v", err)
+	}
+	tests := []struct {
+		name string
+		cfg  Config
+		want []string // Env
+	}{
+		{"all bound already", Config{Kernel: filepath.Join(repo, "build/guest/vmlinuz"), Initrd: "/tmp/x/initramfs.cpio",
+			VFIOUser: []VFIOUserDevice{{ID: "v", Socket: "/tmp/s/u.vfio-user.sock"}}}, nil},
+		{"run dir and disk", Config{Kernel: filepath.Join(repo, "build/guest/vmlinuz"), Initrd: "/tmp/i", Disk: "/srv/img/rootfs.ext4",
+			QMPSocket: "/run/vgpud/instances/u.qmp", AgentSocket: "/run/vgpud/instances/u.agent.sock",
+			VFIOUser: []VFIOUserDevice{{ID: "v", Socket: "/run/vgpud/instances/u.vfio-user.sock"}}},
+			[]string{"VMM_RUN_BINDS=/srv/img:/run/vgpud/instances"}},
+		{"incoming unix socket", Config{Kernel: "/tmp/k", Initrd: "/tmp/i", Incoming: "unix:/var/lib/mig/in.sock"},
+			[]string{"VMM_RUN_BINDS=/var/lib/mig"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tt.cfg
+			r.Apply(&c)
+			if diff := cmp.Diff([]string{script, root, "--"}, c.Prefix); diff != "" {
+				t.Errorf("Prefix mismatch (-want +got):\n%s", diff)
+			}
+			if !c.Modern {
+				t.Errorf("Modern = false after Apply")
+			}
+			if diff := cmp.Diff(tt.want, c.Env); diff != "" {
+				t.Errorf("Env mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestReconnectSpelling: QEMU 7.2 knows only reconnect=, QEMU 11 only
+// reconnect-ms=.
+func TestReconnectSpelling(t *testing.T) {
+	for _, tt := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Kernel: "k", Initrd: "i", AgentSocket: "/a"}, "socket,id=agentch,path=/a,reconnect=1"},
+		{Config{Kernel: "k", Initrd: "i", AgentSocket: "/a", Modern: true}, "socket,id=agentch,path=/a,reconnect-ms=1000"},
+		{Config{Kernel: "k", Initrd: "i", AgentSocket: "/a", VFIOUser: []VFIOUserDevice{{ID: "v", Socket: "/s"}}}, "socket,id=agentch,path=/a,reconnect-ms=1000"},
+	} {
+		if args := tt.cfg.Args(); !slices.Contains(args, tt.want) {
+			t.Errorf("Args(modern %v, %d vfio-user) = %q, want %q among them", tt.cfg.Modern, len(tt.cfg.VFIOUser), args, tt.want)
+		}
 	}
 }

@@ -57,7 +57,11 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start qemu: console pipe: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, cfg.QEMU, cfg.Args()...)
+	argv := cfg.argv()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if len(cfg.Env) > 0 {
+		cmd.Env = append(os.Environ(), cfg.Env...)
+	}
 	cmd.Stdin = nil // /dev/null: the guest gets no console input
 	cmd.Stdout = pw
 	vm := &VM{
