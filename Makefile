@@ -94,7 +94,7 @@ $(ICD)/libvgpud-icd.so: $(ICD_SRCS) $(ICD_HDRS)
 # Every test runs: a skipped test fails `make test` (scripts/testsummary),
 # since the targets above install all that the tests need; ALLOW_SKIP=1
 # lets a developer without some of it see the rest pass.
-test: deps kernel guest-apps icd
+test: deps kernel guest-apps icd vmm-root
 	$(GO) vet ./...
 	@mkdir -p build
 	$(GO) test $(TESTFLAGS) -json ./... > build/test.json; rc=$$?; \
@@ -139,8 +139,9 @@ bench-interference: deps
 # The modern VMM root (docs/vmm-root.md, issue 28): a Debian trixie root
 # with trixie-backports' QEMU 11.1 (vfio-user-pci) and trixie's libvirt,
 # built once and cached in build/vmm-root; scripts/vmm-run.sh runs programs
-# from it. Deliberately not a prerequisite of deps, test or .ci/run yet:
-# tests are wired to it once its build is proven within CI's time budget.
+# from it. A prerequisite of test: the real-QEMU tests run on its QEMU 11.1
+# over vfio-user beside the host's QEMU 7.2 over mpqemu (a current root
+# costs a hash check; a build from nothing about two minutes).
 VMMROOT := build/vmm-root
 
 .PHONY: vmm-root
