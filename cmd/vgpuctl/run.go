@@ -31,8 +31,13 @@ commands:
                                 (-workload/-like say what the instance will run; -hosts
                                 places across several vgpud daemons: docs/placement.md)
   destroy UUID
-  vm -instance UUID[,UUID...] [-kernel K -initrd I -append A -mem MiB -cpus N] [-print]
-                                start a QEMU VM with the instances attached;
+  vm -instance UUID[,UUID...] [-kernel K -initrd I -disk D -append A -mem MiB -cpus N]
+     [-qemu BIN] [-vmm-root DIR -vmm-run SCRIPT] [-print]
+                                start a QEMU VM with the instances attached: an instance
+                                of vgpud -transport mpqemu by x-pci-proxy-dev on the host's
+                                QEMU (7.2), one of -transport vfio-user by vfio-user-pci on
+                                QEMU 11.1 run from the VMM root (make vmm-root; -qemu names
+                                another QEMU >= 10.1), guest RAM a sealed shared memfd;
                                 prints the QEMU command line, then the console
   top [-n N] [-interval D]      live view of devices and instances (q or ctrl-c quits)
   stats [-json]                 scheduler and instance counters
@@ -305,18 +310,20 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 	fs := flag.NewFlagSet("vm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		ids    = fs.String("instance", "", "instance UUIDs to attach, comma separated")
-		kernel = fs.String("kernel", filepath.Join(guestDir(), "vmlinuz"), "guest kernel")
-		initrd = fs.String("initrd", filepath.Join(guestDir(), "initramfs.cpio"), "guest initramfs")
-		disk   = fs.String("disk", "", "a raw disk image attached read-only (the userland disk of make guest-apps: build/guest/apps/rootfs.ext4)")
-		app    = fs.String("append", "", "extra kernel command line, e.g. vgpu.run=vgpu-suite")
-		mem    = fs.Int("mem", qemuvm.DefaultMemMiB, "guest RAM in MiB")
-		cpus   = fs.Int("cpus", qemuvm.DefaultCPUs, "vCPUs")
-		qemu   = fs.String("qemu", qemuvm.DefaultQEMU, "QEMU binary")
-		print  = fs.Bool("print", false, "print the QEMU command line and exit")
-		prefix = fs.String("prefix", "", "prefix for console lines")
-		in     = fs.String("incoming", "", "start as the destination of a migration: QEMU listens at this URI (e.g. tcp:0:4444), paused, without the vGPU, which the destination vgpud plugs in (docs/migration.md)")
-		runDir = fs.String("run-dir", "", "with -incoming: the destination vgpud's run directory (default: the control socket's)")
+		ids     = fs.String("instance", "", "instance UUIDs to attach, comma separated")
+		kernel  = fs.String("kernel", filepath.Join(guestDir(), "vmlinuz"), "guest kernel")
+		initrd  = fs.String("initrd", filepath.Join(guestDir(), "initramfs.cpio"), "guest initramfs")
+		disk    = fs.String("disk", "", "a raw disk image attached read-only (the userland disk of make guest-apps: build/guest/apps/rootfs.ext4)")
+		app     = fs.String("append", "", "extra kernel command line, e.g. vgpu.run=vgpu-suite")
+		mem     = fs.Int("mem", qemuvm.DefaultMemMiB, "guest RAM in MiB")
+		cpus    = fs.Int("cpus", qemuvm.DefaultCPUs, "vCPUs")
+		qemu    = fs.String("qemu", qemuvm.DefaultQEMU, "QEMU binary (default for a vfio-user instance: QEMU 11.1 from the VMM root)")
+		vmmRun  = fs.String("vmm-run", qemuvm.VMMRunScript, "for a vfio-user instance without -qemu: the script that runs QEMU from the VMM root")
+		vmmRoot = fs.String("vmm-root", qemuvm.VMMRootDir, "for a vfio-user instance without -qemu: the VMM root (make vmm-root)")
+		print   = fs.Bool("print", false, "print the QEMU command line and exit")
+		prefix  = fs.String("prefix", "", "prefix for console lines")
+		in      = fs.String("incoming", "", "start as the destination of a migration: QEMU listens at this URI (e.g. tcp:0:4444), paused, without the vGPU, which the destination vgpud plugs in (docs/migration.md)")
+		runDir  = fs.String("run-dir", "", "with -incoming: the destination vgpud's run directory (default: the control socket's)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -324,6 +331,8 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 	if *ids == "" {
 		return errors.New("vm: -instance is required")
 	}
+	q := vmQEMU{binary: *qemu, vmmRun: *vmmRun, vmmRoot: *vmmRoot, printOnly: *print}
+	fs.Visit(func(f *flag.Flag) { q.binarySet = q.binarySet || f.Name == "qemu" })
 	cfg := qemuvm.Config{QEMU: *qemu, Kernel: *kernel, Initrd: *initrd, Disk: *disk, Append: *app, MemMiB: *mem, CPUs: *cpus,
 		SerialLog: &prefixWriter{w: w, prefix: *prefix}, Stderr: stderr, Incoming: *in}
 	if *in != "" {
@@ -340,6 +349,13 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 		base := filepath.Join(dir, "instances", id)
 		cfg.QMPSocket, cfg.AgentSocket = base+".qmp", base+".agent.sock"
 	}
+	defer func() {
+		if !*print {
+			for _, d := range cfg.Devices {
+				d.FD.Close() // an os.File closes once: a second Close does nothing
+			}
+		}
+	}()
 	for i, id := range strings.Split(*ids, ",") {
 		if *in != "" {
 			break
@@ -351,32 +367,25 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 		if info.Socket == "" {
 			return fmt.Errorf("instance %s has no socket", id)
 		}
-		if !strings.HasSuffix(info.Socket, ".sock") || strings.HasSuffix(info.Socket, ".vfio-user.sock") {
-			return fmt.Errorf("instance %s listens for vfio-user (%s): vgpuctl vm starts QEMU with x-pci-proxy-dev; "+
-				"start QEMU >= 10.1 with -device vfio-user-pci as docs/vfio-user.md shows", id, info.Socket)
+		if !strings.HasSuffix(info.Socket, ".sock") {
+			return fmt.Errorf("instance %s: socket %s is neither mpqemu's nor vfio-user's", id, info.Socket)
 		}
-		dev := qemuvm.ProxyDevice{ID: fmt.Sprintf("vgpu%d", i)}
-		if !*print {
-			f, err := qemuvm.DialProxy(info.Socket)
-			if err != nil {
-				return fmt.Errorf("instance %s: %w", id, err)
-			}
-			defer f.Close()
-			dev.FD = f
-		} else {
-			dev.FD = os.Stdin // placeholder: -print only shows fd numbers
+		if err := q.addDevice(&cfg, i, id, info.Socket); err != nil {
+			return err
 		}
-		cfg.Devices = append(cfg.Devices, dev)
 		// The first instance's guest agent channel, when vgpud serves one
 		// (<uuid>.agent.sock next to the QEMU socket; docs/agent-channel.md).
-		if agentSock := strings.TrimSuffix(info.Socket, ".sock") + ".agent.sock"; i == 0 {
+		if agentSock := instanceBase(info.Socket) + ".agent.sock"; i == 0 {
 			if _, err := os.Stat(agentSock); err == nil {
 				cfg.AgentSocket = agentSock
 			}
 			// QEMU's monitor where migration looks for it
 			// (mdev.Instance.QMPSocket).
-			cfg.QMPSocket = strings.TrimSuffix(info.Socket, ".sock") + ".qmp"
+			cfg.QMPSocket = instanceBase(info.Socket) + ".qmp"
 		}
+	}
+	if err := q.finish(&cfg); err != nil {
+		return err
 	}
 	fmt.Fprintln(w, "+", cfg.CommandLine())
 	if *print {

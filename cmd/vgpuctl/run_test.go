@@ -14,6 +14,7 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 
@@ -153,17 +154,71 @@ func TestGuestStatus(t *testing.T) {
 	}
 }
 
-// TestVMRefusesVFIOUser: vgpuctl vm drives QEMU 7.2's x-pci-proxy-dev, so
-// it refuses an instance of a vgpud that speaks vfio-user, saying what to
-// run instead.
-func TestVMRefusesVFIOUser(t *testing.T) {
+// TestVMVFIOUser: vgpuctl vm attaches an instance of a vgpud that speaks
+// vfio-user with vfio-user-pci, on sealed memfd RAM, and runs QEMU 11.1
+// from the VMM root unless -qemu names a QEMU; an mpqemu instance keeps
+// x-pci-proxy-dev on the host's QEMU.
+func TestVMVFIOUser(t *testing.T) {
+	root, err := qemuvm.RepoVMMRoot()
+	if err != nil {
+		t.Fatalf("%v (make vmm-root builds it)", err)
+	}
 	sock := daemonWith(t, mdev.Config{Transport: vfiouser.Transport{}})
 	id, err := ctl(t, sock, "create", "-profile", "vgpu-small")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = ctl(t, sock, "vm", "-instance", strings.TrimSpace(id), "-kernel", "/k", "-initrd", "/i", "-print")
-	if err == nil || !strings.Contains(err.Error(), "vfio-user-pci") {
-		t.Errorf("vm on a vfio-user instance = %v, want a refusal naming vfio-user-pci", err)
+	id = strings.TrimSpace(id)
+	vroot := []string{"-vmm-run", root.Script, "-vmm-root", root.Root}
+	for _, tt := range []struct {
+		name    string
+		args    []string
+		want    []string
+		notWant []string
+	}{
+		{
+			name: "from the VMM root",
+			args: vroot,
+			want: []string{
+				// The kernel and initramfs are outside /tmp and build/:
+				// bound into the root by name.
+				"+ VMM_RUN_BINDS=/k:/i " + root.Script + " " + root.Root + " -- qemu-system-x86_64 -accel tcg ",
+				"memory-backend-memfd,id=mem,size=256M,share=on,seal=on",
+				`'{"driver":"vfio-user-pci","id":"vgpu0","addr":"0x10","socket":{"type":"unix","path":"`,
+				id + `.vfio-user.sock"}}'`,
+				"/" + id + ".qmp,server=on",
+			},
+			notWant: []string{"x-pci-proxy-dev", ".vfio-user.qmp", "VMM_RUN_BINDS=/ "},
+		},
+		{
+			name:    "a QEMU named",
+			args:    append([]string{"-qemu", "/opt/qemu-11/bin/qemu-system-x86_64"}, vroot...),
+			want:    []string{"+ /opt/qemu-11/bin/qemu-system-x86_64 -accel tcg ", "seal=on", `"driver":"vfio-user-pci"`},
+			notWant: []string{"vmm-run.sh"},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"vm", "-instance", id, "-kernel", "/k", "-initrd", "/i", "-print"}, tt.args...)
+			out, err := ctl(t, sock, args...)
+			if err != nil {
+				t.Fatalf("vgpuctl %q = %v", args, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("vgpuctl %q = %q, want it to contain %q", args, out, w)
+				}
+			}
+			for _, w := range tt.notWant {
+				if strings.Contains(out, w) {
+					t.Errorf("vgpuctl %q = %q, want no %q", args, out, w)
+				}
+			}
+		})
+	}
+	// Without a built root, a vfio-user instance needs -qemu: the error
+	// says how to get one.
+	_, err = ctl(t, sock, "vm", "-instance", id, "-kernel", "/k", "-initrd", "/i", "-print", "-vmm-run", root.Script, "-vmm-root", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "make vmm-root") || !strings.Contains(err.Error(), "-qemu") {
+		t.Errorf("vm with no VMM root = %v, want an error naming make vmm-root and -qemu", err)
 	}
 }

@@ -314,7 +314,9 @@ func TestVMMRootApply(t *testing.T) {
 		{"run dir and disk", Config{Kernel: filepath.Join(repo, "build/guest/vmlinuz"), Initrd: "/tmp/i", Disk: "/srv/img/rootfs.ext4",
 			QMPSocket: "/run/vgpud/instances/u.qmp", AgentSocket: "/run/vgpud/instances/u.agent.sock",
 			VFIOUser: []VFIOUserDevice{{ID: "v", Socket: "/run/vgpud/instances/u.vfio-user.sock"}}},
-			[]string{"VMM_RUN_BINDS=/srv/img:/run/vgpud/instances"}},
+			[]string{"VMM_RUN_BINDS=/srv/img/rootfs.ext4:/run/vgpud/instances"}},
+		{"kernel in /boot, socket in /", Config{Kernel: "/boot/vmlinuz", Initrd: "/tmp/i", QMPSocket: "/q.qmp"},
+			[]string{"VMM_RUN_BINDS=/boot/vmlinuz"}},
 		{"incoming unix socket", Config{Kernel: "/tmp/k", Initrd: "/tmp/i", Incoming: "unix:/var/lib/mig/in.sock"},
 			[]string{"VMM_RUN_BINDS=/var/lib/mig"}},
 	}

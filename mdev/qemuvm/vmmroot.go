@@ -39,11 +39,13 @@ func NewVMMRoot(script, root string) (VMMRoot, error) {
 	if r.Root, err = filepath.Abs(root); err != nil {
 		return VMMRoot{}, fmt.Errorf("vmm root: %w", err)
 	}
+	// %v, not %w: a missing file here is not a missing daemon or socket
+	// to a caller that tells ENOENT apart.
 	if _, err := os.Stat(r.Script); err != nil {
-		return VMMRoot{}, fmt.Errorf("vmm root: run script: %w", err)
+		return VMMRoot{}, fmt.Errorf("vmm root: run script: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(r.Root, vmmStamp)); err != nil {
-		return VMMRoot{}, fmt.Errorf("vmm root %s is not built (%w): run `make vmm-root` (docs/vmm-root.md)", r.Root, err)
+		return VMMRoot{}, fmt.Errorf("vmm root %s is not built (%v): run `make vmm-root` (docs/vmm-root.md)", r.Root, err)
 	}
 	return r, nil
 }
@@ -69,10 +71,12 @@ func RepoVMMRoot() (VMMRoot, error) {
 }
 
 // Apply makes c run QEMU from the root: c.Prefix is the run script, the
-// root and "--", c.Modern is set, and c.Env's VMM_RUN_BINDS names the
-// directories of c's files (kernel, initramfs, disk, sockets) that the
-// script does not bind anyway (/tmp and the repository's build/), so that
-// every path means the same inside the root. Call it once c is complete.
+// root and "--", c.Modern is set, and c.Env's VMM_RUN_BINDS names c's
+// files (kernel, initramfs, disk) and the directories of its sockets
+// (which QEMU may create) that the script does not bind anyway (/tmp and
+// the repository's build/), so that every path means the same inside the
+// root. Files are bound one by one so that a kernel in /boot, say, does
+// not hide the root's own directory. Call it once c is complete.
 func (r VMMRoot) Apply(c *Config) {
 	c.Prefix = []string{r.Script, r.Root, "--"}
 	c.Modern = true
@@ -84,31 +88,37 @@ func (r VMMRoot) Apply(c *Config) {
 // binds lists the directories c's files are in, outside what vmm-run.sh
 // binds itself.
 func (r VMMRoot) binds(c Config) []string {
-	paths := []string{c.Kernel, c.Initrd, c.Disk, c.QMPSocket, c.AgentSocket}
+	files := []string{c.Kernel, c.Initrd, c.Disk}
+	var dirs []string
+	for _, p := range []string{c.QMPSocket, c.AgentSocket} {
+		if p != "" {
+			dirs = append(dirs, filepath.Dir(p))
+		}
+	}
 	for _, d := range c.VFIOUser {
-		paths = append(paths, d.Socket)
+		dirs = append(dirs, filepath.Dir(d.Socket))
 	}
 	if p, ok := strings.CutPrefix(c.Incoming, "unix:"); ok {
-		paths = append(paths, p)
+		dirs = append(dirs, filepath.Dir(p))
 	}
 	covered := []string{"/tmp", filepath.Dir(r.Root)} // the repository's build/
-	var dirs []string
-	for _, p := range paths {
+	var out []string
+	for _, p := range append(files, dirs...) {
 		if p == "" {
 			continue
 		}
-		dir, err := filepath.Abs(filepath.Dir(p))
-		if err != nil || strings.Contains(dir, ":") {
+		abs, err := filepath.Abs(p)
+		if err != nil || abs == "/" || strings.Contains(abs, ":") {
 			continue // unusable in the list; QEMU will say what it misses
 		}
-		if slices.ContainsFunc(covered, func(c string) bool { return within(dir, c) }) {
+		if slices.ContainsFunc(covered, func(c string) bool { return within(abs, c) }) {
 			continue
 		}
-		if !slices.Contains(dirs, dir) {
-			dirs = append(dirs, dir)
+		if !slices.Contains(out, abs) {
+			out = append(out, abs)
 		}
 	}
-	return dirs
+	return out
 }
 
 // within reports whether path is dir or below it.
