@@ -268,6 +268,10 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 	if !ok {
 		return nil, fmt.Errorf("create: %w %q (have %s)", ErrUnknownProfile, req.Profile, strings.Join(m.profileNames(), ", "))
 	}
+	if d := req.Device; d != nil && (*d < 0 || *d >= len(m.infos)) {
+		// Said before a UUID is made up: no instance is named that was never created.
+		return nil, fmt.Errorf("create: %w %d (this vgpud has %d)", ErrNoDevice, *d, len(m.infos))
+	}
 	id := req.UUID
 	if id == "" {
 		id = uuid.NewString()
@@ -351,7 +355,7 @@ func (m *Manager) profileNames() []string {
 // with room (placement.go).
 func (m *Manager) placeLocked(p Profile, want *int, h PlaceHint) (int, error) {
 	if want != nil && (*want < 0 || *want >= len(m.infos)) {
-		return 0, fmt.Errorf("device %d: have %d devices", *want, len(m.infos))
+		return 0, fmt.Errorf("%w %d (have %d)", ErrNoDevice, *want, len(m.infos))
 	}
 	ex, err := m.explainLocked(p, want, h)
 	if err != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/suite"
+	"github.com/vgpud/vgpud/worker"
 )
 
 // TestSetProfileWhileAttached changes an attached instance's type: the
@@ -52,5 +54,36 @@ func TestSetProfileWhileAttached(t *testing.T) {
 	}
 	if rep := suite.Run(context.Background(), d, suite.Options{VectorN: 4096, ReduceN: 4096}); !rep.OK() {
 		t.Errorf("guest after the change:\n%s", rep)
+	}
+}
+
+// TestCarried: a profile change keeps each limit and the share an
+// operator set (they differ from the old profile's) and takes the new
+// profile's for the rest; the memory quota always follows the new one.
+func TestCarried(t *testing.T) {
+	ps := DefaultProfiles()
+	small, medium := ps[0], ps[1]
+	base := limitsOf(small)
+	set := base
+	set.KernelTimeout, set.ProgramBytes = 3*time.Second, 1<<20
+	for _, c := range []struct {
+		name      string
+		cur       worker.Limits
+		share     uint32
+		wantLim   worker.Limits
+		wantShare uint32
+	}{
+		{"nothing set", base, small.Share, limitsOf(medium), medium.Share},
+		{"share set", base, 7, limitsOf(medium), 7},
+		{"limits set", set, small.Share, func() worker.Limits {
+			l := limitsOf(medium)
+			l.KernelTimeout, l.ProgramBytes = 3*time.Second, 1<<20
+			return l
+		}(), medium.Share},
+	} {
+		lim, share := carried(c.cur, c.share, small, medium)
+		if lim != c.wantLim || share != c.wantShare {
+			t.Errorf("%s: carried = %+v, %d; want %+v, %d", c.name, lim, share, c.wantLim, c.wantShare)
+		}
 	}
 }

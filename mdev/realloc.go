@@ -144,8 +144,12 @@ func (m *Manager) Realloc(ctx context.Context, id string, req ReallocRequest) (r
 		return res, fmt.Errorf("realloc %s: %w: it holds %d bytes, %s allows %d", id, ErrReallocRefused, held, p.Name, p.MemBytes)
 	}
 
-	// The move (or, on the same device, the new quota).
-	lim := limitsOf(p)
+	// The move (or, on the same device, the new quota), keeping the
+	// limits and share an operator set (carried).
+	inst.mu.Lock()
+	cur := inst.limits
+	inst.mu.Unlock()
+	lim, share := carried(cur, inst.Sched().Share, old, p)
 	if to == from {
 		err = inst.setLimits(lim)
 	} else {
@@ -167,9 +171,10 @@ func (m *Manager) Realloc(ctx context.Context, id string, req ReallocRequest) (r
 	m.mu.Lock()
 	inst.mu.Lock()
 	inst.profile = p
+	inst.limits = lim // what the worker now runs under (setLimits or the move)
 	inst.mu.Unlock()
 	m.mu.Unlock()
-	if err := inst.scheduler().SetShare(id, p.Share); err != nil {
+	if err := inst.scheduler().SetShare(id, share); err != nil {
 		log.Warn("reallocation: share", "err", err)
 	}
 	inst.peakSince.Store(time.Now().UnixNano())
