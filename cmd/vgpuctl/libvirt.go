@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -12,8 +11,7 @@ import (
 )
 
 func attachCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("attach", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("attach", stderr)
 	var req control.AttachRequest
 	var xreq control.XenAttachRequest
 	fs.StringVar(&req.Libvirt, "libvirt", "", "the libvirt domain (name, id or UUID) that gets the vGPU")

@@ -29,9 +29,13 @@ type guestExit struct{ code int }
 
 func (e guestExit) Error() string { return fmt.Sprintf("guest program exited with status %d", e.code) }
 
-// exitCode is vgpuctl's exit status for err: a guest program's own status
-// (1..255; anything else 1), else 1.
+// exitCode is vgpuctl's exit status for err: 2 for a command line it
+// cannot run, a guest program's own status (1..255; anything else 1),
+// else 1.
 func exitCode(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
 	var g guestExit
 	if errors.As(err, &g) && g.code >= 1 && g.code <= 255 {
 		return g.code

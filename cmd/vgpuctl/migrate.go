@@ -14,8 +14,7 @@ import (
 )
 
 func migrateCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("migrate", stderr)
 	var req control.MigrateRequest
 	fs.StringVar(&req.To, "to", "", "the destination vgpud's migration listener, HOST:PORT")
 	fs.StringVar(&req.URI, "uri", "", "the destination QEMU's -incoming URI (tcp:HOST:PORT or unix:PATH)")
@@ -53,8 +52,7 @@ func showMigration(w io.Writer, rep *migrate.Report, err error, asJSON bool) err
 }
 
 func reattachCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("reattach", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("reattach", stderr)
 	var req control.ReattachRequest
 	fs.StringVar(&req.QMP, "qmp", "", "the VM's QMP socket (default: <run-dir>/instances/UUID.qmp)")
 	fs.StringVar(&req.DeviceID, "device-id", "", "the vGPU's QEMU device id (default vgpu0)")
@@ -96,7 +94,7 @@ func parseUUIDCmd(fs *flag.FlagSet, args []string) (string, error) {
 		return fs.Arg(0), nil
 	}
 	if fs.NArg() > 0 {
-		return "", fmt.Errorf("%s: unexpected arguments %q", fs.Name(), fs.Args())
+		return "", usagef("%s: unexpected argument %q (vgpuctl %s -h shows its usage)", fs.Name(), fs.Arg(0), fs.Name())
 	}
 	return id, nil
 }
@@ -137,23 +135,10 @@ func help(w io.Writer, args []string) error {
 		_, err := fmt.Fprint(w, usage)
 		return err
 	}
-	var out []string
-	in := false
-	for _, line := range strings.Split(usage, "\n") {
-		t := strings.TrimSpace(line)
-		switch {
-		case strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") && t != "":
-			in = strings.Fields(t)[0] == args[0]
-		case !strings.HasPrefix(line, "   "):
-			in = false
-		}
-		if in {
-			out = append(out, line)
-		}
+	lines := helpLines(args[0])
+	if len(lines) == 0 {
+		return usagef("help: no command %q (vgpuctl help lists them)", args[0])
 	}
-	if len(out) == 0 {
-		return fmt.Errorf("help: no command %q", args[0])
-	}
-	_, err := fmt.Fprintln(w, strings.Join(out, "\n"))
+	_, err := fmt.Fprintln(w, strings.Join(lines, "\n"))
 	return err
 }

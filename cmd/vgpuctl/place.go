@@ -17,8 +17,7 @@ import (
 
 // placeCmd shows or sets the placement, or explains a placement.
 func placeCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("place", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("place", stderr)
 	var (
 		policy  = fs.String("policy", "", "set the placement policy: fewest, round-robin or interference")
 		dataset = fs.String("dataset", "", "load a co-run dataset file (bench/interference writes one) and retrain the model")

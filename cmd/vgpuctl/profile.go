@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
@@ -14,7 +14,7 @@ import (
 // setProfile moves an instance to another vGPU type at run time.
 func setProfile(ctx context.Context, c *control.Client, args []string, w io.Writer) error {
 	if len(args) != 2 {
-		return errors.New("usage: set-profile UUID PROFILE")
+		return usagef("usage: set-profile UUID PROFILE")
 	}
 	in, err := c.SetProfile(ctx, args[0], args[1])
 	if err != nil {
@@ -26,27 +26,37 @@ func setProfile(ctx context.Context, c *control.Client, args []string, w io.Writ
 
 // setLimits changes an instance's time budgets and program quota.
 func setLimits(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("limits", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("limits", stderr)
 	const usage = "usage: limits UUID [-kernel-timeout D] [-slice D] [-build-timeout D] [-program-bytes N]"
-	kernel := fs.Duration("kernel-timeout", 0, "longest one device turn may run, preempted time excluded (0: keep)")
+	kernel := fs.Duration("kernel-timeout", 0, "longest one device turn may run, preempted time excluded (default: keep)")
 	turn := fs.Duration("turn-timeout", 0, "former name of -kernel-timeout")
-	slice := fs.Duration("slice", 0, "how long a turn may run while another domain waits before it is preempted (0: keep)")
-	build := fs.Duration("build-timeout", 0, "longest one program build may take (0: keep)")
-	prog := fs.Uint64("program-bytes", 0, "bytes of programs the instance may hold (0: keep)")
-	if len(args) < 1 {
-		return errors.New(usage)
-	}
-	if err := fs.Parse(args[1:]); err != nil {
+	slice := fs.Duration("slice", 0, "how long a turn may run while another domain waits before it is preempted (default: keep)")
+	build := fs.Duration("build-timeout", 0, "longest one program build may take (default: keep)")
+	prog := fs.Uint64("program-bytes", 0, "bytes of programs the instance may hold (default: keep)")
+	id, err := parseUUIDCmd(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 0 || *kernel < 0 || *turn < 0 || *slice < 0 || *build < 0 {
-		return errors.New(usage)
+	if id == "" {
+		return usagef("%s", usage)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"kernel-timeout", *kernel}, {"turn-timeout", *turn}, {"slice", *slice}, {"build-timeout", *build}} {
+		if d.v < 0 || (d.v == 0 && set[d.name]) {
+			return usagef("limits: -%s %v refused: a time budget must be positive (leave the flag out to keep the current one)", d.name, d.v)
+		}
+	}
+	if *prog == 0 && set["program-bytes"] {
+		return usagef("limits: -program-bytes 0 refused: the program quota must be positive (leave the flag out to keep it)")
 	}
 	if *kernel == 0 {
 		*kernel = *turn
 	}
-	in, err := c.SetLimits(ctx, args[0], mdev.Limits{KernelTimeout: mdev.Duration(*kernel), Slice: mdev.Duration(*slice),
+	in, err := c.SetLimits(ctx, id, mdev.Limits{KernelTimeout: mdev.Duration(*kernel), Slice: mdev.Duration(*slice),
 		BuildTimeout: mdev.Duration(*build), ProgramBytes: *prog})
 	if err != nil {
 		return err

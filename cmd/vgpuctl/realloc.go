@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -16,8 +15,7 @@ import (
 // reallocCmd moves an instance to another device or profile of this
 // daemon (-device, -profile), or to another host (-to: a live migration).
 func reallocCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("realloc", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("realloc", stderr)
 	dev := fs.Int("device", -1, "the physical device to move to (default: stay)")
 	profile := fs.String("profile", "", "the vGPU type to move to (default: keep)")
 	deadline := fs.Duration("deadline", 0, "how long the guest's programs may take to checkpoint, and to resume (default 30s)")
@@ -67,8 +65,7 @@ func reallocCmd(ctx context.Context, c *control.Client, args []string, w, stderr
 // resourcesCmd shows what an instance's guest programs declared and what
 // it holds.
 func resourcesCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("resources", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("resources", stderr)
 	asJSON := fs.Bool("json", false, "print as JSON")
 	id, err := parseUUIDCmd(fs, args)
 	if err != nil {
@@ -123,11 +120,10 @@ func orNone(s string) string {
 // overcommitCmd sets an instance's (or, -profile, a vGPU type's)
 // overcommit policy.
 func overcommitCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("overcommit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("overcommit", stderr)
 	profile := fs.String("profile", "", "set the default of this vGPU type instead of one instance's")
 	timeout := fs.Duration("timeout", 0, "how long a blocked allocation waits (default 30s)")
-	const use = "usage: overcommit UUID|-profile P none|block|migrate|suspend|profile [-timeout D]"
+	const use = "usage: overcommit UUID|-profile P [none|block|migrate|suspend|profile [-timeout D]]"
 	var pos []string
 	for len(args) > 0 {
 		if err := fs.Parse(args); err != nil {
@@ -141,6 +137,25 @@ func overcommitCmd(ctx context.Context, c *control.Client, args []string, w, std
 	}
 	o := mdev.Overcommit{Timeout: mdev.Duration(*timeout)}
 	switch {
+	case *profile == "" && len(pos) == 1:
+		// No policy: the instance's current one.
+		r, err := c.Resources(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s: overcommit %s (timeout %v)\n", r.UUID, orNone(string(r.Policy.Policy)), r.Policy.Timeout.D())
+	case *profile != "" && len(pos) == 0:
+		ps, err := c.Profiles(ctx)
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			if p.Name == *profile {
+				fmt.Fprintf(w, "profile %s: overcommit %s (timeout %v)\n", p.Name, orNone(string(p.Overcommit.Policy)), p.Overcommit.Timeout.D())
+				return nil
+			}
+		}
+		return fmt.Errorf("overcommit: %w %q", mdev.ErrUnknownProfile, *profile)
 	case *profile != "" && len(pos) == 1:
 		o.Policy = mdev.OvercommitPolicy(pos[0])
 		if err := c.SetProfileOvercommit(ctx, *profile, o); err != nil {
@@ -156,15 +171,14 @@ func overcommitCmd(ctx context.Context, c *control.Client, args []string, w, std
 		}
 		fmt.Fprintf(w, "%s: overcommit %s\n", pos[0], orNone(string(o.Policy)))
 	default:
-		return errors.New(use)
+		return usagef("%s", use)
 	}
 	return nil
 }
 
 // proposalsCmd lists the downgrades the policy proposes.
 func proposalsCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("proposals", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("proposals", stderr)
 	window := fs.Duration("window", 10*time.Minute, "how long the peak must have stayed below the smaller profile")
 	asJSON := fs.Bool("json", false, "print as JSON")
 	if err := fs.Parse(args); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -62,9 +61,7 @@ func reuseCmd(ctx context.Context, c *control.Client, args []string, w, stderr i
 			return nil
 		}
 	}
-	fs := flag.NewFlagSet("reuse", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, reuseUsage) }
+	fs := newFlags("reuse", stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return err

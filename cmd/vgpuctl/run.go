@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 
 	"github.com/vgpud/vgpud/mdev"
@@ -21,8 +22,8 @@ import (
 const usage = `usage: vgpuctl [-socket PATH] COMMAND [ARGS]
 
 commands:
-  devices                       physical devices and their load
-  profiles                      vGPU types
+  devices [-json]               physical devices and their load
+  profiles [-json]              vGPU types
   list [-json]                  instances with their counters
   show UUID                     one instance (JSON)
   create -profile P [-uuid U] [-device N] [-reuse-domain D | -no-reuse]
@@ -47,7 +48,8 @@ commands:
   reuse [-json]                 result-reuse domains and counters
   reuse set UUID DOMAIN|private|off
   reuse budget DOMAIN BYTES|unpin
-  set-profile UUID PROFILE      move an instance (VM attached) to another vGPU type
+  set-profile UUID PROFILE      move an instance (VM attached) to another vGPU type;
+                                a share or limit set before is kept
   limits UUID [-kernel-timeout D] [-slice D] [-build-timeout D] [-program-bytes N]
                                 an instance's time budgets and program quota
                                 (a worker whose turn or build overruns is ended)
@@ -60,9 +62,10 @@ commands:
                                 the same to another host: a live migration
   resources UUID [-json]        what the guest's programs declared, what the instance
                                 holds, its overcommit policy and any downgrade proposal
-  overcommit UUID none|block|migrate|suspend|profile [-timeout D]
-  overcommit -profile P none|block|migrate|suspend [-timeout D]
+  overcommit UUID [none|block|migrate|suspend|profile [-timeout D]]
+  overcommit -profile P [none|block|migrate|suspend [-timeout D]]
                                 what an allocation the device cannot hold does
+                                (with no policy: the current one)
   proposals [-window D] [-json] instances whose peak stayed below a smaller profile
   migrate UUID -to HOST:PORT -uri QEMU-URI [-qmp PATH] [-device-id ID] [-rounds N] [-no-precopy] [-json]
                                 move the instance and its running VM to the vgpud
@@ -91,15 +94,18 @@ commands:
                                 the predicted added interference (or other score) of
                                 every device, and the one an instance would go to
   help [COMMAND]                this text (or COMMAND's lines of it)
+
+COMMAND -h prints a command's flags. Exit status: 0 done, 1 failed,
+2 a command line vgpuctl cannot run.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("vgpuctl", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs.SetOutput(io.Discard) // -h: the usage, once, on stdout; an error: one line and a hint
+	fs.Usage = func() {}
 	defSock := os.Getenv("VGPUD_SOCKET")
 	if defSock == "" {
-		defSock = "/run/vgpud/control.sock"
+		defSock = defaultSocket
 	}
 	sock := fs.String("socket", defSock, "vgpud control socket ($VGPUD_SOCKET)")
 	if err := fs.Parse(args); err != nil {
@@ -107,30 +113,91 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprint(stdout, usage)
 			return nil
 		}
-		return err
+		return usagef("%v (vgpuctl help lists the commands and flags)", err)
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
-		return errors.New("no command")
+		return usagef("no command (vgpuctl help lists them)")
 	}
 	c := control.NewClient(*sock)
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	if cmd == "help" {
 		return help(stdout, rest)
 	}
-	if len(rest) > 0 && (rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help") {
-		return help(stdout, []string{cmd})
+	if len(helpLines(cmd)) == 0 {
+		return usagef("unknown command %q (vgpuctl help lists the commands)", cmd)
 	}
+	if wantsHelp(rest) {
+		// The command's lines of the usage and its flags, on stdout:
+		// a command with flags parses just -h and prints them.
+		if flagless[cmd] {
+			printCmdUsage(stdout, cmd, flag.NewFlagSet(cmd, flag.ContinueOnError))
+			return nil
+		}
+		if cmd == "vm" {
+			help(stdout, []string{cmd})
+		}
+		err := dispatch(ctx, c, cmd, []string{"-h"}, stdout, helpWriter{stdout})
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	err := dispatch(ctx, c, cmd, rest, stdout, stderr)
+	if isFlagError(err) {
+		return usagef("%s: %v (vgpuctl %s -h shows its flags)", cmd, err, cmd)
+	}
+	return explain(err, *sock)
+}
+
+// defaultSocket is where vgpud serves its control API unless told
+// otherwise (vgpud -run-dir).
+const defaultSocket = "/run/vgpud/control.sock"
+
+// flagless are the commands with no flags.
+var flagless = map[string]bool{"show": true, "destroy": true, "policy": true, "set-share": true, "set-profile": true}
+
+// explain adds to err what an operator does about it: a control socket
+// that is not there or refuses means no vgpud serves it.
+func explain(err error, sock string) error {
+	var errno syscall.Errno
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
+		errors.As(err, &errno)
+		return &noDaemonError{sock: sock, why: errno.Error(), err: err,
+			hint: "start vgpud (systemctl start vgpud), or point vgpuctl at its socket with -socket PATH or $VGPUD_SOCKET"}
+	case errors.Is(err, syscall.EACCES):
+		errors.As(err, &errno)
+		return &noDaemonError{sock: sock, why: errno.Error(), err: err,
+			hint: "the control socket is vgpud's (mode 0600): run vgpuctl as the user vgpud runs as"}
+	}
+	return err
+}
+
+// noDaemonError: vgpuctl could not reach vgpud's control socket.
+type noDaemonError struct {
+	sock, why, hint string
+	err             error
+}
+
+func (e *noDaemonError) Error() string {
+	return fmt.Sprintf("cannot reach vgpud at %s (%s): %s", e.sock, e.why, e.hint)
+}
+func (e *noDaemonError) Unwrap() error { return e.err }
+
+// dispatch runs command cmd with its arguments.
+func dispatch(ctx context.Context, c *control.Client, cmd string, rest []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "devices":
-		return devices(ctx, c, stdout)
+		return devices(ctx, c, rest, stdout, stderr)
 	case "profiles":
-		return profiles(ctx, c, stdout)
+		return profiles(ctx, c, rest, stdout, stderr)
 	case "list":
 		return list(ctx, c, rest, stdout, stderr)
 	case "show":
 		if len(rest) != 1 {
-			return errors.New("usage: show UUID")
+			return usagef("usage: show UUID")
 		}
 		info, err := c.Instance(ctx, rest[0])
 		if err != nil {
@@ -141,7 +208,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return create(ctx, c, rest, stdout, stderr)
 	case "destroy":
 		if len(rest) != 1 {
-			return errors.New("usage: destroy UUID")
+			return usagef("usage: destroy UUID")
 		}
 		return c.Destroy(ctx, rest[0])
 	case "vm":
@@ -179,8 +246,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "place":
 		return placeCmd(ctx, c, rest, stdout, stderr)
 	}
-	fs.Usage()
-	return fmt.Errorf("unknown command %q", cmd)
+	return usagef("unknown command %q (vgpuctl help lists the commands)", cmd)
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -191,10 +257,30 @@ func printJSON(w io.Writer, v any) error {
 
 func mib(n uint64) string { return fmt.Sprintf("%d MiB", n>>20) }
 
-func devices(ctx context.Context, c *control.Client, w io.Writer) error {
+// listFlags parses a listing's arguments: -json and nothing else.
+func listFlags(name string, args []string, stderr io.Writer) (asJSON bool, err error) {
+	fs := newFlags(name, stderr)
+	j := fs.Bool("json", false, "print JSON instead of a table")
+	if err := fs.Parse(args); err != nil {
+		return false, err
+	}
+	if fs.NArg() != 0 {
+		return false, usagef("%s: unexpected argument %q (usage: %s [-json])", name, fs.Arg(0), name)
+	}
+	return *j, nil
+}
+
+func devices(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
+	asJSON, err := listFlags("devices", args, stderr)
+	if err != nil {
+		return err
+	}
 	devs, err := c.Devices(ctx)
 	if err != nil {
 		return err
+	}
+	if asJSON {
+		return printJSON(w, devs)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INDEX\tNAME\tPLATFORM\tCU\tMEMORY\tINSTANCES")
@@ -204,10 +290,17 @@ func devices(ctx context.Context, c *control.Client, w io.Writer) error {
 	return tw.Flush()
 }
 
-func profiles(ctx context.Context, c *control.Client, w io.Writer) error {
+func profiles(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
+	asJSON, err := listFlags("profiles", args, stderr)
+	if err != nil {
+		return err
+	}
 	ps, err := c.Profiles(ctx)
 	if err != nil {
 		return err
+	}
+	if asJSON {
+		return printJSON(w, ps)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tMEMORY\tSHARE\tMAX/DEVICE")
@@ -218,17 +311,15 @@ func profiles(ctx context.Context, c *control.Client, w io.Writer) error {
 }
 
 func list(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("list", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
+	asJSON, err := listFlags("list", args, stderr)
+	if err != nil {
 		return err
 	}
 	insts, err := c.Instances(ctx)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		return printJSON(w, insts)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -245,8 +336,7 @@ func list(ctx context.Context, c *control.Client, args []string, w, stderr io.Wr
 }
 
 func create(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("create", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("create", stderr)
 	profile := fs.String("profile", "", "vGPU type (see vgpuctl profiles)")
 	id := fs.String("uuid", "", "instance UUID (default: random)")
 	dev := fs.Int("device", -1, "physical device index (default: placed by vgpud)")
@@ -259,10 +349,15 @@ func create(ctx context.Context, c *control.Client, args []string, w, stderr io.
 		return err
 	}
 	if *profile == "" {
-		return errors.New("create: -profile is required")
+		return usagef("create: -profile is required (vgpuctl profiles lists them)")
 	}
 	if fs.NArg() != 0 {
-		return fmt.Errorf("create: unexpected arguments %q", fs.Args())
+		return usagef("create: unexpected argument %q", fs.Arg(0))
+	}
+	devSet := false
+	fs.Visit(func(f *flag.Flag) { devSet = devSet || f.Name == "device" })
+	if devSet && *dev < 0 {
+		return usagef("create: -device %d refused: a device index is 0 or more (vgpuctl devices lists them; leave -device out to let vgpud place the instance)", *dev)
 	}
 	req := mdev.CreateRequest{Profile: *profile, UUID: *id, ReuseDomain: *reuseDom, NoReuse: *noReuse}
 	if *dev >= 0 {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,8 +14,7 @@ import (
 )
 
 func stats(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("stats", stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -84,8 +82,7 @@ func setShare(ctx context.Context, c *control.Client, args []string, w io.Writer
 // top refreshes a view of the devices and instances every interval until
 // q, ctrl-c (ctx) or n frames.
 func top(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("top", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("top", stderr)
 	n := fs.Int("n", 0, "frames to show before exiting (0: until q or ctrl-c)")
 	interval := fs.Duration("interval", time.Second, "refresh interval")
 	if err := fs.Parse(args); err != nil {

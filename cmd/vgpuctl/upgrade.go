@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 
@@ -10,8 +9,7 @@ import (
 )
 
 func upgradeCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("upgrade", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("upgrade", stderr)
 	var req control.UpgradeRequest
 	fs.StringVar(&req.Binary, "binary", "", "the new vgpud (default: the file the running one was started from)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// errUsage marks a command line vgpuctl cannot run (an unknown command, a
+// bad flag, an argument too many): vgpuctl exits 2 for it, as Unix tools
+// do, and 1 for an error of the daemon or the system.
+var errUsage = errors.New("usage")
+
+// usageError is a command-line error: its message, then a hint where the
+// whole story is.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string        { return e.msg }
+func (e usageError) Is(target error) bool { return target == errUsage }
+
+// usagef is a usageError.
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// helpWriter is the stderr run hands a command when asked for its help
+// (vgpuctl CMD -h): the command parses just -h, and its flag set prints
+// its usage there.
+type helpWriter struct{ io.Writer }
+
+// newFlags is a subcommand's flag set. Asked for help (stderr a
+// helpWriter), it prints the command's lines of vgpuctl help and its
+// flags with their one-line help; a bad flag is only returned (run says
+// it in one line with a hint).
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if hw, ok := stderr.(helpWriter); ok {
+		fs.Usage = func() { printCmdUsage(hw.Writer, name, fs) }
+	}
+	return fs
+}
+
+// isFlagError reports whether err is the flag package's complaint about
+// a command line (its errors have no type of their own).
+func isFlagError(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, p := range []string{"flag provided but not defined", "invalid value ", "invalid boolean value ", "flag needs an argument", "bad flag syntax"} {
+		if strings.HasPrefix(err.Error(), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// printCmdUsage prints name's lines of the usage and fs's flags.
+func printCmdUsage(w io.Writer, name string, fs *flag.FlagSet) {
+	if lines := helpLines(name); len(lines) > 0 {
+		fmt.Fprintln(w, "usage: vgpuctl [-socket PATH]", strings.TrimSpace(strings.Join(lines, "\n")))
+	}
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		fmt.Fprintln(w, "\n(no flags)")
+		return
+	}
+	fmt.Fprintln(w, "\nflags:")
+	out := fs.Output()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+}
+
+// wantsHelp reports whether args ask for help (-h, -help, --help) before
+// any "--".
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
+
+// helpLines are the lines of usage that describe command name.
+func helpLines(name string) []string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(usage, "\n") {
+		t := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") && t != "":
+			in = strings.Fields(t)[0] == name
+		case !strings.HasPrefix(line, "   "):
+			in = false
+		}
+		if in {
+			out = append(out, line)
+		}
+	}
+	return out
+}

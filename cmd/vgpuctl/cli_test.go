@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vgpud/vgpud/mdev"
+)
+
+// TestHelpConventions: -h anywhere prints on stdout only and succeeds: the
+// whole usage once for vgpuctl, a command's lines and its flags with their
+// help for a command; an unknown command is one line with a hint, exit 2.
+func TestHelpConventions(t *testing.T) {
+	for _, c := range []struct {
+		args     []string
+		want     []string // on stdout
+		code     int      // 0: success
+		errWants string
+	}{
+		{args: []string{"--help"}, want: []string{"commands:"}},
+		{args: []string{"-h"}, want: []string{"commands:"}},
+		{args: []string{"list", "-h"}, want: []string{"list [-json]", "flags:", "-json", "print JSON instead of a table"}},
+		{args: []string{"devices", "--help"}, want: []string{"flags:", "-json"}},
+		{args: []string{"limits", "-h"}, want: []string{"-kernel-timeout duration", "-program-bytes uint"}},
+		{args: []string{"limits", "UUID", "-h"}, want: []string{"-slice duration"}},
+		{args: []string{"create", "-h"}, want: []string{"-profile string", "-device int"}},
+		{args: []string{"overcommit", "-h"}, want: []string{"-timeout duration"}},
+		{args: []string{"reuse", "-h"}, want: []string{"reuse set UUID", "-json"}},
+		{args: []string{"show", "-h"}, want: []string{"show UUID", "(no flags)"}},
+		{args: []string{"vm", "-h"}, want: []string{"vm -instance", "-kernel"}},
+		{args: []string{"frobnicate"}, code: 2, errWants: `unknown command "frobnicate" (vgpuctl help`},
+		{args: []string{"-bogus"}, code: 2, errWants: "-bogus"},
+		{args: []string{}, code: 2, errWants: "no command"},
+		{args: []string{"list", "-x"}, code: 2, errWants: "vgpuctl list -h shows its flags"},
+		{args: []string{"help", "nosuch"}, code: 2, errWants: "nosuch"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), c.args, &out, &errOut)
+		if errOut.Len() != 0 {
+			t.Errorf("%q wrote to stderr: %q", c.args, errOut.String())
+		}
+		if c.code == 0 {
+			if err != nil {
+				t.Errorf("%q = %v", c.args, err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("%q printed %q, want %q", c.args, out.String(), w)
+				}
+			}
+			if n := strings.Count(out.String(), "commands:"); n > 1 {
+				t.Errorf("%q printed the usage %d times", c.args, n)
+			}
+			continue
+		}
+		if err == nil || exitCode(err) != c.code || !strings.Contains(err.Error(), c.errWants) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q = %v (exit %d), want one line with %q, exit %d", c.args, err, exitCode(err), c.errWants, c.code)
+		}
+		if out.Len() != 0 {
+			t.Errorf("%q printed %q on an error", c.args, out.String())
+		}
+	}
+}
+
+// TestNoDaemonHint: a control socket nobody serves is said in one line
+// with what to do.
+func TestNoDaemonHint(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	_, err := ctl(t, sock, "list")
+	if err == nil || exitCode(err) != 1 {
+		t.Fatalf("list without vgpud = %v", err)
+	}
+	for _, want := range []string{sock, "start vgpud", "VGPUD_SOCKET", "-socket"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("list without vgpud = %q, want it to say %q", err, want)
+		}
+	}
+}
+
+// TestListingsJSON: every listing prints JSON with -json.
+func TestListingsJSON(t *testing.T) {
+	sock := daemon(t)
+	if _, err := ctl(t, sock, "create", "-profile", "vgpu-small"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"devices", "-json"}, {"profiles", "-json"}, {"list", "-json"}, {"stats", "-json"},
+		{"reuse", "-json"}, {"proposals", "-json"}, {"place", "-json"}} {
+		out, err := ctl(t, sock, args...)
+		if err != nil {
+			t.Errorf("%q = %v", args, err)
+			continue
+		}
+		if !json.Valid([]byte(out)) {
+			t.Errorf("%q printed no JSON: %q", args, out)
+		}
+	}
+}
+
+// TestArgumentErrors: a command line vgpuctl cannot run is refused with
+// the reason (exit 2); the daemon refuses a device it does not have
+// without making up an instance.
+func TestArgumentErrors(t *testing.T) {
+	sock := daemon(t)
+	id, err := ctl(t, sock, "create", "-profile", "vgpu-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = strings.TrimSpace(id)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"list", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"devices", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"limits", id, "-turn-timeout", "-5s"}, 2, "-turn-timeout -5s refused: a time budget must be positive"},
+		{[]string{"limits", id, "-slice", "0s"}, 2, "-slice 0s refused"},
+		{[]string{"limits", id, "-program-bytes", "0"}, 2, "-program-bytes 0 refused"},
+		{[]string{"limits", id, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"create", "-profile", "vgpu-small", "-device", "-1"}, 2, "-device -1 refused"},
+		{[]string{"create", "-profile", "vgpu-small", "-device", "9"}, 1, "no such device 9"},
+		{[]string{"show", id, "extra"}, 2, "usage: show UUID"},
+	} {
+		_, err := ctl(t, sock, c.args...)
+		if err == nil || exitCode(err) != c.code || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q = %v (exit %d), want %q, exit %d", c.args, err, exitCode(err), c.want, c.code)
+		}
+	}
+	out, err := ctl(t, sock, "list", "-json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out, `"uuid"`); n != 1 {
+		t.Errorf("after the refused creates list -json shows %d instances, want 1:\n%s", n, out)
+	}
+}
+
+// TestOvercommitShow: overcommit with no policy prints the current one.
+func TestOvercommitShow(t *testing.T) {
+	sock := daemon(t)
+	id, err := ctl(t, sock, "create", "-profile", "vgpu-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = strings.TrimSpace(id)
+	if out, err := ctl(t, sock, "overcommit", id); err != nil || !strings.Contains(out, id+": overcommit none") {
+		t.Errorf("overcommit UUID = %q, %v", out, err)
+	}
+	if _, err := ctl(t, sock, "overcommit", id, "block", "-timeout", "5s"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := ctl(t, sock, "overcommit", id); err != nil || !strings.Contains(out, "overcommit block (timeout 5s)") {
+		t.Errorf("overcommit UUID after block = %q, %v", out, err)
+	}
+	if out, err := ctl(t, sock, "overcommit", "-profile", "vgpu-small"); err != nil || !strings.Contains(out, "profile vgpu-small: overcommit") {
+		t.Errorf("overcommit -profile = %q, %v", out, err)
+	}
+	if _, err := ctl(t, sock, "overcommit", "-profile", "nosuch"); !errors.Is(err, mdev.ErrUnknownProfile) {
+		t.Errorf("overcommit -profile nosuch = %v", err)
+	}
+}
+
+// TestSetProfileKeepsSettings: a share and limits an operator set survive
+// set-profile; what they did not set follows the new profile.
+func TestSetProfileKeepsSettings(t *testing.T) {
+	sock := daemon(t)
+	id, err := ctl(t, sock, "create", "-profile", "vgpu-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = strings.TrimSpace(id)
+	if _, err := ctl(t, sock, "set-share", id, "7"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl(t, sock, "limits", id, "-kernel-timeout", "3s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl(t, sock, "set-profile", id, "vgpu-medium"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ctl(t, sock, "show", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Profile mdev.Profile `json:"profile"`
+		Limits  mdev.Limits  `json:"limits"`
+	}
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Limits.KernelTimeout.D().String() != "3s" {
+		t.Errorf("kernel timeout after set-profile = %v, want the 3s set before", info.Limits.KernelTimeout.D())
+	}
+	if info.Limits.ProgramBytes != info.Profile.ProgramBytes && info.Profile.ProgramBytes != 0 {
+		t.Errorf("program quota %d, want the new profile's %d", info.Limits.ProgramBytes, info.Profile.ProgramBytes)
+	}
+	st, err := ctl(t, sock, "stats", "-json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(st, `"share": 7`) {
+		t.Errorf("share after set-profile is not the 7 set before:\n%s", st)
+	}
+}
