@@ -5,9 +5,11 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/buildinfo"
 	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/sched"
@@ -217,12 +219,27 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Registry returns a registry holding a Collector over m and the Go
-// runtime and process collectors.
+// Registry returns a registry holding a Collector over m, the Go runtime
+// (go_*) and process (process_*) collectors, Go's go_build_info and
+// vgpud_build_info: which build serves (buildinfo).
 func Registry(m *mdev.Manager) *prometheus.Registry {
 	r := prometheus.NewRegistry()
-	r.MustRegister(NewCollector(m))
+	r.MustRegister(NewCollector(m),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+		buildInfoGauge(buildinfo.Get("vgpud")))
 	return r
+}
+
+// buildInfoGauge is vgpud_build_info: 1, labelled with the build.
+func buildInfoGauge(in buildinfo.Info) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
+		Help: "The running vgpud's build (value 1): module version, VCS revision, Go version.",
+		ConstLabels: prometheus.Labels{"version": in.Version, "revision": in.Revision,
+			"modified": strconv.FormatBool(in.Modified), "goversion": in.GoVersion}})
+	g.Set(1)
+	return g
 }
 
 // Handler serves /metrics for m.

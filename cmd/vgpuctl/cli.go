@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/vgpud/vgpud/buildinfo"
+	"github.com/vgpud/vgpud/mdev/control"
 )
 
 // errUsage marks a command line vgpuctl cannot run (an unknown command, a
@@ -105,4 +109,39 @@ func helpLines(name string) []string {
 		}
 	}
 	return out
+}
+
+// versionCmd prints vgpuctl's build and the daemon's (without -client).
+func versionCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
+	fs := newFlags("version", stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	client := fs.Bool("client", false, "only vgpuctl's own build (no vgpud needed)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("version: unexpected argument %q", fs.Arg(0))
+	}
+	out := struct {
+		Client buildinfo.Info  `json:"client"`
+		Daemon *buildinfo.Info `json:"daemon,omitempty"`
+	}{Client: buildinfo.Get("vgpuctl")}
+	var err error
+	if !*client {
+		var d buildinfo.Info
+		if d, err = c.Version(ctx); err == nil {
+			out.Daemon = &d
+		}
+	}
+	if *asJSON {
+		if perr := printJSON(w, out); perr != nil {
+			return perr
+		}
+		return err
+	}
+	fmt.Fprintln(w, out.Client)
+	if out.Daemon != nil {
+		fmt.Fprintln(w, out.Daemon)
+	}
+	return err
 }

@@ -208,3 +208,27 @@ func TestSetProfileKeepsSettings(t *testing.T) {
 		t.Errorf("share after set-profile is not the 7 set before:\n%s", st)
 	}
 }
+
+// TestVersion: version prints vgpuctl's build and the daemon's; -client
+// needs no daemon.
+func TestVersion(t *testing.T) {
+	sock := daemon(t)
+	out, err := ctl(t, sock, "version")
+	if err != nil || !strings.Contains(out, "vgpuctl ") || !strings.Contains(out, "vgpud ") || !strings.Contains(out, "go1.") {
+		t.Errorf("version = %q, %v", out, err)
+	}
+	out, err = ctl(t, sock, "version", "-json")
+	var v struct {
+		Client, Daemon struct {
+			Program   string `json:"program"`
+			GoVersion string `json:"go_version"`
+		}
+	}
+	if err != nil || json.Unmarshal([]byte(out), &v) != nil || v.Client.Program != "vgpuctl" || v.Daemon.Program != "vgpud" || v.Daemon.GoVersion == "" {
+		t.Errorf("version -json = %q, %v", out, err)
+	}
+	none := filepath.Join(t.TempDir(), "none.sock")
+	if out, err := ctl(t, none, "version", "-client"); err != nil || !strings.HasPrefix(out, "vgpuctl ") {
+		t.Errorf("version -client = %q, %v", out, err)
+	}
+}

@@ -93,6 +93,7 @@ commands:
   place -explain -profile P [-workload W | -like UUID] [-hosts SOCK,SOCK...] [-json]
                                 the predicted added interference (or other score) of
                                 every device, and the one an instance would go to
+  version [-client] [-json]     vgpuctl's build and vgpud's (version, VCS revision, Go)
   help [COMMAND]                this text (or COMMAND's lines of it)
 
 COMMAND -h prints a command's flags. Exit status: 0 done, 1 failed,
@@ -245,6 +246,8 @@ func dispatch(ctx context.Context, c *control.Client, cmd string, rest []string,
 		return upgradeCmd(ctx, c, rest, stdout, stderr)
 	case "place":
 		return placeCmd(ctx, c, rest, stdout, stderr)
+	case "version":
+		return versionCmd(ctx, c, rest, stdout, stderr)
 	}
 	return usagef("unknown command %q (vgpuctl help lists the commands)", cmd)
 }

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vgpud/vgpud/buildinfo"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev"
@@ -177,11 +178,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	)
 	fs.Var(&devices, "device", "physical device selector (index or name substring); repeatable")
 	fs.Var(&devMem, "device-memory", "memory all instances on a device may hold together, e.g. 256MiB; repeatable, one per device in order (default: the device's own; a profile may advertise more: docs/overcommit.md)")
+	version := fs.Bool("version", false, "print the build (version, VCS revision, Go version) and exit")
+	fs.Usage = func() {} // a bad flag: one line with a hint (errBadUsage)
+	if helpAsked(args) {
+		// Asked for: the usage on stdout, exit 0.
+		fmt.Fprintln(stdout, "usage: vgpud [flags]   (docs/operating.md)\n\nflags:")
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return nil
+	}
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w (vgpud -h lists the flags)", errBadUsage, err)
+	}
+	if *version {
+		_, err := fmt.Fprintln(stdout, buildinfo.Get("vgpud"))
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return fmt.Errorf("%w: unexpected argument %q (vgpud takes flags only: vgpud -h lists them)", errBadUsage, fs.Arg(0))
 	}
 	if *listDevs {
 		infos, err := gpu.Devices()
@@ -506,9 +521,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ready += " migrate=" + migAddr
 	}
 	fmt.Fprintln(stdout, ready)
+	ms.setReady(true)
 
 	select {
 	case <-ctx.Done():
+		ms.setReady(false)
 		up.settle()
 		log.Info("shutting down: telling the guests, draining fetched commands", "drain", *stopDrain)
 		rep := m.Drain(context.Background(), *stopDrain)
@@ -525,6 +542,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	err = errors.Join(err, <-migDone)
 	os.Remove(sock)
 	return errors.Join(err, m.Close())
+}
+
+// errBadUsage: a command line vgpud cannot run; it exits 2.
+var errBadUsage = errors.New("bad command line")
+
+// helpAsked reports whether args ask for the usage (-h, -help, --help)
+// before any "--".
+func helpAsked(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 // recorded reports whether the state has instance id.

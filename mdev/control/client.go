@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/vgpud/vgpud/buildinfo"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/migrate"
 )
@@ -91,6 +92,12 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		return fmt.Errorf("%s %s: reply: %w", method, path, err)
 	}
 	return nil
+}
+
+// Version is the daemon's build.
+func (c *Client) Version(ctx context.Context) (buildinfo.Info, error) {
+	var out buildinfo.Info
+	return out, c.do(ctx, http.MethodGet, "/v1/version", nil, &out)
 }
 
 // Devices lists the physical devices.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/buildinfo"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/libvirt"
@@ -39,6 +40,9 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 		f(&o)
 	}
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusOK, buildinfo.Get("vgpud"))
+	})
 	mux.HandleFunc("GET /v1/devices", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, m.Devices())
 	})
