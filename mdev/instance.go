@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"sync"
@@ -29,7 +30,9 @@ var attachGrace = 5 * time.Second
 // guest memory map, and at most one attached VM connection at a time.
 type Instance struct {
 	uuid    string
-	profile Profile // written holding Manager.mu and mu (SetProfile); read with either
+	name    string            // the operator's name, "" for none; fixed at create
+	labels  map[string]string // the operator's labels; fixed at create
+	profile Profile           // written holding Manager.mu and mu (SetProfile); read with either
 	// device and sched (the device's scheduler) are written holding
 	// Manager.mu and mu (a move, overcommit.go); read with either.
 	device  int
@@ -84,6 +87,12 @@ type Instance struct {
 
 // UUID returns the instance's UUID.
 func (i *Instance) UUID() string { return i.uuid }
+
+// Name returns the instance's name ("" for none).
+func (i *Instance) Name() string { return i.name }
+
+// Labels returns a copy of the instance's labels.
+func (i *Instance) Labels() map[string]string { return maps.Clone(i.labels) }
 
 // Profile returns the instance's vGPU type.
 func (i *Instance) Profile() Profile {

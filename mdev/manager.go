@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -259,6 +260,11 @@ type CreateRequest struct {
 	// Hint says what the instance will run, for the interference
 	// placement policy (ignored with Device set).
 	Hint PlaceHint `json:"hint,omitzero"`
+	// Name is an operator's name for the instance, unique in the
+	// manager and usable wherever its UUID is (Resolve); empty: none.
+	Name string `json:"name,omitempty"`
+	// Labels are an operator's key=value notes on the instance.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Create places and starts a new instance.
@@ -283,6 +289,13 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 		id = u.String()
 	}
 
+	if err := validName(req.Name); err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	if err := validLabels(req.Labels); err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -290,6 +303,13 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 	}
 	if _, ok := m.instances[id]; ok {
 		return nil, fmt.Errorf("create %s: %w", id, ErrExists)
+	}
+	if req.Name != "" {
+		for _, in := range m.instances {
+			if in.name == req.Name {
+				return nil, fmt.Errorf("create: name %q: %w (instance %s has it)", req.Name, ErrExists, in.uuid)
+			}
+		}
 	}
 	dev, err := m.placeLocked(p, req.Device, req.Hint)
 	if err != nil {
@@ -307,7 +327,7 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 	log := m.log.With("instance", id, "profile", p.Name)
 	sc := m.pool.Sched(dev)
 	inst := &Instance{uuid: id, profile: p, device: dev, sched: sc, pool: m.pool, created: time.Now(), log: log, reuse: setting,
-		limits: limitsOf(p), windowLen: m.featureWindow}
+		limits: limitsOf(p), windowLen: m.featureWindow, name: req.Name, labels: maps.Clone(req.Labels)}
 	inst.memTotal.Store(m.infos[dev].GlobalMemBytes)
 	inst.peakSince.Store(inst.created.UnixNano())
 	if err := sc.SetShare(id, min(p.Share, sched.MaxShare)); err != nil {
@@ -338,7 +358,7 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 	}
 	m.instances[id] = inst
 	m.rebalanceReuseLocked()
-	log.Info("instance created", "device", dev, "socket", inst.socket, "domain", inst.be.Domain())
+	log.Info("instance created", "device", dev, "socket", inst.socket, "domain", inst.be.Domain(), "name", req.Name)
 	return inst, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -307,5 +308,40 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestNames: a name is unique, never a UUID, and stands for the UUID in
+// Resolve; labels are checked.
+func TestNames(t *testing.T) {
+	m := newManager(t, nil)
+	a, err := m.Create(CreateRequest{Profile: "vgpu-small", Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		req  CreateRequest
+		want error
+	}{
+		{CreateRequest{Profile: "vgpu-small", Name: "web"}, ErrExists},
+		{CreateRequest{Profile: "vgpu-small", Name: "-x"}, ErrBadName},
+		{CreateRequest{Profile: "vgpu-small", Name: "has space"}, ErrBadName},
+		{CreateRequest{Profile: "vgpu-small", Name: "0b5a9b5e-6f3e-4c54-9d5c-1f2b3c4d5e6f"}, ErrBadName},
+		{CreateRequest{Profile: "vgpu-small", Labels: map[string]string{"bad key": "v"}}, ErrBadName},
+	} {
+		if _, err := m.Create(c.req); !errors.Is(err, c.want) {
+			t.Errorf("Create(%+v) = %v, want %v", c.req, err, c.want)
+		}
+	}
+	for _, ref := range []string{"web", a.UUID(), strings.ToUpper(a.UUID())} {
+		if id, err := m.Resolve(ref); err != nil || id != a.UUID() {
+			t.Errorf("Resolve(%q) = %q, %v", ref, id, err)
+		}
+	}
+	if _, err := m.Resolve("nosuch"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Resolve(nosuch) = %v", err)
+	}
+	if got := len(m.List()); got != 1 {
+		t.Errorf("%d instances after the refused creates, want 1", got)
 	}
 }

@@ -145,3 +145,34 @@ func versionCmd(ctx context.Context, c *control.Client, args []string, w, stderr
 	}
 	return err
 }
+
+// labelFlags collects -label KEY=VALUE flags.
+type labelFlags map[string]string
+
+func (l labelFlags) String() string {
+	var kv []string
+	for k, v := range l {
+		kv = append(kv, k+"="+v)
+	}
+	return strings.Join(kv, ",")
+}
+
+func (l labelFlags) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("label %q: want KEY=VALUE", s)
+	}
+	if _, dup := l[k]; dup {
+		return fmt.Errorf("label %s given twice", k)
+	}
+	l[k] = v
+	return nil
+}
+
+// orDash is s, or "-" for nothing.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -232,3 +232,44 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version -client = %q, %v", out, err)
 	}
 }
+
+// TestNamesAndLabels: create -name and -label; the name stands for the
+// UUID in every command; list and list -json show both.
+func TestNamesAndLabels(t *testing.T) {
+	sock := daemon(t)
+	id, err := ctl(t, sock, "create", "-profile", "vgpu-small", "-name", "web", "-label", "team=a", "-label", "env=prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = strings.TrimSpace(id)
+	if _, err := ctl(t, sock, "create", "-profile", "vgpu-small", "-name", "web"); !errors.Is(err, mdev.ErrExists) {
+		t.Errorf("a second instance named web = %v, want ErrExists", err)
+	}
+	if _, err := ctl(t, sock, "create", "-profile", "vgpu-small", "-label", "novalue"); exitCode(err) != 2 {
+		t.Errorf("create -label novalue = %v, want a usage error", err)
+	}
+	if out, err := ctl(t, sock, "list"); err != nil || !strings.Contains(out, "NAME") || !strings.Contains(out, id+"  web") {
+		t.Errorf("list = %q, %v", out, err)
+	}
+	out, err := ctl(t, sock, "list", "-json")
+	var insts []struct {
+		UUID   string            `json:"uuid"`
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &insts) != nil || len(insts) != 1 || insts[0].Name != "web" || insts[0].Labels["env"] != "prod" {
+		t.Errorf("list -json = %q, %v", out, err)
+	}
+	for _, args := range [][]string{{"show", "web"}, {"set-share", "web", "3"}, {"limits", "web", "-slice", "100ms"},
+		{"resources", "web"}, {"overcommit", "web"}, {"set-profile", "web", "vgpu-medium"}} {
+		if out, err := ctl(t, sock, args...); err != nil || !strings.Contains(out, id) {
+			t.Errorf("%q = %q, %v; want it to act on %s", args, out, err, id)
+		}
+	}
+	if _, err := ctl(t, sock, "destroy", "web"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl(t, sock, "show", "web"); !errors.Is(err, mdev.ErrNotFound) {
+		t.Errorf("show web after destroy = %v", err)
+	}
+}

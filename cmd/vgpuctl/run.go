@@ -24,9 +24,10 @@ const usage = `usage: vgpuctl [-socket PATH] COMMAND [ARGS]
 commands:
   devices [-json]               physical devices and their load
   profiles [-json]              vGPU types
-  list [-json]                  instances with their counters
+  list [-json]                  instances (names, labels) with their counters;
+                                an instance's name stands for its UUID in every command
   show UUID                     one instance (JSON)
-  create -profile P [-uuid U] [-device N] [-reuse-domain D | -no-reuse]
+  create -profile P [-name NAME] [-label K=V]... [-uuid U] [-device N] [-reuse-domain D | -no-reuse]
          [-workload W | -like UUID] [-hosts SOCK,SOCK...]
                                 with no -device, the placement policy picks the device
                                 (-workload/-like say what the instance will run; -hosts
@@ -326,13 +327,13 @@ func list(ctx context.Context, c *control.Client, args []string, w, stderr io.Wr
 		return printJSON(w, insts)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "UUID\tPROFILE\tDEV\tVM\tMEM USED\tCOMMANDS\tERRORS\tLAUNCHES\tKERNEL TIME\tERROR")
+	fmt.Fprintln(tw, "UUID\tNAME\tPROFILE\tDEV\tVM\tMEM USED\tCOMMANDS\tERRORS\tLAUNCHES\tKERNEL TIME\tERROR")
 	for _, in := range insts {
 		vm := "-"
 		if in.Attached {
 			vm = "attached"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%.3fs\t%s\n", in.UUID, in.Profile.Name, in.Device, vm,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%.3fs\t%s\n", in.UUID, orDash(in.Name), in.Profile.Name, in.Device, vm,
 			mib(in.MemUsed), in.Stats.Commands, in.Stats.Errors, in.Stats.Launches, float64(in.Stats.KernelNanos)/1e9, in.Error)
 	}
 	return tw.Flush()
@@ -346,6 +347,9 @@ func create(ctx context.Context, c *control.Client, args []string, w, stderr io.
 	reuseDom := fs.String("reuse-domain", "", "result-reuse domain shared with other instances (default: private)")
 	noReuse := fs.Bool("no-reuse", false, "turn result reuse off for the instance")
 	hosts := fs.String("hosts", "", "control sockets of several vgpud daemons, comma separated: create on the host and device placement picks")
+	name := fs.String("name", "", "a unique name for the instance, usable wherever its UUID is")
+	labels := labelFlags{}
+	fs.Var(labels, "label", "a KEY=VALUE label; repeatable")
 	var hint hintFlags
 	hint.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -362,7 +366,10 @@ func create(ctx context.Context, c *control.Client, args []string, w, stderr io.
 	if devSet && *dev < 0 {
 		return usagef("create: -device %d refused: a device index is 0 or more (vgpuctl devices lists them; leave -device out to let vgpud place the instance)", *dev)
 	}
-	req := mdev.CreateRequest{Profile: *profile, UUID: *id, ReuseDomain: *reuseDom, NoReuse: *noReuse}
+	req := mdev.CreateRequest{Profile: *profile, UUID: *id, ReuseDomain: *reuseDom, NoReuse: *noReuse, Name: *name}
+	if len(labels) > 0 {
+		req.Labels = labels
+	}
 	if *dev >= 0 {
 		if *hosts != "" || hint.set() {
 			return errors.New("create: -device picks the device; -hosts, -workload and -like are for placement")

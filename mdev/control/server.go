@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/buildinfo"
@@ -98,10 +99,34 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	if o.upgrade != nil {
 		handleUpgrade(mux, o.upgrade)
 	}
+	var h http.Handler = byName(m, mux)
 	if o.gate != nil {
-		return gated(o.gate, mux)
+		return gated(o.gate, h)
 	}
-	return mux
+	return h
+}
+
+// byName lets an instance's name stand for its UUID in every
+// /v1/instances/{uuid}... path: it rewrites the path to the UUID the
+// manager resolves (mdev.Manager.Resolve) and leaves anything else, an
+// unknown name included, to the handlers.
+func byName(m *mdev.Manager, next http.Handler) http.Handler {
+	const prefix = "/v1/instances/"
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rest, ok := strings.CutPrefix(r.URL.Path, prefix)
+		ref, tail, _ := strings.Cut(rest, "/")
+		if ok && ref != "" {
+			if id, err := m.Resolve(ref); err == nil && id != ref {
+				r = r.Clone(r.Context())
+				r.URL.Path = prefix + id
+				if tail != "" || strings.HasSuffix(rest, "/") {
+					r.URL.Path += "/" + tail
+				}
+				r.URL.RawPath = ""
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 type errorBody struct {

@@ -8,17 +8,20 @@ import (
 
 // InstanceInfo is an instance as the API shows it.
 type InstanceInfo struct {
-	UUID        string       `json:"uuid"`
-	Profile     mdev.Profile `json:"profile"`
-	Device      int          `json:"device"`
-	Socket      string       `json:"socket,omitempty"`
-	Attached    bool         `json:"attached"`
-	RingEnabled bool         `json:"ring_enabled"`
-	MemUsed     uint64       `json:"mem_used"`
-	Error       string       `json:"error,omitempty"` // latched device error
-	Stats       Stats        `json:"stats"`
-	Reuse       *ReuseInfo   `json:"reuse,omitempty"` // result reuse (reuse.go)
-	Limits      mdev.Limits  `json:"limits"`
+	UUID string `json:"uuid"`
+	// Name and Labels are the operator's (vgpuctl create -name, -label).
+	Name        string            `json:"name,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Profile     mdev.Profile      `json:"profile"`
+	Device      int               `json:"device"`
+	Socket      string            `json:"socket,omitempty"`
+	Attached    bool              `json:"attached"`
+	RingEnabled bool              `json:"ring_enabled"`
+	MemUsed     uint64            `json:"mem_used"`
+	Error       string            `json:"error,omitempty"` // latched device error
+	Stats       Stats             `json:"stats"`
+	Reuse       *ReuseInfo        `json:"reuse,omitempty"` // result reuse (reuse.go)
+	Limits      mdev.Limits       `json:"limits"`
 	// ProgramBytes is the bytes of programs the instance holds (against
 	// Limits.ProgramBytes).
 	ProgramBytes uint64 `json:"program_bytes"`
@@ -66,6 +69,8 @@ func infoOf(in *mdev.Instance) InstanceInfo {
 	}
 	info := InstanceInfo{
 		UUID:        in.UUID(),
+		Name:        in.Name(),
+		Labels:      in.Labels(),
 		Profile:     in.Profile(),
 		Device:      in.Device(),
 		Socket:      in.Socket(),

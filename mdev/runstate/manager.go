@@ -18,7 +18,7 @@ func Capture(m *mdev.Manager) State {
 		st.Instances = append(st.Instances, Instance{
 			UUID: in.UUID(), Profile: in.Profile().Name, Device: in.Device(),
 			Reuse: m.ReuseSettingOf(in), Share: in.Sched().Share, Limits: in.Limits(),
-			Overcommit: m.OwnOvercommit(in),
+			Overcommit: m.OwnOvercommit(in), Name: in.Name(), Labels: in.Labels(),
 		})
 	}
 	for i := range m.Devices() {
@@ -51,7 +51,7 @@ func Restore(m *mdev.Manager, st State) (kept []Instance, err error) {
 	for _, r := range st.Instances {
 		dev := r.Device
 		in, cerr := m.Create(mdev.CreateRequest{UUID: r.UUID, Profile: r.Profile, Device: &dev,
-			ReuseDomain: r.Reuse.Domain, NoReuse: r.Reuse.Off})
+			ReuseDomain: r.Reuse.Domain, NoReuse: r.Reuse.Off, Name: r.Name, Labels: r.Labels})
 		if cerr != nil {
 			errs = append(errs, fmt.Errorf("instance %s: %w", r.UUID, cerr))
 			kept = append(kept, r)

@@ -110,3 +110,34 @@ func TestStoreSavesEveryChange(t *testing.T) {
 		t.Errorf("Err() = %v", s.Err())
 	}
 }
+
+// TestNamesSurvive: an instance's name and labels go into the state
+// file and come back in a new manager, where the name still stands for
+// the UUID.
+func TestNamesSurvive(t *testing.T) {
+	m := newManager(t, nil)
+	a, err := m.Create(mdev.CreateRequest{Profile: "vgpu-small", Name: "web-1", Labels: map[string]string{"team": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Encode(Capture(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2 := newManager(t, nil)
+	if _, err := Restore(m2, st); err != nil {
+		t.Fatal(err)
+	}
+	id, err := m2.Resolve("web-1")
+	if err != nil || id != a.UUID() {
+		t.Fatalf("Resolve(web-1) after restore = %q, %v; want %s", id, err, a.UUID())
+	}
+	in, err := m2.Get(id)
+	if err != nil || in.Name() != "web-1" || !cmp.Equal(in.Labels(), map[string]string{"team": "a"}) {
+		t.Errorf("restored %v: name %q labels %v", err, in.Name(), in.Labels())
+	}
+}

@@ -74,6 +74,9 @@ type Instance struct {
 	// Overcommit is the instance's own overcommit setting, if it has one
 	// (docs/overcommit.md).
 	Overcommit mdev.Overcommit `json:"overcommit,omitzero"`
+	// Name and Labels are the operator's (vgpuctl create -name, -label).
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Policy is a device's scheduling policy.
