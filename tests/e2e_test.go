@@ -153,6 +153,12 @@ func runGuest(ctx context.Context, t *testing.T, inst *mdev.Instance, args ...st
 	}
 	if e := strings.TrimSpace(qemuErr.String()); e != "" {
 		t.Logf("qemu stderr:\n%s", e)
+		// QEMU 11.1 has nothing to warn about a vfio-user vGPU (it once
+		// warned "Could not enable error recovery for the device": the
+		// ERR interrupt, docs/vfio-user.md).
+		if len(cfg.VFIOUser) > 0 && strings.Contains(e, "warning:") {
+			t.Errorf("QEMU 11.1 warned about the vfio-user device:\n%s", e)
+		}
 	}
 	return rep, console, nil
 }

@@ -181,8 +181,13 @@ func TestEveryCommand(t *testing.T) {
 			m := p.ok(vfiouser.CmdDeviceGetIRQInfo, nil, vfiouser.Info{Argsz: 16, Index: idx}.Marshal())
 			got, err := vfiouser.UnmarshalInfo(m.Cmd, m.Payload)
 			want := vfiouser.Info{Argsz: 16, Index: idx}
-			if idx == vfiouser.IRQIntx {
+			switch idx {
+			case vfiouser.IRQIntx:
 				want.Flags, want.Count = vfiouser.IRQInfoEventfd|vfiouser.IRQInfoMaskable|vfiouser.IRQInfoAutomasked, 1
+			case vfiouser.IRQErr:
+				// One, or QEMU warns "Could not enable error
+				// recovery for the device" (hw/vfio/pci.c).
+				want.Flags, want.Count = vfiouser.IRQInfoEventfd, 1
 			}
 			if err != nil || got != want {
 				t.Errorf("irq %d: %+v, %v; want %+v", idx, got, err, want)
@@ -212,11 +217,51 @@ func TestEveryCommand(t *testing.T) {
 		if n := waitCounter(t, fd, 1); n != 1 {
 			t.Errorf("DATA_NONE trigger signalled %d times, want 1 (DATA_BOOL false: none)", n)
 		}
-		// MSI, MSI-X, ERR, REQ have no interrupts: only "disable all".
+		// MSI, MSI-X, REQ have no interrupts: only "disable all"; ERR
+		// takes an eventfd (below), nothing else.
 		for idx := uint32(1); idx < vfiouser.NumIRQs; idx++ {
 			p.ok(vfiouser.CmdDeviceSetIRQs, nil, set(vfiouser.IRQSetDataNone|vfiouser.IRQSetActionTrigger, idx, 0, 0, nil))
 			p.refused("trigger on an empty index", vfiouser.CmdDeviceSetIRQs, nil, set(vfiouser.IRQSetDataNone|vfiouser.IRQSetActionTrigger, idx, 0, 1, nil), unix.EINVAL)
 		}
+		// ERR: QEMU's error notifier registers an eventfd and
+		// de-assigns it with none (vfio_register_err_notifier).
+		errFD, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(errFD)
+		var pipe [2]int
+		if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		defer closeAll(pipe[:])
+		for _, tt := range []struct {
+			name  string
+			fds   []int
+			flags uint32
+			start uint32
+			count uint32
+			ok    bool
+		}{
+			{"eventfd", []int{errFD}, trig, 0, 1, true},
+			{"eventfd again (replaces it)", []int{errFD}, trig, 0, 1, true},
+			{"de-assign", nil, trig, 0, 1, true},
+			{"disable all", nil, vfiouser.IRQSetDataNone | vfiouser.IRQSetActionTrigger, 0, 0, true},
+			{"a pipe", []int{pipe[1]}, trig, 0, 1, false},
+			{"two eventfds", []int{errFD, errFD}, trig, 0, 1, false},
+			{"start 1", []int{errFD}, trig, 1, 1, false},
+			{"count 2", []int{errFD}, trig, 0, 2, false},
+			{"raised by the client", nil, vfiouser.IRQSetDataNone | vfiouser.IRQSetActionTrigger, 0, 1, false},
+			{"unmask eventfd", []int{errFD}, vfiouser.IRQSetDataEventfd | vfiouser.IRQSetActionUnmask, 0, 1, false},
+		} {
+			msg := set(tt.flags, vfiouser.IRQErr, tt.start, tt.count, nil)
+			if tt.ok {
+				p.ok(vfiouser.CmdDeviceSetIRQs, tt.fds, msg)
+			} else {
+				p.refused("ERR "+tt.name, vfiouser.CmdDeviceSetIRQs, tt.fds, msg, unix.EINVAL)
+			}
+		}
+		p.ok(vfiouser.CmdDeviceSetIRQs, []int{errFD}, set(trig, vfiouser.IRQErr, 0, 1, nil)) // left for the session's end to close
 		p.refused("start 1", vfiouser.CmdDeviceSetIRQs, nil, set(vfiouser.IRQSetDataNone|vfiouser.IRQSetActionTrigger, vfiouser.IRQIntx, 1, 1, nil), unix.EINVAL)
 		p.refused("no data flag", vfiouser.CmdDeviceSetIRQs, nil, set(vfiouser.IRQSetActionTrigger, vfiouser.IRQIntx, 0, 1, nil), unix.EINVAL)
 		p.refused("bool without data", vfiouser.CmdDeviceSetIRQs, nil, set(vfiouser.IRQSetDataBool|vfiouser.IRQSetActionTrigger, vfiouser.IRQIntx, 0, 1, nil), unix.EINVAL)

@@ -71,6 +71,7 @@ type Session struct {
 	unmaskW  *watcher
 	kickFD   int // the ioeventfd behind abi.RegRingKick; -1 until asked for
 	kickW    *watcher
+	errFD    int // the ERR index's eventfd (QEMU's error notifier), never signalled; -1
 }
 
 var (
@@ -86,7 +87,7 @@ func NewSession(conn *net.UnixConn, dev transport.Device) *Session {
 		log = slog.Default()
 	}
 	dev.Config.SetINTx(dev.Regs.INTx())
-	return &Session{conn: conn, dev: dev, log: log, wire: NewWire(conn), unmaskFD: -1, kickFD: -1}
+	return &Session{conn: conn, dev: dev, log: log, wire: NewWire(conn), unmaskFD: -1, kickFD: -1, errFD: -1}
 }
 
 // Serve handles messages until the client hangs up (nil), ctx ends
@@ -155,9 +156,9 @@ func (s *Session) releaseIRQ() {
 	s.dev.Regs.INTx().ClearSink(s)
 	s.irqMu.Lock()
 	kw, uw, intx := s.kickW, s.unmaskW, s.intx
-	fds := []int{s.unmaskFD, s.kickFD}
+	fds := []int{s.unmaskFD, s.kickFD, s.errFD}
 	s.kickW, s.unmaskW, s.intx = nil, nil, nil
-	s.unmaskFD, s.kickFD = -1, -1
+	s.unmaskFD, s.kickFD, s.errFD = -1, -1, -1
 	s.irqMu.Unlock()
 	intx.Close()
 	// The watchers call into the register file holding no Session lock;
@@ -498,15 +499,24 @@ func (s *Session) irqInfo(m Msg) (unix.Errno, error) {
 		return unix.EINVAL, nil
 	}
 	out := Info{Argsz: InfoSize, Index: in.Index}
-	if in.Index == IRQIntx {
+	switch in.Index {
+	case IRQIntx:
 		out.Flags, out.Count = IRQInfoEventfd|IRQInfoMaskable|IRQInfoAutomasked, 1
+	case IRQErr:
+		// One error interrupt, as a PCIe device under kernel VFIO has:
+		// QEMU's vfio-pci then registers its error notifier instead of
+		// warning "Could not enable error recovery for the device". vgpud
+		// never signals it: device faults reach the guest in RegError
+		// (docs/ABI.md), and a signal would stop the whole VM.
+		out.Flags, out.Count = IRQInfoEventfd, 1
 	}
-	// MSI, MSI-X, ERR, REQ: none (the config space has no MSI capability).
+	// MSI, MSI-X, REQ: none (the config space has no MSI capability).
 	return 0, s.reply(m, nil, out.Marshal())
 }
 
-// setIRQs applies DEVICE_SET_IRQS. Only INTx exists; the other indices
-// accept only "disable all" (count 0, DATA_NONE).
+// setIRQs applies DEVICE_SET_IRQS. INTx is the one interrupt vgpud
+// raises; ERR takes an eventfd it keeps and never signals; the other
+// indices accept only "disable all" (count 0, DATA_NONE).
 func (s *Session) setIRQs(m Msg) (unix.Errno, error) {
 	set, err := UnmarshalIRQSet(m.Payload)
 	refuse := func() (unix.Errno, error) {
@@ -530,10 +540,27 @@ func (s *Session) setIRQs(m Msg) (unix.Errno, error) {
 		if set.Start != 0 || data != IRQSetDataNone || action != IRQSetActionTrigger {
 			return refuse()
 		}
-		if set.Index == IRQIntx {
+		switch set.Index {
+		case IRQIntx:
 			s.setTrigger(nil)
 			s.setUnmaskFD(-1)
+		case IRQErr:
+			s.setErrFD(-1)
 		}
+		return 0, s.reply(m, nil)
+	}
+	if set.Index == IRQErr && set.Start == 0 && set.Count == 1 && action == IRQSetActionTrigger && data == IRQSetDataEventfd && len(m.FDs) <= 1 {
+		// QEMU's error notifier: an eventfd, or none to de-assign it.
+		fd := -1
+		if len(m.FDs) == 1 {
+			fd = m.FDs[0]
+			if err := irqfd.Prepare(fd); err != nil {
+				unix.Close(fd)
+				s.log.Error("vfio-user: SET_IRQS: ERR eventfd refused", "err", err)
+				return unix.EINVAL, nil
+			}
+		}
+		s.setErrFD(fd)
 		return 0, s.reply(m, nil)
 	}
 	if set.Index != IRQIntx || set.Start != 0 || set.Count != 1 {
@@ -608,6 +635,25 @@ func (s *Session) setTrigger(trig *irqfd.Trigger) {
 		s.dev.Regs.INTx().SetSink(s)
 	} else {
 		s.dev.Regs.INTx().ClearSink(s)
+	}
+}
+
+// setErrFD replaces the ERR index's eventfd (-1: none) and closes the
+// one it held.
+func (s *Session) setErrFD(fd int) {
+	s.irqMu.Lock()
+	if s.closed.Load() {
+		s.irqMu.Unlock()
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return
+	}
+	old := s.errFD
+	s.errFD = fd
+	s.irqMu.Unlock()
+	if old >= 0 {
+		unix.Close(old)
 	}
 }
 
