@@ -113,7 +113,7 @@ test-short: deps
 fuzz:
 	scripts/fuzz-all.sh 20s
 
-demo: build guest guest-icd
+demo: build guest guest-icd vmm-root
 	scripts/demo.sh
 
 # Every benchmark table (bench/README.md); each compares against a baseline

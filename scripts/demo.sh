@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# demo.sh: start vgpud on the first OpenCL device, create two vGPU
-# instances, boot two QEMU guests at once, each running the correctness
-# suite on its vGPU, and show what they did; then boot a third with the
-# Debian userland and the vgpud ICD, where Debian's clinfo and a pyopencl
-# program run unmodified. Run through `make demo`, which builds build/bin,
-# build/guest and build/guest/apps first.
+# demo.sh: start vgpud on the first OpenCL device, serving vfio-user
+# (vgpud -transport vfio-user), create two vGPU instances, boot two QEMU
+# 11.1 guests at once (from the VMM root, docs/vmm-root.md, attached with
+# vfio-user-pci), each running the correctness suite on its vGPU, and show
+# what they did; then boot a third, also on QEMU 11.1, with the Debian
+# userland and the vgpud ICD, where Debian's clinfo and a pyopencl program
+# run unmodified. Run through `make demo`, which builds build/bin,
+# build/guest, build/guest/apps and build/vmm-root first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +14,7 @@ bin=build/bin
 run=$(mktemp -d /tmp/vgpud-demo.XXXXXX)
 export VGPUD_SOCKET=$run/control.sock
 
-"$bin/vgpud" -run-dir "$run" -metrics-addr 127.0.0.1:0 >"$run/vgpud.out" 2>"$run/vgpud.log" &
+"$bin/vgpud" -run-dir "$run" -transport vfio-user -metrics-addr 127.0.0.1:0 >"$run/vgpud.out" 2>"$run/vgpud.log" &
 vgpud=$!
 cleanup() {
 	kill "$vgpud" 2>/dev/null || true
@@ -39,7 +41,7 @@ a=$("$bin/vgpuctl" create -profile vgpu-small)
 b=$("$bin/vgpuctl" create -profile vgpu-medium)
 echo "== created instances $a (vgpu-small) and $b (vgpu-medium)"
 echo
-echo "== booting two VMs (QEMU, TCG), each running the vGPU suite"
+echo "== booting two VMs ($(scripts/vmm-run.sh build/vmm-root -- qemu-system-x86_64 --version | head -1), TCG, vfio-user-pci), each running the vGPU suite"
 "$bin/vgpuctl" vm -instance "$a" -append "quiet vgpu.run=vgpu-suite vgpu.args=-seed=1" -prefix "[vm-a] " >"$run/a.log" 2>&1 &
 va=$!
 "$bin/vgpuctl" vm -instance "$b" -append "quiet vgpu.run=vgpu-suite vgpu.args=-seed=2" -prefix "[vm-b] " >"$run/b.log" 2>&1 &
@@ -52,8 +54,10 @@ for v in a b; do
 	echo
 	echo "== VM $v: QEMU command line and console"
 	sed -n '1p' "$run/$v.log"
-	# The guest program's output, from the moment init starts it.
-	awk '/VGPU-INIT run=/ { on = 1 } on && !/VGPU-RESULT/' "$run/$v.log"
+	# QEMU's own warnings, then the guest program's output from the
+	# moment init starts it.
+	grep '^qemu-system' "$run/$v.log" || true
+	awk '/VGPU-INIT run=/ { on = 1 } on && !/VGPU-RESULT/ && !/^qemu-system/' "$run/$v.log"
 done
 echo
 echo "== what vgpud saw (vgpuctl stats)"
@@ -81,6 +85,6 @@ grep -q 'VADD OK platform=vgpud' "$run/c.log" || { echo "VM c: the pyopencl prog
 
 if [[ $status -eq 0 ]]; then
 	echo
-	echo "demo: three VMs computed correct results on one shared OpenCL device, one of them with unmodified Debian OpenCL programs"
+	echo "demo: three VMs on QEMU 11.1 over vfio-user computed correct results on one shared OpenCL device, one of them with unmodified Debian OpenCL programs"
 fi
 exit $status
