@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/vgpud/vgpud/buildinfo"
+	"github.com/vgpud/vgpud/eventlog"
 	"github.com/vgpud/vgpud/mdev/control"
 )
 
@@ -175,4 +177,24 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// eventsCmd prints the daemon's recent events as JSON lines, and with
+// -follow each new one until ctrl-c or the daemon stops.
+func eventsCmd(ctx context.Context, c *control.Client, args []string, w, stderr io.Writer) error {
+	fs := newFlags("events", stderr)
+	follow := fs.Bool("follow", false, "after the recent events, print each new one as it happens (until ctrl-c or vgpud stops)")
+	since := fs.Uint64("since", 0, "only events numbered this or later (an event's seq)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("events: unexpected argument %q", fs.Arg(0))
+	}
+	enc := json.NewEncoder(w)
+	err := c.Events(ctx, *since, *follow, func(e eventlog.Event) error { return enc.Encode(e) })
+	if ctx.Err() != nil {
+		return nil // ctrl-c: the end a follower expects
+	}
+	return err
 }

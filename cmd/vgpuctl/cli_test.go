@@ -1,15 +1,24 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/vgpud/vgpud/eventlog"
+	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
 // TestHelpConventions: -h anywhere prints on stdout only and succeeds: the
@@ -271,5 +280,79 @@ func TestNamesAndLabels(t *testing.T) {
 	}
 	if _, err := ctl(t, sock, "show", "web"); !errors.Is(err, mdev.ErrNotFound) {
 		t.Errorf("show web after destroy = %v", err)
+	}
+}
+
+// eventsDaemon is daemon with the event log vgpud keeps.
+func eventsDaemon(t *testing.T) string {
+	t.Helper()
+	d, err := gpu.Open("")
+	if err != nil {
+		t.Fatalf("gpu.Open: %v", err)
+	}
+	l := eventlog.New(64)
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir(), Transport: mpqemu.Transport{},
+		Logger: slog.New(l.Handler(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: control.Handler(m, control.WithEvents(l))}
+	srv.RegisterOnShutdown(l.Close)
+	done := make(chan struct{})
+	go func() { srv.Serve(ln); close(done) }()
+	t.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		<-done
+		m.Close()
+		d.Close()
+	})
+	return sock
+}
+
+// TestEvents: events prints the recent events as JSON lines; -follow
+// then each new one until ctrl-c.
+func TestEvents(t *testing.T) {
+	sock := eventsDaemon(t)
+	id, err := ctl(t, sock, "create", "-profile", "vgpu-small", "-name", "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = strings.TrimSpace(id)
+	out, err := ctl(t, sock, "events")
+	if err != nil || !strings.Contains(out, `"kind":"instance.created"`) || !strings.Contains(out, `"instance":"`+id+`"`) {
+		t.Fatalf("events = %q, %v", out, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-socket", sock, "events", "-follow", "-since", "1"}, pw, io.Discard)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	destroyed := false
+	for sc.Scan() {
+		var e eventlog.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("events -follow printed %q: %v", sc.Text(), err)
+		}
+		if e.Kind == "instance.created" {
+			if _, err := ctl(t, sock, "destroy", "e"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if e.Kind == "instance.destroyed" && e.Instance == id {
+			destroyed = true
+			cancel() // ctrl-c
+		}
+	}
+	if err := <-done; err != nil || !destroyed {
+		t.Errorf("events -follow = %v (saw the destroy: %v)", err, destroyed)
 	}
 }

@@ -94,6 +94,9 @@ commands:
   place -explain -profile P [-workload W | -like UUID] [-hosts SOCK,SOCK...] [-json]
                                 the predicted added interference (or other score) of
                                 every device, and the one an instance would go to
+  events [-follow] [-since SEQ] vgpud's recent events as JSON lines: instances created,
+                                destroyed, attached, changed, lost; workers; migrations;
+                                upgrades (in memory, the last 4096; docs/operating.md)
   version [-client] [-json]     vgpuctl's build and vgpud's (version, VCS revision, Go)
   help [COMMAND]                this text (or COMMAND's lines of it)
 
@@ -249,6 +252,8 @@ func dispatch(ctx context.Context, c *control.Client, cmd string, rest []string,
 		return placeCmd(ctx, c, rest, stdout, stderr)
 	case "version":
 		return versionCmd(ctx, c, rest, stdout, stderr)
+	case "events":
+		return eventsCmd(ctx, c, rest, stdout, stderr)
 	}
 	return usagef("unknown command %q (vgpuctl help lists the commands)", cmd)
 }

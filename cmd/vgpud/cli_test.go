@@ -4,8 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vgpud/vgpud/eventlog"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/control"
 )
 
 // TestCommandLine: -h prints the flags on stdout and succeeds, -version
@@ -34,5 +40,52 @@ func TestCommandLine(t *testing.T) {
 		if !errors.Is(err, errBadUsage) || !strings.Contains(err.Error(), c.err) || errOut.Len() != 0 {
 			t.Errorf("%q = %v (stderr %q), want errBadUsage saying %q", c.args, err, errOut.String(), c.err)
 		}
+	}
+}
+
+// TestDaemonReadyAndEvents: the daemon's /readyz answers 200 once it
+// serves; its events name what an operator did; a follower of the events
+// ends when the daemon stops.
+func TestDaemonReadyAndEvents(t *testing.T) {
+	runDir := filepath.Join(t.TempDir(), "run")
+	sock, metricsURL, stop := daemonOn(t, runDir, "-metrics-addr", "127.0.0.1:0")
+	base := strings.TrimSuffix(metricsURL, "/metrics")
+	hc := &http.Client{Transport: &http.Transport{}}
+	for _, p := range []string{"/readyz", "/healthz"} {
+		resp, err := hc.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s = %d, want 200 from a serving daemon", p, resp.StatusCode)
+		}
+	}
+	hc.CloseIdleConnections()
+	c := control.NewClient(sock)
+	ctx := context.Background()
+	in, err := c.Create(ctx, mdev.CreateRequest{Profile: "vgpu-small", Name: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan eventlog.Event, 64)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Events(ctx, 0, true, func(e eventlog.Event) error {
+			select {
+			case seen <- e:
+			default:
+			}
+			return nil
+		})
+	}()
+	for e := range seen {
+		if e.Kind == "instance.created" && e.Instance == in.UUID {
+			break
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("follower when the daemon stopped = %v", err)
 	}
 }

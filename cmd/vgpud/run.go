@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/buildinfo"
+	"github.com/vgpud/vgpud/eventlog"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev"
@@ -283,6 +284,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The events an operator follows (vgpuctl events) are the log's
+	// records of them, kept whatever the log level.
+	events := eventlog.New(eventsKept)
+	log = slog.New(events.Handler(log.Handler()))
 	if len(cfg.Devices) == 0 {
 		cfg.Devices = []string{""}
 	}
@@ -453,11 +458,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	xenCtx, stopXen := context.WithCancel(ctx)
 	xa := newXenAttacher(xenCtx, m, log)
 	defer func() { stopXen(); xa.Wait() }() // before the manager closes
-	handlerOpts := []control.Option{control.WithUpgrade(up.upgrade, gate), control.WithLibvirt(att), control.WithXen(xa)}
+	handlerOpts := []control.Option{control.WithUpgrade(up.upgrade, gate), control.WithLibvirt(att), control.WithXen(xa),
+		control.WithEvents(events)}
 	if migTLSConf != nil {
 		handlerOpts = append(handlerOpts, control.WithMigration(migTLSConf))
 	}
 	srv, controlL := controlLimits.serve(pl, control.Handler(m, handlerOpts...), m, log)
+	srv.RegisterOnShutdown(events.Close) // followers end, so the shutdown need not wait for them
 	migDone := make(chan error, 1)
 	migCtx, stopMig := context.WithCancel(ctx)
 	defer stopMig()
@@ -543,6 +550,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	os.Remove(sock)
 	return errors.Join(err, m.Close())
 }
+
+// eventsKept is how many recent events vgpuctl events can show.
+const eventsKept = 4096
 
 // errBadUsage: a command line vgpud cannot run; it exits 2.
 var errBadUsage = errors.New("bad command line")

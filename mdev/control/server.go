@@ -10,6 +10,7 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/buildinfo"
+	"github.com/vgpud/vgpud/eventlog"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/libvirt"
@@ -28,6 +29,7 @@ type options struct {
 	xen        XenAttacher
 	upgrade    Upgrader
 	gate       *Gate
+	events     *eventlog.Log
 }
 
 // WithMigration enables POST /v1/instances/{uuid}/migrate, whose channel
@@ -96,6 +98,7 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	handleReattach(mux, m)
 	handleAttach(mux, o.libvirt)
 	handleXen(mux, o.xen)
+	handleEvents(mux, o.events)
 	if o.upgrade != nil {
 		handleUpgrade(mux, o.upgrade)
 	}

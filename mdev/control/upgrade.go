@@ -169,10 +169,11 @@ func (g *Gate) Retire() {
 	g.mu.Unlock()
 }
 
-// gated passes every request but the upgrade through g.
+// gated passes every request but the upgrade and the events stream (a
+// follower never ends by itself) through g.
 func gated(g *Gate, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/upgrade" {
+		if r.URL.Path == "/v1/upgrade" || r.URL.Path == eventsPath {
 			next.ServeHTTP(w, r)
 			return
 		}
