@@ -59,6 +59,10 @@ type Instance struct {
 	window    featureWindow
 	windowLen time.Duration
 
+	// incoming: incomingAwaiting while it waits for a migration to fill
+	// it (CreateRequest.Incoming), incomingClaimed once one does.
+	incoming atomic.Int32
+
 	// Guarded by Manager.mu.
 	reuse      ReuseSetting // the reuse setting: domain (trust domain) and on/off
 	overcommit Overcommit   // its own overcommit setting; Policy "": its profile's

@@ -265,6 +265,12 @@ type CreateRequest struct {
 	Name string `json:"name,omitempty"`
 	// Labels are an operator's key=value notes on the instance.
 	Labels map[string]string `json:"labels,omitempty"`
+	// Incoming makes the instance await an incoming migration
+	// (docs/migration.md, "vfio-user"): a migration that brings the same
+	// UUID and profile fills it instead of creating one. A VMM that keeps
+	// the device attached across its own migration (vfio-user-pci)
+	// connects to it before the state arrives.
+	Incoming bool `json:"incoming,omitempty"`
 }
 
 // Create places and starts a new instance.
@@ -330,6 +336,9 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 		limits: limitsOf(p), windowLen: m.featureWindow, name: req.Name, labels: maps.Clone(req.Labels)}
 	inst.memTotal.Store(m.infos[dev].GlobalMemBytes)
 	inst.peakSince.Store(inst.created.UnixNano())
+	if req.Incoming {
+		inst.incoming.Store(incomingAwaiting)
+	}
 	if err := sc.SetShare(id, min(p.Share, sched.MaxShare)); err != nil {
 		return nil, fmt.Errorf("create %s: %w", id, err)
 	}

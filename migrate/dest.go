@@ -309,10 +309,22 @@ func (in *incoming) instance(ctx context.Context) error {
 	// signed) that named another tenant's domain would have its records
 	// applied, and its programs built, in that tenant's worker. The
 	// instance gets its private domain (instance:<uuid>).
-	req := mdev.CreateRequest{UUID: ir.ID, Profile: ir.Profile}
-	inst, err := in.d.Manager.Create(req)
+	// An instance created to await this migration (vgpuctl create
+	// -incoming: a VMM that keeps the vGPU attached, vfio-user-pci, is
+	// connected to it already) is filled; any other instance of that UUID
+	// is refused (ErrNotAwaiting), never taken over.
+	inst, err := in.d.Manager.ClaimIncoming(ir.ID, ir.Profile)
 	if err != nil {
 		return err
+	}
+	if inst == nil {
+		if in.d.Manager.KeepsDeviceOnMigration() {
+			return fmt.Errorf("no instance %s awaits this migration: create it first (vgpuctl create -incoming -uuid %s -profile %s), then start the destination QEMU attached to it with -incoming",
+				ir.ID, ir.ID, ir.Profile)
+		}
+		if inst, err = in.d.Manager.Create(mdev.CreateRequest{UUID: ir.ID, Profile: ir.Profile}); err != nil {
+			return err
+		}
 	}
 	in.inst = inst
 	in.log = in.log.With("instance", inst.UUID())
@@ -340,7 +352,7 @@ func (in *incoming) instance(ctx context.Context) error {
 	}
 	dev := in.d.Manager.Devices()[inst.Device()].Name
 	in.log.Info("incoming migration", "source device", ir.Device, "device", dev, "profile", ir.Profile)
-	return writeLine(in.conn, Reply{Step: "instance", Device: dev})
+	return writeLine(in.conn, Reply{Step: "instance", Device: dev, KeepsDevice: in.d.Manager.KeepsDeviceOnMigration()})
 }
 
 // round applies one round's records through a pipe to the worker.
@@ -437,11 +449,21 @@ func (in *incoming) commit(ctx context.Context, cmd Command) (Reply, error) {
 			return rep, err
 		}
 	}
+	if cmd.InPlace != in.d.Manager.KeepsDeviceOnMigration() {
+		return rep, fmt.Errorf("the source says the vGPU stayed attached: %t; this vgpud's VMMs keep it: %t", cmd.InPlace, !cmd.InPlace)
+	}
+	if cmd.InPlace && !in.inst.Attached() {
+		// The destination QEMU connected to the instance at its start
+		// and stays connected; without it the VM comes without its vGPU.
+		return rep, fmt.Errorf("the destination QEMU is not attached to instance %s (start it with the vGPU's vfio-user-pci device)", in.inst.UUID())
+	}
 	if in.ring.Enabled {
 		in.inst.Restore(in.ring.Base, in.ring.ComplBase, in.ring.Slots, in.ring.Tail)
 	}
-	if err := plug(ctx, in.mon, in.inst, cmd.DeviceID, cmd.Slot); err != nil {
-		return rep, err
+	if !cmd.InPlace {
+		if err := plug(ctx, in.mon, in.inst, cmd.DeviceID, cmd.Slot); err != nil {
+			return rep, err
+		}
 	}
 	if err := in.mig.Thaw(ctx, true); err != nil {
 		return rep, err

@@ -23,6 +23,10 @@ type Reply struct {
 	Error string `json:"error,omitempty"` // empty: done
 	// Device is the destination's physical device (for "instance").
 	Device string `json:"device,omitempty"`
+	// KeepsDevice (for "instance"): the destination's VMMs keep the vGPU
+	// attached across QEMU's migration (vfio-user) rather than having it
+	// plugged at commit (mpqemu). Source and destination must agree.
+	KeepsDevice bool `json:"keeps_device,omitempty"`
 	// Applied is how long the destination took to apply the round.
 	AppliedNs int64 `json:"applied_ns,omitempty"`
 	// Commit timings (for "commit"): plugging the device into QEMU,
@@ -41,6 +45,10 @@ type Command struct {
 	// destination plugs it at the same QEMU id and PCI slot.
 	DeviceID string `json:"device_id,omitempty"`
 	Slot     int    `json:"slot,omitempty"`
+	// InPlace (for "commit"): the vGPU stayed attached through QEMU's
+	// migration and the destination QEMU's device is connected to the
+	// instance already: nothing is plugged.
+	InPlace bool `json:"in_place,omitempty"`
 }
 
 // maxLine bounds one JSON line on the channel.

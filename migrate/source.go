@@ -81,6 +81,9 @@ type Report struct {
 	To          string        `json:"to_device"`
 	Rounds      []RoundReport `json:"rounds"`
 	StreamBytes uint64        `json:"stream_bytes"`
+	// InPlace: the vGPU stayed attached through QEMU's migration
+	// (vfio-user); nothing was unplugged or plugged.
+	InPlace bool `json:"in_place,omitempty"`
 	// Phases of the GPU stun (the guest's programs cannot use the vGPU):
 	// Quiesce (draining them), then at once Final (the stop-and-copy
 	// round) and Unplug (device_del until the guest ejected it), QEMU (its
@@ -253,6 +256,16 @@ func (o *outgoing) run(ctx context.Context) error {
 		return err
 	}
 	o.rep.To = rep.Device
+	// vfio-user keeps the vGPU attached through QEMU's migration; mpqemu
+	// unplugs it and the destination plugs one at commit. A VM cannot
+	// move from one kind to the other: its destination QEMU was started
+	// for one of them.
+	inPlace := o.m.KeepsDeviceOnMigration()
+	if rep.KeepsDevice != inPlace {
+		return fmt.Errorf("the destination's vGPUs %s through QEMU's migration, this vgpud's %s: migrate between daemons of the same transport",
+			keepsWord(rep.KeepsDevice), keepsWord(inPlace))
+	}
+	o.rep.InPlace = inPlace
 
 	o.phase("pre-copy")
 	if !o.opts.NoPrecopy {
@@ -284,42 +297,21 @@ func (o *outgoing) run(ctx context.Context) error {
 	}
 	o.rep.Quiesce = time.Since(stunStart)
 
-	// The final round reads the frozen state from the worker and needs
-	// nothing from the guest; the guest's ejecting the device (ACPI, about
-	// a second under TCG) needs nothing from the worker: both at once.
 	o.phase("stop-and-copy")
 	t := time.Now()
 	o.frozen = true
-	ut := o.opts.UnplugTimeout
-	if ut <= 0 {
-		ut = 30 * time.Second
+	if inPlace {
+		// The vGPU stays in the VM: the guest's programs are quiesced and
+		// the ring frozen, so nothing reaches the device, and the device
+		// writes no guest RAM, while QEMU copies the VM.
+		err = o.finalRound(ctx)
+		o.rep.Final = time.Since(t)
+	} else {
+		err = o.unplugAndFinal(ctx, t)
 	}
-	uc, cancelU := context.WithTimeout(ctx, ut)
-	unplugged := make(chan error, 1)
-	go func() {
-		err := unplug(uc, o.mon, o.opts.DeviceID)
-		o.rep.Unplug = time.Since(t)
-		unplugged <- err
-	}()
-	err = o.finalRound(ctx)
-	o.rep.Final = time.Since(t)
 	if err != nil {
-		// device_del was asked for: the guest ejects the device whether
-		// or not this round failed, so wait for it, and the rollback
-		// re-plugs it.
-		uerr := <-unplugged
-		cancelU()
-		o.gone = uerr == nil || o.deviceAbsent()
 		return err
 	}
-	o.phase("unplug")
-	err = <-unplugged
-	cancelU()
-	if err != nil {
-		o.gone = o.deviceAbsent()
-		return err
-	}
-	o.gone = true
 
 	o.phase("qemu")
 	t = time.Now()
@@ -349,7 +341,7 @@ func (o *outgoing) run(ctx context.Context) error {
 	o.rep.QEMUTotal = time.Duration(info.TotalTimeMS) * time.Millisecond
 
 	o.phase("commit")
-	if err := writeLine(o.conn, Command{Do: "commit", DeviceID: o.opts.DeviceID, Slot: o.slot}); err != nil {
+	if err := writeLine(o.conn, Command{Do: "commit", DeviceID: o.opts.DeviceID, Slot: o.slot, InPlace: inPlace}); err != nil {
 		return err
 	}
 	c.SetReadDeadline(time.Now().Add(3 * time.Minute))
@@ -380,6 +372,50 @@ func (o *outgoing) run(ctx context.Context) error {
 	o.rep.StreamBytes = o.cw.n
 	o.rep.Phase = ""
 	return nil
+}
+
+// unplugAndFinal unplugs the vGPU (device_del) while it sends the final
+// round: the final round reads the frozen state from the worker and needs
+// nothing from the guest; the guest's ejecting the device (ACPI, about a
+// second under TCG) needs nothing from the worker: both at once.
+func (o *outgoing) unplugAndFinal(ctx context.Context, t time.Time) error {
+	ut := o.opts.UnplugTimeout
+	if ut <= 0 {
+		ut = 30 * time.Second
+	}
+	uc, cancelU := context.WithTimeout(ctx, ut)
+	defer cancelU()
+	unplugged := make(chan error, 1)
+	go func() {
+		err := unplug(uc, o.mon, o.opts.DeviceID)
+		o.rep.Unplug = time.Since(t)
+		unplugged <- err
+	}()
+	err := o.finalRound(ctx)
+	o.rep.Final = time.Since(t)
+	if err != nil {
+		// device_del was asked for: the guest ejects the device whether
+		// or not this round failed, so wait for it, and the rollback
+		// re-plugs it.
+		uerr := <-unplugged
+		o.gone = uerr == nil || o.deviceAbsent()
+		return err
+	}
+	o.phase("unplug")
+	if err := <-unplugged; err != nil {
+		o.gone = o.deviceAbsent()
+		return err
+	}
+	o.gone = true
+	return nil
+}
+
+// keepsWord says what a daemon's vGPUs do through QEMU's migration.
+func keepsWord(keeps bool) string {
+	if keeps {
+		return "stay attached (vfio-user)"
+	}
+	return "are unplugged and plugged again (mpqemu)"
 }
 
 // shrinking reports whether pre-copy should go on after a round that sent

@@ -42,8 +42,17 @@ const reopenEvery = 20 * time.Millisecond
 // to hold a device with the vGPU's vendor and device IDs. It polls sysfs
 // every 20 ms, and retries OpenPCI too (the kernel creates resource0 after
 // the device appears), until ctx ends.
+//
+// Before mapping, it writes the device's BARs back if its configuration
+// space lost them (RestoreConfig): after a migration onto a VMM that keeps
+// the device attached without its configuration (vfio-user-pci).
 func ReopenGuest(ctx context.Context, pciDir string) (Registers, error) {
-	return reopenPCI(ctx, SysfsPCI, pciDir, OpenPCI, reopenEvery)
+	return reopenPCI(ctx, SysfsPCI, pciDir, func(dir string) (Registers, error) {
+		if _, err := RestoreConfig(dir); err != nil {
+			return nil, err
+		}
+		return OpenPCI(dir)
+	}, reopenEvery)
 }
 
 // WaitPCI waits until a vGPU is on the PCI bus with its BAR0 in sysfs and

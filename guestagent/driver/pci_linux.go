@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -118,3 +119,100 @@ func (b *bar) Close() error {
 	b.mem = nil
 	return err
 }
+
+// Linux's IORESOURCE flags in a sysfs "resource" line (include/linux/ioport.h).
+const (
+	ioresourceIO    = 0x00000100
+	ioresourceMem   = 0x00000200
+	ioresourceMem64 = 0x00100000
+)
+
+// Configuration space offsets and command register bits RestoreConfig
+// writes (PCI 3.0, 6.2.2 and 6.2.5).
+const (
+	cfgCommand     = 0x04
+	cfgBAR0        = 0x10
+	cmdIO          = 1 << 0
+	cmdMemory      = 1 << 1
+	cmdBusMaster   = 1 << 2
+	pciBARs        = 6
+	cfgHeaderBytes = 0x40
+)
+
+// RestoreConfig writes the BARs of the PCI function dir (a sysfs device
+// directory) back from the kernel's resources, and turns its decoders and
+// bus mastering on, when its configuration space no longer holds them; it
+// reports whether it did. That happens after a live migration onto a VMM
+// that keeps the device attached but not its configuration: QEMU 11.1's
+// vfio-user-pci migrates no state, so the destination's device comes up as
+// after a reset, unmapped, under a guest kernel that still has it at its
+// old addresses (docs/migration.md). Writing the addresses back makes the
+// VMM map the BARs where the guest expects them. A device whose BARs hold
+// the kernel's addresses is left alone.
+func RestoreConfig(dir string) (bool, error) {
+	res, err := os.ReadFile(filepath.Join(dir, "resource"))
+	if err != nil {
+		return false, fmt.Errorf("restore pci config %s: %w", dir, err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "config"), os.O_RDWR, 0)
+	if err != nil {
+		return false, fmt.Errorf("restore pci config %s: %w", dir, err)
+	}
+	defer f.Close()
+	hdr := make([]byte, cfgHeaderBytes)
+	if _, err := f.ReadAt(hdr, 0); err != nil {
+		return false, fmt.Errorf("restore pci config %s: read: %w", dir, err)
+	}
+	type write struct {
+		off int64
+		val uint32
+	}
+	var writes []write
+	var cmd uint16
+	lines := strings.Split(strings.TrimSpace(string(res)), "\n")
+	for i := 0; i < pciBARs && i < len(lines); i++ {
+		var start, end, flags uint64
+		if _, err := fmt.Sscanf(lines[i], "0x%x 0x%x 0x%x", &start, &end, &flags); err != nil || start == 0 {
+			continue
+		}
+		off := int64(cfgBAR0 + 4*i)
+		cur := le32(hdr[off:])
+		switch {
+		case flags&ioresourceIO != 0:
+			cmd |= cmdIO
+			if cur&^0x3 != uint32(start)&^0x3 {
+				writes = append(writes, write{off, uint32(start)&^0x3 | cur&0x3})
+			}
+		case flags&ioresourceMem != 0:
+			cmd |= cmdMemory
+			if cur&^0xf != uint32(start)&^0xf {
+				writes = append(writes, write{off, uint32(start)&^0xf | cur&0xf})
+			}
+			if flags&ioresourceMem64 != 0 && i+1 < pciBARs {
+				i++
+				hi := int64(cfgBAR0 + 4*i)
+				if le32(hdr[hi:]) != uint32(start>>32) {
+					writes = append(writes, write{hi, uint32(start >> 32)})
+				}
+			}
+		}
+	}
+	if len(writes) == 0 {
+		return false, nil
+	}
+	buf := make([]byte, 4)
+	for _, w := range writes {
+		binary.LittleEndian.PutUint32(buf, w.val)
+		if _, err := f.WriteAt(buf, w.off); err != nil {
+			return false, fmt.Errorf("restore pci config %s: BAR at %#x: %w", dir, w.off, err)
+		}
+	}
+	c := binary.LittleEndian.Uint16(hdr[cfgCommand:]) | cmd | cmdBusMaster
+	binary.LittleEndian.PutUint16(buf, c)
+	if _, err := f.WriteAt(buf[:2], cfgCommand); err != nil {
+		return false, fmt.Errorf("restore pci config %s: command: %w", dir, err)
+	}
+	return true, nil
+}
+
+func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }

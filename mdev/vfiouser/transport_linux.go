@@ -23,6 +23,12 @@ var ErrNoHandover = errors.New("vfio-user sessions cannot be handed over (upgrad
 // Name is "vfio-user".
 func (Transport) Name() string { return "vfio-user" }
 
+// KeepsDeviceOnMigration is true: QEMU 11.1's vfio-user-pci has no
+// migration state and sets no migration blocker, so a VM migrates with the
+// vGPU attached and vgpud moves the device's state itself
+// (docs/migration.md).
+func (Transport) KeepsDeviceOnMigration() bool { return true }
+
 // Suffix is ".vfio-user.sock".
 func (Transport) Suffix() string { return ".vfio-user.sock" }
 

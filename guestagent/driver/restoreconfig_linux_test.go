@@ -1,0 +1,62 @@
+package driver
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestRestoreConfig: a function whose configuration space came back from
+// reset (BARs and command zero, as QEMU 11.1's vfio-user-pci has it after a
+// migration) gets the kernel's addresses and its decoders back; one that
+// holds them is not written.
+func TestRestoreConfig(t *testing.T) {
+	// resource lines: start, end, flags. BAR0 32-bit memory, BAR1 I/O,
+	// BAR2-3 one 64-bit prefetchable memory BAR, the rest unused.
+	const resource = "0x00000000fe000000 0x00000000fe000fff 0x0000000000040200\n" +
+		"0x000000000000c000 0x000000000000c03f 0x0000000000040101\n" +
+		"0x0000008000000000 0x00000080000fffff 0x000000000014220c\n" +
+		"0x0000000000000000 0x0000000000000000 0x0000000000000000\n" +
+		"0x0000000000000000 0x0000000000000000 0x0000000000000000\n" +
+		"0x0000000000000000 0x0000000000000000 0x0000000000000000\n" +
+		"0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+	reset := make([]byte, 256)
+	binary.LittleEndian.PutUint32(reset[0x10:], 0x0)   // memory, 32-bit
+	binary.LittleEndian.PutUint32(reset[0x14:], 0x1)   // I/O
+	binary.LittleEndian.PutUint32(reset[0x18:], 0xc)   // memory, 64-bit, prefetchable
+	binary.LittleEndian.PutUint16(reset[0x04:], 1<<10) // INTx disabled, decoders off
+	reset[0x3c] = 11                                   // interrupt line, kept
+	want := bytes.Clone(reset)
+	binary.LittleEndian.PutUint32(want[0x10:], 0xfe000000)
+	binary.LittleEndian.PutUint32(want[0x14:], 0xc001)
+	binary.LittleEndian.PutUint32(want[0x18:], 0x0000000c)
+	binary.LittleEndian.PutUint32(want[0x1c:], 0x80)
+	binary.LittleEndian.PutUint16(want[0x04:], 1<<10|cmdIO|cmdMemory|cmdBusMaster)
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "resource"), []byte(resource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config")
+	if err := os.WriteFile(cfg, reset, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	did, err := RestoreConfig(dir)
+	if err != nil || !did {
+		t.Fatalf("RestoreConfig(reset device) = %v, %v, want true, nil", did, err)
+	}
+	got, _ := os.ReadFile(cfg)
+	if !bytes.Equal(got, want) {
+		t.Errorf("config after RestoreConfig:\n got % x\nwant % x", got[:0x40], want[:0x40])
+	}
+	// A second call finds the addresses there and writes nothing.
+	st, _ := os.Stat(cfg)
+	if did, err := RestoreConfig(dir); err != nil || did {
+		t.Errorf("RestoreConfig(restored device) = %v, %v, want false, nil", did, err)
+	}
+	if st2, _ := os.Stat(cfg); !st2.ModTime().Equal(st.ModTime()) {
+		t.Errorf("a device that holds its BARs was written")
+	}
+}
