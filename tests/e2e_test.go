@@ -242,39 +242,52 @@ func TestTwoGuestsShareDevice(t *testing.T) {
 // TestHostileGuest: a hostile guest sends bad addresses, foreign handles,
 // an over-quota allocation, a garbage opcode and a doorbell beyond its
 // ring, while a good guest runs the suite; the hostile one gets error
-// statuses, the good one's results stay correct and vgpud keeps serving.
+// statuses, the good one's results stay correct and vgpud keeps serving:
+// the good instance takes a second VM, which on vfio-user is a second
+// client session on the same socket. On both transports: QEMU 7.2 over
+// mpqemu and QEMU 11.1 over vfio-user, the default on modern QEMU.
 func TestHostileGuest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
-	m := host(t)
-	good, bad := mustCreate(t, m, "vgpu-small"), mustCreate(t, m, "vgpu-small")
-	var (
-		wg       sync.WaitGroup
-		hrep     suite.Report
-		hconsole string
-		herr     error
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		hrep, hconsole, herr = runGuest(t.Context(), t, bad, "-mode=hostile")
-	}()
-	rep, console, err := runGuest(t.Context(), t, good)
-	wg.Wait()
-	t.Logf("hostile guest's report:\n%s", hrep)
-	if herr != nil || !hrep.OK() {
-		t.Errorf("hostile guest: err %v\n%s\nconsole:\n%s", herr, hrep, hconsole)
-	}
-	if err != nil || !rep.OK() {
-		t.Errorf("good guest: err %v\n%s\nconsole:\n%s", err, rep, console)
-	}
-	if s := bad.Stats(); s.Errors.Load() == 0 {
-		t.Errorf("host counted no errors for the hostile guest")
-	}
-	// vgpud still serves: the good instance takes another VM.
-	rep, console, err = runGuest(t.Context(), t, good, "-vector-n=4096", "-reduce-n=4096")
-	if err != nil || !rep.OK() {
-		t.Errorf("second run after the hostile guest: err %v\n%s\nconsole:\n%s", err, rep, console)
+	for _, tt := range []struct {
+		name string
+		tr   transport.Socket
+	}{
+		{"qemu7.2-mpqemu", mpqemu.Transport{}},
+		{"qemu11.1-vfio-user", vfiouser.Transport{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := hostOn(t, tt.tr)
+			good, bad := mustCreate(t, m, "vgpu-small"), mustCreate(t, m, "vgpu-small")
+			var (
+				wg       sync.WaitGroup
+				hrep     suite.Report
+				hconsole string
+				herr     error
+			)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				hrep, hconsole, herr = runGuest(t.Context(), t, bad, "-mode=hostile")
+			}()
+			rep, console, err := runGuest(t.Context(), t, good)
+			wg.Wait()
+			t.Logf("hostile guest's report:\n%s", hrep)
+			if herr != nil || !hrep.OK() {
+				t.Errorf("hostile guest: err %v\n%s\nconsole:\n%s", herr, hrep, hconsole)
+			}
+			if err != nil || !rep.OK() {
+				t.Errorf("good guest: err %v\n%s\nconsole:\n%s", err, rep, console)
+			}
+			if s := bad.Stats(); s.Errors.Load() == 0 {
+				t.Errorf("host counted no errors for the hostile guest")
+			}
+			// vgpud still serves: the good instance takes another VM.
+			rep, console, err = runGuest(t.Context(), t, good, "-vector-n=4096", "-reduce-n=4096")
+			if err != nil || !rep.OK() {
+				t.Errorf("second run after the hostile guest: err %v\n%s\nconsole:\n%s", err, rep, console)
+			}
+		})
 	}
 }
