@@ -76,3 +76,6 @@ func (m *Manager) Resolve(ref string) (string, error) {
 	}
 	return "", fmt.Errorf("%q: %w", ref, ErrNotFound)
 }
+
+// CheckName checks an instance name as Create does ("" passes: no name).
+func CheckName(name string) error { return validName(name) }

@@ -18,6 +18,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/mdev/definitions"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
@@ -283,7 +284,8 @@ func TestNamesAndLabels(t *testing.T) {
 	}
 }
 
-// eventsDaemon is daemon with the event log vgpud keeps.
+// eventsDaemon is daemon with the event log vgpud keeps and a directory
+// of definitions.
 func eventsDaemon(t *testing.T) string {
 	t.Helper()
 	d, err := gpu.Open("")
@@ -301,7 +303,7 @@ func eventsDaemon(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: control.Handler(m, control.WithEvents(l))}
+	srv := &http.Server{Handler: control.Handler(m, control.WithEvents(l), control.WithDefinitions(definitions.Dir(t.TempDir())))}
 	srv.RegisterOnShutdown(l.Close)
 	done := make(chan struct{})
 	go func() { srv.Serve(ln); close(done) }()
@@ -354,5 +356,44 @@ func TestEvents(t *testing.T) {
 	}
 	if err := <-done; err != nil || !destroyed {
 		t.Errorf("events -follow = %v (saw the destroy: %v)", err, destroyed)
+	}
+}
+
+// TestDefine: define writes a definition (-create makes the instance
+// now), definitions lists it, undefine removes it and leaves the
+// instance.
+func TestDefine(t *testing.T) {
+	sock := eventsDaemon(t)
+	if out, err := ctl(t, sock, "definitions"); err != nil || !strings.Contains(out, "(none in ") {
+		t.Errorf("definitions = %q, %v", out, err)
+	}
+	out, err := ctl(t, sock, "define", "-name", "db", "-profile", "vgpu-small", "-label", "tier=1", "-create")
+	if err != nil || !strings.Contains(out, "defined db (uuid ") || !strings.Contains(out, "created ") {
+		t.Fatalf("define -create = %q, %v", out, err)
+	}
+	if out, err := ctl(t, sock, "definitions"); err != nil || !strings.Contains(out, "db") || !strings.Contains(out, "tier=1") {
+		t.Errorf("definitions = %q, %v", out, err)
+	}
+	if out, err := ctl(t, sock, "definitions", "-json"); err != nil || !json.Valid([]byte(out)) {
+		t.Errorf("definitions -json = %q, %v", out, err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"define", "-name", "x"}, 2},
+		{[]string{"define", "-name", "x", "-profile", "vgpu-small", "-device", "-1"}, 2},
+		{[]string{"define", "-name", "../x", "-profile", "vgpu-small"}, 1},
+		{[]string{"undefine", "nosuch"}, 1},
+	} {
+		if _, err := ctl(t, sock, c.args...); exitCode(err) != c.code {
+			t.Errorf("%q = %v, want exit %d", c.args, err, c.code)
+		}
+	}
+	if out, err := ctl(t, sock, "undefine", "db"); err != nil || !strings.Contains(out, "undefined db") {
+		t.Errorf("undefine = %q, %v", out, err)
+	}
+	if _, err := ctl(t, sock, "show", "db"); err != nil {
+		t.Errorf("show db after undefine = %v, want the instance still there", err)
 	}
 }

@@ -32,6 +32,9 @@ commands:
                                 with no -device, the placement policy picks the device
                                 (-workload/-like say what the instance will run; -hosts
                                 places across several vgpud daemons: docs/placement.md)
+  create -incoming -uuid U -profile P
+                                an instance that awaits the migration of U (vfio-user:
+                                the destination QEMU attaches to it first; docs/migration.md)
   destroy UUID
   vm -instance UUID[,UUID...] [-kernel K -initrd I -disk D -append A -mem MiB -cpus N]
      [-qemu BIN] [-vmm-root DIR -vmm-run SCRIPT] [-print]
@@ -94,6 +97,12 @@ commands:
   place -explain -profile P [-workload W | -like UUID] [-hosts SOCK,SOCK...] [-json]
                                 the predicted added interference (or other score) of
                                 every device, and the one an instance would go to
+  define -name NAME -profile P [-uuid U] [-device N] [-label K=V]... [-create] [-json]
+                                a persistent definition (/etc/vgpud/instances.d/NAME.json):
+                                vgpud creates the instance at every start when missing
+                                (-create: now too)
+  undefine NAME                 remove a definition (its instance stays until destroyed)
+  definitions [-json]           the persistent definitions
   events [-follow] [-since SEQ] vgpud's recent events as JSON lines: instances created,
                                 destroyed, attached, changed, lost; workers; migrations;
                                 upgrades (in memory, the last 4096; docs/operating.md)
@@ -159,7 +168,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 const defaultSocket = "/run/vgpud/control.sock"
 
 // flagless are the commands with no flags.
-var flagless = map[string]bool{"show": true, "destroy": true, "policy": true, "set-share": true, "set-profile": true}
+var flagless = map[string]bool{"show": true, "destroy": true, "policy": true, "set-share": true, "set-profile": true, "undefine": true}
 
 // explain adds to err what an operator does about it: a control socket
 // that is not there or refuses means no vgpud serves it.
@@ -254,6 +263,12 @@ func dispatch(ctx context.Context, c *control.Client, cmd string, rest []string,
 		return versionCmd(ctx, c, rest, stdout, stderr)
 	case "events":
 		return eventsCmd(ctx, c, rest, stdout, stderr)
+	case "define":
+		return defineCmd(ctx, c, rest, stdout, stderr)
+	case "undefine":
+		return undefineCmd(ctx, c, rest, stdout)
+	case "definitions":
+		return definitionsCmd(ctx, c, rest, stdout, stderr)
 	}
 	return usagef("unknown command %q (vgpuctl help lists the commands)", cmd)
 }
@@ -353,6 +368,7 @@ func create(ctx context.Context, c *control.Client, args []string, w, stderr io.
 	noReuse := fs.Bool("no-reuse", false, "turn result reuse off for the instance")
 	hosts := fs.String("hosts", "", "control sockets of several vgpud daemons, comma separated: create on the host and device placement picks")
 	name := fs.String("name", "", "a unique name for the instance, usable wherever its UUID is")
+	incoming := fs.Bool("incoming", false, "make the instance await an incoming migration of -uuid (vfio-user: create it, start the destination QEMU attached to it with -incoming, then vgpuctl migrate on the source; docs/migration.md)")
 	labels := labelFlags{}
 	fs.Var(labels, "label", "a KEY=VALUE label; repeatable")
 	var hint hintFlags
@@ -371,7 +387,10 @@ func create(ctx context.Context, c *control.Client, args []string, w, stderr io.
 	if devSet && *dev < 0 {
 		return usagef("create: -device %d refused: a device index is 0 or more (vgpuctl devices lists them; leave -device out to let vgpud place the instance)", *dev)
 	}
-	req := mdev.CreateRequest{Profile: *profile, UUID: *id, ReuseDomain: *reuseDom, NoReuse: *noReuse, Name: *name}
+	if *incoming && *id == "" {
+		return usagef("create: -incoming needs -uuid, the UUID of the instance the migration brings")
+	}
+	req := mdev.CreateRequest{Profile: *profile, UUID: *id, ReuseDomain: *reuseDom, NoReuse: *noReuse, Name: *name, Incoming: *incoming}
 	if len(labels) > 0 {
 		req.Labels = labels
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/vgpud/vgpud/eventlog"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/mdev/definitions"
 )
 
 // TestCommandLine: -h prints the flags on stdout and succeeds, -version
@@ -87,5 +89,50 @@ func TestDaemonReadyAndEvents(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Errorf("follower when the daemon stopped = %v", err)
+	}
+}
+
+// TestDefinitionsAtStart: a definition file, and one vgpuctl define
+// wrote, give their instances (UUID, name, labels) at every start, even
+// with no state; undefine leaves the instance.
+func TestDefinitionsAtStart(t *testing.T) {
+	defs := t.TempDir()
+	if err := os.WriteFile(filepath.Join(defs, "a.json"),
+		[]byte(`{"profile": "vgpu-small", "uuid": "aaaaaaaa-2222-3333-4444-555555555555", "labels": {"team": "x"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sock, _, stop := daemonOn(t, filepath.Join(t.TempDir(), "run"), "-definitions", defs)
+	c := control.NewClient(sock)
+	in, err := c.Instance(ctx, "a")
+	if err != nil || in.UUID != "aaaaaaaa-2222-3333-4444-555555555555" || in.Labels["team"] != "x" {
+		t.Fatalf("instance a from its definition = %+v, %v", in, err)
+	}
+	rep, err := c.Define(ctx, definitions.Definition{Name: "b", Profile: "vgpu-small"}, false)
+	if err != nil || rep.Created != "" {
+		t.Fatalf("Define b = %+v, %v", rep, err)
+	}
+	if _, err := c.Instance(ctx, "b"); !errors.Is(err, mdev.ErrNotFound) {
+		t.Errorf("b without -create exists: %v", err)
+	}
+	stop()
+
+	// A new run directory: no state, the definitions only.
+	sock, _, stop = daemonOn(t, filepath.Join(t.TempDir(), "run"), "-definitions", defs)
+	defer stop()
+	c = control.NewClient(sock)
+	for name, id := range map[string]string{"a": "aaaaaaaa-2222-3333-4444-555555555555", "b": rep.Definition.UUID} {
+		if in, err := c.Instance(ctx, name); err != nil || in.UUID != id {
+			t.Errorf("instance %s at the second start = %+v, %v; want uuid %s", name, in, err, id)
+		}
+	}
+	if err := c.Undefine(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := c.Definitions(ctx); err != nil || len(list.Definitions) != 1 || list.Definitions[0].Name != "a" {
+		t.Errorf("Definitions after undefine b = %+v, %v", list, err)
+	}
+	if _, err := c.Instance(ctx, "b"); err != nil {
+		t.Errorf("instance b after undefine: %v, want it still there", err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/mdev/definitions"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/runstate"
 	"github.com/vgpud/vgpud/mdev/transport"
@@ -50,6 +51,10 @@ type Config struct {
 	Instances []mdev.CreateRequest `json:"instances"`
 	LogLevel  string               `json:"log_level"`
 	LogFormat string               `json:"log_format"` // text or json
+	// DefinitionsDir holds the persistent instance definitions (vgpuctl
+	// define; one NAME.json each), created at every start when missing.
+	// Empty: definitions.DefaultDir (/etc/vgpud/instances.d).
+	DefinitionsDir string `json:"definitions_dir,omitempty"`
 	// Reuse configures result reuse: {"off": true} turns it off, "budget"
 	// bounds the bytes of shadow results (default 256 MiB), docs/reuse.md.
 	Reuse mdev.ReuseConfig `json:"reuse"`
@@ -173,6 +178,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		reattach   = fs.Bool("reattach", true, "after a restart, re-plug the vGPU of each restored instance whose VM is still running (docs/operating.md)")
 		placePol   = fs.String("placement", "", "placement policy of new instances: fewest, round-robin or interference (default: interference with a dataset, else fewest)")
 		placeData  = fs.String("placement-dataset", "", "co-run dataset the interference placement model learns from (docs/placement.md)")
+		defsDir    = fs.String("definitions", "", "directory of persistent instance definitions, created at every start when missing (default "+definitions.DefaultDir+"; vgpuctl define)")
 		libvirtURI = fs.String("libvirt", "", "libvirt connection URI (e.g. qemu:///system): plug the vGPU of every domain whose metadata names an instance, whenever it starts and after a restart (docs/operating.md)")
 		devices    multiFlag
 		devMem     multiFlag
@@ -256,6 +262,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *libvirtURI != "" {
 		cfg.Libvirt = *libvirtURI
+	}
+	if *defsDir != "" {
+		cfg.DefinitionsDir = *defsDir
+	}
+	if cfg.DefinitionsDir == "" {
+		cfg.DefinitionsDir = definitions.DefaultDir
 	}
 	if *placePol != "" {
 		cfg.Placement.Policy = *placePol
@@ -390,6 +402,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("config instance: %w", err)
 		}
 	}
+	defDir := definitions.Dir(cfg.DefinitionsDir)
+	if in == nil { // an upgrade in place hands over every instance there is
+		applyDefinitions(m, defDir, log)
+	}
 	if err := store.Attach(m, kept); err != nil {
 		in.failIf(err)
 		return fmt.Errorf("run directory state: %w", err)
@@ -459,7 +475,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	xa := newXenAttacher(xenCtx, m, log)
 	defer func() { stopXen(); xa.Wait() }() // before the manager closes
 	handlerOpts := []control.Option{control.WithUpgrade(up.upgrade, gate), control.WithLibvirt(att), control.WithXen(xa),
-		control.WithEvents(events)}
+		control.WithEvents(events), control.WithDefinitions(defDir)}
 	if migTLSConf != nil {
 		handlerOpts = append(handlerOpts, control.WithMigration(migTLSConf))
 	}
@@ -549,6 +565,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	err = errors.Join(err, <-migDone)
 	os.Remove(sock)
 	return errors.Join(err, m.Close())
+}
+
+// applyDefinitions creates each instance defined in dir that does not
+// exist; a definition that cannot be used, or an instance refused, is
+// logged, and the daemon starts without it.
+func applyDefinitions(m *mdev.Manager, dir definitions.Dir, log *slog.Logger) {
+	defs, bad, err := dir.List()
+	if err != nil {
+		log.Error("instance definitions not read", "dir", string(dir), "err", err)
+		return
+	}
+	for _, b := range bad {
+		log.Error("instance definition not used", "err", b)
+	}
+	created, err := definitions.Apply(m, defs)
+	if err != nil {
+		log.Error("some defined instances were not created", "err", err)
+	}
+	if len(defs) > 0 {
+		log.Info("instance definitions", "dir", string(dir), "defined", len(defs), "created", len(created))
+	}
 }
 
 // eventsKept is how many recent events vgpuctl events can show.

@@ -12,6 +12,7 @@ import (
 	"github.com/vgpud/vgpud/buildinfo"
 	"github.com/vgpud/vgpud/eventlog"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/definitions"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/libvirt"
 	"github.com/vgpud/vgpud/worker"
@@ -30,6 +31,7 @@ type options struct {
 	upgrade    Upgrader
 	gate       *Gate
 	events     *eventlog.Log
+	defs       *definitions.Dir
 }
 
 // WithMigration enables POST /v1/instances/{uuid}/migrate, whose channel
@@ -99,6 +101,7 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	handleAttach(mux, o.libvirt)
 	handleXen(mux, o.xen)
 	handleEvents(mux, o.events)
+	handleDefinitions(mux, m, o.defs)
 	if o.upgrade != nil {
 		handleUpgrade(mux, o.upgrade)
 	}
