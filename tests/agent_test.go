@@ -40,35 +40,35 @@ func syncGuest(t *testing.T) (imagetest.Kernel, string) {
 // TestGuestBlocksThroughAgent: a guest runs vgpu-agent, which owns the
 // virtio-serial port and runs vgpu-sync; vgpu-sync waits for its kernels
 // with Block and Hybrid, woken through the relay and the host's agent
-// channel.
+// channel. On both transports: QEMU 11.1 spells the chardev's reconnect
+// its own way, and vgpud finds the VM's vCPUs and RAM for placement in a
+// QEMU run from the VMM root.
 func TestGuestBlocksThroughAgent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
-	m := host(t)
+	for _, tt := range qemuTransports {
+		t.Run(tt.name, func(t *testing.T) { guestBlocksThroughAgent(t, hostOn(t, tt.tr)) })
+	}
+}
+
+func guestBlocksThroughAgent(t *testing.T, m *mdev.Manager) {
 	inst := mustCreate(t, m, "vgpu-small")
 	if inst.AgentSocket() == "" {
 		t.Fatal("instance has no agent socket")
 	}
 	k, initrd := syncGuest(t)
-	f, err := dialProxy(inst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), vmTimeout)
 	defer cancel()
-	vm, err := qemuvm.Start(ctx, qemuvm.Config{
+	vm, err := bootVGPU(ctx, inst, qemuvm.Config{
 		Kernel: k.Vmlinuz, Initrd: initrd, MemMiB: 512,
 		Append:      "vgpu.run=vgpu-agent vgpu.args=-stats,100ms,/bin/vgpu-sync,-agent,relay,-modes,block+hybrid,-steps,40",
-		Devices:     []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
 		AgentSocket: inst.AgentSocket(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer vm.Kill()
-	f.Close()
 	results := map[string]syncjob.Result{}
 	for len(results) < 2 {
 		line, err := vm.WaitLine(ctx, syncjob.LinePrefix+"{")
@@ -114,6 +114,3 @@ func TestGuestBlocksThroughAgent(t *testing.T) {
 		t.Errorf("qemu: %v", err)
 	}
 }
-
-// dialProxy connects to inst's QEMU socket and returns QEMU's end.
-func dialProxy(inst *mdev.Instance) (*os.File, error) { return qemuvm.DialProxy(inst.Socket()) }

@@ -84,7 +84,14 @@ func hostOn(t *testing.T, tr transport.Socket) *mdev.Manager {
 	if err != nil {
 		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
 	}
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: t.TempDir(), Transport: tr})
+	// Not t.TempDir(): a long test name would push the sockets' paths
+	// past a sockaddr_un's 107 bytes.
+	dir, err := os.MkdirTemp("", "vgpud-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) }) // after the manager's Close, registered below
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: dir, Transport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,31 +118,13 @@ func runGuest(ctx context.Context, t *testing.T, inst *mdev.Instance, args ...st
 		app += " vgpu.args=" + strings.Join(args, ",")
 	}
 	cfg := qemuvm.Config{Kernel: k.Vmlinuz, Initrd: initrd, Append: app, MemMiB: 512}
-	if sock := inst.Socket(); strings.HasSuffix(sock, vfiouser.Transport{}.Suffix()) {
-		root, err := qemuvm.RepoVMMRoot()
-		if err != nil {
-			return suite.Report{}, "", err
-		}
-		cfg.VFIOUser = []qemuvm.VFIOUserDevice{{ID: "vgpu0", Socket: sock}}
-		root.Apply(&cfg)
-	} else {
-		f, err := qemuvm.DialProxy(sock)
-		if err != nil {
-			return suite.Report{}, "", err
-		}
-		defer f.Close()
-		cfg.Devices = []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}}
-	}
 	var qemuErr strings.Builder
 	cfg.Stderr = &qemuErr
-	vm, err := qemuvm.Start(ctx, cfg)
+	vm, err := bootVGPU(ctx, inst, cfg)
 	if err != nil {
 		return suite.Report{}, "", err
 	}
 	defer vm.Kill()
-	for _, d := range cfg.Devices {
-		d.FD.Close() // QEMU holds its own copy now
-	}
 	line, err := vm.WaitLine(ctx, suite.LinePrefix)
 	console := strings.Join(vm.Lines(), "\n")
 	if err != nil {
@@ -163,6 +152,42 @@ func runGuest(ctx context.Context, t *testing.T, inst *mdev.Instance, args ...st
 	return rep, console, nil
 }
 
+// bootVGPU starts cfg's VM with inst attached as vgpu0: an instance of an
+// mpqemu host by x-pci-proxy-dev on the host's QEMU 7.2, one of a
+// vfio-user host by vfio-user-pci on QEMU 11.1 from the VMM root (make
+// vmm-root), with sealed guest RAM. cfg must be complete otherwise (the
+// VMM root binds the paths it names).
+func bootVGPU(ctx context.Context, inst *mdev.Instance, cfg qemuvm.Config) (*qemuvm.VM, error) {
+	sock := inst.Socket()
+	if !strings.HasSuffix(sock, vfiouser.Transport{}.Suffix()) {
+		f, err := qemuvm.DialProxy(sock)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close() // QEMU holds its own copy once started
+		cfg.Devices = []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}}
+		return qemuvm.Start(ctx, cfg)
+	}
+	root, err := qemuvm.RepoVMMRoot()
+	if err != nil {
+		return nil, err
+	}
+	cfg.VFIOUser = []qemuvm.VFIOUserDevice{{ID: "vgpu0", Socket: sock}}
+	root.Apply(&cfg)
+	return qemuvm.Start(ctx, cfg)
+}
+
+// qemuTransports are the socket transports the real-QEMU tests run on, each
+// with its QEMU: 7.2 (the host's) over mpqemu, 11.1 (the VMM root's) over
+// vfio-user.
+var qemuTransports = []struct {
+	name string
+	tr   transport.Socket
+}{
+	{"qemu7.2-mpqemu", mpqemu.Transport{}},
+	{"qemu11.1-vfio-user", vfiouser.Transport{}},
+}
+
 func mustCreate(t *testing.T, m *mdev.Manager, profile string) *mdev.Instance {
 	t.Helper()
 	inst, err := m.Create(mdev.CreateRequest{Profile: profile})
@@ -179,13 +204,7 @@ func TestGuestSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
-	for _, tt := range []struct {
-		name string
-		tr   transport.Socket
-	}{
-		{"qemu7.2-mpqemu", mpqemu.Transport{}},
-		{"qemu11.1-vfio-user", vfiouser.Transport{}},
-	} {
+	for _, tt := range qemuTransports {
 		t.Run(tt.name, func(t *testing.T) {
 			m := hostOn(t, tt.tr)
 			inst := mustCreate(t, m, "vgpu-small")
@@ -250,13 +269,7 @@ func TestHostileGuest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
-	for _, tt := range []struct {
-		name string
-		tr   transport.Socket
-	}{
-		{"qemu7.2-mpqemu", mpqemu.Transport{}},
-		{"qemu11.1-vfio-user", vfiouser.Transport{}},
-	} {
+	for _, tt := range qemuTransports {
 		t.Run(tt.name, func(t *testing.T) {
 			m := hostOn(t, tt.tr)
 			good, bad := mustCreate(t, m, "vgpu-small"), mustCreate(t, m, "vgpu-small")
