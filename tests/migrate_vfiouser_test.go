@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/mdev/qemuvm"
-	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
-	"github.com/vgpud/vgpud/migrate/qmp"
 )
 
 // startVFIOUserDaemon is startDaemon for a vgpud whose VMs attach by
@@ -40,54 +38,16 @@ func startVFIOUserDaemon(t *testing.T, env *migratetest.Env, device string) *dae
 	return d
 }
 
-// startVFIOUserVM starts QEMU 11.1 from the VMM root for the instance whose
-// sockets start with base, its vGPU attached by vfio-user-pci (with
-// incoming set too: the device connects at QEMU's start, before the VM
-// arrives).
+// startVFIOUserVM is migratetest.Env.StartVFIOUserVM, killed at the end
+// of the test.
 func startVFIOUserVM(ctx context.Context, t *testing.T, env *migratetest.Env, base, incoming, app string) *qemuvm.VM {
 	t.Helper()
-	root, err := qemuvm.RepoVMMRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := qemuvm.Config{Kernel: env.Kernel.Vmlinuz, Initrd: env.Initrd, MemMiB: 512, Append: app,
-		AgentSocket: base + ".agent.sock", QMPSocket: base + ".qmp", Incoming: incoming, SerialLog: env.SerialLog,
-		VFIOUser: []qemuvm.VFIOUserDevice{{ID: migrate.DefaultDeviceID, Socket: base + ".vfio-user.sock"}}}
-	root.Apply(&cfg)
-	vm, err := qemuvm.Start(ctx, cfg)
+	vm, err := env.StartVFIOUserVM(ctx, base, incoming, app)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(vm.Kill)
-	if incoming != "" {
-		// vgpud finds the destination QEMU by its monitor: wait until it
-		// answers (QEMU from the root takes a moment to create it).
-		waitQMP(ctx, t, vm, cfg.QMPSocket)
-	}
 	return vm
-}
-
-// waitQMP waits until QEMU's monitor at path answers, or QEMU ends.
-func waitQMP(ctx context.Context, t *testing.T, vm *qemuvm.VM, path string) {
-	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		mon, err := qmp.Dial(dctx, path)
-		cancel()
-		if err == nil {
-			mon.Close()
-			return
-		}
-		select {
-		case <-vm.Done():
-			t.Fatalf("QEMU ended before its monitor answered: %v\n%s", vm.Wait(), strings.Join(vm.Lines(), "\n"))
-		case <-ctx.Done():
-			t.Fatalf("QEMU's monitor at %s: %v", path, err)
-		case <-tick.C:
-		}
-	}
 }
 
 // TestMigrateVFIOUserInPlace: a guest on QEMU 11.1 with its vGPU attached

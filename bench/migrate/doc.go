@@ -18,8 +18,16 @@
 // The job ends after the fourth migration and checks its vectors against
 // the CPU and its ballast on the device: a wrong result fails the run.
 //
-//	go run ./bench/migrate [-sizes 16,256,1024] [-rates low,high]
+// It does so on each transport (-transports): mpqemu, the host's QEMU 7.2
+// with x-pci-proxy-dev, where the vGPU is unplugged before QEMU migrates
+// and plugged again on the destination; and vfio-user, QEMU 11.1 from the
+// VMM root with vfio-user-pci, where the vGPU stays attached (the
+// destination's instance is created to await the migration, and its QEMU
+// attaches to it at start; docs/migration.md).
 //
-// It needs the guest kernel (make kernel), QEMU with x-pci-proxy-dev and
-// PoCL; it builds vgpud, vgpuctl and the guest image itself.
+//	go run ./bench/migrate [-sizes 16,256,1024] [-rates low,high] [-transports mpqemu,vfio-user]
+//
+// It needs the guest kernel (make kernel), QEMU with x-pci-proxy-dev, the
+// VMM root (make vmm-root) and PoCL; it builds vgpud, vgpuctl and the
+// guest image itself.
 package main

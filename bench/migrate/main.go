@@ -31,10 +31,17 @@ func main() {
 	}
 }
 
+// Transports the benchmark runs on.
+const (
+	mpqemuT   = "mpqemu"    // QEMU 7.2 (the host's), x-pci-proxy-dev: unplug, migrate, plug
+	vfioUserT = "vfio-user" // QEMU 11.1 (the VMM root), vfio-user-pci: the vGPU stays attached
+)
+
 // config is one run's settings.
 type config struct {
-	sizes   []uint64 // ballast bytes
-	rates   []string // "low", "high"
+	transports []string
+	sizes      []uint64 // ballast bytes
+	rates      []string // "low", "high"
 	profile string
 	pace    time.Duration
 	n       int // vector elements
@@ -47,6 +54,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	sizes := fs.String("sizes", "16,256,1024", "device memory in use (the ballast), MiB, comma-separated")
 	rates := fs.String("rates", "low,high", "dirty rates: low (the two 256 KiB vectors each step), high (also a 64 MiB ballast buffer each step)")
+	transports := fs.String("transports", mpqemuT+","+vfioUserT, "mpqemu (QEMU 7.2, the vGPU unplugged and plugged again) and/or vfio-user (QEMU 11.1 from the VMM root, the vGPU stays attached)")
 	var c config
 	fs.StringVar(&c.profile, "profile", "vgpu-large", "vGPU profile of the instance (its memory must hold the ballast)")
 	fs.DurationVar(&c.pace, "pace", 15*time.Millisecond, "the guest job's sleep between steps")
@@ -65,6 +73,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			return c, fmt.Errorf("-sizes: %q is not a size in MiB", s)
 		}
 		c.sizes = append(c.sizes, v<<20)
+	}
+	for _, t := range strings.Split(*transports, ",") {
+		if t != mpqemuT && t != vfioUserT {
+			return c, fmt.Errorf("-transports: %q, want %s or %s", t, mpqemuT, vfioUserT)
+		}
+		c.transports = append(c.transports, t)
 	}
 	for _, r := range strings.Split(*rates, ",") {
 		if r != "low" && r != "high" {
@@ -95,18 +109,20 @@ var plan = []struct {
 
 // result is one migration's report.
 type result struct {
-	size uint64
+	transport string
+	size      uint64
 	rate string
 	mode mode
 	rep  *migrate.Report
 }
 
 type bench struct {
-	cfg    config
-	dir    string
-	env    *migratetest.Env
-	a, b   *migratetest.Daemon
-	stderr io.Writer
+	cfg       config
+	dir       string
+	env       *migratetest.Env
+	transport string
+	a, b      *migratetest.Daemon
+	stderr    io.Writer
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -124,22 +140,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer os.RemoveAll(dir)
 	}
 	b := &bench{cfg: cfg, dir: dir, stderr: stderr}
-	if err := b.setup(ctx); err != nil {
+	env, err := migratetest.NewEnv(ctx, b.dir)
+	if err != nil {
 		return err
 	}
-	defer b.a.Stop()
-	defer b.b.Stop()
+	if cfg.serial {
+		env.SerialLog = stderr
+	}
+	b.env = env
 	printHeader(ctx, stdout, b)
 	var results []result
-	for _, size := range cfg.sizes {
-		for _, rate := range cfg.rates {
-			rs, err := b.measure(ctx, size, rate)
-			if err != nil {
-				return fmt.Errorf("%d MiB, %s dirty rate: %w", size>>20, rate, err)
-			}
-			results = append(results, rs...)
-			fmt.Fprintf(stderr, "bench/migrate: %d MiB, %s dirty rate: done\n", size>>20, rate)
+	for _, tr := range cfg.transports {
+		rs, err := b.runTransport(ctx, tr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", tr, err)
 		}
+		results = append(results, rs...)
 	}
 	for _, t := range tables(results) {
 		t.Print(stdout)
@@ -147,26 +163,45 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// setup builds the tools and the guest image and starts the two daemons.
+// runTransport starts a pair of daemons speaking tr and measures every
+// size and rate on it.
+func (b *bench) runTransport(ctx context.Context, tr string) ([]result, error) {
+	b.transport = tr
+	if err := b.setup(ctx); err != nil {
+		return nil, err
+	}
+	defer b.a.Stop()
+	defer b.b.Stop()
+	var out []result
+	for _, size := range b.cfg.sizes {
+		for _, rate := range b.cfg.rates {
+			rs, err := b.measure(ctx, size, rate)
+			if err != nil {
+				return nil, fmt.Errorf("%d MiB, %s dirty rate: %w", size>>20, rate, err)
+			}
+			out = append(out, rs...)
+			fmt.Fprintf(b.stderr, "bench/migrate: %s, %d MiB, %s dirty rate: done\n", tr, size>>20, rate)
+		}
+	}
+	return out, nil
+}
+
+// setup starts the two daemons of b.transport. Their run directories are
+// short: an instance's vfio-user socket path must fit a Unix socket
+// address.
 func (b *bench) setup(ctx context.Context) error {
-	env, err := migratetest.NewEnv(ctx, b.dir)
-	if err != nil {
-		return err
-	}
-	if b.cfg.serial {
-		env.SerialLog = b.stderr
-	}
-	b.env = env
+	b.a, b.b = nil, nil
 	for _, d := range []struct {
 		dev string
 		p   **migratetest.Daemon
 	}{{"pthread", &b.a}, {"basic", &b.b}} {
-		runDir := filepath.Join(b.dir, "vgpud-"+d.dev)
-		if err := os.Mkdir(runDir, 0o755); err != nil {
+		runDir, err := os.MkdirTemp(b.dir, d.dev[:1])
+		if err != nil {
 			return err
 		}
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		*d.p, err = migratetest.StartDaemon(sctx, env.Bin, runDir, d.dev, env.TLSDir, "POCL_DEVICES=pthread basic")
+		*d.p, err = migratetest.StartDaemonFlags(sctx, b.env.Bin, runDir, d.dev, b.env.TLSDir, []string{"-transport", b.transport},
+			"POCL_DEVICES=pthread basic")
 		cancel()
 		if err != nil {
 			if b.a != nil {
@@ -179,9 +214,19 @@ func (b *bench) setup(ctx context.Context) error {
 }
 
 // vm starts QEMU for instance id of d: booting the guest job, or, with
-// incoming, waiting for the VM to arrive.
+// incoming, waiting for the VM to arrive. On vfio-user the destination's
+// instance is created first, to await the migration: the destination
+// QEMU's vfio-user-pci connects to it at its start.
 func (b *bench) vm(ctx context.Context, d *migratetest.Daemon, id, incoming, app string) (*qemuvm.VM, error) {
-	return b.env.StartVM(ctx, d.InstanceBase(id), incoming, app)
+	if b.transport == mpqemuT {
+		return b.env.StartVM(ctx, d.InstanceBase(id), incoming, app)
+	}
+	if incoming != "" {
+		if out, err := d.Ctl(ctx, "create", "-incoming", "-uuid", id, "-profile", b.cfg.profile); err != nil {
+			return nil, fmt.Errorf("create -incoming: %w: %s", err, out)
+		}
+	}
+	return b.env.StartVFIOUserVM(ctx, d.InstanceBase(id), incoming, app)
 }
 
 // measure boots one guest with size bytes of ballast at rate and migrates
@@ -229,9 +274,9 @@ func (b *bench) measure(ctx context.Context, size uint64, rate string) ([]result
 			next.Kill()
 			return nil, fmt.Errorf("migration %d (%s): %w\nsource log:\n%s\ndestination log:\n%s", i, p.m, err, from.Logs(), to.Logs())
 		}
-		out = append(out, result{size: size, rate: rate, mode: p.m, rep: rep})
+		out = append(out, result{transport: b.transport, size: size, rate: rate, mode: p.m, rep: rep})
 		if js, err := json.Marshal(rep); err == nil {
-			fmt.Fprintf(b.stderr, "bench/migrate: %d MiB %s %s: %s\n", size>>20, rate, p.m, js)
+			fmt.Fprintf(b.stderr, "bench/migrate: %s %d MiB %s %s: %s\n", b.transport, size>>20, rate, p.m, js)
 		}
 		// The job must go on where it arrived before the next move.
 		if _, err := next.WaitLine(ctx, "ITERATE resumed replugged=true"); err != nil {
@@ -263,11 +308,26 @@ func printHeader(ctx context.Context, w io.Writer, b *bench) {
 			commit += " (with uncommitted changes)"
 		}
 	}
-	qemu := "unknown"
-	if out, err := exec.CommandContext(ctx, "qemu-system-x86_64", "--version").Output(); err == nil {
-		qemu, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
+	version := func(cmd ...string) string {
+		if out, err := exec.CommandContext(ctx, cmd[0], cmd[1:]...).Output(); err == nil {
+			v, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+			return v
+		}
+		return "unknown"
 	}
-	fmt.Fprintf(w, "bench/migrate: commit %s, %d CPUs, %s, TCG, guest kernel %s\n", commit, runtime.NumCPU(), qemu, filepath.Base(b.env.Kernel.Vmlinuz))
+	fmt.Fprintf(w, "bench/migrate: commit %s, %d CPUs, TCG, guest kernel %s, 512 MiB VMs\n", commit, runtime.NumCPU(), filepath.Base(b.env.Kernel.Vmlinuz))
+	for _, t := range b.cfg.transports {
+		switch t {
+		case mpqemuT:
+			fmt.Fprintf(w, "  mpqemu: %s (the host's), x-pci-proxy-dev: the vGPU is unplugged, QEMU migrates, the destination plugs one\n", version("qemu-system-x86_64", "--version"))
+		case vfioUserT:
+			v := "unknown"
+			if root, err := qemuvm.RepoVMMRoot(); err == nil {
+				v = version(root.Script, root.Root, "--", "qemu-system-x86_64", "--version")
+			}
+			fmt.Fprintf(w, "  vfio-user: %s (the VMM root), vfio-user-pci: the vGPU stays attached\n", v)
+		}
+	}
 	fmt.Fprintf(w, "vgpud A: PoCL pthread (2 compute units); vgpud B: PoCL basic (1); profile %s; job: 2 x %d KiB vectors, %v between steps\n",
 		b.cfg.profile, b.cfg.n*4>>10, b.cfg.pace)
 }

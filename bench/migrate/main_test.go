@@ -18,7 +18,10 @@ func TestParseFlags(t *testing.T) {
 	if len(c.sizes) != 2 || c.sizes[0] != 16<<20 || c.sizes[1] != 1<<30 || len(c.rates) != 1 || c.rates[0] != "high" {
 		t.Errorf("parseFlags = %+v", c)
 	}
-	for _, bad := range [][]string{{"-sizes", "0"}, {"-sizes", "x"}, {"-rates", "medium"}, {"-n", "0"}, {"extra"}} {
+	if len(c.transports) != 2 || c.transports[0] != "mpqemu" || c.transports[1] != "vfio-user" {
+		t.Errorf("parseFlags transports = %q, want both by default", c.transports)
+	}
+	for _, bad := range [][]string{{"-sizes", "0"}, {"-sizes", "x"}, {"-rates", "medium"}, {"-n", "0"}, {"extra"}, {"-transports", "xen"}} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) = nil error", bad)
 		}

@@ -11,6 +11,7 @@ import (
 // cell is one (size, rate, mode): the mean of its migrations (one each
 // way).
 type cell struct {
+	tr    string
 	size  uint64
 	rate  string
 	mode  mode
@@ -59,10 +60,10 @@ func cells(rs []result) []*cell {
 	var out []*cell
 	idx := map[string]*cell{}
 	for _, r := range rs {
-		k := fmt.Sprintf("%d/%s/%s", r.size, r.rate, r.mode)
+		k := fmt.Sprintf("%s/%d/%s/%s", r.transport, r.size, r.rate, r.mode)
 		c := idx[k]
 		if c == nil {
-			c = &cell{size: r.size, rate: r.rate, mode: r.mode}
+			c = &cell{tr: r.transport, size: r.size, rate: r.rate, mode: r.mode}
 			idx[k] = c
 			out = append(out, c)
 		}
@@ -90,22 +91,23 @@ func tables(rs []result) []*table.Table {
 	cs := cells(rs)
 	t1 := &table.Table{
 		Title: "Table 1: a migration, phase by phase (ms; mean of one migration each way)",
-		Header: []string{"device memory, dirty rate, mode", "rounds", "sent MiB", "final MiB",
+		Header: []string{"transport, device memory, dirty rate, mode", "rounds", "sent MiB", "final MiB",
 			"GPU stun", "vgpud part", "QEMU+guest part", "quiesce", "final round", "unplug", "QEMU migrate", "plug+cont", "guest resume", "QEMU downtime", "total"},
 	}
 	for _, c := range cs {
 		p := c.sum.div(c.n)
-		t1.Add(fmt.Sprintf("%d MiB, %s, %s", c.size>>20, c.rate, c.mode),
+		t1.Add(fmt.Sprintf("%s, %d MiB, %s, %s", c.tr, c.size>>20, c.rate, c.mode),
 			fmt.Sprintf("%.1f", float64(c.rnds)/float64(c.n)), mib(c.bytes/uint64(c.n)), mib(c.final/uint64(c.n)),
 			ms(p.stun), ms(p.vgpud()), ms(p.qemuPart()), ms(p.quiesce), ms(p.final), ms(p.unplug), ms(p.qemu), ms(p.plug), ms(p.resume), ms(p.downtime), ms(p.total))
 	}
 	t1.Note("GPU stun: from the quiesce request to the guest's programs resumed on the destination; the final round runs beside the unplug.")
 	t1.Note("vgpud part = quiesce + (final round - unplug, if longer) + plug+cont; QEMU+guest part = unplug + QEMU migrate + guest resume.")
-	t1.Note("Under TCG the QEMU+guest part is the guest kernel's ACPI eject and hot-plug scan and QEMU copying 512 MiB of guest RAM.")
+	t1.Note("Under TCG the QEMU+guest part is the guest kernel's ACPI eject and hot-plug scan (mpqemu only) and QEMU copying 512 MiB of guest RAM.")
+	t1.Note("vfio-user: no unplug or plug; the guest's programs stay quiesced while QEMU copies the VM, since QEMU does not track the device's writes to guest RAM (docs/migration.md).")
 
 	t2 := &table.Table{
 		Title:  "Table 2: pre-copy against the stop-and-copy baseline (same VM, same run)",
-		Header: []string{"device memory, dirty rate", "stun pre-copy", "stun stop-and-copy", "ratio", "vgpud part pre-copy", "vgpud part stop-and-copy", "ratio", "final MiB pre-copy", "final MiB stop-and-copy"},
+		Header: []string{"transport, device memory, dirty rate", "stun pre-copy", "stun stop-and-copy", "ratio", "vgpud part pre-copy", "vgpud part stop-and-copy", "ratio", "final MiB pre-copy", "final MiB stop-and-copy"},
 	}
 	for _, c := range cs {
 		if c.mode != precopy {
@@ -113,7 +115,7 @@ func tables(rs []result) []*table.Table {
 		}
 		var base *cell
 		for _, o := range cs {
-			if o.size == c.size && o.rate == c.rate && o.mode == stopCopy {
+			if o.tr == c.tr && o.size == c.size && o.rate == c.rate && o.mode == stopCopy {
 				base = o
 			}
 		}
@@ -121,7 +123,7 @@ func tables(rs []result) []*table.Table {
 			continue
 		}
 		p, q := c.sum.div(c.n), base.sum.div(base.n)
-		t2.Add(fmt.Sprintf("%d MiB, %s", c.size>>20, c.rate), ms(p.stun), ms(q.stun), ratio(p.stun, q.stun),
+		t2.Add(fmt.Sprintf("%s, %d MiB, %s", c.tr, c.size>>20, c.rate), ms(p.stun), ms(q.stun), ratio(p.stun, q.stun),
 			ms(p.vgpud()), ms(q.vgpud()), ratio(p.vgpud(), q.vgpud()), mib(c.final/uint64(c.n)), mib(base.final/uint64(base.n)))
 	}
 	t2.Note("ratio = pre-copy / stop-and-copy: below 1 is pre-copy's gain. The goal (docs/migration.md): GPU stun under 100 ms at 256 MiB, low dirty rate.")

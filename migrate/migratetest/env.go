@@ -6,10 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/migrate"
+	"github.com/vgpud/vgpud/migrate/qmp"
 )
 
 // Env is what a test or benchmark of migration and restarts runs with:
@@ -72,4 +75,55 @@ func (e *Env) StartVM(ctx context.Context, base, incoming, app string) (*qemuvm.
 		cfg.Devices = []qemuvm.ProxyDevice{{ID: migrate.DefaultDeviceID, FD: f}}
 	}
 	return qemuvm.Start(ctx, cfg)
+}
+
+// StartVFIOUserVM is StartVM for a vgpud run with -transport vfio-user:
+// QEMU 11.1 from the VMM root (qemuvm.RepoVMMRoot), the vGPU attached by
+// vfio-user-pci to base.vfio-user.sock. With incoming set the device is
+// attached too (vfio-user-pci connects at QEMU's start, so the instance
+// must exist: vgpuctl create -incoming), and it returns once the
+// monitor, where vgpud looks for the destination QEMU, answers.
+func (e *Env) StartVFIOUserVM(ctx context.Context, base, incoming, app string) (*qemuvm.VM, error) {
+	root, err := qemuvm.RepoVMMRoot()
+	if err != nil {
+		return nil, err
+	}
+	cfg := qemuvm.Config{Kernel: e.Kernel.Vmlinuz, Initrd: e.Initrd, MemMiB: 512, Append: app,
+		AgentSocket: base + ".agent.sock", QMPSocket: base + ".qmp", Incoming: incoming, SerialLog: e.SerialLog,
+		VFIOUser: []qemuvm.VFIOUserDevice{{ID: migrate.DefaultDeviceID, Socket: base + ".vfio-user.sock"}}}
+	root.Apply(&cfg)
+	vm, err := qemuvm.Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if incoming != "" {
+		if err := waitQMP(ctx, vm, cfg.QMPSocket); err != nil {
+			vm.Kill()
+			return nil, err
+		}
+	}
+	return vm, nil
+}
+
+// waitQMP waits until QEMU's monitor at path answers (QEMU from the root
+// takes a moment to create it), or QEMU ends, or ctx does.
+func waitQMP(ctx context.Context, vm *qemuvm.VM, path string) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		mon, err := qmp.Dial(dctx, path)
+		cancel()
+		if err == nil {
+			mon.Close()
+			return nil
+		}
+		select {
+		case <-vm.Done():
+			return fmt.Errorf("QEMU ended before its monitor answered: %v\n%s", vm.Wait(), strings.Join(vm.Lines(), "\n"))
+		case <-ctx.Done():
+			return fmt.Errorf("QEMU's monitor at %s: %w (last: %v)", path, ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
 }
