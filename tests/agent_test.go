@@ -60,7 +60,7 @@ func guestBlocksThroughAgent(t *testing.T, m *mdev.Manager) {
 	k, initrd := syncGuest(t)
 	ctx, cancel := context.WithTimeout(t.Context(), vmTimeout)
 	defer cancel()
-	vm, err := bootVGPU(ctx, inst, qemuvm.Config{
+	vm, err := bootVGPU(ctx, inst.Socket(), qemuvm.Config{
 		Kernel: k.Vmlinuz, Initrd: initrd, MemMiB: 512,
 		Append:      "vgpu.run=vgpu-agent vgpu.args=-stats,100ms,/bin/vgpu-sync,-agent,relay,-modes,block+hybrid,-steps,40",
 		AgentSocket: inst.AgentSocket(),

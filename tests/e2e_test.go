@@ -120,7 +120,7 @@ func runGuest(ctx context.Context, t *testing.T, inst *mdev.Instance, args ...st
 	cfg := qemuvm.Config{Kernel: k.Vmlinuz, Initrd: initrd, Append: app, MemMiB: 512}
 	var qemuErr strings.Builder
 	cfg.Stderr = &qemuErr
-	vm, err := bootVGPU(ctx, inst, cfg)
+	vm, err := bootVGPU(ctx, inst.Socket(), cfg)
 	if err != nil {
 		return suite.Report{}, "", err
 	}
@@ -152,13 +152,13 @@ func runGuest(ctx context.Context, t *testing.T, inst *mdev.Instance, args ...st
 	return rep, console, nil
 }
 
-// bootVGPU starts cfg's VM with inst attached as vgpu0: an instance of an
+// bootVGPU starts cfg's VM with the instance listening at sock attached as
+// vgpu0: an instance of an
 // mpqemu host by x-pci-proxy-dev on the host's QEMU 7.2, one of a
 // vfio-user host by vfio-user-pci on QEMU 11.1 from the VMM root (make
 // vmm-root), with sealed guest RAM. cfg must be complete otherwise (the
 // VMM root binds the paths it names).
-func bootVGPU(ctx context.Context, inst *mdev.Instance, cfg qemuvm.Config) (*qemuvm.VM, error) {
-	sock := inst.Socket()
+func bootVGPU(ctx context.Context, sock string, cfg qemuvm.Config) (*qemuvm.VM, error) {
 	if !strings.HasSuffix(sock, vfiouser.Transport{}.Suffix()) {
 		f, err := qemuvm.DialProxy(sock)
 		if err != nil {

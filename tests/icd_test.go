@@ -47,6 +47,8 @@ const icdVadd = "../scripts/guest/vadd.py"
 // vgpu-icdd, and checks that Debian's clinfo lists the vGPU with the
 // profile's limits, as root and as an unprivileged user, and that an
 // unmodified pyopencl program computes correctly through it as that user.
+// On both transports: on QEMU 11.1 over vfio-user this is the Debian
+// userland (1 GiB of RAM, a disk) of make demo's third VM.
 func TestGuestICD(t *testing.T) {
 	a := imagetest.RequireApps(t)
 	lib, err := filepath.Abs(icdLib)
@@ -56,7 +58,12 @@ func TestGuestICD(t *testing.T) {
 	if _, err := os.Stat(lib); err != nil {
 		t.Fatalf("guest ICD missing (%v): run `make icd`", err)
 	}
-	m := host(t)
+	for _, tt := range qemuTransports {
+		t.Run(tt.name, func(t *testing.T) { guestICD(t, a, lib, hostOn(t, tt.tr)) })
+	}
+}
+
+func guestICD(t *testing.T, a imagetest.Apps, lib string, m *mdev.Manager) {
 	inst := mustCreate(t, m, "vgpu-small")
 	prof := profileOf(t, m, "vgpu-small")
 
@@ -137,21 +144,14 @@ func runAppsGuest(t *testing.T, a imagetest.Apps, initrd string, inst *mdev.Inst
 // behind socket running prog and returns its console once it powered off:
 // an error when it did not, or its init exited non-zero.
 func bootApps(ctx context.Context, a imagetest.Apps, initrd, socket, prog string, memMiB int) (string, error) {
-	f, err := qemuvm.DialProxy(socket)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	vm, err := qemuvm.Start(ctx, qemuvm.Config{
+	vm, err := bootVGPU(ctx, socket, qemuvm.Config{
 		Kernel: a.Vmlinuz, Initrd: initrd, Disk: a.Disk, MemMiB: memMiB,
-		Append:  "vgpu.run=" + imagetest.AppsProgram + " vgpu.args=" + prog,
-		Devices: []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
+		Append: "vgpu.run=" + imagetest.AppsProgram + " vgpu.args=" + prog,
 	})
 	if err != nil {
 		return "", err
 	}
 	defer vm.Kill()
-	f.Close()
 	console := func() string { return strings.Join(vm.Lines(), "\n") }
 	exit, err := vm.WaitLine(ctx, "VGPU-INIT exit=")
 	if err != nil {
