@@ -31,6 +31,7 @@ import (
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/libvirt"
+	"github.com/vgpud/vgpud/sdnotify"
 )
 
 // Config is the daemon's configuration file (JSON). Flags override it.
@@ -79,6 +80,11 @@ type Config struct {
 	// Sandbox adds to every worker's sandbox policy, which vgpud derives
 	// from the OpenCL platform it finds (docs/sandbox.md, "Platforms").
 	Sandbox SandboxConfig `json:"sandbox,omitzero"`
+	// SocketGroup, if set, is the group that may use the control socket:
+	// the socket is made mode 0660 and the run directory 0750, both of
+	// that group (the Debian package's unit names the vgpud group).
+	// Empty: the socket is root's alone (0600).
+	SocketGroup string `json:"socket_group,omitempty"`
 	// Placement chooses where new instances go (docs/placement.md):
 	// {"policy": "interference", "dataset": "/var/lib/vgpud/interference.json"}.
 	Placement PlacementConfig `json:"placement,omitzero"`
@@ -179,6 +185,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		placePol   = fs.String("placement", "", "placement policy of new instances: fewest, round-robin or interference (default: interference with a dataset, else fewest)")
 		placeData  = fs.String("placement-dataset", "", "co-run dataset the interference placement model learns from (docs/placement.md)")
 		defsDir    = fs.String("definitions", "", "directory of persistent instance definitions, created at every start when missing (default "+definitions.DefaultDir+"; vgpuctl define)")
+		sockGroup  = fs.String("socket-group", "", "group allowed to use the control socket (made 0660, the run directory 0750, of that group); default: root only (0600)")
 		libvirtURI = fs.String("libvirt", "", "libvirt connection URI (e.g. qemu:///system): plug the vGPU of every domain whose metadata names an instance, whenever it starts and after a restart (docs/operating.md)")
 		devices    multiFlag
 		devMem     multiFlag
@@ -262,6 +269,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *libvirtURI != "" {
 		cfg.Libvirt = *libvirtURI
+	}
+	if *sockGroup != "" {
+		cfg.SocketGroup = *sockGroup
+	}
+	sockGID := -1
+	if cfg.SocketGroup != "" {
+		if sockGID, err = lookupGroup(cfg.SocketGroup); err != nil {
+			return err
+		}
 	}
 	if *defsDir != "" {
 		cfg.DefinitionsDir = *defsDir
@@ -426,7 +442,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if l, err = net.Listen("unix", sock); err != nil {
 			return err
 		}
-		if err := os.Chmod(sock, 0o600); err != nil {
+		if err := restrictSocket(cfg.RunDir, sock, sockGID); err != nil {
 			l.Close()
 			return err
 		}
@@ -545,11 +561,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, ready)
 	ms.setReady(true)
+	if in == nil { // after an upgrade, the old process named this one (MAINPID)
+		if err := sdnotify.Notify("READY=1\nSTATUS=serving " + sock); err != nil {
+			log.Warn("service manager not told that vgpud is ready", "err", err)
+		}
+	}
 
 	select {
 	case <-ctx.Done():
 		ms.setReady(false)
 		up.settle()
+		if err := sdnotify.Notify("STOPPING=1"); err != nil {
+			log.Warn("service manager not told that vgpud stops", "err", err)
+		}
 		log.Info("shutting down: telling the guests, draining fetched commands", "drain", *stopDrain)
 		rep := m.Drain(context.Background(), *stopDrain)
 		log.Info("drained", "instances", rep.Instance, "agents_told", rep.Told, "drained", rep.Drained, "cut_off", rep.Cut)

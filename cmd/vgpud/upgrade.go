@@ -20,6 +20,7 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/runstate"
+	"github.com/vgpud/vgpud/sdnotify"
 )
 
 // EnvHandover names the descriptor of the handover channel in a vgpud
@@ -39,6 +40,9 @@ const (
 	// answerWait bounds, after the commit, the answer to the upgrade
 	// request: the old process exits when it went out or after this long.
 	answerWait = 10 * time.Second
+	// mainPIDWait bounds the service manager's processing of MAINPID
+	// (sdnotify.MainPID's barrier) after the commit.
+	mainPIDWait = 5 * time.Second
 )
 
 // pausable is a listener whose Accept an upgrade pauses: connections then
@@ -312,6 +316,13 @@ func (u *upgrader) upgrade(ctx context.Context, binary string) (*control.Upgrade
 	// Requests that waited are answered "send it again"; the listeners
 	// stay paused (their servers must not return) until the exit.
 	u.gate.Retire()
+	// Under systemd (Type=notify) the new process becomes the service's
+	// main process before this one exits (exit waits for the answer,
+	// which goes out after this returns): the manager would otherwise
+	// take that exit for the service's end and stop the new process.
+	if err := sdnotify.MainPID(cmd.Process.Pid, mainPIDWait); err != nil {
+		log.Warn("upgrade: the service manager was not told the new main process", "err", err)
+	}
 	rep := &control.UpgradeReport{OldPID: os.Getpid(), NewPID: cmd.Process.Pid, Binary: binary,
 		Instances: len(st.Instances), Workers: len(st.Workers), Paused: time.Since(paused), Took: time.Since(start)}
 	log.Info("upgrade: handed over; this vgpud exits", "paused", rep.Paused, "took", rep.Took,
