@@ -318,6 +318,10 @@ type domainSpec struct {
 	kernel, initrd, append string
 	// agent is the instance's guest agent socket.
 	agent string
+	// vfioUser, if set, is the instance's vfio-user socket: the domain
+	// has the vGPU as a vfio-user-pci device at migrate.DefaultSlot, by
+	// <qemu:commandline> (QEMU 11.1; libvirt 11.3 has no such device).
+	vfioUser string
 }
 
 // testDomain is a defined domain and its serial console.
@@ -377,6 +381,10 @@ func (lv *libvirtdProc) define(t *testing.T, s domainSpec) *testDomain {
 	}
 	xml := strings.NewReplacer("{{name}}", s.name, "{{metadata}}", meta, "{{kernel}}", s.kernel, "{{initrd}}", s.initrd,
 		"{{append}}", s.append, "{{console}}", filepath.Join(dir, "console.sock"), "{{agent}}", s.agent).Replace(domainXML)
+	if s.vfioUser != "" {
+		xml = strings.Replace(xml, "<domain type='qemu'>", "<domain type='qemu' xmlns:qemu='"+libvirt.QEMUNamespace+"'>", 1)
+		xml = strings.Replace(xml, "</domain>", vfioUserCommandline(s.vfioUser)+"</domain>", 1)
+	}
 	path := filepath.Join(dir, "domain.xml")
 	if err := os.WriteFile(path, []byte(xml), 0o600); err != nil {
 		t.Fatal(err)
