@@ -184,7 +184,7 @@ func explain(err error, sock string) error {
 	case errors.Is(err, syscall.EACCES):
 		errors.As(err, &errno)
 		return &noDaemonError{sock: sock, why: errno.Error(), err: err,
-			hint: "the control socket is vgpud's (mode 0600): run vgpuctl as the user vgpud runs as"}
+			hint: "the control socket is root's and its group's (vgpud's socket_group; the vgpud group with the Debian package): join that group (adduser USER vgpud, then log in again) or run vgpuctl as root"}
 	}
 	return err
 }
