@@ -122,6 +122,7 @@ type bench struct {
 	env       *migratetest.Env
 	transport string
 	a, b      *migratetest.Daemon
+	runDirs   []string // the daemons' run directories, removed at the end
 	stderr    io.Writer
 }
 
@@ -140,6 +141,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer os.RemoveAll(dir)
 	}
 	b := &bench{cfg: cfg, dir: dir, stderr: stderr}
+	defer func() {
+		for _, d := range b.runDirs {
+			if cfg.keep {
+				fmt.Fprintf(stderr, "bench/migrate: daemon run directory %s\n", d)
+			} else {
+				os.RemoveAll(d)
+			}
+		}
+	}()
 	env, err := migratetest.NewEnv(ctx, b.dir)
 	if err != nil {
 		return err
@@ -195,10 +205,13 @@ func (b *bench) setup(ctx context.Context) error {
 		dev string
 		p   **migratetest.Daemon
 	}{{"pthread", &b.a}, {"basic", &b.b}} {
-		runDir, err := os.MkdirTemp(b.dir, d.dev[:1])
+		// Not under b.dir: its long name would push an instance's
+		// vfio-user socket past a Unix socket address's 107 bytes.
+		runDir, err := os.MkdirTemp("", "vb")
 		if err != nil {
 			return err
 		}
+		b.runDirs = append(b.runDirs, runDir)
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
 		*d.p, err = migratetest.StartDaemonFlags(sctx, b.env.Bin, runDir, d.dev, b.env.TLSDir, []string{"-transport", b.transport},
 			"POCL_DEVICES=pthread basic")
