@@ -6,12 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vgpud/vgpud/eventlog"
@@ -395,5 +397,35 @@ func TestDefine(t *testing.T) {
 	}
 	if _, err := ctl(t, sock, "show", "db"); err != nil {
 		t.Errorf("show db after undefine = %v, want the instance still there", err)
+	}
+}
+
+// TestMissingFileIsNotAMissingDaemon: only a failed connection to the
+// control socket is explained as an unreachable vgpud; any other error,
+// an ENOENT of a file a command needs among them, is left as it is.
+func TestMissingFileIsNotAMissingDaemon(t *testing.T) {
+	for _, c := range []struct {
+		err       error
+		noDaemon  bool
+		errnoText string
+	}{
+		{fmt.Errorf("read kernel /x: %w", syscall.ENOENT), false, ""},
+		{fmt.Errorf("vm: %w", syscall.EACCES), false, ""},
+		{fmt.Errorf("%w: %w", control.ErrUnreachable, syscall.ENOENT), true, "no such file"},
+		{fmt.Errorf("%w: %w", control.ErrUnreachable, syscall.ECONNREFUSED), true, "refused"},
+		{fmt.Errorf("%w: %w", control.ErrUnreachable, syscall.EACCES), true, "permission"},
+	} {
+		got := explain(c.err, "/run/vgpud/control.sock")
+		var nd *noDaemonError
+		if errors.As(got, &nd) != c.noDaemon {
+			t.Errorf("explain(%v) = %v, want unreachable-vgpud %t", c.err, got, c.noDaemon)
+			continue
+		}
+		if c.noDaemon && !strings.Contains(got.Error(), c.errnoText) {
+			t.Errorf("explain(%v) = %q, want it to say %q", c.err, got, c.errnoText)
+		}
+		if !c.noDaemon && got != c.err {
+			t.Errorf("explain(%v) = %v, want it unchanged", c.err, got)
+		}
 	}
 }

@@ -75,6 +75,10 @@ commands:
                                 move the instance and its running VM to the vgpud
                                 listening at HOST:PORT, whose QEMU waits with
                                 -incoming QEMU-URI (docs/migration.md)
+  migrate UUID -to HOST:PORT -libvirt DOMAIN -libvirt-to URI [-uri MIGRATE-URI] [-dest-run-dir DIR]
+                                the same for a libvirt domain on vfio-user: libvirt
+                                moves the VM (virsh migrate --live --suspend); the
+                                destination's instance awaits it (create -incoming)
   reattach UUID [-qmp PATH] [-device-id ID] [-json]
                                 give the instance's running VM its vGPU back after
                                 vgpud restarted: re-plug it over QMP; the guest's
@@ -177,6 +181,10 @@ func explain(err error, sock string) error {
 	switch {
 	case err == nil:
 		return nil
+	case !errors.Is(err, control.ErrUnreachable):
+		// Only a failed connection means vgpud is not there: a missing
+		// kernel for vgpuctl vm is an ENOENT too.
+		return err
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
 		errors.As(err, &errno)
 		return &noDaemonError{sock: sock, why: errno.Error(), err: err,

@@ -22,12 +22,21 @@ type Client struct {
 	path string
 }
 
+// ErrUnreachable wraps a failure to connect to the control socket (no
+// vgpud there, or no permission), so that a caller tells it from every
+// other error, a missing file among them.
+var ErrUnreachable = errors.New("cannot connect to the control socket")
+
 // NewClient returns a client for the control socket at path.
 func NewClient(path string) *Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
+			c, err := d.DialContext(ctx, "unix", path)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+			}
+			return c, nil
 		},
 	}
 	return &Client{hc: &http.Client{Transport: tr}, path: path}
