@@ -164,5 +164,24 @@ test-platforms: deps
 gpu-check-bundle: deps
 	GO=$(GO) scripts/gpu-check.sh build build/gpu-check
 
+# The Debian packages (issue 33, docs/operating.md "Installing"):
+# build/deb/vgpud_VERSION_amd64.deb (vgpud, vgpuctl, vgpud.service, the
+# config) and build/deb/vgpud-guest_VERSION_amd64.deb (the guest ICD,
+# vgpu-icdd, vgpu-agent), with dpkg-deb (scripts/build-deb.sh).
+.PHONY: deb deb-root test-deb
+deb: deps icd
+	GO=$(GO) scripts/build-deb.sh build/deb
+
+# The Debian root test-deb boots (scripts/deb-root.sh), cached under build/.
+deb-root:
+	scripts/deb-root.sh build/deb-root
+
+# Both packages installed with dpkg in a Debian root booted with systemd
+# (systemd-nspawn -b): start, the group's socket, an upgrade in place under
+# systemd, stop, purge; the guest package's services and ICD (about a
+# minute once built; scripts/test-deb.sh). Needs root.
+test-deb: deb deb-root
+	scripts/test-deb.sh build/deb build/deb-root
+
 clean:
 	rm -rf build

@@ -4,12 +4,14 @@
 # ICD loader and headers, PoCL as the CPU OpenCL platform, and libvirt
 # (libvirtd, virtlogd and the qemu driver; virsh) for libvirt-managed VMs,
 # and Xen's headers (libxen-dev), which xen/xenctl's layout test compiles
-# against. Idempotent; needs root (or sudo) only when something is missing.
+# against; debootstrap and systemd-container (systemd-nspawn), with which
+# make test-deb boots a Debian root to install the packages in.
+# Idempotent; needs root (or sudo) only when something is missing.
 # Another apt-get or dpkg holding the lock is waited for (up to 10 minutes),
 # not an error.
 set -euo pipefail
 
-pkgs=(qemu-system-x86 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo gcc libvirt-daemon-system libvirt-clients libxen-dev)
+pkgs=(qemu-system-x86 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo gcc libvirt-daemon-system libvirt-clients libxen-dev debootstrap systemd-container)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

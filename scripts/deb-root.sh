@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# deb-root.sh DIR: build the Debian root that make test-deb boots with
+# systemd-nspawn -b to install the packages in (scripts/test-deb.sh): the
+# host's Debian release, minbase, with systemd, procps, the OpenCL ICD loader, PoCL
+# as the OpenCL platform and clinfo, from the Debian mirror the host's apt
+# uses (read from its sources, one-line and deb822 alike; DEB_ROOT_MIRROR
+# overrides it). No registry host name is written here.
+#
+# Cached: the stamp's first line is a hash of this script, so a second run
+# with the same script does nothing and a changed script rebuilds. DIR
+# exists only once complete (DIR.tmp is renamed last); concurrent runs are
+# serialised by a lock file. The test never writes into DIR: it boots it
+# with a tmpfs overlay (--volatile=overlay).
+#
+# Needs root (debootstrap, chroot) and the network (the registry).
+set -euo pipefail
+
+say() { echo "deb-root: $*" >&2; }
+die() {
+	echo "deb-root: $*" >&2
+	exit 1
+}
+
+[[ $# -eq 1 ]] || { echo "usage: $0 DIR" >&2; exit 2; }
+dir=$(realpath -m "$1")
+[[ $(id -u) -eq 0 ]] || die "needs root: debootstrap and chroot"
+
+stampname=.deb-root-stamp
+key="script $(sha256sum <"$(realpath "${BASH_SOURCE[0]}")" | cut -d' ' -f1)"
+uptodate() { [[ -f $dir/$stampname ]] && [[ $(head -n1 "$dir/$stampname") == "$key" ]]; }
+if uptodate; then
+	exit 0
+fi
+mkdir -p "$(dirname "$dir")"
+exec 9>"$dir.lock"
+flock 9
+uptodate && exit 0
+
+export DEBIAN_FRONTEND=noninteractive
+lock=(-o DPkg::Lock::Timeout=600)
+if ! command -v debootstrap >/dev/null; then
+	say "debootstrap missing: installing it on the host"
+	apt-get "${lock[@]}" install -y -qq --no-install-recommends debootstrap >/dev/null ||
+		{ apt-get "${lock[@]}" update -qq && apt-get "${lock[@]}" install -y -qq --no-install-recommends debootstrap >/dev/null; } ||
+		die "cannot install debootstrap"
+fi
+
+# apt_entries prints "URI SUITE" for every enabled deb entry of the host's
+# apt sources (as scripts/vmm-root.sh reads them).
+apt_entries() {
+	local f
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[[ -f $f ]] || continue
+		sed -e 's/#.*//' -e 's/\[[^]]*\]//' "$f" | awk '$1 == "deb" && NF >= 3 { print $2, $3 }'
+	done
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[[ -f $f ]] || continue
+		awk '
+			function flush(   i, j, nu, ns, u, s) {
+				if (types ~ /(^| )deb( |$)/ && enabled != "no") {
+					nu = split(uris, u, " "); ns = split(suites, s, " ")
+					for (i = 1; i <= nu; i++) for (j = 1; j <= ns; j++) print u[i], s[j]
+				}
+				types = uris = suites = ""; enabled = "yes"
+			}
+			BEGIN { enabled = "yes" }
+			/^[ \t]*#/ { next }
+			/^[ \t]*$/ { flush(); next }
+			{
+				field = tolower($1); sub(/:$/, "", field)
+				val = $0; sub(/^[^:]*:[ \t]*/, "", val)
+				if (field == "types") types = val
+				else if (field == "uris") uris = val
+				else if (field == "suites") suites = val
+				else if (field == "enabled") enabled = tolower(val)
+			}
+			END { flush() }
+		' "$f"
+	done
+}
+
+codename=
+if [[ -r /etc/os-release ]]; then
+	# shellcheck disable=SC1091
+	codename=$(. /etc/os-release && [[ ${ID:-} == debian ]] && echo "${VERSION_CODENAME:-}")
+fi
+[[ -n $codename ]] || die "the host is not Debian: its release names the root's"
+mirror=${DEB_ROOT_MIRROR:-$(apt_entries | awk -v c="$codename" '$2 == c { print $1; exit }')}
+[[ -n $mirror ]] || die "no Debian mirror for $codename in the host's apt sources; set DEB_ROOT_MIRROR"
+mirror=${mirror%/}
+
+tmp=$dir.tmp
+if [[ -e $tmp ]]; then
+	findmnt -rn -o TARGET | grep -qF "$tmp/" && die "$tmp has mounts under it; unmount them first"
+	rm -rf "$tmp"
+fi
+start=$SECONDS
+pkgs=systemd,dbus,procps,ocl-icd-libopencl1,pocl-opencl-icd,clinfo
+say "debootstrap $codename ($pkgs) into $tmp from $mirror"
+debootstrap --variant=minbase --include="$pkgs" "$codename" "$tmp" "$mirror" >"$dir.debootstrap.log" 2>&1 ||
+	{ tail -n 20 "$dir.debootstrap.log" >&2; die "debootstrap failed (log: $dir.debootstrap.log)"; }
+chroot "$tmp" apt-get clean
+# A machine ID is made at the first boot (nspawn gives one), and nothing
+# asks for a login on the console.
+rm -f "$tmp/etc/machine-id"
+chroot "$tmp" systemctl mask console-getty.service getty@.service >/dev/null 2>&1 || true
+{
+	echo "$key"
+	echo "mirror $mirror"
+	echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) in $((SECONDS - start)) s"
+	chroot "$tmp" dpkg-query -W -f='${Package} ${Version}\n' systemd pocl-opencl-icd ocl-icd-libopencl1 clinfo
+} >"$tmp/$stampname"
+rm -rf "$dir"
+mv -T "$tmp" "$dir"
+say "built $dir in $((SECONDS - start)) s"

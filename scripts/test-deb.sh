@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# test-deb.sh DEBDIR ROOT: make test-deb (issue 33). Boots the Debian root
+# ROOT (scripts/deb-root.sh) with systemd as its init (systemd-nspawn -b,
+# on a tmpfs overlay, so ROOT is never written) and, inside, as an
+# operator would:
+#
+#   vgpud:  dpkg -i (the postinst makes the vgpud group and starts the
+#           Type=notify service on PoCL); systemctl is-active; as a user in
+#           the vgpud group vgpuctl version, create and list through the
+#           group's control socket, and a user outside it refused; an
+#           upgrade in place by dpkg -i of a newer version (its postinst
+#           reloads: vgpuctl upgrade), after which systemd follows the new
+#           main process (MAINPID), nothing restarted, the instance and its
+#           worker process kept, and a kill -9 of the new main process is
+#           seen and restarted by systemd; systemctl stop; dpkg --purge.
+#   vgpud-guest: dpkg -i; vgpu-agent and vgpu-icdd active (no vGPU here:
+#           vgpu-icdd serves none, and the ICD lists no platform); clinfo
+#           as an unprivileged user loads the ICD through
+#           /etc/OpenCL/vendors/vgpud.icd; dpkg --purge.
+#
+# Every wait is on the thing (systemctl's own waits, the service's state),
+# bounded. Needs root and systemd-nspawn (Debian: systemd-container).
+set -euo pipefail
+
+say() { echo "test-deb: $*" >&2; }
+fail() {
+	echo "test-deb: FAIL: $*" >&2
+	exit 1
+}
+
+[[ $# -eq 2 ]] || { echo "usage: $0 DEBDIR ROOT" >&2; exit 2; }
+debdir=$(realpath "$1")
+root=$(realpath "$2")
+[[ $(id -u) -eq 0 ]] || fail "needs root (systemd-nspawn)"
+command -v systemd-nspawn >/dev/null || fail "systemd-nspawn missing (Debian: systemd-container; make deps)"
+vgpud_deb=$(ls "$debdir"/vgpud_*_amd64.deb)
+guest_deb=$(ls "$debdir"/vgpud-guest_*_amd64.deb)
+start=$SECONDS
+
+# The upgrade's package: the same files as a newer version (dpkg replaces
+# /usr/sbin/vgpud: the running daemon's file is then a deleted one).
+work=$(mktemp -d /tmp/vgpud-test-deb.XXXXXX)
+nspawn=
+cleanup() {
+	if [[ -n $nspawn ]] && kill -0 "$nspawn" 2>/dev/null; then
+		kill -TERM "$nspawn" 2>/dev/null || true
+		timeout 60 tail --pid="$nspawn" -f /dev/null || kill -KILL "$nspawn" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+mkdir "$work/debs"
+cp "$vgpud_deb" "$work/debs/vgpud-1.deb"
+cp "$guest_deb" "$work/debs/vgpud-guest.deb"
+dpkg-deb -R "$vgpud_deb" "$work/up"
+sed -i 's/^Version: .*/&+test1/' "$work/up/DEBIAN/control"
+dpkg-deb --root-owner-group -Zxz -z1 -b "$work/up" "$work/debs/vgpud-2.deb" >/dev/null
+rm -rf "$work/up"
+
+# Boot. --keep-unit and --register=no: no systemd (nor its bus) on the
+# host to ask for a scope or a machine registration.
+say "booting $root with systemd-nspawn -b"
+systemd-nspawn -D "$root" --volatile=overlay --register=no --keep-unit --private-network -q -b \
+	--machine=vgpud-test-deb --bind-ro="$work/debs:/debs" >"$work/console.log" 2>&1 </dev/null &
+nspawn=$!
+# The container's init is nspawn's child once it is set up.
+leader=
+for _ in $(seq 300); do
+	leader=$(ps --ppid "$nspawn" -o pid= | tr -d ' ' | head -n1) || true
+	[[ -n $leader ]] && [[ $(readlink "/proc/$leader/exe" 2>/dev/null) == */systemd ]] && break
+	kill -0 "$nspawn" 2>/dev/null || { cat "$work/console.log" >&2; fail "systemd-nspawn exited"; }
+	leader=
+	sleep 0.1
+done
+[[ -n $leader ]] || { cat "$work/console.log" >&2; fail "no init in the container after 30 s"; }
+
+# inside CMD...: run CMD in the container (all its namespaces, its root).
+inside() { nsenter -t "$leader" -m -u -i -n -p -r -w -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C "$@"; }
+# as USER CMD...: run CMD in the container as USER, with USER's groups.
+as() {
+	local u=$1
+	shift
+	inside setpriv --reuid="$u" --regid="$u" --init-groups env HOME=/ "$@"
+}
+check() { # check WHAT CMD...: run CMD, fail with WHAT if it fails
+	local what=$1
+	shift
+	"$@" || fail "$what"
+}
+
+# systemctl --wait waits for the boot's end once the container's systemd
+# answers on its socket, which it does a moment after it starts.
+state=
+for _ in $(seq 300); do
+	state=$(inside timeout 120 systemctl is-system-running --wait 2>/dev/null) || true
+	[[ -n $state ]] && break
+	sleep 0.1
+done
+[[ $state == running || $state == degraded ]] || { cat "$work/console.log" >&2; fail "the container's systemd did not finish booting: $state"; }
+say "booted ($state, systemd $(inside systemctl --version | head -n1 | cut -d' ' -f2)) in $((SECONDS - start)) s"
+
+# --- vgpud ---
+check "dpkg -i vgpud" inside dpkg -i /debs/vgpud-1.deb
+check "vgpud.service is not active after the install" inside systemctl -q is-active vgpud.service
+check "vgpud.service not enabled" inside systemctl -q is-enabled vgpud.service
+check "no vgpud group" inside getent group vgpud
+inside useradd -m -G vgpud op
+inside useradd -m other
+perm=$(inside stat -c '%a %U:%G' /run/vgpud/control.sock)
+[[ $perm == "660 root:vgpud" ]] || fail "control socket is $perm, want 660 root:vgpud"
+check "vgpuctl version as a member of vgpud" as op vgpuctl version
+uuid=$(as op vgpuctl create -profile vgpu-small -name deb-test) || fail "vgpuctl create as a member of vgpud"
+as op vgpuctl list | grep -q "$uuid.*deb-test" || fail "the instance is not listed"
+if err=$(as other vgpuctl list 2>&1); then fail "a user outside the vgpud group used the control socket"; fi
+[[ $err == *"permission denied"* ]] || fail "a user outside the group: $err"
+say "vgpud: installed, active, the group's user created $uuid, another user refused"
+
+# Upgrade in place: the new package's postinst reloads the service.
+pid1=$(inside systemctl show -p MainPID --value vgpud.service)
+workers1=$(inside pgrep -P "$pid1" -d, || true)
+[[ -n $workers1 ]] || fail "no worker process under vgpud ($pid1) for the instance"
+check "dpkg -i of the newer vgpud" inside dpkg -i /debs/vgpud-2.deb
+pid2=$(inside systemctl show -p MainPID --value vgpud.service)
+[[ $pid2 != "$pid1" && $pid2 != 0 ]] || fail "MainPID after the upgrade: $pid2 (before: $pid1)"
+check "vgpud.service not active after the upgrade" inside systemctl -q is-active vgpud.service
+[[ $(inside systemctl show -p NRestarts --value vgpud.service) == 0 ]] || fail "vgpud was restarted, not upgraded in place"
+# The old process exits once it answered (a zombie until init reaps it).
+inside timeout 30 bash -c "while [[ -e /proc/$pid1 ]] && [[ \$(cut -d' ' -f3 /proc/$pid1/stat 2>/dev/null) != Z ]]; do sleep 0.1; done" ||
+	fail "the old vgpud ($pid1) did not exit"
+inside journalctl -u vgpud.service --no-pager | grep -q "upgrade: handed over" || fail "no handover in the journal"
+as op vgpuctl list | grep -q "$uuid.*deb-test" || fail "the instance is gone after the upgrade"
+for w in ${workers1//,/ }; do
+	inside test -e "/proc/$w" || fail "worker $w did not survive the upgrade"
+done
+say "upgraded in place: vgpud pid $pid1 -> $pid2, systemd follows it, no restart, instance and worker(s) $workers1 kept"
+
+# systemd watches the new main process: a crash of it is seen and restarted.
+inside kill -KILL "$pid2"
+inside timeout 60 bash -c "until [[ \$(systemctl show -p NRestarts --value vgpud.service) == 1 ]]; do sleep 0.1; done" ||
+	fail "systemd did not restart vgpud after the new main process was killed"
+check "vgpud.service not active after its restart" inside timeout 60 systemctl start vgpud.service
+as op vgpuctl list | grep -q "$uuid" || fail "the instance is gone after the restart"
+say "kill -9 of the new main process: systemd restarted vgpud, the instance came back"
+
+check "systemctl stop vgpud" inside systemctl stop vgpud.service
+if inside systemctl -q is-active vgpud.service; then fail "vgpud.service still active after stop"; fi
+inside journalctl -u vgpud.service --no-pager | grep -q "shutting down" || fail "vgpud did not stop gracefully"
+check "dpkg --purge vgpud" inside dpkg --purge vgpud
+inside test ! -e /lib/systemd/system/vgpud.service || fail "the unit is left after purge"
+inside test ! -e /etc/vgpud/config.json || fail "the config is left after purge"
+if inside pgrep -x vgpud >/dev/null; then fail "a vgpud process is left after purge"; fi
+say "vgpud: stopped, purged"
+
+# --- vgpud-guest ---
+check "dpkg -i vgpud-guest" inside dpkg -i /debs/vgpud-guest.deb
+check "vgpu-agent.service not active" inside systemctl -q is-active vgpu-agent.service
+check "vgpu-icdd.service not active" inside systemctl -q is-active vgpu-icdd.service
+inside test -S /run/vgpud/icd.sock || fail "vgpu-icdd serves no /run/vgpud/icd.sock"
+# No vGPU in this root, so the ICD lists no platform (by design: a guest
+# without a vGPU sees none); that the loader finds it through
+# /etc/OpenCL/vendors/vgpud.icd and loads it for an unprivileged user is
+# what glibc's loader says (LD_DEBUG=files).
+loaded=$(as other env LD_DEBUG=files clinfo -l 2>&1) || fail "clinfo -l as an unprivileged user: $loaded"
+grep -q "file=/usr/lib/x86_64-linux-gnu/vgpud/libvgpud-icd.so .*dynamically loaded by" <<<"$loaded" ||
+	fail "the ICD loader did not load the vgpud ICD: $(grep 'file=' <<<"$loaded")"
+check "dpkg --purge vgpud-guest" inside dpkg --purge vgpud-guest
+if inside systemctl -q is-active vgpu-icdd.service; then fail "vgpu-icdd still active after purge"; fi
+say "vgpud-guest: installed, vgpu-agent and vgpu-icdd active, the ICD loaded by clinfo as a user, purged"
+
+say "PASS in $((SECONDS - start)) s"
