@@ -33,6 +33,13 @@ func (i *Instance) SpareNextReset() { i.regs.SpareNextReset() }
 // worker.ErrNotMigratable when vgpud runs without worker processes.
 func (i *Instance) Migrator() (worker.Migrator, error) { return worker.AsMigrator(i.be) }
 
+// HoldBackend makes the VMM's device resets spare the instance's backend
+// while on (mmio.Device.HoldBackend): an incoming migration whose
+// destination QEMU connects only after the device state arrived (one
+// libvirt starts during its own migration) resets the device as it
+// starts.
+func (i *Instance) HoldBackend(on bool) { i.regs.HoldBackend(on) }
+
 // Restore tells the register file the ring state a migration restored,
 // and makes it spare the restored state from the reset QEMU sends right
 // after it hot-plugs the device (mmio.Device.Restore).

@@ -24,6 +24,11 @@ type Device struct {
 	// sends a hot-plugged device right after it is added, on a device
 	// whose state a migration has just restored (Restore).
 	keep bool
+	// hold makes every Reset leave the backend alone until HoldBackend
+	// (false): an incoming migration fills the backend while the
+	// destination QEMU, started by the VM's manager mid-migration
+	// (libvirt), connects and resets the device as it starts.
+	hold bool
 }
 
 // New returns the register file of a device backed by b.
@@ -63,10 +68,25 @@ func (d *Device) SpareNextReset() {
 	d.mu.Unlock()
 }
 
+// HoldBackend makes every Reset leave the backend alone while on (the
+// registers are reset all the same): the backend holds a migrated
+// device's state that a VMM starting on the destination must not wipe.
+// Restore then sets the registers the guest's driver programmed.
+func (d *Device) HoldBackend(on bool) {
+	d.mu.Lock()
+	d.hold = on
+	d.mu.Unlock()
+}
+
 func (d *Device) resetLocked() {
 	if d.keep {
 		d.keep = false
 		d.irq.reset()
+		return
+	}
+	if d.hold {
+		d.irq.reset()
+		d.ringBase, d.complBase, d.slots, d.tail, d.shadow = 0, 0, 0, 0, 0
 		return
 	}
 	d.b.Reset()
