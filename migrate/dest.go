@@ -135,6 +135,10 @@ type incoming struct {
 	// running: this QEMU was told to run the VM ("go"); from then on the
 	// VM is this host's and nothing here may stop it.
 	running bool
+	// late: no QEMU was there at the start; it comes with the VM's
+	// migration (libvirt) and resets the device as it starts, which must
+	// spare the state the rounds put in the backend (HoldBackend).
+	late bool
 }
 
 // errFault is what an injected fault ends a migration with.
@@ -341,14 +345,24 @@ func (in *incoming) instance(ctx context.Context) error {
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if in.mon, err = qmp.Dial(qctx, inst.QMPSocket()); err != nil {
-		return fmt.Errorf("no QEMU for the instance: start it with -incoming and -qmp unix:%s,server=on,wait=off: %w", inst.QMPSocket(), err)
-	}
-	st, err := in.mon.QueryStatus(qctx)
-	if err != nil {
-		return err
-	}
-	if st.Status != qmp.RunStateInMigrate {
-		return fmt.Errorf("QEMU at %s is %q, not waiting for an incoming migration (-incoming)", inst.QMPSocket(), st.Status)
+		if !in.d.Manager.KeepsDeviceOnMigration() || inst.Attached() {
+			return fmt.Errorf("no QEMU for the instance: start it with -incoming and -qmp unix:%s,server=on,wait=off: %w", inst.QMPSocket(), err)
+		}
+		// No QEMU yet and none attached: one whose manager starts it
+		// during the VM's migration (libvirt's virsh migrate) connects to
+		// the instance then; commit looks for it.
+		in.mon = nil
+		in.late = true
+		inst.HoldBackend(true)
+		in.log.Info("incoming migration: no destination QEMU yet; it must come with the VM's migration (libvirt)")
+	} else {
+		st, err := in.mon.QueryStatus(qctx)
+		if err != nil {
+			return err
+		}
+		if st.Status != qmp.RunStateInMigrate {
+			return fmt.Errorf("QEMU at %s is %q, not waiting for an incoming migration (-incoming)", inst.QMPSocket(), st.Status)
+		}
 	}
 	dev := in.d.Manager.Devices()[inst.Device()].Name
 	in.log.Info("incoming migration", "source device", ir.Device, "device", dev, "profile", ir.Profile)
@@ -424,6 +438,17 @@ func (in *incoming) commit(ctx context.Context, cmd Command) (Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, in.d.stepTimeout())
 	defer cancel()
 	start := time.Now()
+	if cmd.SourceGone {
+		// The VM's manager moved it and the source QEMU is gone: this
+		// copy is the only one, never quit here.
+		in.running = true
+	}
+	if in.mon == nil {
+		var err error
+		if in.mon, err = qmp.Dial(ctx, in.inst.QMPSocket()); err != nil {
+			return rep, fmt.Errorf("no destination QEMU after the VM's migration (its monitor at %s): %w", in.inst.QMPSocket(), err)
+		}
+	}
 	// The source says its QEMU completed; this one may take a moment more
 	// to load the last pages.
 	var st qmp.StatusInfo
@@ -459,6 +484,9 @@ func (in *incoming) commit(ctx context.Context, cmd Command) (Reply, error) {
 	}
 	if in.ring.Enabled {
 		in.inst.Restore(in.ring.Base, in.ring.ComplBase, in.ring.Slots, in.ring.Tail)
+	}
+	if in.late {
+		in.inst.HoldBackend(false)
 	}
 	if !cmd.InPlace {
 		if err := plug(ctx, in.mon, in.inst, cmd.DeviceID, cmd.Slot); err != nil {

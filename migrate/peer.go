@@ -49,6 +49,10 @@ type Command struct {
 	// migration and the destination QEMU's device is connected to the
 	// instance already: nothing is plugged.
 	InPlace bool `json:"in_place,omitempty"`
+	// SourceGone (for "commit"): the VM's manager (libvirt) moved the VM
+	// and the source QEMU is gone: the destination's copy is the only
+	// one, never to be quit, whatever happens to the channel.
+	SourceGone bool `json:"source_gone,omitempty"`
 }
 
 // maxLine bounds one JSON line on the channel.

@@ -59,6 +59,16 @@ type Options struct {
 	UnplugTimeout  time.Duration // the guest ejecting the device: 30 s
 	QEMUTimeout    time.Duration // QEMU's own migration: 10 min
 	Logger         *slog.Logger
+	// MoveVM, if set, moves the VM in place of the QMP migrate to URI:
+	// the VM's manager drives QEMU's migration (libvirt's virsh migrate,
+	// migrate/libvirt.Attacher.MoveVM), starting the destination QEMU,
+	// whose vGPU device connects to the instance that awaits it. It is
+	// called where the QMP migrate would be (the guest's programs
+	// quiesced, the final round applied) and returns once the VM is on
+	// the destination, paused, and the source QEMU gone: from then on
+	// nothing rolls back. Only for transports that keep the device
+	// attached (vfio-user).
+	MoveVM func(ctx context.Context) error
 }
 
 // RoundReport is what one round moved.
@@ -169,7 +179,7 @@ func Migrate(ctx context.Context, m *mdev.Manager, id string, opts Options) (*Re
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.To == "" || opts.URI == "" || opts.TLS == nil {
+	if opts.To == "" || (opts.URI == "" && opts.MoveVM == nil) || opts.TLS == nil {
 		return nil, errors.New("migrate: the destination, the QEMU migration URI and TLS are required")
 	}
 	inst, err := m.Get(id)
@@ -266,6 +276,9 @@ func (o *outgoing) run(ctx context.Context) error {
 			keepsWord(rep.KeepsDevice), keepsWord(inPlace))
 	}
 	o.rep.InPlace = inPlace
+	if o.opts.MoveVM != nil && !inPlace {
+		return errors.New("a VM whose manager moves it (libvirt) keeps its vGPU attached only on vfio-user: this vgpud's transport unplugs it")
+	}
 
 	o.phase("pre-copy")
 	if !o.opts.NoPrecopy {
@@ -315,6 +328,9 @@ func (o *outgoing) run(ctx context.Context) error {
 
 	o.phase("qemu")
 	t = time.Now()
+	if o.opts.MoveVM != nil {
+		return o.moveVM(ctx, t, stunStart)
+	}
 	bw := o.opts.QEMUBandwidth
 	if bw == 0 || bw > maxQEMUBandwidth {
 		bw = maxQEMUBandwidth
@@ -362,6 +378,45 @@ func (o *outgoing) run(ctx context.Context) error {
 	if err != nil {
 		if errors.Is(err, ErrPeer) && rep.Step == "go" {
 			// The destination answered: it holds the VM, with an error.
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	o.rep.Plug += time.Duration(rep.PlugNs)
+	o.rep.Resume = time.Duration(rep.ResumeNs)
+	o.rep.Stun = time.Since(stunStart)
+	o.rep.StreamBytes = o.cw.n
+	o.rep.Phase = ""
+	return nil
+}
+
+// moveVM is the end of run when the VM's manager moves it (Options.MoveVM):
+// once it has, the source QEMU is gone, so the VM is the destination's
+// and nothing rolls back; the destination then checks that its QEMU is
+// attached to the instance ("commit") and runs the VM ("go").
+func (o *outgoing) moveVM(ctx context.Context, t, stunStart time.Time) error {
+	if err := o.opts.MoveVM(ctx); err != nil {
+		return fmt.Errorf("the VM's migration: %w", err)
+	}
+	o.qemu = true
+	o.committed = true
+	o.rep.QEMU = time.Since(t)
+	o.phase("commit")
+	if err := writeLine(o.conn, Command{Do: "commit", DeviceID: o.opts.DeviceID, Slot: o.slot, InPlace: true, SourceGone: true}); err != nil {
+		return fmt.Errorf("%w: the VM is on the destination, paused: %w", ErrOutcomeUnknown, err)
+	}
+	o.conn.SetReadDeadline(time.Now().Add(3 * time.Minute))
+	rep, err := expect(o.br, "commit")
+	if err != nil {
+		return fmt.Errorf("%w: the VM is on the destination, paused: %w", ErrOutcomeUnknown, err)
+	}
+	o.rep.Plug = time.Duration(rep.PlugNs)
+	o.phase("go")
+	if err := writeLine(o.conn, Command{Do: "go"}); err != nil {
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	if rep, err = expect(o.br, "go"); err != nil {
+		if errors.Is(err, ErrPeer) && rep.Step == "go" {
 			return err
 		}
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
