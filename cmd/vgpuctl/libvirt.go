@@ -57,6 +57,8 @@ func printAttach(w io.Writer, r *libvirt.Report) {
 		how = "started it paused, plugged the vGPU, resumed it"
 	case libvirt.ActionHotplugged:
 		how = "hot-plugged the vGPU"
+	case libvirt.ActionDefined:
+		how = "added the vGPU (vfio-user-pci) to its definition and started it"
 	case libvirt.ActionReattached:
 		how = fmt.Sprintf("replaced the vGPU on a dead socket; guest programs told of the loss: %d", r.Programs)
 	default:

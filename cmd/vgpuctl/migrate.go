@@ -23,13 +23,16 @@ func migrateCmd(ctx context.Context, c *control.Client, args []string, w, stderr
 	fs.IntVar(&req.MaxRounds, "rounds", 0, "most pre-copy rounds (default 5)")
 	fs.BoolVar(&req.NoPrecopy, "no-precopy", false, "copy the device state only once the guest is quiesced")
 	fs.Uint64Var(&req.QEMUBandwidth, "qemu-bandwidth", 0, "cap QEMU's migration of the VM's RAM, MiB/s (default: no cap; the vGPU is unplugged meanwhile)")
+	fs.StringVar(&req.Libvirt, "libvirt", "", "the VM's libvirt domain: libvirt moves it (virsh migrate --live; vfio-user only), -uri is then its --migrateuri (optional)")
+	fs.StringVar(&req.LibvirtTo, "libvirt-to", "", "with -libvirt: the destination libvirtd's URI")
+	fs.StringVar(&req.DestRunDir, "dest-run-dir", "", "with -libvirt: the destination vgpud's run directory, if not this one's")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	id, err := parseUUIDCmd(fs, args)
 	if err != nil {
 		return err
 	}
-	if id == "" || req.To == "" || req.URI == "" {
-		return errors.New("usage: migrate UUID -to HOST:PORT -uri QEMU-URI")
+	if id == "" || req.To == "" || (req.URI == "" && req.Libvirt == "") || (req.Libvirt == "") != (req.LibvirtTo == "") {
+		return errors.New("usage: migrate UUID -to HOST:PORT -uri QEMU-URI | migrate UUID -to HOST:PORT -libvirt DOMAIN -libvirt-to URI [-uri MIGRATE-URI] [-dest-run-dir DIR]")
 	}
 	req.QEMUBandwidth <<= 20
 	rep, err := c.Migrate(ctx, id, req)

@@ -50,7 +50,8 @@ func handleAttach(mux *http.ServeMux, a *libvirt.Attacher) {
 			reply(w, http.StatusOK, rep)
 		case errors.Is(err, mdev.ErrNotFound), errors.Is(err, libvirt.ErrNoDomain):
 			reply(w, http.StatusNotFound, errorBody{Error: err.Error()})
-		case errors.Is(err, migrate.ErrAttached), errors.Is(err, libvirt.ErrDomainHasOther), errors.Is(err, libvirt.ErrNotActive):
+		case errors.Is(err, migrate.ErrAttached), errors.Is(err, libvirt.ErrDomainHasOther), errors.Is(err, libvirt.ErrNotActive),
+			errors.Is(err, libvirt.ErrNeedsDefinition), errors.Is(err, libvirt.ErrOtherVFIOUser):
 			reply(w, http.StatusConflict, errorBody{Error: err.Error()})
 		default:
 			replyErr(w, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/migrate"
+	"github.com/vgpud/vgpud/migrate/libvirt"
 )
 
 // MigrateRequest is the body of POST /v1/instances/{uuid}/migrate.
@@ -26,13 +27,22 @@ type MigrateRequest struct {
 	NoPrecopy bool   `json:"no_precopy,omitempty"`
 	// QEMUBandwidth caps QEMU's migration of the VM, bytes/s (0: none).
 	QEMUBandwidth uint64 `json:"qemu_bandwidth,omitempty"`
+	// Libvirt, if set, is the VM's libvirt domain: libvirt moves it
+	// (virsh migrate --live to LibvirtTo, through MigrateURI if set, in
+	// place of the QMP migrate to URI), the vGPU staying attached
+	// (vfio-user; docs/migration.md "libvirt").
+	Libvirt   string `json:"libvirt,omitempty"`
+	LibvirtTo string `json:"libvirt_to,omitempty"`
+	// DestRunDir is the destination vgpud's run directory when it is not
+	// this one's: the domain's socket paths are rewritten to it.
+	DestRunDir string `json:"dest_run_dir,omitempty"`
 }
 
 // ErrNoMigration is returned when the daemon was started without a
 // migration TLS directory.
 var ErrNoMigration = errors.New("migration is not set up on this vgpud: start it with -migrate-tls DIR (docs/migration.md)")
 
-func handleMigrate(mux *http.ServeMux, m *mdev.Manager, t *migrate.TLS) {
+func handleMigrate(mux *http.ServeMux, m *mdev.Manager, t *migrate.TLS, lv *libvirt.Attacher) {
 	mux.HandleFunc("POST /v1/instances/{uuid}/migrate", func(w http.ResponseWriter, r *http.Request) {
 		var req MigrateRequest
 		if err := decode(r, &req); err != nil {
@@ -47,8 +57,27 @@ func handleMigrate(mux *http.ServeMux, m *mdev.Manager, t *migrate.TLS) {
 		// vgpuctl that gives up must not leave the VM half moved.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Minute)
 		defer cancel()
-		rep, err := migrate.Migrate(ctx, m, r.PathValue("uuid"), migrate.Options{To: req.To, URI: req.URI, QMP: req.QMP,
-			DeviceID: req.DeviceID, MaxRounds: req.MaxRounds, NoPrecopy: req.NoPrecopy, QEMUBandwidth: req.QEMUBandwidth, TLS: t})
+		opts := migrate.Options{To: req.To, URI: req.URI, QMP: req.QMP,
+			DeviceID: req.DeviceID, MaxRounds: req.MaxRounds, NoPrecopy: req.NoPrecopy, QEMUBandwidth: req.QEMUBandwidth, TLS: t}
+		if req.Libvirt != "" {
+			if lv == nil {
+				reply(w, http.StatusServiceUnavailable, errorBody{Error: ErrNoLibvirt.Error()})
+				return
+			}
+			inst, err := m.Get(r.PathValue("uuid"))
+			if err != nil {
+				replyErr(w, fmt.Errorf("migrate: %w", err))
+				return
+			}
+			opts.MoveVM, err = lv.MoveVM(ctx, inst, libvirt.Move{Domain: req.Libvirt, DestURI: req.LibvirtTo,
+				MigrateURI: req.URI, DestRunDir: req.DestRunDir})
+			if err != nil {
+				replyErr(w, fmt.Errorf("migrate %s with libvirt: %w", inst.UUID(), err))
+				return
+			}
+			opts.URI = ""
+		}
+		rep, err := migrate.Migrate(ctx, m, r.PathValue("uuid"), opts)
 		if err != nil {
 			if rep == nil {
 				replyErr(w, err)

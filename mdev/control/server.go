@@ -96,7 +96,7 @@ func Handler(m *mdev.Manager, opts ...Option) http.Handler {
 	handleReuse(mux, m)
 	handlePlacement(mux, m)
 	handleRealloc(mux, m)
-	handleMigrate(mux, m, o.migrateTLS)
+	handleMigrate(mux, m, o.migrateTLS, o.libvirt)
 	handleReattach(mux, m)
 	handleAttach(mux, o.libvirt)
 	handleXen(mux, o.xen)

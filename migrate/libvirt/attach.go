@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -28,6 +30,11 @@ const (
 	// vgpud serves (vgpud restarted): it was replaced at the same slot and
 	// the guest told its device state was lost (migrate.ReattachVia).
 	ActionReattached Action = "reattached"
+	// ActionDefined: the domain was shut off and the manager's VMs attach
+	// by vfio-user: the vfio-user-pci device was added to the domain's
+	// definition (<qemu:commandline>) and the domain started, its QEMU
+	// connecting to the instance as it starts.
+	ActionDefined Action = "defined"
 )
 
 // Report says what Attach or Ensure did.
@@ -53,6 +60,10 @@ var ErrDomainHasOther = errors.New("the domain has another instance's vGPU attac
 // ErrNotActive: the domain is in a state where no vGPU can be plugged
 // (crashed, shutting down, suspended to RAM ...).
 var ErrNotActive = errors.New("the domain is in no state to get a vGPU")
+
+// ErrNeedsDefinition: the manager's VMs attach by vfio-user, whose device
+// a libvirt domain gets only in its definition, as it starts.
+var ErrNeedsDefinition = errors.New("a vfio-user vGPU is added to a libvirt domain's definition, as it starts: shut the domain off and attach again")
 
 // Attacher gives libvirt domains their vGPU. Its methods may be called
 // concurrently: work on one domain, or with one instance, is serialized.
@@ -293,6 +304,13 @@ func (a *Attacher) Ensure(ctx context.Context, domain string) (*Report, error) {
 // apply carries out st for domain d and instance inst.
 func (a *Attacher) apply(ctx context.Context, d DomainInfo, inst *mdev.Instance, st step) (*Report, error) {
 	rep := &Report{Domain: d.Name, Instance: inst.UUID()}
+	if a.Manager.KeepsDeviceOnMigration() && st != stepNone {
+		// vfio-user: the transport whose device stays in the VM across a
+		// migration, so libvirt must know it (virsh migrate starts the
+		// destination QEMU from the definition); a hot-plug through the
+		// monitor would be outside it.
+		return rep, a.define(ctx, d, inst, st, rep)
+	}
 	mon := NewMonitor(a.Virsh, d.UUID)
 	mon.PollEvery = a.PollEvery
 	switch st {
@@ -389,4 +407,63 @@ func (k *keyedLocks) lock(ctx context.Context, keys ...string) (unlock func(), e
 		}
 	}
 	return release, nil
+}
+
+// define gives a shut-off domain the vfio-user-pci device on inst's
+// socket in its persistent definition and starts it.
+func (a *Attacher) define(ctx context.Context, d DomainInfo, inst *mdev.Instance, st step, rep *Report) error {
+	if st != stepStart || !d.Persistent {
+		return fmt.Errorf("domain state %q: %w", d.State, ErrNeedsDefinition)
+	}
+	old, err := a.run(ctx, "dumpxml", "--inactive", "--security-info", "--domain", d.UUID)
+	if err != nil {
+		return err
+	}
+	dom, added, err := AddVFIOUserDevice(old, a.deviceID(), inst.Socket(), inst.QMPSocket(), migrate.DefaultSlot)
+	if err != nil {
+		return fmt.Errorf("the domain's definition: %w", err)
+	}
+	if added {
+		if err := a.defineXML(ctx, dom); err != nil {
+			return fmt.Errorf("define the domain with the vGPU: %w", err)
+		}
+	}
+	if _, err := a.run(ctx, "start", "--domain", d.UUID); err != nil {
+		if !added {
+			return err
+		}
+		// Leave the definition as it was.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if derr := a.defineXML(dctx, old); derr != nil {
+			return fmt.Errorf("%w; restoring the definition without the vGPU failed too: %w", err, derr)
+		}
+		return fmt.Errorf("%w (the definition was restored without the vGPU)", err)
+	}
+	rep.Action, rep.Slot = ActionDefined, migrate.DefaultSlot
+	return nil
+}
+
+// defineXML runs virsh define on dom.
+func (a *Attacher) defineXML(ctx context.Context, dom []byte) error {
+	return a.runWithFile(ctx, dom, "define", "--file", "/dev/fd/3")
+}
+
+// runWithFile runs virsh with data readable at /dev/fd/3 (an unlinked
+// temporary file: virsh opens the path).
+func (a *Attacher) runWithFile(ctx context.Context, data []byte, args ...string) error {
+	f, err := os.CreateTemp("", "vgpud-domain-*.xml")
+	if err != nil {
+		return err
+	}
+	os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	_, err = a.Virsh.Run(ctx, []*os.File{f}, args...)
+	return err
 }
