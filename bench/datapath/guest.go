@@ -76,26 +76,37 @@ type guestRun struct {
 	lines  int      // result lines to collect
 }
 
-// boot starts a guest with inst attached through x-pci-proxy-dev, collects
-// the program's result lines (JSON after the marker) and waits for the
-// guest to power off.
+// boot starts a guest with inst attached through x-pci-proxy-dev on the
+// host's QEMU, collects the program's result lines (JSON after the marker)
+// and waits for the guest to power off.
 func (b *bench) boot(ctx context.Context, inst *mdev.Instance, r guestRun) ([]json.RawMessage, error) {
+	return b.bootOn(ctx, inst, r, nil)
+}
+
+// bootOn is boot; with root set, on QEMU 11.1 from the VMM root with inst
+// (of a vfio-user manager) attached by vfio-user-pci.
+func (b *bench) bootOn(ctx context.Context, inst *mdev.Instance, r guestRun, root *qemuvm.VMMRoot) ([]json.RawMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.bootTimeout)
 	defer cancel()
-	f, err := qemuvm.DialProxy(inst.Socket())
-	if err != nil {
-		return nil, err
-	}
 	cfg := qemuvm.Config{
 		Kernel:       b.guest.kernel.Vmlinuz,
 		Initrd:       b.guest.initrd,
 		Append:       "vgpu.run=" + r.prog + " vgpu.args=" + strings.Join(r.args, ","),
-		Devices:      []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
 		ExtraDevices: r.extra,
 		SerialLog:    b.cfg.serial,
 	}
+	if root != nil {
+		cfg.VFIOUser = []qemuvm.VFIOUserDevice{{ID: "vgpu0", Socket: inst.Socket()}}
+		root.Apply(&cfg)
+	} else {
+		f, err := qemuvm.DialProxy(inst.Socket())
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close() // QEMU has its own copy
+		cfg.Devices = []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}}
+	}
 	vm, err := qemuvm.Start(ctx, cfg)
-	f.Close() // QEMU has its own copy
 	if err != nil {
 		return nil, err
 	}

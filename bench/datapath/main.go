@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -17,6 +18,8 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/job"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 
 func main() {
@@ -103,6 +106,11 @@ type bench struct {
 	mgr   *mdev.Manager
 	guest *guestImage // nil without -qemu
 	env   environment
+	// vfioUser is a second manager whose VMs attach by vfio-user, and
+	// root the VMM root its QEMU 11.1 runs from; nil without -qemu or
+	// without a root.
+	vfioUser *mdev.Manager
+	root     *qemuvm.VMMRoot
 
 	bootTime []time.Duration // each guest's start to its program
 }
@@ -127,6 +135,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 			return err
 		}
 		b.env.Kernel = b.guest.kernel.Release
+		if root, rerr := qemuvm.RepoVMMRoot(); rerr == nil {
+			// Short: a vfio-user socket's path must fit a Unix socket
+			// address.
+			dir, derr := os.MkdirTemp("", "dp")
+			if derr != nil {
+				return derr
+			}
+			defer os.RemoveAll(dir)
+			m, merr := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Transport: vfiouser.Transport{},
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if merr != nil {
+				return merr
+			}
+			defer func() { err = errors.Join(err, m.Close()) }()
+			b.vfioUser, b.root = m, &root
+		}
 	}
 	b.env.print(stdout)
 

@@ -29,11 +29,16 @@ func (b *bench) mmioTable(ctx context.Context) (*table.Table, error) {
 		Title:  "MMIO cost: one 32-bit BAR0 register access, ns/op (ratio to the same access to QEMU's edu device)",
 		Header: []string{"path", "write ns/op", "read ns/op", "write vs edu", "read vs edu"},
 	}
-	var edu, proxy mmioCost
+	var edu, proxy, edu11, vfioUser mmioCost
 	if b.guest != nil {
 		var err error
 		if edu, proxy, err = b.guestMMIO(ctx); err != nil {
 			return nil, err
+		}
+		if b.vfioUser != nil {
+			if edu11, vfioUser, err = b.guestMMIOVFIOUser(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	harness, err := b.harnessMMIO()
@@ -46,6 +51,12 @@ func (b *bench) mmioTable(ctx context.Context) (*table.Table, error) {
 	if b.guest != nil {
 		row("edu, emulated in QEMU (guest, TCG)", edu)
 		row("vGPU via x-pci-proxy-dev (guest, TCG)", proxy)
+		if b.vfioUser != nil {
+			// Against QEMU 11.1's own edu: each QEMU's emulation is its
+			// own baseline.
+			t.Add("edu, emulated in QEMU 11.1 (guest, TCG)", nsCell(edu11.write), nsCell(edu11.read), ratioCell(edu11.write, edu11.write), ratioCell(edu11.read, edu11.read))
+			t.Add("vGPU via vfio-user-pci (QEMU 11.1 guest, TCG)", nsCell(vfioUser.write), nsCell(vfioUser.read), ratioCell(vfioUser.write, edu11.write), ratioCell(vfioUser.read, edu11.read))
+		}
 	}
 	row("vGPU via harness (host process, no QEMU)", harness)
 	if b.guest != nil {
@@ -53,6 +64,13 @@ func (b *bench) mmioTable(ctx context.Context) (*table.Table, error) {
 			eduID, vgpuID, b.cfg.guestMMIO)
 	} else {
 		t.Note("no guest rows (-qemu=false): no edu baseline")
+	}
+	if b.vfioUser != nil {
+		t.Note("QEMU 11.1 rows: the same program on QEMU 11.1 from the VMM root, vgpud's vfio-user server; their ratios are to QEMU 11.1's edu")
+		t.Note("guest-seen vGPU write, vfio-user-pci (QEMU 11.1) / x-pci-proxy-dev (QEMU 7.2): %s; read: %s",
+			ratioCell(vfioUser.write, proxy.write), ratioCell(vfioUser.read, proxy.read))
+	} else if b.guest != nil {
+		t.Note("no QEMU 11.1 rows: no VMM root (make vmm-root)")
 	}
 	t.Note("harness: %d accesses each through mpqemutest (BAR_WRITE/BAR_READ messages on the instance socket)", b.cfg.harnessMMIO)
 	return t, nil
@@ -82,6 +100,27 @@ func (b *bench) guestMMIO(ctx context.Context) (edu, proxy mmioCost, err error) 
 	})
 	if err != nil {
 		return edu, proxy, err
+	}
+	return parseMMIO(raw, b.cfg.guestMMIO)
+}
+
+// guestMMIOVFIOUser is guestMMIO on QEMU 11.1 from the VMM root, the vGPU
+// attached by vfio-user-pci to an instance of the vfio-user manager.
+func (b *bench) guestMMIOVFIOUser(ctx context.Context) (edu, vgpu mmioCost, err error) {
+	inst, err := b.vfioUser.Create(mdev.CreateRequest{Profile: b.cfg.profile})
+	if err != nil {
+		return edu, vgpu, err
+	}
+	defer func() { err = errors.Join(err, b.vfioUser.Destroy(inst.UUID())) }()
+	raw, err := b.bootOn(ctx, inst, guestRun{
+		prog:   "vgpu-mmiobench",
+		args:   []string{"-dev", eduID, "-dev", vgpuID, "-n", strconv.Itoa(b.cfg.guestMMIO)},
+		extra:  []string{"edu"},
+		marker: "VGPU-MMIOBENCH ",
+		lines:  4,
+	}, b.root)
+	if err != nil {
+		return edu, vgpu, err
 	}
 	return parseMMIO(raw, b.cfg.guestMMIO)
 }
