@@ -318,8 +318,9 @@ type domainSpec struct {
 	kernel, initrd, append string
 	// agent is the instance's guest agent socket.
 	agent string
-	// vfioUser, if set, is the instance's vfio-user socket: the domain
-	// has the vGPU as a vfio-user-pci device at migrate.DefaultSlot, by
+	// vfioUser, if set, is the instance's socket base
+	// (Daemon.InstanceBase): the domain has the vGPU as a vfio-user-pci
+	// device at migrate.DefaultSlot, and vgpud's monitor, by
 	// <qemu:commandline> (QEMU 11.1; libvirt 11.3 has no such device).
 	vfioUser string
 }
@@ -395,13 +396,17 @@ func (lv *libvirtdProc) define(t *testing.T, s domainSpec) *testDomain {
 }
 
 // consoleLog is a domain's serial console: QEMU connects to its socket
-// and the lines are kept for WaitLine.
+// and the lines are kept for WaitLine. It takes every QEMU that connects
+// (a migration's destination QEMU connects while the source's still
+// is), the lines of all in the order they come; it ends when the last
+// connection does.
 type consoleLog struct {
 	mu      sync.Mutex
 	lines   []string
 	next    int           // the first line WaitLine has not consumed
 	changed chan struct{} // closed and replaced on each line and at the end
 	ended   bool
+	open    int // connections not ended
 }
 
 func listenConsole(t *testing.T, path string) *consoleLog {
@@ -411,33 +416,43 @@ func listenConsole(t *testing.T, path string) *consoleLog {
 		t.Fatal(err)
 	}
 	c := &consoleLog{changed: make(chan struct{})}
-	done := make(chan struct{})
-	var conn net.Conn
+	var wg sync.WaitGroup
 	var connMu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
 	go func() {
-		defer close(done)
-		defer c.end()
-		cn, err := l.Accept()
-		if err != nil {
-			return
-		}
-		connMu.Lock()
-		conn = cn
-		connMu.Unlock()
-		sc := bufio.NewScanner(cn)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			c.add(strings.TrimRight(sc.Text(), "\r"))
+		defer wg.Done()
+		for {
+			cn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			connMu.Lock()
+			conns = append(conns, cn)
+			connMu.Unlock()
+			c.mu.Lock()
+			c.open++
+			c.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.end()
+				sc := bufio.NewScanner(cn)
+				sc.Buffer(make([]byte, 64<<10), 1<<20)
+				for sc.Scan() {
+					c.add(strings.TrimRight(sc.Text(), "\r"))
+				}
+			}()
 		}
 	}()
 	t.Cleanup(func() {
 		l.Close()
 		connMu.Lock()
-		if conn != nil {
-			conn.Close()
+		for _, cn := range conns {
+			cn.Close()
 		}
 		connMu.Unlock()
-		<-done
+		wg.Wait()
 	})
 	return c
 }
@@ -453,6 +468,9 @@ func (c *consoleLog) add(line string) {
 func (c *consoleLog) end() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.open--; c.open > 0 {
+		return
+	}
 	c.ended = true
 	close(c.changed)
 	c.changed = make(chan struct{})

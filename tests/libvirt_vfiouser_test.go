@@ -41,7 +41,7 @@ func TestLibvirtVFIOUser(t *testing.T) {
 	id := create(t, a, "vgpu-small")
 	base := a.InstanceBase(id)
 	dom := lv.define(t, domainSpec{name: "vgpud-test-vu-suite", instance: id, kernel: env.Kernel.Vmlinuz, initrd: suiteInitrd,
-		append: "vgpu.wait=3m vgpu.run=vgpu-suite", agent: base + ".agent.sock", vfioUser: base + ".vfio-user.sock"})
+		append: "vgpu.wait=3m vgpu.run=vgpu-suite", agent: base + ".agent.sock", vfioUser: base})
 	argv := lv.virsh(t, "domxml-to-native", "--format", "qemu-argv", "--domain", dom.name)
 	checkMemfdArgv(t, argv)
 	lv.virsh(t, "start", "--domain", dom.name)
@@ -126,7 +126,7 @@ type vmmLibvirtd struct {
 // startVMMLibvirtd starts libvirtd in the foreground from the VMM root
 // (scripts/vmm-run.sh) with QEMU's stdio going to files (no virtlogd),
 // no per-QEMU mount namespace (it runs in the root's already), QEMU as
-// root without relabelling, and waits until its socket accepts. The
+// root without relabelling, no cgroups (the host's stay untouched), and waits until its socket accepts. The
 // domains still running at the end of the test are destroyed before
 // libvirtd is stopped.
 func startVMMLibvirtd(t *testing.T, name, hostUUID string) *vmmLibvirtd {
@@ -158,7 +158,7 @@ func startVMMLibvirtd(t *testing.T, name, hostUUID string) *vmmLibvirtd {
 		"libvirtd.conf": fmt.Sprintf("auth_unix_ro = \"none\"\nauth_unix_rw = \"none\"\nhost_uuid = %q\n"+
 			"log_outputs = \"3:file:/var/log/libvirt/libvirtd.log\"\n", hostUUID),
 		"qemu.conf": "stdio_handler = \"file\"\nnamespaces = []\nuser = \"root\"\ngroup = \"root\"\n" +
-			"dynamic_ownership = 0\nremember_owner = 0\nsecurity_driver = \"none\"\n",
+			"dynamic_ownership = 0\nremember_owner = 0\nsecurity_driver = \"none\"\ncgroup_controllers = [ ]\n",
 	}
 	for f, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, "etc", f), []byte(text), 0o600); err != nil {
@@ -248,7 +248,107 @@ func (lv *vmmLibvirtd) domainLog(name string) string {
 	return "domain log:\n" + string(b)
 }
 
-// vfioUserCommandline is the domain's vGPU on vfio-user-pci.
-func vfioUserCommandline(path string) string {
-	return libvirt.VFIOUserCommandline(migrate.DefaultDeviceID, path, migrate.DefaultSlot)
+// vfioUserCommandline is the domain's vGPU on vfio-user-pci at the
+// instance's socket base+".vfio-user.sock", and vgpud's monitor at
+// base+".qmp".
+func vfioUserCommandline(base string) string {
+	return libvirt.VFIOUserCommandline(migrate.DefaultDeviceID, base+".vfio-user.sock", base+".qmp", migrate.DefaultSlot)
+}
+
+// TestLibvirtVFIOUserMigrate: two libvirtd from the VMM root standing for
+// two hosts (own state directories, URIs and host UUIDs), a vgpud with
+// -transport vfio-user beside each (A: PoCL pthread, 2 compute units; B:
+// basic, 1). `vgpuctl attach -libvirt` gives a shut-off domain on A its
+// vGPU (the device goes into its definition, and the domain starts); its
+// guest runs a long iterative job whose state lives in device buffers.
+// B's instance is created to await the VM (create -incoming), then
+// `vgpuctl migrate -libvirt` on A copies the device state while the
+// guest computes, quiesces the guest's programs, sends the final round,
+// has libvirt move the VM (virsh migrate --live --suspend, with the
+// domain's socket paths rewritten to B's run directory), and B runs it.
+// The job finishes on B with the guest's CPU reference.
+func TestLibvirtVFIOUserMigrate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two libvirtd from the VMM root and migrates a QEMU 11.1 guest between them")
+	}
+	env := migrationSetup(t)
+	lvA := startVMMLibvirtd(t, "a", "7a6f3d10-5c2e-4b8e-9d41-0a1b2c3d4e0a")
+	lvB := startVMMLibvirtd(t, "b", "7a6f3d10-5c2e-4b8e-9d41-0a1b2c3d4e0b")
+	a := startVFIOUserDaemonFlags(t, env, "pthread", "-libvirt", lvA.uri)
+	b := startVFIOUserDaemonFlags(t, env, "basic", "-libvirt", lvB.uri)
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
+	defer cancel()
+
+	id := create(t, a, "vgpu-small")
+	const steps = 300
+	app := "vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,300,-pace,15ms,-progress,25"
+	dom := lvA.define(t, domainSpec{name: "vgpud-test-vu-migrate", kernel: env.Kernel.Vmlinuz, initrd: env.Initrd,
+		append: app, agent: a.InstanceBase(id) + ".agent.sock"})
+	t.Cleanup(func() { lvB.remove(dom.name) })
+	out, err := a.Ctl(ctx, "attach", "-libvirt", dom.name, id)
+	if err != nil || !strings.Contains(out, "added the vGPU (vfio-user-pci) to its definition") {
+		t.Fatalf("vgpuctl attach: %v: %s\n%s", err, out, lvA.domainLog(dom.name))
+	}
+	t.Logf("vgpuctl: %s", strings.TrimSpace(out))
+	for _, which := range []string{"--live", "--config"} {
+		md, err := libvirt.ParseMetadata([]byte(lvA.virsh(t, "metadata", "--domain", dom.name, "--uri", libvirt.MetadataURI, which)))
+		if err != nil || md.Instance != id {
+			t.Errorf("the domain's metadata (%s) after attach: %+v, %v", which, md, err)
+		}
+	}
+	checkMemfdArgv(t, lvA.virsh(t, "domxml-to-native", "--format", "qemu-argv", "--domain", dom.name))
+	if _, err := dom.console.WaitLine(ctx, "ITERATE step 50/"); err != nil {
+		t.Fatalf("job did not start: %v\n%s\n%s", err, dom.console, lvA.domainLog(dom.name))
+	}
+
+	if out, err := b.Ctl(ctx, "create", "-incoming", "-uuid", id, "-profile", "vgpu-small"); err != nil {
+		t.Fatalf("create -incoming on B: %v: %s", err, out)
+	}
+	out, err = a.Ctl(ctx, "migrate", id, "-to", b.MigrateAddr, "-libvirt", dom.name, "-libvirt-to", lvB.uri,
+		"-uri", "tcp:127.0.0.1:"+freePort(t), "-dest-run-dir", b.RunDir)
+	if err != nil {
+		t.Fatalf("vgpuctl migrate -libvirt: %v: %s\n%s\nA %s\nB %s", err, out, dom.console, lvA.domainLog(dom.name), lvB.domainLog(dom.name))
+	}
+	t.Logf("vgpuctl migrate:\n%s", out)
+	if st := strings.TrimSpace(lvB.virsh(t, "domstate", "--domain", dom.name)); st != "running" {
+		t.Errorf("the domain on B is %q, want running", st)
+	}
+	if l := strings.TrimSpace(virshQuiet(lvA.uri, "list", "--name")); strings.Contains(l, dom.name) {
+		t.Errorf("the domain still runs on A: %q", l)
+	}
+	// The console has both QEMUs' lines: the job's steps on A (2
+	// compute units), then on B (1), then its result.
+	onB := false
+	var line string
+	for {
+		line, err = dom.console.WaitLine(ctx, "ITERATE ")
+		if err != nil || strings.HasPrefix(line, "ITERATE OK") || strings.HasPrefix(line, "ITERATE FAIL") {
+			break
+		}
+		onB = onB || (strings.HasPrefix(line, "ITERATE step ") && strings.Contains(line, "cus=1"))
+	}
+	if err != nil || !strings.HasPrefix(line, fmt.Sprintf("ITERATE OK steps=%d", steps)) {
+		t.Fatalf("job result %q, %v\n%s", line, err, dom.console)
+	}
+	if !onB {
+		t.Errorf("the job reported no step on B's 1-CU device\n%s", dom.console)
+	}
+	if _, err := dom.console.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
+		t.Fatalf("guest did not exit 0: %v\n%s", err, dom.console)
+	}
+}
+
+// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, err := net.SplitHostPort(l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
