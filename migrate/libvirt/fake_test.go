@@ -47,6 +47,10 @@ type fakeDom struct {
 	metaFlags  []string
 	fds        map[string]*os.File
 	devs       map[string]*fakeDev
+	// xml is what dumpxml prints and define replaces; failStart makes
+	// start fail.
+	xml       string
+	failStart bool
 }
 
 type fakeDev struct {
@@ -153,6 +157,24 @@ func (f *fakeVirsh) Run(ctx context.Context, files []*os.File, args ...string) (
 		}
 		return []byte(b.String() + "\n"), nil
 	}
+	if args[0] == "define" {
+		// The definition comes through descriptor 3 (/dev/fd/3).
+		if p, _ := opt(args, "--file"); p != "/dev/fd/3" || len(files) != 1 {
+			return nil, verr(args, "define: want --file /dev/fd/3 and one file")
+		}
+		b, err := io.ReadAll(files[0])
+		if err != nil {
+			return nil, verr(args, err.Error())
+		}
+		for _, d := range f.doms {
+			if strings.Contains(string(b), "<name>"+d.name+"</name>") {
+				d.xml = string(b)
+				f.calls = append(f.calls, "define "+d.name)
+				return nil, nil
+			}
+		}
+		return nil, verr(args, "define: no such domain")
+	}
 	name, _ := opt(args, "--domain")
 	d := f.find(name)
 	if d == nil {
@@ -192,8 +214,14 @@ func (f *fakeVirsh) Run(ctx context.Context, files []*os.File, args ...string) (
 			return nil, verr(args, "metadata not found: Requested metadata element is not present")
 		}
 		return []byte(d.meta + "\n"), nil
+	case "dumpxml":
+		f.calls = append(f.calls, call)
+		return []byte(d.xml), nil
 	case "start":
 		f.calls = append(f.calls, call)
+		if d.failStart {
+			return nil, verr(args, "internal error: QEMU unexpectedly closed the monitor")
+		}
 		if d.state != StateShutOff {
 			return nil, verr(args, "Requested operation is not valid: domain is already running")
 		}
