@@ -113,6 +113,10 @@ type Report struct {
 	QEMUTotal    time.Duration `json:"qemu_total_ns"`
 	Total        time.Duration `json:"total_ns"`
 	Programs     uint32        `json:"programs"` // guest programs that quiesced
+	// MovedByManager: the VM's manager (libvirt) moved the VM
+	// (Options.MoveVM); QEMU is then its whole run and QEMU's own
+	// figures, which the manager reads, are not here.
+	MovedByManager bool `json:"moved_by_manager,omitempty"`
 	// RolledBack says the migration failed and the VM kept running on
 	// the source with its vGPU; Phase is where it failed.
 	RolledBack bool   `json:"rolled_back,omitempty"`
@@ -401,6 +405,7 @@ func (o *outgoing) moveVM(ctx context.Context, t, stunStart time.Time) error {
 	o.qemu = true
 	o.committed = true
 	o.rep.QEMU = time.Since(t)
+	o.rep.MovedByManager = true
 	o.phase("commit")
 	if err := writeLine(o.conn, Command{Do: "commit", DeviceID: o.opts.DeviceID, Slot: o.slot, InPlace: true, SourceGone: true}); err != nil {
 		return fmt.Errorf("%w: the VM is on the destination, paused: %w", ErrOutcomeUnknown, err)

@@ -128,6 +128,11 @@ func printReport(w io.Writer, r *migrate.Report) {
 	}
 	fmt.Fprintf(w, "  GPU stun %s = quiesce %s + max(final round %s, unplug %s) + QEMU %s + plug %s + guest resume %s\n",
 		ms(r.Stun), ms(r.Quiesce), ms(r.Final), ms(r.Unplug), ms(r.QEMU), ms(r.Plug), ms(r.Resume))
+	if r.MovedByManager {
+		fmt.Fprintf(w, "  QEMU: moved by libvirt (virsh migrate) in %s, its downtime is libvirt's to report; %d bytes of device state; total %s\n",
+			ms(r.QEMU), r.StreamBytes, ms(r.Total))
+		return
+	}
 	fmt.Fprintf(w, "  QEMU: downtime %s, total %s; %d bytes of device state; total %s\n",
 		ms(r.QEMUDowntime), ms(r.QEMUTotal), r.StreamBytes, ms(r.Total))
 }
