@@ -107,3 +107,47 @@ func isSubsequence(got, want []string) bool {
 	}
 	return i == len(want)
 }
+
+// TestMoveVMChecks: MoveVM refuses a domain whose metadata names another
+// instance, one without the device, and a destination run directory that
+// cannot go into the XML as is; for a good one it runs virsh migrate
+// --live --suspend with the socket paths rewritten.
+func TestMoveVMChecks(t *testing.T) {
+	m := vfioUserManager(t)
+	inst := instance(t, m)
+	other := instance(t, m)
+	d := vfioUserDom("web1", StateShutOff)
+	f := newFake(t, d)
+	a := attacher(m, f)
+	if _, err := a.Attach(t.Context(), "web1", inst.UUID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.MoveVM(t.Context(), other, Move{Domain: "web1", DestURI: "qemu:///system"}); !errors.Is(err, ErrNotTheDomain) {
+		t.Errorf("another instance: %v, want ErrNotTheDomain", err)
+	}
+	for _, dir := range []string{"relative", "/a'b", "/a,b", "/a&b"} {
+		if _, err := a.MoveVM(t.Context(), inst, Move{Domain: "web1", DestURI: "qemu:///system", DestRunDir: dir}); err == nil {
+			t.Errorf("destination run directory %q accepted", dir)
+		}
+	}
+	move, err := a.MoveVM(t.Context(), inst, Move{Domain: "web1", DestURI: "qemu:///system", DestRunDir: "/run/dest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := move(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	calls := f.called()
+	want := "migrate --live --suspend --domain web1 --desturi qemu:///system --xml /dev/fd/3"
+	if calls[len(calls)-1] != want {
+		t.Errorf("last call %q, want %q", calls[len(calls)-1], want)
+	}
+	for _, suffix := range []string{".vfio-user.sock", ".qmp"} {
+		if p := "/run/dest/instances/" + inst.UUID() + suffix; !strings.Contains(d.migrateXML, p) {
+			t.Errorf("the destination XML has no %s:\n%s", p, d.migrateXML)
+		}
+	}
+	if strings.Contains(d.migrateXML, inst.Socket()) {
+		t.Errorf("the destination XML still names the source's socket:\n%s", d.migrateXML)
+	}
+}

@@ -51,6 +51,8 @@ type fakeDom struct {
 	// start fail.
 	xml       string
 	failStart bool
+	// migrateXML is the --xml a migrate was given.
+	migrateXML string
 }
 
 type fakeDev struct {
@@ -214,6 +216,18 @@ func (f *fakeVirsh) Run(ctx context.Context, files []*os.File, args ...string) (
 			return nil, verr(args, "metadata not found: Requested metadata element is not present")
 		}
 		return []byte(d.meta + "\n"), nil
+	case "migrate":
+		// Recorded with its flags and the --xml it was given.
+		call = strings.Join(args, " ")
+		if len(files) == 1 {
+			b, err := io.ReadAll(files[0])
+			if err != nil {
+				return nil, verr(args, err.Error())
+			}
+			d.migrateXML = string(b)
+		}
+		f.calls = append(f.calls, call)
+		return nil, nil
 	case "dumpxml":
 		f.calls = append(f.calls, call)
 		return []byte(d.xml), nil

@@ -64,6 +64,10 @@ func (a *Attacher) MoveVM(ctx context.Context, inst *mdev.Instance, mv Move) (fu
 	}
 	var xml []byte
 	if mv.DestRunDir != "" {
+		// It goes into the domain's XML and QEMU's option strings as is.
+		if !filepath.IsAbs(mv.DestRunDir) || strings.ContainsAny(mv.DestRunDir, "'\"&<>,\n\x00") {
+			return nil, fmt.Errorf("destination run directory %.100q: want an absolute path without ' \" & < > , or newlines", mv.DestRunDir)
+		}
 		src := filepath.Dir(inst.Socket())
 		dst := filepath.Join(mv.DestRunDir, "instances")
 		if filepath.Clean(dst) != src {
