@@ -2,70 +2,29 @@ package migrate_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 	"github.com/vgpud/vgpud/mdev/vfiouser/vfiousertest"
-	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
 	"github.com/vgpud/vgpud/migrate/qmp/qmptest"
 	"github.com/vgpud/vgpud/migrate/stream"
 )
 
-// destinationVFIOUser runs a Destination over a manager whose VMMs speak
-// vfio-user (they keep the vGPU attached through QEMU's migration), with a
-// fake QEMU monitor at testID's QMP socket.
+// destinationVFIOUser is destinationOn a manager whose VMMs speak
+// vfio-user (they keep the vGPU attached through QEMU's migration).
 func destinationVFIOUser(t *testing.T, tlsDir string) (*mdev.Manager, *qmptest.Server, string) {
 	t.Helper()
-	d, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
-	if err != nil {
-		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
-	}
-	// Short: an instance socket's path must fit a Unix socket address.
-	sockDir, err := os.MkdirTemp("", "vu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: sockDir, Transport: vfiouser.Transport{},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := qmptest.NewServer(t)
-	if err := os.Symlink(q.Path(), filepath.Join(sockDir, testID+".qmp")); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, tlsDir), StepTimeout: 20 * time.Second, ResumeTimeout: 100 * time.Millisecond}
-	done := make(chan error, 1)
-	go func() { done <- dst.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		m.Close()
-		d.Close()
-		os.RemoveAll(sockDir)
-	})
-	return m, q, ln.Addr().String()
+	return destinationOn(t, tlsDir, vfiouser.Transport{})
 }
 
 // sendInstance writes the stream of a migration with no buffers: Instance,

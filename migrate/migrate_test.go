@@ -6,6 +6,8 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +22,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
 	"github.com/vgpud/vgpud/migrate/qmp/qmptest"
@@ -42,12 +45,25 @@ func destination(t *testing.T, tlsDir string) (*mdev.Manager, string) {
 // destinationQMP is destination that also returns the fake monitor.
 func destinationQMP(t *testing.T, tlsDir string) (*mdev.Manager, *qmptest.Server, string) {
 	t.Helper()
+	return destinationOn(t, tlsDir, mpqemu.Transport{})
+}
+
+// destinationOn is destinationQMP over a manager whose VMs attach by tr.
+func destinationOn(t *testing.T, tlsDir string, tr transport.Socket) (*mdev.Manager, *qmptest.Server, string) {
+	t.Helper()
 	d, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
 	if err != nil {
 		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
 	}
-	sockDir := t.TempDir()
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: sockDir, Transport: mpqemu.Transport{}})
+	// Short: an instance's vfio-user socket path must fit a Unix socket
+	// address.
+	sockDir, err := os.MkdirTemp("", "mt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: sockDir, Transport: tr,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -373,12 +373,19 @@ func (o *outgoing) run(ctx context.Context) error {
 
 	// The destination holds the VM, paused, with the vGPU plugged. From
 	// "go" on the VM is the destination's: this side never runs it again.
-	o.phase("go")
 	o.committed = true
+	return o.sendGo(stunStart)
+}
+
+// sendGo tells the destination to run the VM ("go") and completes the
+// report with its answer. From here the VM is the destination's: an
+// unanswered "go" leaves the outcome unknown, never rolled back.
+func (o *outgoing) sendGo(stunStart time.Time) error {
+	o.phase("go")
 	if err := writeLine(o.conn, Command{Do: "go"}); err != nil {
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 	}
-	rep, err = expect(o.br, "go")
+	rep, err := expect(o.br, "go")
 	if err != nil {
 		if errors.Is(err, ErrPeer) && rep.Step == "go" {
 			// The destination answered: it holds the VM, with an error.
@@ -416,22 +423,7 @@ func (o *outgoing) moveVM(ctx context.Context, t, stunStart time.Time) error {
 		return fmt.Errorf("%w: the VM is on the destination, paused: %w", ErrOutcomeUnknown, err)
 	}
 	o.rep.Plug = time.Duration(rep.PlugNs)
-	o.phase("go")
-	if err := writeLine(o.conn, Command{Do: "go"}); err != nil {
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-	}
-	if rep, err = expect(o.br, "go"); err != nil {
-		if errors.Is(err, ErrPeer) && rep.Step == "go" {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
-	}
-	o.rep.Plug += time.Duration(rep.PlugNs)
-	o.rep.Resume = time.Duration(rep.ResumeNs)
-	o.rep.Stun = time.Since(stunStart)
-	o.rep.StreamBytes = o.cw.n
-	o.rep.Phase = ""
-	return nil
+	return o.sendGo(stunStart)
 }
 
 // unplugAndFinal unplugs the vGPU (device_del) while it sends the final

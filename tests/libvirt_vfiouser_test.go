@@ -18,7 +18,6 @@ import (
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/libvirt"
-	"github.com/vgpud/vgpud/migrate/migratetest"
 )
 
 // TestLibvirtVFIOUser: a domain of libvirt 11.3 (from the VMM root,
@@ -34,7 +33,7 @@ func TestLibvirtVFIOUser(t *testing.T) {
 	env := migrationSetup(t)
 	_, suiteInitrd := guest(t)
 	lv := startVMMLibvirtd(t, "a", "7a6f3d10-5c2e-4b8e-9d41-0a1b2c3d4e01")
-	a := startVFIOUserDaemonFlags(t, env, "pthread", "-libvirt", lv.uri)
+	a := startVFIOUserDaemon(t, env, "pthread", "-libvirt", lv.uri)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 
@@ -86,30 +85,6 @@ func checkMemfdArgv(t *testing.T, argv string) {
 	if !strings.Contains(argv, `"driver":"vfio-user-pci"`) {
 		t.Fatalf("libvirt's QEMU command line has no vfio-user-pci device:\n%s", argv)
 	}
-}
-
-// startVFIOUserDaemonFlags is startVFIOUserDaemon with more vgpud flags.
-func startVFIOUserDaemonFlags(t *testing.T, env *migratetest.Env, device string, flags ...string) *daemon {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "vu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	d, err := migratetest.StartDaemonFlags(ctx, env.Bin, dir, device, env.TLSDir, append([]string{"-transport", "vfio-user"}, flags...),
-		"POCL_DEVICES=pthread basic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		d.Stop()
-		if t.Failed() {
-			t.Logf("vgpud %s log:\n%s", device, d.Logs())
-		}
-	})
-	return d
 }
 
 // vmmLibvirtd is a libvirtd from the VMM root that stands for one host:
@@ -282,8 +257,8 @@ func TestLibvirtVFIOUserMigrate(t *testing.T) {
 	env := migrationSetup(t)
 	lvA := startVMMLibvirtd(t, "a", "7a6f3d10-5c2e-4b8e-9d41-0a1b2c3d4e0a")
 	lvB := startVMMLibvirtd(t, "b", "7a6f3d10-5c2e-4b8e-9d41-0a1b2c3d4e0b")
-	a := startVFIOUserDaemonFlags(t, env, "pthread", "-libvirt", lvA.uri)
-	b := startVFIOUserDaemonFlags(t, env, "basic", "-libvirt", lvB.uri)
+	a := startVFIOUserDaemon(t, env, "pthread", "-libvirt", lvA.uri)
+	b := startVFIOUserDaemon(t, env, "basic", "-libvirt", lvB.uri)
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
 

@@ -55,9 +55,16 @@ type daemon = migratetest.Daemon
 
 func startDaemon(t *testing.T, env *migratetest.Env, device string) *daemon {
 	t.Helper()
+	return runDaemon(t, env, device, t.TempDir())
+}
+
+// runDaemon starts vgpud on device with run directory dir and more
+// flags, stopped at the end of the test.
+func runDaemon(t *testing.T, env *migratetest.Env, device, dir string, flags ...string) *daemon {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	d, err := migratetest.StartDaemon(ctx, env.Bin, t.TempDir(), device, env.TLSDir, "POCL_DEVICES=pthread basic")
+	d, err := migratetest.StartDaemonFlags(ctx, env.Bin, dir, device, env.TLSDir, flags, "POCL_DEVICES=pthread basic")
 	if err != nil {
 		t.Fatal(err)
 	}

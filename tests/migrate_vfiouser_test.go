@@ -13,29 +13,16 @@ import (
 )
 
 // startVFIOUserDaemon is startDaemon for a vgpud whose VMs attach by
-// vfio-user, in a short run directory (instance socket paths must fit a
-// Unix socket address).
-func startVFIOUserDaemon(t *testing.T, env *migratetest.Env, device string) *daemon {
+// vfio-user, with more flags, in a short run directory (instance socket
+// paths must fit a Unix socket address).
+func startVFIOUserDaemon(t *testing.T, env *migratetest.Env, device string, flags ...string) *daemon {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "vu")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	d, err := migratetest.StartDaemonFlags(ctx, env.Bin, dir, device, env.TLSDir, []string{"-transport", "vfio-user"},
-		"POCL_DEVICES=pthread basic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		d.Stop()
-		if t.Failed() {
-			t.Logf("vgpud %s log:\n%s", device, d.Logs())
-		}
-	})
-	return d
+	return runDaemon(t, env, device, dir, append([]string{"-transport", "vfio-user"}, flags...)...)
 }
 
 // startVFIOUserVM is migratetest.Env.StartVFIOUserVM, killed at the end

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/job"
@@ -107,9 +108,9 @@ func (b *bench) hostJob(ctx context.Context) ([]job.Result, error) {
 	defer q.Close()
 	var out []job.Result
 	for range b.cfg.runs {
-		h := &hostDevice{q: q}
+		h := host.NewJobDevice(q)
 		r, err := job.Run(ctx, b.cfg.job, h)
-		h.release()
+		h.Release()
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"encoding/binary"
@@ -9,18 +9,23 @@ import (
 	"github.com/vgpud/vgpud/guestagent/job"
 )
 
-// hostDevice runs the job directly on a gpu.Queue: the baseline, with no
-// virtualization at all.
-type hostDevice struct {
+// JobDevice runs a guestagent/job directly on a gpu.Queue, with no
+// virtualization at all: the benchmarks' baseline (bench/datapath's host
+// row, bench/isolation's direct mode). Every call blocks until its work
+// is done, as the guest driver's do once they wait.
+type JobDevice struct {
 	q    gpu.Queue
 	k    gpu.Kernel
 	prog gpu.Program
 	bufs []gpu.Buffer
 }
 
-var _ job.Device = (*hostDevice)(nil)
+// NewJobDevice returns a JobDevice on q; Release frees what a job made.
+func NewJobDevice(q gpu.Queue) *JobDevice { return &JobDevice{q: q} }
 
-func (h *hostDevice) Build(source, options string) error {
+var _ job.Device = (*JobDevice)(nil)
+
+func (h *JobDevice) Build(source, options string) error {
 	p, log, err := h.q.Build(source, options)
 	if err != nil {
 		return fmt.Errorf("%w (log: %q)", err, log)
@@ -30,7 +35,7 @@ func (h *hostDevice) Build(source, options string) error {
 	return err
 }
 
-func (h *hostDevice) Alloc(size uint64) (job.Buf, error) {
+func (h *JobDevice) Alloc(size uint64) (job.Buf, error) {
 	b, err := h.q.Alloc(size)
 	if err != nil {
 		return 0, err
@@ -39,14 +44,14 @@ func (h *hostDevice) Alloc(size uint64) (job.Buf, error) {
 	return job.Buf(len(h.bufs) - 1), nil
 }
 
-func (h *hostDevice) buf(b job.Buf) (gpu.Buffer, error) {
+func (h *JobDevice) buf(b job.Buf) (gpu.Buffer, error) {
 	if b < 0 || int(b) >= len(h.bufs) {
 		return nil, fmt.Errorf("buffer %d: have %d", b, len(h.bufs))
 	}
 	return h.bufs[b], nil
 }
 
-func (h *hostDevice) Write(b job.Buf, p []byte) error {
+func (h *JobDevice) Write(b job.Buf, p []byte) error {
 	gb, err := h.buf(b)
 	if err != nil {
 		return err
@@ -54,7 +59,7 @@ func (h *hostDevice) Write(b job.Buf, p []byte) error {
 	return h.q.Write(gb, 0, p)
 }
 
-func (h *hostDevice) Read(b job.Buf, p []byte) error {
+func (h *JobDevice) Read(b job.Buf, p []byte) error {
 	gb, err := h.buf(b)
 	if err != nil {
 		return err
@@ -62,7 +67,7 @@ func (h *hostDevice) Read(b job.Buf, p []byte) error {
 	return h.q.Read(gb, 0, p)
 }
 
-func (h *hostDevice) MatMul(a, b, c job.Buf, n, local int) (time.Duration, error) {
+func (h *JobDevice) MatMul(a, b, c job.Buf, n, local int) (time.Duration, error) {
 	args := make([]gpu.Arg, 4)
 	for i, x := range []job.Buf{a, b, c} {
 		gb, err := h.buf(x)
@@ -77,17 +82,20 @@ func (h *hostDevice) MatMul(a, b, c job.Buf, n, local int) (time.Duration, error
 }
 
 // Finish has nothing to wait for: every Queue call blocks.
-func (h *hostDevice) Finish() error { return nil }
+func (h *JobDevice) Finish() error { return nil }
 
-// release frees what the job created.
-func (h *hostDevice) release() {
+// Release frees what the job created.
+func (h *JobDevice) Release() {
 	for _, b := range h.bufs {
 		b.Release()
 	}
+	h.bufs = nil
 	if h.k != nil {
 		h.k.Release()
+		h.k = nil
 	}
 	if h.prog != nil {
 		h.prog.Release()
+		h.prog = nil
 	}
 }
