@@ -26,7 +26,10 @@ dir=$(realpath -m "$1")
 [[ $(id -u) -eq 0 ]] || die "needs root: debootstrap and chroot"
 
 stampname=.deb-root-stamp
-key="script $(sha256sum <"$(realpath "${BASH_SOURCE[0]}")" | cut -d' ' -f1)"
+# shellcheck source=lib/apt-host.sh
+. "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lib/apt-host.sh"
+# The cache key covers this script and the library it sources.
+key="script $(cat "$(realpath "${BASH_SOURCE[0]}")" "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lib/apt-host.sh" | sha256sum | cut -d' ' -f1)"
 uptodate() { [[ -f $dir/$stampname ]] && [[ $(head -n1 "$dir/$stampname") == "$key" ]]; }
 if uptodate; then
 	exit 0
@@ -37,53 +40,10 @@ flock 9
 uptodate && exit 0
 
 export DEBIAN_FRONTEND=noninteractive
-lock=(-o DPkg::Lock::Timeout=600)
-if ! command -v debootstrap >/dev/null; then
-	say "debootstrap missing: installing it on the host"
-	apt-get "${lock[@]}" install -y -qq --no-install-recommends debootstrap >/dev/null ||
-		{ apt-get "${lock[@]}" update -qq && apt-get "${lock[@]}" install -y -qq --no-install-recommends debootstrap >/dev/null; } ||
-		die "cannot install debootstrap"
-fi
+ensure_debootstrap
 
-# apt_entries prints "URI SUITE" for every enabled deb entry of the host's
-# apt sources (as scripts/vmm-root.sh reads them).
-apt_entries() {
-	local f
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-		[[ -f $f ]] || continue
-		sed -e 's/#.*//' -e 's/\[[^]]*\]//' "$f" | awk '$1 == "deb" && NF >= 3 { print $2, $3 }'
-	done
-	for f in /etc/apt/sources.list.d/*.sources; do
-		[[ -f $f ]] || continue
-		awk '
-			function flush(   i, j, nu, ns, u, s) {
-				if (types ~ /(^| )deb( |$)/ && enabled != "no") {
-					nu = split(uris, u, " "); ns = split(suites, s, " ")
-					for (i = 1; i <= nu; i++) for (j = 1; j <= ns; j++) print u[i], s[j]
-				}
-				types = uris = suites = ""; enabled = "yes"
-			}
-			BEGIN { enabled = "yes" }
-			/^[ \t]*#/ { next }
-			/^[ \t]*$/ { flush(); next }
-			{
-				field = tolower($1); sub(/:$/, "", field)
-				val = $0; sub(/^[^:]*:[ \t]*/, "", val)
-				if (field == "types") types = val
-				else if (field == "uris") uris = val
-				else if (field == "suites") suites = val
-				else if (field == "enabled") enabled = tolower(val)
-			}
-			END { flush() }
-		' "$f"
-	done
-}
 
-codename=
-if [[ -r /etc/os-release ]]; then
-	# shellcheck disable=SC1091
-	codename=$(. /etc/os-release && [[ ${ID:-} == debian ]] && echo "${VERSION_CODENAME:-}")
-fi
+codename=$(host_codename)
 [[ -n $codename ]] || die "the host is not Debian: its release names the root's"
 mirror=${DEB_ROOT_MIRROR:-$(apt_entries | awk -v c="$codename" '$2 == c { print $1; exit }')}
 [[ -n $mirror ]] || die "no Debian mirror for $codename in the host's apt sources; set DEB_ROOT_MIRROR"

@@ -41,7 +41,10 @@ dir=$(realpath -m "$1")
 [[ $(id -u) -eq 0 ]] || die "needs root: debootstrap, chroot and mount"
 
 stampname=.vmm-root-stamp
-key="script $(sha256sum <"$(realpath "${BASH_SOURCE[0]}")" | cut -d' ' -f1)"
+# shellcheck source=lib/apt-host.sh
+. "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lib/apt-host.sh"
+# The cache key covers this script and the library it sources.
+key="script $(cat "$(realpath "${BASH_SOURCE[0]}")" "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lib/apt-host.sh" | sha256sum | cut -d' ' -f1)"
 
 uptodate() { [[ -f $dir/$stampname ]] && [[ $(head -n1 "$dir/$stampname") == "$key" ]]; }
 
@@ -58,57 +61,13 @@ if uptodate; then # another run finished it while this one waited
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-lock=(-o DPkg::Lock::Timeout=600)
-if ! command -v debootstrap >/dev/null; then
-	say "debootstrap missing: installing it on the host"
-	apt-get "${lock[@]}" install -y -qq --no-install-recommends debootstrap >/dev/null ||
-		{ apt-get "${lock[@]}" update -qq && apt-get "${lock[@]}" install -y -qq --no-install-recommends debootstrap >/dev/null; } ||
-		die "cannot install debootstrap"
-fi
+ensure_debootstrap
 
-# apt_entries prints "URI SUITE" for every enabled deb entry of the host's
-# apt sources, one-line (*.list) and deb822 (*.sources) formats alike.
-apt_entries() {
-	local f
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-		[[ -f $f ]] || continue
-		# deb [options] URI SUITE COMPONENT...
-		sed -e 's/#.*//' -e 's/\[[^]]*\]//' "$f" | awk '$1 == "deb" && NF >= 3 { print $2, $3 }'
-	done
-	for f in /etc/apt/sources.list.d/*.sources; do
-		[[ -f $f ]] || continue
-		awk '
-			function flush(   i, j, nu, ns, u, s) {
-				if (types ~ /(^| )deb( |$)/ && enabled != "no") {
-					nu = split(uris, u, " "); ns = split(suites, s, " ")
-					for (i = 1; i <= nu; i++) for (j = 1; j <= ns; j++) print u[i], s[j]
-				}
-				types = uris = suites = ""; enabled = "yes"
-			}
-			BEGIN { enabled = "yes" }
-			/^[ \t]*#/ { next }
-			/^[ \t]*$/ { flush(); next }
-			{
-				field = tolower($1); sub(/:$/, "", field)
-				val = $0; sub(/^[^:]*:[ \t]*/, "", val)
-				if (field == "types") types = val
-				else if (field == "uris") uris = val
-				else if (field == "suites") suites = val
-				else if (field == "enabled") enabled = tolower(val)
-			}
-			END { flush() }
-		' "$f"
-	done
-}
 
 # The mirror is the URI that serves the host's own Debian release (its
 # codename as a suite); the security archive is the URI serving
 # CODENAME-security.
-codename=
-if [[ -r /etc/os-release ]]; then
-	# shellcheck disable=SC1091
-	codename=$(. /etc/os-release && [[ ${ID:-} == debian ]] && echo "${VERSION_CODENAME:-}")
-fi
+codename=$(host_codename)
 mirror=${VMM_ROOT_MIRROR:-}
 security=${VMM_ROOT_SECURITY_MIRROR:-}
 if [[ -z $mirror && -n $codename ]]; then
