@@ -286,9 +286,14 @@ func (c Config) Args() []string {
 	return append(args, c.ExtraArgs...)
 }
 
-// vfioUserJSON is vfio-user-pci's -device value: JSON, because its socket
-// property is a structure (a SocketAddress).
-func vfioUserJSON(d VFIOUserDevice, slot int) string {
+// vfioUserJSON is vfio-user-pci's -device value for d at slot.
+func vfioUserJSON(d VFIOUserDevice, slot int) string { return VFIOUserArg(d.ID, d.Socket, slot) }
+
+// VFIOUserArg is QEMU's -device value for a vfio-user-pci device with QEMU
+// id id at PCI slot slot of bus 0 that connects to the vfio-user socket at
+// path as QEMU starts: JSON, because its socket property is a structure
+// (a SocketAddress). libvirt domains carry the same (migrate/libvirt).
+func VFIOUserArg(id, path string, slot int) string {
 	type socket struct {
 		Type string `json:"type"`
 		Path string `json:"path"`
@@ -298,7 +303,7 @@ func vfioUserJSON(d VFIOUserDevice, slot int) string {
 		ID     string `json:"id"`
 		Addr   string `json:"addr"`
 		Socket socket `json:"socket"`
-	}{"vfio-user-pci", d.ID, fmt.Sprintf("%#x", slot), socket{"unix", d.Socket}})
+	}{"vfio-user-pci", id, fmt.Sprintf("%#x", slot), socket{"unix", path}})
 	if err != nil {
 		panic(fmt.Sprintf("qemuvm: marshal vfio-user-pci: %v", err)) // strings always marshal
 	}

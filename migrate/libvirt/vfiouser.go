@@ -2,12 +2,13 @@ package libvirt
 
 import (
 	"bytes"
-	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/vgpud/vgpud/mdev/qemuvm"
 )
 
 // QEMUNamespace is the XML namespace of libvirt's QEMU-specific domain
@@ -16,23 +17,9 @@ const QEMUNamespace = "http://libvirt.org/schemas/domain/qemu/1.0"
 
 // VFIOUserDevice is QEMU's -device argument (JSON) for a vfio-user-pci
 // device with QEMU id id at PCI slot slot of bus 0 that connects to the
-// vfio-user socket at path as QEMU starts.
-func VFIOUserDevice(id, path string, slot int) string {
-	type socket struct {
-		Type string `json:"type"`
-		Path string `json:"path"`
-	}
-	b, err := json.Marshal(struct {
-		Driver string `json:"driver"`
-		ID     string `json:"id"`
-		Addr   string `json:"addr"`
-		Socket socket `json:"socket"`
-	}{"vfio-user-pci", id, fmt.Sprintf("%#x", slot), socket{"unix", path}})
-	if err != nil {
-		panic(err) // strings only
-	}
-	return string(b)
-}
+// vfio-user socket at path as QEMU starts: qemuvm's, so that a domain's
+// device is the one vgpuctl vm and the tests give QEMU.
+func VFIOUserDevice(id, path string, slot int) string { return qemuvm.VFIOUserArg(id, path, slot) }
 
 // MonitorID is the QEMU id of the chardev of the monitor vgpud has in a
 // libvirt domain of its own, beside libvirt's.
