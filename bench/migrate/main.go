@@ -42,11 +42,11 @@ type config struct {
 	transports []string
 	sizes      []uint64 // ballast bytes
 	rates      []string // "low", "high"
-	profile string
-	pace    time.Duration
-	n       int // vector elements
-	serial  bool
-	keep    bool
+	profile    string
+	pace       time.Duration
+	n          int // vector elements
+	serial     bool
+	keep       bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -111,9 +111,9 @@ var plan = []struct {
 type result struct {
 	transport string
 	size      uint64
-	rate string
-	mode mode
-	rep  *migrate.Report
+	rate      string
+	mode      mode
+	rep       *migrate.Report
 }
 
 type bench struct {
