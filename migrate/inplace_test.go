@@ -2,13 +2,10 @@ package migrate_test
 
 import (
 	"bufio"
-	"encoding/json"
 	"io"
 	"net"
-	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,19 +48,7 @@ func sendInstance(c io.Writer, profile string) error {
 func TestDestinationInPlace(t *testing.T) {
 	ca := migratetest.NewCA(t)
 	m, q, addr := destinationVFIOUser(t, ca.HostDir(t))
-	var status atomic.Value
-	status.Store("inmigrate")
-	q.Handle("query-status", func(json.RawMessage, []*os.File) (any, error) {
-		return map[string]any{"running": status.Load() == "running", "status": status.Load()}, nil
-	})
-	ok := func(json.RawMessage, []*os.File) (any, error) { return map[string]any{}, nil }
-	for _, c := range []string{"getfd", "device_add", "closefd", "quit"} {
-		q.Handle(c, ok)
-	}
-	q.Handle("cont", func(json.RawMessage, []*os.File) (any, error) {
-		status.Store("running")
-		return map[string]any{}, nil
-	})
+	status := fakeQEMU(q)
 	refused := func(t *testing.T, want string) {
 		t.Helper()
 		c := dial(t, addr, ca.HostDir(t))

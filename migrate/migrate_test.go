@@ -222,19 +222,7 @@ func TestDestinationRunsOnlyOnGo(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ca := migratetest.NewCA(t)
 			m, q, addr := destinationQMP(t, ca.HostDir(t))
-			var status atomic.Value
-			status.Store("inmigrate")
-			q.Handle("query-status", func(json.RawMessage, []*os.File) (any, error) {
-				return map[string]any{"running": status.Load() == "running", "status": status.Load()}, nil
-			})
-			ok := func(json.RawMessage, []*os.File) (any, error) { return map[string]any{}, nil }
-			for _, c := range []string{"getfd", "device_add", "closefd", "quit"} {
-				q.Handle(c, ok)
-			}
-			q.Handle("cont", func(json.RawMessage, []*os.File) (any, error) {
-				status.Store("running")
-				return map[string]any{}, nil
-			})
+			status := fakeQEMU(q)
 			c := dial(t, addr, ca.HostDir(t))
 			r := bufio.NewReader(c)
 			w := stream.NewWriter(c)
@@ -297,6 +285,27 @@ func TestDestinationRunsOnlyOnGo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakeQEMU makes q answer as a destination QEMU waiting with -incoming:
+// query-status reports the returned status (set it to what QEMU would be
+// in: "paused" once the VM arrived), cont makes it "running", getfd,
+// device_add, closefd and quit succeed.
+func fakeQEMU(q *qmptest.Server) *atomic.Value {
+	var status atomic.Value
+	status.Store("inmigrate")
+	q.Handle("query-status", func(json.RawMessage, []*os.File) (any, error) {
+		return map[string]any{"running": status.Load() == "running", "status": status.Load()}, nil
+	})
+	ok := func(json.RawMessage, []*os.File) (any, error) { return map[string]any{}, nil }
+	for _, c := range []string{"getfd", "device_add", "closefd", "quit"} {
+		q.Handle(c, ok)
+	}
+	q.Handle("cont", func(json.RawMessage, []*os.File) (any, error) {
+		status.Store("running")
+		return map[string]any{}, nil
+	})
+	return &status
 }
 
 func names(cs []qmptest.Command) []string {
