@@ -459,7 +459,7 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 		vmmRoot = fs.String("vmm-root", qemuvm.VMMRootDir, "for a vfio-user instance without -qemu: the VMM root (make vmm-root)")
 		print   = fs.Bool("print", false, "print the QEMU command line and exit")
 		prefix  = fs.String("prefix", "", "prefix for console lines")
-		in      = fs.String("incoming", "", "start as the destination of a migration: QEMU listens at this URI (e.g. tcp:0:4444), paused, without the vGPU, which the destination vgpud plugs in (docs/migration.md)")
+		in      = fs.String("incoming", "", "start as the destination of a migration: QEMU listens at this URI (e.g. tcp:0:4444), paused; mpqemu: without the vGPU, which the destination vgpud plugs in; vfio-user: attached to the instance created with create -incoming (docs/migration.md)")
 		runDir  = fs.String("run-dir", "", "with -incoming: the destination vgpud's run directory (default: the control socket's)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -485,6 +485,17 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 		}
 		base := filepath.Join(dir, "instances", id)
 		cfg.QMPSocket, cfg.AgentSocket = base+".qmp", base+".agent.sock"
+		// On vfio-user the instance exists already (vgpuctl create
+		// -incoming) and QEMU's vfio-user-pci connects to it at start:
+		// the vGPU stays attached through the migration
+		// (docs/migration.md).
+		if info, err := c.Instance(ctx, id); err == nil && strings.HasSuffix(info.Socket, vfioUserSuffix) {
+			if err := q.addDevice(&cfg, 0, id, info.Socket); err != nil {
+				return err
+			}
+			base = instanceBase(info.Socket)
+			cfg.QMPSocket, cfg.AgentSocket = base+".qmp", base+".agent.sock"
+		}
 	}
 	defer func() {
 		if !*print {

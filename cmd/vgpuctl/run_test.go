@@ -169,6 +169,10 @@ func TestVMVFIOUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	id = strings.TrimSpace(id)
+	const awaiting = "0f8fad5b-d9cb-469f-a165-70867728950e"
+	if out, err := ctl(t, sock, "create", "-incoming", "-uuid", awaiting, "-profile", "vgpu-small"); err != nil {
+		t.Fatalf("create -incoming: %v: %s", err, out)
+	}
 	vroot := []string{"-vmm-run", root.Script, "-vmm-root", root.Root}
 	for _, tt := range []struct {
 		name    string
@@ -191,6 +195,15 @@ func TestVMVFIOUser(t *testing.T) {
 			notWant: []string{"x-pci-proxy-dev", ".vfio-user.qmp", "VMM_RUN_BINDS=/ "},
 		},
 		{
+			// The destination of an in-place migration: the instance
+			// that awaits it is attached from the start.
+			name: "incoming",
+			args: append([]string{"-incoming", "tcp:0:4444"}, vroot...),
+			want: []string{"-incoming tcp:0:4444", `"driver":"vfio-user-pci"`, awaiting + `.vfio-user.sock"}}'`,
+				"/" + awaiting + ".qmp,server=on"},
+			notWant: []string{"x-pci-proxy-dev"},
+		},
+		{
 			name:    "a QEMU named",
 			args:    append([]string{"-qemu", "/opt/qemu-11/bin/qemu-system-x86_64"}, vroot...),
 			want:    []string{"+ /opt/qemu-11/bin/qemu-system-x86_64 -accel tcg ", "seal=on", `"driver":"vfio-user-pci"`},
@@ -198,7 +211,11 @@ func TestVMVFIOUser(t *testing.T) {
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			args := append([]string{"vm", "-instance", id, "-kernel", "/k", "-initrd", "/i", "-print"}, tt.args...)
+			inst := id
+			if tt.name == "incoming" {
+				inst = awaiting
+			}
+			args := append([]string{"vm", "-instance", inst, "-kernel", "/k", "-initrd", "/i", "-print"}, tt.args...)
 			out, err := ctl(t, sock, args...)
 			if err != nil {
 				t.Fatalf("vgpuctl %q = %v", args, err)
