@@ -39,6 +39,14 @@ type Config struct {
 	// SocketDir, if set, is where each instance listens for its VM at
 	// <SocketDir>/<uuid><Transport.Suffix()>.
 	SocketDir string
+	// SocketGroup, if positive, is the group ID that may use what the
+	// manager makes in SocketDir: the directory becomes 0770 and the
+	// instances' sockets (the VM's and the agent channel's) 0660, of
+	// that group, so that QEMU run by a member (an operator in vgpud's
+	// -socket-group, libvirt's QEMU user) can connect, and make its
+	// monitor socket there. Otherwise they are the owner's only (0700,
+	// 0600).
+	SocketGroup int
 	// Transport is the protocol VMs speak on the instance sockets
 	// (mpqemu.Transport, vfiouser.Transport); required with a SocketDir.
 	// Transports that own their event loop (Xen's) attach through
@@ -83,13 +91,14 @@ type Config struct {
 // Manager owns the physical devices' schedulers and all instances; the
 // instances' device work runs in the worker processes of its pool.
 type Manager struct {
-	infos     []gpu.Info
-	pool      *worker.Pool
-	profiles  map[string]Profile
-	socketDir string
-	transport transport.Socket
-	log       *slog.Logger
-	onChange  func()
+	infos       []gpu.Info
+	pool        *worker.Pool
+	profiles    map[string]Profile
+	socketDir   string
+	socketGroup int
+	transport   transport.Socket
+	log         *slog.Logger
+	onChange    func()
 	// place is the placement policy and model; guarded by mu.
 	place placement
 	// featureWindow is how far back placement features look.
@@ -146,7 +155,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		profiles:  make(map[string]Profile),
-		socketDir: cfg.SocketDir,
+		socketDir: cfg.SocketDir, socketGroup: cfg.SocketGroup,
 		transport: cfg.Transport,
 		onChange:  cfg.OnChange,
 		log:       log,
@@ -182,6 +191,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	if m.socketDir != "" {
 		if err := os.MkdirAll(m.socketDir, 0o700); err != nil {
 			return nil, fmt.Errorf("new manager: %w", err)
+		}
+		if err := shareWithGroup(m.socketDir, 0o770, m.socketGroup); err != nil {
+			return nil, fmt.Errorf("new manager: socket directory: %w", err)
 		}
 	}
 	for _, d := range cfg.Devices {
@@ -404,6 +416,17 @@ func (m *Manager) placeLocked(p Profile, want *int, h PlaceHint) (int, error) {
 	return ex.Chosen, nil
 }
 
+// shareWithGroup makes path mode, of group gid if gid > 0; otherwise
+// mode without the group's bits, of the owner alone.
+func shareWithGroup(path string, mode os.FileMode, gid int) error {
+	if gid <= 0 {
+		mode &^= 0o070
+	} else if err := os.Chown(path, -1, gid); err != nil {
+		return err
+	}
+	return os.Chmod(path, mode)
+}
+
 // listenLocked opens the instance's socket and starts its accept loop.
 func (m *Manager) listenLocked(inst *Instance) error {
 	path := filepath.Join(m.socketDir, inst.uuid+m.transport.Suffix())
@@ -414,7 +437,7 @@ func (m *Manager) listenLocked(inst *Instance) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := shareWithGroup(path, 0o660, m.socketGroup); err != nil {
 		l.Close()
 		return err
 	}
@@ -443,6 +466,7 @@ func (m *Manager) listenAgentLocked(inst *Instance) error {
 func (m *Manager) agentConfig(inst *Instance) agentchan.Config {
 	return agentchan.Config{
 		Path:  filepath.Join(m.socketDir, inst.uuid+".agent.sock"),
+		Group: m.socketGroup,
 		Ident: inst.uuid,
 		Done:  inst.be.Done,
 		NewHinter: func(pid int) (agentchan.Hinter, error) {

@@ -80,10 +80,11 @@ type Config struct {
 	// Sandbox adds to every worker's sandbox policy, which vgpud derives
 	// from the OpenCL platform it finds (docs/sandbox.md, "Platforms").
 	Sandbox SandboxConfig `json:"sandbox,omitzero"`
-	// SocketGroup, if set, is the group that may use the control socket:
-	// the socket is made mode 0660 and the run directory 0750, both of
-	// that group (the Debian package's unit names the vgpud group).
-	// Empty: the socket is root's alone (0600).
+	// SocketGroup, if set, is the group that may use the control socket
+	// and start VMs on the instances: the socket is made mode 0660 and
+	// the run directory 0750, the instances directory 0770 and the
+	// instances' sockets 0660, all of that group (the Debian package's
+	// unit names the vgpud group). Empty: root's alone (0600, 0700).
 	SocketGroup string `json:"socket_group,omitempty"`
 	// Placement chooses where new instances go (docs/placement.md):
 	// {"policy": "interference", "dataset": "/var/lib/vgpud/interference.json"}.
@@ -185,7 +186,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		placePol   = fs.String("placement", "", "placement policy of new instances: fewest, round-robin or interference (default: interference with a dataset, else fewest)")
 		placeData  = fs.String("placement-dataset", "", "co-run dataset the interference placement model learns from (docs/placement.md)")
 		defsDir    = fs.String("definitions", "", "directory of persistent instance definitions, created at every start when missing (default "+definitions.DefaultDir+"; vgpuctl define)")
-		sockGroup  = fs.String("socket-group", "", "group allowed to use the control socket (made 0660, the run directory 0750, of that group); default: root only (0600)")
+		sockGroup  = fs.String("socket-group", "", "group allowed to use the control socket and the instances' sockets (made 0660, the run directory 0750 and its instances directory 0770, of that group): members start VMs on the instances; default: root only (0600)")
 		libvirtURI = fs.String("libvirt", "", "libvirt connection URI (e.g. qemu:///system): plug the vGPU of every domain whose metadata names an instance, whenever it starts and after a restart (docs/operating.md)")
 		devices    multiFlag
 		devMem     multiFlag
@@ -379,14 +380,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Devices:   devs,
 		Profiles:  cfg.Profiles,
 		SocketDir: filepath.Join(cfg.RunDir, "instances"),
-		Transport: sockTransport,
-		Logger:    log,
-		Reuse:     cfg.Reuse,
-		WorkerDir: cfg.WorkerDir,
-		Sandbox:   cfg.Sandbox.policy(),
-		InProcess: cfg.UnsafeInProcess,
-		OnChange:  store.Changed,
-		Placement: placement,
+		// The group that may use the control socket may also start VMs on
+		// the instances it creates.
+		SocketGroup: sockGID,
+		Transport:   sockTransport,
+		Logger:      log,
+		Reuse:       cfg.Reuse,
+		WorkerDir:   cfg.WorkerDir,
+		Sandbox:     cfg.Sandbox.policy(),
+		InProcess:   cfg.UnsafeInProcess,
+		OnChange:    store.Changed,
+		Placement:   placement,
 
 		DeviceMemory: devMemBytes,
 	})

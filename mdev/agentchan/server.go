@@ -37,6 +37,9 @@ type Hinter interface {
 type Config struct {
 	// Path is the Unix socket QEMU's chardev connects to.
 	Path string
+	// Group, if positive, is the group ID the socket is shared with
+	// (0660); otherwise it is the owner's alone (0600).
+	Group int
 	// Ident is sent in the host's Hello (the instance UUID).
 	Ident string
 	// Done returns how many commands the instance has completed since its
@@ -120,7 +123,15 @@ func Listen(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agentchan: listen: %w", err)
 	}
-	if err := os.Chmod(cfg.Path, 0o600); err != nil {
+	mode := os.FileMode(0o600)
+	if cfg.Group > 0 {
+		mode = 0o660
+		if err := os.Chown(cfg.Path, -1, cfg.Group); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("agentchan: listen: %w", err)
+		}
+	}
+	if err := os.Chmod(cfg.Path, mode); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("agentchan: listen: %w", err)
 	}
