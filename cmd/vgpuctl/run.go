@@ -36,7 +36,7 @@ commands:
                                 an instance that awaits the migration of U (vfio-user:
                                 the destination QEMU attaches to it first; docs/migration.md)
   destroy UUID
-  vm -instance UUID[,UUID...] [-kernel K -initrd I -disk D -append A -mem MiB -cpus N]
+  vm -instance UUID[,UUID...] [-kernel K -initrd I -disk D [-snapshot] -append A -mem MiB -cpus N]
      [-qemu BIN] [-vmm-root DIR -vmm-run SCRIPT] [-print]
                                 start a QEMU VM with the instances attached: an instance
                                 of vgpud -transport mpqemu by x-pci-proxy-dev on the host's
@@ -451,6 +451,7 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 		kernel  = fs.String("kernel", filepath.Join(guestDir(), "vmlinuz"), "guest kernel")
 		initrd  = fs.String("initrd", filepath.Join(guestDir(), "initramfs.cpio"), "guest initramfs")
 		disk    = fs.String("disk", "", "a raw disk image attached read-only (the userland disk of make guest-apps: build/guest/apps/rootfs.ext4)")
+		snap    = fs.Bool("snapshot", false, "attach -disk writable through a snapshot (QEMU's snapshot=on: the guest's writes are discarded when QEMU exits), for a disk that is the guest's root file system")
 		app     = fs.String("append", "", "extra kernel command line, e.g. vgpu.run=vgpu-suite")
 		mem     = fs.Int("mem", qemuvm.DefaultMemMiB, "guest RAM in MiB")
 		cpus    = fs.Int("cpus", qemuvm.DefaultCPUs, "vCPUs")
@@ -468,9 +469,12 @@ func vm(ctx context.Context, c *control.Client, args []string, w, stderr io.Writ
 	if *ids == "" {
 		return errors.New("vm: -instance is required")
 	}
+	if *snap && *disk == "" {
+		return errors.New("vm: -snapshot needs -disk")
+	}
 	q := vmQEMU{binary: *qemu, vmmRun: *vmmRun, vmmRoot: *vmmRoot, printOnly: *print}
 	fs.Visit(func(f *flag.Flag) { q.binarySet = q.binarySet || f.Name == "qemu" })
-	cfg := qemuvm.Config{QEMU: *qemu, Kernel: *kernel, Initrd: *initrd, Disk: *disk, Append: *app, MemMiB: *mem, CPUs: *cpus,
+	cfg := qemuvm.Config{QEMU: *qemu, Kernel: *kernel, Initrd: *initrd, Disk: *disk, DiskSnapshot: *snap, Append: *app, MemMiB: *mem, CPUs: *cpus,
 		SerialLog: &prefixWriter{w: w, prefix: *prefix}, Stderr: stderr, Incoming: *in}
 	if *in != "" {
 		// The instance does not exist here yet: the migration creates it.

@@ -124,6 +124,9 @@ func TestCommands(t *testing.T) {
 			t.Errorf("vgpuctl %q = nil error", args)
 		}
 	}
+	if _, err := ctl(t, sock, "vm", "-instance", id, "-snapshot", "-print"); err == nil || !strings.Contains(err.Error(), "-snapshot needs -disk") {
+		t.Errorf("vgpuctl vm -snapshot without -disk = %v, want it refused", err)
+	}
 }
 
 // TestGuestStatus: vgpuctl vm exits with the status of the guest's
@@ -202,6 +205,12 @@ func TestVMVFIOUser(t *testing.T) {
 			want: []string{"-incoming tcp:0:4444", `"driver":"vfio-user-pci"`, awaiting + `.vfio-user.sock"}}'`,
 				"/" + awaiting + ".qmp,server=on"},
 			notWant: []string{"x-pci-proxy-dev"},
+		},
+		{
+			name:    "a root disk",
+			args:    append([]string{"-disk", "/d.ext4", "-snapshot", "-append", "root=/dev/vda rw"}, vroot...),
+			want:    []string{"file=/d.ext4,format=raw,if=none,id=disk0,snapshot=on", "root=/dev/vda rw"},
+			notWant: []string{"readonly=on"},
 		},
 		{
 			name:    "a QEMU named",

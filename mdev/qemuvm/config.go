@@ -60,6 +60,11 @@ type VFIOUserDevice struct {
 	Socket string
 }
 
+// Share is a host directory the guest sees over 9p under a mount tag.
+type Share struct {
+	Tag, Dir string
+}
+
 // maxSocketPath is the longest path a Unix socket address holds.
 const maxSocketPath = 107
 
@@ -86,6 +91,15 @@ type Config struct {
 	// userland of scripts/fetch-userland.sh (docs/guest-image.md). QEMU
 	// never writes it, so VMs can share one image.
 	Disk string
+	// DiskSnapshot attaches Disk writable, with QEMU's snapshot=on: the
+	// guest's writes go to a temporary file QEMU deletes when it exits,
+	// so the image is still never written. For a guest whose root file
+	// system is Disk (an ordinary Debian VM with systemd as init,
+	// scripts/guest-os.sh).
+	DiskSnapshot bool
+	// Shares are host directories the guest mounts read-only over 9p
+	// (virtio-9p, -virtfs): mount -t 9p -o trans=virtio TAG DIR.
+	Shares []Share
 	// Append is added to BaseAppend on the kernel command line, e.g.
 	// "vgpu.run=vgpu-mmiobench vgpu.args=-dev,7667:0001".
 	Append string
@@ -168,6 +182,11 @@ func (c Config) Validate() error {
 	}
 	if strings.Contains(c.Disk, ",") {
 		errs = append(errs, fmt.Errorf("disk image path %q contains a comma", c.Disk))
+	}
+	for i, sh := range c.Shares {
+		if !validID(sh.Tag) || strings.Contains(sh.Dir, ",") || sh.Dir == "" {
+			errs = append(errs, fmt.Errorf("share %d: bad tag %q or directory %q (no commas)", i, sh.Tag, sh.Dir))
+		}
 	}
 	if strings.Contains(c.QMPSocket, ",") {
 		errs = append(errs, fmt.Errorf("qmp socket path %q contains a comma", c.QMPSocket))
@@ -269,9 +288,18 @@ func (c Config) Args() []string {
 			"-device", "virtserialport,bus=agentser.0,chardev=agentch,name="+port)
 	}
 	if c.Disk != "" {
+		mode := "readonly=on"
+		if c.DiskSnapshot {
+			mode = "snapshot=on"
+		}
 		args = append(args,
-			"-drive", "file="+c.Disk+",format=raw,if=none,id=disk0,readonly=on",
+			"-drive", "file="+c.Disk+",format=raw,if=none,id=disk0,"+mode,
 			"-device", fmt.Sprintf("virtio-blk-pci,drive=disk0,addr=%#x", DiskSlot))
+	}
+	for i, sh := range c.Shares {
+		args = append(args,
+			"-fsdev", fmt.Sprintf("local,id=share%d,path=%s,security_model=none,readonly=on", i, sh.Dir),
+			"-device", fmt.Sprintf("virtio-9p-pci,fsdev=share%d,mount_tag=%s", i, sh.Tag))
 	}
 	for _, d := range c.ExtraDevices {
 		args = append(args, "-device", d)

@@ -135,6 +135,9 @@ func TestValidate(t *testing.T) {
 		{"quote in append", func(c *Config) { c.Append = `a="b c"` }},
 		{"comma in qmp path", func(c *Config) { c.QMPSocket = "/tmp/a,b" }},
 		{"comma in disk path", func(c *Config) { c.Disk = "/tmp/a,b.ext4" }},
+		{"comma in share directory", func(c *Config) { c.Shares = []Share{{Tag: "t", Dir: "/tmp/a,b"}} }},
+		{"share tag with comma", func(c *Config) { c.Shares = []Share{{Tag: "t,x", Dir: "/tmp"}} }},
+		{"share without directory", func(c *Config) { c.Shares = []Share{{Tag: "t"}} }},
 		{"empty id", func(c *Config) { c.Devices = []ProxyDevice{{FD: f}} }},
 		{"id with comma", func(c *Config) { c.Devices = []ProxyDevice{{ID: "a,fd=9", FD: f}} }},
 		{"id starting with digit", func(c *Config) { c.Devices = []ProxyDevice{{ID: "0a", FD: f}} }},
@@ -218,6 +221,32 @@ func TestArgsDisk(t *testing.T) {
 	}
 	if got := strings.Join((Config{Kernel: "k", Initrd: "i"}).Args(), " "); strings.Contains(got, "-drive") {
 		t.Errorf("Args() without Disk = %s, want no -drive", got)
+	}
+}
+
+// TestArgsDiskSnapshotShares: a root disk written through a snapshot, and
+// 9p shares, each read-only.
+func TestArgsDiskSnapshotShares(t *testing.T) {
+	c := Config{Kernel: "k", Initrd: "i", Disk: "/b/root.ext4", DiskSnapshot: true,
+		Shares: []Share{{Tag: "vgpudtest", Dir: "/tmp/share"}, {Tag: "more", Dir: "/srv"}}}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate() = %v, want nil", err)
+	}
+	want := []string{
+		"-drive", "file=/b/root.ext4,format=raw,if=none,id=disk0,snapshot=on",
+		"-device", "virtio-blk-pci,drive=disk0,addr=0x9",
+		"-fsdev", "local,id=share0,path=/tmp/share,security_model=none,readonly=on",
+		"-device", "virtio-9p-pci,fsdev=share0,mount_tag=vgpudtest",
+		"-fsdev", "local,id=share1,path=/srv,security_model=none,readonly=on",
+		"-device", "virtio-9p-pci,fsdev=share1,mount_tag=more",
+		"-no-reboot",
+	}
+	args := c.Args()
+	if len(args) < len(want) {
+		t.Fatalf("Args() = %q, too short", args)
+	}
+	if diff := cmp.Diff(want, args[len(args)-len(want):]); diff != "" {
+		t.Errorf("Args() tail mismatch (-want +got):\n%s", diff)
 	}
 }
 
