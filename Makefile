@@ -5,7 +5,7 @@
 GO      ?= go
 GUEST   := build/guest
 BIN     := build/bin
-GUESTPROGS := vgpu-init vgpu-suite vgpu-mmiobench
+GUESTPROGS := vgpu-init vgpu-suite vgpu-mmiobench vgpu-iterate
 # A safety net, not a budget: the suite takes about 15 minutes on a quiet
 # 2-core machine and must also pass on a loaded one, where it takes longer.
 TESTFLAGS ?= -timeout 60m
@@ -168,7 +168,7 @@ gpu-check-bundle: deps
 # build/deb/vgpud_VERSION_amd64.deb (vgpud, vgpuctl, vgpud.service, the
 # config) and build/deb/vgpud-guest_VERSION_amd64.deb (the guest ICD,
 # vgpu-icdd, vgpu-agent), with dpkg-deb (scripts/build-deb.sh).
-.PHONY: deb deb-root test-deb
+.PHONY: deb deb-root guest-os test-deb
 deb: deps icd
 	GO=$(GO) scripts/build-deb.sh build/deb
 
@@ -176,12 +176,21 @@ deb: deps icd
 deb-root:
 	scripts/deb-root.sh build/deb-root
 
-# Both packages installed with dpkg in a Debian root booted with systemd
-# (systemd-nspawn -b): start, the group's socket, an upgrade in place under
-# systemd, stop, purge; the guest package's services and ICD (about a
-# minute once built; scripts/test-deb.sh). Needs root.
-test-deb: deb deb-root
-	scripts/test-deb.sh build/deb build/deb-root
+# The ordinary Debian VM test-deb installs vgpud-guest in
+# (scripts/guest-os.sh: Debian's kernel and initramfs, systemd), cached.
+guest-os:
+	scripts/guest-os.sh build/guest-os
+
+# Both packages for real (needs root). vgpud: installed with dpkg in a
+# Debian root booted with systemd (systemd-nspawn -b): start, the group's
+# socket, five upgrades in place under systemd while a VM computes on an
+# instance, stop, purge (scripts/test-deb.sh). vgpud-guest: the same
+# root's services and ICD; then installed with apt in an ordinary Debian VM
+# booted with systemd and a vGPU, where Debian's clinfo and pyopencl run
+# through it as an unprivileged user (tests/guestos_test.go).
+test-deb: deb deb-root guest guest-os
+	scripts/test-deb.sh build/deb build/deb-root $(GUEST)
+	$(GO) test -tags guestos -count=1 -timeout 30m -v -run '^TestGuestPackage$$' ./tests/
 
 clean:
 	rm -rf build

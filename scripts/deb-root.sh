@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # deb-root.sh DIR: build the Debian root that make test-deb boots with
 # systemd-nspawn -b to install the packages in (scripts/test-deb.sh): the
-# host's Debian release, minbase, with systemd, procps, the OpenCL ICD loader, PoCL
-# as the OpenCL platform and clinfo, from the Debian mirror the host's apt
+# host's Debian release, minbase, with systemd, procps, the OpenCL ICD
+# loader, PoCL as the OpenCL platform, clinfo and QEMU (the VM that
+# computes through the upgrades), from the Debian mirror the host's apt
 # uses (read from its sources, one-line and deb822 alike; DEB_ROOT_MIRROR
 # overrides it). No registry host name is written here.
 #
@@ -55,7 +56,7 @@ if [[ -e $tmp ]]; then
 	rm -rf "$tmp"
 fi
 start=$SECONDS
-pkgs=systemd,dbus,procps,ocl-icd-libopencl1,pocl-opencl-icd,clinfo
+pkgs=systemd,dbus,procps,ocl-icd-libopencl1,pocl-opencl-icd,clinfo,qemu-system-x86
 say "debootstrap $codename ($pkgs) into $tmp from $mirror"
 debootstrap --variant=minbase --include="$pkgs" "$codename" "$tmp" "$mirror" >"$dir.debootstrap.log" 2>&1 ||
 	{ tail -n 20 "$dir.debootstrap.log" >&2; die "debootstrap failed (log: $dir.debootstrap.log)"; }
@@ -68,7 +69,7 @@ chroot "$tmp" systemctl mask console-getty.service getty@.service >/dev/null 2>&
 	echo "$key"
 	echo "mirror $mirror"
 	echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) in $((SECONDS - start)) s"
-	chroot "$tmp" dpkg-query -W -f='${Package} ${Version}\n' systemd pocl-opencl-icd ocl-icd-libopencl1 clinfo
+	chroot "$tmp" dpkg-query -W -f='${Package} ${Version}\n' systemd pocl-opencl-icd ocl-icd-libopencl1 clinfo qemu-system-x86
 } >"$tmp/$stampname"
 rm -rf "$dir"
 mv -T "$tmp" "$dir"

@@ -8,10 +8,14 @@
 #           Type=notify service on PoCL); systemctl is-active; as a user in
 #           the vgpud group vgpuctl version, create and list through the
 #           group's control socket, and a user outside it refused; an
-#           upgrade in place by dpkg -i of a newer version (its postinst
-#           reloads: vgpuctl upgrade), after which systemd follows the new
-#           main process (MAINPID), nothing restarted, the instance and its
-#           worker process kept, and a kill -9 of the new main process is
+#           VM attached to the instance by vgpuctl vm (Debian's QEMU 7.2 in
+#           the root, the test guest of make guest running vgpu-iterate, a
+#           long job that checks its result); five upgrades in place, each
+#           by dpkg -i of a newer version (its postinst reloads: vgpuctl
+#           upgrade), after each of which systemd follows the new main
+#           process (MAINPID), nothing restarted, the instance and its
+#           worker process kept, while the VM computes; the VM's job ends
+#           with the right result; a kill -9 of the last main process is
 #           seen and restarted by systemd; systemctl stop; dpkg --purge.
 #   vgpud-guest: dpkg -i; vgpu-agent and vgpu-icdd active (no vGPU here:
 #           vgpu-icdd serves none, and the ICD lists no platform); clinfo
@@ -28,9 +32,13 @@ fail() {
 	exit 1
 }
 
-[[ $# -eq 2 ]] || { echo "usage: $0 DEBDIR ROOT" >&2; exit 2; }
+[[ $# -eq 3 ]] || { echo "usage: $0 DEBDIR ROOT GUESTDIR" >&2; exit 2; }
 debdir=$(realpath "$1")
 root=$(realpath "$2")
+guestdir=$(realpath "$3")
+for f in vmlinuz initramfs.cpio; do
+	[[ -f $guestdir/$f ]] || fail "$guestdir/$f missing: make guest"
+done
 [[ $(id -u) -eq 0 ]] || fail "needs root (systemd-nspawn)"
 command -v systemd-nspawn >/dev/null || fail "systemd-nspawn missing (Debian: systemd-container; make deps)"
 vgpud_deb=$(ls "$debdir"/vgpud_*_amd64.deb)
@@ -41,7 +49,9 @@ start=$SECONDS
 # /usr/sbin/vgpud: the running daemon's file is then a deleted one).
 work=$(mktemp -d /tmp/vgpud-test-deb.XXXXXX)
 nspawn=
+vm=
 cleanup() {
+	[[ -n $vm ]] && kill "$vm" 2>/dev/null
 	if [[ -n $nspawn ]] && kill -0 "$nspawn" 2>/dev/null; then
 		kill -TERM "$nspawn" 2>/dev/null || true
 		timeout 60 tail --pid="$nspawn" -f /dev/null || kill -KILL "$nspawn" 2>/dev/null || true
@@ -52,16 +62,19 @@ trap cleanup EXIT
 mkdir "$work/debs"
 cp "$vgpud_deb" "$work/debs/vgpud-1.deb"
 cp "$guest_deb" "$work/debs/vgpud-guest.deb"
+upgrades=5
 dpkg-deb -R "$vgpud_deb" "$work/up"
-sed -i 's/^Version: .*/&+test1/' "$work/up/DEBIAN/control"
-dpkg-deb --root-owner-group -Zxz -z1 -b "$work/up" "$work/debs/vgpud-2.deb" >/dev/null
+for i in $(seq "$upgrades"); do
+	sed -i "s/^Version: .*/Version: $(dpkg-deb -f "$vgpud_deb" Version)+test$i/" "$work/up/DEBIAN/control"
+	dpkg-deb --root-owner-group -Zgzip -z1 -b "$work/up" "$work/debs/vgpud-$((i + 1)).deb" >/dev/null
+done
 rm -rf "$work/up"
 
 # Boot. --keep-unit and --register=no: no systemd (nor its bus) on the
 # host to ask for a scope or a machine registration.
 say "booting $root with systemd-nspawn -b"
 systemd-nspawn -D "$root" --volatile=overlay --register=no --keep-unit --private-network -q -b \
-	--machine=vgpud-test-deb --bind-ro="$work/debs:/debs" >"$work/console.log" 2>&1 </dev/null &
+	--machine=vgpud-test-deb --bind-ro="$work/debs:/debs" --bind-ro="$guestdir:/guest" >"$work/console.log" 2>&1 </dev/null &
 nspawn=$!
 # The container's init is nspawn's child once it is set up.
 leader=
@@ -115,24 +128,48 @@ if err=$(as other vgpuctl list 2>&1); then fail "a user outside the vgpud group 
 [[ $err == *"permission denied"* ]] || fail "a user outside the group: $err"
 say "vgpud: installed, active, the group's user created $uuid, another user refused"
 
-# Upgrade in place: the new package's postinst reloads the service.
+# A VM on the instance, computing through the upgrades: vgpuctl vm as the
+# group's user, with the root's QEMU (x-pci-proxy-dev to the instance's
+# socket), running vgpu-iterate: at least 30 s of launches (-pace), whose
+# final buffer it checks against the CPU.
+as op vgpuctl vm -instance "$uuid" -kernel /guest/vmlinuz -initrd /guest/initramfs.cpio \
+	-append "vgpu.run=vgpu-iterate vgpu.args=-steps,3000,-pace,10ms,-progress,100" >"$work/vm.log" 2>&1 &
+vm=$!
+timeout 300 bash -c "until grep -q 'ITERATE step' '$work/vm.log'; do kill -0 $vm 2>/dev/null || exit 1; sleep 0.2; done" ||
+	{ cat "$work/vm.log" >&2; fail "the VM's job did not start"; }
+say "VM computing on $uuid: $(grep -m1 'ITERATE step' "$work/vm.log")"
+
+# Upgrades in place: each newer package's postinst reloads the service.
 pid1=$(inside systemctl show -p MainPID --value vgpud.service)
 workers1=$(inside pgrep -P "$pid1" -d, || true)
 [[ -n $workers1 ]] || fail "no worker process under vgpud ($pid1) for the instance"
-check "dpkg -i of the newer vgpud" inside dpkg -i /debs/vgpud-2.deb
-pid2=$(inside systemctl show -p MainPID --value vgpud.service)
-[[ $pid2 != "$pid1" && $pid2 != 0 ]] || fail "MainPID after the upgrade: $pid2 (before: $pid1)"
-check "vgpud.service not active after the upgrade" inside systemctl -q is-active vgpud.service
-[[ $(inside systemctl show -p NRestarts --value vgpud.service) == 0 ]] || fail "vgpud was restarted, not upgraded in place"
-# The old process exits once it answered (a zombie until init reaps it).
-inside timeout 30 bash -c "while [[ -e /proc/$pid1 ]] && [[ \$(cut -d' ' -f3 /proc/$pid1/stat 2>/dev/null) != Z ]]; do sleep 0.1; done" ||
-	fail "the old vgpud ($pid1) did not exit"
-inside journalctl -u vgpud.service --no-pager | grep -q "upgrade: handed over" || fail "no handover in the journal"
-as op vgpuctl list | grep -q "$uuid.*deb-test" || fail "the instance is gone after the upgrade"
-for w in ${workers1//,/ }; do
-	inside test -e "/proc/$w" || fail "worker $w did not survive the upgrade"
+first=$pid1
+for i in $(seq "$upgrades"); do
+	check "dpkg -i of the newer vgpud ($i)" inside dpkg -i "/debs/vgpud-$((i + 1)).deb"
+	pid2=$(inside systemctl show -p MainPID --value vgpud.service)
+	[[ $pid2 != "$pid1" && $pid2 != 0 ]] || fail "MainPID after upgrade $i: $pid2 (before: $pid1)"
+	check "vgpud.service not active after upgrade $i" inside systemctl -q is-active vgpud.service
+	[[ $(inside systemctl show -p NRestarts --value vgpud.service) == 0 ]] || fail "vgpud was restarted, not upgraded in place ($i)"
+	# The old process exits once it answered (a zombie until init reaps it).
+	inside timeout 30 bash -c "while [[ -e /proc/$pid1 ]] && [[ \$(cut -d' ' -f3 /proc/$pid1/stat 2>/dev/null) != Z ]]; do sleep 0.1; done" ||
+		fail "the old vgpud ($pid1) did not exit after upgrade $i"
+	as op vgpuctl list | grep -q "$uuid.*deb-test" || fail "the instance is gone after upgrade $i"
+	for w in ${workers1//,/ }; do
+		inside test -e "/proc/$w" || fail "worker $w did not survive upgrade $i"
+	done
+	[[ $(inside dpkg-query -W -f='${Version}' vgpud) == *+test$i ]] || fail "dpkg does not list version +test$i"
+	pid1=$pid2
 done
-say "upgraded in place: vgpud pid $pid1 -> $pid2, systemd follows it, no restart, instance and worker(s) $workers1 kept"
+[[ $(inside journalctl -u vgpud.service --no-pager | grep -c "upgrade: handed over") -ge $upgrades ]] ||
+	fail "fewer than $upgrades handovers in the journal"
+grep -q 'ITERATE OK' "$work/vm.log" && fail "the VM's job ended before the upgrades did: lengthen it"
+say "upgraded in place $upgrades times: vgpud pid $first -> $pid2, systemd follows it, no restart, instance and worker(s) $workers1 kept, the VM computing"
+rc=0
+wait "$vm" || rc=$?
+vm=
+[[ $rc == 0 ]] || { tail -n 40 "$work/vm.log" >&2; fail "the VM's job failed across the upgrades (vgpuctl vm: exit $rc)"; }
+grep -q 'ITERATE OK steps=3000' "$work/vm.log" || { tail -n 40 "$work/vm.log" >&2; fail "the VM's job did not report a correct result"; }
+say "the VM's job finished across the upgrades: $(grep -m1 'ITERATE OK' "$work/vm.log")"
 
 # systemd watches the new main process: a crash of it is seen and restarted.
 inside kill -KILL "$pid2"
