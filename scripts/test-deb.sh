@@ -128,11 +128,12 @@ if err=$(as other vgpuctl list 2>&1); then fail "a user outside the vgpud group 
 [[ $err == *"permission denied"* ]] || fail "a user outside the group: $err"
 say "vgpud: installed, active, the group's user created $uuid, another user refused"
 
-# A VM on the instance, computing through the upgrades: vgpuctl vm as the
-# group's user, with the root's QEMU (x-pci-proxy-dev to the instance's
-# socket), running vgpu-iterate: at least 30 s of launches (-pace), whose
-# final buffer it checks against the CPU.
-as op vgpuctl vm -instance "$uuid" -kernel /guest/vmlinuz -initrd /guest/initramfs.cpio \
+# A VM on the instance, named by its name, computing through the upgrades:
+# vgpuctl vm as the group's user, with the root's QEMU (x-pci-proxy-dev to
+# the instance's socket, which the group may use), running vgpu-iterate: at
+# least 30 s of launches (-pace), whose final buffer it checks against the
+# CPU.
+as op vgpuctl vm -instance deb-test -kernel /guest/vmlinuz -initrd /guest/initramfs.cpio \
 	-append "vgpu.run=vgpu-iterate vgpu.args=-steps,3000,-pace,10ms,-progress,100" >"$work/vm.log" 2>&1 &
 vm=$!
 timeout 300 bash -c "until grep -q 'ITERATE step' '$work/vm.log'; do kill -0 $vm 2>/dev/null || exit 1; sleep 0.2; done" ||
