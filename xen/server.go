@@ -346,7 +346,8 @@ func (s *Server) teardown() {
 	note := func(what string, err error) {
 		switch {
 		case err == nil:
-		case errors.Is(err, ErrNoDomain):
+		case errors.Is(err, ErrNoDomain), errors.Is(err, unix.ENOENT):
+			// The domain, or (dying) its ioreq servers, are gone.
 			s.log.Debug("xen: teardown: domain gone", "step", what)
 		default:
 			s.log.Warn("xen: teardown", "step", what, "err", err)
@@ -433,8 +434,8 @@ func (s *Server) loop(ctx context.Context) error {
 		if handled == 0 && !s.closed.Load() && ctx.Err() == nil {
 			// Quiet for a whole Liveness, or woken with nothing pending
 			// (a dying domain's channels close): is the domain still there?
-			_, err := s.hv.NrVCPUs(s.cfg.Domain)
-			if errors.Is(err, ErrNoDomain) {
+			gone, err := s.domainGone()
+			if gone {
 				return nil
 			}
 			if err != nil {
@@ -442,6 +443,30 @@ func (s *Server) loop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// domainGone is the liveness check. The domain is gone when nr_vcpus
+// fails with ESRCH, and dying when this server's own ioreq server is
+// gone (ENOENT from get_ioreq_server_info): Xen destroys a domain's ioreq
+// servers when it kills it (domain_kill), but keeps the domain, whose
+// dm_ops such as nr_vcpus still succeed, for as long as anyone holds its
+// pages, this device model's guest RAM mappings included. So nr_vcpus
+// alone never sees a guest that powered off while vgpud served it: the
+// domain stays a zombie ("(null)", state "--psrd" in xl list) held by
+// vgpud itself. Seen under Xen 4.20 (docs/xen.md, "Under real Xen").
+func (s *Server) domainGone() (bool, error) {
+	if _, err := s.hv.NrVCPUs(s.cfg.Domain); err != nil {
+		return errors.Is(err, ErrNoDomain), err
+	}
+	if _, err := s.hv.IOReqServerInfo(s.cfg.Domain, s.id); err != nil {
+		if errors.Is(err, ErrNoDomain) || errors.Is(err, unix.ENOENT) {
+			s.log.Info("xen: ioreq server gone: the domain is dying")
+			s.created = false // nothing left to disable or destroy
+			return true, nil
+		}
+		return false, err
+	}
+	return false, nil
 }
 
 // port serves one pending local port.

@@ -313,6 +313,40 @@ func TestServeEnds(t *testing.T) {
 	}
 }
 
+// A dying domain (Xen destroyed its ioreq servers, the domain lingers
+// while its pages are mapped): the server notices within Liveness, though
+// nr_vcpus still answers and no event comes, and ends like a hang-up.
+func TestServeEndsDyingDomain(t *testing.T) {
+	r := newRig(t)
+	h, err := xentest.New(ram, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	cfg := xen.Config{Domain: h.Domain(), SBDF: xentest.DefaultSBDF, Liveness: 20 * time.Millisecond}
+	srv := xen.NewServer(h, cfg, r.dev())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(context.Background()) }()
+	if err := h.WaitServing(cfg.SBDF, wait); err != nil {
+		t.Fatal(err)
+	}
+	h.Kill()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve on a dying domain = %v, want nil (a hang-up)", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("Serve did not notice the dying domain")
+	}
+	if n := h.Mappings(); n != 0 {
+		t.Errorf("%d mappings left", n)
+	}
+	if _, err := h.NrVCPUs(h.Domain()); err != nil {
+		t.Errorf("the fake's dying domain should still answer nr_vcpus: %v", err)
+	}
+}
+
 // Two servers, two domains, one hostile: the other keeps serving.
 func TestIsolation(t *testing.T) {
 	a, b := newRig(t), newRig(t)

@@ -166,6 +166,20 @@ func (h *Hypervisor) Destroy() {
 	}
 }
 
+// Kill makes the domain die the way Xen kills one whose memory a device
+// model still maps (domain_kill): its ioreq servers are destroyed and
+// vCPUs waiting on them fail, but the domain stays known (a zombie until
+// its last page is released), so domain-level calls such as nr_vcpus
+// still succeed, and no event wakes the device model. What Xen 4.20 did
+// under make test-xen when a guest served by vgpud powered off.
+func (h *Hypervisor) Kill() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, s := range h.servers {
+		h.destroyLocked(id, s)
+	}
+}
+
 // Close destroys the domain and releases its RAM. Mappings the device
 // model holds stay valid until it unmaps them.
 func (h *Hypervisor) Close() error {
