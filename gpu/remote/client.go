@@ -1,0 +1,564 @@
+package remote
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vgpud/vgpud/gpu"
+)
+
+// Device is a gpu.Device served by an executor over a connection. Calls
+// from several goroutines go out concurrently (each queue's in order); a
+// connection that ends or a reply that breaks the protocol loses the
+// device: that call and every later one fail with an error that is
+// gpu.ErrContextLost and names the cause.
+type Device struct {
+	conn io.ReadWriteCloser
+	info gpu.Info
+
+	wmu sync.Mutex // serialises requests
+
+	mu      sync.Mutex // guards what follows
+	seq     uint32
+	pending map[uint32]chan frame
+	lost    error // set once: the cause
+	done    chan struct{}
+}
+
+// NewDevice starts reading replies on conn and asks the executor for its
+// device's description. Close ends the executor and closes conn.
+func NewDevice(conn io.ReadWriteCloser) (*Device, error) {
+	d := &Device{conn: conn, pending: map[uint32]chan frame{}, done: make(chan struct{})}
+	go d.readLoop()
+	body, err := d.call(OpInfo, nil)
+	if err != nil {
+		conn.Close()
+		<-d.done
+		return nil, fmt.Errorf("executor: info: %w", err)
+	}
+	if err := json.Unmarshal(body, &d.info); err != nil {
+		d.lose(fmt.Errorf("%w: info: %v", ErrProtocol, err))
+		conn.Close()
+		<-d.done
+		return nil, fmt.Errorf("executor: info: %w", d.lostErr())
+	}
+	return d, nil
+}
+
+// readLoop delivers replies until the connection ends or breaks the
+// protocol.
+func (d *Device) readLoop() {
+	defer close(d.done)
+	r := bufio.NewReaderSize(d.conn, 64<<10)
+	for {
+		f, err := readFrame(r)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				err = fmt.Errorf("executor gone: %v", err)
+			}
+			d.lose(err)
+			return
+		}
+		d.mu.Lock()
+		ch, ok := d.pending[f.seq]
+		delete(d.pending, f.seq)
+		d.mu.Unlock()
+		if !ok {
+			d.lose(fmt.Errorf("%w: reply to request %d, which is not waiting", ErrProtocol, f.seq))
+			d.conn.Close()
+			return
+		}
+		ch <- f
+	}
+}
+
+// lose records the first cause of the device's loss and fails every
+// waiting call.
+func (d *Device) lose(cause error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lost == nil {
+		d.lost = fmt.Errorf("%w: %w", gpu.ErrContextLost, cause)
+	}
+	for seq, ch := range d.pending {
+		close(ch)
+		delete(d.pending, seq)
+	}
+}
+
+func (d *Device) lostErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lost
+}
+
+// request sends a request and returns the channel its reply comes on
+// (closed if the device is lost first).
+func (d *Device) request(op Op, body []byte) (chan frame, error) {
+	ch := make(chan frame, 1)
+	d.mu.Lock()
+	if d.lost != nil {
+		d.mu.Unlock()
+		return nil, d.lost
+	}
+	d.seq++
+	seq := d.seq
+	d.pending[seq] = ch
+	d.mu.Unlock()
+	out := appendFrame(make([]byte, 0, 9+len(body)), seq, uint8(op), body)
+	d.wmu.Lock()
+	_, err := d.conn.Write(out)
+	d.wmu.Unlock()
+	if err != nil {
+		d.lose(fmt.Errorf("executor gone: send: %v", err))
+		d.conn.Close()
+	}
+	return ch, nil
+}
+
+// call sends a request and waits for its reply: the body on success, an
+// *Error (with the log for a build) on an error reply.
+func (d *Device) call(op Op, body []byte) ([]byte, error) {
+	b, _, err := d.callLog(op, body)
+	return b, err
+}
+
+func (d *Device) callLog(op Op, body []byte) ([]byte, string, error) {
+	if len(body)+5 > MaxFrame {
+		return nil, "", fmt.Errorf("request of %d bytes: %w", len(body), gpu.ErrInvalidArgument)
+	}
+	ch, err := d.request(op, body)
+	if err != nil {
+		return nil, "", err
+	}
+	f, ok := <-ch
+	if !ok {
+		return nil, "", d.lostErr()
+	}
+	if f.code != 0 {
+		err, log := decodeError(errKind(f.code), f.body)
+		if errors.Is(err, ErrProtocol) && !errors.As(err, new(*Error)) {
+			d.lose(err)
+			d.conn.Close()
+			return nil, "", d.lostErr()
+		}
+		return nil, log, err
+	}
+	return f.body, "", nil
+}
+
+// broken loses the device for a reply that breaks the protocol.
+func (d *Device) broken(op Op, err error) error {
+	d.lose(fmt.Errorf("reply to op %d: %w", op, err))
+	d.conn.Close()
+	return d.lostErr()
+}
+
+// Info returns the executor's device description, read once.
+func (d *Device) Info() gpu.Info { return d.info }
+
+// NewQueue creates a queue in the executor.
+func (d *Device) NewQueue() (gpu.Queue, error) {
+	body, err := d.call(OpNewQueue, nil)
+	if err != nil {
+		return nil, err
+	}
+	r := dec{b: body}
+	h := r.u32()
+	if err := r.done(); err != nil || h == 0 {
+		return nil, d.broken(OpNewQueue, errors.Join(err, fmt.Errorf("%w: handle 0", ErrProtocol)))
+	}
+	return &Queue{d: d, h: h}, nil
+}
+
+// Close ends the executor (it closes its device and exits) and the
+// connection. Calls after it fail.
+func (d *Device) Close() error {
+	_, err := d.call(OpClose, nil)
+	d.lose(errors.New("closed"))
+	d.conn.Close()
+	<-d.done
+	if errors.Is(err, gpu.ErrContextLost) {
+		return nil // already gone
+	}
+	return err
+}
+
+// Queue is a queue in the executor.
+type Queue struct {
+	d      *Device
+	h      uint32
+	closed atomic.Bool
+}
+
+func (q *Queue) body() *enc {
+	e := &enc{}
+	e.u32(q.h)
+	return e
+}
+
+// call is d.call for a queue that is still open.
+func (q *Queue) call(op Op, e *enc) ([]byte, error) {
+	if q.closed.Load() {
+		return nil, fmt.Errorf("queue: %w", gpu.ErrClosed)
+	}
+	return q.d.call(op, e.b)
+}
+
+// handle decodes a reply that is one handle.
+func (q *Queue) handle(op Op, body []byte) (uint32, error) {
+	r := dec{b: body}
+	h := r.u32()
+	if err := r.done(); err != nil {
+		return 0, q.d.broken(op, err)
+	}
+	if h == 0 {
+		return 0, q.d.broken(op, fmt.Errorf("%w: handle 0", ErrProtocol))
+	}
+	return h, nil
+}
+
+// buffer returns b's handle if it is a live Buffer of q.
+func (q *Queue) buffer(b gpu.Buffer) (uint32, error) {
+	rb, ok := b.(*Buffer)
+	if !ok || rb.q != q {
+		return 0, fmt.Errorf("buffer: %w", gpu.ErrForeign)
+	}
+	if rb.released.Load() {
+		return 0, fmt.Errorf("buffer: %w", gpu.ErrClosed)
+	}
+	return rb.h, nil
+}
+
+// Alloc allocates a zeroed buffer.
+func (q *Queue) Alloc(size uint64) (gpu.Buffer, error) {
+	e := q.body()
+	e.u64(size)
+	body, err := q.call(OpAlloc, e)
+	if err != nil {
+		return nil, err
+	}
+	h, err := q.handle(OpAlloc, body)
+	if err != nil {
+		return nil, err
+	}
+	return &Buffer{q: q, h: h, size: size}, nil
+}
+
+// Write copies p into b at off, Chunk bytes a request.
+func (q *Queue) Write(b gpu.Buffer, off uint64, p []byte) error {
+	h, err := q.buffer(b)
+	if err != nil {
+		return err
+	}
+	for first := true; first || len(p) > 0; first = false {
+		n := min(len(p), Chunk)
+		e := q.body()
+		e.u32(h)
+		e.u64(off)
+		e.raw(p[:n])
+		body, err := q.call(OpWrite, e)
+		if err != nil {
+			return err
+		}
+		if len(body) != 0 {
+			return q.d.broken(OpWrite, fmt.Errorf("%w: %d bytes of reply", ErrProtocol, len(body)))
+		}
+		p, off = p[n:], off+uint64(n)
+	}
+	return nil
+}
+
+// Read copies len(p) bytes of b at off into p, Chunk bytes a request.
+func (q *Queue) Read(b gpu.Buffer, off uint64, p []byte) error {
+	h, err := q.buffer(b)
+	if err != nil {
+		return err
+	}
+	for first := true; first || len(p) > 0; first = false {
+		n := min(len(p), Chunk)
+		e := q.body()
+		e.u32(h)
+		e.u64(off)
+		e.u32(uint32(n))
+		body, err := q.call(OpRead, e)
+		if err != nil {
+			return err
+		}
+		if len(body) != n {
+			return q.d.broken(OpRead, fmt.Errorf("%w: %d bytes read, %d asked", ErrProtocol, len(body), n))
+		}
+		copy(p, body)
+		p, off = p[n:], off+uint64(n)
+	}
+	return nil
+}
+
+// empty checks a reply that must have no body.
+func (q *Queue) empty(op Op, body []byte, err error) error {
+	if err == nil && len(body) != 0 {
+		return q.d.broken(op, fmt.Errorf("%w: %d bytes of reply", ErrProtocol, len(body)))
+	}
+	return err
+}
+
+// Copy copies n bytes on the device.
+func (q *Queue) Copy(src, dst gpu.Buffer, srcOff, dstOff, n uint64) error {
+	sh, err1 := q.buffer(src)
+	dh, err2 := q.buffer(dst)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	e := q.body()
+	e.u32(sh)
+	e.u32(dh)
+	e.u64(srcOff)
+	e.u64(dstOff)
+	e.u64(n)
+	body, err := q.call(OpCopy, e)
+	return q.empty(OpCopy, body, err)
+}
+
+// Fill writes pattern over n bytes of b at off.
+func (q *Queue) Fill(b gpu.Buffer, off, n uint64, pattern []byte) error {
+	h, err := q.buffer(b)
+	if err != nil {
+		return err
+	}
+	if len(pattern) > math.MaxUint8 {
+		return fmt.Errorf("fill pattern of %d bytes: %w", len(pattern), gpu.ErrInvalidArgument)
+	}
+	e := q.body()
+	e.u32(h)
+	e.u64(off)
+	e.u64(n)
+	e.u8(uint8(len(pattern)))
+	e.raw(pattern)
+	body, err := q.call(OpFill, e)
+	return q.empty(OpFill, body, err)
+}
+
+// Build compiles source in the executor.
+func (q *Queue) Build(source, options string) (gpu.Program, string, error) {
+	if err := errors.Join(checkString("program source", source, MaxFrame-64), checkString("build options", options, MaxFrame-64)); err != nil {
+		return nil, "", err
+	}
+	if q.closed.Load() {
+		return nil, "", fmt.Errorf("queue: %w", gpu.ErrClosed)
+	}
+	e := q.body()
+	e.s32(source)
+	e.s32(options)
+	body, log, err := q.d.callLog(OpBuild, e.b)
+	if err != nil {
+		return nil, log, err
+	}
+	r := dec{b: body}
+	h, log := r.u32(), r.s32()
+	if err := r.done(); err != nil || h == 0 {
+		return nil, "", q.d.broken(OpBuild, errors.Join(err, fmt.Errorf("%w: program handle %d", ErrProtocol, h)))
+	}
+	return &Program{q: q, h: h}, log, nil
+}
+
+// Launch runs k over r with args in the executor.
+func (q *Queue) Launch(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Duration, error) {
+	rk, ok := k.(*Kernel)
+	if !ok || rk.p.q != q {
+		return 0, fmt.Errorf("kernel: %w", gpu.ErrForeign)
+	}
+	if rk.released.Load() {
+		return 0, fmt.Errorf("kernel: %w", gpu.ErrClosed)
+	}
+	if len(args) > maxArgs || r.Dims < 0 || r.Dims > math.MaxUint8 {
+		return 0, fmt.Errorf("launch of %d arguments, %d dimensions: %w", len(args), r.Dims, gpu.ErrInvalidLaunch)
+	}
+	e := q.body()
+	e.u32(rk.h)
+	e.ndrange(r)
+	e.u16(uint16(len(args)))
+	for i, a := range args {
+		switch {
+		case a.Buffer != nil:
+			h, err := q.buffer(a.Buffer)
+			if err != nil {
+				return 0, fmt.Errorf("argument %d: %w", i, err)
+			}
+			e.u8(argBuffer)
+			e.u32(h)
+		case a.Scalar != nil:
+			if len(a.Scalar) > math.MaxUint16 {
+				return 0, fmt.Errorf("argument %d: scalar of %d bytes: %w", i, len(a.Scalar), gpu.ErrInvalidLaunch)
+			}
+			e.u8(argScalar)
+			e.u16(uint16(len(a.Scalar)))
+			e.raw(a.Scalar)
+		default:
+			e.u8(argLocal)
+			e.u64(a.Local)
+		}
+	}
+	body, err := q.call(OpLaunch, e)
+	if err != nil {
+		return 0, err
+	}
+	rd := dec{b: body}
+	ns := rd.u64()
+	if err := rd.done(); err != nil {
+		return 0, q.d.broken(OpLaunch, err)
+	}
+	if ns > math.MaxInt64 {
+		return 0, q.d.broken(OpLaunch, fmt.Errorf("%w: kernel time %d ns", ErrProtocol, ns))
+	}
+	return time.Duration(ns), nil
+}
+
+// Close closes the queue in the executor, with its objects.
+func (q *Queue) Close() error {
+	if q.closed.Swap(true) {
+		return nil
+	}
+	e := q.body()
+	body, err := q.d.call(OpCloseQueue, e.b)
+	return q.empty(OpCloseQueue, body, err)
+}
+
+// release releases object h of kind what; a lost device or closed queue
+// has released it already.
+func (q *Queue) release(what uint8, h uint32) {
+	if q.closed.Load() {
+		return
+	}
+	e := q.body()
+	e.u8(what)
+	e.u32(h)
+	body, err := q.d.call(OpRelease, e.b)
+	_ = q.empty(OpRelease, body, err)
+}
+
+// Buffer is a buffer in the executor.
+type Buffer struct {
+	q        *Queue
+	h        uint32
+	size     uint64
+	released atomic.Bool
+}
+
+// Size returns the size Alloc was given.
+func (b *Buffer) Size() uint64 { return b.size }
+
+// Release frees the buffer in the executor (once).
+func (b *Buffer) Release() {
+	if !b.released.Swap(true) {
+		b.q.release(relBuffer, b.h)
+	}
+}
+
+// Program is a program built in the executor.
+type Program struct {
+	q        *Queue
+	h        uint32
+	released atomic.Bool
+}
+
+func (p *Program) call(op Op, name string) ([]byte, error) {
+	if p.released.Load() {
+		return nil, fmt.Errorf("program: %w", gpu.ErrClosed)
+	}
+	e := p.q.body()
+	e.u32(p.h)
+	if op == OpKernel {
+		e.s16(name)
+	}
+	return p.q.call(op, e)
+}
+
+// Kernel returns the kernel called name.
+func (p *Program) Kernel(name string) (gpu.Kernel, error) {
+	if err := checkString("kernel name", name, math.MaxUint16); err != nil {
+		return nil, err
+	}
+	body, err := p.call(OpKernel, name)
+	if err != nil {
+		return nil, err
+	}
+	r := dec{b: body}
+	h, n := r.u32(), r.u32()
+	if err := r.done(); err != nil || h == 0 || n > maxArgs {
+		return nil, p.q.d.broken(OpKernel, errors.Join(err, fmt.Errorf("%w: kernel handle %d, %d arguments", ErrProtocol, h, n)))
+	}
+	return &Kernel{p: p, h: h, name: name, args: int(n)}, nil
+}
+
+// KernelNames lists the program's kernels; nil if the executor could not
+// say.
+func (p *Program) KernelNames() []string {
+	body, err := p.call(OpKernelNames, "")
+	if err != nil {
+		return nil
+	}
+	r := dec{b: body}
+	n := r.u32()
+	if n > maxNames {
+		p.q.d.broken(OpKernelNames, fmt.Errorf("%w: %d kernel names", ErrProtocol, n))
+		return nil
+	}
+	var names []string
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		names = append(names, r.s16())
+	}
+	if err := r.done(); err != nil {
+		p.q.d.broken(OpKernelNames, err)
+		return nil
+	}
+	return names
+}
+
+// Info describes the program's kernels.
+func (p *Program) Info() ([]gpu.KernelInfo, error) {
+	body, err := p.call(OpProgramInfo, "")
+	if err != nil {
+		return nil, err
+	}
+	var info []gpu.KernelInfo
+	if err := json.Unmarshal(body, &info); err != nil {
+		return nil, p.q.d.broken(OpProgramInfo, fmt.Errorf("%w: %v", ErrProtocol, err))
+	}
+	return info, nil
+}
+
+// Release frees the program in the executor (once).
+func (p *Program) Release() {
+	if !p.released.Swap(true) {
+		p.q.release(relProgram, p.h)
+	}
+}
+
+// Kernel is a kernel in the executor.
+type Kernel struct {
+	p        *Program
+	h        uint32
+	name     string
+	args     int
+	released atomic.Bool
+}
+
+// Name returns the kernel's name.
+func (k *Kernel) Name() string { return k.name }
+
+// NumArgs returns the kernel's parameter count.
+func (k *Kernel) NumArgs() int { return k.args }
+
+// Release frees the kernel in the executor (once).
+func (k *Kernel) Release() {
+	if !k.released.Swap(true) {
+		k.p.q.release(relKernel, k.h)
+	}
+}

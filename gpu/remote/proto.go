@@ -1,0 +1,338 @@
+package remote
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/vgpud/vgpud/gpu"
+)
+
+// The executor protocol (docs/executor-protocol.md). Every integer is
+// little-endian. A request frame is
+//
+//	u32 length (of what follows) | u32 seq | u8 op | body
+//
+// and its reply
+//
+//	u32 length | u32 seq (the request's) | u8 status | body
+//
+// where status 0 is success and any other value an error kind (errKind),
+// whose body is u16 message length | message | u32 log length | log.
+
+// MaxFrame bounds a frame's length field: a larger one breaks the
+// protocol. Write and Read move at most Chunk bytes per frame.
+const (
+	MaxFrame = 16 << 20
+	Chunk    = 4 << 20
+	// maxArgs bounds a launch's argument count (OpenCL's
+	// CL_DEVICE_MAX_PARAMETER_SIZE allows at most a few hundred).
+	maxArgs = 1024
+	// maxNames bounds a program's kernel count in a reply.
+	maxNames = 1 << 16
+)
+
+// Op is a request's operation.
+type Op uint8
+
+// The operations. A body lists its fields in order; q, b, p and k are u32
+// handles of a queue, buffer, program and kernel, given out by the server
+// (never 0, never reused in a connection); s16 and s32 are strings with a
+// u16 or u32 length before them.
+const (
+	OpInfo        Op = 1  // -> JSON gpu.Info (the rest of the body)
+	OpNewQueue    Op = 2  // -> q
+	OpCloseQueue  Op = 3  // q ->
+	OpAlloc       Op = 4  // q, u64 size -> b
+	OpWrite       Op = 5  // q, b, u64 off, data (the rest) ->
+	OpRead        Op = 6  // q, b, u64 off, u32 n -> data (exactly n bytes)
+	OpCopy        Op = 7  // q, src b, dst b, u64 srcOff, u64 dstOff, u64 n ->
+	OpFill        Op = 8  // q, b, u64 off, u64 n, u8 len, pattern ->
+	OpBuild       Op = 9  // q, s32 source, s32 options -> p, s32 log
+	OpKernel      Op = 10 // q, p, s16 name -> k, u32 args
+	OpKernelNames Op = 11 // q, p -> u32 count, count x s16
+	OpProgramInfo Op = 12 // q, p -> JSON []gpu.KernelInfo (the rest)
+	OpLaunch      Op = 13 // q, k, NDRange, u16 count, count x arg -> u64 ns
+	OpRelease     Op = 14 // q, u8 what (1 buffer, 2 program, 3 kernel), handle ->
+	OpClose       Op = 15 // -> (the server closes the device and ends)
+)
+
+// NDRange: u8 dims, 3 x u64 offset, 3 x u64 global, 3 x u64 local. An
+// argument: u8 kind, then for argBuffer a buffer handle, for argScalar an
+// s16 of bytes, for argLocal a u64 size.
+const (
+	argBuffer = 1
+	argScalar = 2
+	argLocal  = 3
+)
+
+// What a Release names.
+const (
+	relBuffer  = 1
+	relProgram = 2
+	relKernel  = 3
+)
+
+// errKind is a reply's error status: which of package gpu's sentinels the
+// error is. kindProtocol: the server could not decode the request.
+type errKind uint8
+
+const (
+	kindOther errKind = iota + 1
+	kindBuildFailed
+	kindSourceRejected
+	kindNoKernel
+	kindOutOfMemory
+	kindInvalidLaunch
+	kindInvalidArgument
+	kindOutOfRange
+	kindDevice
+	kindContextLost
+	kindClosed
+	kindForeign
+	kindNoDevice
+	kindNoPlatform
+	kindProtocol
+)
+
+// kinds maps sentinels to kinds, the more specific first.
+var kinds = []struct {
+	err  error
+	kind errKind
+}{
+	{gpu.ErrSourceRejected, kindSourceRejected},
+	{gpu.ErrBuildFailed, kindBuildFailed},
+	{gpu.ErrNoKernel, kindNoKernel},
+	{gpu.ErrOutOfMemory, kindOutOfMemory},
+	{gpu.ErrInvalidLaunch, kindInvalidLaunch},
+	{gpu.ErrOutOfRange, kindOutOfRange},
+	{gpu.ErrInvalidArgument, kindInvalidArgument},
+	{gpu.ErrContextLost, kindContextLost},
+	{gpu.ErrDevice, kindDevice},
+	{gpu.ErrClosed, kindClosed},
+	{gpu.ErrForeign, kindForeign},
+	{gpu.ErrNoDevice, kindNoDevice},
+	{gpu.ErrNoPlatform, kindNoPlatform},
+	{ErrProtocol, kindProtocol},
+}
+
+func kindOf(err error) errKind {
+	for _, k := range kinds {
+		if errors.Is(err, k.err) {
+			return k.kind
+		}
+	}
+	return kindOther
+}
+
+// sentinel is the error a kind stands for; kindOther is a device error
+// (the executor failed in a way the caller could not have prevented).
+func (k errKind) sentinel() error {
+	for _, e := range kinds {
+		if e.kind == k {
+			return e.err
+		}
+	}
+	return gpu.ErrDevice
+}
+
+// ErrProtocol: a frame or body that does not follow the protocol.
+var ErrProtocol = errors.New("executor protocol violation")
+
+// Error is an error the executor answered: its message, and the sentinel
+// of its kind for errors.Is.
+type Error struct {
+	Msg  string
+	kind errKind
+}
+
+func (e *Error) Error() string { return "executor: " + e.Msg }
+func (e *Error) Unwrap() error { return e.kind.sentinel() }
+
+// frame is one decoded frame: a request (code is its Op) or a reply (code
+// is its status).
+type frame struct {
+	seq  uint32
+	code uint8
+	body []byte
+}
+
+// readFrame reads one frame; a length over MaxFrame or under the header's
+// is ErrProtocol.
+func readFrame(r io.Reader) (frame, error) {
+	var h [9]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return frame{}, err
+	}
+	n := binary.LittleEndian.Uint32(h[0:])
+	if n < 5 || n > MaxFrame {
+		return frame{}, fmt.Errorf("%w: frame length %d", ErrProtocol, n)
+	}
+	f := frame{seq: binary.LittleEndian.Uint32(h[4:]), code: h[8], body: make([]byte, n-5)}
+	if _, err := io.ReadFull(r, f.body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return frame{}, err
+	}
+	return f, nil
+}
+
+// appendFrame appends a frame with body to dst.
+func appendFrame(dst []byte, seq uint32, code uint8, body []byte) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(5+len(body)))
+	dst = binary.LittleEndian.AppendUint32(dst, seq)
+	dst = append(dst, code)
+	return append(dst, body...)
+}
+
+// enc builds a body.
+type enc struct{ b []byte }
+
+func (e *enc) u8(v uint8)   { e.b = append(e.b, v) }
+func (e *enc) u16(v uint16) { e.b = binary.LittleEndian.AppendUint16(e.b, v) }
+func (e *enc) u32(v uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, v) }
+func (e *enc) u64(v uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, v) }
+func (e *enc) raw(p []byte) { e.b = append(e.b, p...) }
+
+// s16 and s32 append a string with its length; the caller keeps it within
+// the length's range (checkString).
+func (e *enc) s16(s string) { e.u16(uint16(len(s))); e.b = append(e.b, s...) }
+func (e *enc) s32(s string) { e.u32(uint32(len(s))); e.b = append(e.b, s...) }
+
+func (e *enc) ndrange(r gpu.NDRange) {
+	e.u8(uint8(r.Dims))
+	for _, a := range [][3]uint64{r.Offset, r.Global, r.Local} {
+		for _, v := range a {
+			e.u64(v)
+		}
+	}
+}
+
+// dec reads a body; the first short read sets err and every later read
+// returns zero.
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) take(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(d.b) {
+		d.err = fmt.Errorf("%w: body short by %d bytes", ErrProtocol, n-len(d.b))
+		return nil
+	}
+	p := d.b[:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *dec) u8() uint8 {
+	if p := d.take(1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+func (d *dec) u16() uint16 {
+	if p := d.take(2); p != nil {
+		return binary.LittleEndian.Uint16(p)
+	}
+	return 0
+}
+
+func (d *dec) u32() uint32 {
+	if p := d.take(4); p != nil {
+		return binary.LittleEndian.Uint32(p)
+	}
+	return 0
+}
+
+func (d *dec) u64() uint64 {
+	if p := d.take(8); p != nil {
+		return binary.LittleEndian.Uint64(p)
+	}
+	return 0
+}
+
+func (d *dec) s16() string { return string(d.take(int(d.u16()))) }
+
+func (d *dec) s32() string {
+	n := d.u32()
+	if n > MaxFrame {
+		d.fail("string of %d bytes", n)
+		return ""
+	}
+	return string(d.take(int(n)))
+}
+
+// rest returns what is left of the body.
+func (d *dec) rest() []byte {
+	if d.err != nil {
+		return nil
+	}
+	p := d.b
+	d.b = nil
+	return p
+}
+
+func (d *dec) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrProtocol}, args...)...)
+	}
+}
+
+// done is the decode's error, or one if bytes are left over.
+func (d *dec) done() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d bytes after the body", len(d.b))
+	}
+	return d.err
+}
+
+func (d *dec) ndrange() gpu.NDRange {
+	r := gpu.NDRange{Dims: int(d.u8())}
+	for _, a := range []*[3]uint64{&r.Offset, &r.Global, &r.Local} {
+		for i := range a {
+			a[i] = d.u64()
+		}
+	}
+	return r
+}
+
+// errorBody is the body of an error reply.
+func errorBody(err error, log string) []byte {
+	msg := err.Error()
+	if len(msg) > math.MaxUint16 {
+		msg = msg[:math.MaxUint16]
+	}
+	var e enc
+	e.s16(msg)
+	e.s32(log)
+	return e.b
+}
+
+// decodeError decodes an error reply of kind k: the error and the log.
+func decodeError(k errKind, body []byte) (error, string) {
+	d := dec{b: body}
+	msg, log := d.s16(), d.s32()
+	if err := d.done(); err != nil {
+		return err, ""
+	}
+	if k > kindProtocol {
+		k = kindOther
+	}
+	return &Error{Msg: msg, kind: k}, log
+}
+
+// checkString refuses a string too long for its length field or a frame.
+func checkString(what, s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%s of %d bytes (at most %d): %w", what, len(s), max, gpu.ErrInvalidArgument)
+	}
+	return nil
+}

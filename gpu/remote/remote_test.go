@@ -1,0 +1,363 @@
+package remote
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/gpu/gputest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// socketPair returns the two ends of a Unix stream socket pair, closed at
+// the test's end.
+func socketPair(t testing.TB) (*net.UnixConn, *net.UnixConn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c.(*net.UnixConn)
+	}
+	return conn(fds[0]), conn(fds[1])
+}
+
+// served returns a client Device over a socket pair to Serve(dev), which
+// ends when the client closes; the test waits for it.
+func served(t testing.TB, dev gpu.Device) *Device {
+	t.Helper()
+	a, b := socketPair(t)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := Serve(b, dev); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	t.Cleanup(wg.Wait)
+	d, err := NewDevice(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+const vadd = `__kernel void vadd(__global const int *a, __global const int *b, __global int *c) {
+	size_t i = get_global_id(0);
+	c[i] = a[i] + b[i];
+}
+__kernel void twice(__global int *a) { a[get_global_id(0)] *= 2; }`
+
+func ints(v ...int32) []byte {
+	var b []byte
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint32(b, uint32(x))
+	}
+	return b
+}
+
+// exercise drives every call of a device through the client and checks
+// what both the fake and the real device must agree on; launch tells
+// whether kernels really run (the fake computes nothing).
+func exercise(t *testing.T, d *Device, computes bool) {
+	if d.Info().Name == "" || d.Info().GlobalMemBytes == 0 {
+		t.Errorf("Info() = %+v, want the served device's", d.Info())
+	}
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	a, err := q.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := q.Alloc(16)
+	c, _ := q.Alloc(16)
+	zero := make([]byte, 16)
+	if err := q.Read(c, 0, zero); err != nil || !bytes.Equal(zero, make([]byte, 16)) {
+		t.Errorf("a new buffer reads %x, %v; want zeros", zero, err)
+	}
+	if err := q.Write(a, 0, ints(1, 2, 3, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Write(b, 0, ints(10, 20, 30, 40)); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Write(a, 12, ints(1, 2)); !errors.Is(err, gpu.ErrOutOfRange) {
+		t.Errorf("Write past the end = %v, want ErrOutOfRange", err)
+	}
+	p, log, err := q.Build(vadd, "")
+	if err != nil {
+		t.Fatalf("Build: %v\n%s", err, log)
+	}
+	if names := p.KernelNames(); len(names) != 2 {
+		t.Errorf("KernelNames() = %q, want two", names)
+	}
+	info, err := p.Info()
+	if err != nil || len(info) != 2 || info[1].Name != "vadd" || len(info[1].Args) != 3 {
+		t.Errorf("Info() = %+v, %v; want twice and vadd, vadd with 3 arguments", info, err)
+	}
+	k, err := p.Kernel("vadd")
+	if err != nil || k.Name() != "vadd" || k.NumArgs() != 3 {
+		t.Fatalf("Kernel(vadd) = %v, %v", k, err)
+	}
+	if _, err := p.Kernel("nope"); !errors.Is(err, gpu.ErrNoKernel) {
+		t.Errorf("Kernel(nope) = %v, want ErrNoKernel", err)
+	}
+	r := gpu.NDRange{Dims: 1, Global: [3]uint64{4, 1, 1}}
+	if _, err := q.Launch(k, r, []gpu.Arg{{Buffer: a}, {Buffer: b}, {Buffer: c}}); err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	if _, err := q.Launch(k, r, []gpu.Arg{{Buffer: a}, {Scalar: []byte{1, 2, 3, 4}}, {Buffer: c}}); !errors.Is(err, gpu.ErrInvalidLaunch) {
+		t.Errorf("Launch with a scalar for a buffer = %v, want ErrInvalidLaunch", err)
+	}
+	got := make([]byte, 16)
+	if err := q.Read(c, 0, got); err != nil {
+		t.Fatal(err)
+	}
+	if computes && !bytes.Equal(got, ints(11, 22, 33, 44)) {
+		t.Errorf("vadd read %x, want 11 22 33 44", got)
+	}
+	if err := q.Copy(b, c, 0, 4, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Fill(a, 0, 16, []byte{7, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Read(a, 0, got); err != nil || !bytes.Equal(got, ints(7, 7, 7, 7)) {
+		t.Errorf("after Fill: %x, %v; want 7s", got, err)
+	}
+	if err := q.Read(c, 4, got[:8]); err != nil || !bytes.Equal(got[:8], ints(10, 20)) {
+		t.Errorf("after Copy: %x, %v; want 10 20", got[:8], err)
+	}
+
+	// Build failures carry the log; refused source is told apart.
+	if _, log, err := q.Build("__kernel void broken( {", ""); !errors.Is(err, gpu.ErrBuildFailed) {
+		t.Errorf("Build(broken) = %v (log %q), want ErrBuildFailed", err, log)
+	}
+	if _, _, err := q.Build("#include \"/etc/passwd\"\n__kernel void k() {}", ""); !errors.Is(err, gpu.ErrSourceRejected) {
+		t.Errorf("Build(#include) = %v, want ErrSourceRejected", err)
+	}
+
+	// Objects of another queue are foreign; released ones closed.
+	q2, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.Write(a, 0, ints(1)); !errors.Is(err, gpu.ErrForeign) {
+		t.Errorf("Write of another queue's buffer = %v, want ErrForeign", err)
+	}
+	if _, err := q2.Launch(k, r, nil); !errors.Is(err, gpu.ErrForeign) {
+		t.Errorf("Launch of another queue's kernel = %v, want ErrForeign", err)
+	}
+	q2.Close()
+	if _, err := q2.Alloc(4); !errors.Is(err, gpu.ErrClosed) {
+		t.Errorf("Alloc on a closed queue = %v, want ErrClosed", err)
+	}
+	k.Release()
+	k.Release()
+	if _, err := q.Launch(k, r, nil); !errors.Is(err, gpu.ErrClosed) {
+		t.Errorf("Launch of a released kernel = %v, want ErrClosed", err)
+	}
+	a.Release()
+	if err := q.Write(a, 0, ints(1)); !errors.Is(err, gpu.ErrClosed) {
+		t.Errorf("Write of a released buffer = %v, want ErrClosed", err)
+	}
+	p.Release()
+	b.Release()
+	c.Release()
+}
+
+// TestServedFake: every call through the protocol to the fake device.
+func TestServedFake(t *testing.T) {
+	d := served(t, gputest.New(gputest.Config{}))
+	exercise(t, d, false)
+	if err := d.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if _, err := d.NewQueue(); !errors.Is(err, gpu.ErrContextLost) {
+		t.Errorf("NewQueue after Close = %v, want ErrContextLost", err)
+	}
+}
+
+// TestServedPoCL: the same through the protocol to the real OpenCL
+// device, whose kernels compute; and a write and read larger than a
+// frame's chunk.
+func TestServedPoCL(t *testing.T) {
+	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
+	}
+	d := served(t, dev)
+	defer d.Close()
+	exercise(t, d, true)
+
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	const n = 2*Chunk + 12345
+	b, err := q.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make([]byte, n)
+	for i := range in {
+		in[i] = byte(i * 7)
+	}
+	if err := q.Write(b, 0, in); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, n)
+	if err := q.Read(b, 0, out); err != nil || !bytes.Equal(in, out) {
+		t.Errorf("a %d-byte buffer read back differs (%v)", n, err)
+	}
+}
+
+// TestExecutorGone: when the executor's end closes, a call in progress
+// and every later call fail with ErrContextLost.
+func TestExecutorGone(t *testing.T) {
+	a, b := socketPair(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Answer Info and one NewQueue, then hang up.
+		for i := 0; i < 2; i++ {
+			f, err := readFrame(b)
+			if err != nil {
+				return
+			}
+			var body []byte
+			if Op(f.code) == OpInfo {
+				body = []byte(`{"Name":"x","GlobalMemBytes":1}`)
+			} else {
+				body = binary.LittleEndian.AppendUint32(nil, 1)
+			}
+			b.Write(appendFrame(nil, f.seq, 0, body))
+		}
+		readFrame(b) // the Alloc, never answered
+		b.Close()
+	}()
+	d, err := NewDevice(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Alloc(4); !errors.Is(err, gpu.ErrContextLost) || !errors.Is(err, gpu.ErrDevice) {
+		t.Errorf("Alloc when the executor hangs up = %v, want ErrContextLost", err)
+	}
+	if _, err := d.NewQueue(); !errors.Is(err, gpu.ErrContextLost) {
+		t.Errorf("NewQueue after = %v, want ErrContextLost", err)
+	}
+	<-done
+	d.Close()
+}
+
+// TestHostileReplies: replies that break the protocol lose the device
+// instead of being believed.
+func TestHostileReplies(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		reply func(f frame) []byte
+	}{
+		{"a reply to a request never made", func(f frame) []byte { return appendFrame(nil, f.seq+100, 0, nil) }},
+		{"a frame too long", func(f frame) []byte {
+			return append(binary.LittleEndian.AppendUint32(nil, MaxFrame+1), 0, 0, 0, 0, 0)
+		}},
+		{"a handle 0", func(f frame) []byte { return appendFrame(nil, f.seq, 0, make([]byte, 4)) }},
+		{"a short handle", func(f frame) []byte { return appendFrame(nil, f.seq, 0, []byte{1}) }},
+		{"a malformed error", func(f frame) []byte { return appendFrame(nil, f.seq, uint8(kindDevice), []byte{9, 9}) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := socketPair(t)
+			go func() {
+				f, err := readFrame(b)
+				if err != nil {
+					return
+				}
+				b.Write(appendFrame(nil, f.seq, 0, []byte(`{"Name":"x"}`)))
+				if f, err = readFrame(b); err == nil {
+					b.Write(tt.reply(f))
+				}
+				io.Copy(io.Discard, b)
+			}()
+			d, err := NewDevice(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if _, err := d.NewQueue(); !errors.Is(err, gpu.ErrContextLost) {
+				t.Errorf("NewQueue = %v, want ErrContextLost", err)
+			}
+		})
+	}
+}
+
+// TestServerMalformed: requests that do not decode are answered with an
+// error and the server goes on.
+func TestServerMalformed(t *testing.T) {
+	a, b := socketPair(t)
+	done := make(chan error, 1)
+	go func() { done <- Serve(b, gputest.New(gputest.Config{})) }()
+	send := func(op Op, body []byte) frame {
+		t.Helper()
+		if _, err := a.Write(appendFrame(nil, 1, uint8(op), body)); err != nil {
+			t.Fatal(err)
+		}
+		f, err := readFrame(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for _, tt := range []struct {
+		op   Op
+		body []byte
+	}{
+		{OpAlloc, nil},                             // no queue
+		{OpAlloc, []byte{1, 0, 0, 0}},              // a queue that does not exist
+		{OpNewQueue, []byte{1}},                    // a body where none goes
+		{Op(200), nil},                             // no such op
+		{OpRead, append(ints(1), 1)},               // after a queue is made below
+		{OpLaunch, append(ints(1, 1), 3, 0, 0, 0)}, // short ND-range
+	} {
+		if tt.op == OpRead {
+			if f := send(OpNewQueue, nil); f.code != 0 {
+				t.Fatalf("NewQueue: status %d", f.code)
+			}
+		}
+		if f := send(tt.op, tt.body); f.code == 0 {
+			t.Errorf("op %d body %x answered success", tt.op, tt.body)
+		}
+	}
+	// A frame length out of bounds ends the connection with an error.
+	a.Write(binary.LittleEndian.AppendUint32(nil, 2))
+	a.Write(make([]byte, 8))
+	if err := <-done; !errors.Is(err, ErrProtocol) {
+		t.Errorf("Serve after a bad frame length = %v, want ErrProtocol", err)
+	}
+}

@@ -1,0 +1,424 @@
+package remote
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/vgpud/vgpud/gpu"
+)
+
+// Serve answers the executor protocol on conn with dev until the client
+// hangs up (nil), sends OpClose (nil) or breaks the framing (an error
+// wrapping ErrProtocol). A request whose body does not decode is answered
+// with a kindProtocol error and serving goes on. Every queue is closed on
+// return; dev is closed only by OpClose.
+func Serve(conn io.ReadWriter, dev gpu.Device) error {
+	s := &server{dev: dev, w: conn, queues: map[uint32]*squeue{}, objs: map[uint32]sobj{}}
+	r := bufio.NewReaderSize(conn, 64<<10)
+	defer s.closeQueues()
+	for {
+		f, err := readFrame(r)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if Op(f.code) == OpClose {
+			s.closeQueues()
+			err := dev.Close()
+			s.reply(f.seq, nil, err, "")
+			return nil
+		}
+		s.dispatch(f)
+	}
+}
+
+// server is Serve's state.
+type server struct {
+	dev gpu.Device
+
+	wmu sync.Mutex // serialises replies
+	w   io.Writer
+
+	mu     sync.Mutex // guards what follows
+	next   uint32     // the last handle given out
+	queues map[uint32]*squeue
+	objs   map[uint32]sobj // buffers, programs and kernels by handle
+	wg     sync.WaitGroup  // queue goroutines
+}
+
+// squeue is one queue: its requests run in order on its goroutine.
+type squeue struct {
+	q    gpu.Queue
+	reqs chan frame
+}
+
+// sobj is a buffer, program or kernel of queue q.
+type sobj struct {
+	q    uint32
+	what uint8 // relBuffer, relProgram, relKernel
+	buf  gpu.Buffer
+	prog gpu.Program
+	kern gpu.Kernel
+}
+
+// handle returns a new handle, or 0 once they ran out.
+func (s *server) handle() uint32 {
+	if s.next == ^uint32(0) {
+		return 0
+	}
+	s.next++
+	return s.next
+}
+
+// reply sends a reply: body on success, else err's kind and message with
+// log.
+func (s *server) reply(seq uint32, body []byte, err error, log string) {
+	code := uint8(0)
+	if err != nil {
+		code, body = uint8(kindOf(err)), errorBody(err, log)
+	}
+	out := appendFrame(make([]byte, 0, 9+len(body)), seq, code, body)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	// A failed write means the client is gone: the read loop sees it.
+	_, _ = s.w.Write(out)
+}
+
+// dispatch answers device-level requests at once and hands a queue's to
+// its goroutine.
+func (s *server) dispatch(f frame) {
+	switch Op(f.code) {
+	case OpInfo:
+		b, err := json.Marshal(s.dev.Info())
+		s.reply(f.seq, b, err, "")
+		return
+	case OpNewQueue:
+		if err := s.newQueue(f); err != nil {
+			s.reply(f.seq, nil, err, "")
+		}
+		return
+	}
+	d := dec{b: f.body}
+	qh := d.u32()
+	s.mu.Lock()
+	sq := s.queues[qh]
+	s.mu.Unlock()
+	if d.err != nil || sq == nil {
+		s.reply(f.seq, nil, fmt.Errorf("%w: op %d on queue %d, which does not exist", ErrProtocol, f.code, qh), "")
+		return
+	}
+	sq.reqs <- f
+}
+
+// newQueue creates a queue and, on success, replies with its handle
+// itself (before the queue's goroutine can reply to anything).
+func (s *server) newQueue(f frame) error {
+	if len(f.body) != 0 {
+		return fmt.Errorf("%w: new-queue with a body", ErrProtocol)
+	}
+	q, err := s.dev.NewQueue()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	h := s.handle()
+	if h == 0 {
+		s.mu.Unlock()
+		q.Close()
+		return fmt.Errorf("out of handles: %w", gpu.ErrOutOfMemory)
+	}
+	// The channel's room bounds the requests one queue may have waiting;
+	// the client sends one at a time.
+	sq := &squeue{q: q, reqs: make(chan frame, 16)}
+	s.queues[h] = sq
+	s.wg.Add(1)
+	s.mu.Unlock()
+	var e enc
+	e.u32(h)
+	s.reply(f.seq, e.b, nil, "")
+	go s.runQueue(h, sq)
+	return nil
+}
+
+// runQueue runs queue h's requests in order until it is closed.
+func (s *server) runQueue(h uint32, sq *squeue) {
+	defer s.wg.Done()
+	for f := range sq.reqs {
+		body, log, err := s.queueOp(h, sq, f)
+		s.reply(f.seq, body, err, log)
+		if Op(f.code) == OpCloseQueue && err == nil {
+			return
+		}
+	}
+}
+
+// closeQueues closes every queue and waits for their goroutines.
+func (s *server) closeQueues() {
+	s.mu.Lock()
+	qs := s.queues
+	s.queues = map[uint32]*squeue{}
+	s.mu.Unlock()
+	for _, sq := range qs {
+		close(sq.reqs)
+	}
+	s.wg.Wait()
+	for _, sq := range qs {
+		sq.q.Close()
+	}
+}
+
+// obj returns queue h's object o of kind what.
+func (s *server) obj(h, o uint32, what uint8) (sobj, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ob, ok := s.objs[o]
+	if !ok || ob.what != what {
+		return sobj{}, fmt.Errorf("handle %d: %w", o, gpu.ErrClosed)
+	}
+	if ob.q != h {
+		return sobj{}, fmt.Errorf("handle %d: %w", o, gpu.ErrForeign)
+	}
+	return ob, nil
+}
+
+// add records a new object of queue h and returns its handle's body.
+func (s *server) add(ob sobj) ([]byte, error) {
+	s.mu.Lock()
+	h := s.handle()
+	if h != 0 {
+		s.objs[h] = ob
+	}
+	s.mu.Unlock()
+	if h == 0 {
+		switch ob.what {
+		case relBuffer:
+			ob.buf.Release()
+		case relProgram:
+			ob.prog.Release()
+		case relKernel:
+			ob.kern.Release()
+		}
+		return nil, fmt.Errorf("out of handles: %w", gpu.ErrOutOfMemory)
+	}
+	var e enc
+	e.u32(h)
+	return e.b, nil
+}
+
+// queueOp runs one of queue h's requests and returns the reply's body, a
+// build log and the error.
+func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) {
+	d := dec{b: f.body}
+	d.u32() // the queue's handle, read by dispatch
+	q := sq.q
+	buf := func() (gpu.Buffer, error) {
+		o := d.u32()
+		if d.err != nil {
+			return nil, d.err
+		}
+		ob, err := s.obj(h, o, relBuffer)
+		return ob.buf, err
+	}
+	var e enc
+	switch Op(f.code) {
+	case OpCloseQueue:
+		if err := d.done(); err != nil {
+			return nil, "", err
+		}
+		s.mu.Lock()
+		delete(s.queues, h)
+		for k, ob := range s.objs {
+			if ob.q == h {
+				delete(s.objs, k)
+			}
+		}
+		s.mu.Unlock()
+		return nil, "", q.Close()
+	case OpAlloc:
+		size := d.u64()
+		if err := d.done(); err != nil {
+			return nil, "", err
+		}
+		b, err := q.Alloc(size)
+		if err != nil {
+			return nil, "", err
+		}
+		body, err := s.add(sobj{q: h, what: relBuffer, buf: b})
+		return body, "", err
+	case OpWrite:
+		b, err := buf()
+		off, data := d.u64(), d.rest()
+		if err := d.done(); err != nil {
+			return nil, "", err
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		return nil, "", q.Write(b, off, data)
+	case OpRead:
+		b, err := buf()
+		off, n := d.u64(), d.u32()
+		if err := d.done(); err != nil {
+			return nil, "", err
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		if n > Chunk {
+			return nil, "", fmt.Errorf("%w: read of %d bytes (at most %d a frame)", ErrProtocol, n, Chunk)
+		}
+		p := make([]byte, n)
+		if err := q.Read(b, off, p); err != nil {
+			return nil, "", err
+		}
+		return p, "", nil
+	case OpCopy:
+		src, err1 := buf()
+		dst, err2 := buf()
+		so, do, n := d.u64(), d.u64(), d.u64()
+		if err := d.done(); err != nil {
+			return nil, "", err
+		}
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, "", err
+		}
+		return nil, "", q.Copy(src, dst, so, do, n)
+	case OpFill:
+		b, err := buf()
+		off, n := d.u64(), d.u64()
+		pat := d.take(int(d.u8()))
+		if err := d.done(); err != nil {
+			return nil, "", err
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		return nil, "", q.Fill(b, off, n, pat)
+	case OpBuild:
+		src, opts := d.s32(), d.s32()
+		if err := d.done(); err != nil {
+			return nil, "", err
+		}
+		p, log, err := q.Build(src, opts)
+		if err != nil {
+			return nil, log, err
+		}
+		body, err := s.add(sobj{q: h, what: relProgram, prog: p})
+		if err != nil {
+			return nil, log, err
+		}
+		e.raw(body)
+		e.s32(log)
+		return e.b, "", nil
+	case OpKernel, OpKernelNames, OpProgramInfo:
+		ph := d.u32()
+		var name string
+		if Op(f.code) == OpKernel {
+			name = d.s16()
+		}
+		if err := d.done(); err != nil {
+			return nil, "", err
+		}
+		ob, err := s.obj(h, ph, relProgram)
+		if err != nil {
+			return nil, "", err
+		}
+		switch Op(f.code) {
+		case OpKernel:
+			k, err := ob.prog.Kernel(name)
+			if err != nil {
+				return nil, "", err
+			}
+			body, err := s.add(sobj{q: h, what: relKernel, kern: k})
+			if err != nil {
+				return nil, "", err
+			}
+			e.raw(body)
+			e.u32(uint32(k.NumArgs()))
+			return e.b, "", nil
+		case OpKernelNames:
+			names := ob.prog.KernelNames()
+			e.u32(uint32(len(names)))
+			for _, n := range names {
+				e.s16(n)
+			}
+			return e.b, "", nil
+		default:
+			info, err := ob.prog.Info()
+			if err != nil {
+				return nil, "", err
+			}
+			b, err := json.Marshal(info)
+			return b, "", err
+		}
+	case OpLaunch:
+		kh := d.u32()
+		r := d.ndrange()
+		n := int(d.u16())
+		if n > maxArgs {
+			d.fail("%d launch arguments", n)
+		}
+		var args []gpu.Arg
+		var argErr error
+		for i := 0; i < n && d.err == nil; i++ {
+			switch d.u8() {
+			case argBuffer:
+				b, err := buf()
+				argErr = errors.Join(argErr, err)
+				args = append(args, gpu.Arg{Buffer: b})
+			case argScalar:
+				v := d.take(int(d.u16()))
+				// An empty scalar is still a scalar to the device.
+				args = append(args, gpu.Arg{Scalar: append([]byte{}, v...)})
+			case argLocal:
+				args = append(args, gpu.Arg{Local: d.u64()})
+			default:
+				d.fail("argument %d of an unknown kind", i)
+			}
+		}
+		if err := d.done(); err != nil {
+			return nil, "", err
+		}
+		if argErr != nil {
+			return nil, "", argErr
+		}
+		ob, err := s.obj(h, kh, relKernel)
+		if err != nil {
+			return nil, "", err
+		}
+		t, err := q.Launch(ob.kern, r, args)
+		if err != nil {
+			return nil, "", err
+		}
+		e.u64(uint64(t))
+		return e.b, "", nil
+	case OpRelease:
+		what, o := d.u8(), d.u32()
+		if err := d.done(); err != nil {
+			return nil, "", err
+		}
+		ob, err := s.obj(h, o, what)
+		if err != nil {
+			return nil, "", err
+		}
+		s.mu.Lock()
+		delete(s.objs, o)
+		s.mu.Unlock()
+		switch what {
+		case relBuffer:
+			ob.buf.Release()
+		case relProgram:
+			ob.prog.Release()
+		case relKernel:
+			ob.kern.Release()
+		}
+		return nil, "", nil
+	}
+	return nil, "", fmt.Errorf("%w: unknown op %d", ErrProtocol, f.code)
+}
