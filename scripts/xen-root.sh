@@ -134,7 +134,8 @@ cp "$rootfs/boot/initrd.img-$kver" "$tmp/initrd.img"
 # The system: root on /dev/vda (read-only in the image's use: QEMU's
 # snapshot=on), no password for root, a login on dom0's console, and the
 # test hook: a disk labelled xentest is mounted at /xentest and its run.sh
-# runs once the Xen daemons are up.
+# runs once the Xen daemons are up (Debian's xen.service: modules,
+# xenstored, xenconsoled).
 echo xendom0 >"$rootfs/etc/hostname"
 printf 'LABEL=xenroot / ext4 rw,errors=remount-ro 0 1\n' >"$rootfs/etc/fstab"
 chroot "$rootfs" passwd -d root >/dev/null
@@ -143,8 +144,8 @@ cat >"$rootfs/etc/systemd/system/xen-test.service" <<'EOF'
 [Unit]
 Description=vgpud's Xen test (the xentest disk's run.sh)
 ConditionPathExists=/dev/disk/by-label/xentest
-After=xen-init-dom0.service xenstored.service xenconsoled.service local-fs.target
-Wants=xen-init-dom0.service xenstored.service xenconsoled.service
+After=xen.service xen-init-dom0.service xenstored.service xenconsoled.service local-fs.target
+Wants=xen.service
 
 [Service]
 Type=oneshot
