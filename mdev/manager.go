@@ -66,6 +66,11 @@ type Config struct {
 	// no isolation between tenants (docs/isolation.md). Unsafe; for
 	// benchmark baselines only.
 	InProcess bool
+	// KernelsInWorker runs CPU devices' kernels in the worker processes,
+	// which map their guests' RAM, instead of in executors beside them
+	// (worker.Config.KernelsInWorker). Unsafe; for benchmark baselines
+	// and the test that shows what executors prevent.
+	KernelsInWorker bool
 	// Adopt, if set, is what an old vgpud handed over in an upgrade in
 	// place (docs/upgrade.md): Create adopts the instances it names
 	// (their workers, sockets and connections) instead of making new
@@ -200,7 +205,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		m.infos = append(m.infos, d.Info())
 	}
 	pool, err := worker.NewPool(worker.Config{Devices: m.infos, Dir: cfg.WorkerDir, Logger: log, Sandbox: cfg.Sandbox,
-		InProcess: cfg.InProcess, GPUs: cfg.Devices, DeviceMemory: cfg.DeviceMemory, Shortage: m.shortage})
+		InProcess: cfg.InProcess, KernelsInWorker: cfg.KernelsInWorker, GPUs: cfg.Devices, DeviceMemory: cfg.DeviceMemory, Shortage: m.shortage})
 	if err != nil {
 		return nil, fmt.Errorf("new manager: %w", err)
 	}

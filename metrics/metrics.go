@@ -59,7 +59,7 @@ var (
 	workers       = desc("workers", "Worker processes running (one per trust domain and device).")
 	acceptRetries = desc("accept_retries_total", "Transient accept errors (out of file descriptors or memory) on instance and agent sockets, each retried with a backoff.")
 	connsRefused  = desc("connections_refused_total", "Connections closed as soon as accepted because their listener (control, metrics, migration, an instance socket) held its limit of connections.")
-	workerExits   = desc("worker_exits_total", "Worker processes that ended other than by being stopped, by cause (watchdog, build-timeout, signal, exit, protocol, start).", "cause")
+	workerExits   = desc("worker_exits_total", "Worker processes that ended other than by being stopped, by cause (watchdog, build-timeout, signal, exit, protocol, start, context-lost, executor).", "cause")
 
 	instReuse        = desc("instance_reuse_launches_total", "Launches by result-reuse outcome (hit, miss, skipped, recorded).", append(instLabels, "outcome")...)
 	instReuseBytes   = desc("instance_reuse_saved_bytes_total", "Bytes of results served from the shadow-result table.", instLabels...)

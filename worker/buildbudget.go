@@ -2,6 +2,10 @@ package worker
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,9 +24,10 @@ const buildRecheckMin = 50 * time.Millisecond
 // buildWatch ends a build that ran over its budget. The budget counts the
 // CPU time the worker process spent since the build began, not wall-clock
 // time: on a loaded host a legitimate build gets less of a CPU and takes
-// longer, and that is not the tenant's doing. The worker's CPU time is an
-// upper bound of the compiler's own (the worker may run its domain's
-// kernels meanwhile), so a build is never given more than the budget of
+// longer, and that is not the tenant's doing. The CPU time of the worker
+// and its descendants (its executor, which compiles, and the linker) is
+// an upper bound of the compiler's own (it may run its domain's kernels
+// meanwhile), so a build is never given more than the budget of
 // CPU; a build that blocks instead of computing ends at buildWallFactor
 // times the budget of wall-clock time.
 type buildWatch struct {
@@ -42,7 +47,7 @@ type buildWatch struct {
 // watchBuild starts watching a build of the worker pid; over is called at
 // most once, from a timer's goroutine, when the build ran over.
 func watchBuild(pid int, budget time.Duration, over func(reason string)) *buildWatch {
-	return startBuildWatch(pid, budget, buildWallFactor*budget, over, processCPU)
+	return startBuildWatch(pid, budget, buildWallFactor*budget, over, processTreeCPU)
 }
 
 func startBuildWatch(pid int, budget, wall time.Duration, over func(string), cpu func(int) (time.Duration, error)) *buildWatch {
@@ -91,6 +96,43 @@ func (w *buildWatch) stop() {
 	defer w.mu.Unlock()
 	w.stopped = true
 	w.timer.Stop()
+}
+
+// processTreeCPU is the CPU time of process pid and of its descendants
+// now alive: a worker's executor compiles the worker's builds
+// (docs/isolation.md "Executors"), and PoCL runs its linker as a
+// process. A descendant that ended is no longer counted: it lost the
+// domain its device context.
+func processTreeCPU(pid int) (time.Duration, error) {
+	total, err := processCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	seen := map[int]bool{pid: true}
+	queue := []int{pid}
+	for len(queue) > 0 && len(seen) < 256 {
+		p := queue[0]
+		queue = queue[1:]
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", p))
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			for _, w := range strings.Fields(string(b)) {
+				c, err := strconv.Atoi(w)
+				if err != nil || seen[c] {
+					continue
+				}
+				seen[c] = true
+				queue = append(queue, c)
+				if t, err := processCPU(c); err == nil {
+					total += t
+				}
+			}
+		}
+	}
+	return total, nil
 }
 
 // processCPU reads the user and system CPU time of process pid from

@@ -61,6 +61,13 @@ type Config struct {
 	InProcess bool
 	GPUs      []gpu.Device
 
+	// KernelsInWorker runs the kernels of CPU devices in the worker
+	// process itself, which maps its instances' guest RAM, instead of in
+	// an executor process beside it (docs/isolation.md "Executors"): a
+	// guest's kernel can then read and write its own VM's RAM. For
+	// benchmarks' baselines only.
+	KernelsInWorker bool
+
 	// DeviceMemory is how much memory the pool lets all instances on each
 	// device hold together (same order as Devices; a missing or 0 entry:
 	// the device's GlobalMemBytes). A profile may advertise more than
@@ -81,6 +88,7 @@ type Pool struct {
 	cfg    Config
 	log    *slog.Logger
 	policy sandbox.Policy // every worker's, but Private (not NoSandbox)
+	pidNS  bool           // workers get a PID namespace of their own
 	scheds []*sched.Scheduler
 	local  []*aggregator.Device // InProcess
 	eng    *reuse.Engine        // InProcess
@@ -189,6 +197,10 @@ func NewPool(cfg Config) (*Pool, error) {
 			}
 		}
 		rep := sandbox.Probe()
+		p.pidNS = slices.Contains(rep.Namespaces, "pid")
+		if !p.pidNS && !cfg.KernelsInWorker {
+			p.log.Warn("worker sandbox: no PID namespace for workers: kernels of CPU devices run in the worker, which maps its guests' RAM, not in an executor beside it (docs/isolation.md \"Executors\")")
+		}
 		for _, w := range rep.Weak {
 			p.log.Warn("worker sandbox weaker than designed: " + w)
 		}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -117,16 +118,37 @@ func (pr *process) signal(sig syscall.Signal) error {
 	return s.Signal(sig)
 }
 
-// Signal sends sig to the child.
-func (c childProcess) Signal(sig syscall.Signal) error { return c.cmd.Process.Signal(sig) }
+// Signal sends sig to the child and then to its process group, which
+// holds its executor (docs/isolation.md "Executors"): a preempted turn's
+// kernel runs there. The child is the group's leader (Setpgid); while
+// the signal reaches it, it is not reaped, so the group's ID is not
+// anyone else's.
+func (c childProcess) Signal(sig syscall.Signal) error {
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		return err
+	}
+	return signalGroup(c.cmd.Process.Pid, sig)
+}
 
 // Signal sends sig to the adopted worker through its pidfd (nothing once
-// it was reaped).
+// it was reaped), then to its process group, as childProcess.Signal.
 func (a *adoptedProcess) Signal(sig syscall.Signal) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.fd < 0 {
 		return nil
 	}
-	return unix.PidfdSendSignal(a.fd, sig, nil, 0)
+	if err := unix.PidfdSendSignal(a.fd, sig, nil, 0); err != nil {
+		return err
+	}
+	return signalGroup(a.pid, sig)
+}
+
+// signalGroup sends sig to process group pgid; a group with no member
+// left (the worker just ended) is no error.
+func signalGroup(pgid int, sig syscall.Signal) error {
+	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %v to process group %d: %w", sig, pgid, err)
+	}
+	return nil
 }

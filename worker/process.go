@@ -115,10 +115,28 @@ func (p *Pool) start(k key) (*process, error) {
 		return nil, err
 	}
 	cmd.ExtraFiles = []*os.File{peer}
+	var execPair []*os.File
+	if p.KernelsInExecutor(k.device) {
+		// The worker may not make sockets: its executor's pair is made
+		// here (child.WorkerExecutorFD and WorkerExecutorPeerFD).
+		if execPair, err = socketPair(); err != nil {
+			conn.Close()
+			peer.Close()
+			errR.Close()
+			errW.Close()
+			os.RemoveAll(cacheDir)
+			return nil, fmt.Errorf("worker for domain %s on device %d: executor: %w", k.domain, k.device, err)
+		}
+		cmd.ExtraFiles = append(cmd.ExtraFiles, execPair...)
+		cmd.Env = append(cmd.Env, child.EnvExecutor+"=1")
+	}
 	cmd.Stderr = errW
 	err = cmd.Start()
 	peer.Close()
 	errW.Close()
+	for _, f := range execPair {
+		f.Close()
+	}
 	if err != nil {
 		conn.Close()
 		errR.Close()
@@ -407,10 +425,14 @@ const (
 	// taken over by guest code may claim it, which only mislabels its
 	// own end.
 	CauseContextLost = "context-lost"
+	// CauseExecutor: it exited because the executor that ran its
+	// kernels ended (child.ExitExecutor: a crashing kernel or compiler);
+	// the worker's word, as above.
+	CauseExecutor = "executor"
 )
 
 // Causes lists the causes of a worker's end.
-var Causes = []string{CauseWatchdog, CauseBuildTimeout, CauseProtocol, CauseStart, CauseSignal, CauseExit, CauseContextLost}
+var Causes = []string{CauseWatchdog, CauseBuildTimeout, CauseProtocol, CauseStart, CauseSignal, CauseExit, CauseContextLost, CauseExecutor}
 
 // kill ends the worker for reason (a failure: counted under cause, its
 // instances lost).
@@ -528,8 +550,11 @@ func exitCause(err error) string {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return CauseSignal
 		}
-		if ee.ExitCode() == child.ExitContextLost {
+		switch ee.ExitCode() {
+		case child.ExitContextLost:
 			return CauseContextLost
+		case child.ExitExecutor:
+			return CauseExecutor
 		}
 	}
 	return CauseExit
@@ -573,4 +598,23 @@ func (pr *process) relayLogs(r *os.File) {
 		_ = lvl.UnmarshalText([]byte(rec.Level))
 		pr.log.Log(context.Background(), min(lvl, slog.LevelWarn), "worker log line (untrusted)", "untrusted", line)
 	}
+}
+
+// KernelsInExecutor reports whether workers on device dev run their
+// kernels in an executor process: on a CPU device, where a kernel runs in the process
+// that launches it (docs/isolation.md "Executors"), where the worker is
+// its PID namespace's init (its seccomp filter then lets the executor
+// signal its own threads, and the executor ends with the worker), or
+// unconfined.
+func (p *Pool) KernelsInExecutor(dev int) bool {
+	return !p.cfg.KernelsInWorker && p.cfg.Devices[dev].CPU && (p.pidNS || p.cfg.NoSandbox)
+}
+
+// socketPair returns the two ends of a Unix stream socket pair.
+func socketPair() ([]*os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	return []*os.File{os.NewFile(uintptr(fds[0]), "executor"), os.NewFile(uintptr(fds[1]), "executor-peer")}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 
+	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/worker/sandbox"
 	"github.com/vgpud/vgpud/worker/wire"
 )
@@ -29,6 +30,9 @@ const (
 const ProtocolFD = 3
 
 func init() {
+	if os.Getenv(envExecutorDevice) != "" {
+		os.Exit(executorMain())
+	}
 	if os.Getenv(EnvWorker) == "1" {
 		// The protocol loop stays on the thread the process started on:
 		// its parent-death signal (wire.Parent) is that thread's.
@@ -40,11 +44,7 @@ func init() {
 // Main runs a worker process: it serves the protocol on ProtocolFD until
 // the main process hangs up, and returns the exit code.
 func Main() int {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(os.Getenv(EnvLog))); err != nil {
-		level = slog.LevelInfo
-	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()}))
 	// Confined before anything else runs: the OpenCL runtime is loaded,
 	// and guest code runs, only once this returns. No policy, no worker.
 	pol, err := sandbox.PolicyFromEnv()
@@ -76,9 +76,22 @@ func Main() int {
 		log.Error("protocol socket", "err", err)
 		return 2
 	}
-	if err := Serve(conn, Options{CacheDir: os.Getenv(EnvCache), Logger: log}); err != nil {
+	opts := Options{CacheDir: os.Getenv(EnvCache), Logger: log}
+	if os.Getenv(EnvExecutor) == "1" {
+		opts.Open = func(i int) (gpu.Device, error) { return openExecutor(i) }
+	}
+	if err := Serve(conn, opts); err != nil {
 		log.Error("worker ends", "err", fmt.Sprint(err))
 		return 1
 	}
 	return 0
+}
+
+// logLevel is the level EnvLog names (info when none).
+func logLevel() slog.Level {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(os.Getenv(EnvLog))); err != nil {
+		level = slog.LevelInfo
+	}
+	return level
 }

@@ -49,6 +49,7 @@ type server struct {
 	// Guarded by mu.
 	hello    *wire.Hello
 	g        gpu.Device
+	exec     *executorDevice // the executor g is served by; nil: g is in this process
 	dev      *aggregator.Device
 	eng      *reuse.Engine
 	dom      *reuse.Domain
@@ -267,6 +268,9 @@ func (s *server) helloed(h *wire.Hello) ([]byte, error) {
 	g, err := s.opts.Open(int(h.Device))
 	if err != nil {
 		return nil, fmt.Errorf("open device %d: %w", h.Device, err)
+	}
+	if e, ok := g.(*executorDevice); ok {
+		s.exec = e
 	}
 	g = guardLost(g, s.contextLost)
 	s.g = g
@@ -637,10 +641,32 @@ func (s *server) Unreserve(id string, n uint64) {
 // main process learns as it learns of any worker's end, and a fresh
 // worker opens a fresh context. Outside a worker process (tests) the
 // connection is closed instead, which ends Serve.
+//
+// With an executor, the context is lost when the executor ends (a
+// crashing kernel or compiler): the worker then exits with ExitExecutor;
+// or when it breaks its protocol (ExitContextLost; it ends with the
+// worker).
 func (s *server) contextLost(err error) {
-	s.log.Error("device context lost: ending the worker, its domain starts again on a fresh one", "err", fmt.Sprint(err))
+	code := ExitContextLost
+	if e := s.executorOf(); e != nil {
+		// Its end follows its socket's at once; a live one (it broke the
+		// protocol) ends with this worker.
+		gone, how := e.ended(5 * time.Second)
+		if gone {
+			code = ExitExecutor
+		}
+		s.log.Error("the executor is gone: ending the worker, its domain starts again on a fresh one", "executor", how, "err", fmt.Sprint(err))
+	} else {
+		s.log.Error("device context lost: ending the worker, its domain starts again on a fresh one", "err", fmt.Sprint(err))
+	}
 	if os.Getenv(EnvWorker) == "1" {
-		os.Exit(ExitContextLost)
+		os.Exit(code)
 	}
 	s.conn.Close()
+}
+
+func (s *server) executorOf() *executorDevice {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exec
 }

@@ -62,6 +62,9 @@ var allowed = []string{
 // which the filter answers ENOSYS).
 const cloneSpawn = unix.CLONE_VM | unix.CLONE_VFORK | uint64(unix.SIGCHLD)
 
+// maxPID is the largest process ID Linux gives (PID_MAX_LIMIT on 64-bit).
+const maxPID = 1 << 22
+
 // cloneNamespaces are the clone flags that make new namespaces.
 const cloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
@@ -152,10 +155,21 @@ func syscallPolicy(pid int, p Policy) (seccomp.Policy, error) {
 		}},
 		seccomp.NameWithConditions{Name: "clone", Conditions: seccomp.ArgumentConditions{equal(0, cloneSpawn)}},
 	)
-	// Signals only to this process and its own threads.
+	// Signals only to this process and its own threads; or, for the
+	// init of its own PID namespace (pid 1), to any process it can name,
+	// which are its own and its children's (its executor's, which
+	// inherits this filter and signals its own threads: the Go runtime's
+	// preemption and crash), but no process group and not -1.
+	ownPIDs := seccomp.ArgumentConditions{equal(0, uint64(pid))}
+	if pid == 1 {
+		ownPIDs = seccomp.ArgumentConditions{
+			{Argument: 0, Operation: seccomp.GreaterOrEqual, Value: 1},
+			{Argument: 0, Operation: seccomp.LessOrEqual, Value: maxPID},
+		}
+	}
 	cond = append(cond,
-		seccomp.NameWithConditions{Name: "kill", Conditions: seccomp.ArgumentConditions{equal(0, uint64(pid))}},
-		seccomp.NameWithConditions{Name: "tgkill", Conditions: seccomp.ArgumentConditions{equal(0, uint64(pid))}},
+		seccomp.NameWithConditions{Name: "kill", Conditions: ownPIDs},
+		seccomp.NameWithConditions{Name: "tgkill", Conditions: ownPIDs},
 	)
 	// Any mapping but shared anonymous memory, which RLIMIT_DATA does not
 	// count: shared mappings are of the guest RAM and instance pages the

@@ -1,0 +1,185 @@
+package mdev
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
+)
+
+// peekKernel reads 64 bytes at an address the guest gives as an integer.
+const peekKernel = `__kernel void peek(__global uchar *out, ulong addr) {
+	size_t i = get_global_id(0);
+	out[i] = ((__global uchar *)addr)[i];
+}`
+
+// markerGPA is a page of low RAM, which the harness VM never hands out
+// for DMA: no command of the guest's touches it.
+const markerGPA = 0x10000
+
+// TestKernelCannotReachGuestRAM (issue 31): a guest's kernel casts the
+// address at which its worker maps a page of the VM's RAM, one no DMA
+// touches and which holds a marker, to a pointer and reads it. With
+// executors (the default on a CPU device) the kernel runs in a process
+// that maps no guest RAM at all: it does not read the marker (its
+// device is lost, or it reads other bytes). With kernels in the worker
+// (the design before executors) the same kernel reads the marker, so the
+// test sees what it looks for: a guest's kernel could read and write the
+// guest kernel's and every other process's memory.
+func TestKernelCannotReachGuestRAM(t *testing.T) {
+	for _, inWorker := range []bool{false, true} {
+		name := "executor"
+		if inWorker {
+			name = "kernels-in-worker"
+		}
+		t.Run(name, func(t *testing.T) {
+			// Not t.TempDir(): the sockets' paths must fit a sockaddr_un.
+			dir, err := os.MkdirTemp("", "vx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{patientProfile},
+				SocketDir: dir, Transport: mpqemu.Transport{}, KernelsInWorker: inWorker})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { m.Close() })
+			if got := m.Pool().KernelsInExecutor(0); got == inWorker {
+				t.Fatalf("KernelsInExecutor = %v with KernelsInWorker %v", got, inWorker)
+			}
+			inst, err := m.Create(CreateRequest{Profile: patientProfile.Name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			vm := attach(t, inst)
+			marker := make([]byte, 64)
+			rand.Read(marker)
+			if err := vm.WriteRAM(markerGPA, marker); err != nil {
+				t.Fatal(err)
+			}
+			d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			p, log, err := d.Build(peekKernel, "")
+			if err != nil {
+				t.Fatalf("build: %v\n%s", err, log)
+			}
+			out, err := d.CreateBuffer(64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Finish(); err != nil {
+				t.Fatal(err)
+			}
+
+			worker := inst.WorkerPID()
+			addr, err := mappedAt(worker, "mpqemutest-ram", markerGPA)
+			if err != nil {
+				t.Fatalf("the worker (%d) does not map the marker's page: %v", worker, err)
+			}
+			execs := childrenOf(worker)
+			if inWorker != (len(execs) == 0) {
+				t.Fatalf("the worker %d has children %v; kernels in the worker: %v", worker, execs, inWorker)
+			}
+			for _, e := range execs {
+				maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", e))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(string(maps), "mpqemutest-ram") {
+					t.Errorf("the executor %d maps guest RAM:\n%s", e, maps)
+				}
+				// Its descriptors: no guest RAM, and one socket, its own
+				// end of the executor protocol (not the worker's sockets).
+				fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", e))
+				sockets := 0
+				for _, fd := range fds {
+					l, _ := os.Readlink(fd)
+					if strings.Contains(l, "mpqemutest-ram") {
+						t.Errorf("the executor %d holds guest RAM: %s -> %s", e, fd, l)
+					}
+					if strings.HasPrefix(l, "socket:") {
+						sockets++
+					}
+				}
+				if sockets != 1 {
+					t.Errorf("the executor %d holds %d sockets, want 1 (its own)", e, sockets)
+				}
+			}
+
+			err = d.Launch(p, "peek", driver.Range1(64, 0), driver.BufferArg(out), driver.Uint64Arg(addr))
+			got := make([]byte, 64)
+			if err == nil {
+				err = d.Read(out, 0, got)
+			}
+			if err == nil {
+				err = d.Finish()
+			}
+			switch {
+			case inWorker && (err != nil || !bytes.Equal(got, marker)):
+				t.Errorf("kernels in the worker: the kernel did not read the marker at %#x (%v): the test proves nothing", addr, err)
+			case !inWorker && err == nil && bytes.Equal(got, marker):
+				t.Errorf("a kernel read its VM's RAM at %#x through the executor", addr)
+			case !inWorker && err != nil && !errors.Is(err, driver.ErrDeviceLost):
+				t.Errorf("peek in the executor: %v, want the device lost or other bytes", err)
+			default:
+				t.Logf("peek at %#x (the worker's mapping of guest page %#x): err %v, marker read: %v", addr, markerGPA, err, bytes.Equal(got, marker))
+			}
+		})
+	}
+}
+
+// mappedAt returns the address at which process pid maps offset off of
+// the memfd called name.
+func mappedAt(pid int, name string, off uint64) (uint64, error) {
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 6 || !strings.Contains(f[5], "memfd:"+name) {
+			continue
+		}
+		lo, hi, _ := strings.Cut(f[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		foff, err3 := strconv.ParseUint(f[2], 16, 64)
+		if errors.Join(err1, err2, err3) != nil {
+			continue
+		}
+		if off >= foff && off < foff+(end-start) {
+			return start + off - foff, nil
+		}
+	}
+	return 0, fmt.Errorf("no mapping of memfd:%s offset %#x", name, off)
+}
+
+// childrenOf lists process pid's children.
+func childrenOf(pid int) []int {
+	var out []int
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, w := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(w); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
