@@ -182,4 +182,3 @@ func childrenOf(pid int) []int {
 	}
 	return out
 }
-
