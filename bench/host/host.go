@@ -29,6 +29,19 @@ func Start(selector, prefix string) (*Host, error) { return StartWith(selector, 
 // StartWith is Start; inProcess runs the instances in this process instead
 // (the unsafe baseline of bench/isolation).
 func StartWith(selector, prefix string, inProcess bool) (*Host, error) {
+	return StartMode(selector, prefix, Mode{InProcess: inProcess})
+}
+
+// Mode is how a Host runs its instances' device work: in workers with
+// their kernels in executors (vgpud's default, the zero Mode), or one of
+// the unsafe baselines of bench/isolation.
+type Mode struct {
+	InProcess       bool // in this process (mdev.Config.InProcess)
+	KernelsInWorker bool // CPU devices' kernels in the workers (mdev.Config.KernelsInWorker)
+}
+
+// StartMode is Start with the instances run as mode says.
+func StartMode(selector, prefix string, mode Mode) (*Host, error) {
 	dev, err := gpu.Open(selector)
 	if err != nil {
 		return nil, fmt.Errorf("open opencl device: %w", err)
@@ -40,7 +53,8 @@ func StartWith(selector, prefix string, inProcess bool) (*Host, error) {
 	}
 	// Each path's hang-up is logged as a warning: errors only.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Transport: mpqemu.Transport{}, Logger: log, InProcess: inProcess})
+	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Transport: mpqemu.Transport{}, Logger: log,
+		InProcess: mode.InProcess, KernelsInWorker: mode.KernelsInWorker})
 	if err != nil {
 		os.RemoveAll(dir)
 		dev.Close()

@@ -1,21 +1,24 @@
 // Command isolation measures what process isolation costs (docs/isolation.md):
-// vgpud's default, each trust domain's device work in a worker process,
-// against the unsafe in-process baseline (mdev.Config.InProcess), in one
-// run on one OpenCL device. Two tables:
+// vgpud's default, each trust domain's device work in a worker process with
+// a CPU device's kernels in an executor process beside it (worker/executor),
+// against the design before executors (worker/kernels: the kernels in the
+// worker, mdev.Config.KernelsInWorker) and the unsafe in-process baseline
+// (mdev.Config.InProcess), in one run on one OpenCL device. Two tables:
 //
 //   - per-command cost: the latency a guest sees for a small command (a
-//     nop, a one-item launch, a 4 KiB write and read back), the two modes
-//     measured in interleaved blocks, as the median and as a paired ratio
-//     with its 95% confidence interval;
+//     nop, a one-item launch, a 4 KiB write and read back), the modes
+//     measured in rotating blocks, as the median and as paired ratios
+//     with their 95% confidence intervals;
 //   - the 512 x 512 matmul job of guestagent/job (upload A, multiply, download C,
-//     ten times) in each mode and directly on the device, the three
-//     alternating run by run, median of -runs. The direct baseline is no
+//     ten times) in each mode and directly on the device, all rotating
+//     run by run, median of -runs. The direct baseline is no
 //     vgpud at all: gpu.Open on the same selector, a queue of this process,
 //     and job.Run on it, so the same kernel source and build options, sizes,
 //     NDRange and repetitions, timed and checked against the CPU reference
-//     exactly as through vgpud. The table prints worker / direct,
-//     in-process / direct and worker / in-process (goal, issue 29: vgpud
-//     within 1.03x of direct on a GPU).
+//     exactly as through vgpud. The table's notes give each mode / direct,
+//     / in-process, and worker/executor / worker/kernels (goal, issue 29:
+//     vgpud within 1.03x of direct on a GPU; issue 31: executors within
+//     1.1x of the path without them).
 //
 // The guests are the driver library on the QEMU-less harness VM
 // (mdev/mpqemu/mpqemutest), so the figures are vgpud's, not QEMU's.
@@ -90,21 +93,23 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if err := cfg.job.Validate(); err != nil {
 		return err
 	}
-	var modes [2]*mode
-	for i, inProcess := range []bool{true, false} {
-		m, err := newMode(cfg.device, inProcess)
+	var modes []*mode
+	for _, hm := range []host.Mode{{InProcess: true}, {KernelsInWorker: true}, {}} {
+		m, err := newMode(cfg.device, hm)
 		if err != nil {
 			return err
 		}
 		defer m.close()
-		modes[i] = m
+		modes = append(modes, m)
 	}
 	info := modes[0].h.Dev.Info()
 	fmt.Fprintf(w, "vgpud isolation benchmark, %s, %s\n", time.Now().UTC().Format(time.RFC3339), runtime.Version())
 	fmt.Fprintf(w, "  host CPUs:     %d\n", runtime.NumCPU())
 	fmt.Fprintf(w, "  OpenCL device: %s (%s, %d compute units)\n", info.Name, info.Platform, info.ComputeUnits)
 	fmt.Fprintf(w, "  guests:        QEMU-less harness (mpqemutest) + guest driver library, one vgpu-small instance per mode\n")
-	fmt.Fprintf(w, "  modes:         in-process (unsafe baseline) and worker (a worker process per trust domain, vgpud's default)\n")
+	fmt.Fprintf(w, "  modes:         in-process (unsafe baseline); worker/kernels (a worker process per trust domain running the kernels too,\n")
+	fmt.Fprintf(w, "                 the design before executors); worker/executor (the kernels of a CPU device in an executor process\n")
+	fmt.Fprintf(w, "                 beside the worker, which maps no guest RAM: vgpud's default, docs/isolation.md \"Executors\")\n")
 	if slices.Contains(cfg.sects, "matmul") {
 		fmt.Fprintf(w, "  matmul also:   direct (the job on a gpu.Queue of this process, no vgpud: the matmul table's baseline)\n")
 	}
@@ -138,12 +143,15 @@ type mode struct {
 // of a launch.
 const emptySource = `__kernel void touch(__global int *o) { o[get_global_id(0)] = 1; }`
 
-func newMode(selector string, inProcess bool) (_ *mode, err error) {
-	m := &mode{name: "worker"}
-	if inProcess {
+func newMode(selector string, hm host.Mode) (_ *mode, err error) {
+	m := &mode{name: "worker/executor"}
+	switch {
+	case hm.InProcess:
 		m.name = "in-process"
+	case hm.KernelsInWorker:
+		m.name = "worker/kernels"
 	}
-	if m.h, err = host.StartWith(selector, "vgpud-isolation-", inProcess); err != nil {
+	if m.h, err = host.StartMode(selector, "vgpud-isolation-", hm); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -221,23 +229,32 @@ var ops = []op{
 	}},
 }
 
-// commandTable measures each op in both modes, block by block.
-func commandTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table, error) {
+// commandTable measures each op in every mode, block by block.
+func commandTable(ctx context.Context, cfg config, modes []*mode) (*table.Table, error) {
+	n := len(modes)
+	header := []string{"command"}
+	for _, m := range modes {
+		header = append(header, m.name)
+	}
+	for _, m := range modes[1:] {
+		header = append(header, m.name+" / "+modes[0].name+" paired [95% CI]")
+	}
+	header = append(header, modes[n-1].name+" / "+modes[n-2].name+" paired")
 	t := &table.Table{
-		Title:  fmt.Sprintf("Per-command cost: latency a guest sees, median of %d ops per mode (blocks of %d, modes alternating)", cfg.ops, cfg.block),
-		Header: []string{"command", "in-process", "worker", "worker / in-process", "paired [95% CI]"},
+		Title:  fmt.Sprintf("Per-command cost: latency a guest sees, median of %d ops per mode (blocks of %d, modes rotating)", cfg.ops, cfg.block),
+		Header: header,
 	}
 	scratch := make([]byte, 4096)
 	for _, o := range ops {
-		var lat [2][]time.Duration
-		var blocks [2][]float64 // mean latency per block, for the paired ratio
+		lat := make([][]time.Duration, n)
+		blocks := make([][]float64, n) // mean latency per block, for the paired ratios
 		for done := 0; done < cfg.ops; done += cfg.block {
-			n := min(cfg.block, cfg.ops-done)
-			for k := range 2 {
-				// Alternate which mode goes first.
-				i := (done/cfg.block + k) % 2
+			b := min(cfg.block, cfg.ops-done)
+			for k := range n {
+				// Rotate which mode goes first.
+				i := (done/cfg.block + k) % n
 				start := time.Now()
-				for range n {
+				for range b {
 					if ctx.Err() != nil {
 						return nil, ctx.Err()
 					}
@@ -247,22 +264,29 @@ func commandTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table
 					}
 					lat[i] = append(lat[i], time.Since(s))
 				}
-				blocks[i] = append(blocks[i], time.Since(start).Seconds()/float64(n))
+				blocks[i] = append(blocks[i], time.Since(start).Seconds()/float64(b))
 			}
 		}
-		in, wk := stats.Median(lat[0]), stats.Median(lat[1])
-		t.Add(o.name, in.Round(100*time.Nanosecond).String(), wk.Round(100*time.Nanosecond).String(),
-			fmt.Sprintf("%.2fx", float64(wk)/float64(in)), stats.PairedRatio(blocks[1], blocks[0]).String())
+		row := []string{o.name}
+		for i := range modes {
+			row = append(row, stats.Median(lat[i]).Round(100*time.Nanosecond).String())
+		}
+		for i := 1; i < n; i++ {
+			row = append(row, fmt.Sprintf("%.2fx %s", float64(stats.Median(lat[i]))/float64(stats.Median(lat[0])), stats.PairedRatio(blocks[i], blocks[0])))
+		}
+		row = append(row, stats.PairedRatio(blocks[n-1], blocks[n-2]).String())
+		t.Add(row...)
 	}
 	t.Note("worker: the register file and scheduler in the main process, the ring's execution in a worker process: a doorbell is a")
 	t.Note("store into the instance page and an eventfd write; each device turn is a request and a grant on the worker's socket")
-	t.Note("paired: geometric mean over blocks of the worker's mean latency / in-process's, with its 95%% confidence interval (t)")
+	t.Note("executor: the worker's every device call (alloc, write, read, build, launch) is a request to its executor on a socket")
+	t.Note("paired: geometric mean over blocks of one mode's mean latency / the other's, with its 95%% confidence interval (t)")
 	return t, nil
 }
 
 // matmulTable runs the job in each mode and directly on the device, the
 // three alternating run by run (and which goes first rotating).
-func matmulTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table, error) {
+func matmulTable(ctx context.Context, cfg config, modes []*mode) (*table.Table, error) {
 	s := cfg.job
 	d, err := newDirect(cfg.device)
 	if err != nil {
@@ -273,9 +297,14 @@ func matmulTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table,
 		Title:  fmt.Sprintf("The %d x %d float matmul job x %d (upload A, multiply, download C each), median of %d runs per mode", s.N, s.N, s.Reps, cfg.runs),
 		Header: []string{"mode", "total", "per matmul", "kernel (device)", "vs direct", "vs in-process", "totals (min-max)"},
 	}
-	// The rows: direct (the baseline), then vgpud's two modes.
-	const direct, inProcess, worker = 0, 1, 2
-	names := [3]string{"direct", modes[0].name, modes[1].name}
+	// The rows: direct (the baseline), then vgpud's modes.
+	const direct, inProcess = 0, 1
+	names := []string{"direct"}
+	for _, m := range modes {
+		names = append(names, m.name)
+	}
+	n := len(names)
+	kernels, executor := n-2, n-1
 	runOnce := func(i int) (job.Result, error) {
 		if i == direct {
 			return d.runJob(ctx, s)
@@ -288,11 +317,11 @@ func matmulTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table,
 		// Untimed: the instance's memory would otherwise fill up over many runs.
 		return res, dd.Free()
 	}
-	var runs [3][]job.Result
-	var totals [3][]float64
+	runs := make([][]job.Result, n)
+	totals := make([][]float64, n)
 	for r := 0; r < cfg.runs; r++ {
-		for k := range 3 {
-			i := (r + k) % 3
+		for k := range n {
+			i := (r + k) % n
 			res, err := runOnce(i)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", names[i], err)
@@ -337,9 +366,11 @@ func matmulTable(ctx context.Context, cfg config, modes [2]*mode) (*table.Table,
 	ratio := func(a, b int) string {
 		return fmt.Sprintf("%.3fx by median, paired over runs %s", float64(med(runs[a]).TotalNS)/float64(med(runs[b]).TotalNS), stats.PairedRatio(totals[a], totals[b]))
 	}
-	t.Note("worker / direct:      %s", ratio(worker, direct))
-	t.Note("in-process / direct:  %s", ratio(inProcess, direct))
-	t.Note("worker / in-process:  %s", ratio(worker, inProcess))
+	t.Note("worker/executor / direct:          %s", ratio(executor, direct))
+	t.Note("worker/kernels / direct:           %s", ratio(kernels, direct))
+	t.Note("in-process / direct:               %s", ratio(inProcess, direct))
+	t.Note("worker/executor / in-process:      %s", ratio(executor, inProcess))
+	t.Note("worker/executor / worker/kernels:  %s", ratio(executor, kernels))
 	t.Note("direct: the same job (source, %s, sizes, NDRange, repetitions) on a gpu.Queue of this process, no vgpud", job.BuildOptions)
 	t.Note("goal (issue 29): vgpud / direct <= 1.03x on a GPU")
 	t.Note("every run checks %d elements of its last product against a CPU reference", job.Checks)

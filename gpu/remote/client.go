@@ -466,6 +466,9 @@ type Program struct {
 	q        *Queue
 	h        uint32
 	released atomic.Bool
+
+	mu      sync.Mutex
+	kernels map[string]*Kernel // by name: Kernel returns the same one, as package gpu's does
 }
 
 func (p *Program) call(op Op, name string) ([]byte, error) {
@@ -480,10 +483,16 @@ func (p *Program) call(op Op, name string) ([]byte, error) {
 	return p.q.call(op, e)
 }
 
-// Kernel returns the kernel called name.
+// Kernel returns the kernel called name: one request the first time, the
+// same Kernel after (callers look a kernel up at every launch).
 func (p *Program) Kernel(name string) (gpu.Kernel, error) {
 	if err := checkString("kernel name", name, math.MaxUint16); err != nil {
 		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k, ok := p.kernels[name]; ok && !k.released.Load() {
+		return k, nil
 	}
 	body, err := p.call(OpKernel, name)
 	if err != nil {
@@ -494,7 +503,12 @@ func (p *Program) Kernel(name string) (gpu.Kernel, error) {
 	if err := r.done(); err != nil || h == 0 || n > maxArgs {
 		return nil, p.q.d.broken(OpKernel, errors.Join(err, fmt.Errorf("%w: kernel handle %d, %d arguments", ErrProtocol, h, n)))
 	}
-	return &Kernel{p: p, h: h, name: name, args: int(n)}, nil
+	k := &Kernel{p: p, h: h, name: name, args: int(n)}
+	if p.kernels == nil {
+		p.kernels = map[string]*Kernel{}
+	}
+	p.kernels[name] = k
+	return k, nil
 }
 
 // KernelNames lists the program's kernels; nil if the executor could not

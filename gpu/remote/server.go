@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vgpud/vgpud/gpu"
 )
@@ -52,10 +53,16 @@ type server struct {
 	wg     sync.WaitGroup  // queue goroutines
 }
 
-// squeue is one queue: its requests run in order on its goroutine.
+// squeue is one queue. Its requests run in order: on the read loop
+// itself while nothing of the queue waits on its goroutine, else on the
+// goroutine; a build always goes to the goroutine, so that a long
+// compile holds up no other queue's requests. (A handoff between
+// goroutines costs wakeups that, on a loaded host, were most of a
+// request's latency.)
 type squeue struct {
 	q    gpu.Queue
 	reqs chan frame
+	busy atomic.Int32 // requests sent to the goroutine and not yet answered
 }
 
 // sobj is a buffer, program or kernel of queue q.
@@ -113,6 +120,12 @@ func (s *server) dispatch(f frame) {
 		s.reply(f.seq, nil, fmt.Errorf("%w: op %d on queue %d, which does not exist", ErrProtocol, f.code, qh), "")
 		return
 	}
+	if Op(f.code) != OpBuild && Op(f.code) != OpCloseQueue && sq.busy.Load() == 0 {
+		body, log, err := s.queueOp(qh, sq, f)
+		s.reply(f.seq, body, err, log)
+		return
+	}
+	sq.busy.Add(1)
 	sq.reqs <- f
 }
 
@@ -152,6 +165,7 @@ func (s *server) runQueue(h uint32, sq *squeue) {
 	for f := range sq.reqs {
 		body, log, err := s.queueOp(h, sq, f)
 		s.reply(f.seq, body, err, log)
+		sq.busy.Add(-1)
 		if Op(f.code) == OpCloseQueue && err == nil {
 			return
 		}
