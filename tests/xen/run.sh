@@ -104,6 +104,8 @@ echo "--- vgpud log"
 cat /run/xentest/vgpud.log
 echo "--- qemu-dm log"
 tail -30 /var/log/xen/qemu-dm-vgpu-guest.log 2>/dev/null
+echo "--- xl log"
+tail -20 /var/log/xen/xl-vgpu-guest.log 2>/dev/null
 echo "--- xl dmesg tail"
 xl dmesg | tail -40
 if grep -q '"fail":0' /run/xentest/domu-serial.log && grep -q 'VGPU-INIT exit=0' /run/xentest/domu-serial.log; then
