@@ -254,49 +254,48 @@ func (q *Queue) Alloc(size uint64) (gpu.Buffer, error) {
 
 // Write copies p into b at off, Chunk bytes a request.
 func (q *Queue) Write(b gpu.Buffer, off uint64, p []byte) error {
-	h, err := q.buffer(b)
-	if err != nil {
-		return err
-	}
-	for first := true; first || len(p) > 0; first = false {
-		n := min(len(p), Chunk)
-		e := q.body()
-		e.u32(h)
-		e.u64(off)
-		e.raw(p[:n])
-		body, err := q.call(OpWrite, e)
-		if err != nil {
-			return err
-		}
-		if len(body) != 0 {
-			return q.d.broken(OpWrite, fmt.Errorf("%w: %d bytes of reply", ErrProtocol, len(body)))
-		}
-		p, off = p[n:], off+uint64(n)
-	}
-	return nil
+	return q.chunked(b, off, p, func(e *enc, part []byte) (Op, func([]byte) error) {
+		e.raw(part)
+		return OpWrite, func(body []byte) error { return q.empty(OpWrite, body, nil) }
+	})
 }
 
 // Read copies len(p) bytes of b at off into p, Chunk bytes a request.
 func (q *Queue) Read(b gpu.Buffer, off uint64, p []byte) error {
+	return q.chunked(b, off, p, func(e *enc, part []byte) (Op, func([]byte) error) {
+		e.u32(uint32(len(part)))
+		return OpRead, func(body []byte) error {
+			if len(body) != len(part) {
+				return q.d.broken(OpRead, fmt.Errorf("%w: %d bytes read, %d asked", ErrProtocol, len(body), len(part)))
+			}
+			copy(part, body)
+			return nil
+		}
+	})
+}
+
+// chunked makes one request per Chunk of p (at least one, for an empty
+// p): the buffer's handle and offset, then what add appends; add returns
+// the request's op and what checks its reply.
+func (q *Queue) chunked(b gpu.Buffer, off uint64, p []byte, add func(e *enc, part []byte) (Op, func([]byte) error)) error {
 	h, err := q.buffer(b)
 	if err != nil {
 		return err
 	}
 	for first := true; first || len(p) > 0; first = false {
-		n := min(len(p), Chunk)
+		part := p[:min(len(p), Chunk)]
 		e := q.body()
 		e.u32(h)
 		e.u64(off)
-		e.u32(uint32(n))
-		body, err := q.call(OpRead, e)
+		op, check := add(e, part)
+		body, err := q.call(op, e)
 		if err != nil {
 			return err
 		}
-		if len(body) != n {
-			return q.d.broken(OpRead, fmt.Errorf("%w: %d bytes read, %d asked", ErrProtocol, len(body), n))
+		if err := check(body); err != nil {
+			return err
 		}
-		copy(p, body)
-		p, off = p[n:], off+uint64(n)
+		p, off = p[len(part):], off+uint64(len(part))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,6 +73,18 @@ type sobj struct {
 	buf  gpu.Buffer
 	prog gpu.Program
 	kern gpu.Kernel
+}
+
+// release releases the object.
+func (ob sobj) release() {
+	switch ob.what {
+	case relBuffer:
+		ob.buf.Release()
+	case relProgram:
+		ob.prog.Release()
+	case relKernel:
+		ob.kern.Release()
+	}
 }
 
 // handle returns a new handle, or 0 once they ran out.
@@ -210,14 +223,7 @@ func (s *server) add(ob sobj) ([]byte, error) {
 	}
 	s.mu.Unlock()
 	if h == 0 {
-		switch ob.what {
-		case relBuffer:
-			ob.buf.Release()
-		case relProgram:
-			ob.prog.Release()
-		case relKernel:
-			ob.kern.Release()
-		}
+		ob.release()
 		return nil, fmt.Errorf("out of handles: %w", gpu.ErrOutOfMemory)
 	}
 	var e enc
@@ -268,20 +274,16 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 	case OpWrite:
 		b, err := buf()
 		off, data := d.u64(), d.rest()
-		if err := d.done(); err != nil {
-			return nil, "", err
-		}
-		if err != nil {
+		// A body that does not decode answers first.
+		if err := cmp.Or(d.done(), err); err != nil {
 			return nil, "", err
 		}
 		return nil, "", q.Write(b, off, data)
 	case OpRead:
 		b, err := buf()
 		off, n := d.u64(), d.u32()
-		if err := d.done(); err != nil {
-			return nil, "", err
-		}
-		if err != nil {
+		// A body that does not decode answers first.
+		if err := cmp.Or(d.done(), err); err != nil {
 			return nil, "", err
 		}
 		if n > Chunk {
@@ -307,10 +309,8 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		b, err := buf()
 		off, n := d.u64(), d.u64()
 		pat := d.take(int(d.u8()))
-		if err := d.done(); err != nil {
-			return nil, "", err
-		}
-		if err != nil {
+		// A body that does not decode answers first.
+		if err := cmp.Or(d.done(), err); err != nil {
 			return nil, "", err
 		}
 		return nil, "", q.Fill(b, off, n, pat)
@@ -424,14 +424,7 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		s.mu.Lock()
 		delete(s.objs, o)
 		s.mu.Unlock()
-		switch what {
-		case relBuffer:
-			ob.buf.Release()
-		case relProgram:
-			ob.prog.Release()
-		case relKernel:
-			ob.kern.Release()
-		}
+		ob.release()
 		return nil, "", nil
 	}
 	return nil, "", fmt.Errorf("%w: unknown op %d", ErrProtocol, f.code)
