@@ -45,7 +45,7 @@ mkdir -p "$out"
 suites=(
 	"gpu ./gpu"
 	"sandbox ./worker/sandbox"
-	"mdev ./mdev ^(TestIsolationAttacks|TestWorkerKilledMidLaunch|TestUnsealedGuestRAMRefused|TestCompilerCachePerDomain|TestSuiteOverHarness|TestHostileGuestDoesNotDisturbNeighbour)$"
+	"mdev ./mdev ^(TestIsolationAttacks|TestWorkerKilledMidLaunch|TestUnsealedGuestRAMRefused|TestCompilerCachePerDomain|TestSuiteOverHarness|TestHostileGuestDoesNotDisturbNeighbour|TestKernelCannotReachGuestRAM)$"
 	"reuse ./bench/reuse ^TestDefaultConfigServesRepeats$"
 )
 for s in "${suites[@]}"; do
