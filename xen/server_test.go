@@ -330,6 +330,9 @@ func TestServeEndsDyingDomain(t *testing.T) {
 	if err := h.WaitServing(cfg.SBDF, wait); err != nil {
 		t.Fatal(err)
 	}
+	if r.mem.Mapped() == 0 {
+		t.Fatal("guest RAM was not handed to the device")
+	}
 	h.Kill()
 	select {
 	case err := <-done:
@@ -344,6 +347,11 @@ func TestServeEndsDyingDomain(t *testing.T) {
 	}
 	if _, err := h.NrVCPUs(h.Domain()); err != nil {
 		t.Errorf("the fake's dying domain should still answer nr_vcpus: %v", err)
+	}
+	// The device dropped its guest RAM: a worker that outlives the
+	// session must not hold the dead domain's frames.
+	if n := r.mem.Mapped(); n != 0 {
+		t.Errorf("the device still maps %d bytes of the dead domain's RAM", n)
 	}
 }
 
