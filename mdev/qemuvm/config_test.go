@@ -212,13 +212,7 @@ func TestArgsDisk(t *testing.T) {
 		"-device", "edu",
 		"-no-reboot",
 	}
-	args := c.Args()
-	if len(args) < len(want) {
-		t.Fatalf("Args() = %q, too short", args)
-	}
-	if diff := cmp.Diff(want, args[len(args)-len(want):]); diff != "" {
-		t.Errorf("Args() tail mismatch (-want +got):\n%s", diff)
-	}
+	wantTail(t, c.Args(), want)
 	if got := strings.Join((Config{Kernel: "k", Initrd: "i"}).Args(), " "); strings.Contains(got, "-drive") {
 		t.Errorf("Args() without Disk = %s, want no -drive", got)
 	}
@@ -241,13 +235,7 @@ func TestArgsDiskSnapshotShares(t *testing.T) {
 		"-device", "virtio-9p-pci,fsdev=share1,mount_tag=more",
 		"-no-reboot",
 	}
-	args := c.Args()
-	if len(args) < len(want) {
-		t.Fatalf("Args() = %q, too short", args)
-	}
-	if diff := cmp.Diff(want, args[len(args)-len(want):]); diff != "" {
-		t.Errorf("Args() tail mismatch (-want +got):\n%s", diff)
-	}
+	wantTail(t, c.Args(), want)
 }
 
 // TestDialProxy: the file is a connected socket whose other end is the
@@ -380,5 +368,16 @@ func TestReconnectSpelling(t *testing.T) {
 		if args := tt.cfg.Args(); !slices.Contains(args, tt.want) {
 			t.Errorf("Args(modern %v, %d vfio-user) = %q, want %q among them", tt.cfg.Modern, len(tt.cfg.VFIOUser), args, tt.want)
 		}
+	}
+}
+
+// wantTail checks that args ends with want.
+func wantTail(t *testing.T, args, want []string) {
+	t.Helper()
+	if len(args) < len(want) {
+		t.Fatalf("Args() = %q, too short", args)
+	}
+	if diff := cmp.Diff(want, args[len(args)-len(want):]); diff != "" {
+		t.Errorf("Args() tail mismatch (-want +got):\n%s", diff)
 	}
 }
