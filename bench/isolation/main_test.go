@@ -33,7 +33,8 @@ func TestRunTiny(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	for _, want := range []string{"Per-command cost", "nop (doorbell, completion)", "launch of 1 item", "write + read 4 KiB", "matmul job", "in-process", "worker",
-		"matmul also:   direct", "vs direct", "vs in-process", "worker / direct", "in-process / direct", "worker / in-process"} {
+		"matmul also:   direct", "vs direct", "vs in-process", "worker/executor / direct", "worker/kernels / direct", "in-process / direct",
+		"worker/executor / in-process", "worker/executor / worker/kernels", "worker/executor / worker/kernels paired"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -75,10 +76,11 @@ func checkMatmulRows(t *testing.T, out string) {
 			rows = append(rows, line)
 		}
 	}
-	if len(rows) != 3 {
-		t.Fatalf("matmul table has %d rows, want 3 (direct, in-process, worker):\n%s", len(rows), out)
+	names := []string{"direct", "in-process", "worker/kernels", "worker/executor"}
+	if len(rows) != len(names) {
+		t.Fatalf("matmul table has %d rows, want %d %v:\n%s", len(rows), len(names), names, out)
 	}
-	for i, name := range []string{"direct", "in-process", "worker"} {
+	for i, name := range names {
 		f := strings.Fields(rows[i])
 		if f[0] != name {
 			t.Errorf("row %d is %q, want %q", i, f[0], name)

@@ -563,8 +563,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if migAddr != "" {
 		ready += " migrate=" + migAddr
 	}
-	fmt.Fprintln(stdout, ready)
+	// Ready for /readyz before the ready line: whoever reads the line may
+	// ask /readyz at once.
 	ms.setReady(true)
+	fmt.Fprintln(stdout, ready)
 	if in == nil { // after an upgrade, the old process named this one (MAINPID)
 		if err := sdnotify.Notify("READY=1\nSTATUS=serving " + sock); err != nil {
 			log.Warn("service manager not told that vgpud is ready", "err", err)
