@@ -19,15 +19,7 @@ import (
 // appsCheck runs every application issue 11 names, unmodified, in the
 // guest through the ICD, as nobody. pyopencl's tests run from a copy of
 // the read-only doc directory (pytest writes next to them).
-const appsCheck = `#!/bin/sh
-check() {
-	name=$1
-	shift
-	echo "USERLAND-BEGIN $name"
-	"$@" 2>&1
-	echo "USERLAND-END $name exit=$?"
-}
-user() { su -p -s /bin/sh -c "HOME=/tmp $*" nobody; }
+const appsCheck = "#!/bin/sh\n" + userlandCheckFunc + `user() { su -p -s /bin/sh -c "HOME=/tmp $*" nobody; }
 cp -r /usr/share/doc/python-pyopencl-doc/examples /tmp/pyopencl-tests
 chmod -R a+rwX /tmp/pyopencl-tests
 cd /tmp/pyopencl-tests

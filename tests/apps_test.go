@@ -18,16 +18,8 @@ import (
 // userlandCheck runs in the guest, chrooted into the Debian userland disk
 // by vgpu-apps (/bin/sh is busybox's). Each check prints
 // "USERLAND-BEGIN name", the command's output, then
-// "USERLAND-END name exit=N".
-const userlandCheck = `#!/bin/sh
-check() {
-	name=$1
-	shift
-	echo "USERLAND-BEGIN $name"
-	"$@" 2>&1
-	echo "USERLAND-END $name exit=$?"
-}
-check clinfo clinfo
+// "USERLAND-END name exit=N" (userlandCheckFunc).
+const userlandCheck = "#!/bin/sh\n" + userlandCheckFunc + `check clinfo clinfo
 check python python3 -c "import pyopencl, pytest; print('pyopencl', pyopencl.VERSION, 'pytest', pytest.__version__)"
 check hashcat hashcat --version
 check clpeak clpeak --version
@@ -155,3 +147,14 @@ func userlandResults(lines []string) (out map[string]string, codes map[string]in
 	}
 	return out, codes
 }
+
+// userlandCheckFunc is the guest scripts' shell function check NAME CMD...:
+// it runs CMD framed as userlandResults reads it.
+const userlandCheckFunc = `check() {
+	name=$1
+	shift
+	echo "USERLAND-BEGIN $name"
+	"$@" 2>&1
+	echo "USERLAND-END $name exit=$?"
+}
+`

@@ -28,16 +28,7 @@ const (
 // an operator would (apt, from files: the VM has no network), and runs
 // Debian's clinfo and a pyopencl program as the unprivileged user tester.
 // Each step is framed by USERLAND-BEGIN/END (userlandResults).
-const guestOSCheck = `#!/bin/sh
-share=/mnt/vgpudtest
-check() {
-	name=$1
-	shift
-	echo "USERLAND-BEGIN $name"
-	"$@" 2>&1
-	echo "USERLAND-END $name exit=$?"
-}
-user() { runuser -u tester -- env HOME=/home/tester "$@"; }
+const guestOSCheck = "#!/bin/sh\nshare=/mnt/vgpudtest\n" + userlandCheckFunc + `user() { runuser -u tester -- env HOME=/home/tester "$@"; }
 # vgpu-icdd serves once it opened the vGPU: wait for its socket, bounded.
 icd_socket() {
 	i=0

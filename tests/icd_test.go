@@ -24,15 +24,7 @@ const icdLib = "../build/icd/libvgpud-icd.so"
 // vgpu-icdd serving the vGPU. The applications are Debian's, unmodified;
 // "user" runs them as nobody (arguments without blanks), which can neither map the BAR nor read
 // /proc/self/pagemap, so everything goes through vgpu-icdd.
-const icdGuestCheck = `#!/bin/sh
-check() {
-	name=$1
-	shift
-	echo "USERLAND-BEGIN $name"
-	"$@" 2>&1
-	echo "USERLAND-END $name exit=$?"
-}
-user() { su -p -s /bin/sh -c "HOME=/tmp $*" nobody; }
+const icdGuestCheck = "#!/bin/sh\n" + userlandCheckFunc + `user() { su -p -s /bin/sh -c "HOME=/tmp $*" nobody; }
 check clinfo-root clinfo
 check clinfo-user user clinfo
 check vadd-user user python3 /vgpu/bin/vadd.py
