@@ -50,6 +50,9 @@ func TestCommandRoundTrip(t *testing.T) {
 		&BufferCopy{Src: 1, Dst: 2, SrcOffset: 8, DstOffset: 16, Length: 64},
 		&BufferCopy{Src: 1, Dst: 1, SrcOffset: 0, DstOffset: 64, Length: 64},
 		&BufferFill{Handle: 4, PatternLen: 16, Offset: 32, Length: 4096, PatternAddr: 0x9ff0},
+		&ContextCreate{ID: 1, Slots: 64, Ring: 0x10000, Compl: 0x11000, Shadow: 0x11ffc, MemLimit: 1 << 20},
+		&ContextCreate{ID: MaxContexts, Slots: MaxRingSlots, Ring: 0x40, Compl: 0x20, Shadow: 4},
+		&ContextDestroy{ID: 3},
 	}
 	for _, p := range payloads {
 		c := NewCommand(p, 0, 0xdeadbeef)

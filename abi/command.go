@@ -12,35 +12,39 @@ type Opcode uint16
 
 // Opcodes. Values are part of the ABI: never renumber.
 const (
-	OpNop          Opcode = 0
-	OpBufferCreate Opcode = 1
-	OpBufferFree   Opcode = 2
-	OpCopyToDev    Opcode = 3
-	OpCopyFromDev  Opcode = 4
-	OpProgramBuild Opcode = 5
-	OpProgramFree  Opcode = 6
-	OpLaunch       Opcode = 7
-	OpFence        Opcode = 8
-	OpProgramInfo  Opcode = 9  // ABI 1.4
-	OpBufferCopy   Opcode = 10 // ABI 1.4
-	OpBufferFill   Opcode = 11 // ABI 1.4
-	OpDeviceInfo   Opcode = 12 // ABI 1.4
+	OpNop            Opcode = 0
+	OpBufferCreate   Opcode = 1
+	OpBufferFree     Opcode = 2
+	OpCopyToDev      Opcode = 3
+	OpCopyFromDev    Opcode = 4
+	OpProgramBuild   Opcode = 5
+	OpProgramFree    Opcode = 6
+	OpLaunch         Opcode = 7
+	OpFence          Opcode = 8
+	OpProgramInfo    Opcode = 9  // ABI 1.4
+	OpBufferCopy     Opcode = 10 // ABI 1.4
+	OpBufferFill     Opcode = 11 // ABI 1.4
+	OpDeviceInfo     Opcode = 12 // ABI 1.4
+	OpContextCreate  Opcode = 13 // ABI 1.5
+	OpContextDestroy Opcode = 14 // ABI 1.5
 )
 
 var opcodeNames = [...]string{
-	OpNop:          "nop",
-	OpBufferCreate: "buffer-create",
-	OpBufferFree:   "buffer-free",
-	OpCopyToDev:    "copy-to-device",
-	OpCopyFromDev:  "copy-from-device",
-	OpProgramBuild: "program-build",
-	OpProgramFree:  "program-free",
-	OpLaunch:       "launch",
-	OpFence:        "fence",
-	OpProgramInfo:  "program-info",
-	OpBufferCopy:   "buffer-copy",
-	OpBufferFill:   "buffer-fill",
-	OpDeviceInfo:   "device-info",
+	OpNop:            "nop",
+	OpBufferCreate:   "buffer-create",
+	OpBufferFree:     "buffer-free",
+	OpCopyToDev:      "copy-to-device",
+	OpCopyFromDev:    "copy-from-device",
+	OpProgramBuild:   "program-build",
+	OpProgramFree:    "program-free",
+	OpLaunch:         "launch",
+	OpFence:          "fence",
+	OpProgramInfo:    "program-info",
+	OpBufferCopy:     "buffer-copy",
+	OpBufferFill:     "buffer-fill",
+	OpDeviceInfo:     "device-info",
+	OpContextCreate:  "context-create",
+	OpContextDestroy: "context-destroy",
 }
 
 // NumOpcodes is one more than the largest defined opcode.
@@ -155,6 +159,10 @@ func DecodePayload(c *Command) (Payload, error) {
 		p = &BufferFill{}
 	case OpDeviceInfo:
 		p = &DeviceInfoQuery{}
+	case OpContextCreate:
+		p = &ContextCreate{}
+	case OpContextDestroy:
+		p = &ContextDestroy{}
 	default:
 		return nil, Errorf(StatusInvalidOpcode, "opcode %d", uint16(c.Opcode))
 	}

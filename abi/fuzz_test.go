@@ -8,7 +8,8 @@ func FuzzDecodeCommand(f *testing.F) {
 		&ProgramInfoQuery{Handle: 1, SGCount: 1, Length: 4096, SGAddr: 16},
 		&BufferCopy{Src: 1, Dst: 1, SrcOffset: 0, DstOffset: 8, Length: 8},
 		&BufferFill{Handle: 1, PatternLen: 4, Offset: 4, Length: 8, PatternAddr: 0xffc},
-		&DeviceInfoQuery{SGCount: 1, Length: 4096, SGAddr: 16}} {
+		&DeviceInfoQuery{SGCount: 1, Length: 4096, SGAddr: 16},
+		&ContextCreate{ID: 1, Slots: 1, Ring: 64, Compl: 128, Shadow: 4}, &ContextDestroy{ID: 1}} {
 		c := NewCommand(p, 0, 1)
 		var b [CommandSize]byte
 		c.Marshal(b[:])

@@ -5,7 +5,7 @@ package abi
 // whose major version differs from the one it was built for.
 const (
 	VersionMajor = 1
-	VersionMinor = 4
+	VersionMinor = 5
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -45,6 +45,7 @@ const (
 	RegComputeUnits = 0x020 // RO: compute units of the share
 	RegMaxRingSlots = 0x024 // RO: MaxRingSlots
 	RegMaxWorkGroup = 0x028 // RO: largest work-group size
+	RegMaxContexts  = 0x02C // RO: device contexts the instance offers besides the default one (1.5, FeatureContexts)
 	RegError        = 0x030 // RO: last device-level error (a Status)
 	RegErrorCount   = 0x034 // RO: device-level errors since reset
 	RegErrorAck     = 0x038 // WO: any write clears RegError and StatusBitError
@@ -62,6 +63,7 @@ const (
 	RegTailShadowLo = 0x06C // RW: guest-physical address of the tail shadow word (1.3, FeatureKick)
 	RegTailShadowHi = 0x070
 	RegRingKick     = 0x074 // WO: any write = doorbell with the tail read from the shadow (1.3, FeatureKick)
+	RegContextKick  = 0x078 // WO: the value written names a context: its doorbell, the tail read from its shadow (1.5, FeatureContexts)
 	RegProfileName  = 0x080 // RO: ProfileNameLen bytes, NUL padded
 	RegDeviceName   = 0x0A0 // RO: DeviceNameLen bytes, NUL padded
 
@@ -104,8 +106,14 @@ const (
 	// can back RegRingKick with an ioeventfd (vfio-user REGION_IO_FDS,
 	// KVM) and the guest's store costs no round trip to vgpud.
 	FeatureKick = 1 << 1
+	// FeatureContexts (1.5): device contexts (docs/ABI.md "Device
+	// contexts"): RegMaxContexts and RegContextKick exist and the default
+	// context's ring takes OpContextCreate and OpContextDestroy. Each
+	// context has its own ring, handle spaces, fault and memory charge,
+	// and its kernels reach only its own buffers.
+	FeatureContexts = 1 << 2
 	// Features is what this version's RegFeatures reads.
-	Features = FeatureINTx | FeatureKick
+	Features = FeatureINTx | FeatureKick | FeatureContexts
 )
 
 // RegIntStatus and RegIntEnable bits (1.1). RegIntStatus bits latch

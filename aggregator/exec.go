@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -56,6 +57,13 @@ var handlers = [abi.NumOpcodes]handler{
 	abi.OpDeviceInfo:   bind((*Instance).deviceInfo),
 }
 
+// The context commands start and stop workers, which execute commands
+// through handlers: they join the table at init, out of its initializer.
+func init() {
+	handlers[abi.OpContextCreate] = bind((*Instance).contextCreate)
+	handlers[abi.OpContextDestroy] = bind((*Instance).contextDestroy)
+}
+
 // execute runs one command; the returned error carries the status.
 func (in *Instance) execute(c *abi.Command) (uint64, error) {
 	if !c.Opcode.Valid() {
@@ -64,7 +72,14 @@ func (in *Instance) execute(c *abi.Command) (uint64, error) {
 	if c.Flags&abi.FlagNondeterministic != 0 && c.Opcode != abi.OpLaunch && c.Opcode != abi.OpProgramBuild {
 		return 0, abi.Errorf(abi.StatusInvalidArgument, "flag nondeterministic on %v", c.Opcode)
 	}
-	return handlers[c.Opcode](in, c)
+	if in.lost.Load() {
+		return 0, abi.Errorf(abi.StatusDeviceLost, "context %d lost its device state", in.ctxID)
+	}
+	detail, err := handlers[c.Opcode](in, c)
+	if in.parent != nil && errors.Is(err, gpu.ErrContextLost) {
+		return 0, in.contextLost(err)
+	}
+	return detail, err
 }
 
 func (in *Instance) bufferCreate(_ *abi.Command, bc *abi.BufferCreate) (uint64, error) {
@@ -79,13 +94,12 @@ func (in *Instance) bufferCreate(_ *abi.Command, bc *abi.BufferCreate) (uint64, 
 	if bc.Size > lim.MaxAlloc {
 		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes over the %d byte limit", bc.Size, lim.MaxAlloc)
 	}
-	// Reserve first, then check: SetProfile may lower the quota meanwhile.
-	if used := s.used.Add(bc.Size); used < bc.Size || used > in.memBytes.Load() {
-		s.used.Add(^(bc.Size - 1))
-		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes with %d of %d in use", bc.Size, used-bc.Size, lim.MemBytes)
+	// Charge first, then check: SetProfile may lower the quota meanwhile.
+	if err := in.charge(bc.Size); err != nil {
+		return 0, err
 	}
 	if err := in.reserve(bc.Size); err != nil {
-		s.used.Add(^(bc.Size - 1))
+		in.uncharge(bc.Size)
 		return 0, err
 	}
 	var mem gpu.Buffer
@@ -94,7 +108,7 @@ func (in *Instance) bufferCreate(_ *abi.Command, bc *abi.BufferCreate) (uint64, 
 		return 0, err
 	})
 	if err != nil {
-		s.used.Add(^(bc.Size - 1))
+		in.uncharge(bc.Size)
 		in.unreserve(bc.Size)
 		return 0, fmt.Errorf("allocate %d bytes: %w", bc.Size, err)
 	}
@@ -252,7 +266,7 @@ func (in *Instance) buildProgram(h uint32, flags uint16, src, opts []byte) (stri
 	// (a worker's: its main process bounds how long one may take) is told
 	// when it starts and ends.
 	if w, ok := in.dev.arb.(CompileWatcher); ok {
-		done, err := w.Compiling(in.ctx, in.id)
+		done, err := w.Compiling(in.ctx, in.schedID)
 		if err != nil {
 			return "", fmt.Errorf("build program %d: %w", h, err)
 		}

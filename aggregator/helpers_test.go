@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,8 +112,17 @@ type testGuest struct {
 	mem   *sliceMemory
 	in    *Instance
 	tail  uint32
-	next  uint64 // heap bump pointer
+	next  *atomic.Uint64 // heap bump pointer, shared with the guest's contexts
 	dones chan uint32
+	// bell, if set, is closed and replaced at every completion of the
+	// instance or its contexts (whose notices the instance's hook gets).
+	bell *broadcast
+	// The ring this guest plays on: the default one (rb 0: ringBase,
+	// complBase), or device context ctx's (guest.context), rung by
+	// writing shadow and kicking its parent.
+	rb, cb, shadow uint64
+	ctx            uint32
+	parent         *Instance
 	// hang bounds one wait; 0 means 60 s. It guards against hangs, it is
 	// not a performance assertion.
 	hang time.Duration
@@ -120,9 +130,18 @@ type testGuest struct {
 
 func newTestGuest(t *testing.T, d *Device, id string, quota uint64) *testGuest {
 	t.Helper()
-	g := &testGuest{t: t, mem: &sliceMemory{ram: make([]byte, ramSize)}, next: heap, dones: make(chan uint32, 1024)}
+	next := new(atomic.Uint64)
+	next.Store(heap)
+	g := &testGuest{t: t, mem: &sliceMemory{ram: make([]byte, ramSize)}, next: next, dones: make(chan uint32, 1024),
+		rb: ringBase, cb: complBase, bell: newBroadcast()}
 	in, err := d.NewInstance(InstanceConfig{ID: id, Profile: "test", MemBytes: quota, Memory: g.mem,
-		Notify: func(i uint32) { g.dones <- i }})
+		Notify: func(i uint32) {
+			select {
+			case g.dones <- i:
+			default: // nobody counts them (a test with contexts)
+			}
+			g.bell.ring()
+		}})
 	if err != nil {
 		t.Fatalf("NewInstance(%s) = %v", id, err)
 	}
@@ -138,11 +157,54 @@ func newTestGuest(t *testing.T, d *Device, id string, quota uint64) *testGuest {
 	return g
 }
 
+// broadcast wakes every waiter at each ring.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
+
+// wait returns a channel closed at the next ring.
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *broadcast) ring() {
+	b.mu.Lock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// context makes device context id on g's default ring and returns a
+// guest that plays on the context's ring (its own slots-slot ring page,
+// completion page and shadow word, from the shared heap).
+func (g *testGuest) context(id uint32, memLimit uint64) *testGuest {
+	g.t.Helper()
+	c := *g
+	c.tail = 0
+	c.rb, c.cb = g.alloc(slots*abi.CommandSize), g.alloc(slots*abi.ComplSize)
+	c.shadow = g.alloc(4)
+	c.ctx, c.parent = id, g.in
+	g.mustOK(g.run(abi.NewCommand(&abi.ContextCreate{ID: id, Slots: slots, Ring: c.rb, Compl: c.cb, Shadow: c.shadow,
+		MemLimit: memLimit}, 0, 0))...)
+	g.in.ctxMu.Lock()
+	c.in = g.in.contexts[id]
+	g.in.ctxMu.Unlock()
+	if c.in == nil {
+		g.t.Fatalf("context %d is not live after it was made", id)
+	}
+	return &c
+}
+
 // alloc returns page-aligned guest RAM for n bytes.
 func (g *testGuest) alloc(n int) uint64 {
-	a := g.next
-	g.next += (uint64(n) + abi.PageSize - 1) &^ (abi.PageSize - 1)
-	if g.next > ramSize {
+	size := (uint64(n) + abi.PageSize - 1) &^ (abi.PageSize - 1)
+	a := g.next.Add(size) - size
+	if a+size > ramSize {
 		g.t.Fatalf("test guest out of RAM")
 	}
 	return a
@@ -169,8 +231,17 @@ func (g *testGuest) submit(cmds ...abi.Command) (first uint32) {
 	for _, c := range cmds {
 		var b [abi.CommandSize]byte
 		c.Marshal(b[:])
-		g.put(ringBase+uint64(g.tail%slots)*abi.CommandSize, b[:])
+		g.put(g.rb+uint64(g.tail%slots)*abi.CommandSize, b[:])
 		g.tail++
+	}
+	if g.ctx != 0 {
+		var t [4]byte
+		binary.LittleEndian.PutUint32(t[:], g.tail)
+		g.put(g.shadow, t[:])
+		if err := g.parent.ContextKick(g.ctx); err != nil {
+			g.t.Fatalf("ContextKick(%d) = %v", g.ctx, err)
+		}
+		return first
 	}
 	if err := g.in.Doorbell(g.tail); err != nil {
 		g.t.Fatalf("Doorbell(%d) = %v", g.tail, err)
@@ -187,12 +258,13 @@ func (g *testGuest) wait(idx uint32) abi.Completion {
 	}
 	timeout := time.After(hang)
 	for {
-		rec, _ := abi.UnmarshalCompletion(g.get(complBase+uint64(idx%slots)*abi.ComplSize, abi.ComplSize))
+		rang := g.bell.wait()
+		rec, _ := abi.UnmarshalCompletion(g.get(g.cb+uint64(idx%slots)*abi.ComplSize, abi.ComplSize))
 		if rec.Seq == uint64(idx)+1 {
 			return rec
 		}
 		select {
-		case <-g.dones:
+		case <-rang:
 		case <-timeout:
 			g.t.Fatalf("command %d did not complete", idx)
 		}

@@ -35,6 +35,19 @@ type InstanceConfig struct {
 	// state and counters (a page shared with another process); nil: a new
 	// one on the heap. It is initialised here.
 	Shared *Shared
+	// Contexts is the most device contexts (ABI 1.5) the guest may make
+	// besides the default one, 0..abi.MaxContexts (more is taken as the
+	// most).
+	Contexts uint32
+	// OpenContext opens the physical device anew for device context id:
+	// a context of its own, in which only that context's buffers are
+	// reachable (on a CPU device a process of its own, on a GPU an
+	// OpenCL context of its own; docs/isolation.md "Device contexts").
+	// The instance closes what it returns when the context ends. nil:
+	// contexts take queues of the instance's own device, which isolates
+	// their handles but not their kernels (tests, the in-process
+	// baseline).
+	OpenContext func(id uint32) (gpu.Device, error)
 }
 
 // Limits are what the guest sees of its share of the device.
@@ -56,11 +69,14 @@ type RingConfig struct {
 
 // Instance is one vGPU's device state and its worker goroutine.
 type Instance struct {
-	id     string
-	dev    *Device
-	mem    GuestMemory
-	queue  gpu.Queue
-	limits Limits // fixed at creation but for the quota below
+	id string
+	// schedID is the id turns and memory are asked for under: the
+	// instance's, for its device contexts too (they share its share).
+	schedID string
+	dev     *Device
+	mem     GuestMemory
+	queue   gpu.Queue
+	limits  Limits // fixed at creation but for the quota below
 	// devInfo is the device-information blob, fixed at creation (the
 	// device and MaxWorkGroup do not change under an instance).
 	devInfo []byte
@@ -99,6 +115,23 @@ type Instance struct {
 	mig      *migState // what earlier migration rounds sent; nil: none
 
 	tasks chan func() // run by the worker between commands (onWorker)
+
+	// Device contexts (context.go). For the default context: the most it
+	// may make and how it opens their devices; ctxMu guards contexts.
+	maxContexts uint32
+	openContext func(id uint32) (gpu.Device, error)
+	ctxMu       sync.Mutex
+	contexts    map[uint32]*Instance
+	// For a device context: the default context it belongs to, its id,
+	// its own device (nil: a queue of the instance's), its memory limit
+	// (0: none) and whether its device state was lost.
+	parent    *Instance
+	ctxID     uint32
+	ctxDev    gpu.Device
+	memLimit  uint64
+	ctxShadow uint64 // its tail shadow's guest-physical address
+	lost      atomic.Bool
+	dying     []*Instance // contexts a reset took out, closed by the worker; guarded by ctxMu
 }
 
 // NewInstance places a new instance on d and starts its worker.
@@ -148,9 +181,25 @@ func (d *Device) NewInstance(cfg InstanceConfig) (*Instance, error) {
 		d.mu.Unlock()
 		return nil, fmt.Errorf("new instance %s: %w", cfg.ID, err)
 	}
+	if cfg.Contexts > abi.MaxContexts {
+		cfg.Contexts = abi.MaxContexts
+	}
+	in := d.newInstance(cfg, lim, devInfo, q, log)
+	in.maxContexts = cfg.Contexts
+	in.openContext = cfg.OpenContext
+	d.instances[cfg.ID] = in
+	d.mu.Unlock()
+	go in.worker()
+	return in, nil
+}
+
+// newInstance builds an instance (not started) on queue q: a vGPU's
+// default context, or one of its device contexts (context.go).
+func (d *Device) newInstance(cfg InstanceConfig, lim Limits, devInfo []byte, q gpu.Queue, log *slog.Logger) *Instance {
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &Instance{
 		id:          cfg.ID,
+		schedID:     cfg.ID,
 		dev:         d,
 		mem:         cfg.Memory,
 		queue:       q,
@@ -178,10 +227,7 @@ func (d *Device) NewInstance(cfg InstanceConfig) (*Instance, error) {
 	in.progBytes.Store(cfg.ProgramBytes)
 	in.memBytes.Store(lim.MemBytes)
 	in.maxAlloc.Store(lim.MaxAlloc)
-	d.instances[cfg.ID] = in
-	d.mu.Unlock()
-	go in.worker()
-	return in, nil
+	return in
 }
 
 // ID returns the instance's id.
@@ -390,6 +436,7 @@ func (in *Instance) Reset() {
 	in.sh.ErrCount.Store(0)
 	in.publishLocked()
 	in.mu.Unlock()
+	in.detachContexts()
 	select {
 	case in.wake <- struct{}{}:
 	default:
@@ -424,11 +471,15 @@ func (in *Instance) Close() error {
 	in.enabled = false
 	in.publishLocked()
 	in.mu.Unlock()
+	in.detachContexts()
+	in.closeContexts()
 	in.cancel()
 	<-in.done
-	in.unreserve(in.state.freeAll())
+	in.freeAll()
 	err := in.queue.Close()
-	in.dev.remove(in.id)
+	if in.parent == nil {
+		in.dev.remove(in.id)
+	}
 	if err != nil {
 		return fmt.Errorf("close instance %s: %w", in.id, err)
 	}
@@ -475,7 +526,8 @@ func (in *Instance) step() bool {
 	if in.resetState {
 		in.resetState = false
 		in.mu.Unlock()
-		in.unreserve(in.state.freeAll())
+		in.closeContexts()
+		in.freeAll()
 		return true
 	}
 	if !in.enabled || in.head == in.tail || in.frozen {

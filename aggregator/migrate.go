@@ -142,6 +142,9 @@ func (in *Instance) Frozen() bool {
 // is frozen first and its state sent last: the round is then exact.
 func (in *Instance) ExtractRound(ctx context.Context, sink StateSink, final bool) (RoundStats, error) {
 	var st RoundStats
+	if n := in.sh.Contexts.Load(); n > 0 {
+		return st, fmt.Errorf("migrate %s: %d device contexts live: %w", in.id, n, ErrContexts)
+	}
 	if final {
 		if err := in.Freeze(ctx); err != nil {
 			return st, err
@@ -443,7 +446,7 @@ func (in *Instance) dropBuffer(h uint32, b *buffer) {
 	delete(in.state.buffers, h)
 	in.state.objects.Add(-1)
 	b.mem.Release()
-	in.state.used.Add(^(b.size - 1))
+	in.uncharge(b.size)
 	in.unreserve(b.size)
 }
 

@@ -191,9 +191,9 @@ func TestMigrateRounds(t *testing.T) {
 
 	// The destination: guest RAM as QEMU's migration leaves it.
 	mem := &sliceMemory{ram: bytes.Clone(g.mem.ram)}
-	dones := make(chan uint32, 64)
+	bell := newBroadcast()
 	dst, err := d.NewInstance(InstanceConfig{ID: "dst", Profile: "test", MemBytes: 64 << 20, Memory: mem,
-		Notify: func(i uint32) { dones <- i }})
+		Notify: func(uint32) { bell.ring() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestMigrateRounds(t *testing.T) {
 		t.Fatalf("destination done %d, want %d", dst.Done(), first)
 	}
 	dst.Thaw()
-	g2 := &testGuest{t: t, mem: mem, in: dst, tail: first + 2, dones: dones}
+	g2 := &testGuest{t: t, mem: mem, in: dst, tail: first + 2, bell: bell, rb: ringBase, cb: complBase}
 	g2.mustOK(g2.wait(first), g2.wait(first+1))
 	want := mixCPU(mixCPU(input, 9), 3)
 	g.mem = mem // the download's pages are read from the destination's RAM

@@ -114,7 +114,7 @@ func (in *Instance) launchKernel(key kernelKey, pr *program, k gpu.Kernel, r gpu
 	slices := 0
 	cutting := false
 	for done := uint64(0); ; {
-		budget, release, err := in.dev.arb.Acquire(in.ctx, in.id, cost)
+		budget, release, err := in.dev.arb.Acquire(in.ctx, in.schedID, cost)
 		if err != nil {
 			return total, fmt.Errorf("wait for device turn: %w", err)
 		}

@@ -53,6 +53,13 @@ type Shared struct {
 	// in Kick. Appended after Kernels for the same reason.
 	Shadow atomic.Uint64
 	Kick   atomic.Uint32
+	// Device contexts (ABI 1.5), appended for the same reason. CtxKicks:
+	// the register file sets bit id-1 for a kick of context id
+	// (abi.RegContextKick) before it signals; the worker swaps the mask
+	// to 0 and rings each context named. Contexts is the number of live
+	// contexts, written by the worker.
+	CtxKicks atomic.Uint64
+	Contexts atomic.Uint32
 }
 
 // KernelBuckets is the number of buckets of a KernelHist: bucket b counts

@@ -55,8 +55,8 @@ func (in *Instance) reserve(n uint64) error {
 	if !ok {
 		return nil
 	}
-	if err := ma.Reserve(in.ctx, in.id, n); err != nil {
-		if errors.Is(err, ErrRelocate) {
+	if err := ma.Reserve(in.ctx, in.schedID, n); err != nil {
+		if errors.Is(err, ErrRelocate) && in.parent == nil {
 			return err
 		}
 		return abi.Errorf(abi.StatusOutOfResources, "device memory for %d bytes: %v", n, err)
@@ -67,7 +67,7 @@ func (in *Instance) reserve(n uint64) error {
 // unreserve gives n bytes back to the device's memory arbiter, if any.
 func (in *Instance) unreserve(n uint64) {
 	if ma, ok := in.dev.arb.(MemoryArbiter); ok && n > 0 {
-		ma.Unreserve(in.id, n)
+		ma.Unreserve(in.schedID, n)
 	}
 }
 
@@ -80,7 +80,7 @@ type work struct {
 // run executes f while holding a device turn. f returns the device time
 // it measured; 0 stands for the wall time f took (copies, allocations).
 func (in *Instance) run(w work, f func() (time.Duration, error)) error {
-	_, release, err := in.dev.arb.Acquire(in.ctx, in.id, w.cost)
+	_, release, err := in.dev.arb.Acquire(in.ctx, in.schedID, w.cost)
 	if err != nil {
 		return fmt.Errorf("wait for device turn: %w", err)
 	}

@@ -31,8 +31,10 @@
 #define VGPU_OP_BUFFER_COPY                  10 /* abi.OpBufferCopy */
 #define VGPU_OP_BUFFER_FILL                  11 /* abi.OpBufferFill */
 #define VGPU_OP_DEVICE_INFO                  12 /* abi.OpDeviceInfo */
+#define VGPU_OP_CONTEXT_CREATE               13 /* abi.OpContextCreate */
+#define VGPU_OP_CONTEXT_DESTROY              14 /* abi.OpContextDestroy */
 
-#define VGPU_NUM_OPCODES                     13 /* abi.NumOpcodes */
+#define VGPU_NUM_OPCODES                     15 /* abi.NumOpcodes */
 
 #define VGPU_FLAG_NONDETERMINISTIC           0x01 /* abi.FlagNondeterministic */
 #define VGPU_FLAGS_MASK                      0x01 /* abi.FlagsMask */
@@ -40,6 +42,9 @@
 #define VGPU_BUFFER_READ_ONLY                0x01 /* abi.BufferReadOnly */
 #define VGPU_BUFFER_WRITE_ONLY               0x02 /* abi.BufferWriteOnly */
 #define VGPU_BUFFER_FLAGS_MASK               0x03 /* abi.BufferFlagsMask */
+
+/* abi/context.go */
+#define VGPU_MAX_CONTEXTS                    64 /* abi.MaxContexts */
 
 /* abi/devinfo.go */
 #define VGPU_DEVICE_INFO_VERSION             1 /* abi.DeviceInfoVersion */
@@ -92,8 +97,8 @@
 
 /* abi/regs.go */
 #define VGPU_VERSION_MAJOR                   1 /* abi.VersionMajor */
-#define VGPU_VERSION_MINOR                   4 /* abi.VersionMinor */
-#define VGPU_VERSION                         0x00010004 /* abi.Version */
+#define VGPU_VERSION_MINOR                   5 /* abi.VersionMinor */
+#define VGPU_VERSION                         0x00010005 /* abi.Version */
 
 #define VGPU_VENDOR_ID                       0x7667 /* abi.VendorID */
 #define VGPU_DEVICE_ID                       0x0001 /* abi.DeviceID */
@@ -116,6 +121,7 @@
 #define VGPU_REG_COMPUTE_UNITS               0x020 /* abi.RegComputeUnits */
 #define VGPU_REG_MAX_RING_SLOTS              0x024 /* abi.RegMaxRingSlots */
 #define VGPU_REG_MAX_WORK_GROUP              0x028 /* abi.RegMaxWorkGroup */
+#define VGPU_REG_MAX_CONTEXTS                0x02C /* abi.RegMaxContexts */
 #define VGPU_REG_ERROR                       0x030 /* abi.RegError */
 #define VGPU_REG_ERROR_COUNT                 0x034 /* abi.RegErrorCount */
 #define VGPU_REG_ERROR_ACK                   0x038 /* abi.RegErrorAck */
@@ -133,6 +139,7 @@
 #define VGPU_REG_TAIL_SHADOW_LO              0x06C /* abi.RegTailShadowLo */
 #define VGPU_REG_TAIL_SHADOW_HI              0x070 /* abi.RegTailShadowHi */
 #define VGPU_REG_RING_KICK                   0x074 /* abi.RegRingKick */
+#define VGPU_REG_CONTEXT_KICK                0x078 /* abi.RegContextKick */
 #define VGPU_REG_PROFILE_NAME                0x080 /* abi.RegProfileName */
 #define VGPU_REG_DEVICE_NAME                 0x0A0 /* abi.RegDeviceName */
 #define VGPU_PROFILE_NAME_LEN                32 /* abi.ProfileNameLen */
@@ -149,7 +156,8 @@
 #define VGPU_FEATURES_V1                     0 /* abi.FeaturesV1 */
 #define VGPU_FEATURE_INTX                    0x01 /* abi.FeatureINTx */
 #define VGPU_FEATURE_KICK                    0x02 /* abi.FeatureKick */
-#define VGPU_FEATURES                        0x03 /* abi.Features */
+#define VGPU_FEATURE_CONTEXTS                0x04 /* abi.FeatureContexts */
+#define VGPU_FEATURES                        0x07 /* abi.Features */
 
 #define VGPU_INT_COMPLETION                  0x01 /* abi.IntCompletion */
 #define VGPU_INT_ALL                         0x01 /* abi.IntAll */
@@ -233,6 +241,8 @@ static inline const char *vgpu_opcode_name(uint32_t op)
 	case 10: return "buffer-copy";
 	case 11: return "buffer-fill";
 	case 12: return "device-info";
+	case 13: return "context-create";
+	case 14: return "context-destroy";
 	default: return NULL;
 	}
 }

@@ -1,0 +1,74 @@
+package abi
+
+import "fmt"
+
+// MaxContexts is the most device contexts an instance offers besides its
+// default one (RegMaxContexts, ABI 1.5): context ids are 1..MaxContexts.
+const MaxContexts = 64
+
+// ContextCreate makes device context ID with its own ring (docs/ABI.md
+// "context-create", ABI 1.5). Only the default context's ring takes it.
+//
+//	off size field
+//	0   4    context id, 1..RegMaxContexts, not in use
+//	4   4    slots: a power of two, 1..MaxRingSlots
+//	8   8    ring_gpa: the context's command ring (64-byte aligned)
+//	16  8    compl_gpa: its completion array (32-byte aligned)
+//	24  8    shadow_gpa: its tail shadow word (4-byte aligned, nonzero)
+//	32  8    mem_limit: most device memory its buffers may hold; 0: the instance's quota
+//	40  8    reserved, 0
+type ContextCreate struct {
+	ID       uint32
+	Slots    uint32
+	Ring     uint64
+	Compl    uint64
+	Shadow   uint64
+	MemLimit uint64
+}
+
+func (*ContextCreate) Op() Opcode { return OpContextCreate }
+func (c *ContextCreate) marshal(p *[48]byte) {
+	le.PutUint32(p[0:], c.ID)
+	le.PutUint32(p[4:], c.Slots)
+	le.PutUint64(p[8:], c.Ring)
+	le.PutUint64(p[16:], c.Compl)
+	le.PutUint64(p[24:], c.Shadow)
+	le.PutUint64(p[32:], c.MemLimit)
+}
+func (c *ContextCreate) unmarshal(p *[48]byte) error {
+	c.ID = le.Uint32(p[0:])
+	c.Slots = le.Uint32(p[4:])
+	c.Ring = le.Uint64(p[8:])
+	c.Compl = le.Uint64(p[16:])
+	c.Shadow = le.Uint64(p[24:])
+	c.MemLimit = le.Uint64(p[32:])
+	switch {
+	case c.ID == 0 || c.ID > MaxContexts:
+		return fmt.Errorf("context id %d: %w", c.ID, ErrMalformed)
+	case c.Slots == 0 || c.Slots > MaxRingSlots || c.Slots&(c.Slots-1) != 0:
+		return fmt.Errorf("ring of %d slots: %w", c.Slots, ErrMalformed)
+	case c.Ring%CommandSize != 0 || c.Compl%ComplSize != 0:
+		return fmt.Errorf("ring %#x or completions %#x misaligned: %w", c.Ring, c.Compl, ErrMalformed)
+	case c.Shadow == 0 || c.Shadow%4 != 0:
+		return fmt.Errorf("tail shadow at %#x: %w", c.Shadow, ErrMalformed)
+	}
+	return zeroFrom(p, 40)
+}
+
+// ContextDestroy ends device context ID (docs/ABI.md "context-destroy",
+// ABI 1.5): its pending commands are dropped, its buffers and programs
+// freed. Only the default context's ring takes it.
+//
+//	off size field
+//	0   4    context id
+type ContextDestroy struct{ ID uint32 }
+
+func (*ContextDestroy) Op() Opcode            { return OpContextDestroy }
+func (c *ContextDestroy) marshal(p *[48]byte) { le.PutUint32(p[0:], c.ID) }
+func (c *ContextDestroy) unmarshal(p *[48]byte) error {
+	c.ID = le.Uint32(p[0:])
+	if c.ID == 0 || c.ID > MaxContexts {
+		return fmt.Errorf("context id %d: %w", c.ID, ErrMalformed)
+	}
+	return zeroFrom(p, 4)
+}
