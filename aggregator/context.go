@@ -174,7 +174,7 @@ func (in *Instance) closeContexts() {
 // closeContext ends a device context: its worker, its buffers (their
 // bytes given back to the instance's quota), its queue and its device.
 func (in *Instance) closeContext() {
-	if err := in.Close(); err != nil {
+	if err := in.Close(); err != nil && !in.lost.Load() {
 		in.log.Warn("close device context", "err", err)
 	}
 	if in.ctxDev != nil {

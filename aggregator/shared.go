@@ -60,6 +60,11 @@ type Shared struct {
 	// contexts, written by the worker.
 	CtxKicks atomic.Uint64
 	Contexts atomic.Uint32
+	// Rung is 1 when the register file published a doorbell or kick of
+	// the default ring since the worker last looked (a signal may carry
+	// context kicks only). A vgpud that predates contexts never sets it,
+	// but it never starts a worker that reads it either.
+	Rung atomic.Uint32
 }
 
 // KernelBuckets is the number of buckets of a KernelHist: bucket b counts

@@ -632,7 +632,7 @@ func trustDomain(id string, setting ReuseSetting) string {
 // limitsOf is what an instance of profile p may use.
 func limitsOf(p Profile) worker.Limits {
 	return worker.Limits{Profile: p.Name, MemBytes: p.MemBytes, ProgramBytes: p.ProgramBytes,
-		KernelTimeout: p.kernelTimeout(), Slice: p.slice(), BuildTimeout: p.BuildTimeout.D()}
+		KernelTimeout: p.kernelTimeout(), Slice: p.slice(), BuildTimeout: p.BuildTimeout.D(), Contexts: p.Contexts}
 }
 
 // AcceptRetries counts the transient accept errors (out of descriptors,

@@ -43,6 +43,13 @@ type Profile struct {
 	// not its physical device does (docs/overcommit.md); the zero value:
 	// it fails (none). Changeable at run time (SetProfileOvercommit).
 	Overcommit Overcommit `json:"overcommit,omitzero"`
+	// Contexts is how many device contexts (ABI 1.5, docs/ABI.md "Device
+	// contexts") an instance offers besides its default one, 0..64: a
+	// guest driver gives each process its own, so that one process's
+	// kernels reach none of another's buffers (docs/isolation.md). 0:
+	// none, the guest has its one ring (what a profile written before
+	// contexts existed means). Fixed for an instance's life.
+	Contexts uint32 `json:"contexts,omitempty"`
 }
 
 // Defaults of the profile settings left 0.
@@ -131,6 +138,8 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("profile %s: negative timeout (kernel %v, build %v)", p.Name, p.kernelTimeout(), p.BuildTimeout.D())
 	case p.Slice != 0 && p.Slice.D() < MinSlice:
 		return fmt.Errorf("profile %s: slice %v below %v", p.Name, p.Slice.D(), MinSlice)
+	case p.Contexts > abi.MaxContexts:
+		return fmt.Errorf("profile %s: %d device contexts, at most %d", p.Name, p.Contexts, abi.MaxContexts)
 	}
 	if err := p.Overcommit.Validate(); err != nil {
 		return fmt.Errorf("profile %s: %w", p.Name, err)
@@ -142,9 +151,9 @@ func (p Profile) Validate() error {
 // of a card that NVIDIA's vGPU profiles use.
 func DefaultProfiles() []Profile {
 	return []Profile{
-		Profile{Name: "vgpu-small", MemBytes: 256 << 20, Share: 1, MaxPerDevice: 8}.withDefaults(),
-		Profile{Name: "vgpu-medium", MemBytes: 1 << 30, Share: 2, MaxPerDevice: 4, ProgramBytes: 128 << 20}.withDefaults(),
-		Profile{Name: "vgpu-large", MemBytes: 4 << 30, Share: 4, MaxPerDevice: 2, ProgramBytes: 256 << 20}.withDefaults(),
+		Profile{Name: "vgpu-small", MemBytes: 256 << 20, Share: 1, MaxPerDevice: 8, Contexts: abi.MaxContexts}.withDefaults(),
+		Profile{Name: "vgpu-medium", MemBytes: 1 << 30, Share: 2, MaxPerDevice: 4, ProgramBytes: 128 << 20, Contexts: abi.MaxContexts}.withDefaults(),
+		Profile{Name: "vgpu-large", MemBytes: 4 << 30, Share: 4, MaxPerDevice: 2, ProgramBytes: 256 << 20, Contexts: abi.MaxContexts}.withDefaults(),
 	}
 }
 

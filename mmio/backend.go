@@ -10,6 +10,10 @@ type Limits struct {
 	MaxWorkGroup uint32
 	ProfileName  string // truncated to abi.ProfileNameLen
 	DeviceName   string // truncated to abi.DeviceNameLen
+	// Contexts is how many device contexts the instance offers besides
+	// its default one (abi.RegMaxContexts, ABI 1.5), at most
+	// abi.MaxContexts.
+	Contexts uint32
 }
 
 // RingConfig is what the guest programmed before setting RingCtrlEnable.
@@ -41,6 +45,11 @@ type Backend interface {
 	// the backend reads guest RAM, the register file cannot. A shadow
 	// outside guest RAM or misaligned is StatusBadAddress.
 	Kick(shadow uint64) error
+	// ContextKick is the doorbell of device context id (abi.RegContextKick,
+	// ABI 1.5; 1 <= id <= Limits().Contexts, checked by the register
+	// file): the backend reads the context's tail from its shadow word.
+	// An id that names no live context is StatusNotFound.
+	ContextKick(id uint32) error
 	// Head and Done are the fetched and completed command counts.
 	Head() uint32
 	Done() uint32

@@ -145,6 +145,8 @@ func (d *Device) read32Locked(off uint32) uint32 {
 		return abi.MaxRingSlots
 	case abi.RegMaxWorkGroup:
 		return d.b.Limits().MaxWorkGroup
+	case abi.RegMaxContexts:
+		return min(d.b.Limits().Contexts, abi.MaxContexts)
 	case abi.RegError:
 		st, _ := d.b.Error()
 		return uint32(st)
@@ -253,6 +255,14 @@ func (d *Device) write32Locked(off, v uint32) {
 		d.shadow = d.shadow&0xffffffff | uint64(v)<<32
 	case abi.RegRingKick:
 		if err := d.b.Kick(d.shadow); err != nil {
+			d.b.LatchError(abi.StatusOf(err))
+		}
+	case abi.RegContextKick:
+		if v == 0 || v > min(d.b.Limits().Contexts, abi.MaxContexts) {
+			d.b.LatchError(abi.StatusNotFound)
+			return
+		}
+		if err := d.b.ContextKick(v); err != nil {
 			d.b.LatchError(abi.StatusOf(err))
 		}
 	}

@@ -30,10 +30,10 @@ func TestRegisterOffsets(t *testing.T) {
 		abi.RegError, abi.RegErrorCount, abi.RegErrorAck, abi.RegRingBaseLo, abi.RegRingBaseHi,
 		abi.RegComplBaseLo, abi.RegComplBaseHi, abi.RegRingSlots, abi.RegRingCtrl, abi.RegRingTail,
 		abi.RegRingHead, abi.RegRingDone, abi.RegIntStatus, abi.RegIntEnable, abi.RegTailShadowLo, abi.RegTailShadowHi,
-		abi.RegRingKick, abi.RegProfileName, abi.RegDeviceName,
+		abi.RegRingKick, abi.RegMaxContexts, abi.RegContextKick, abi.RegProfileName, abi.RegDeviceName,
 		abi.RegDeviceName + abi.DeviceNameLen, abi.BAR0Size}
 	want := []int{0x00, 0x04, 0x08, 0x0c, 0x10, 0x14, 0x18, 0x1c, 0x20, 0x24, 0x28, 0x30, 0x34, 0x38,
-		0x40, 0x44, 0x48, 0x4c, 0x50, 0x54, 0x58, 0x5c, 0x60, 0x64, 0x68, 0x6c, 0x70, 0x74, 0x80, 0xa0, 0xe0, 0x1000}
+		0x40, 0x44, 0x48, 0x4c, 0x50, 0x54, 0x58, 0x5c, 0x60, 0x64, 0x68, 0x6c, 0x70, 0x74, 0x2c, 0x78, 0x80, 0xa0, 0xe0, 0x1000}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("register offsets (-want +got):\n%s", diff)
 	}
@@ -311,5 +311,47 @@ func TestKick(t *testing.T) {
 	d.Reset()
 	if lo := d.ReadBAR(abi.RegTailShadowLo, 4); lo != 0 {
 		t.Errorf("shadow after reset = %#x", lo)
+	}
+}
+
+// TestContextKick checks the ABI 1.5 context doorbell: RegMaxContexts
+// reads the backend's count, a kick hands the backend the context id,
+// ids outside 1..RegMaxContexts latch StatusNotFound without reaching it,
+// and the backend's refusal latches.
+func TestContextKick(t *testing.T) {
+	d, f := newTestDevice(t)
+	if got := d.ReadBAR(abi.RegFeatures, 4); got&abi.FeatureContexts == 0 {
+		t.Fatalf("RegFeatures = %#x, want FeatureContexts", got)
+	}
+	if got := d.ReadBAR(abi.RegMaxContexts, 4); got != 0 {
+		t.Errorf("RegMaxContexts = %d with no contexts, want 0", got)
+	}
+	f.limits.Contexts = 3
+	if got := d.ReadBAR(abi.RegMaxContexts, 4); got != 3 {
+		t.Errorf("RegMaxContexts = %d, want 3", got)
+	}
+	for _, id := range []uint64{0, 4, 1 << 31} {
+		d.WriteBAR(abi.RegContextKick, 4, id)
+		if st, _ := f.Error(); st != abi.StatusNotFound {
+			t.Errorf("kick of context %d latched %v, want not found", id, st)
+		}
+		d.WriteBAR(abi.RegErrorAck, 4, 0)
+	}
+	d.WriteBAR(abi.RegContextKick, 4, 3)
+	d.WriteBAR(abi.RegContextKick, 4, 1)
+	if diff := cmp.Diff([]uint32{3, 1}, f.ctxKicks); diff != "" {
+		t.Errorf("context kicks (-want +got):\n%s", diff)
+	}
+	f.ctxKickErr = abi.Errorf(abi.StatusRingOverflow, "test")
+	d.WriteBAR(abi.RegContextKick, 4, 2)
+	if st, _ := f.Error(); st != abi.StatusRingOverflow {
+		t.Errorf("refused kick latched %v, want ring overflow", st)
+	}
+	if got := d.ReadBAR(abi.RegContextKick, 4); got != 0 {
+		t.Errorf("RegContextKick reads %#x, want 0 (write-only)", got)
+	}
+	f.limits.Contexts = 1000
+	if got := d.ReadBAR(abi.RegMaxContexts, 4); got != abi.MaxContexts {
+		t.Errorf("RegMaxContexts = %d for a backend offering 1000, want %d", got, abi.MaxContexts)
 	}
 }

@@ -18,6 +18,8 @@ type fakeBackend struct {
 	resets     int
 	doorbells  []uint32
 	kicks      []uint64 // tail shadow addresses kicked
+	ctxKicks   []uint32 // contexts kicked
+	ctxKickErr error
 	head, done uint32
 	err        abi.Status
 	errCount   uint32
@@ -53,6 +55,12 @@ func (f *fakeBackend) Kick(shadow uint64) error {
 	defer f.mu.Unlock()
 	f.kicks = append(f.kicks, shadow)
 	return nil
+}
+func (f *fakeBackend) ContextKick(id uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ctxKicks = append(f.ctxKicks, id)
+	return f.ctxKickErr
 }
 func (f *fakeBackend) Head() uint32 { f.mu.Lock(); defer f.mu.Unlock(); return f.head }
 func (f *fakeBackend) Done() uint32 { f.mu.Lock(); defer f.mu.Unlock(); return f.done }

@@ -37,6 +37,10 @@ type Limits struct {
 	Slice time.Duration
 	// BuildTimeout bounds one program build (0: no bound).
 	BuildTimeout time.Duration
+	// Contexts is how many device contexts (ABI 1.5) the instance offers
+	// besides its default one, at most abi.MaxContexts; fixed when the
+	// instance is made (SetLimits does not change it).
+	Contexts uint32
 }
 
 // InstanceConfig describes a new instance.

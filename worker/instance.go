@@ -208,7 +208,7 @@ func (in *procInstance) attach() error {
 	if _, err := irqfd.Drain(in.bellFD); err != nil {
 		in.pool.log.Warn("doorbell eventfd: stale count not read", "instance", in.cfg.ID, "err", err)
 	}
-	if _, err := pr.call(context.Background(), &wire.Add{Slot: slot, ID: in.cfg.ID, Reuse: reuse, Limits: wireLimits(lim)},
+	if _, err := pr.call(context.Background(), &wire.Add{Slot: slot, ID: in.cfg.ID, Reuse: reuse, Limits: wireLimits(lim), Contexts: lim.Contexts},
 		in.pageFD, in.bellFD, int(in.notify.Fd())); err != nil {
 		pr.mu.Lock()
 		delete(pr.slots, slot)
@@ -321,7 +321,8 @@ func (in *procInstance) Limits() mmio.Limits {
 		cus = info.ComputeUnits
 	}
 	return mmio.Limits{MemBytes: lim.MemBytes, MaxAlloc: maxAlloc, ComputeUnits: cus,
-		MaxWorkGroup: uint32(min(info.MaxWorkGroupSize, 1<<31)), ProfileName: lim.Profile, DeviceName: info.Name}
+		MaxWorkGroup: uint32(min(info.MaxWorkGroupSize, 1<<31)), ProfileName: lim.Profile, DeviceName: info.Name,
+		Contexts: min(lim.Contexts, abi.MaxContexts)}
 }
 
 func (in *procInstance) EnableRing(c mmio.RingConfig) error {
@@ -395,6 +396,7 @@ func (in *procInstance) ring(kick bool, v uint64) error {
 		in.sh.Tail.Store(uint32(v))
 		in.sh.Kick.Store(0)
 	}
+	in.sh.Rung.Store(1)
 	in.bell.Signal()
 	return nil
 }
@@ -409,6 +411,26 @@ func (in *procInstance) Kick(shadow uint64) error {
 		return err
 	}
 	return in.ring(true, shadow)
+}
+
+// ContextKick marks device context id kicked in the instance page and
+// signals the worker, which reads the context's tail from its shadow. An
+// instance being relocated has no live context (a move refuses one that
+// has: aggregator.ErrContexts).
+func (in *procInstance) ContextKick(id uint32) error {
+	if id == 0 || id > abi.MaxContexts {
+		return abi.Errorf(abi.StatusNotFound, "context %d", id)
+	}
+	in.bellMu.Lock()
+	defer in.bellMu.Unlock()
+	if moving, err := in.ringable(); err != nil {
+		return err
+	} else if moving {
+		return abi.Errorf(abi.StatusNotFound, "context %d: the instance is being moved", id)
+	}
+	in.sh.CtxKicks.Or(1 << (id - 1))
+	in.bell.Signal()
+	return nil
 }
 
 func (in *procInstance) Head() uint32 {
@@ -516,6 +538,7 @@ func (in *procInstance) Shared() *aggregator.Shared { return in.sh }
 func (in *procInstance) SetLimits(l Limits) error {
 	in.mu.Lock()
 	old := in.limits
+	l.Contexts = old.Contexts // fixed for the instance's life
 	in.limits = l
 	pr, slot, dev := in.proc, in.slot, in.cfg.Device
 	in.mu.Unlock()

@@ -28,8 +28,8 @@ func (p *Pool) createLocal(cfg InstanceConfig) (Backend, error) {
 	l := &localInstance{pool: p, cfg: cfg, mem: &guestmem.Map{}, limits: cfg.Limits}
 	in, err := p.local[cfg.Device].NewInstance(aggregator.InstanceConfig{
 		ID: cfg.ID, Profile: cfg.Limits.Profile, MemBytes: cfg.Limits.MemBytes, ProgramBytes: cfg.Limits.ProgramBytes,
-		ComputeUnits: cfg.Limits.ComputeUnits,
-		Memory:       l.mem, Logger: p.log.With("instance", cfg.ID), Notify: cfg.Notify,
+		ComputeUnits: cfg.Limits.ComputeUnits, Contexts: cfg.Limits.Contexts,
+		Memory: l.mem, Logger: p.log.With("instance", cfg.ID), Notify: cfg.Notify,
 	})
 	if err != nil {
 		return nil, err
@@ -55,7 +55,7 @@ func (l *localInstance) domain() *reuse.Domain {
 func (l *localInstance) Limits() mmio.Limits {
 	a := l.in.Limits()
 	return mmio.Limits{MemBytes: a.MemBytes, MaxAlloc: a.MaxAlloc, ComputeUnits: a.ComputeUnits, MaxWorkGroup: a.MaxWorkGroup,
-		ProfileName: a.Profile, DeviceName: a.DeviceName}
+		ProfileName: a.Profile, DeviceName: a.DeviceName, Contexts: l.in.MaxContexts()}
 }
 
 func (l *localInstance) EnableRing(c mmio.RingConfig) error {
@@ -65,6 +65,7 @@ func (l *localInstance) DisableRing()                     { l.in.DisableRing() }
 func (l *localInstance) RingEnabled() bool                { return l.in.RingEnabled() }
 func (l *localInstance) Doorbell(tail uint32) error       { return l.in.Doorbell(tail) }
 func (l *localInstance) Kick(shadow uint64) error         { return l.in.Kick(shadow) }
+func (l *localInstance) ContextKick(id uint32) error      { return l.in.ContextKick(id) }
 func (l *localInstance) Head() uint32                     { return l.in.Head() }
 func (l *localInstance) Done() uint32                     { return l.in.Done() }
 func (l *localInstance) Reset()                           { l.in.Reset() }

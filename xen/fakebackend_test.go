@@ -37,9 +37,10 @@ func (f *fakeBackend) Doorbell(tail uint32) error {
 	f.doorbells = append(f.doorbells, tail)
 	return nil
 }
-func (f *fakeBackend) Kick(uint64) error { return nil }
-func (f *fakeBackend) Head() uint32      { return 0 }
-func (f *fakeBackend) Done() uint32      { return 0 }
+func (f *fakeBackend) Kick(uint64) error        { return nil }
+func (f *fakeBackend) ContextKick(uint32) error { return nil }
+func (f *fakeBackend) Head() uint32             { return 0 }
+func (f *fakeBackend) Done() uint32             { return 0 }
 func (f *fakeBackend) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

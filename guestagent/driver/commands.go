@@ -492,7 +492,32 @@ func (d *Device) waitFenceLocked(v uint64) error {
 		return fmt.Errorf("wait for fence %d: last fence is %d: %w", v, d.fenceVal, ErrInvalid)
 	}
 	d.flush()
-	return d.poll(fmt.Sprintf("fence %d", v), func() bool { return load64(d.fence.buf, 0) >= v })
+	err := d.poll(fmt.Sprintf("fence %d", v), func() bool {
+		if load64(d.fence.buf, 0) >= v {
+			return true
+		}
+		// A device context's loss comes in its completion records, not
+		// in RegError: a fence it completed StatusDeviceLost writes no
+		// value, so reap what has completed and see.
+		return d.ctxID != 0 && d.reapCompleted() && d.lost
+	})
+	if err == nil && d.lost && load64(d.fence.buf, 0) < v {
+		return fmt.Errorf("wait for fence %d: %w: reopen the context to continue", v, ErrDeviceLost)
+	}
+	return err
+}
+
+// reapCompleted reaps the commands whose records have landed, without
+// waiting, and reports whether it reaped any. Caller holds mu.
+func (d *Device) reapCompleted() bool {
+	any := false
+	for d.reaped < d.next && d.complSeq(d.reaped) == abi.SeqOf(d.reaped) {
+		if d.reapOne() != nil {
+			break
+		}
+		any = true
+	}
+	return any
 }
 
 // Finish submits a fence, waits for it and returns (and clears) the first

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -62,6 +63,9 @@ type Info struct {
 	MaxWorkGroup uint32
 	Profile      string
 	Name         string
+	// MaxContexts is abi.RegMaxContexts: the device contexts (ABI 1.5)
+	// the instance offers besides the default ring; 0 before 1.5.
+	MaxContexts uint32
 }
 
 // Stats counts the driver's work since Open.
@@ -144,6 +148,13 @@ type Device struct {
 	// gen counts Reopens: buffers and programs of an older generation
 	// are gone with the context they were made in (stale).
 	gen uint64
+
+	// A device context's Device (context.go): the default ring's Device
+	// that made it, its id, its memory limit. parent nil: the default
+	// ring.
+	parent   *Device
+	ctxID    uint32
+	memLimit uint64
 }
 
 // stale refuses a buffer or program made before the last Reopen: its
@@ -254,6 +265,7 @@ func readInfo(r Registers) Info {
 		MaxWorkGroup: r.Read32(abi.RegMaxWorkGroup),
 		Profile:      readString(r, abi.RegProfileName, abi.ProfileNameLen),
 		Name:         readString(r, abi.RegDeviceName, abi.DeviceNameLen),
+		MaxContexts:  r.Read32(abi.RegMaxContexts),
 	}
 }
 
@@ -327,14 +339,25 @@ func (d *Device) Close() error {
 	if d.closed {
 		return nil
 	}
-	if d.Suspended() || d.abandoned.Load() || d.lost {
+	if d.Suspended() || d.abandoned.Load() || (d.lost && d.ctxID == 0) {
 		d.closed = true
 		d.openGate()
 		return nil
 	}
-	err := d.drain()
-	d.regs.Write32(abi.RegRingCtrl, 0)
+	var err error
+	if !d.lost {
+		err = d.drain()
+	}
 	d.closed = true
+	if d.ctxID != 0 {
+		// The context ends on the device: its memory is the instance's
+		// again, and the device no longer touches its pages.
+		if derr := d.destroyContext(); derr != nil && err == nil {
+			err = derr
+		}
+		return err
+	}
+	d.regs.Write32(abi.RegRingCtrl, 0)
 	return err
 }
 
@@ -360,6 +383,22 @@ func (d *Device) Reopen() error {
 	}
 	d.failInflight(abi.StatusDeviceLost)
 	d.gen++
+	if d.ctxID != 0 {
+		// A context comes back by being made again (its parent's ring:
+		// a reset would end every context of the vGPU).
+		if err := d.destroyContext(); err != nil && !errors.Is(err, abi.StatusNotFound.Error()) {
+			return fmt.Errorf("reopen: %w", err)
+		}
+		clear(d.results)
+		d.deferred = nil
+		if err := d.createContext(); err != nil {
+			return fmt.Errorf("reopen: %w", err)
+		}
+		d.lost = false
+		d.lostSeen.Store(false)
+		d.log.Info("vgpu context reopened: buffers and programs gone")
+		return nil
+	}
 	regs := d.regs
 	regs.Write32(abi.RegRingCtrl, abi.RingCtrlReset)
 	regs.Write32(abi.RegErrorAck, 1)
@@ -467,7 +506,10 @@ func (d *Device) flush() {
 		return
 	}
 	d.rung = d.next
-	if d.kick {
+	if d.ctxID != 0 {
+		store32(d.compl.buf, tailShadowOffset, uint32(d.rung))
+		d.regs.Write32(abi.RegContextKick, d.ctxID)
+	} else if d.kick {
 		store32(d.compl.buf, tailShadowOffset, uint32(d.rung))
 		d.regs.Write32(abi.RegRingKick, 1)
 	} else {
@@ -656,6 +698,13 @@ func (d *Device) reapOneCtx(ctx context.Context) error {
 	}
 	if rec.Status != abi.StatusOK {
 		d.stats.Failed++
+	}
+	if rec.Status == abi.StatusDeviceLost && d.ctxID != 0 && !d.lost {
+		// A context's loss comes in its records (docs/ABI.md "Device
+		// contexts"): everything later fails the same way until Reopen.
+		d.lost = true
+		d.lostSeen.Store(true)
+		d.log.Warn("vgpu device context lost")
 	}
 	if e.onDone != nil {
 		e.onDone(rec)

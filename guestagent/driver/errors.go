@@ -60,3 +60,9 @@ func (e *CommandError) Error() string {
 // Unwrap returns an *abi.StatusError of the command's status, so that
 // abi.StatusOf(err) recovers it and errors.Is(err, abi.StatusX.Error()) holds.
 func (e *CommandError) Unwrap() error { return e.Status.Error() }
+
+// Is makes a command the device completed StatusDeviceLost (a device
+// context's loss, docs/ABI.md "Device contexts") an ErrDeviceLost.
+func (e *CommandError) Is(target error) bool {
+	return target == ErrDeviceLost && e.Status == abi.StatusDeviceLost
+}

@@ -30,9 +30,10 @@ func (f *fakeBackend) Doorbell(tail uint32) error {
 	f.doorbells++
 	return nil
 }
-func (f *fakeBackend) Kick(uint64) error { return f.Doorbell(f.Head() + 1) }
-func (f *fakeBackend) Head() uint32      { f.mu.Lock(); defer f.mu.Unlock(); return f.tail }
-func (f *fakeBackend) Done() uint32      { f.mu.Lock(); defer f.mu.Unlock(); return f.tail }
+func (f *fakeBackend) Kick(uint64) error        { return f.Doorbell(f.Head() + 1) }
+func (f *fakeBackend) ContextKick(uint32) error { return nil }
+func (f *fakeBackend) Head() uint32             { f.mu.Lock(); defer f.mu.Unlock(); return f.tail }
+func (f *fakeBackend) Done() uint32             { f.mu.Lock(); defer f.mu.Unlock(); return f.tail }
 func (f *fakeBackend) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -44,6 +44,7 @@ func (f *fakeBackend) Doorbell(tail uint32) error {
 	return nil
 }
 func (f *fakeBackend) Kick(shadow uint64) error { f.kicked <- shadow; return nil }
+func (f *fakeBackend) ContextKick(uint32) error { return nil }
 func (f *fakeBackend) Head() uint32             { f.mu.Lock(); defer f.mu.Unlock(); return f.tail }
 func (f *fakeBackend) Done() uint32             { f.mu.Lock(); defer f.mu.Unlock(); return f.tail }
 func (f *fakeBackend) Reset() {

@@ -112,13 +112,31 @@ type executorDevice struct {
 
 // openExecutor starts an executor for device index on the socket pair
 // the main process gave this worker (WorkerExecutorFD and
-// WorkerExecutorPeerFD) and
-// returns its device. A worker may not make sockets itself.
+// WorkerExecutorPeerFD) and returns its device.
 func openExecutor(index int) (*executorDevice, error) {
 	mine, theirs := os.NewFile(WorkerExecutorFD, "executor"), os.NewFile(WorkerExecutorPeerFD, "executor-peer")
 	if mine == nil || theirs == nil {
 		return nil, errors.New("executor: no socket pair on fds 4 and 5")
 	}
+	return startExecutor(index, mine, theirs)
+}
+
+// openContextExecutor starts an executor for one device context of an
+// instance (docs/isolation.md "Device contexts") on a socket pair of its
+// own: an AF_UNIX pair, connected to nothing else, is the one kind of
+// socket a worker's seccomp filter lets it make.
+func openContextExecutor(index int) (*executorDevice, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("context executor: socketpair: %w", err)
+	}
+	return startExecutor(index, os.NewFile(uintptr(fds[0]), "executor"), os.NewFile(uintptr(fds[1]), "executor-peer"))
+}
+
+// startExecutor starts an executor for device index serving the socket
+// theirs, and returns its device, spoken to over mine. It closes both
+// files.
+func startExecutor(index int, mine, theirs *os.File) (*executorDevice, error) {
 	defer theirs.Close()
 	// The worker's end first, as a descriptor the executor does not
 	// inherit; the executor's end only as its fd 3.

@@ -79,6 +79,7 @@ func Main() int {
 	opts := Options{CacheDir: os.Getenv(EnvCache), Logger: log}
 	if os.Getenv(EnvExecutor) == "1" {
 		opts.Open = func(i int) (gpu.Device, error) { return openExecutor(i) }
+		opts.OpenContext = func(i int) (gpu.Device, error) { return openContextExecutor(i) }
 	}
 	if err := Serve(conn, opts); err != nil {
 		log.Error("worker ends", "err", fmt.Sprint(err))

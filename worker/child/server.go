@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"os"
 	"strings"
 	"sync"
@@ -26,6 +27,12 @@ type Options struct {
 	// Open opens the physical device with the index Hello names; nil means
 	// gpu.Open by index.
 	Open func(index int) (gpu.Device, error)
+	// OpenContext opens the device with that index anew for one device
+	// context of an instance (ABI 1.5): a device context of its own, in
+	// which only that context's buffers are reachable (docs/isolation.md
+	// "Device contexts"). nil: gpu.Open by index, an OpenCL context of its
+	// own in this process (a GPU's per-context address space).
+	OpenContext func(index int) (gpu.Device, error)
 	// CacheDir is the domain's compiler cache (its size is capped after
 	// each build); empty: none managed.
 	CacheDir string
@@ -80,6 +87,9 @@ type slot struct {
 func Serve(conn *wire.Conn, opts Options) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.OpenContext == nil {
+		opts.OpenContext = func(i int) (gpu.Device, error) { return gpu.Open(fmt.Sprint(i)) }
 	}
 	if opts.Open == nil {
 		opts.Open = func(i int) (gpu.Device, error) { return gpu.Open(fmt.Sprint(i)) }
@@ -323,9 +333,12 @@ func (s *server) add(m *wire.Add, fds []int) (err error) {
 	sl := &slot{id: m.ID, mem: &guestmem.Map{Foreign: s.opts.Foreign}, page: page, notify: notifyFD, done: make(chan struct{})}
 	sl.doorbell = os.NewFile(uintptr(bellFD), "doorbell")
 	bellFD = -1
+	device := int(s.hello.Device)
 	in, err := s.dev.NewInstance(aggregator.InstanceConfig{
 		ID: m.ID, Profile: m.Limits.Profile, MemBytes: m.Limits.MemBytes, ProgramBytes: m.Limits.ProgramBytes,
 		ComputeUnits: m.Limits.ComputeUnits, Memory: sl.mem, Logger: s.log, Shared: sh, Notify: sl.signal,
+		Contexts:    m.Contexts,
+		OpenContext: func(uint32) (gpu.Device, error) { return s.opts.OpenContext(device) },
 	})
 	if err != nil {
 		sl.doorbell.Close()
@@ -364,6 +377,20 @@ func (sl *slot) bells() {
 	for {
 		if _, err := sl.doorbell.Read(b[:]); err != nil {
 			return
+		}
+		// Device contexts first (ABI 1.5): each bit a kicked context.
+		ctxs := sh.CtxKicks.Swap(0)
+		for ctxs != 0 {
+			id := uint32(bits.TrailingZeros64(ctxs)) + 1
+			ctxs &= ctxs - 1
+			if err := sl.in.ContextKick(id); err != nil {
+				sl.in.LatchError(abi.StatusOf(err))
+			}
+		}
+		// A signal may carry context kicks only: the default ring was
+		// rung when Rung says so.
+		if sh.Rung.Swap(0) == 0 {
+			continue
 		}
 		var err error
 		if sh.Kick.CompareAndSwap(1, 0) {

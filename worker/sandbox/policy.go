@@ -48,6 +48,11 @@ const (
 	// concurrent calls.
 	ProcessesBase   = 256
 	ProcessesPerCPU = 4
+	// ProcessesPerContext is what one device context's executor adds
+	// (docs/isolation.md "Device contexts"): its Go runtime's threads and
+	// PoCL's, for up to MaxContextExecutors of them.
+	ProcessesPerContext = 16
+	MaxContextExecutors = 64
 	// DefaultDirBytes is the size of a worker's private directory when
 	// neither DirBytes nor FileBytes says.
 	DefaultDirBytes = 512 << 20
@@ -55,7 +60,8 @@ const (
 
 // DefaultProcesses is the RLIMIT_NPROC of a worker (Limits.Processes).
 func DefaultProcesses() uint64 {
-	return ProcessesBase + ProcessesPerCPU*uint64(runtime.NumCPU())
+	return ProcessesBase + ProcessesPerCPU*uint64(runtime.NumCPU()) +
+		MaxContextExecutors*(ProcessesPerContext+uint64(runtime.NumCPU()))
 }
 
 // PrivateView is where a worker finds its private directory

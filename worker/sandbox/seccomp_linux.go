@@ -183,6 +183,12 @@ func syscallPolicy(pid int, p Policy) (seccomp.Policy, error) {
 			{Argument: 3, Operation: seccomp.BitsNotSet, Value: unix.MAP_ANONYMOUS},
 		}},
 	)
+	// One kind of socket: an AF_UNIX stream pair, connected to nothing
+	// but itself, for a device context's executor (docs/isolation.md
+	// "Device contexts"). No socket that could reach an address.
+	cond = append(cond, seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
+		equal(0, unix.AF_UNIX), equal(1, unix.SOCK_STREAM|unix.SOCK_CLOEXEC), equal(2, 0),
+	}})
 	// Limits may be read, never set: the worker must not raise its own.
 	cond = append(cond, seccomp.NameWithConditions{Name: "prlimit64", Conditions: seccomp.ArgumentConditions{
 		equal(0, 0), equal(2, 0),

@@ -311,12 +311,22 @@ func (l *Limits) decode(d *decoder) {
 // "Instance page"), the doorbell eventfd (main signals it after
 // publishing a tail) and the notify eventfd (the worker signals it after
 // every completion; the counter coalesces notices).
+//
+// Contexts is how many device contexts (ABI 1.5) the instance offers
+// besides its default one, at most abi.MaxContexts. It travels after the
+// fields of the first layout and only when nonzero, so an Add without
+// contexts is what a worker started by an older vgpud (kept across an
+// upgrade in place) understands.
 type Add struct {
-	Slot   uint32
-	ID     string
-	Reuse  bool // result reuse on for the instance
-	Limits Limits
+	Slot     uint32
+	ID       string
+	Reuse    bool // result reuse on for the instance
+	Limits   Limits
+	Contexts uint32
 }
+
+// maxContexts is abi.MaxContexts (wire imports nothing of vgpud's ABI).
+const maxContexts = 64
 
 func (*Add) Type() Type { return TypeAdd }
 func (*Add) fds() int   { return 3 }
@@ -325,12 +335,20 @@ func (a *Add) encode(e *encoder) {
 	e.str(a.ID, MaxInstanceID)
 	e.bool(a.Reuse)
 	a.Limits.encode(e)
+	if a.Contexts != 0 {
+		e.u32(a.Contexts)
+	}
 }
 func (a *Add) decode(d *decoder) {
 	a.Slot = d.u32()
 	a.ID = d.str(MaxInstanceID)
 	a.Reuse = d.bool()
 	a.Limits.decode(d)
+	if len(d.b) > 0 {
+		if a.Contexts = d.u32(); a.Contexts == 0 || a.Contexts > maxContexts {
+			d.fail("add: %d contexts (1..%d when present)", a.Contexts, maxContexts)
+		}
+	}
 }
 
 // Remove closes the instance in Slot and frees its device state. With

@@ -20,6 +20,7 @@ func samples() []Msg {
 		&Hello{Version: Version, Device: 1, Domain: "team", Shared: true, ReuseBudget: 1 << 20, CacheBytes: 64 << 20},
 		&Add{Slot: 7, ID: "0b0e5c2e-0b61-4bde-8bb5-5ea1e3d1b0a1", Reuse: true,
 			Limits: Limits{MemBytes: 256 << 20, ProgramBytes: 16 << 20, ComputeUnits: 2, Profile: "vgpu-small"}},
+		&Add{Slot: 8, ID: "ctx", Limits: Limits{MemBytes: 1 << 20, Profile: "p"}, Contexts: 64},
 		&Remove{Slot: 7, IfEmpty: true},
 		&Memory{Slot: 7, Regions: []Region{{GPA: 0, Size: 0xa0000, Offset: 0}, {GPA: 0xc0000, Size: 0x10000000 - 0xc0000, Offset: 0xc0000}}},
 		&Enable{Slot: 7, Base: 0x1000, ComplBase: 0x2000, Slots: 64},
@@ -122,6 +123,13 @@ func TestUnmarshalRejects(t *testing.T) {
 		{"trailing byte", mod(func(b []byte) []byte { b = append(b, 0); le.PutUint32(b[8:], uint32(len(b)-HeaderSize)); return b }), 0},
 		{"unexpected fd", good, 1},
 		{"add without fds", Marshal(1, &Add{Slot: 1, ID: "x"}), 0},
+		{"add with 65 contexts", Marshal(1, &Add{Slot: 1, ID: "x", Contexts: 65}), 3},
+		{"add with 0 contexts written out", func() []byte {
+			b := Marshal(1, &Add{Slot: 1, ID: "x"})
+			b = append(b, 0, 0, 0, 0)
+			le.PutUint32(b[8:], uint32(len(b)-HeaderSize))
+			return b
+		}(), 3},
 		{"memory with fewer fds", Marshal(1, &Memory{Slot: 1, Regions: []Region{{Size: 4096}, {Size: 4096}}}), 1},
 		{"too many regions", func() []byte {
 			e := encoder{b: make([]byte, HeaderSize)}

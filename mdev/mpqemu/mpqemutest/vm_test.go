@@ -27,6 +27,7 @@ func (nullBackend) DisableRing()                     {}
 func (nullBackend) RingEnabled() bool                { return false }
 func (nullBackend) Doorbell(uint32) error            { return nil }
 func (nullBackend) Kick(uint64) error                { return nil }
+func (nullBackend) ContextKick(uint32) error         { return nil }
 func (nullBackend) Head() uint32                     { return 0 }
 func (nullBackend) Done() uint32                     { return 0 }
 func (nullBackend) Reset()                           {}

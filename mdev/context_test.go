@@ -1,0 +1,310 @@
+package mdev
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
+)
+
+// scanKernel searches memory for two 8-byte words, given XOR-ed with a
+// mask so that the needles are not in the kernel's own buffers: work item
+// i scans range i of ranges (start, length pairs) at 8-byte steps and
+// records the addresses of hits.
+const scanKernel = `__kernel void scan(__global const ulong *ranges, __global const ulong *needles, ulong mask,
+		__global ulong *hits, __global volatile uint *nhits) {
+	size_t i = get_global_id(0);
+	ulong a = needles[0] ^ mask, b = needles[1] ^ mask;
+	__global const ulong *p = (__global const ulong *)ranges[2*i];
+	ulong n = ranges[2*i+1] / 8;
+	for (ulong j = 0; j < n; j++) {
+		ulong v = p[j];
+		if (v == a || v == b) {
+			uint k = atomic_inc(nhits);
+			if (k < 64) hits[k] = (ulong)(p + j);
+		}
+	}
+}`
+
+// wildKernel writes through a pointer to nowhere.
+const wildKernel = `__kernel void wild(__global int *o) { *(__global int *)0x10 = 1; o[0] = 2; }`
+
+// contextProfile offers device contexts, with a patient kernel limit.
+var contextProfile = Profile{Name: "contexts", MemBytes: 256 << 20, Share: 1, MaxPerDevice: 8, Contexts: 8,
+	TurnTimeout: Duration(10 * time.Minute), BuildTimeout: Duration(10 * time.Minute)}
+
+// TestContextsIsolateProcesses (issue 31) plays two processes of one VM,
+// each with its own device context, against real sandboxed workers and
+// executors: one's kernel scans every readable page of the process it
+// runs in for the other's secret and for a marker in guest RAM and finds
+// neither; its wild-pointer kernel then ends its context alone, while the
+// other's job runs to a correct result; and it comes back by reopening.
+func TestContextsIsolateProcesses(t *testing.T) {
+	dir, err := os.MkdirTemp("", "vx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{contextProfile},
+		SocketDir: dir, Transport: mpqemu.Transport{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if !m.Pool().KernelsInExecutor(0) {
+		t.Skip("no executors here (the workers get no PID namespace)")
+	}
+	inst, err := m.Create(CreateRequest{Profile: contextProfile.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := attach(t, inst)
+	marker := make([]byte, 64)
+	rand.Read(marker)
+	if err := vm.WriteRAM(markerGPA, marker); err != nil {
+		t.Fatal(err)
+	}
+	d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if got := d.Info().MaxContexts; got != contextProfile.Contexts {
+		t.Fatalf("MaxContexts = %d, want the profile's %d", got, contextProfile.Contexts)
+	}
+	worker := inst.WorkerPID()
+	before := childrenOf(worker)
+	attacker, err := d.OpenContext(driver.ContextOptions{ID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer attacker.Close()
+	attackerExec := newChildren(before, childrenOf(worker))
+	mid := childrenOf(worker)
+	victim, err := d.OpenContext(driver.ContextOptions{ID: 2, MemLimit: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Close()
+	victimExec := newChildren(mid, childrenOf(worker))
+	if len(attackerExec) != 1 || len(childrenOf(worker)) != len(before)+2 {
+		t.Fatalf("executors: %v before, %v after the contexts (attacker's %v): want one more per context",
+			before, childrenOf(worker), attackerExec)
+	}
+
+	// The victim's secret, in its buffer on the device.
+	secret := append([]byte("ICD-VICTIM-SECRET"), make([]byte, 4096-17)...)
+	rand.Read(secret[17:])
+	sb, err := victim.CreateBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(victim.Write(sb, 0, secret), victim.Finish()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The attacker scans every readable mapping of the process its
+	// kernels run in. The same scan in the victim's context finds the
+	// secret (its own): the scan can see what it looks for.
+	mask := uint64(0x5a5a_a5a5_0ff0_f00f)
+	needles := make([]byte, 16)
+	binary.LittleEndian.PutUint64(needles[0:], binary.LittleEndian.Uint64(secret[8:])^mask) // past the readable prefix
+	binary.LittleEndian.PutUint64(needles[8:], binary.LittleEndian.Uint64(marker)^mask)
+	if n, scanned, _ := scanContext(t, victim, victimExec, needles, mask); n == 0 {
+		t.Fatalf("the victim's own scan (%d bytes) did not find its secret: the scan proves nothing", scanned)
+	}
+	if n, scanned, hits := scanContext(t, attacker, attackerExec, needles, mask); n != 0 {
+		t.Errorf("the attacker's kernel found the victim's secret or the guest RAM marker %d times in its process (%d bytes scanned) at %v",
+			n, scanned, hits)
+	} else {
+		t.Logf("the attacker's kernel scanned %d readable bytes of its process: neither the secret nor the marker", scanned)
+	}
+
+	// The victim computes while the attacker's wild pointer ends the
+	// attacker's context.
+	var wg sync.WaitGroup
+	var victimErr error
+	wg.Go(func() { victimErr = contextVectorAdd(victim, 1<<16, 40) })
+	wp, _, err := attacker.Build(wildKernel, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := mustBuffer(t, attacker, 4)
+	err = attacker.Launch(wp, "wild", driver.Range1(1, 0), driver.BufferArg(wb))
+	if err == nil {
+		err = attacker.Finish()
+	}
+	if !errors.Is(err, driver.ErrDeviceLost) {
+		t.Errorf("the wild write in context 1 = %v, want its context lost", err)
+	}
+	wg.Wait()
+	if victimErr != nil {
+		t.Errorf("the victim's job while the attacker crashed: %v", victimErr)
+	}
+	if err := contextVectorAdd(d, 4096, 2); err != nil {
+		t.Errorf("the default context after context 1 crashed: %v", err)
+	}
+	if got := make([]byte, 4096); victim.Read(sb, 0, got) != nil || victim.Finish() != nil || !bytes.Equal(got, secret) {
+		t.Errorf("the victim's buffer changed")
+	}
+	if err := attacker.Reopen(); err != nil {
+		t.Fatalf("reopen the attacker's context: %v", err)
+	}
+	if err := contextVectorAdd(attacker, 4096, 2); err != nil {
+		t.Errorf("context 1 after it was reopened: %v", err)
+	}
+	if inst.WorkerPID() != worker {
+		t.Errorf("the worker changed (%d -> %d): a context's crash ended more than the context", worker, inst.WorkerPID())
+	}
+}
+
+// scanContext runs scanKernel in context c over every readable mapping
+// of its executor (execs: exactly one pid) and returns the hits, the
+// bytes scanned and the first hits' addresses.
+func scanContext(t *testing.T, c *driver.Device, execs []int, needles []byte, mask uint64) (uint32, uint64, []string) {
+	t.Helper()
+	if len(execs) != 1 {
+		t.Fatalf("context %d: executors %v, want one", c.Context(), execs)
+	}
+	ranges := readableRanges(t, execs[0])
+	p, log, err := c.Build(scanKernel, "")
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, log)
+	}
+	rb, nb := mustBuffer(t, c, uint64(len(ranges))), mustBuffer(t, c, 16)
+	hb, cb := mustBuffer(t, c, 64*8), mustBuffer(t, c, 4)
+	if err := errors.Join(c.Write(rb, 0, ranges), c.Write(nb, 0, needles), c.Write(cb, 0, make([]byte, 4)),
+		c.Launch(p, "scan", driver.Range1(uint64(len(ranges)/16), 1), driver.BufferArg(rb), driver.BufferArg(nb),
+			driver.Uint64Arg(mask), driver.BufferArg(hb), driver.BufferArg(cb)),
+		c.Finish()); err != nil {
+		t.Fatalf("scan in context %d: %v", c.Context(), err)
+	}
+	count, hits := make([]byte, 4), make([]byte, 64*8)
+	if err := errors.Join(c.Read(cb, 0, count), c.Read(hb, 0, hits), c.Finish()); err != nil {
+		t.Fatal(err)
+	}
+	scanned := uint64(0)
+	for i := 0; i < len(ranges); i += 16 {
+		scanned += binary.LittleEndian.Uint64(ranges[i+8:])
+	}
+	n := binary.LittleEndian.Uint32(count)
+	return n, scanned, hitAddrs(hits, n)
+}
+
+// newChildren returns the pids in after and not in before.
+func newChildren(before, after []int) []int {
+	var out []int
+	for _, p := range after {
+		if !slices.Contains(before, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// readableRanges lists process pid's readable mappings as (start,
+// length) pairs of little-endian u64s, but [vvar], [vsyscall] and
+// device mappings, which fault when read.
+func readableRanges(t *testing.T, pid int) []byte {
+	t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for _, l := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 5 || f[1][0] != 'r' || (len(f) >= 6 && (strings.HasPrefix(f[5], "[v") || strings.HasPrefix(f[5], "/dev/"))) {
+			continue
+		}
+		lo, hi, _ := strings.Cut(f[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = binary.LittleEndian.AppendUint64(out, start)
+		out = binary.LittleEndian.AppendUint64(out, end-start)
+	}
+	if len(out) == 0 {
+		t.Fatalf("no readable mapping in /proc/%d/maps", pid)
+	}
+	return out
+}
+
+func hitAddrs(b []byte, n uint32) []string {
+	var out []string
+	for i := uint32(0); i < min(n, 64); i++ {
+		out = append(out, fmt.Sprintf("%#x", binary.LittleEndian.Uint64(b[8*i:])))
+	}
+	return out
+}
+
+func mustBuffer(t *testing.T, d *driver.Device, n uint64) driver.Buffer {
+	t.Helper()
+	b, err := d.CreateBuffer(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// vaddKernel adds b to a, in place.
+const vaddKernel = `__kernel void vadd(__global float *a, __global const float *b) {
+	size_t i = get_global_id(0);
+	a[i] += b[i];
+}`
+
+// contextVectorAdd adds b to a rounds times on d and checks the result
+// against the CPU's.
+func contextVectorAdd(d *driver.Device, n, rounds int) error {
+	p, log, err := d.Build(vaddKernel, "")
+	if err != nil {
+		return fmt.Errorf("build: %w\n%s", err, log)
+	}
+	a, b := make([]byte, 4*n), make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(a[4*i:], math.Float32bits(float32(i)))
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(i%7)))
+	}
+	ab, err := d.CreateBuffer(uint64(4 * n))
+	if err != nil {
+		return err
+	}
+	bb, err := d.CreateBuffer(uint64(4 * n))
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(d.Write(ab, 0, a), d.Write(bb, 0, b)); err != nil {
+		return err
+	}
+	for range rounds {
+		if err := d.Launch(p, "vadd", driver.Range1(uint64(n), 0), driver.BufferArg(ab), driver.BufferArg(bb)); err != nil {
+			return err
+		}
+	}
+	got := make([]byte, 4*n)
+	if err := errors.Join(d.Read(ab, 0, got), d.Finish()); err != nil {
+		return err
+	}
+	for i := range n {
+		want := float32(i) + float32(rounds)*float32(i%7)
+		if g := math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:])); g != want {
+			return fmt.Errorf("a[%d] = %v, want %v", i, g, want)
+		}
+	}
+	return errors.Join(d.Free(ab), d.Free(bb), d.FreeProgram(p), d.Finish())
+}
