@@ -71,10 +71,12 @@ const (
 	// activeWindow: an instance that asked for a turn this recently is
 	// active, and long launches of others are sliced for it.
 	activeWindow = 20 * time.Millisecond
-	// maxQueued bounds one client's waiting requests. An instance's worker
-	// has at most one outstanding request, so this is never reached by
-	// vgpud itself; it keeps the queues bounded by construction.
-	maxQueued = 4
+	// maxQueued bounds one client's waiting requests. An instance has
+	// at most one outstanding request per ring: its default one and its
+	// device contexts (ABI 1.5: up to 64, which share the instance's
+	// turns), so this is never reached by vgpud itself; it keeps the
+	// queues bounded by construction.
+	maxQueued = 1 + 64
 	// ewmaShift: averages move by 1/2^ewmaShift of each new sample.
 	ewmaShift = 2
 	// minRun: a preemptible turn runs at least this long (within its

@@ -84,6 +84,7 @@ func (c *Device) createContext() error {
 	}
 	c.next, c.rung, c.reaped = 0, 0, 0
 	c.kick = true
+	c.parentResets = c.parent.resets.Load()
 	_, err := c.parent.submitSync(abi.NewCommand(&abi.ContextCreate{ID: c.ctxID, Slots: uint32(c.slots),
 		Ring: c.ring.gpa, Compl: c.compl.gpa, Shadow: c.compl.gpa + tailShadowOffset, MemLimit: c.memLimit}, 0, 0))
 	if err != nil {

@@ -155,6 +155,11 @@ type Device struct {
 	parent   *Device
 	ctxID    uint32
 	memLimit uint64
+	// resets counts the resets of a default ring's Device (Reopen): each
+	// destroys every context of the vGPU. A context keeps the count it
+	// was made under (parentResets) and is lost once it moves.
+	resets       atomic.Uint64
+	parentResets uint64
 }
 
 // stale refuses a buffer or program made before the last Reopen: its
@@ -383,6 +388,9 @@ func (d *Device) Reopen() error {
 	}
 	d.failInflight(abi.StatusDeviceLost)
 	d.gen++
+	if d.ctxID == 0 {
+		d.resets.Add(1)
+	}
 	if d.ctxID != 0 {
 		// A context comes back by being made again (its parent's ring:
 		// a reset would end every context of the vGPU).
@@ -452,6 +460,9 @@ func (d *Device) check() error {
 	for {
 		if d.closed {
 			return ErrClosed
+		}
+		if err := d.contextGone(); err != nil {
+			return err
 		}
 		if d.abandoned.Load() {
 			return d.lostErr()
@@ -613,6 +624,9 @@ func (d *Device) deviceLost() error {
 	if d.lost {
 		return fmt.Errorf("%w: reset the device (Reopen) to continue", ErrDeviceLost)
 	}
+	if err := d.contextGone(); err != nil {
+		return err
+	}
 	now := time.Now()
 	if now.Sub(d.lostAt) < lostCheck {
 		return nil
@@ -635,6 +649,20 @@ func (d *Device) deviceLost() error {
 		return fmt.Errorf("%w: %d commands in flight failed; reset the device (Reopen) to continue", ErrDeviceLost, n)
 	}
 	return nil
+}
+
+// contextGone reports a device context whose vGPU was reset since the
+// context was made (its default ring reopened after a loss): the context
+// went with it and nothing of it will complete. Caller holds mu.
+func (d *Device) contextGone() error {
+	if d.ctxID == 0 || d.lost || d.parent.resets.Load() == d.parentResets {
+		return nil
+	}
+	d.lost = true
+	d.lostSeen.Store(true)
+	n := d.next - d.reaped
+	d.failInflight(abi.StatusDeviceLost)
+	return fmt.Errorf("%w: the vGPU was reset, %d commands of context %d failed; reopen it to continue", ErrDeviceLost, n, d.ctxID)
 }
 
 // failInflight ends every command submitted and not reaped as if the

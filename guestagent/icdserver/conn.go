@@ -82,7 +82,8 @@ type conn struct {
 	arenas   map[uint32][]byte
 	buffers  map[uint32]bufObj
 	programs map[uint32]progObj
-	used     map[*device]bool // devices this connection submitted to
+	used     map[*device]bool    // devices this connection submitted to
+	ctxs     map[*device]*device // per vGPU used: the connection's device context (or the vGPU, shared)
 
 	// wake is signalled by completions.
 	wake chan struct{}
@@ -103,7 +104,7 @@ const maxArenaBytes = 4 << 30
 func newConn(s *Server, c *net.UnixConn, id uint64) *conn {
 	return &conn{s: s, c: c, id: id, log: s.log, quit: make(chan struct{}),
 		arenas: map[uint32][]byte{}, buffers: map[uint32]bufObj{}, programs: map[uint32]progObj{},
-		used: map[*device]bool{}, wake: make(chan struct{}, 1), events: map[uint64]*event{}}
+		used: map[*device]bool{}, ctxs: map[*device]*device{}, wake: make(chan struct{}, 1), events: map[uint64]*event{}}
 }
 
 // stop closes the socket and makes waits give up; the goroutine then
@@ -325,11 +326,23 @@ func (c *conn) doDeviceInfo(v *icdproto.DeviceInfo) (any, error) {
 	return &icdproto.DeviceInfoReply{Info: blob}, nil
 }
 
+// device returns what the connection submits to on vGPU i: its own
+// device context, made at its first use (Config.Contexts), or the vGPU's
+// shared ring.
 func (c *conn) device(i uint32) (*device, error) {
 	if int64(i) >= int64(len(c.s.devs)) {
 		return nil, icdproto.Errorf(icdproto.ErrUnknownID, "device %d (the daemon serves %d)", i, len(c.s.devs))
 	}
-	return c.s.devs[i], nil
+	base := c.s.devs[i]
+	if d := c.ctxs[base]; d != nil {
+		return d, nil
+	}
+	d, err := c.s.openContext(base, c.log)
+	if err != nil {
+		return nil, err
+	}
+	c.ctxs[base] = d
+	return d, nil
 }
 
 func (c *conn) buffer(id uint32) (bufObj, error) {
@@ -929,6 +942,22 @@ func (c *conn) cleanup() {
 	if nb+np > 0 {
 		drained = c.waitFor(c.s.cfg.Timeout, false, idle) && drained
 	}
+	// The connection's device contexts end: once destroyed, the device
+	// writes nothing more into its arenas, drained or not.
+	shared := false
+	for base, d := range c.ctxs {
+		if d.parent == nil {
+			shared = true
+			continue
+		}
+		if err := c.s.closeContext(d); err != nil {
+			c.log.Warn("icd client's device context", "device", base.index, "context", d.ctxID, "err", err)
+			shared = true // not known to be destroyed: keep the arenas
+		}
+		delete(c.used, d)
+	}
+	clear(c.ctxs)
+	drained = drained || !shared
 	if !drained {
 		// A read may still copy into an arena when it completes: keep the
 		// mappings rather than fault.

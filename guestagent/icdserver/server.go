@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/guestagent/icdproto"
 )
 
 // ErrServerClosed is returned by Serve after Close.
@@ -31,6 +32,42 @@ type Config struct {
 	Timeout time.Duration
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Contexts says whether each client gets a device context of its own
+	// (ABI 1.5, docs/icd-protocol.md "Device contexts"); the zero value
+	// is ContextsPrefer.
+	Contexts ContextPolicy
+}
+
+// ContextPolicy says whether each client gets a device context of its
+// own on a vGPU: its own ring and handle spaces on the device, kernels
+// that reach only its own buffers, a crash that ends only its context.
+type ContextPolicy int
+
+const (
+	// ContextsPrefer gives each client its own context where the vGPU
+	// offers one; where it offers none (a host or profile without them)
+	// or all are in use, the client shares the daemon's ring with the
+	// others, and the daemon logs it.
+	ContextsPrefer ContextPolicy = iota
+	// ContextsRequire refuses a client that cannot get a context of its
+	// own (its request fails with ErrLimit and the connection closes).
+	ContextsRequire
+	// ContextsOff makes every client share the daemon's ring (what
+	// vgpu-icdd did before ABI 1.5).
+	ContextsOff
+)
+
+// ParseContextPolicy reads "prefer", "require" or "off".
+func ParseContextPolicy(s string) (ContextPolicy, error) {
+	switch s {
+	case "prefer", "":
+		return ContextsPrefer, nil
+	case "require":
+		return ContextsRequire, nil
+	case "off":
+		return ContextsOff, nil
+	}
+	return 0, fmt.Errorf("context policy %q: want prefer, require or off", s)
 }
 
 // Server serves the ICD protocol on Unix SOCK_SEQPACKET connections.
@@ -72,6 +109,18 @@ type device struct {
 	// while the driver reports the device it was read from (infoOf).
 	info   []byte
 	infoOf driver.Info
+
+	// A client's device context (parent nil: a vGPU's shared ring): the
+	// vGPU it is on, its id, and stop, closed when it ends (its reaper
+	// returns).
+	parent *device
+	ctxID  uint32
+	stop   chan struct{}
+	// For a vGPU: the context ids in use (ctxUsed[id]) and whether a
+	// client was put on the shared ring (logged once at warning level).
+	ctxMu     sync.Mutex
+	ctxUsed   []bool
+	sharedLog bool
 }
 
 // deviceInfo returns the abi device-information blob of dev: the one it
@@ -151,6 +200,8 @@ func (s *Server) reap(dev *device) {
 		select {
 		case <-s.done:
 			return
+		case <-dev.stop:
+			return
 		case <-dev.wake:
 		}
 		if dev.d.Lost() && !s.revive(dev) {
@@ -193,6 +244,12 @@ func (s *Server) revive(dev *device) bool {
 	if !dev.d.Lost() {
 		return true
 	}
+	// A context is made again on its vGPU's ring: when the vGPU itself
+	// was lost (its worker ended, every context with it), that comes
+	// back first.
+	if p := dev.parent; p != nil && (p.d.LostSeen() || p.d.CheckLost()) && !s.revive(p) {
+		return false
+	}
 	if err := dev.d.Reopen(); err != nil {
 		lvl := slog.LevelError
 		if dev.reviveFailed {
@@ -208,6 +265,83 @@ func (s *Server) revive(dev *device) bool {
 	dev.infoMu.Unlock()
 	s.log.Warn("icd device context lost: device reopened; older buffers and programs are gone", "device", dev.index)
 	return true
+}
+
+// openContext gives a client a device context of its own on vGPU base
+// (ContextPolicy), with its own reaper; or base itself when the policy
+// or the vGPU does not give one.
+func (s *Server) openContext(base *device, log *slog.Logger) (*device, error) {
+	if s.cfg.Contexts == ContextsOff {
+		return base, nil
+	}
+	max := base.d.Info().MaxContexts
+	base.ctxMu.Lock()
+	id := uint32(0)
+	for i := uint32(1); i <= max && id == 0; i++ {
+		if int(i) >= len(base.ctxUsed) || !base.ctxUsed[i] {
+			id = i
+		}
+	}
+	if id != 0 {
+		if int(id) >= len(base.ctxUsed) {
+			base.ctxUsed = append(base.ctxUsed, make([]bool, int(id)+1-len(base.ctxUsed))...)
+		}
+		base.ctxUsed[id] = true
+	}
+	base.ctxMu.Unlock()
+	var err error
+	if id == 0 {
+		err = fmt.Errorf("the vGPU offers %d device contexts, all in use", max)
+	} else {
+		var d *driver.Device
+		opts := driver.ContextOptions{ID: id, Logger: log.With("device", base.index, "context", id)}
+		d, err = base.d.OpenContext(opts)
+		if errors.Is(err, driver.ErrDeviceLost) && s.revive(base) {
+			// The vGPU was lost (and has just come back): once more.
+			d, err = base.d.OpenContext(opts)
+		}
+		if err == nil {
+			cd := &device{index: base.index, d: d, wake: make(chan struct{}, 1), parent: base, ctxID: id, stop: make(chan struct{})}
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.reap(cd)
+			}()
+			log.Debug("icd client has its own device context", "device", base.index, "context", id)
+			return cd, nil
+		}
+		base.putContext(id)
+	}
+	if s.cfg.Contexts == ContextsRequire {
+		return nil, icdproto.Errorf(icdproto.ErrLimit, "device %d: no device context of its own for this client: %v", base.index, err)
+	}
+	base.ctxMu.Lock()
+	first := !base.sharedLog
+	base.sharedLog = true
+	base.ctxMu.Unlock()
+	lvl := slog.LevelDebug
+	if first {
+		lvl = slog.LevelWarn
+	}
+	log.Log(context.Background(), lvl, "icd client shares the vGPU's ring with other clients: its kernels can reach their buffers",
+		"device", base.index, "why", err.Error())
+	return base, nil
+}
+
+// closeContext ends a client's device context: the driver drains and
+// destroys it (the host frees its buffers and programs, and touches none
+// of its memory again), its reaper stops, its id is free again.
+func (s *Server) closeContext(cd *device) error {
+	err := cd.d.Close()
+	close(cd.stop)
+	cd.parent.putContext(cd.ctxID)
+	return err
+}
+
+func (base *device) putContext(id uint32) {
+	base.ctxMu.Lock()
+	base.ctxUsed[id] = false
+	base.ctxMu.Unlock()
 }
 
 // trimEvents is the number of events a closing connection must have held

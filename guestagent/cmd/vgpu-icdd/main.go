@@ -76,9 +76,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	devices := fs.String("device", "", "comma-separated sysfs directories of the vGPUs (default: every vGPU in /sys/bus/pci/devices)")
 	via := fs.String("agent", "auto", "agent channel for migration: relay (vgpu-agent's socket), port (the virtio-serial port), auto (relay if its socket exists, else port) or none")
 	agentSock := fs.String("agent-socket", "", "vgpu-agent's relay socket (default: $VGPU_AGENT_SOCKET, else "+agent.DefaultRelaySocket+")")
+	contexts := fs.String("contexts", "prefer", "a device context per client (ABI 1.5): prefer (where the vGPU offers them, else the shared ring), require (refuse a client that cannot get one) or off")
 	verbose := fs.Bool("v", false, "debug logs")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	ctxPolicy, err := icdserver.ParseContextPolicy(*contexts)
+	if err != nil {
+		return fmt.Errorf("-contexts: %w", err)
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -142,7 +147,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer os.Remove(*sock)
-	srv := icdserver.New(icdserver.Config{Devices: devs, Timeout: *timeout, Logger: log})
+	srv := icdserver.New(icdserver.Config{Devices: devs, Timeout: *timeout, Logger: log, Contexts: ctxPolicy})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	log.Info("serving", "socket", *sock, "devices", len(devs))

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/guestagent/icdproto"
+	"github.com/vgpud/vgpud/guestagent/icdserver"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+)
+
+// scanSrc searches the memory of the process it runs in for two 8-byte
+// words given XOR-ed with mask (so that they are in none of its own
+// buffers): work item i scans range i of ranges, (start, length) pairs.
+const scanSrc = `__kernel void scan(__global const ulong *ranges, __global const ulong *needles, ulong mask,
+		__global volatile uint *nhits) {
+	size_t i = get_global_id(0);
+	ulong a = needles[0] ^ mask, b = needles[1] ^ mask;
+	__global const ulong *p = (__global const ulong *)ranges[2*i];
+	ulong n = ranges[2*i+1] / 8;
+	for (ulong j = 0; j < n; j++) {
+		ulong v = p[j];
+		if (v == a || v == b) atomic_inc(nhits);
+	}
+}`
+
+// contextHost is vgpu-icdd's server over an in-process vgpud whose
+// profile offers device contexts, with sandboxed workers and executors.
+type contextHost struct {
+	srv      *icdserver.Server
+	inst     *mdev.Instance
+	deadline time.Time
+}
+
+func newContextHost(t *testing.T, policy icdserver.ContextPolicy) *contextHost {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs an OpenCL device")
+	}
+	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatalf("no OpenCL device: %v", err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	// Not t.TempDir(): the sockets' paths must fit a sockaddr_un.
+	dir, err := os.MkdirTemp("", "vx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Transport: mpqemu.Transport{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	inst, err := m.Create(mdev.CreateRequest{Profile: "vgpu-medium"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Room for 64 contexts' rings and staging pools besides the daemon's.
+	vm, err := mpqemutest.NewVM(c, 256<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	d, err := driver.Open(vm, vm, driver.Options{StagingBytes: 8 << 20, Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if got := d.Info().MaxContexts; got != abi.MaxContexts {
+		t.Fatalf("vgpu-medium offers %d device contexts, want %d", got, abi.MaxContexts)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	srv := icdserver.New(icdserver.Config{Devices: []*driver.Device{d}, Timeout: time.Minute, Logger: log, Contexts: policy})
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	t.Cleanup(cancel)
+	deadline, _ := ctx.Deadline()
+	return &contextHost{srv: srv, inst: inst, deadline: deadline}
+}
+
+// TestClientsHaveTheirOwnContexts (issue 31) plays two processes of one
+// VM through vgpu-icdd's server: the attacker's pointer-casting kernel
+// scans every readable page of the process it runs in for the victim's
+// secret and for the daemon's guest RAM and finds neither (the victim's
+// own scan finds its secret: the scan sees what it looks for); the
+// attacker's wild-pointer kernel then ends its own context while the
+// victim's job runs to a correct result.
+func TestClientsHaveTheirOwnContexts(t *testing.T) {
+	h := newContextHost(t, icdserver.ContextsRequire)
+	worker := h.inst.WorkerPID()
+
+	before := childProcs(worker)
+	victim := connect(t, h.srv, h.deadline)
+	victim.build(1, vaddSrc) // its context is made at its first device request
+	victimExec := newPIDs(before, childProcs(worker))
+	secret := make([]byte, 4096)
+	copy(secret, "ICD-VICTIM-SECRET")
+	rand.Read(secret[17:])
+	copy(victim.arena[8192:], secret)
+	victim.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: 9, Size: 4096, Event: 1})
+	victim.send(icdproto.OpWrite, &icdproto.Transfer{Buffer: 9, Arena: 1, ArenaOffset: 8192, Length: 4096, Event: 2})
+	mustOK(t, victim.wait(1, 2))
+
+	mid := childProcs(worker)
+	attacker := connect(t, h.srv, h.deadline)
+	attacker.build(2, scanSrc)
+	attackerExec := newPIDs(mid, childProcs(worker))
+	if len(victimExec) != 1 || len(attackerExec) != 1 {
+		t.Fatalf("executors made for the victim %v and the attacker %v: want one each", victimExec, attackerExec)
+	}
+	victim.build(2, scanSrc)
+
+	// The daemon's staging pages hold the secret on its way to the
+	// device; the guest RAM marker is their first word.
+	mask := uint64(0x5a5a_a5a5_0ff0_f00f)
+	needles := make([]byte, 16)
+	binary.LittleEndian.PutUint64(needles[0:], binary.LittleEndian.Uint64(secret[8:])^mask)
+	binary.LittleEndian.PutUint64(needles[8:], binary.LittleEndian.Uint64(secret[24:])^mask)
+	if n, bytes := scanAs(t, victim, victimExec[0], needles, mask, 100); n == 0 {
+		t.Fatalf("the victim's own scan (%d bytes) did not find its secret: the scan proves nothing", bytes)
+	}
+	if n, bytes := scanAs(t, attacker, attackerExec[0], needles, mask, 100); n != 0 {
+		t.Errorf("the attacker's kernel found the victim's secret %d times in the %d readable bytes of its process", n, bytes)
+	} else {
+		t.Logf("the attacker's kernel scanned %d readable bytes of its process: no trace of the victim's secret", bytes)
+	}
+
+	// The victim computes while the attacker's wild pointer ends the
+	// attacker's context.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range 8 {
+			victim.vadd(uint32(20+2*i), uint32(21+2*i), uint32(i), uint64(1000+10*i))
+		}
+	})
+	attacker.build(3, `__kernel void wild(__global int *o) { *(__global int *)0x10 = 1; o[0] = 2; }`)
+	attacker.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: 7, Size: 64, Event: 300})
+	wl := &icdproto.Launch{LaunchHead: icdproto.LaunchHead{Program: 3, WorkDim: 1, GlobalSize: [3]uint64{1}, Event: 301},
+		Args: []icdproto.LaunchArg{{Kind: abi.ArgBuffer, Value: 7}}}
+	wl.SetKernel("wild")
+	attacker.send(icdproto.OpLaunch, wl)
+	if r := attacker.wait(301); r[0].Status != uint32(abi.StatusDeviceLost) {
+		t.Errorf("the wild write: status %v, want its context lost (StatusDeviceLost)", abi.Status(r[0].Status))
+	}
+	wg.Wait()
+	if h.inst.WorkerPID() != worker {
+		t.Errorf("the worker changed (%d -> %d): one client's crash ended more than its context", worker, h.inst.WorkerPID())
+	}
+	victim.send(icdproto.OpRead, &icdproto.Transfer{Buffer: 9, Arena: 1, ArenaOffset: 8192, Length: 4096, Event: 400})
+	mustOK(t, victim.wait(400))
+	if string(victim.arena[8192:8192+4096]) != string(secret) {
+		t.Errorf("the victim's buffer changed")
+	}
+}
+
+// TestSixtyFourClients (issue 31): 64 clients, each with a device context
+// of its own (an executor each), compute at once, each to its own correct
+// result.
+func TestSixtyFourClients(t *testing.T) {
+	h := newContextHost(t, icdserver.ContextsRequire)
+	worker := h.inst.WorkerPID()
+	before := childProcs(worker)
+	clients := make([]*icdClient, abi.MaxContexts)
+	for i := range clients {
+		clients[i] = connect(t, h.srv, h.deadline)
+		clients[i].build(1, vaddSrc)
+	}
+	if got := len(newPIDs(before, childProcs(worker))); got != len(clients) {
+		t.Errorf("%d executors for %d clients' contexts, want one each", got, len(clients))
+	}
+	// A 65th client finds no context left and is refused (the policy
+	// requires one).
+	extra := connect(t, h.srv, h.deadline)
+	extra.send(icdproto.OpBuild, &icdproto.Build{Program: 1, Arena: 1, SrcLen: 1})
+	if e, ok := extra.reply().(*icdproto.Error); !ok || e.Code != icdproto.ErrLimit {
+		t.Errorf("the 65th client's first request: %+v, want ErrLimit", e)
+	}
+	var wg sync.WaitGroup
+	for i, cl := range clients {
+		wg.Go(func() { cl.vadd(2, 3, uint32(i), 10) })
+	}
+	wg.Wait()
+	// A client that leaves frees its context for the next one.
+	clients[0].c.Close()
+	for {
+		next := connect(t, h.srv, h.deadline)
+		next.send(icdproto.OpBuild, &icdproto.Build{Program: 1, Arena: 1, SrcLen: uint32(copy(next.arena, vaddSrc)), OutOffset: 1 << 19, OutCap: 1 << 16})
+		if _, ok := next.reply().(*icdproto.BuildReply); ok {
+			next.vadd(2, 3, 99, 10)
+			break
+		}
+		if time.Now().After(h.deadline) {
+			t.Fatal("no context came free after a client left")
+		}
+		next.c.Close()
+	}
+}
+
+func mustOK(t *testing.T, recs []icdproto.EventRecord) {
+	t.Helper()
+	for _, r := range recs {
+		if r.Status != 0 {
+			t.Fatalf("event %d: status %v", r.Event, abi.Status(r.Status))
+		}
+	}
+}
+
+// reply reads one message (reply or error) without failing on an error.
+func (cl *icdClient) reply() any {
+	cl.t.Helper()
+	buf := make([]byte, icdproto.MaxMessage)
+	cl.c.SetReadDeadline(cl.deadline)
+	n, err := cl.c.Read(buf)
+	if err != nil {
+		cl.t.Fatalf("no reply: %v", err)
+	}
+	_, r, err := icdproto.Unmarshal(buf[:n])
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	return r
+}
+
+// scanAs runs scanSrc (built as program 2) in cl's context over every
+// readable mapping of process pid, with buffers from id base on, and
+// returns the hits and the bytes scanned.
+func scanAs(t *testing.T, cl *icdClient, pid int, needles []byte, mask uint64, base uint32) (uint32, uint64) {
+	t.Helper()
+	ranges, total := readable(t, pid)
+	copy(cl.arena[16384:], ranges)
+	copy(cl.arena[12288:], needles)
+	clear(cl.arena[12304:12308])
+	ev := uint64(base) * 10
+	cl.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: base, Size: uint64(len(ranges)), Event: ev})
+	cl.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: base + 1, Size: 16, Event: ev + 1})
+	cl.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: base + 2, Size: 4, Event: ev + 2})
+	cl.send(icdproto.OpWrite, &icdproto.Transfer{Buffer: base, Arena: 1, ArenaOffset: 16384, Length: uint64(len(ranges)), Event: ev + 3})
+	cl.send(icdproto.OpWrite, &icdproto.Transfer{Buffer: base + 1, Arena: 1, ArenaOffset: 12288, Length: 16, Event: ev + 4})
+	cl.send(icdproto.OpWrite, &icdproto.Transfer{Buffer: base + 2, Arena: 1, ArenaOffset: 12304, Length: 4, Event: ev + 5})
+	l := &icdproto.Launch{LaunchHead: icdproto.LaunchHead{Program: 2, WorkDim: 1, GlobalSize: [3]uint64{uint64(len(ranges) / 16)}, LocalSize: [3]uint64{1}, Event: ev + 6},
+		Args: []icdproto.LaunchArg{{Kind: abi.ArgBuffer, Value: uint64(base)}, {Kind: abi.ArgBuffer, Value: uint64(base + 1)},
+			{Kind: abi.ArgScalar, Size: 8, Value: mask}, {Kind: abi.ArgBuffer, Value: uint64(base + 2)}}}
+	l.SetKernel("scan")
+	cl.send(icdproto.OpLaunch, l)
+	cl.send(icdproto.OpRead, &icdproto.Transfer{Buffer: base + 2, Arena: 1, ArenaOffset: 12304, Length: 4, Event: ev + 7})
+	mustOK(t, cl.wait(ev, ev+1, ev+2, ev+3, ev+4, ev+5, ev+6, ev+7))
+	return binary.LittleEndian.Uint32(cl.arena[12304:]), total
+}
+
+// readable lists process pid's readable mappings as (start, length)
+// pairs of little-endian u64s, but [vvar], [vsyscall] and device
+// mappings, which fault when read.
+func readable(t *testing.T, pid int) ([]byte, uint64) {
+	t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	var total uint64
+	for _, l := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 5 || f[1][0] != 'r' || (len(f) >= 6 && (strings.HasPrefix(f[5], "[v") || strings.HasPrefix(f[5], "/dev/"))) {
+			continue
+		}
+		lo, hi, _ := strings.Cut(f[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = binary.LittleEndian.AppendUint64(out, start)
+		out = binary.LittleEndian.AppendUint64(out, end-start)
+		total += end - start
+	}
+	if len(out) == 0 || len(out) > 1<<19-16384 {
+		t.Fatalf("/proc/%d/maps: %d bytes of ranges", pid, len(out))
+	}
+	return out, total
+}
+
+// childProcs lists process pid's children.
+func childProcs(pid int) []int {
+	var out []int
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, w := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(w); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func newPIDs(before, after []int) []int {
+	var out []int
+	for _, p := range after {
+		if !slices.Contains(before, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
