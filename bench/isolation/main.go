@@ -3,28 +3,42 @@
 // a CPU device's kernels in an executor process beside it (worker/executor),
 // against the design before executors (worker/kernels: the kernels in the
 // worker, mdev.Config.KernelsInWorker) and the unsafe in-process baseline
-// (mdev.Config.InProcess), in one run on one OpenCL device. Two tables:
+// (mdev.Config.InProcess), and what a device context (ABI 1.5, docs/ABI.md
+// "Device contexts") costs against the default ring (worker/context: the
+// default configuration, every command on a context that the guest opened
+// with driver.Device.OpenContext, rung through RegContextKick, its kernels
+// in an executor of its own), in one run on one OpenCL device. Three
+// tables (-sections):
 //
-//   - per-command cost: the latency a guest sees for a small command (a
-//     nop, a one-item launch, a 4 KiB write and read back), the modes
-//     measured in rotating blocks, as the median and as paired ratios
-//     with their 95% confidence intervals;
-//   - the 512 x 512 matmul job of guestagent/job (upload A, multiply, download C,
-//     ten times) in each mode and directly on the device, all rotating
-//     run by run, median of -runs. The direct baseline is no
-//     vgpud at all: gpu.Open on the same selector, a queue of this process,
-//     and job.Run on it, so the same kernel source and build options, sizes,
-//     NDRange and repetitions, timed and checked against the CPU reference
-//     exactly as through vgpud. The table's notes give each mode / direct,
-//     / in-process, and worker/executor / worker/kernels (goal, issue 29:
+//   - command: the latency a guest sees for a small command (a nop, a
+//     one-item launch, a 4 KiB write and read back), the modes measured
+//     in rotating blocks, as the median and as paired ratios with their
+//     95% confidence intervals (each mode / in-process, worker/executor /
+//     worker/kernels, worker/context / worker/executor);
+//   - matmul: the 512 x 512 matmul job of guestagent/job (upload A,
+//     multiply, download C, ten times) in each mode and directly on the
+//     device, all rotating run by run, median of -runs. The direct
+//     baseline is no vgpud at all: gpu.Open on the same selector, a queue
+//     of this process, and job.Run on it, so the same kernel source and
+//     build options, sizes, NDRange and repetitions, timed and checked
+//     against the CPU reference exactly as through vgpud. The table's
+//     notes give each mode / direct, / in-process, worker/executor /
+//     worker/kernels and worker/context / worker/executor (goal, issue 29:
 //     vgpud within 1.03x of direct on a GPU; issue 31: executors within
-//     1.1x of the path without them).
+//     1.1x of the path without them, a context within 1.1x of the default
+//     ring);
+//   - context: what making a device context costs, from the OpenContext
+//     call to its first nop's completion (on a CPU device that includes
+//     starting the context's executor process), and its Close, against
+//     opening the instance's default ring (driver.Open) and its first nop,
+//     median and range of -runs repetitions on an instance of its own.
 //
 // The guests are the driver library on the QEMU-less harness VM
 // (mdev/mpqemu/mpqemutest), so the figures are vgpud's, not QEMU's.
 //
 //	go run ./bench/isolation [-ops 2000] [-runs 5]
 //	go run ./bench/isolation -sections matmul [-runs 5]   (the matmul table alone)
+//	go run ./bench/isolation -sections context [-runs 5]  (context creation alone)
 package main
 
 import (
@@ -39,7 +53,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/bench/stats"
 	"github.com/vgpud/vgpud/bench/table"
@@ -62,12 +75,12 @@ type config struct {
 	device string
 	ops    int // per-command operations per mode
 	block  int // operations per block (the modes alternate by block)
-	runs   int // matmul job runs per mode
+	runs   int // matmul job runs per mode, context-table repetitions
 	job    job.Spec
 	sects  []string
 }
 
-var sections = []string{"command", "matmul"}
+var sections = []string{"command", "matmul", "context"}
 
 func run(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("isolation", flag.ContinueOnError)
@@ -75,11 +88,11 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	fs.StringVar(&cfg.device, "device", os.Getenv("VGPUD_TEST_DEVICE"), "gpu.Open selector")
 	fs.IntVar(&cfg.ops, "ops", 2000, "per-command operations per mode")
 	fs.IntVar(&cfg.block, "block", 100, "operations per block; the modes alternate block by block")
-	fs.IntVar(&cfg.runs, "runs", 5, "matmul job runs per mode")
+	fs.IntVar(&cfg.runs, "runs", 5, "matmul job runs per mode; repetitions of the context table")
 	cfg.job = job.Default()
 	fs.IntVar(&cfg.job.N, "n", cfg.job.N, "matrix side of the job")
 	fs.IntVar(&cfg.job.Reps, "reps", cfg.job.Reps, "matmuls per job run")
-	list := fs.String("sections", "command,matmul", "tables: "+fmt.Sprint(sections))
+	list := fs.String("sections", "command,matmul,context", "tables: "+fmt.Sprint(sections))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -93,9 +106,15 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if err := cfg.job.Validate(); err != nil {
 		return err
 	}
+	// The per-command and matmul tables measure every mode; the context
+	// table needs only worker/context's vgpud.
+	specs := modeSpecs
+	if !slices.Contains(cfg.sects, "command") && !slices.Contains(cfg.sects, "matmul") {
+		specs = specs[len(specs)-1:]
+	}
 	var modes []*mode
-	for _, hm := range []host.Mode{{InProcess: true}, {KernelsInWorker: true}, {}} {
-		m, err := newMode(cfg.device, hm)
+	for _, ms := range specs {
+		m, err := newMode(cfg.device, ms)
 		if err != nil {
 			return err
 		}
@@ -109,7 +128,12 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	fmt.Fprintf(w, "  guests:        QEMU-less harness (mpqemutest) + guest driver library, one vgpu-small instance per mode\n")
 	fmt.Fprintf(w, "  modes:         in-process (unsafe baseline); worker/kernels (a worker process per trust domain running the kernels too,\n")
 	fmt.Fprintf(w, "                 the design before executors); worker/executor (the kernels of a CPU device in an executor process\n")
-	fmt.Fprintf(w, "                 beside the worker, which maps no guest RAM: vgpud's default, docs/isolation.md \"Executors\")\n")
+	fmt.Fprintf(w, "                 beside the worker, which maps no guest RAM: vgpud's default, docs/isolation.md \"Executors\");\n")
+	fmt.Fprintf(w, "                 worker/context (worker/executor's configuration, every command on device context 1 that the guest\n")
+	fmt.Fprintf(w, "                 opened with OpenContext (ABI 1.5), not the default ring: its own ring and its own executor process)\n")
+	if len(specs) < len(modeSpecs) {
+		fmt.Fprintf(w, "                 (this run: worker/context's vgpud only)\n")
+	}
 	if slices.Contains(cfg.sects, "matmul") {
 		fmt.Fprintf(w, "  matmul also:   direct (the job on a gpu.Queue of this process, no vgpud: the matmul table's baseline)\n")
 	}
@@ -120,6 +144,8 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 			t, err = commandTable(ctx, cfg, modes)
 		case "matmul":
 			t, err = matmulTable(ctx, cfg, modes)
+		case "context":
+			t, err = contextTable(ctx, cfg, modes[len(modes)-1])
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s, err)
@@ -129,29 +155,44 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	return nil
 }
 
+// modeSpec is how a mode runs: its vgpud's configuration and whether
+// the guest's commands go to a device context rather than the default ring.
+type modeSpec struct {
+	name    string
+	host    host.Mode
+	context bool
+}
+
+// modeSpecs are the modes, in the tables' order; worker/context is last
+// (the context table runs on its vgpud).
+var modeSpecs = []modeSpec{
+	{name: "in-process", host: host.Mode{InProcess: true}},
+	{name: "worker/kernels", host: host.Mode{KernelsInWorker: true}},
+	{name: "worker/executor"},
+	{name: "worker/context", context: true},
+}
+
+// contextID is the device context worker/context's commands go to.
+const contextID = 1
+
 // mode is one vgpud (in process or with workers) with one harness guest.
 type mode struct {
-	name string
-	h    *host.Host
-	vm   *mpqemutest.VM
-	d    *driver.Device
-	prog driver.Program
-	buf  driver.Buffer
+	name   string
+	h      *host.Host
+	vm     *mpqemutest.VM
+	parent *driver.Device // the default ring, when d is a device context
+	d      *driver.Device // what the guest's commands go to
+	prog   driver.Program
+	buf    driver.Buffer
 }
 
 // emptySource's kernel does almost nothing: a launch of it is the cost
 // of a launch.
 const emptySource = `__kernel void touch(__global int *o) { o[get_global_id(0)] = 1; }`
 
-func newMode(selector string, hm host.Mode) (_ *mode, err error) {
-	m := &mode{name: "worker/executor"}
-	switch {
-	case hm.InProcess:
-		m.name = "in-process"
-	case hm.KernelsInWorker:
-		m.name = "worker/kernels"
-	}
-	if m.h, err = host.StartMode(selector, "vgpud-isolation-", hm); err != nil {
+func newMode(selector string, ms modeSpec) (_ *mode, err error) {
+	m := &mode{name: ms.name}
+	if m.h, err = host.StartMode(selector, "vgpud-isolation-", ms.host); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -159,19 +200,18 @@ func newMode(selector string, hm host.Mode) (_ *mode, err error) {
 			m.close()
 		}
 	}()
-	inst, err := m.h.Mgr.Create(mdev.CreateRequest{Profile: "vgpu-small", NoReuse: true})
-	if err != nil {
-		return nil, err
-	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	if m.vm, err = mpqemutest.NewVM(c, 64<<20); err != nil {
+	if m.vm, err = newGuest(m.h, 64<<20); err != nil {
 		return nil, err
 	}
 	if m.d, err = driver.Open(m.vm, m.vm, driver.Options{}); err != nil {
 		return nil, err
+	}
+	if ms.context {
+		m.parent = m.d
+		if m.d, err = openContext(m.parent); err != nil {
+			m.d = nil
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
 	}
 	if m.prog, _, err = m.d.Build(emptySource, ""); err != nil {
 		return nil, err
@@ -182,8 +222,36 @@ func newMode(selector string, hm host.Mode) (_ *mode, err error) {
 	return m, m.d.Finish()
 }
 
+// newGuest makes a vgpu-small instance on h and a harness VM with ramBytes
+// of RAM attached to it.
+func newGuest(h *host.Host, ramBytes uint64) (*mpqemutest.VM, error) {
+	inst, err := h.Mgr.Create(mdev.CreateRequest{Profile: "vgpu-small", NoReuse: true})
+	if err != nil {
+		return nil, err
+	}
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	return mpqemutest.NewVM(c, ramBytes)
+}
+
+// openContext opens device context contextID on the default ring d, as
+// worker/context's guest and the context table do.
+func openContext(d *driver.Device) (*driver.Device, error) {
+	if n := d.Info().MaxContexts; n < contextID {
+		return nil, fmt.Errorf("the instance's profile (%s) offers %d device contexts (mdev.Profile.Contexts), want at least %d", d.Info().Profile, n, contextID)
+	}
+	return d.OpenContext(driver.ContextOptions{ID: contextID})
+}
+
 func (m *mode) close() {
-	if m.d != nil {
+	if m.parent != nil && m.d != nil {
+		m.d.Close() // the context, before its default ring
+	}
+	if m.parent != nil {
+		m.parent.Close()
+	} else if m.d != nil {
 		m.d.Close()
 	}
 	if m.vm != nil {
@@ -201,20 +269,7 @@ type op struct {
 }
 
 var ops = []op{
-	{"nop (doorbell, completion)", func(m *mode, _ []byte) error {
-		idx, err := m.d.SubmitRaw(abi.NewCommand(&abi.Nop{}, 0, 1))
-		if err != nil {
-			return err
-		}
-		if err := m.d.Flush(); err != nil {
-			return err
-		}
-		rec, err := m.d.WaitIndex(idx)
-		if err == nil && rec.Status != abi.StatusOK {
-			err = fmt.Errorf("nop: %v", rec.Status)
-		}
-		return err
-	}},
+	{"nop (doorbell, completion)", func(m *mode, _ []byte) error { return nop(m.d) }},
 	{"launch of 1 item (a device turn)", func(m *mode, _ []byte) error {
 		if err := m.d.Launch(m.prog, "touch", driver.Range1(1, 0), driver.BufferArg(m.buf)); err != nil {
 			return err
@@ -239,7 +294,14 @@ func commandTable(ctx context.Context, cfg config, modes []*mode) (*table.Table,
 	for _, m := range modes[1:] {
 		header = append(header, m.name+" / "+modes[0].name+" paired [95% CI]")
 	}
-	header = append(header, modes[n-1].name+" / "+modes[n-2].name+" paired")
+	// The pairs beside the in-process baseline: each design against the
+	// one it replaces (issue 31's goals: within 1.1x).
+	var pairs [][2]int
+	for _, p := range [][2]string{{"worker/executor", "worker/kernels"}, {"worker/context", "worker/executor"}} {
+		a, b := indexOf(modes, p[0]), indexOf(modes, p[1])
+		pairs = append(pairs, [2]int{a, b})
+		header = append(header, p[0]+" / "+p[1]+" paired")
+	}
 	t := &table.Table{
 		Title:  fmt.Sprintf("Per-command cost: latency a guest sees, median of %d ops per mode (blocks of %d, modes rotating)", cfg.ops, cfg.block),
 		Header: header,
@@ -274,12 +336,16 @@ func commandTable(ctx context.Context, cfg config, modes []*mode) (*table.Table,
 		for i := 1; i < n; i++ {
 			row = append(row, fmt.Sprintf("%.2fx %s", float64(stats.Median(lat[i]))/float64(stats.Median(lat[0])), stats.PairedRatio(blocks[i], blocks[0])))
 		}
-		row = append(row, stats.PairedRatio(blocks[n-1], blocks[n-2]).String())
+		for _, p := range pairs {
+			row = append(row, stats.PairedRatio(blocks[p[0]], blocks[p[1]]).String())
+		}
 		t.Add(row...)
 	}
 	t.Note("worker: the register file and scheduler in the main process, the ring's execution in a worker process: a doorbell is a")
 	t.Note("store into the instance page and an eventfd write; each device turn is a request and a grant on the worker's socket")
 	t.Note("executor: the worker's every device call (alloc, write, read, build, launch) is a request to its executor on a socket")
+	t.Note("context: worker/context's commands go to device context %d (OpenContext), its own ring rung through RegContextKick,", contextID)
+	t.Note("its kernels in an executor process of its own; goal (issue 31): worker/context / worker/executor <= 1.1x")
 	t.Note("paired: geometric mean over blocks of one mode's mean latency / the other's, with its 95%% confidence interval (t)")
 	return t, nil
 }
@@ -304,7 +370,7 @@ func matmulTable(ctx context.Context, cfg config, modes []*mode) (*table.Table, 
 		names = append(names, m.name)
 	}
 	n := len(names)
-	kernels, executor := n-2, n-1
+	kernels, executor, contexts := 1+indexOf(modes, "worker/kernels"), 1+indexOf(modes, "worker/executor"), 1+indexOf(modes, "worker/context")
 	runOnce := func(i int) (job.Result, error) {
 		if i == direct {
 			return d.runJob(ctx, s)
@@ -366,15 +432,29 @@ func matmulTable(ctx context.Context, cfg config, modes []*mode) (*table.Table, 
 	ratio := func(a, b int) string {
 		return fmt.Sprintf("%.3fx by median, paired over runs %s", float64(med(runs[a]).TotalNS)/float64(med(runs[b]).TotalNS), stats.PairedRatio(totals[a], totals[b]))
 	}
+	t.Note("worker/context / direct:           %s", ratio(contexts, direct))
 	t.Note("worker/executor / direct:          %s", ratio(executor, direct))
 	t.Note("worker/kernels / direct:           %s", ratio(kernels, direct))
 	t.Note("in-process / direct:               %s", ratio(inProcess, direct))
 	t.Note("worker/executor / in-process:      %s", ratio(executor, inProcess))
 	t.Note("worker/executor / worker/kernels:  %s", ratio(executor, kernels))
+	t.Note("worker/context / worker/executor:  %s", ratio(contexts, executor))
 	t.Note("direct: the same job (source, %s, sizes, NDRange, repetitions) on a gpu.Queue of this process, no vgpud", job.BuildOptions)
-	t.Note("goal (issue 29): vgpud / direct <= 1.03x on a GPU")
+	t.Note("goal (issue 29): vgpud / direct <= 1.03x on a GPU; issue 31: worker/executor / worker/kernels and worker/context /")
+	t.Note("worker/executor <= 1.1x. worker/context runs the job on device context %d, whose staging pool is the driver's", contextID)
+	t.Note("default for a context (%d KiB; the default ring's: %d KiB), so a 1 MiB upload or download is more copy commands", driver.DefaultContextStagingBytes>>10, driver.DefaultStagingBytes>>10)
 	t.Note("every run checks %d elements of its last product against a CPU reference", job.Checks)
 	return t, nil
+}
+
+// indexOf is the index of the mode named name.
+func indexOf(modes []*mode, name string) int {
+	for i, m := range modes {
+		if m.name == name {
+			return i
+		}
+	}
+	panic("no mode " + name)
 }
 
 func abs(d time.Duration) time.Duration {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -18,14 +20,15 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	}
 }
 
-// TestRunTiny runs both tables at a tiny size: both modes serve every
-// command and the matmul job checks its products in both modes and on the
-// direct baseline, so a mode (or a baseline) that lost or corrupted work
-// fails here. The matmul table must show the direct row and the ratios to
-// it.
+// TestRunTiny runs every table at a tiny size: every mode serves every
+// command (worker/context's on a device context) and the matmul job
+// checks its products in every mode and on the direct baseline, so a mode
+// (or a baseline) that lost or corrupted work fails here. The matmul
+// table must show the direct row and the ratios to it, the command table
+// the context's paired ratio, and the context table both rings.
 func TestRunTiny(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts two vgpuds and a worker process")
+		t.Skip("starts four vgpuds and their worker and executor processes")
 	}
 	var out strings.Builder
 	args := []string{"-ops", "4", "-block", "2", "-runs", "1", "-n", "32", "-reps", "2"}
@@ -34,27 +37,85 @@ func TestRunTiny(t *testing.T) {
 	}
 	for _, want := range []string{"Per-command cost", "nop (doorbell, completion)", "launch of 1 item", "write + read 4 KiB", "matmul job", "in-process", "worker",
 		"matmul also:   direct", "vs direct", "vs in-process", "worker/executor / direct", "worker/kernels / direct", "in-process / direct",
-		"worker/executor / in-process", "worker/executor / worker/kernels", "worker/executor / worker/kernels paired"} {
+		"worker/executor / in-process", "worker/executor / worker/kernels", "worker/executor / worker/kernels paired",
+		"worker/context", "worker/context / worker/executor paired", "worker/context / worker/executor:", "worker/context / direct",
+		"Context creation"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 	checkMatmulRows(t, out.String())
+	checkContextRows(t, out.String(), 1)
+}
+
+// TestRunContextOnly: -sections context prints the context table alone,
+// from worker/context's vgpud only, with a row per ring.
+func TestRunContextOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a vgpud and worker and executor processes")
+	}
+	var out strings.Builder
+	if err := run(context.Background(), []string{"-sections", "context", "-runs", "2"}, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	for _, no := range []string{"Per-command cost", "matmul job"} {
+		if strings.Contains(out.String(), no) {
+			t.Errorf("-sections context printed %q:\n%s", no, out.String())
+		}
+	}
+	checkContextRows(t, out.String(), 2)
+}
+
+// checkContextRows checks that the context table has the device
+// context's row and the default ring's, each with positive times, and
+// says how many repetitions it ran.
+func checkContextRows(t *testing.T, out string, runs int) {
+	t.Helper()
+	if !strings.Contains(out, fmt.Sprintf("then Close, %d repetitions", runs)) {
+		t.Errorf("context table does not say %d repetitions:\n%s", runs, out)
+	}
+	for _, name := range []string{"device context (OpenContext, id 1)", "default ring (driver.Open)"} {
+		i := strings.Index(out, "  "+name)
+		if i < 0 {
+			t.Errorf("context table lacks the row %q:\n%s", name, out)
+			continue
+		}
+		line, _, _ := strings.Cut(out[i+2+len(name):], "\n")
+		// open, first nop, open -> first nop done, min-max, Close
+		f := strings.Fields(line)
+		if len(f) != 5 {
+			t.Errorf("row %q: %d cells %q, want 5", name, len(f), f)
+			continue
+		}
+		for _, c := range []string{f[0], f[1], f[2], f[4]} {
+			if v, err := strconv.ParseFloat(c, 64); err != nil || v < 0 {
+				t.Errorf("row %q: cell %q is not a time in ms", name, c)
+			}
+		}
+		if v, _ := strconv.ParseFloat(f[2], 64); v <= 0 {
+			t.Errorf("row %q: open -> first nop done %q, want > 0", name, f[2])
+		}
+	}
+	if !strings.Contains(out, "executor process started for the context") {
+		t.Errorf("context table does not say that it includes an executor start:\n%s", out)
+	}
 }
 
 // TestRunMatmulOnly: -sections matmul prints the matmul table alone (the
 // quick check on a GPU), with its direct baseline.
 func TestRunMatmulOnly(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts two vgpuds and a worker process")
+		t.Skip("starts four vgpuds and their worker and executor processes")
 	}
 	var out strings.Builder
 	args := []string{"-sections", "matmul", "-runs", "1", "-n", "32", "-reps", "1"}
 	if err := run(context.Background(), args, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
-	if strings.Contains(out.String(), "Per-command cost") {
-		t.Errorf("-sections matmul printed the per-command table:\n%s", out.String())
+	for _, no := range []string{"Per-command cost", "Context creation"} {
+		if strings.Contains(out.String(), no) {
+			t.Errorf("-sections matmul printed %q:\n%s", no, out.String())
+		}
 	}
 	checkMatmulRows(t, out.String())
 }
@@ -76,7 +137,7 @@ func checkMatmulRows(t *testing.T, out string) {
 			rows = append(rows, line)
 		}
 	}
-	names := []string{"direct", "in-process", "worker/kernels", "worker/executor"}
+	names := []string{"direct", "in-process", "worker/kernels", "worker/executor", "worker/context"}
 	if len(rows) != len(names) {
 		t.Fatalf("matmul table has %d rows, want %d %v:\n%s", len(rows), len(names), names, out)
 	}
