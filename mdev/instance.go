@@ -122,6 +122,16 @@ func (i *Instance) Device() int {
 // Stats returns the instance's live counters.
 func (i *Instance) Stats() *aggregator.Stats { return &i.be.Shared().Stats }
 
+// MaxContexts returns how many device contexts (ABI 1.5) the instance
+// offers besides its default ring.
+func (i *Instance) MaxContexts() uint32 { return i.be.Limits().Contexts }
+
+// LiveContexts returns how many device contexts (ABI 1.5) the guest has
+// made and not destroyed, as the instance's worker reports it.
+func (i *Instance) LiveContexts() uint32 {
+	return min(i.be.Shared().Contexts.Load(), i.be.Limits().Contexts)
+}
+
 // MemUsed returns the device memory the instance holds, in bytes.
 func (i *Instance) MemUsed() uint64 { return i.be.Shared().MemUsed.Load() }
 

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/eventlog"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
@@ -200,11 +201,15 @@ func TestSetProfileKeepsSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	var info struct {
-		Profile mdev.Profile `json:"profile"`
-		Limits  mdev.Limits  `json:"limits"`
+		Profile  mdev.Profile         `json:"profile"`
+		Limits   mdev.Limits          `json:"limits"`
+		Contexts control.ContextsInfo `json:"contexts"`
 	}
 	if err := json.Unmarshal([]byte(out), &info); err != nil {
 		t.Fatal(err)
+	}
+	if info.Contexts.Max != abi.MaxContexts || info.Contexts.Live != 0 {
+		t.Errorf("contexts = %+v, want %d offered (the built-in profile's) and none live", info.Contexts, abi.MaxContexts)
 	}
 	if info.Limits.KernelTimeout.D().String() != "3s" {
 		t.Errorf("kernel timeout after set-profile = %v, want the 3s set before", info.Limits.KernelTimeout.D())

@@ -34,6 +34,16 @@ type InstanceInfo struct {
 	// Features are what the instance did over the feature window, as the
 	// interference placement sees it (docs/placement.md "Features").
 	Features interference.Features `json:"features"`
+	// Contexts are the instance's device contexts (ABI 1.5): how many the
+	// guest may make and how many it has now (docs/isolation.md "Device
+	// contexts").
+	Contexts ContextsInfo `json:"contexts"`
+}
+
+// ContextsInfo counts an instance's device contexts.
+type ContextsInfo struct {
+	Max  uint32 `json:"max"`
+	Live uint32 `json:"live"`
 }
 
 // Stats are an instance's counters.
@@ -83,6 +93,7 @@ func infoOf(in *mdev.Instance) InstanceInfo {
 		Lost:        in.Lost(),
 		WorkerPID:   in.WorkerPID(),
 		Features:    in.Features(),
+		Contexts:    ContextsInfo{Max: in.MaxContexts(), Live: in.LiveContexts()},
 	}
 	info.ProgramBytes = in.ProgramBytes()
 	if e, _ := in.Error(); e != abi.StatusOK {
