@@ -58,7 +58,7 @@ func TestContextsIsolateProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{contextProfile},
+	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{contextProfile, patientProfile},
 		SocketDir: dir, Transport: mpqemu.Transport{}})
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +168,17 @@ func TestContextsIsolateProcesses(t *testing.T) {
 	}
 	if inst.WorkerPID() != worker {
 		t.Errorf("the worker changed (%d -> %d): a context's crash ended more than the context", worker, inst.WorkerPID())
+	}
+	// Live contexts do not move yet: a reallocation is refused before it
+	// touches anything, with a message that says why.
+	if n := inst.LiveContexts(); n != 2 {
+		t.Errorf("LiveContexts = %d, want 2", n)
+	}
+	if _, err := m.Realloc(t.Context(), inst.UUID(), ReallocRequest{Profile: patientProfile.Name}); !errors.Is(err, ErrContextsLive) {
+		t.Errorf("Realloc with live contexts = %v, want ErrContextsLive", err)
+	}
+	if err := contextVectorAdd(victim, 4096, 1); err != nil {
+		t.Errorf("the victim after the refused move: %v", err)
 	}
 }
 

@@ -190,6 +190,9 @@ func Migrate(ctx context.Context, m *mdev.Manager, id string, opts Options) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
+	if n := inst.LiveContexts(); n > 0 {
+		return nil, fmt.Errorf("migrate %s: %d of them: %w", id, n, mdev.ErrContextsLive)
+	}
 	o := &outgoing{opts: opts, m: m, inst: inst, log: opts.Logger.With("instance", inst.UUID(), "to", opts.To)}
 	o.rep.Instance = inst.UUID()
 	o.rep.From = m.Devices()[inst.Device()].Name
