@@ -308,7 +308,10 @@ func (c *conn) doAttach(v *icdproto.Attach, fds []int) (any, error) {
 // the status that kept the device from giving it (invalid opcode before
 // abi 1.4).
 func (c *conn) doDeviceInfo(v *icdproto.DeviceInfo) (any, error) {
-	dev, err := c.device(v.Device)
+	// A query, asked of the vGPU's shared ring (the blob is kept per
+	// vGPU): it makes no device context, so a process's probe connection
+	// (the ICD's clGetPlatformIDs) holds none.
+	dev, err := c.vgpu(v.Device)
 	if err != nil {
 		return nil, err
 	}
@@ -326,14 +329,22 @@ func (c *conn) doDeviceInfo(v *icdproto.DeviceInfo) (any, error) {
 	return &icdproto.DeviceInfoReply{Info: blob}, nil
 }
 
+// vgpu returns vGPU i itself (its shared ring).
+func (c *conn) vgpu(i uint32) (*device, error) {
+	if int64(i) >= int64(len(c.s.devs)) {
+		return nil, icdproto.Errorf(icdproto.ErrUnknownID, "device %d (the daemon serves %d)", i, len(c.s.devs))
+	}
+	return c.s.devs[i], nil
+}
+
 // device returns what the connection submits to on vGPU i: its own
 // device context, made at its first use (Config.Contexts), or the vGPU's
 // shared ring.
 func (c *conn) device(i uint32) (*device, error) {
-	if int64(i) >= int64(len(c.s.devs)) {
-		return nil, icdproto.Errorf(icdproto.ErrUnknownID, "device %d (the daemon serves %d)", i, len(c.s.devs))
+	base, err := c.vgpu(i)
+	if err != nil {
+		return nil, err
 	}
-	base := c.s.devs[i]
 	if d := c.ctxs[base]; d != nil {
 		return d, nil
 	}
