@@ -130,13 +130,32 @@ func workerPID(ctx context.Context, t *testing.T, d *daemon, id string) int {
 	return st.WorkerPID
 }
 
+// liveContexts returns the device contexts vgpuctl show counts live.
+func liveContexts(ctx context.Context, t *testing.T, d *daemon, id string) uint32 {
+	t.Helper()
+	out, err := d.Ctl(ctx, "show", id)
+	if err != nil {
+		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
+	}
+	var st struct {
+		Contexts struct {
+			Live uint32 `json:"live"`
+		} `json:"contexts"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
+	}
+	return st.Contexts.Live
+}
+
 // TestUpgradesInARowUnderLoad: 20 upgrades in place in a row while a
 // guest computes and busy processes load every CPU (issue 27: an old
 // vgpud whose shutdown raced its exit stopped the worker and unlinked
-// the sockets it had handed over, and hung). After each upgrade the old
-// process has exited with status 0, the instance's QEMU and agent
-// sockets are the same files, the same worker serves the instance and
-// the guest saw no error; at the end the job's result is whole.
+// the sockets it had handed over, and hung). The job runs on a device
+// context (issue 31). After each upgrade the old process has exited with
+// status 0, the instance's QEMU and agent sockets are the same files, the
+// same worker serves the instance, the new vgpud sees the job's context
+// live and the guest saw no error; at the end the job's result is whole.
 func TestUpgradesInARowUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
@@ -164,7 +183,9 @@ func TestUpgradesInARowUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	const steps = 1500
-	app := fmt.Sprintf("vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,%d,-pace,10ms,-progress,10", steps)
+	// The job runs on a device context (ABI 1.5), which lives in the
+	// worker: the upgrades must leave it, and its executor, computing.
+	app := fmt.Sprintf("vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,%d,-pace,10ms,-progress,10,-context,1", steps)
 	vm := startVM(ctx, t, env, a.InstanceBase(id), "", app)
 	if _, err := vm.WaitLine(ctx, "ITERATE step 10/"); err != nil {
 		t.Fatalf("job did not start: %v\n%s", err, console(vm))
@@ -221,6 +242,9 @@ func TestUpgradesInARowUnderLoad(t *testing.T) {
 			t.Fatalf("upgrade %d: worker pid %d (running %v), want %d: the device state was not handed over\n%s",
 				i, w, running(w), worker, a.Logs())
 		}
+		if n := liveContexts(ctx, t, a, id); n != 1 {
+			t.Fatalf("upgrade %d: the new vgpud sees %d live device contexts, want the job's one", i, n)
+		}
 		for _, l := range vm.Lines() {
 			if strings.Contains(l, "ITERATE LOST") || strings.Contains(l, "ITERATE FAIL") {
 				t.Fatalf("upgrade %d: the guest saw an error: %q\n%s", i, l, console(vm))
@@ -232,6 +256,9 @@ func TestUpgradesInARowUnderLoad(t *testing.T) {
 	waitResult(ctx, t, vm, steps)
 	t.Logf("%d upgrades in %v; the job ended %v later", upgrades, upgraded.Round(time.Millisecond),
 		(time.Since(start) - upgraded).Round(time.Millisecond))
+	if !strings.Contains(console(vm), "context=1") {
+		t.Errorf("the job did not run on device context 1:\n%s", console(vm))
+	}
 	if n := strings.Count(console(vm), "ITERATE start"); n != 1 {
 		t.Errorf("the job started %d times across %d upgrades, want once", n, upgrades)
 	}

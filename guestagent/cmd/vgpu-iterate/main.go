@@ -55,6 +55,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/abi/agentmsg"
 	"github.com/vgpud/vgpud/guestagent/agent"
 	"github.com/vgpud/vgpud/guestagent/driver"
@@ -828,6 +829,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	via := fs.String("agent", "auto", "agent channel for migration: relay (vgpu-agent's socket), port (the virtio-serial port), auto (relay if its socket exists, else port) or none")
 	sock := fs.String("agent-socket", "", "vgpu-agent's relay socket (default: $VGPU_AGENT_SOCKET, else "+agent.DefaultRelaySocket+")")
 	agentWait := fs.Duration("agent-wait", 10*time.Second, "how long to wait for the agent channel before starting anyway")
+	ctxID := fs.Uint("context", 0, "run the job on this device context (ABI 1.5: its own ring and handles) instead of the default ring (0)")
 	verbose := fs.Bool("v", false, "debug logs on stderr")
 	recoverN := fs.Int("recover", 0, "when the device comes back without its state (vgpud restarted), report the loss and start the job again on the fresh device, up to this many times")
 	fs.Uint64Var(&cfg.Ballast, "ballast", 0, "device memory in bytes to hold besides the vectors, filled on the device and checked at the end")
@@ -858,6 +860,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-migrations %d: want 0 or more", cfg.Migrations)
 	case cfg.Rewrite < 0:
 		return fmt.Errorf("-rewrite %d: want 0 or more", cfg.Rewrite)
+	case *ctxID > abi.MaxContexts:
+		return fmt.Errorf("-context %d: want 0..%d", *ctxID, abi.MaxContexts)
 	case minMem > 1<<40:
 		return fmt.Errorf("-min-mem %d: want at most 1 TiB", minMem)
 	case prefMem > 0 && minMem == 0:
@@ -911,12 +915,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fail(fmt.Errorf("open vgpu: %w", err))
 	}
 	defer func() { d.Close() }()
+	// jobDev is where the job runs: d, or a device context of d's.
+	jobDev := d
+	openJobDev := func(d *driver.Device) (*driver.Device, error) {
+		if *ctxID == 0 {
+			return d, nil
+		}
+		return d.OpenContext(driver.ContextOptions{ID: uint32(*ctxID), StagingBytes: *staging, Logger: log})
+	}
+	if jobDev, err = openJobDev(d); err != nil {
+		return fail(fmt.Errorf("open device context %d: %w", *ctxID, err))
+	}
+	if jobDev != d {
+		defer func() { jobDev.Close() }()
+	}
 	if cfg.WorkMin > 0 {
 		if quota := d.Info().MemSize; !fitsWorkspace(cfg, quota) {
 			return fail(fmt.Errorf("-min-mem %d does not fit 3/4 of the device's %d bytes of memory", cfg.WorkMin, quota))
 		}
 	}
-	j := newJob(d, cfg, out)
+	j := newJob(jobDev, cfg, out)
 	needs := agent.Resources{MinMem: cfg.WorkMin, PrefMem: cfg.WorkPref, Name: "vgpu-iterate"}
 
 	reopen := func(ctx context.Context) (driver.Registers, error) { return reopenDevice(ctx, *device) }
@@ -945,7 +963,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	for attempt := 0; ; attempt++ {
 		in := d.Info()
-		fmt.Fprintf(out, "%sstart steps=%d n=%d device=%s cus=%d\n", Prefix, cfg.Steps, cfg.N, printable(in.Name), in.ComputeUnits)
+		where := ""
+		if c := jobDev.Context(); c != 0 {
+			where = fmt.Sprintf(" context=%d", c)
+		}
+		fmt.Fprintf(out, "%sstart steps=%d n=%d device=%s cus=%d%s\n", Prefix, cfg.Steps, cfg.N, printable(in.Name), in.ComputeUnits, where)
 		sum, steps, err := j.run(ctx)
 		if err == nil {
 			fmt.Fprintf(out, "%sOK steps=%d sum=%016x\n", Prefix, steps, sum)
@@ -957,11 +979,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// The device came back without its state (vgpud restarted): say
 		// what was lost, open the new device and start the job again.
 		fmt.Fprintf(out, "%sLOST %s\n", Prefix, strings.ReplaceAll(err.Error(), "\n", " "))
+		if jobDev != d {
+			jobDev.Close()
+		}
 		d.Close()
 		if d, err = reopenFresh(ctx, reopen, mem, dopts, *timeout); err != nil {
 			return fail(fmt.Errorf("reopen vgpu after losing it: %w", err))
 		}
-		j = newJob(d, cfg, out)
+		if jobDev, err = openJobDev(d); err != nil {
+			return fail(fmt.Errorf("open device context %d after losing the vgpu: %w", *ctxID, err))
+		}
+		j = newJob(jobDev, cfg, out)
 		if c != nil {
 			c.HandleMigration(reporting{h: agent.DriverMigration(d, reopen), d: d, out: out, migrated: cfg.Migrated})
 			if cfg.WorkMin > 0 {
