@@ -8,15 +8,13 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
@@ -86,23 +84,23 @@ func TestContextsIsolateProcesses(t *testing.T) {
 		t.Fatalf("MaxContexts = %d, want the profile's %d", got, contextProfile.Contexts)
 	}
 	worker := inst.WorkerPID()
-	before := childrenOf(worker)
+	before := addrspacetest.Children(worker)
 	attacker, err := d.OpenContext(driver.ContextOptions{ID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer attacker.Close()
-	attackerExec := newChildren(before, childrenOf(worker))
-	mid := childrenOf(worker)
+	attackerExec := addrspacetest.NewPIDs(before, addrspacetest.Children(worker))
+	mid := addrspacetest.Children(worker)
 	victim, err := d.OpenContext(driver.ContextOptions{ID: 2, MemLimit: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer victim.Close()
-	victimExec := newChildren(mid, childrenOf(worker))
-	if len(attackerExec) != 1 || len(childrenOf(worker)) != len(before)+2 {
+	victimExec := addrspacetest.NewPIDs(mid, addrspacetest.Children(worker))
+	if len(attackerExec) != 1 || len(addrspacetest.Children(worker)) != len(before)+2 {
 		t.Fatalf("executors: %v before, %v after the contexts (attacker's %v): want one more per context",
-			before, childrenOf(worker), attackerExec)
+			before, addrspacetest.Children(worker), attackerExec)
 	}
 
 	// The victim's secret, in its buffer on the device.
@@ -190,7 +188,7 @@ func scanContext(t *testing.T, c *driver.Device, execs []int, needles []byte, ma
 	if len(execs) != 1 {
 		t.Fatalf("context %d: executors %v, want one", c.Context(), execs)
 	}
-	ranges := readableRanges(t, execs[0])
+	ranges, scanned := addrspacetest.ReadableRanges(t, execs[0])
 	p, log, err := c.Build(scanKernel, "")
 	if err != nil {
 		t.Fatalf("build: %v\n%s", err, log)
@@ -207,53 +205,8 @@ func scanContext(t *testing.T, c *driver.Device, execs []int, needles []byte, ma
 	if err := errors.Join(c.Read(cb, 0, count), c.Read(hb, 0, hits), c.Finish()); err != nil {
 		t.Fatal(err)
 	}
-	scanned := uint64(0)
-	for i := 0; i < len(ranges); i += 16 {
-		scanned += binary.LittleEndian.Uint64(ranges[i+8:])
-	}
 	n := binary.LittleEndian.Uint32(count)
 	return n, scanned, hitAddrs(hits, n)
-}
-
-// newChildren returns the pids in after and not in before.
-func newChildren(before, after []int) []int {
-	var out []int
-	for _, p := range after {
-		if !slices.Contains(before, p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// readableRanges lists process pid's readable mappings as (start,
-// length) pairs of little-endian u64s, but [vvar], [vsyscall] and
-// device mappings, which fault when read.
-func readableRanges(t *testing.T, pid int) []byte {
-	t.Helper()
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []byte
-	for _, l := range strings.Split(string(maps), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 5 || f[1][0] != 'r' || (len(f) >= 6 && (strings.HasPrefix(f[5], "[v") || strings.HasPrefix(f[5], "/dev/"))) {
-			continue
-		}
-		lo, hi, _ := strings.Cut(f[0], "-")
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		out = binary.LittleEndian.AppendUint64(out, start)
-		out = binary.LittleEndian.AppendUint64(out, end-start)
-	}
-	if len(out) == 0 {
-		t.Fatalf("no readable mapping in /proc/%d/maps", pid)
-	}
-	return out
 }
 
 func hitAddrs(b []byte, n uint32) []string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
@@ -90,7 +91,7 @@ func TestKernelCannotReachGuestRAM(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the worker (%d) does not map the marker's page: %v", worker, err)
 			}
-			execs := childrenOf(worker)
+			execs := addrspacetest.Children(worker)
 			if inWorker != (len(execs) == 0) {
 				t.Fatalf("the worker %d has children %v; kernels in the worker: %v", worker, execs, inWorker)
 			}
@@ -166,19 +167,4 @@ func mappedAt(pid int, name string, off uint64) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no mapping of memfd:%s offset %#x", name, off)
-}
-
-// childrenOf lists process pid's children.
-func childrenOf(pid int) []int {
-	var out []int
-	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		for _, w := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(w); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
 }

@@ -3,7 +3,6 @@ package tests
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/vgpud/vgpud/guestagent/image"
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
@@ -112,7 +112,7 @@ func TestGuestContexts(t *testing.T) {
 		defer tick.Stop()
 		for {
 			if pid := inst.WorkerPID(); pid != 0 {
-				most.Store(max(most.Load(), int64(len(childPIDs(pid)))))
+				most.Store(max(most.Load(), int64(len(addrspacetest.Children(pid)))))
 			}
 			live.Store(max(live.Load(), int64(inst.LiveContexts())))
 			select {
@@ -164,19 +164,4 @@ func TestGuestContexts(t *testing.T) {
 			t.Logf("sixtyfour: %s", l)
 		}
 	}
-}
-
-// childPIDs lists process pid's children.
-func childPIDs(pid int) []int {
-	var out []int
-	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		for _, w := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(w); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
 }

@@ -4,15 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +18,7 @@ import (
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 	"github.com/vgpud/vgpud/guestagent/icdserver"
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
@@ -116,10 +112,10 @@ func TestClientsHaveTheirOwnContexts(t *testing.T) {
 	h := newContextHost(t, icdserver.ContextsRequire)
 	worker := h.inst.WorkerPID()
 
-	before := childProcs(worker)
+	before := addrspacetest.Children(worker)
 	victim := connect(t, h.srv, h.deadline)
 	victim.build(1, vaddSrc) // its context is made at its first device request
-	victimExec := newPIDs(before, childProcs(worker))
+	victimExec := addrspacetest.NewPIDs(before, addrspacetest.Children(worker))
 	secret := make([]byte, 4096)
 	copy(secret, "ICD-VICTIM-SECRET")
 	rand.Read(secret[17:])
@@ -128,10 +124,10 @@ func TestClientsHaveTheirOwnContexts(t *testing.T) {
 	victim.send(icdproto.OpWrite, &icdproto.Transfer{Buffer: 9, Arena: 1, ArenaOffset: 8192, Length: 4096, Event: 2})
 	mustOK(t, victim.wait(1, 2))
 
-	mid := childProcs(worker)
+	mid := addrspacetest.Children(worker)
 	attacker := connect(t, h.srv, h.deadline)
 	attacker.build(2, scanSrc)
-	attackerExec := newPIDs(mid, childProcs(worker))
+	attackerExec := addrspacetest.NewPIDs(mid, addrspacetest.Children(worker))
 	if len(victimExec) != 1 || len(attackerExec) != 1 {
 		t.Fatalf("executors made for the victim %v and the attacker %v: want one each", victimExec, attackerExec)
 	}
@@ -186,13 +182,13 @@ func TestClientsHaveTheirOwnContexts(t *testing.T) {
 func TestSixtyFourClients(t *testing.T) {
 	h := newContextHost(t, icdserver.ContextsRequire)
 	worker := h.inst.WorkerPID()
-	before := childProcs(worker)
+	before := addrspacetest.Children(worker)
 	clients := make([]*icdClient, abi.MaxContexts)
 	for i := range clients {
 		clients[i] = connect(t, h.srv, h.deadline)
 		clients[i].build(1, vaddSrc)
 	}
-	if got := len(newPIDs(before, childProcs(worker))); got != len(clients) {
+	if got := len(addrspacetest.NewPIDs(before, addrspacetest.Children(worker))); got != len(clients) {
 		t.Errorf("%d executors for %d clients' contexts, want one each", got, len(clients))
 	}
 	// A 65th client finds no context left and is refused (the policy
@@ -253,7 +249,10 @@ func (cl *icdClient) reply() any {
 // returns the hits and the bytes scanned.
 func scanAs(t *testing.T, cl *icdClient, pid int, needles []byte, mask uint64, base uint32) (uint32, uint64) {
 	t.Helper()
-	ranges, total := readable(t, pid)
+	ranges, total := addrspacetest.ReadableRanges(t, pid)
+	if len(ranges) > 1<<19-16384 {
+		t.Fatalf("/proc/%d/maps: %d bytes of ranges, more than the arena holds", pid, len(ranges))
+	}
 	copy(cl.arena[16384:], ranges)
 	copy(cl.arena[12288:], needles)
 	clear(cl.arena[12304:12308])
@@ -272,61 +271,4 @@ func scanAs(t *testing.T, cl *icdClient, pid int, needles []byte, mask uint64, b
 	cl.send(icdproto.OpRead, &icdproto.Transfer{Buffer: base + 2, Arena: 1, ArenaOffset: 12304, Length: 4, Event: ev + 7})
 	mustOK(t, cl.wait(ev, ev+1, ev+2, ev+3, ev+4, ev+5, ev+6, ev+7))
 	return binary.LittleEndian.Uint32(cl.arena[12304:]), total
-}
-
-// readable lists process pid's readable mappings as (start, length)
-// pairs of little-endian u64s, but [vvar], [vsyscall] and device
-// mappings, which fault when read.
-func readable(t *testing.T, pid int) ([]byte, uint64) {
-	t.Helper()
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []byte
-	var total uint64
-	for _, l := range strings.Split(string(maps), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 5 || f[1][0] != 'r' || (len(f) >= 6 && (strings.HasPrefix(f[5], "[v") || strings.HasPrefix(f[5], "/dev/"))) {
-			continue
-		}
-		lo, hi, _ := strings.Cut(f[0], "-")
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		out = binary.LittleEndian.AppendUint64(out, start)
-		out = binary.LittleEndian.AppendUint64(out, end-start)
-		total += end - start
-	}
-	if len(out) == 0 || len(out) > 1<<19-16384 {
-		t.Fatalf("/proc/%d/maps: %d bytes of ranges", pid, len(out))
-	}
-	return out, total
-}
-
-// childProcs lists process pid's children.
-func childProcs(pid int) []int {
-	var out []int
-	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		for _, w := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(w); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
-}
-
-func newPIDs(before, after []int) []int {
-	var out []int
-	for _, p := range after {
-		if !slices.Contains(before, p) {
-			out = append(out, p)
-		}
-	}
-	return out
 }
