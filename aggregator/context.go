@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -18,14 +17,10 @@ import (
 // whose default ring made it: it takes turns and device memory under the
 // instance's id (schedID), charges its buffers to the instance's quota
 // as well as to its own limit, and ends with the instance, at a reset or
-// at context-destroy. It never takes part in result reuse (its domain
+// at context-destroy; a migration or a move between devices carries it
+// (ExtractRound, InjectContext). It never takes part in result reuse (its domain
 // stays nil): a hit would hand one process the bytes another one
 // computed, and tell it that the other computed them.
-
-// ErrContexts is wrapped when an operation cannot take an instance that
-// has live device contexts (a live migration or a move between devices,
-// which move only the default context in this version).
-var ErrContexts = errors.New("the instance has live device contexts")
 
 // ContextStats describes one live device context (vgpuctl show).
 type ContextStats struct {
@@ -82,7 +77,18 @@ func (in *Instance) contextCreate(_ *abi.Command, cc *abi.ContextCreate) (uint64
 	if taken {
 		return 0, abi.Errorf(abi.StatusExists, "context %d", cc.ID)
 	}
-	ring := RingConfig{Base: cc.Ring, ComplBase: cc.Compl, Slots: cc.Slots}
+	if _, err := in.newContext(cc, true); err != nil {
+		return 0, err
+	}
+	in.log.Info("device context created", "context", cc.ID, "slots", cc.Slots, "mem_limit", cc.MemLimit)
+	return 0, nil
+}
+
+// newContext makes device context cc.ID on its own device and registers
+// it. With enable its ring starts fetching at index 0 (context-create);
+// without, it is frozen with its ring unset, for a migration's records
+// to fill (InjectContext).
+func (in *Instance) newContext(cc *abi.ContextCreate, enable bool) (*Instance, error) {
 	var (
 		dev gpu.Device
 		q   gpu.Queue
@@ -90,7 +96,7 @@ func (in *Instance) contextCreate(_ *abi.Command, cc *abi.ContextCreate) (uint64
 	)
 	if in.openContext != nil {
 		if dev, err = in.openContext(cc.ID); err != nil {
-			return 0, abi.Errorf(abi.StatusOutOfResources, "context %d: open its device: %v", cc.ID, err)
+			return nil, abi.Errorf(abi.StatusOutOfResources, "context %d: open its device: %v", cc.ID, err)
 		}
 		q, err = dev.NewQueue()
 	} else {
@@ -100,7 +106,7 @@ func (in *Instance) contextCreate(_ *abi.Command, cc *abi.ContextCreate) (uint64
 		if dev != nil {
 			dev.Close()
 		}
-		return 0, abi.Errorf(abi.StatusOutOfResources, "context %d: queue: %v", cc.ID, err)
+		return nil, abi.Errorf(abi.StatusOutOfResources, "context %d: queue: %v", cc.ID, err)
 	}
 	lim := in.Limits()
 	c := in.dev.newInstance(InstanceConfig{
@@ -108,12 +114,16 @@ func (in *Instance) contextCreate(_ *abi.Command, cc *abi.ContextCreate) (uint64
 		ProgramBytes: in.progBytes.Load(),
 	}, lim, in.devInfo, q, in.dev.log.With("context", cc.ID))
 	c.schedID, c.parent, c.ctxID, c.ctxDev, c.memLimit, c.ctxShadow = in.schedID, in, cc.ID, dev, cc.MemLimit, cc.Shadow
-	if err := c.EnableRing(ring); err != nil {
-		// The geometry was checked when the payload was decoded: what is
-		// left is overlap and memory that is not guest RAM.
-		go c.worker() // Close waits for it
-		c.closeContext()
-		return 0, abi.Errorf(abi.StatusBadAddress, "context %d: %v", cc.ID, err)
+	if enable {
+		if err := c.EnableRing(RingConfig{Base: cc.Ring, ComplBase: cc.Compl, Slots: cc.Slots}); err != nil {
+			// The geometry was checked when the payload was decoded:
+			// what is left is overlap and memory that is not guest RAM.
+			go c.worker() // Close waits for it
+			c.closeContext()
+			return nil, abi.Errorf(abi.StatusBadAddress, "context %d: %v", cc.ID, err)
+		}
+	} else {
+		c.frozen = true
 	}
 	in.ctxMu.Lock()
 	if in.contexts == nil {
@@ -123,8 +133,7 @@ func (in *Instance) contextCreate(_ *abi.Command, cc *abi.ContextCreate) (uint64
 	in.sh.Contexts.Store(uint32(len(in.contexts)))
 	in.ctxMu.Unlock()
 	go c.worker()
-	in.log.Info("device context created", "context", cc.ID, "slots", cc.Slots, "mem_limit", cc.MemLimit)
-	return 0, nil
+	return c, nil
 }
 
 // contextDestroy serves abi.OpContextDestroy on the default ring.

@@ -2,7 +2,7 @@ package aggregator
 
 import (
 	"bytes"
-	"errors"
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -211,14 +211,131 @@ func TestContextLostAlone(t *testing.T) {
 	vaddJob(t, c1, 512)
 }
 
-// TestContextsMoveRefused: an instance with live contexts cannot be
-// extracted for migration (this version moves the default context only).
-func TestContextsMoveRefused(t *testing.T) {
-	d, _ := newDevice(t)
-	g := newTestGuest(t, d, "vm0", 64<<20)
-	withContexts(g, 1, nil)
-	g.context(1, 0)
-	if _, err := g.in.ExtractRound(t.Context(), nil, false); !errors.Is(err, ErrContexts) {
-		t.Errorf("ExtractRound with a live context = %v, want ErrContexts", err)
+// orderedSink records an extraction round as the ordered Inject calls a
+// destination worker makes for it, Context records switching the target.
+type orderedSink struct {
+	ops      []func(ctx context.Context, dst *Instance, cur **Instance) error
+	contexts []ContextState
+}
+
+func (s *orderedSink) add(f func(ctx context.Context, cur *Instance) error) error {
+	s.ops = append(s.ops, func(ctx context.Context, _ *Instance, cur **Instance) error { return f(ctx, *cur) })
+	return nil
+}
+func (s *orderedSink) Program(p ProgramState) error {
+	return s.add(func(ctx context.Context, in *Instance) error { return in.InjectProgram(ctx, p) })
+}
+func (s *orderedSink) ProgramFree(h uint32) error {
+	return s.add(func(ctx context.Context, in *Instance) error { return in.InjectProgramFree(ctx, h) })
+}
+func (s *orderedSink) Buffer(b BufferState) error {
+	return s.add(func(ctx context.Context, in *Instance) error { return in.InjectBuffer(ctx, b) })
+}
+func (s *orderedSink) BufferData(h uint32, off uint64, data []byte) error {
+	d := bytes.Clone(data)
+	return s.add(func(ctx context.Context, in *Instance) error { return in.InjectBufferData(ctx, h, off, d) })
+}
+func (s *orderedSink) BufferFree(h uint32) error {
+	return s.add(func(ctx context.Context, in *Instance) error { return in.InjectBufferFree(ctx, h) })
+}
+func (s *orderedSink) Ring(r RingState) error {
+	return s.add(func(ctx context.Context, in *Instance) error { return in.InjectRing(ctx, r) })
+}
+func (s *orderedSink) Context(c ContextState) error {
+	s.contexts = append(s.contexts, c)
+	s.ops = append(s.ops, func(ctx context.Context, dst *Instance, cur **Instance) error {
+		t, err := dst.InjectContext(ctx, c)
+		*cur = t
+		return err
+	})
+	return nil
+}
+
+func (s *orderedSink) replay(t *testing.T, dst *Instance) {
+	t.Helper()
+	cur := dst
+	for i, op := range s.ops {
+		if err := op(context.Background(), dst, &cur); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
 	}
+}
+
+// TestContextsMigrate (issue 31): an instance's device contexts move
+// with it. A pre-copy round sends both contexts; then the guest writes in
+// context 1, destroys context 2 and publishes commands on context 1 that
+// the frozen ring has not fetched; the final round sends that. On the
+// destination context 1 holds its data and runs the waiting commands,
+// context 2 is gone, and both rings go on.
+func TestContextsMigrate(t *testing.T) {
+	d, _ := newDevice(t)
+	ctx := context.Background()
+	g := newTestGuest(t, d, "vm0", 64<<20)
+	withContexts(g, 4, nil)
+	c1, c2 := g.context(1, 1<<20), g.context(2, 0)
+	c1.mustOK(c1.run(ctxCmd(&abi.BufferCreate{Handle: 5, Size: 4096}), c1.upload(5, bytes.Repeat([]byte{1}, 4096)))...)
+	c2.mustOK(c2.run(ctxCmd(&abi.BufferCreate{Handle: 5, Size: 4096}), c2.upload(5, bytes.Repeat([]byte{2}, 4096)))...)
+	build, _ := c1.build(1, vaddSrc, 0)
+	c1.mustOK(c1.run(build)...)
+
+	r0 := &orderedSink{}
+	if _, err := g.in.ExtractRound(ctx, r0, false); err != nil {
+		t.Fatal(err)
+	}
+	if len(r0.contexts) != 3 || r0.contexts[0].ID != 1 || r0.contexts[0].MemLimit != 1<<20 || r0.contexts[1].ID != 2 || r0.contexts[2].ID != 0 {
+		t.Fatalf("round 0 context records %+v, want 1, 2, then 0", r0.contexts)
+	}
+	c1.mustOK(c1.run(c1.upload(5, bytes.Repeat([]byte{3}, 4096)))...)
+	g.mustOK(g.run(ctxCmd(&abi.ContextDestroy{ID: 2}))...)
+	// Published on context 1, not fetched: the ring is frozen.
+	if err := g.in.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.in.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dl, read := c1.download(5, 4096)
+	first := c1.submit(ctxCmd(&abi.Nop{}), dl)
+	rf := &orderedSink{}
+	if _, err := g.in.ExtractRound(ctx, rf, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(rf.contexts) != 3 || !rf.contexts[0].Destroyed || rf.contexts[0].ID != 2 || rf.contexts[1].ID != 1 {
+		t.Fatalf("final round context records %+v, want 2 destroyed, 1, 0", rf.contexts)
+	}
+
+	// The destination, with guest RAM as the VM's migration leaves it.
+	mem := &sliceMemory{ram: bytes.Clone(g.mem.ram)}
+	bell := newBroadcast()
+	dst, err := d.NewInstance(InstanceConfig{ID: "dst", Profile: "test", MemBytes: 64 << 20, Memory: mem, Contexts: 4,
+		Notify: func(uint32) { bell.ring() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if err := dst.PrepareInject(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r0.replay(t, dst)
+	rf.replay(t, dst)
+	if got := dst.Contexts(); len(got) != 1 || got[0].ID != 1 || got[0].MemLimit != 1<<20 {
+		t.Fatalf("destination contexts %+v, want context 1 alone", got)
+	}
+	dst.Thaw()
+	n1 := *c1
+	n1.mem, n1.in, n1.parent, n1.bell = mem, dst.contexts[1], dst, bell
+	n1.mustOK(n1.wait(first), n1.wait(first+1))
+	c1.mem = mem
+	if b := read(); !bytes.Equal(b, bytes.Repeat([]byte{3}, 4096)) {
+		t.Errorf("context 1's buffer after the move starts %x, want 03s", b[:4])
+	}
+	// The moved program is there; the context computes on.
+	n1.mustOK(n1.run(ctxCmd(&abi.ProgramFree{Handle: 1}))...)
+	vaddJob(t, &n1, 512)
+	if err := dst.ContextKick(2); abi.StatusOf(err) != abi.StatusNotFound {
+		t.Errorf("kick of context 2 on the destination = %v, want not found", err)
+	}
+	nd := *g
+	nd.mem, nd.in, nd.bell, nd.tail = mem, dst, bell, g.tail
+	nd.mustOK(nd.run(ctxCmd(&abi.Nop{}))...)
 }

@@ -132,6 +132,9 @@ type Instance struct {
 	ctxShadow uint64 // its tail shadow's guest-physical address
 	lost      atomic.Bool
 	dying     []*Instance // contexts a reset took out, closed by the worker; guarded by ctxMu
+	// ctxSent: the contexts earlier migration rounds sent (ExtractRound's
+	// caller's, one round at a time).
+	ctxSent map[uint32]*Instance
 }
 
 // NewInstance places a new instance on d and starts its worker.

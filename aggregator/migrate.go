@@ -2,7 +2,10 @@ package aggregator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
@@ -58,6 +61,22 @@ type StateSink interface {
 	BufferData(handle uint32, offset uint64, data []byte) error
 	BufferFree(handle uint32) error
 	Ring(r RingState) error
+	// Context switches what follows to device context c.ID (ABI 1.5)
+	// of the instance, or back to the default ring with ID 0; with
+	// Destroyed, the context is gone and nothing of it follows.
+	Context(c ContextState) error
+}
+
+// ContextState is a device context as a migration carries it: its id,
+// its ring's geometry, tail shadow and memory limit, or that it is gone.
+type ContextState struct {
+	ID        uint32
+	Destroyed bool
+	Slots     uint32
+	Ring      uint64
+	Compl     uint64
+	Shadow    uint64
+	MemLimit  uint64
 }
 
 // RoundStats says what one extraction round sent.
@@ -126,6 +145,11 @@ func (in *Instance) Thaw() {
 	case in.wake <- struct{}{}:
 	default:
 	}
+	in.ctxMu.Lock()
+	for _, c := range in.contexts {
+		c.Thaw()
+	}
+	in.ctxMu.Unlock()
 }
 
 // Frozen reports whether the ring is frozen.
@@ -140,11 +164,73 @@ func (in *Instance) Frozen() bool {
 // task, so the guest keeps computing between chunks; a buffer written
 // while it was being read is sent again next round. With final the ring
 // is frozen first and its state sent last: the round is then exact.
+//
+// An instance's device contexts follow its default ring's records, each
+// after a Context record that names it, then a Context record of id 0;
+// contexts gone since the previous round are sent as destroyed. With
+// final the default ring is frozen first, so no context is made or
+// destroyed meanwhile, and each context is frozen before its own round.
 func (in *Instance) ExtractRound(ctx context.Context, sink StateSink, final bool) (RoundStats, error) {
-	var st RoundStats
-	if n := in.sh.Contexts.Load(); n > 0 {
-		return st, fmt.Errorf("migrate %s: %d device contexts live: %w", in.id, n, ErrContexts)
+	st, err := in.extractRound(ctx, sink, final)
+	if err != nil || in.parent != nil {
+		return st, err
 	}
+	in.ctxMu.Lock()
+	live := make(map[uint32]*Instance, len(in.contexts))
+	for id, c := range in.contexts {
+		live[id] = c
+	}
+	in.ctxMu.Unlock()
+	if len(live) == 0 && len(in.ctxSent) == 0 {
+		return st, nil
+	}
+	if in.ctxSent == nil {
+		in.ctxSent = map[uint32]*Instance{}
+	}
+	for id, c := range in.ctxSent {
+		if live[id] != c {
+			if err := sink.Context(ContextState{ID: id, Destroyed: true}); err != nil {
+				return st, fmt.Errorf("migrate %s: %w", in.id, err)
+			}
+			delete(in.ctxSent, id)
+		}
+	}
+	ids := slices.Sorted(maps.Keys(live))
+	for _, id := range ids {
+		c := live[id]
+		c.mu.Lock()
+		ring := c.ring
+		c.mu.Unlock()
+		if err := sink.Context(ContextState{ID: id, Slots: ring.Slots, Ring: ring.Base, Compl: ring.ComplBase,
+			Shadow: c.ctxShadow, MemLimit: c.memLimit}); err != nil {
+			return st, fmt.Errorf("migrate %s: %w", in.id, err)
+		}
+		cst, err := c.extractRound(ctx, sink, final)
+		st.add(cst)
+		if err != nil {
+			return st, fmt.Errorf("context %d: %w", id, err)
+		}
+		in.ctxSent[id] = c
+	}
+	if err := sink.Context(ContextState{}); err != nil {
+		return st, fmt.Errorf("migrate %s: %w", in.id, err)
+	}
+	return st, nil
+}
+
+// add counts what a context's round sent into the instance's.
+func (st *RoundStats) add(o RoundStats) {
+	st.Programs += o.Programs
+	st.ProgramsFreed += o.ProgramsFreed
+	st.Buffers += o.Buffers
+	st.BuffersFreed += o.BuffersFreed
+	st.BufferBytes += o.BufferBytes
+	st.Redirty += o.Redirty
+}
+
+// extractRound is one ring's round of ExtractRound.
+func (in *Instance) extractRound(ctx context.Context, sink StateSink, final bool) (RoundStats, error) {
+	var st RoundStats
 	if final {
 		if err := in.Freeze(ctx); err != nil {
 			return st, err
@@ -281,6 +367,15 @@ func (in *Instance) ExtractRound(ctx context.Context, sink StateSink, final bool
 // ResetMigration forgets what earlier rounds sent (a migration ended or
 // was abandoned): the next round sends everything.
 func (in *Instance) ResetMigration(ctx context.Context) error {
+	in.ctxMu.Lock()
+	ctxs := slices.Collect(maps.Values(in.contexts))
+	in.ctxMu.Unlock()
+	for _, c := range ctxs {
+		if err := c.ResetMigration(ctx); err != nil && !errors.Is(err, ErrClosed) {
+			return err
+		}
+	}
+	in.ctxSent = nil
 	return in.onWorker(ctx, func() { in.mig = nil })
 }
 
@@ -438,6 +533,49 @@ func (in *Instance) InjectRing(ctx context.Context, r RingState) error {
 		in.sh.ErrStatus.Store(uint32(st))
 		in.sh.ErrCount.Store(r.ErrCount)
 	})
+}
+
+// InjectContext applies a Context record to an instance receiving
+// migrated state: it makes device context c.ID (frozen, its ring set by
+// the Ring record that follows), finds it when an earlier round made it,
+// or with Destroyed ends it. It returns the instance the records that
+// follow go to: the context, or for ID 0 and Destroyed the instance.
+// Every value is checked as a context-create's.
+func (in *Instance) InjectContext(ctx context.Context, c ContextState) (*Instance, error) {
+	if in.parent != nil {
+		return nil, abi.Errorf(abi.StatusInvalidArgument, "context record inside context %d's records", in.ctxID)
+	}
+	if c.ID == 0 {
+		return in, nil
+	}
+	if c.ID > in.maxContexts {
+		return nil, abi.Errorf(abi.StatusInvalidArgument, "context %d, the instance offers %d", c.ID, in.maxContexts)
+	}
+	in.ctxMu.Lock()
+	cur := in.contexts[c.ID]
+	if c.Destroyed && cur != nil {
+		delete(in.contexts, c.ID)
+		in.sh.Contexts.Store(uint32(len(in.contexts)))
+	}
+	in.ctxMu.Unlock()
+	if c.Destroyed {
+		if cur != nil {
+			cur.Reset()
+			cur.closeContext()
+		}
+		return in, nil
+	}
+	if cur != nil {
+		return cur, nil
+	}
+	// The geometry as a context-create's payload checks it.
+	var cmd abi.Command
+	ccp := abi.ContextCreate{ID: c.ID, Slots: c.Slots, Ring: c.Ring, Compl: c.Compl, Shadow: c.Shadow, MemLimit: c.MemLimit}
+	cmd = abi.NewCommand(&ccp, 0, 0)
+	if _, err := abi.DecodeAs[*abi.ContextCreate](&cmd); err != nil {
+		return nil, err
+	}
+	return in.newContext(&ccp, false)
 }
 
 // dropBuffer frees a buffer (reinjection replaces or frees it).

@@ -57,6 +57,10 @@ func (s *recSink) BufferFree(h uint32) error {
 	return nil
 }
 func (s *recSink) Ring(r RingState) error { s.ring = &r; s.order = append(s.order, "ring"); return nil }
+func (s *recSink) Context(c ContextState) error {
+	s.order = append(s.order, fmt.Sprint("context ", c.ID))
+	return nil
+}
 
 // replay applies a recorded round to dst, as a destination worker does.
 func (s *recSink) replay(t *testing.T, dst *Instance) {

@@ -56,9 +56,9 @@ func (in *Instance) reserve(n uint64) error {
 		return nil
 	}
 	if err := ma.Reserve(in.ctx, in.schedID, n); err != nil {
-		// A move would not carry device contexts (ErrContexts): with
-		// any live, the allocation fails as without overcommit.
-		if errors.Is(err, ErrRelocate) && in.parent == nil && in.sh.Contexts.Load() == 0 {
+		// A context's command cannot wait in its ring for a move: the
+		// move is the instance's, asked by its default ring's commands.
+		if errors.Is(err, ErrRelocate) && in.parent == nil {
 			return err
 		}
 		return abi.Errorf(abi.StatusOutOfResources, "device memory for %d bytes: %v", n, err)

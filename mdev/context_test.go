@@ -56,7 +56,9 @@ func TestContextsIsolateProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{contextProfile, patientProfile},
+	// Two devices (the same OpenCL device twice): the instance moves to
+	// the second at the end.
+	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t), openGPU(t)}, Profiles: []Profile{contextProfile},
 		SocketDir: dir, Transport: mpqemu.Transport{}})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +67,8 @@ func TestContextsIsolateProcesses(t *testing.T) {
 	if !m.Pool().KernelsInExecutor(0) {
 		t.Skip("no executors here (the workers get no PID namespace)")
 	}
-	inst, err := m.Create(CreateRequest{Profile: contextProfile.Name})
+	zero := 0
+	inst, err := m.Create(CreateRequest{Profile: contextProfile.Name, Device: &zero})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,16 +170,38 @@ func TestContextsIsolateProcesses(t *testing.T) {
 	if inst.WorkerPID() != worker {
 		t.Errorf("the worker changed (%d -> %d): a context's crash ended more than the context", worker, inst.WorkerPID())
 	}
-	// Live contexts do not move yet: a reallocation is refused before it
-	// touches anything, with a message that says why.
+	// Live contexts move with the instance: a reallocation to the other
+	// device moves the instance to a new worker, its contexts (and their
+	// executors) with it, while the victim computes.
 	if n := inst.LiveContexts(); n != 2 {
 		t.Errorf("LiveContexts = %d, want 2", n)
 	}
-	if _, err := m.Realloc(t.Context(), inst.UUID(), ReallocRequest{Profile: patientProfile.Name}); !errors.Is(err, ErrContextsLive) {
-		t.Errorf("Realloc with live contexts = %v, want ErrContextsLive", err)
+	var moveErr error
+	var mv sync.WaitGroup
+	mv.Go(func() {
+		one := 1
+		_, moveErr = m.Realloc(t.Context(), inst.UUID(), ReallocRequest{Device: &one})
+	})
+	if err := contextVectorAdd(victim, 1<<16, 20); err != nil {
+		t.Errorf("the victim while its instance moved: %v", err)
 	}
-	if err := contextVectorAdd(victim, 4096, 1); err != nil {
-		t.Errorf("the victim after the refused move: %v", err)
+	mv.Wait()
+	if moveErr != nil {
+		t.Fatalf("Realloc with live contexts: %v", moveErr)
+	}
+	if inst.WorkerPID() == worker || inst.LiveContexts() != 2 {
+		t.Errorf("after the move: worker %d (was %d), %d live contexts, want a new worker and 2", inst.WorkerPID(), worker, inst.LiveContexts())
+	}
+	if got := make([]byte, 4096); victim.Read(sb, 0, got) != nil || victim.Finish() != nil || !bytes.Equal(got, secret) {
+		t.Errorf("the victim's buffer after the move differs")
+	}
+	for _, c := range []*driver.Device{victim, attacker, d} {
+		if err := contextVectorAdd(c, 4096, 2); err != nil {
+			t.Errorf("context %d after the move: %v", c.Context(), err)
+		}
+	}
+	if got := len(addrspacetest.Children(inst.WorkerPID())); got != 3 {
+		t.Errorf("the new worker has %d executors, want 3 (the default ring's and the two contexts')", got)
 	}
 }
 

@@ -4,13 +4,6 @@ import "errors"
 
 // Errors callers tell apart with errors.Is.
 var (
-	// ErrContextsLive: the instance has live device contexts (ABI 1.5,
-	// docs/isolation.md "Device contexts"), which a live migration or a
-	// move to another device or profile does not carry yet: the operation
-	// is refused before anything is touched. It can go once the guest's
-	// OpenCL processes have ended (vgpu-icdd destroys a process's context
-	// when it exits), or on an instance whose profile offers no contexts.
-	ErrContextsLive   = errors.New("the instance has live device contexts, which do not move yet")
 	ErrNotFound       = errors.New("no such instance")
 	ErrExists         = errors.New("instance exists")
 	ErrUnknownProfile = errors.New("unknown profile")

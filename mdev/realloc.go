@@ -80,9 +80,6 @@ func (m *Manager) Realloc(ctx context.Context, id string, req ReallocRequest) (r
 	if _, err := worker.AsRelocator(inst.be); err != nil {
 		return res, fmt.Errorf("realloc %s: %w", id, err)
 	}
-	if n := inst.LiveContexts(); n > 0 {
-		return res, fmt.Errorf("realloc %s: %d of them: %w", id, n, ErrContextsLive)
-	}
 	from, old := inst.Device(), inst.Profile()
 	to, p := from, old
 	if req.Device != nil {

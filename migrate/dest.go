@@ -382,6 +382,7 @@ func (in *incoming) round(ctx context.Context) (uint32, error) {
 	w := stream.NewWriter(pw)
 	var number uint32
 	fwdErr := func() error {
+		cur := uint32(0) // the device context the records are of (0: the default ring)
 		for {
 			in.deadline()
 			raw, err := in.r.NextRaw()
@@ -407,7 +408,15 @@ func (in *incoming) round(ctx context.Context) (uint32, error) {
 				if err != nil {
 					return err
 				}
-				in.ring = rec.(*stream.Ring)
+				if cur == 0 { // a device context's ring is the worker's business
+					in.ring = rec.(*stream.Ring)
+				}
+			case stream.TypeContext:
+				rec, err := raw.Decode()
+				if err != nil {
+					return err
+				}
+				cur = rec.(*stream.Context).ID
 			case stream.TypeProgram, stream.TypeProgramFree, stream.TypeBuffer, stream.TypeBufferData, stream.TypeBufferFree:
 			default:
 				return fmt.Errorf("%w: a %v record inside a round", stream.ErrCorrupt, raw.Type)

@@ -190,9 +190,6 @@ func Migrate(ctx context.Context, m *mdev.Manager, id string, opts Options) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	if n := inst.LiveContexts(); n > 0 {
-		return nil, fmt.Errorf("migrate %s: %d of them: %w", id, n, mdev.ErrContextsLive)
-	}
 	o := &outgoing{opts: opts, m: m, inst: inst, log: opts.Logger.With("instance", inst.UUID(), "to", opts.To)}
 	o.rep.Instance = inst.UUID()
 	o.rep.From = m.Devices()[inst.Device()].Name
@@ -533,7 +530,8 @@ func (o *outgoing) round(ctx context.Context, n uint32, final bool) (RoundReport
 			switch raw.Type {
 			case stream.TypeHeader, stream.TypeEnd:
 				continue
-			case stream.TypeProgram, stream.TypeProgramFree, stream.TypeBuffer, stream.TypeBufferData, stream.TypeBufferFree:
+			case stream.TypeProgram, stream.TypeProgramFree, stream.TypeBuffer, stream.TypeBufferData, stream.TypeBufferFree,
+				stream.TypeContext:
 			case stream.TypeRing:
 				if !final {
 					return fmt.Errorf("the worker sent ring state in a pre-copy round")

@@ -108,7 +108,9 @@ func migrateVM(t *testing.T, from, to *daemon, id, uri string) (*migrate.Report,
 // state lives in device buffers (each step's output is the next step's
 // input); midway it moves from vgpud A (PoCL pthread, 2 compute units) to
 // vgpud B (PoCL basic, 1), and back; the final result equals the guest's
-// CPU reference.
+// CPU reference. The job runs on a device context (ABI 1.5), which moves
+// with the instance: its ring, buffers and program, and on each side an
+// executor of its own.
 func TestMigrateAcrossDeviceModels(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU three times")
@@ -123,7 +125,7 @@ func TestMigrateAcrossDeviceModels(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
-	app := "vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,600,-pace,15ms,-progress,25"
+	app := "vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,600,-pace,15ms,-progress,25,-context,1"
 	vmA := startVM(ctx, t, env, a.InstanceBase(id), "", app)
 	console := func(vm *qemuvm.VM) string { return strings.Join(vm.Lines(), "\n") }
 	if _, err := vmA.WaitLine(ctx, "ITERATE step 50/"); err != nil {
@@ -159,6 +161,9 @@ func TestMigrateAcrossDeviceModels(t *testing.T) {
 	waitResult(ctx, t, vmA2, 600)
 	if _, err := vmA2.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
 		t.Fatalf("guest did not exit 0: %v\n%s", err, console(vmA2))
+	}
+	if !strings.Contains(console(vmA), "context=1") {
+		t.Errorf("the job did not run on device context 1:\n%s", console(vmA))
 	}
 }
 

@@ -66,6 +66,9 @@ type procInstance struct {
 	// orders the doorbells and the replay.
 	bellMu   sync.Mutex
 	lastBell atomic.Uint64
+	// ctxPending: the device contexts kicked while the instance was being
+	// moved (bit id-1), rung again on the worker it lands on.
+	ctxPending atomic.Uint64
 }
 
 // In procInstance.lastBell: kickBit marks a kick, bellBit any doorbell
@@ -414,9 +417,10 @@ func (in *procInstance) Kick(shadow uint64) error {
 }
 
 // ContextKick marks device context id kicked in the instance page and
-// signals the worker, which reads the context's tail from its shadow. An
-// instance being relocated has no live context (a move refuses one that
-// has: aggregator.ErrContexts).
+// signals the worker, which reads the context's tail from its shadow.
+// While the instance is being moved the kick is only recorded: the move
+// rings it on the worker the instance lands on (a context's kick reads
+// its tail from guest RAM, so ringing it again is harmless).
 func (in *procInstance) ContextKick(id uint32) error {
 	if id == 0 || id > abi.MaxContexts {
 		return abi.Errorf(abi.StatusNotFound, "context %d", id)
@@ -426,7 +430,8 @@ func (in *procInstance) ContextKick(id uint32) error {
 	if moving, err := in.ringable(); err != nil {
 		return err
 	} else if moving {
-		return abi.Errorf(abi.StatusNotFound, "context %d: the instance is being moved", id)
+		in.ctxPending.Or(1 << (id - 1))
+		return nil
 	}
 	in.sh.CtxKicks.Or(1 << (id - 1))
 	in.bell.Signal()

@@ -346,6 +346,10 @@ func (in *procInstance) liveBells() error {
 // ahead of the restored ring's tail within a ring's reach (a stale one
 // would read as an overflow).
 func (in *procInstance) replayBell() error {
+	if p := in.ctxPending.Swap(0); p != 0 {
+		in.sh.CtxKicks.Or(p)
+		in.bell.Signal()
+	}
 	b := in.lastBell.Load()
 	switch {
 	case b&bellBit == 0:

@@ -72,6 +72,12 @@ func (d *Device) OpenContext(opts ContextOptions) (*Device, error) {
 	if err := c.createContext(); err != nil {
 		return nil, err
 	}
+	d.kidsMu.Lock()
+	if d.kids == nil {
+		d.kids = map[*Device]struct{}{}
+	}
+	d.kids[c] = struct{}{}
+	d.kidsMu.Unlock()
 	c.log.Debug("vgpu context open", "slots", c.slots, "staging_pages", c.poolSize, "mem_limit", opts.MemLimit)
 	return c, nil
 }
@@ -91,6 +97,13 @@ func (c *Device) createContext() error {
 		return fmt.Errorf("open context %d: %w", c.ctxID, err)
 	}
 	return nil
+}
+
+// forget takes a closed context out of its parent's.
+func (c *Device) forget() {
+	c.parent.kidsMu.Lock()
+	delete(c.parent.kids, c)
+	c.parent.kidsMu.Unlock()
 }
 
 // destroyContext asks the parent's ring to end the context.

@@ -160,6 +160,11 @@ type Device struct {
 	// was made under (parentResets) and is lost once it moves.
 	resets       atomic.Uint64
 	parentResets uint64
+	// kids are the device contexts opened on a default ring's Device and
+	// not closed: Suspend holds them, Resume moves them, Abandon gives
+	// them up with it.
+	kidsMu sync.Mutex
+	kids   map[*Device]struct{}
 }
 
 // stale refuses a buffer or program made before the last Reopen: its
@@ -343,6 +348,15 @@ func (d *Device) Close() error {
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil
+	}
+	if d.ctxID != 0 {
+		defer d.forget()
+		// While its vGPU is suspended for a migration a context's
+		// registers are closed: wait for Resume like any call.
+		if err := d.check(); err != nil && !errors.Is(err, ErrDeviceLost) {
+			d.closed = true
+			return err
+		}
 	}
 	if d.Suspended() || d.abandoned.Load() || (d.lost && d.ctxID == 0) {
 		d.closed = true

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
@@ -29,6 +31,11 @@ import (
 // if one fails, Suspend returns its error, the waiting calls proceed and
 // the device stays usable. The first failure of a batched command stays
 // for the next Finish. Suspending a suspended device does nothing.
+//
+// The device contexts opened on d (OpenContext) are held too: their calls
+// wait for Resume, which moves them onto the new registers. Their
+// commands in flight are not drained: their rings move with the
+// instance's state (docs/migration.md), and complete on the destination.
 func (d *Device) Suspend(ctx context.Context) error {
 	d.migMu.Lock()
 	defer d.migMu.Unlock()
@@ -37,17 +44,27 @@ func (d *Device) Suspend(ctx context.Context) error {
 		d.smu.Unlock()
 		return nil
 	}
+	d.smu.Unlock()
+	// The contexts first, while d still takes the calls a context's call
+	// in progress may make on it (a create, destroy or reopen).
+	kids, err := d.holdKids(ctx)
+	if err != nil {
+		return fmt.Errorf("suspend: %w", err)
+	}
+	d.smu.Lock()
 	d.gate = make(chan struct{})
 	d.smu.Unlock()
 	if err := d.lockCtx(ctx); err != nil {
 		d.smu.Lock()
 		d.openGateLocked()
 		d.smu.Unlock()
+		releaseKids(kids, nil, Info{})
 		return fmt.Errorf("suspend: wait for the call in progress: %w", err)
 	}
 	defer d.mu.Unlock()
 	fail := func(err error) error {
 		d.openGate()
+		releaseKids(kids, nil, Info{})
 		return fmt.Errorf("suspend: %w", err)
 	}
 	if d.closed {
@@ -71,6 +88,45 @@ func (d *Device) Suspend(ctx context.Context) error {
 	d.smu.Unlock()
 	d.log.Debug("vgpu suspended", "commands", d.next)
 	return nil
+}
+
+// holdKids closes the gates of d's device contexts and waits for their
+// calls in progress; from then on their calls wait for releaseKids.
+func (d *Device) holdKids(ctx context.Context) ([]*Device, error) {
+	d.kidsMu.Lock()
+	kids := slices.Collect(maps.Keys(d.kids))
+	d.kidsMu.Unlock()
+	for i, k := range kids {
+		k.smu.Lock()
+		if k.gate == nil {
+			k.gate = make(chan struct{})
+		}
+		k.smu.Unlock()
+		if err := k.lockCtx(ctx); err != nil {
+			releaseKids(kids[:i+1], nil, Info{})
+			return nil, fmt.Errorf("wait for context %d's call in progress: %w", k.ctxID, err)
+		}
+		k.mu.Unlock()
+	}
+	return kids, nil
+}
+
+// releaseKids lets held device contexts go on, on regs and with info
+// when regs is not nil (the registers Resume moved their vGPU to, which
+// may be another model).
+func releaseKids(kids []*Device, regs Registers, info Info) {
+	for _, k := range kids {
+		if regs != nil {
+			k.mu.Lock()
+			k.regs = regs
+			k.lostAt = time.Time{}
+			k.smu.Lock()
+			k.info = info
+			k.smu.Unlock()
+			k.mu.Unlock()
+		}
+		k.openGate()
+	}
 }
 
 // lockCtx takes mu, giving up when ctx ends. The gate is closed, so calls
@@ -128,6 +184,19 @@ func (d *Device) Suspended() bool {
 func (d *Device) Resume(regs Registers) error {
 	d.migMu.Lock()
 	defer d.migMu.Unlock()
+	if err := d.resume(regs); err != nil {
+		return err
+	}
+	// The contexts go on on the new registers (d's lock released: a
+	// context's call may take it).
+	d.kidsMu.Lock()
+	kids := slices.Collect(maps.Keys(d.kids))
+	d.kidsMu.Unlock()
+	releaseKids(kids, regs, d.Info())
+	return nil
+}
+
+func (d *Device) resume(regs Registers) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -197,6 +266,11 @@ func (d *Device) Abandon() {
 	if d.abandoned.Swap(true) {
 		return
 	}
+	d.kidsMu.Lock()
+	for k := range d.kids {
+		k.Abandon()
+	}
+	d.kidsMu.Unlock()
 	d.openGate() // calls waiting for Resume go on, and fail
 	d.log.Debug("vgpu abandoned: its state is gone")
 }

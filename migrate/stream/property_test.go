@@ -43,7 +43,7 @@ func genHandle(t *rapid.T) uint32 { return rapid.Uint32Min(1).Draw(t, "handle") 
 // genRecord draws one record a caller writes.
 func genRecord(t *rapid.T) Record {
 	// BufferData is drawn three times as often as the others.
-	switch rapid.IntRange(0, 9).Draw(t, "type") {
+	switch rapid.IntRange(0, 10).Draw(t, "type") {
 	case 0:
 		return &Instance{
 			ID:           rapid.StringN(1, -1, MaxInstanceID).Draw(t, "id"),
@@ -77,6 +77,14 @@ func genRecord(t *rapid.T) Record {
 		return &BufferData{Handle: genHandle(t), Offset: rapid.Uint64Range(0, MaxBufferSize-uint64(len(d))).Draw(t, "offset"), Data: d}
 	case 6:
 		return &BufferFree{Handle: genHandle(t)}
+	case 10:
+		id := rapid.Uint32Range(0, MaxContexts).Draw(t, "context")
+		if id == 0 {
+			return &Context{}
+		}
+		return &Context{ID: id, Destroyed: rapid.Bool().Draw(t, "destroyed"), Slots: rapid.Uint32().Draw(t, "slots"),
+			Ring: rapid.Uint64().Draw(t, "ring"), Compl: rapid.Uint64().Draw(t, "compl"),
+			Shadow: rapid.Uint64().Draw(t, "shadow"), MemLimit: rapid.Uint64().Draw(t, "mem_limit")}
 	default: // 7
 		return &Ring{
 			Enabled: rapid.Bool().Draw(t, "enabled"), Slots: rapid.Uint32().Draw(t, "slots"),

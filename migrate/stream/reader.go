@@ -217,6 +217,8 @@ func (r *Reader) decode(t Type, p []byte) (Record, error) {
 		return &BufferFree{Handle: h}, nil
 	case TypeRing:
 		return decodeRing(p)
+	case TypeContext:
+		return decodeContext(p)
 	case TypeEnd:
 		return decodeEnd(p)
 	}

@@ -17,6 +17,7 @@ const (
 	bufferSize      = 16
 	bufferDataFixed = 20
 	ringSize        = 48
+	contextSize     = 48
 	endSize         = 16
 )
 
@@ -161,6 +162,36 @@ type Ring struct {
 	ErrCount  uint32
 }
 
+// MaxContexts bounds a Context record's id (the device contexts an
+// instance may have besides its default ring, abi.MaxContexts).
+const MaxContexts = 64
+
+// Context (1.1) switches the records that follow to device context ID
+// of the instance (ABI 1.5), until the next Context record; ID 0 switches
+// back to the default ring (docs/migration.md "Context"). With Destroyed
+// the context no longer exists at the source: the reader ends it, and no
+// record of it follows. The stream carries the ring's geometry without
+// judging it; the consumer validates it as a context-create.
+//
+//	off size field
+//	0   4    id, 0..MaxContexts
+//	4   4    flags: bit 0 Destroyed; others 0
+//	8   4    slots
+//	12  4    reserved, 0
+//	16  8    ring: GPA of the context's command ring
+//	24  8    compl: GPA of its completion records
+//	32  8    shadow: GPA of its tail shadow word
+//	40  8    mem_limit: its memory limit (0: the instance's quota)
+type Context struct {
+	ID        uint32
+	Destroyed bool
+	Slots     uint32
+	Ring      uint64
+	Compl     uint64
+	Shadow    uint64
+	MemLimit  uint64
+}
+
 // End closes every stream (docs/migration.md "End"). A Writer writes it
 // in Close; a Reader checks its totals against what it read, returns it
 // last and then io.EOF.
@@ -207,6 +238,7 @@ func (*BufferData) Type() Type  { return TypeBufferData }
 func (*BufferFree) Type() Type  { return TypeBufferFree }
 func (*Ring) Type() Type        { return TypeRing }
 func (*End) Type() Type         { return TypeEnd }
+func (*Context) Type() Type     { return TypeContext }
 
 // Field checks, shared by Writer and Reader.
 
@@ -302,7 +334,17 @@ func checkRange(handle uint32, offset, n uint64) error {
 func (m *BufferData) check() error { return checkChunk(m.Handle, m.Offset, len(m.Data)) }
 
 func (*Ring) check() error { return nil }
-func (*End) check() error  { return nil }
+
+func (m *Context) check() error {
+	switch {
+	case m.ID > MaxContexts:
+		return fmt.Errorf("context %d, max %d", m.ID, MaxContexts)
+	case m.ID == 0 && (m.Destroyed || m.Slots != 0 || m.Ring != 0 || m.Compl != 0 || m.Shadow != 0 || m.MemLimit != 0):
+		return errors.New("context 0 (the default ring) with fields set")
+	}
+	return nil
+}
+func (*End) check() error { return nil }
 
 // Encoding.
 
@@ -640,6 +682,35 @@ func decodeRing(p []byte) (*Ring, error) {
 	}
 	d.zero("reserved field", uint64(d.u32()))
 	if err := d.done(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Context) appendPayload(b []byte) []byte {
+	b = le.AppendUint32(b, m.ID)
+	b = le.AppendUint32(b, boolBit(m.Destroyed))
+	b = le.AppendUint32(b, m.Slots)
+	b = le.AppendUint32(b, 0)
+	for _, v := range []uint64{m.Ring, m.Compl, m.Shadow, m.MemLimit} {
+		b = le.AppendUint64(b, v)
+	}
+	return b
+}
+
+func decodeContext(p []byte) (*Context, error) {
+	d := decoder{b: p}
+	m := &Context{ID: d.u32()}
+	flags := d.u32()
+	d.zero("flags", uint64(flags&^1))
+	m.Destroyed = flags&1 != 0
+	m.Slots = d.u32()
+	d.zero("reserved field", uint64(d.u32()))
+	m.Ring, m.Compl, m.Shadow, m.MemLimit = d.u64(), d.u64(), d.u64(), d.u64()
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	if err := m.check(); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -16,7 +16,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // "Versioning"). A Reader refuses any other Major and accepts any Minor.
 const (
 	Major = 1
-	Minor = 0
+	Minor = 1
 )
 
 // Magic opens the Header record's payload.
@@ -88,13 +88,14 @@ const (
 	TypeBufferFree  Type = 8
 	TypeRing        Type = 9
 	TypeEnd         Type = 10
-	numTypes             = 11
+	TypeContext     Type = 11 // 1.1
+	numTypes             = 12
 )
 
 var typeNames = [numTypes]string{
 	TypeHeader: "header", TypeInstance: "instance", TypeRound: "round", TypeProgram: "program",
 	TypeProgramFree: "program-free", TypeBuffer: "buffer", TypeBufferData: "buffer-data",
-	TypeBufferFree: "buffer-free", TypeRing: "ring", TypeEnd: "end",
+	TypeBufferFree: "buffer-free", TypeRing: "ring", TypeEnd: "end", TypeContext: "context",
 }
 
 func (t Type) String() string {
@@ -127,6 +128,8 @@ func (t Type) maxPayload() int {
 		return bufferSize
 	case TypeRing:
 		return ringSize
+	case TypeContext:
+		return contextSize
 	case TypeEnd:
 		return endSize
 	}
@@ -134,7 +137,8 @@ func (t Type) maxPayload() int {
 }
 
 // Record is one record of a stream: *Header, *Instance, *Round, *Program,
-// *ProgramFree, *Buffer, *BufferData, *BufferFree, *Ring or *End.
+// *ProgramFree, *Buffer, *BufferData, *BufferFree, *Ring, *Context or
+// *End.
 type Record interface {
 	Type() Type
 	// check reports the first field out of range; the Writer and the

@@ -66,6 +66,10 @@ func samples() []Record {
 			Completed: 0xffffffef, ErrStatus: 11, ErrCount: 2},
 		&BufferFree{Handle: 6},
 		&ProgramFree{Handle: 4},
+		&Context{ID: 3, Slots: 64, Ring: 0x30000, Compl: 0x31000, Shadow: 0x31ffc, MemLimit: 1 << 20},
+		&Buffer{Handle: 5, Size: 64},
+		&Context{ID: 64, Destroyed: true},
+		&Context{},
 	}
 }
 
@@ -140,8 +144,8 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("type %d: no sample or name", ty)
 		}
 	}
-	if got := Type(numTypes).String(); got != "type(11)" {
-		t.Errorf("Type(11).String() = %q", got)
+	if got := Type(numTypes).String(); got != "type(12)" {
+		t.Errorf("Type(12).String() = %q", got)
 	}
 
 	// All of them in one stream.
@@ -164,7 +168,7 @@ func TestLayout(t *testing.T) {
 		raw, _ := hex.DecodeString(p)
 		return hex.EncodeToString(le.AppendUint32(nil, crc32.Checksum(raw, castagnoli)))
 	}
-	hdrP := hex.EncodeToString([]byte(Magic)) + "0100" + "0000" + "00000000"
+	hdrP := hex.EncodeToString([]byte(Magic)) + "0100" + "0100" + "00000000"
 	roundP := "07000000" + "01000000"
 	endP := "0200000000000000" + "1800000000000000"
 	want := "0100" + "0000" + "10000000" + crc(hdrP) + "00000000" + hdrP +
@@ -187,10 +191,11 @@ func TestLayout(t *testing.T) {
 		{&BufferData{Handle: 1, Data: []byte{1}}, bufferDataFixed + 1},
 		{&BufferFree{Handle: 1}, handleSize},
 		{&Ring{}, ringSize},
+		{&Context{}, contextSize},
 		{&End{}, endSize},
 	}
 	sizes := map[Type]int{TypeHeader: 16, TypeInstance: 41, TypeRound: 8, TypeProgram: 17, TypeProgramFree: 4,
-		TypeBuffer: 16, TypeBufferData: 21, TypeBufferFree: 4, TypeRing: 48, TypeEnd: 16}
+		TypeBuffer: 16, TypeBufferData: 21, TypeBufferFree: 4, TypeRing: 48, TypeContext: 48, TypeEnd: 16}
 	for _, f := range fixed {
 		if got := len(f.rec.appendPayload(nil)); got != f.size || got != sizes[f.rec.Type()] {
 			t.Errorf("%v payload = %d bytes, want %d", f.rec.Type(), got, sizes[f.rec.Type()])
@@ -420,6 +425,10 @@ func TestReaderRejects(t *testing.T) {
 		{"zstd frame truncated", payload(TypeBufferData, chunk(chunkPayload(EncodingZstd, 100, zstdFrame(100, 100)[:8]))), ErrCorrupt},
 		{"ring flags", payload(TypeRing, put32(0, 3)), ErrCorrupt},
 		{"ring reserved", payload(TypeRing, put32(44, 1)), ErrCorrupt},
+		{"context flags", payload(TypeContext, put32(4, 2)), ErrCorrupt},
+		{"context reserved", payload(TypeContext, put32(12, 1)), ErrCorrupt},
+		{"context id beyond 64", payload(TypeContext, put32(0, 65)), ErrCorrupt},
+		{"context 0 destroyed", payload(TypeContext, func(p []byte) []byte { return put32(4, 1)(put32(0, 0)(p)) }), ErrCorrupt},
 		{"end longer", func() []byte {
 			rs := split(t, good)
 			rs[len(rs)-1].p = append(rs[len(rs)-1].p, 0)

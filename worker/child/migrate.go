@@ -54,6 +54,10 @@ func (k streamSink) BufferData(h uint32, off uint64, data []byte) error {
 	return k.w.BufferData(h, off, data)
 }
 func (k streamSink) BufferFree(h uint32) error { return k.w.Write(&stream.BufferFree{Handle: h}) }
+func (k streamSink) Context(c aggregator.ContextState) error {
+	return k.w.Write(&stream.Context{ID: c.ID, Destroyed: c.Destroyed, Slots: c.Slots, Ring: c.Ring, Compl: c.Compl,
+		Shadow: c.Shadow, MemLimit: c.MemLimit})
+}
 func (k streamSink) Ring(r aggregator.RingState) error {
 	return k.w.Write(&stream.Ring{Enabled: r.Enabled, Slots: r.Slots, Base: r.Base, ComplBase: r.ComplBase,
 		Head: r.Head, Tail: r.Tail, Completed: r.Completed, ErrStatus: r.ErrStatus, ErrCount: r.ErrCount})
@@ -71,6 +75,8 @@ func (s *server) inject(m *wire.Inject, fd int) error {
 			return abi.Errorf(abi.StatusBusy, "inject into instance %s, which is not frozen", sl.id)
 		}
 		r := stream.NewReader(bufio.NewReaderSize(f, 256<<10))
+		// in is where the records go: the instance, or the device
+		// context the last Context record named.
 		in := sl.in
 		for n := 0; ; n++ {
 			rec, err := r.Next()
@@ -92,6 +98,12 @@ func (s *server) inject(m *wire.Inject, fd int) error {
 				err = in.InjectBufferData(s.ctx, rec.Handle, rec.Offset, rec.Data)
 			case *stream.BufferFree:
 				err = in.InjectBufferFree(s.ctx, rec.Handle)
+			case *stream.Context:
+				in, err = sl.in.InjectContext(s.ctx, aggregator.ContextState{ID: rec.ID, Destroyed: rec.Destroyed, Slots: rec.Slots,
+					Ring: rec.Ring, Compl: rec.Compl, Shadow: rec.Shadow, MemLimit: rec.MemLimit})
+				if err != nil {
+					in = sl.in
+				}
 			case *stream.Ring:
 				err = in.InjectRing(s.ctx, aggregator.RingState{Enabled: rec.Enabled, Base: rec.Base, ComplBase: rec.ComplBase, Slots: rec.Slots,
 					Head: rec.Head, Tail: rec.Tail, Completed: rec.Completed, ErrStatus: rec.ErrStatus, ErrCount: rec.ErrCount})
