@@ -42,7 +42,7 @@ func (in *Instance) Contexts() []ContextStats {
 	in.ctxMu.Lock()
 	out := make([]ContextStats, 0, len(in.contexts))
 	for id, c := range in.contexts {
-		out = append(out, ContextStats{ID: id, MemUsed: c.sh.MemUsed.Load(), MemLimit: c.memLimit,
+		out = append(out, ContextStats{ID: id, MemUsed: c.state.used.Load(), MemLimit: c.memLimit,
 			Objects: c.state.objects.Load(), Commands: c.sh.Stats.Commands.Load(), Errors: c.sh.Stats.Errors.Load(),
 			Lost: c.lost.Load()})
 	}
@@ -114,6 +114,9 @@ func (in *Instance) newContext(cc *abi.ContextCreate, enable bool) (*Instance, e
 		ProgramBytes: in.progBytes.Load(),
 	}, lim, in.devInfo, q, in.dev.log.With("context", cc.ID))
 	c.schedID, c.parent, c.ctxID, c.ctxDev, c.memLimit, c.ctxShadow = in.schedID, in, cc.ID, dev, cc.MemLimit, cc.Shadow
+	// Its buffers' bytes are counted where the operator sees them.
+	c.state.used = &in.sh.CtxMem[cc.ID-1]
+	c.state.used.Store(0)
 	if enable {
 		if err := c.EnableRing(RingConfig{Base: cc.Ring, ComplBase: cc.Compl, Slots: cc.Slots}); err != nil {
 			// The geometry was checked when the payload was decoded:
@@ -130,7 +133,7 @@ func (in *Instance) newContext(cc *abi.ContextCreate, enable bool) (*Instance, e
 		in.contexts = make(map[uint32]*Instance)
 	}
 	in.contexts[cc.ID] = c
-	in.sh.Contexts.Store(uint32(len(in.contexts)))
+	in.publishContextsLocked()
 	in.ctxMu.Unlock()
 	go c.worker()
 	return c, nil
@@ -144,7 +147,7 @@ func (in *Instance) contextDestroy(_ *abi.Command, cd *abi.ContextDestroy) (uint
 	in.ctxMu.Lock()
 	c := in.contexts[cd.ID]
 	delete(in.contexts, cd.ID)
-	in.sh.Contexts.Store(uint32(len(in.contexts)))
+	in.publishContextsLocked()
 	in.ctxMu.Unlock()
 	if c == nil {
 		return 0, abi.Errorf(abi.StatusNotFound, "context %d", cd.ID)
@@ -165,8 +168,20 @@ func (in *Instance) detachContexts() {
 		in.dying = append(in.dying, c)
 		delete(in.contexts, id)
 	}
-	in.sh.Contexts.Store(0)
+	in.publishContextsLocked()
 	in.ctxMu.Unlock()
+}
+
+// publishContextsLocked mirrors the live contexts into the instance's
+// shared state. Caller holds ctxMu.
+func (in *Instance) publishContextsLocked() {
+	var live uint64
+	for id := range in.contexts {
+		live |= 1 << (id - 1)
+	}
+	in.sh.Contexts.Store(uint32(len(in.contexts)))
+	in.sh.CtxLive.Store(live)
+	in.sh.CtxLost.And(live)
 }
 
 // closeContexts closes the contexts detachContexts took out.
@@ -242,6 +257,7 @@ func (in *Instance) freeAll() {
 // other contexts and the default one go on.
 func (in *Instance) contextLost(err error) error {
 	if in.lost.CompareAndSwap(false, true) {
+		in.parent.sh.CtxLost.Or(1 << (in.ctxID - 1))
 		in.log.Error("device context lost: its commands complete StatusDeviceLost until it is destroyed", "err", fmt.Sprint(err))
 	}
 	return abi.Errorf(abi.StatusDeviceLost, "context %d: %v", in.ctxID, err)

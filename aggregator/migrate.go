@@ -555,7 +555,7 @@ func (in *Instance) InjectContext(ctx context.Context, c ContextState) (*Instanc
 	cur := in.contexts[c.ID]
 	if c.Destroyed && cur != nil {
 		delete(in.contexts, c.ID)
-		in.sh.Contexts.Store(uint32(len(in.contexts)))
+		in.publishContextsLocked()
 	}
 	in.ctxMu.Unlock()
 	if c.Destroyed {

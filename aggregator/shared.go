@@ -65,6 +65,12 @@ type Shared struct {
 	// context kicks only). A vgpud that predates contexts never sets it,
 	// but it never starts a worker that reads it either.
 	Rung atomic.Uint32
+	// The live device contexts (bit id-1), those lost among them, and the
+	// device bytes each one's buffers hold (CtxMem[id-1]), written by the
+	// worker, for the operator (vgpuctl show).
+	CtxLive atomic.Uint64
+	CtxLost atomic.Uint64
+	CtxMem  [64]atomic.Uint64
 }
 
 // KernelBuckets is the number of buckets of a KernelHist: bucket b counts

@@ -116,6 +116,10 @@ func TestContextsIsolateProcesses(t *testing.T) {
 	if err := errors.Join(victim.Write(sb, 0, secret), victim.Finish()); err != nil {
 		t.Fatal(err)
 	}
+	// The operator sees both, with the victim's memory.
+	if l := inst.ContextList(); len(l) != 2 || l[0].ID != 1 || l[1].ID != 2 || l[1].MemUsed != 4096 || l[0].Lost {
+		t.Errorf("ContextList = %+v, want contexts 1 and 2 (4096 bytes), none lost", l)
+	}
 
 	// The attacker scans every readable mapping of the process its
 	// kernels run in. The same scan in the victim's context finds the
@@ -150,6 +154,9 @@ func TestContextsIsolateProcesses(t *testing.T) {
 	}
 	if !errors.Is(err, driver.ErrDeviceLost) {
 		t.Errorf("the wild write in context 1 = %v, want its context lost", err)
+	}
+	if l := inst.ContextList(); len(l) != 2 || !l[0].Lost || l[1].Lost {
+		t.Errorf("ContextList after the crash = %+v, want context 1 lost, 2 not", l)
 	}
 	wg.Wait()
 	if victimErr != nil {

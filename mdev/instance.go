@@ -122,6 +122,27 @@ func (i *Instance) Device() int {
 // Stats returns the instance's live counters.
 func (i *Instance) Stats() *aggregator.Stats { return &i.be.Shared().Stats }
 
+// ContextInfo is one live device context of an instance, as its worker
+// reports it (untrusted: shown, never used).
+type ContextInfo struct {
+	ID      uint32 `json:"id"`
+	MemUsed uint64 `json:"mem_used"`
+	Lost    bool   `json:"lost,omitempty"`
+}
+
+// ContextList lists the instance's live device contexts (ABI 1.5).
+func (i *Instance) ContextList() []ContextInfo {
+	sh := i.be.Shared()
+	live, lost := sh.CtxLive.Load(), sh.CtxLost.Load()
+	var out []ContextInfo
+	for id := uint32(1); id <= 64 && id <= i.MaxContexts(); id++ {
+		if bit := uint64(1) << (id - 1); live&bit != 0 {
+			out = append(out, ContextInfo{ID: id, MemUsed: sh.CtxMem[id-1].Load(), Lost: lost&bit != 0})
+		}
+	}
+	return out
+}
+
 // MaxContexts returns how many device contexts (ABI 1.5) the instance
 // offers besides its default ring.
 func (i *Instance) MaxContexts() uint32 { return i.be.Limits().Contexts }

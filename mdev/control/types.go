@@ -42,8 +42,9 @@ type InstanceInfo struct {
 
 // ContextsInfo counts an instance's device contexts.
 type ContextsInfo struct {
-	Max  uint32 `json:"max"`
-	Live uint32 `json:"live"`
+	Max  uint32             `json:"max"`
+	Live uint32             `json:"live"`
+	List []mdev.ContextInfo `json:"list,omitempty"`
 }
 
 // Stats are an instance's counters.
@@ -93,7 +94,7 @@ func infoOf(in *mdev.Instance) InstanceInfo {
 		Lost:        in.Lost(),
 		WorkerPID:   in.WorkerPID(),
 		Features:    in.Features(),
-		Contexts:    ContextsInfo{Max: in.MaxContexts(), Live: in.LiveContexts()},
+		Contexts:    ContextsInfo{Max: in.MaxContexts(), Live: in.LiveContexts(), List: in.ContextList()},
 	}
 	info.ProgramBytes = in.ProgramBytes()
 	if e, _ := in.Error(); e != abi.StatusOK {
