@@ -42,6 +42,16 @@ func (c *ContextCreate) unmarshal(p *[48]byte) error {
 	c.Compl = le.Uint64(p[16:])
 	c.Shadow = le.Uint64(p[24:])
 	c.MemLimit = le.Uint64(p[32:])
+	if err := c.Check(); err != nil {
+		return err
+	}
+	return zeroFrom(p, 40)
+}
+
+// Check reports the first field out of the ranges docs/ABI.md
+// "context-create" gives (wrapping ErrMalformed): the payload's own
+// checks, for a context that arrives another way (a migration).
+func (c *ContextCreate) Check() error {
 	switch {
 	case c.ID == 0 || c.ID > MaxContexts:
 		return fmt.Errorf("context id %d: %w", c.ID, ErrMalformed)
@@ -52,7 +62,7 @@ func (c *ContextCreate) unmarshal(p *[48]byte) error {
 	case c.Shadow == 0 || c.Shadow%4 != 0:
 		return fmt.Errorf("tail shadow at %#x: %w", c.Shadow, ErrMalformed)
 	}
-	return zeroFrom(p, 40)
+	return nil
 }
 
 // ContextDestroy ends device context ID (docs/ABI.md "context-destroy",

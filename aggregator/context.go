@@ -179,7 +179,6 @@ func (in *Instance) publishContextsLocked() {
 	for id := range in.contexts {
 		live |= 1 << (id - 1)
 	}
-	in.sh.Contexts.Store(uint32(len(in.contexts)))
 	in.sh.CtxLive.Store(live)
 	in.sh.CtxLost.And(live)
 }

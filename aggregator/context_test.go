@@ -54,8 +54,8 @@ func TestContextsAreSeparate(t *testing.T) {
 	if got := g.in.Contexts(); len(got) != 2 || got[0].ID != 1 || got[1].ID != 2 || got[0].Commands == 0 {
 		t.Errorf("Contexts() = %+v", got)
 	}
-	if n := g.in.Shared().Contexts.Load(); n != 2 {
-		t.Errorf("Shared().Contexts = %d, want 2", n)
+	if n := g.in.Shared().LiveContexts(); n != 2 {
+		t.Errorf("Shared().LiveContexts() = %d, want 2", n)
 	}
 }
 

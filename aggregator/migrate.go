@@ -569,13 +569,11 @@ func (in *Instance) InjectContext(ctx context.Context, c ContextState) (*Instanc
 		return cur, nil
 	}
 	// The geometry as a context-create's payload checks it.
-	var cmd abi.Command
-	ccp := abi.ContextCreate{ID: c.ID, Slots: c.Slots, Ring: c.Ring, Compl: c.Compl, Shadow: c.Shadow, MemLimit: c.MemLimit}
-	cmd = abi.NewCommand(&ccp, 0, 0)
-	if _, err := abi.DecodeAs[*abi.ContextCreate](&cmd); err != nil {
-		return nil, err
+	cc := abi.ContextCreate{ID: c.ID, Slots: c.Slots, Ring: c.Ring, Compl: c.Compl, Shadow: c.Shadow, MemLimit: c.MemLimit}
+	if err := cc.Check(); err != nil {
+		return nil, fmt.Errorf("migrated context: %w", err)
 	}
-	return in.newContext(&ccp, false)
+	return in.newContext(&cc, false)
 }
 
 // dropBuffer frees a buffer (reinjection replaces or frees it).

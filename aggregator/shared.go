@@ -56,10 +56,8 @@ type Shared struct {
 	// Device contexts (ABI 1.5), appended for the same reason. CtxKicks:
 	// the register file sets bit id-1 for a kick of context id
 	// (abi.RegContextKick) before it signals; the worker swaps the mask
-	// to 0 and rings each context named. Contexts is the number of live
-	// contexts, written by the worker.
+	// to 0 and rings each context named.
 	CtxKicks atomic.Uint64
-	Contexts atomic.Uint32
 	// Rung is 1 when the register file published a doorbell or kick of
 	// the default ring since the worker last looked (a signal may carry
 	// context kicks only). A vgpud that predates contexts never sets it,
@@ -72,6 +70,9 @@ type Shared struct {
 	CtxLost atomic.Uint64
 	CtxMem  [64]atomic.Uint64
 }
+
+// LiveContexts counts the live device contexts (CtxLive's bits).
+func (s *Shared) LiveContexts() uint32 { return uint32(bits.OnesCount64(s.CtxLive.Load())) }
 
 // KernelBuckets is the number of buckets of a KernelHist: bucket b counts
 // launches of [2^(b-1), 2^b) microseconds (bucket 0: under 1 us), the last

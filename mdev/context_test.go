@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -51,15 +50,10 @@ var contextProfile = Profile{Name: "contexts", MemBytes: 256 << 20, Share: 1, Ma
 // neither; its wild-pointer kernel then ends its context alone, while the
 // other's job runs to a correct result; and it comes back by reopening.
 func TestContextsIsolateProcesses(t *testing.T) {
-	dir, err := os.MkdirTemp("", "vx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
 	// Two devices (the same OpenCL device twice): the instance moves to
 	// the second at the end.
 	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t), openGPU(t)}, Profiles: []Profile{contextProfile},
-		SocketDir: dir, Transport: mpqemu.Transport{}})
+		SocketDir: shortDir(t), Transport: mpqemu.Transport{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,17 +66,7 @@ func TestContextsIsolateProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm := attach(t, inst)
-	marker := make([]byte, 64)
-	rand.Read(marker)
-	if err := vm.WriteRAM(markerGPA, marker); err != nil {
-		t.Fatal(err)
-	}
-	d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	_, d, marker := markedGuest(t, inst)
 	if got := d.Info().MaxContexts; got != contextProfile.Contexts {
 		t.Fatalf("MaxContexts = %d, want the profile's %d", got, contextProfile.Contexts)
 	}

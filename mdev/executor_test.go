@@ -16,6 +16,7 @@ import (
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
 
 // peekKernel reads 64 bytes at an address the guest gives as an integer.
@@ -44,14 +45,8 @@ func TestKernelCannotReachGuestRAM(t *testing.T) {
 			name = "kernels-in-worker"
 		}
 		t.Run(name, func(t *testing.T) {
-			// Not t.TempDir(): the sockets' paths must fit a sockaddr_un.
-			dir, err := os.MkdirTemp("", "vx")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { os.RemoveAll(dir) })
 			m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{patientProfile},
-				SocketDir: dir, Transport: mpqemu.Transport{}, KernelsInWorker: inWorker})
+				SocketDir: shortDir(t), Transport: mpqemu.Transport{}, KernelsInWorker: inWorker})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,17 +58,7 @@ func TestKernelCannotReachGuestRAM(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			vm := attach(t, inst)
-			marker := make([]byte, 64)
-			rand.Read(marker)
-			if err := vm.WriteRAM(markerGPA, marker); err != nil {
-				t.Fatal(err)
-			}
-			d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
+			_, d, marker := markedGuest(t, inst)
 			p, log, err := d.Build(peekKernel, "")
 			if err != nil {
 				t.Fatalf("build: %v\n%s", err, log)
@@ -141,6 +126,36 @@ func TestKernelCannotReachGuestRAM(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shortDir is a socket directory for a test: not t.TempDir(), whose long
+// path would push the sockets' paths past a sockaddr_un's 107 bytes.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "vx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// markedGuest attaches a harness VM to inst, places a random marker in a
+// page of its RAM that no DMA touches (markerGPA) and opens the driver.
+func markedGuest(t *testing.T, inst *Instance) (*mpqemutest.VM, *driver.Device, []byte) {
+	t.Helper()
+	vm := attach(t, inst)
+	marker := make([]byte, 64)
+	rand.Read(marker)
+	if err := vm.WriteRAM(markerGPA, marker); err != nil {
+		t.Fatal(err)
+	}
+	d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return vm, d, marker
 }
 
 // mappedAt returns the address at which process pid maps offset off of

@@ -150,7 +150,7 @@ func (i *Instance) MaxContexts() uint32 { return i.be.Limits().Contexts }
 // LiveContexts returns how many device contexts (ABI 1.5) the guest has
 // made and not destroyed, as the instance's worker reports it.
 func (i *Instance) LiveContexts() uint32 {
-	return min(i.be.Shared().Contexts.Load(), i.be.Limits().Contexts)
+	return min(i.be.Shared().LiveContexts(), i.be.Limits().Contexts)
 }
 
 // MemUsed returns the device memory the instance holds, in bytes.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -116,10 +117,10 @@ type device struct {
 	parent *device
 	ctxID  uint32
 	stop   chan struct{}
-	// For a vGPU: the context ids in use (ctxUsed[id]) and whether a
+	// For a vGPU: the context ids in use (bit id-1) and whether a
 	// client was put on the shared ring (logged once at warning level).
 	ctxMu     sync.Mutex
-	ctxUsed   []bool
+	ctxUsed   uint64
 	sharedLog bool
 }
 
@@ -274,19 +275,13 @@ func (s *Server) openContext(base *device, log *slog.Logger) (*device, error) {
 	if s.cfg.Contexts == ContextsOff {
 		return base, nil
 	}
-	max := base.d.Info().MaxContexts
+	max := min(base.d.Info().MaxContexts, 64)
 	base.ctxMu.Lock()
-	id := uint32(0)
-	for i := uint32(1); i <= max && id == 0; i++ {
-		if int(i) >= len(base.ctxUsed) || !base.ctxUsed[i] {
-			id = i
-		}
-	}
-	if id != 0 {
-		if int(id) >= len(base.ctxUsed) {
-			base.ctxUsed = append(base.ctxUsed, make([]bool, int(id)+1-len(base.ctxUsed))...)
-		}
-		base.ctxUsed[id] = true
+	id := uint32(bits.TrailingZeros64(^base.ctxUsed)) + 1 // the lowest free id
+	if id > max {
+		id = 0
+	} else {
+		base.ctxUsed |= 1 << (id - 1)
 	}
 	base.ctxMu.Unlock()
 	var err error
@@ -340,7 +335,7 @@ func (s *Server) closeContext(cd *device) error {
 
 func (base *device) putContext(id uint32) {
 	base.ctxMu.Lock()
-	base.ctxUsed[id] = false
+	base.ctxUsed &^= 1 << (id - 1)
 	base.ctxMu.Unlock()
 }
 

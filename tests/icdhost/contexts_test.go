@@ -1,26 +1,16 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"io"
-	"log/slog"
-	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/gpu"
-	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 	"github.com/vgpud/vgpud/guestagent/icdserver"
-	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
-	"github.com/vgpud/vgpud/mdev/mpqemu"
-	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
 
 // scanSrc searches the memory of the process it runs in for two 8-byte
@@ -38,69 +28,6 @@ const scanSrc = `__kernel void scan(__global const ulong *ranges, __global const
 	}
 }`
 
-// contextHost is vgpu-icdd's server over an in-process vgpud whose
-// profile offers device contexts, with sandboxed workers and executors.
-type contextHost struct {
-	srv      *icdserver.Server
-	inst     *mdev.Instance
-	deadline time.Time
-}
-
-func newContextHost(t *testing.T, policy icdserver.ContextPolicy) *contextHost {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs an OpenCL device")
-	}
-	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
-	if err != nil {
-		t.Fatalf("no OpenCL device: %v", err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	// Not t.TempDir(): the sockets' paths must fit a sockaddr_un.
-	dir, err := os.MkdirTemp("", "vx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Transport: mpqemu.Transport{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	inst, err := m.Create(mdev.CreateRequest{Profile: "vgpu-medium"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Room for 64 contexts' rings and staging pools besides the daemon's.
-	vm, err := mpqemutest.NewVM(c, 256<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vm.Close() })
-	d, err := driver.Open(vm, vm, driver.Options{StagingBytes: 8 << 20, Timeout: 5 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if got := d.Info().MaxContexts; got != abi.MaxContexts {
-		t.Fatalf("vgpu-medium offers %d device contexts, want %d", got, abi.MaxContexts)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	srv := icdserver.New(icdserver.Config{Devices: []*driver.Device{d}, Timeout: time.Minute, Logger: log, Contexts: policy})
-	t.Cleanup(func() { srv.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	t.Cleanup(cancel)
-	deadline, _ := ctx.Deadline()
-	return &contextHost{srv: srv, inst: inst, deadline: deadline}
-}
-
 // TestClientsHaveTheirOwnContexts (issue 31) plays two processes of one
 // VM through vgpu-icdd's server: the attacker's pointer-casting kernel
 // scans every readable page of the process it runs in for the victim's
@@ -109,7 +36,7 @@ func newContextHost(t *testing.T, policy icdserver.ContextPolicy) *contextHost {
 // attacker's wild-pointer kernel then ends its own context while the
 // victim's job runs to a correct result.
 func TestClientsHaveTheirOwnContexts(t *testing.T) {
-	h := newContextHost(t, icdserver.ContextsRequire)
+	h := newICDHost(t, hostOptions{RAM: 256 << 20, Policy: icdserver.ContextsRequire, Wait: time.Minute, Deadline: 8 * time.Minute})
 	worker := h.inst.WorkerPID()
 
 	before := addrspacetest.Children(worker)
@@ -180,7 +107,7 @@ func TestClientsHaveTheirOwnContexts(t *testing.T) {
 // of its own (an executor each), compute at once, each to its own correct
 // result.
 func TestSixtyFourClients(t *testing.T) {
-	h := newContextHost(t, icdserver.ContextsRequire)
+	h := newICDHost(t, hostOptions{RAM: 256 << 20, Policy: icdserver.ContextsRequire, Wait: time.Minute, Deadline: 8 * time.Minute})
 	worker := h.inst.WorkerPID()
 	before := addrspacetest.Children(worker)
 	clients := make([]*icdClient, abi.MaxContexts)

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"syscall"
@@ -14,13 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/gpu"
-	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 	"github.com/vgpud/vgpud/guestagent/icdserver"
-	"github.com/vgpud/vgpud/mdev"
-	"github.com/vgpud/vgpud/mdev/mpqemu"
-	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
 
 // icdClient is one ICD protocol connection of a test.
@@ -166,49 +159,13 @@ func (cl *icdClient) vadd(a, b uint32, k uint32, ev uint64) {
 // instead of never completing it, and a new client must then compute
 // correctly on the reopened device.
 func TestWorkerKilledMidKernel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs an OpenCL device")
-	}
-	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
-	if err != nil {
-		t.Fatalf("no OpenCL device: %v", err)
-	}
-	defer dev.Close()
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	inst, err := m.Create(mdev.CreateRequest{Profile: "vgpu-medium"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := mpqemutest.NewVM(c, 64<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Close()
-	d, err := driver.Open(vm, vm, driver.Options{StagingBytes: 8 << 20, Timeout: 5 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
 	// The server's Wait gives up after 30 s and answers "not complete",
 	// which a client (the ICD) meets by waiting again, for ever: the test
 	// fails on that answer, and on no answer within its deadline.
-	srv := icdserver.New(icdserver.Config{Devices: []*driver.Device{d}, Timeout: 30 * time.Second, Logger: log})
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	h := newICDHost(t, hostOptions{RAM: 64 << 20, Wait: 30 * time.Second, Deadline: 4 * time.Minute})
+	m, inst, srv, deadline := h.m, h.inst, h.srv, h.deadline
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	deadline, _ := ctx.Deadline()
 
 	a := connect(t, srv, deadline)
 	a.build(1, `__kernel void hold(__global volatile int *o) { while (o[1] == 0) { o[0]++; } }`)
