@@ -18,6 +18,14 @@
 //     host's PoCL and in the guest through the ICD.
 //   - clpeak: Debian's clpeak (global memory bandwidth, single-precision
 //     compute, transfer bandwidth, kernel latency) on both.
+//   - small: an OpenCL program of many small commands
+//     (bench/apps/clsmall/clsmall.c: 10,000 short launches, 10,000 small
+//     reads, kernel+read steps, start-up; issue 32) on the host's PoCL
+//     directly and, in the same run, through the vgpud ICD on the host
+//     (tests/icdhost: vgpu-icdd's server over an in-process vgpud, no VM)
+//     and in a TCG guest (-small-guest). Goals: launches and reads through
+//     the ICD on the host within 1.3x of PoCL directly, start-up within
+//     1.2x + 50 ms.
 //
 // The host rows of pyopencl, hashcat and clpeak need the Debian packages
 // on the host (python3-pyopencl, hashcat, clpeak); without them the row is
@@ -25,11 +33,13 @@
 //
 // Every guest boots the userland disk (make guest-apps) with one vGPU of
 // -profile; the host rows use the same PoCL device vgpud serves (-device).
+// Only the small section with -small-guest=false runs without the disk.
 // TCG inflates the guest's own CPU work (Python, the ICD, the copies into
 // DMA memory), so guest/host ratios are reported as measured, not as the
 // cost of the ICD alone; the ICD/Go-driver ratio compares two guests.
 //
 //	go run ./bench/apps [-sections job,pyopencl] [-n 512] [-reps 10] [-runs 3]
+//	go run ./bench/apps -sections small [-small-launches 10000] [-small-reads 10000] [-small-steps 2000] [-small-runs 3] [-small-guest=false]
 package main
 
 import (
@@ -65,12 +75,13 @@ const (
 	sectionPyopencl = "pyopencl"
 	sectionHashcat  = "hashcat"
 	sectionClpeak   = "clpeak"
+	sectionSmall    = "small"
 	icddPkg         = "github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd"
 	benchPkg        = "github.com/vgpud/vgpud/guestagent/cmd/vgpu-bench"
 	hostPython      = "/usr/bin/python3"
 )
 
-var allSections = []string{sectionJob, sectionPyopencl, sectionHashcat, sectionClpeak}
+var allSections = []string{sectionJob, sectionPyopencl, sectionHashcat, sectionClpeak, sectionSmall}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -90,6 +101,14 @@ type config struct {
 	icd      string // the guest ICD (make icd)
 	timeout  time.Duration
 	serial   io.Writer
+	small    smallConfig
+}
+
+// smallConfig sizes the small section.
+type smallConfig struct {
+	launches, reads, steps int  // clsmall's N of each mode
+	runs                   int  // runs of each mode per path; the median is shown
+	guest                  bool // the guest rows too
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -108,6 +127,11 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.icd, "icd", "build/icd/libvgpud-icd.so", "the guest ICD (make icd)")
 	fs.DurationVar(&c.timeout, "timeout", 45*time.Minute, "bound on each guest boot (clpeak's takes over 10 minutes under TCG)")
 	serial := fs.Bool("serial", false, "copy the guests' consoles to stderr")
+	fs.IntVar(&c.small.launches, "small-launches", 10000, "small: short kernel launches of clsmall launches")
+	fs.IntVar(&c.small.reads, "small-reads", 10000, "small: 64-byte blocking reads of clsmall reads")
+	fs.IntVar(&c.small.steps, "small-steps", 2000, "small: kernel+read steps of clsmall steps")
+	fs.IntVar(&c.small.runs, "small-runs", 3, "small: runs of each mode per path; the median is shown")
+	fs.BoolVar(&c.small.guest, "small-guest", true, "small: the guest rows too (boots one TCG guest)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -121,6 +145,17 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	if c.runs < 1 || c.runs > 100 {
 		return c, fmt.Errorf("-runs %d: want 1..100", c.runs)
 	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"-small-launches", c.small.launches}, {"-small-reads", c.small.reads}, {"-small-steps", c.small.steps}} {
+		if f.v < 1 || f.v > 10_000_000 {
+			return c, fmt.Errorf("%s %d: want 1..10000000", f.name, f.v)
+		}
+	}
+	if c.small.runs < 1 || c.small.runs > 100 {
+		return c, fmt.Errorf("-small-runs %d: want 1..100", c.small.runs)
+	}
 	if *serial {
 		c.serial = os.Stderr
 	}
@@ -128,6 +163,17 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 }
 
 func (c config) has(s string) bool { return slices.Contains(c.sections, s) }
+
+// needsGuest says whether a section boots a guest: all but small without
+// its guest rows do.
+func (c config) needsGuest() bool {
+	for _, s := range c.sections {
+		if s != sectionSmall || c.small.guest {
+			return true
+		}
+	}
+	return false
+}
 
 type bench struct {
 	cfg  config
@@ -140,6 +186,10 @@ type bench struct {
 	// unchanged, in the guest (the guest userland is the same Debian).
 	cljob string
 	jobs  string // the job's data directory
+	// clsmall is the small section's program, built like cljob.
+	clsmall string
+	// vgpud is a vendors directory holding only the vgpud ICD (-icd).
+	vgpud string
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
@@ -147,9 +197,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	apps, err := imagetest.FindApps()
-	if err != nil {
-		return err
+	var apps imagetest.Apps
+	if cfg.needsGuest() {
+		if apps, err = imagetest.FindApps(); err != nil {
+			return err
+		}
 	}
 	icd, err := filepath.Abs(cfg.icd)
 	if err != nil {
@@ -169,7 +221,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	}
 	info := h.Dev.Info()
 	fmt.Fprintf(stdout, "vgpud application benchmark (issue 11), %s, %s, %d host CPUs\n", time.Now().UTC().Format(time.RFC3339), runtime.Version(), runtime.NumCPU())
-	fmt.Fprintf(stdout, "  device: %s (%d compute units); guests: TCG, profile %s, Debian userland disk, kernel %s\n\n", info.Name, info.ComputeUnits, cfg.profile, apps.Release)
+	if cfg.needsGuest() {
+		fmt.Fprintf(stdout, "  device: %s (%d compute units); guests: TCG, profile %s, Debian userland disk, kernel %s\n\n", info.Name, info.ComputeUnits, cfg.profile, apps.Release)
+	} else {
+		fmt.Fprintf(stdout, "  device: %s (%d compute units); no guests, profile %s\n\n", info.Name, info.ComputeUnits, cfg.profile)
+	}
 
 	if cfg.has(sectionJob) {
 		t, err := b.jobTable(ctx)
@@ -182,7 +238,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	for _, sec := range []struct {
 		name string
 		run  func(context.Context) (*table.Table, error)
-	}{{sectionPyopencl, b.pyopenclTable}, {sectionHashcat, b.hashcatTable}, {sectionClpeak, b.clpeakTable}} {
+	}{{sectionPyopencl, b.pyopenclTable}, {sectionHashcat, b.hashcatTable}, {sectionClpeak, b.clpeakTable}, {sectionSmall, b.smallTable}} {
 		if !cfg.has(sec.name) {
 			continue
 		}
@@ -196,8 +252,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	return nil
 }
 
-// prepare builds cljob, writes the job's data and the PoCL-only vendors
-// directory.
+// prepare builds cljob (and clsmall for the small section), writes the
+// job's data and the PoCL-only and vgpud-only vendors directories.
 func (b *bench) prepare(ctx context.Context) error {
 	src, err := filepath.Abs("bench/apps/cljob/cljob.c")
 	if err != nil {
@@ -232,7 +288,13 @@ func (b *bench) prepare(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("host PoCL: %w (install pocl-opencl-icd)", err)
 	}
-	return os.WriteFile(filepath.Join(b.pocl, "pocl.icd"), icd, 0o644)
+	if err := os.WriteFile(filepath.Join(b.pocl, "pocl.icd"), icd, 0o644); err != nil {
+		return err
+	}
+	if b.cfg.has(sectionSmall) {
+		return b.prepareSmall(ctx)
+	}
+	return nil
 }
 
 // hostEnv is the environment of a program run on the host's PoCL: only

@@ -1,0 +1,425 @@
+package main
+
+// The small section (issue 32): clsmall, an OpenCL program of many small
+// commands, on the host's PoCL directly against the same binary through
+// the vgpud ICD, on the host (tests/icdhost) and in a guest, in one run.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vgpud/vgpud/bench/table"
+	"github.com/vgpud/vgpud/guestagent/icdproto"
+	"github.com/vgpud/vgpud/guestagent/image"
+	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+)
+
+// The goals of issue 32 for the ICD on the host against PoCL directly.
+const (
+	goalCommands     = 1.3                   // launches' and reads' run time
+	goalStartup      = 1.2                   // start-up's whole program ...
+	goalStartupSlack = 50 * time.Millisecond // ... plus this
+)
+
+// smallMode is one way of running clsmall: a mode and its N (start-up
+// takes none).
+type smallMode struct {
+	name string
+	n    int
+}
+
+func (m smallMode) args() []string {
+	if m.name == "startup" {
+		return []string{m.name}
+	}
+	return []string{m.name, strconv.Itoa(m.n)}
+}
+
+var startupMode = smallMode{"startup", 1}
+
+// modes are the table's rows, in order.
+func (c smallConfig) modes() []smallMode {
+	return []smallMode{{"launches", c.launches}, {"reads", c.reads}, {"steps", c.steps}, startupMode}
+}
+
+// smallResult is clsmall's CLSMALL line.
+type smallResult struct {
+	Mode    string `json:"mode"`
+	N       int    `json:"n"`
+	SetupNS int64  `json:"setup_ns"`
+	RunNS   int64  `json:"run_ns"`
+	TotalNS int64  `json:"total_ns"`
+}
+
+func (r smallResult) check(m smallMode) error {
+	if r.Mode != m.name || r.N != m.n || r.SetupNS <= 0 || r.RunNS <= 0 || r.TotalNS < r.SetupNS+r.RunNS {
+		return fmt.Errorf("clsmall result %+v: want mode %s, n %d, positive times, total at least setup + run", r, m.name, m.n)
+	}
+	return nil
+}
+
+// smallResults are the CLSMALL lines of mode m among lines; each must be
+// a good result of m and there must be want of them.
+func smallResults(lines []string, m smallMode, want int) ([]smallResult, error) {
+	all, err := results[smallResult](lines, "CLSMALL ")
+	if err != nil {
+		return nil, err
+	}
+	var out []smallResult
+	for _, r := range all {
+		if r.Mode != m.name {
+			continue
+		}
+		if err := r.check(m); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if len(out) != want {
+		return nil, fmt.Errorf("%d clsmall %s results, want %d", len(out), m.name, want)
+	}
+	return out, nil
+}
+
+// prepareSmall builds clsmall and the vendors directory of the ICD under
+// test (-icd).
+func (b *bench) prepareSmall(ctx context.Context) error {
+	src, err := filepath.Abs("bench/apps/clsmall/clsmall.c")
+	if err != nil {
+		return err
+	}
+	b.clsmall = filepath.Join(b.dir, "clsmall")
+	cmd := exec.CommandContext(ctx, "gcc", "-std=c11", "-O2", "-Wall", "-Werror", "-o", b.clsmall, src, "-lOpenCL")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("gcc clsmall: %v\n%s", err, out)
+	}
+	b.vgpud = filepath.Join(b.dir, "vgpud-vendors")
+	if err := os.Mkdir(b.vgpud, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(b.vgpud, "vgpud.icd"), []byte(b.icd+"\n"), 0o644)
+}
+
+// icdEnv is the environment of a program run through the vgpud ICD on
+// the host: the loader sees only that ICD, which talks to sock.
+func (b *bench) icdEnv(sock string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OCL_ICD_") && !strings.HasPrefix(kv, "OPENCL_VENDOR_PATH=") && !strings.HasPrefix(kv, "VGPUD_ICD_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "OCL_ICD_VENDORS="+b.vgpud, icdproto.SocketEnv+"="+sock)
+}
+
+// runSmall runs clsmall's mode m on the host with env and returns its
+// result; a failed run (a wrong result, an OpenCL error) is an error.
+func (b *bench) runSmall(ctx context.Context, env []string, m smallMode) (smallResult, error) {
+	cmd := exec.CommandContext(ctx, b.clsmall, m.args()...)
+	cmd.Env = env
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return smallResult{}, fmt.Errorf("clsmall %s: %v\n%s", strings.Join(m.args(), " "), err, tail(stderr.String(), 20))
+	}
+	rs, err := smallResults(strings.Split(string(out), "\n"), m, 1)
+	if err != nil {
+		return smallResult{}, fmt.Errorf("clsmall %s: %w\n%s", strings.Join(m.args(), " "), err, out)
+	}
+	return rs[0], nil
+}
+
+// icdHost is a running tests/icdhost: vgpu-icdd's server over an
+// in-process vgpud with one instance and no VM.
+type icdHost struct {
+	sock   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr *syncBuffer
+	done   chan error // the process's exit
+}
+
+// syncBuffer is a bytes.Buffer that the process's output goroutine and
+// the error paths share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// goTool is the go command: on $PATH, or the one this program was built
+// with.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// startICDHost builds tests/icdhost and starts it on a socket in the
+// bench's directory with the bench's device and profile; it returns once
+// the server listens.
+func (b *bench) startICDHost(ctx context.Context) (*icdHost, error) {
+	bin := filepath.Join(b.dir, "icdhost")
+	if out, err := exec.CommandContext(ctx, goTool(), "build", "-o", bin, "./tests/icdhost").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build ./tests/icdhost: %v\n%s", err, out)
+	}
+	h := &icdHost{sock: filepath.Join(b.dir, "icd.sock"), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	h.cmd = exec.CommandContext(ctx, bin, "-socket", h.sock, "-device", b.cfg.device, "-profile", b.cfg.profile)
+	h.cmd.Cancel = func() error { return h.cmd.Process.Signal(syscall.SIGTERM) }
+	h.cmd.WaitDelay = 30 * time.Second
+	h.cmd.Stderr = h.stderr
+	pr, pw := io.Pipe()
+	h.cmd.Stdout = pw
+	var err error
+	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	if err := h.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		err := h.cmd.Wait()
+		pw.Close()
+		h.done <- err
+	}()
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		var once sync.Once
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				once.Do(func() { close(ready) })
+			}
+		}
+	}()
+	select {
+	case <-ready:
+		return h, nil
+	case err := <-h.done:
+		h.done <- err
+		return nil, fmt.Errorf("icdhost exited before it listened: %v\n%s", err, tail(h.stderr.String(), 20))
+	case <-time.After(2 * time.Minute):
+		return nil, errors.Join(fmt.Errorf("icdhost not ready in 2 minutes\n%s", tail(h.stderr.String(), 20)), h.stop())
+	case <-ctx.Done():
+		return nil, errors.Join(ctx.Err(), h.stop())
+	}
+}
+
+// stop ends icdhost as a harness does, by closing its stdin, and says
+// whether it exited cleanly; SIGTERM, then SIGKILL, if it does not.
+func (h *icdHost) stop() error {
+	h.stdin.Close()
+	var err error
+	select {
+	case err = <-h.done:
+	case <-time.After(30 * time.Second):
+		h.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err = <-h.done:
+			err = errors.Join(errors.New("did not stop on end of stdin; SIGTERM"), err)
+		case <-time.After(30 * time.Second):
+			h.cmd.Process.Kill()
+			err = errors.Join(errors.New("did not stop on end of stdin or SIGTERM; killed"), <-h.done)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("icdhost: %w\n%s", err, tail(h.stderr.String(), 20))
+	}
+	return nil
+}
+
+// smallMedians are the medians of one path's runs of each mode.
+type smallMedians map[string]struct{ run, total int64 }
+
+func mediansOf(runs map[string][]smallResult) smallMedians {
+	m := smallMedians{}
+	for mode, rs := range runs {
+		var run, total []int64
+		for _, r := range rs {
+			run = append(run, r.RunNS)
+			total = append(total, r.TotalNS)
+		}
+		m[mode] = struct{ run, total int64 }{medianNS(run), medianNS(total)}
+	}
+	return m
+}
+
+func medianNS(v []int64) int64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+// commandsGoal: launches and reads through the ICD within goalCommands
+// of PoCL directly.
+func commandsGoal(icdRun, directRun int64) bool {
+	return float64(icdRun) <= goalCommands*float64(directRun)
+}
+
+// startupGoal: the whole start-up program through the ICD within
+// goalStartup of PoCL directly plus goalStartupSlack.
+func startupGoal(icdTotal, directTotal int64) bool {
+	return float64(icdTotal) <= goalStartup*float64(directTotal)+float64(goalStartupSlack)
+}
+
+func metText(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "not met"
+}
+
+// hostSmall runs every mode -small-runs times on PoCL directly and through
+// the ICD and one icdhost, alternating the two paths and rotating which
+// goes first, after one untimed start-up run on each.
+func (b *bench) hostSmall(ctx context.Context) (direct, icd map[string][]smallResult, err error) {
+	ih, err := b.startICDHost(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { err = errors.Join(err, ih.stop()) }()
+	paths := []struct {
+		name string
+		env  []string
+		out  map[string][]smallResult
+	}{{"PoCL directly", b.hostEnv(), map[string][]smallResult{}}, {"through the ICD", b.icdEnv(ih.sock), map[string][]smallResult{}}}
+	for _, p := range paths {
+		if _, err := b.runSmall(ctx, p.env, startupMode); err != nil {
+			return nil, nil, fmt.Errorf("host %s, warm-up: %w", p.name, err)
+		}
+	}
+	for r := range b.cfg.small.runs {
+		for i, m := range b.cfg.small.modes() {
+			order := []int{0, 1}
+			if (r+i)%2 == 1 {
+				order = []int{1, 0}
+			}
+			for _, k := range order {
+				p := paths[k]
+				res, err := b.runSmall(ctx, p.env, m)
+				if err != nil {
+					return nil, nil, fmt.Errorf("host %s: %w", p.name, err)
+				}
+				p.out[m.name] = append(p.out[m.name], res)
+			}
+		}
+	}
+	return paths[0].out, paths[1].out, nil
+}
+
+// guestSmall boots one guest and runs in it, through the ICD, one untimed
+// start-up run then every mode -small-runs times; a failed run fails the
+// guest.
+func (b *bench) guestSmall(ctx context.Context) (map[string][]smallResult, error) {
+	const bin = imagetest.AppsBinDir + "/clsmall"
+	var sb strings.Builder
+	sb.WriteString("#!/bin/sh\ncd /tmp || exit 1\n" + bin + " startup >/dev/null || exit 1\n")
+	for range b.cfg.small.runs {
+		for _, m := range b.cfg.small.modes() {
+			fmt.Fprintf(&sb, "%s %s || exit 1\n", bin, strings.Join(m.args(), " "))
+		}
+	}
+	script := filepath.Join(b.dir, "small.sh")
+	if err := os.WriteFile(script, []byte(sb.String()), 0o755); err != nil {
+		return nil, err
+	}
+	files := []image.File{
+		{Src: b.clsmall, Dst: image.BinDir + "/clsmall", Mode: 0o755},
+		{Src: script, Dst: image.BinDir + "/small.sh", Mode: 0o755},
+	}
+	lines, err := b.guest(ctx, true, files, nil, imagetest.AppsBinDir+"/small.sh")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]smallResult{}
+	for _, m := range b.cfg.small.modes() {
+		rs, err := smallResults(lines, m, b.cfg.small.runs)
+		if err != nil {
+			return nil, fmt.Errorf("%w\n%s", err, tail(strings.Join(lines, "\n"), 30))
+		}
+		out[m.name] = rs
+	}
+	return out, nil
+}
+
+func (b *bench) smallTable(ctx context.Context) (*table.Table, error) {
+	c := b.cfg.small
+	directRuns, icdRuns, err := b.hostSmall(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var guestRuns map[string][]smallResult
+	if c.guest {
+		if guestRuns, err = b.guestSmall(ctx); err != nil {
+			return nil, fmt.Errorf("guest: %w", err)
+		}
+	}
+	direct := mediansOf(directRuns)
+	t := &table.Table{
+		Title: fmt.Sprintf("Many small commands (bench/apps/clsmall, issue 32): the same program on PoCL directly and through the vgpud ICD, in one run; median of %d runs",
+			c.runs),
+		Header: []string{"path", "mode", "n", "direct run (ms)", "ICD run (ms)", "ICD / direct", "direct/cmd (us)", "ICD/cmd (us)",
+			"direct total (ms)", "ICD total (ms)", "goal (issue 32)"},
+	}
+	us := func(ns int64, n int) string { return fmt.Sprintf("%.1f", float64(ns)/float64(n)/1e3) }
+	nsMS := func(ns int64) string { return ms(time.Duration(ns)) }
+	rows := func(path string, runs map[string][]smallResult, goals bool) {
+		icd := mediansOf(runs)
+		for _, m := range c.modes() {
+			d, i := direct[m.name], icd[m.name]
+			dTotal, iTotal, goal := "-", "-", "-"
+			switch {
+			case m.name == "startup":
+				dTotal, iTotal = nsMS(d.total), nsMS(i.total)
+				if goals {
+					goal = fmt.Sprintf("total <= %.1fx + %d ms: %s", goalStartup, goalStartupSlack.Milliseconds(), metText(startupGoal(i.total, d.total)))
+				}
+			case goals && (m.name == "launches" || m.name == "reads"):
+				goal = fmt.Sprintf("<= %.1fx: %s", goalCommands, metText(commandsGoal(i.run, d.run)))
+			}
+			t.Add(path, m.name, strconv.Itoa(m.n), nsMS(d.run), nsMS(i.run), ratio(float64(i.run), float64(d.run)),
+				us(d.run, m.n), us(i.run, m.n), dTotal, iTotal, goal)
+		}
+	}
+	rows("host: ICD + icdhost", icdRuns, true)
+	if c.guest {
+		rows("guest: ICD + vgpu-icdd (TCG)", guestRuns, false)
+	}
+	t.Note("clsmall (bench/apps/clsmall) is an ordinary OpenCL 1.2 program, the same binary on every path. direct: on the host's PoCL (only PoCL's .icd).")
+	t.Note("host ICD: through the ICD (%s) and tests/icdhost (vgpu-icdd's server over an in-process vgpud, one %s instance, no VM).", b.icd, b.cfg.profile)
+	t.Note("guest ICD: through the ICD and vgpu-icdd in one TCG guest, against the host's direct runs (TCG slows the guest's own CPU work: not the ICD's cost alone).")
+	t.Note("run: the mode's work after set-up; /cmd: run / n (steps: one launch and one 16-byte blocking read each; startup: one launch and one read); total: the whole program, start-up's cost.")
+	t.Note("Direct and host ICD runs alternate, which goes first rotating by run and mode; each path first makes one untimed start-up run. Medians of run and total are taken separately.")
+	if !c.guest {
+		t.Note("Guest rows left out (-small-guest=false).")
+	}
+	t.Note("Goals (issue 32), host ICD against direct: launches and reads run <= %.1fx; startup total <= %.1fx + %d ms.", goalCommands, goalStartup, goalStartupSlack.Milliseconds())
+	return t, nil
+}
