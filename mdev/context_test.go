@@ -17,24 +17,33 @@ import (
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
-// scanKernel searches memory for two 8-byte words, given XOR-ed with a
-// mask so that the needles are not in the kernel's own buffers: work item
-// i scans range i of ranges (start, length pairs) at 8-byte steps and
-// records the addresses of hits.
-const scanKernel = `__kernel void scan(__global const ulong *ranges, __global const ulong *needles, ulong mask,
+// scanKernel searches memory for two 8-byte words, given as their
+// scanHash so that neither the kernel's buffers nor its registers ever
+// hold the words themselves (a kernel that computed them would find its
+// own copy on a stack it scans): work item i scans range i of ranges
+// (start, length pairs) at 8-byte steps and records the addresses of hits.
+const scanKernel = `ulong mix(ulong v, ulong mask) { v ^= mask; v ^= v >> 29; return v * 0xbf58476d1ce4e5b9UL; }
+__kernel void scan(__global const ulong *ranges, __global const ulong *needles, ulong mask,
 		__global ulong *hits, __global volatile uint *nhits) {
 	size_t i = get_global_id(0);
-	ulong a = needles[0] ^ mask, b = needles[1] ^ mask;
+	ulong a = needles[0], b = needles[1];
 	__global const ulong *p = (__global const ulong *)ranges[2*i];
 	ulong n = ranges[2*i+1] / 8;
 	for (ulong j = 0; j < n; j++) {
-		ulong v = p[j];
-		if (v == a || v == b) {
+		ulong h = mix(p[j], mask);
+		if (h == a || h == b) {
 			uint k = atomic_inc(nhits);
 			if (k < 64) hits[k] = (ulong)(p + j);
 		}
 	}
 }`
+
+// scanHash is scanKernel's mix: what it compares each word's hash with.
+func scanHash(v, mask uint64) uint64 {
+	v ^= mask
+	v ^= v >> 29
+	return v * 0xbf58476d1ce4e5b9
+}
 
 // wildKernel writes through a pointer to nowhere.
 const wildKernel = `__kernel void wild(__global int *o) { *(__global int *)0x10 = 1; o[0] = 2; }`
@@ -110,8 +119,8 @@ func TestContextsIsolateProcesses(t *testing.T) {
 	// secret (its own): the scan can see what it looks for.
 	mask := uint64(0x5a5a_a5a5_0ff0_f00f)
 	needles := make([]byte, 16)
-	binary.LittleEndian.PutUint64(needles[0:], binary.LittleEndian.Uint64(secret[8:])^mask) // past the readable prefix
-	binary.LittleEndian.PutUint64(needles[8:], binary.LittleEndian.Uint64(marker)^mask)
+	binary.LittleEndian.PutUint64(needles[0:], scanHash(binary.LittleEndian.Uint64(secret[24:]), mask)) // random: past the text prefix, which this binary's own data holds
+	binary.LittleEndian.PutUint64(needles[8:], scanHash(binary.LittleEndian.Uint64(marker), mask))
 	if n, scanned, _ := scanContext(t, victim, victimExec, needles, mask); n == 0 {
 		t.Fatalf("the victim's own scan (%d bytes) did not find its secret: the scan proves nothing", scanned)
 	}

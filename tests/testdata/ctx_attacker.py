@@ -16,17 +16,27 @@ import pyopencl as cl
 secret, marker = bytes.fromhex(sys.argv[1]), bytes.fromhex(sys.argv[2])
 canary = os.urandom(8)
 mask = 0x5A5AA5A50FF0F00F
-word = lambda b: int.from_bytes(b[:8], "little") ^ mask
+
+
+def word(b):
+    """The scan kernel's hash of the 8-byte word at b: the kernel compares
+    hashes, so neither its arguments nor its registers ever hold the words
+    themselves (it would find its own copy on a stack it scans)."""
+    v = int.from_bytes(b[:8], "little") ^ mask
+    v ^= v >> 29
+    return (v * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+
+
 SRC = """
+ulong mix(ulong v, ulong mask) { v ^= mask; v ^= v >> 29; return v * 0xbf58476d1ce4e5b9UL; }
 __kernel void where(__global ulong *o, __global const uchar *b) { o[0] = (ulong)b; }
 __kernel void scan(ulong start, ulong chunk, ulong s, ulong m, ulong c, ulong mask, __global volatile uint *hits) {
 	__global const ulong *p = (__global const ulong *)(start + get_global_id(0) * chunk);
-	ulong ws = s ^ mask, wm = m ^ mask, wc = c ^ mask;
 	for (ulong j = 0; j < chunk / 8; j++) {
-		ulong v = p[j];
-		if (v == ws) atomic_inc(&hits[0]);
-		if (v == wm) atomic_inc(&hits[1]);
-		if (v == wc) atomic_inc(&hits[2]);
+		ulong v = mix(p[j], mask);
+		if (v == s) atomic_inc(&hits[0]);
+		if (v == m) atomic_inc(&hits[1]);
+		if (v == c) atomic_inc(&hits[2]);
 	}
 }
 __kernel void wild(__global int *o) { *(__global int *)0x10 = 1; o[0] = 2; }
