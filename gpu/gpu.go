@@ -94,6 +94,27 @@ type Queue interface {
 	Close() error
 }
 
+// Pipeliner is implemented by a Queue that can take launches without
+// waiting for each (the fast command path, docs/architecture.md): many
+// short kernels queued back to back cost the device's launch overhead,
+// not a round trip each. Enqueue starts k over r with args behind the
+// queue's earlier work and returns without waiting; an error from it
+// means the launch was not enqueued and has no result in Sync. Sync
+// waits for every launch enqueued since the last Sync and returns each
+// one's outcome in order. The caller must Sync before any other call on
+// the queue (Close excepted, which discards what is pending).
+type Pipeliner interface {
+	Enqueue(k Kernel, r NDRange, args []Arg) error
+	Sync() []LaunchResult
+}
+
+// LaunchResult is the outcome of an enqueued launch: its device time
+// measured by profiling events, or its error.
+type LaunchResult struct {
+	Device time.Duration
+	Err    error
+}
+
 // Buffer is device memory.
 type Buffer interface {
 	Size() uint64

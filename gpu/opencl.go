@@ -76,22 +76,20 @@ static cl_int vg_create_kernel(cl_program p, const char *name, cl_kernel *out) {
 	return err;
 }
 
-// vg_run enqueues k, waits for it and returns its device time in ns.
-static cl_int vg_run(cl_command_queue q, cl_kernel k, cl_uint dims,
+// vg_enqueue enqueues k and returns its event (no wait).
+static cl_int vg_enqueue(cl_command_queue q, cl_kernel k, cl_uint dims,
 		size_t o0, size_t o1, size_t o2,
 		size_t g0, size_t g1, size_t g2,
-		size_t l0, size_t l1, size_t l2, int local,
-		cl_ulong *ns, const char **op) {
+		size_t l0, size_t l1, size_t l2, int local, cl_event *ev) {
 	size_t off[3] = {o0, o1, o2};
 	size_t glob[3] = {g0, g1, g2};
 	size_t loc[3] = {l0, l1, l2};
-	cl_event ev = NULL;
-	cl_int err = clEnqueueNDRangeKernel(q, k, dims, off, glob, local ? loc : NULL, 0, NULL, &ev);
-	if (err != CL_SUCCESS) {
-		*op = "clEnqueueNDRangeKernel";
-		return err;
-	}
-	err = clWaitForEvents(1, &ev);
+	return clEnqueueNDRangeKernel(q, k, dims, off, glob, local ? loc : NULL, 0, NULL, ev);
+}
+
+// vg_finish waits for ev, releases it and returns its device time in ns.
+static cl_int vg_finish(cl_event ev, cl_ulong *ns, const char **op) {
+	cl_int err = clWaitForEvents(1, &ev);
 	if (err != CL_SUCCESS) {
 		cl_int st = 0;
 		*op = "kernel execution";
@@ -113,6 +111,21 @@ static cl_int vg_run(cl_command_queue q, cl_kernel k, cl_uint dims,
 	}
 	*ns = end > start ? end - start : 0;
 	return CL_SUCCESS;
+}
+
+// vg_run enqueues k, waits for it and returns its device time in ns.
+static cl_int vg_run(cl_command_queue q, cl_kernel k, cl_uint dims,
+		size_t o0, size_t o1, size_t o2,
+		size_t g0, size_t g1, size_t g2,
+		size_t l0, size_t l1, size_t l2, int local,
+		cl_ulong *ns, const char **op) {
+	cl_event ev = NULL;
+	cl_int err = vg_enqueue(q, k, dims, o0, o1, o2, g0, g1, g2, l0, l1, l2, local, &ev);
+	if (err != CL_SUCCESS) {
+		*op = "clEnqueueNDRangeKernel";
+		return err;
+	}
+	return vg_finish(ev, ns, op);
 }
 */
 import "C"
@@ -485,6 +498,15 @@ type queue struct {
 	q        C.cl_command_queue // nil once closed
 	buffers  map[*buffer]struct{}
 	programs map[*program]struct{}
+	enqueued []enqueued // launches not yet synced (Pipeliner)
+}
+
+var _ Pipeliner = (*queue)(nil)
+
+// enqueued is a launch Enqueue started: its kernel's name and event.
+type enqueued struct {
+	name string
+	ev   C.cl_event
 }
 
 // buffer, program and kernel fields other than the handles are immutable;
@@ -797,6 +819,75 @@ func (q *queue) Launch(k Kernel, r NDRange, args []Arg) (time.Duration, error) {
 	return time.Duration(ns), nil
 }
 
+// Enqueue starts k over r with args and returns without waiting
+// (gpu.Pipeliner): the launch's outcome is one of the next Sync's.
+func (q *queue) Enqueue(k Kernel, r NDRange, args []Arg) error {
+	kk, ok := k.(*kernel)
+	if !ok || kk == nil {
+		return fmt.Errorf("launch: kernel %T is not an OpenCL kernel of this package: %w", k, ErrForeign)
+	}
+	if err := checkRange(r); err != nil {
+		return fmt.Errorf("launch %s: %w", kk.name, err)
+	}
+	if len(args) != len(kk.args) {
+		return fmt.Errorf("launch %s: %d arguments, kernel takes %d: %w", kk.name, len(args), len(kk.args), ErrInvalidLaunch)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.q == nil {
+		return q.closedErr("launch")
+	}
+	if kk.prog.owner != q {
+		return fmt.Errorf("launch %s: kernel: %w", kk.name, ErrForeign)
+	}
+	if kk.k == nil {
+		return fmt.Errorf("launch %s: kernel: %w", kk.name, ErrClosed)
+	}
+	// Arguments are captured when the launch is enqueued (OpenCL 1.2
+	// section 5.9.2), so the next Enqueue may set them anew.
+	for i, a := range args {
+		if err := q.setArg(kk, i, a); err != nil {
+			return fmt.Errorf("launch %s: argument %d: %w", kk.name, i, err)
+		}
+	}
+	var local C.int
+	if r.Local != ([3]uint64{}) {
+		local = 1
+	}
+	var ev C.cl_event
+	code := C.vg_enqueue(q.q, kk.k, C.cl_uint(r.Dims),
+		C.size_t(r.Offset[0]), C.size_t(r.Offset[1]), C.size_t(r.Offset[2]),
+		C.size_t(r.Global[0]), C.size_t(r.Global[1]), C.size_t(r.Global[2]),
+		C.size_t(r.Local[0]), C.size_t(r.Local[1]), C.size_t(r.Local[2]), local, &ev)
+	if code != C.CL_SUCCESS {
+		return fmt.Errorf("launch %s: %w", kk.name, &CLError{Op: "clEnqueueNDRangeKernel", Code: int32(code)})
+	}
+	q.enqueued = append(q.enqueued, enqueued{name: kk.name, ev: ev})
+	return nil
+}
+
+// Sync waits for the launches enqueued since the last Sync and returns
+// their outcomes in order (gpu.Pipeliner).
+func (q *queue) Sync() []LaunchResult {
+	q.mu.Lock()
+	pending := q.enqueued
+	q.enqueued = nil
+	q.mu.Unlock()
+	out := make([]LaunchResult, len(pending))
+	for i, e := range pending {
+		var (
+			ns C.cl_ulong
+			op *C.char
+		)
+		if code := C.vg_finish(e.ev, &ns, &op); code != C.CL_SUCCESS {
+			out[i].Err = fmt.Errorf("launch %s: %w", e.name, &CLError{Op: C.GoString(op), Code: int32(code)})
+			continue
+		}
+		out[i].Device = time.Duration(min(uint64(ns), math.MaxInt64))
+	}
+	return out
+}
+
 // checkRange validates the index space. Entries beyond Dims may be 0 or 1
 // (Offset 0); anything else there is a caller's mistake, not ignored.
 func checkRange(r NDRange) error {
@@ -896,6 +987,13 @@ func (q *queue) Close() error {
 	q.mu.Lock()
 	var first error
 	if q.q != nil {
+		// Launches never synced: wait for them (their buffers are about
+		// to go) and drop their outcomes.
+		for _, e := range q.enqueued {
+			C.clWaitForEvents(1, &e.ev)
+			C.clReleaseEvent(e.ev)
+		}
+		q.enqueued = nil
 		for b := range q.buffers {
 			b.releaseLocked()
 		}

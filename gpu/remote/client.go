@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -196,6 +197,10 @@ type Queue struct {
 	d      *Device
 	h      uint32
 	closed atomic.Bool
+	// The launches Enqueue batched for the next Sync (the queue is used
+	// by one goroutine at a time, as every gpu.Queue).
+	batch   *enc
+	batched int
 }
 
 func (q *Queue) body() *enc {
@@ -369,40 +374,9 @@ func (q *Queue) Build(source, options string) (gpu.Program, string, error) {
 
 // Launch runs k over r with args in the executor.
 func (q *Queue) Launch(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Duration, error) {
-	rk, ok := k.(*Kernel)
-	if !ok || rk.p.q != q {
-		return 0, fmt.Errorf("kernel: %w", gpu.ErrForeign)
-	}
-	if rk.released.Load() {
-		return 0, fmt.Errorf("kernel: %w", gpu.ErrClosed)
-	}
-	if len(args) > maxArgs || r.Dims < 0 || r.Dims > math.MaxUint8 {
-		return 0, fmt.Errorf("launch of %d arguments, %d dimensions: %w", len(args), r.Dims, gpu.ErrInvalidLaunch)
-	}
 	e := q.body()
-	e.u32(rk.h)
-	e.ndrange(r)
-	e.u16(uint16(len(args)))
-	for i, a := range args {
-		switch {
-		case a.Buffer != nil:
-			h, err := q.buffer(a.Buffer)
-			if err != nil {
-				return 0, fmt.Errorf("argument %d: %w", i, err)
-			}
-			e.u8(argBuffer)
-			e.u32(h)
-		case a.Scalar != nil:
-			if len(a.Scalar) > math.MaxUint16 {
-				return 0, fmt.Errorf("argument %d: scalar of %d bytes: %w", i, len(a.Scalar), gpu.ErrInvalidLaunch)
-			}
-			e.u8(argScalar)
-			e.u16(uint16(len(a.Scalar)))
-			e.raw(a.Scalar)
-		default:
-			e.u8(argLocal)
-			e.u64(a.Local)
-		}
+	if err := q.appendLaunch(e, k, r, args); err != nil {
+		return 0, err
 	}
 	body, err := q.call(OpLaunch, e)
 	if err != nil {
@@ -418,6 +392,105 @@ func (q *Queue) Launch(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Durati
 	}
 	return time.Duration(ns), nil
 }
+
+// appendLaunch appends a launch's kernel, NDRange and arguments (OpLaunch's
+// body after the queue handle).
+func (q *Queue) appendLaunch(e *enc, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) error {
+	rk, ok := k.(*Kernel)
+	if !ok || rk.p.q != q {
+		return fmt.Errorf("kernel: %w", gpu.ErrForeign)
+	}
+	if rk.released.Load() {
+		return fmt.Errorf("kernel: %w", gpu.ErrClosed)
+	}
+	if len(args) > maxArgs || r.Dims < 0 || r.Dims > math.MaxUint8 {
+		return fmt.Errorf("launch of %d arguments, %d dimensions: %w", len(args), r.Dims, gpu.ErrInvalidLaunch)
+	}
+	e.u32(rk.h)
+	e.ndrange(r)
+	e.u16(uint16(len(args)))
+	for i, a := range args {
+		switch {
+		case a.Buffer != nil:
+			h, err := q.buffer(a.Buffer)
+			if err != nil {
+				return fmt.Errorf("argument %d: %w", i, err)
+			}
+			e.u8(argBuffer)
+			e.u32(h)
+		case a.Scalar != nil:
+			if len(a.Scalar) > math.MaxUint16 {
+				return fmt.Errorf("argument %d: scalar of %d bytes: %w", i, len(a.Scalar), gpu.ErrInvalidLaunch)
+			}
+			e.u8(argScalar)
+			e.u16(uint16(len(a.Scalar)))
+			e.raw(a.Scalar)
+		default:
+			e.u8(argLocal)
+			e.u64(a.Local)
+		}
+	}
+	return nil
+}
+
+// ErrBatchFull is Enqueue's error when the batch has MaxBatch launches or
+// no room in a frame: Sync first.
+var ErrBatchFull = fmt.Errorf("executor launch batch full: %w", gpu.ErrInvalidLaunch)
+
+// Enqueue adds a launch to the queue's batch (gpu.Pipeliner). Nothing is
+// sent: Sync sends the batch as one OpLaunches frame, so a run of launches
+// costs the executor one round trip, and the executor enqueues them
+// behind each other on its device.
+func (q *Queue) Enqueue(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) error {
+	if q.closed.Load() {
+		return fmt.Errorf("queue: %w", gpu.ErrClosed)
+	}
+	if q.batched >= MaxBatch {
+		return ErrBatchFull
+	}
+	if q.batch == nil {
+		q.batch = q.body()
+		q.batch.u16(0) // the count, set by Sync
+	}
+	mark := len(q.batch.b)
+	if err := q.appendLaunch(q.batch, k, r, args); err != nil {
+		q.batch.b = q.batch.b[:mark]
+		return err
+	}
+	if len(q.batch.b)+5 > MaxFrame {
+		q.batch.b = q.batch.b[:mark]
+		return ErrBatchFull
+	}
+	q.batched++
+	return nil
+}
+
+// Sync sends the batch and returns each launch's outcome (gpu.Pipeliner).
+func (q *Queue) Sync() []gpu.LaunchResult {
+	n := q.batched
+	if n == 0 {
+		return nil
+	}
+	e := q.batch
+	q.batch, q.batched = nil, 0
+	binary.LittleEndian.PutUint16(e.b[4:], uint16(n))
+	body, err := q.call(OpLaunches, e)
+	var res []gpu.LaunchResult
+	if err == nil {
+		if res, err = decodeResults(body, n); err != nil {
+			err = q.d.broken(OpLaunches, err)
+		}
+	}
+	if err != nil {
+		res = make([]gpu.LaunchResult, n)
+		for i := range res {
+			res[i].Err = err
+		}
+	}
+	return res
+}
+
+var _ gpu.Pipeliner = (*Queue)(nil)
 
 // Close closes the queue in the executor, with its objects.
 func (q *Queue) Close() error {

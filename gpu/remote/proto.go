@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"time"
 
 	"github.com/vgpud/vgpud/gpu"
 )
@@ -57,7 +58,14 @@ const (
 	OpLaunch      Op = 13 // q, k, NDRange, u16 count, count x arg -> u64 ns
 	OpRelease     Op = 14 // q, u8 what (1 buffer, 2 program, 3 kernel), handle ->
 	OpClose       Op = 15 // -> (the server closes the device and ends)
+	// OpLaunches is a batch of launches (gpu.Pipeliner): q, u16 count,
+	// count x (OpLaunch's body after q) -> count x result, in order: u8
+	// 0 and u64 ns, or u8 error kind and s16 message.
+	OpLaunches Op = 16
 )
+
+// MaxBatch bounds the launches of one OpLaunches frame.
+const MaxBatch = 1024
 
 // NDRange: u8 dims, 3 x u64 offset, 3 x u64 global, 3 x u64 local. An
 // argument: u8 kind, then for argBuffer a buffer handle, for argScalar an
@@ -306,12 +314,8 @@ func (d *dec) ndrange() gpu.NDRange {
 
 // errorBody is the body of an error reply.
 func errorBody(err error, log string) []byte {
-	msg := err.Error()
-	if len(msg) > math.MaxUint16 {
-		msg = msg[:math.MaxUint16]
-	}
 	var e enc
-	e.s16(msg)
+	e.s16(message(err))
 	e.s32(log)
 	return e.b
 }
@@ -335,4 +339,51 @@ func checkString(what, s string, max int) error {
 		return fmt.Errorf("%s of %d bytes (at most %d): %w", what, len(s), max, gpu.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// message is err's text, cut to fit an s16.
+func message(err error) string {
+	msg := err.Error()
+	if len(msg) > math.MaxUint16 {
+		msg = msg[:math.MaxUint16]
+	}
+	return msg
+}
+
+// appendResults encodes an OpLaunches reply.
+func appendResults(e *enc, res []gpu.LaunchResult) {
+	for _, r := range res {
+		if r.Err != nil {
+			e.u8(uint8(kindOf(r.Err)))
+			e.s16(message(r.Err))
+			continue
+		}
+		e.u8(0)
+		e.u64(uint64(max(r.Device, 0)))
+	}
+}
+
+// decodeResults decodes an OpLaunches reply of n results; a body that
+// is not exactly that is ErrProtocol.
+func decodeResults(body []byte, n int) ([]gpu.LaunchResult, error) {
+	d := dec{b: body}
+	res := make([]gpu.LaunchResult, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		switch k := errKind(d.u8()); {
+		case k == 0:
+			ns := d.u64()
+			if ns > math.MaxInt64 {
+				d.fail("kernel time %d ns", ns)
+			}
+			res[i].Device = time.Duration(ns)
+		case k > kindProtocol:
+			d.fail("result %d of an unknown kind %d", i, k)
+		default:
+			res[i].Err = &Error{Msg: d.s16(), kind: k}
+		}
+	}
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	return res, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -359,5 +360,120 @@ func TestServerMalformed(t *testing.T) {
 	a.Write(make([]byte, 8))
 	if err := <-done; !errors.Is(err, ErrProtocol) {
 		t.Errorf("Serve after a bad frame length = %v, want ErrProtocol", err)
+	}
+}
+
+// TestLaunchBatch: launches Enqueue batches reach the executor in one
+// OpLaunches frame at Sync, run in order, and each reports its own
+// outcome: a launch the executor refuses fails alone, in place. On the
+// fake device (no gpu.Pipeliner) the server runs them one by one; on
+// PoCL it enqueues them behind each other and waits once.
+func TestLaunchBatch(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		dev  func(t *testing.T) gpu.Device
+	}{
+		{"fake", func(*testing.T) gpu.Device { return gputest.New(gputest.Config{}) }},
+		{"PoCL", func(t *testing.T) gpu.Device {
+			dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+			if err != nil {
+				t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
+			}
+			return dev
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := served(t, tt.dev(t))
+			defer d.Close()
+			gq, err := d.NewQueue()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gq.Close()
+			q := gq.(*Queue)
+			a, _ := q.Alloc(16)
+			c, _ := q.Alloc(16)
+			if err := q.Write(a, 0, ints(1, 2, 3, 4)); err != nil {
+				t.Fatal(err)
+			}
+			p, log, err := q.Build(vadd, "")
+			if err != nil {
+				t.Fatalf("Build: %v\n%s", err, log)
+			}
+			k, _ := p.Kernel("vadd")
+			r := gpu.NDRange{Dims: 1, Global: [3]uint64{4, 1, 1}}
+			if res := q.Sync(); res != nil {
+				t.Errorf("Sync with nothing enqueued = %v, want nil", res)
+			}
+			// c = a + a, then c = a + c three times: c = 4a. The third
+			// launch has a scalar for a buffer, which the device refuses.
+			steps := [][]gpu.Arg{
+				{{Buffer: a}, {Buffer: a}, {Buffer: c}},
+				{{Buffer: a}, {Buffer: c}, {Buffer: c}},
+				{{Buffer: a}, {Scalar: []byte{1, 2, 3, 4}}, {Buffer: c}},
+				{{Buffer: a}, {Buffer: c}, {Buffer: c}},
+			}
+			for i, args := range steps {
+				if err := q.Enqueue(k, r, args); err != nil {
+					t.Fatalf("Enqueue %d: %v", i, err)
+				}
+			}
+			res := q.Sync()
+			if len(res) != len(steps) {
+				t.Fatalf("Sync returned %d outcomes for %d launches", len(res), len(steps))
+			}
+			for i, o := range res {
+				if i == 2 {
+					if !errors.Is(o.Err, gpu.ErrInvalidLaunch) {
+						t.Errorf("launch 2 (a scalar for a buffer) = %v, want ErrInvalidLaunch", o.Err)
+					}
+					continue
+				}
+				if o.Err != nil || o.Device < 0 {
+					t.Errorf("launch %d = %+v, want ok", i, o)
+				}
+			}
+			got := make([]byte, 16)
+			if err := q.Read(c, 0, got); err != nil {
+				t.Fatal(err)
+			}
+			if tt.name == "PoCL" && !bytes.Equal(got, ints(4, 8, 12, 16)) {
+				t.Errorf("after the batch c = %x, want 4 8 12 16", got)
+			}
+			// Enqueue refuses what cannot be encoded; nothing is sent.
+			if err := q.Enqueue(k, gpu.NDRange{Dims: 300}, nil); !errors.Is(err, gpu.ErrInvalidLaunch) {
+				t.Errorf("Enqueue of 300 dimensions = %v, want ErrInvalidLaunch", err)
+			}
+			if res := q.Sync(); res != nil {
+				t.Errorf("Sync after a refused Enqueue = %v, want nil", res)
+			}
+			k.Release()
+			p.Release()
+		})
+	}
+}
+
+// TestResultsRoundTrip: an OpLaunches reply decodes to what was encoded
+// (errors keep their sentinel), and a reply of the wrong size or an
+// unknown kind is ErrProtocol.
+func TestResultsRoundTrip(t *testing.T) {
+	in := []gpu.LaunchResult{{Device: 1234}, {Err: fmt.Errorf("boom: %w", gpu.ErrOutOfMemory)}, {Device: 0}}
+	var e enc
+	appendResults(&e, in)
+	out, err := decodeResults(e.b, len(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Device != 1234 || out[2].Device != 0 || out[0].Err != nil || !errors.Is(out[1].Err, gpu.ErrOutOfMemory) {
+		t.Errorf("decoded %+v, want %+v", out, in)
+	}
+	if _, err := decodeResults(e.b, len(in)+1); !errors.Is(err, ErrProtocol) {
+		t.Errorf("one result short = %v, want ErrProtocol", err)
+	}
+	if _, err := decodeResults(append(e.b, 0), len(in)); !errors.Is(err, ErrProtocol) {
+		t.Errorf("a byte over = %v, want ErrProtocol", err)
+	}
+	if _, err := decodeResults([]byte{200, 0, 0}, 1); !errors.Is(err, ErrProtocol) {
+		t.Errorf("an unknown kind = %v, want ErrProtocol", err)
 	}
 }

@@ -372,30 +372,7 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 			return b, "", err
 		}
 	case OpLaunch:
-		kh := d.u32()
-		r := d.ndrange()
-		n := int(d.u16())
-		if n > maxArgs {
-			d.fail("%d launch arguments", n)
-		}
-		var args []gpu.Arg
-		var argErr error
-		for i := 0; i < n && d.err == nil; i++ {
-			switch d.u8() {
-			case argBuffer:
-				b, err := buf()
-				argErr = errors.Join(argErr, err)
-				args = append(args, gpu.Arg{Buffer: b})
-			case argScalar:
-				v := d.take(int(d.u16()))
-				// An empty scalar is still a scalar to the device.
-				args = append(args, gpu.Arg{Scalar: append([]byte{}, v...)})
-			case argLocal:
-				args = append(args, gpu.Arg{Local: d.u64()})
-			default:
-				d.fail("argument %d of an unknown kind", i)
-			}
-		}
+		kh, r, args, argErr := decodeLaunch(&d, buf)
 		if err := d.done(); err != nil {
 			return nil, "", err
 		}
@@ -412,6 +389,8 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		}
 		e.u64(uint64(t))
 		return e.b, "", nil
+	case OpLaunches:
+		return s.launches(h, q, &d, buf)
 	case OpRelease:
 		what, o := d.u8(), d.u32()
 		if err := d.done(); err != nil {
@@ -428,4 +407,91 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		return nil, "", nil
 	}
 	return nil, "", fmt.Errorf("%w: unknown op %d", ErrProtocol, f.code)
+}
+
+// decodeLaunch decodes a launch's kernel handle, NDRange and arguments
+// (OpLaunch's body after the queue handle, one entry of OpLaunches).
+// argErr is an argument naming no buffer of the queue: the body still
+// decodes, and the launch fails with it.
+func decodeLaunch(d *dec, buf func() (gpu.Buffer, error)) (kh uint32, r gpu.NDRange, args []gpu.Arg, argErr error) {
+	kh = d.u32()
+	r = d.ndrange()
+	n := int(d.u16())
+	if n > maxArgs {
+		d.fail("%d launch arguments", n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		switch d.u8() {
+		case argBuffer:
+			b, err := buf()
+			argErr = errors.Join(argErr, err)
+			args = append(args, gpu.Arg{Buffer: b})
+		case argScalar:
+			v := d.take(int(d.u16()))
+			// An empty scalar is still a scalar to the device.
+			args = append(args, gpu.Arg{Scalar: append([]byte{}, v...)})
+		case argLocal:
+			args = append(args, gpu.Arg{Local: d.u64()})
+		default:
+			d.fail("argument %d of an unknown kind", i)
+		}
+	}
+	return kh, r, args, argErr
+}
+
+// launches runs an OpLaunches batch: every launch decoded first (a body
+// that does not decode fails the whole batch), then enqueued behind each
+// other where the queue is a gpu.Pipeliner and waited for once, else run
+// one by one. The reply has each launch's outcome in order.
+func (s *server) launches(h uint32, q gpu.Queue, d *dec, buf func() (gpu.Buffer, error)) ([]byte, string, error) {
+	n := int(d.u16())
+	if n > MaxBatch {
+		d.fail("%d launches in a batch", n)
+	}
+	type launch struct {
+		k    gpu.Kernel
+		r    gpu.NDRange
+		args []gpu.Arg
+		err  error
+	}
+	ls := make([]launch, 0, min(n, MaxBatch))
+	for i := 0; i < n && d.err == nil; i++ {
+		kh, r, args, err := decodeLaunch(d, buf)
+		l := launch{r: r, args: args, err: err}
+		if d.err == nil && err == nil {
+			ob, err := s.obj(h, kh, relKernel)
+			l.k, l.err = ob.kern, err
+		}
+		ls = append(ls, l)
+	}
+	if err := d.done(); err != nil {
+		return nil, "", err
+	}
+	res := make([]gpu.LaunchResult, len(ls))
+	pl, pipelined := q.(gpu.Pipeliner)
+	var enq []int // indices of the launches enqueued
+	for i, l := range ls {
+		switch {
+		case l.err != nil:
+			res[i].Err = l.err
+		case pipelined:
+			if err := pl.Enqueue(l.k, l.r, l.args); err != nil {
+				res[i].Err = err
+			} else {
+				enq = append(enq, i)
+			}
+		default:
+			res[i].Device, res[i].Err = q.Launch(l.k, l.r, l.args)
+		}
+	}
+	if pipelined && len(enq) > 0 {
+		for j, r := range pl.Sync() {
+			if j < len(enq) {
+				res[enq[j]] = r
+			}
+		}
+	}
+	var e enc
+	appendResults(&e, res)
+	return e.b, "", nil
 }
