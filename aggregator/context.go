@@ -111,7 +111,7 @@ func (in *Instance) newContext(cc *abi.ContextCreate, enable bool) (*Instance, e
 	lim := in.Limits()
 	c := in.dev.newInstance(InstanceConfig{
 		ID: in.id + "#" + strconv.Itoa(int(cc.ID)), Memory: in.mem, Notify: in.notify,
-		ProgramBytes: in.progBytes.Load(),
+		ProgramBytes: in.progBytes.Load(), TurnHold: in.hold,
 	}, lim, in.devInfo, q, in.dev.log.With("context", cc.ID))
 	c.schedID, c.parent, c.ctxID, c.ctxDev, c.memLimit, c.ctxShadow = in.schedID, in, cc.ID, dev, cc.MemLimit, cc.Shadow
 	// Its buffers' bytes are counted where the operator sees them.

@@ -75,11 +75,21 @@ func (in *Instance) execute(c *abi.Command) (uint64, error) {
 	if in.lost.Load() {
 		return 0, abi.Errorf(abi.StatusDeviceLost, "context %d lost its device state", in.ctxID)
 	}
-	detail, err := handlers[c.Opcode](in, c)
-	if in.parent != nil && errors.Is(err, gpu.ErrContextLost) {
-		return 0, in.contextLost(err)
+	if c.Opcode != abi.OpLaunch {
+		// Every launch before it in the ring completes first.
+		in.syncLaunches()
 	}
-	return detail, err
+	detail, err := handlers[c.Opcode](in, c)
+	return detail, in.execErr(err)
+}
+
+// execErr is a command's error as the guest gets it: a device context
+// whose device state is gone is lost from then on.
+func (in *Instance) execErr(err error) error {
+	if in.parent != nil && errors.Is(err, gpu.ErrContextLost) {
+		return in.contextLost(err)
+	}
+	return err
 }
 
 func (in *Instance) bufferCreate(_ *abi.Command, bc *abi.BufferCreate) (uint64, error) {
@@ -265,6 +275,7 @@ func (in *Instance) buildProgram(h uint32, flags uint16, src, opts []byte) (stri
 	// compiler runs guest-supplied source: an arbiter that watches builds
 	// (a worker's: its main process bounds how long one may take) is told
 	// when it starts and ends.
+	in.dropTurn() // a build may take long: no turn kept across it
 	if w, ok := in.dev.arb.(CompileWatcher); ok {
 		done, err := w.Compiling(in.ctx, in.schedID)
 		if err != nil {
@@ -371,7 +382,21 @@ func (in *Instance) launch(c *abi.Command, l *abi.Launch) (uint64, error) {
 	if err != nil || hit {
 		return in.reuseServed(d.Kernel, err)
 	}
-	t, err := in.launchKernel(kernelKey{program: l.Program, name: d.Kernel}, pr, k, r, args)
+	key := kernelKey{program: l.Program, name: d.Kernel}
+	if !rl.eligible && !in.mayCut(key, pr, r, args) {
+		// Nothing for reuse to record from its outputs (reuseAfter
+		// does the same whatever the outcome): it may be pipelined.
+		ok, err := in.enqueueLaunch(key, k, r, args, items)
+		if ok {
+			in.reuseAfter(rl, 0, nil)
+			return 0, errPipelined
+		}
+		if err != nil {
+			in.reuseAfter(rl, 0, err)
+			return 0, fmt.Errorf("launch %q: %w", d.Kernel, err)
+		}
+	}
+	t, err := in.launchKernel(key, pr, k, r, args)
 	in.reuseAfter(rl, t, err)
 	dur := uint64(max(t.Nanoseconds(), 0))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/vgpud/vgpud/abi"
@@ -48,6 +49,10 @@ type InstanceConfig struct {
 	// their handles but not their kernels (tests, the in-process
 	// baseline).
 	OpenContext func(id uint32) (gpu.Device, error)
+	// TurnHold is how long a device turn may be kept across consecutive
+	// commands of the ring (turns.go "Many commands per turn"): 0 means
+	// DefaultTurnHold, a negative value one turn per command.
+	TurnHold time.Duration
 }
 
 // Limits are what the guest sees of its share of the device.
@@ -113,6 +118,10 @@ type Instance struct {
 	lengths  lengths   // how long its kernels and copies take
 	gen      uint64    // last buffer generation handed out (touch)
 	mig      *migState // what earlier migration rounds sent; nil: none
+	held     *heldTurn // the device turn kept across commands (turns.go); nil: none
+	hold     time.Duration
+	cur      fetched     // the command being executed
+	pending  []pipelined // launches enqueued and not yet completed (pipeline.go)
 
 	tasks chan func() // run by the worker between commands (onWorker)
 
@@ -218,6 +227,10 @@ func (d *Device) newInstance(cfg InstanceConfig, lim Limits, devInfo []byte, q g
 		tasks:       make(chan func()),
 		state:       newState(),
 		sh:          cfg.Shared,
+		hold:        cfg.TurnHold,
+	}
+	if in.hold == 0 {
+		in.hold = DefaultTurnHold
 	}
 	if in.sh == nil {
 		in.sh = NewShared()
@@ -492,13 +505,16 @@ func (in *Instance) Close() error {
 // worker fetches and executes commands in ring order until Close.
 func (in *Instance) worker() {
 	defer close(in.done)
+	defer in.dropTurn()
 	for {
+		// Nothing more to fetch: a turn kept across commands goes back.
+		in.dropTurn()
 		select {
 		case <-in.ctx.Done():
 			return
 		case <-in.wake:
 		case t := <-in.tasks:
-			t()
+			in.runTask(t)
 			continue
 		}
 		for in.step() {
@@ -515,11 +531,19 @@ func (in *Instance) runTasks() {
 	for {
 		select {
 		case t := <-in.tasks:
-			t()
+			in.runTask(t)
 		default:
 			return
 		}
 	}
+}
+
+// runTask runs a task with no device turn kept across it: a task may
+// wait for another goroutine (a migration's sink) with the ring frozen.
+func (in *Instance) runTask(t func()) {
+	in.dropTurn()
+	t()
+	in.dropTurn()
 }
 
 // step fetches and executes one command. It reports whether there may be
@@ -529,6 +553,7 @@ func (in *Instance) step() bool {
 	if in.resetState {
 		in.resetState = false
 		in.mu.Unlock()
+		in.dropTurn() // launches in flight end before their buffers go
 		in.closeContexts()
 		in.freeAll()
 		return true
@@ -552,6 +577,7 @@ func (in *Instance) step() bool {
 	cmd, err := abi.UnmarshalCommand(slot[:])
 	var detail uint64
 	if err == nil {
+		in.cur = fetched{idx: idx, epoch: epoch, ring: ring, cmd: cmd}
 		detail, err = in.execute(&cmd)
 	}
 	if errors.Is(err, ErrRelocate) {
@@ -567,6 +593,26 @@ func (in *Instance) step() bool {
 		in.log.Info("command deferred: the instance is being moved", "index", idx, "opcode", cmd.Opcode.String())
 		return false
 	}
+	if errors.Is(err, errPipelined) {
+		// Enqueued behind the launches before it: syncLaunches
+		// completes it.
+		return true
+	}
+	return in.finish(fetched{idx: idx, epoch: epoch, ring: ring, cmd: cmd}, detail, err)
+}
+
+// fetched is a command the worker fetched: where its completion goes.
+type fetched struct {
+	idx   uint32
+	epoch uint64
+	ring  RingConfig
+	cmd   abi.Command
+}
+
+// finish counts an executed command and writes its completion record. It
+// reports whether the worker may go on.
+func (in *Instance) finish(f fetched, detail uint64, err error) bool {
+	idx, cmd := f.idx, f.cmd
 	st := statusOf(err)
 	if err != nil {
 		in.sh.Stats.Errors.Add(1)
@@ -582,9 +628,9 @@ func (in *Instance) step() bool {
 	rec := abi.Completion{Seq: abi.SeqOf(uint64(idx)), Tag: cmd.Tag, Status: st, Opcode: cmd.Opcode, Detail: detail}
 	var b [abi.ComplSize]byte
 	rec.Marshal(b[:])
-	at := ring.ComplBase + uint64(idx&mask)*abi.ComplSize
+	at := f.ring.ComplBase + uint64(idx&(f.ring.Slots-1))*abi.ComplSize
 
-	if !in.complete(epoch, idx, at, b[:]) {
+	if !in.complete(f.epoch, idx, at, b[:]) {
 		return false
 	}
 	if in.notify != nil {

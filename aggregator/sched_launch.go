@@ -91,6 +91,23 @@ func sliceOf(r gpu.NDRange, dim int, done, rows uint64) gpu.NDRange {
 	return r
 }
 
+// mayCut reports whether a launch of key over r may be cut in slices:
+// its range can be cut, its program is sliceable, and it is expected to
+// run longer than minCut.
+func (in *Instance) mayCut(key kernelKey, pr *program, r gpu.NDRange, args []gpu.Arg) bool {
+	_, _, ok := sliceDim(r, args)
+	if !ok {
+		return false
+	}
+	items := uint64(1)
+	for i := 0; i < r.Dims; i++ {
+		items *= r.Global[i]
+	}
+	avg := in.lengths.of(key)
+	whole := time.Duration(avg.nsPerItem * float64(items))
+	return avg.nsPerItem > 0 && whole > minCut && sliceable(pr.source, pr.options)
+}
+
 // launchKernel runs k over r under the scheduler, in slices along the
 // outermost dimension when the launch is expected to run longer than the
 // turn's slice budget allows and the program is sliceable. It returns the
@@ -102,9 +119,9 @@ func (in *Instance) launchKernel(key kernelKey, pr *program, k gpu.Kernel, r gpu
 		items *= r.Global[i]
 	}
 	avg := *in.lengths.of(key)
-	dim, unit, cuttable := sliceDim(r, args)
+	dim, unit, _ := sliceDim(r, args)
 	whole := time.Duration(avg.nsPerItem * float64(items))
-	cuttable = cuttable && avg.nsPerItem > 0 && whole > minCut && sliceable(pr.source, pr.options)
+	cuttable := in.mayCut(key, pr, r, args)
 	perRow := avg.nsPerItem * float64(items/max(r.Global[dim], 1))
 	// Every slice is presented to the scheduler with the whole launch's
 	// expected length: it is long work, whatever the size of the cut, and
@@ -113,8 +130,23 @@ func (in *Instance) launchKernel(key kernelKey, pr *program, k gpu.Kernel, r gpu
 	var total time.Duration
 	slices := 0
 	cutting := false
+	if cuttable {
+		// A launch that may be cut runs in turns of its own, each sized
+		// by its grant's slice budget, never under a kept turn.
+		in.dropTurn()
+	}
 	for done := uint64(0); ; {
-		budget, release, err := in.dev.arb.Acquire(in.ctx, in.schedID, cost)
+		var budget time.Duration
+		var release func(time.Duration, int)
+		var err error
+		if cuttable {
+			budget, release, err = in.dev.arb.Acquire(in.ctx, in.schedID, cost)
+			if err == nil {
+				in.sh.Turns.Add(1)
+			}
+		} else {
+			budget, release, err = in.acquire(cost)
+		}
 		if err != nil {
 			return total, fmt.Errorf("wait for device turn: %w", err)
 		}

@@ -69,6 +69,10 @@ type Shared struct {
 	CtxLive atomic.Uint64
 	CtxLost atomic.Uint64
 	CtxMem  [64]atomic.Uint64
+	// Turns counts the device turns the instance's ring was granted
+	// (turns.go "Many commands per turn"): with Stats.Commands, how many
+	// commands a turn carried. A vgpud that predates it leaves it 0.
+	Turns atomic.Uint64
 }
 
 // LiveContexts counts the live device contexts (CtxLive's bits).

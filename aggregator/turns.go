@@ -55,6 +55,9 @@ func (in *Instance) reserve(n uint64) error {
 	if !ok {
 		return nil
 	}
+	// A reservation may wait for other instances to free memory, which
+	// they do in turns of their own.
+	in.dropTurn()
 	if err := ma.Reserve(in.ctx, in.schedID, n); err != nil {
 		// A context's command cannot wait in its ring for a move: the
 		// move is the instance's, asked by its default ring's commands.
@@ -82,7 +85,7 @@ type work struct {
 // run executes f while holding a device turn. f returns the device time
 // it measured; 0 stands for the wall time f took (copies, allocations).
 func (in *Instance) run(w work, f func() (time.Duration, error)) error {
-	_, release, err := in.dev.arb.Acquire(in.ctx, in.schedID, w.cost)
+	_, release, err := in.acquire(w.cost)
 	if err != nil {
 		return fmt.Errorf("wait for device turn: %w", err)
 	}
@@ -96,6 +99,92 @@ func (in *Instance) run(w work, f func() (time.Duration, error)) error {
 		in.lengths.copied(w.bytes, dev)
 	}
 	return err
+}
+
+// Many commands per turn.
+//
+// A turn costs a request and a grant: in a worker process a round trip to
+// the main process, two cross-process wake-ups (docs/worker.md). When the
+// guest has queued several commands, the instance keeps the turn it was
+// granted for the first and runs the next ones under it, for at most
+// hold of wall time from the grant (DefaultTurnHold, or the slice budget
+// of the grant when that is shorter), and gives it back as soon as its
+// ring has nothing more to fetch, before anything that may wait on other
+// instances (a memory reservation, a build), before a launch it cuts in
+// slices, and before the worker's tasks. The scheduler is told the device
+// time of every command run under the turn when it ends, so shares are
+// charged as before; hold is below the scheduler's shortest run before
+// preemption (sched's minRun, 2 ms), so a waiting instance is never
+// preempted-for by a kept turn, it waits at most hold more.
+
+// DefaultTurnHold is how long a turn is kept across commands by default.
+const DefaultTurnHold = 500 * time.Microsecond
+
+// heldTurn is a device turn kept across commands.
+type heldTurn struct {
+	release func(dev time.Duration, slices int)
+	budget  time.Duration // the grant's slice budget
+	until   time.Time     // no command starts under it after this
+	dev     time.Duration // device time of the commands run under it
+	slices  int
+}
+
+// acquire returns a device turn for work of expected cost: the kept turn
+// while it lasts, else a new one from the arbiter. done ends the
+// caller's use of it with the device time measured and the launch slices
+// to count; the turn itself goes back to the arbiter when dropTurn is
+// called or when done finds its time spent.
+func (in *Instance) acquire(cost time.Duration) (budget time.Duration, done func(dev time.Duration, slices int), err error) {
+	if h := in.held; h != nil {
+		if time.Now().Before(h.until) && cost < time.Until(h.until) {
+			return h.budget, in.usedTurn(h), nil
+		}
+		in.dropTurn()
+	}
+	budget, release, err := in.dev.arb.Acquire(in.ctx, in.schedID, cost)
+	if err != nil {
+		return 0, nil, err
+	}
+	in.sh.Turns.Add(1)
+	if in.hold <= 0 {
+		return budget, release, nil
+	}
+	hold := in.hold
+	if budget > 0 {
+		hold = min(hold, budget)
+	}
+	h := &heldTurn{release: release, budget: budget, until: time.Now().Add(hold)}
+	in.held = h
+	return budget, in.usedTurn(h), nil
+}
+
+// usedTurn is the done of one use of h: it adds the use's device time and
+// slices, and gives the turn back once its time is spent.
+func (in *Instance) usedTurn(h *heldTurn) func(time.Duration, int) {
+	var once bool
+	return func(dev time.Duration, slices int) {
+		if once {
+			return
+		}
+		once = true
+		h.dev += max(dev, 0)
+		h.slices += slices
+		if in.held == h && !time.Now().Before(h.until) {
+			in.dropTurn()
+		}
+	}
+}
+
+// dropTurn completes the launches enqueued under the kept turn, if any,
+// and gives it back.
+func (in *Instance) dropTurn() {
+	in.syncLaunches()
+	h := in.held
+	if h == nil {
+		return
+	}
+	in.held = nil
+	h.release(h.dev, h.slices)
 }
 
 // kernelKey names a kernel of one instance; the zero key stands for the
