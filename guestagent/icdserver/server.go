@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"log/slog"
 	"math/bits"
 	"net"
@@ -187,7 +188,19 @@ func New(cfg Config) *Server {
 const (
 	reapMinSleep = 20 * time.Microsecond
 	reapMaxSleep = time.Millisecond
+	// reapPoll is the longest nanosleep between two looks for the first
+	// reapFast without a completion; then the reaper backs off to
+	// reapMaxSleep on timers.
+	reapPoll = 50 * time.Microsecond
+	reapFast = 5 * time.Millisecond
 )
+
+// nanosleep sleeps d on the calling thread.
+func nanosleep(d time.Duration) {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+	}
+}
 
 // reap reaps dev's completions while it has commands in flight, so that
 // callbacks (and the events' end times) run promptly even when no client
@@ -208,7 +221,7 @@ func (s *Server) reap(dev *device) {
 		if dev.d.Lost() && !s.revive(dev) {
 			continue
 		}
-		sleep := reapMinSleep
+		sleep, idle := reapMinSleep, time.Duration(0)
 		for dev.d.Pending() > 0 {
 			n, err := dev.d.Reap()
 			if errors.Is(err, driver.ErrDeviceLost) && s.revive(dev) {
@@ -219,7 +232,22 @@ func (s *Server) reap(dev *device) {
 				break
 			}
 			if n > 0 {
-				sleep = reapMinSleep
+				sleep, idle = reapMinSleep, 0
+				continue
+			}
+			if idle < reapFast {
+				// Go's timers wake at a millisecond's granularity on an
+				// idle process (epoll_wait's timeout): while a completion
+				// is expected within microseconds it is looked for every
+				// sleep with nanosleep(2), on this goroutine's thread.
+				nanosleep(sleep)
+				idle += sleep
+				sleep = min(2*sleep, reapPoll)
+				select {
+				case <-s.done:
+					return
+				default:
+				}
 				continue
 			}
 			t.Reset(sleep)
