@@ -31,6 +31,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -63,8 +64,23 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	timeout := fs.Duration("timeout", driver.DefaultTimeout, "driver and server timeout")
 	turn := fs.Duration("turn-timeout", 0, "the instance's turn budget: vgpud's watchdog ends a worker whose kernel overruns it, and the device context is lost (0: the profile's)")
 	verbose := fs.Bool("v", false, "debug logs on stderr")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the ICD server, vgpud's main process and the harness) to this file until it exits")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	if *sock == "" || fs.NArg() != 0 {
 		return errors.New("usage: icdhost -socket PATH [-device D] [-profile P]")
