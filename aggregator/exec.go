@@ -378,17 +378,21 @@ func (in *Instance) launch(c *abi.Command, l *abi.Launch) (uint64, error) {
 		}
 	}
 	in.touchWritten(pr, &d)
+	key := kernelKey{program: l.Program, name: d.Kernel}
+	quiet := in.pipelines() && in.reuseQuiet(&d) && !in.mayCut(key, pr, r, args)
+	if !quiet {
+		// reuseBefore may read or write the device (captures, host-held
+		// content), and this launch runs on its own: the launches
+		// enqueued before it go first.
+		in.syncLaunches()
+	}
 	rl, hit, err := in.reuseBefore(c, pr, &d, r)
 	if err != nil || hit {
 		return in.reuseServed(d.Kernel, err)
 	}
-	key := kernelKey{program: l.Program, name: d.Kernel}
-	if !rl.eligible && !in.mayCut(key, pr, r, args) {
-		// Nothing for reuse to record from its outputs (reuseAfter
-		// does the same whatever the outcome): it may be pipelined.
-		ok, err := in.enqueueLaunch(key, k, r, args, items)
+	if quiet && !rl.record {
+		ok, err := in.enqueueLaunch(key, k, r, args, items, rl)
 		if ok {
-			in.reuseAfter(rl, 0, nil)
 			return 0, errPipelined
 		}
 		if err != nil {
@@ -396,6 +400,7 @@ func (in *Instance) launch(c *abi.Command, l *abi.Launch) (uint64, error) {
 			return 0, fmt.Errorf("launch %q: %w", d.Kernel, err)
 		}
 	}
+	in.syncLaunches()
 	t, err := in.launchKernel(key, pr, k, r, args)
 	in.reuseAfter(rl, t, err)
 	dur := uint64(max(t.Nanoseconds(), 0))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
 )
 
@@ -21,8 +22,10 @@ import (
 // guest's order: a copy after a launch sees its result), before the kept
 // turn goes back (the scheduler is told the device time of every launch
 // run under it), when maxPipelined are pending, and when the ring is
-// empty. A launch reuse may answer or record, or one that may be cut in
-// slices, is run and waited for on its own as before.
+// empty. A launch reuse may record, one whose reuse decision needs the
+// device (host-held content, a pending fill, an output to capture), or
+// one that may be cut in slices, runs and is waited for on its own as
+// before, after the launches enqueued before it.
 
 // maxPipelined bounds the launches enqueued and not yet synced.
 const maxPipelined = 64
@@ -31,16 +34,49 @@ const maxPipelined = 64
 // enqueued: its completion is written by syncLaunches.
 var errPipelined = errors.New("launch enqueued")
 
+// errPipelineFailed undoes the reuse naming of the launches enqueued at or
+// after one that failed.
+var errPipelineFailed = errors.New("an earlier enqueued launch failed")
+
 // pipelined is a launch enqueued and not yet completed.
 type pipelined struct {
 	f     fetched
 	key   kernelKey
 	items uint64
+	rl    reuseLaunch // its outputs, named (or forgotten) at enqueue
 }
 
-// enqueueLaunch enqueues k over r when the launch can be pipelined and
-// reports whether it did; err is a failure to get a turn or to enqueue.
-func (in *Instance) enqueueLaunch(key kernelKey, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg, items uint64) (bool, error) {
+// pipelines reports whether launches may be enqueued: the queue takes
+// them without waiting, and turns are kept across commands.
+func (in *Instance) pipelines() bool {
+	_, ok := in.queue.(gpu.Pipeliner)
+	return ok && in.hold > 0
+}
+
+// reuseQuiet reports whether reuseBefore can decide on launch d without
+// touching the device: no buffer argument has host-held content, a fill
+// not yet written or a recorded producer whose output it might capture.
+// (A launch it then finds eligible and not to be recorded has its
+// outputs named after its key at once, as if it had run: see
+// syncLaunches for what a failure undoes.)
+func (in *Instance) reuseQuiet(d *abi.LaunchDesc) bool {
+	for _, a := range d.Args {
+		if a.Kind != abi.ArgBuffer {
+			continue
+		}
+		b := in.state.buffers[a.Handle] // checked by the caller
+		if b.host != nil || b.fill != nil || b.producer != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// enqueueLaunch enqueues k over r under a kept turn and reports whether it
+// did; err is a failure to get a turn or to enqueue. rl is the launch's
+// reuse decision: its outputs are named (eligible) or forgotten now, in
+// ring order, as reuseAfter does for a launch that ran.
+func (in *Instance) enqueueLaunch(key kernelKey, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg, items uint64, rl reuseLaunch) (bool, error) {
 	pl, ok := in.queue.(gpu.Pipeliner)
 	if !ok || in.hold <= 0 {
 		return false, nil
@@ -57,7 +93,9 @@ func (in *Instance) enqueueLaunch(key kernelKey, k gpu.Kernel, r gpu.NDRange, ar
 		done(0, 0)
 		return false, err
 	}
-	in.pending = append(in.pending, pipelined{f: in.cur, key: key, items: items})
+	in.reuseAfter(rl, 0, nil)
+	in.pending = append(in.pending, pipelined{f: in.cur, key: key, items: items, rl: rl})
+	in.sh.Pipelined.Add(1)
 	// done may find the turn's time spent and give it back, which syncs.
 	done(0, 1)
 	if len(in.pending) >= maxPipelined {
@@ -76,6 +114,7 @@ func (in *Instance) syncLaunches() {
 	in.pending = nil
 	res := in.queue.(gpu.Pipeliner).Sync()
 	var total time.Duration
+	failed := false
 	for i, p := range pending {
 		r := gpu.LaunchResult{Err: fmt.Errorf("no outcome for an enqueued launch: %w", gpu.ErrDevice)}
 		if i < len(res) {
@@ -86,7 +125,14 @@ func (in *Instance) syncLaunches() {
 		if r.Err != nil {
 			err = in.execErr(fmt.Errorf("launch %q: %w", p.key.name, r.Err))
 			dur = 0
-		} else {
+			failed = true
+		}
+		if failed {
+			// Its outputs were named as if it had run, and the
+			// launches after it keyed on them: forget theirs too.
+			in.reuseAfter(p.rl, 0, errPipelineFailed)
+		}
+		if r.Err == nil {
 			in.lengths.launched(p.key, p.items, r.Device)
 			in.sh.Stats.Launches.Add(1)
 			in.sh.Stats.KernelNanos.Add(dur)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/reuse"
 )
 
 // chainSource's tick makes every launch depend on the one before it, so
@@ -72,11 +73,15 @@ func (q *countingQueue) counts() (launches, enqueues, syncs int) {
 }
 
 // chainGuest builds chainSource as program 1 and a zeroed buffer 1 of n
-// uints, and wraps the instance's queue in a countingQueue.
-func chainGuest(t *testing.T, n int, hold time.Duration) (*testGuest, *countingQueue) {
+// uints, and wraps the instance's queue in a countingQueue. With reuse,
+// the instance has a private reuse domain from the start.
+func chainGuest(t *testing.T, n int, hold time.Duration, withReuse bool) (*testGuest, *countingQueue) {
 	t.Helper()
 	d, _ := newDevice(t)
 	g := newTestGuest(t, d, "vm0", 64<<20)
+	if withReuse {
+		g.in.SetReuseDomain(reuse.New(reuse.Config{}).Private(g.in.ID()))
+	}
 	b, _ := g.build(1, chainSource, 0)
 	g.mustOK(g.run(b, abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: uint64(4 * n)}, 0, 0))...)
 	// The worker is idle: the test may swap its queue and hold.
@@ -98,7 +103,7 @@ func TestPipelinedLaunches(t *testing.T) {
 	const items = 64
 	for _, n := range []int{1, 10, slots - 4} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			g, q := chainGuest(t, items, time.Hour)
+			g, q := chainGuest(t, items, time.Hour, false)
 			cmds := make([]abi.Command, 0, n+1)
 			for k := 0; k < n; k++ {
 				cmds = append(cmds, g.tick(items, uint32(k)))
@@ -136,7 +141,7 @@ func TestPipelinedLaunches(t *testing.T) {
 // waited for completes with its error status, in place; the launches
 // around it complete ok.
 func TestPipelinedLaunchFails(t *testing.T) {
-	g, q := chainGuest(t, 64, time.Hour)
+	g, q := chainGuest(t, 64, time.Hour, false)
 	q.failAt[2] = true
 	recs := g.run(g.tick(64, 0), g.tick(64, 1), g.tick(64, 2), g.tick(64, 3))
 	for i, r := range recs {
@@ -153,9 +158,56 @@ func TestPipelinedLaunchFails(t *testing.T) {
 // TestNoPipelineWithoutKeptTurn: with turns not kept across commands,
 // every launch is waited for on its own, as before.
 func TestNoPipelineWithoutKeptTurn(t *testing.T) {
-	g, q := chainGuest(t, 64, -1)
+	g, q := chainGuest(t, 64, -1, false)
 	g.mustOK(g.run(g.tick(64, 0), g.tick(64, 1), g.tick(64, 2))...)
 	if launches, enqueues, _ := q.counts(); launches != 3 || enqueues != 0 {
 		t.Errorf("3 launches without a kept turn: %d waited for alone, %d enqueued; want 3 and 0", launches, enqueues)
+	}
+}
+
+// TestPipelinedLaunchesWithReuse: on an instance with result reuse, a
+// chain of launches from a fresh buffer (each one eligible, none repeated,
+// so none recorded) is pipelined too, and its result is the chain's. When
+// one of them fails, the outputs named after the keys of it and of the
+// launches enqueued after it are forgotten: no later key is built on them.
+func TestPipelinedLaunchesWithReuse(t *testing.T) {
+	const items, n = 64, 12
+	for _, fail := range []int{-1, 5} {
+		t.Run(fmt.Sprint("fail ", fail), func(t *testing.T) {
+			g, q := chainGuest(t, items, time.Hour, true)
+			if fail >= 0 {
+				q.failAt[fail] = true
+			}
+			cmds := make([]abi.Command, 0, n+1)
+			for k := 0; k < n; k++ {
+				cmds = append(cmds, g.tick(items, uint32(k)))
+			}
+			recs := g.run(cmds...)
+			for i, r := range recs {
+				if want := abi.StatusOK; i != fail && r.Status != want {
+					t.Fatalf("launch %d: status %v, want %v", i, r.Status, want)
+				}
+			}
+			if _, enqueues, _ := q.counts(); enqueues != n {
+				t.Errorf("%d launches of a chain with reuse on: %d enqueued, want all", n, enqueues)
+			}
+			// The worker is idle: the test may look at the buffer's state.
+			known := g.in.state.buffers[1].known
+			if fail < 0 {
+				dl, read := g.download(1, 4*items)
+				g.mustOK(g.run(dl)...)
+				got := read()
+				for i := 0; i < items; i++ {
+					if v := binary.LittleEndian.Uint32(got[4*i:]); v != chained(i, n) {
+						t.Fatalf("a[%d] = %d after %d launches, want %d", i, v, n, chained(i, n))
+					}
+				}
+				if !known {
+					t.Errorf("the chain's output is not named after its last launch's key")
+				}
+			} else if known {
+				t.Errorf("launch %d failed, yet the buffer it and the launches after it wrote is still named after a key", fail)
+			}
+		})
 	}
 }

@@ -73,6 +73,9 @@ type Shared struct {
 	// (turns.go "Many commands per turn"): with Stats.Commands, how many
 	// commands a turn carried. A vgpud that predates it leaves it 0.
 	Turns atomic.Uint64
+	// Pipelined counts the launches enqueued without a wait of their own
+	// (pipeline.go).
+	Pipelined atomic.Uint64
 }
 
 // LiveContexts counts the live device contexts (CtxLive's bits).

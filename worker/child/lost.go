@@ -43,7 +43,11 @@ func (g *lostGuard) NewQueue() (gpu.Queue, error) {
 	if err != nil {
 		return nil, g.check(err)
 	}
-	return &lostQueue{Queue: q, g: g}, nil
+	lq := &lostQueue{Queue: q, g: g}
+	if _, ok := q.(gpu.Pipeliner); ok {
+		return &lostPipeliner{lq}, nil
+	}
+	return lq, nil
 }
 
 // lostQueue is a queue of a lostGuard.
@@ -81,4 +85,21 @@ func (q *lostQueue) Build(source, options string) (gpu.Program, string, error) {
 func (q *lostQueue) Launch(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Duration, error) {
 	d, err := q.Queue.Launch(k, r, args)
 	return d, q.g.check(err)
+}
+
+// lostPipeliner is a lostQueue whose queue also enqueues launches without
+// waiting for each (gpu.Pipeliner): the aggregator pipelines launches
+// only on a queue that is one.
+type lostPipeliner struct{ *lostQueue }
+
+func (q *lostPipeliner) Enqueue(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) error {
+	return q.g.check(q.Queue.(gpu.Pipeliner).Enqueue(k, r, args))
+}
+
+func (q *lostPipeliner) Sync() []gpu.LaunchResult {
+	res := q.Queue.(gpu.Pipeliner).Sync()
+	for _, r := range res {
+		q.g.check(r.Err)
+	}
+	return res
 }

@@ -57,3 +57,69 @@ func TestLostGuard(t *testing.T) {
 		t.Errorf("lost reported %d times (%v), want once", len(lost), fmt.Sprint(lost))
 	}
 }
+
+// pipelinedQueue is a fake queue that also takes launches without waiting
+// (gpu.Pipeliner); its Sync reports every launch with err.
+type pipelinedQueue struct {
+	gpu.Queue
+	n   int
+	err error
+}
+
+func (q *pipelinedQueue) Enqueue(gpu.Kernel, gpu.NDRange, []gpu.Arg) error { q.n++; return nil }
+
+func (q *pipelinedQueue) Sync() []gpu.LaunchResult {
+	res := make([]gpu.LaunchResult, q.n)
+	for i := range res {
+		res[i].Err = q.err
+	}
+	q.n = 0
+	return res
+}
+
+type pipelinedDevice struct {
+	gpu.Device
+	err error
+}
+
+func (d *pipelinedDevice) NewQueue() (gpu.Queue, error) {
+	q, err := d.Device.NewQueue()
+	return &pipelinedQueue{Queue: q, err: d.err}, err
+}
+
+// TestLostGuardPipelines: a guarded queue is a gpu.Pipeliner exactly when
+// the queue it guards is one (the aggregator pipelines launches only on
+// such a queue), and a lost context among an enqueued batch's outcomes is
+// reported.
+func TestLostGuardPipelines(t *testing.T) {
+	var lost []error
+	q, err := guardLost(gputest.New(gputest.Config{}), func(err error) { lost = append(lost, err) }).NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := q.(gpu.Pipeliner); ok {
+		t.Errorf("the guard of a queue that does not pipeline launches is a gpu.Pipeliner")
+	}
+	q.Close()
+	dead := &gpu.CLError{Op: "clFinish", Code: -9999}
+	q, err = guardLost(&pipelinedDevice{Device: gputest.New(gputest.Config{}), err: dead}, func(err error) { lost = append(lost, err) }).NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	pl, ok := q.(gpu.Pipeliner)
+	if !ok {
+		t.Fatal("the guard of a gpu.Pipeliner queue is not one")
+	}
+	for range 2 {
+		if err := pl.Enqueue(nil, gpu.NDRange{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res := pl.Sync(); len(res) != 2 || !errors.Is(res[1].Err, gpu.ErrContextLost) {
+		t.Errorf("Sync = %v, want two outcomes, context lost", res)
+	}
+	if len(lost) != 1 {
+		t.Errorf("lost reported %d times, want once", len(lost))
+	}
+}
