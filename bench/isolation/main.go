@@ -27,6 +27,10 @@
 //     vgpud within 1.03x of direct on a GPU; issue 31: executors within
 //     1.1x of the path without them, a context within 1.1x of the default
 //     ring);
+//   - ladder (issue 32's profile, not run by default): small commands on
+//     the device directly and through vgpud one hop more at each rung
+//     (in-process, worker/kernels, worker/executor), rotating in blocks,
+//     with the difference each hop makes (ladder.go);
 //   - context: what making a device context costs, from the OpenContext
 //     call to its first nop's completion (on a CPU device that includes
 //     starting the context's executor process), and its Close, against
@@ -39,6 +43,7 @@
 //	go run ./bench/isolation [-ops 2000] [-runs 5]
 //	go run ./bench/isolation -sections matmul [-runs 5]   (the matmul table alone)
 //	go run ./bench/isolation -sections context [-runs 5]  (context creation alone)
+//	go run ./bench/isolation -sections ladder [-ops 1000] (the hop-by-hop profile)
 package main
 
 import (
@@ -80,7 +85,7 @@ type config struct {
 	sects  []string
 }
 
-var sections = []string{"command", "matmul", "context"}
+var sections = []string{"command", "matmul", "context", "ladder"}
 
 func run(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("isolation", flag.ContinueOnError)
@@ -109,7 +114,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	// The per-command and matmul tables measure every mode; the context
 	// table needs only worker/context's vgpud.
 	specs := modeSpecs
-	if !slices.Contains(cfg.sects, "command") && !slices.Contains(cfg.sects, "matmul") {
+	if !slices.Contains(cfg.sects, "command") && !slices.Contains(cfg.sects, "matmul") && !slices.Contains(cfg.sects, "ladder") {
 		specs = specs[len(specs)-1:]
 	}
 	var modes []*mode
@@ -146,6 +151,8 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 			t, err = matmulTable(ctx, cfg, modes)
 		case "context":
 			t, err = contextTable(ctx, cfg, modes[len(modes)-1])
+		case "ladder":
+			t, err = ladderTable(ctx, cfg, modes)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s, err)
@@ -308,26 +315,9 @@ func commandTable(ctx context.Context, cfg config, modes []*mode) (*table.Table,
 	}
 	scratch := make([]byte, 4096)
 	for _, o := range ops {
-		lat := make([][]time.Duration, n)
-		blocks := make([][]float64, n) // mean latency per block, for the paired ratios
-		for done := 0; done < cfg.ops; done += cfg.block {
-			b := min(cfg.block, cfg.ops-done)
-			for k := range n {
-				// Rotate which mode goes first.
-				i := (done/cfg.block + k) % n
-				start := time.Now()
-				for range b {
-					if ctx.Err() != nil {
-						return nil, ctx.Err()
-					}
-					s := time.Now()
-					if err := o.do(modes[i], scratch); err != nil {
-						return nil, fmt.Errorf("%s, %s: %w", o.name, modes[i].name, err)
-					}
-					lat[i] = append(lat[i], time.Since(s))
-				}
-				blocks[i] = append(blocks[i], time.Since(start).Seconds()/float64(b))
-			}
+		lat, blocks, err := measureBlocks(ctx, cfg, n, func(i int) error { return o.do(modes[i], scratch) })
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.name, err)
 		}
 		row := []string{o.name}
 		for i := range modes {
