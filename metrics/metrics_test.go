@@ -132,7 +132,9 @@ func TestMetricsDuringRun(t *testing.T) {
 		{`vgpud_instance_errors_total` + lbl + `,status="[^"]+"\}`, func(v float64) bool { return v == 1 }, "1"},
 		{`vgpud_instance_kernel_seconds_total` + lbl + `\}`, func(v float64) bool { return v > 0 }, "> 0"},
 		{`vgpud_instance_device_seconds_total` + lbl + `\}`, func(v float64) bool { return v > 0 }, "> 0"},
-		{`vgpud_instance_turns_total` + lbl + `\}`, func(v float64) bool { return v >= 6 }, ">= 6"},
+		// Commands queued together share a kept turn (aggregator's "many
+		// commands per turn"): at least one turn, at most one a command.
+		{`vgpud_instance_turns_total` + lbl + `\}`, func(v float64) bool { return v >= 1 && v <= 9 }, "1..9"},
 		{`vgpud_instance_share` + lbl + `\}`, func(v float64) bool { return v == 2 }, "2 (vgpu-medium)"},
 		{`vgpud_instance_memory_used_bytes` + lbl + `\}`, func(v float64) bool { return v == 8*n }, "8n"},
 		{`vgpud_device_policy\{device="0",policy="fixed-share"\}`, func(v float64) bool { return v == 1 }, "1"},
