@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"log/slog"
 	"math/bits"
 	"net"
@@ -184,23 +183,18 @@ func New(cfg Config) *Server {
 }
 
 // Reaper polling: it starts fast after a submission and backs off to
-// reapMaxSleep while nothing completes.
+// reapMaxSleep while nothing completes. Go's timers wake an idle process
+// at a millisecond's granularity (epoll_wait's timeout), so in practice
+// the first look after an empty one comes about 1 ms later. Looking
+// sooner with nanosleep(2) was tried (issue 32): on the host it took a
+// blocking 64-byte read through the ICD from ~825 to ~600 us, but in a
+// TCG guest every extra wake-up costs the host CPU time the device's
+// kernels need (the matmul job through the ICD slowed by 10-20% with 20
+// to 100 more wake-ups per wait), and vgpu-icdd runs in guests.
 const (
 	reapMinSleep = 20 * time.Microsecond
 	reapMaxSleep = time.Millisecond
-	// reapPoll is the longest nanosleep between two looks for the first
-	// reapFast without a completion; then the reaper backs off to
-	// reapMaxSleep on timers.
-	reapPoll = 50 * time.Microsecond
-	reapFast = 5 * time.Millisecond
 )
-
-// nanosleep sleeps d on the calling thread.
-func nanosleep(d time.Duration) {
-	ts := unix.NsecToTimespec(d.Nanoseconds())
-	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
-	}
-}
 
 // reap reaps dev's completions while it has commands in flight, so that
 // callbacks (and the events' end times) run promptly even when no client
@@ -221,7 +215,7 @@ func (s *Server) reap(dev *device) {
 		if dev.d.Lost() && !s.revive(dev) {
 			continue
 		}
-		sleep, idle := reapMinSleep, time.Duration(0)
+		sleep := reapMinSleep
 		for dev.d.Pending() > 0 {
 			n, err := dev.d.Reap()
 			if errors.Is(err, driver.ErrDeviceLost) && s.revive(dev) {
@@ -232,22 +226,7 @@ func (s *Server) reap(dev *device) {
 				break
 			}
 			if n > 0 {
-				sleep, idle = reapMinSleep, 0
-				continue
-			}
-			if idle < reapFast {
-				// Go's timers wake at a millisecond's granularity on an
-				// idle process (epoll_wait's timeout): while a completion
-				// is expected within microseconds it is looked for every
-				// sleep with nanosleep(2), on this goroutine's thread.
-				nanosleep(sleep)
-				idle += sleep
-				sleep = min(2*sleep, reapPoll)
-				select {
-				case <-s.done:
-					return
-				default:
-				}
+				sleep = reapMinSleep
 				continue
 			}
 			t.Reset(sleep)
