@@ -10,7 +10,10 @@
 // it) never waits for device work. The worker fetches each 64-byte command
 // from guest RAM, decodes it with package abi, executes it through gpu.Queue
 // and writes the completion record (seq last) back into guest RAM, in ring
-// order. Every guest-supplied address, handle, size and string is checked
+// order. A run of commands the guest queued together shares one device
+// turn (turns.go), and its launches are enqueued on a gpu.Pipeliner queue
+// and waited for together before their records are written (pipeline.go).
+// Every guest-supplied address, handle, size and string is checked
 // here; a bad command completes with an error status and touches nothing
 // else.
 //
