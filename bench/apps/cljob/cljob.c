@@ -30,25 +30,8 @@
 
 #define CHECKS 32 /* job.Checks */
 
-static void die(const char *what, cl_int err)
-{
-	fprintf(stderr, "cljob: %s: OpenCL error %d\n", what, err);
-	exit(1);
-}
-
-#define CK(call)                         \
-	do {                             \
-		cl_int e_ = (call);      \
-		if (e_ != CL_SUCCESS)    \
-			die(#call, e_); \
-	} while (0)
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+#define PROG "cljob"
+#include "../clcheck.h"
 
 static void *slurp(const char *dir, const char *name, size_t want, size_t *got)
 {

@@ -46,25 +46,8 @@ static const char *source =
 	"	a[i] = i * 7 + seed;\n"
 	"}\n";
 
-static void die(const char *what, cl_int err)
-{
-	fprintf(stderr, "clsmall: %s: OpenCL error %d\n", what, err);
-	exit(1);
-}
-
-#define CK(call)                         \
-	do {                             \
-		cl_int e_ = (call);      \
-		if (e_ != CL_SUCCESS)    \
-			die(#call, e_); \
-	} while (0)
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+#define PROG "clsmall"
+#include "../clcheck.h"
 
 struct cl {
 	cl_context ctx;
