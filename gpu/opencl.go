@@ -112,21 +112,6 @@ static cl_int vg_finish(cl_event ev, cl_ulong *ns, const char **op) {
 	*ns = end > start ? end - start : 0;
 	return CL_SUCCESS;
 }
-
-// vg_run enqueues k, waits for it and returns its device time in ns.
-static cl_int vg_run(cl_command_queue q, cl_kernel k, cl_uint dims,
-		size_t o0, size_t o1, size_t o2,
-		size_t g0, size_t g1, size_t g2,
-		size_t l0, size_t l1, size_t l2, int local,
-		cl_ulong *ns, const char **op) {
-	cl_event ev = NULL;
-	cl_int err = vg_enqueue(q, k, dims, o0, o1, o2, g0, g1, g2, l0, l1, l2, local, &ev);
-	if (err != CL_SUCCESS) {
-		*op = "clEnqueueNDRangeKernel";
-		return err;
-	}
-	return vg_finish(ev, ns, op);
-}
 */
 import "C"
 
@@ -769,85 +754,64 @@ func kernelNames(p C.cl_program) ([]string, error) {
 	return names, nil
 }
 
+// Launch runs k over r and waits for it, returning its device time.
 func (q *queue) Launch(k Kernel, r NDRange, args []Arg) (time.Duration, error) {
-	kk, ok := k.(*kernel)
-	if !ok || kk == nil {
-		return 0, fmt.Errorf("launch: kernel %T is not an OpenCL kernel of this package: %w", k, ErrForeign)
-	}
-	if err := checkRange(r); err != nil {
-		return 0, fmt.Errorf("launch %s: %w", kk.name, err)
-	}
-	if len(args) != len(kk.args) {
-		return 0, fmt.Errorf("launch %s: %d arguments, kernel takes %d: %w", kk.name, len(args), len(kk.args), ErrInvalidLaunch)
-	}
-
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.q == nil {
-		return 0, q.closedErr("launch")
-	}
-	if kk.prog.owner != q {
-		return 0, fmt.Errorf("launch %s: kernel: %w", kk.name, ErrForeign)
-	}
-	if kk.k == nil {
-		return 0, fmt.Errorf("launch %s: kernel: %w", kk.name, ErrClosed)
-	}
-	for i, a := range args {
-		if err := q.setArg(kk, i, a); err != nil {
-			return 0, fmt.Errorf("launch %s: argument %d: %w", kk.name, i, err)
-		}
+	kk, ev, err := q.startLocked(k, r, args)
+	if err != nil {
+		return 0, err
 	}
 	var (
-		ns    C.cl_ulong
-		op    *C.char
-		local C.int
+		ns C.cl_ulong
+		op *C.char
 	)
-	if r.Local != ([3]uint64{}) {
-		local = 1
-	}
-	code := C.vg_run(q.q, kk.k, C.cl_uint(r.Dims),
-		C.size_t(r.Offset[0]), C.size_t(r.Offset[1]), C.size_t(r.Offset[2]),
-		C.size_t(r.Global[0]), C.size_t(r.Global[1]), C.size_t(r.Global[2]),
-		C.size_t(r.Local[0]), C.size_t(r.Local[1]), C.size_t(r.Local[2]), local,
-		&ns, &op)
-	if code != C.CL_SUCCESS {
+	if code := C.vg_finish(ev, &ns, &op); code != C.CL_SUCCESS {
 		return 0, fmt.Errorf("launch %s: %w", kk.name, &CLError{Op: C.GoString(op), Code: int32(code)})
 	}
-	if uint64(ns) > math.MaxInt64 {
-		ns = math.MaxInt64
-	}
-	return time.Duration(ns), nil
+	return time.Duration(min(uint64(ns), math.MaxInt64)), nil
 }
 
 // Enqueue starts k over r with args and returns without waiting
 // (gpu.Pipeliner): the launch's outcome is one of the next Sync's.
 func (q *queue) Enqueue(k Kernel, r NDRange, args []Arg) error {
-	kk, ok := k.(*kernel)
-	if !ok || kk == nil {
-		return fmt.Errorf("launch: kernel %T is not an OpenCL kernel of this package: %w", k, ErrForeign)
-	}
-	if err := checkRange(r); err != nil {
-		return fmt.Errorf("launch %s: %w", kk.name, err)
-	}
-	if len(args) != len(kk.args) {
-		return fmt.Errorf("launch %s: %d arguments, kernel takes %d: %w", kk.name, len(args), len(kk.args), ErrInvalidLaunch)
-	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	kk, ev, err := q.startLocked(k, r, args)
+	if err != nil {
+		return err
+	}
+	q.enqueued = append(q.enqueued, enqueued{name: kk.name, ev: ev})
+	return nil
+}
+
+// startLocked checks a launch, sets its arguments and enqueues it,
+// returning its event. Arguments are captured when the launch is
+// enqueued (OpenCL 1.2 section 5.9.2), so the next launch may set them
+// anew. q.mu must be held.
+func (q *queue) startLocked(k Kernel, r NDRange, args []Arg) (*kernel, C.cl_event, error) {
+	kk, ok := k.(*kernel)
+	if !ok || kk == nil {
+		return nil, nil, fmt.Errorf("launch: kernel %T is not an OpenCL kernel of this package: %w", k, ErrForeign)
+	}
+	if err := checkRange(r); err != nil {
+		return nil, nil, fmt.Errorf("launch %s: %w", kk.name, err)
+	}
+	if len(args) != len(kk.args) {
+		return nil, nil, fmt.Errorf("launch %s: %d arguments, kernel takes %d: %w", kk.name, len(args), len(kk.args), ErrInvalidLaunch)
+	}
 	if q.q == nil {
-		return q.closedErr("launch")
+		return nil, nil, q.closedErr("launch")
 	}
 	if kk.prog.owner != q {
-		return fmt.Errorf("launch %s: kernel: %w", kk.name, ErrForeign)
+		return nil, nil, fmt.Errorf("launch %s: kernel: %w", kk.name, ErrForeign)
 	}
 	if kk.k == nil {
-		return fmt.Errorf("launch %s: kernel: %w", kk.name, ErrClosed)
+		return nil, nil, fmt.Errorf("launch %s: kernel: %w", kk.name, ErrClosed)
 	}
-	// Arguments are captured when the launch is enqueued (OpenCL 1.2
-	// section 5.9.2), so the next Enqueue may set them anew.
 	for i, a := range args {
 		if err := q.setArg(kk, i, a); err != nil {
-			return fmt.Errorf("launch %s: argument %d: %w", kk.name, i, err)
+			return nil, nil, fmt.Errorf("launch %s: argument %d: %w", kk.name, i, err)
 		}
 	}
 	var local C.int
@@ -860,10 +824,9 @@ func (q *queue) Enqueue(k Kernel, r NDRange, args []Arg) error {
 		C.size_t(r.Global[0]), C.size_t(r.Global[1]), C.size_t(r.Global[2]),
 		C.size_t(r.Local[0]), C.size_t(r.Local[1]), C.size_t(r.Local[2]), local, &ev)
 	if code != C.CL_SUCCESS {
-		return fmt.Errorf("launch %s: %w", kk.name, &CLError{Op: "clEnqueueNDRangeKernel", Code: int32(code)})
+		return nil, nil, fmt.Errorf("launch %s: %w", kk.name, &CLError{Op: "clEnqueueNDRangeKernel", Code: int32(code)})
 	}
-	q.enqueued = append(q.enqueued, enqueued{name: kk.name, ev: ev})
-	return nil
+	return kk, ev, nil
 }
 
 // Sync waits for the launches enqueued since the last Sync and returns
