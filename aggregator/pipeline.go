@@ -72,24 +72,17 @@ func (in *Instance) reuseQuiet(d *abi.LaunchDesc) bool {
 	return true
 }
 
-// enqueueLaunch enqueues k over r under a kept turn and reports whether it
-// did; err is a failure to get a turn or to enqueue. rl is the launch's
-// reuse decision: its outputs are named (eligible) or forgotten now, in
-// ring order, as reuseAfter does for a launch that ran.
+// enqueueLaunch enqueues k over r under a kept turn (the caller checked
+// pipelines(), so acquire keeps the turn it returns) and reports whether
+// it did; err is a failure to get a turn or to enqueue. rl is the
+// launch's reuse decision: its outputs are named (eligible) or forgotten
+// now, in ring order, as reuseAfter does for a launch that ran.
 func (in *Instance) enqueueLaunch(key kernelKey, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg, items uint64, rl reuseLaunch) (bool, error) {
-	pl, ok := in.queue.(gpu.Pipeliner)
-	if !ok || in.hold <= 0 {
-		return false, nil
-	}
 	_, done, err := in.acquire(time.Duration(in.lengths.of(key).nanos))
 	if err != nil {
 		return false, fmt.Errorf("wait for device turn: %w", err)
 	}
-	if in.held == nil {
-		done(0, 0)
-		return false, nil
-	}
-	if err := pl.Enqueue(k, r, args); err != nil {
+	if err := in.queue.(gpu.Pipeliner).Enqueue(k, r, args); err != nil {
 		done(0, 0)
 		return false, err
 	}
@@ -116,9 +109,11 @@ func (in *Instance) syncLaunches() {
 	var total time.Duration
 	failed := false
 	for i, p := range pending {
-		r := gpu.LaunchResult{Err: fmt.Errorf("no outcome for an enqueued launch: %w", gpu.ErrDevice)}
+		var r gpu.LaunchResult
 		if i < len(res) {
 			r = res[i]
+		} else {
+			r.Err = fmt.Errorf("no outcome for an enqueued launch: %w", gpu.ErrDevice)
 		}
 		var err error
 		dur := uint64(max(r.Device.Nanoseconds(), 0))
