@@ -1,9 +1,13 @@
 package vfiouser
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"unicode/utf8"
 )
 
 var le = binary.LittleEndian
@@ -198,6 +202,149 @@ func UnmarshalVersion(b []byte) (Version, error) {
 		return Version{}, protoErr("VERSION payload of %d bytes", len(b))
 	}
 	return Version{Major: le.Uint16(b[0:]), Minor: le.Uint16(b[2:]), Caps: b[4:]}, nil
+}
+
+// CheckCaps checks a VERSION message's version data (Version.Caps)
+// against the specification: none at all (it is optional), or a UTF-8
+// JSON text followed by its terminating NUL, the last byte of the
+// message (no NUL inside, nothing after it). The JSON is an object;
+// its "capabilities", if present, an object whose members the
+// specification defines have their types: max_msg_fds,
+// max_data_xfer_size, max_dma_maps and pgsizes non-negative integers,
+// write_multiple a boolean, twin_socket an object (supported a boolean,
+// fd_index a non-negative integer), and migration, which QEMU sends, an
+// object (pgsize and max_bitmap_size non-negative integers). Members it
+// does not define are allowed: a later minor version may add some, and
+// a server ignores what it does not know. Every violation wraps
+// ErrProtocol.
+func CheckCaps(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	nul := bytes.IndexByte(b, 0)
+	switch {
+	case nul < 0:
+		return protoErr("VERSION capabilities without their terminating NUL")
+	case nul != len(b)-1:
+		return protoErr("VERSION capabilities: %d bytes after the terminating NUL", len(b)-1-nul)
+	}
+	text := b[:nul]
+	if !utf8.Valid(text) {
+		return protoErr("VERSION capabilities are not UTF-8")
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(text, &top); err != nil || top == nil {
+		return protoErr("VERSION capabilities: not a JSON object (%v)", err)
+	}
+	raw, ok := top["capabilities"]
+	if !ok {
+		return nil
+	}
+	return checkObject("capabilities", raw, map[string]capKind{
+		"max_msg_fds": capUint, "max_data_xfer_size": capUint, "max_dma_maps": capUint, "pgsizes": capUint,
+		"write_multiple": capBool,
+		"twin_socket":    capObject(map[string]capKind{"supported": capBool, "fd_index": capUint}),
+		"migration":      capObject(map[string]capKind{"pgsize": capUint, "max_bitmap_size": capUint}),
+	})
+}
+
+// capKind checks one capability's JSON value; name is its path.
+type capKind func(name string, v json.RawMessage) error
+
+func capUint(name string, v json.RawMessage) error {
+	// A JSON number, not a string holding one (which json.Number takes).
+	var x any
+	d := json.NewDecoder(bytes.NewReader(v))
+	d.UseNumber()
+	if err := d.Decode(&x); err != nil {
+		return protoErr("VERSION capability %s: %s is not a number", name, v)
+	}
+	n, ok := x.(json.Number)
+	if !ok {
+		return protoErr("VERSION capability %s: %s is not a number", name, v)
+	}
+	if _, err := strconv.ParseUint(n.String(), 10, 64); err != nil {
+		return protoErr("VERSION capability %s: %s is not a non-negative integer", name, v)
+	}
+	return nil
+}
+
+func capBool(name string, v json.RawMessage) error {
+	var b bool
+	if err := json.Unmarshal(v, &b); err != nil {
+		return protoErr("VERSION capability %s: %s is not a boolean", name, v)
+	}
+	return nil
+}
+
+func capObject(members map[string]capKind) capKind {
+	return func(name string, v json.RawMessage) error { return checkObject(name, v, members) }
+}
+
+// checkObject checks that v is a JSON object and each of its members
+// that members names has its kind.
+func checkObject(name string, v json.RawMessage, members map[string]capKind) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(v, &obj); err != nil || obj == nil {
+		return protoErr("VERSION capability %s: not an object", name)
+	}
+	for k, raw := range obj {
+		if kind, ok := members[k]; ok {
+			if err := kind(name+"."+k, raw); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// argsz is the first field of the requests that have one. Its meaning
+// depends on the command (the specification's "Message sizes" and each
+// command's section):
+//
+//   - DMA_MAP and DEVICE_SET_IRQS: the size of the request's own payload
+//     (DEVICE_SET_IRQS's data included), which has no reply payload: it
+//     must equal the payload's size.
+//   - DMA_UNMAP, DEVICE_GET_INFO, DEVICE_GET_REGION_INFO,
+//     DEVICE_GET_REGION_IO_FDS and DEVICE_GET_IRQ_INFO: the largest reply
+//     payload the client takes, which must hold at least the fixed reply
+//     structure; it may be larger than the request (QEMU asks for region
+//     information with room for capabilities), and no reply is longer
+//     than it (DEVICE_GET_REGION_IO_FDS answers a small one with the size
+//     needed and no array).
+//
+// minArgsz is the least argsz of each of these commands: its fixed
+// structure.
+var minArgsz = map[Cmd]uint32{
+	CmdDMAMap:            DMAMapSize,
+	CmdDMAUnmap:          DMAUnmapSize,
+	CmdDeviceGetInfo:     InfoSize,
+	CmdDeviceGetRegion:   RegionInfoSize,
+	CmdDeviceGetRegionIO: RegionIOFDsSize,
+	CmdDeviceGetIRQInfo:  InfoSize,
+	CmdDeviceSetIRQs:     IRQSetSize,
+}
+
+// CheckArgsz checks the argsz of a request of command c with payload
+// against the specification (see minArgsz): nil for a command without
+// argsz, else an error wrapping ErrProtocol (the session refuses the
+// request with EINVAL).
+func CheckArgsz(c Cmd, payload []byte) error {
+	least, ok := minArgsz[c]
+	if !ok {
+		return nil
+	}
+	if len(payload) < 4 {
+		return protoErr("%v: payload of %d bytes, no argsz", c, len(payload))
+	}
+	argsz := le.Uint32(payload)
+	if argsz < least {
+		return protoErr("%v: argsz %d, less than its %d-byte structure", c, argsz, least)
+	}
+	if (c == CmdDMAMap || c == CmdDeviceSetIRQs) && uint64(argsz) != uint64(len(payload)) {
+		return protoErr("%v: argsz %d, the request's payload %d bytes", c, argsz, len(payload))
+	}
+	return nil
 }
 
 // DMAMap is VFIO_USER_DMA_MAP's request.

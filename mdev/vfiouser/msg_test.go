@@ -2,6 +2,7 @@ package vfiouser
 
 import (
 	"bytes"
+	"errors"
 	"reflect"
 	"testing"
 )
@@ -59,12 +60,60 @@ func TestPayloadRoundTrip(t *testing.T) {
 	}
 }
 
+// TestCheckArgsz: the argsz rules, command by command (see minArgsz).
+func TestCheckArgsz(t *testing.T) {
+	argsz := func(a uint32, n int) []byte {
+		b := make([]byte, n)
+		le.PutUint32(b, a)
+		return b
+	}
+	for _, c := range []struct {
+		cmd     Cmd
+		payload []byte
+		ok      bool
+	}{
+		{CmdDMAMap, argsz(32, 32), true},
+		{CmdDMAMap, argsz(8, 32), false},
+		{CmdDMAMap, argsz(33, 32), false},
+		{CmdDMAMap, argsz(32, 40), false},
+		{CmdDeviceSetIRQs, argsz(20, 20), true},
+		{CmdDeviceSetIRQs, argsz(21, 21), true},
+		{CmdDeviceSetIRQs, argsz(20, 21), false},
+		{CmdDeviceSetIRQs, argsz(21, 20), false},
+		{CmdDeviceSetIRQs, argsz(19, 19), false},
+		{CmdDMAUnmap, argsz(24, 24), true},
+		{CmdDMAUnmap, argsz(1<<20, 24), true},
+		{CmdDMAUnmap, argsz(23, 24), false},
+		{CmdDeviceGetInfo, argsz(16, 16), true},
+		{CmdDeviceGetInfo, argsz(15, 16), false},
+		{CmdDeviceGetRegion, argsz(32, 32), true},
+		{CmdDeviceGetRegion, argsz(0xffffffff, 32), true},
+		{CmdDeviceGetRegion, argsz(31, 32), false},
+		{CmdDeviceGetRegionIO, argsz(16, 16), true},
+		{CmdDeviceGetRegionIO, argsz(15, 16), false},
+		{CmdDeviceGetIRQInfo, argsz(16, 16), true},
+		{CmdDeviceGetIRQInfo, argsz(0, 16), false},
+		{CmdDeviceGetInfo, nil, false},
+		{CmdDeviceGetInfo, []byte{16, 0, 0}, false},
+		// No argsz: nothing to check.
+		{CmdVersion, nil, true},
+		{CmdRegionRead, argsz(0, 16), true},
+		{CmdDeviceReset, nil, true},
+	} {
+		err := CheckArgsz(c.cmd, c.payload)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrProtocol)) {
+			t.Errorf("%v argsz %x, %d bytes: %v; want ok %v", c.cmd, c.payload[:min(4, len(c.payload))], len(c.payload), err, c.ok)
+		}
+	}
+}
+
 // FuzzDecode feeds arbitrary bytes to the header parser and every
 // payload decoder: none panics, a header that passes Check has a size
 // the server can buffer, and whatever decodes encodes back to the same
 // value.
 func FuzzDecode(f *testing.F) {
 	f.Add(Header{ID: 1, Cmd: CmdVersion, Size: 20}.bytes(), Version{Caps: []byte("{}\x00")}.Marshal())
+	f.Add(Header{ID: 1, Cmd: CmdVersion, Size: 20}.bytes(), Version{Caps: []byte(`{"capabilities":{"max_msg_fds":1,"twin_socket":{"supported":true},"migration":{"pgsize":4096}}}` + "\x00")}.Marshal())
 	f.Add(Header{ID: 2, Cmd: CmdDMAMap, Size: 48}.bytes(), DMAMap{Argsz: 32, Flags: 3, Size: 4096}.Marshal())
 	f.Add(Header{ID: 3, Cmd: CmdDMAUnmap, Size: 40}.bytes(), DMAUnmap{Argsz: 24, Size: 4096}.Marshal())
 	f.Add(Header{ID: 4, Cmd: CmdDeviceGetRegionIO, Size: 32}.bytes(), RegionIOFDs{Argsz: 56, Count: 1, Subs: []IOFD{{Offset: 0x74, Size: 4}}}.Marshal())
@@ -86,6 +135,19 @@ func FuzzDecode(f *testing.F) {
 		if v, err := UnmarshalVersion(payload); err == nil {
 			if w, err := UnmarshalVersion(v.Marshal()); err != nil || !reflect.DeepEqual(v, w) {
 				t.Fatalf("version %+v -> %+v, %v", v, w, err)
+			}
+			if err := CheckCaps(v.Caps); err == nil && len(v.Caps) > 0 && bytes.IndexByte(v.Caps, 0) != len(v.Caps)-1 {
+				t.Fatalf("capabilities %q accepted without their one NUL at the end", v.Caps)
+			} else if err != nil && !errors.Is(err, ErrProtocol) {
+				t.Fatalf("capabilities %q: %v, not a protocol violation", v.Caps, err)
+			}
+		}
+		for c := range Cmd(20) {
+			if err := CheckArgsz(c, payload); err == nil && len(payload) >= 4 {
+				if a, least := le.Uint32(payload), minArgsz[c]; a < least ||
+					((c == CmdDMAMap || c == CmdDeviceSetIRQs) && int64(a) != int64(len(payload))) {
+					t.Fatalf("%v: argsz %d accepted with a %d-byte payload", c, a, len(payload))
+				}
 			}
 		}
 		if m, err := UnmarshalDMAMap(payload); err == nil {

@@ -1,7 +1,6 @@
 package vfiouser
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -230,6 +229,11 @@ func (s *Session) handle(m Msg) (unix.Errno, error) {
 		scmrights.Close(m.FDs)
 		return unix.EINVAL, nil // fds where none belong
 	}
+	if err := CheckArgsz(m.Cmd, m.Payload); err != nil {
+		s.log.Debug("vfio-user: argsz refused", "err", err)
+		scmrights.Close(m.FDs)
+		return unix.EINVAL, nil
+	}
 	switch m.Cmd {
 	case CmdVersion:
 		return s.version(m)
@@ -285,13 +289,8 @@ func (s *Session) version(m Msg) (unix.Errno, error) {
 	if v.Major != VersionMajor {
 		return 0, protoErr("client speaks version %d.%d, this server %d.%d", v.Major, v.Minor, VersionMajor, VersionMinor)
 	}
-	if caps := bytes.TrimRight(v.Caps, "\x00"); len(caps) > 0 {
-		var c struct {
-			Capabilities map[string]json.RawMessage `json:"capabilities"`
-		}
-		if err := json.Unmarshal(caps, &c); err != nil {
-			return 0, protoErr("VERSION capabilities: %v", err)
-		}
+	if err := CheckCaps(v.Caps); err != nil {
+		return 0, err
 	}
 	s.versioned = true
 	return 0, s.reply(m, nil, Version{Major: VersionMajor, Minor: min(v.Minor, VersionMinor), Caps: serverCaps}.Marshal())

@@ -129,6 +129,15 @@ var attacks = []attack{
 	{name: "version-bad-json", raw: true, msg: func() []byte {
 		return header(vfiouser.CmdVersion, 0, vfiouser.Version{Caps: []byte("{not json\x00")}.Marshal())
 	}, want: hangUp},
+	{name: "version-caps-without-nul", raw: true, msg: func() []byte {
+		return header(vfiouser.CmdVersion, 0, vfiouser.Version{Caps: []byte(QEMUCaps)}.Marshal())
+	}, want: hangUp},
+	{name: "version-caps-after-nul", raw: true, msg: func() []byte {
+		return header(vfiouser.CmdVersion, 0, vfiouser.Version{Caps: []byte("{}\x00{}\x00")}.Marshal())
+	}, want: hangUp},
+	{name: "version-caps-wrong-type", raw: true, msg: func() []byte {
+		return header(vfiouser.CmdVersion, 0, vfiouser.Version{Caps: []byte(`{"capabilities":{"max_msg_fds":"8"}}` + "\x00")}.Marshal())
+	}, want: hangUp},
 	{name: "second-version", msg: func() []byte { return header(vfiouser.CmdVersion, 0, vfiouser.Version{}.Marshal()) }, want: hangUp},
 	{name: "reply-from-client", msg: func() []byte { return header(vfiouser.CmdDeviceGetInfo, vfiouser.TypeReply, nil) }, want: hangUp},
 	{name: "truncated", msg: func() []byte { return header(vfiouser.CmdRegionWrite, 0, make([]byte, 20))[:24] }, halfMsg: true, want: hangUp},
@@ -138,6 +147,13 @@ var attacks = []attack{
 	{name: "dma-map-unaligned", msg: func() []byte { return dmaMap(1<<20+1, 1<<20, 0) }, fds: eventfds(0), want: unix.EINVAL},
 	{name: "dma-map-wraps", msg: func() []byte { return dmaMap(^uint64(0)-4095, 1<<20, 0) }, want: unix.EINVAL},
 	{name: "dma-map-two-fds", msg: func() []byte { return dmaMap(1<<20, 1<<20, 0) }, fds: eventfds(2), want: unix.EINVAL},
+	{name: "dma-map-argsz-8", msg: func() []byte {
+		return header(vfiouser.CmdDMAMap, 0, vfiouser.DMAMap{Argsz: 8, Flags: vfiouser.DMAFlagRead | vfiouser.DMAFlagWrite, Addr: 1 << 20, Size: 1 << 20}.Marshal())
+	}, want: unix.EINVAL},
+	{name: "set-irqs-argsz-past-message", msg: func() []byte {
+		return header(vfiouser.CmdDeviceSetIRQs, 0, vfiouser.IRQSet{Argsz: 4096, Flags: vfiouser.IRQSetDataNone | vfiouser.IRQSetActionUnmask,
+			Index: vfiouser.IRQIntx, Count: 1}.Marshal())
+	}, want: unix.EINVAL},
 	{name: "dma-map-short", msg: func() []byte { return header(vfiouser.CmdDMAMap, 0, make([]byte, 8)) }, want: unix.EINVAL},
 	{name: "dma-unmap-unknown", msg: func() []byte {
 		return header(vfiouser.CmdDMAUnmap, 0, vfiouser.DMAUnmap{Argsz: vfiouser.DMAUnmapSize, Addr: 1 << 20, Size: 4096}.Marshal())
