@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -566,12 +567,24 @@ func exitCause(err error) string {
 // a record of the main process's own. Each is one record with a fixed
 // message and the line as the value of "untrusted" (the handler quotes
 // it); the level a JSON line claims is kept for filtering, but never
-// above WARN.
-func (pr *process) relayLogs(r *os.File) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 4096), 64<<10)
+// above WARN. The executors write into the same pipe (they inherit the
+// worker's stderr).
+//
+// It reads until the pipe ends (or fails, as at a pause's deadline) and
+// never stops for what it reads: a line longer than logLineMax (guest
+// code or the OpenCL runtime can write one of any length) is cut there,
+// the rest of it read and discarded up to its newline, and its record
+// carries "cut_bytes", the number of bytes dropped. A relay that stopped
+// would close the pipe, and the worker's next log line would end it
+// (EPIPE), and every context of the domain on the device with it.
+func (pr *process) relayLogs(r io.Reader) {
+	br := bufio.NewReaderSize(r, 4096)
 	window, n := time.Now(), 0
-	for sc.Scan() {
+	for {
+		line, cut, err := readLogLine(br, logLineMax)
+		if err != nil && len(line) == 0 && cut == 0 {
+			return
+		}
 		if time.Since(window) > time.Second {
 			window, n = time.Now(), 0
 		}
@@ -579,24 +592,65 @@ func (pr *process) relayLogs(r *os.File) {
 			if n == logBurst+1 {
 				pr.log.Warn("worker log lines dropped (over the rate limit)")
 			}
+		} else {
+			pr.relayLine(string(line), cut)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// relayLine logs one line of a worker's stderr, cut bytes dropped from
+// its end (see relayLogs).
+func (pr *process) relayLine(line string, cut int) {
+	var attrs []any
+	if cut > 0 {
+		attrs = []any{"cut_bytes", cut}
+	}
+	var rec struct {
+		Level string `json:"level"`
+	}
+	if cut > 0 || json.Unmarshal([]byte(line), &rec) != nil {
+		// Not the worker's own log (the OpenCL runtime or compiler
+		// writing to stderr), or a line cut short.
+		pr.log.Debug("worker stderr (untrusted)", append([]any{"untrusted", line}, attrs...)...)
+		return
+	}
+	lvl := slog.LevelInfo
+	_ = lvl.UnmarshalText([]byte(rec.Level))
+	pr.log.Log(context.Background(), min(lvl, slog.LevelWarn), "worker log line (untrusted)", "untrusted", line)
+}
+
+// readLogLine reads one line from br: at most max bytes of it, without
+// its newline (nor a carriage return before it); the rest of a longer
+// line is read and discarded, and cut is how many bytes were. err is the
+// reader's error, with the bytes of a last line that had no newline.
+func readLogLine(br *bufio.Reader, max int) (line []byte, cut int, err error) {
+	var last byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if err == nil {
+			frag = frag[:len(frag)-1]
+		}
+		if len(frag) > 0 {
+			last = frag[len(frag)-1]
+		}
+		take := min(max-len(line), len(frag))
+		line = append(line, frag[:take]...)
+		cut += len(frag) - take
+		if err == bufio.ErrBufferFull {
 			continue
 		}
-		line := sc.Text()
-		if len(line) > logLineMax {
-			line = line[:logLineMax]
+		if err == nil && last == '\r' {
+			// The line's last byte: dropped if it was cut, else taken off.
+			if cut > 0 {
+				cut--
+			} else {
+				line = line[:len(line)-1]
+			}
 		}
-		var rec struct {
-			Level string `json:"level"`
-		}
-		if json.Unmarshal([]byte(line), &rec) != nil {
-			// Not the worker's own log: the OpenCL runtime or compiler
-			// writing to stderr.
-			pr.log.Debug("worker stderr (untrusted)", "untrusted", line)
-			continue
-		}
-		lvl := slog.LevelInfo
-		_ = lvl.UnmarshalText([]byte(rec.Level))
-		pr.log.Log(context.Background(), min(lvl, slog.LevelWarn), "worker log line (untrusted)", "untrusted", line)
+		return line, cut, err
 	}
 }
 
