@@ -12,9 +12,19 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/vgpud/vgpud/worker/sandbox"
 )
 
 func main() {
+	// Before anything else, and before any exec: what vgpud inherited
+	// without close-on-exec must not reach workers and executors (issue
+	// 40, item 5; its own inherited descriptors, an upgrade's handover,
+	// it opens by number).
+	if err := sandbox.CloseInheritedOnExec(); err != nil {
+		fmt.Fprintln(os.Stderr, "vgpud:", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {

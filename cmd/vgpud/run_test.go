@@ -15,7 +15,10 @@ import (
 	"github.com/vgpud/vgpud/mdev/control"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	runMainIfAsked() // a test's vgpud (inherit_test.go)
+	goleak.VerifyTestMain(m)
+}
 
 // daemonOn runs vgpud in-process on runDir (quiet, no metrics unless args
 // say otherwise) until stop is called, at the latest at the end of the
