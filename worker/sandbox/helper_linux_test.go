@@ -60,7 +60,10 @@ func TestMain(m *testing.M) {
 // stdout, each check's error ("" when it succeeded), then waits for a
 // line on stdin and writes its data limits as a second JSON line.
 func helper(mode string) int {
-	if mode == modeConfined || mode == modeWait {
+	if mode == modeExecutorIdle || mode == modeExecutorAttack {
+		return executorHelper(mode)
+	}
+	if mode == modeConfined || mode == modeWait || mode == modeExecutors {
 		pol, err := PolicyFromEnv()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -77,6 +80,8 @@ func helper(mode string) int {
 		checks = confinedChecks()
 	case modeNamespaces:
 		checks = namespaceChecks()
+	case modeExecutors:
+		return report(executorChecks())
 	case modeLandlock:
 		out, err := landlockOnly()
 		if err != nil {

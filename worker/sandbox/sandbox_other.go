@@ -44,3 +44,14 @@ func Enter(p Policy) (Report, error) {
 
 // PrivateDir is hostDir: there is no file view.
 func PrivateDir(_ int, hostDir string) string { return hostDir }
+
+// ConfineExecutor fails unless p is Off: there is no sandbox here.
+func ConfineExecutor(p Policy) error {
+	if p.Off {
+		return nil
+	}
+	return ErrUnsupported
+}
+
+// SetDataBound fails: there are no limits to set.
+func SetDataBound(int, uint64) error { return ErrUnsupported }

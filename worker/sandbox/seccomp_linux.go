@@ -190,8 +190,28 @@ func syscallPolicy(pid int, p Policy) (seccomp.Policy, error) {
 		equal(0, unix.AF_UNIX), equal(1, unix.SOCK_STREAM|unix.SOCK_CLOEXEC), equal(2, 0),
 	}})
 	// Limits may be read, never set: the worker must not raise its own.
-	cond = append(cond, seccomp.NameWithConditions{Name: "prlimit64", Conditions: seccomp.ArgumentConditions{
-		equal(0, 0), equal(2, 0),
+	// It may set another process's memory limit (SetDataBound: its
+	// executors', which it bounds by their contexts' quotas); without
+	// CAP_SYS_RESOURCE nobody can raise a hard limit, and an executor's
+	// own filter refuses it any prlimit64 that sets (executorPolicy). Its
+	// own pid (0, or its number, 1 for a PID namespace's init) is never
+	// a target.
+	cond = append(cond,
+		seccomp.NameWithConditions{Name: "prlimit64", Conditions: seccomp.ArgumentConditions{
+			equal(0, 0), equal(2, 0),
+		}},
+		seccomp.NameWithConditions{Name: "prlimit64", Conditions: seccomp.ArgumentConditions{
+			{Argument: 0, Operation: seccomp.GreaterOrEqual, Value: 1},
+			{Argument: 0, Operation: seccomp.LessOrEqual, Value: maxPID},
+			{Argument: 0, Operation: seccomp.NotEqual, Value: uint64(pid)},
+			equal(1, unix.RLIMIT_DATA),
+		}},
+	)
+	// Stacking a further filter, which can only refuse more: an executor
+	// adds its own (ConfineExecutor). Only SECCOMP_SET_MODE_FILTER, with
+	// no flag but TSYNC.
+	cond = append(cond, seccomp.NameWithConditions{Name: "seccomp", Conditions: seccomp.ArgumentConditions{
+		equal(0, unix.SECCOMP_SET_MODE_FILTER), equal(1, unix.SECCOMP_FILTER_FLAG_TSYNC),
 	}})
 	for _, op := range prctlAllowed {
 		cond = append(cond, seccomp.NameWithConditions{Name: "prctl", Conditions: seccomp.ArgumentConditions{equal(0, op)}})
