@@ -28,15 +28,113 @@ type Device struct {
 
 	mu      sync.Mutex // guards what follows
 	seq     uint32
-	pending map[uint32]chan frame
+	pending map[uint32]*waiting
 	lost    error // set once: the cause
 	done    chan struct{}
+	watch   *Watchdog
+}
+
+// waiting is a request that has not had its reply.
+type waiting struct {
+	ch         chan frame
+	op         Op
+	timer      *time.Timer // the watchdog's, if it bounds the request
+	pause      uint64      // Watchdog.Paused when the timer was armed
+	confirming bool        // the bound ran out; the timer runs the confirmation
+}
+
+// Watchdog bounds how long the executor may leave a request unanswered
+// (docs/isolation.md "Executors"): a stopped or hung executor, or one
+// that sent part of a reply and no more, would otherwise hold its
+// caller, and whatever device turn the caller holds, for good. A request
+// unanswered for its Bound, and then for a tenth of it more (the
+// confirmation, in which a pause that ended just before the bound ran
+// out is counted: a process continued runs its timers before it hears
+// of its SIGCONT), loses the device (gpu.ErrContextLost, the cause
+// naming the request) and calls Expired, with which the caller ends the
+// executor. A reply whose frame arrives only in part is unanswered until
+// its last byte.
+type Watchdog struct {
+	// Bound is how long a request of op may wait for its whole reply;
+	// 0: unbounded.
+	Bound func(op Op) time.Duration
+	// Paused, if set, is a counter that changes whenever the caller's
+	// own clock stood still (its process was stopped: a preemption stops
+	// the executor with it). A request whose bound ran out across such a
+	// change is given its whole bound again, from then: the executor
+	// may have been stopped for all of it.
+	Paused func() uint64
+	// Expired is told which request ran out of time, once, after the
+	// device was marked lost.
+	Expired func(op Op, waited time.Duration)
+}
+
+// SetWatchdog bounds the requests sent from now on by w.
+func (d *Device) SetWatchdog(w *Watchdog) {
+	d.mu.Lock()
+	d.watch = w
+	d.mu.Unlock()
+}
+
+// arm starts the watchdog's timer for request seq; caller holds d.mu.
+func (d *Device) arm(seq uint32, w *waiting) {
+	if d.watch == nil || d.watch.Bound == nil {
+		return
+	}
+	bound := d.watch.Bound(w.op)
+	if bound <= 0 {
+		return
+	}
+	if d.watch.Paused != nil {
+		w.pause = d.watch.Paused()
+	}
+	start := time.Now()
+	w.timer = time.AfterFunc(bound, func() { d.expire(seq, bound, start) })
+}
+
+// confirmation is how long a request that waited its bound is watched
+// more before it is given up (Watchdog).
+func confirmation(bound time.Duration) time.Duration {
+	return min(max(bound/10, 10*time.Millisecond), 2*time.Second)
+}
+
+// expire runs when request seq waited its bound, and again after the
+// confirmation.
+func (d *Device) expire(seq uint32, bound time.Duration, start time.Time) {
+	d.mu.Lock()
+	w, ok := d.pending[seq]
+	if !ok || d.lost != nil {
+		d.mu.Unlock()
+		return
+	}
+	if d.watch.Paused != nil {
+		if p := d.watch.Paused(); p != w.pause {
+			// Stopped meanwhile: the whole bound again, from now.
+			w.pause, w.confirming = p, false
+			w.timer.Reset(bound)
+			d.mu.Unlock()
+			return
+		}
+	}
+	if !w.confirming {
+		w.confirming = true
+		w.timer.Reset(confirmation(bound))
+		d.mu.Unlock()
+		return
+	}
+	d.mu.Unlock()
+	waited := time.Since(start)
+	d.lose(fmt.Errorf("%w: no whole reply to op %d within %v", ErrUnanswered, w.op, bound))
+	d.conn.Close()
+	if d.watch.Expired != nil {
+		d.watch.Expired(w.op, waited)
+	}
 }
 
 // NewDevice starts reading replies on conn and asks the executor for its
 // device's description. Close ends the executor and closes conn.
 func NewDevice(conn io.ReadWriteCloser) (*Device, error) {
-	d := &Device{conn: conn, pending: map[uint32]chan frame{}, done: make(chan struct{})}
+	d := &Device{conn: conn, pending: map[uint32]*waiting{}, done: make(chan struct{})}
 	go d.readLoop()
 	body, err := d.call(OpInfo, nil)
 	if err != nil {
@@ -68,15 +166,18 @@ func (d *Device) readLoop() {
 			return
 		}
 		d.mu.Lock()
-		ch, ok := d.pending[f.seq]
+		w, ok := d.pending[f.seq]
 		delete(d.pending, f.seq)
+		if ok && w.timer != nil {
+			w.timer.Stop()
+		}
 		d.mu.Unlock()
 		if !ok {
 			d.lose(fmt.Errorf("%w: reply to request %d, which is not waiting", ErrProtocol, f.seq))
 			d.conn.Close()
 			return
 		}
-		ch <- f
+		w.ch <- f
 	}
 }
 
@@ -88,8 +189,11 @@ func (d *Device) lose(cause error) {
 	if d.lost == nil {
 		d.lost = fmt.Errorf("%w: %w", gpu.ErrContextLost, cause)
 	}
-	for seq, ch := range d.pending {
-		close(ch)
+	for seq, w := range d.pending {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		close(w.ch)
 		delete(d.pending, seq)
 	}
 }
@@ -111,7 +215,9 @@ func (d *Device) request(op Op, body []byte) (chan frame, error) {
 	}
 	d.seq++
 	seq := d.seq
-	d.pending[seq] = ch
+	w := &waiting{ch: ch, op: op}
+	d.pending[seq] = w
+	d.arm(seq, w)
 	d.mu.Unlock()
 	out := appendFrame(make([]byte, 0, 9+len(body)), seq, uint8(op), body)
 	d.wmu.Lock()

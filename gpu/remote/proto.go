@@ -149,6 +149,10 @@ func (k errKind) sentinel() error {
 // ErrProtocol: a frame or body that does not follow the protocol.
 var ErrProtocol = errors.New("executor protocol violation")
 
+// ErrUnanswered is the cause of a device lost because the executor left
+// a request unanswered past its Watchdog bound.
+var ErrUnanswered = errors.New("executor unanswered")
+
 // Error is an error the executor answered: its message, and the sentinel
 // of its kind for errors.Is.
 type Error struct {
