@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
@@ -95,7 +96,11 @@ func (in *Instance) newContext(cc *abi.ContextCreate, enable bool) (*Instance, e
 		err error
 	)
 	if in.openContext != nil {
-		if dev, err = in.openContext(cc.ID); err != nil {
+		mem := ContextMemory{Device: cc.MemLimit, Programs: in.progBytes.Load()}
+		if mem.Device == 0 || mem.Device > in.memBytes.Load() {
+			mem.Device = in.memBytes.Load()
+		}
+		if dev, err = in.openContext(cc.ID, mem); err != nil {
 			return nil, abi.Errorf(abi.StatusOutOfResources, "context %d: open its device: %v", cc.ID, err)
 		}
 		q, err = dev.NewQueue()
@@ -194,9 +199,36 @@ func (in *Instance) closeContexts() {
 	}
 }
 
+// aborter is a context's device served by a process the instance can
+// end at once (an executor, worker/child): Abort kills it, and every call
+// waiting on it then fails with gpu.ErrContextLost.
+type aborter interface{ Abort() }
+
+// contextStopWait bounds how long closing a context may wait on its
+// device (its worker goroutine in a call, its buffers' release, its
+// queue's close) when that device answers nothing (a stopped or hung
+// executor), before it aborts the device.
+const contextStopWait = 2 * time.Second
+
 // closeContext ends a device context: its worker, its buffers (their
 // bytes given back to the instance's quota), its queue and its device.
+// A destroy or a reset never waits on a stuck device without a bound: a
+// device that can be aborted is, if closing has not got past it within
+// contextStopWait.
 func (in *Instance) closeContext() {
+	if a, ok := in.ctxDev.(aborter); ok {
+		closed := make(chan struct{})
+		defer close(closed)
+		t := time.AfterFunc(contextStopWait, func() {
+			select {
+			case <-closed:
+			default:
+				in.log.Warn("device context stuck on its device: aborting it", "waited", contextStopWait)
+				a.Abort()
+			}
+		})
+		defer t.Stop()
+	}
 	if err := in.Close(); err != nil && !in.lost.Load() {
 		in.log.Warn("close device context", "err", err)
 	}

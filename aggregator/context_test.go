@@ -15,7 +15,10 @@ import (
 // withContexts lets g's instance make n device contexts, each on a device
 // open returns (nil: queues of the instance's device).
 func withContexts(g *testGuest, n uint32, open func(uint32) (gpu.Device, error)) {
-	g.in.maxContexts, g.in.openContext = n, open
+	g.in.maxContexts = n
+	if open != nil {
+		g.in.openContext = func(id uint32, _ ContextMemory) (gpu.Device, error) { return open(id) }
+	}
 }
 
 func ctxCmd(p abi.Payload) abi.Command { return abi.NewCommand(p, 0, 0) }

@@ -48,7 +48,9 @@ type InstanceConfig struct {
 	// contexts take queues of the instance's own device, which isolates
 	// their handles but not their kernels (tests, the in-process
 	// baseline).
-	OpenContext func(id uint32) (gpu.Device, error)
+	// mem is what the context may hold: its executor's memory bound is
+	// made from it.
+	OpenContext func(id uint32, mem ContextMemory) (gpu.Device, error)
 	// TurnHold is how long a device turn may be kept across consecutive
 	// commands of the ring (turns.go "Many commands per turn"): 0 means
 	// DefaultTurnHold, a negative value one turn per command.
@@ -63,6 +65,15 @@ type Limits struct {
 	MaxWorkGroup uint32
 	Profile      string
 	DeviceName   string
+}
+
+// ContextMemory is what a device context may hold, for OpenContext: the
+// device bytes of its buffers (its own limit, or the instance's quota
+// when it has none) and the bytes of the instance's programs, both as
+// they are when the context is made.
+type ContextMemory struct {
+	Device   uint64
+	Programs uint64
 }
 
 // RingConfig is the guest's ring programming.
@@ -128,7 +139,7 @@ type Instance struct {
 	// Device contexts (context.go). For the default context: the most it
 	// may make and how it opens their devices; ctxMu guards contexts.
 	maxContexts uint32
-	openContext func(id uint32) (gpu.Device, error)
+	openContext func(id uint32, mem ContextMemory) (gpu.Device, error)
 	ctxMu       sync.Mutex
 	contexts    map[uint32]*Instance
 	// For a device context: the default context it belongs to, its id,

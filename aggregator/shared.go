@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/vgpud/vgpud/abi"
@@ -76,6 +77,22 @@ type Shared struct {
 	// Pipelined counts the launches enqueued without a wait of their own
 	// (pipeline.go).
 	Pipelined atomic.Uint64
+	// KernelLimit and BuildLimit are the instance's kernel limit and
+	// build budget in nanoseconds (0: none), written by the main process
+	// after the instance was added to its worker and whenever they
+	// change. A worker bounds the calls to its device contexts' executors
+	// below them (docs/isolation.md "Executors"), so that a hung executor
+	// ends its own context before the main process's watchdog ends the
+	// whole worker. A vgpud that predates them leaves them 0: the worker
+	// then bounds nothing itself.
+	KernelLimit atomic.Int64
+	BuildLimit  atomic.Int64
+}
+
+// TimeLimits returns KernelLimit and BuildLimit as durations; a negative
+// value (a lying peer wrote it) reads as none.
+func (s *Shared) TimeLimits() (kernel, build time.Duration) {
+	return time.Duration(max(s.KernelLimit.Load(), 0)), time.Duration(max(s.BuildLimit.Load(), 0))
 }
 
 // LiveContexts counts the live device contexts (CtxLive's bits).

@@ -27,6 +27,8 @@ func TestSharedLayout(t *testing.T) {
 		{"Stats", unsafe.Offsetof(s.Stats), 40},
 		// Appended later: after every field of the first layout.
 		{"Kernels", unsafe.Offsetof(s.Kernels), unsafe.Offsetof(s.ProgramBytes) + 8},
+		{"KernelLimit", unsafe.Offsetof(s.KernelLimit), unsafe.Offsetof(s.Pipelined) + 8},
+		{"BuildLimit", unsafe.Offsetof(s.BuildLimit), unsafe.Offsetof(s.Pipelined) + 16},
 	} {
 		if f.got != f.want {
 			t.Errorf("offset of %s = %d, want %d", f.name, f.got, f.want)

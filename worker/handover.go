@@ -536,6 +536,7 @@ func (p *Pool) Start() error {
 		lim, pr, slot := in.limits, in.proc, in.slot
 		in.mu.Unlock()
 		p.schedLimits(in.cfg.Device, in.cfg.ID, in.cfg.Domain, lim)
+		in.publishLimits(lim)
 		if pr != nil {
 			if _, err := pr.call(context.Background(), &wire.Quota{Slot: slot, Limits: wireLimits(lim)}); err != nil {
 				pr.log.Warn("adopted instance: limits not sent", "instance", in.cfg.ID, "err", err)

@@ -219,6 +219,7 @@ func (in *procInstance) attach() error {
 		in.pool.retire(pr)
 		return err
 	}
+	in.publishLimits(lim)
 	in.mu.Lock()
 	in.proc, in.slot, in.lost, in.why = pr, slot, false, ""
 	regions := in.regions
@@ -561,7 +562,16 @@ func (in *procInstance) SetLimits(l Limits) error {
 		in.pool.schedLimits(dev, in.cfg.ID, in.cfg.Domain, old)
 		return err
 	}
+	in.publishLimits(l)
 	return nil
+}
+
+// publishLimits writes the time limits the worker bounds its executors'
+// calls by into the instance page (aggregator.Shared.KernelLimit); the
+// worker clears the page when the instance is added, so after that.
+func (in *procInstance) publishLimits(l Limits) {
+	in.sh.KernelLimit.Store(int64(max(l.KernelTimeout, 0)))
+	in.sh.BuildLimit.Store(int64(max(l.BuildTimeout, 0)))
 }
 
 // limitsNow returns the instance's limits.

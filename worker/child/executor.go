@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,6 +72,14 @@ func executorMain() int {
 		log.Error("cannot enter the sandbox", "err", err.Error())
 		return 2
 	}
+	// Its own filter on top of the worker's: it signals nothing but
+	// itself, stops nothing, sets no limit (docs/isolation.md
+	// "Executors"). Before the device is opened: no guest code runs
+	// without it.
+	if err := sandbox.ConfineExecutor(pol); err != nil {
+		log.Error("cannot confine the executor", "err", err.Error())
+		return 2
+	}
 	index, err := strconv.Atoi(os.Getenv(envExecutorDevice))
 	if err != nil {
 		log.Error("bad device index", "err", err)
@@ -99,6 +108,24 @@ func executorMain() int {
 	return 0
 }
 
+// ContextBounds bound a device context's device (Options.OpenContext).
+type ContextBounds struct {
+	// DataBytes is the RLIMIT_DATA of the context's executor
+	// (sandbox.DataLimit of what the context may hold); 0: the worker's.
+	DataBytes uint64
+	// Limits returns the instance's kernel limit and build budget (0:
+	// none), which the main process's watchdog enforces on the whole
+	// worker; the worker ends a context's executor that leaves a call
+	// unanswered for a little less (executorBound), first. nil: no
+	// bound.
+	Limits func() (kernel, build time.Duration)
+}
+
+// executorCloseWait bounds the executor's answer to close and its exit
+// after it (docs/isolation.md "Executors"): past it, it is killed.
+// Nothing is lost by killing an executor being closed.
+const executorCloseWait = 5 * time.Second
+
 // executorDevice is the device of an executor process: a remote.Device
 // with the process that serves it.
 type executorDevice struct {
@@ -108,6 +135,7 @@ type executorDevice struct {
 	status   syscall.WaitStatus // how the executor ended, once it did
 	waitErr  error
 	finished chan struct{} // closed once it was reaped
+	killed   atomic.Bool
 }
 
 // openExecutor starts an executor for device index on the socket pair
@@ -118,25 +146,25 @@ func openExecutor(index int) (*executorDevice, error) {
 	if mine == nil || theirs == nil {
 		return nil, errors.New("executor: no socket pair on fds 4 and 5")
 	}
-	return startExecutor(index, mine, theirs)
+	return startExecutor(index, mine, theirs, ContextBounds{})
 }
 
 // openContextExecutor starts an executor for one device context of an
 // instance (docs/isolation.md "Device contexts") on a socket pair of its
 // own: an AF_UNIX pair, connected to nothing else, is the one kind of
 // socket a worker's seccomp filter lets it make.
-func openContextExecutor(index int) (*executorDevice, error) {
+func openContextExecutor(index int, b ContextBounds) (*executorDevice, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("context executor: socketpair: %w", err)
 	}
-	return startExecutor(index, os.NewFile(uintptr(fds[0]), "executor"), os.NewFile(uintptr(fds[1]), "executor-peer"))
+	return startExecutor(index, os.NewFile(uintptr(fds[0]), "executor"), os.NewFile(uintptr(fds[1]), "executor-peer"), b)
 }
 
 // startExecutor starts an executor for device index serving the socket
-// theirs, and returns its device, spoken to over mine. It closes both
-// files.
-func startExecutor(index int, mine, theirs *os.File) (*executorDevice, error) {
+// theirs, bounded by b, and returns its device, spoken to over mine. It
+// closes both files.
+func startExecutor(index int, mine, theirs *os.File, b ContextBounds) (*executorDevice, error) {
 	defer theirs.Close()
 	// The worker's end first, as a descriptor the executor does not
 	// inherit; the executor's end only as its fd 3.
@@ -152,40 +180,95 @@ func startExecutor(index int, mine, theirs *os.File) (*executorDevice, error) {
 			env = append(env, kv)
 		}
 	}
+	e := &executorDevice{finished: make(chan struct{})}
 	// ForkExec, not os/exec: a plain vfork-style clone and wait4, which
 	// the worker's seccomp filter allows. The executor dies with the
 	// thread that started it; in a worker it is also in the worker's PID
 	// namespace, which ends with the worker.
-	pid, err := syscall.ForkExec(selfExe, []string{"vgpud-executor"}, &syscall.ProcAttr{
-		Env:   env,
-		Files: []uintptr{0, 1, 2, theirs.Fd()},
-		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	e.pid, err = children.start(e, func() (int, error) {
+		return syscall.ForkExec(selfExe, []string{"vgpud-executor"}, &syscall.ProcAttr{
+			Env:   env,
+			Files: []uintptr{0, 1, 2, theirs.Fd()},
+			Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+		})
 	})
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("executor: start: %w", err)
 	}
 	theirs.Close()
-	e := &executorDevice{pid: pid, finished: make(chan struct{})}
-	go e.reap()
+	// Its memory bound before it runs anything of the guest's: the
+	// guest's programs reach it only through the socket, later.
+	if b.DataBytes != 0 {
+		if err := sandbox.SetDataBound(e.pid, b.DataBytes); err != nil {
+			conn.Close()
+			e.kill()
+			<-e.finished
+			return nil, fmt.Errorf("executor for device %d: %w", index, err)
+		}
+	}
 	if e.Device, err = remote.NewDevice(conn.(*net.UnixConn)); err != nil {
 		// The executor ends once its socket does.
-		<-e.finished
+		e.waitOrKill(executorCloseWait)
 		return nil, fmt.Errorf("executor for device %d (%s): %w", index, e.describe(), err)
+	}
+	if b.Limits != nil {
+		e.Device.SetWatchdog(&remote.Watchdog{
+			Bound:   func(op remote.Op) time.Duration { return executorBound(op, b.Limits) },
+			Paused:  continued.Load,
+			Expired: func(remote.Op, time.Duration) { e.kill() },
+		})
 	}
 	return e, nil
 }
 
-// reap waits for the executor's end.
-func (e *executorDevice) reap() {
-	defer close(e.finished)
-	for {
-		_, err := syscall.Wait4(e.pid, &e.status, 0, nil)
-		if !errors.Is(err, syscall.EINTR) {
-			e.waitErr = err
-			return
-		}
+// executorBound is how long the worker waits for an executor's answer to
+// op (docs/isolation.md "Executors"): the budget the main process's
+// watchdog gives the call (a build's for a build, a device turn's for
+// anything else) less a margin of a quarter of it, at least 2 s and at
+// most half: with remote.Watchdog's confirmation (a tenth of the bound)
+// the worker has ended a hung, stopped or half-replying executor, and
+// its context alone, and released the turn, well before the main
+// process would end the worker and every context of the VM. 0 where the
+// budget is none.
+func executorBound(op remote.Op, limits func() (kernel, build time.Duration)) time.Duration {
+	kernel, build := limits()
+	d := kernel
+	if op == remote.OpBuild {
+		d = build
 	}
+	margin := min(max(d/4, 2*time.Second), d/2)
+	return d - margin
+}
+
+// kill ends the executor at once (SIGKILL), unless it was reaped (its
+// pid may be another process's by then).
+func (e *executorDevice) kill() {
+	e.killed.Store(true)
+	children.signal(e, syscall.SIGKILL)
+}
+
+// Abort kills the executor (aggregator's aborter): a context's destroy
+// or reset uses it when a call to the executor does not return.
+func (e *executorDevice) Abort() { e.kill() }
+
+// waitOrKill waits at most bound for the executor's end, then kills it
+// and waits for that.
+func (e *executorDevice) waitOrKill(bound time.Duration) {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-e.finished:
+	case <-t.C:
+		e.kill()
+		<-e.finished
+	}
+}
+
+// reaped records how the executor ended; the reaper calls it once.
+func (e *executorDevice) reaped(status syscall.WaitStatus, err error) {
+	e.status, e.waitErr = status, err
+	close(e.finished)
 }
 
 // describe says how the executor ended; only after finished.
@@ -193,6 +276,8 @@ func (e *executorDevice) describe() string {
 	switch {
 	case e.waitErr != nil:
 		return fmt.Sprintf("not reaped: %v", e.waitErr)
+	case e.status.Signaled() && e.killed.Load():
+		return "killed by the worker (" + e.status.Signal().String() + ")"
 	case e.status.Signaled():
 		return "killed by signal " + e.status.Signal().String()
 	default:
@@ -200,10 +285,23 @@ func (e *executorDevice) describe() string {
 	}
 }
 
-// Close ends the executor: it closes its device and exits.
+// Close ends the executor: it asks it to close its device and exit, and
+// kills it if it has not within executorCloseWait (a stopped or hung
+// executor answers nothing; a context's destroy and a device reset must
+// not wait on it).
 func (e *executorDevice) Close() error {
-	err := e.Device.Close()
-	<-e.finished
+	done := make(chan error, 1)
+	go func() { done <- e.Device.Close() }()
+	t := time.NewTimer(executorCloseWait)
+	defer t.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-t.C:
+		e.kill() // its socket ends with it, and so does Device.Close
+		err = <-done
+	}
+	e.waitOrKill(executorCloseWait)
 	return err
 }
 

@@ -78,8 +78,15 @@ func Main() int {
 	}
 	opts := Options{CacheDir: os.Getenv(EnvCache), Logger: log}
 	if os.Getenv(EnvExecutor) == "1" {
+		// Its PID namespace's init reaps what the namespace hands it
+		// (an executor's orphans); the worker runs no OpenCL runtime
+		// whose children it could take.
+		if os.Getpid() == 1 {
+			children.reapAll()
+		}
+		watchContinued()
 		opts.Open = func(i int) (gpu.Device, error) { return openExecutor(i) }
-		opts.OpenContext = func(i int) (gpu.Device, error) { return openContextExecutor(i) }
+		opts.OpenContext = func(i int, b ContextBounds) (gpu.Device, error) { return openContextExecutor(i, b) }
 	}
 	if err := Serve(conn, opts); err != nil {
 		log.Error("worker ends", "err", fmt.Sprint(err))

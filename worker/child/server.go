@@ -19,6 +19,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev/guestmem"
 	"github.com/vgpud/vgpud/reuse"
+	"github.com/vgpud/vgpud/worker/sandbox"
 	"github.com/vgpud/vgpud/worker/wire"
 )
 
@@ -32,7 +33,11 @@ type Options struct {
 	// which only that context's buffers are reachable (docs/isolation.md
 	// "Device contexts"). nil: gpu.Open by index, an OpenCL context of its
 	// own in this process (a GPU's per-context address space).
-	OpenContext func(index int) (gpu.Device, error)
+	//
+	// b bounds what the context's device may take: its memory (where the
+	// device runs in a process of its own, that process's RLIMIT_DATA)
+	// and the time a call to it may go unanswered.
+	OpenContext func(index int, b ContextBounds) (gpu.Device, error)
 	// CacheDir is the domain's compiler cache (its size is capped after
 	// each build); empty: none managed.
 	CacheDir string
@@ -89,7 +94,7 @@ func Serve(conn *wire.Conn, opts Options) error {
 		opts.Logger = slog.Default()
 	}
 	if opts.OpenContext == nil {
-		opts.OpenContext = func(i int) (gpu.Device, error) { return gpu.Open(fmt.Sprint(i)) }
+		opts.OpenContext = func(i int, _ ContextBounds) (gpu.Device, error) { return gpu.Open(fmt.Sprint(i)) }
 	}
 	if opts.Open == nil {
 		opts.Open = func(i int) (gpu.Device, error) { return gpu.Open(fmt.Sprint(i)) }
@@ -337,8 +342,13 @@ func (s *server) add(m *wire.Add, fds []int) (err error) {
 	in, err := s.dev.NewInstance(aggregator.InstanceConfig{
 		ID: m.ID, Profile: m.Limits.Profile, MemBytes: m.Limits.MemBytes, ProgramBytes: m.Limits.ProgramBytes,
 		ComputeUnits: m.Limits.ComputeUnits, Memory: sl.mem, Logger: s.log, Shared: sh, Notify: sl.signal,
-		Contexts:    m.Contexts,
-		OpenContext: func(uint32) (gpu.Device, error) { return s.opts.OpenContext(device) },
+		Contexts: m.Contexts,
+		OpenContext: func(_ uint32, mem aggregator.ContextMemory) (gpu.Device, error) {
+			return s.opts.OpenContext(device, ContextBounds{
+				DataBytes: sandbox.DataLimit(mem.Device, mem.Programs),
+				Limits:    func() (time.Duration, time.Duration) { return sh.TimeLimits() },
+			})
+		},
 	})
 	if err != nil {
 		sl.doorbell.Close()
