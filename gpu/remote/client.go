@@ -277,8 +277,8 @@ func (d *Device) NewQueue() (gpu.Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := dec{b: body}
-	h := r.u32()
+	r := newDec(body)
+	h := r.U32()
 	if err := r.done(); err != nil || h == 0 {
 		return nil, d.broken(OpNewQueue, errors.Join(err, fmt.Errorf("%w: handle 0", ErrProtocol)))
 	}
@@ -311,7 +311,7 @@ type Queue struct {
 
 func (q *Queue) body() *enc {
 	e := &enc{}
-	e.u32(q.h)
+	e.U32(q.h)
 	return e
 }
 
@@ -320,13 +320,13 @@ func (q *Queue) call(op Op, e *enc) ([]byte, error) {
 	if q.closed.Load() {
 		return nil, fmt.Errorf("queue: %w", gpu.ErrClosed)
 	}
-	return q.d.call(op, e.b)
+	return q.d.call(op, e.B)
 }
 
 // handle decodes a reply that is one handle.
 func (q *Queue) handle(op Op, body []byte) (uint32, error) {
-	r := dec{b: body}
-	h := r.u32()
+	r := newDec(body)
+	h := r.U32()
 	if err := r.done(); err != nil {
 		return 0, q.d.broken(op, err)
 	}
@@ -351,7 +351,7 @@ func (q *Queue) buffer(b gpu.Buffer) (uint32, error) {
 // Alloc allocates a zeroed buffer.
 func (q *Queue) Alloc(size uint64) (gpu.Buffer, error) {
 	e := q.body()
-	e.u64(size)
+	e.U64(size)
 	body, err := q.call(OpAlloc, e)
 	if err != nil {
 		return nil, err
@@ -366,7 +366,7 @@ func (q *Queue) Alloc(size uint64) (gpu.Buffer, error) {
 // Write copies p into b at off, Chunk bytes a request.
 func (q *Queue) Write(b gpu.Buffer, off uint64, p []byte) error {
 	return q.chunked(b, off, p, func(e *enc, part []byte) (Op, func([]byte) error) {
-		e.raw(part)
+		e.Raw(part)
 		return OpWrite, func(body []byte) error { return q.empty(OpWrite, body, nil) }
 	})
 }
@@ -374,7 +374,7 @@ func (q *Queue) Write(b gpu.Buffer, off uint64, p []byte) error {
 // Read copies len(p) bytes of b at off into p, Chunk bytes a request.
 func (q *Queue) Read(b gpu.Buffer, off uint64, p []byte) error {
 	return q.chunked(b, off, p, func(e *enc, part []byte) (Op, func([]byte) error) {
-		e.u32(uint32(len(part)))
+		e.U32(uint32(len(part)))
 		return OpRead, func(body []byte) error {
 			if len(body) != len(part) {
 				return q.d.broken(OpRead, fmt.Errorf("%w: %d bytes read, %d asked", ErrProtocol, len(body), len(part)))
@@ -396,8 +396,8 @@ func (q *Queue) chunked(b gpu.Buffer, off uint64, p []byte, add func(e *enc, par
 	for first := true; first || len(p) > 0; first = false {
 		part := p[:min(len(p), Chunk)]
 		e := q.body()
-		e.u32(h)
-		e.u64(off)
+		e.U32(h)
+		e.U64(off)
 		op, check := add(e, part)
 		body, err := q.call(op, e)
 		if err != nil {
@@ -427,11 +427,11 @@ func (q *Queue) Copy(src, dst gpu.Buffer, srcOff, dstOff, n uint64) error {
 		return err
 	}
 	e := q.body()
-	e.u32(sh)
-	e.u32(dh)
-	e.u64(srcOff)
-	e.u64(dstOff)
-	e.u64(n)
+	e.U32(sh)
+	e.U32(dh)
+	e.U64(srcOff)
+	e.U64(dstOff)
+	e.U64(n)
 	body, err := q.call(OpCopy, e)
 	return q.empty(OpCopy, body, err)
 }
@@ -446,11 +446,11 @@ func (q *Queue) Fill(b gpu.Buffer, off, n uint64, pattern []byte) error {
 		return fmt.Errorf("fill pattern of %d bytes: %w", len(pattern), gpu.ErrInvalidArgument)
 	}
 	e := q.body()
-	e.u32(h)
-	e.u64(off)
-	e.u64(n)
-	e.u8(uint8(len(pattern)))
-	e.raw(pattern)
+	e.U32(h)
+	e.U64(off)
+	e.U64(n)
+	e.U8(uint8(len(pattern)))
+	e.Raw(pattern)
 	body, err := q.call(OpFill, e)
 	return q.empty(OpFill, body, err)
 }
@@ -466,12 +466,12 @@ func (q *Queue) Build(source, options string) (gpu.Program, string, error) {
 	e := q.body()
 	e.s32(source)
 	e.s32(options)
-	body, log, err := q.d.callLog(OpBuild, e.b)
+	body, log, err := q.d.callLog(OpBuild, e.B)
 	if err != nil {
 		return nil, log, err
 	}
-	r := dec{b: body}
-	h, log := r.u32(), r.s32()
+	r := newDec(body)
+	h, log := r.U32(), r.s32()
 	if err := r.done(); err != nil || h == 0 {
 		return nil, "", q.d.broken(OpBuild, errors.Join(err, fmt.Errorf("%w: program handle %d", ErrProtocol, h)))
 	}
@@ -488,8 +488,8 @@ func (q *Queue) Launch(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Durati
 	if err != nil {
 		return 0, err
 	}
-	rd := dec{b: body}
-	ns := rd.u64()
+	rd := newDec(body)
+	ns := rd.U64()
 	if err := rd.done(); err != nil {
 		return 0, q.d.broken(OpLaunch, err)
 	}
@@ -512,9 +512,9 @@ func (q *Queue) appendLaunch(e *enc, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg
 	if len(args) > maxArgs || r.Dims < 0 || r.Dims > math.MaxUint8 {
 		return fmt.Errorf("launch of %d arguments, %d dimensions: %w", len(args), r.Dims, gpu.ErrInvalidLaunch)
 	}
-	e.u32(rk.h)
+	e.U32(rk.h)
 	e.ndrange(r)
-	e.u16(uint16(len(args)))
+	e.U16(uint16(len(args)))
 	for i, a := range args {
 		switch {
 		case a.Buffer != nil:
@@ -522,18 +522,18 @@ func (q *Queue) appendLaunch(e *enc, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg
 			if err != nil {
 				return fmt.Errorf("argument %d: %w", i, err)
 			}
-			e.u8(argBuffer)
-			e.u32(h)
+			e.U8(argBuffer)
+			e.U32(h)
 		case a.Scalar != nil:
 			if len(a.Scalar) > math.MaxUint16 {
 				return fmt.Errorf("argument %d: scalar of %d bytes: %w", i, len(a.Scalar), gpu.ErrInvalidLaunch)
 			}
-			e.u8(argScalar)
-			e.u16(uint16(len(a.Scalar)))
-			e.raw(a.Scalar)
+			e.U8(argScalar)
+			e.U16(uint16(len(a.Scalar)))
+			e.Raw(a.Scalar)
 		default:
-			e.u8(argLocal)
-			e.u64(a.Local)
+			e.U8(argLocal)
+			e.U64(a.Local)
 		}
 	}
 	return nil
@@ -556,15 +556,15 @@ func (q *Queue) Enqueue(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) error {
 	}
 	if q.batch == nil {
 		q.batch = q.body()
-		q.batch.u16(0) // the count, set by Sync
+		q.batch.U16(0) // the count, set by Sync
 	}
-	mark := len(q.batch.b)
+	mark := len(q.batch.B)
 	if err := q.appendLaunch(q.batch, k, r, args); err != nil {
-		q.batch.b = q.batch.b[:mark]
+		q.batch.B = q.batch.B[:mark]
 		return err
 	}
-	if len(q.batch.b)+5 > MaxFrame {
-		q.batch.b = q.batch.b[:mark]
+	if len(q.batch.B)+5 > MaxFrame {
+		q.batch.B = q.batch.B[:mark]
 		return ErrBatchFull
 	}
 	q.batched++
@@ -579,7 +579,7 @@ func (q *Queue) Sync() []gpu.LaunchResult {
 	}
 	e := q.batch
 	q.batch, q.batched = nil, 0
-	binary.LittleEndian.PutUint16(e.b[4:], uint16(n))
+	binary.LittleEndian.PutUint16(e.B[4:], uint16(n))
 	body, err := q.call(OpLaunches, e)
 	var res []gpu.LaunchResult
 	if err == nil {
@@ -604,7 +604,7 @@ func (q *Queue) Close() error {
 		return nil
 	}
 	e := q.body()
-	body, err := q.d.call(OpCloseQueue, e.b)
+	body, err := q.d.call(OpCloseQueue, e.B)
 	return q.empty(OpCloseQueue, body, err)
 }
 
@@ -615,9 +615,9 @@ func (q *Queue) release(what uint8, h uint32) {
 		return
 	}
 	e := q.body()
-	e.u8(what)
-	e.u32(h)
-	body, err := q.d.call(OpRelease, e.b)
+	e.U8(what)
+	e.U32(h)
+	body, err := q.d.call(OpRelease, e.B)
 	_ = q.empty(OpRelease, body, err)
 }
 
@@ -654,7 +654,7 @@ func (p *Program) call(op Op, name string) ([]byte, error) {
 		return nil, fmt.Errorf("program: %w", gpu.ErrClosed)
 	}
 	e := p.q.body()
-	e.u32(p.h)
+	e.U32(p.h)
 	if op == OpKernel {
 		e.s16(name)
 	}
@@ -676,8 +676,8 @@ func (p *Program) Kernel(name string) (gpu.Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := dec{b: body}
-	h, n := r.u32(), r.u32()
+	r := newDec(body)
+	h, n := r.U32(), r.U32()
 	if err := r.done(); err != nil || h == 0 || n > maxArgs {
 		return nil, p.q.d.broken(OpKernel, errors.Join(err, fmt.Errorf("%w: kernel handle %d, %d arguments", ErrProtocol, h, n)))
 	}
@@ -696,14 +696,14 @@ func (p *Program) KernelNames() []string {
 	if err != nil {
 		return nil
 	}
-	r := dec{b: body}
-	n := r.u32()
+	r := newDec(body)
+	n := r.U32()
 	if n > maxNames {
 		p.q.d.broken(OpKernelNames, fmt.Errorf("%w: %d kernel names", ErrProtocol, n))
 		return nil
 	}
 	var names []string
-	for i := uint32(0); i < n && r.err == nil; i++ {
+	for i := uint32(0); i < n && r.Err() == nil; i++ {
 		names = append(names, r.s16())
 	}
 	if err := r.done(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/internal/codec"
 )
 
 // The executor protocol (docs/executor-protocol.md). Every integer is
@@ -200,117 +201,44 @@ func appendFrame(dst []byte, seq uint32, code uint8, body []byte) []byte {
 	return append(dst, body...)
 }
 
-// enc builds a body.
-type enc struct{ b []byte }
-
-func (e *enc) u8(v uint8)   { e.b = append(e.b, v) }
-func (e *enc) u16(v uint16) { e.b = binary.LittleEndian.AppendUint16(e.b, v) }
-func (e *enc) u32(v uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, v) }
-func (e *enc) u64(v uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, v) }
-func (e *enc) raw(p []byte) { e.b = append(e.b, p...) }
+// enc builds a body (internal/codec), with the executor protocol's
+// strings (a u16 or u32 length) and ranges.
+type enc struct{ codec.Writer }
 
 // s16 and s32 append a string with its length; the caller keeps it within
 // the length's range (checkString).
-func (e *enc) s16(s string) { e.u16(uint16(len(s))); e.b = append(e.b, s...) }
-func (e *enc) s32(s string) { e.u32(uint32(len(s))); e.b = append(e.b, s...) }
+func (e *enc) s16(s string) { e.U16(uint16(len(s))); e.Str(s) }
+func (e *enc) s32(s string) { e.U32(uint32(len(s))); e.Str(s) }
 
 func (e *enc) ndrange(r gpu.NDRange) {
-	e.u8(uint8(r.Dims))
+	e.U8(uint8(r.Dims))
 	for _, a := range [][3]uint64{r.Offset, r.Global, r.Local} {
 		for _, v := range a {
-			e.u64(v)
+			e.U64(v)
 		}
 	}
 }
 
-// dec reads a body; the first short read sets err and every later read
-// returns zero.
-type dec struct {
-	b   []byte
-	err error
+// dec reads a body (internal/codec): the first short read sets the error,
+// an ErrProtocol, and every later read returns zero.
+type dec struct{ codec.Reader }
+
+func newDec(body []byte) dec {
+	return dec{codec.NewReader(body, func(msg string) error { return fmt.Errorf("%w: %s", ErrProtocol, msg) })}
 }
 
-func (d *dec) take(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n < 0 || n > len(d.b) {
-		d.err = fmt.Errorf("%w: body short by %d bytes", ErrProtocol, n-len(d.b))
-		return nil
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
-}
+func (d *dec) s16() string { return string(d.Take(int(d.U16()))) }
 
-func (d *dec) u8() uint8 {
-	if p := d.take(1); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-func (d *dec) u16() uint16 {
-	if p := d.take(2); p != nil {
-		return binary.LittleEndian.Uint16(p)
-	}
-	return 0
-}
-
-func (d *dec) u32() uint32 {
-	if p := d.take(4); p != nil {
-		return binary.LittleEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *dec) u64() uint64 {
-	if p := d.take(8); p != nil {
-		return binary.LittleEndian.Uint64(p)
-	}
-	return 0
-}
-
-func (d *dec) s16() string { return string(d.take(int(d.u16()))) }
-
-func (d *dec) s32() string {
-	n := d.u32()
-	if n > MaxFrame {
-		d.fail("string of %d bytes", n)
-		return ""
-	}
-	return string(d.take(int(n)))
-}
-
-// rest returns what is left of the body.
-func (d *dec) rest() []byte {
-	if d.err != nil {
-		return nil
-	}
-	p := d.b
-	d.b = nil
-	return p
-}
-
-func (d *dec) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrProtocol}, args...)...)
-	}
-}
+func (d *dec) s32() string { return string(d.Bounded("string", uint64(d.U32()), MaxFrame)) }
 
 // done is the decode's error, or one if bytes are left over.
-func (d *dec) done() error {
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d bytes after the body", len(d.b))
-	}
-	return d.err
-}
+func (d *dec) done() error { return d.Done("body") }
 
 func (d *dec) ndrange() gpu.NDRange {
-	r := gpu.NDRange{Dims: int(d.u8())}
+	r := gpu.NDRange{Dims: int(d.U8())}
 	for _, a := range []*[3]uint64{&r.Offset, &r.Global, &r.Local} {
 		for i := range a {
-			a[i] = d.u64()
+			a[i] = d.U64()
 		}
 	}
 	return r
@@ -321,12 +249,12 @@ func errorBody(err error, log string) []byte {
 	var e enc
 	e.s16(message(err))
 	e.s32(log)
-	return e.b
+	return e.B
 }
 
 // decodeError decodes an error reply of kind k: the error and the log.
 func decodeError(k errKind, body []byte) (error, string) {
-	d := dec{b: body}
+	d := newDec(body)
 	msg, log := d.s16(), d.s32()
 	if err := d.done(); err != nil {
 		return err, ""
@@ -358,30 +286,30 @@ func message(err error) string {
 func appendResults(e *enc, res []gpu.LaunchResult) {
 	for _, r := range res {
 		if r.Err != nil {
-			e.u8(uint8(kindOf(r.Err)))
+			e.U8(uint8(kindOf(r.Err)))
 			e.s16(message(r.Err))
 			continue
 		}
-		e.u8(0)
-		e.u64(uint64(max(r.Device, 0)))
+		e.U8(0)
+		e.U64(uint64(max(r.Device, 0)))
 	}
 }
 
 // decodeResults decodes an OpLaunches reply of n results; a body that
 // is not exactly that is ErrProtocol.
 func decodeResults(body []byte, n int) ([]gpu.LaunchResult, error) {
-	d := dec{b: body}
+	d := newDec(body)
 	res := make([]gpu.LaunchResult, n)
-	for i := 0; i < n && d.err == nil; i++ {
-		switch k := errKind(d.u8()); {
+	for i := 0; i < n && d.Err() == nil; i++ {
+		switch k := errKind(d.U8()); {
 		case k == 0:
-			ns := d.u64()
+			ns := d.U64()
 			if ns > math.MaxInt64 {
-				d.fail("kernel time %d ns", ns)
+				d.Fail("kernel time %d ns", ns)
 			}
 			res[i].Device = time.Duration(ns)
 		case k > kindProtocol:
-			d.fail("result %d of an unknown kind %d", i, k)
+			d.Fail("result %d of an unknown kind %d", i, k)
 		default:
 			res[i].Err = &Error{Msg: d.s16(), kind: k}
 		}

@@ -460,17 +460,17 @@ func TestResultsRoundTrip(t *testing.T) {
 	in := []gpu.LaunchResult{{Device: 1234}, {Err: fmt.Errorf("boom: %w", gpu.ErrOutOfMemory)}, {Device: 0}}
 	var e enc
 	appendResults(&e, in)
-	out, err := decodeResults(e.b, len(in))
+	out, err := decodeResults(e.B, len(in))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out[0].Device != 1234 || out[2].Device != 0 || out[0].Err != nil || !errors.Is(out[1].Err, gpu.ErrOutOfMemory) {
 		t.Errorf("decoded %+v, want %+v", out, in)
 	}
-	if _, err := decodeResults(e.b, len(in)+1); !errors.Is(err, ErrProtocol) {
+	if _, err := decodeResults(e.B, len(in)+1); !errors.Is(err, ErrProtocol) {
 		t.Errorf("one result short = %v, want ErrProtocol", err)
 	}
-	if _, err := decodeResults(append(e.b, 0), len(in)); !errors.Is(err, ErrProtocol) {
+	if _, err := decodeResults(append(e.B, 0), len(in)); !errors.Is(err, ErrProtocol) {
 		t.Errorf("a byte over = %v, want ErrProtocol", err)
 	}
 	if _, err := decodeResults([]byte{200, 0, 0}, 1); !errors.Is(err, ErrProtocol) {

@@ -124,12 +124,12 @@ func (s *server) dispatch(f frame) {
 		}
 		return
 	}
-	d := dec{b: f.body}
-	qh := d.u32()
+	d := newDec(f.body)
+	qh := d.U32()
 	s.mu.Lock()
 	sq := s.queues[qh]
 	s.mu.Unlock()
-	if d.err != nil || sq == nil {
+	if d.Err() != nil || sq == nil {
 		s.reply(f.seq, nil, fmt.Errorf("%w: op %d on queue %d, which does not exist", ErrProtocol, f.code, qh), "")
 		return
 	}
@@ -166,8 +166,8 @@ func (s *server) newQueue(f frame) error {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	var e enc
-	e.u32(h)
-	s.reply(f.seq, e.b, nil, "")
+	e.U32(h)
+	s.reply(f.seq, e.B, nil, "")
 	go s.runQueue(h, sq)
 	return nil
 }
@@ -227,20 +227,20 @@ func (s *server) add(ob sobj) ([]byte, error) {
 		return nil, fmt.Errorf("out of handles: %w", gpu.ErrOutOfMemory)
 	}
 	var e enc
-	e.u32(h)
-	return e.b, nil
+	e.U32(h)
+	return e.B, nil
 }
 
 // queueOp runs one of queue h's requests and returns the reply's body, a
 // build log and the error.
 func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) {
-	d := dec{b: f.body}
-	d.u32() // the queue's handle, read by dispatch
+	d := newDec(f.body)
+	d.U32() // the queue's handle, read by dispatch
 	q := sq.q
 	buf := func() (gpu.Buffer, error) {
-		o := d.u32()
-		if d.err != nil {
-			return nil, d.err
+		o := d.U32()
+		if d.Err() != nil {
+			return nil, d.Err()
 		}
 		ob, err := s.obj(h, o, relBuffer)
 		return ob.buf, err
@@ -261,7 +261,7 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		s.mu.Unlock()
 		return nil, "", q.Close()
 	case OpAlloc:
-		size := d.u64()
+		size := d.U64()
 		if err := d.done(); err != nil {
 			return nil, "", err
 		}
@@ -273,7 +273,7 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		return body, "", err
 	case OpWrite:
 		b, err := buf()
-		off, data := d.u64(), d.rest()
+		off, data := d.U64(), d.Rest()
 		// A body that does not decode answers first.
 		if err := cmp.Or(d.done(), err); err != nil {
 			return nil, "", err
@@ -281,7 +281,7 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		return nil, "", q.Write(b, off, data)
 	case OpRead:
 		b, err := buf()
-		off, n := d.u64(), d.u32()
+		off, n := d.U64(), d.U32()
 		// A body that does not decode answers first.
 		if err := cmp.Or(d.done(), err); err != nil {
 			return nil, "", err
@@ -297,7 +297,7 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 	case OpCopy:
 		src, err1 := buf()
 		dst, err2 := buf()
-		so, do, n := d.u64(), d.u64(), d.u64()
+		so, do, n := d.U64(), d.U64(), d.U64()
 		if err := d.done(); err != nil {
 			return nil, "", err
 		}
@@ -307,8 +307,8 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		return nil, "", q.Copy(src, dst, so, do, n)
 	case OpFill:
 		b, err := buf()
-		off, n := d.u64(), d.u64()
-		pat := d.take(int(d.u8()))
+		off, n := d.U64(), d.U64()
+		pat := d.Take(int(d.U8()))
 		// A body that does not decode answers first.
 		if err := cmp.Or(d.done(), err); err != nil {
 			return nil, "", err
@@ -327,11 +327,11 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		if err != nil {
 			return nil, log, err
 		}
-		e.raw(body)
+		e.Raw(body)
 		e.s32(log)
-		return e.b, "", nil
+		return e.B, "", nil
 	case OpKernel, OpKernelNames, OpProgramInfo:
-		ph := d.u32()
+		ph := d.U32()
 		var name string
 		if Op(f.code) == OpKernel {
 			name = d.s16()
@@ -353,16 +353,16 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 			if err != nil {
 				return nil, "", err
 			}
-			e.raw(body)
-			e.u32(uint32(k.NumArgs()))
-			return e.b, "", nil
+			e.Raw(body)
+			e.U32(uint32(k.NumArgs()))
+			return e.B, "", nil
 		case OpKernelNames:
 			names := ob.prog.KernelNames()
-			e.u32(uint32(len(names)))
+			e.U32(uint32(len(names)))
 			for _, n := range names {
 				e.s16(n)
 			}
-			return e.b, "", nil
+			return e.B, "", nil
 		default:
 			info, err := ob.prog.Info()
 			if err != nil {
@@ -387,12 +387,12 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		if err != nil {
 			return nil, "", err
 		}
-		e.u64(uint64(t))
-		return e.b, "", nil
+		e.U64(uint64(t))
+		return e.B, "", nil
 	case OpLaunches:
 		return s.launches(h, q, &d, buf)
 	case OpRelease:
-		what, o := d.u8(), d.u32()
+		what, o := d.U8(), d.U32()
 		if err := d.done(); err != nil {
 			return nil, "", err
 		}
@@ -414,26 +414,26 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 // argErr is an argument naming no buffer of the queue: the body still
 // decodes, and the launch fails with it.
 func decodeLaunch(d *dec, buf func() (gpu.Buffer, error)) (kh uint32, r gpu.NDRange, args []gpu.Arg, argErr error) {
-	kh = d.u32()
+	kh = d.U32()
 	r = d.ndrange()
-	n := int(d.u16())
+	n := int(d.U16())
 	if n > maxArgs {
-		d.fail("%d launch arguments", n)
+		d.Fail("%d launch arguments", n)
 	}
-	for i := 0; i < n && d.err == nil; i++ {
-		switch d.u8() {
+	for i := 0; i < n && d.Err() == nil; i++ {
+		switch d.U8() {
 		case argBuffer:
 			b, err := buf()
 			argErr = errors.Join(argErr, err)
 			args = append(args, gpu.Arg{Buffer: b})
 		case argScalar:
-			v := d.take(int(d.u16()))
+			v := d.Take(int(d.U16()))
 			// An empty scalar is still a scalar to the device.
 			args = append(args, gpu.Arg{Scalar: append([]byte{}, v...)})
 		case argLocal:
-			args = append(args, gpu.Arg{Local: d.u64()})
+			args = append(args, gpu.Arg{Local: d.U64()})
 		default:
-			d.fail("argument %d of an unknown kind", i)
+			d.Fail("argument %d of an unknown kind", i)
 		}
 	}
 	return kh, r, args, argErr
@@ -444,9 +444,9 @@ func decodeLaunch(d *dec, buf func() (gpu.Buffer, error)) (kh uint32, r gpu.NDRa
 // other where the queue is a gpu.Pipeliner and waited for once, else run
 // one by one. The reply has each launch's outcome in order.
 func (s *server) launches(h uint32, q gpu.Queue, d *dec, buf func() (gpu.Buffer, error)) ([]byte, string, error) {
-	n := int(d.u16())
+	n := int(d.U16())
 	if n > MaxBatch {
-		d.fail("%d launches in a batch", n)
+		d.Fail("%d launches in a batch", n)
 	}
 	type launch struct {
 		k    gpu.Kernel
@@ -455,10 +455,10 @@ func (s *server) launches(h uint32, q gpu.Queue, d *dec, buf func() (gpu.Buffer,
 		err  error
 	}
 	ls := make([]launch, 0, min(n, MaxBatch))
-	for i := 0; i < n && d.err == nil; i++ {
+	for i := 0; i < n && d.Err() == nil; i++ {
 		kh, r, args, err := decodeLaunch(d, buf)
 		l := launch{r: r, args: args, err: err}
-		if d.err == nil && err == nil {
+		if d.Err() == nil && err == nil {
 			ob, err := s.obj(h, kh, relKernel)
 			l.k, l.err = ob.kern, err
 		}
@@ -493,5 +493,5 @@ func (s *server) launches(h uint32, q gpu.Queue, d *dec, buf func() (gpu.Buffer,
 	}
 	var e enc
 	appendResults(&e, res)
-	return e.b, "", nil
+	return e.B, "", nil
 }

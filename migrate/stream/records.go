@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/vgpud/vgpud/internal/codec"
 )
 
 // Payload sizes: fixed ones exactly, variable ones without their bytes.
@@ -434,85 +436,33 @@ func boolBit(v bool) uint32 {
 
 // Decoding.
 
-// decoder reads little-endian fields from a payload; the first failure
-// sticks in err and every later read returns zero, so a decode function
-// reads straight through and checks once.
-type decoder struct {
-	b   []byte
-	err error
-}
+// decoder reads a payload's fields (internal/codec: the first failure
+// sticks and every later read returns zero, so a decode function reads
+// straight through and checks once), with the stream's strings (a u16
+// length) and reserved fields.
+type decoder struct{ codec.Reader }
 
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf(format, args...)
-	}
-	d.b = nil
-}
-
-func (d *decoder) take(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n > len(d.b) {
-		d.fail("short payload: %d bytes wanted, %d left", n, len(d.b))
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) u8() uint8 {
-	if v := d.take(1); v != nil {
-		return v[0]
-	}
-	return 0
-}
-
-func (d *decoder) u16() uint16 {
-	if v := d.take(2); v != nil {
-		return le.Uint16(v)
-	}
-	return 0
-}
-
-func (d *decoder) u32() uint32 {
-	if v := d.take(4); v != nil {
-		return le.Uint32(v)
-	}
-	return 0
-}
-
-func (d *decoder) u64() uint64 {
-	if v := d.take(8); v != nil {
-		return le.Uint64(v)
-	}
-	return 0
-}
+func newDecoder(p []byte) decoder { return decoder{codec.NewReader(p, nil)} }
 
 // str reads a u16 length and that many bytes, refusing a length over max
 // before it takes anything.
 func (d *decoder) str(what string, max int) string {
-	n := int(d.u16())
-	if d.err == nil && n > max {
-		d.fail("%s of %d bytes, max %d", what, n, max)
-	}
-	return string(d.take(n))
+	return string(d.Bounded(what, uint64(d.U16()), max))
 }
 
 // zero fails unless a reserved field read as v is 0.
 func (d *decoder) zero(what string, v uint64) {
-	if d.err == nil && v != 0 {
-		d.fail("%s %#x, want 0", what, v)
+	if d.Err() == nil && v != 0 {
+		d.Fail("%s %#x, want 0", what, v)
 	}
 }
 
 // done reports the first error, or bytes left over.
 func (d *decoder) done() error {
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
+	if d.Err() == nil && d.Len() != 0 {
+		d.Fail("%d trailing bytes", d.Len())
 	}
-	return d.err
+	return d.Err()
 }
 
 // cloneOrNil copies b; nil when b is empty.
@@ -541,18 +491,18 @@ func decodeHeader(p []byte) (*Header, error) {
 }
 
 func decodeInstance(p []byte) (*Instance, error) {
-	d := decoder{b: p}
+	d := newDecoder(p)
 	m := &Instance{
 		ID:      d.str("id", MaxInstanceID),
 		Profile: d.str("profile", MaxProfileName),
 		Domain:  d.str("domain", MaxDomainName),
 		Device:  d.str("device", MaxDeviceName),
 	}
-	m.MemBytes = d.u64()
-	m.ProgramBytes = d.u64()
-	m.MaxAlloc = d.u64()
-	m.ComputeUnits = d.u32()
-	d.zero("reserved field", uint64(d.u32()))
+	m.MemBytes = d.U64()
+	m.ProgramBytes = d.U64()
+	m.MaxAlloc = d.U64()
+	m.ComputeUnits = d.U32()
+	d.zero("reserved field", uint64(d.U32()))
 	if err := d.done(); err != nil {
 		return nil, err
 	}
@@ -563,9 +513,9 @@ func decodeInstance(p []byte) (*Instance, error) {
 }
 
 func decodeRound(p []byte) (*Round, error) {
-	d := decoder{b: p}
-	m := &Round{Number: d.u32()}
-	flags := d.u32()
+	d := newDecoder(p)
+	m := &Round{Number: d.U32()}
+	flags := d.U32()
 	d.zero("flags", uint64(flags&^1))
 	m.Final = flags&1 != 0
 	if err := d.done(); err != nil {
@@ -575,18 +525,18 @@ func decodeRound(p []byte) (*Round, error) {
 }
 
 func decodeProgram(p []byte) (*Program, error) {
-	d := decoder{b: p}
-	m := &Program{Handle: d.u32(), Flags: d.u16()}
-	d.zero("reserved field", uint64(d.u16()))
-	srcLen, optsLen := d.u32(), d.u32()
-	if d.err == nil && (srcLen == 0 || srcLen > MaxSource) {
-		d.fail("src_len %d, want 1..%d", srcLen, MaxSource)
+	d := newDecoder(p)
+	m := &Program{Handle: d.U32(), Flags: d.U16()}
+	d.zero("reserved field", uint64(d.U16()))
+	srcLen, optsLen := d.U32(), d.U32()
+	if d.Err() == nil && (srcLen == 0 || srcLen > MaxSource) {
+		d.Fail("src_len %d, want 1..%d", srcLen, MaxSource)
 	}
-	if d.err == nil && optsLen > MaxOptions {
-		d.fail("opts_len %d, max %d", optsLen, MaxOptions)
+	if d.Err() == nil && optsLen > MaxOptions {
+		d.Fail("opts_len %d, max %d", optsLen, MaxOptions)
 	}
-	src := d.take(int(srcLen))
-	opts := d.take(int(optsLen))
+	src := d.Take(int(srcLen))
+	opts := d.Take(int(optsLen))
 	if err := d.done(); err != nil {
 		return nil, err
 	}
@@ -599,8 +549,8 @@ func decodeProgram(p []byte) (*Program, error) {
 }
 
 func decodeHandle(p []byte) (uint32, error) {
-	d := decoder{b: p}
-	h := d.u32()
+	d := newDecoder(p)
+	h := d.U32()
 	if err := d.done(); err != nil {
 		return 0, err
 	}
@@ -608,8 +558,8 @@ func decodeHandle(p []byte) (uint32, error) {
 }
 
 func decodeBuffer(p []byte) (*Buffer, error) {
-	d := decoder{b: p}
-	m := &Buffer{Handle: d.u32(), Flags: d.u32(), Size: d.u64()}
+	d := newDecoder(p)
+	m := &Buffer{Handle: d.U32(), Flags: d.U32(), Size: d.U64()}
 	if err := d.done(); err != nil {
 		return nil, err
 	}
@@ -631,18 +581,18 @@ type chunk struct {
 // parseChunk checks a BufferData payload's fields and the length of its
 // data for the encoding; decompressing is the Reader's.
 func parseChunk(p []byte) (chunk, error) {
-	d := decoder{b: p}
-	c := chunk{handle: d.u32(), enc: Encoding(d.u8())}
-	r := d.take(3)
-	if d.err == nil {
+	d := newDecoder(p)
+	c := chunk{handle: d.U32(), enc: Encoding(d.U8())}
+	r := d.Take(3)
+	if d.Err() == nil {
 		d.zero("reserved bytes", uint64(r[0])|uint64(r[1])<<8|uint64(r[2])<<16)
 	}
-	c.offset = d.u64()
-	c.rawLen = int(d.u32())
-	if d.err != nil {
-		return c, d.err
+	c.offset = d.U64()
+	c.rawLen = int(d.U32())
+	if d.Err() != nil {
+		return c, d.Err()
 	}
-	c.data = d.b
+	c.data = d.Rest()
 	if err := checkChunk(c.handle, c.offset, c.rawLen); err != nil {
 		return c, err
 	}
@@ -666,21 +616,21 @@ func parseChunk(p []byte) (chunk, error) {
 }
 
 func decodeRing(p []byte) (*Ring, error) {
-	d := decoder{b: p}
-	flags := d.u32()
+	d := newDecoder(p)
+	flags := d.U32()
 	d.zero("flags", uint64(flags&^1))
 	m := &Ring{
 		Enabled:   flags&1 != 0,
-		Slots:     d.u32(),
-		Base:      d.u64(),
-		ComplBase: d.u64(),
-		Head:      d.u32(),
-		Tail:      d.u32(),
-		Completed: d.u32(),
-		ErrStatus: d.u32(),
-		ErrCount:  d.u32(),
+		Slots:     d.U32(),
+		Base:      d.U64(),
+		ComplBase: d.U64(),
+		Head:      d.U32(),
+		Tail:      d.U32(),
+		Completed: d.U32(),
+		ErrStatus: d.U32(),
+		ErrCount:  d.U32(),
 	}
-	d.zero("reserved field", uint64(d.u32()))
+	d.zero("reserved field", uint64(d.U32()))
 	if err := d.done(); err != nil {
 		return nil, err
 	}
@@ -699,14 +649,14 @@ func (m *Context) appendPayload(b []byte) []byte {
 }
 
 func decodeContext(p []byte) (*Context, error) {
-	d := decoder{b: p}
-	m := &Context{ID: d.u32()}
-	flags := d.u32()
+	d := newDecoder(p)
+	m := &Context{ID: d.U32()}
+	flags := d.U32()
 	d.zero("flags", uint64(flags&^1))
 	m.Destroyed = flags&1 != 0
-	m.Slots = d.u32()
-	d.zero("reserved field", uint64(d.u32()))
-	m.Ring, m.Compl, m.Shadow, m.MemLimit = d.u64(), d.u64(), d.u64(), d.u64()
+	m.Slots = d.U32()
+	d.zero("reserved field", uint64(d.U32()))
+	m.Ring, m.Compl, m.Shadow, m.MemLimit = d.U64(), d.U64(), d.U64(), d.U64()
 	if err := d.done(); err != nil {
 		return nil, err
 	}
@@ -717,8 +667,8 @@ func decodeContext(p []byte) (*Context, error) {
 }
 
 func decodeEnd(p []byte) (*End, error) {
-	d := decoder{b: p}
-	m := &End{Records: d.u64(), PayloadBytes: d.u64()}
+	d := newDecoder(p)
+	m := &End{Records: d.U64(), PayloadBytes: d.U64()}
 	if err := d.done(); err != nil {
 		return nil, err
 	}

@@ -1,23 +1,24 @@
 package wire
 
 import (
-	"encoding/binary"
 	"math"
 	"unicode/utf8"
+
+	"github.com/vgpud/vgpud/internal/codec"
 )
 
-// encoder appends little-endian fields.
-type encoder struct{ b []byte }
+// encoder appends a message's fields (internal/codec), with the worker
+// protocol's booleans (a u32 0 or 1), strings and byte fields (a u32
+// length).
+type encoder struct{ codec.Writer }
 
-func (e *encoder) u32(v uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, v) }
-func (e *encoder) u64(v uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, v) }
-func (e *encoder) i64(v int64)  { e.u64(uint64(v)) }
+func (e *encoder) i64(v int64) { e.U64(uint64(v)) }
 
 func (e *encoder) bool(v bool) {
 	if v {
-		e.u32(1)
+		e.U32(1)
 	} else {
-		e.u32(0)
+		e.U32(0)
 	}
 }
 
@@ -27,78 +28,45 @@ func (e *encoder) str(s string, max int) {
 	if len(s) > max {
 		s = s[:max]
 	}
-	e.u32(uint32(len(s)))
-	e.b = append(e.b, s...)
+	e.U32(uint32(len(s)))
+	e.Str(s)
 }
 
 func (e *encoder) bytes(b []byte, max int) {
 	if len(b) > max {
 		b = b[:max]
 	}
-	e.u32(uint32(len(b)))
-	e.b = append(e.b, b...)
+	e.U32(uint32(len(b)))
+	e.Raw(b)
 }
 
-// decoder reads little-endian fields; the first failure sticks in err and
-// every later read returns zero, so a decode function reads straight
-// through and checks once.
-type decoder struct {
-	b   []byte
-	err error
-}
+// decoder reads a message's fields (internal/codec: the first failure
+// sticks, as an ErrProtocol, and every later read returns zero, so a
+// decode function reads straight through and checks once).
+type decoder struct{ codec.Reader }
 
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = protoErr(format, args...)
-	}
-	d.b = nil
-}
-
-func (d *decoder) take(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n > len(d.b) {
-		d.fail("short payload: %d bytes wanted, %d left", n, len(d.b))
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) u32() uint32 {
-	if v := d.take(4); v != nil {
-		return binary.LittleEndian.Uint32(v)
-	}
-	return 0
-}
-
-func (d *decoder) u64() uint64 {
-	if v := d.take(8); v != nil {
-		return binary.LittleEndian.Uint64(v)
-	}
-	return 0
+func newDecoder(b []byte) decoder {
+	return decoder{codec.NewReader(b, func(msg string) error { return protoErr("%s", msg) })}
 }
 
 // nonNeg reads an int64 that must not be negative.
 func (d *decoder) nonNeg() int64 {
-	v := d.u64()
+	v := d.U64()
 	if v > math.MaxInt64 {
-		d.fail("negative value %d", int64(v))
+		d.Fail("negative value %d", int64(v))
 		return 0
 	}
 	return int64(v)
 }
 
 func (d *decoder) bool() bool {
-	switch v := d.u32(); v {
+	switch v := d.U32(); v {
 	case 0:
 		return false
 	case 1:
 		return true
 	default:
-		d.fail("boolean %d", v)
+		d.Fail("boolean %d", v)
 		return false
 	}
 }
@@ -106,20 +74,15 @@ func (d *decoder) bool() bool {
 // str reads a length-prefixed UTF-8 string of at most max bytes.
 func (d *decoder) str(max int) string {
 	b := d.bytes(max)
-	if d.err == nil && !utf8.Valid(b) {
-		d.fail("string is not UTF-8")
+	if d.Err() == nil && !utf8.Valid(b) {
+		d.Fail("string is not UTF-8")
 		return ""
 	}
 	return string(b)
 }
 
 func (d *decoder) bytes(max int) []byte {
-	n := d.u32()
-	if d.err == nil && int64(n) > int64(max) {
-		d.fail("field of %d bytes, max %d", n, max)
-		return nil
-	}
-	v := d.take(int(n))
+	v := d.Bounded("field", uint64(d.U32()), max)
 	if v == nil {
 		return nil
 	}
@@ -127,9 +90,4 @@ func (d *decoder) bytes(max int) []byte {
 }
 
 // done reports the first error of a body's decoding, or trailing bytes.
-func (d *decoder) done(what string) error {
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%s: %d trailing bytes", what, len(d.b))
-	}
-	return d.err
-}
+func (d *decoder) done(what string) error { return d.Done(what) }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/vgpud/vgpud/internal/codec"
 )
 
 // Version is the protocol version Hello carries; a worker refuses any other.
@@ -110,9 +112,9 @@ type Msg interface {
 
 // Marshal encodes m with request id id.
 func Marshal(id uint32, m Msg) []byte {
-	e := encoder{b: make([]byte, HeaderSize, 64)}
+	e := encoder{codec.Writer{B: make([]byte, HeaderSize, 64)}}
 	m.encode(&e)
-	b := e.b
+	b := e.B
 	binary.LittleEndian.PutUint16(b[0:], uint16(m.Type()))
 	binary.LittleEndian.PutUint32(b[4:], id)
 	binary.LittleEndian.PutUint32(b[8:], uint32(len(b)-HeaderSize))
@@ -140,13 +142,13 @@ func Unmarshal(b []byte, nfds int) (Header, Msg, error) {
 	if m == nil {
 		return h, nil, protoErr("unknown message type %d", uint16(h.Type))
 	}
-	d := decoder{b: b[HeaderSize:]}
+	d := newDecoder(b[HeaderSize:])
 	m.decode(&d)
-	if d.err != nil {
-		return h, nil, fmt.Errorf("%v: %w", h.Type, d.err)
+	if d.Err() != nil {
+		return h, nil, fmt.Errorf("%v: %w", h.Type, d.Err())
 	}
-	if len(d.b) != 0 {
-		return h, nil, protoErr("%v: %d trailing bytes", h.Type, len(d.b))
+	if d.Len() != 0 {
+		return h, nil, protoErr("%v: %d trailing bytes", h.Type, d.Len())
 	}
 	if want := m.fds(); nfds != want {
 		return h, nil, protoErr("%v carries %d fds, want %d", h.Type, nfds, want)
@@ -216,12 +218,12 @@ type Reply struct {
 func (*Reply) Type() Type { return TypeReply }
 func (*Reply) fds() int   { return 0 }
 func (r *Reply) encode(e *encoder) {
-	e.u32(r.Status)
+	e.U32(r.Status)
 	e.str(r.Msg, 512)
 	e.bytes(r.Body, 1024)
 }
 func (r *Reply) decode(d *decoder) {
-	r.Status = d.u32()
+	r.Status = d.U32()
 	r.Msg = d.str(512)
 	r.Body = d.bytes(1024)
 }
@@ -239,16 +241,16 @@ type Hello struct {
 func (*Hello) Type() Type { return TypeHello }
 func (*Hello) fds() int   { return 0 }
 func (h *Hello) encode(e *encoder) {
-	e.u32(h.Version)
-	e.u32(h.Device)
+	e.U32(h.Version)
+	e.U32(h.Device)
 	e.str(h.Domain, MaxDomainName)
 	e.bool(h.Shared)
 	e.i64(h.ReuseBudget)
 	e.i64(h.CacheBytes)
 }
 func (h *Hello) decode(d *decoder) {
-	h.Version = d.u32()
-	h.Device = d.u32()
+	h.Version = d.U32()
+	h.Device = d.U32()
 	h.Domain = d.str(MaxDomainName)
 	h.Shared = d.bool()
 	h.ReuseBudget = d.nonNeg()
@@ -267,20 +269,20 @@ type HelloReply struct {
 func (h *HelloReply) EncodeBody() []byte {
 	e := encoder{}
 	e.str(h.Name, MaxDeviceName)
-	e.u32(h.ComputeUnits)
-	e.u64(h.MaxWorkGroup)
-	e.u64(h.MaxAllocBytes)
-	return e.b
+	e.U32(h.ComputeUnits)
+	e.U64(h.MaxWorkGroup)
+	e.U64(h.MaxAllocBytes)
+	return e.B
 }
 
 // DecodeHelloReply decodes a HelloReply body.
 func DecodeHelloReply(b []byte) (HelloReply, error) {
 	var h HelloReply
-	d := decoder{b: b}
+	d := newDecoder(b)
 	h.Name = d.str(MaxDeviceName)
-	h.ComputeUnits = d.u32()
-	h.MaxWorkGroup = d.u64()
-	h.MaxAllocBytes = d.u64()
+	h.ComputeUnits = d.U32()
+	h.MaxWorkGroup = d.U64()
+	h.MaxAllocBytes = d.U64()
 	return h, d.done("hello reply")
 }
 
@@ -293,16 +295,16 @@ type Limits struct {
 }
 
 func (l *Limits) encode(e *encoder) {
-	e.u64(l.MemBytes)
-	e.u64(l.ProgramBytes)
-	e.u32(l.ComputeUnits)
+	e.U64(l.MemBytes)
+	e.U64(l.ProgramBytes)
+	e.U32(l.ComputeUnits)
 	e.str(l.Profile, MaxProfileName)
 }
 
 func (l *Limits) decode(d *decoder) {
-	l.MemBytes = d.u64()
-	l.ProgramBytes = d.u64()
-	l.ComputeUnits = d.u32()
+	l.MemBytes = d.U64()
+	l.ProgramBytes = d.U64()
+	l.ComputeUnits = d.U32()
 	l.Profile = d.str(MaxProfileName)
 }
 
@@ -331,22 +333,22 @@ const maxContexts = 64
 func (*Add) Type() Type { return TypeAdd }
 func (*Add) fds() int   { return 3 }
 func (a *Add) encode(e *encoder) {
-	e.u32(a.Slot)
+	e.U32(a.Slot)
 	e.str(a.ID, MaxInstanceID)
 	e.bool(a.Reuse)
 	a.Limits.encode(e)
 	if a.Contexts != 0 {
-		e.u32(a.Contexts)
+		e.U32(a.Contexts)
 	}
 }
 func (a *Add) decode(d *decoder) {
-	a.Slot = d.u32()
+	a.Slot = d.U32()
 	a.ID = d.str(MaxInstanceID)
 	a.Reuse = d.bool()
 	a.Limits.decode(d)
-	if len(d.b) > 0 {
-		if a.Contexts = d.u32(); a.Contexts == 0 || a.Contexts > maxContexts {
-			d.fail("add: %d contexts (1..%d when present)", a.Contexts, maxContexts)
+	if d.Len() > 0 {
+		if a.Contexts = d.U32(); a.Contexts == 0 || a.Contexts > maxContexts {
+			d.Fail("add: %d contexts (1..%d when present)", a.Contexts, maxContexts)
 		}
 	}
 }
@@ -362,11 +364,11 @@ type Remove struct {
 func (*Remove) Type() Type { return TypeRemove }
 func (*Remove) fds() int   { return 0 }
 func (r *Remove) encode(e *encoder) {
-	e.u32(r.Slot)
+	e.U32(r.Slot)
 	e.bool(r.IfEmpty)
 }
 func (r *Remove) decode(d *decoder) {
-	r.Slot = d.u32()
+	r.Slot = d.U32()
 	r.IfEmpty = d.bool()
 }
 
@@ -386,24 +388,24 @@ type Memory struct {
 func (*Memory) Type() Type { return TypeMemory }
 func (m *Memory) fds() int { return len(m.Regions) }
 func (m *Memory) encode(e *encoder) {
-	e.u32(m.Slot)
-	e.u32(uint32(len(m.Regions)))
+	e.U32(m.Slot)
+	e.U32(uint32(len(m.Regions)))
 	for _, r := range m.Regions {
-		e.u64(r.GPA)
-		e.u64(r.Size)
-		e.u64(r.Offset)
+		e.U64(r.GPA)
+		e.U64(r.Size)
+		e.U64(r.Offset)
 	}
 }
 func (m *Memory) decode(d *decoder) {
-	m.Slot = d.u32()
-	n := d.u32()
+	m.Slot = d.U32()
+	n := d.U32()
 	if n > MaxRegions {
-		d.fail("%d regions, max %d", n, MaxRegions)
+		d.Fail("%d regions, max %d", n, MaxRegions)
 		return
 	}
 	m.Regions = make([]Region, n)
 	for i := range m.Regions {
-		m.Regions[i] = Region{GPA: d.u64(), Size: d.u64(), Offset: d.u64()}
+		m.Regions[i] = Region{GPA: d.U64(), Size: d.U64(), Offset: d.U64()}
 	}
 }
 
@@ -417,16 +419,16 @@ type Enable struct {
 func (*Enable) Type() Type { return TypeEnable }
 func (*Enable) fds() int   { return 0 }
 func (m *Enable) encode(e *encoder) {
-	e.u32(m.Slot)
-	e.u64(m.Base)
-	e.u64(m.ComplBase)
-	e.u32(m.Slots)
+	e.U32(m.Slot)
+	e.U64(m.Base)
+	e.U64(m.ComplBase)
+	e.U32(m.Slots)
 }
 func (m *Enable) decode(d *decoder) {
-	m.Slot = d.u32()
-	m.Base = d.u64()
-	m.ComplBase = d.u64()
-	m.Slots = d.u32()
+	m.Slot = d.U32()
+	m.Base = d.U64()
+	m.ComplBase = d.U64()
+	m.Slots = d.U32()
 }
 
 // Disable stops the instance's ring (fetched commands still complete).
@@ -434,16 +436,16 @@ type Disable struct{ Slot uint32 }
 
 func (*Disable) Type() Type          { return TypeDisable }
 func (*Disable) fds() int            { return 0 }
-func (m *Disable) encode(e *encoder) { e.u32(m.Slot) }
-func (m *Disable) decode(d *decoder) { m.Slot = d.u32() }
+func (m *Disable) encode(e *encoder) { e.U32(m.Slot) }
+func (m *Disable) decode(d *decoder) { m.Slot = d.U32() }
 
 // Reset resets the instance: ring stopped, every buffer and program freed.
 type Reset struct{ Slot uint32 }
 
 func (*Reset) Type() Type          { return TypeReset }
 func (*Reset) fds() int            { return 0 }
-func (m *Reset) encode(e *encoder) { e.u32(m.Slot) }
-func (m *Reset) decode(d *decoder) { m.Slot = d.u32() }
+func (m *Reset) encode(e *encoder) { e.U32(m.Slot) }
+func (m *Reset) decode(d *decoder) { m.Slot = d.U32() }
 
 // Quota changes the instance's limits at run time (StatusBusy when it
 // already holds more than the new quota).
@@ -455,11 +457,11 @@ type Quota struct {
 func (*Quota) Type() Type { return TypeQuota }
 func (*Quota) fds() int   { return 0 }
 func (m *Quota) encode(e *encoder) {
-	e.u32(m.Slot)
+	e.U32(m.Slot)
 	m.Limits.encode(e)
 }
 func (m *Quota) decode(d *decoder) {
-	m.Slot = d.u32()
+	m.Slot = d.U32()
 	m.Limits.decode(d)
 }
 
@@ -472,11 +474,11 @@ type Reuse struct {
 func (*Reuse) Type() Type { return TypeReuse }
 func (*Reuse) fds() int   { return 0 }
 func (m *Reuse) encode(e *encoder) {
-	e.u32(m.Slot)
+	e.U32(m.Slot)
 	e.bool(m.On)
 }
 func (m *Reuse) decode(d *decoder) {
-	m.Slot = d.u32()
+	m.Slot = d.U32()
 	m.On = d.bool()
 }
 
@@ -511,21 +513,21 @@ func (s *StatsReply) EncodeBody() []byte {
 	e.i64(s.Bytes)
 	e.i64(s.Budget)
 	for _, v := range []uint64{s.Hits, s.Misses, s.Skipped, s.Recorded, s.Evictions, s.BytesSaved, s.DeviceNanos} {
-		e.u64(v)
+		e.U64(v)
 	}
-	e.u32(s.Instances)
-	return e.b
+	e.U32(s.Instances)
+	return e.B
 }
 
 // DecodeStatsReply decodes a StatsReply body.
 func DecodeStatsReply(b []byte) (StatsReply, error) {
 	var s StatsReply
-	d := decoder{b: b}
+	d := newDecoder(b)
 	s.Entries, s.Bytes, s.Budget = d.nonNeg(), d.nonNeg(), d.nonNeg()
 	for _, p := range []*uint64{&s.Hits, &s.Misses, &s.Skipped, &s.Recorded, &s.Evictions, &s.BytesSaved, &s.DeviceNanos} {
-		*p = d.u64()
+		*p = d.U64()
 	}
-	s.Instances = d.u32()
+	s.Instances = d.U32()
 	return s, d.done("stats reply")
 }
 
@@ -553,17 +555,17 @@ type Turn struct {
 func (*Turn) Type() Type { return TypeTurn }
 func (*Turn) fds() int   { return 0 }
 func (m *Turn) encode(e *encoder) {
-	e.u32(m.Turn)
-	e.u32(m.Slot)
-	e.u32(uint32(m.Kind))
+	e.U32(m.Turn)
+	e.U32(m.Slot)
+	e.U32(uint32(m.Kind))
 	e.i64(int64(m.Cost))
 }
 func (m *Turn) decode(d *decoder) {
-	m.Turn = d.u32()
-	m.Slot = d.u32()
-	m.Kind = TurnKind(d.u32())
+	m.Turn = d.U32()
+	m.Slot = d.U32()
+	m.Kind = TurnKind(d.U32())
 	if m.Kind > TurnCompile {
-		d.fail("turn kind %d", m.Kind)
+		d.Fail("turn kind %d", m.Kind)
 	}
 	m.Cost = time.Duration(d.nonNeg())
 }
@@ -577,12 +579,12 @@ type TurnGrant struct {
 func (g *TurnGrant) EncodeBody() []byte {
 	e := encoder{}
 	e.i64(int64(g.SliceBudget))
-	return e.b
+	return e.B
 }
 
 // DecodeTurnGrant decodes a TurnGrant body.
 func DecodeTurnGrant(b []byte) (TurnGrant, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	g := TurnGrant{SliceBudget: time.Duration(d.nonNeg())}
 	return g, d.done("turn grant")
 }
@@ -598,14 +600,14 @@ type TurnRelease struct {
 func (*TurnRelease) Type() Type { return TypeTurnRelease }
 func (*TurnRelease) fds() int   { return 0 }
 func (m *TurnRelease) encode(e *encoder) {
-	e.u32(m.Turn)
+	e.U32(m.Turn)
 	e.i64(int64(m.Device))
-	e.u32(m.Slices)
+	e.U32(m.Slices)
 }
 func (m *TurnRelease) decode(d *decoder) {
-	m.Turn = d.u32()
+	m.Turn = d.U32()
 	m.Device = time.Duration(d.nonNeg())
-	m.Slices = d.u32()
+	m.Slices = d.U32()
 }
 
 // Extract asks for one live-migration round of the instance in Slot
@@ -621,11 +623,11 @@ type Extract struct {
 func (*Extract) Type() Type { return TypeExtract }
 func (*Extract) fds() int   { return 1 }
 func (m *Extract) encode(e *encoder) {
-	e.u32(m.Slot)
+	e.U32(m.Slot)
 	e.bool(m.Final)
 }
 func (m *Extract) decode(d *decoder) {
-	m.Slot = d.u32()
+	m.Slot = d.U32()
 	m.Final = d.bool()
 }
 
@@ -641,20 +643,20 @@ type ExtractReply struct {
 func (r *ExtractReply) EncodeBody() []byte {
 	e := encoder{}
 	for _, v := range []uint32{r.Programs, r.ProgramsFreed, r.Buffers, r.BuffersFreed, r.Redirty} {
-		e.u32(v)
+		e.U32(v)
 	}
-	e.u64(r.BufferBytes)
-	return e.b
+	e.U64(r.BufferBytes)
+	return e.B
 }
 
 // DecodeExtractReply decodes an ExtractReply body.
 func DecodeExtractReply(b []byte) (ExtractReply, error) {
 	var r ExtractReply
-	d := decoder{b: b}
+	d := newDecoder(b)
 	for _, p := range []*uint32{&r.Programs, &r.ProgramsFreed, &r.Buffers, &r.BuffersFreed, &r.Redirty} {
-		*p = d.u32()
+		*p = d.U32()
 	}
-	r.BufferBytes = d.u64()
+	r.BufferBytes = d.U64()
 	return r, d.done("extract reply")
 }
 
@@ -665,8 +667,8 @@ type Inject struct{ Slot uint32 }
 
 func (*Inject) Type() Type          { return TypeInject }
 func (*Inject) fds() int            { return 1 }
-func (m *Inject) encode(e *encoder) { e.u32(m.Slot) }
-func (m *Inject) decode(d *decoder) { m.Slot = d.u32() }
+func (m *Inject) encode(e *encoder) { e.U32(m.Slot) }
+func (m *Inject) decode(d *decoder) { m.Slot = d.U32() }
 
 // Freeze stops the instance's ring from fetching (doorbells are still
 // taken); the Reply comes once the command in progress has completed.
@@ -674,8 +676,8 @@ type Freeze struct{ Slot uint32 }
 
 func (*Freeze) Type() Type          { return TypeFreeze }
 func (*Freeze) fds() int            { return 0 }
-func (m *Freeze) encode(e *encoder) { e.u32(m.Slot) }
-func (m *Freeze) decode(d *decoder) { m.Slot = d.u32() }
+func (m *Freeze) encode(e *encoder) { e.U32(m.Slot) }
+func (m *Freeze) decode(d *decoder) { m.Slot = d.U32() }
 
 // Parent says whether the worker dies with the process that started it
 // (its parent-death signal). An upgrade in place (docs/upgrade.md) hands
@@ -700,11 +702,11 @@ type Thaw struct {
 func (*Thaw) Type() Type { return TypeThaw }
 func (*Thaw) fds() int   { return 0 }
 func (m *Thaw) encode(e *encoder) {
-	e.u32(m.Slot)
+	e.U32(m.Slot)
 	e.bool(m.Forget)
 }
 func (m *Thaw) decode(d *decoder) {
-	m.Slot = d.u32()
+	m.Slot = d.U32()
 	m.Forget = d.bool()
 }
 
@@ -732,29 +734,29 @@ type Foreign struct {
 func (*Foreign) Type() Type { return TypeForeign }
 func (*Foreign) fds() int   { return 1 }
 func (m *Foreign) encode(e *encoder) {
-	e.u32(m.Slot)
-	e.u32(m.Domain)
-	e.u32(uint32(len(m.Regions)))
+	e.U32(m.Slot)
+	e.U32(m.Domain)
+	e.U32(uint32(len(m.Regions)))
 	for _, r := range m.Regions {
-		e.u64(r.GPA)
-		e.u64(r.Size)
+		e.U64(r.GPA)
+		e.U64(r.Size)
 	}
 }
 func (m *Foreign) decode(d *decoder) {
-	m.Slot = d.u32()
-	m.Domain = d.u32()
+	m.Slot = d.U32()
+	m.Domain = d.U32()
 	if m.Domain > MaxDomID {
-		d.fail("domain %d, max %d", m.Domain, MaxDomID)
+		d.Fail("domain %d, max %d", m.Domain, MaxDomID)
 		return
 	}
-	n := d.u32()
+	n := d.U32()
 	if n == 0 || n > MaxRegions {
-		d.fail("%d foreign regions, want 1 to %d", n, MaxRegions)
+		d.Fail("%d foreign regions, want 1 to %d", n, MaxRegions)
 		return
 	}
 	m.Regions = make([]ForeignRegion, n)
 	for i := range m.Regions {
-		m.Regions[i] = ForeignRegion{GPA: d.u64(), Size: d.u64()}
+		m.Regions[i] = ForeignRegion{GPA: d.U64(), Size: d.U64()}
 	}
 }
 
@@ -771,14 +773,14 @@ type Reserve struct {
 func (*Reserve) Type() Type { return TypeReserve }
 func (*Reserve) fds() int   { return 0 }
 func (m *Reserve) encode(e *encoder) {
-	e.u32(m.Slot)
-	e.u64(m.Bytes)
+	e.U32(m.Slot)
+	e.U64(m.Bytes)
 }
 func (m *Reserve) decode(d *decoder) {
-	m.Slot = d.u32()
-	m.Bytes = d.u64()
+	m.Slot = d.U32()
+	m.Bytes = d.U64()
 	if m.Bytes == 0 {
-		d.fail("reserve of 0 bytes")
+		d.Fail("reserve of 0 bytes")
 	}
 }
 
@@ -796,12 +798,12 @@ type ReserveReply struct {
 func (r *ReserveReply) EncodeBody() []byte {
 	e := encoder{}
 	e.bool(r.Relocate)
-	return e.b
+	return e.B
 }
 
 // DecodeReserveReply decodes a ReserveReply body.
 func DecodeReserveReply(b []byte) (ReserveReply, error) {
-	d := decoder{b: b}
+	d := newDecoder(b)
 	r := ReserveReply{Relocate: d.bool()}
 	return r, d.done("reserve reply")
 }
@@ -817,10 +819,10 @@ type Unreserve struct {
 func (*Unreserve) Type() Type { return TypeUnreserve }
 func (*Unreserve) fds() int   { return 0 }
 func (m *Unreserve) encode(e *encoder) {
-	e.u32(m.Slot)
-	e.u64(m.Bytes)
+	e.U32(m.Slot)
+	e.U64(m.Bytes)
 }
 func (m *Unreserve) decode(d *decoder) {
-	m.Slot = d.u32()
-	m.Bytes = d.u64()
+	m.Slot = d.U32()
+	m.Bytes = d.U64()
 }

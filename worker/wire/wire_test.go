@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/internal/codec"
 )
 
 // samples has one message of every type, fields away from zero.
@@ -132,12 +134,12 @@ func TestUnmarshalRejects(t *testing.T) {
 		}(), 3},
 		{"memory with fewer fds", Marshal(1, &Memory{Slot: 1, Regions: []Region{{Size: 4096}, {Size: 4096}}}), 1},
 		{"too many regions", func() []byte {
-			e := encoder{b: make([]byte, HeaderSize)}
-			e.u32(1)
-			e.u32(MaxRegions + 1)
-			le.PutUint16(e.b[0:], uint16(TypeMemory))
-			le.PutUint32(e.b[8:], uint32(len(e.b)-HeaderSize))
-			return e.b
+			e := encoder{codec.Writer{B: make([]byte, HeaderSize)}}
+			e.U32(1)
+			e.U32(MaxRegions + 1)
+			le.PutUint16(e.B[0:], uint16(TypeMemory))
+			le.PutUint32(e.B[8:], uint32(len(e.B)-HeaderSize))
+			return e.B
 		}(), MaxRegions + 1},
 		{"foreign without its fd", Marshal(1, &Foreign{Slot: 1, Regions: []ForeignRegion{{Size: 4096}}}), 0},
 		{"foreign with a region per fd", Marshal(1, &Foreign{Slot: 1, Regions: []ForeignRegion{{Size: 4096}, {GPA: 8192, Size: 4096}}}), 2},
@@ -165,13 +167,13 @@ func TestUnmarshalRejects(t *testing.T) {
 			return b
 		}(), 0},
 		{"string over its limit", func() []byte {
-			e := encoder{b: make([]byte, HeaderSize)}
-			e.u32(1)
-			e.u32(MaxInstanceID + 1)
-			e.b = append(e.b, make([]byte, MaxInstanceID+1)...)
-			le.PutUint16(e.b[0:], uint16(TypeAdd))
-			le.PutUint32(e.b[8:], uint32(len(e.b)-HeaderSize))
-			return e.b
+			e := encoder{codec.Writer{B: make([]byte, HeaderSize)}}
+			e.U32(1)
+			e.U32(MaxInstanceID + 1)
+			e.B = append(e.B, make([]byte, MaxInstanceID+1)...)
+			le.PutUint16(e.B[0:], uint16(TypeAdd))
+			le.PutUint32(e.B[8:], uint32(len(e.B)-HeaderSize))
+			return e.B
 		}(), 3},
 		{"string not UTF-8", func() []byte {
 			b := Marshal(1, &Hello{Domain: "ab"})
