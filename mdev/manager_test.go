@@ -19,9 +19,13 @@ import (
 	"github.com/vgpud/vgpud/guestagent/suite"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	child.EnterRole() // a worker or executor of this test binary's pool
+	goleak.VerifyTestMain(m)
+}
 
 var (
 	devOnce sync.Once

@@ -27,9 +27,13 @@ import (
 	"github.com/vgpud/vgpud/migrate/migratetest"
 	"github.com/vgpud/vgpud/migrate/qmp/qmptest"
 	"github.com/vgpud/vgpud/migrate/stream"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	child.EnterRole() // a worker or executor of this test binary's pool
+	goleak.VerifyTestMain(m)
+}
 
 const testID = "6f0c1c52-1111-4a3b-9c3e-000000000001"
 

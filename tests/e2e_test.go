@@ -17,6 +17,7 @@ import (
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
 // vmTimeout bounds one guest's whole life under TCG on a loaded 2-core
@@ -58,6 +59,7 @@ type keepDir struct {
 func (k *keepDir) TempDir() string { return k.dir }
 
 func TestMain(m *testing.M) {
+	child.EnterRole() // a worker or executor of this test binary's pool
 	code := m.Run()
 	if guestRD != "" {
 		os.RemoveAll(strings.TrimSuffix(guestRD, "/initramfs.cpio"))

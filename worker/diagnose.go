@@ -86,7 +86,7 @@ func Diagnose(ctx context.Context, cfg DiagnoseConfig) (Diagnosis, error) {
 	pol.Off = false
 	pol.Private, pol.Diagnose, pol.NotifyFD = dir, true, child.ProtocolFD
 	cmd := exec.Command(exe)
-	cmd.Args = []string{"vgpud-worker"}
+	cmd.Args = []string{"vgpud-worker", child.RoleWorker}
 	cmd.Env = append(workerEnv(os.Environ(), dir, slog.LevelInfo), child.EnvSelfTest+"="+cfg.Device)
 	cmd.Dir = dir
 	cmd.ExtraFiles = []*os.File{theirs}

@@ -37,8 +37,9 @@ type Config struct {
 	Dir string
 	// CacheBytes caps each worker's compiler cache; 0: DefaultCacheBytes.
 	CacheBytes int64
-	// Executable runs as a worker (with child.EnvWorker set); empty: this
-	// program (os.Executable), whose package child's init serves as one.
+	// Executable runs as a worker when started with child.RoleWorker as
+	// its first argument; empty: this program (os.Executable), which
+	// must then call child.EnterRole first thing in main or TestMain.
 	Executable string
 	// WorkerLog is the workers' log level.
 	WorkerLog slog.Level
@@ -596,7 +597,7 @@ func (p *Pool) Close() error {
 // command is the exec.Cmd of a worker for k.
 func (p *Pool) command(k key, cacheDir string) (*exec.Cmd, error) {
 	cmd := exec.Command(p.cfg.Executable)
-	cmd.Args = []string{"vgpud-worker"}
+	cmd.Args = []string{"vgpud-worker", child.RoleWorker}
 	cmd.Env = workerEnv(os.Environ(), cacheDir, p.cfg.WorkerLog)
 	cmd.Dir = cacheDir
 	cmd.SysProcAttr = &syscall.SysProcAttr{

@@ -68,6 +68,7 @@ import (
 	"github.com/vgpud/vgpud/guestagent/suite"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
 const (
@@ -84,6 +85,8 @@ const (
 var allSections = []string{sectionJob, sectionPyopencl, sectionHashcat, sectionClpeak, sectionSmall}
 
 func main() {
+	// A worker or executor of the pool this program runs.
+	child.EnterRole()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {

@@ -10,9 +10,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/vgpud/vgpud/guestagent/job"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	child.EnterRole() // a worker or executor of this test binary's pool
+	goleak.VerifyTestMain(m)
+}
 
 // TestRunNoQEMU runs both sections with tiny sizes on the real OpenCL
 // device and harness, without guests.

@@ -12,9 +12,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/vgpud/vgpud/interference"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	child.EnterRole() // a worker or executor of this test binary's pool
+	goleak.VerifyTestMain(m)
+}
 
 // TestRunTiny measures two workloads with a tiny window: the dataset is
 // written, valid, and has every ordered pair; the figures are not

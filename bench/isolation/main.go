@@ -65,9 +65,12 @@ import (
 	"github.com/vgpud/vgpud/guestagent/job"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
 func main() {
+	// A worker or executor of the pool this program runs.
+	child.EnterRole()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {

@@ -19,9 +19,12 @@ import (
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
 func main() {
+	// A worker or executor of the pool this program runs.
+	child.EnterRole()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

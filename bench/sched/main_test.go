@@ -8,9 +8,14 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/vgpud/vgpud/worker/child"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	child.EnterRole() // a worker or executor of this test binary's pool
+	goleak.VerifyTestMain(m)
+}
 
 // TestRunTiny runs every section with tiny windows and kernels: the code
 // paths, not the figures.

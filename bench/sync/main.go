@@ -28,11 +28,14 @@ import (
 	"github.com/vgpud/vgpud/mdev/agentchan"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
 const syncPkg = "github.com/vgpud/vgpud/guestagent/cmd/vgpu-sync"
 
 func main() {
+	// A worker or executor of the pool this program runs.
+	child.EnterRole()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx, os.Args[1:], os.Stdout)
 	stop()

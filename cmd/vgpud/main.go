@@ -13,10 +13,13 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/vgpud/vgpud/worker/child"
 	"github.com/vgpud/vgpud/worker/sandbox"
 )
 
 func main() {
+	// A worker or executor of the pool this program runs.
+	child.EnterRole()
 	// Before anything else, and before any exec: what vgpud inherited
 	// without close-on-exec must not reach workers and executors (issue
 	// 40, item 5; its own inherited descriptors, an upgrade's handover,

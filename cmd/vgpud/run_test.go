@@ -13,10 +13,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
 func TestMain(m *testing.M) {
-	runMainIfAsked() // a test's vgpud (inherit_test.go)
+	child.EnterRole() // a worker or executor of this test binary's pool
+	runMainIfAsked()  // a test's vgpud (inherit_test.go)
 	goleak.VerifyTestMain(m)
 }
 

@@ -15,9 +15,13 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	child.EnterRole() // a worker or executor of this test binary's pool
+	goleak.VerifyTestMain(m)
+}
 
 // serve runs the API over a real manager on a Unix socket.
 func serve(t *testing.T, opts ...func(*mdev.Manager) Option) *Client {

@@ -13,9 +13,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	child.EnterRole() // a worker or executor of this test binary's pool
+	goleak.VerifyTestMain(m)
+}
 
 func sample() State {
 	return State{

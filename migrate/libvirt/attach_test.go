@@ -21,9 +21,13 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/migrate"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	child.EnterRole() // a worker or executor of this test binary's pool
+	goleak.VerifyTestMain(m)
+}
 
 // manager is a manager with instance sockets over a fake device, its
 // device work in process: what plugging needs, quickly.

@@ -41,9 +41,12 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+	"github.com/vgpud/vgpud/worker/child"
 )
 
 func main() {
+	// A worker or executor of the pool this program runs.
+	child.EnterRole()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

@@ -3,7 +3,9 @@
 // aggregator's instances, the domain's reuse table, an OpenCL context and
 // compiler of its own) and serves the worker protocol (package wire) to
 // vgpud's main process, which started it by executing its own binary with
-// EnvWorker set (the package's init then runs Main and exits).
+// RoleWorker as the first argument: the program's main (or a test
+// binary's TestMain) calls EnterRole first, which runs Main, or an
+// executor, and exits. Nothing here runs from an init function.
 //
 // It maps only its own instances' guest RAM and instance pages, which the
 // main process hands it; it asks the main process for every device turn

@@ -41,8 +41,8 @@ const (
 	// EnvExecutor, "1" in a worker's environment, makes the worker run
 	// its device in an executor process.
 	EnvExecutor = "VGPUD_WORKER_EXECUTOR"
-	// envExecutorDevice, set to a device index, makes this program an
-	// executor serving that device on ExecutorFD.
+	// envExecutorDevice is the device index an executor (roleExecutor)
+	// serves on ExecutorFD.
 	envExecutorDevice = "VGPUD_EXECUTOR_DEVICE"
 	// ExecutorFD is the executor's protocol socket.
 	ExecutorFD = 3
@@ -186,7 +186,7 @@ func startExecutor(index int, mine, theirs *os.File, b ContextBounds) (*executor
 	// thread that started it; in a worker it is also in the worker's PID
 	// namespace, which ends with the worker.
 	e.pid, err = children.start(e, func() (int, error) {
-		return syscall.ForkExec(selfExe, []string{"vgpud-executor"}, &syscall.ProcAttr{
+		return syscall.ForkExec(selfExe, []string{"vgpud-executor", roleExecutor}, &syscall.ProcAttr{
 			Env:   env,
 			Files: []uintptr{0, 1, 2, theirs.Fd()},
 			Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},

@@ -12,10 +12,11 @@ import (
 )
 
 // The environment of a worker process, which the main process (package
-// worker) starts by executing its own binary again.
+// worker) starts by executing its own binary again with RoleWorker.
 const (
-	// EnvWorker is "1" in a worker process: the package's init runs the
-	// worker and exits, before the program's main.
+	// EnvWorker is "1" in a worker process (and its executors): the
+	// fault handlers (fault_linux.go) and the exits on a lost device read
+	// it. It names no role: RoleWorker does.
 	EnvWorker = "VGPUD_WORKER"
 	// EnvLog is the worker's log level (debug, info, warn, error); its
 	// logs are JSON lines on stderr, which the main process relays.
@@ -25,19 +26,42 @@ const (
 	EnvCache = "VGPUD_WORKER_CACHE"
 )
 
+// The roles a process of vgpud's binary is started in besides its own,
+// named by its parent as the program's first argument (docs/worker.md):
+// a flag no program defines, so a program that was not built to take a
+// role (one that forgot EnterRole) refuses it as an unknown flag rather
+// than running as itself.
+const (
+	// RoleWorker makes the program a worker (Main).
+	RoleWorker = "-vgpud-role=worker"
+	// roleExecutor makes it an executor (executorMain), which a worker
+	// starts.
+	roleExecutor = "-vgpud-role=executor"
+)
+
 // ProtocolFD is the descriptor of the worker's end of the protocol
 // socket (the first of exec.Cmd.ExtraFiles).
 const ProtocolFD = 3
 
-func init() {
-	if os.Getenv(envExecutorDevice) != "" {
-		os.Exit(executorMain())
+// EnterRole runs this process in the role its parent named (RoleWorker,
+// or a worker's executor) and exits with its code; in a process started
+// without a role it returns at once. A program whose binary the worker
+// pool executes as a worker (vgpud, and each benchmark and test binary
+// that runs a pool: worker.Config.Executable defaults to the program
+// itself) calls it first thing in main or TestMain. Nothing takes a
+// process over from an init function.
+func EnterRole() {
+	if len(os.Args) < 2 {
+		return
 	}
-	if os.Getenv(EnvWorker) == "1" {
+	switch os.Args[1] {
+	case RoleWorker:
 		// The protocol loop stays on the thread the process started on:
 		// its parent-death signal (wire.Parent) is that thread's.
 		runtime.LockOSThread()
 		os.Exit(Main())
+	case roleExecutor:
+		os.Exit(executorMain())
 	}
 }
 

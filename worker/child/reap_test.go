@@ -23,6 +23,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	EnterRole() // a worker or executor of this test binary's pool
 	switch os.Getenv(envReapTest) {
 	case "worker":
 		os.Exit(reapWorker())
