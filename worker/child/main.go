@@ -50,17 +50,24 @@ const ProtocolFD = 3
 // that runs a pool: worker.Config.Executable defaults to the program
 // itself) calls it first thing in main or TestMain. Nothing takes a
 // process over from an init function.
+//
+// A vgpud that predates roles named a worker by its environment alone
+// (EnvWorker "1", and an executor by its device index): such a vgpud
+// still runs during an upgrade in place that rolls back, and the workers
+// it starts run this binary, which is on disk by then; so EnterRole
+// takes those too.
 func EnterRole() {
-	if len(os.Args) < 2 {
-		return
+	role := ""
+	if len(os.Args) >= 2 {
+		role = os.Args[1]
 	}
-	switch os.Args[1] {
-	case RoleWorker:
+	switch {
+	case role == RoleWorker, role != roleExecutor && os.Getenv(EnvWorker) == "1" && os.Getenv(envExecutorDevice) == "":
 		// The protocol loop stays on the thread the process started on:
 		// its parent-death signal (wire.Parent) is that thread's.
 		runtime.LockOSThread()
 		os.Exit(Main())
-	case roleExecutor:
+	case role == roleExecutor, os.Getenv(envExecutorDevice) != "":
 		os.Exit(executorMain())
 	}
 }
