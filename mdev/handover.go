@@ -44,7 +44,7 @@ func (m *Manager) Pause(ctx context.Context) error {
 	for _, in := range m.instances {
 		if in.relocating.Load() {
 			m.mu.Unlock()
-			return fmt.Errorf("pause: instance %s is being moved (or is suspended to host memory): %w", in.uuid, ErrRelocating)
+			return fmt.Errorf("pause: instance %s is being moved (or is suspended to host memory): %w", in.uuid, ErrReallocating)
 		}
 	}
 	m.paused = true

@@ -288,10 +288,10 @@ func (m *Manager) roomFor(inst *Instance, from int, need uint64) int {
 // move relocates inst's device state to device to (the same device: out
 // to host memory and back, after hold), optionally under new limits,
 // and records where it landed.
-func (m *Manager) move(ctx context.Context, inst *Instance, to int, lim *worker.Limits, hold func(context.Context, uint64) error) (worker.RelocateStats, error) {
-	r, err := worker.AsRelocator(inst.be)
+func (m *Manager) move(ctx context.Context, inst *Instance, to int, lim *worker.Limits, hold func(context.Context, uint64) error) (worker.ReallocStats, error) {
+	r, err := worker.AsReallocator(inst.be)
 	if err != nil {
-		return worker.RelocateStats{}, err
+		return worker.ReallocStats{}, err
 	}
 	inst.mu.Lock()
 	from, oldSched := inst.device, inst.sched
@@ -299,10 +299,10 @@ func (m *Manager) move(ctx context.Context, inst *Instance, to int, lim *worker.
 	share := oldSched.Client(inst.uuid).Share
 	if to != from {
 		if err := m.pool.Sched(to).SetShare(inst.uuid, share); err != nil {
-			return worker.RelocateStats{}, fmt.Errorf("move %s: %w", inst.uuid, err)
+			return worker.ReallocStats{}, fmt.Errorf("move %s: %w", inst.uuid, err)
 		}
 	}
-	st, err := r.Relocate(ctx, worker.Relocation{Device: to, Limits: lim, Hold: hold})
+	st, err := r.Realloc(ctx, worker.ReallocTarget{Device: to, Limits: lim, Hold: hold})
 	if st.To != from {
 		m.mu.Lock()
 		inst.mu.Lock()

@@ -285,12 +285,12 @@ func TestPauseRefusedWhileMoving(t *testing.T) {
 	}
 	inst.relocating.Store(true)
 	defer inst.relocating.Store(false)
-	if err := m.Pause(context.Background()); !errors.Is(err, ErrRelocating) {
-		t.Fatalf("Pause with an instance moving: %v, want ErrRelocating", err)
+	if err := m.Pause(context.Background()); !errors.Is(err, ErrReallocating) {
+		t.Fatalf("Pause with an instance moving: %v, want ErrReallocating", err)
 	}
 	one := 1
-	if _, err := m.Realloc(context.Background(), inst.UUID(), ReallocRequest{Device: &one}); !errors.Is(err, ErrRelocating) {
-		t.Fatalf("Realloc of an instance moving: %v, want ErrRelocating", err)
+	if _, err := m.Realloc(context.Background(), inst.UUID(), ReallocRequest{Device: &one}); !errors.Is(err, ErrReallocating) {
+		t.Fatalf("Realloc of an instance moving: %v, want ErrReallocating", err)
 	}
 }
 

@@ -17,8 +17,8 @@ var (
 	// limits do not meet, or did not answer and what the instance holds
 	// does not fit the new profile.
 	ErrReallocRefused = errors.New("reallocation refused")
-	// ErrRelocating: the instance is already being moved.
-	ErrRelocating = errors.New("the instance is being moved")
+	// ErrReallocating: the instance is already being moved.
+	ErrReallocating = errors.New("the instance is being moved")
 )
 
 // DefaultReallocDeadline bounds each of the guest's answers to a
@@ -77,7 +77,7 @@ func (m *Manager) Realloc(ctx context.Context, id string, req ReallocRequest) (r
 	if err != nil {
 		return res, err
 	}
-	if _, err := worker.AsRelocator(inst.be); err != nil {
+	if _, err := worker.AsReallocator(inst.be); err != nil {
 		return res, fmt.Errorf("realloc %s: %w", id, err)
 	}
 	from, old := inst.Device(), inst.Profile()
@@ -107,9 +107,9 @@ func (m *Manager) Realloc(ctx context.Context, id string, req ReallocRequest) (r
 	m.mu.Unlock()
 	switch {
 	case paused:
-		return res, fmt.Errorf("realloc %s: vgpud is being upgraded in place: %w", id, ErrRelocating)
+		return res, fmt.Errorf("realloc %s: vgpud is being upgraded in place: %w", id, ErrReallocating)
 	case !claimed:
-		return res, fmt.Errorf("realloc %s: %w", id, ErrRelocating)
+		return res, fmt.Errorf("realloc %s: %w", id, ErrReallocating)
 	}
 	defer inst.relocating.Store(false)
 	deadline := req.Deadline.D()
@@ -156,7 +156,7 @@ func (m *Manager) Realloc(ctx context.Context, id string, req ReallocRequest) (r
 		if !m.pool.Memory(to).TryCredit(id, inst.MemUsed()) {
 			err = fmt.Errorf("device %d has %d bytes free, the instance holds %d", to, m.pool.Memory(to).Free(), inst.MemUsed())
 		} else {
-			var st worker.RelocateStats
+			var st worker.ReallocStats
 			st, err = m.move(ctx, inst, to, &lim, nil)
 			res.StateBytes, res.Stopped = st.StateBytes, Duration(st.Stopped)
 			m.pool.Memory(to).DropCredit(id)

@@ -53,7 +53,7 @@ type procInstance struct {
 	why     string
 	regions []guestmem.Region // the guest-RAM map; its fds are this instance's copies
 	closed  bool
-	// A relocation in progress (relocate.go): moving is closed when it
+	// A relocation in progress (realloc.go): moving is closed when it
 	// ends, stopMove cancels it, view is what the guest reads meanwhile.
 	moving   chan struct{}
 	stopMove context.CancelFunc

@@ -32,7 +32,7 @@ func handleRealloc(mux *http.ServeMux, m *mdev.Manager) {
 			switch {
 			case errors.Is(err, mdev.ErrNotFound):
 				code = http.StatusNotFound
-			case errors.Is(err, mdev.ErrReallocRefused), errors.Is(err, mdev.ErrRelocating), errors.Is(err, mdev.ErrNoCapacity):
+			case errors.Is(err, mdev.ErrReallocRefused), errors.Is(err, mdev.ErrReallocating), errors.Is(err, mdev.ErrNoCapacity):
 				code = http.StatusConflict
 			}
 			reply(w, code, errorBody{Error: err.Error()})
