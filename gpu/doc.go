@@ -18,9 +18,12 @@
 // kernel's argument info (every program is built with -cl-kernel-arg-info),
 // that each argument is the kind the parameter needs, so bytes can never be
 // taken for a cl_mem handle; objects of another Queue are refused. Build
-// first runs CheckSource, because the compiler runs inside this process:
+// first runs CheckSourceFor, because the compiler runs inside this process:
 // with PoCL 3.1, #include "/etc/..." puts a host file into the build log and
-// "#pragma clang __debug llvm_fatal_error" aborts the process.
+// "#pragma clang __debug llvm_fatal_error" aborts the process. On a device
+// that is no GPU it also screens inline assembly the compiler may compile,
+// asking the compiler which names it predefines where the verdict depends
+// on them (one small extra build, cached per options).
 //
 // Concurrency: a Device is safe for concurrent use. A Queue, and the
 // Buffers, Programs and Kernels created through it, belong to that Queue and

@@ -408,6 +408,13 @@ func Open(selector string) (Device, error) {
 	}
 	e := es[n]
 	d := &device{info: e.info, id: e.id, queues: make(map[*queue]struct{})}
+	var typ C.cl_device_type
+	if err := clErr("clGetDeviceInfo", C.clGetDeviceInfo(e.id, C.CL_DEVICE_TYPE, C.size_t(unsafe.Sizeof(typ)), unsafe.Pointer(&typ), nil)); err != nil {
+		return nil, fmt.Errorf("open %s: %w", e.info.Name, err)
+	}
+	// Only a GPU runs kernels off the host's CPU for certain: a CPU or an
+	// accelerator device (an FPGA emulator, say) may run them on it.
+	d.offHost = typ&C.CL_DEVICE_TYPE_GPU != 0 && typ&(C.CL_DEVICE_TYPE_CPU|C.CL_DEVICE_TYPE_ACCELERATOR) == 0
 	if err := clErr("clCreateContext", C.vg_create_context(e.platform, e.id, &d.ctx)); err != nil {
 		return nil, fmt.Errorf("open %s: %w", e.info.Name, err)
 	}
@@ -419,14 +426,18 @@ func Open(selector string) (Device, error) {
 // Lock order: queue.mu, then device.mu. Device.Close collects the queues
 // under device.mu and closes each after unlocking it.
 type device struct {
-	info Info
-	id   C.cl_device_id
+	info    Info
+	id      C.cl_device_id
+	offHost bool // CL_DEVICE_TYPE_GPU: kernels do not run on the host's CPU (SourceTarget)
 
 	ctx C.cl_context // released by Close after every queue is closed
 
 	mu     sync.Mutex
 	closed bool
 	queues map[*queue]struct{}
+	// predefined caches the compiler's answers (queue.predefined): per
+	// build options, whether it predefines a name.
+	predefined map[string]map[string]bool
 }
 
 func (d *device) Info() Info { return d.info }
@@ -668,7 +679,11 @@ func (q *queue) Fill(b Buffer, off, n uint64, pattern []byte) error {
 }
 
 func (q *queue) Build(source, options string) (Program, string, error) {
-	if err := CheckSource(source, options); err != nil {
+	target := SourceTarget{
+		OffHost:    q.dev.offHost,
+		Predefined: func(names []string) (map[string]bool, error) { return q.predefined(options, names) },
+	}
+	if err := CheckSourceFor(source, options, target); err != nil {
 		return nil, err.Error(), err // the log says why, for the program's author
 	}
 	if source == "" {
@@ -704,6 +719,92 @@ func (q *queue) Build(source, options string) (Program, string, error) {
 	p.names = names
 	q.programs[p] = struct{}{}
 	return p, log, nil
+}
+
+// Bounds of the cache of predefined names: past them it is emptied.
+const (
+	maxPredefinedOptions = 64
+	maxPredefinedCached  = 1 << 16
+)
+
+// predefined reports which of names the device's compiler predefines as
+// macros when it builds with options (SourceTarget.Predefined). It asks
+// the compiler itself: it builds a program with one empty kernel under
+// "#ifdef NAME" per name not yet cached, and reads which kernels it got.
+// Only plain identifiers are asked (CheckSourceFor asks no other); the
+// answers are cached on the device, per options.
+func (q *queue) predefined(options string, names []string) (map[string]bool, error) {
+	d := q.dev
+	out := make(map[string]bool, len(names))
+	var ask []string
+	d.mu.Lock()
+	cached := d.predefined[options]
+	for _, n := range names {
+		if v, ok := cached[n]; ok {
+			out[n] = v
+		} else if isPlainIdent(n) {
+			ask = append(ask, n)
+		}
+	}
+	d.mu.Unlock()
+	if len(ask) == 0 {
+		return out, nil
+	}
+	var src strings.Builder
+	for i, n := range ask {
+		fmt.Fprintf(&src, "#ifdef %s\n__kernel void vgpud_predefined_%d(void) {}\n#endif\n", n, i)
+	}
+	// A program without kernels is valid, but some compilers reject an
+	// empty translation unit.
+	src.WriteString("__kernel void vgpud_predefined(void) {}\n")
+	opts := C.CString(options + " -cl-kernel-arg-info")
+	defer C.free(unsafe.Pointer(opts))
+	text := (*C.char)(C.CBytes([]byte(src.String())))
+	defer C.free(unsafe.Pointer(text))
+
+	q.mu.Lock()
+	if q.q == nil {
+		q.mu.Unlock()
+		return nil, q.closedErr("build")
+	}
+	var prog C.cl_program
+	if err := clErr("clCreateProgramWithSource", C.vg_create_program(d.ctx, text, C.size_t(src.Len()), &prog)); err != nil {
+		q.mu.Unlock()
+		return nil, err
+	}
+	code := C.vg_build(prog, d.id, opts)
+	var kernels []string
+	err := clErr("clBuildProgram", code)
+	if err == nil {
+		kernels, err = kernelNames(prog)
+	}
+	C.clReleaseProgram(prog)
+	q.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("reading the compiler's predefined macros: %w", err)
+	}
+	got := make(map[string]bool, len(kernels))
+	for _, k := range kernels {
+		got[k] = true
+	}
+	if !got["vgpud_predefined"] {
+		return nil, fmt.Errorf("reading the compiler's predefined macros: the probe's kernels are missing (%d names)", len(kernels))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.predefined == nil || len(d.predefined) >= maxPredefinedOptions && d.predefined[options] == nil ||
+		len(d.predefined[options])+len(ask) > maxPredefinedCached {
+		d.predefined = make(map[string]map[string]bool)
+	}
+	if d.predefined[options] == nil {
+		d.predefined[options] = make(map[string]bool)
+	}
+	for i, n := range ask {
+		v := got[fmt.Sprintf("vgpud_predefined_%d", i)]
+		out[n] = v
+		d.predefined[options][n] = v
+	}
+	return out, nil
 }
 
 // Bounds of a build log: a log larger than maxLogRead is not read at all

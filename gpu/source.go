@@ -41,36 +41,86 @@ var bannedIdentifiers = map[string]bool{
 	"_Pragma": true, "__pragma": true, "__debug": true,
 }
 
-// unpastableIdentifiers may not appear anywhere outside comments (as
-// bannedIdentifiers), and those marked true not be formed by token
-// pasting either: inline assembly in each spelling (a kernel with it
-// makes raw system calls, docs/sandbox.md; clang accepts __asm__ and
-// __asm in OpenCL C, and asm only in GNU modes, which OpenCL C is not:
-// "use of undeclared identifier 'asm'" with PoCL 3.1 for every
-// -cl-std), and the macros that give the host's clock (__TIMESTAMP__
-// also the temporary source file's time). Refused, not predefined: a
-// program that names them is told so, instead of building with a value
-// that lies.
+// unpastableIdentifiers are refused in source and -D values, and those
+// marked true where token pasting could form them too: inline assembly in
+// each spelling (clang accepts __asm__ and __asm in OpenCL C, and asm
+// only in GNU modes, which OpenCL C is not: "use of undeclared identifier
+// 'asm'" with PoCL 3.1 for every -cl-std), and the macros that give the
+// host's clock (__TIMESTAMP__ also the temporary source file's time).
+// The clock macros are refused wherever they appear outside comments:
+// a program that names them is told so, instead of building with a value
+// that lies. Inline assembly is judged by what is compiled, and only where
+// kernels run on the host's CPU (asmSpellings, CheckSourceFor).
 var unpastableIdentifiers = map[string]bool{
 	"asm": false, "__asm": true, "__asm__": true,
 	"__DATE__": true, "__TIME__": true, "__TIMESTAMP__": true,
 }
 
-// CheckSource rejects OpenCL C source and build options that could make an
-// in-process compiler read host files or crash it (PoCL 3.1 puts a host
-// file's lines into the build log for #include "/etc/...", and aborts the
-// process on "#pragma clang __debug llvm_fatal_error"). Refused: directives
-// outside a small allow-list (so no #include, also when spelled with %:
-// or ??= or split by comments and line splices), pragmas outside an
-// allow-list, file probes, _Pragma, __debug, universal character names in
-// identifiers, NUL bytes, and options other than -D, -U, -w, -Werror,
-// -cl-std=CL1.0..CL3.0 and other -cl-* flags; token pasting is allowed
-// (ABI 1.4). Inline assembly (asm, __asm, __asm__) and the clock macros
-// (__DATE__, __TIME__, __TIMESTAMP__) are refused written out, in a -D
-// value, and wherever the source or options paste tokens (## or %:%:)
-// from whose identifiers they could be formed. Build calls it first; the
-// error wraps ErrSourceRejected (an ErrBuildFailed).
+// asmSpellings are the spellings of inline assembly among
+// unpastableIdentifiers: on a device whose kernels run on the host's CPU
+// a kernel with inline assembly makes raw system calls (docs/sandbox.md).
+var asmSpellings = map[string]bool{"asm": true, "__asm": true, "__asm__": true}
+
+// SourceTarget is what CheckSourceFor may assume about the device a
+// program is built for. The zero value assumes the most: kernels on the
+// host's CPU, and nothing known of the compiler's predefined macros.
+type SourceTarget struct {
+	// OffHost: the device runs kernels on processors of its own (a
+	// CL_DEVICE_TYPE_GPU device), so inline assembly in them is the
+	// device's own instruction set, not code on the host's CPU, and is not
+	// screened. A CPU or accelerator device leaves it false.
+	OffHost bool
+	// Predefined, if not nil, reports which of names the device's
+	// compiler predefines as macros (with the build's options); a name
+	// missing from the map is taken as unknown. It is asked only when
+	// the verdict on inline assembly depends on such names (gpu/opencl.go
+	// asks the compiler itself). Without it, every name the source does
+	// not #define or #undef may be predefined, with any value.
+	Predefined func(names []string) (map[string]bool, error)
+}
+
+// CheckSource is CheckSourceFor with the zero SourceTarget: the strictest
+// screen, for a device that runs kernels on the host's CPU and whose
+// compiler's predefined macros are not known.
 func CheckSource(source, options string) error {
+	return CheckSourceFor(source, options, SourceTarget{})
+}
+
+// CheckSourceFor rejects OpenCL C source and build options that could make
+// an in-process compiler read host files or crash it (PoCL 3.1 puts a host
+// file's lines into the build log for #include "/etc/...", and aborts the
+// process on "#pragma clang __debug llvm_fatal_error"), or give a kernel
+// the host's clock or, on the host's CPU, inline assembly. Refused:
+// directives outside a small allow-list (so no #include, also when spelled
+// with %: or ??= or split by comments and line splices), pragmas outside
+// an allow-list, file probes, _Pragma, __debug, universal character names
+// in identifiers, NUL bytes, and options other than -D, -U, -w, -Werror,
+// -cl-std=CL1.0..CL3.0 and other -cl-* flags; token pasting is allowed
+// (ABI 1.4). The clock macros (__DATE__, __TIME__, __TIMESTAMP__) are
+// refused written out anywhere outside comments, in a -D value, and
+// wherever the source or options paste tokens (## or %:%:) from whose
+// identifiers they could be formed.
+//
+// Inline assembly (asm, __asm, __asm__) is screened only when
+// !target.OffHost, and judged by what the compiler will compile
+// (checkAsm): the source is preprocessed by a model that follows #if,
+// #ifdef, #ifndef, #elif, #else and #endif with the source's own #define
+// and #undef in order (after the options' -D and -U), in three-valued
+// logic: a condition that depends on a name whose value is not known
+// makes its group possibly compiled. Refused is a spelling of inline
+// assembly in possibly compiled text (non-directive lines and #pragma
+// arguments, inside literals too); a name in that text that is a
+// "tainted" macro, one with a possibly compiled #define (anywhere in the
+// file, or a -D) whose body spells inline assembly or names a tainted
+// macro; a tainted macro's name that the text's identifiers could form
+// by pasting; and, as before, a pasted __asm or __asm__. Each reading of
+// the source (with and without trigraphs and digraphs, strict and loose
+// line splices) is judged, and any refusal refuses. A source whose
+// conditionals cannot be followed (unbalanced, or too many alternative
+// definitions) has inline assembly refused wherever it is spelled.
+// Build calls it first; the error wraps ErrSourceRejected (an
+// ErrBuildFailed).
+func CheckSourceFor(source, options string, target SourceTarget) error {
 	if err := checkOptions(options); err != nil {
 		return err
 	}
@@ -82,7 +132,13 @@ func CheckSource(source, options string) error {
 	if err := checkTokens(values); err != nil {
 		return err
 	}
-	return checkPasting(source + "\n" + values)
+	if err := checkPasting(source+"\n"+values, !target.OffHost); err != nil {
+		return err
+	}
+	if target.OffHost {
+		return nil
+	}
+	return checkAsm(source, options, target.Predefined)
 }
 
 // macroValues returns the VALUEs of options' -D NAME=VALUE, one a line.
@@ -107,12 +163,13 @@ func macroValues(options string) string {
 var pasteOperators = []string{"##", "%:%:", "#%:", "%:#"}
 
 // checkPasting refuses text that pastes tokens if an unpastable
-// identifier is a concatenation of two or more identifiers (or pieces of
-// literals and comments) that appear in it, on every reading of it
+// identifier (one of inline assembly only if asm is set) is a
+// concatenation of two or more identifiers (or pieces of literals and
+// comments) that appear in it, on every reading of it
 // (checkSource's): pasting joins whole tokens, and the operands come from
 // the text itself. It cannot see identifiers that only the OpenCL
 // headers' macros produce; docs/ABI.md says why that is contained.
-func checkPasting(text string) error {
+func checkPasting(text string, asm bool) error {
 	for _, v := range [...]struct{ trigraphs, loose bool }{{true, true}, {false, true}, {false, false}} {
 		s := spliceLines(text, v.trigraphs, v.loose)
 		if !slices.ContainsFunc(pasteOperators, func(op string) bool { return strings.Contains(s, op) }) {
@@ -123,7 +180,7 @@ func checkPasting(text string) error {
 			words[w] = true
 		}
 		for _, id := range slices.Sorted(maps.Keys(unpastableIdentifiers)) {
-			if !unpastableIdentifiers[id] {
+			if !unpastableIdentifiers[id] || asmSpellings[id] && !asm {
 				continue
 			}
 			if pieces := concatenation(id, words); pieces != nil {
@@ -220,13 +277,19 @@ func isIdent(c byte) bool {
 	return c == '_' || isDigit(c) || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
-// spliceLines applies translation phases 1 and 2: trigraphs ??= and ??/
-// if trigraphs is set, then removes backslash-newline splices, also with
-// whitespace before the newline (as clang does) if loose is set.
-func spliceLines(s string, trigraphs, loose bool) string {
-	if trigraphs {
-		s = strings.ReplaceAll(s, "??=", "#")
-		s = strings.ReplaceAll(s, "??/", "\\")
+// trigraphs replaces the nine trigraphs, left to right as translation
+// phase 1 does. All nine matter to a reader: ??= is #, ??/ a backslash,
+// and ??' (^) is no quote, so a /* after it opens a comment.
+var trigraphs = strings.NewReplacer("??=", "#", "??/", "\\", "??'", "^", "??(", "[", "??)", "]",
+	"??!", "|", "??<", "{", "??>", "}", "??-", "~")
+
+// spliceLines applies translation phases 1 and 2: the trigraphs if
+// trigraphs is set (clang replaces them in OpenCL C), then removes
+// backslash-newline splices, also with whitespace before the newline (as
+// clang does) if loose is set.
+func spliceLines(s string, trigraph, loose bool) string {
+	if trigraph {
+		s = trigraphs.Replace(s)
 	}
 	var b strings.Builder
 	b.Grow(len(s))
@@ -328,8 +391,8 @@ func checkIdent(id string) error {
 	if bannedIdentifiers[id] || strings.Contains(id, "__debug") || strings.Contains(id, "\\") {
 		return rejected("%q is not allowed", id)
 	}
-	if _, ok := unpastableIdentifiers[id]; ok {
-		return rejected("%q is not allowed (inline assembly and the clock macros are refused)", id)
+	if _, ok := unpastableIdentifiers[id]; ok && !asmSpellings[id] {
+		return rejected("%q is not allowed (the clock macros are refused)", id)
 	}
 	return nil
 }

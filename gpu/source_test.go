@@ -53,6 +53,11 @@ var rejectedSources = []string{
 	"__constant char s[] = \"__debug\";",
 	"int incl\\u0075de;",
 	"__kernel void f(void) {}\x00#include <x>",
+	// With trigraphs (clang's OpenCL C) ??' is ^, no quote: the /* after
+	// it opens no comment, and the #include is a directive (issue 40: PoCL
+	// 3.1 read /etc/passwd for both).
+	"??' ' /*\n#include \"/etc/passwd\"\n*/",
+	"#define E ??' ' /*\n#include \"/etc/passwd\"\n// */\n__kernel void k(void) {}",
 }
 
 func TestCheckSource(t *testing.T) {
@@ -91,6 +96,13 @@ func FuzzCheckSource(f *testing.F) {
 	for _, s := range append(acceptedSources, rejectedSources...) {
 		f.Add(s, "")
 	}
+	for _, tt := range asmReached {
+		f.Add(tt.src, tt.opts)
+	}
+	for _, tt := range asmNotReached {
+		f.Add(tt.src, tt.opts)
+	}
+	f.Add(random123Shape, "")
 	f.Add("", "-DX=1 -cl-std=CL1.2")
 	f.Fuzz(func(t *testing.T, src, opts string) {
 		err := CheckSource(src, opts)
@@ -103,6 +115,28 @@ func FuzzCheckSource(f *testing.F) {
 			if err := CheckSource(src+"\n*/\n#include <x>\n", opts); err == nil {
 				t.Fatalf("CheckSource(%q + include) = nil, want rejection", src)
 			}
+		}
+		// Inline assembly on a line of its own after any source (and a
+		// closed comment; the blank line first, so that a splice at the
+		// source's end cannot join the */ to a / before it) is compiled,
+		// or the source's conditionals are unbalanced: refused on the
+		// host's CPU whatever the compiler predefines.
+		asm := src + "\n\n*/\n__asm__(\"syscall\");\n"
+		for _, target := range []SourceTarget{{}, {Predefined: everyName}, {Predefined: oracle(nil)}} {
+			if err := CheckSourceFor(asm, opts, target); !errors.Is(err, ErrSourceRejected) {
+				t.Fatalf("CheckSourceFor(%q + asm, %q) = %v, want ErrSourceRejected", src, opts, err)
+			}
+		}
+		// The compiler's answers only narrow what may be compiled, and on
+		// a GPU inline assembly is not screened: neither refuses what
+		// CheckSource accepts.
+		narrowed := CheckSourceFor(src, opts, SourceTarget{Predefined: oracle(nil)})
+		gpu := CheckSourceFor(src, opts, SourceTarget{OffHost: true})
+		if err == nil && (narrowed != nil || gpu != nil) {
+			t.Fatalf("CheckSource(%q, %q) = nil, but with the compiler's answers %v, on a GPU %v", src, opts, narrowed, gpu)
+		}
+		if gpu != nil && !errors.Is(gpu, ErrSourceRejected) || narrowed != nil && !errors.Is(narrowed, ErrSourceRejected) {
+			t.Fatalf("CheckSourceFor(%q, %q) = %v, %v, want nil or ErrSourceRejected", src, opts, narrowed, gpu)
 		}
 	})
 }

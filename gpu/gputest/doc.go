@@ -4,8 +4,11 @@
 //
 // It is a test double: it never compiles or runs anything. Buffers are Go
 // byte slices, zeroed at Alloc and bound-checked by Write and Read. Build
-// screens source and options with gpu.CheckSource, as the real device does,
-// and then only parses the kernel signatures,
+// screens source and options with gpu.CheckSource, as the real device does
+// (but with no compiler to ask which macros it predefines, so inline
+// assembly under a condition on such a name, as in pyopencl's Random123,
+// is refused where PoCL builds it), and then only parses the kernel
+// signatures,
 //
 //	__kernel void NAME(params) { ... }   (or kernel void NAME(...))
 //
