@@ -1,6 +1,7 @@
 package handover
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,15 +22,101 @@ const (
 	KindFDs    Kind = 'D' // old -> new: descriptors of the State that follows
 	KindState  Kind = 'S' // old -> new: State, with the last descriptors
 	KindReady  Kind = 'R' // new -> old: built, not serving
-	KindFail   Kind = 'F' // new -> old: Failure; the old process resumes
-	KindCommit Kind = 'C' // old -> new: serve; the old process exits
+	KindFail   Kind = 'F' // new -> old: Failure; the old process resumes (protocol 2: also on probation)
+	KindCommit Kind = 'C' // old -> new: serve (protocol 2: Commit, the probation begins); protocol 1: the old process exits
 	KindAbort  Kind = 'A' // old -> new: exit; the old process resumes
+
+	// Protocol 2, on probation (after the commit, docs/upgrade.md).
+	KindHealthy  Kind = 'K' // new -> old: it serves and its own health check passed
+	KindStopping Kind = 'X' // new -> old: it was asked to stop (SIGTERM): the probation ends, nothing rolls back
+	KindRelease  Kind = 'E' // old -> new: the probation is over; the old process exits, the new one serves alone
+)
+
+// The exchange protocols (docs/upgrade.md). A process speaks every one
+// from Protocol1 to Protocol; the old process picks the highest both
+// speak (Negotiate) and names it in the Commit.
+const (
+	// Protocol1: Hello, State, Ready or Fail, Commit or Abort; the old
+	// process exits at the commit.
+	Protocol1 = 1
+	// Protocol2 adds the probation: after the commit the old process
+	// keeps what it handed over, paused, until the new one has served
+	// for Commit.Probation and passed its health check (KindHealthy); if
+	// the new process dies first, the old one serves again.
+	Protocol2 = 2
+	// Protocol is the highest this vgpud speaks.
+	Protocol = Protocol2
 )
 
 // Hello is the new process's greeting.
 type Hello struct {
 	PID     int `json:"pid"`
 	Version int `json:"version"` // the State version it reads
+	// Protocols are the exchange protocols it speaks; none (a vgpud that
+	// predates protocol 2): Protocol1 alone.
+	Protocols []int `json:"protocols,omitempty"`
+}
+
+// Speaks is the Hello of this vgpud's protocols.
+func Speaks() []int {
+	out := make([]int, 0, Protocol)
+	for p := Protocol1; p <= Protocol; p++ {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Negotiate is the protocol of an exchange with the new process that
+// said h: the highest both speak; ErrChannel when there is none (a peer
+// too new or too old: the upgrade is refused before anything pauses).
+func Negotiate(h Hello) (int, error) {
+	theirs := h.Protocols
+	if len(theirs) == 0 {
+		theirs = []int{Protocol1}
+	}
+	best := 0
+	for _, p := range theirs {
+		if p >= Protocol1 && p <= Protocol && p > best {
+			best = p
+		}
+	}
+	if best == 0 {
+		return 0, fmt.Errorf("%w: no common exchange protocol: the new vgpud speaks %v, this one %v", ErrChannel, theirs, Speaks())
+	}
+	return best, nil
+}
+
+// Commit is the body of KindCommit from protocol 2 on (a protocol 1
+// commit has none).
+type Commit struct {
+	Protocol int `json:"protocol"`
+	// Probation is how long the old process stands by after the commit
+	// (at least; it also waits for KindHealthy); 0: it exits at once.
+	Probation time.Duration `json:"probation_ns"`
+}
+
+// DecodeCommit reads a KindCommit body: none is protocol 1's commit.
+// A protocol the new process did not offer (speaks: its Hello's) is an
+// error: it cannot follow the old process.
+func DecodeCommit(body []byte, speaks []int) (Commit, error) {
+	if len(body) == 0 {
+		return Commit{Protocol: Protocol1}, nil
+	}
+	var c Commit
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Commit{}, fmt.Errorf("%w: commit: %v", ErrChannel, err)
+	}
+	if c.Probation < 0 {
+		return Commit{}, fmt.Errorf("%w: commit: probation %v", ErrChannel, c.Probation)
+	}
+	for _, p := range speaks {
+		if p == c.Protocol {
+			return c, nil
+		}
+	}
+	return Commit{}, fmt.Errorf("%w: commit in protocol %d, this vgpud speaks %v", ErrChannel, c.Protocol, speaks)
 }
 
 // Failure says why the new process cannot take over.

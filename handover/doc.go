@@ -8,7 +8,9 @@
 // It owns State (versioned JSON, every descriptor named by its index in
 // the descriptors that travel with it over SCM_RIGHTS), its validation,
 // and the message exchange on the SOCK_SEQPACKET socket pair between the
-// two processes (Hello, State, Ready or Fail, Commit or Abort). It imports
+// two processes (Hello, State, Ready or Fail, Commit or Abort, then, from
+// protocol 2 on, the probation: Healthy, Fail or Stopping from the new
+// process, Release from the old; Negotiate picks the protocol). It imports
 // no other vgpud package: mdev and worker fill and read its structs, and
 // cmd/vgpud runs the exchange. Everything the new process reads from the
 // channel is checked as untrusted input.

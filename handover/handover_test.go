@@ -1,10 +1,12 @@
 package handover
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -182,5 +184,116 @@ func TestChannelCarriesManyFDs(t *testing.T) {
 	}
 	if err := old.Expect(KindReady, nil); err == nil || !strings.Contains(err.Error(), "no device") {
 		t.Errorf("Expect(Ready) after a Fail = %v", err)
+	}
+}
+
+// TestNegotiate: the old process picks the highest exchange protocol
+// both speak; a Hello without protocols is a vgpud that predates
+// protocol 2 (it speaks 1); none in common refuses the upgrade cleanly.
+func TestNegotiate(t *testing.T) {
+	for _, tc := range []struct {
+		theirs []int
+		want   int
+		fails  bool
+	}{
+		{nil, Protocol1, false},
+		{[]int{1}, Protocol1, false},
+		{[]int{1, 2}, Protocol2, false},
+		{[]int{1, 2, 3}, Protocol2, false}, // a newer one that still speaks ours
+		{[]int{3, 4}, 0, true},             // a newer one that dropped ours
+		{[]int{0, -1}, 0, true},
+	} {
+		got, err := Negotiate(Hello{PID: 1, Version: Version, Protocols: tc.theirs})
+		if tc.fails {
+			if !errors.Is(err, ErrChannel) || !strings.Contains(err.Error(), "no common") {
+				t.Errorf("Negotiate(%v) = %d, %v; want a refusal", tc.theirs, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("Negotiate(%v) = %d, %v; want %d", tc.theirs, got, err, tc.want)
+		}
+	}
+	// A protocol 1 Hello as a vgpud before protocol 2 writes it.
+	var h Hello
+	if err := json.Unmarshal([]byte(`{"pid":7,"version":1}`), &h); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := Negotiate(h); err != nil || p != Protocol1 {
+		t.Errorf("Negotiate(a protocol 1 Hello) = %d, %v", p, err)
+	}
+}
+
+// TestDecodeCommit: a commit without a body is protocol 1's (what a
+// vgpud before protocol 2 sends); a protocol 2 commit carries the
+// probation; a commit in a protocol the new process did not offer, or
+// malformed, is refused (the new process fails, the old one serves).
+func TestDecodeCommit(t *testing.T) {
+	if c, err := DecodeCommit(nil, Speaks()); err != nil || c.Protocol != Protocol1 || c.Probation != 0 {
+		t.Errorf("DecodeCommit(no body) = %+v, %v", c, err)
+	}
+	b, _ := json.Marshal(Commit{Protocol: Protocol2, Probation: 3 * time.Second})
+	if c, err := DecodeCommit(b, Speaks()); err != nil || c.Protocol != Protocol2 || c.Probation != 3*time.Second {
+		t.Errorf("DecodeCommit(%s) = %+v, %v", b, c, err)
+	}
+	for _, tc := range []struct {
+		body   string
+		speaks []int
+	}{
+		{`{"protocol":2,"probation_ns":1}`, []int{Protocol1}}, // it offered 1 only
+		{`{"protocol":9,"probation_ns":1}`, Speaks()},
+		{`{"protocol":2,"probation_ns":-1}`, Speaks()},
+		{`{"protocol":2,"extra":1}`, Speaks()},
+		{`{`, Speaks()},
+	} {
+		if c, err := DecodeCommit([]byte(tc.body), tc.speaks); !errors.Is(err, ErrChannel) {
+			t.Errorf("DecodeCommit(%s, %v) = %+v, %v; want ErrChannel", tc.body, tc.speaks, c, err)
+		}
+	}
+}
+
+// TestProbationMessages: the probation's messages pass the channel in
+// both directions, a Fail's reason with it.
+func TestProbationMessages(t *testing.T) {
+	old, peer, err := Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	nw, err := FileChannel(peer)
+	peer.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nw.Close()
+	if err := old.Send(KindCommit, Commit{Protocol: Protocol2, Probation: time.Second}, nil); err != nil {
+		t.Fatal(err)
+	}
+	k, body, _, err := nw.Recv()
+	if err != nil || k != KindCommit {
+		t.Fatalf("Recv = %q, %v", k, err)
+	}
+	if c, err := DecodeCommit(body, Speaks()); err != nil || c.Probation != time.Second {
+		t.Fatalf("commit %+v, %v", c, err)
+	}
+	for _, k := range []Kind{KindHealthy, KindStopping} {
+		if err := nw.Send(k, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := old.Expect(k, nil); err != nil {
+			t.Errorf("Expect(%q) = %v", k, err)
+		}
+	}
+	if err := nw.Send(KindFail, Failure{Error: "unhealthy"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Expect(KindHealthy, nil); err == nil || !strings.Contains(err.Error(), "unhealthy") {
+		t.Errorf("Expect after a Fail = %v", err)
+	}
+	if err := old.Send(KindRelease, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := nw.Expect(KindRelease, nil); err != nil {
+		t.Errorf("Expect(release) = %v", err)
 	}
 }

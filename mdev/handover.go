@@ -127,6 +127,72 @@ func (m *Manager) Unpause() {
 	close(resume)
 }
 
+// Checkpoint is what RollBack compares with: each instance's completion
+// count when the manager was paused for a handover.
+type Checkpoint struct {
+	done map[string]uint32
+}
+
+// Checkpoint records the paused manager's completion counts, before the
+// new process of an upgrade may serve (docs/upgrade.md, "Probation").
+func (m *Manager) Checkpoint() Checkpoint {
+	c := Checkpoint{done: map[string]uint32{}}
+	for _, in := range m.List() {
+		c.done[in.uuid] = in.be.Done()
+	}
+	return c
+}
+
+// RollBackReport says what RollBack found the new process had changed.
+type RollBackReport struct {
+	Instances int // instances served again
+	Tails     int // register files whose tail (or tail shadow) the new process had moved
+	Woken     int // instances whose guest was signalled a completion again
+}
+
+// RollBack resumes the paused manager of an old process whose upgrade
+// committed and then rolled back: the new process served, on probation,
+// and died (docs/upgrade.md, "Probation"). Every instance, its VM and
+// agent connections and its worker (whose device state never left it)
+// are this process's again, as Unpause gives them back; what the new
+// process changed meanwhile is taken from where it is kept outside the
+// dead process: the tail and the tail shadow the guest last wrote are
+// those the register file published in the instance page; a completion
+// the new process may have signalled but the guest not yet acknowledged
+// (the notify eventfd it read is empty now) is signalled again when the
+// ring completed anything since c. The instance page's values are the
+// worker's to overwrite: they are latched as the guest's register
+// values, which only the guest reads back.
+func (m *Manager) RollBack(c Checkpoint) RollBackReport {
+	var rep RollBackReport
+	insts := m.List()
+	for _, in := range insts {
+		sh := in.be.Shared()
+		r := in.regs.State()
+		moved := false
+		if t := sh.Tail.Load(); t != r.Tail {
+			r.Tail, moved = t, true
+		}
+		if s := sh.Shadow.Load(); s != 0 && s != r.Shadow {
+			r.Shadow, moved = s, true
+		}
+		if moved {
+			in.regs.SetState(r)
+			rep.Tails++
+		}
+	}
+	m.Unpause()
+	for _, in := range insts {
+		rep.Instances++
+		done := in.be.Done()
+		if was, ok := c.done[in.uuid]; ok && done != was {
+			in.notify(done - 1)
+			rep.Woken++
+		}
+	}
+	return rep
+}
+
 // waitResume waits, in an accept loop stopped by a pause, for Unpause
 // (true) or the manager's end (false).
 func (m *Manager) waitResume() bool {

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
@@ -169,4 +170,85 @@ func oldProcess(dir string) {
 		fail("worker %d after the shutdown: %q, %v; want it running", worker, b, err)
 	}
 	os.Exit(0)
+}
+
+// TestHandoverRollBack: an old process whose upgrade rolled back after
+// the commit (the new process served on probation and died, issue 40
+// (8)) serves again with what the new process changed and left outside
+// itself: the register file latches the tail and tail shadow the guest
+// wrote through the new process (published in the instance page), a
+// completion the new process drained from the notify eventfd is
+// signalled again (INTx), and the paused connection, worker and ring
+// serve again: the guest reads the registers and computes.
+func TestHandoverRollBack(t *testing.T) {
+	m := newManager(t, []Profile{{Name: "p", MemBytes: 16 << 20, Share: 1, MaxPerDevice: 2}})
+	inst, err := m.Create(CreateRequest{Profile: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := attach(t, inst)
+	d := openDriver(t, vm)
+	vm.Write32(abi.RegIntEnable, abi.IntCompletion)
+	if err := d.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	// The completion's interrupt came (the notice relay may trail the
+	// completion record the guest saw), then the guest acknowledges it
+	// and no later notice raises it again: the line is low.
+	if _, err := vm.WaitIRQ(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for quiet := 0; quiet < 10; quiet++ {
+		if vm.Read32(abi.RegIntStatus)&abi.IntCompletion != 0 {
+			vm.Write32(abi.RegIntStatus, abi.IntCompletion)
+			quiet = 0
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := vm.IRQCount(); err != nil { // consumed (the counter restarts at 0)
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := m.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cp := m.Checkpoint()
+	// The new process, on probation: the guest rang the doorbell and
+	// kicked with a tail shadow (the register file published both in the
+	// instance page) and a command completed (it drained the eventfd).
+	sh := inst.be.Shared()
+	tail, done := sh.Tail.Load(), sh.Done.Load()
+	sh.Tail.Store(tail + 3)
+	sh.Shadow.Store(0x5000)
+	sh.Done.Store(done + 1)
+	rep := m.RollBack(cp)
+	if rep.Instances != 1 || rep.Tails != 1 || rep.Woken != 1 {
+		t.Errorf("RollBack = %+v, want 1 instance, 1 tail moved, 1 woken", rep)
+	}
+	// Through the paused connection, served again.
+	if got := vm.Read32(abi.RegRingTail); got != tail+3 {
+		t.Errorf("RegRingTail after the rollback = %d, want %d (the instance page's)", got, tail+3)
+	}
+	if lo := vm.Read32(abi.RegTailShadowLo); lo != 0x5000 {
+		t.Errorf("RegTailShadowLo after the rollback = %#x, want 0x5000", lo)
+	}
+	if got := vm.Read32(abi.RegIntStatus); got&abi.IntCompletion == 0 {
+		t.Errorf("RegIntStatus after the rollback = %#x, want the completion signalled again", got)
+	}
+	if n, err := vm.WaitIRQ(10 * time.Second); err != nil || n == 0 {
+		t.Errorf("interrupts after the rollback = %d, %v; want the completion's", n, err)
+	}
+	// The guest computes again (the worker's counters as they were: the
+	// completion above was the test's).
+	sh.Done.Store(done)
+	sh.Tail.Store(tail)
+	vm.Write32(abi.RegIntStatus, abi.IntCompletion)
+	if err := d.Finish(); err != nil {
+		t.Fatalf("a command after the rollback: %v", err)
+	}
+	// Not paused any more: the manager takes new work.
+	if _, err := m.Create(CreateRequest{Profile: "p"}); err != nil {
+		t.Errorf("Create after the rollback = %v", err)
+	}
 }

@@ -131,10 +131,11 @@ say "vgpud: installed, active, the group's user created $uuid, another user refu
 # A VM on the instance, named by its name, computing through the upgrades:
 # vgpuctl vm as the group's user, with the root's QEMU (x-pci-proxy-dev to
 # the instance's socket, which the group may use), running vgpu-iterate: at
-# least 30 s of launches (-pace), whose final buffer it checks against the
+# least 100 s of launches (-pace: each upgrade now answers after its
+# probation, 10 s by default), whose final buffer it checks against the
 # CPU.
 as op vgpuctl vm -instance deb-test -kernel /guest/vmlinuz -initrd /guest/initramfs.cpio \
-	-append "vgpu.run=vgpu-iterate vgpu.args=-steps,3000,-pace,10ms,-progress,100" >"$work/vm.log" 2>&1 &
+	-append "vgpu.run=vgpu-iterate vgpu.args=-steps,10000,-pace,10ms,-progress,100" >"$work/vm.log" 2>&1 &
 vm=$!
 timeout 300 bash -c "until grep -q 'ITERATE step' '$work/vm.log'; do kill -0 $vm 2>/dev/null || exit 1; sleep 0.2; done" ||
 	{ cat "$work/vm.log" >&2; fail "the VM's job did not start"; }

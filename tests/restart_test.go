@@ -32,7 +32,9 @@ func TestGPUAcrossUpgradeAndCrash(t *testing.T) {
 		t.Skip("boots QEMU")
 	}
 	env := migrationSetup(t)
-	a := startDaemon(t, env, "pthread")
+	// A short probation (docs/upgrade.md): the upgrade's answer comes
+	// once it passed, and the job must still run then.
+	a := runDaemon(t, env, "pthread", t.TempDir(), "-upgrade-probation", "200ms")
 	id := create(t, a, "vgpu-small")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
@@ -177,12 +179,14 @@ func TestUpgradesInARowUnderLoad(t *testing.T) {
 		}
 		unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 	})
-	a := startDaemon(t, env, "pthread")
+	// Each upgrade's answer comes once its probation passed
+	// (docs/upgrade.md): a short one, and steps for 20 of them.
+	a := runDaemon(t, env, "pthread", t.TempDir(), "-upgrade-probation", "200ms")
 	id := create(t, a, "vgpu-small")
 	loadCPUs(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	const steps = 1500
+	const steps = 2500
 	// The job runs on a device context (ABI 1.5), which lives in the
 	// worker: the upgrades must leave it, and its executor, computing.
 	app := fmt.Sprintf("vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,%d,-pace,10ms,-progress,10,-context,1", steps)

@@ -187,6 +187,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		placeData  = fs.String("placement-dataset", "", "co-run dataset the interference placement model learns from (docs/placement.md)")
 		defsDir    = fs.String("definitions", "", "directory of persistent instance definitions, created at every start when missing (default "+definitions.DefaultDir+"; vgpuctl define)")
 		sockGroup  = fs.String("socket-group", "", "group allowed to use the control socket and the instances' sockets (made 0660, the run directory 0750 and its instances directory 0770, of that group): members start VMs on the instances; default: root only (0600)")
+		probation  = fs.Duration("upgrade-probation", probationDefault, "after an upgrade in place commits, keep what was handed over for this long, ready to serve it again if the new vgpud dies or fails its health check (0: exit at the commit; docs/upgrade.md)")
 		libvirtURI = fs.String("libvirt", "", "libvirt connection URI (e.g. qemu:///system): plug the vGPU of every domain whose metadata names an instance, whenever it starts and after a restart (docs/operating.md)")
 		devices    multiFlag
 		devMem     multiFlag
@@ -452,12 +453,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	metricsL, migL := handed("metrics"), handed("migrate")
+	var startErr error
 	if in != nil {
 		// Everything is built; nothing is served yet. Once the old
-		// process commits, this one serves it all.
+		// process commits, this one serves it all (on probation: until
+		// the old one releases it, any way out of run but a stop exits
+		// at once, touching nothing the old one would serve again).
 		in.ready()
-		if err := m.Start(); err != nil {
-			log.Error("upgrade: adopted with errors", "err", err)
+		defer in.guard()
+		if startErr = m.Start(); startErr != nil {
+			log.Error("upgrade: adopted with errors", "err", startErr)
 		}
 		log.Info("upgrade: serving what the old vgpud handed over", "from_pid", in.st.From, "instances", len(m.List()))
 	}
@@ -487,10 +492,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ms = startMetrics(mp, m, log, metricsLimits)
 	}
 	gate := &control.Gate{}
+	if in.onProbation() {
+		// On probation control requests wait (as in a pause), so that a
+		// rollback finds the instances the old process handed over.
+		_ = gate.Close(context.Background())
+	}
 	stdoutF, _ := stdout.(*os.File)
 	stderrF, _ := stderr.(*os.File)
 	up := newUpgrader(&upgrader{log: log, m: m, lock: lock, gate: gate, listeners: listeners, args: args,
-		stdout: stdoutF, stderr: stderrF})
+		stdout: stdoutF, stderr: stderrF, probation: *probation, onRollback: store.Changed, upgraded: in})
 	xenCtx, stopXen := context.WithCancel(ctx)
 	xa := newXenAttacher(xenCtx, m, log)
 	defer func() { stopXen(); xa.Wait() }() // before the manager closes
@@ -514,6 +524,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		mp := newPausable(ml)
+		if in.onProbation() {
+			mp.pause() // no incoming migration until the probation ends
+		}
 		listeners["migrate"] = mp
 		ml = mp
 		migAddr = ml.Addr().String()
@@ -522,6 +535,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		go func() { migDone <- dst.Serve(migCtx, ml) }()
 	} else {
 		migDone <- nil
+	}
+	if in.onProbation() {
+		go func() {
+			<-in.probationOver()
+			gate.Open()
+			if mp := listeners["migrate"]; mp != nil {
+				mp.unpause()
+			}
+		}()
 	}
 	// From here an upgrade may hand everything over (the control API,
 	// SIGHUP): every way out of run passes up.settle first, which exits
@@ -572,9 +594,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Warn("service manager not told that vgpud is ready", "err", err)
 		}
 	}
+	in.serving(startErr) // on probation: the health check, reported to the old process
 
 	select {
 	case <-ctx.Done():
+		in.stopping() // on probation: the old process must not roll back what this shutdown closes
 		ms.setReady(false)
 		up.settle()
 		if err := sdnotify.Notify("STOPPING=1"); err != nil {

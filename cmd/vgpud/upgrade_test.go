@@ -1,17 +1,36 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
+	"flag"
+	"fmt"
 	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+	"github.com/vgpud/vgpud/mdev/runstate"
 )
 
 // TestUpgradeRefusedWhenNotItsTurn: an upgrade does not start while
 // another is in progress, nor once the daemon settled for its shutdown
-// (settle waits for the one in progress first), nor after a commit.
+// (settle waits for the one in progress first), nor after a commit, nor
+// while this vgpud is itself on probation after an upgrade.
 func TestUpgradeRefusedWhenNotItsTurn(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
@@ -35,12 +54,473 @@ func TestUpgradeRefusedWhenNotItsTurn(t *testing.T) {
 			<-settled
 		}, ErrStopping},
 		{"committed", func(u *upgrader) { u.committed.Store(true) }, control.ErrUpgraded},
+		{"on probation after its own upgrade", func(u *upgrader) {
+			u.upgraded = &incoming{over: make(chan struct{})}
+			u.upgraded.probing.Store(true)
+		}, control.ErrUpgradeBusy},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			u := newUpgrader(&upgrader{log: slog.New(slog.DiscardHandler)})
 			tt.setup(u)
 			if _, _, err := u.upgrade(context.Background(), "/bin/false"); !errors.Is(err, tt.want) {
 				t.Errorf("upgrade() = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+// The upgrade tests below run this test binary as vgpud: its main, the
+// old process, and again as each new process an upgrade starts (the old
+// one executes its own file, with its environment).
+const (
+	// envTestVgpud, set to 1, makes the test binary vgpud (init below).
+	envTestVgpud = "VGPUD_TEST_AS_VGPUD"
+	// envTestFault names a file whose content says where a new process
+	// dies or fails (upgradeTestHook's points): "ready", "serving" (it is
+	// killed, SIGKILL, as a crash) or "health" (its health check fails);
+	// anything else, nothing. Read at each point, so a test changes it
+	// between upgrades.
+	envTestFault = "VGPUD_TEST_UPGRADE_FAULT"
+)
+
+var (
+	upgradeRounds    = flag.Int("upgrade.rounds", 6, "TestUpgradeProbation: upgrades whose new vgpud crashes or fails on probation")
+	upgradeProbation = flag.String("upgrade.probation", "1s", "TestUpgradeProbation: vgpud's -upgrade-probation (0 shows the behaviour without one)")
+)
+
+func init() {
+	if os.Getenv(envTestVgpud) != "1" {
+		return
+	}
+	if path := os.Getenv(envTestFault); path != "" {
+		upgradeTestHook = func(point string) error {
+			b, _ := os.ReadFile(path)
+			if strings.TrimSpace(string(b)) != point {
+				return nil
+			}
+			if point == "health" {
+				return errors.New("test: the health check fails")
+			}
+			// A crash: nothing deferred runs, nothing is cleaned up.
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+	main()
+	os.Exit(0)
+}
+
+// testVgpud is a vgpud process (this test binary, init above) on its own
+// run directory: its ready line, its log.
+type testVgpud struct {
+	t       *testing.T
+	dir     string
+	runDir  string
+	fault   string
+	cmd     *exec.Cmd
+	logPath string
+	lines   chan string
+	sock    string
+}
+
+func startTestVgpud(t *testing.T, args ...string) *testVgpud {
+	t.Helper()
+	// Short: the instances' socket paths must fit sockaddr_un.
+	dir, err := os.MkdirTemp("", "vgpud-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	v := &testVgpud{t: t, dir: dir, runDir: filepath.Join(dir, "run"), fault: filepath.Join(dir, "fault"),
+		logPath: filepath.Join(dir, "vgpud.log"), lines: make(chan string, 64)}
+	logf, err := os.Create(v.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.cmd = exec.Command(os.Args[0], append([]string{"-run-dir", v.runDir, "-metrics-addr", "", "-log-level", "info",
+		"-definitions", filepath.Join(dir, "defs")}, args...)...)
+	v.cmd.Env = append(os.Environ(), envTestVgpud+"=1", envTestFault+"="+v.fault)
+	v.cmd.Stdout, v.cmd.Stderr = w, logf
+	err = v.cmd.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
+		t.Fatal(err)
+	}
+	// Every vgpud of the run writes its ready line here; the pipe ends
+	// when the last one exited.
+	go func() {
+		defer close(v.lines)
+		defer r.Close()
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			select {
+			case v.lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	select {
+	case l := <-v.lines:
+		f := strings.Fields(l)
+		if len(f) < 3 || f[0] != "vgpud" || f[1] != "ready" || !strings.HasPrefix(f[2], "control=") {
+			t.Fatalf("vgpud's first line %q\n%s", l, v.log())
+		}
+		v.sock = strings.TrimPrefix(f[2], "control=")
+	case <-time.After(2 * time.Minute):
+		v.cmd.Process.Kill()
+		t.Fatalf("vgpud did not get ready\n%s", v.log())
+	}
+	return v
+}
+
+func (v *testVgpud) log() string {
+	b, _ := os.ReadFile(v.logPath)
+	return string(b)
+}
+
+// lockPID is the PID the run directory's lock file names.
+func (v *testVgpud) lockPID() int {
+	b, _ := os.ReadFile(filepath.Join(v.runDir, runstate.LockFile))
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+func (v *testVgpud) setFault(point string) {
+	if err := os.WriteFile(v.fault, []byte(point), 0o600); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// alive reports whether pid runs (not a zombie).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(b), ") Z ")
+}
+
+// reapPID waits (this process is the subreaper) for pid to end, killing
+// it after d.
+func reapPID(pid int, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, 0, nil)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		syscall.Kill(pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// guestJob is a guest's work on its vGPU through the instance's QEMU
+// socket (mpqemutest plays QEMU, the guest driver library drives the
+// ring): a buffer of counters in device memory, each launch adds one to
+// every counter. The buffer lives in the worker: its content is the
+// instance's device state.
+type guestJob struct {
+	vm    *mpqemutest.VM
+	d     *driver.Device
+	p     driver.Program
+	b     driver.Buffer
+	count int // launches so far: every counter is seed+count
+}
+
+const guestCounters = 1024
+
+func startGuestJob(t *testing.T, socket string) *guestJob {
+	t.Helper()
+	qc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := mpqemutest.NewVM(qc, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &guestJob{vm: vm}
+	t.Cleanup(func() { vm.Close() })
+	if g.d, err = driver.Open(vm, vm, driver.Options{Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	var blog string
+	if g.p, blog, err = g.d.Build(`__kernel void inc(__global uint *c) { c[get_global_id(0)] += 1; }`, ""); err != nil {
+		t.Fatalf("build: %v\n%s", err, blog)
+	}
+	if g.b, err = g.d.CreateBuffer(4 * guestCounters); err != nil {
+		t.Fatal(err)
+	}
+	seed := make([]byte, 4*guestCounters)
+	for i := range guestCounters {
+		binary.LittleEndian.PutUint32(seed[4*i:], uint32(i*1000))
+	}
+	if err := g.d.Write(g.b, 0, seed); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// step launches once more and checks every counter: those the device
+// held (the state from before) plus one.
+func (g *guestJob) step() error {
+	if err := g.d.Launch(g.p, "inc", driver.Range1(guestCounters, 0), driver.BufferArg(g.b)); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	g.count++
+	return g.check()
+}
+
+// check reads the buffer back from the device.
+func (g *guestJob) check() error {
+	got := make([]byte, 4*guestCounters)
+	if err := g.d.Read(g.b, 0, got); err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	for i := range guestCounters {
+		if v, want := binary.LittleEndian.Uint32(got[4*i:]), uint32(i*1000+g.count); v != want {
+			return fmt.Errorf("counter %d = %d, want %d (after %d launches): the device state was lost", i, v, want, g.count)
+		}
+	}
+	return nil
+}
+
+// TestUpgradeProbation: issue 40 (8). A new vgpud that crashes right
+// after Ready, or once it serves, or fails its health check, does not
+// take the daemon down: the old one, which kept what it handed over for
+// the probation, serves again, every instance with its device state, the
+// same worker and the guest's own connection; the lock file names it
+// again. Then an upgrade whose new vgpud lives through the probation:
+// the old one exits with status 0 and the new one serves the same
+// instance, device state and connection. Before the probation (run with
+// -upgrade.probation=0) the old vgpud exits at the commit and the guest's
+// vGPU is gone with the new one.
+func TestUpgradeProbation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts vgpud and a worker many times")
+	}
+	// The new vgpud is the old one's child; once the old one exits, it
+	// and the workers are this process's (reaped here).
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	v := startTestVgpud(t, "-upgrade-probation", *upgradeProbation)
+	oldPID := v.cmd.Process.Pid
+	var newPID, workerPID int
+	oldWaited := false
+	defer func() {
+		if !oldWaited {
+			v.cmd.Process.Signal(syscall.SIGTERM)
+			v.cmd.Wait()
+		}
+		if newPID > 0 {
+			syscall.Kill(newPID, syscall.SIGTERM)
+			reapPID(newPID, time.Minute)
+		}
+		if workerPID > 0 {
+			reapPID(workerPID, time.Minute)
+		}
+		for range v.lines { // every vgpud ended: the pipe ends
+		}
+		if t.Failed() {
+			t.Logf("vgpud log:\n%s", v.log())
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c := control.NewClient(v.sock)
+	info, err := c.Create(ctx, mdev.CreateRequest{Profile: "vgpu-small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGuestJob(t, info.Socket)
+	if err := g.step(); err != nil {
+		t.Fatal(err)
+	}
+	shown, err := c.Instance(ctx, info.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workerPID = shown.WorkerPID
+	if workerPID == 0 {
+		t.Fatalf("instance %s has no worker", info.UUID)
+	}
+	faults := []string{"ready", "serving", "health"}
+	for i := range *upgradeRounds {
+		fault := faults[i%len(faults)]
+		v.setFault(fault)
+		start := time.Now()
+		rep, err := c.Upgrade(ctx, control.UpgradeRequest{})
+		if err == nil || !strings.Contains(err.Error(), "rolled back") {
+			t.Fatalf("round %d: upgrade to a new vgpud that fails at %q = %+v, %v; want it rolled back", i, fault, rep, err)
+		}
+		t.Logf("round %d (%s): %v in %v", i, fault, err, time.Since(start).Round(time.Millisecond))
+		if !alive(oldPID) {
+			t.Fatalf("round %d: the old vgpud %d is gone", i, oldPID)
+		}
+		if pid := v.lockPID(); pid != oldPID {
+			t.Errorf("round %d: the lock file names pid %d, want the old vgpud's %d", i, pid, oldPID)
+		}
+		// The guest's own connection, the same buffer in the same worker.
+		if err := g.check(); err != nil {
+			t.Fatalf("round %d: after the rollback: %v", i, err)
+		}
+		if err := g.step(); err != nil {
+			t.Fatalf("round %d: computing after the rollback: %v", i, err)
+		}
+		shown, err := c.Instance(ctx, info.UUID)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if shown.WorkerPID != workerPID || !shown.Attached {
+			t.Fatalf("round %d: worker %d (attached %v), want %d attached", i, shown.WorkerPID, shown.Attached, workerPID)
+		}
+	}
+
+	// An upgrade whose new vgpud lives through its probation.
+	v.setFault("")
+	rep, err := c.Upgrade(ctx, control.UpgradeRequest{})
+	if err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	newPID = rep.NewPID
+	werr := make(chan error, 1)
+	go func() { werr <- v.cmd.Wait() }()
+	select {
+	case err := <-werr:
+		oldWaited = true
+		if err != nil {
+			t.Errorf("the old vgpud after the probation: %v, want an exit with status 0", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("the old vgpud %d still runs a minute after its probation", oldPID)
+	}
+	if !alive(newPID) {
+		t.Fatalf("the new vgpud %d is gone", newPID)
+	}
+	if pid := v.lockPID(); pid != newPID {
+		t.Errorf("the lock file names pid %d, want the new vgpud's %d", pid, newPID)
+	}
+	if err := g.step(); err != nil {
+		t.Fatalf("computing on the new vgpud: %v", err)
+	}
+	c = control.NewClient(v.sock)
+	shown, err = c.Instance(ctx, info.UUID)
+	if err != nil || shown.WorkerPID != workerPID || !shown.Attached {
+		t.Fatalf("on the new vgpud: %+v, %v; want worker %d attached", shown, err, workerPID)
+	}
+}
+
+// TestUpgradeProbationStop: a stop of the daemon while an upgrade is on
+// probation, whichever process gets the SIGTERM (the old one is still
+// the service's main process: systemd's KillMode=mixed signals it
+// alone), is a stop, not a rollback: the new vgpud, which serves, does
+// the shutdown (the sockets removed, the worker ended) and the old one
+// exits after it, with status 0, touching nothing.
+func TestUpgradeProbationStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts vgpud and a worker")
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	for _, signalled := range []string{"new", "old"} {
+		t.Run(signalled, func(t *testing.T) {
+			v := startTestVgpud(t, "-upgrade-probation", "10m")
+			oldPID := v.cmd.Process.Pid
+			var workerPID int
+			oldWaited := false
+			defer func() {
+				if !oldWaited {
+					v.cmd.Process.Kill()
+					v.cmd.Wait()
+				}
+				if workerPID > 0 {
+					reapPID(workerPID, time.Minute)
+				}
+				for range v.lines {
+				}
+				if t.Failed() {
+					t.Logf("vgpud log:\n%s", v.log())
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			c := control.NewClient(v.sock)
+			info, err := c.Create(ctx, mdev.CreateRequest{Profile: "vgpu-small"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := startGuestJob(t, info.Socket)
+			if err := g.step(); err != nil {
+				t.Fatal(err)
+			}
+			if shown, err := c.Instance(ctx, info.UUID); err != nil || shown.WorkerPID == 0 {
+				t.Fatalf("instance %s: %+v, %v", info.UUID, shown, err)
+			} else {
+				workerPID = shown.WorkerPID
+			}
+			upgraded := make(chan error, 1)
+			go func() {
+				_, err := c.Upgrade(ctx, control.UpgradeRequest{})
+				upgraded <- err
+			}()
+			// The new vgpud serves (its ready line), on probation.
+			select {
+			case l := <-v.lines:
+				if !strings.HasPrefix(l, "vgpud ready ") {
+					t.Fatalf("the new vgpud's line %q", l)
+				}
+			case <-time.After(2 * time.Minute):
+				t.Fatal("the new vgpud did not get ready")
+			}
+			newPID := v.lockPID()
+			if newPID == oldPID || !alive(newPID) {
+				t.Fatalf("the lock names pid %d (the old vgpud is %d)", newPID, oldPID)
+			}
+			target := newPID
+			if signalled == "old" {
+				target = oldPID
+			}
+			if err := syscall.Kill(target, syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			werr := make(chan error, 1)
+			go func() { werr <- v.cmd.Wait() }()
+			select {
+			case err := <-werr:
+				oldWaited = true
+				if err != nil {
+					t.Errorf("the old vgpud: %v, want an exit with status 0", err)
+				}
+			case <-time.After(3 * time.Minute):
+				t.Fatal("the old vgpud did not exit")
+			}
+			if alive(newPID) {
+				t.Errorf("the new vgpud %d still runs after the old one exited", newPID)
+				syscall.Kill(newPID, syscall.SIGKILL)
+				reapPID(newPID, time.Minute)
+			}
+			if err := <-upgraded; err != nil && !strings.Contains(err.Error(), "EOF") {
+				t.Errorf("the upgrade's answer: %v", err)
+			}
+			// The new vgpud's shutdown removed what it served; no
+			// rollback re-created any of it.
+			for _, p := range []string{v.sock, info.Socket} {
+				if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s after the stop: %v, want it removed", p, err)
+				}
+			}
+			if strings.Contains(v.log(), "rolled back") {
+				t.Errorf("a stop on probation rolled the upgrade back")
 			}
 		})
 	}
