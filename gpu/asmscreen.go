@@ -1083,26 +1083,8 @@ func applyBinary(op string, l, r cval) cval {
 			return res(a + b)
 		case "-":
 			return res(a - b)
-		case "<":
-			return boolVal(a < b)
-		case ">":
-			return boolVal(a > b)
-		case "<=":
-			return boolVal(a <= b)
-		case ">=":
-			return boolVal(a >= b)
-		case "==":
-			return boolVal(a == b)
-		case "!=":
-			return boolVal(a != b)
-		case "&":
-			return res(a & b)
-		case "^":
-			return res(a ^ b)
-		case "|":
-			return res(a | b)
 		}
-		return unknownVal
+		return compareOrBits(op, a, b, res)
 	}
 	a, b := int64(l.v), int64(r.v)
 	switch op {
@@ -1135,6 +1117,14 @@ func applyBinary(op string, l, r cval) cval {
 			return unknownVal
 		}
 		return signedVal(d)
+	}
+	return compareOrBits(op, a, b, signedVal)
+}
+
+// compareOrBits is a comparison or bitwise op of a and b, both of one
+// signedness, whose bitwise results mk makes; unknown for any other op.
+func compareOrBits[T int64 | uint64](op string, a, b T, mk func(T) cval) cval {
+	switch op {
 	case "<":
 		return boolVal(a < b)
 	case ">":
@@ -1148,11 +1138,11 @@ func applyBinary(op string, l, r cval) cval {
 	case "!=":
 		return boolVal(a != b)
 	case "&":
-		return signedVal(a & b)
+		return mk(a & b)
 	case "^":
-		return signedVal(a ^ b)
+		return mk(a ^ b)
 	case "|":
-		return signedVal(a | b)
+		return mk(a | b)
 	}
 	return unknownVal
 }

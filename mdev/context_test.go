@@ -80,24 +80,11 @@ func TestContextsIsolateProcesses(t *testing.T) {
 		t.Fatalf("MaxContexts = %d, want the profile's %d", got, contextProfile.Contexts)
 	}
 	worker := inst.WorkerPID()
-	before := addrspacetest.Children(worker)
-	attacker, err := d.OpenContext(driver.ContextOptions{ID: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	attacker, attackerPID := openContext(t, d, worker, driver.ContextOptions{ID: 1})
 	defer attacker.Close()
-	attackerExec := addrspacetest.NewPIDs(before, addrspacetest.Children(worker))
-	mid := addrspacetest.Children(worker)
-	victim, err := d.OpenContext(driver.ContextOptions{ID: 2, MemLimit: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	victim, victimPID := openContext(t, d, worker, driver.ContextOptions{ID: 2, MemLimit: 64 << 20})
 	defer victim.Close()
-	victimExec := addrspacetest.NewPIDs(mid, addrspacetest.Children(worker))
-	if len(attackerExec) != 1 || len(addrspacetest.Children(worker)) != len(before)+2 {
-		t.Fatalf("executors: %v before, %v after the contexts (attacker's %v): want one more per context",
-			before, addrspacetest.Children(worker), attackerExec)
-	}
+	attackerExec, victimExec := []int{attackerPID}, []int{victimPID}
 
 	// The victim's secret, in its buffer on the device.
 	secret := append([]byte("ICD-VICTIM-SECRET"), make([]byte, 4096-17)...)

@@ -70,23 +70,10 @@ func TestContextHangEndsAlone(t *testing.T) {
 	}
 	_, d, _ := markedGuest(t, inst)
 	worker0 := inst.WorkerPID()
-	before := addrspacetest.Children(worker0)
-	hung, err := d.OpenContext(driver.ContextOptions{ID: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hung, hungExec := openContext(t, d, worker0, driver.ContextOptions{ID: 1})
 	defer hung.Close()
-	hungExec := addrspacetest.NewPIDs(before, addrspacetest.Children(worker0))
-	mid := addrspacetest.Children(worker0)
-	victim, err := d.OpenContext(driver.ContextOptions{ID: 2, MemLimit: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	victim, victimExec := openContext(t, d, worker0, driver.ContextOptions{ID: 2, MemLimit: 64 << 20})
 	defer victim.Close()
-	victimExec := addrspacetest.NewPIDs(mid, addrspacetest.Children(worker0))
-	if len(hungExec) != 1 || len(victimExec) != 1 {
-		t.Fatalf("executors: %v and %v, want one per context", hungExec, victimExec)
-	}
 
 	// Each executor's memory is its context's quota (the instance's for
 	// a context without a limit of its own), not the worker's.
@@ -96,8 +83,8 @@ func TestContextHangEndsAlone(t *testing.T) {
 		pid  int
 		want uint64
 	}{
-		{"context 1 (no limit of its own)", hungExec[0], sandbox.DataLimit(hangProfile.MemBytes, progs)},
-		{"context 2 (64 MiB)", victimExec[0], sandbox.DataLimit(64<<20, progs)},
+		{"context 1 (no limit of its own)", hungExec, sandbox.DataLimit(hangProfile.MemBytes, progs)},
+		{"context 2 (64 MiB)", victimExec, sandbox.DataLimit(64<<20, progs)},
 	} {
 		if soft, hard := executorDataLimit(t, c.pid); soft != c.want || hard != c.want {
 			t.Errorf("%s: executor %d's RLIMIT_DATA = %d (hard %d), want %d", c.name, c.pid, soft, hard, c.want)
@@ -154,19 +141,11 @@ func TestContextHangEndsAlone(t *testing.T) {
 	_, d2, _ := markedGuest(t, inst2)
 	worker2 := inst2.WorkerPID()
 	for i, reset := range []bool{false, true} {
-		before2 := addrspacetest.Children(worker2)
-		c, err := d2.OpenContext(driver.ContextOptions{ID: uint32(3 + i)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, exe := openContext(t, d2, worker2, driver.ContextOptions{ID: uint32(3 + i)})
 		if err := contextVectorAdd(c, 4096, 1); err != nil {
 			t.Fatal(err)
 		}
-		exe := addrspacetest.NewPIDs(before2, addrspacetest.Children(worker2))
-		if len(exe) != 1 {
-			t.Fatalf("context %d's executors: %v, want one", 3+i, exe)
-		}
-		if err := syscall.Kill(exe[0], syscall.SIGSTOP); err != nil {
+		if err := syscall.Kill(exe, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
@@ -181,7 +160,7 @@ func TestContextHangEndsAlone(t *testing.T) {
 			t.Errorf("destroy of context %d with its executor stopped: %v", 3+i, err)
 		}
 		// Its executor ends: wait for it.
-		for slices.Contains(addrspacetest.Children(worker2), exe[0]) {
+		for slices.Contains(addrspacetest.Children(worker2), exe) {
 			if t.Context().Err() != nil {
 				t.Fatalf("context %d's stopped executor outlived its %s", 3+i, what)
 			}
@@ -198,6 +177,23 @@ func TestContextHangEndsAlone(t *testing.T) {
 	if inst2.WorkerPID() != worker2 || restarts(m) != restartsBefore {
 		t.Errorf("a worker changed or restarted")
 	}
+}
+
+// openContext opens device context opts.ID on d, whose worker is
+// process worker, and returns it with the executor it started.
+func openContext(t *testing.T, d *driver.Device, worker int, opts driver.ContextOptions) (*driver.Device, int) {
+	t.Helper()
+	before := addrspacetest.Children(worker)
+	c, err := d.OpenContext(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := addrspacetest.NewPIDs(before, addrspacetest.Children(worker))
+	if len(exe) != 1 {
+		c.Close()
+		t.Fatalf("context %d's executors: %v, want one", opts.ID, exe)
+	}
+	return c, exe[0]
 }
 
 // restarts counts the worker ends nobody asked for, all causes.
