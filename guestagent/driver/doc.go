@@ -42,7 +42,7 @@
 // tag; CopyBuffer and FillBuffer given a done callback leave their status to
 // it instead. Synchronous calls (Read, Build, ProgramInfo, DeviceInfo,
 // WaitIndex) return their own command's failure. The ABI 1.4 commands
-// (abi14.go) fail with ErrUnsupported on an older device.
+// (copyfill.go) fail with ErrUnsupported on an older device.
 // abi.StatusOf(err) recovers the device status from any of them.
 //
 // Tracked commands (tracked.go: CreateBufferNotify, WriteNotify, ReadAsync,
