@@ -134,8 +134,9 @@ say "vgpud: installed, active, the group's user created $uuid, another user refu
 # least 100 s of launches (-pace: each upgrade now answers after its
 # probation, 10 s by default), whose final buffer it checks against the
 # CPU.
+steps=10000
 as op vgpuctl vm -instance deb-test -kernel /guest/vmlinuz -initrd /guest/initramfs.cpio \
-	-append "vgpu.run=vgpu-iterate vgpu.args=-steps,10000,-pace,10ms,-progress,100" >"$work/vm.log" 2>&1 &
+	-append "vgpu.run=vgpu-iterate vgpu.args=-steps,$steps,-pace,10ms,-progress,100" >"$work/vm.log" 2>&1 &
 vm=$!
 timeout 300 bash -c "until grep -q 'ITERATE step' '$work/vm.log'; do kill -0 $vm 2>/dev/null || exit 1; sleep 0.2; done" ||
 	{ cat "$work/vm.log" >&2; fail "the VM's job did not start"; }
@@ -170,7 +171,7 @@ rc=0
 wait "$vm" || rc=$?
 vm=
 [[ $rc == 0 ]] || { tail -n 40 "$work/vm.log" >&2; fail "the VM's job failed across the upgrades (vgpuctl vm: exit $rc)"; }
-grep -q 'ITERATE OK steps=3000' "$work/vm.log" || { tail -n 40 "$work/vm.log" >&2; fail "the VM's job did not report a correct result"; }
+grep -q "ITERATE OK steps=$steps" "$work/vm.log" || { tail -n 40 "$work/vm.log" >&2; fail "the VM's job did not report a correct result"; }
 say "the VM's job finished across the upgrades: $(grep -m1 'ITERATE OK' "$work/vm.log")"
 
 # systemd watches the new main process: a crash of it is seen and restarted.
