@@ -184,7 +184,11 @@ say "kill -9 of the new main process: systemd restarted vgpud, the instance came
 
 check "systemctl stop vgpud" inside systemctl stop vgpud.service
 if inside systemctl -q is-active vgpud.service; then fail "vgpud.service still active after stop"; fi
-inside journalctl -u vgpud.service --no-pager | grep -q "shutting down" || fail "vgpud did not stop gracefully"
+# The whole journal first, then the search: grep -q would stop reading at
+# the match, and journalctl, still writing, end by SIGPIPE (a failure
+# under pipefail).
+journal=$(inside journalctl -u vgpud.service --no-pager)
+grep -q "shutting down" <<<"$journal" || { tail -n 60 <<<"$journal" >&2; fail "vgpud did not stop gracefully"; }
 check "dpkg --purge vgpud" inside dpkg --purge vgpud
 inside test ! -e /lib/systemd/system/vgpud.service || fail "the unit is left after purge"
 inside test ! -e /etc/vgpud/config.json || fail "the config is left after purge"
