@@ -36,14 +36,14 @@ func TestPyopenclClrandom(t *testing.T) {
 	}
 	test := filepath.Join(pyopenclExamples, "test_clrandom.py")
 	if _, err := os.Stat(test); err != nil {
-		t.Skipf("pyopencl's tests are not installed (python-pyopencl-doc; scripts/install-deps.sh installs it): %v", err)
+		t.Fatalf("pyopencl's tests are not installed (python-pyopencl-doc; scripts/install-deps.sh installs it): %v", err)
 	}
 	if out, err := exec.Command(debianPython, "-c", "import pyopencl, pytest").CombinedOutput(); err != nil {
-		t.Skipf("%s cannot import pyopencl and pytest (python3-pyopencl, python3-pytest; scripts/install-deps.sh installs them): %v\n%s", debianPython, err, out)
+		t.Fatalf("%s cannot import pyopencl and pytest (python3-pyopencl, python3-pytest; scripts/install-deps.sh installs them): %v\n%s", debianPython, err, out)
 	}
 	pocl := "/etc/OpenCL/vendors/pocl.icd"
 	if _, err := os.Stat(pocl); err != nil {
-		t.Skipf("PoCL's ICD is not installed: %v", err)
+		t.Fatalf("PoCL's ICD is not installed (make deps installs pocl-opencl-icd): %v", err)
 	}
 	icdDir := buildICD(t)
 	sock := startICDHost(t)
@@ -180,7 +180,7 @@ func buildICD(t *testing.T) string {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
-		t.Skip("gcc not installed (scripts/install-deps.sh installs it)")
+		t.Fatal("gcc not installed (scripts/install-deps.sh installs it)")
 	}
 	srcs, err := filepath.Glob("../../guestagent/icd/src/*.c")
 	if err != nil || len(srcs) == 0 {
