@@ -22,6 +22,9 @@ import (
 
 func TestMain(m *testing.M) {
 	child.EnterRole() // a worker or executor of this test binary's pool
+	if role := os.Getenv(envPreemptTree); role != "" {
+		os.Exit(preemptTree(role))
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -3,6 +3,11 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -118,20 +123,22 @@ func (pr *process) signal(sig syscall.Signal) error {
 	return s.Signal(sig)
 }
 
-// Signal sends sig to the child and then to its process group, which
-// holds its executor (docs/isolation.md "Executors"): a preempted turn's
-// kernel runs there. The child is the group's leader (Setpgid); while
-// the signal reaches it, it is not reaped, so the group's ID is not
-// anyone else's.
+// Signal sends sig to the child, then to its process group, then to
+// each of its children and the process group each leads: its executors
+// (docs/isolation.md "Executors"), where a preempted turn's kernel runs,
+// each the leader of a group of its own with what it started. The child
+// is its group's leader (Setpgid); while the signal reaches it, it is not
+// reaped, so the group's ID is not anyone else's.
 func (c childProcess) Signal(sig syscall.Signal) error {
 	if err := c.cmd.Process.Signal(sig); err != nil {
 		return err
 	}
-	return signalGroup(c.cmd.Process.Pid, sig)
+	return errors.Join(signalGroup(c.cmd.Process.Pid, sig), signalChildren(c.cmd.Process.Pid, sig))
 }
 
 // Signal sends sig to the adopted worker through its pidfd (nothing once
-// it was reaped), then to its process group, as childProcess.Signal.
+// it was reaped), then to its process group and its children's, as
+// childProcess.Signal.
 func (a *adoptedProcess) Signal(sig syscall.Signal) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -141,7 +148,14 @@ func (a *adoptedProcess) Signal(sig syscall.Signal) error {
 	if err := unix.PidfdSendSignal(a.fd, sig, nil, 0); err != nil {
 		return err
 	}
-	return signalGroup(a.pid, sig)
+	err := signalGroup(a.pid, sig)
+	// Its pid names it while it is alive: its children are read only
+	// then (the pidfd says so after the read).
+	pids, cerr := workerChildren(a.pid)
+	if cerr == nil && unix.PidfdSendSignal(a.fd, 0, nil, 0) == nil {
+		cerr = signalEach(pids, sig)
+	}
+	return errors.Join(err, cerr)
 }
 
 // signalGroup sends sig to process group pgid; a group with no member
@@ -151,4 +165,63 @@ func signalGroup(pgid int, sig syscall.Signal) error {
 		return fmt.Errorf("signal %v to process group %d: %w", sig, pgid, err)
 	}
 	return nil
+}
+
+// signalChildren sends sig to each child of process pid and to the
+// process group it leads, if it leads one (signalEach).
+func signalChildren(pid int, sig syscall.Signal) error {
+	pids, err := workerChildren(pid)
+	if err != nil {
+		return err
+	}
+	return signalEach(pids, sig)
+}
+
+// signalEach sends sig to each process of pids, children of a worker,
+// and to the group each leads. A worker's child leads a group only if it
+// is an executor (the worker made the group at its start; nothing in an
+// executor may make one): while the child lives its pid is its group's
+// ID, if any group's. A child that ended since it was listed is skipped;
+// its pid would name another process only after the worker reaped it
+// and the kernel gave the number out again, which takes every other
+// number in the PID space first.
+func signalEach(pids []int, sig syscall.Signal) error {
+	var errs []error
+	for _, p := range pids {
+		if err := syscall.Kill(p, sig); err != nil {
+			if !errors.Is(err, syscall.ESRCH) {
+				errs = append(errs, fmt.Errorf("signal %v to worker's child %d: %w", sig, p, err))
+			}
+			continue
+		}
+		errs = append(errs, signalGroup(p, sig))
+	}
+	return errors.Join(errs...)
+}
+
+// workerChildren lists the children of process pid, from each of its
+// threads' /proc children file (a child belongs to the thread that
+// started it, or to any thread once it was handed to the process as an
+// orphan).
+func workerChildren(pid int) ([]int, error) {
+	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+				continue // the thread ended
+			}
+			return nil, fmt.Errorf("children of worker %d: %w", pid, err)
+		}
+		for _, field := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(field); err == nil && c > 0 {
+				pids = append(pids, c)
+			}
+		}
+	}
+	return pids, nil
 }

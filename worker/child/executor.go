@@ -31,9 +31,11 @@ import (
 // reaches the worker.
 //
 // It is the worker's child, in the worker's PID namespace (the worker is
-// its init: when the worker ends, the kernel ends the executor) and
-// process group (the main process stops and continues the group to
-// preempt a turn). When the executor ends, by a crashing kernel or
+// its init: when the worker ends, the kernel ends the executor), and the
+// leader of a process group of its own: the main process stops and
+// continues it with the worker to preempt a turn, and the worker kills
+// the group when the executor ends, with every process guest code in it
+// started. When the executor ends, by a crashing kernel or
 // compiler, the worker's device is lost (gpu.ErrContextLost): the worker
 // exits with ExitExecutor (ExitContextLost if the executor lives on but
 // broke the protocol), and its domain starts again on a fresh pair.
@@ -184,12 +186,15 @@ func startExecutor(index int, mine, theirs *os.File, b ContextBounds) (*executor
 	// ForkExec, not os/exec: a plain vfork-style clone and wait4, which
 	// the worker's seccomp filter allows. The executor dies with the
 	// thread that started it; in a worker it is also in the worker's PID
-	// namespace, which ends with the worker.
+	// namespace, which ends with the worker. It leads a process group of
+	// its own, which it and what it starts cannot leave (its filter) and
+	// which the reaper kills when it ends; the main process stops the
+	// group to preempt a turn (worker.childProcess.Signal).
 	e.pid, err = children.start(e, func() (int, error) {
 		return syscall.ForkExec(selfExe, []string{"vgpud-executor", roleExecutor}, &syscall.ProcAttr{
 			Env:   env,
 			Files: []uintptr{0, 1, 2, theirs.Fd()},
-			Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+			Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true},
 		})
 	})
 	if err != nil {

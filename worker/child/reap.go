@@ -7,14 +7,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-// children are the processes this worker started: its executors. It
-// reaps them, and, in a worker that is its PID namespace's init
+// children are the processes this worker started: its executors, each
+// the leader of a process group of its own (startExecutor), which it
+// kills when the executor ends: what the executor started ends with it.
+// It reaps them, and, in a worker that is its PID namespace's init
 // (reapAll), every process the namespace hands it: an executor's
-// children outlive it as orphans of the worker, which must reap them or
-// keep them as zombies that count against its RLIMIT_NPROC
-// (docs/isolation.md "Executors").
+// children come to the worker as orphans, which it must reap or keep as
+// zombies that count against its RLIMIT_NPROC (docs/isolation.md
+// "Executors").
 var children = &reaper{procs: map[int]*executorDevice{}}
 
 // reaper waits for a worker's children.
@@ -43,30 +47,52 @@ func (r *reaper) start(e *executorDevice, fork func() (int, error)) (int, error)
 	return pid, nil
 }
 
-// wait reaps child pid, when no reapAll does.
+// wait reaps child pid, when no reapAll does. It waits for the child's
+// end without reaping it (WNOWAIT), so that its pid, and with it its
+// process group's ID, names nothing else while endGroup kills what is
+// left in its group.
 func (r *reaper) wait(pid int, e *executorDevice) {
-	var st syscall.WaitStatus
+	var info unix.Siginfo
 	for {
-		_, err := syscall.Wait4(pid, &st, 0, nil)
-		if errors.Is(err, syscall.EINTR) {
-			continue
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			break
 		}
-		r.mu.Lock()
-		delete(r.procs, pid)
-		r.mu.Unlock()
-		e.reaped(st, err)
-		return
 	}
+	r.mu.Lock()
+	endGroup(pid)
+	var st syscall.WaitStatus
+	var err error
+	for {
+		_, err = syscall.Wait4(pid, &st, 0, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	delete(r.procs, pid)
+	r.mu.Unlock()
+	e.reaped(st, err)
 }
 
-// signal sends sig to e's process if it was not reaped yet (after that
-// its pid may name another process).
+// signal sends sig to e's process and its process group if it was not
+// reaped yet (after that its pid may name another process).
 func (r *reaper) signal(e *executorDevice, sig syscall.Signal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e.pid > 0 && r.procs[e.pid] == e {
 		_ = syscall.Kill(e.pid, sig)
+		_ = syscall.Kill(-e.pid, sig)
 	}
+}
+
+// endGroup kills what is left of the process group an executor led (its
+// pid is pgid): the processes it, or guest code in it, started, which
+// its filter keeps in the group (docs/isolation.md "Executors"). Call it
+// with r.mu held, once the executor has ended and before its pid can be
+// another group's: only this worker makes process groups, and only
+// under r.mu (start).
+func endGroup(pgid int) {
+	_ = syscall.Kill(-pgid, syscall.SIGKILL) // ESRCH: nothing was left
 }
 
 // reapAll makes r reap every child of this process from now on, on each
@@ -90,20 +116,27 @@ func (r *reaper) reapAll() {
 	}()
 }
 
-// reapExited reaps every child that has ended.
+// reapExited reaps every child that has ended, and ends the process
+// group of each executor among them (endGroup: under r.mu, which no
+// executor starts without).
 func (r *reaper) reapExited() {
 	for {
+		r.mu.Lock()
 		var st syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &st, syscall.WNOHANG, nil)
 		if errors.Is(err, syscall.EINTR) {
+			r.mu.Unlock()
 			continue
 		}
 		if err != nil || pid <= 0 {
+			r.mu.Unlock()
 			return
 		}
-		r.mu.Lock()
 		e := r.procs[pid]
-		delete(r.procs, pid)
+		if e != nil {
+			endGroup(pid)
+			delete(r.procs, pid)
+		}
 		r.mu.Unlock()
 		if e != nil {
 			e.reaped(st, nil)

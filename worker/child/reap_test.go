@@ -17,9 +17,11 @@ import (
 // The reaper test runs in a process of its own (this test binary again):
 // reapAll takes every child of the process it runs in.
 const (
-	envReapTest = "VGPUD_REAP_TEST" // "worker" or "spawner"
-	// spawned is how many children the spawner leaves unwaited.
+	envReapTest = "VGPUD_REAP_TEST" // "worker", "spawner" or "sleeper"
+	// spawned is how many children the spawner leaves unwaited; running
+	// how many of them still run when it ends.
 	spawned = 50
+	running = 5
 )
 
 func TestMain(m *testing.M) {
@@ -30,12 +32,20 @@ func TestMain(m *testing.M) {
 	case "spawner":
 		// An executor's guest code: processes started and never waited
 		// for, and the executor ends.
-		for range spawned {
-			if _, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{}); err != nil {
+		for i := range spawned {
+			prog, argv := "/bin/true", []string{"true"}
+			if i < running {
+				prog, argv = "/proc/self/exe", []string{"sleeper"}
+			}
+			if _, err := syscall.ForkExec(prog, argv, &syscall.ProcAttr{Env: []string{envReapTest + "=sleeper"}}); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(2)
 			}
 		}
+		os.Exit(0)
+	case "sleeper":
+		// Guest code's process that would outlive its executor.
+		time.Sleep(time.Hour)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -65,6 +75,7 @@ func reapWorker() int {
 	e.pid, err = r.start(e, func() (int, error) {
 		return syscall.ForkExec("/proc/self/exe", []string{"spawner"}, &syscall.ProcAttr{
 			Env: []string{envReapTest + "=spawner"}, Files: []uintptr{0, 1, 2},
+			Sys: &syscall.SysProcAttr{Setpgid: true}, // as startExecutor
 		})
 	})
 	if err != nil {
@@ -92,12 +103,14 @@ func reapWorker() int {
 	return 0
 }
 
-// TestReaperTakesOrphans (issue 40, item 2): processes an executor
+// TestReaperTakesOrphans (issue 40, items 2 and 3): processes an executor
 // started and left unwaited come, when it ends, to its worker, the init
 // of their PID namespace; the worker reaps every one of them (before, it
 // kept them as zombies: 1300 of them after one context, until
 // RLIMIT_NPROC refused every new context of the VM), and tells its own
-// executor's end from theirs.
+// executor's end from theirs. Those still running end with the executor:
+// the worker kills its process group (before, they outlived their
+// context, each with a data limit of its own).
 func TestReaperTakesOrphans(t *testing.T) {
 	for i := range 5 {
 		cmd := exec.Command("/proc/self/exe", "-test.run=^$")

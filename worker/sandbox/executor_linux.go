@@ -24,7 +24,12 @@ var stopSignals = []uint64{uint64(unix.SIGSTOP), uint64(unix.SIGTSTP), uint64(un
 //     itself;
 //   - setting a resource limit (prlimit64 with a new value): the worker
 //     sets the executor's memory bound from outside, and the executor must
-//     not lower a sibling's.
+//     not lower a sibling's;
+//   - leaving its process group (setpgid, setsid): the worker starts each
+//     executor as the leader of a group of its own and kills that group
+//     when the executor ends, so every process the executor (guest code)
+//     started ends with its context; the main process stops the group to
+//     preempt a turn.
 //
 // Seccomp filters stack: a system call runs only if every filter allows
 // it, so the worker's restrictions all remain, and nothing the executor
@@ -51,7 +56,7 @@ func executorPolicy(pid int) seccomp.Policy {
 	return seccomp.Policy{
 		DefaultAction: seccomp.ActionAllow,
 		Syscalls: []seccomp.SyscallGroup{{
-			Names:              []string{"setrlimit", "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal", "pidfd_open", "pidfd_getfd"},
+			Names:              []string{"setrlimit", "setpgid", "setsid", "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal", "pidfd_open", "pidfd_getfd"},
 			NamesWithCondtions: cond,
 			Action:             seccomp.ActionErrno, // EPERM
 		}},

@@ -24,6 +24,7 @@ const (
 	modeExecutors      = "executors"       // the worker: starts both, reports what the attacker could do
 	modeExecutorIdle   = "executor-idle"   // the victim: confined as an executor, waits
 	modeExecutorAttack = "executor-attack" // the attacker: confined as an executor, tries
+	modeExecutorOrphan = "executor-orphan" // a process the attacker starts and leaves running: waits
 	envVictim          = "VGPUD_SANDBOX_TEST_VICTIM"
 	// executorTestData is the memory bound the worker gives the victim.
 	executorTestData = 768 << 20
@@ -72,7 +73,21 @@ func executorHelper(mode string) int {
 		"kill sibling last":       func() error { return unix.Kill(victim, unix.SIGKILL) },
 		"terminate the worker":    func() error { return unix.Kill(1, unix.SIGTERM) },
 		"stop itself (executors)": func() error { return unix.Kill(self, unix.SIGSTOP) },
+		"leave its group":         func() error { return unix.Setpgid(0, 0) },
+		"new session":             func() error { _, err := unix.Setsid(); return err },
+		"kill sibling's group":    func() error { return unix.Kill(-victim, unix.SIGKILL) },
 	})
+	// A process that would outlive it: started as PoCL starts the linker
+	// (a vfork-style clone, then /proc/self/exe, which Landlock lets it
+	// execute), left running when it ends.
+	out["spawn"] = ""
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"vgpud-orphan"}, &syscall.ProcAttr{
+		Env: []string{envHelper + "=" + modeExecutorOrphan},
+	})
+	if err != nil {
+		out["spawn"] = err.Error()
+	}
+	out["orphan"] = strconv.Itoa(pid)
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
 		return 2
 	}
@@ -103,8 +118,10 @@ func executorChecks() map[string]string {
 				env = append(env, kv)
 			}
 		}
+		// As worker/child starts an executor: the leader of a process
+		// group of its own.
 		pid, err := syscall.ForkExec("/proc/self/exe", []string{"vgpud-executor"}, &syscall.ProcAttr{
-			Env: env, Files: []uintptr{inR.Fd(), outW.Fd(), 2}, Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+			Env: env, Files: []uintptr{inR.Fd(), outW.Fd(), 2}, Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true},
 		})
 		if err != nil {
 			inW.Close()
@@ -151,6 +168,7 @@ func executorChecks() map[string]string {
 			break
 		}
 	}
+	out["orphan ends with its executor"] = endsWithGroup(attacker, attack["orphan"])
 	// The victim: running, not stopped nor killed.
 	pid, err := unix.Wait4(victim, &st, unix.WNOHANG|unix.WUNTRACED, nil)
 	switch {
@@ -175,7 +193,8 @@ func executorChecks() map[string]string {
 // TestExecutorsCannotTouchSiblings: an executor (guest code, in the threat
 // model) cannot stop, kill or probe its sibling executor or its worker,
 // cannot stop itself, and cannot change a limit, its own or a sibling's;
-// its worker bounds its memory. Before ConfineExecutor (77f3f11) an
+// its worker bounds its memory; it cannot leave its process group, so
+// what it starts ends with it when its worker kills the group. Before ConfineExecutor (77f3f11) an
 // executor had only the worker's filter, whose PID-namespace-init branch
 // let it signal any process of the namespace.
 func TestExecutorsCannotTouchSiblings(t *testing.T) {
@@ -207,6 +226,11 @@ func TestExecutorsCannotTouchSiblings(t *testing.T) {
 			"executor: kill sibling last":       eperm,
 			"executor: terminate the worker":    eperm,
 			"executor: stop itself (executors)": eperm,
+			"executor: leave its group":         eperm,
+			"executor: new session":             eperm,
+			"executor: kill sibling's group":    eperm,
+			"executor: spawn":                   ok,
+			"orphan ends with its executor":     ok,
 		} {
 			got, present := res.checks[name]
 			if name == "setup" && !present {
@@ -218,4 +242,34 @@ func TestExecutorsCannotTouchSiblings(t *testing.T) {
 		}
 		t.Logf("run %d: %v", i, time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// endsWithGroup does what worker/child's reaper does once an executor
+// (pid attacker) ended: it kills the executor's process group. It
+// reports whether the attacker's orphan (its pid in the attacker's
+// report), which the worker, its PID namespace's init, now parents,
+// ended by that: "" if so. The bound only ends a test whose group kill
+// failed, with the orphan still running.
+func endsWithGroup(attacker int, orphan string) string {
+	pid, err := strconv.Atoi(orphan)
+	if err != nil || pid <= 0 {
+		return fmt.Sprintf("no orphan: %q", orphan)
+	}
+	if err := unix.Kill(-attacker, unix.SIGKILL); err != nil {
+		return fmt.Sprintf("kill the executor's group: %v", err)
+	}
+	survived := time.AfterFunc(time.Minute, func() { _ = unix.Kill(pid, unix.SIGKILL) })
+	var st unix.WaitStatus
+	for {
+		if _, err = unix.Wait4(pid, &st, 0, nil); !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if !survived.Stop() {
+		return "it survived its executor's group kill"
+	}
+	if err != nil || !st.Signaled() || st.Signal() != unix.SIGKILL {
+		return fmt.Sprintf("orphan: %v, %v", st, err)
+	}
+	return ""
 }

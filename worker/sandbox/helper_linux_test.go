@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"go.uber.org/goleak"
@@ -62,6 +63,10 @@ func TestMain(m *testing.M) {
 func helper(mode string) int {
 	if mode == modeExecutorIdle || mode == modeExecutorAttack {
 		return executorHelper(mode)
+	}
+	if mode == modeExecutorOrphan {
+		time.Sleep(time.Hour) // until its executor's group is killed
+		return 0
 	}
 	if mode == modeConfined || mode == modeWait || mode == modeExecutors {
 		pol, err := PolicyFromEnv()

@@ -65,6 +65,10 @@ const cloneSpawn = unix.CLONE_VM | unix.CLONE_VFORK | uint64(unix.SIGCHLD)
 // maxPID is the largest process ID Linux gives (PID_MAX_LIMIT on 64-bit).
 const maxPID = 1 << 22
 
+// negativePID is -n as a system call's 64-bit argument: a pid_t
+// argument arrives sign-extended.
+func negativePID(n int64) uint64 { return uint64(-n) }
+
 // cloneNamespaces are the clone flags that make new namespaces.
 const cloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
@@ -159,18 +163,34 @@ func syscallPolicy(pid int, p Policy) (seccomp.Policy, error) {
 	// init of its own PID namespace (pid 1), to any process it can name,
 	// which are its own and its children's (its executor's, which
 	// inherits this filter and signals its own threads: the Go runtime's
-	// preemption and crash), but no process group and not -1.
+	// preemption and crash), and with kill to any process group it can
+	// name (an executor's, which it ends with its context), but not -1
+	// (every process but itself). A negative pid is the sign-extended
+	// 64-bit value the system call's int argument arrives as; any other
+	// encoding of it falls outside both ranges and is refused.
 	ownPIDs := seccomp.ArgumentConditions{equal(0, uint64(pid))}
 	if pid == 1 {
 		ownPIDs = seccomp.ArgumentConditions{
 			{Argument: 0, Operation: seccomp.GreaterOrEqual, Value: 1},
 			{Argument: 0, Operation: seccomp.LessOrEqual, Value: maxPID},
 		}
+		cond = append(cond, seccomp.NameWithConditions{Name: "kill", Conditions: seccomp.ArgumentConditions{
+			{Argument: 0, Operation: seccomp.GreaterOrEqual, Value: negativePID(maxPID)},
+			{Argument: 0, Operation: seccomp.LessOrEqual, Value: negativePID(2)},
+		}})
 	}
 	cond = append(cond,
 		seccomp.NameWithConditions{Name: "kill", Conditions: ownPIDs},
 		seccomp.NameWithConditions{Name: "tgkill", Conditions: ownPIDs},
 	)
+	// A process group of its own, for a new executor: setpgid(0, 0) only,
+	// which the child of the worker's spawn makes before it executes the
+	// executor (syscall.SysProcAttr.Setpgid). An executor's filter refuses
+	// it (it and the processes it starts stay in the group the worker
+	// ends with its context).
+	cond = append(cond, seccomp.NameWithConditions{Name: "setpgid", Conditions: seccomp.ArgumentConditions{
+		equal(0, 0), equal(1, 0),
+	}})
 	// Any mapping but shared anonymous memory, which RLIMIT_DATA does not
 	// count: shared mappings are of the guest RAM and instance pages the
 	// main process hands over (and of files in the private directory,
