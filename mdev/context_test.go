@@ -13,7 +13,7 @@ import (
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
-	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
+	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 

@@ -7,7 +7,7 @@ import (
 	"github.com/vgpud/vgpud/abi/agentmsg"
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/interference"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mdev/transport"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/handover"
-	"github.com/vgpud/vgpud/mdev/accept"
+	"github.com/vgpud/vgpud/internal/accept"
 	"github.com/vgpud/vgpud/mdev/agentchan"
 	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mmio"

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/buildinfo"
 	"github.com/vgpud/vgpud/interference"
+	"github.com/vgpud/vgpud/internal/buildinfo"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/sched"
 	"github.com/vgpud/vgpud/worker"

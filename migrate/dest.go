@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vgpud/vgpud/internal/accept"
 	"github.com/vgpud/vgpud/mdev"
-	"github.com/vgpud/vgpud/mdev/accept"
 	"github.com/vgpud/vgpud/migrate/qmp"
 	"github.com/vgpud/vgpud/migrate/stream"
 	"github.com/vgpud/vgpud/worker"

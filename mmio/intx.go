@@ -13,7 +13,7 @@ import (
 // interrupt (EOI) and signals the resample eventfd, on which the transport
 // calls INTx.Resample. RaiseIRQ is called holding the INTx's lock (and
 // the Device's): it must not block and must not call back into the INTx,
-// so a sink never writes a peer's fd itself (mdev/transport/irqfd's
+// so a sink never writes a peer's fd itself (internal/irqfd's
 // Trigger writes it from a goroutine of its own).
 type IRQSink interface {
 	RaiseIRQ() error

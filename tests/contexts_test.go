@@ -16,7 +16,7 @@ import (
 
 	"github.com/vgpud/vgpud/guestagent/image"
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
-	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
+	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/aggregator"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mmio"
 )
 

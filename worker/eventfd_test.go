@@ -15,8 +15,8 @@ import (
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/handover"
-	"github.com/vgpud/vgpud/mdev/guestmem"
-	"github.com/vgpud/vgpud/mdev/transport/irqfd/irqfdtest"
+	"github.com/vgpud/vgpud/internal/guestmem"
+	"github.com/vgpud/vgpud/internal/irqfd/irqfdtest"
 )
 
 // bounded runs f and waits for it, at most irqfdtest.Patience; then it

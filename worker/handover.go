@@ -15,8 +15,8 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/handover"
-	"github.com/vgpud/vgpud/mdev/guestmem"
-	"github.com/vgpud/vgpud/mdev/transport/irqfd"
+	"github.com/vgpud/vgpud/internal/guestmem"
+	"github.com/vgpud/vgpud/internal/irqfd"
 	"github.com/vgpud/vgpud/worker/wire"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/aggregator"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/reuse"
 	"github.com/vgpud/vgpud/worker/wire"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/xen"

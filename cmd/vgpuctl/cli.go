@@ -9,8 +9,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/vgpud/vgpud/buildinfo"
-	"github.com/vgpud/vgpud/eventlog"
+	"github.com/vgpud/vgpud/internal/buildinfo"
+	"github.com/vgpud/vgpud/internal/eventlog"
 	"github.com/vgpud/vgpud/mdev/control"
 )
 

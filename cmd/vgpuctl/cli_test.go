@@ -17,8 +17,8 @@ import (
 	"testing"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/eventlog"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/internal/eventlog"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/definitions"

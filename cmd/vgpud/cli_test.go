@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vgpud/vgpud/eventlog"
+	"github.com/vgpud/vgpud/internal/eventlog"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/definitions"

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
-	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
 

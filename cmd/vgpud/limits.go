@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/vgpud/vgpud/internal/accept"
 	"github.com/vgpud/vgpud/mdev"
-	"github.com/vgpud/vgpud/mdev/accept"
 )
 
 // httpLimits bound one HTTP listener of vgpud (docs/operating.md

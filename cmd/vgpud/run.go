@@ -18,10 +18,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vgpud/vgpud/buildinfo"
-	"github.com/vgpud/vgpud/eventlog"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/interference"
+	"github.com/vgpud/vgpud/internal/buildinfo"
+	"github.com/vgpud/vgpud/internal/eventlog"
+	"github.com/vgpud/vgpud/internal/sdnotify"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/definitions"
@@ -31,7 +32,6 @@ import (
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/libvirt"
-	"github.com/vgpud/vgpud/sdnotify"
 )
 
 // Config is the daemon's configuration file (JSON). Flags override it.

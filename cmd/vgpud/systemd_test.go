@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpud/vgpud/internal/sdnotify"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
-	"github.com/vgpud/vgpud/sdnotify"
 )
 
 // TestServiceManagerAndSocketGroup: under a (fake) service manager vgpud

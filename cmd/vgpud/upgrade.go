@@ -21,10 +21,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/handover"
+	"github.com/vgpud/vgpud/internal/sdnotify"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/runstate"
-	"github.com/vgpud/vgpud/sdnotify"
 )
 
 // EnvHandover names the descriptor of the handover channel in a vgpud

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/abi/agentmsg"
-	"github.com/vgpud/vgpud/mdev/accept"
+	"github.com/vgpud/vgpud/internal/accept"
 )
 
 // Defaults for Config.

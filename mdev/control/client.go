@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/vgpud/vgpud/buildinfo"
+	"github.com/vgpud/vgpud/internal/buildinfo"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/migrate"
 )

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/vgpud/vgpud/eventlog"
+	"github.com/vgpud/vgpud/internal/eventlog"
 )
 
 // WithEvents enables GET /v1/events: the daemon's recent events from l

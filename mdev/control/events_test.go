@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/vgpud/vgpud/eventlog"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/internal/eventlog"
 	"github.com/vgpud/vgpud/mdev"
 )
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/buildinfo"
-	"github.com/vgpud/vgpud/eventlog"
+	"github.com/vgpud/vgpud/internal/buildinfo"
+	"github.com/vgpud/vgpud/internal/eventlog"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/definitions"
 	"github.com/vgpud/vgpud/migrate"

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 	"github.com/vgpud/vgpud/mmio"
 )

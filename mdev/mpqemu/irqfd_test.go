@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/internal/irqfd/irqfdtest"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
-	"github.com/vgpud/vgpud/mdev/transport/irqfd/irqfdtest"
 )
 
 // drainPipe empties a pipe (unblocking a writer) until it is closed.

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"net"
 
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mmio"
 )
 

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/mdev/guestmem/guestmemtest"
+	"github.com/vgpud/vgpud/internal/guestmem/guestmemtest"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 

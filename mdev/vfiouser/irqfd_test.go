@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/mdev/transport/irqfd/irqfdtest"
+	"github.com/vgpud/vgpud/internal/irqfd/irqfdtest"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 

@@ -15,11 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
+	"github.com/vgpud/vgpud/internal/irqfd"
+	"github.com/vgpud/vgpud/internal/scmrights"
 	"github.com/vgpud/vgpud/mdev/transport"
-	"github.com/vgpud/vgpud/mdev/transport/irqfd"
 	"github.com/vgpud/vgpud/mmio"
-	"github.com/vgpud/vgpud/scmrights"
 )
 
 // ErrNoIRQ is returned by RaiseIRQ before the client set an INTx eventfd.

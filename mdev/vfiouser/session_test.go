@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 	"github.com/vgpud/vgpud/mdev/vfiouser/vfiousertest"

@@ -5,7 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vgpud/vgpud/mdev/transport/irqfd"
+	"github.com/vgpud/vgpud/internal/irqfd"
 )
 
 // watcher is a goroutine that calls fn each time an eventfd it does not

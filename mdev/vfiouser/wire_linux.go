@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vgpud/vgpud/scmrights"
+	"github.com/vgpud/vgpud/internal/scmrights"
 )
 
 // oobSize is room for one SCM_RIGHTS message of MaxFDs fds; a peer that

@@ -10,7 +10,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 	"github.com/vgpud/vgpud/guestagent/icdserver"
-	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
+	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
 )
 
 // scanSrc searches the memory of the process it runs in for two 8-byte

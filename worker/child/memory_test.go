@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/mdev/guestmem"
-	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
+	"github.com/vgpud/vgpud/internal/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/worker/wire"
 )
 

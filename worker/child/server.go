@@ -17,7 +17,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/gpu"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/reuse"
 	"github.com/vgpud/vgpud/worker/sandbox"
 	"github.com/vgpud/vgpud/worker/wire"

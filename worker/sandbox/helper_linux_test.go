@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/gpu"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 )
 
 // The test binary is its own sandboxed worker: the tests start it again

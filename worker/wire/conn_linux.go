@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vgpud/vgpud/scmrights"
+	"github.com/vgpud/vgpud/internal/scmrights"
 )
 
 // maxMessage is the largest datagram a peer may send.

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/xen"
 )
 

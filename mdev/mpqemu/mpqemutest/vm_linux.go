@@ -13,7 +13,7 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/driver"
-	"github.com/vgpud/vgpud/mdev/guestmem/guestmemtest"
+	"github.com/vgpud/vgpud/internal/guestmem/guestmemtest"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mmio"
 )

@@ -9,7 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/vgpud/vgpud/abi"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 	"github.com/vgpud/vgpud/mmio"
 )

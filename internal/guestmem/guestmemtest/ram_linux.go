@@ -17,7 +17,7 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/driver"
-	"github.com/vgpud/vgpud/mdev/guestmem"
+	"github.com/vgpud/vgpud/internal/guestmem"
 )
 
 // Guest-physical layout, as QEMU's pc machine presents RAM: low RAM below

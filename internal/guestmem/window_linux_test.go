@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vgpud/vgpud/mdev/guestmem/addrspacetest"
+	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
 )
 
 // sparse returns a sealed memfd of size bytes (a hole but for what

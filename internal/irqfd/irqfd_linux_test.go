@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/vgpud/vgpud/mdev/transport/irqfd/irqfdtest"
+	"github.com/vgpud/vgpud/internal/irqfd/irqfdtest"
 )
 
 // dup returns a second fd of fd's open file, for what takes ownership
