@@ -51,7 +51,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -60,6 +59,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/benchmain"
 	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/guestagent/image"
@@ -68,7 +68,6 @@ import (
 	"github.com/vgpud/vgpud/guestagent/suite"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
-	"github.com/vgpud/vgpud/worker/child"
 )
 
 const (
@@ -85,14 +84,7 @@ const (
 var allSections = []string{sectionJob, sectionPyopencl, sectionHashcat, sectionClpeak, sectionSmall}
 
 func main() {
-	// A worker or executor of the pool this program runs.
-	child.EnterRole()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "apps:", err)
-		os.Exit(1)
-	}
+	benchmain.Main("apps", benchmain.Stdout(run))
 }
 
 type config struct {

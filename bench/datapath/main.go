@@ -8,11 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/benchmain"
 	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/gpu"
@@ -20,19 +20,10 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
-	"github.com/vgpud/vgpud/worker/child"
 )
 
 func main() {
-	// A worker or executor of the pool this program runs.
-	child.EnterRole()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "datapath:", err)
-		os.Exit(1)
-	}
+	benchmain.Main("datapath", benchmain.Stdout(run))
 }
 
 // Sections, in the order they print.

@@ -8,29 +8,20 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/benchmain"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
-	"github.com/vgpud/vgpud/worker/child"
 )
 
 func main() {
-	// A worker or executor of the pool this program runs.
-	child.EnterRole()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "interference:", err)
-		os.Exit(1)
-	}
+	benchmain.Main("interference", run)
 }
 
 // profileName is the vGPU type of every guest: small, and enough of them

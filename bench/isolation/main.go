@@ -53,11 +53,11 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/benchmain"
 	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/bench/stats"
 	"github.com/vgpud/vgpud/bench/table"
@@ -65,18 +65,10 @@ import (
 	"github.com/vgpud/vgpud/guestagent/job"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
-	"github.com/vgpud/vgpud/worker/child"
 )
 
 func main() {
-	// A worker or executor of the pool this program runs.
-	child.EnterRole()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "isolation:", err)
-		os.Exit(1)
-	}
+	benchmain.Main("isolation", benchmain.Stdout(run))
 }
 
 type config struct {

@@ -36,12 +36,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"runtime"
 	"sync"
 	"time"
 
 	"github.com/vgpud/vgpud/abi/agentmsg"
+	"github.com/vgpud/vgpud/bench/benchmain"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/agent"
@@ -49,18 +49,10 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
-	"github.com/vgpud/vgpud/worker/child"
 )
 
 func main() {
-	// A worker or executor of the pool this program runs.
-	child.EnterRole()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "realloc:", err)
-		os.Exit(1)
-	}
+	benchmain.Main("realloc", benchmain.Stdout(run))
 }
 
 type config struct {

@@ -29,7 +29,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -37,23 +36,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/benchmain"
 	"github.com/vgpud/vgpud/bench/stats"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/migrate/migratetest"
-	"github.com/vgpud/vgpud/worker/child"
 )
 
 func main() {
-	// A worker or executor of the pool this program runs.
-	child.EnterRole()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench/restart:", err)
-		os.Exit(1)
-	}
+	benchmain.Main("bench/restart", run)
 }
 
 // app is the guest job: progress every 10 steps, one recovery allowed.

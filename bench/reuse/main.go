@@ -10,29 +10,21 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/bench/benchmain"
 	"github.com/vgpud/vgpud/bench/stats"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/reuse"
 	"github.com/vgpud/vgpud/sched"
-	"github.com/vgpud/vgpud/worker/child"
 )
 
 func main() {
-	// A worker or executor of the pool this program runs.
-	child.EnterRole()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "reuse:", err)
-		os.Exit(1)
-	}
+	benchmain.Main("reuse", benchmain.Stdout(run))
 }
 
 type config struct {

@@ -7,29 +7,20 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/benchmain"
 	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/sched"
-	"github.com/vgpud/vgpud/worker/child"
 )
 
 func main() {
-	// A worker or executor of the pool this program runs.
-	child.EnterRole()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sched:", err)
-		os.Exit(1)
-	}
+	benchmain.Main("sched", benchmain.Stdout(run))
 }
 
 const (

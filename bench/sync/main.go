@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path"
 	"path/filepath"
 	"sort"
@@ -19,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpud/vgpud/bench/benchmain"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/image"
@@ -28,21 +28,12 @@ import (
 	"github.com/vgpud/vgpud/mdev/agentchan"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
-	"github.com/vgpud/vgpud/worker/child"
 )
 
 const syncPkg = "github.com/vgpud/vgpud/guestagent/cmd/vgpu-sync"
 
 func main() {
-	// A worker or executor of the pool this program runs.
-	child.EnterRole()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench/sync:", err)
-		os.Exit(1)
-	}
+	benchmain.Main("bench/sync", benchmain.Stdout(run))
 }
 
 // result is vgpu-sync's line plus what the host saw during that mode.

@@ -1,0 +1,39 @@
+// Package benchmain is the main function the benchmark programs share:
+// each is also a worker or an executor of the pool it runs (the role its
+// parent names on the command line), stops at an interrupt, and reports
+// a failure as one line and exit status 1.
+package benchmain
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+
+	"github.com/vgpud/vgpud/worker/child"
+)
+
+// Run is a benchmark's body: its arguments (without the program's name),
+// where its table goes and where its progress goes.
+type Run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+// Main runs run as program name: it first becomes the worker or executor
+// the command line names, if it names one (and then never returns);
+// otherwise it runs run until it returns or an interrupt cancels its
+// context, and exits 1 with "name: error" on standard error if it failed.
+func Main(name string, run Run) {
+	child.EnterRole()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
+}
+
+// Stdout adapts a body that writes only to standard output.
+func Stdout(run func(ctx context.Context, args []string, stdout io.Writer) error) Run {
+	return func(ctx context.Context, args []string, stdout, _ io.Writer) error { return run(ctx, args, stdout) }
+}
