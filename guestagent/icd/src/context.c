@@ -13,17 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ENTER(ctx)                                                                                           \
-	do {                                                                                                 \
-		IREF(ctx);                                                                                   \
-		ctx_lock(ctx);                                                                               \
-	} while (0)
-#define LEAVE(ctx)                                                                                           \
-	do {                                                                                                 \
-		ctx_unlock(ctx);                                                                             \
-		PUT(ctx);                                                                                    \
-	} while (0)
-
 void vgpu_context_notify(cl_context ctx, const char *fmt, ...)
 {
 	/* The message goes to stderr (vgpu_log) already; pfn_notify is
@@ -194,18 +183,12 @@ out:
 
 cl_int CL_API_CALL vgpu_clRetainContext(cl_context context)
 {
-	return vgpu_obj_retain(context, VGPU_CONTEXT) == 0 ? CL_SUCCESS : CL_INVALID_CONTEXT;
+	return vgpu_retain(context, VGPU_CONTEXT, CL_INVALID_CONTEXT);
 }
 
 cl_int CL_API_CALL vgpu_clReleaseContext(cl_context context)
 {
-	int last;
-	cl_context ctx = vgpu_obj_release(context, VGPU_CONTEXT, &last);
-	if (ctx == NULL)
-		return CL_INVALID_CONTEXT;
-	if (last)
-		PUT(ctx);
-	return CL_SUCCESS;
+	return vgpu_release(context, VGPU_CONTEXT, CL_INVALID_CONTEXT, vgpu_put);
 }
 
 cl_int CL_API_CALL vgpu_clGetContextInfo(cl_context context, cl_context_info param_name, size_t param_value_size,
@@ -311,26 +294,25 @@ static void flush(cl_context ctx)
 	}
 }
 
+/* "clReleaseCommandQueue performs an implicit flush." */
+static void queue_last(struct vgpu_obj *o)
+{
+	cl_command_queue q = (cl_command_queue)o;
+	cl_context ctx = q->ctx;
+	ENTER(ctx);
+	flush(ctx);
+	PUT(q);
+	LEAVE(ctx);
+}
+
 cl_int CL_API_CALL vgpu_clRetainCommandQueue(cl_command_queue queue)
 {
-	return vgpu_obj_retain(queue, VGPU_QUEUE) == 0 ? CL_SUCCESS : CL_INVALID_COMMAND_QUEUE;
+	return vgpu_retain(queue, VGPU_QUEUE, CL_INVALID_COMMAND_QUEUE);
 }
 
 cl_int CL_API_CALL vgpu_clReleaseCommandQueue(cl_command_queue queue)
 {
-	int last;
-	cl_command_queue q = vgpu_obj_release(queue, VGPU_QUEUE, &last);
-	if (q == NULL)
-		return CL_INVALID_COMMAND_QUEUE;
-	if (last) {
-		/* "clReleaseCommandQueue performs an implicit flush." */
-		cl_context ctx = q->ctx;
-		ENTER(ctx);
-		flush(ctx);
-		PUT(q);
-		LEAVE(ctx);
-	}
-	return CL_SUCCESS;
+	return vgpu_release(queue, VGPU_QUEUE, CL_INVALID_COMMAND_QUEUE, queue_last);
 }
 
 cl_int CL_API_CALL vgpu_clGetCommandQueueInfo(cl_command_queue queue, cl_command_queue_info param_name,

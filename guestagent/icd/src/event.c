@@ -762,17 +762,6 @@ static void start_progress(cl_context ctx)
 
 /* ---- Entries -------------------------------------------------------- */
 
-#define ENTER(ctx)                                                                                           \
-	do {                                                                                                 \
-		IREF(ctx);                                                                                   \
-		ctx_lock(ctx);                                                                               \
-	} while (0)
-#define LEAVE(ctx)                                                                                           \
-	do {                                                                                                 \
-		ctx_unlock(ctx);                                                                             \
-		PUT(ctx);                                                                                    \
-	} while (0)
-
 cl_int CL_API_CALL vgpu_clWaitForEvents(cl_uint num_events, const cl_event *event_list)
 {
 	if (num_events == 0 || event_list == NULL)
@@ -853,18 +842,12 @@ cl_int CL_API_CALL vgpu_clGetEventInfo(cl_event event, cl_event_info param_name,
 
 cl_int CL_API_CALL vgpu_clRetainEvent(cl_event event)
 {
-	return vgpu_obj_retain(event, VGPU_EVENT) == 0 ? CL_SUCCESS : CL_INVALID_EVENT;
+	return vgpu_retain(event, VGPU_EVENT, CL_INVALID_EVENT);
 }
 
 cl_int CL_API_CALL vgpu_clReleaseEvent(cl_event event)
 {
-	int last;
-	struct _cl_event *ev = vgpu_obj_release(event, VGPU_EVENT, &last);
-	if (ev == NULL)
-		return CL_INVALID_EVENT;
-	if (last)
-		PUT(ev);
-	return CL_SUCCESS;
+	return vgpu_release(event, VGPU_EVENT, CL_INVALID_EVENT, vgpu_put);
 }
 
 cl_int CL_API_CALL vgpu_clGetEventProfilingInfo(cl_event event, cl_profiling_info param_name,

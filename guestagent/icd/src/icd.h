@@ -149,6 +149,16 @@ static inline void vgpu_iref(struct vgpu_obj *o)
 /* Put drops an iref and destroys the object at 0. Objects of a context
  * other than the context itself may be put with or without ctx->mu. */
 void vgpu_put(struct vgpu_obj *o);
+/* The clRetain* and clRelease* entries of every kind: CL_SUCCESS, or
+ * invalid (the kind's CL_INVALID_* error) when handle is no live object
+ * of kind. When the application's last reference goes, vgpu_release
+ * hands the object (with the iref those references held) to last, which
+ * must put it: vgpu_put, vgpu_put_locked or a kind's own. */
+cl_int vgpu_retain(const void *handle, enum vgpu_kind kind, cl_int invalid);
+cl_int vgpu_release(const void *handle, enum vgpu_kind kind, cl_int invalid, void (*last)(struct vgpu_obj *));
+/* Put an object of a context (not a context) with the context's lock
+ * held: ENTER, put, LEAVE. */
+void vgpu_put_locked(struct vgpu_obj *o);
 #define GET(h, k) vgpu_obj_get((h), (k))
 #define PUT(p) vgpu_put(&(p)->obj)
 #define IREF(p) vgpu_iref(&(p)->obj)
@@ -433,6 +443,18 @@ int vgpu_hello(int fd, uint8_t *buf, long *n);
 void ctx_lock(cl_context ctx);
 void ctx_unlock(cl_context ctx);
 void ctx_wait(cl_context ctx); /* on ctx->cv; only at depth 1 */
+/* Enter and leave a context's lock in an entry, holding an iref on the
+ * context in between (so it outlives its own lock; see "Objects"). */
+#define ENTER(ctx)                                                                                           \
+	do {                                                                                                 \
+		IREF(ctx);                                                                                   \
+		ctx_lock(ctx);                                                                               \
+	} while (0)
+#define LEAVE(ctx)                                                                                           \
+	do {                                                                                                 \
+		ctx_unlock(ctx);                                                                             \
+		PUT(ctx);                                                                                    \
+	} while (0)
 /* Usable: locked, not lost, the process that connected. */
 int conn_ok(cl_context ctx);
 /* Send a request without a reply; 0, or -1 (the connection is lost). */
@@ -491,7 +513,7 @@ void vgpu_event_destroy(cl_event e);
 cl_int vgpu_status_error(uint32_t status, cl_command_type type);
 void vgpu_context_notify(cl_context ctx, const char *fmt, ...) VGPU_PRINTF(2, 3);
 
-/* A size_t for a count of bytes of a C string, capped. */
+/* util.c: the n bytes at s as a NUL-terminated string (malloc), or NULL. */
 char *vgpu_strndup(const char *s, size_t n);
 
 /* The entries, declared with the dispatch table's own types (cl_icd.h), so

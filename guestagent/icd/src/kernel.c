@@ -21,17 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ENTER(ctx)                                                                                           \
-	do {                                                                                                 \
-		IREF(ctx);                                                                                   \
-		ctx_lock(ctx);                                                                               \
-	} while (0)
-#define LEAVE(ctx)                                                                                           \
-	do {                                                                                                 \
-		ctx_unlock(ctx);                                                                             \
-		PUT(ctx);                                                                                    \
-	} while (0)
-
 static int built(const struct _cl_program *p)
 {
 	return p->status == CL_BUILD_SUCCESS && p->bintype == CL_PROGRAM_BINARY_TYPE_EXECUTABLE && p->id != 0;
@@ -119,9 +108,8 @@ cl_int CL_API_CALL vgpu_clCreateKernelsInProgram(cl_program program, cl_uint num
 			kernels[i] = new_kernel(p, &p->kernels[i], &err);
 			if (err != CL_SUCCESS) {
 				for (cl_uint j = 0; j < i; j++) {
-					int last;
-					if (vgpu_obj_release(kernels[j], VGPU_KERNEL, &last) != NULL && last)
-						PUT(kernels[j]);
+					/* ctx is locked already: a plain put */
+					vgpu_release(kernels[j], VGPU_KERNEL, CL_INVALID_KERNEL, vgpu_put);
 					kernels[j] = NULL;
 				}
 			}
@@ -136,22 +124,12 @@ cl_int CL_API_CALL vgpu_clCreateKernelsInProgram(cl_program program, cl_uint num
 
 cl_int CL_API_CALL vgpu_clRetainKernel(cl_kernel kernel)
 {
-	return vgpu_obj_retain(kernel, VGPU_KERNEL) == 0 ? CL_SUCCESS : CL_INVALID_KERNEL;
+	return vgpu_retain(kernel, VGPU_KERNEL, CL_INVALID_KERNEL);
 }
 
 cl_int CL_API_CALL vgpu_clReleaseKernel(cl_kernel kernel)
 {
-	int last;
-	cl_kernel k = vgpu_obj_release(kernel, VGPU_KERNEL, &last);
-	if (k == NULL)
-		return CL_INVALID_KERNEL;
-	if (last) {
-		cl_context ctx = k->ctx;
-		ENTER(ctx);
-		PUT(k);
-		LEAVE(ctx);
-	}
-	return CL_SUCCESS;
+	return vgpu_release(kernel, VGPU_KERNEL, CL_INVALID_KERNEL, vgpu_put_locked);
 }
 
 cl_int CL_API_CALL vgpu_clSetKernelArg(cl_kernel kernel, cl_uint arg_index, size_t arg_size, const void *arg_value)

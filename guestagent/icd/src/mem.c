@@ -32,17 +32,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define ENTER(ctx)                                                                                           \
-	do {                                                                                                 \
-		IREF(ctx);                                                                                   \
-		ctx_lock(ctx);                                                                               \
-	} while (0)
-#define LEAVE(ctx)                                                                                           \
-	do {                                                                                                 \
-		ctx_unlock(ctx);                                                                             \
-		PUT(ctx);                                                                                    \
-	} while (0)
-
 #define ACCESS_FLAGS (CL_MEM_READ_WRITE | CL_MEM_WRITE_ONLY | CL_MEM_READ_ONLY)
 #define HOSTPTR_FLAGS (CL_MEM_USE_HOST_PTR | CL_MEM_ALLOC_HOST_PTR | CL_MEM_COPY_HOST_PTR)
 #define HOSTACC_FLAGS (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS)
@@ -361,22 +350,12 @@ void vgpu_mem_destroy(cl_mem m)
 
 cl_int CL_API_CALL vgpu_clRetainMemObject(cl_mem memobj)
 {
-	return vgpu_obj_retain(memobj, VGPU_MEM) == 0 ? CL_SUCCESS : CL_INVALID_MEM_OBJECT;
+	return vgpu_retain(memobj, VGPU_MEM, CL_INVALID_MEM_OBJECT);
 }
 
 cl_int CL_API_CALL vgpu_clReleaseMemObject(cl_mem memobj)
 {
-	int last;
-	cl_mem m = vgpu_obj_release(memobj, VGPU_MEM, &last);
-	if (m == NULL)
-		return CL_INVALID_MEM_OBJECT;
-	if (last) {
-		cl_context ctx = m->ctx;
-		ENTER(ctx);
-		PUT(m);
-		LEAVE(ctx);
-	}
-	return CL_SUCCESS;
+	return vgpu_release(memobj, VGPU_MEM, CL_INVALID_MEM_OBJECT, vgpu_put_locked);
 }
 
 cl_int CL_API_CALL vgpu_clSetMemObjectDestructorCallback(cl_mem memobj, void(CL_CALLBACK *fn)(cl_mem, void *),

@@ -1,4 +1,5 @@
-/* obj.c: the registry of live objects and their reference counts.
+/* obj.c: the registry of live objects, their reference counts and the
+ * retain and release entries every kind shares.
  *
  * An application may pass any pointer as a handle: a made-up one, one of
  * another ICD (the loader forwards anything whose first word is our
@@ -181,4 +182,40 @@ void vgpu_put(struct vgpu_obj *o)
 	case VGPU_KERNEL: vgpu_kernel_destroy((cl_kernel)o); break;
 	case VGPU_EVENT: vgpu_event_destroy((cl_event)o); break;
 	}
+}
+
+cl_int vgpu_retain(const void *handle, enum vgpu_kind kind, cl_int invalid)
+{
+	return vgpu_obj_retain(handle, kind) == 0 ? CL_SUCCESS : invalid;
+}
+
+cl_int vgpu_release(const void *handle, enum vgpu_kind kind, cl_int invalid, void (*last)(struct vgpu_obj *))
+{
+	int is_last;
+	struct vgpu_obj *o = vgpu_obj_release(handle, kind, &is_last);
+	if (o == NULL)
+		return invalid;
+	if (is_last)
+		last(o);
+	return CL_SUCCESS;
+}
+
+void vgpu_put_locked(struct vgpu_obj *o)
+{
+	cl_context ctx = NULL;
+	switch (o->kind) {
+	case VGPU_CONTEXT: break;
+	case VGPU_QUEUE: ctx = ((cl_command_queue)o)->ctx; break;
+	case VGPU_MEM: ctx = ((cl_mem)o)->ctx; break;
+	case VGPU_PROGRAM: ctx = ((cl_program)o)->ctx; break;
+	case VGPU_KERNEL: ctx = ((cl_kernel)o)->ctx; break;
+	case VGPU_EVENT: ctx = ((cl_event)o)->ctx; break;
+	}
+	if (ctx == NULL) { /* a context has no context to lock */
+		vgpu_put(o);
+		return;
+	}
+	ENTER(ctx);
+	vgpu_put(o);
+	LEAVE(ctx);
 }

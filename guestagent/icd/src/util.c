@@ -1,9 +1,11 @@
-/* util.c: logging and the common shape of every clGet*Info answer. */
+/* util.c: logging, the common shape of every clGet*Info answer, and
+ * small helpers. */
 #define _POSIX_C_SOURCE 200809L
 #include "icd.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -41,4 +43,14 @@ uint64_t vgpu_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+char *vgpu_strndup(const char *s, size_t n)
+{
+	char *p = malloc(n + 1);
+	if (p != NULL) {
+		memcpy(p, s, n);
+		p[n] = '\0';
+	}
+	return p;
 }
