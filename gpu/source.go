@@ -73,9 +73,10 @@ type SourceTarget struct {
 	// Predefined, if not nil, reports which of names the device's
 	// compiler predefines as macros (with the build's options); a name
 	// missing from the map is taken as unknown. It is asked only when
-	// the verdict on inline assembly depends on such names (gpu/opencl.go
-	// asks the compiler itself). Without it, every name the source does
-	// not #define or #undef may be predefined, with any value.
+	// the verdict on inline assembly depends on such names
+	// (gpu/opencl_program.go asks the compiler itself). Without it, every
+	// name the source does not #define or #undef may be predefined, with
+	// any value.
 	Predefined func(names []string) (map[string]bool, error)
 }
 

@@ -154,11 +154,13 @@ type outgoing struct {
 	committed bool
 }
 
+// countWriter counts the bytes written through it.
 type countWriter struct {
 	w io.Writer
 	n uint64
 }
 
+// Write writes p to the underlying writer and counts what it took.
 func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += uint64(n)
@@ -219,20 +221,83 @@ func Migrate(ctx context.Context, m *mdev.Manager, id string, opts Options) (*Re
 	return &o.rep, nil
 }
 
+// phase records the phase under way, for the report.
 func (o *outgoing) phase(p string) { o.rep.Phase = p }
 
+// run drives the migration phase by phase (o.rep.Phase names the one
+// under way, for a rollback's report); Migrate rolls back on its error
+// unless the VM was committed to the destination.
 func (o *outgoing) run(ctx context.Context) error {
 	var err error
 	o.phase("prepare")
 	if o.mig, err = o.inst.Migrator(); err != nil {
 		return err
 	}
+	// One deadline covers reaching the source QEMU and the destination.
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := o.openMonitor(qctx); err != nil {
+		return err
+	}
+
+	o.phase("connect")
+	c, err := o.dial(qctx)
+	if err != nil {
+		return err
+	}
+	o.conn = c
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	inPlace, err := o.introduce()
+	if err != nil {
+		return err
+	}
+
+	o.phase("pre-copy")
+	if err := o.precopy(ctx); err != nil {
+		return err
+	}
+
+	o.phase("quiesce")
+	stunStart := time.Now()
+	if err := o.quiesce(ctx, stunStart); err != nil {
+		return err
+	}
+
+	o.phase("stop-and-copy")
+	if err := o.stopAndCopy(ctx, inPlace); err != nil {
+		return err
+	}
+
+	o.phase("qemu")
+	t := time.Now()
+	if o.opts.MoveVM != nil {
+		return o.moveVM(ctx, t, stunStart)
+	}
+	if err := o.migrateQEMU(ctx, t); err != nil {
+		return err
+	}
+
+	o.phase("commit")
+	if err := o.commit(inPlace); err != nil {
+		return err
+	}
+
+	// The destination holds the VM, paused, with the vGPU plugged. From
+	// "go" on the VM is the destination's: this side never runs it again.
+	o.committed = true
+	return o.sendGo(stunStart)
+}
+
+// openMonitor connects to the source QEMU's monitor (o.mon), finds the
+// vGPU's PCI slot (o.slot) and checks that the guest can be quiesced
+// (phase "prepare").
+func (o *outgoing) openMonitor(qctx context.Context) error {
+	var err error
 	qmpPath := o.opts.QMP
 	if qmpPath == "" {
 		qmpPath = o.inst.QMPSocket()
 	}
-	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	if o.mon, err = qmp.Dial(qctx, qmpPath); err != nil {
 		return fmt.Errorf("source QEMU monitor %s: %w", qmpPath, err)
 	}
@@ -242,70 +307,87 @@ func (o *outgoing) run(ctx context.Context) error {
 	if o.inst.Agent() == nil {
 		return errors.New("the instance has no guest agent channel: the guest cannot be quiesced")
 	}
+	return nil
+}
 
-	o.phase("connect")
+// dial connects to the destination over TLS (phase "connect").
+func (o *outgoing) dial(qctx context.Context) (net.Conn, error) {
 	host, _, err := net.SplitHostPort(o.opts.To)
 	if err != nil {
-		return fmt.Errorf("destination %q: %w", o.opts.To, err)
+		return nil, fmt.Errorf("destination %q: %w", o.opts.To, err)
 	}
 	d := tls.Dialer{Config: o.opts.TLS.Client(host)}
 	c, err := d.DialContext(qctx, "tcp", o.opts.To)
 	if err != nil {
-		return fmt.Errorf("connect to the destination: %w", err)
+		return nil, fmt.Errorf("connect to the destination: %w", err)
 	}
-	o.conn = c
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	defer stop()
-	o.br = bufio.NewReaderSize(c, 64<<10)
-	o.cw = &countWriter{w: c}
+	return c, nil
+}
+
+// introduce starts the stream on o.conn with the instance's record, reads
+// the destination's answer and checks that both daemons treat the vGPU
+// alike through QEMU's migration, which it returns: true where the vGPU
+// stays attached (vfio-user).
+func (o *outgoing) introduce() (inPlace bool, err error) {
+	o.br = bufio.NewReaderSize(o.conn, 64<<10)
+	o.cw = &countWriter{w: o.conn}
 	o.w = stream.NewWriter(o.cw)
 	prof := o.inst.Profile()
 	setting := o.m.ReuseSettingOf(o.inst)
 	if err := o.w.Write(&stream.Instance{ID: o.inst.UUID(), Profile: prof.Name, Domain: setting.Domain,
 		Device: o.rep.From, MemBytes: prof.MemBytes, ProgramBytes: prof.ProgramBytes}); err != nil {
-		return err
+		return false, err
 	}
 	rep, err := expect(o.br, "instance")
 	if err != nil {
-		return err
+		return false, err
 	}
 	o.rep.To = rep.Device
 	// vfio-user keeps the vGPU attached through QEMU's migration; mpqemu
 	// unplugs it and the destination plugs one at commit. A VM cannot
 	// move from one kind to the other: its destination QEMU was started
 	// for one of them.
-	inPlace := o.m.KeepsDeviceOnMigration()
+	inPlace = o.m.KeepsDeviceOnMigration()
 	if rep.KeepsDevice != inPlace {
-		return fmt.Errorf("the destination's vGPUs %s through QEMU's migration, this vgpud's %s: migrate between daemons of the same transport",
+		return false, fmt.Errorf("the destination's vGPUs %s through QEMU's migration, this vgpud's %s: migrate between daemons of the same transport",
 			keepsWord(rep.KeepsDevice), keepsWord(inPlace))
 	}
 	o.rep.InPlace = inPlace
 	if o.opts.MoveVM != nil && !inPlace {
-		return errors.New("a VM whose manager moves it (libvirt) keeps its vGPU attached only on vfio-user: this vgpud's transport unplugs it")
+		return false, errors.New("a VM whose manager moves it (libvirt) keeps its vGPU attached only on vfio-user: this vgpud's transport unplugs it")
 	}
+	return inPlace, nil
+}
 
-	o.phase("pre-copy")
-	if !o.opts.NoPrecopy {
-		var prev uint64
-		for n := uint32(0); int(n) < o.opts.MaxRounds; n++ {
-			r, err := o.round(ctx, n, false)
-			if err != nil {
-				return err
-			}
-			if n > 0 && !shrinking(prev, r.BufferBytes, o.opts.Converged) {
-				break
-			}
-			prev = r.BufferBytes
+// precopy sends the pre-copy rounds while the guest computes, until they
+// stop shrinking or MaxRounds; none with NoPrecopy.
+func (o *outgoing) precopy(ctx context.Context) error {
+	if o.opts.NoPrecopy {
+		return nil
+	}
+	var prev uint64
+	for n := uint32(0); int(n) < o.opts.MaxRounds; n++ {
+		r, err := o.round(ctx, n, false)
+		if err != nil {
+			return err
 		}
+		if n > 0 && !shrinking(prev, r.BufferBytes, o.opts.Converged) {
+			break
+		}
+		prev = r.BufferBytes
 	}
+	return nil
+}
 
-	o.phase("quiesce")
-	stunStart := time.Now()
+// quiesce asks the guest agent to drain the guest's programs; the GPU
+// stun starts at stunStart. From here on a rollback resumes the guest.
+func (o *outgoing) quiesce(ctx context.Context, stunStart time.Time) error {
 	qt := o.opts.QuiesceTimeout
 	if qt <= 0 {
 		qt = 30 * time.Second
 	}
 	qc, cancelQ := context.WithTimeout(ctx, qt+5*time.Second)
+	var err error
 	o.quiet = true // from here on a rollback resumes the guest
 	o.rep.Programs, err = o.inst.Agent().Quiesce(qc, qt)
 	cancelQ()
@@ -313,28 +395,28 @@ func (o *outgoing) run(ctx context.Context) error {
 		return fmt.Errorf("quiesce the guest: %w", err)
 	}
 	o.rep.Quiesce = time.Since(stunStart)
+	return nil
+}
 
-	o.phase("stop-and-copy")
+// stopAndCopy freezes the ring and sends the final round, unplugging the
+// vGPU meanwhile unless it stays attached (inPlace).
+func (o *outgoing) stopAndCopy(ctx context.Context, inPlace bool) error {
 	t := time.Now()
 	o.frozen = true
 	if inPlace {
 		// The vGPU stays in the VM: the guest's programs are quiesced and
 		// the ring frozen, so nothing reaches the device, and the device
 		// writes no guest RAM, while QEMU copies the VM.
-		err = o.finalRound(ctx)
+		err := o.finalRound(ctx)
 		o.rep.Final = time.Since(t)
-	} else {
-		err = o.unplugAndFinal(ctx, t)
-	}
-	if err != nil {
 		return err
 	}
+	return o.unplugAndFinal(ctx, t)
+}
 
-	o.phase("qemu")
-	t = time.Now()
-	if o.opts.MoveVM != nil {
-		return o.moveVM(ctx, t, stunStart)
-	}
+// migrateQEMU runs QEMU's own migration of the VM to Options.URI, begun
+// at t, and waits for it to complete.
+func (o *outgoing) migrateQEMU(ctx context.Context, t time.Time) error {
 	bw := o.opts.QEMUBandwidth
 	if bw == 0 || bw > maxQEMUBandwidth {
 		bw = maxQEMUBandwidth
@@ -345,7 +427,7 @@ func (o *outgoing) run(ctx context.Context) error {
 	if err := o.mon.Migrate(ctx, o.opts.URI); err != nil {
 		return err
 	}
-	qt = o.opts.QEMUTimeout
+	qt := o.opts.QEMUTimeout
 	if qt <= 0 {
 		qt = 10 * time.Minute
 	}
@@ -359,22 +441,22 @@ func (o *outgoing) run(ctx context.Context) error {
 	o.rep.QEMU = time.Since(t)
 	o.rep.QEMUDowntime = time.Duration(info.DowntimeMS) * time.Millisecond
 	o.rep.QEMUTotal = time.Duration(info.TotalTimeMS) * time.Millisecond
+	return nil
+}
 
-	o.phase("commit")
+// commit tells the destination to take the VM, paused, with the vGPU
+// plugged (or kept, inPlace), and waits for its answer.
+func (o *outgoing) commit(inPlace bool) error {
 	if err := writeLine(o.conn, Command{Do: "commit", DeviceID: o.opts.DeviceID, Slot: o.slot, InPlace: inPlace}); err != nil {
 		return err
 	}
-	c.SetReadDeadline(time.Now().Add(3 * time.Minute))
-	rep, err = expect(o.br, "commit")
+	o.conn.SetReadDeadline(time.Now().Add(3 * time.Minute))
+	rep, err := expect(o.br, "commit")
 	if err != nil {
 		return err
 	}
 	o.rep.Plug = time.Duration(rep.PlugNs)
-
-	// The destination holds the VM, paused, with the vGPU plugged. From
-	// "go" on the VM is the destination's: this side never runs it again.
-	o.committed = true
-	return o.sendGo(stunStart)
+	return nil
 }
 
 // sendGo tells the destination to run the VM ("go") and completes the
@@ -620,6 +702,7 @@ func (o *outgoing) rollback(cause error) {
 	}
 }
 
+// replug plugs the vGPU back into the source QEMU at its slot (rollback).
 func (o *outgoing) replug(ctx context.Context) error {
 	return plug(ctx, o.mon, o.inst, o.opts.DeviceID, o.slot)
 }

@@ -234,179 +234,248 @@ func (s *server) add(ob sobj) ([]byte, error) {
 // queueOp runs one of queue h's requests and returns the reply's body, a
 // build log and the error.
 func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) {
-	d := newDec(f.body)
-	d.U32() // the queue's handle, read by dispatch
-	q := sq.q
-	buf := func() (gpu.Buffer, error) {
-		o := d.U32()
-		if d.Err() != nil {
-			return nil, d.Err()
-		}
-		ob, err := s.obj(h, o, relBuffer)
-		return ob.buf, err
-	}
-	var e enc
-	switch Op(f.code) {
+	r := &queueReq{s: s, h: h, q: sq.q, d: newDec(f.body)}
+	r.d.U32() // the queue's handle, read by dispatch
+	switch op := Op(f.code); op {
 	case OpCloseQueue:
-		if err := d.done(); err != nil {
-			return nil, "", err
-		}
-		s.mu.Lock()
-		delete(s.queues, h)
-		for k, ob := range s.objs {
-			if ob.q == h {
-				delete(s.objs, k)
-			}
-		}
-		s.mu.Unlock()
-		return nil, "", q.Close()
+		return r.closeQueue()
 	case OpAlloc:
-		size := d.U64()
-		if err := d.done(); err != nil {
-			return nil, "", err
-		}
-		b, err := q.Alloc(size)
-		if err != nil {
-			return nil, "", err
-		}
-		body, err := s.add(sobj{q: h, what: relBuffer, buf: b})
-		return body, "", err
+		return r.alloc()
 	case OpWrite:
-		b, err := buf()
-		off, data := d.U64(), d.Rest()
-		// A body that does not decode answers first.
-		if err := cmp.Or(d.done(), err); err != nil {
-			return nil, "", err
-		}
-		return nil, "", q.Write(b, off, data)
+		return r.write()
 	case OpRead:
-		b, err := buf()
-		off, n := d.U64(), d.U32()
-		// A body that does not decode answers first.
-		if err := cmp.Or(d.done(), err); err != nil {
-			return nil, "", err
-		}
-		if n > Chunk {
-			return nil, "", fmt.Errorf("%w: read of %d bytes (at most %d a frame)", ErrProtocol, n, Chunk)
-		}
-		p := make([]byte, n)
-		if err := q.Read(b, off, p); err != nil {
-			return nil, "", err
-		}
-		return p, "", nil
+		return r.read()
 	case OpCopy:
-		src, err1 := buf()
-		dst, err2 := buf()
-		so, do, n := d.U64(), d.U64(), d.U64()
-		if err := d.done(); err != nil {
-			return nil, "", err
-		}
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, "", err
-		}
-		return nil, "", q.Copy(src, dst, so, do, n)
+		return r.copy()
 	case OpFill:
-		b, err := buf()
-		off, n := d.U64(), d.U64()
-		pat := d.Take(int(d.U8()))
-		// A body that does not decode answers first.
-		if err := cmp.Or(d.done(), err); err != nil {
-			return nil, "", err
-		}
-		return nil, "", q.Fill(b, off, n, pat)
+		return r.fill()
 	case OpBuild:
-		src, opts := d.s32(), d.s32()
-		if err := d.done(); err != nil {
-			return nil, "", err
-		}
-		p, log, err := q.Build(src, opts)
-		if err != nil {
-			return nil, log, err
-		}
-		body, err := s.add(sobj{q: h, what: relProgram, prog: p})
-		if err != nil {
-			return nil, log, err
-		}
-		e.Raw(body)
-		e.s32(log)
-		return e.B, "", nil
+		return r.build()
 	case OpKernel, OpKernelNames, OpProgramInfo:
-		ph := d.U32()
-		var name string
-		if Op(f.code) == OpKernel {
-			name = d.s16()
-		}
-		if err := d.done(); err != nil {
-			return nil, "", err
-		}
-		ob, err := s.obj(h, ph, relProgram)
-		if err != nil {
-			return nil, "", err
-		}
-		switch Op(f.code) {
-		case OpKernel:
-			k, err := ob.prog.Kernel(name)
-			if err != nil {
-				return nil, "", err
-			}
-			body, err := s.add(sobj{q: h, what: relKernel, kern: k})
-			if err != nil {
-				return nil, "", err
-			}
-			e.Raw(body)
-			e.U32(uint32(k.NumArgs()))
-			return e.B, "", nil
-		case OpKernelNames:
-			names := ob.prog.KernelNames()
-			e.U32(uint32(len(names)))
-			for _, n := range names {
-				e.s16(n)
-			}
-			return e.B, "", nil
-		default:
-			info, err := ob.prog.Info()
-			if err != nil {
-				return nil, "", err
-			}
-			b, err := json.Marshal(info)
-			return b, "", err
-		}
+		return r.programOp(op)
 	case OpLaunch:
-		kh, r, args, argErr := decodeLaunch(&d, buf)
-		if err := d.done(); err != nil {
-			return nil, "", err
-		}
-		if argErr != nil {
-			return nil, "", argErr
-		}
-		ob, err := s.obj(h, kh, relKernel)
-		if err != nil {
-			return nil, "", err
-		}
-		t, err := q.Launch(ob.kern, r, args)
-		if err != nil {
-			return nil, "", err
-		}
-		e.U64(uint64(t))
-		return e.B, "", nil
+		return r.launch()
 	case OpLaunches:
-		return s.launches(h, q, &d, buf)
+		return s.launches(h, r.q, &r.d, r.buf)
 	case OpRelease:
-		what, o := d.U8(), d.U32()
-		if err := d.done(); err != nil {
-			return nil, "", err
-		}
-		ob, err := s.obj(h, o, what)
-		if err != nil {
-			return nil, "", err
-		}
-		s.mu.Lock()
-		delete(s.objs, o)
-		s.mu.Unlock()
-		ob.release()
-		return nil, "", nil
+		return r.release()
 	}
 	return nil, "", fmt.Errorf("%w: unknown op %d", ErrProtocol, f.code)
+}
+
+// queueReq is one request of queue h that queueOp is answering: its
+// methods, one per op, decode the rest of the body from d and return the
+// reply's body, a build log and the error.
+type queueReq struct {
+	s *server
+	h uint32
+	q gpu.Queue
+	d dec // the request's body, past the queue's handle
+}
+
+// buf decodes a buffer's handle and returns that buffer of the queue.
+func (r *queueReq) buf() (gpu.Buffer, error) {
+	o := r.d.U32()
+	if r.d.Err() != nil {
+		return nil, r.d.Err()
+	}
+	ob, err := r.s.obj(r.h, o, relBuffer)
+	return ob.buf, err
+}
+
+// closeQueue answers OpCloseQueue: it forgets the queue and its objects
+// and closes it.
+func (r *queueReq) closeQueue() ([]byte, string, error) {
+	if err := r.d.done(); err != nil {
+		return nil, "", err
+	}
+	s := r.s
+	s.mu.Lock()
+	delete(s.queues, r.h)
+	for k, ob := range s.objs {
+		if ob.q == r.h {
+			delete(s.objs, k)
+		}
+	}
+	s.mu.Unlock()
+	return nil, "", r.q.Close()
+}
+
+// alloc answers OpAlloc with the new buffer's handle.
+func (r *queueReq) alloc() ([]byte, string, error) {
+	size := r.d.U64()
+	if err := r.d.done(); err != nil {
+		return nil, "", err
+	}
+	b, err := r.q.Alloc(size)
+	if err != nil {
+		return nil, "", err
+	}
+	body, err := r.s.add(sobj{q: r.h, what: relBuffer, buf: b})
+	return body, "", err
+}
+
+// write answers OpWrite.
+func (r *queueReq) write() ([]byte, string, error) {
+	b, err := r.buf()
+	off, data := r.d.U64(), r.d.Rest()
+	// A body that does not decode answers first.
+	if err := cmp.Or(r.d.done(), err); err != nil {
+		return nil, "", err
+	}
+	return nil, "", r.q.Write(b, off, data)
+}
+
+// read answers OpRead with the bytes read.
+func (r *queueReq) read() ([]byte, string, error) {
+	b, err := r.buf()
+	off, n := r.d.U64(), r.d.U32()
+	// A body that does not decode answers first.
+	if err := cmp.Or(r.d.done(), err); err != nil {
+		return nil, "", err
+	}
+	if n > Chunk {
+		return nil, "", fmt.Errorf("%w: read of %d bytes (at most %d a frame)", ErrProtocol, n, Chunk)
+	}
+	p := make([]byte, n)
+	if err := r.q.Read(b, off, p); err != nil {
+		return nil, "", err
+	}
+	return p, "", nil
+}
+
+// copy answers OpCopy.
+func (r *queueReq) copy() ([]byte, string, error) {
+	src, err1 := r.buf()
+	dst, err2 := r.buf()
+	so, do, n := r.d.U64(), r.d.U64(), r.d.U64()
+	if err := r.d.done(); err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, "", err
+	}
+	return nil, "", r.q.Copy(src, dst, so, do, n)
+}
+
+// fill answers OpFill.
+func (r *queueReq) fill() ([]byte, string, error) {
+	b, err := r.buf()
+	off, n := r.d.U64(), r.d.U64()
+	pat := r.d.Take(int(r.d.U8()))
+	// A body that does not decode answers first.
+	if err := cmp.Or(r.d.done(), err); err != nil {
+		return nil, "", err
+	}
+	return nil, "", r.q.Fill(b, off, n, pat)
+}
+
+// build answers OpBuild with the program's handle and the build log; a
+// failed build's log goes with its error.
+func (r *queueReq) build() ([]byte, string, error) {
+	src, opts := r.d.s32(), r.d.s32()
+	if err := r.d.done(); err != nil {
+		return nil, "", err
+	}
+	p, log, err := r.q.Build(src, opts)
+	if err != nil {
+		return nil, log, err
+	}
+	body, err := r.s.add(sobj{q: r.h, what: relProgram, prog: p})
+	if err != nil {
+		return nil, log, err
+	}
+	var e enc
+	e.Raw(body)
+	e.s32(log)
+	return e.B, "", nil
+}
+
+// programOp answers the requests about a program: OpKernel (a kernel's
+// handle and its number of arguments), OpKernelNames and OpProgramInfo
+// (its kernels' info as JSON).
+func (r *queueReq) programOp(op Op) ([]byte, string, error) {
+	ph := r.d.U32()
+	var name string
+	if op == OpKernel {
+		name = r.d.s16()
+	}
+	if err := r.d.done(); err != nil {
+		return nil, "", err
+	}
+	ob, err := r.s.obj(r.h, ph, relProgram)
+	if err != nil {
+		return nil, "", err
+	}
+	var e enc
+	switch op {
+	case OpKernel:
+		k, err := ob.prog.Kernel(name)
+		if err != nil {
+			return nil, "", err
+		}
+		body, err := r.s.add(sobj{q: r.h, what: relKernel, kern: k})
+		if err != nil {
+			return nil, "", err
+		}
+		e.Raw(body)
+		e.U32(uint32(k.NumArgs()))
+		return e.B, "", nil
+	case OpKernelNames:
+		names := ob.prog.KernelNames()
+		e.U32(uint32(len(names)))
+		for _, n := range names {
+			e.s16(n)
+		}
+		return e.B, "", nil
+	default:
+		info, err := ob.prog.Info()
+		if err != nil {
+			return nil, "", err
+		}
+		b, err := json.Marshal(info)
+		return b, "", err
+	}
+}
+
+// launch answers OpLaunch with the launch's device time.
+func (r *queueReq) launch() ([]byte, string, error) {
+	kh, nd, args, argErr := decodeLaunch(&r.d, r.buf)
+	if err := r.d.done(); err != nil {
+		return nil, "", err
+	}
+	if argErr != nil {
+		return nil, "", argErr
+	}
+	ob, err := r.s.obj(r.h, kh, relKernel)
+	if err != nil {
+		return nil, "", err
+	}
+	t, err := r.q.Launch(ob.kern, nd, args)
+	if err != nil {
+		return nil, "", err
+	}
+	var e enc
+	e.U64(uint64(t))
+	return e.B, "", nil
+}
+
+// release answers OpRelease: it forgets the object and releases it.
+func (r *queueReq) release() ([]byte, string, error) {
+	what, o := r.d.U8(), r.d.U32()
+	if err := r.d.done(); err != nil {
+		return nil, "", err
+	}
+	ob, err := r.s.obj(r.h, o, what)
+	if err != nil {
+		return nil, "", err
+	}
+	s := r.s
+	s.mu.Lock()
+	delete(s.objs, o)
+	s.mu.Unlock()
+	ob.release()
+	return nil, "", nil
 }
 
 // decodeLaunch decodes a launch's kernel handle, NDRange and arguments

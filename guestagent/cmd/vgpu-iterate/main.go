@@ -767,6 +767,8 @@ var (
 	portOpener = func() func() (io.ReadWriteCloser, error) { return agent.OpenPort(agent.PortName) }
 )
 
+// main runs the command until it ends or SIGINT/SIGTERM cancels it,
+// exiting 1 on error.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -781,8 +783,10 @@ func main() {
 // suffix, KiB, MiB, GiB or TiB (64MiB).
 type byteSize uint64
 
+// String formats the size as plain bytes (flag.Value).
 func (b *byteSize) String() string { return strconv.FormatUint(uint64(*b), 10) }
 
+// Set parses a size, plain or with a binary suffix (flag.Value).
 func (b *byteSize) Set(s string) error {
 	n, err := parseBytes(s)
 	if err != nil {
@@ -814,42 +818,97 @@ func parseBytes(s string) (uint64, error) {
 // errFailed: the job ran and failed (an ITERATE FAIL line was printed).
 var errFailed = errors.New("job failed")
 
+// run is the command: it parses args, opens the vGPU (and the device
+// context of -context), connects the agent channel and runs the job,
+// again on a fresh device after a loss (-recover).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	s := newSession(o, stdout, stderr)
+	defer s.close()
+	if err := s.open(); err != nil {
+		return s.fail(err)
+	}
+	if o.open != nil {
+		stop := s.startAgent(ctx)
+		defer stop()
+	}
+	return s.runJob(ctx)
+}
+
+// options is the command line, parsed and checked.
+type options struct {
+	cfg       Config
+	n         uint
+	timeout   time.Duration
+	device    string
+	staging   int
+	via       string
+	sock      string
+	agentWait time.Duration
+	ctxID     uint
+	verbose   bool
+	recoverN  int
+	minMem    byteSize
+	prefMem   byteSize
+	// open opens the agent channel (-agent); nil for none.
+	open func() (io.ReadWriteCloser, error)
+}
+
+// parseFlags parses and checks the command line; usage goes to stderr.
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("vgpu-iterate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cfg Config
+	var o options
+	cfg := &o.cfg
 	fs.IntVar(&cfg.Steps, "steps", 200, "kernel launches")
-	n := fs.Uint("n", 65536, "uint32 elements of the vector")
+	fs.UintVar(&o.n, "n", 65536, "uint32 elements of the vector")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the initial vector")
 	fs.DurationVar(&cfg.Pace, "pace", 0, "sleep this long between steps")
 	fs.IntVar(&cfg.Progress, "progress", 10, "print a progress line every this many steps (0: none)")
-	timeout := fs.Duration("timeout", driver.DefaultTimeout, "give up on the device after this long per wait, including a wait for the device to resume after a migration")
-	device := fs.String("device", "", "sysfs directory of the vGPU (default: search /sys/bus/pci/devices, also after a migration)")
-	staging := fs.Int("staging", driver.DefaultStagingBytes, "DMA staging pool bytes")
-	via := fs.String("agent", "auto", "agent channel for migration: relay (vgpu-agent's socket), port (the virtio-serial port), auto (relay if its socket exists, else port) or none")
-	sock := fs.String("agent-socket", "", "vgpu-agent's relay socket (default: $VGPU_AGENT_SOCKET, else "+agent.DefaultRelaySocket+")")
-	agentWait := fs.Duration("agent-wait", 10*time.Second, "how long to wait for the agent channel before starting anyway")
-	ctxID := fs.Uint("context", 0, "run the job on this device context (ABI 1.5: its own ring and handles) instead of the default ring (0)")
-	verbose := fs.Bool("v", false, "debug logs on stderr")
-	recoverN := fs.Int("recover", 0, "when the device comes back without its state (vgpud restarted), report the loss and start the job again on the fresh device, up to this many times")
+	fs.DurationVar(&o.timeout, "timeout", driver.DefaultTimeout, "give up on the device after this long per wait, including a wait for the device to resume after a migration")
+	fs.StringVar(&o.device, "device", "", "sysfs directory of the vGPU (default: search /sys/bus/pci/devices, also after a migration)")
+	fs.IntVar(&o.staging, "staging", driver.DefaultStagingBytes, "DMA staging pool bytes")
+	fs.StringVar(&o.via, "agent", "auto", "agent channel for migration: relay (vgpu-agent's socket), port (the virtio-serial port), auto (relay if its socket exists, else port) or none")
+	fs.StringVar(&o.sock, "agent-socket", "", "vgpu-agent's relay socket (default: $VGPU_AGENT_SOCKET, else "+agent.DefaultRelaySocket+")")
+	fs.DurationVar(&o.agentWait, "agent-wait", 10*time.Second, "how long to wait for the agent channel before starting anyway")
+	fs.UintVar(&o.ctxID, "context", 0, "run the job on this device context (ABI 1.5: its own ring and handles) instead of the default ring (0)")
+	fs.BoolVar(&o.verbose, "v", false, "debug logs on stderr")
+	fs.IntVar(&o.recoverN, "recover", 0, "when the device comes back without its state (vgpud restarted), report the loss and start the job again on the fresh device, up to this many times")
 	fs.Uint64Var(&cfg.Ballast, "ballast", 0, "device memory in bytes to hold besides the vectors, filled on the device and checked at the end")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "end the job after this long (0: after -steps)")
 	fs.IntVar(&cfg.Migrations, "migrations", 0, "end the job once it has been migrated this many times (0: after -steps)")
 	fs.IntVar(&cfg.Rewrite, "rewrite", 0, "ballast buffers (64 MiB each) each step fills anew: the job's dirty rate")
-	var minMem, prefMem byteSize
-	fs.Var(&minMem, "min-mem", "hold a device workspace of at least this many bytes (64MiB, or plain bytes) and register for reconfiguration with it as the job's least device memory (0: neither)")
-	fs.Var(&prefMem, "pref-mem", "with -min-mem, the workspace the job would hold and declares (0: -min-mem); it holds at most 3/4 of the device's memory quota")
+	fs.Var(&o.minMem, "min-mem", "hold a device workspace of at least this many bytes (64MiB, or plain bytes) and register for reconfiguration with it as the job's least device memory (0: neither)")
+	fs.Var(&o.prefMem, "pref-mem", "with -min-mem, the workspace the job would hold and declares (0: -min-mem); it holds at most 3/4 of the device's memory quota")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
 	if fs.NArg() != 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	cfg.WorkMin, cfg.WorkPref = uint64(o.minMem), uint64(max(o.prefMem, o.minMem))
+	cfg.N = uint32(o.n)
+	cfg.Migrated = new(atomic.Int32)
+	if err := o.agentChannel(); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
+// check refuses flag values out of range.
+func (o *options) check() error {
+	cfg := &o.cfg
 	switch {
 	case cfg.Steps < 1:
 		return fmt.Errorf("-steps %d: want at least 1", cfg.Steps)
-	case *n < 1 || *n > 1<<28:
-		return fmt.Errorf("-n %d: want 1..%d", *n, 1<<28)
+	case o.n < 1 || o.n > 1<<28:
+		return fmt.Errorf("-n %d: want 1..%d", o.n, 1<<28)
 	case cfg.Progress < 0:
 		return fmt.Errorf("-progress %d: want 0 or more", cfg.Progress)
 	case cfg.Pace < 0:
@@ -860,144 +919,213 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-migrations %d: want 0 or more", cfg.Migrations)
 	case cfg.Rewrite < 0:
 		return fmt.Errorf("-rewrite %d: want 0 or more", cfg.Rewrite)
-	case *ctxID > abi.MaxContexts:
-		return fmt.Errorf("-context %d: want 0..%d", *ctxID, abi.MaxContexts)
-	case minMem > 1<<40:
-		return fmt.Errorf("-min-mem %d: want at most 1 TiB", minMem)
-	case prefMem > 0 && minMem == 0:
+	case o.ctxID > abi.MaxContexts:
+		return fmt.Errorf("-context %d: want 0..%d", o.ctxID, abi.MaxContexts)
+	case o.minMem > 1<<40:
+		return fmt.Errorf("-min-mem %d: want at most 1 TiB", o.minMem)
+	case o.prefMem > 0 && o.minMem == 0:
 		return errors.New("-pref-mem needs -min-mem")
-	case prefMem > 0 && prefMem < minMem:
-		return fmt.Errorf("-pref-mem %d is below -min-mem %d", prefMem, minMem)
+	case o.prefMem > 0 && o.prefMem < o.minMem:
+		return fmt.Errorf("-pref-mem %d is below -min-mem %d", o.prefMem, o.minMem)
 	}
-	cfg.WorkMin, cfg.WorkPref = uint64(minMem), uint64(max(prefMem, minMem))
-	cfg.N = uint32(*n)
-	cfg.Migrated = new(atomic.Int32)
-	if *sock == "" {
-		*sock = os.Getenv("VGPU_AGENT_SOCKET")
+	return nil
+}
+
+// agentChannel sets o.open from -agent and -agent-socket.
+func (o *options) agentChannel() error {
+	if o.sock == "" {
+		o.sock = os.Getenv("VGPU_AGENT_SOCKET")
 	}
-	if *sock == "" {
-		*sock = agent.DefaultRelaySocket
+	if o.sock == "" {
+		o.sock = agent.DefaultRelaySocket
 	}
-	var open func() (io.ReadWriteCloser, error)
-	switch *via {
+	switch o.via {
 	case "auto":
-		if _, err := os.Stat(*sock); err == nil {
-			open = agent.DialRelay(*sock)
+		if _, err := os.Stat(o.sock); err == nil {
+			o.open = agent.DialRelay(o.sock)
 		} else {
-			open = portOpener()
+			o.open = portOpener()
 		}
 	case "relay":
-		open = agent.DialRelay(*sock)
+		o.open = agent.DialRelay(o.sock)
 	case "port":
-		open = portOpener()
+		o.open = portOpener()
 	case "none":
 	default:
-		return fmt.Errorf("-agent %q: want auto, relay, port or none", *via)
+		return fmt.Errorf("-agent %q: want auto, relay, port or none", o.via)
 	}
+	return nil
+}
+
+// session is one run of the command: the vGPU, the device the job runs
+// on, the job and the agent channel's client.
+type session struct {
+	o     *options
+	log   *slog.Logger
+	out   *lockedWriter
+	mem   driver.Memory
+	dopts driver.Options
+	d     *driver.Device // the vGPU
+	// jobDev is where the job runs: d, or a device context of d's
+	// (ownJobDev: close it too).
+	jobDev    *driver.Device
+	ownJobDev bool
+	j         *iterJob
+	needs     agent.Resources
+	c         *agent.Client // nil without an agent channel
+}
+
+// newSession sets up the logger (on stderr) and the output (stdout) of a
+// run with o.
+func newSession(o *options, stdout, stderr io.Writer) *session {
 	lvl := slog.LevelWarn
-	if *verbose {
+	if o.verbose {
 		lvl = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("prog", "vgpu-iterate")
-	out := &lockedWriter{w: stdout}
-	fail := func(err error) error {
-		fmt.Fprintf(out, "%sFAIL %s\n", Prefix, strings.ReplaceAll(err.Error(), "\n", " "))
-		return fmt.Errorf("%w: %w", errFailed, err)
+	return &session{
+		o:     o,
+		log:   log,
+		out:   &lockedWriter{w: stdout},
+		dopts: driver.Options{StagingBytes: o.staging, Timeout: o.timeout, Logger: log},
+		needs: agent.Resources{MinMem: o.cfg.WorkMin, PrefMem: o.cfg.WorkPref, Name: "vgpu-iterate"},
 	}
+}
 
-	regs, mem, err := openDevice(*device)
+// fail prints the job's FAIL line for err and returns err as errFailed.
+func (s *session) fail(err error) error {
+	fmt.Fprintf(s.out, "%sFAIL %s\n", Prefix, strings.ReplaceAll(err.Error(), "\n", " "))
+	return fmt.Errorf("%w: %w", errFailed, err)
+}
+
+// open opens the vGPU, the job's device context (-context) and the job.
+func (s *session) open() error {
+	regs, mem, err := openDevice(s.o.device)
 	if err != nil {
-		return fail(fmt.Errorf("open vgpu: %w", err))
+		return fmt.Errorf("open vgpu: %w", err)
 	}
-	dopts := driver.Options{StagingBytes: *staging, Timeout: *timeout, Logger: log}
-	d, err := driver.Open(regs, mem, dopts)
-	if err != nil {
-		return fail(fmt.Errorf("open vgpu: %w", err))
+	s.mem = mem
+	if s.d, err = driver.Open(regs, mem, s.dopts); err != nil {
+		return fmt.Errorf("open vgpu: %w", err)
 	}
-	defer func() { d.Close() }()
-	// jobDev is where the job runs: d, or a device context of d's.
-	jobDev := d
-	openJobDev := func(d *driver.Device) (*driver.Device, error) {
-		if *ctxID == 0 {
-			return d, nil
-		}
-		return d.OpenContext(driver.ContextOptions{ID: uint32(*ctxID), StagingBytes: *staging, Logger: log})
+	if s.jobDev, err = s.openJobDev(s.d); err != nil {
+		return fmt.Errorf("open device context %d: %w", s.o.ctxID, err)
 	}
-	if jobDev, err = openJobDev(d); err != nil {
-		return fail(fmt.Errorf("open device context %d: %w", *ctxID, err))
-	}
-	if jobDev != d {
-		defer func() { jobDev.Close() }()
-	}
+	s.ownJobDev = s.jobDev != s.d
+	cfg := s.o.cfg
 	if cfg.WorkMin > 0 {
-		if quota := d.Info().MemSize; !fitsWorkspace(cfg, quota) {
-			return fail(fmt.Errorf("-min-mem %d does not fit 3/4 of the device's %d bytes of memory", cfg.WorkMin, quota))
+		if quota := s.d.Info().MemSize; !fitsWorkspace(cfg, quota) {
+			return fmt.Errorf("-min-mem %d does not fit 3/4 of the device's %d bytes of memory", cfg.WorkMin, quota)
 		}
 	}
-	j := newJob(jobDev, cfg, out)
-	needs := agent.Resources{MinMem: cfg.WorkMin, PrefMem: cfg.WorkPref, Name: "vgpu-iterate"}
+	s.j = newJob(s.jobDev, cfg, s.out)
+	return nil
+}
 
-	reopen := func(ctx context.Context) (driver.Registers, error) { return reopenDevice(ctx, *device) }
-	var c *agent.Client
-	if open != nil {
-		c = agent.New(open, agent.Options{Ident: "vgpu-iterate", Logger: log, OnStopping: func(drain time.Duration) {
-			fmt.Fprintf(out, "%shost stopping: fetched commands get %v to finish\n", Prefix, drain)
-		}})
-		c.HandleMigration(reporting{h: agent.DriverMigration(d, reopen), d: d, out: out, migrated: cfg.Migrated})
-		if cfg.WorkMin > 0 {
-			c.HandleReconfig(needs, j)
-		}
-		actx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- c.Run(actx) }()
-		defer func() {
-			cancel()
-			<-done
-		}()
-		wctx, wcancel := context.WithTimeout(ctx, *agentWait)
-		if err := c.WaitReady(wctx); err != nil {
-			log.Warn("agent channel not up: the VM cannot be migrated until it is", "err", err)
-		}
-		wcancel()
+// openJobDev returns the device the job runs on: d itself, or with
+// -context that device context of d's.
+func (s *session) openJobDev(d *driver.Device) (*driver.Device, error) {
+	if s.o.ctxID == 0 {
+		return d, nil
 	}
+	return d.OpenContext(driver.ContextOptions{ID: uint32(s.o.ctxID), StagingBytes: s.o.staging, Logger: s.log})
+}
 
+// close closes the job's device context, if its own, and the vGPU.
+func (s *session) close() {
+	if s.ownJobDev && s.jobDev != nil {
+		s.jobDev.Close()
+	}
+	if s.d != nil {
+		s.d.Close()
+	}
+}
+
+// reopen waits for the vGPU after a migration or a loss and maps it.
+func (s *session) reopen(ctx context.Context) (driver.Registers, error) {
+	return reopenDevice(ctx, s.o.device)
+}
+
+// startAgent connects the agent channel, registers the handlers and waits
+// (at most -agent-wait) for the channel to be up. stop ends the client.
+func (s *session) startAgent(ctx context.Context) (stop func()) {
+	out := s.out
+	c := agent.New(s.o.open, agent.Options{Ident: "vgpu-iterate", Logger: s.log, OnStopping: func(drain time.Duration) {
+		fmt.Fprintf(out, "%shost stopping: fetched commands get %v to finish\n", Prefix, drain)
+	}})
+	s.c = c
+	s.handle()
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(actx) }()
+	stop = func() {
+		cancel()
+		<-done
+	}
+	wctx, wcancel := context.WithTimeout(ctx, s.o.agentWait)
+	if err := c.WaitReady(wctx); err != nil {
+		s.log.Warn("agent channel not up: the VM cannot be migrated until it is", "err", err)
+	}
+	wcancel()
+	return stop
+}
+
+// handle registers the current device's migration handler, and the job
+// for reconfiguration with -min-mem, with the agent client.
+func (s *session) handle() {
+	s.c.HandleMigration(reporting{h: agent.DriverMigration(s.d, s.reopen), d: s.d, out: s.out, migrated: s.o.cfg.Migrated})
+	if s.o.cfg.WorkMin > 0 {
+		s.c.HandleReconfig(s.needs, s.j)
+	}
+}
+
+// runJob runs the job and prints its outcome; when the device is lost
+// (vgpud restarted) it starts again on a fresh one, up to -recover times.
+func (s *session) runJob(ctx context.Context) error {
+	cfg := s.o.cfg
 	for attempt := 0; ; attempt++ {
-		in := d.Info()
+		in := s.d.Info()
 		where := ""
-		if c := jobDev.Context(); c != 0 {
+		if c := s.jobDev.Context(); c != 0 {
 			where = fmt.Sprintf(" context=%d", c)
 		}
-		fmt.Fprintf(out, "%sstart steps=%d n=%d device=%s cus=%d%s\n", Prefix, cfg.Steps, cfg.N, printable(in.Name), in.ComputeUnits, where)
-		sum, steps, err := j.run(ctx)
+		fmt.Fprintf(s.out, "%sstart steps=%d n=%d device=%s cus=%d%s\n", Prefix, cfg.Steps, cfg.N, printable(in.Name), in.ComputeUnits, where)
+		sum, steps, err := s.j.run(ctx)
 		if err == nil {
-			fmt.Fprintf(out, "%sOK steps=%d sum=%016x\n", Prefix, steps, sum)
+			fmt.Fprintf(s.out, "%sOK steps=%d sum=%016x\n", Prefix, steps, sum)
 			return nil
 		}
-		if !errors.Is(err, driver.ErrDeviceLost) || attempt >= *recoverN {
-			return fail(err)
+		if !errors.Is(err, driver.ErrDeviceLost) || attempt >= s.o.recoverN {
+			return s.fail(err)
 		}
-		// The device came back without its state (vgpud restarted): say
-		// what was lost, open the new device and start the job again.
-		fmt.Fprintf(out, "%sLOST %s\n", Prefix, strings.ReplaceAll(err.Error(), "\n", " "))
-		if jobDev != d {
-			jobDev.Close()
+		if err := s.reopenAfterLoss(ctx, err); err != nil {
+			return s.fail(err)
 		}
-		d.Close()
-		if d, err = reopenFresh(ctx, reopen, mem, dopts, *timeout); err != nil {
-			return fail(fmt.Errorf("reopen vgpu after losing it: %w", err))
-		}
-		if jobDev, err = openJobDev(d); err != nil {
-			return fail(fmt.Errorf("open device context %d after losing the vgpu: %w", *ctxID, err))
-		}
-		j = newJob(jobDev, cfg, out)
-		if c != nil {
-			c.HandleMigration(reporting{h: agent.DriverMigration(d, reopen), d: d, out: out, migrated: cfg.Migrated})
-			if cfg.WorkMin > 0 {
-				c.HandleReconfig(needs, j)
-			}
-		}
-		fmt.Fprintf(out, "%sRECOVERED on a fresh device: starting the job again\n", Prefix)
 	}
+}
+
+// reopenAfterLoss handles the loss of the device (lost): it came back
+// without its state (vgpud restarted), so it says what was lost, opens the
+// new device and a new job on it, ready to start again.
+func (s *session) reopenAfterLoss(ctx context.Context, lost error) error {
+	fmt.Fprintf(s.out, "%sLOST %s\n", Prefix, strings.ReplaceAll(lost.Error(), "\n", " "))
+	if s.jobDev != s.d {
+		s.jobDev.Close()
+	}
+	s.d.Close()
+	var err error
+	if s.d, err = reopenFresh(ctx, s.reopen, s.mem, s.dopts, s.o.timeout); err != nil {
+		return fmt.Errorf("reopen vgpu after losing it: %w", err)
+	}
+	if s.jobDev, err = s.openJobDev(s.d); err != nil {
+		return fmt.Errorf("open device context %d after losing the vgpu: %w", s.o.ctxID, err)
+	}
+	s.j = newJob(s.jobDev, s.o.cfg, s.out)
+	if s.c != nil {
+		s.handle()
+	}
+	fmt.Fprintf(s.out, "%sRECOVERED on a fresh device: starting the job again\n", Prefix)
+	return nil
 }
 
 // reopenFresh waits (at most wait) for a vGPU that opens: after a vgpud

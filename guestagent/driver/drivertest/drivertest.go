@@ -472,206 +472,269 @@ func (f *Device) scanKernels(src string) []abi.KernelInfo {
 	return ks
 }
 
+// run executes one command and returns its completion's Detail (bytes moved,
+// a build log's length, a launch's device time) and its error. f.mu is held.
 func (f *Device) run(p abi.Payload) (uint64, error) {
 	switch p := p.(type) {
 	case *abi.Nop:
 		return 0, nil
 	case *abi.BufferCreate:
-		switch {
-		case f.buffers[p.Handle] != nil:
-			return 0, abi.Errorf(abi.StatusExists, "buffer %d", p.Handle)
-		case p.Size > f.cfg.MaxAlloc:
-			return 0, abi.Errorf(abi.StatusInvalidArgument, "buffer of %d bytes", p.Size)
-		case f.used+p.Size > f.cfg.MemSize:
-			return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes", p.Size)
-		}
-		f.buffers[p.Handle] = make([]byte, p.Size)
-		f.used += p.Size
-		return 0, nil
+		return f.bufferCreate(p)
 	case *abi.BufferFree:
-		b := f.buffers[p.Handle]
-		if b == nil {
-			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Handle)
-		}
-		f.used -= uint64(len(b))
-		delete(f.buffers, p.Handle)
-		return 0, nil
+		return f.bufferFree(p)
 	case *abi.Copy:
-		b := f.buffers[p.Handle]
-		if b == nil {
-			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Handle)
-		}
-		if p.Offset+p.Length > uint64(len(b)) {
-			return 0, abi.Errorf(abi.StatusInvalidArgument, "range %d+%d", p.Offset, p.Length)
-		}
-		rs, err := f.sg(p.SGAddr, p.SGCount, p.Length)
-		if err != nil {
-			return 0, err
-		}
-		pos := p.Offset
-		for _, r := range rs {
-			if p.ToDevice {
-				d, _ := f.read(r[0], r[1])
-				copy(b[pos:], d)
-			} else {
-				f.write(r[0], b[pos:pos+r[1]])
-			}
-			pos += r[1]
-		}
-		return p.Length, nil
+		return f.copyGuest(p)
 	case *abi.ProgramBuild:
-		if f.programs[p.Handle] != nil {
-			return 0, abi.Errorf(abi.StatusExists, "program %d", p.Handle)
-		}
-		src, err := f.gather(p.SrcSGAddr, p.SrcCount, p.SrcLen)
-		if err != nil {
-			return 0, err
-		}
-		if i := strings.Index(string(src), "#error"); i >= 0 {
-			line, _, _ := strings.Cut(string(src[i+len("#error"):]), "\n")
-			log := []byte("<source>: error: " + strings.TrimSpace(line) + "\n")
-			log = log[:min(len(log), int(p.LogLen))]
-			if !f.write(p.LogAddr, log) {
-				return 0, abi.Errorf(abi.StatusBadAddress, "log at %#x", p.LogAddr)
-			}
-			return uint64(len(log)), abi.Errorf(abi.StatusBuildFailed, "#error")
-		}
-		f.programs[p.Handle] = f.scanKernels(string(src))
-		return 0, nil
+		return f.programBuild(p)
 	case *abi.ProgramFree:
-		if f.programs[p.Handle] == nil {
-			return 0, abi.Errorf(abi.StatusNotFound, "program %d", p.Handle)
-		}
-		delete(f.programs, p.Handle)
-		return 0, nil
+		return f.programFree(p)
 	case *abi.Launch:
-		kernels := f.programs[p.Program]
-		if kernels == nil {
-			return 0, abi.Errorf(abi.StatusNotFound, "program %d", p.Program)
-		}
-		raw, ok := f.read(p.DescAddr, uint64(p.DescLen))
-		if !ok {
-			return 0, abi.Errorf(abi.StatusBadAddress, "descriptor at %#x", p.DescAddr)
-		}
-		d, err := abi.UnmarshalLaunchDesc(raw)
-		if err != nil {
-			return 0, err
-		}
-		found := false
-		for _, k := range kernels {
-			found = found || k.Name == d.Kernel
-		}
-		k := f.kernels[d.Kernel]
-		if !found || k == nil {
-			return 0, abi.Errorf(abi.StatusNotFound, "kernel %q", d.Kernel)
-		}
-		for _, a := range d.Args {
-			if a.Kind == abi.ArgBuffer && f.buffers[a.Handle] == nil {
-				return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", a.Handle)
-			}
-		}
-		if err := k(&d, func(h uint32) []byte { return f.buffers[h] }); err != nil {
-			return 0, abi.Errorf(abi.StatusLaunchFailed, "%v", err)
-		}
-		f.Launches++
-		return 1000, nil
+		return f.launch(p)
 	case *abi.ProgramInfoQuery:
-		if err := f.need14(p); err != nil {
-			return 0, err
-		}
-		kernels := f.programs[p.Handle]
-		if kernels == nil {
-			return 0, abi.Errorf(abi.StatusNotFound, "program %d", p.Handle)
-		}
-		rs, err := f.sg(p.SGAddr, p.SGCount, p.Length)
-		if err != nil {
-			return 0, err
-		}
-		info := abi.ProgramInfo{Kernels: kernels}
-		blob, err := info.Marshal()
-		if err != nil {
-			return 0, abi.Errorf(abi.StatusInternal, "program info: %v", err)
-		}
-		if uint64(len(blob)) <= p.Length {
-			for _, r := range rs {
-				if len(blob) == 0 {
-					break
-				}
-				n := min(r[1], uint64(len(blob)))
-				f.write(r[0], blob[:n])
-				blob = blob[n:]
-			}
-		}
-		return info.Size(), nil
+		return f.programInfo(p)
 	case *abi.DeviceInfoQuery:
-		if err := f.need14(p); err != nil {
-			return 0, err
-		}
-		rs, err := f.sg(p.SGAddr, p.SGCount, p.Length)
-		if err != nil {
-			return 0, err
-		}
-		blob, err := f.cfg.DeviceInfo.Marshal()
-		if err != nil {
-			return 0, abi.Errorf(abi.StatusInternal, "device info: %v", err)
-		}
-		size := uint64(len(blob))
-		if size <= p.Length {
-			for _, r := range rs {
-				if len(blob) == 0 {
-					break
-				}
-				n := min(r[1], uint64(len(blob)))
-				f.write(r[0], blob[:n])
-				blob = blob[n:]
-			}
-		}
-		return size, nil
+		return f.deviceInfo(p)
 	case *abi.BufferCopy:
-		if err := f.need14(p); err != nil {
-			return 0, err
-		}
-		src, dst := f.buffers[p.Src], f.buffers[p.Dst]
-		switch {
-		case src == nil:
-			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Src)
-		case dst == nil:
-			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Dst)
-		case p.SrcOffset+p.Length > uint64(len(src)):
-			return 0, abi.Errorf(abi.StatusInvalidArgument, "source range %d+%d", p.SrcOffset, p.Length)
-		case p.DstOffset+p.Length > uint64(len(dst)):
-			return 0, abi.Errorf(abi.StatusInvalidArgument, "destination range %d+%d", p.DstOffset, p.Length)
-		}
-		copy(dst[p.DstOffset:p.DstOffset+p.Length], src[p.SrcOffset:p.SrcOffset+p.Length])
-		return p.Length, nil
+		return f.bufferCopy(p)
 	case *abi.BufferFill:
-		if err := f.need14(p); err != nil {
-			return 0, err
-		}
-		b := f.buffers[p.Handle]
-		if b == nil {
-			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Handle)
-		}
-		if p.Offset+p.Length > uint64(len(b)) {
-			return 0, abi.Errorf(abi.StatusInvalidArgument, "range %d+%d", p.Offset, p.Length)
-		}
-		pat, ok := f.read(p.PatternAddr, uint64(p.PatternLen))
-		if !ok {
-			return 0, abi.Errorf(abi.StatusBadAddress, "pattern at %#x", p.PatternAddr)
-		}
-		for o := p.Offset; o < p.Offset+p.Length; o += uint64(len(pat)) {
-			copy(b[o:], pat)
-		}
-		return p.Length, nil
+		return f.bufferFill(p)
 	case *abi.Fence:
-		var b [8]byte
-		le.PutUint64(b[:], p.Value)
-		if !f.write(p.Addr, b[:]) {
-			return 0, abi.Errorf(abi.StatusBadAddress, "fence at %#x", p.Addr)
-		}
-		return 0, nil
+		return f.fence(p)
 	}
 	return 0, abi.Errorf(abi.StatusInvalidOpcode, "%T", p)
+}
+
+// bufferCreate runs BufferCreate: a zeroed buffer within the memory
+// quota.
+func (f *Device) bufferCreate(p *abi.BufferCreate) (uint64, error) {
+	switch {
+	case f.buffers[p.Handle] != nil:
+		return 0, abi.Errorf(abi.StatusExists, "buffer %d", p.Handle)
+	case p.Size > f.cfg.MaxAlloc:
+		return 0, abi.Errorf(abi.StatusInvalidArgument, "buffer of %d bytes", p.Size)
+	case f.used+p.Size > f.cfg.MemSize:
+		return 0, abi.Errorf(abi.StatusQuotaExceeded, "buffer of %d bytes", p.Size)
+	}
+	f.buffers[p.Handle] = make([]byte, p.Size)
+	f.used += p.Size
+	return 0, nil
+}
+
+// bufferFree runs BufferFree.
+func (f *Device) bufferFree(p *abi.BufferFree) (uint64, error) {
+	b := f.buffers[p.Handle]
+	if b == nil {
+		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Handle)
+	}
+	f.used -= uint64(len(b))
+	delete(f.buffers, p.Handle)
+	return 0, nil
+}
+
+// copyGuest runs Copy: between a buffer and guest memory (the
+// scatter-gather list), either way.
+func (f *Device) copyGuest(p *abi.Copy) (uint64, error) {
+	b := f.buffers[p.Handle]
+	if b == nil {
+		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Handle)
+	}
+	if p.Offset+p.Length > uint64(len(b)) {
+		return 0, abi.Errorf(abi.StatusInvalidArgument, "range %d+%d", p.Offset, p.Length)
+	}
+	rs, err := f.sg(p.SGAddr, p.SGCount, p.Length)
+	if err != nil {
+		return 0, err
+	}
+	pos := p.Offset
+	for _, r := range rs {
+		if p.ToDevice {
+			d, _ := f.read(r[0], r[1])
+			copy(b[pos:], d)
+		} else {
+			f.write(r[0], b[pos:pos+r[1]])
+		}
+		pos += r[1]
+	}
+	return p.Length, nil
+}
+
+// programBuild runs ProgramBuild: a source with a "#error" line fails
+// with that line in the log; any other is scanned for its kernels.
+func (f *Device) programBuild(p *abi.ProgramBuild) (uint64, error) {
+	if f.programs[p.Handle] != nil {
+		return 0, abi.Errorf(abi.StatusExists, "program %d", p.Handle)
+	}
+	src, err := f.gather(p.SrcSGAddr, p.SrcCount, p.SrcLen)
+	if err != nil {
+		return 0, err
+	}
+	if i := strings.Index(string(src), "#error"); i >= 0 {
+		line, _, _ := strings.Cut(string(src[i+len("#error"):]), "\n")
+		log := []byte("<source>: error: " + strings.TrimSpace(line) + "\n")
+		log = log[:min(len(log), int(p.LogLen))]
+		if !f.write(p.LogAddr, log) {
+			return 0, abi.Errorf(abi.StatusBadAddress, "log at %#x", p.LogAddr)
+		}
+		return uint64(len(log)), abi.Errorf(abi.StatusBuildFailed, "#error")
+	}
+	f.programs[p.Handle] = f.scanKernels(string(src))
+	return 0, nil
+}
+
+// programFree runs ProgramFree.
+func (f *Device) programFree(p *abi.ProgramFree) (uint64, error) {
+	if f.programs[p.Handle] == nil {
+		return 0, abi.Errorf(abi.StatusNotFound, "program %d", p.Handle)
+	}
+	delete(f.programs, p.Handle)
+	return 0, nil
+}
+
+// launch runs Launch: the registered KernelFunc of a kernel the program
+// has, once its buffer arguments are checked.
+func (f *Device) launch(p *abi.Launch) (uint64, error) {
+	kernels := f.programs[p.Program]
+	if kernels == nil {
+		return 0, abi.Errorf(abi.StatusNotFound, "program %d", p.Program)
+	}
+	raw, ok := f.read(p.DescAddr, uint64(p.DescLen))
+	if !ok {
+		return 0, abi.Errorf(abi.StatusBadAddress, "descriptor at %#x", p.DescAddr)
+	}
+	d, err := abi.UnmarshalLaunchDesc(raw)
+	if err != nil {
+		return 0, err
+	}
+	found := false
+	for _, k := range kernels {
+		found = found || k.Name == d.Kernel
+	}
+	k := f.kernels[d.Kernel]
+	if !found || k == nil {
+		return 0, abi.Errorf(abi.StatusNotFound, "kernel %q", d.Kernel)
+	}
+	for _, a := range d.Args {
+		if a.Kind == abi.ArgBuffer && f.buffers[a.Handle] == nil {
+			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", a.Handle)
+		}
+	}
+	if err := k(&d, func(h uint32) []byte { return f.buffers[h] }); err != nil {
+		return 0, abi.Errorf(abi.StatusLaunchFailed, "%v", err)
+	}
+	f.Launches++
+	return 1000, nil
+}
+
+// programInfo runs ProgramInfoQuery (ABI 1.4): the program's scanned
+// kernels, written only if they fit; the result is their size.
+func (f *Device) programInfo(p *abi.ProgramInfoQuery) (uint64, error) {
+	if err := f.need14(p); err != nil {
+		return 0, err
+	}
+	kernels := f.programs[p.Handle]
+	if kernels == nil {
+		return 0, abi.Errorf(abi.StatusNotFound, "program %d", p.Handle)
+	}
+	rs, err := f.sg(p.SGAddr, p.SGCount, p.Length)
+	if err != nil {
+		return 0, err
+	}
+	info := abi.ProgramInfo{Kernels: kernels}
+	blob, err := info.Marshal()
+	if err != nil {
+		return 0, abi.Errorf(abi.StatusInternal, "program info: %v", err)
+	}
+	if uint64(len(blob)) <= p.Length {
+		f.scatter(rs, blob)
+	}
+	return info.Size(), nil
+}
+
+// deviceInfo runs DeviceInfoQuery (ABI 1.4): Config.DeviceInfo, written
+// only if it fits; the result is its size.
+func (f *Device) deviceInfo(p *abi.DeviceInfoQuery) (uint64, error) {
+	if err := f.need14(p); err != nil {
+		return 0, err
+	}
+	rs, err := f.sg(p.SGAddr, p.SGCount, p.Length)
+	if err != nil {
+		return 0, err
+	}
+	blob, err := f.cfg.DeviceInfo.Marshal()
+	if err != nil {
+		return 0, abi.Errorf(abi.StatusInternal, "device info: %v", err)
+	}
+	size := uint64(len(blob))
+	if size <= p.Length {
+		f.scatter(rs, blob)
+	}
+	return size, nil
+}
+
+// scatter writes blob over the guest ranges rs (from sg), in order, until
+// it runs out.
+func (f *Device) scatter(rs [][2]uint64, blob []byte) {
+	for _, r := range rs {
+		if len(blob) == 0 {
+			break
+		}
+		n := min(r[1], uint64(len(blob)))
+		f.write(r[0], blob[:n])
+		blob = blob[n:]
+	}
+}
+
+// bufferCopy runs BufferCopy (ABI 1.4): between two buffers.
+func (f *Device) bufferCopy(p *abi.BufferCopy) (uint64, error) {
+	if err := f.need14(p); err != nil {
+		return 0, err
+	}
+	src, dst := f.buffers[p.Src], f.buffers[p.Dst]
+	switch {
+	case src == nil:
+		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Src)
+	case dst == nil:
+		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Dst)
+	case p.SrcOffset+p.Length > uint64(len(src)):
+		return 0, abi.Errorf(abi.StatusInvalidArgument, "source range %d+%d", p.SrcOffset, p.Length)
+	case p.DstOffset+p.Length > uint64(len(dst)):
+		return 0, abi.Errorf(abi.StatusInvalidArgument, "destination range %d+%d", p.DstOffset, p.Length)
+	}
+	copy(dst[p.DstOffset:p.DstOffset+p.Length], src[p.SrcOffset:p.SrcOffset+p.Length])
+	return p.Length, nil
+}
+
+// bufferFill runs BufferFill (ABI 1.4): a pattern from guest memory
+// repeated over a range of a buffer.
+func (f *Device) bufferFill(p *abi.BufferFill) (uint64, error) {
+	if err := f.need14(p); err != nil {
+		return 0, err
+	}
+	b := f.buffers[p.Handle]
+	if b == nil {
+		return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", p.Handle)
+	}
+	if p.Offset+p.Length > uint64(len(b)) {
+		return 0, abi.Errorf(abi.StatusInvalidArgument, "range %d+%d", p.Offset, p.Length)
+	}
+	pat, ok := f.read(p.PatternAddr, uint64(p.PatternLen))
+	if !ok {
+		return 0, abi.Errorf(abi.StatusBadAddress, "pattern at %#x", p.PatternAddr)
+	}
+	for o := p.Offset; o < p.Offset+p.Length; o += uint64(len(pat)) {
+		copy(b[o:], pat)
+	}
+	return p.Length, nil
+}
+
+// fence runs Fence: its value written, little-endian, to guest memory.
+func (f *Device) fence(p *abi.Fence) (uint64, error) {
+	var b [8]byte
+	le.PutUint64(b[:], p.Value)
+	if !f.write(p.Addr, b[:]) {
+		return 0, abi.Errorf(abi.StatusBadAddress, "fence at %#x", p.Addr)
+	}
+	return 0, nil
 }
 
 // need14 refuses an ABI 1.4 command on a fake configured as an older device.
