@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +18,6 @@ import (
 	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
-	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
 
 // envMainArgs makes this test binary run vgpud's main instead of its
@@ -150,19 +148,7 @@ func TestInheritedDescriptorsStayInVgpud(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: info.Socket, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := mpqemutest.NewVM(conn, 64<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Close()
-	d, err := driver.Open(vm, vm, driver.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, d := openGuest(t, info.Socket, driver.Options{})
 	defer d.Close()
 	buf, err := d.CreateBuffer(4096)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/migrate"
@@ -79,15 +78,7 @@ func openFDs(t *testing.T) int {
 // test ends.
 func testMetrics(t *testing.T, lim httpLimits) string {
 	t.Helper()
-	d, err := gpu.Open("")
-	if err != nil {
-		t.Fatalf("gpu.Open: %v", err)
-	}
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}})
-	if err != nil {
-		d.Close()
-		t.Fatal(err)
-	}
+	m := testManager(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -97,8 +88,6 @@ func testMetrics(t *testing.T, lim httpLimits) string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		s.stop(ctx) // idle flood connections: Shutdown may give up on them
-		m.Close()
-		d.Close()
 	})
 	return s.addr.String()
 }

@@ -13,19 +13,27 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 )
 
-// TestMetricsServer serves /metrics on an ephemeral loopback port, reads
-// the device series and shuts down gracefully.
-func TestMetricsServer(t *testing.T) {
+// testManager is a manager on the first device; it and the device close
+// when the test ends.
+func testManager(t *testing.T) *mdev.Manager {
+	t.Helper()
 	d, err := gpu.Open("")
 	if err != nil {
 		t.Fatalf("gpu.Open: %v", err)
 	}
-	defer d.Close()
+	t.Cleanup(func() { d.Close() })
 	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestMetricsServer serves /metrics on an ephemeral loopback port, reads
+// the device series and shuts down gracefully.
+func TestMetricsServer(t *testing.T) {
+	m := testManager(t)
 	if _, err := m.Create(mdev.CreateRequest{Profile: "vgpu-small"}); err != nil {
 		t.Fatal(err)
 	}
@@ -59,16 +67,7 @@ func TestMetricsServer(t *testing.T) {
 // TestHealthEndpoints: /healthz answers 200 while the process does,
 // /readyz 503 until the control socket serves and 200 then, / an index.
 func TestHealthEndpoints(t *testing.T) {
-	d, err := gpu.Open("")
-	if err != nil {
-		t.Fatalf("gpu.Open: %v", err)
-	}
-	defer d.Close()
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := testManager(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
-	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
 
 // TestGracefulStop: on SIGTERM (its context ending) vgpud tells the
@@ -41,19 +40,7 @@ func TestGracefulStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A guest whose kernel never ends.
-	qc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: in.Socket, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := mpqemutest.NewVM(qc, 64<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Close()
-	d, err := driver.Open(vm, vm, driver.Options{Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, d := openGuest(t, in.Socket, driver.Options{Timeout: time.Minute})
 	p, _, err := d.Build(`__kernel void hold(__global volatile int *o) { while (o[1] == 0) { o[0]++; } }`, "")
 	if err != nil {
 		t.Fatal(err)

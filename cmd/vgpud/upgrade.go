@@ -5,16 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
-	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,91 +56,56 @@ const (
 	// stopWait bounds the shutdown of a new process stopped on probation
 	// (its drain, its workers): the old one exits after it.
 	stopWait = 2 * time.Minute
+	// abandonWait bounds the wait for a new process told that its
+	// upgrade was abandoned (Abort) to exit; then it is killed.
+	abandonWait = 10 * time.Second
 )
 
-// upgradeTestHook is a TEST HOOK, nil in vgpud: a test that runs its
-// own binary as vgpud (upgrade_test.go) sets it to make a new process
-// crash or fail at a point of its side of the exchange: "ready" (right
-// after it sent Ready), "serving" (once it serves on probation, before
-// its health report), "health" (its health check: an error fails it).
-// Nothing outside tests sets it; no flag or environment variable of
-// vgpud reaches it.
-var upgradeTestHook func(point string) error
+// upgradeState is where the old side of an upgrade in place stands
+// (docs/upgrade.md). upgrader.to makes every change of it, along
+// upgradeMoves.
+type upgradeState int32
 
-func testHook(point string) error {
-	if upgradeTestHook == nil {
-		return nil
+const (
+	// upgradeIdle: no upgrade in progress; this vgpud serves and one may
+	// start.
+	upgradeIdle upgradeState = iota
+	// upgradeStarting: the new vgpud starts; this one pauses, exports its
+	// state and waits for the new one's Ready. Any failure abandons the
+	// upgrade: this one goes on serving (upgradeIdle).
+	upgradeStarting
+	// upgradeOnProbation: committed with a probation: the new vgpud serves;
+	// this one keeps what it handed over, paused, and serves it again
+	// (upgradeIdle, after a rollback) if the new one dies or fails its
+	// health check.
+	upgradeOnProbation
+	// upgradeHandedOver: the new vgpud serves alone; this one only
+	// answers the upgrade request and exits (exit), touching nothing it
+	// handed over.
+	upgradeHandedOver
+)
+
+// String names the state, for logs.
+func (s upgradeState) String() string {
+	switch s {
+	case upgradeIdle:
+		return "idle"
+	case upgradeStarting:
+		return "starting"
+	case upgradeOnProbation:
+		return "probation"
+	case upgradeHandedOver:
+		return "handed over"
 	}
-	return upgradeTestHook(point)
+	return "upgradeState(" + strconv.Itoa(int(s)) + ")"
 }
 
-// pausable is a listener whose Accept an upgrade pauses: connections then
-// wait in the listen queue for whichever process accepts next. After a
-// commit it stays paused until the process exits: its server must not
-// return (run would shut down what the new process serves).
-type pausable struct {
-	net.Listener
-	mu     sync.Mutex
-	paused bool
-	resume chan struct{}
-}
-
-func newPausable(l net.Listener) *pausable {
-	if ul, ok := l.(*net.UnixListener); ok {
-		// Its socket file is removed by whoever stops serving it for
-		// good, not by an http.Server returning (after a handover the
-		// new process serves the same file).
-		ul.SetUnlinkOnClose(false)
-	}
-	return &pausable{Listener: l, resume: make(chan struct{})}
-}
-
-func (p *pausable) deadline(t time.Time) {
-	if d, ok := p.Listener.(interface{ SetDeadline(time.Time) error }); ok {
-		d.SetDeadline(t)
-	}
-}
-
-func (p *pausable) Accept() (net.Conn, error) {
-	for {
-		c, err := p.Listener.Accept()
-		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
-			return c, err
-		}
-		p.mu.Lock()
-		paused, resume := p.paused, p.resume
-		p.mu.Unlock()
-		if !paused {
-			p.deadline(time.Time{})
-			continue
-		}
-		<-resume
-	}
-}
-
-func (p *pausable) pause() {
-	p.mu.Lock()
-	p.paused = true
-	p.resume = make(chan struct{})
-	p.mu.Unlock()
-	p.deadline(time.Unix(1, 0))
-}
-
-func (p *pausable) unpause() {
-	p.mu.Lock()
-	p.paused = false
-	close(p.resume)
-	p.mu.Unlock()
-	p.deadline(time.Time{})
-}
-
-// conn is the listening socket, to hand over.
-func (p *pausable) conn() (syscall.Conn, error) {
-	sc, ok := p.Listener.(syscall.Conn)
-	if !ok {
-		return nil, fmt.Errorf("%T has no descriptor", p.Listener)
-	}
-	return sc, nil
+// upgradeMoves are the changes of upgradeState that upgrader.to makes;
+// any other is refused.
+var upgradeMoves = map[upgradeState][]upgradeState{
+	upgradeIdle:        {upgradeStarting},
+	upgradeStarting:    {upgradeIdle, upgradeOnProbation, upgradeHandedOver},
+	upgradeOnProbation: {upgradeIdle, upgradeHandedOver},
 }
 
 // upgrader hands the daemon over to a new vgpud (the old side of
@@ -173,12 +133,10 @@ type upgrader struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
+	state    upgradeState  // upgradeHandedOver: from then on only exit runs: nothing here touches a shared object again
 	stopping bool          // run shuts down: no upgrade starts
-	running  chan struct{} // closed when the upgrade in progress ends; nil: none
+	running  chan struct{} // closed when the upgrade call in progress returns; nil: none
 
-	// committed: this process handed everything over. From then on only
-	// exit runs: nothing here touches a shared object again.
-	committed  atomic.Bool
 	answered   chan struct{} // closed once the upgrade's answer went out
 	answerOnce sync.Once
 	exitOnce   sync.Once
@@ -188,6 +146,7 @@ type upgrader struct {
 	endOnce      sync.Once
 }
 
+// newUpgrader makes u ready to use.
 func newUpgrader(u *upgrader) *upgrader {
 	u.answered = make(chan struct{})
 	u.endProbation = make(chan struct{})
@@ -196,6 +155,65 @@ func newUpgrader(u *upgrader) *upgrader {
 
 // ErrStopping refuses an upgrade while vgpud shuts down.
 var ErrStopping = errors.New("vgpud is shutting down")
+
+// current is u's state.
+func (u *upgrader) current() upgradeState {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.state
+}
+
+// to moves u to next if upgradeMoves allow it and reports whether it did.
+func (u *upgrader) to(next upgradeState) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.toLocked(next)
+}
+
+// toLocked is to with u.mu held.
+func (u *upgrader) toLocked(next upgradeState) bool {
+	for _, s := range upgradeMoves[u.state] {
+		if s == next {
+			u.state = next
+			return true
+		}
+	}
+	return false
+}
+
+// begin starts an upgrade (upgradeStarting), or says why none starts
+// now; finish ends it.
+func (u *upgrader) begin() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case u.state == upgradeHandedOver:
+		return control.ErrUpgraded // the new process serves it
+	case u.stopping:
+		return ErrStopping
+	case u.state != upgradeIdle:
+		return control.ErrUpgradeBusy
+	case u.upgraded.onProbation():
+		return fmt.Errorf("%w: this vgpud is on probation after its own upgrade in place; try again in a moment", control.ErrUpgradeBusy)
+	}
+	u.toLocked(upgradeStarting)
+	u.running = make(chan struct{})
+	return nil
+}
+
+// finish ends the upgrade begin started, as upgrade returns: one that
+// did not hand over was abandoned or rolled back, and this vgpud serves
+// (upgradeIdle). settle stops waiting for it.
+func (u *upgrader) finish() {
+	u.mu.Lock()
+	if u.state != upgradeHandedOver {
+		u.toLocked(upgradeIdle)
+	}
+	running := u.running
+	u.running = nil
+	u.mu.Unlock()
+	close(running)
+}
 
 // answer is the after of a committed upgrade: its answer went out.
 func (u *upgrader) answer() { u.answerOnce.Do(func() { close(u.answered) }) }
@@ -231,99 +249,52 @@ func (u *upgrader) settle() {
 		u.log.Info("shutting down: waiting for the upgrade in progress to commit or roll back")
 		<-running
 	}
-	if u.committed.Load() {
+	if u.current() == upgradeHandedOver {
 		u.exit() // does not return
 	}
+}
+
+// resume serves again what an upgrade paused: the manager, the
+// listeners, the control requests.
+func (u *upgrader) resume() {
+	u.m.Unpause()
+	for _, l := range u.listeners {
+		l.unpause()
+	}
+	u.gate.Open()
+}
+
+// handoff is an upgrade past the new vgpud's Ready: what was handed over
+// and the upgrade's figures, which stop at the commit (from there the new
+// process serves: the probation is not a pause).
+type handoff struct {
+	next   *successor
+	st     handover.State
+	proto  int           // the handover protocol both speak
+	paused time.Duration // from the pause to the commit
+	took   time.Duration // from the start to the commit
 }
 
 // upgrade starts binary ("" : this program's file) as the new vgpud and
 // hands everything over; on any failure before the commit this process
 // goes on serving.
 func (u *upgrader) upgrade(ctx context.Context, binary string) (*control.UpgradeReport, func(), error) {
-	u.mu.Lock()
-	switch {
-	case u.committed.Load():
-		u.mu.Unlock()
-		return nil, nil, control.ErrUpgraded // the new process serves it
-	case u.stopping:
-		u.mu.Unlock()
-		return nil, nil, ErrStopping
-	case u.running != nil:
-		u.mu.Unlock()
-		return nil, nil, control.ErrUpgradeBusy
-	case u.upgraded.onProbation():
-		u.mu.Unlock()
-		return nil, nil, fmt.Errorf("%w: this vgpud is on probation after its own upgrade in place; try again in a moment", control.ErrUpgradeBusy)
+	if err := u.begin(); err != nil {
+		return nil, nil, err
 	}
-	running := make(chan struct{})
-	u.running = running
-	u.mu.Unlock()
-	defer func() {
-		u.mu.Lock()
-		u.running = nil
-		u.mu.Unlock()
-		close(running)
-	}()
+	defer u.finish()
 	if u.stdout == nil || u.stderr == nil {
 		return nil, nil, errors.New("upgrade: vgpud's standard output and error are not files to hand on")
 	}
 	start := time.Now()
-	if binary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, nil, fmt.Errorf("upgrade: find vgpud's file: %w", err)
-		}
-		binary = exe
-	}
-	ch, peer, err := handover.Pair()
+	next, err := u.startSuccessor(binary)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer ch.Close()
-	cmd := exec.Command(binary, u.args...)
-	cmd.Args[0] = "vgpud"
-	cmd.ExtraFiles = []*os.File{peer}
-	cmd.Env = append(os.Environ(), EnvHandover+"=3")
-	cmd.Stdout, cmd.Stderr = u.stdout, u.stderr
-	err = cmd.Start()
-	peer.Close()
+	defer next.ch.Close()
+	proto, err := next.greet()
 	if err != nil {
-		return nil, nil, fmt.Errorf("upgrade: start %s: %w", binary, err)
-	}
-	log := u.log.With("new_pid", cmd.Process.Pid, "binary", binary)
-	log.Info("upgrade: new vgpud started")
-	reaped := make(chan struct{})
-	var exitErr error // cmd.Wait's, once reaped is closed
-	go func() {
-		exitErr = cmd.Wait() // the new process is this one's child until it exits
-		if !u.committed.Load() {
-			log.Warn("upgrade: the new vgpud exited", "err", exitErr)
-		}
-		close(reaped)
-	}()
-	abort := func(cause error) error {
-		_ = ch.Send(handover.KindAbort, nil, nil)
-		ch.Close()
-		select {
-		case <-reaped:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-reaped
-		}
-		u.reclaimLock() // it may have written its PID into the lock file
-		return fmt.Errorf("upgrade abandoned, this vgpud goes on serving: %w", cause)
-	}
-	ch.SetDeadline(time.Now().Add(helloWait))
-	var hello handover.Hello
-	if err := ch.Expect(handover.KindHello, &hello); err != nil {
-		return nil, nil, abort(fmt.Errorf("the new vgpud did not greet: %w", err))
-	}
-	if hello.Version != handover.Version {
-		return nil, nil, abort(fmt.Errorf("the new vgpud reads handover state version %d, this one writes %d", hello.Version, handover.Version))
-	}
-	proto, err := handover.Negotiate(hello)
-	if err != nil {
-		return nil, nil, abort(err)
+		return nil, nil, u.abandon(next, err)
 	}
 
 	// From here until the commit or the rollback nothing is served.
@@ -331,68 +302,88 @@ func (u *upgrader) upgrade(ctx context.Context, binary string) (*control.Upgrade
 	pctx, cancel := context.WithTimeout(ctx, pauseWait)
 	defer cancel()
 	if err := u.gate.Close(pctx); err != nil {
-		return nil, nil, abort(fmt.Errorf("control requests still in progress: %w", err))
+		return nil, nil, u.abandon(next, fmt.Errorf("control requests still in progress: %w", err))
 	}
 	for _, l := range u.listeners {
 		l.pause()
 	}
-	resume := func() {
-		u.m.Unpause()
-		for _, l := range u.listeners {
-			l.unpause()
-		}
-		u.gate.Open()
-	}
 	if err := u.m.Pause(pctx); err != nil {
-		resume()
-		return nil, nil, abort(err)
+		u.resume()
+		return nil, nil, u.abandon(next, err)
 	}
 	// What a rollback after the commit compares with (RollBack).
 	checkpoint := u.m.Checkpoint()
+	st, err := u.sendState(next)
+	if err != nil {
+		u.resume()
+		return nil, nil, u.abandon(next, err)
+	}
+	h := handoff{next: next, st: st, proto: proto, paused: time.Since(paused), took: time.Since(start)}
+	if proto >= handover.Protocol2 && u.probation > 0 {
+		return u.commitOnProbation(h, checkpoint, start)
+	}
+	if proto < handover.Protocol2 {
+		next.log.Warn("upgrade: the new vgpud speaks handover protocol 1: no probation (a crash of it after the commit is not rolled back)")
+	}
+	return u.handedOver(h, committedNow)
+}
+
+// sendState exports the paused daemon to the new vgpud and waits for its
+// Ready.
+func (u *upgrader) sendState(next *successor) (handover.State, error) {
 	tab := handover.NewTable(nil)
 	st, err := u.export(tab)
 	if err == nil {
-		ch.SetDeadline(time.Now().Add(readyWait))
-		err = ch.SendState(st, tab.FDs())
+		next.ch.SetDeadline(time.Now().Add(readyWait))
+		err = next.ch.SendState(st, tab.FDs())
 	}
 	tab.Close()
 	if err == nil {
-		err = ch.Expect(handover.KindReady, nil)
+		err = next.ch.Expect(handover.KindReady, nil)
 	}
-	if err != nil {
-		resume()
-		return nil, nil, abort(err)
+	return st, err
+}
+
+// abandon ends an upgrade before its commit: the new vgpud is told
+// (Abort) and waited for, killed after abandonWait; this one goes on
+// serving. It returns the upgrade's error, cause wrapped.
+func (u *upgrader) abandon(next *successor, cause error) error {
+	_ = next.ch.Send(handover.KindAbort, nil, nil)
+	next.ch.Close()
+	select {
+	case <-next.reaped:
+	case <-time.After(abandonWait):
+		_ = next.cmd.Process.Kill()
+		<-next.reaped
 	}
-	// The upgrade's figures stop at the commit: from there the new
-	// process serves (the probation is not a pause).
-	pausedFor, took := time.Since(paused), time.Since(start)
-	if proto >= handover.Protocol2 && u.probation > 0 {
-		// The commit, and the probation (docs/upgrade.md): the new
-		// process serves; this one keeps everything it handed over,
-		// paused, and serves it again if the new one dies, fails its
-		// health check or sends none.
-		if err := ch.Send(handover.KindCommit, handover.Commit{Protocol: proto, Probation: u.probation}, nil); err != nil {
-			log.Warn("upgrade: commit not sent; on probation all the same", "err", err)
-		}
-		log.Info("upgrade: committed; the new vgpud serves on probation", "probation", u.probation, "paused", pausedFor)
-		end, cause := u.probate(ch, cmd.Process, reaped, func() error { return exitErr }, log)
-		if cause != nil {
-			rb := u.m.RollBack(checkpoint)
-			resume()
-			u.reclaimLock()
-			if u.onRollback != nil {
-				u.onRollback()
-			}
-			log.Error("upgrade: rolled back after the commit: this vgpud serves every instance again", "cause", cause,
-				"instances", rb.Instances, "tails_moved", rb.Tails, "woken", rb.Woken, "took", time.Since(start))
-			return nil, nil, fmt.Errorf("upgrade rolled back after the commit, this vgpud serves again (every instance, with its device state): %w", cause)
-		}
-		return u.handedOver(ch, end, cmd.Process.Pid, binary, st, pausedFor, took, log)
+	u.reclaimLock() // it may have written its PID into the lock file
+	return fmt.Errorf("upgrade abandoned, this vgpud goes on serving: %w", cause)
+}
+
+// commitOnProbation commits the upgrade with a probation (docs/upgrade.md):
+// the new process serves; this one keeps everything it handed over,
+// paused, and serves it again (rollBack) if the new one dies, fails its
+// health check or sends none.
+func (u *upgrader) commitOnProbation(h handoff, checkpoint mdev.Checkpoint, start time.Time) (*control.UpgradeReport, func(), error) {
+	log := h.next.log
+	if err := h.next.ch.Send(handover.KindCommit, handover.Commit{Protocol: h.proto, Probation: u.probation}, nil); err != nil {
+		log.Warn("upgrade: commit not sent; on probation all the same", "err", err)
 	}
-	if proto < handover.Protocol2 {
-		log.Warn("upgrade: the new vgpud speaks handover protocol 1: no probation (a crash of it after the commit is not rolled back)")
+	u.to(upgradeOnProbation)
+	log.Info("upgrade: committed; the new vgpud serves on probation", "probation", u.probation, "paused", h.paused)
+	end, cause := u.probate(h.next)
+	if cause == nil {
+		return u.handedOver(h, end)
 	}
-	return u.handedOver(ch, committedNow, cmd.Process.Pid, binary, st, pausedFor, took, log)
+	rb := u.m.RollBack(checkpoint)
+	u.resume()
+	u.reclaimLock()
+	if u.onRollback != nil {
+		u.onRollback()
+	}
+	log.Error("upgrade: rolled back after the commit: this vgpud serves every instance again", "cause", cause,
+		"instances", rb.Instances, "tails_moved", rb.Tails, "woken", rb.Woken, "took", time.Since(start))
+	return nil, nil, fmt.Errorf("upgrade rolled back after the commit, this vgpud serves again (every instance, with its device state): %w", cause)
 }
 
 // How an upgrade that did not roll back ends for the old process.
@@ -416,13 +407,13 @@ const (
 // pool forget what they handed over, so no path of this process's
 // shutdown (a signal, a server returning) can close, unlink or stop any
 // of it; and exit runs whatever becomes of the answer.
-func (u *upgrader) handedOver(ch *handover.Channel, end upgradeEnd, newPID int, binary string, st handover.State,
-	paused, took time.Duration, log *slog.Logger) (*control.UpgradeReport, func(), error) {
+func (u *upgrader) handedOver(h handoff, end upgradeEnd) (*control.UpgradeReport, func(), error) {
+	log, newPID := h.next.log, h.next.cmd.Process.Pid
 	u.m.HandOver()
-	u.committed.Store(true)
+	u.to(upgradeHandedOver)
 	go u.exit()
 	if end == committedNow {
-		if err := ch.Send(handover.KindCommit, nil, nil); err != nil {
+		if err := h.next.ch.Send(handover.KindCommit, nil, nil); err != nil {
 			// The new process holds everything and takes over when this
 			// one exits (it reads the hang-up as the commit).
 			log.Warn("upgrade: commit not sent; the new vgpud takes over when this one exits", "err", err)
@@ -445,12 +436,12 @@ func (u *upgrader) handedOver(ch *handover.Channel, end upgradeEnd, newPID int, 
 		}
 	}
 	if end == probationPassed {
-		if err := ch.Send(handover.KindRelease, nil, nil); err != nil {
+		if err := h.next.ch.Send(handover.KindRelease, nil, nil); err != nil {
 			log.Warn("upgrade: the end of the probation not sent; the new vgpud reads this one's exit as it", "err", err)
 		}
 	}
-	rep := &control.UpgradeReport{OldPID: os.Getpid(), NewPID: newPID, Binary: binary,
-		Instances: len(st.Instances), Workers: len(st.Workers), Paused: paused, Took: took}
+	rep := &control.UpgradeReport{OldPID: os.Getpid(), NewPID: newPID, Binary: h.next.binary,
+		Instances: len(h.st.Instances), Workers: len(h.st.Workers), Paused: h.paused, Took: h.took}
 	log.Info("upgrade: handed over; this vgpud exits", "paused", rep.Paused, "took", rep.Took,
 		"instances", rep.Instances, "workers", rep.Workers)
 	return rep, u.answer, nil
@@ -465,63 +456,11 @@ func (u *upgrader) handedOver(ch *handover.Channel, end upgradeEnd, newPID int, 
 // the cause of a rollback, once the new process is gone (reaped: it
 // exited, or it was killed here: it failed its health check, sent none
 // within healthWait past the probation, hung up or broke the protocol).
-func (u *upgrader) probate(ch *handover.Channel, proc *os.Process, reaped <-chan struct{}, exitErr func() error, log *slog.Logger) (upgradeEnd, error) {
-	kill := proc.Kill
-	ch.SetDeadline(time.Time{})
-	type msg struct {
-		k    handover.Kind
-		body []byte
-		err  error
-	}
-	msgs := make(chan msg, 1)
+func (u *upgrader) probate(next *successor) (upgradeEnd, error) {
+	next.ch.SetDeadline(time.Time{})
 	done := make(chan struct{})
 	defer close(done)
-	go func() {
-		for {
-			k, body, fds, err := ch.Recv()
-			for _, fd := range fds {
-				unix.Close(fd)
-			}
-			select {
-			case msgs <- msg{k, body, err}:
-			case <-done:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	// gone waits for the new process to end (killing it after exitWait,
-	// or at once: then the cause is why) and says why the upgrade rolls
-	// back; exited is the cause when it ended by itself.
-	gone := func(why, exited string, now bool) error {
-		if !now {
-			select {
-			case <-reaped:
-				return fmt.Errorf("%s (%v)", exited, exitErr())
-			case <-time.After(exitWait):
-				log.Warn("upgrade: the new vgpud did not exit; killing it", "why", why, "waited", exitWait)
-			}
-		}
-		_ = kill()
-		<-reaped
-		return fmt.Errorf("%s; killed it (%v)", why, exitErr())
-	}
-	// stopped waits for the shutdown of a new process stopped on
-	// probation: it owns what it adopted, and closes it; this process
-	// touches nothing and exits after it.
-	stopped := func() (upgradeEnd, error) {
-		select {
-		case <-reaped:
-		case <-time.After(stopWait):
-			log.Warn("upgrade: the new vgpud did not finish its shutdown; killing it", "waited", stopWait)
-			_ = kill()
-			<-reaped
-		}
-		log.Info("upgrade: the new vgpud stopped on probation", "exit", exitErr())
-		return stoppedOnProbation, nil
-	}
+	msgs := next.messages(done)
 	window := time.NewTimer(u.probation)
 	defer window.Stop()
 	limit := time.NewTimer(u.probation + healthWait)
@@ -529,46 +468,31 @@ func (u *upgrader) probate(ch *handover.Channel, proc *os.Process, reaped <-chan
 	healthy, served := false, false
 	for !healthy || !served {
 		select {
-		case <-reaped:
-			return 0, fmt.Errorf("the new vgpud exited on probation (%v)", exitErr())
+		case <-next.reaped:
+			return 0, fmt.Errorf("the new vgpud exited on probation (%v)", next.exitErr)
 		case m := <-msgs:
-			switch {
-			case m.err != nil:
-				// Its end of the channel closed: it is ending.
-				return 0, gone(fmt.Sprintf("the new vgpud hung up on probation (%v) and did not exit", m.err),
-					"the new vgpud exited on probation", false)
-			case m.k == handover.KindHealthy:
+			if m.k == handover.KindHealthy && m.err == nil {
 				healthy = true
-				log.Info("upgrade: the new vgpud serves and passed its health check")
-			case m.k == handover.KindStopping:
-				log.Info("upgrade: the new vgpud stops on probation (it was asked to): nothing rolls back; this vgpud exits after it")
-				return stopped()
-			case m.k == handover.KindFail:
-				var f handover.Failure
-				if json.Unmarshal(m.body, &f) != nil || f.Error == "" {
-					f.Error = "no reason given"
-				}
-				why := "the new vgpud failed its health check: " + f.Error
-				return 0, gone(why, why, false)
-			default:
-				return 0, gone(fmt.Sprintf("%v: message %q from the new vgpud on probation", handover.ErrChannel, m.k), "", true)
+				next.log.Info("upgrade: the new vgpud serves and passed its health check")
+				continue
 			}
+			return next.onProbationMessage(m)
 		case <-window.C:
 			served = true
 		case <-limit.C:
-			return 0, gone(fmt.Sprintf("the new vgpud sent no health report within %v", u.probation+healthWait), "", true)
+			return 0, next.gone(fmt.Sprintf("the new vgpud sent no health report within %v", u.probation+healthWait), "", true)
 		case <-u.endProbation:
 			// A stop of the daemon (under systemd, KillMode=mixed: the
 			// main process's SIGTERM, and this one is still the main
 			// process): the new process, which serves, stops it.
-			log.Info("upgrade: this vgpud stops on probation: the new vgpud is stopped (its shutdown), this one exits after it")
-			if err := proc.Signal(syscall.SIGTERM); err != nil {
-				log.Warn("upgrade: the new vgpud was not told to stop", "err", err)
+			next.log.Info("upgrade: this vgpud stops on probation: the new vgpud is stopped (its shutdown), this one exits after it")
+			if err := next.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				next.log.Warn("upgrade: the new vgpud was not told to stop", "err", err)
 			}
-			return stopped()
+			return next.stopped()
 		}
 	}
-	log.Info("upgrade: probation passed", "probation", u.probation)
+	next.log.Info("upgrade: probation passed", "probation", u.probation)
 	return probationPassed, nil
 }
 
@@ -610,251 +534,155 @@ func (u *upgrader) export(tab *handover.Table) (handover.State, error) {
 	return st, err
 }
 
-// incoming is the new side of an upgrade: the State it was handed and
-// the channel to the old process.
-type incoming struct {
-	ch   *handover.Channel
-	st   handover.State
-	tab  *handover.Table
-	log  *slog.Logger
-	done bool
-
-	// The probation (protocol 2, docs/upgrade.md): from the commit until
-	// the old process releases this one (KindRelease) or hangs up, or this
-	// one stops (stopping). Meanwhile its death rolls the upgrade back.
-	probation time.Duration
-	probing   atomic.Bool
-	over      chan struct{} // closed when the probation ends
-	overOnce  sync.Once
+// successor is the new vgpud of an upgrade in place as the old one sees
+// it: its process, this one's child until it exits, and the handover
+// channel to it.
+type successor struct {
+	binary string
+	cmd    *exec.Cmd
+	ch     *handover.Channel
+	log    *slog.Logger // the upgrade's: the new process's PID and binary
+	// reaped is closed once the process exited and was reaped (its
+	// goroutine, started with it, waits for it); exitErr is then
+	// cmd.Wait's error.
+	reaped  chan struct{}
+	exitErr error
 }
 
-// onProbation reports whether this process (nil: not started by an
-// upgrade) is on probation.
-func (in *incoming) onProbation() bool { return in != nil && in.probing.Load() }
-
-// probationOver is closed when the probation ends (nil: none).
-func (in *incoming) probationOver() <-chan struct{} {
-	if in == nil {
-		return nil
+// startSuccessor starts binary ("" : this program's file) with this
+// vgpud's arguments, its standard output and error, and its end of a new
+// handover channel (EnvHandover).
+func (u *upgrader) startSuccessor(binary string) (*successor, error) {
+	if binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("upgrade: find vgpud's file: %w", err)
+		}
+		binary = exe
 	}
-	return in.over
-}
-
-// receiveHandover greets the old process on the channel named by
-// EnvHandover and receives its State.
-func receiveHandover(log *slog.Logger) (*incoming, error) {
-	v := os.Getenv(EnvHandover)
-	if v == "" {
-		return nil, nil
-	}
-	os.Unsetenv(EnvHandover)
-	// The old process's standard output may be a pipe whose reader went
-	// with it: a write must fail, not kill this process.
-	signal.Ignore(syscall.SIGPIPE)
-	fd, err := strconv.Atoi(v)
-	if err != nil || fd < 3 {
-		return nil, fmt.Errorf("%s=%q: not a descriptor", EnvHandover, v)
-	}
-	f := os.NewFile(uintptr(fd), "handover")
-	ch, err := handover.FileChannel(f)
-	f.Close()
+	ch, peer, err := handover.Pair()
 	if err != nil {
 		return nil, err
 	}
-	in := &incoming{ch: ch, log: log, over: make(chan struct{})}
-	ch.SetDeadline(time.Now().Add(pauseWait + readyWait))
-	if err := ch.Send(handover.KindHello, handover.Hello{PID: os.Getpid(), Version: handover.Version, Protocols: handover.Speaks()}, nil); err != nil {
-		in.fail(err)
-	}
-	k, body, fds, err := ch.Recv()
+	cmd := exec.Command(binary, u.args...)
+	cmd.Args[0] = "vgpud"
+	cmd.ExtraFiles = []*os.File{peer}
+	cmd.Env = append(os.Environ(), EnvHandover+"=3")
+	cmd.Stdout, cmd.Stderr = u.stdout, u.stderr
+	err = cmd.Start()
+	peer.Close()
 	if err != nil {
-		in.fail(fmt.Errorf("receive the state: %w", err))
+		ch.Close()
+		return nil, fmt.Errorf("upgrade: start %s: %w", binary, err)
 	}
-	in.tab = handover.NewTable(fds)
-	if k == handover.KindAbort {
-		in.tab.Close()
-		in.exit("the old vgpud abandoned the upgrade")
-	}
-	if k != handover.KindState {
-		in.fail(fmt.Errorf("%w: got %q, want the state", handover.ErrChannel, k))
-	}
-	if in.st, err = handover.Decode(body, len(fds)); err != nil {
-		in.fail(err)
-	}
-	log.Info("upgrade: state received", "from_pid", in.st.From, "instances", len(in.st.Instances), "workers", len(in.st.Workers),
-		"descriptors", len(fds))
-	return in, nil
-}
-
-// listener returns the listener the old process handed over as name, or
-// nil.
-func (in *incoming) listener(name string) (net.Listener, error) {
-	if in == nil {
-		return nil, nil
-	}
-	for _, h := range in.st.Listeners {
-		if h.Name != name {
-			continue
-		}
-		f := os.NewFile(uintptr(in.tab.Take(h.FD)), name)
-		defer f.Close()
-		l, err := net.FileListener(f)
-		if err != nil {
-			return nil, fmt.Errorf("%s listener handed over: %w", name, err)
-		}
-		if ul, ok := l.(*net.UnixListener); ok {
-			ul.SetUnlinkOnClose(false)
-		}
-		return l, nil
-	}
-	return nil, nil
-}
-
-// ready tells the old process everything is built and waits for its
-// commit (or its exit, which commits too: it can no longer serve). A
-// commit of protocol 2 with a probation leaves the channel open: this
-// process is on probation until the old one releases it.
-func (in *incoming) ready() {
-	if err := in.ch.Send(handover.KindReady, nil, nil); err != nil {
-		in.fail(err)
-	}
-	if err := testHook("ready"); err != nil {
-		in.fail(err)
-	}
-	in.ch.SetDeadline(time.Time{})
-	k, body, fds, err := in.ch.Recv()
-	for _, fd := range fds {
-		syscall.Close(fd)
-	}
-	switch {
-	case err == nil && k == handover.KindCommit:
-		c, err := handover.DecodeCommit(body, handover.Speaks())
-		if err != nil {
-			// On probation or not, the old process still holds
-			// everything: it serves again when this one is gone.
-			in.fail(err)
-		}
-		if c.Protocol >= handover.Protocol2 && c.Probation > 0 {
-			in.tab.Close()
-			in.probation = c.Probation
-			in.probing.Store(true)
-			in.done = true
-			in.log.Info("upgrade: committed; serving on probation (the old vgpud serves again if this one dies)", "probation", c.Probation)
-			return
-		}
-	case errors.Is(err, io.EOF):
-		in.log.Warn("upgrade: the old vgpud hung up without a commit; taking over", "err", err)
-	case k == handover.KindAbort:
-		in.exit("the old vgpud abandoned the upgrade")
-	default:
-		in.exit(fmt.Sprintf("upgrade: no commit (%q, %v); the old vgpud goes on", k, err))
-	}
-	in.ch.Close()
-	in.tab.Close()
-	in.done = true
-	in.overOnce.Do(func() { close(in.over) })
-}
-
-// serving is the health check of a new process on probation, once it
-// serves: start is what starting the adopted instances and workers
-// returned (mdev.Manager.Start): an instance or worker not served is a
-// failure. It reports the outcome to the old process; on a failure it
-// exits at once (the old process serves again). Then it waits, in the
-// background, for the probation's end.
-func (in *incoming) serving(start error) {
-	if !in.onProbation() {
-		return
-	}
-	err := testHook("serving")
-	if err == nil {
-		err = start
-	}
-	if err == nil {
-		err = testHook("health")
-	}
-	if err != nil {
-		in.log.Error("upgrade: health check failed on probation; exiting: the old vgpud serves again", "err", err)
-		_ = in.ch.Send(handover.KindFail, handover.Failure{Error: err.Error()}, nil)
-		os.Exit(1)
-	}
-	if err := in.ch.Send(handover.KindHealthy, nil, nil); err != nil {
-		in.log.Warn("upgrade: health report not sent", "err", err)
-	}
+	next := &successor{binary: binary, cmd: cmd, ch: ch, reaped: make(chan struct{}),
+		log: u.log.With("new_pid", cmd.Process.Pid, "binary", binary)}
+	next.log.Info("upgrade: new vgpud started")
 	go func() {
-		k, _, fds, err := in.ch.Recv()
-		for _, fd := range fds {
-			syscall.Close(fd)
+		next.exitErr = cmd.Wait() // the new process is this one's child until it exits
+		if u.current() != upgradeHandedOver {
+			next.log.Warn("upgrade: the new vgpud exited", "err", next.exitErr)
 		}
-		switch {
-		case err == nil && k == handover.KindRelease:
-			in.log.Info("upgrade: probation over; serving alone")
-		case !in.onProbation(): // stopping closed the channel
-		default:
-			in.log.Warn("upgrade: the old vgpud hung up on probation; serving alone", "got", k, "err", err)
-		}
-		in.end()
+		close(next.reaped)
 	}()
+	return next, nil
 }
 
-// end ends the probation.
-func (in *incoming) end() {
-	in.overOnce.Do(func() {
-		in.probing.Store(false)
-		close(in.over)
-		in.ch.Close()
-	})
+// greet waits for the new vgpud's Hello and returns the handover
+// protocol both speak.
+func (next *successor) greet() (int, error) {
+	next.ch.SetDeadline(time.Now().Add(helloWait))
+	var hello handover.Hello
+	if err := next.ch.Expect(handover.KindHello, &hello); err != nil {
+		return 0, fmt.Errorf("the new vgpud did not greet: %w", err)
+	}
+	if hello.Version != handover.Version {
+		return 0, fmt.Errorf("the new vgpud reads handover state version %d, this one writes %d", hello.Version, handover.Version)
+	}
+	return handover.Negotiate(hello)
 }
 
-// stopping tells the old process, on probation, that this one stops
-// because it was asked to (SIGTERM): the probation ends without a
-// rollback, before this process's shutdown closes, unlinks or stops
-// anything.
-func (in *incoming) stopping() {
-	if !in.onProbation() {
-		return
-	}
-	in.log.Info("upgrade: stopping on probation; the old vgpud is told (nothing rolls back)")
-	if err := in.ch.Send(handover.KindStopping, nil, nil); err != nil {
-		in.log.Warn("upgrade: the old vgpud was not told this one stops", "err", err)
-	}
-	in.end()
+// probationMsg is a message from the new vgpud on probation, or the
+// error that ended the channel.
+type probationMsg struct {
+	k    handover.Kind
+	body []byte
+	err  error
 }
 
-// guard, deferred by run once it serves, ends a process on probation
-// that panics or leaves run for any reason but stopping: os.Exit, before
-// run's deferred shutdown could close, unlink or stop what the old
-// process serves again.
-func (in *incoming) guard() {
-	if !in.onProbation() {
-		return
-	}
-	if r := recover(); r != nil {
-		in.log.Error("upgrade: panic on probation; exiting without cleanup: the old vgpud serves again", "panic", r, "stack", string(debug.Stack()))
-		os.Exit(2)
-	}
-	in.log.Error("upgrade: stopped serving on probation; exiting without cleanup: the old vgpud serves again")
-	os.Exit(1)
+// messages reads the channel in a goroutine, until it fails or done is
+// closed; the descriptors a message carries are closed.
+func (next *successor) messages(done <-chan struct{}) <-chan probationMsg {
+	msgs := make(chan probationMsg, 1)
+	go func() {
+		for {
+			k, body, fds, err := next.ch.Recv()
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			select {
+			case msgs <- probationMsg{k, body, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return msgs
 }
 
-// fail reports err to the old process, which goes on serving, and exits
-// at once: nothing here may close what the old process still serves.
-func (in *incoming) fail(err error) {
-	if in.done {
-		return
+// onProbationMessage is what a message from the new vgpud on probation
+// (other than its health report) ends the probation with.
+func (next *successor) onProbationMessage(m probationMsg) (upgradeEnd, error) {
+	switch {
+	case m.err != nil:
+		// Its end of the channel closed: it is ending.
+		return 0, next.gone(fmt.Sprintf("the new vgpud hung up on probation (%v) and did not exit", m.err),
+			"the new vgpud exited on probation", false)
+	case m.k == handover.KindStopping:
+		next.log.Info("upgrade: the new vgpud stops on probation (it was asked to): nothing rolls back; this vgpud exits after it")
+		return next.stopped()
+	case m.k == handover.KindFail:
+		var f handover.Failure
+		if json.Unmarshal(m.body, &f) != nil || f.Error == "" {
+			f.Error = "no reason given"
+		}
+		why := "the new vgpud failed its health check: " + f.Error
+		return 0, next.gone(why, why, false)
 	}
-	in.log.Error("upgrade: cannot take over; the old vgpud goes on serving", "err", err)
-	_ = in.ch.Send(handover.KindFail, handover.Failure{Error: err.Error()}, nil)
-	os.Exit(1)
+	return 0, next.gone(fmt.Sprintf("%v: message %q from the new vgpud on probation", handover.ErrChannel, m.k), "", true)
 }
 
-func (in *incoming) exit(why string) {
-	in.log.Warn(why)
-	os.Exit(1)
+// gone waits for the new vgpud to end (killing it after exitWait, or at
+// once if now: then the cause is why) and says why the upgrade rolls
+// back; exited is the cause when it ended by itself.
+func (next *successor) gone(why, exited string, now bool) error {
+	if !now {
+		select {
+		case <-next.reaped:
+			return fmt.Errorf("%s (%v)", exited, next.exitErr)
+		case <-time.After(exitWait):
+			next.log.Warn("upgrade: the new vgpud did not exit; killing it", "why", why, "waited", exitWait)
+		}
+	}
+	_ = next.cmd.Process.Kill()
+	<-next.reaped
+	return fmt.Errorf("%s; killed it (%v)", why, next.exitErr)
 }
 
-// failIf is fail for a new process (nothing for a plain start).
-func (in *incoming) failIf(err error) {
-	if in != nil {
-		in.fail(err)
+// stopped waits for the shutdown of a new vgpud stopped on probation
+// (killing it after stopWait): it owns what it adopted, and closes it;
+// this process touches nothing and exits after it.
+func (next *successor) stopped() (upgradeEnd, error) {
+	select {
+	case <-next.reaped:
+	case <-time.After(stopWait):
+		next.log.Warn("upgrade: the new vgpud did not finish its shutdown; killing it", "waited", stopWait)
+		_ = next.cmd.Process.Kill()
+		<-next.reaped
 	}
+	next.log.Info("upgrade: the new vgpud stopped on probation", "exit", next.exitErr)
+	return stoppedOnProbation, nil
 }

@@ -34,34 +34,36 @@ import (
 func TestUpgradeRefusedWhenNotItsTurn(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
-		setup func(u *upgrader)
+		setup func(t *testing.T, u *upgrader)
 		want  error
 	}{
-		{"in progress", func(u *upgrader) { u.running = make(chan struct{}) }, control.ErrUpgradeBusy},
-		{"shutting down", func(u *upgrader) { u.settle() }, ErrStopping},
-		{"shutting down after one in progress", func(u *upgrader) {
-			running := make(chan struct{})
-			u.running = running
+		{"in progress", func(t *testing.T, u *upgrader) {
+			if err := u.begin(); err != nil {
+				t.Fatal(err)
+			}
+		}, control.ErrUpgradeBusy},
+		{"shutting down", func(t *testing.T, u *upgrader) { u.settle() }, ErrStopping},
+		{"shutting down after one in progress", func(t *testing.T, u *upgrader) {
+			if err := u.begin(); err != nil {
+				t.Fatal(err)
+			}
 			settled := make(chan struct{})
 			go func() {
 				u.settle()
 				close(settled)
 			}()
-			u.mu.Lock()
-			u.running = nil
-			u.mu.Unlock()
-			close(running) // the upgrade rolled back
+			u.finish() // the upgrade rolled back
 			<-settled
 		}, ErrStopping},
-		{"committed", func(u *upgrader) { u.committed.Store(true) }, control.ErrUpgraded},
-		{"on probation after its own upgrade", func(u *upgrader) {
+		{"committed", func(t *testing.T, u *upgrader) { u.state = upgradeHandedOver }, control.ErrUpgraded},
+		{"on probation after its own upgrade", func(t *testing.T, u *upgrader) {
 			u.upgraded = &incoming{over: make(chan struct{})}
-			u.upgraded.probing.Store(true)
+			u.upgraded.to(inheritProbation)
 		}, control.ErrUpgradeBusy},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			u := newUpgrader(&upgrader{log: slog.New(slog.DiscardHandler)})
-			tt.setup(u)
+			tt.setup(t, u)
 			if _, _, err := u.upgrade(context.Background(), "/bin/false"); !errors.Is(err, tt.want) {
 				t.Errorf("upgrade() = %v, want %v", err, tt.want)
 			}
@@ -235,7 +237,10 @@ type guestJob struct {
 
 const guestCounters = 1024
 
-func startGuestJob(t *testing.T, socket string) *guestJob {
+// openGuest plays a VM's QEMU on an instance's socket (mpqemutest, 64
+// MiB of guest RAM, closed when the test ends) and opens the guest
+// driver on it with opts.
+func openGuest(t *testing.T, socket string, opts driver.Options) (*mpqemutest.VM, *driver.Device) {
 	t.Helper()
 	qc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
 	if err != nil {
@@ -245,12 +250,24 @@ func startGuestJob(t *testing.T, socket string) *guestJob {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &guestJob{vm: vm}
 	t.Cleanup(func() { vm.Close() })
-	if g.d, err = driver.Open(vm, vm, driver.Options{Timeout: time.Minute}); err != nil {
+	d, err := driver.Open(vm, vm, opts)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var blog string
+	return vm, d
+}
+
+// startGuestJob starts a guest job on the instance socket: its program
+// built, its counters written.
+func startGuestJob(t *testing.T, socket string) *guestJob {
+	t.Helper()
+	g := &guestJob{}
+	g.vm, g.d = openGuest(t, socket, driver.Options{Timeout: time.Minute})
+	var (
+		blog string
+		err  error
+	)
 	if g.p, blog, err = g.d.Build(`__kernel void inc(__global uint *c) { c[get_global_id(0)] += 1; }`, ""); err != nil {
 		t.Fatalf("build: %v\n%s", err, blog)
 	}
@@ -265,6 +282,26 @@ func startGuestJob(t *testing.T, socket string) *guestJob {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// startComputingGuest creates an instance (vgpu-small) on c and a guest
+// job on it that computed once, and returns them with the PID of the
+// instance's worker.
+func startComputingGuest(ctx context.Context, t *testing.T, c *control.Client) (control.InstanceInfo, *guestJob, int) {
+	t.Helper()
+	info, err := c.Create(ctx, mdev.CreateRequest{Profile: "vgpu-small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startGuestJob(t, info.Socket)
+	if err := g.step(); err != nil {
+		t.Fatal(err)
+	}
+	shown, err := c.Instance(ctx, info.UUID)
+	if err != nil || shown.WorkerPID == 0 {
+		t.Fatalf("instance %s: %+v, %v; want one with a worker", info.UUID, shown, err)
+	}
+	return info, g, shown.WorkerPID
 }
 
 // step launches once more and checks every counter: those the device
@@ -336,22 +373,8 @@ func TestUpgradeProbation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	c := control.NewClient(v.sock)
-	info, err := c.Create(ctx, mdev.CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := startGuestJob(t, info.Socket)
-	if err := g.step(); err != nil {
-		t.Fatal(err)
-	}
-	shown, err := c.Instance(ctx, info.UUID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	workerPID = shown.WorkerPID
-	if workerPID == 0 {
-		t.Fatalf("instance %s has no worker", info.UUID)
-	}
+	info, g, worker := startComputingGuest(ctx, t, c)
+	workerPID = worker
 	faults := []string{"ready", "serving", "health"}
 	for i := range *upgradeRounds {
 		fault := faults[i%len(faults)]
@@ -412,7 +435,7 @@ func TestUpgradeProbation(t *testing.T) {
 		t.Fatalf("computing on the new vgpud: %v", err)
 	}
 	c = control.NewClient(v.sock)
-	shown, err = c.Instance(ctx, info.UUID)
+	shown, err := c.Instance(ctx, info.UUID)
 	if err != nil || shown.WorkerPID != workerPID || !shown.Attached {
 		t.Fatalf("on the new vgpud: %+v, %v; want worker %d attached", shown, err, workerPID)
 	}
@@ -455,19 +478,8 @@ func TestUpgradeProbationStop(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			c := control.NewClient(v.sock)
-			info, err := c.Create(ctx, mdev.CreateRequest{Profile: "vgpu-small"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			g := startGuestJob(t, info.Socket)
-			if err := g.step(); err != nil {
-				t.Fatal(err)
-			}
-			if shown, err := c.Instance(ctx, info.UUID); err != nil || shown.WorkerPID == 0 {
-				t.Fatalf("instance %s: %+v, %v", info.UUID, shown, err)
-			} else {
-				workerPID = shown.WorkerPID
-			}
+			info, _, worker := startComputingGuest(ctx, t, c)
+			workerPID = worker
 			upgraded := make(chan error, 1)
 			go func() {
 				_, err := c.Upgrade(ctx, control.UpgradeRequest{})
