@@ -161,7 +161,11 @@ func (d *daemon) populate() error {
 			continue
 		}
 		if _, err := d.m.Create(req); err != nil {
-			return fmt.Errorf("config instance: %w", err)
+			err = fmt.Errorf("config instance: %w", err)
+			// A new vgpud of an upgrade must not shut down what the old
+			// one still serves: it reports and exits (incoming.fail).
+			d.in.failIf(err)
+			return err
 		}
 	}
 	d.defs = definitions.Dir(d.s.DefinitionsDir)

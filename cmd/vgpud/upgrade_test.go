@@ -537,3 +537,64 @@ func TestUpgradeProbationStop(t *testing.T) {
 		})
 	}
 }
+
+// TestUpgradeBadConfigInstance: a new vgpud that cannot create an
+// instance its configuration file newly names (here a profile that does
+// not exist) fails the upgrade and exits, touching nothing: the old
+// vgpud serves on, with its guest's worker and state. Before, the new
+// vgpud returned the error and ran its shutdown over the instances and
+// workers it had adopted, which the old one still served.
+func TestUpgradeBadConfigInstance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts vgpud and a worker")
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	cfg := filepath.Join(t.TempDir(), "vgpud.json")
+	if err := os.WriteFile(cfg, []byte(`{"instances": []}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v := startTestVgpud(t, "-config", cfg)
+	var workerPID int
+	defer func() {
+		v.cmd.Process.Signal(syscall.SIGTERM)
+		v.cmd.Wait()
+		if workerPID > 0 {
+			reapPID(workerPID, time.Minute)
+		}
+		for range v.lines {
+		}
+		if t.Failed() {
+			t.Logf("vgpud log:\n%s", v.log())
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := control.NewClient(v.sock)
+	info, g, worker := startComputingGuest(ctx, t, c)
+	workerPID = worker
+	bad := `{"instances": [{"uuid": "6c0b2e44-9e1f-4a53-8d5a-2f4b1c7e9a10", "profile": "no-such-profile"}]}`
+	if err := os.WriteFile(cfg, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Upgrade(ctx, control.UpgradeRequest{})
+	if err == nil {
+		t.Fatalf("upgrade to a vgpud whose config names an instance it cannot create = %+v, want an error", rep)
+	}
+	t.Logf("upgrade: %v", err)
+	if pid := v.lockPID(); pid != v.cmd.Process.Pid {
+		t.Errorf("the lock file names pid %d, want the old vgpud's %d", pid, v.cmd.Process.Pid)
+	}
+	if err := g.check(); err != nil {
+		t.Fatalf("after the failed upgrade: %v", err)
+	}
+	if err := g.step(); err != nil {
+		t.Fatalf("computing after the failed upgrade: %v", err)
+	}
+	shown, err := c.Instance(ctx, info.UUID)
+	if err != nil || shown.WorkerPID != workerPID || !shown.Attached {
+		t.Fatalf("after the failed upgrade: %+v, %v; want worker %d attached", shown, err, workerPID)
+	}
+}
