@@ -44,7 +44,8 @@ const (
 const ProtocolFD = 3
 
 // EnterRole runs this process in the role its parent named (RoleWorker,
-// or a worker's executor) and exits with its code; in a process started
+// a worker's executor, or one of the pool's sandbox probes,
+// sandbox.EnterProbe) and exits with its code; in a process started
 // without a role it returns at once. A program whose binary the worker
 // pool executes as a worker (vgpud, and each benchmark and test binary
 // that runs a pool: worker.Config.Executable defaults to the program
@@ -57,6 +58,7 @@ const ProtocolFD = 3
 // it starts run this binary, which is on disk by then; so EnterRole
 // takes those too.
 func EnterRole() {
+	sandbox.EnterProbe() // the worker pool's sandbox probes: this program again
 	role := ""
 	if len(os.Args) >= 2 {
 		role = os.Args[1]

@@ -51,6 +51,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	EnterProbe() // Probe's probes run this test binary
 	if mode := os.Getenv(envHelper); mode != "" {
 		os.Exit(helper(mode))
 	}

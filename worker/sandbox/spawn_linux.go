@@ -19,17 +19,29 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// envProbe makes this program exit at once (the package's init): Probe
-// starts it in the namespaces a worker would get, to learn whether the
-// kernel allows them ("1"), and whether a file view can be built in
-// them ("view": it builds one of nothing, says why it failed on stderr).
-const envProbe = "VGPUD_SANDBOX_PROBE"
+// Probe's roles: the first argument of this program when Probe starts
+// it (EnterProbe) in the namespaces a worker would get, to learn whether
+// the kernel allows them (roleProbe), and whether a file view can be
+// built in them (roleProbeView: it builds one of nothing and says why it
+// failed on stderr). Like worker/child's roles, flags no program defines.
+const (
+	roleProbe     = "-vgpud-role=sandbox-probe"
+	roleProbeView = "-vgpud-role=sandbox-view"
+)
 
-func init() {
-	switch os.Getenv(envProbe) {
-	case "1":
+// EnterProbe runs this process as one of Probe's probes, and exits, if
+// its command line names one; otherwise it returns. A program that
+// probes (a worker pool does, at its start) calls it first thing in main
+// or TestMain: worker/child's EnterRole does. Nothing takes a process
+// over from an init function.
+func EnterProbe() {
+	if len(os.Args) < 2 {
+		return
+	}
+	switch os.Args[1] {
+	case roleProbe:
 		os.Exit(0)
-	case "view":
+	case roleProbeView:
 		if err := buildView(Policy{View: true}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -175,8 +187,8 @@ func (h *host) tryNamespaces(flags uintptr) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, selfExe)
-	cmd.Args = []string{"vgpud-sandbox-probe"}
-	cmd.Env = []string{envProbe + "=1"}
+	cmd.Args = []string{"vgpud-sandbox-probe", roleProbe}
+	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	h.setAttr(cmd.SysProcAttr, flags, false)
@@ -201,8 +213,8 @@ func (h *host) tryView() (bool, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, selfExe)
-	cmd.Args = []string{"vgpud-sandbox-probe"}
-	cmd.Env = []string{envProbe + "=view"}
+	cmd.Args = []string{"vgpud-sandbox-probe", roleProbeView}
+	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	h.setAttr(cmd.SysProcAttr, h.flags, true)
