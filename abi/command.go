@@ -50,6 +50,8 @@ var opcodeNames = [...]string{
 // NumOpcodes is one more than the largest defined opcode.
 const NumOpcodes = len(opcodeNames)
 
+// String is the opcode's name in docs/ABI.md, or opcode(N) for an
+// undefined one.
 func (o Opcode) String() string {
 	if int(o) < len(opcodeNames) {
 		return opcodeNames[o]
@@ -85,14 +87,15 @@ type Command struct {
 	Payload [48]byte
 }
 
+// fields walks the slot's layout (the table above).
+func (c *Command) fields(f fieldCodec) fieldCodec {
+	return f.u16((*uint16)(&c.Opcode)).u16(&c.Flags).reserved32().u64(&c.Tag).raw(c.Payload[:])
+}
+
 // Marshal writes c into b, which must be at least CommandSize bytes.
 func (c *Command) Marshal(b []byte) {
 	_ = b[CommandSize-1]
-	le.PutUint16(b[0:], uint16(c.Opcode))
-	le.PutUint16(b[2:], c.Flags)
-	le.PutUint32(b[4:], 0)
-	le.PutUint64(b[8:], c.Tag)
-	copy(b[16:CommandSize], c.Payload[:])
+	c.fields(encoder(b[:CommandSize]))
 }
 
 // UnmarshalCommand decodes a ring slot. It checks only the framing (length,
@@ -102,11 +105,9 @@ func UnmarshalCommand(b []byte) (Command, error) {
 	if len(b) < CommandSize {
 		return c, fmt.Errorf("command: %d bytes, want %d: %w", len(b), CommandSize, ErrMalformed)
 	}
-	c.Opcode = Opcode(le.Uint16(b[0:]))
-	c.Flags = le.Uint16(b[2:])
-	c.Tag = le.Uint64(b[8:]) // read before any check: a failed command still echoes its tag
-	copy(c.Payload[:], b[16:CommandSize])
-	if r := le.Uint32(b[4:]); r != 0 {
+	// Every field is read before any check: a failed command still echoes its tag.
+	f := c.fields(decoder(b[:CommandSize]))
+	if r := f.rsv; r != 0 {
 		return c, fmt.Errorf("command: reserved field %#x: %w", r, ErrMalformed)
 	}
 	if c.Flags&^FlagsMask != 0 {
@@ -118,15 +119,31 @@ func UnmarshalCommand(b []byte) (Command, error) {
 // Payload is implemented by every command payload type.
 type Payload interface {
 	Op() Opcode
-	marshal(p *[48]byte)
-	unmarshal(p *[48]byte) error
+	// fields walks the payload's wire fields in order from offset 0: the
+	// one definition of its layout, for both directions. The bytes after
+	// the last field are reserved, 0.
+	fields(f fieldCodec) fieldCodec
+	// check reports the first decoded field out of range (wrapping
+	// ErrMalformed); f is the finished decoding walk, for a payload that
+	// checks a reserved word it passed.
+	check(f fieldCodec) error
 }
 
 // NewCommand builds a ring slot from a payload.
 func NewCommand(p Payload, flags uint16, tag uint64) Command {
 	c := Command{Opcode: p.Op(), Flags: flags, Tag: tag}
-	p.marshal(&c.Payload)
+	p.fields(encoder(c.Payload[:]))
 	return c
+}
+
+// unmarshalPayload decodes b into p: its fields, then its checks, then
+// the reserved bytes after its last field.
+func unmarshalPayload(p Payload, b *[48]byte) error {
+	f := p.fields(decoder(b[:]))
+	if err := p.check(f); err != nil {
+		return err
+	}
+	return zeroFrom(b, int(f.off))
 }
 
 // DecodePayload decodes c's payload into the type its opcode names.
@@ -166,7 +183,7 @@ func DecodePayload(c *Command) (Payload, error) {
 	default:
 		return nil, Errorf(StatusInvalidOpcode, "opcode %d", uint16(c.Opcode))
 	}
-	if err := p.unmarshal(&c.Payload); err != nil {
+	if err := unmarshalPayload(p, &c.Payload); err != nil {
 		return nil, fmt.Errorf("decode %v: %w", c.Opcode, err)
 	}
 	return p, nil
@@ -188,6 +205,15 @@ func DecodeAs[P Payload](c *Command) (P, error) {
 	return v, nil
 }
 
+// handleCheck reports a zero handle; what names it.
+func handleCheck(what string, h uint32) error {
+	if h == 0 {
+		return fmt.Errorf("%s 0: %w", what, ErrMalformed)
+	}
+	return nil
+}
+
+// zeroFrom reports the first nonzero reserved byte of p from off on.
 func zeroFrom(p *[48]byte, off int) error {
 	for i := off; i < len(p); i++ {
 		if p[i] != 0 {
@@ -200,9 +226,14 @@ func zeroFrom(p *[48]byte, off int) error {
 // Nop completes with StatusOK and does nothing (docs/ABI.md "nop").
 type Nop struct{}
 
-func (*Nop) Op() Opcode                  { return OpNop }
-func (*Nop) marshal(*[48]byte)           {}
-func (*Nop) unmarshal(p *[48]byte) error { return zeroFrom(p, 0) }
+// Op is OpNop.
+func (*Nop) Op() Opcode { return OpNop }
+
+// fields walks nothing: every payload byte is reserved.
+func (*Nop) fields(f fieldCodec) fieldCodec { return f }
+
+// check has nothing to check.
+func (*Nop) check(fieldCodec) error { return nil }
 
 // Buffer flags (docs/ABI.md "buffer-create").
 const (
@@ -224,16 +255,16 @@ type BufferCreate struct {
 	Size   uint64
 }
 
+// Op is OpBufferCreate.
 func (*BufferCreate) Op() Opcode { return OpBufferCreate }
-func (b *BufferCreate) marshal(p *[48]byte) {
-	le.PutUint32(p[0:], b.Handle)
-	le.PutUint32(p[4:], b.Flags)
-	le.PutUint64(p[8:], b.Size)
+
+// fields walks the layout above.
+func (b *BufferCreate) fields(f fieldCodec) fieldCodec {
+	return f.u32(&b.Handle).u32(&b.Flags).u64(&b.Size)
 }
-func (b *BufferCreate) unmarshal(p *[48]byte) error {
-	b.Handle = le.Uint32(p[0:])
-	b.Flags = le.Uint32(p[4:])
-	b.Size = le.Uint64(p[8:])
+
+// check reports the first field out of range.
+func (b *BufferCreate) check(fieldCodec) error {
 	switch {
 	case b.Handle == 0:
 		return fmt.Errorf("handle 0: %w", ErrMalformed)
@@ -242,7 +273,7 @@ func (b *BufferCreate) unmarshal(p *[48]byte) error {
 	case b.Size == 0:
 		return fmt.Errorf("size 0: %w", ErrMalformed)
 	}
-	return zeroFrom(p, 16)
+	return nil
 }
 
 // BufferFree releases a buffer (docs/ABI.md "buffer-free").
@@ -251,15 +282,14 @@ func (b *BufferCreate) unmarshal(p *[48]byte) error {
 //	0   4    handle
 type BufferFree struct{ Handle uint32 }
 
-func (*BufferFree) Op() Opcode            { return OpBufferFree }
-func (b *BufferFree) marshal(p *[48]byte) { le.PutUint32(p[0:], b.Handle) }
-func (b *BufferFree) unmarshal(p *[48]byte) error {
-	b.Handle = le.Uint32(p[0:])
-	if b.Handle == 0 {
-		return fmt.Errorf("handle 0: %w", ErrMalformed)
-	}
-	return zeroFrom(p, 4)
-}
+// Op is OpBufferFree.
+func (*BufferFree) Op() Opcode { return OpBufferFree }
+
+// fields walks the layout above.
+func (b *BufferFree) fields(f fieldCodec) fieldCodec { return f.u32(&b.Handle) }
+
+// check reports a zero handle.
+func (b *BufferFree) check(fieldCodec) error { return handleCheck("handle", b.Handle) }
 
 // Copy moves bytes between guest RAM, described by a scatter-gather list,
 // and a buffer (docs/ABI.md "copy-to-device, copy-from-device").
@@ -279,25 +309,21 @@ type Copy struct {
 	SGAddr   uint64
 }
 
+// Op is OpCopyToDev or OpCopyFromDev, as ToDevice says.
 func (c *Copy) Op() Opcode {
 	if c.ToDevice {
 		return OpCopyToDev
 	}
 	return OpCopyFromDev
 }
-func (c *Copy) marshal(p *[48]byte) {
-	le.PutUint32(p[0:], c.Handle)
-	le.PutUint32(p[4:], c.SGCount)
-	le.PutUint64(p[8:], c.Offset)
-	le.PutUint64(p[16:], c.Length)
-	le.PutUint64(p[24:], c.SGAddr)
+
+// fields walks the layout above (ToDevice is the opcode, not a field).
+func (c *Copy) fields(f fieldCodec) fieldCodec {
+	return f.u32(&c.Handle).u32(&c.SGCount).u64(&c.Offset).u64(&c.Length).u64(&c.SGAddr)
 }
-func (c *Copy) unmarshal(p *[48]byte) error {
-	c.Handle = le.Uint32(p[0:])
-	c.SGCount = le.Uint32(p[4:])
-	c.Offset = le.Uint64(p[8:])
-	c.Length = le.Uint64(p[16:])
-	c.SGAddr = le.Uint64(p[24:])
+
+// check reports the first field out of range.
+func (c *Copy) check(fieldCodec) error {
 	switch {
 	case c.Handle == 0:
 		return fmt.Errorf("handle 0: %w", ErrMalformed)
@@ -310,7 +336,7 @@ func (c *Copy) unmarshal(p *[48]byte) error {
 	case c.SGAddr%SGEntrySize != 0:
 		return fmt.Errorf("sg_gpa %#x misaligned: %w", c.SGAddr, ErrMalformed)
 	}
-	return zeroFrom(p, 32)
+	return nil
 }
 
 // ProgramBuild compiles OpenCL C source under a guest-chosen program handle
@@ -336,26 +362,17 @@ type ProgramBuild struct {
 	LogAddr   uint64
 }
 
+// Op is OpProgramBuild.
 func (*ProgramBuild) Op() Opcode { return OpProgramBuild }
-func (b *ProgramBuild) marshal(p *[48]byte) {
-	le.PutUint32(p[0:], b.Handle)
-	le.PutUint32(p[4:], b.SrcCount)
-	le.PutUint64(p[8:], b.SrcLen)
-	le.PutUint64(p[16:], b.SrcSGAddr)
-	le.PutUint64(p[24:], b.OptsAddr)
-	le.PutUint32(p[32:], b.OptsLen)
-	le.PutUint32(p[36:], b.LogLen)
-	le.PutUint64(p[40:], b.LogAddr)
+
+// fields walks the layout above: all 48 bytes, none reserved.
+func (b *ProgramBuild) fields(f fieldCodec) fieldCodec {
+	return f.u32(&b.Handle).u32(&b.SrcCount).u64(&b.SrcLen).u64(&b.SrcSGAddr).
+		u64(&b.OptsAddr).u32(&b.OptsLen).u32(&b.LogLen).u64(&b.LogAddr)
 }
-func (b *ProgramBuild) unmarshal(p *[48]byte) error {
-	b.Handle = le.Uint32(p[0:])
-	b.SrcCount = le.Uint32(p[4:])
-	b.SrcLen = le.Uint64(p[8:])
-	b.SrcSGAddr = le.Uint64(p[16:])
-	b.OptsAddr = le.Uint64(p[24:])
-	b.OptsLen = le.Uint32(p[32:])
-	b.LogLen = le.Uint32(p[36:])
-	b.LogAddr = le.Uint64(p[40:])
+
+// check reports the first field out of range.
+func (b *ProgramBuild) check(fieldCodec) error {
 	switch {
 	case b.Handle == 0:
 		return fmt.Errorf("handle 0: %w", ErrMalformed)
@@ -379,15 +396,14 @@ func (b *ProgramBuild) unmarshal(p *[48]byte) error {
 //	0   4    program handle
 type ProgramFree struct{ Handle uint32 }
 
-func (*ProgramFree) Op() Opcode            { return OpProgramFree }
-func (b *ProgramFree) marshal(p *[48]byte) { le.PutUint32(p[0:], b.Handle) }
-func (b *ProgramFree) unmarshal(p *[48]byte) error {
-	b.Handle = le.Uint32(p[0:])
-	if b.Handle == 0 {
-		return fmt.Errorf("handle 0: %w", ErrMalformed)
-	}
-	return zeroFrom(p, 4)
-}
+// Op is OpProgramFree.
+func (*ProgramFree) Op() Opcode { return OpProgramFree }
+
+// fields walks the layout above.
+func (b *ProgramFree) fields(f fieldCodec) fieldCodec { return f.u32(&b.Handle) }
+
+// check reports a zero handle.
+func (b *ProgramFree) check(fieldCodec) error { return handleCheck("handle", b.Handle) }
 
 // Launch runs a kernel described by a launch descriptor in guest RAM
 // (docs/ABI.md "launch").
@@ -402,16 +418,16 @@ type Launch struct {
 	DescAddr uint64
 }
 
+// Op is OpLaunch.
 func (*Launch) Op() Opcode { return OpLaunch }
-func (l *Launch) marshal(p *[48]byte) {
-	le.PutUint32(p[0:], l.Program)
-	le.PutUint32(p[4:], l.DescLen)
-	le.PutUint64(p[8:], l.DescAddr)
+
+// fields walks the layout above.
+func (l *Launch) fields(f fieldCodec) fieldCodec {
+	return f.u32(&l.Program).u32(&l.DescLen).u64(&l.DescAddr)
 }
-func (l *Launch) unmarshal(p *[48]byte) error {
-	l.Program = le.Uint32(p[0:])
-	l.DescLen = le.Uint32(p[4:])
-	l.DescAddr = le.Uint64(p[8:])
+
+// check reports the first field out of range.
+func (l *Launch) check(fieldCodec) error {
 	switch {
 	case l.Program == 0:
 		return fmt.Errorf("program 0: %w", ErrMalformed)
@@ -420,7 +436,7 @@ func (l *Launch) unmarshal(p *[48]byte) error {
 	case l.DescAddr%8 != 0:
 		return fmt.Errorf("descriptor address %#x misaligned: %w", l.DescAddr, ErrMalformed)
 	}
-	return zeroFrom(p, 16)
+	return nil
 }
 
 // Fence stores a 64-bit value at a guest-physical address once every earlier
@@ -434,18 +450,18 @@ type Fence struct {
 	Value uint64
 }
 
+// Op is OpFence.
 func (*Fence) Op() Opcode { return OpFence }
-func (f *Fence) marshal(p *[48]byte) {
-	le.PutUint64(p[0:], f.Addr)
-	le.PutUint64(p[8:], f.Value)
-}
-func (f *Fence) unmarshal(p *[48]byte) error {
-	f.Addr = le.Uint64(p[0:])
-	f.Value = le.Uint64(p[8:])
+
+// fields walks the layout above.
+func (f *Fence) fields(c fieldCodec) fieldCodec { return c.u64(&f.Addr).u64(&f.Value) }
+
+// check reports a misaligned address.
+func (f *Fence) check(fieldCodec) error {
 	if f.Addr%8 != 0 {
 		return fmt.Errorf("fence address %#x misaligned: %w", f.Addr, ErrMalformed)
 	}
-	return zeroFrom(p, 16)
+	return nil
 }
 
 // ProgramInfoQuery asks for the program-information blob (ProgramInfo) of a
@@ -464,18 +480,16 @@ type ProgramInfoQuery struct {
 	SGAddr  uint64
 }
 
+// Op is OpProgramInfo.
 func (*ProgramInfoQuery) Op() Opcode { return OpProgramInfo }
-func (q *ProgramInfoQuery) marshal(p *[48]byte) {
-	le.PutUint32(p[0:], q.Handle)
-	le.PutUint32(p[4:], q.SGCount)
-	le.PutUint64(p[8:], q.Length)
-	le.PutUint64(p[16:], q.SGAddr)
+
+// fields walks the layout above.
+func (q *ProgramInfoQuery) fields(f fieldCodec) fieldCodec {
+	return f.u32(&q.Handle).u32(&q.SGCount).u64(&q.Length).u64(&q.SGAddr)
 }
-func (q *ProgramInfoQuery) unmarshal(p *[48]byte) error {
-	q.Handle = le.Uint32(p[0:])
-	q.SGCount = le.Uint32(p[4:])
-	q.Length = le.Uint64(p[8:])
-	q.SGAddr = le.Uint64(p[16:])
+
+// check reports the first field out of range.
+func (q *ProgramInfoQuery) check(fieldCodec) error {
 	switch {
 	case q.Handle == 0:
 		return fmt.Errorf("program 0: %w", ErrMalformed)
@@ -486,7 +500,7 @@ func (q *ProgramInfoQuery) unmarshal(p *[48]byte) error {
 	case q.SGAddr%SGEntrySize != 0:
 		return fmt.Errorf("sg_gpa %#x misaligned: %w", q.SGAddr, ErrMalformed)
 	}
-	return zeroFrom(p, 24)
+	return nil
 }
 
 // BufferCopy copies bytes from one buffer to another, or within one buffer
@@ -506,20 +520,16 @@ type BufferCopy struct {
 	Length    uint64
 }
 
+// Op is OpBufferCopy.
 func (*BufferCopy) Op() Opcode { return OpBufferCopy }
-func (c *BufferCopy) marshal(p *[48]byte) {
-	le.PutUint32(p[0:], c.Src)
-	le.PutUint32(p[4:], c.Dst)
-	le.PutUint64(p[8:], c.SrcOffset)
-	le.PutUint64(p[16:], c.DstOffset)
-	le.PutUint64(p[24:], c.Length)
+
+// fields walks the layout above.
+func (c *BufferCopy) fields(f fieldCodec) fieldCodec {
+	return f.u32(&c.Src).u32(&c.Dst).u64(&c.SrcOffset).u64(&c.DstOffset).u64(&c.Length)
 }
-func (c *BufferCopy) unmarshal(p *[48]byte) error {
-	c.Src = le.Uint32(p[0:])
-	c.Dst = le.Uint32(p[4:])
-	c.SrcOffset = le.Uint64(p[8:])
-	c.DstOffset = le.Uint64(p[16:])
-	c.Length = le.Uint64(p[24:])
+
+// check reports the first field out of range.
+func (c *BufferCopy) check(fieldCodec) error {
 	switch {
 	case c.Src == 0 || c.Dst == 0:
 		return fmt.Errorf("buffer 0 (src %d, dst %d): %w", c.Src, c.Dst, ErrMalformed)
@@ -532,7 +542,7 @@ func (c *BufferCopy) unmarshal(p *[48]byte) error {
 	case c.Overlaps():
 		return fmt.Errorf("copy within buffer %d: %d+%d and %d+%d overlap: %w", c.Src, c.SrcOffset, c.Length, c.DstOffset, c.Length, ErrMalformed)
 	}
-	return zeroFrom(p, 32)
+	return nil
 }
 
 // Overlaps reports whether c copies within one buffer between overlapping
@@ -559,20 +569,16 @@ type BufferFill struct {
 	PatternAddr uint64
 }
 
+// Op is OpBufferFill.
 func (*BufferFill) Op() Opcode { return OpBufferFill }
-func (f *BufferFill) marshal(p *[48]byte) {
-	le.PutUint32(p[0:], f.Handle)
-	le.PutUint32(p[4:], f.PatternLen)
-	le.PutUint64(p[8:], f.Offset)
-	le.PutUint64(p[16:], f.Length)
-	le.PutUint64(p[24:], f.PatternAddr)
+
+// fields walks the layout above.
+func (f *BufferFill) fields(c fieldCodec) fieldCodec {
+	return c.u32(&f.Handle).u32(&f.PatternLen).u64(&f.Offset).u64(&f.Length).u64(&f.PatternAddr)
 }
-func (f *BufferFill) unmarshal(p *[48]byte) error {
-	f.Handle = le.Uint32(p[0:])
-	f.PatternLen = le.Uint32(p[4:])
-	f.Offset = le.Uint64(p[8:])
-	f.Length = le.Uint64(p[16:])
-	f.PatternAddr = le.Uint64(p[24:])
+
+// check reports the first field out of range.
+func (f *BufferFill) check(fieldCodec) error {
 	n := uint64(f.PatternLen)
 	switch {
 	case f.Handle == 0:
@@ -588,5 +594,5 @@ func (f *BufferFill) unmarshal(p *[48]byte) error {
 	case f.PatternAddr%PageSize+n > PageSize:
 		return fmt.Errorf("pattern at %#x+%d crosses a page: %w", f.PatternAddr, n, ErrMalformed)
 	}
-	return zeroFrom(p, 32)
+	return nil
 }

@@ -26,27 +26,16 @@ type ContextCreate struct {
 	MemLimit uint64
 }
 
+// Op is OpContextCreate.
 func (*ContextCreate) Op() Opcode { return OpContextCreate }
-func (c *ContextCreate) marshal(p *[48]byte) {
-	le.PutUint32(p[0:], c.ID)
-	le.PutUint32(p[4:], c.Slots)
-	le.PutUint64(p[8:], c.Ring)
-	le.PutUint64(p[16:], c.Compl)
-	le.PutUint64(p[24:], c.Shadow)
-	le.PutUint64(p[32:], c.MemLimit)
+
+// fields walks the layout above.
+func (c *ContextCreate) fields(f fieldCodec) fieldCodec {
+	return f.u32(&c.ID).u32(&c.Slots).u64(&c.Ring).u64(&c.Compl).u64(&c.Shadow).u64(&c.MemLimit)
 }
-func (c *ContextCreate) unmarshal(p *[48]byte) error {
-	c.ID = le.Uint32(p[0:])
-	c.Slots = le.Uint32(p[4:])
-	c.Ring = le.Uint64(p[8:])
-	c.Compl = le.Uint64(p[16:])
-	c.Shadow = le.Uint64(p[24:])
-	c.MemLimit = le.Uint64(p[32:])
-	if err := c.Check(); err != nil {
-		return err
-	}
-	return zeroFrom(p, 40)
-}
+
+// check is Check.
+func (c *ContextCreate) check(fieldCodec) error { return c.Check() }
 
 // Check reports the first field out of the ranges docs/ABI.md
 // "context-create" gives (wrapping ErrMalformed): the payload's own
@@ -73,12 +62,16 @@ func (c *ContextCreate) Check() error {
 //	0   4    context id
 type ContextDestroy struct{ ID uint32 }
 
-func (*ContextDestroy) Op() Opcode            { return OpContextDestroy }
-func (c *ContextDestroy) marshal(p *[48]byte) { le.PutUint32(p[0:], c.ID) }
-func (c *ContextDestroy) unmarshal(p *[48]byte) error {
-	c.ID = le.Uint32(p[0:])
+// Op is OpContextDestroy.
+func (*ContextDestroy) Op() Opcode { return OpContextDestroy }
+
+// fields walks the layout above.
+func (c *ContextDestroy) fields(f fieldCodec) fieldCodec { return f.u32(&c.ID) }
+
+// check reports an id out of range.
+func (c *ContextDestroy) check(fieldCodec) error {
 	if c.ID == 0 || c.ID > MaxContexts {
 		return fmt.Errorf("context id %d: %w", c.ID, ErrMalformed)
 	}
-	return zeroFrom(p, 4)
+	return nil
 }

@@ -76,28 +76,28 @@ type DeviceInfoQuery struct {
 	SGAddr  uint64
 }
 
+// Op is OpDeviceInfo.
 func (*DeviceInfoQuery) Op() Opcode { return OpDeviceInfo }
-func (q *DeviceInfoQuery) marshal(p *[48]byte) {
-	le.PutUint32(p[0:], q.SGCount)
-	le.PutUint32(p[4:], 0)
-	le.PutUint64(p[8:], q.Length)
-	le.PutUint64(p[16:], q.SGAddr)
+
+// fields walks the layout above.
+func (q *DeviceInfoQuery) fields(f fieldCodec) fieldCodec {
+	return f.u32(&q.SGCount).reserved32().u64(&q.Length).u64(&q.SGAddr)
 }
-func (q *DeviceInfoQuery) unmarshal(p *[48]byte) error {
-	q.SGCount = le.Uint32(p[0:])
-	q.Length = le.Uint64(p[8:])
-	q.SGAddr = le.Uint64(p[16:])
+
+// check reports the first field out of range, the reserved word (f.rsv)
+// among them.
+func (q *DeviceInfoQuery) check(f fieldCodec) error {
 	switch {
 	case q.SGCount == 0 || q.SGCount > PageSize/SGEntrySize:
 		return fmt.Errorf("sg_count %d: %w", q.SGCount, ErrMalformed)
-	case le.Uint32(p[4:]) != 0:
-		return fmt.Errorf("reserved word %#x: %w", le.Uint32(p[4:]), ErrMalformed)
+	case f.rsv != 0:
+		return fmt.Errorf("reserved word %#x: %w", f.rsv, ErrMalformed)
 	case q.Length == 0:
 		return fmt.Errorf("length 0: %w", ErrMalformed)
 	case q.SGAddr%SGEntrySize != 0:
 		return fmt.Errorf("sg_gpa %#x misaligned: %w", q.SGAddr, ErrMalformed)
 	}
-	return zeroFrom(p, 24)
+	return nil
 }
 
 // DeviceInfoRecord is the fixed part of the device-information blob

@@ -202,6 +202,8 @@ func (p *ProgramInfo) Marshal() ([]byte, error) {
 	return b, nil
 }
 
+// infoString reports whether s fits an argument record's string field:
+// shorter than ArgInfoNameLen, with no NUL.
 func infoString(s string) bool {
 	return len(s) < ArgInfoNameLen && !bytes.Contains([]byte(s), []byte{0})
 }

@@ -302,6 +302,7 @@ func UnmarshalLaunchDesc(b []byte) (LaunchDesc, error) {
 	return d, nil
 }
 
+// allZero reports whether every byte of b is 0.
 func allZero(b []byte) bool {
 	for _, c := range b {
 		if c != 0 {
@@ -311,6 +312,7 @@ func allZero(b []byte) bool {
 	return true
 }
 
+// validIdent reports whether s is a C identifier.
 func validIdent(s []byte) bool {
 	if len(s) == 0 {
 		return false

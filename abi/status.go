@@ -53,6 +53,7 @@ var statusNames = [...]string{
 // NumStatus is one more than the largest defined status.
 const NumStatus = len(statusNames)
 
+// String is the status's description, or status(N) for an undefined one.
 func (s Status) String() string {
 	if int(s) < len(statusNames) {
 		return statusNames[s]
@@ -75,6 +76,7 @@ type StatusError struct {
 	Msg    string
 }
 
+// Error is the status's description, then the message if there is one.
 func (e *StatusError) Error() string {
 	if e.Msg == "" {
 		return e.Status.String()

@@ -2,7 +2,6 @@ package icdproto
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
 
@@ -16,35 +15,42 @@ type opInfo struct {
 	reply bool
 	// body returns a new, zero body of the op's type (a pointer).
 	body func() any
+	// is reports whether a value is a body of the op's type.
+	is func(any) bool
+}
+
+// opOf describes an operation whose body is a *T.
+func opOf[T any](name string, reply bool) opInfo {
+	return opInfo{name, reply, func() any { return new(T) }, func(v any) bool { _, ok := v.(*T); return ok }}
 }
 
 var ops = map[Op]opInfo{
-	OpHello:        {"hello", true, func() any { return new(Hello) }},
-	OpAttach:       {"attach", true, func() any { return new(Attach) }},
-	OpDeviceInfo:   {"device-info", true, func() any { return new(DeviceInfo) }},
-	OpBufferCreate: {"buffer-create", false, func() any { return new(BufferCreate) }},
-	OpBufferFree:   {"buffer-free", false, func() any { return new(BufferFree) }},
-	OpWrite:        {"write", false, func() any { return new(Transfer) }},
-	OpRead:         {"read", false, func() any { return new(Transfer) }},
-	OpCopy:         {"copy", false, func() any { return new(Copy) }},
-	OpFill:         {"fill", false, func() any { return new(Fill) }},
-	OpBuild:        {"build", true, func() any { return new(Build) }},
-	OpProgramFree:  {"program-free", false, func() any { return new(ProgramFree) }},
-	OpProgramInfo:  {"program-info", true, func() any { return new(ProgramInfo) }},
-	OpLaunch:       {"launch", false, func() any { return new(Launch) }},
-	OpFlush:        {"flush", false, func() any { return new(Flush) }},
-	OpWait:         {"wait", true, func() any { return new(Wait) }},
-	OpPoll:         {"poll", true, func() any { return new(Wait) }},
-	OpMarker:       {"marker", false, func() any { return new(Marker) }},
-	OpError:        {"error", false, func() any { return new(Error) }},
+	OpHello:        opOf[Hello]("hello", true),
+	OpAttach:       opOf[Attach]("attach", true),
+	OpDeviceInfo:   opOf[DeviceInfo]("device-info", true),
+	OpBufferCreate: opOf[BufferCreate]("buffer-create", false),
+	OpBufferFree:   opOf[BufferFree]("buffer-free", false),
+	OpWrite:        opOf[Transfer]("write", false),
+	OpRead:         opOf[Transfer]("read", false),
+	OpCopy:         opOf[Copy]("copy", false),
+	OpFill:         opOf[Fill]("fill", false),
+	OpBuild:        opOf[Build]("build", true),
+	OpProgramFree:  opOf[ProgramFree]("program-free", false),
+	OpProgramInfo:  opOf[ProgramInfo]("program-info", true),
+	OpLaunch:       opOf[Launch]("launch", false),
+	OpFlush:        opOf[Flush]("flush", false),
+	OpWait:         opOf[Wait]("wait", true),
+	OpPoll:         opOf[Wait]("poll", true),
+	OpMarker:       opOf[Marker]("marker", false),
+	OpError:        opOf[Error]("error", false),
 
-	OpHello | ReplyBit:       {"hello-reply", false, func() any { return new(HelloReply) }},
-	OpAttach | ReplyBit:      {"attach-reply", false, func() any { return new(AttachReply) }},
-	OpDeviceInfo | ReplyBit:  {"device-info-reply", false, func() any { return new(DeviceInfoReply) }},
-	OpBuild | ReplyBit:       {"build-reply", false, func() any { return new(BuildReply) }},
-	OpProgramInfo | ReplyBit: {"program-info-reply", false, func() any { return new(ProgramInfoReply) }},
-	OpWait | ReplyBit:        {"wait-reply", false, func() any { return new(WaitReply) }},
-	OpPoll | ReplyBit:        {"poll-reply", false, func() any { return new(WaitReply) }},
+	OpHello | ReplyBit:       opOf[HelloReply]("hello-reply", false),
+	OpAttach | ReplyBit:      opOf[AttachReply]("attach-reply", false),
+	OpDeviceInfo | ReplyBit:  opOf[DeviceInfoReply]("device-info-reply", false),
+	OpBuild | ReplyBit:       opOf[BuildReply]("build-reply", false),
+	OpProgramInfo | ReplyBit: opOf[ProgramInfoReply]("program-info-reply", false),
+	OpWait | ReplyBit:        opOf[WaitReply]("wait-reply", false),
+	OpPoll | ReplyBit:        opOf[WaitReply]("poll-reply", false),
 }
 
 // Ops returns every operation, requests and replies, in no order.
@@ -56,6 +62,7 @@ func Ops() []Op {
 	return out
 }
 
+// String is the operation's name, or op(0xN) for an unknown op.
 func (op Op) String() string {
 	if in, ok := ops[op]; ok {
 		return in.name
@@ -82,9 +89,6 @@ func NewBody(op Op) any {
 	return in.body()
 }
 
-// fixedSize is the wire size of a fixed body type.
-func fixedSize(v any) int { return binary.Size(v) }
-
 // Append encodes a message of op with request id and body (a pointer to
 // op's body type, as NewBody returns) and appends it to b. Counts that the
 // tail determines (HelloReply's device count, Wait's count, Launch's
@@ -95,8 +99,8 @@ func Append(b []byte, op Op, id uint64, body any) ([]byte, error) {
 	if !ok {
 		return nil, Errorf(ErrUnknownOp, "encode op %#x", uint16(op))
 	}
-	if want := in.body(); fmt.Sprintf("%T", want) != fmt.Sprintf("%T", body) {
-		return nil, Errorf(ErrMalformed, "encode %v: body is %T, want %T", op, body, want)
+	if !in.is(body) {
+		return nil, Errorf(ErrMalformed, "encode %v: body is %T, want %T", op, body, in.body())
 	}
 	if l, ok := body.(*Launch); ok {
 		l.NumArgs = uint32(len(l.Args))
@@ -105,46 +109,10 @@ func Append(b []byte, op Op, id uint64, body any) ([]byte, error) {
 		return nil, fmt.Errorf("encode %v: %w", op, err)
 	}
 	start := len(b)
-	b = le.AppendUint16(b, uint16(op))
-	b = le.AppendUint16(b, 0)
-	b = le.AppendUint32(b, 0) // length, set below
-	b = le.AppendUint64(b, id)
-	switch v := body.(type) {
-	case *HelloReply:
-		b = le.AppendUint32(b, v.Version)
-		b = le.AppendUint32(b, uint32(len(v.Devices)))
-		for i := range v.Devices {
-			b = appendFixed(b, &v.Devices[i])
-		}
-	case *DeviceInfoReply:
-		b = appendFixed(b, &DeviceInfoReplyHead{Status: v.Status, InfoLen: uint64(len(v.Info))})
-		b = append(b, v.Info...)
-	case *Wait:
-		b = le.AppendUint32(b, uint32(len(v.Events)))
-		b = le.AppendUint32(b, 0)
-		for _, e := range v.Events {
-			b = le.AppendUint64(b, e)
-		}
-	case *WaitReply:
-		b = le.AppendUint32(b, uint32(len(v.Events)))
-		b = le.AppendUint32(b, v.Pending)
-		for i := range v.Events {
-			b = appendFixed(b, &v.Events[i])
-		}
-	case *Launch:
-		b = appendFixed(b, &v.LaunchHead)
-		for i := range v.Args {
-			b = appendFixed(b, &v.Args[i])
-		}
-		b = append(b, v.Scalars...)
-	case *Error:
-		b = le.AppendUint32(b, uint32(v.Code))
-		b = le.AppendUint32(b, 0)
-		b = append(b, v.Message...)
-	case *Flush:
-	default:
-		b = appendFixed(b, body)
-	}
+	c := encoder(b)
+	(&Header{Op: op, ID: id}).fields(c) // Len is set below
+	_ = walkBody(c, body)               // encoding returns no error: validate has checked the body
+	b = c.w.Bytes()
 	n := len(b) - start
 	if n > MaxMessage {
 		return nil, Errorf(ErrLimit, "encode %v: %d bytes, more than %d", op, n, MaxMessage)
@@ -160,14 +128,14 @@ func Marshal(op Op, id uint64, body any) ([]byte, error) { return Append(nil, op
 // structure (a pointer to one of this package's fixed types) as is,
 // reserved fields included and without validation: abi/cabi uses it to
 // find each field's offset.
-func AppendFixed(b []byte, v any) []byte { return appendFixed(b, v) }
-
-func appendFixed(b []byte, v any) []byte {
-	b, err := binary.Append(b, le, v)
-	if err != nil {
-		panic(fmt.Sprintf("icdproto: %T is not a fixed-size type: %v", v, err)) // a programming error
+func AppendFixed(b []byte, v any) []byte {
+	f, ok := v.(fixed)
+	if _, tail := v.(variable); !ok || tail {
+		panic(fmt.Sprintf("icdproto: %T is not a fixed-size type", v)) // a programming error
 	}
-	return b
+	c := encoder(b)
+	f.fields(c)
+	return c.w.Bytes()
 }
 
 // UnmarshalHeader decodes the header of message b and checks it against
@@ -178,7 +146,7 @@ func UnmarshalHeader(b []byte) (Header, error) {
 	if len(b) < HeaderSize {
 		return h, Errorf(ErrMalformed, "message of %d bytes, shorter than a header", len(b))
 	}
-	h = Header{Op: Op(le.Uint16(b)), Flags: le.Uint16(b[2:]), Len: le.Uint32(b[4:]), ID: le.Uint64(b[8:])}
+	h.fields(decoder(b[:HeaderSize]))
 	switch {
 	case len(b) > MaxMessage:
 		return h, Errorf(ErrMalformed, "message of %d bytes, more than %d", len(b), MaxMessage)
@@ -211,129 +179,149 @@ func Unmarshal(b []byte) (Header, any, error) {
 	return h, body, nil
 }
 
-func badLen(n, want int) error {
-	return Errorf(ErrMalformed, "body of %d bytes, want %d", n, want)
+// decodeBody decodes p, a body without its header, into body.
+func decodeBody(p []byte, body any) error { return walkBody(decoder(p), body) }
+
+// walkBody passes body (a pointer to a body type) through c: a body with
+// a variable tail by its walk, a fixed one by its fields, which must then
+// fill the body exactly.
+func walkBody(c *fieldCodec, body any) error {
+	switch v := body.(type) {
+	case variable: // first: Launch has LaunchHead's fields too
+		return v.walk(c)
+	case fixed:
+		return v.fields(c).fits(false)
+	}
+	panic(fmt.Sprintf("icdproto: %T is not a body type", body)) // a programming error
 }
 
-// decodeBody decodes p, a body without its header, into body.
-func decodeBody(p []byte, body any) error {
-	switch v := body.(type) {
-	case *Flush:
-		if len(p) != 0 {
-			return badLen(len(p), 0)
-		}
-	case *HelloReply:
-		var hd HelloReplyHead
-		if err := decodeFixed(p, &hd, true); err != nil {
-			return err
-		}
+// walk passes the head and the device records.
+func (v *HelloReply) walk(c *fieldCodec) error {
+	hd := HelloReplyHead{Version: v.Version, DeviceCount: uint32(len(v.Devices))}
+	if err := hd.fields(c).fits(true); err != nil {
+		return err
+	}
+	if c.dec {
 		if hd.DeviceCount > MaxDevices {
 			return Errorf(ErrLimit, "%d devices", hd.DeviceCount)
 		}
-		if want := 8 + DeviceRecordSize*int(hd.DeviceCount); len(p) != want {
-			return badLen(len(p), want)
+		if err := c.want(DeviceRecordSize * int(hd.DeviceCount)); err != nil {
+			return err
 		}
 		v.Version = hd.Version
 		v.Devices = make([]DeviceRecord, hd.DeviceCount)
-		for i := range v.Devices {
-			o := 8 + DeviceRecordSize*i
-			_ = decodeFixed(p[o:o+DeviceRecordSize], &v.Devices[i], false)
-		}
-	case *DeviceInfoReply:
-		var hd DeviceInfoReplyHead
-		if err := decodeFixed(p, &hd, true); err != nil {
-			return err
-		}
+	}
+	for i := range v.Devices {
+		v.Devices[i].fields(c)
+	}
+	return nil
+}
+
+// walk passes the head and the blob.
+func (v *DeviceInfoReply) walk(c *fieldCodec) error {
+	hd := DeviceInfoReplyHead{Status: v.Status, InfoLen: uint64(len(v.Info))}
+	if err := hd.fields(c).fits(true); err != nil {
+		return err
+	}
+	if c.dec {
 		if hd.Reserved != 0 {
 			return Errorf(ErrReserved, "device-info reply reserved %#x", hd.Reserved)
 		}
 		if hd.InfoLen > MaxDeviceInfo {
 			return Errorf(ErrLimit, "device info of %d bytes, more than %d", hd.InfoLen, MaxDeviceInfo)
 		}
-		if want := 16 + int(hd.InfoLen); len(p) != want {
-			return badLen(len(p), want)
-		}
-		v.Status, v.Info = hd.Status, append([]byte(nil), p[16:]...)
-	case *Wait:
-		var hd WaitHead
-		if err := decodeFixed(p, &hd, true); err != nil {
+		if err := c.want(int(hd.InfoLen)); err != nil {
 			return err
 		}
+		v.Status = hd.Status
+	}
+	c.tail(&v.Info)
+	return nil
+}
+
+// walk passes the head and the event ids.
+func (v *Wait) walk(c *fieldCodec) error {
+	hd := WaitHead{Count: uint32(len(v.Events))}
+	if err := hd.fields(c).fits(true); err != nil {
+		return err
+	}
+	if c.dec {
 		if hd.Reserved != 0 {
 			return Errorf(ErrReserved, "wait reserved %#x", hd.Reserved)
 		}
 		if hd.Count > MaxWaitEvents {
 			return Errorf(ErrLimit, "%d events, more than %d", hd.Count, MaxWaitEvents)
 		}
-		if want := 8 + 8*int(hd.Count); len(p) != want {
-			return badLen(len(p), want)
-		}
-		v.Events = make([]uint64, hd.Count)
-		for i := range v.Events {
-			v.Events[i] = le.Uint64(p[8+8*i:])
-		}
-	case *WaitReply:
-		var hd WaitReplyHead
-		if err := decodeFixed(p, &hd, true); err != nil {
+		if err := c.want(8 * int(hd.Count)); err != nil {
 			return err
 		}
+		v.Events = make([]uint64, hd.Count)
+	}
+	c.u64s(v.Events)
+	return nil
+}
+
+// walk passes the head and the event records.
+func (v *WaitReply) walk(c *fieldCodec) error {
+	hd := WaitReplyHead{Count: uint32(len(v.Events)), Pending: v.Pending}
+	if err := hd.fields(c).fits(true); err != nil {
+		return err
+	}
+	if c.dec {
 		if hd.Count > MaxWaitEvents {
 			return Errorf(ErrLimit, "%d event records, more than %d", hd.Count, MaxWaitEvents)
 		}
-		if want := 8 + EventRecordSize*int(hd.Count); len(p) != want {
-			return badLen(len(p), want)
+		if err := c.want(EventRecordSize * int(hd.Count)); err != nil {
+			return err
 		}
 		v.Pending = hd.Pending
 		v.Events = make([]EventRecord, hd.Count)
-		for i := range v.Events {
-			o := 8 + EventRecordSize*i
-			_ = decodeFixed(p[o:o+EventRecordSize], &v.Events[i], false)
-		}
-	case *Launch:
-		if err := decodeFixed(p, &v.LaunchHead, true); err != nil {
-			return err
-		}
+	}
+	for i := range v.Events {
+		v.Events[i].fields(c)
+	}
+	return nil
+}
+
+// walk passes the head, the argument entries and the scalar area.
+func (v *Launch) walk(c *fieldCodec) error {
+	if err := v.LaunchHead.fields(c).fits(true); err != nil {
+		return err
+	}
+	if c.dec {
 		if v.NumArgs > abi.MaxKernelArgs {
 			return Errorf(ErrLimit, "%d arguments, more than %d", v.NumArgs, abi.MaxKernelArgs)
 		}
-		end := LaunchHeadSize + LaunchArgSize*int(v.NumArgs)
-		if len(p) < end {
-			return badLen(len(p), end)
+		if end := LaunchHeadSize + LaunchArgSize*int(v.NumArgs); c.size < end {
+			return badLen(c.size, end)
 		}
 		v.Args = make([]LaunchArg, v.NumArgs)
-		for i := range v.Args {
-			o := LaunchHeadSize + LaunchArgSize*i
-			_ = decodeFixed(p[o:o+LaunchArgSize], &v.Args[i], false)
-		}
-		v.Scalars = append([]byte(nil), p[end:]...)
-	case *Error:
-		var hd ErrorHead
-		if err := decodeFixed(p, &hd, true); err != nil {
-			return err
-		}
-		if hd.Reserved != 0 {
-			return Errorf(ErrReserved, "error reserved %#x", hd.Reserved)
-		}
-		v.Code, v.Message = hd.Code, string(p[8:])
-	default:
-		return decodeFixed(p, body, false)
 	}
+	for i := range v.Args {
+		v.Args[i].fields(c)
+	}
+	c.tail(&v.Scalars)
 	return nil
 }
 
-// decodeFixed decodes a fixed structure from p, which must be exactly its
-// size (or, with prefix, at least its size).
-func decodeFixed(p []byte, v any, prefix bool) error {
-	n := fixedSize(v)
-	if len(p) < n || (!prefix && len(p) != n) {
-		return badLen(len(p), n)
+// walk passes the head and the message.
+func (v *Error) walk(c *fieldCodec) error {
+	hd := ErrorHead{Code: v.Code}
+	if err := hd.fields(c).fits(true); err != nil {
+		return err
 	}
-	if _, err := binary.Decode(p[:n], le, v); err != nil {
-		return Errorf(ErrMalformed, "%v", err)
+	if !c.dec {
+		c.w.Str(v.Message)
+		return nil
 	}
+	if hd.Reserved != 0 {
+		return Errorf(ErrReserved, "error reserved %#x", hd.Reserved)
+	}
+	v.Code, v.Message = hd.Code, string(c.r.Rest())
 	return nil
 }
 
+// reserved reports a nonzero reserved field; what names it.
 func reserved(what string, v uint64) error {
 	if v != 0 {
 		return Errorf(ErrReserved, "%s %#x", what, v)
@@ -341,6 +329,7 @@ func reserved(what string, v uint64) error {
 	return nil
 }
 
+// nonzero reports a field that must not be 0; what names it.
 func nonzero(what string, v uint64) error {
 	if v == 0 {
 		return Errorf(ErrMalformed, "%s is 0", what)
@@ -356,6 +345,7 @@ func span(what string, off, n uint64) error {
 	return nil
 }
 
+// firstErr returns the first non-nil error of errs.
 func firstErr(errs ...error) error {
 	for _, err := range errs {
 		if err != nil {
@@ -480,6 +470,8 @@ func validate(body any) error {
 	return nil
 }
 
+// validateLaunch checks a launch: its head, kernel name and argument
+// entries against the scalar area.
 func validateLaunch(v *Launch) error {
 	if err := nonzero("program", uint64(v.Program)); err != nil {
 		return err
@@ -543,6 +535,7 @@ func validateLaunch(v *Launch) error {
 	return nil
 }
 
+// validIdent reports whether b is a C identifier.
 func validIdent(b []byte) bool {
 	if len(b) == 0 {
 		return false

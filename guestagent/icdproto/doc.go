@@ -7,16 +7,24 @@
 // error codes, the message header, every request and reply body, the device
 // and event records and the launch header with its argument entries. The C
 // header guestagent/icd/vgpu_icdproto.h is generated from this package by
-// abi/cabi (go generate ./abi), so the two sides cannot disagree.
+// abi/cabi (go generate ./guestagent/icdproto), so the two sides cannot
+// disagree.
 //
 // Every message is one SOCK_SEQPACKET datagram: a 16-byte Header and a body
 // whose layout the operation fixes. All integers are little-endian and every
 // field is naturally aligned. Fixed-size bodies are Go structs whose fields
 // are the wire fields in wire order (reserved fields included, named
-// Reserved); they are encoded with encoding/binary. The five bodies with a
-// variable tail (HelloReply, Wait, WaitReply, Launch, Error) have a fixed
-// head type (HelloReplyHead, WaitHead, WaitReplyHead, LaunchHead, ErrorHead)
-// that the C header describes.
+// Reserved). The six bodies with a variable tail (HelloReply,
+// DeviceInfoReply, Wait, WaitReply, Launch, Error) have a fixed head type
+// (HelloReplyHead, DeviceInfoReplyHead, WaitHead, WaitReplyHead,
+// LaunchHead, ErrorHead) that the C header describes.
+//
+// Each wire structure lists its fields once, in an unexported method that
+// passes them, in wire order, through a small field codec over
+// internal/codec (fields.go); the same method encodes and decodes it, with
+// no reflection. A body with a variable tail has one such method too,
+// which passes its head, checks the head's counts when decoding, and
+// passes its tail.
 //
 // Unmarshal decodes hostile bytes: it never panics, checks the header's
 // length against the datagram, every length and count against the limits

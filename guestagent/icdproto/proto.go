@@ -106,6 +106,7 @@ const (
 var errNames = [NumErrCodes]string{"", "malformed", "unknown-op", "reserved", "range", "unknown-id",
 	"duplicate-id", "limit", "version", "arena", "internal"}
 
+// String is the code's name, or error-code(N) for an unknown code.
 func (c ErrCode) String() string {
 	if c > 0 && int(c) < len(errNames) {
 		return errNames[c]
