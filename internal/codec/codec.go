@@ -1,8 +1,9 @@
 // Package codec reads and writes the fixed-width little-endian fields of
 // vgpud's binary formats: the worker protocol (worker/wire), the executor
-// protocol (gpu/remote) and the migration stream (migrate/stream) encode
-// and decode their records through it, each adding the few field kinds
-// of its own (length-prefixed strings of its width, booleans, ranges).
+// protocol (gpu/remote), the migration stream (migrate/stream) and the
+// ICD protocol (guestagent/icdproto) encode and decode their records
+// through it, each adding the few field kinds of its own (length-prefixed
+// strings of its width, booleans, ranges).
 //
 // Reader is sticky: the first failure is kept and every later read
 // returns zero, so a decode function reads a record straight through and
