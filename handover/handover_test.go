@@ -132,20 +132,28 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// TestChannelCarriesManyFDs: the descriptors of a State larger than one
-// datagram's share arrive with it, in order.
-func TestChannelCarriesManyFDs(t *testing.T) {
+// channelPair is the two ends of a Pair, the new process's opened from
+// its file as the new process does; both are closed at the test's end.
+func channelPair(t *testing.T) (old, nw *Channel) {
+	t.Helper()
 	old, peer, err := Pair()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer old.Close()
-	nw, err := FileChannel(peer)
+	t.Cleanup(func() { old.Close() })
+	nw, err = FileChannel(peer)
 	peer.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nw.Close()
+	t.Cleanup(func() { nw.Close() })
+	return old, nw
+}
+
+// TestChannelCarriesManyFDs: the descriptors of a State larger than one
+// datagram's share arrive with it, in order.
+func TestChannelCarriesManyFDs(t *testing.T) {
+	old, nw := channelPair(t)
 	const n = 450
 	var fds []int
 	for i := 0; i < n; i++ {
@@ -255,17 +263,7 @@ func TestDecodeCommit(t *testing.T) {
 // TestProbationMessages: the probation's messages pass the channel in
 // both directions, a Fail's reason with it.
 func TestProbationMessages(t *testing.T) {
-	old, peer, err := Pair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Close()
-	nw, err := FileChannel(peer)
-	peer.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nw.Close()
+	old, nw := channelPair(t)
 	if err := old.Send(KindCommit, Commit{Protocol: Protocol2, Probation: time.Second}, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -18,10 +18,7 @@ func TestInstanceSocketFlood(t *testing.T) {
 	attachGrace = 10 * time.Minute // the waiting ones stay, for the count
 	t.Cleanup(func() { attachGrace = old })
 	m := newManager(t, nil)
-	inst, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	const n = 3 * MaxInstanceConns
 	closed := make(chan struct{}, n)
 	for i := range n {

@@ -16,10 +16,7 @@ import (
 // descriptors are free again, and the failure is counted.
 func TestAcceptSurvivesEMFILE(t *testing.T) {
 	m := newManager(t, nil)
-	inst, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)

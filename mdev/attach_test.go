@@ -12,10 +12,7 @@ import (
 // while the first is alive is refused.
 func TestReattachAfterHangUp(t *testing.T) {
 	m := newManager(t, nil)
-	inst, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	for i := 0; i < 5; i++ {
 		vm := attach(t, inst)
 		openDriver(t, vm).Close()

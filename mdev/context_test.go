@@ -14,7 +14,6 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
-	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
 // scanKernel searches memory for two 8-byte words, given as their
@@ -61,20 +60,12 @@ var contextProfile = Profile{Name: "contexts", MemBytes: 256 << 20, Share: 1, Ma
 func TestContextsIsolateProcesses(t *testing.T) {
 	// Two devices (the same OpenCL device twice): the instance moves to
 	// the second at the end.
-	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t), openGPU(t)}, Profiles: []Profile{contextProfile},
-		SocketDir: shortDir(t), Transport: mpqemu.Transport{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
+	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t), openGPU(t)}, Profiles: []Profile{contextProfile}})
 	if !m.Pool().KernelsInExecutor(0) {
 		t.Skip("no executors here (the workers get no PID namespace)")
 	}
 	zero := 0
-	inst, err := m.Create(CreateRequest{Profile: contextProfile.Name, Device: &zero})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: contextProfile.Name, Device: &zero})
 	_, d, marker := markedGuest(t, inst)
 	if got := d.Info().MaxContexts; got != contextProfile.Contexts {
 		t.Fatalf("MaxContexts = %d, want the profile's %d", got, contextProfile.Contexts)

@@ -15,7 +15,6 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
-	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/worker/sandbox"
 )
 
@@ -55,19 +54,11 @@ func executorDataLimit(t *testing.T, pid int) (soft, hard uint64) {
 // its executor is stuck is destroyed without waiting for the kernel
 // limit. Each context's executor is bounded by its own quota.
 func TestContextHangEndsAlone(t *testing.T) {
-	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{hangProfile, contextProfile},
-		SocketDir: shortDir(t), Transport: mpqemu.Transport{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
+	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{hangProfile, contextProfile}})
 	if !m.Pool().KernelsInExecutor(0) {
 		t.Skip("no executors here (the workers get no PID namespace)")
 	}
-	inst, err := m.Create(CreateRequest{Profile: hangProfile.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: hangProfile.Name})
 	_, d, _ := markedGuest(t, inst)
 	worker0 := inst.WorkerPID()
 	hung, hungExec := openContext(t, d, worker0, driver.ContextOptions{ID: 1})
@@ -134,10 +125,7 @@ func TestContextHangEndsAlone(t *testing.T) {
 	// minutes: its destroy (vgpu-icdd's when its client exits) and a
 	// device reset end it without waiting for any limit (the test would
 	// time out), and nothing else is touched.
-	inst2, err := m.Create(CreateRequest{Profile: contextProfile.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst2 := mustCreate(t, m, CreateRequest{Profile: contextProfile.Name})
 	_, d2, _ := markedGuest(t, inst2)
 	worker2 := inst2.WorkerPID()
 	for i, reset := range []bool{false, true} {

@@ -34,10 +34,7 @@ __kernel void reduce(__constant int *in, __global volatile int *out, __local int
 // overlapping copy refused.
 func TestABI14EndToEnd(t *testing.T) {
 	m := newManager(t, nil)
-	inst, err := m.Create(CreateRequest{Profile: "vgpu-medium"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-medium"})
 	d := openDriver(t, attach(t, inst))
 	if v := d.Info().Version; v != abi.Version {
 		t.Fatalf("device abi %#x, want %#x", v, abi.Version)

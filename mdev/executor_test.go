@@ -45,19 +45,11 @@ func TestKernelCannotReachGuestRAM(t *testing.T) {
 			name = "kernels-in-worker"
 		}
 		t.Run(name, func(t *testing.T) {
-			m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{patientProfile},
-				SocketDir: shortDir(t), Transport: mpqemu.Transport{}, KernelsInWorker: inWorker})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { m.Close() })
+			m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{patientProfile}, KernelsInWorker: inWorker})
 			if got := m.Pool().KernelsInExecutor(0); got == inWorker {
 				t.Fatalf("KernelsInExecutor = %v with KernelsInWorker %v", got, inWorker)
 			}
-			inst, err := m.Create(CreateRequest{Profile: patientProfile.Name})
-			if err != nil {
-				t.Fatal(err)
-			}
+			inst := mustCreate(t, m, CreateRequest{Profile: patientProfile.Name})
 			_, d, marker := markedGuest(t, inst)
 			p, log, err := d.Build(peekKernel, "")
 			if err != nil {
@@ -138,6 +130,20 @@ func shortDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// newExecutorManager is NewManager(cfg) on the mpqemu transport with its
+// sockets in a shortDir, closed at the test's end: the manager of the
+// tests that run kernels in executors.
+func newExecutorManager(t *testing.T, cfg Config) *Manager {
+	t.Helper()
+	cfg.SocketDir, cfg.Transport = shortDir(t), mpqemu.Transport{}
+	m, err := NewManager(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
 
 // markedGuest attaches a harness VM to inst, places a random marker in a

@@ -7,7 +7,6 @@ import (
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
-	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
 
 // tickKernel makes every launch depend on the one before it.
@@ -25,15 +24,8 @@ const tickKernel = `__kernel void tick(__global uint *a, uint k) {
 // of its own (one executor round trip per run, not per launch), and the
 // result is the one of launches run in order.
 func TestQueuedLaunchesShareTurnsAndWaits(t *testing.T) {
-	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, SocketDir: shortDir(t), Transport: mpqemu.Transport{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	inst, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}})
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	vm := attach(t, inst)
 	d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
 	if err != nil {

@@ -102,10 +102,7 @@ func TestFeatureWindow(t *testing.T) {
 // the features see it: the counters cross the instance page.
 func TestFeaturesFromWorker(t *testing.T) {
 	m := newManager(t, nil)
-	inst, err := m.Create(CreateRequest{Profile: "vgpu-small", NoReuse: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small", NoReuse: true})
 	d := openDriver(t, attach(t, inst))
 	prog, _, err := d.Build(`__kernel void inc(__global int *b) { b[get_global_id(0)] += 1; }`, "")
 	if err != nil {

@@ -182,10 +182,7 @@ func oldProcess(dir string) {
 // serve again: the guest reads the registers and computes.
 func TestHandoverRollBack(t *testing.T) {
 	m := newManager(t, []Profile{{Name: "p", MemBytes: 16 << 20, Share: 1, MaxPerDevice: 2}})
-	inst, err := m.Create(CreateRequest{Profile: "p"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: "p"})
 	vm := attach(t, inst)
 	d := openDriver(t, vm)
 	vm.Write32(abi.RegIntEnable, abi.IntCompletion)

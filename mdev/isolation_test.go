@@ -133,14 +133,8 @@ func TestIsolationAttacks(t *testing.T) {
 	goodProfile := isoProfile
 	goodProfile.Name, goodProfile.TurnTimeout, goodProfile.BuildTimeout = "iso-good", Duration(guestTimeout), Duration(guestTimeout)
 	m := newManager(t, []Profile{isoProfile, goodProfile})
-	good, err := m.Create(CreateRequest{Profile: goodProfile.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad, err := m.Create(CreateRequest{Profile: "iso"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	good := mustCreate(t, m, CreateRequest{Profile: goodProfile.Name})
+	bad := mustCreate(t, m, CreateRequest{Profile: "iso"})
 	g := newGoodGuest(t, good)
 	badVM := attach(t, bad)
 	// The harness VM never takes back DMA pages a closed driver had: each
@@ -197,14 +191,8 @@ func TestWorkerKilledMidLaunch(t *testing.T) {
 	long := isoProfile
 	long.TurnTimeout = Duration(time.Minute)
 	m := newManager(t, []Profile{long})
-	good, err := m.Create(CreateRequest{Profile: "iso"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad, err := m.Create(CreateRequest{Profile: "iso"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	good := mustCreate(t, m, CreateRequest{Profile: "iso"})
+	bad := mustCreate(t, m, CreateRequest{Profile: "iso"})
 	g := newGoodGuest(t, good)
 	badVM := attach(t, bad)
 	bd, err := driver.Open(badVM, badVM, driver.Options{Timeout: guestTimeout})
@@ -270,14 +258,8 @@ func TestWorkerKilledMidLaunch(t *testing.T) {
 // and crashes nothing; the instance and another one work with a proper VM.
 func TestUnsealedGuestRAMRefused(t *testing.T) {
 	m := newManager(t, nil)
-	inst, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
+	other := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	od := openDriver(t, attach(t, other))
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
 	if err != nil {
@@ -316,14 +298,8 @@ func TestUnsealedGuestRAMRefused(t *testing.T) {
 // faster build) in another's.
 func TestCompilerCachePerDomain(t *testing.T) {
 	m := newManager(t, nil)
-	a, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
+	b := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	da, db := openDriver(t, attach(t, a)), openDriver(t, attach(t, b))
 	ca, cb := m.Pool().CacheDir(a.UUID()), m.Pool().CacheDir(b.UUID())
 	if ca == "" || cb == "" || ca == cb {

@@ -57,10 +57,7 @@ func TestKernelTimeoutFormerName(t *testing.T) {
 // kernel limit; a slice under MinSlice is refused and changes nothing.
 func TestSetLimitsFormerName(t *testing.T) {
 	m := newManager(t, []Profile{patientProfile})
-	inst, err := m.Create(CreateRequest{Profile: patientProfile.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: patientProfile.Name})
 	var l Limits
 	if err := json.Unmarshal([]byte(`{"turn_timeout": "3s", "slice": "50ms"}`), &l); err != nil {
 		t.Fatal(err)

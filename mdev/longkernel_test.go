@@ -25,10 +25,7 @@ var patientProfile = Profile{Name: "patient", MemBytes: 256 << 20, Share: 1, Max
 // its two-minute wait, and the end is counted as a crash (crashCause).
 func TestWildPointerEndsWorkerAtOnce(t *testing.T) {
 	m := newManager(t, []Profile{patientProfile})
-	inst, err := m.Create(CreateRequest{Profile: patientProfile.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: patientProfile.Name})
 	vm := attach(t, inst)
 	d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
 	if err != nil {
@@ -92,14 +89,8 @@ func TestLongKernelSharesTheDevice(t *testing.T) {
 		t.Skip("runs a kernel of seconds")
 	}
 	m := newManager(t, []Profile{patientProfile})
-	long, err := m.Create(CreateRequest{Profile: patientProfile.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nb, err := m.Create(CreateRequest{Profile: patientProfile.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	long := mustCreate(t, m, CreateRequest{Profile: patientProfile.Name})
+	nb := mustCreate(t, m, CreateRequest{Profile: patientProfile.Name})
 	g := newGoodGuest(t, nb)
 	if !g.once() { // its programs built: later runs are device work
 		t.Fatalf("neighbour's first run: %v", errors.Join(g.errs...))

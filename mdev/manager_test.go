@@ -44,7 +44,25 @@ func openGPU(t *testing.T) gpu.Device {
 
 func newManager(t *testing.T, profiles []Profile) *Manager {
 	t.Helper()
-	m, err := NewManager(Config{Devices: []gpu.Device{openGPU(t)}, Profiles: profiles, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
+	return newManagerN(t, 1, profiles)
+}
+
+// newManagerN is a manager over n devices (the test device, n times: in
+// placement tests the placement is what is under test, not the device).
+func newManagerN(t *testing.T, n int, profiles []Profile) *Manager {
+	t.Helper()
+	devs := make([]gpu.Device, n)
+	for i := range devs {
+		devs[i] = openGPU(t)
+	}
+	return startManager(t, Config{Devices: devs, Profiles: profiles, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
+}
+
+// startManager is NewManager(cfg), closed (without error) at the test's
+// end.
+func startManager(t *testing.T, cfg Config) *Manager {
+	t.Helper()
+	m, err := NewManager(cfg)
 	if err != nil {
 		t.Fatalf("NewManager = %v", err)
 	}
@@ -56,14 +74,20 @@ func newManager(t *testing.T, profiles []Profile) *Manager {
 	return m
 }
 
-// attach connects a harness VM to the instance's socket, like QEMU does.
-func attach(t *testing.T, inst *Instance) *mpqemutest.VM {
+// mustCreate creates an instance on m, failing the test if it cannot.
+func mustCreate(t *testing.T, m *Manager, req CreateRequest) *Instance {
 	t.Helper()
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
+	inst, err := m.Create(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm, err := mpqemutest.NewVM(c, 64<<20)
+	return inst
+}
+
+// attach connects a harness VM to the instance's socket, like QEMU does.
+func attach(t *testing.T, inst *Instance) *mpqemutest.VM {
+	t.Helper()
+	vm, err := mpqemutest.Dial(inst.Socket(), 64<<20)
 	if err != nil {
 		t.Fatalf("NewVM = %v", err)
 	}
@@ -103,10 +127,7 @@ func TestProfiles(t *testing.T) {
 
 func TestCreateDestroy(t *testing.T) {
 	m := newManager(t, []Profile{{Name: "p", MemBytes: 16 << 20, Share: 1, MaxPerDevice: 2}})
-	a, err := m.Create(CreateRequest{Profile: "p"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustCreate(t, m, CreateRequest{Profile: "p"})
 	if _, err := os.Stat(a.Socket()); err != nil {
 		t.Errorf("socket: %v", err)
 	}
@@ -149,10 +170,7 @@ func TestCreateDestroy(t *testing.T) {
 // the real OpenCL device.
 func TestSuiteOverHarness(t *testing.T) {
 	m := newManager(t, nil)
-	inst, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	d := openDriver(t, attach(t, inst))
 	if got := d.Info().Profile; got != "vgpu-small" {
 		t.Errorf("profile seen by the guest = %q", got)
@@ -170,14 +188,8 @@ func TestSuiteOverHarness(t *testing.T) {
 // good guest at once on one device.
 func TestHostileGuestDoesNotDisturbNeighbour(t *testing.T) {
 	m := newManager(t, nil)
-	good, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	good := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
+	bad := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	gd, bd := openDriver(t, attach(t, good)), openDriver(t, attach(t, bad))
 	var hostile suite.Report
 	done := make(chan struct{})
@@ -203,14 +215,8 @@ func TestHostileGuestDoesNotDisturbNeighbour(t *testing.T) {
 // another instance is never disturbed.
 func TestMalformedConnection(t *testing.T) {
 	m := newManager(t, nil)
-	a, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
+	b := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	bd := openDriver(t, attach(t, b))
 
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: a.Socket(), Net: "unix"})
@@ -242,10 +248,7 @@ func TestMalformedConnection(t *testing.T) {
 // (docs/ABI.md "Interrupts"; the guest side cannot run under TCG).
 func TestCompletionRaisesINTx(t *testing.T) {
 	m := newManager(t, []Profile{{Name: "p", MemBytes: 16 << 20, Share: 1, MaxPerDevice: 1}})
-	inst, err := m.Create(CreateRequest{Profile: "p"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: "p"})
 	vm := attach(t, inst)
 	d := openDriver(t, vm)
 	if n, err := vm.IRQCount(); err != nil || n != 0 {
@@ -270,10 +273,7 @@ func TestCompletionRaisesINTx(t *testing.T) {
 // latches StatusBadAddress and loses nothing.
 func TestSuiteWithKick(t *testing.T) {
 	m := newManager(t, nil)
-	inst, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	vm := attach(t, inst)
 	d, err := driver.Open(vm, vm, driver.Options{Kick: true})
 	if err != nil {
@@ -319,10 +319,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // Resolve; labels are checked.
 func TestNames(t *testing.T) {
 	m := newManager(t, nil)
-	a, err := m.Create(CreateRequest{Profile: "vgpu-small", Name: "web"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustCreate(t, m, CreateRequest{Profile: "vgpu-small", Name: "web"})
 	for _, c := range []struct {
 		req  CreateRequest
 		want error

@@ -22,17 +22,8 @@ var ocProfile = Profile{Name: "oc", MemBytes: 64 << 20, Share: 1, MaxPerDevice: 
 func newOvercommitManager(t *testing.T) *Manager {
 	t.Helper()
 	devs := []gpu.Device{openGPU(t), openGPU(t)}
-	m, err := NewManager(Config{Devices: devs, Profiles: []Profile{ocProfile, {Name: "oc-small", MemBytes: 16 << 20, Share: 1, MaxPerDevice: 4}},
+	return startManager(t, Config{Devices: devs, Profiles: []Profile{ocProfile, {Name: "oc-small", MemBytes: 16 << 20, Share: 1, MaxPerDevice: 4}},
 		SocketDir: t.TempDir(), Transport: mpqemu.Transport{}, DeviceMemory: []uint64{12 << 20, 48 << 20}})
-	if err != nil {
-		t.Fatalf("NewManager = %v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Close(); err != nil {
-			t.Errorf("Close = %v", err)
-		}
-	})
-	return m
 }
 
 // ocGuest is an instance on device dev with a driver open on it.
@@ -43,10 +34,7 @@ type ocGuest struct {
 
 func newOCGuest(t *testing.T, m *Manager, dev int, policy OvercommitPolicy, timeout time.Duration) *ocGuest {
 	t.Helper()
-	inst, err := m.Create(CreateRequest{Profile: ocProfile.Name, Device: &dev})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: ocProfile.Name, Device: &dev})
 	if err := m.SetOvercommit(inst.UUID(), Overcommit{Policy: policy, Timeout: Duration(timeout)}); err != nil {
 		t.Fatal(err)
 	}
@@ -279,10 +267,7 @@ func TestReallocTransparent(t *testing.T) {
 func TestPauseRefusedWhileMoving(t *testing.T) {
 	m := newOvercommitManager(t)
 	dev := 0
-	inst, err := m.Create(CreateRequest{Profile: ocProfile.Name, Device: &dev})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst := mustCreate(t, m, CreateRequest{Profile: ocProfile.Name, Device: &dev})
 	inst.relocating.Store(true)
 	defer inst.relocating.Store(false)
 	if err := m.Pause(context.Background()); !errors.Is(err, ErrReallocating) {

@@ -4,31 +4,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/interference"
-	"github.com/vgpud/vgpud/mdev/mpqemu"
 )
-
-// newManagerN is a manager over n devices (the test device, n times: the
-// placement is what is under test, not the device).
-func newManagerN(t *testing.T, n int, profiles []Profile) *Manager {
-	t.Helper()
-	devs := make([]gpu.Device, n)
-	for i := range devs {
-		devs[i] = openGPU(t)
-	}
-	m, err := NewManager(Config{Devices: devs, Profiles: profiles, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
-	if err != nil {
-		t.Fatalf("NewManager = %v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Close(); err != nil {
-			t.Errorf("Close = %v", err)
-		}
-	})
-	return m
-}
 
 // shortLongModel predicts what the seed measured: a short-kernel workload
 // suffers beside a long-kernel one, little else does.
@@ -163,14 +141,8 @@ func TestPlaceByInterference(t *testing.T) {
 	m := newManagerN(t, 2, nil)
 	m.useModel(shortLongModel{})
 	d0, d1 := 0, 1
-	long, err := m.Create(CreateRequest{Profile: "vgpu-small", Device: &d0, NoReuse: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	short, err := m.Create(CreateRequest{Profile: "vgpu-small", Device: &d1, NoReuse: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	long := mustCreate(t, m, CreateRequest{Profile: "vgpu-small", Device: &d0, NoReuse: true})
+	short := mustCreate(t, m, CreateRequest{Profile: "vgpu-small", Device: &d1, NoReuse: true})
 	runKernel(t, long, `__kernel void k(__global float *b) {
 		float x = b[get_global_id(0)];
 		for (int i = 0; i < 2000000; i++) x = x * 0.999f + 0.5f;

@@ -19,14 +19,8 @@ func TestSetProfileWhileAttached(t *testing.T) {
 		{Name: "small", MemBytes: 16 << 20, Share: 1, MaxPerDevice: 4},
 		{Name: "big", MemBytes: 64 << 20, Share: 3, MaxPerDevice: 1},
 	})
-	a, err := m.Create(CreateRequest{Profile: "small"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := m.Create(CreateRequest{Profile: "small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustCreate(t, m, CreateRequest{Profile: "small"})
+	b := mustCreate(t, m, CreateRequest{Profile: "small"})
 	vm := attach(t, a)
 	d := openDriver(t, vm)
 	if err := m.SetProfile(a.UUID(), "big"); err != nil {

@@ -10,21 +10,12 @@ import (
 
 func TestReuseWiring(t *testing.T) {
 	m := newManager(t, nil)
-	a, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	if got, want := a.ReuseDomain(), reuse.PrivatePrefix+a.UUID(); got != want {
 		t.Errorf("default ReuseDomain() = %q, want %q", got, want)
 	}
-	b, err := m.Create(CreateRequest{Profile: "vgpu-small", ReuseDomain: "team"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := m.Create(CreateRequest{Profile: "vgpu-small", NoReuse: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustCreate(t, m, CreateRequest{Profile: "vgpu-small", ReuseDomain: "team"})
+	c := mustCreate(t, m, CreateRequest{Profile: "vgpu-small", NoReuse: true})
 	if got := b.ReuseDomain(); got != "team" {
 		t.Errorf("ReuseDomain() = %q, want team", got)
 	}
@@ -34,10 +25,7 @@ func TestReuseWiring(t *testing.T) {
 	if _, err := m.Create(CreateRequest{Profile: "vgpu-small", ReuseDomain: "bad name"}); !errors.Is(err, reuse.ErrBadDomain) {
 		t.Errorf("Create(bad domain) = %v, want %v", err, reuse.ErrBadDomain)
 	}
-	d, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	// a holds no device state: it may move to team's worker.
 	if err := m.SetReuse(a.UUID(), ReuseSetting{Domain: "team"}); err != nil {
 		t.Fatal(err)
@@ -103,10 +91,7 @@ func TestReuseOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	a, err := m.Create(CreateRequest{Profile: "vgpu-small"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	if got := a.ReuseDomain(); got != "" {
 		t.Errorf("ReuseDomain() = %q, want none", got)
 	}

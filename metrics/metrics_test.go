@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"io"
-	"net"
 	"net/http/httptest"
 	"os"
 	"regexp"
@@ -80,11 +79,7 @@ func TestMetricsDuringRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := mpqemutest.NewVM(c, 16<<20)
+	vm, err := mpqemutest.Dial(inst.Socket(), 16<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,15 +30,9 @@ stampname=.deb-root-stamp
 # shellcheck source=lib/apt-host.sh
 . "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lib/apt-host.sh"
 # The cache key covers this script and the library it sources.
-key="script $(cat "$(realpath "${BASH_SOURCE[0]}")" "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lib/apt-host.sh" | sha256sum | cut -d' ' -f1)"
+key=$(build_key "${BASH_SOURCE[0]}")
 uptodate() { [[ -f $dir/$stampname ]] && [[ $(head -n1 "$dir/$stampname") == "$key" ]]; }
-if uptodate; then
-	exit 0
-fi
-mkdir -p "$(dirname "$dir")"
-exec 9>"$dir.lock"
-flock 9
-uptodate && exit 0
+lock_build "$dir"
 
 export DEBIAN_FRONTEND=noninteractive
 ensure_debootstrap
@@ -46,20 +40,16 @@ ensure_debootstrap
 
 codename=$(host_codename)
 [[ -n $codename ]] || die "the host is not Debian: its release names the root's"
-mirror=${DEB_ROOT_MIRROR:-$(apt_entries | awk -v c="$codename" '$2 == c { print $1; exit }')}
+mirror=${DEB_ROOT_MIRROR:-$(host_mirror "$codename")}
 [[ -n $mirror ]] || die "no Debian mirror for $codename in the host's apt sources; set DEB_ROOT_MIRROR"
 mirror=${mirror%/}
 
 tmp=$dir.tmp
-if [[ -e $tmp ]]; then
-	findmnt -rn -o TARGET | grep -qF "$tmp/" && die "$tmp has mounts under it; unmount them first"
-	rm -rf "$tmp"
-fi
+fresh_dir "$tmp"
 start=$SECONDS
 pkgs=systemd,dbus,procps,ocl-icd-libopencl1,pocl-opencl-icd,clinfo,qemu-system-x86
 say "debootstrap $codename ($pkgs) into $tmp from $mirror"
-debootstrap --variant=minbase --include="$pkgs" "$codename" "$tmp" "$mirror" >"$dir.debootstrap.log" 2>&1 ||
-	{ tail -n 20 "$dir.debootstrap.log" >&2; die "debootstrap failed (log: $dir.debootstrap.log)"; }
+logged "$dir.debootstrap.log" debootstrap debootstrap --variant=minbase --include="$pkgs" "$codename" "$tmp" "$mirror"
 chroot "$tmp" apt-get clean
 # A machine ID is made at the first boot (nspawn gives one), and nothing
 # asks for a login on the console.

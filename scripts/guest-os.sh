@@ -48,15 +48,9 @@ stampname=.guest-os-stamp
 here=$(dirname "$(realpath "${BASH_SOURCE[0]}")")
 # shellcheck source=lib/apt-host.sh
 . "$here/lib/apt-host.sh"
-key="script $(cat "$(realpath "${BASH_SOURCE[0]}")" "$here/lib/apt-host.sh" | sha256sum | cut -d' ' -f1)"
+key=$(build_key "${BASH_SOURCE[0]}")
 uptodate() { [[ -f $dir/$stampname ]] && [[ $(head -n1 "$dir/$stampname") == "$key" ]]; }
-if uptodate; then
-	exit 0
-fi
-mkdir -p "$(dirname "$dir")"
-exec 9>"$dir.lock"
-flock 9
-uptodate && exit 0
+lock_build "$dir"
 
 export DEBIAN_FRONTEND=noninteractive
 ensure_debootstrap
@@ -64,16 +58,13 @@ command -v mkfs.ext4 >/dev/null || die "mkfs.ext4 missing (Debian: e2fsprogs)"
 
 codename=$(host_codename)
 [[ -n $codename ]] || die "the host is not Debian: its release names the VM's"
-mirror=${GUEST_OS_MIRROR:-$(apt_entries | awk -v c="$codename" '$2 == c { print $1; exit }')}
+mirror=${GUEST_OS_MIRROR:-$(host_mirror "$codename")}
 [[ -n $mirror ]] || die "no Debian mirror for $codename in the host's apt sources; set GUEST_OS_MIRROR"
 mirror=${mirror%/}
 
 out=$dir.tmp
 root=$out/root
-if [[ -e $out ]]; then
-	findmnt -rn -o TARGET | grep -qF "$out/" && die "$out has mounts under it; unmount them first"
-	rm -rf "$out"
-fi
+fresh_dir "$out"
 mkdir -p "$out/debs"
 start=$SECONDS
 
@@ -84,8 +75,7 @@ pkgs=systemd-sysv,udev,kmod,dbus,procps,initramfs-tools,linux-image-amd64
 pkgs+=,ocl-icd-libopencl1,python3,python3-numpy,python3-mako,python3-appdirs
 pkgs+=,python3-platformdirs,python3-pytools,python3-six,python3-pkg-resources
 say "debootstrap $codename into $root from $mirror"
-debootstrap --variant=minbase --include="$pkgs" "$codename" "$root" "$mirror" >"$dir.debootstrap.log" 2>&1 ||
-	{ tail -n 20 "$dir.debootstrap.log" >&2; die "debootstrap failed (log: $dir.debootstrap.log)"; }
+logged "$dir.debootstrap.log" debootstrap debootstrap --variant=minbase --include="$pkgs" "$codename" "$root" "$mirror"
 
 # The packages the test installs in the VM, from the same archive, with
 # the root's own apt (its sources name the mirror debootstrap used).

@@ -44,7 +44,7 @@ stampname=.vmm-root-stamp
 # shellcheck source=lib/apt-host.sh
 . "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lib/apt-host.sh"
 # The cache key covers this script and the library it sources.
-key="script $(cat "$(realpath "${BASH_SOURCE[0]}")" "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lib/apt-host.sh" | sha256sum | cut -d' ' -f1)"
+key=$(build_key "${BASH_SOURCE[0]}")
 
 uptodate() { [[ -f $dir/$stampname ]] && [[ $(head -n1 "$dir/$stampname") == "$key" ]]; }
 
@@ -52,13 +52,7 @@ if uptodate; then
 	say "$dir is up to date ($(sed -n 's/^qemu-system-x86 //p' "$dir/$stampname"))"
 	exit 0
 fi
-
-mkdir -p "$(dirname "$dir")"
-exec 9>"$dir.lock"
-flock 9
-if uptodate; then # another run finished it while this one waited
-	exit 0
-fi
+lock_build "$dir"
 
 export DEBIAN_FRONTEND=noninteractive
 ensure_debootstrap
@@ -71,10 +65,10 @@ codename=$(host_codename)
 mirror=${VMM_ROOT_MIRROR:-}
 security=${VMM_ROOT_SECURITY_MIRROR:-}
 if [[ -z $mirror && -n $codename ]]; then
-	mirror=$(apt_entries | awk -v c="$codename" '$2 == c { print $1; exit }')
+	mirror=$(host_mirror "$codename")
 fi
 if [[ -z $security && -n $codename ]]; then
-	security=$(apt_entries | awk -v c="$codename-security" '$2 == c { print $1; exit }')
+	security=$(host_mirror "$codename-security")
 fi
 [[ -n $mirror ]] || die "no Debian mirror found in the host's apt sources (host release: ${codename:-not Debian}); set VMM_ROOT_MIRROR to one"
 mirror=${mirror%/}
@@ -82,52 +76,22 @@ security=${security%/}
 say "mirror $mirror${security:+, security $security}"
 
 tmp=$dir.tmp
-# A previous run's half-built root. Its mounts lived in a private mount
-# namespace and died with it; refuse to delete through a mount anyway.
-if [[ -e $tmp ]]; then
-	if findmnt -rn -o TARGET | grep -qF "$tmp/"; then
-		die "$tmp has mounts under it; unmount them first"
-	fi
-	rm -rf "$tmp"
-fi
+fresh_dir "$tmp"
 
 start=$SECONDS
 say "debootstrap trixie into $tmp"
-debootstrap --variant=minbase trixie "$tmp" "$mirror" >"$dir.debootstrap.log" 2>&1 ||
-	{ tail -n 20 "$dir.debootstrap.log" >&2; die "debootstrap failed (log: $dir.debootstrap.log)"; }
+logged "$dir.debootstrap.log" debootstrap debootstrap --variant=minbase trixie "$tmp" "$mirror"
 
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-{
-	printf 'Types: deb\nURIs: %s\nSuites: trixie trixie-updates trixie-backports\nComponents: main\nSigned-By: %s\n' "$mirror" "$keyring"
-	if [[ -n $security ]]; then
-		printf '\nTypes: deb\nURIs: %s\nSuites: trixie-security\nComponents: main\nSigned-By: %s\n' "$security" "$keyring"
-	fi
-} >"$tmp/etc/apt/sources.list.d/debian.sources"
-rm -f "$tmp/etc/apt/sources.list"
-# No init runs in this root: package scripts must not start services.
-printf '#!/bin/sh\nexit 101\n' >"$tmp/usr/sbin/policy-rc.d"
-chmod 755 "$tmp/usr/sbin/policy-rc.d"
+debian_sources "$tmp" "$mirror" "$security" "trixie trixie-updates trixie-backports"
+no_services "$tmp"
 
-# The installs run in a private mount namespace with /proc, /dev and /sys
-# bound into the root; the trap unmounts them, and the namespace's end
-# drops them regardless.
+# The installs run in a private mount namespace (root_apt).
 say "installing qemu-system-x86 (trixie-backports), libvirt and OpenCL (trixie)"
-unshare -m --propagation private bash -euo pipefail -c '
-	root=$1
-	cleanup() { umount -R "$root/sys" "$root/dev" "$root/proc" 2>/dev/null || true; }
-	trap cleanup EXIT
-	mount --bind /proc "$root/proc"
-	mount --rbind /dev "$root/dev"
-	mount --rbind /sys "$root/sys"
-	inroot() { chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LC_ALL=C "$@"; }
-	apt=(apt-get -y -q -o Dpkg::Use-Pty=0 --no-install-recommends)
-	inroot apt-get -q update
+logged "$dir.install.log" "installing into the root" root_apt "$tmp" '
 	inroot "${apt[@]}" -t trixie-backports install qemu-system-x86
 	inroot "${apt[@]}" install libvirt-daemon-system libvirt-clients
 	inroot "${apt[@]}" install ocl-icd-libopencl1 pocl-opencl-icd mesa-opencl-icd clinfo gcc libc6-dev
-	inroot apt-get clean
-' vmm-root "$tmp" >"$dir.install.log" 2>&1 ||
-	{ tail -n 20 "$dir.install.log" >&2; die "installing into the root failed (log: $dir.install.log)"; }
+'
 
 {
 	echo "$key"
@@ -140,10 +104,5 @@ chroot "$tmp" dpkg-query -W -f='${Package} ${Version}\n' >"$tmp/.vmm-root-packag
 
 # Swap the finished root in: DIR is either the old complete root or the
 # new one, never a partial one.
-if [[ -e $dir ]]; then
-	rm -rf "$dir.old"
-	mv -T "$dir" "$dir.old"
-fi
-mv -T "$tmp" "$dir"
-rm -rf "$dir.old"
+swap_in "$tmp" "$dir"
 say "built $dir in $((SECONDS - start)) s: $(sed -n 's/^qemu-system-x86 //p' "$dir/$stampname")"

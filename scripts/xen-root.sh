@@ -41,7 +41,7 @@ dir=$(realpath -m "$1")
 stampname=.xen-root-stamp
 # shellcheck source=lib/apt-host.sh
 . "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lib/apt-host.sh"
-key="script $(cat "$(realpath "${BASH_SOURCE[0]}")" "$(dirname "$(realpath "${BASH_SOURCE[0]}")")/lib/apt-host.sh" | sha256sum | cut -d' ' -f1)"
+key=$(build_key "${BASH_SOURCE[0]}")
 
 uptodate() { [[ -f $dir/$stampname ]] && [[ $(head -n1 "$dir/$stampname") == "$key" ]]; }
 
@@ -49,13 +49,7 @@ if uptodate; then
 	say "$dir is up to date"
 	exit 0
 fi
-
-mkdir -p "$(dirname "$dir")"
-exec 9>"$dir.lock"
-flock 9
-if uptodate; then
-	exit 0
-fi
+lock_build "$dir"
 
 export DEBIAN_FRONTEND=noninteractive
 ensure_debootstrap
@@ -65,10 +59,10 @@ codename=$(host_codename)
 mirror=${XEN_ROOT_MIRROR:-}
 security=${XEN_ROOT_SECURITY_MIRROR:-}
 if [[ -z $mirror && -n $codename ]]; then
-	mirror=$(apt_entries | awk -v c="$codename" '$2 == c { print $1; exit }')
+	mirror=$(host_mirror "$codename")
 fi
 if [[ -z $security && -n $codename ]]; then
-	security=$(apt_entries | awk -v c="$codename-security" '$2 == c { print $1; exit }')
+	security=$(host_mirror "$codename-security")
 fi
 [[ -n $mirror ]] || die "no Debian mirror found in the host's apt sources (host release: ${codename:-not Debian}); set XEN_ROOT_MIRROR to one"
 mirror=${mirror%/}
@@ -76,49 +70,24 @@ security=${security%/}
 say "mirror $mirror${security:+, security $security}"
 
 tmp=$dir.tmp
-if [[ -e $tmp ]]; then
-	if findmnt -rn -o TARGET | grep -qF "$tmp/"; then
-		die "$tmp has mounts under it; unmount them first"
-	fi
-	rm -rf "$tmp"
-fi
+fresh_dir "$tmp"
 mkdir -p "$tmp"
 rootfs=$tmp/rootfs
 
 start=$SECONDS
 say "debootstrap trixie into $rootfs"
-debootstrap --variant=minbase trixie "$rootfs" "$mirror" >"$dir.debootstrap.log" 2>&1 ||
-	{ tail -n 20 "$dir.debootstrap.log" >&2; die "debootstrap failed (log: $dir.debootstrap.log)"; }
+logged "$dir.debootstrap.log" debootstrap debootstrap --variant=minbase trixie "$rootfs" "$mirror"
 
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-{
-	printf 'Types: deb\nURIs: %s\nSuites: trixie trixie-updates\nComponents: main\nSigned-By: %s\n' "$mirror" "$keyring"
-	if [[ -n $security ]]; then
-		printf '\nTypes: deb\nURIs: %s\nSuites: trixie-security\nComponents: main\nSigned-By: %s\n' "$security" "$keyring"
-	fi
-} >"$rootfs/etc/apt/sources.list.d/debian.sources"
-rm -f "$rootfs/etc/apt/sources.list"
-printf '#!/bin/sh\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d"
-chmod 755 "$rootfs/usr/sbin/policy-rc.d"
+debian_sources "$rootfs" "$mirror" "$security" "trixie trixie-updates"
+no_services "$rootfs"
 
 say "installing the kernel, systemd and Xen 4.20 (trixie)"
-unshare -m --propagation private bash -euo pipefail -c '
-	root=$1
-	cleanup() { umount -R "$root/sys" "$root/dev" "$root/proc" 2>/dev/null || true; }
-	trap cleanup EXIT
-	mount --bind /proc "$root/proc"
-	mount --rbind /dev "$root/dev"
-	mount --rbind /sys "$root/sys"
-	inroot() { chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LC_ALL=C "$@"; }
-	apt=(apt-get -y -q -o Dpkg::Use-Pty=0 --no-install-recommends)
-	inroot apt-get -q update
+logged "$dir.install.log" "installing into the root" root_apt "$rootfs" '
 	inroot "${apt[@]}" install systemd-sysv udev kmod e2fsprogs procps iproute2 less \
 		linux-image-amd64 initramfs-tools \
 		xen-system-amd64 xen-hypervisor-4.20-amd64 xen-utils-4.20 qemu-system-xen \
 		ocl-icd-libopencl1 pocl-opencl-icd
-	inroot apt-get clean
-' xen-root "$rootfs" >"$dir.install.log" 2>&1 ||
-	{ tail -n 20 "$dir.install.log" >&2; die "installing into the root failed (log: $dir.install.log)"; }
+'
 rm -f "$rootfs/usr/sbin/policy-rc.d"
 
 # The boot pieces.
@@ -179,10 +148,5 @@ mkfs.ext4 -q -L xenroot -d "$rootfs" "$tmp/root.img" ||
 rm -rf "$rootfs"
 cp "$tmp/$stampname" "$tmp/$stampname.tmp" && mv "$tmp/$stampname.tmp" "$tmp/$stampname"
 
-if [[ -e $dir ]]; then
-	rm -rf "$dir.old"
-	mv -T "$dir" "$dir.old"
-fi
-mv -T "$tmp" "$dir"
-rm -rf "$dir.old"
+swap_in "$tmp" "$dir"
 say "built $dir in $((SECONDS - start)) s"

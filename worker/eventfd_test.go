@@ -99,12 +99,7 @@ func TestHostileWorkerEventfds(t *testing.T) {
 			b, err := p.Create(InstanceConfig{
 				ID: "hostile", Domain: "instance:hostile",
 				Limits: Limits{MemBytes: 1 << 20, BuildTimeout: time.Second},
-				Notify: func(uint32) {
-					select {
-					case notes <- struct{}{}:
-					default:
-					}
-				},
+				Notify: notifyInto(notes),
 			})
 			if err != nil {
 				t.Fatalf("Create = %v", err)
@@ -272,12 +267,7 @@ func TestAdoptedHostileEventfds(t *testing.T) {
 	b, err := p.Create(InstanceConfig{
 		ID: "adopted", Domain: "instance:adopted",
 		Limits: Limits{MemBytes: 1 << 20, BuildTimeout: time.Second},
-		Notify: func(uint32) {
-			select {
-			case notes <- struct{}{}:
-			default:
-			}
-		},
+		Notify: notifyInto(notes),
 	})
 	if err != nil {
 		t.Fatalf("Create (adopt) = %v", err)
@@ -321,5 +311,16 @@ func TestAdoptedHostileEventfds(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Errorf("pool Close = %v", err)
+	}
+}
+
+// notifyInto is a Notify that posts a notice on notes, dropping those
+// that find it full.
+func notifyInto(notes chan<- struct{}) func(uint32) {
+	return func(uint32) {
+		select {
+		case notes <- struct{}{}:
+		default:
+		}
 	}
 }

@@ -22,26 +22,35 @@ func procState(t *testing.T, pid int) string {
 	return f[0]
 }
 
+// holdTurn starts a worker on a CPU device whose instance "hold" takes
+// its turn and keeps it, and returns once the scheduler shows that turn
+// held: the pool, the instance and its limits, closed at the test's end.
+func holdTurn(t *testing.T) (*Pool, Backend, Limits) {
+	t.Helper()
+	dev := liarDevice
+	dev.CPU = true
+	p := liarPool(t, "hold-turn", dev)
+	t.Cleanup(func() { p.Close() })
+	lim := Limits{MemBytes: 1 << 20, KernelTimeout: 10 * time.Minute, Slice: 10 * time.Millisecond, BuildTimeout: time.Second}
+	inst, err := p.Create(InstanceConfig{ID: "hold", Domain: "instance:hold", Limits: lim, Notify: func(uint32) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Close() })
+	for p.Sched(0).Stats().Holder != "hold" {
+		time.Sleep(time.Millisecond) // the worker asks for its turn after Add
+	}
+	return p, inst, lim
+}
+
 // TestStoppedWorkerWokenForCalls: on a CPU device, a worker whose turn
 // runs while another client waits is stopped (SIGSTOP) and the waiter
 // granted; a call to the stopped worker (here the instance's new limits)
 // continues it first instead of waiting on a process that cannot answer;
 // closing everything leaves no worker stopped.
 func TestStoppedWorkerWokenForCalls(t *testing.T) {
-	dev := liarDevice
-	dev.CPU = true
-	p := liarPool(t, "hold-turn", dev)
-	defer p.Close()
-	lim := Limits{MemBytes: 1 << 20, KernelTimeout: 10 * time.Minute, Slice: 10 * time.Millisecond, BuildTimeout: time.Second}
-	inst, err := p.Create(InstanceConfig{ID: "hold", Domain: "instance:hold", Limits: lim, Notify: func(uint32) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inst.Close()
+	p, inst, lim := holdTurn(t)
 	s := p.Sched(0)
-	for s.Stats().Holder != "hold" {
-		time.Sleep(time.Millisecond) // the worker asks for its turn after Add
-	}
 	pid := p.WorkerPID("hold")
 
 	// Generous: the neighbour is granted once the held turn ran 2 ms.
@@ -90,20 +99,8 @@ func TestStoppedWorkerWokenForCalls(t *testing.T) {
 // so that the worker can end its turn and answer, and no stopped worker
 // is handed over; Resume turns preemption back on.
 func TestPauseContinuesStoppedWorker(t *testing.T) {
-	dev := liarDevice
-	dev.CPU = true
-	p := liarPool(t, "hold-turn", dev)
-	defer p.Close()
-	lim := Limits{MemBytes: 1 << 20, KernelTimeout: 10 * time.Minute, Slice: 10 * time.Millisecond, BuildTimeout: time.Second}
-	inst, err := p.Create(InstanceConfig{ID: "hold", Domain: "instance:hold", Limits: lim, Notify: func(uint32) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inst.Close()
+	p, _, _ := holdTurn(t)
 	s := p.Sched(0)
-	for s.Stats().Holder != "hold" {
-		time.Sleep(time.Millisecond)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, release, err := s.Acquire(ctx, "neighbour", 0)

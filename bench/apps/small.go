@@ -6,7 +6,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 	"github.com/vgpud/vgpud/guestagent/image"
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
+	"github.com/vgpud/vgpud/internal/syncbuf"
 )
 
 // The goals of issue 32 for the ICD on the host against PoCL directly.
@@ -150,27 +150,8 @@ type icdHost struct {
 	sock   string
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	stderr *syncBuffer
-	done   chan error // the process's exit
-}
-
-// syncBuffer is a bytes.Buffer that the process's output goroutine and
-// the error paths share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	stderr *syncbuf.Buffer // the process's output goroutine and the error paths share it
+	done   chan error      // the process's exit
 }
 
 // goTool is the go command: on $PATH, or the one this program was built
@@ -190,7 +171,7 @@ func (b *bench) startICDHost(ctx context.Context) (*icdHost, error) {
 	if out, err := exec.CommandContext(ctx, goTool(), "build", "-o", bin, "./tests/icdhost").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build ./tests/icdhost: %v\n%s", err, out)
 	}
-	h := &icdHost{sock: filepath.Join(b.dir, "icd.sock"), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	h := &icdHost{sock: filepath.Join(b.dir, "icd.sock"), stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	h.cmd = exec.CommandContext(ctx, bin, "-socket", h.sock, "-device", b.cfg.device, "-profile", b.cfg.profile)
 	h.cmd.Cancel = func() error { return h.cmd.Process.Signal(syscall.SIGTERM) }
 	h.cmd.WaitDelay = 30 * time.Second

@@ -6,6 +6,7 @@ package benchmain
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -36,4 +37,16 @@ func Main(name string, run Run) {
 // Stdout adapts a body that writes only to standard output.
 func Stdout(run func(ctx context.Context, args []string, stdout io.Writer) error) Run {
 	return func(ctx context.Context, args []string, stdout, _ io.Writer) error { return run(ctx, args, stdout) }
+}
+
+// Parse parses a benchmark's command line, args, with fs: flags only, no
+// further arguments.
+func Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return nil
 }

@@ -66,11 +66,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.profile, "profile", "vgpu-small", "vGPU profile of the benchmark's instances")
 	fs.DurationVar(&c.bootTimeout, "boot-timeout", 4*time.Minute, "bound on each guest's boot, run and power-off")
 	serial := fs.Bool("serial", false, "copy the guests' consoles to stderr")
-	if err := fs.Parse(args); err != nil {
+	if err := benchmain.Parse(fs, args); err != nil {
 		return c, err
-	}
-	if fs.NArg() != 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var err error
 	if c.sections, err = table.ParseSections(*sections, allSections); err != nil {

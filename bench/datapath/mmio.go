@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"time"
 
@@ -163,11 +162,7 @@ func parseMMIO(raw []json.RawMessage, n int) (edu, proxy mmioCost, err error) {
 
 // attachHarness connects a QEMU-less VM with ramBytes of RAM to inst.
 func attachHarness(inst *mdev.Instance, ramBytes uint64) (*mpqemutest.VM, error) {
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("dial instance: %w", err)
-	}
-	vm, err := mpqemutest.NewVM(c, ramBytes)
+	vm, err := mpqemutest.Dial(inst.Socket(), ramBytes)
 	if err != nil {
 		return nil, fmt.Errorf("attach harness: %w", err)
 	}

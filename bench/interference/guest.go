@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"runtime"
 	"time"
 
@@ -43,11 +42,7 @@ func newGuest(mgr *mdev.Manager, w workload) (g *guest, err error) {
 			err = errors.Join(fmt.Errorf("%s: %w", w.name, err), g.close())
 		}
 	}()
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("dial instance: %w", err)
-	}
-	if g.vm, err = mpqemutest.NewVM(c, ramBytes); err != nil {
+	if g.vm, err = mpqemutest.Dial(inst.Socket(), ramBytes); err != nil {
 		return nil, err
 	}
 	if g.d, err = driver.Open(g.vm, g.vm, driver.Options{}); err != nil {

@@ -47,11 +47,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.device, "device", os.Getenv("VGPUD_TEST_DEVICE"), "OpenCL device: index or name substring")
 	names := fs.String("workloads", "", "comma-separated workloads (default: all)")
 	fs.StringVar(&c.measured, "measured", "", "the dataset's measured field (default: git commit and date)")
-	if err := fs.Parse(args); err != nil {
+	if err := benchmain.Parse(fs, args); err != nil {
 		return c, err
-	}
-	if fs.NArg() != 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	switch {
 	case c.window < 10*time.Millisecond || c.window > time.Hour:

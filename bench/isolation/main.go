@@ -51,7 +51,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"runtime"
 	"slices"
@@ -231,11 +230,7 @@ func newGuest(h *host.Host, ramBytes uint64) (*mpqemutest.VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	return mpqemutest.NewVM(c, ramBytes)
+	return mpqemutest.Dial(inst.Socket(), ramBytes)
 }
 
 // openContext opens device context contextID on the default ring d, as

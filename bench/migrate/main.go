@@ -55,11 +55,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.n, "n", 65536, "uint32 elements of each of the job's two vectors")
 	fs.BoolVar(&c.serial, "serial", false, "copy the guests' consoles to stderr")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (the daemons' logs) and print its path")
-	if err := fs.Parse(args); err != nil {
+	if err := benchmain.Parse(fs, args); err != nil {
 		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	for _, s := range strings.Split(*sizes, ",") {
 		v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)

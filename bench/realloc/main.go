@@ -179,11 +179,7 @@ func runMode(ctx context.Context, m *mdev.Manager, cfg config, mode string) (*re
 		return nil, err
 	}
 	defer m.Destroy(inst.UUID())
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	vm, err := mpqemutest.NewVM(c, 64<<20)
+	vm, err := mpqemutest.Dial(inst.Socket(), 64<<20)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"net"
 	"testing"
 
 	"github.com/vgpud/vgpud/abi"
@@ -128,11 +127,7 @@ func newDefaultGuest(t *testing.T, m *mdev.Manager) *defaultGuest {
 	if got, want := inst.ReuseDomain(), reuse.PrivatePrefix+inst.UUID(); got != want {
 		t.Fatalf("default reuse domain = %q, want the private %q", got, want)
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := mpqemutest.NewVM(c, 64<<20)
+	vm, err := mpqemutest.Dial(inst.Socket(), 64<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"runtime"
 	"time"
 
@@ -64,11 +62,7 @@ func (b *bench) newGuest(share uint32) (g *guest, err error) {
 	if err := b.mgr.SetShare(inst.UUID(), share); err != nil {
 		return nil, err
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("dial instance: %w", err)
-	}
-	if g.vm, err = mpqemutest.NewVM(c, ramBytes); err != nil {
+	if g.vm, err = mpqemutest.Dial(inst.Socket(), ramBytes); err != nil {
 		return nil, err
 	}
 	if g.d, err = driver.Open(g.vm, g.vm, driver.Options{}); err != nil {

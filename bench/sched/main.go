@@ -52,11 +52,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&c.shortT, "short", 250*time.Microsecond, "device time of a short kernel")
 	fs.DurationVar(&c.mediumT, "medium", 2*time.Millisecond, "device time of the throughput and fairness kernel")
 	fs.DurationVar(&c.longT, "long", 20*time.Millisecond, "device time of a long kernel")
-	if err := fs.Parse(args); err != nil {
+	if err := benchmain.Parse(fs, args); err != nil {
 		return c, err
-	}
-	if fs.NArg() != 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var err error
 	if c.sections, err = table.ParseSections(*sections, allSections); err != nil {

@@ -19,33 +19,8 @@ func TestLimitFlood(t *testing.T) {
 		max  int
 	}{{"one", 1}, {"four", 4}} {
 		t.Run(tc.name, func(t *testing.T) {
-			raw, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
 			g := &Limit{Max: tc.max, Name: "test"}
-			l := g.Listener(raw)
-			accepted := make(chan net.Conn, 3*tc.max+1)
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					accepted <- c
-				}
-			}()
-			defer func() {
-				l.Close()
-				wg.Wait()
-				close(accepted)
-				for c := range accepted {
-					c.Close()
-				}
-			}()
+			raw, accepted := serveLimited(t, g, 3*tc.max+1)
 
 			closed := make(chan struct{}, 3*tc.max)
 			for range 3 * tc.max {
@@ -54,12 +29,7 @@ func TestLimitFlood(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer c.Close()
-				go func() {
-					c.SetReadDeadline(time.Now().Add(time.Minute))
-					if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
-						closed <- struct{}{}
-					}
-				}()
+				noteClosed(c, closed)
 			}
 			for i := range 2 * tc.max {
 				select {
@@ -117,33 +87,8 @@ func TestLimitZero(t *testing.T) {
 // TestLimitPerHost: one address's flood gets PerHost places, the rest of
 // its connections are closed at once, and another address still gets in.
 func TestLimitPerHost(t *testing.T) {
-	raw, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	g := &Limit{Max: 8, PerHost: 2, Name: "test"}
-	l := g.Listener(raw)
-	accepted := make(chan net.Conn, 16)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
-	defer func() {
-		l.Close()
-		wg.Wait()
-		close(accepted)
-		for c := range accepted {
-			c.Close()
-		}
-	}()
+	raw, accepted := serveLimited(t, g, 16)
 	dial := func(from string) net.Conn {
 		t.Helper()
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
@@ -156,13 +101,7 @@ func TestLimitPerHost(t *testing.T) {
 	}
 	closed := make(chan struct{}, 6)
 	for range 6 {
-		c := dial("127.0.0.1")
-		go func() {
-			c.SetReadDeadline(time.Now().Add(time.Minute))
-			if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
-				closed <- struct{}{}
-			}
-		}()
+		noteClosed(dial("127.0.0.1"), closed)
 	}
 	for i := range 4 {
 		select {
@@ -198,4 +137,49 @@ func TestLimitPerHost(t *testing.T) {
 	if g.Open() != 0 || left != 0 {
 		t.Errorf("after closing all: Open() = %d, %d hosts counted; want 0, 0", g.Open(), left)
 	}
+}
+
+// serveLimited listens on loopback behind g and accepts into the channel
+// it returns (of room n) until the test ends; then it closes the listener
+// and every connection accepted and not taken.
+func serveLimited(t *testing.T, g *Limit, n int) (net.Listener, chan net.Conn) {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := g.Listener(raw)
+	accepted := make(chan net.Conn, n)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+		close(accepted)
+		for c := range accepted {
+			c.Close()
+		}
+	})
+	return raw, accepted
+}
+
+// noteClosed sends on closed when the server closes c: a read fails
+// otherwise than by its one-minute deadline or c's own Close.
+func noteClosed(c net.Conn, closed chan<- struct{}) {
+	go func() {
+		c.SetReadDeadline(time.Now().Add(time.Minute))
+		if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
+			closed <- struct{}{}
+		}
+	}()
 }

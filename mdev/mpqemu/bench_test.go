@@ -6,6 +6,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+	"github.com/vgpud/vgpud/mdev/transport/transporttest"
 	"github.com/vgpud/vgpud/mmio"
 )
 
@@ -15,7 +16,7 @@ import (
 func BenchmarkBARWrite(b *testing.B) {
 	mem := &guestmem.Map{}
 	defer mem.Close()
-	vm, stop, err := mpqemutest.Attach(mmio.New(&fakeBackend{}), mmio.NewConfigSpace(), mem, 4<<20)
+	vm, stop, err := mpqemutest.Attach(mmio.New(&transporttest.FakeBackend{}), mmio.NewConfigSpace(), mem, 4<<20)
 	if err != nil {
 		b.Fatalf("Attach: %v", err)
 	}
@@ -33,7 +34,7 @@ func BenchmarkBARWrite(b *testing.B) {
 func BenchmarkBARRead(b *testing.B) {
 	mem := &guestmem.Map{}
 	defer mem.Close()
-	vm, stop, err := mpqemutest.Attach(mmio.New(&fakeBackend{}), mmio.NewConfigSpace(), mem, 4<<20)
+	vm, stop, err := mpqemutest.Attach(mmio.New(&transporttest.FakeBackend{}), mmio.NewConfigSpace(), mem, 4<<20)
 	if err != nil {
 		b.Fatalf("Attach: %v", err)
 	}

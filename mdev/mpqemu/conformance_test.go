@@ -28,11 +28,7 @@ func (conformance) Socket() transport.Socket { return mpqemu.Transport{} }
 
 func (conformance) Attach(t testing.TB, inst *mdev.Instance, ram uint64) transporttest.Guest {
 	t.Helper()
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		t.Fatalf("dial %s: %v", inst.Socket(), err)
-	}
-	vm, err := mpqemutest.NewVM(c, ram)
+	vm, err := mpqemutest.Dial(inst.Socket(), ram)
 	if err != nil {
 		t.Fatalf("attach: %v", err)
 	}

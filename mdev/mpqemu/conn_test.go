@@ -14,6 +14,7 @@ import (
 	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+	"github.com/vgpud/vgpud/mdev/transport/transporttest"
 	"github.com/vgpud/vgpud/mmio"
 )
 
@@ -21,7 +22,7 @@ const ramBytes = 4 << 20
 
 // device is one served vGPU instance.
 type device struct {
-	b    *fakeBackend
+	b    *transporttest.FakeBackend
 	dev  *mmio.Device
 	cs   *mmio.ConfigSpace
 	mem  *guestmem.Map
@@ -32,7 +33,7 @@ type device struct {
 // serve starts a Conn on devSide.
 func serve(t *testing.T, ctx context.Context, devSide *net.UnixConn) *device {
 	t.Helper()
-	d := &device{b: &fakeBackend{}, cs: mmio.NewConfigSpace(), mem: &guestmem.Map{}, done: make(chan error, 1)}
+	d := &device{b: &transporttest.FakeBackend{}, cs: mmio.NewConfigSpace(), mem: &guestmem.Map{}, done: make(chan error, 1)}
 	d.dev = mmio.New(d.b)
 	d.conn = mpqemu.NewConn(devSide, d.dev, d.cs, d.mem, nil)
 	go func() { d.done <- d.conn.Serve(ctx) }()
@@ -82,10 +83,7 @@ func TestRegisterAccess(t *testing.T) {
 	if got := vm.Read32(abi.RegRingHead); got != 42 {
 		t.Errorf("Read32(RegRingHead) = %d, want 42", got)
 	}
-	d.b.mu.Lock()
-	doorbells := d.b.doorbells
-	d.b.mu.Unlock()
-	if doorbells != 1 {
+	if doorbells := d.b.Doorbells(); doorbells != 1 {
 		t.Errorf("doorbells = %d, want 1", doorbells)
 	}
 	// Misaligned access reaches the register file, which latches an error.
@@ -132,10 +130,7 @@ func TestResetAndConfig(t *testing.T) {
 	if err := vm.Reset(); err != nil {
 		t.Fatalf("Reset: %v", err)
 	}
-	d.b.mu.Lock()
-	resets := d.b.resets
-	d.b.mu.Unlock()
-	if resets != 1 {
+	if resets := d.b.Resets(); resets != 1 {
 		t.Errorf("backend resets = %d, want 1", resets)
 	}
 	if got := vm.Read32(abi.RegRingSlots); got != 0 {
@@ -242,7 +237,7 @@ func TestServeEnds(t *testing.T) {
 func TestFDsClosed(t *testing.T) {
 	before := openFDs(t)
 	func() {
-		vm, stop, err := mpqemutest.Attach(mmio.New(&fakeBackend{}), mmio.NewConfigSpace(), &guestmem.Map{}, ramBytes)
+		vm, stop, err := mpqemutest.Attach(mmio.New(&transporttest.FakeBackend{}), mmio.NewConfigSpace(), &guestmem.Map{}, ramBytes)
 		if err != nil {
 			t.Fatalf("Attach: %v", err)
 		}

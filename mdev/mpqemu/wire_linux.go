@@ -40,43 +40,13 @@ func NewWire(conn *net.UnixConn) *Wire {
 // messages yields io.EOF; malformed input yields an error wrapping
 // ErrProtocol.
 func (w *Wire) Read() (Msg, error) {
-	var fds []int
+	fds, err := scmrights.ReadHeader(w.conn, w.hdr[:], w.oob, MaxFDs, w.finishPaused, protoErr)
+	if err != nil {
+		return Msg{}, err
+	}
 	fail := func(err error) (Msg, error) {
 		scmrights.Close(fds)
 		return Msg{}, err
-	}
-	n := 0
-	for n < HeaderSize {
-		k, oobn, flags, _, err := w.conn.ReadMsgUnix(w.hdr[n:], w.oob)
-		if oobn > 0 {
-			got, perr := scmrights.Parse(w.oob[:oobn])
-			fds = append(fds, got...)
-			if perr != nil {
-				return fail(protoErr("%v", perr))
-			}
-		}
-		if flags&unix.MSG_CTRUNC != 0 {
-			return fail(protoErr("control data truncated: more than %d fds", MaxFDs))
-		}
-		n += k
-		if err != nil && n > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-			// A pause (Conn.Pause) between the bytes of one message:
-			// finish the message, pause before the next.
-			w.conn.SetReadDeadline(time.Time{})
-			continue
-		}
-		if err != nil {
-			if n > 0 && errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return fail(fmt.Errorf("read header: %w", err))
-		}
-		if k == 0 {
-			if n == 0 {
-				return fail(io.EOF)
-			}
-			return fail(fmt.Errorf("read header: %w", io.ErrUnexpectedEOF))
-		}
 	}
 	c, size := parseHeader(w.hdr[:])
 	if err := checkHeader(c, size); err != nil {
@@ -95,7 +65,17 @@ func (w *Wire) Read() (Msg, error) {
 	return Msg{Cmd: c, Payload: p, FDs: fds}, nil
 }
 
-// parseRights returns the fds of every SCM_RIGHTS message in oob.
+// finishPaused: a pause (Conn.Pause) between the bytes of one message's
+// header finishes the header: the expired deadline is cleared and the read
+// goes on. (The payload reads through a pause too: noDeadline.)
+func (w *Wire) finishPaused(err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	w.conn.SetReadDeadline(time.Time{})
+	return true
+}
+
 // noDeadline reads the rest of a message whatever its deadline: a pause
 // never splits a message.
 type noDeadline struct{ c *net.UnixConn }
@@ -137,20 +117,7 @@ func (w *Wire) WriteBar(c Cmd, m BarMsg) error {
 }
 
 func (w *Wire) send(fds []int) error {
-	var (
-		n   int
-		err error
-	)
-	if len(fds) > 0 {
-		n, _, err = w.conn.WriteMsgUnix(w.out, unix.UnixRights(fds...), nil)
-	} else {
-		n, err = w.conn.Write(w.out)
-	}
-	if err == nil && n < len(w.out) {
-		// The fds went with the first byte; the rest is plain data.
-		_, err = w.conn.Write(w.out[n:])
-	}
-	if err != nil {
+	if err := scmrights.Send(w.conn, w.out, fds); err != nil {
 		return fmt.Errorf("write %v: %w", Cmd(int32(le.Uint32(w.out))), err)
 	}
 	return nil

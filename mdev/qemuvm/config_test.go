@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -25,17 +26,9 @@ func TestArgs(t *testing.T) {
 		{
 			name: "defaults",
 			cfg:  Config{Kernel: "/k/vmlinuz", Initrd: "/k/initrd.cpio"},
-			want: []string{
-				"-accel", "tcg",
-				"-machine", "pc,memory-backend=mem",
-				"-object", "memory-backend-memfd,id=mem,size=256M,share=on",
-				"-m", "256M", "-smp", "1",
-				"-nodefaults", "-no-user-config", "-display", "none",
-				"-serial", "stdio",
-				"-kernel", "/k/vmlinuz", "-initrd", "/k/initrd.cpio",
-				"-append", "console=ttyS0 panic=-1",
+			want: append(argsHead("256M", 1, false, "/k/vmlinuz", "/k/initrd.cpio", "console=ttyS0 panic=-1"),
 				"-no-reboot",
-			},
+			),
 		},
 		{
 			name: "everything",
@@ -46,22 +39,14 @@ func TestArgs(t *testing.T) {
 				ExtraArgs:    []string{"-chardev", "socket,id=ch0,path=/tmp/s"},
 				QMPSocket:    "/tmp/qmp.sock",
 			},
-			want: []string{
-				"-accel", "tcg",
-				"-machine", "pc,memory-backend=mem",
-				"-object", "memory-backend-memfd,id=mem,size=512M,share=on",
-				"-m", "512M", "-smp", "2",
-				"-nodefaults", "-no-user-config", "-display", "none",
-				"-serial", "stdio",
-				"-kernel", "k", "-initrd", "i",
-				"-append", "console=ttyS0 panic=-1 vgpu.run=x vgpu.args=-n,5",
+			want: append(argsHead("512M", 2, false, "k", "i", "console=ttyS0 panic=-1 vgpu.run=x vgpu.args=-n,5"),
 				"-device", "x-pci-proxy-dev,id=vgpu0,fd=3,addr=0x10",
 				"-device", "x-pci-proxy-dev,id=vgpu1,fd=4,addr=0x11",
 				"-device", "edu",
 				"-no-reboot",
 				"-qmp", "unix:/tmp/qmp.sock,server=on,wait=off",
 				"-chardev", "socket,id=ch0,path=/tmp/s",
-			},
+			),
 		},
 		{
 			name: "vfio-user",
@@ -69,23 +54,15 @@ func TestArgs(t *testing.T) {
 				Kernel: "k", Initrd: "i", AgentSocket: "/run/vgpud/instances/u.agent.sock",
 				VFIOUser: []VFIOUserDevice{{ID: "vgpu0", Socket: "/run/vgpud/instances/u.vfio-user.sock"}, {ID: "vgpu1", Socket: `/tmp/a "b".sock`}},
 			},
-			want: []string{
-				"-accel", "tcg",
-				"-machine", "pc,memory-backend=mem",
-				"-object", "memory-backend-memfd,id=mem,size=256M,share=on,seal=on",
-				"-m", "256M", "-smp", "1",
-				"-nodefaults", "-no-user-config", "-display", "none",
-				"-serial", "stdio",
-				"-kernel", "k", "-initrd", "i",
-				"-append", "console=ttyS0 panic=-1",
+			want: append(argsHead("256M", 1, true, "k", "i", "console=ttyS0 panic=-1"),
 				"-device", `{"driver":"vfio-user-pci","id":"vgpu0","addr":"0x10","socket":{"type":"unix","path":"/run/vgpud/instances/u.vfio-user.sock"}}`,
 				"-device", `{"driver":"vfio-user-pci","id":"vgpu1","addr":"0x11","socket":{"type":"unix","path":"/tmp/a \"b\".sock"}}`,
 				"-name", "vgpu-guest,debug-threads=on",
 				"-device", "virtio-serial-pci,id=agentser,addr=0x8",
 				"-chardev", "socket,id=agentch,path=/run/vgpud/instances/u.agent.sock,reconnect-ms=1000",
-				"-device", "virtserialport,bus=agentser.0,chardev=agentch,name=" + DefaultAgentPort,
+				"-device", "virtserialport,bus=agentser.0,chardev=agentch,name="+DefaultAgentPort,
 				"-no-reboot",
-			},
+			),
 		},
 		{
 			name: "both transports",
@@ -94,19 +71,11 @@ func TestArgs(t *testing.T) {
 				Devices:  []ProxyDevice{{ID: "p0", FD: f}},
 				VFIOUser: []VFIOUserDevice{{ID: "v0", Socket: "/s"}},
 			},
-			want: []string{
-				"-accel", "tcg",
-				"-machine", "pc,memory-backend=mem",
-				"-object", "memory-backend-memfd,id=mem,size=256M,share=on,seal=on",
-				"-m", "256M", "-smp", "1",
-				"-nodefaults", "-no-user-config", "-display", "none",
-				"-serial", "stdio",
-				"-kernel", "k", "-initrd", "i",
-				"-append", "console=ttyS0 panic=-1",
+			want: append(argsHead("256M", 1, true, "k", "i", "console=ttyS0 panic=-1"),
 				"-device", "x-pci-proxy-dev,id=p0,fd=3,addr=0x10",
 				"-device", `{"driver":"vfio-user-pci","id":"v0","addr":"0x11","socket":{"type":"unix","path":"/s"}}`,
 				"-no-reboot",
-			},
+			),
 		},
 	}
 	for _, tt := range tests {
@@ -368,6 +337,26 @@ func TestReconnectSpelling(t *testing.T) {
 		if args := tt.cfg.Args(); !slices.Contains(args, tt.want) {
 			t.Errorf("Args(modern %v, %d vfio-user) = %q, want %q among them", tt.cfg.Modern, len(tt.cfg.VFIOUser), args, tt.want)
 		}
+	}
+}
+
+// argsHead is how every command line starts: the machine with mem of
+// guest RAM (a memfd, sealed for vfio-user) and cpus, a serial console,
+// the kernel, initrd and append line.
+func argsHead(mem string, cpus int, sealed bool, kernel, initrd, appendLine string) []string {
+	memfd := "memory-backend-memfd,id=mem,size=" + mem + ",share=on"
+	if sealed {
+		memfd += ",seal=on"
+	}
+	return []string{
+		"-accel", "tcg",
+		"-machine", "pc,memory-backend=mem",
+		"-object", memfd,
+		"-m", mem, "-smp", strconv.Itoa(cpus),
+		"-nodefaults", "-no-user-config", "-display", "none",
+		"-serial", "stdio",
+		"-kernel", kernel, "-initrd", initrd,
+		"-append", appendLine,
 	}
 }
 

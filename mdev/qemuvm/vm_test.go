@@ -1,16 +1,16 @@
 package qemuvm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/vgpud/vgpud/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) {
@@ -28,31 +28,13 @@ func fakeQEMU(t *testing.T, script string) Config {
 	return Config{QEMU: p, Kernel: "k", Initrd: "i"}
 }
 
-// syncBuffer is a bytes.Buffer safe for the console goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestConsoleLines(t *testing.T) {
 	cfg := fakeQEMU(t, `
 printf 'boot\r\nVGPU-X one\r\nnoise\nVGPU-X two\n'
 for fd in 3 4 5; do [ -e /dev/fd/$fd ] && echo "fd $fd open"; done
 printf 'partial'
 `)
-	var log syncBuffer
+	var log syncbuf.Buffer // the console goroutine writes it, the test reads it
 	cfg.SerialLog = &log
 	r, w, err := os.Pipe()
 	if err != nil {

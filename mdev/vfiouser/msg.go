@@ -407,18 +407,28 @@ const InfoSize = 16
 
 func (i Info) Marshal() []byte {
 	b := make([]byte, InfoSize)
+	i.put(b)
+	return b
+}
+
+// put encodes i into b[:InfoSize].
+func (i Info) put(b []byte) {
 	le.PutUint32(b[0:], i.Argsz)
 	le.PutUint32(b[4:], i.Flags)
 	le.PutUint32(b[8:], i.Index)
 	le.PutUint32(b[12:], i.Count)
-	return b
+}
+
+// getInfo decodes b[:InfoSize].
+func getInfo(b []byte) Info {
+	return Info{Argsz: le.Uint32(b[0:]), Flags: le.Uint32(b[4:]), Index: le.Uint32(b[8:]), Count: le.Uint32(b[12:])}
 }
 
 func UnmarshalInfo(c Cmd, b []byte) (Info, error) {
 	if len(b) != InfoSize {
 		return Info{}, protoErr("%v payload of %d bytes, want %d", c, len(b), InfoSize)
 	}
-	return Info{Argsz: le.Uint32(b[0:]), Flags: le.Uint32(b[4:]), Index: le.Uint32(b[8:]), Count: le.Uint32(b[12:])}, nil
+	return getInfo(b), nil
 }
 
 // RegionInfo is DEVICE_GET_REGION_INFO's request and reply (struct
@@ -461,19 +471,17 @@ type IOFD struct {
 const IOFDSize = 40
 
 // RegionIOFDs is DEVICE_GET_REGION_IO_FDS's request (no Subs) and reply.
+// Its fixed part has Info's shape.
 type RegionIOFDs struct {
 	Argsz, Flags, Index, Count uint32
 	Subs                       []IOFD
 }
 
-const RegionIOFDsSize = 16
+const RegionIOFDsSize = InfoSize
 
 func (r RegionIOFDs) Marshal() []byte {
 	b := make([]byte, RegionIOFDsSize+IOFDSize*len(r.Subs))
-	le.PutUint32(b[0:], r.Argsz)
-	le.PutUint32(b[4:], r.Flags)
-	le.PutUint32(b[8:], r.Index)
-	le.PutUint32(b[12:], r.Count)
+	Info{Argsz: r.Argsz, Flags: r.Flags, Index: r.Index, Count: r.Count}.put(b)
 	for i, s := range r.Subs {
 		p := b[RegionIOFDsSize+IOFDSize*i:]
 		le.PutUint64(p[0:], s.Offset)
@@ -492,7 +500,8 @@ func UnmarshalRegionIOFDs(b []byte) (RegionIOFDs, error) {
 	if len(b) < RegionIOFDsSize {
 		return RegionIOFDs{}, protoErr("DEVICE_GET_REGION_IO_FDS payload of %d bytes", len(b))
 	}
-	r := RegionIOFDs{Argsz: le.Uint32(b[0:]), Flags: le.Uint32(b[4:]), Index: le.Uint32(b[8:]), Count: le.Uint32(b[12:])}
+	i := getInfo(b)
+	r := RegionIOFDs{Argsz: i.Argsz, Flags: i.Flags, Index: i.Index, Count: i.Count}
 	rest := b[RegionIOFDsSize:]
 	if len(rest) == 0 {
 		return r, nil

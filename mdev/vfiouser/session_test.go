@@ -14,52 +14,11 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mdev/transport"
+	"github.com/vgpud/vgpud/mdev/transport/transporttest"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 	"github.com/vgpud/vgpud/mdev/vfiouser/vfiousertest"
 	"github.com/vgpud/vgpud/mmio"
 )
-
-// fakeBackend records what the register file asks of it.
-type fakeBackend struct {
-	mu     sync.Mutex
-	kicked chan uint64 // tail shadow of each kick
-	tail   uint32
-	err    abi.Status
-	errs   uint32
-	resets int
-}
-
-func newFake() *fakeBackend { return &fakeBackend{kicked: make(chan uint64, 16)} }
-
-func (f *fakeBackend) Limits() mmio.Limits {
-	return mmio.Limits{MemBytes: 1 << 30, MaxAlloc: 1 << 28, ComputeUnits: 2, MaxWorkGroup: 256, ProfileName: "test", DeviceName: "fake"}
-}
-func (f *fakeBackend) EnableRing(mmio.RingConfig) error { return nil }
-func (f *fakeBackend) DisableRing()                     {}
-func (f *fakeBackend) RingEnabled() bool                { return false }
-func (f *fakeBackend) Doorbell(tail uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.tail = tail
-	return nil
-}
-func (f *fakeBackend) Kick(shadow uint64) error { f.kicked <- shadow; return nil }
-func (f *fakeBackend) ContextKick(uint32) error { return nil }
-func (f *fakeBackend) Head() uint32             { f.mu.Lock(); defer f.mu.Unlock(); return f.tail }
-func (f *fakeBackend) Done() uint32             { f.mu.Lock(); defer f.mu.Unlock(); return f.tail }
-func (f *fakeBackend) Reset() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.tail, f.err, f.errs = 0, 0, 0
-	f.resets++
-}
-func (f *fakeBackend) Error() (abi.Status, uint32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.err, f.errs
-}
-func (f *fakeBackend) LatchError(s abi.Status) { f.mu.Lock(); defer f.mu.Unlock(); f.err = s; f.errs++ }
-func (f *fakeBackend) AckError()               { f.mu.Lock(); defer f.mu.Unlock(); f.err = 0 }
 
 // countingMap is a guestmem.Map that counts its updates.
 type countingMap struct {
@@ -77,7 +36,7 @@ func (c *countingMap) Update(r []guestmem.Region) error {
 
 // served is a Session on one end of a socketpair, the client on the other.
 type served struct {
-	be   *fakeBackend
+	be   *transporttest.FakeBackend
 	regs *mmio.Device
 	cfg  *mmio.ConfigSpace
 	mem  *countingMap
@@ -105,7 +64,7 @@ func socketPair(t *testing.T) (a, b *net.UnixConn) {
 
 func serve(t *testing.T, conn *net.UnixConn) *served {
 	t.Helper()
-	s := &served{be: newFake(), cfg: mmio.NewConfigSpace(), mem: &countingMap{}, done: make(chan error, 1)}
+	s := &served{be: &transporttest.FakeBackend{Kicked: make(chan uint64, 16)}, cfg: mmio.NewConfigSpace(), mem: &countingMap{}, done: make(chan error, 1)}
 	s.regs = mmio.New(s.be)
 	s.sess = vfiouser.NewSession(conn, transport.Device{Regs: s.regs, Config: s.cfg, Memory: s.mem})
 	go func() { s.done <- s.sess.Serve(context.Background()) }()
@@ -176,7 +135,7 @@ func TestKickNeedsNoMessage(t *testing.T) {
 			t.Fatal(err)
 		}
 		select {
-		case got := <-s.be.kicked:
+		case got := <-s.be.Kicked:
 			if got != 0x2000 {
 				t.Errorf("kick %d: shadow %#x, want 0x2000", i, got)
 			}

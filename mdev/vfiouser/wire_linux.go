@@ -45,37 +45,13 @@ func NewWire(conn *net.UnixConn) *Wire {
 // A peer that hangs up between messages yields io.EOF; malformed framing
 // an error wrapping ErrProtocol.
 func (w *Wire) Read() (Msg, error) {
-	var fds []int
+	fds, err := scmrights.ReadHeader(w.conn, w.hdr[:], w.oob, MaxFDs, nil, protoErr)
+	if err != nil {
+		return Msg{}, err
+	}
 	fail := func(err error) (Msg, error) {
 		scmrights.Close(fds)
 		return Msg{}, err
-	}
-	n := 0
-	for n < HeaderSize {
-		k, oobn, flags, _, err := w.conn.ReadMsgUnix(w.hdr[n:], w.oob)
-		if oobn > 0 {
-			got, perr := scmrights.Parse(w.oob[:oobn])
-			fds = append(fds, got...)
-			if perr != nil {
-				return fail(protoErr("%v", perr))
-			}
-		}
-		if flags&unix.MSG_CTRUNC != 0 {
-			return fail(protoErr("control data truncated: more than %d fds", MaxFDs))
-		}
-		n += k
-		if err != nil {
-			if n > 0 && errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return fail(fmt.Errorf("read header: %w", err))
-		}
-		if k == 0 {
-			if n == 0 {
-				return fail(io.EOF)
-			}
-			return fail(fmt.Errorf("read header: %w", io.ErrUnexpectedEOF))
-		}
 	}
 	h := ParseHeader(w.hdr[:])
 	if err := h.Check(); err != nil {
@@ -114,20 +90,7 @@ func (w *Wire) WriteRaw(b []byte, fds []int) error {
 }
 
 func (w *Wire) send(c Cmd, fds []int) error {
-	var (
-		n   int
-		err error
-	)
-	if len(fds) > 0 {
-		n, _, err = w.conn.WriteMsgUnix(w.out, unix.UnixRights(fds...), nil)
-	} else {
-		n, err = w.conn.Write(w.out)
-	}
-	if err == nil && n < len(w.out) {
-		// The fds went with the first byte; the rest is plain data.
-		_, err = w.conn.Write(w.out[n:])
-	}
-	if err != nil {
+	if err := scmrights.Send(w.conn, w.out, fds); err != nil {
 		return fmt.Errorf("write %v: %w", c, err)
 	}
 	return nil

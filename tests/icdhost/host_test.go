@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -61,11 +60,7 @@ func newICDHost(t *testing.T, o hostOptions) *icdHost {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := mpqemutest.NewVM(c, o.RAM)
+	vm, err := mpqemutest.Dial(inst.Socket(), o.RAM)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,11 +118,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return fmt.Errorf("turn budget %v: %w", *turn, err)
 		}
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
-	if err != nil {
-		return err
-	}
-	vm, err := mpqemutest.NewVM(c, *guestMem)
+	vm, err := mpqemutest.Dial(inst.Socket(), *guestMem)
 	if err != nil {
 		return fmt.Errorf("play the VM: %w", err)
 	}

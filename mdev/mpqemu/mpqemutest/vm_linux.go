@@ -73,6 +73,16 @@ func NewVMUnsealed(conn *net.UnixConn, ramBytes uint64) (*VM, error) {
 	return newVM(conn, ramBytes, true)
 }
 
+// Dial connects to the vGPU instance socket at path, as QEMU does, and
+// attaches a VM with ramBytes of RAM to it (NewVM).
+func Dial(path string, ramBytes uint64) (*VM, error) {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	return NewVM(c, ramBytes)
+}
+
 func newVM(conn *net.UnixConn, ramBytes uint64, unsealed bool) (_ *VM, err error) {
 	v := &VM{conn: conn, wire: mpqemu.NewWire(conn), irqFD: -1, resFD: -1}
 	defer func() {

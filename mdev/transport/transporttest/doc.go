@@ -6,7 +6,8 @@
 // part by giving a test client that plays its hypervisor's side (Guest)
 // and its attacks (Transport, Attack).
 //
-// It owns only the suite. It knows no protocol (each transport's test
+// It owns only the suite and, for the transports' own unit tests, the
+// smallest register-file backend (FakeBackend). It knows no protocol (each transport's test
 // package brings its client) and drives instances through mdev's exported
 // API, so mdev's own tests must not import it.
 package transporttest
