@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -24,11 +23,7 @@ func syncGuest(t *testing.T) (imagetest.Kernel, string) {
 	t.Helper()
 	k := imagetest.RequireKernel(t)
 	syncOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "vgpud-agent-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		syncRD = imagetest.Initramfs(&keepDir{TB: t, dir: dir}, k,
+		syncRD = sharedInitramfs(t, k, "vgpud-agent-",
 			"github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-sync")
 	})
 	if syncRD == "" {

@@ -44,13 +44,7 @@ check clpeak user clpeak
 // that a run cut short still shows everything else.
 func TestGuestApps(t *testing.T) {
 	a := imagetest.RequireApps(t)
-	lib, err := filepath.Abs(icdLib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(lib); err != nil {
-		t.Fatalf("guest ICD missing (%v): run `make icd`", err)
-	}
+	lib := builtICD(t)
 	m := host(t)
 	script := filepath.Join(t.TempDir(), "apps-check")
 	if err := os.WriteFile(script, []byte(appsCheck), 0o755); err != nil {

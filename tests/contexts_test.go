@@ -68,13 +68,7 @@ check victim cat /tmp/ctx/victim.out
 // executors) compute at once, each correctly.
 func TestGuestContexts(t *testing.T) {
 	a := imagetest.RequireApps(t)
-	lib, err := filepath.Abs(icdLib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(lib); err != nil {
-		t.Fatalf("guest ICD missing (%v): run `make icd`", err)
-	}
+	lib := builtICD(t)
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
 		t.Fatalf("gcc: %v (scripts/install-deps.sh installs it)", err)

@@ -37,11 +37,7 @@ func guest(t *testing.T) (imagetest.Kernel, string) {
 	k := imagetest.RequireKernel(t)
 	guestOnce.Do(func() {
 		guestK = k
-		dir, err := os.MkdirTemp("", "vgpud-e2e-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		guestRD = imagetest.Initramfs(&keepDir{TB: t, dir: dir}, k, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-suite")
+		guestRD = sharedInitramfs(t, k, "vgpud-e2e-", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-suite")
 	})
 	if guestRD == "" {
 		t.Fatal("initramfs build failed earlier")
@@ -57,6 +53,17 @@ type keepDir struct {
 }
 
 func (k *keepDir) TempDir() string { return k.dir }
+
+// sharedInitramfs builds, for the package's tests to share, an initramfs
+// with progs in a directory named after prefix that outlives the test.
+func sharedInitramfs(t *testing.T, k imagetest.Kernel, prefix string, progs ...string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return imagetest.Initramfs(&keepDir{TB: t, dir: dir}, k, progs...)
+}
 
 func TestMain(m *testing.M) {
 	child.EnterRole() // a worker or executor of this test binary's pool
@@ -93,7 +100,13 @@ func hostOn(t *testing.T, tr transport.Socket) *mdev.Manager {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) }) // after the manager's Close, registered below
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, SocketDir: dir, Transport: tr})
+	return newManager(t, d, mdev.Config{Devices: []gpu.Device{d}, SocketDir: dir, Transport: tr})
+}
+
+// newManager returns a manager of cfg on d, closed with d when t ends.
+func newManager(t *testing.T, d gpu.Device, cfg mdev.Config) *mdev.Manager {
+	t.Helper()
+	m, err := mdev.NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +203,32 @@ var qemuTransports = []struct {
 	{"qemu11.1-vfio-user", vfiouser.Transport{}},
 }
 
+// guestRun is what runGuest returned for one guest.
+type guestRun struct {
+	rep     suite.Report
+	console string
+	err     error
+}
+
+// runBesideHostile runs the guest of bad (with badArgs) while the guest of
+// good (with goodArgs) runs, waits for both and logs the hostile one's
+// report; it returns the hostile guest's run and the good guest's report,
+// console and error.
+func runBesideHostile(t *testing.T, bad *mdev.Instance, badArgs []string, good *mdev.Instance,
+	goodArgs ...string) (hostile guestRun, rep suite.Report, console string, err error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		hostile.rep, hostile.console, hostile.err = runGuest(t.Context(), t, bad, badArgs...)
+	}()
+	rep, console, err = runGuest(t.Context(), t, good, goodArgs...)
+	wg.Wait()
+	t.Logf("hostile guest's report:\n%s", hostile.rep)
+	return hostile, rep, console, err
+}
+
 func mustCreate(t *testing.T, m *mdev.Manager, profile string) *mdev.Instance {
 	t.Helper()
 	inst, err := m.Create(mdev.CreateRequest{Profile: profile})
@@ -275,22 +314,9 @@ func TestHostileGuest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := hostOn(t, tt.tr)
 			good, bad := mustCreate(t, m, "vgpu-small"), mustCreate(t, m, "vgpu-small")
-			var (
-				wg       sync.WaitGroup
-				hrep     suite.Report
-				hconsole string
-				herr     error
-			)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				hrep, hconsole, herr = runGuest(t.Context(), t, bad, "-mode=hostile")
-			}()
-			rep, console, err := runGuest(t.Context(), t, good)
-			wg.Wait()
-			t.Logf("hostile guest's report:\n%s", hrep)
-			if herr != nil || !hrep.OK() {
-				t.Errorf("hostile guest: err %v\n%s\nconsole:\n%s", herr, hrep, hconsole)
+			h, rep, console, err := runBesideHostile(t, bad, []string{"-mode=hostile"}, good)
+			if h.err != nil || !h.rep.OK() {
+				t.Errorf("hostile guest: err %v\n%s\nconsole:\n%s", h.err, h.rep, h.console)
 			}
 			if err != nil || !rep.OK() {
 				t.Errorf("good guest: err %v\n%s\nconsole:\n%s", err, rep, console)

@@ -19,6 +19,20 @@ import (
 // icdLib is the guest ICD that `make icd` builds (docs/icd.md).
 const icdLib = "../build/icd/libvgpud-icd.so"
 
+// builtICD returns the absolute path of icdLib; the test fails when `make
+// icd` has not built it.
+func builtICD(t *testing.T) string {
+	t.Helper()
+	lib, err := filepath.Abs(icdLib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(lib); err != nil {
+		t.Fatalf("guest ICD missing (%v): run `make icd`", err)
+	}
+	return lib
+}
+
 // icdGuestCheck runs in the guest, chrooted into the Debian userland by
 // vgpu-apps, with the vgpud ICD installed in /etc/OpenCL/vendors and
 // vgpu-icdd serving the vGPU. The applications are Debian's, unmodified;
@@ -43,13 +57,7 @@ const icdVadd = "../scripts/guest/vadd.py"
 // userland (1 GiB of RAM, a disk) of make demo's third VM.
 func TestGuestICD(t *testing.T) {
 	a := imagetest.RequireApps(t)
-	lib, err := filepath.Abs(icdLib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(lib); err != nil {
-		t.Fatalf("guest ICD missing (%v): run `make icd`", err)
-	}
+	lib := builtICD(t)
 	for _, tt := range qemuTransports {
 		t.Run(tt.name, func(t *testing.T) { guestICD(t, a, lib, hostOn(t, tt.tr)) })
 	}

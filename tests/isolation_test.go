@@ -4,13 +4,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
-	"github.com/vgpud/vgpud/guestagent/suite"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/worker"
@@ -54,42 +52,20 @@ func TestIsolationTwoGuests(t *testing.T) {
 	// wall-clock time before it is ended.
 	goodProf := prof
 	goodProf.Name, goodProf.TurnTimeout, goodProf.BuildTimeout = "iso-good", mdev.Duration(30*time.Second), mdev.Duration(60*time.Second)
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{d}, Profiles: []mdev.Profile{prof, goodProf}, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.Close(); err != nil {
-			t.Errorf("manager close: %v", err)
-		}
-		d.Close()
-	})
+	m := newManager(t, d, mdev.Config{Devices: []gpu.Device{d}, Profiles: []mdev.Profile{prof, goodProf}, SocketDir: t.TempDir(), Transport: mpqemu.Transport{}})
 	good, bad := mustCreate(t, m, "iso-good"), mustCreate(t, m, "iso")
 	secret := make([]byte, 16)
 	if _, err := rand.Read(secret); err != nil {
 		t.Fatal(err)
 	}
-	var (
-		wg       sync.WaitGroup
-		hrep     suite.Report
-		hconsole string
-		herr     error
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		hrep, hconsole, herr = runGuest(t.Context(), t, bad, "-mode=attack",
-			"-needles="+hex.EncodeToString(secret)+":"+hex.EncodeToString(mainSecret), "-timeout=120s")
-	}()
-	rep, console, err := runGuest(t.Context(), t, good, "-mode=reuse", "-repeat=5", "-seed=3",
-		"-secret="+hex.EncodeToString(secret), "-timeout=120s")
-	wg.Wait()
-	t.Logf("hostile guest's report:\n%s", hrep)
-	if herr != nil || !hrep.OK() || hrep.Mode != "attack" {
-		t.Errorf("hostile guest: err %v\n%s\nconsole:\n%s", herr, hrep, hconsole)
+	h, rep, console, err := runBesideHostile(t, bad, []string{"-mode=attack",
+		"-needles=" + hex.EncodeToString(secret) + ":" + hex.EncodeToString(mainSecret), "-timeout=120s"},
+		good, "-mode=reuse", "-repeat=5", "-seed=3", "-secret="+hex.EncodeToString(secret), "-timeout=120s")
+	if h.err != nil || !h.rep.OK() || h.rep.Mode != "attack" {
+		t.Errorf("hostile guest: err %v\n%s\nconsole:\n%s", h.err, h.rep, h.console)
 	}
-	if hrep.Losses < 4 {
-		t.Errorf("the attacks lost %d device contexts, want at least 4", hrep.Losses)
+	if h.rep.Losses < 4 {
+		t.Errorf("the attacks lost %d device contexts, want at least 4", h.rep.Losses)
 	}
 	if err != nil || !rep.OK() {
 		t.Errorf("good guest: err %v\n%s\nconsole:\n%s", err, rep, console)

@@ -116,37 +116,37 @@ func TestGPUAcrossUpgradeAndCrash(t *testing.T) {
 	t.Errorf("the restarted vgpud did not log the reattach:\n%s", b.Logs())
 }
 
-// workerPID is the worker process serving instance id (vgpuctl show).
-func workerPID(ctx context.Context, t *testing.T, d *daemon, id string) int {
+// showInstance decodes vgpuctl show's JSON for instance id into v.
+func showInstance(ctx context.Context, t *testing.T, d *daemon, id string, v any) {
 	t.Helper()
 	out, err := d.Ctl(ctx, "show", id)
 	if err != nil {
 		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
 	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
+	}
+}
+
+// workerPID is the worker process serving instance id (vgpuctl show).
+func workerPID(ctx context.Context, t *testing.T, d *daemon, id string) int {
+	t.Helper()
 	var st struct {
 		WorkerPID int `json:"worker_pid"`
 	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
-	}
+	showInstance(ctx, t, d, id, &st)
 	return st.WorkerPID
 }
 
 // liveContexts returns the device contexts vgpuctl show counts live.
 func liveContexts(ctx context.Context, t *testing.T, d *daemon, id string) uint32 {
 	t.Helper()
-	out, err := d.Ctl(ctx, "show", id)
-	if err != nil {
-		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
-	}
 	var st struct {
 		Contexts struct {
 			Live uint32 `json:"live"`
 		} `json:"contexts"`
 	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("vgpuctl show %s: %v\n%s", id, err, out)
-	}
+	showInstance(ctx, t, d, id, &st)
 	return st.Contexts.Live
 }
 

@@ -62,15 +62,7 @@ func runClient(t *testing.T, open func() (io.ReadWriteCloser, error), opts Optio
 	opts.ReopenDelay = time.Millisecond
 	opts.Logger = quiet
 	c := New(open, opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run() = %v, want context.Canceled", err)
-		}
-	})
+	runUntilStopped(t, c)
 	return c
 }
 
@@ -212,14 +204,24 @@ func serveRelay(t *testing.T, up *Client, path string) *Relay {
 	return r
 }
 
-func TestRelay(t *testing.T) {
+// startRelayed starts a fake host, the agent's client connected to it
+// and the agent's relay; it returns the host, the client and the relay's
+// socket.
+func startRelayed(t *testing.T) (*host, *Client, string) {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agent.sock")
 	var done atomic.Uint32
 	h := startHost(t, path, &done)
 	up := runClient(t, dialer(path), Options{})
-	serveRelay(t, up, filepath.Join(dir, "relay.sock"))
-	prog := runClient(t, DialRelay(filepath.Join(dir, "relay.sock")), Options{})
+	relaySock := filepath.Join(dir, "relay.sock")
+	serveRelay(t, up, relaySock)
+	return h, up, relaySock
+}
+
+func TestRelay(t *testing.T) {
+	h, up, relaySock := startRelayed(t)
+	prog := runClient(t, DialRelay(relaySock), Options{})
 	waitConnected(t, prog, 1)
 	errc := blockOn(prog, h, 9)
 	waitWatch(t, h, 1, up)
@@ -356,14 +358,9 @@ func TestGreetsAgainAfterMigration(t *testing.T) {
 // TestStoppingReachesPrograms: the host's Stopping reaches the agent and,
 // through its relay, a guest program's OnStopping, with the drain time.
 func TestStoppingReachesPrograms(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "agent.sock")
-	var done atomic.Uint32
-	h := startHost(t, path, &done)
-	up := runClient(t, dialer(path), Options{})
-	serveRelay(t, up, filepath.Join(dir, "relay.sock"))
+	h, up, relaySock := startRelayed(t)
 	told := make(chan time.Duration, 1)
-	prog := runClient(t, DialRelay(filepath.Join(dir, "relay.sock")), Options{OnStopping: func(d time.Duration) { told <- d }})
+	prog := runClient(t, DialRelay(relaySock), Options{OnStopping: func(d time.Duration) { told <- d }})
 	waitConnected(t, prog, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

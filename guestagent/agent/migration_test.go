@@ -167,6 +167,13 @@ func startClient(t *testing.T, open func() (io.ReadWriteCloser, error), h Migrat
 	if h != nil {
 		c.HandleMigration(h)
 	}
+	return c, runUntilStopped(t, c)
+}
+
+// runUntilStopped runs c until stop (also at cleanup); c.Run must end
+// with context.Canceled.
+func runUntilStopped(t *testing.T, c *Client) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- c.Run(ctx) }()
@@ -180,7 +187,7 @@ func startClient(t *testing.T, open func() (io.ReadWriteCloser, error), h Migrat
 		})
 	}
 	t.Cleanup(stop)
-	return c, stop
+	return stop
 }
 
 func TestMigrationWithoutHandler(t *testing.T) {

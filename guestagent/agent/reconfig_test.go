@@ -88,20 +88,7 @@ func startReconfigClient(t *testing.T, open func() (io.ReadWriteCloser, error), 
 	t.Helper()
 	c := New(open, Options{Ident: "test", ReopenDelay: time.Millisecond, Logger: quiet})
 	c.HandleReconfig(r, h)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- c.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-errc; !errors.Is(err, context.Canceled) {
-				t.Errorf("Run() = %v, want context.Canceled", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return c, stop
+	return c, runUntilStopped(t, c)
 }
 
 // next returns the next message the guest sent.

@@ -6,19 +6,18 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/internal/syncbuf"
 )
 
 // cflags are the flags of the Makefile's icd target: C11, every warning an
@@ -430,8 +429,8 @@ func startHost(t *testing.T, args ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs strings.Builder
-	cmd.Stderr = &syncWriter{w: &logs}
+	var logs syncbuf.Buffer // the process's stderr goroutine writes it, the test reads it
+	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -462,17 +461,6 @@ func startHost(t *testing.T, args ...string) string {
 		t.Fatalf("icdhost not ready after 2 minutes:\n%s", logs.String())
 	}
 	return sock
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(b []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(b)
 }
 
 // buildProgram compiles one C test program against the loader.

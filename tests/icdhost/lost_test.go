@@ -87,21 +87,9 @@ func connect(t *testing.T, srv *icdserver.Server, deadline time.Time) *icdClient
 	cl := &icdClient{t: t, c: a, deadline: deadline}
 	cl.call(icdproto.OpHello, &icdproto.Hello{Version: icdproto.Version})
 	const size = 1 << 20
-	fd, err := unix.MemfdCreate("arena", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fd, arena := newArena(t, size)
 	defer unix.Close(fd)
-	if err := unix.Ftruncate(fd, size); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
-		t.Fatal(err)
-	}
-	cl.arena, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl.arena = arena
 	t.Cleanup(func() { unix.Munmap(cl.arena) })
 	if r := cl.call(icdproto.OpAttach, &icdproto.Attach{Arena: 1, Size: size}, fd).(*icdproto.AttachReply); r.Status != 0 {
 		t.Fatalf("attach status %d", r.Status)

@@ -22,27 +22,23 @@ const vaddSrc = `__kernel void vadd(__global const uint *a, __global uint *b, ui
 	b[i] = a[i] + k;
 }`
 
-// TestICDHost runs the harness in-process over the real vGPU stack (an
-// OpenCL device, no VM) and drives one client through it: a build with
-// program information, buffers, a write, a launch, a copy, a fill and a
-// read, checked against the CPU.
-func TestICDHost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs an OpenCL device")
-	}
-	sock := filepath.Join(t.TempDir(), "icd.sock")
+// runHarness runs the harness in-process with args and waits for its
+// ready line; stop ends it (the end of its stdin) and checks what run
+// returned.
+func runHarness(t *testing.T, args ...string) (stop func()) {
+	t.Helper()
 	stdinR, stdinW := io.Pipe()
 	stdoutR, stdoutW := io.Pipe()
 	errc := make(chan error, 1)
 	go func() {
-		errc <- run(context.Background(), []string{"-socket", sock, "-guest-mem", "64000000", "-staging", "8388608"}, stdinR, stdoutW, io.Discard)
+		errc <- run(context.Background(), args, stdinR, stdoutW, io.Discard)
 		stdoutW.Close()
 	}()
 	ready := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(stdoutR).ReadString('\n')
 		ready <- line
-		io.Copy(io.Discard, stdoutR)
+		io.Copy(io.Discard, stdoutR) //nolint:errcheck // drained until the harness ends
 	}()
 	select {
 	case line := <-ready:
@@ -52,12 +48,50 @@ func TestICDHost(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("icdhost not ready in 60 s")
 	}
-	defer func() {
+	return func() {
 		stdinW.Close() // end of stdin: the harness stops
 		if err := <-errc; err != nil {
 			t.Errorf("run() = %v", err)
 		}
-	}()
+	}
+}
+
+// newArena creates a memfd of size bytes that cannot shrink and maps it:
+// an ICD's arena, for Attach with fd. The caller closes fd and unmaps the
+// arena.
+func newArena(t *testing.T, size int) (fd int, arena []byte) {
+	t.Helper()
+	fd, err := unix.MemfdCreate("arena", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	arena, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		t.Fatal(err)
+	}
+	return fd, arena
+}
+
+// TestICDHost runs the harness in-process over the real vGPU stack (an
+// OpenCL device, no VM) and drives one client through it: a build with
+// program information, buffers, a write, a launch, a copy, a fill and a
+// read, checked against the CPU.
+func TestICDHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs an OpenCL device")
+	}
+	sock := filepath.Join(t.TempDir(), "icd.sock")
+	stop := runHarness(t, "-socket", sock, "-guest-mem", "64000000", "-staging", "8388608")
+	defer stop()
 
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sock, Net: "unixpacket"})
 	if err != nil {
@@ -105,21 +139,8 @@ func TestICDHost(t *testing.T) {
 	}
 	minor := hr.Devices[0].AbiVersion & 0xffff
 	const arenaSize = 1 << 20
-	fd, err := unix.MemfdCreate("arena", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fd, arena := newArena(t, arenaSize)
 	defer unix.Close(fd)
-	if err := unix.Ftruncate(fd, arenaSize); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
-		t.Fatal(err)
-	}
-	arena, err := unix.Mmap(fd, 0, arenaSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer unix.Munmap(arena)
 	if r := call(icdproto.OpAttach, &icdproto.Attach{Arena: 1, Size: arenaSize}, fd).(*icdproto.AttachReply); r.Status != 0 {
 		t.Fatalf("attach status %d", r.Status)

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/xml"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +19,18 @@ const pyopenclExamples = "/usr/share/doc/python-pyopencl-doc/examples"
 // python3-pytest are installed for (a python3 earlier on PATH, pyenv's
 // say, has neither).
 const debianPython = "/usr/bin/python3"
+
+// copyInto copies the file src into dir, under the same name.
+func copyInto(t *testing.T, src, dir string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(src)), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestPyopenclClrandom runs pyopencl's test_clrandom.py (issue 40: its
 // Random123 generators include philox.cl, which spells __asm__ in a
@@ -49,21 +59,9 @@ func TestPyopenclClrandom(t *testing.T) {
 	sock := startICDHost(t)
 
 	work := t.TempDir()
-	src, err := os.ReadFile(test)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(work, "test_clrandom.py"), src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	copyInto(t, test, work)
 	poclDir := t.TempDir()
-	icd, err := os.ReadFile(pocl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(poclDir, "pocl.icd"), icd, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	copyInto(t, pocl, poclDir)
 
 	direct := runPytest(t, work, "pocl", poclDir, "")
 	through := runPytest(t, work, "icd", icdDir, sock)
@@ -211,32 +209,6 @@ func startICDHost(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "icd.sock")
-	stdinR, stdinW := io.Pipe()
-	stdoutR, stdoutW := io.Pipe()
-	errc := make(chan error, 1)
-	go func() {
-		errc <- run(context.Background(), []string{"-socket", sock, "-guest-mem", "256000000"}, stdinR, stdoutW, io.Discard)
-		stdoutW.Close()
-	}()
-	ready := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdoutR).ReadString('\n')
-		ready <- line
-		io.Copy(io.Discard, stdoutR) //nolint:errcheck // drained until the harness ends
-	}()
-	select {
-	case line := <-ready:
-		if strings.TrimSpace(line) != "ready" {
-			t.Fatalf("icdhost printed %q, want ready (error: %v)", line, <-errc)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("icdhost not ready in 60 s")
-	}
-	t.Cleanup(func() {
-		stdinW.Close() // end of stdin: the harness stops
-		if err := <-errc; err != nil {
-			t.Errorf("run() = %v", err)
-		}
-	})
+	t.Cleanup(runHarness(t, "-socket", sock, "-guest-mem", "256000000"))
 	return sock
 }

@@ -18,8 +18,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 
+	"github.com/vgpud/vgpud/guestagent/cmd/internal/cmdmain"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/job"
 )
@@ -35,13 +35,7 @@ type Line struct {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "vgpu-bench:", err)
-		os.Exit(1)
-	}
+	cmdmain.Main("vgpu-bench", func(ctx context.Context, args []string) error { return run(ctx, args, os.Stdout) }, os.Interrupt)
 }
 
 // openDevice finds (if path is empty) and maps the vGPU; tests replace it.

@@ -34,7 +34,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -42,19 +41,14 @@ import (
 	"syscall"
 
 	"github.com/vgpud/vgpud/guestagent/agent"
+	"github.com/vgpud/vgpud/guestagent/cmd/internal/cmdmain"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 	"github.com/vgpud/vgpud/guestagent/icdserver"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "vgpu-icdd:", err)
-		os.Exit(1)
-	}
+	cmdmain.Main("vgpu-icdd", func(ctx context.Context, args []string) error { return run(ctx, args, os.Stderr) }, os.Interrupt, syscall.SIGTERM)
 }
 
 // Hooks for tests.

@@ -46,7 +46,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +57,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/abi/agentmsg"
 	"github.com/vgpud/vgpud/guestagent/agent"
+	"github.com/vgpud/vgpud/guestagent/cmd/internal/cmdmain"
 	"github.com/vgpud/vgpud/guestagent/driver"
 )
 
@@ -770,13 +770,7 @@ var (
 // main runs the command until it ends or SIGINT/SIGTERM cancels it,
 // exiting 1 on error.
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "vgpu-iterate:", err)
-		os.Exit(1)
-	}
+	cmdmain.Main("vgpu-iterate", func(ctx context.Context, args []string) error { return run(ctx, args, os.Stdout, os.Stderr) }, os.Interrupt, syscall.SIGTERM)
 }
 
 // byteSize is a flag holding a number of bytes: plain, or with a binary

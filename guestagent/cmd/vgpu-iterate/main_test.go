@@ -390,6 +390,30 @@ func stepLine(step int) (*lineWriter, <-chan struct{}) {
 	}}, reached
 }
 
+// runWithHost runs the command with args, its output in out, while a
+// fake host side ends with an error on hostErr; both must succeed. It
+// returns the output.
+func runWithHost(t *testing.T, args []string, out *lineWriter, hostErr <-chan error) string {
+	t.Helper()
+	if err := run(context.Background(), args, out, io.Discard); err != nil {
+		t.Fatalf("run(%q) = %v\n%s", args, err, out)
+	}
+	if err := <-hostErr; err != nil {
+		t.Fatalf("host side: %v\n%s", err, out)
+	}
+	return out.String()
+}
+
+// wantOutput checks that the output s has each of wants.
+func wantOutput(t *testing.T, s string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+}
+
 // TestRunMigratesThroughAgent: the whole guest side of a migration. A fake
 // relay (the host's end, as vgpu-agent forwards it) sends Quiesce when the
 // job reports step 10 and Resume (replugged) once it is answered; the job
@@ -401,23 +425,12 @@ func TestRunMigratesThroughAgent(t *testing.T) {
 	hostErr := make(chan error, 1)
 	go func() { hostErr <- fakeRelayHost(conns, step10) }()
 	args := []string{"-agent", "relay", "-agent-socket", sock, "-steps", "40", "-n", "128", "-pace", "2ms", "-progress", "5", "-staging", "0"}
-	if err := run(context.Background(), args, out, io.Discard); err != nil {
-		t.Fatalf("run(%q) = %v\n%s", args, err, out)
-	}
-	if err := <-hostErr; err != nil {
-		t.Fatalf("host side: %v\n%s", err, out)
-	}
-	s := out.String()
-	for _, want := range []string{
+	wantOutput(t, runWithHost(t, args, out, hostErr),
 		"ITERATE quiesced\n",
 		"ITERATE resumed replugged=true device=Destination GPU cus=80\n",
 		"ITERATE step 40/40 device=Destination GPU cus=80 longest=",
 		fmt.Sprintf("ITERATE OK steps=40 sum=%016x\n", checksum(reference(1, 128, 40))),
-	} {
-		if !strings.Contains(s, want) {
-			t.Errorf("output lacks %q:\n%s", want, s)
-		}
-	}
+	)
 }
 
 // relayPeer is the host's end of a program's connection, as vgpu-agent's
@@ -696,11 +709,7 @@ func TestJobReconfig(t *testing.T) {
 	if fmt.Sprint(limits) != fmt.Sprint(want) {
 		t.Errorf("limits lines %q, want %q\n%s", limits, want, out)
 	}
-	for _, w := range []string{"ITERATE reconfig checkpoint to=8388608 step=5\n", "ITERATE reconfig checkpoint to=67108864 step=12\n"} {
-		if !strings.Contains(out.String(), w) {
-			t.Errorf("output lacks %q:\n%s", w, out)
-		}
-	}
+	wantOutput(t, out.String(), "ITERATE reconfig checkpoint to=8388608 step=5\n", "ITERATE reconfig checkpoint to=67108864 step=12\n")
 }
 
 // TestJobReconfigRefused: limits below the minimum are refused before
@@ -730,11 +739,7 @@ func TestJobReconfigRefused(t *testing.T) {
 	if want := checksum(reference(cfg.Seed, cfg.N, cfg.Steps)); sum != want {
 		t.Errorf("sum %016x, want %016x", sum, want)
 	}
-	for _, w := range []string{"ITERATE reconfig refused to=4194304 min=4194304\n", "ITERATE reconfig limits mem=67108864 device=drivertest profile= workspace=8388608\n"} {
-		if !strings.Contains(out.String(), w) {
-			t.Errorf("output lacks %q:\n%s", w, out)
-		}
-	}
+	wantOutput(t, out.String(), "ITERATE reconfig refused to=4194304 min=4194304\n", "ITERATE reconfig limits mem=67108864 device=drivertest profile= workspace=8388608\n")
 	if strings.Contains(out.String(), "reconfig checkpoint") {
 		t.Errorf("a refused checkpoint checkpointed:\n%s", out)
 	}
@@ -790,22 +795,11 @@ func TestRunReconfiguresThroughAgent(t *testing.T) {
 	}()
 	args := []string{"-agent", "relay", "-agent-socket", sock, "-steps", "40", "-n", "128", "-pace", "2ms", "-progress", "5",
 		"-staging", "0", "-min-mem", "1MiB", "-pref-mem", "16777216"}
-	if err := run(context.Background(), args, out, io.Discard); err != nil {
-		t.Fatalf("run(%q) = %v\n%s", args, err, out)
-	}
-	if err := <-hostErr; err != nil {
-		t.Fatalf("host side: %v\n%s", err, out)
-	}
-	s := out.String()
-	for _, want := range []string{
+	wantOutput(t, runWithHost(t, args, out, hostErr),
 		"ITERATE reconfig refused to=1048576 min=1048576\n",
 		"ITERATE reconfig limits mem=67108864 device=drivertest profile=big workspace=16777216\n",
 		"ITERATE reconfig checkpoint to=8388608 step=",
 		"ITERATE reconfig limits mem=8388608 device=Small GPU profile=small workspace=6291456\n",
 		fmt.Sprintf("ITERATE OK steps=40 sum=%016x\n", checksum(reference(1, 128, 40))),
-	} {
-		if !strings.Contains(s, want) {
-			t.Errorf("output lacks %q:\n%s", want, s)
-		}
-	}
+	)
 }

@@ -17,21 +17,16 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path"
 	"path/filepath"
 	"strings"
 
+	"github.com/vgpud/vgpud/guestagent/cmd/internal/cmdmain"
 	"github.com/vgpud/vgpud/guestagent/image"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintf(os.Stderr, "vgpu-mkinitramfs: %v\n", err)
-		os.Exit(1)
-	}
+	cmdmain.Main("vgpu-mkinitramfs", func(ctx context.Context, args []string) error { return run(ctx, args, os.Stderr) }, os.Interrupt)
 }
 
 // binFlags collects repeated -bin NAME=PATH flags.

@@ -15,20 +15,14 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
 	"time"
 
+	"github.com/vgpud/vgpud/guestagent/cmd/internal/cmdmain"
 	"github.com/vgpud/vgpud/guestagent/driver"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "vgpu-spin:", err)
-		os.Exit(1)
-	}
+	cmdmain.Main("vgpu-spin", func(ctx context.Context, args []string) error { return run(ctx, args, os.Stdout) }, os.Interrupt)
 }
 
 // Source is the kernel: sliceable by vgpud (only get_global_id).

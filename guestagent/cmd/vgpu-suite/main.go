@@ -16,22 +16,16 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
 	"time"
 
+	"github.com/vgpud/vgpud/guestagent/cmd/internal/cmdmain"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/suite"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "vgpu-suite:", err)
-		os.Exit(1)
-	}
+	cmdmain.Main("vgpu-suite", func(ctx context.Context, args []string) error { return run(ctx, args, os.Stdout) }, os.Interrupt)
 }
 
 // errFailed means the suite ran and some case failed.

@@ -21,11 +21,11 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/signal"
 	"strings"
 	"time"
 
 	"github.com/vgpud/vgpud/guestagent/agent"
+	"github.com/vgpud/vgpud/guestagent/cmd/internal/cmdmain"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/syncjob"
 )
@@ -137,13 +137,7 @@ func runMode(d *driver.Device, s *driver.Sync, cfg Config, out io.Writer) (Resul
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "vgpu-sync:", err)
-		os.Exit(1)
-	}
+	cmdmain.Main("vgpu-sync", func(ctx context.Context, args []string) error { return run(ctx, args, os.Stdout) }, os.Interrupt)
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {

@@ -370,11 +370,7 @@ cl_int CL_API_CALL vgpu_clSetCommandQueueProperty(cl_command_queue queue, cl_com
 
 cl_int CL_API_CALL vgpu_clFlush(cl_command_queue queue)
 {
-	cl_command_queue q = GET(queue, VGPU_QUEUE);
-	if (q == NULL)
-		return CL_INVALID_COMMAND_QUEUE;
-	cl_context ctx = q->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_command_queue, q, queue, VGPU_QUEUE, CL_INVALID_COMMAND_QUEUE);
 	flush(ctx);
 	cl_int err = conn_ok(ctx) ? CL_SUCCESS : CL_OUT_OF_RESOURCES;
 	PUT(q);
@@ -406,11 +402,7 @@ cl_int vgpu_queue_finish(cl_command_queue q)
 
 cl_int CL_API_CALL vgpu_clFinish(cl_command_queue queue)
 {
-	cl_command_queue q = GET(queue, VGPU_QUEUE);
-	if (q == NULL)
-		return CL_INVALID_COMMAND_QUEUE;
-	cl_context ctx = q->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_command_queue, q, queue, VGPU_QUEUE, CL_INVALID_COMMAND_QUEUE);
 	cl_int err = vgpu_queue_finish(q);
 	PUT(q);
 	LEAVE(ctx);

@@ -213,6 +213,22 @@ static void wait_chunks(struct _cl_event *ev)
 	}
 }
 
+/* drop_refs releases what ev holds until it is sent or done: the events
+ * it waits for and the memory objects its command uses. */
+static void drop_refs(struct _cl_event *ev)
+{
+	for (cl_uint i = 0; i < ev->nwait; i++)
+		PUT(ev->wait[i]);
+	free(ev->wait);
+	ev->wait = NULL;
+	ev->nwait = 0;
+	for (cl_uint i = 0; i < ev->nmems; i++)
+		PUT(ev->mems[i]);
+	free(ev->mems);
+	ev->mems = NULL;
+	ev->nmems = 0;
+}
+
 void vgpu_event_done(struct _cl_event *ev, cl_int status, const void *record)
 {
 	cl_context ctx = ev->ctx;
@@ -267,16 +283,7 @@ void vgpu_event_done(struct _cl_event *ev, cl_int status, const void *record)
 	arena_free(ctx, &ev->copy_src);
 	arena_free(ctx, &ev->free1);
 	arena_free(ctx, &ev->free2);
-	for (cl_uint i = 0; i < ev->nwait; i++)
-		PUT(ev->wait[i]);
-	free(ev->wait);
-	ev->wait = NULL;
-	ev->nwait = 0;
-	for (cl_uint i = 0; i < ev->nmems; i++)
-		PUT(ev->mems[i]);
-	free(ev->mems);
-	ev->mems = NULL;
-	ev->nmems = 0;
+	drop_refs(ev);
 	free(ev->msg);
 	ev->msg = NULL;
 	ev->status = status;
@@ -449,16 +456,7 @@ static void send_now(struct _cl_event *ev)
 	ev->status = CL_SUBMITTED;
 	free(ev->msg);
 	ev->msg = NULL;
-	for (cl_uint i = 0; i < ev->nwait; i++)
-		PUT(ev->wait[i]);
-	free(ev->wait);
-	ev->wait = NULL;
-	ev->nwait = 0;
-	for (cl_uint i = 0; i < ev->nmems; i++)
-		PUT(ev->mems[i]);
-	free(ev->mems);
-	ev->mems = NULL;
-	ev->nmems = 0;
+	drop_refs(ev);
 	pending_add(ctx, ev);
 	fire_callbacks(ev);
 	pthread_cond_broadcast(&ctx->cv);
@@ -801,11 +799,7 @@ cl_int CL_API_CALL vgpu_clWaitForEvents(cl_uint num_events, const cl_event *even
 cl_int CL_API_CALL vgpu_clGetEventInfo(cl_event event, cl_event_info param_name, size_t param_value_size,
 				       void *param_value, size_t *param_value_size_ret)
 {
-	struct _cl_event *ev = GET(event, VGPU_EVENT);
-	if (ev == NULL)
-		return CL_INVALID_EVENT;
-	cl_context ctx = ev->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(struct _cl_event *, ev, event, VGPU_EVENT, CL_INVALID_EVENT);
 	union {
 		cl_command_queue q;
 		cl_context c;
@@ -854,11 +848,7 @@ cl_int CL_API_CALL vgpu_clGetEventProfilingInfo(cl_event event, cl_profiling_inf
 						size_t param_value_size, void *param_value,
 						size_t *param_value_size_ret)
 {
-	struct _cl_event *ev = GET(event, VGPU_EVENT);
-	if (ev == NULL)
-		return CL_INVALID_EVENT;
-	cl_context ctx = ev->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(struct _cl_event *, ev, event, VGPU_EVENT, CL_INVALID_EVENT);
 	cl_int err = CL_SUCCESS;
 	cl_ulong t = 0;
 	if (ev->queue == NULL || (ev->queue->props & CL_QUEUE_PROFILING_ENABLE) == 0 || ev->status != CL_COMPLETE) {
@@ -970,11 +960,7 @@ cl_int CL_API_CALL vgpu_clSetUserEventStatus(cl_event event, cl_int execution_st
 static cl_int marker(cl_command_queue queue, cl_command_type type, cl_uint nwait, const cl_event *wait,
 		     cl_event *event)
 {
-	cl_command_queue q = GET(queue, VGPU_QUEUE);
-	if (q == NULL)
-		return CL_INVALID_COMMAND_QUEUE;
-	cl_context ctx = q->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_command_queue, q, queue, VGPU_QUEUE, CL_INVALID_COMMAND_QUEUE);
 	cl_int err = vgpu_check_wait_list(ctx, nwait, wait);
 	if (err == CL_SUCCESS && !conn_ok(ctx))
 		err = CL_OUT_OF_RESOURCES;

@@ -455,6 +455,15 @@ void ctx_wait(cl_context ctx); /* on ctx->cv; only at depth 1 */
 		ctx_unlock(ctx);                                                                             \
 		PUT(ctx);                                                                                    \
 	} while (0)
+/* ENTER_OBJ is an entry's prologue: var (of type T) is handle h's object
+ * of kind k, or the entry returns invalid; ctx is var's context, entered.
+ * The entry ends with PUT(var) and LEAVE(ctx). */
+#define ENTER_OBJ(T, var, h, k, invalid)                                                                     \
+	T var = GET(h, k);                                                                                   \
+	if (var == NULL)                                                                                     \
+		return invalid;                                                                              \
+	cl_context ctx = var->ctx;                                                                           \
+	ENTER(ctx)
 /* Usable: locked, not lost, the process that connected. */
 int conn_ok(cl_context ctx);
 /* Send a request without a reply; 0, or -1 (the connection is lost). */

@@ -93,11 +93,7 @@ out:
 cl_int CL_API_CALL vgpu_clCreateKernelsInProgram(cl_program program, cl_uint num_kernels, cl_kernel *kernels,
 						 cl_uint *num_kernels_ret)
 {
-	cl_program p = GET(program, VGPU_PROGRAM);
-	if (p == NULL)
-		return CL_INVALID_PROGRAM;
-	cl_context ctx = p->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_program, p, program, VGPU_PROGRAM, CL_INVALID_PROGRAM);
 	cl_int err = CL_SUCCESS;
 	if (!built(p)) {
 		err = CL_INVALID_PROGRAM_EXECUTABLE;
@@ -134,11 +130,7 @@ cl_int CL_API_CALL vgpu_clReleaseKernel(cl_kernel kernel)
 
 cl_int CL_API_CALL vgpu_clSetKernelArg(cl_kernel kernel, cl_uint arg_index, size_t arg_size, const void *arg_value)
 {
-	cl_kernel k = GET(kernel, VGPU_KERNEL);
-	if (k == NULL)
-		return CL_INVALID_KERNEL;
-	cl_context ctx = k->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_kernel, k, kernel, VGPU_KERNEL, CL_INVALID_KERNEL);
 	cl_int err = CL_SUCCESS;
 	if (arg_index >= k->ki->num_args) {
 		err = CL_INVALID_ARG_INDEX;
@@ -205,11 +197,7 @@ out:
 cl_int CL_API_CALL vgpu_clGetKernelInfo(cl_kernel kernel, cl_kernel_info param_name, size_t param_value_size,
 					void *param_value, size_t *param_value_size_ret)
 {
-	cl_kernel k = GET(kernel, VGPU_KERNEL);
-	if (k == NULL)
-		return CL_INVALID_KERNEL;
-	cl_context ctx = k->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_kernel, k, kernel, VGPU_KERNEL, CL_INVALID_KERNEL);
 	cl_int err;
 	union {
 		cl_uint u;
@@ -250,11 +238,7 @@ cl_int CL_API_CALL vgpu_clGetKernelInfo(cl_kernel kernel, cl_kernel_info param_n
 cl_int CL_API_CALL vgpu_clGetKernelArgInfo(cl_kernel kernel, cl_uint arg_index, cl_kernel_arg_info param_name,
 					   size_t param_value_size, void *param_value, size_t *param_value_size_ret)
 {
-	cl_kernel k = GET(kernel, VGPU_KERNEL);
-	if (k == NULL)
-		return CL_INVALID_KERNEL;
-	cl_context ctx = k->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_kernel, k, kernel, VGPU_KERNEL, CL_INVALID_KERNEL);
 	cl_int err;
 	if (arg_index >= k->ki->num_args) {
 		err = CL_INVALID_ARG_INDEX;
@@ -302,11 +286,7 @@ cl_int CL_API_CALL vgpu_clGetKernelWorkGroupInfo(cl_kernel kernel, cl_device_id 
 						 cl_kernel_work_group_info param_name, size_t param_value_size,
 						 void *param_value, size_t *param_value_size_ret)
 {
-	cl_kernel k = GET(kernel, VGPU_KERNEL);
-	if (k == NULL)
-		return CL_INVALID_KERNEL;
-	cl_context ctx = k->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_kernel, k, kernel, VGPU_KERNEL, CL_INVALID_KERNEL);
 	cl_int err;
 	if (device != NULL && device != ctx->dev) {
 		err = CL_INVALID_DEVICE;

@@ -521,20 +521,30 @@ static cl_int enq_marker(struct enq *e, cl_command_type type, cl_uint nwait, con
 	return vgpu_submit(ev, nwait, wait, blocking, event);
 }
 
-/* enq_read reads n bytes at off of m into dst (the application's memory,
- * or hm's), through the arena. */
-static cl_int enq_read(struct enq *e, cl_mem m, cl_command_type type, size_t off, size_t n, void *dst,
-		       struct vgpu_hostmem *hm, cl_uint nwait, const cl_event *wait, int blocking, cl_event *event)
+/* submit_xfer submits a transfer of n bytes between host (the application's
+ * memory, or hm's) and m at off, through the arena: to m when write, from
+ * it otherwise. */
+static cl_int submit_xfer(struct enq *e, cl_mem m, cl_command_type type, int write, size_t off, size_t n,
+			  const void *host, struct vgpu_hostmem *hm, cl_uint nwait, const cl_event *wait, int blocking,
+			  cl_event *event)
 {
-	struct _cl_event *ev = new_xfer(e->ctx, e->q, type, m, 0, 1);
+	struct _cl_event *ev = new_xfer(e->ctx, e->q, type, m, write, 1);
 	if (ev == NULL)
 		return CL_OUT_OF_HOST_MEMORY;
-	xfer_seg(ev, 0, m->origin + off, dst, n);
+	xfer_seg(ev, 0, m->origin + off, host, n);
 	if (hm != NULL) {
 		ev->hm = hm;
 		hm->refs++;
 	}
 	return vgpu_submit(ev, nwait, wait, blocking, event);
+}
+
+/* enq_read reads n bytes at off of m into dst (the application's memory,
+ * or hm's), through the arena. */
+static cl_int enq_read(struct enq *e, cl_mem m, cl_command_type type, size_t off, size_t n, void *dst,
+		       struct vgpu_hostmem *hm, cl_uint nwait, const cl_event *wait, int blocking, cl_event *event)
+{
+	return submit_xfer(e, m, type, 0, off, n, dst, hm, nwait, wait, blocking, event);
 }
 
 /* enq_write writes n bytes from src (the application's memory, or hm's)
@@ -544,17 +554,8 @@ static cl_int enq_write(struct enq *e, cl_mem m, cl_command_type type, size_t of
 			const struct vgpu_range *have, struct vgpu_hostmem *hm, cl_uint nwait, const cl_event *wait,
 			int blocking, cl_event *event)
 {
-	if (have == NULL) {
-		struct _cl_event *ev = new_xfer(e->ctx, e->q, type, m, 1, 1);
-		if (ev == NULL)
-			return CL_OUT_OF_HOST_MEMORY;
-		xfer_seg(ev, 0, m->origin + off, src, n);
-		if (hm != NULL) {
-			ev->hm = hm;
-			hm->refs++;
-		}
-		return vgpu_submit(ev, nwait, wait, blocking, event);
-	}
+	if (have == NULL)
+		return submit_xfer(e, m, type, 1, off, n, src, hm, nwait, wait, blocking, event);
 	struct _cl_event *ev = new_cmd(e, type, VGPU_ICDP_OP_WRITE,
 				       sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_transfer), m, NULL);
 	if (ev == NULL)
@@ -570,19 +571,32 @@ static cl_int enq_write(struct enq *e, cl_mem m, cl_command_type type, size_t of
 	return vgpu_submit(ev, nwait, wait, blocking, event);
 }
 
+/* begin_buffer_rw begins a read or write of size bytes of buffer at offset
+ * through ptr: the queue, the wait list and the buffer (in *m, to PUT)
+ * checked, and the range; denied are the host access flags that forbid
+ * the transfer (CL_INVALID_OPERATION). */
+static cl_int begin_buffer_rw(struct enq *e, cl_command_queue queue, cl_mem buffer, cl_mem *m, size_t offset,
+			      size_t size, const void *ptr, cl_uint num_events, const cl_event *wait_list,
+			      cl_mem_flags denied)
+{
+	cl_int err = enq_begin(e, queue, num_events, wait_list);
+	if (err == CL_SUCCESS)
+		err = get_mem(e, buffer, m);
+	if (err == CL_SUCCESS && (ptr == NULL || size == 0 || out_of(*m, offset, size)))
+		err = CL_INVALID_VALUE;
+	if (err == CL_SUCCESS && ((*m)->flags & denied))
+		err = CL_INVALID_OPERATION;
+	return err;
+}
+
 cl_int CL_API_CALL vgpu_clEnqueueReadBuffer(cl_command_queue queue, cl_mem buffer, cl_bool blocking, size_t offset,
 					    size_t size, void *ptr, cl_uint num_events, const cl_event *wait_list,
 					    cl_event *event)
 {
 	struct enq e;
 	cl_mem m = NULL;
-	cl_int err = enq_begin(&e, queue, num_events, wait_list);
-	if (err == CL_SUCCESS)
-		err = get_mem(&e, buffer, &m);
-	if (err == CL_SUCCESS && (ptr == NULL || size == 0 || out_of(m, offset, size)))
-		err = CL_INVALID_VALUE;
-	if (err == CL_SUCCESS && (m->flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS)))
-		err = CL_INVALID_OPERATION;
+	cl_int err = begin_buffer_rw(&e, queue, buffer, &m, offset, size, ptr, num_events, wait_list,
+				     CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS);
 	if (err == CL_SUCCESS)
 		err = enq_read(&e, m, CL_COMMAND_READ_BUFFER, offset, size, ptr, NULL, num_events, wait_list, blocking,
 			       event);
@@ -597,13 +611,8 @@ cl_int CL_API_CALL vgpu_clEnqueueWriteBuffer(cl_command_queue queue, cl_mem buff
 {
 	struct enq e;
 	cl_mem m = NULL;
-	cl_int err = enq_begin(&e, queue, num_events, wait_list);
-	if (err == CL_SUCCESS)
-		err = get_mem(&e, buffer, &m);
-	if (err == CL_SUCCESS && (ptr == NULL || size == 0 || out_of(m, offset, size)))
-		err = CL_INVALID_VALUE;
-	if (err == CL_SUCCESS && (m->flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS)))
-		err = CL_INVALID_OPERATION;
+	cl_int err = begin_buffer_rw(&e, queue, buffer, &m, offset, size, ptr, num_events, wait_list,
+				     CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS);
 	if (err == CL_SUCCESS)
 		err = enq_write(&e, m, CL_COMMAND_WRITE_BUFFER, offset, size, ptr, NULL, NULL, num_events, wait_list,
 				blocking, event);

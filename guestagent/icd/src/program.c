@@ -496,15 +496,24 @@ static cl_int check_devices(cl_program p, cl_uint num_devices, const cl_device_i
 	return CL_SUCCESS;
 }
 
+/* refuse_options ends a build or compile (what) whose options o parse_opts
+ * refused: the log names the option, the program's build failed, o is
+ * freed; it returns err. */
+static cl_int refuse_options(cl_program p, struct opts *o, const char *what, cl_int err)
+{
+	char msg[256];
+	snprintf(msg, sizeof msg, "vgpud ICD: %s option %s is not supported by the device\n", what, o->bad);
+	set_log(p, msg, NULL, 0);
+	p->status = CL_BUILD_ERROR;
+	opts_free(o);
+	return err;
+}
+
 cl_int CL_API_CALL vgpu_clBuildProgram(cl_program program, cl_uint num_devices, const cl_device_id *devices,
 				       const char *options, void(CL_CALLBACK *notify)(cl_program, void *),
 				       void *user_data)
 {
-	cl_program p = GET(program, VGPU_PROGRAM);
-	if (p == NULL)
-		return CL_INVALID_PROGRAM;
-	cl_context ctx = p->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_program, p, program, VGPU_PROGRAM, CL_INVALID_PROGRAM);
 	cl_int err = check_devices(p, num_devices, devices);
 	if (err == CL_SUCCESS && notify == NULL && user_data != NULL)
 		err = CL_INVALID_VALUE;
@@ -516,12 +525,7 @@ cl_int CL_API_CALL vgpu_clBuildProgram(cl_program program, cl_uint num_devices, 
 		err = CL_OUT_OF_RESOURCES;
 	struct opts o;
 	if (err == CL_SUCCESS && parse_opts(options, &o, 0) != 0) {
-		char msg[256];
-		snprintf(msg, sizeof msg, "vgpud ICD: build option %s is not supported by the device\n", o.bad);
-		set_log(p, msg, NULL, 0);
-		p->status = CL_BUILD_ERROR;
-		opts_free(&o);
-		err = CL_INVALID_BUILD_OPTIONS;
+		err = refuse_options(p, &o, "build", CL_INVALID_BUILD_OPTIONS);
 	} else if (err == CL_SUCCESS) {
 		free(p->options);
 		p->options = strdup(options != NULL ? options : "");
@@ -569,11 +573,7 @@ cl_int CL_API_CALL vgpu_clCompileProgram(cl_program program, cl_uint num_devices
 					 const char **header_names, void(CL_CALLBACK *notify)(cl_program, void *),
 					 void *user_data)
 {
-	cl_program p = GET(program, VGPU_PROGRAM);
-	if (p == NULL)
-		return CL_INVALID_PROGRAM;
-	cl_context ctx = p->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_program, p, program, VGPU_PROGRAM, CL_INVALID_PROGRAM);
 	cl_int err = check_devices(p, num_devices, devices);
 	if (err == CL_SUCCESS && ((notify == NULL && user_data != NULL) ||
 				  (num_headers == 0 && (headers != NULL || header_names != NULL)) ||
@@ -597,12 +597,7 @@ cl_int CL_API_CALL vgpu_clCompileProgram(cl_program program, cl_uint num_devices
 	}
 	struct opts o;
 	if (err == CL_SUCCESS && parse_opts(options, &o, 0) != 0) {
-		char msg[256];
-		snprintf(msg, sizeof msg, "vgpud ICD: compile option %s is not supported by the device\n", o.bad);
-		set_log(p, msg, NULL, 0);
-		p->status = CL_BUILD_ERROR;
-		opts_free(&o);
-		err = CL_INVALID_COMPILER_OPTIONS;
+		err = refuse_options(p, &o, "compile", CL_INVALID_COMPILER_OPTIONS);
 	} else if (err == CL_SUCCESS) {
 		struct expand x = {.o = &o, .hdrs = hs, .nhdrs = num_headers};
 		sb_add(&x.log, "", 0);
@@ -782,11 +777,7 @@ static void write_binary(const struct _cl_program *p, unsigned char *out)
 cl_int CL_API_CALL vgpu_clGetProgramInfo(cl_program program, cl_program_info param_name, size_t param_value_size,
 					 void *param_value, size_t *param_value_size_ret)
 {
-	cl_program p = GET(program, VGPU_PROGRAM);
-	if (p == NULL)
-		return CL_INVALID_PROGRAM;
-	cl_context ctx = p->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_program, p, program, VGPU_PROGRAM, CL_INVALID_PROGRAM);
 	cl_int err = CL_SUCCESS;
 	union {
 		cl_uint u;
@@ -864,11 +855,7 @@ cl_int CL_API_CALL vgpu_clGetProgramBuildInfo(cl_program program, cl_device_id d
 					      cl_program_build_info param_name, size_t param_value_size,
 					      void *param_value, size_t *param_value_size_ret)
 {
-	cl_program p = GET(program, VGPU_PROGRAM);
-	if (p == NULL)
-		return CL_INVALID_PROGRAM;
-	cl_context ctx = p->ctx;
-	ENTER(ctx);
+	ENTER_OBJ(cl_program, p, program, VGPU_PROGRAM, CL_INVALID_PROGRAM);
 	cl_int err;
 	if (!vgpu_device_valid(device) || device != ctx->dev) {
 		err = CL_INVALID_DEVICE;

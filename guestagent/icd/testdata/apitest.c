@@ -16,23 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                                     \
-	do {                                                                                                 \
-		if (!(cond)) {                                                                               \
-			failures++;                                                                          \
-			printf("apitest.c:%d: %s: ", __LINE__, #cond);                                       \
-			printf(__VA_ARGS__);                                                                 \
-			printf("\n");                                                                        \
-		}                                                                                            \
-	} while (0)
-
-#define CHECK_ERR(call, want)                                                                                \
-	do {                                                                                                 \
-		cl_int got_ = (call);                                                                        \
-		CHECK(got_ == (want), "got %d, want %d (%s)", got_, (want), #want);                          \
-	} while (0)
+#include "check.h"
 
 /* find the vgpud platform among those the loader lists. */
 static cl_platform_id vgpud_platform(void)

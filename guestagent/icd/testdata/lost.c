@@ -14,24 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                                     \
-	do {                                                                                                 \
-		if (!(cond)) {                                                                               \
-			failures++;                                                                          \
-			printf("lost.c:%d: %s: ", __LINE__, #cond);                                          \
-			printf(__VA_ARGS__);                                                                 \
-			printf("\n");                                                                        \
-			fflush(stdout);                                                                      \
-		}                                                                                            \
-	} while (0)
-
-#define OK(call)                                                                                             \
-	do {                                                                                                 \
-		cl_int got_ = (call);                                                                        \
-		CHECK(got_ == CL_SUCCESS, "got %d", got_);                                                   \
-	} while (0)
+#include "check.h"
 
 #define N 4096
 
@@ -68,17 +51,39 @@ static cl_program build(cl_context ctx, cl_device_id dev, const char *src)
 	return p;
 }
 
+/* new_kernel returns kernel name of src, built in a new context of dev
+ * with a queue: the context, the queue and the program in *ctx, *q, *p. */
+static cl_kernel new_kernel(cl_device_id dev, const char *src, const char *name, cl_context *ctx,
+			    cl_command_queue *q, cl_program *p)
+{
+	cl_int err;
+	*ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+	OK(err);
+	*q = clCreateCommandQueue(*ctx, dev, 0, &err);
+	OK(err);
+	*p = build(*ctx, dev, src);
+	cl_kernel k = clCreateKernel(*p, name, &err);
+	OK(err);
+	return k;
+}
+
+/* release_kernel releases what new_kernel made. */
+static void release_kernel(cl_context ctx, cl_command_queue q, cl_program p, cl_kernel k)
+{
+	clReleaseKernel(k);
+	clReleaseProgram(p);
+	clReleaseCommandQueue(q);
+	clReleaseContext(ctx);
+}
+
 /* The spinning kernel's worker is ended by the watchdog: its event fails. */
 static void lose(cl_device_id dev)
 {
 	cl_int err;
-	cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-	OK(err);
-	cl_command_queue q = clCreateCommandQueue(ctx, dev, 0, &err);
-	OK(err);
-	cl_program p = build(ctx, dev, spin_src);
-	cl_kernel k = clCreateKernel(p, "spin", &err);
-	OK(err);
+	cl_context ctx;
+	cl_command_queue q;
+	cl_program p;
+	cl_kernel k = new_kernel(dev, spin_src, "spin", &ctx, &q, &p);
 	int zero[16] = {0};
 	cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zero, zero, &err);
 	OK(err);
@@ -101,23 +106,17 @@ static void lose(cl_device_id dev)
 	       st, err);
 	clReleaseEvent(ev);
 	clReleaseMemObject(b);
-	clReleaseKernel(k);
-	clReleaseProgram(p);
-	clReleaseCommandQueue(q);
-	clReleaseContext(ctx);
+	release_kernel(ctx, q, p, k);
 }
 
 /* A new context after the loss computes correctly. */
 static void compute(cl_device_id dev)
 {
 	cl_int err;
-	cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
-	OK(err);
-	cl_command_queue q = clCreateCommandQueue(ctx, dev, 0, &err);
-	OK(err);
-	cl_program p = build(ctx, dev, vadd_src);
-	cl_kernel k = clCreateKernel(p, "vadd", &err);
-	OK(err);
+	cl_context ctx;
+	cl_command_queue q;
+	cl_program p;
+	cl_kernel k = new_kernel(dev, vadd_src, "vadd", &ctx, &q, &p);
 	static cl_uint a[N], out[N];
 	for (int i = 0; i < N; i++)
 		a[i] = 3u * (cl_uint)i;
@@ -140,10 +139,7 @@ static void compute(cl_device_id dev)
 		}
 	clReleaseMemObject(ba);
 	clReleaseMemObject(bb);
-	clReleaseKernel(k);
-	clReleaseProgram(p);
-	clReleaseCommandQueue(q);
-	clReleaseContext(ctx);
+	release_kernel(ctx, q, p, k);
 }
 
 int main(void)

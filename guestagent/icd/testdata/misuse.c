@@ -26,25 +26,7 @@
 #include <unistd.h>
 
 #include "vgpu_icdproto.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                                     \
-	do {                                                                                                 \
-		if (!(cond)) {                                                                               \
-			failures++;                                                                          \
-			printf("misuse.c:%d: %s: ", __LINE__, #cond);                                        \
-			printf(__VA_ARGS__);                                                                 \
-			printf("\n");                                                                        \
-			fflush(stdout);                                                                      \
-		}                                                                                            \
-	} while (0)
-
-#define CHECK_ERR(call, want)                                                                                \
-	do {                                                                                                 \
-		cl_int got_ = (call);                                                                        \
-		CHECK(got_ == (want), "got %d, want %d (%s)", got_, (want), #want);                          \
-	} while (0)
+#include "check.h"
 
 /* CHECK_NULL: a creating call returns NULL and the error. */
 #define CHECK_NULL(call, want)                                                                               \
@@ -54,8 +36,6 @@ static int failures;
 		CHECK(r_ == NULL && e_ == (want), "returned %p, error %d, want %d (%s)", r_, e_, (want),      \
 		      #want);                                                                                \
 	} while (0)
-
-#define OK(call) CHECK_ERR(call, CL_SUCCESS)
 
 struct fake {
 	struct _cl_icd_dispatch *dispatch;

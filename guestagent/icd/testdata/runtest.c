@@ -26,26 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                                     \
-	do {                                                                                                 \
-		if (!(cond)) {                                                                               \
-			failures++;                                                                          \
-			printf("runtest.c:%d: %s: ", __LINE__, #cond);                                       \
-			printf(__VA_ARGS__);                                                                 \
-			printf("\n");                                                                        \
-			fflush(stdout);                                                                      \
-		}                                                                                            \
-	} while (0)
-
-#define CHECK_ERR(call, want)                                                                                \
-	do {                                                                                                 \
-		cl_int got_ = (call);                                                                        \
-		CHECK(got_ == (want), "got %d, want %d (%s)", got_, (want), #want);                          \
-	} while (0)
-
-#define OK(call) CHECK_ERR(call, CL_SUCCESS)
+#include "check.h"
 
 #define N 1024
 
@@ -112,6 +93,15 @@ static cl_program build(const char *src, const char *opts, cl_int want)
 		CHECK(err == want, "clBuildProgram(%s): %d, want %d; log:\n%s", opts, err, want, log);
 	}
 	return p;
+}
+
+/* run_task runs k, whose argument 0 is m, as a task on q and reads the
+ * first n bytes of m into v. */
+static void run_task(cl_kernel k, cl_mem m, void *v, size_t n)
+{
+	OK(clSetKernelArg(k, 0, sizeof m, &m));
+	OK(clEnqueueTask(q, k, 0, NULL, NULL));
+	OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, n, v, 0, NULL, NULL));
 }
 
 static void setup(void)
@@ -557,10 +547,8 @@ static void compile_link_test(const char *dir)
 	if (pl != NULL) {
 		cl_kernel k = clCreateKernel(pl, "use", &err);
 		cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4, NULL, &err);
-		OK(clSetKernelArg(k, 0, sizeof m, &m));
-		OK(clEnqueueTask(q, k, 0, NULL, NULL));
 		int v = 0;
-		OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, 4, &v, 0, NULL, NULL));
+		run_task(k, m, &v, sizeof v);
 		CHECK(v == 43, "linked program: %d", v);
 		OK(clReleaseMemObject(m));
 		OK(clReleaseKernel(k));
@@ -617,9 +605,7 @@ static void macro_test(const char *dir)
 	cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 8, NULL, &err);
 	int v[2] = {0, 0};
 	if (k != NULL) {
-		OK(clSetKernelArg(k, 0, sizeof m, &m));
-		OK(clEnqueueTask(q, k, 0, NULL, NULL));
-		OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, sizeof v, v, 0, NULL, NULL));
+		run_task(k, m, v, sizeof v);
 		/* 4 + 3 + 1 + sizeof("abc") */
 		CHECK(v[0] == 12 && v[1] == 7, "macros: %d %d, want 12 7", v[0], v[1]);
 		OK(clReleaseKernel(k));
@@ -638,9 +624,7 @@ static void macro_test(const char *dir)
 	CHECK(err == CL_SUCCESS && pl != NULL, "clLinkProgram with macros: %d", err);
 	if (pl != NULL) {
 		k = clCreateKernel(pl, "use", &err);
-		OK(clSetKernelArg(k, 0, sizeof m, &m));
-		OK(clEnqueueTask(q, k, 0, NULL, NULL));
-		OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, sizeof v, v, 0, NULL, NULL));
+		run_task(k, m, v, sizeof v);
 		CHECK(v[0] == 42, "linked macros: %d", v[0]);
 		OK(clReleaseKernel(k));
 		OK(clReleaseProgram(pl));
@@ -657,9 +641,7 @@ static void macro_test(const char *dir)
 	k = clCreateKernel(p, "c", &err);
 	CHECK(err == CL_SUCCESS, "computed include kernel: %d", err);
 	if (k != NULL) {
-		OK(clSetKernelArg(k, 0, sizeof m, &m));
-		OK(clEnqueueTask(q, k, 0, NULL, NULL));
-		OK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, sizeof v, v, 0, NULL, NULL));
+		run_task(k, m, v, sizeof v);
 		CHECK(v[0] == 5, "computed include: %d", v[0]);
 		OK(clReleaseKernel(k));
 	}
