@@ -32,23 +32,8 @@ func floodDestination(t *testing.T, tlsDir string, dst *migrate.Destination) (*m
 		d.Close()
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dst.Manager, dst.TLS = m, migratetest.Load(t, tlsDir)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- dst.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		m.Close()
-		d.Close()
-	})
-	return m, ln.Addr().String()
+	return m, serveDestination(t, dst, m, d)
 }
 
 // flood opens n plain TCP connections to addr that never send a byte and

@@ -78,12 +78,20 @@ func destinationOn(t *testing.T, tlsDir string, tr transport.Socket) (*mdev.Mana
 	if err := os.Symlink(q.Path(), filepath.Join(sockDir, testID+".qmp")); err != nil {
 		t.Fatal(err)
 	}
+	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, tlsDir), StepTimeout: 20 * time.Second, ResumeTimeout: 100 * time.Millisecond}
+	return m, q, serveDestination(t, dst, m, d)
+}
+
+// serveDestination serves dst on a loopback port until the test ends,
+// then closes m and d (the manager and device behind dst); it returns the
+// port's address.
+func serveDestination(t *testing.T, dst *migrate.Destination, m *mdev.Manager, d gpu.Device) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, tlsDir), StepTimeout: 20 * time.Second, ResumeTimeout: 100 * time.Millisecond}
 	done := make(chan error, 1)
 	go func() { done <- dst.Serve(ctx, ln) }()
 	t.Cleanup(func() {
@@ -94,7 +102,7 @@ func destinationOn(t *testing.T, tlsDir string, tr transport.Socket) (*mdev.Mana
 		m.Close()
 		d.Close()
 	})
-	return m, q, ln.Addr().String()
+	return ln.Addr().String()
 }
 
 func dial(t *testing.T, addr, tlsDir string) *tls.Conn {

@@ -3,7 +3,7 @@ package mmio
 import (
 	"sync"
 
-	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/mmio/mmiotest"
 )
 
 // fakeBackend records what the register file asks of it.
@@ -21,8 +21,7 @@ type fakeBackend struct {
 	ctxKicks   []uint32 // contexts kicked
 	ctxKickErr error
 	head, done uint32
-	err        abi.Status
-	errCount   uint32
+	mmiotest.ErrorLatch
 }
 
 var _ Backend = (*fakeBackend)(nil)
@@ -69,17 +68,6 @@ func (f *fakeBackend) Reset() {
 	defer f.mu.Unlock()
 	f.resets++
 	f.on = false
-	f.head, f.done, f.err, f.errCount = 0, 0, abi.StatusOK, 0
+	f.head, f.done = 0, 0
+	f.Clear()
 }
-func (f *fakeBackend) Error() (abi.Status, uint32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.err, f.errCount
-}
-func (f *fakeBackend) LatchError(s abi.Status) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.err = s
-	f.errCount++
-}
-func (f *fakeBackend) AckError() { f.mu.Lock(); defer f.mu.Unlock(); f.err = abi.StatusOK }

@@ -19,6 +19,22 @@ import (
 	"github.com/vgpud/vgpud/internal/irqfd/irqfdtest"
 )
 
+// closeBounded closes in, which must not block on an eventfd the worker
+// made blocking (bounded, with unstick), and then the pool p.
+func closeBounded(t *testing.T, p *Pool, in *procInstance, unstick func()) {
+	t.Helper()
+	var cerr error
+	if !bounded(func() { cerr = in.Close() }, unstick) {
+		t.Fatal("Close blocked on an eventfd the worker made blocking")
+	}
+	if cerr != nil {
+		t.Errorf("Close = %v", cerr)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("pool Close = %v", err)
+	}
+}
+
 // bounded runs f and waits for it, at most irqfdtest.Patience; then it
 // calls unstick (which undoes what blocks f) until f returns, and
 // reports false.
@@ -150,16 +166,7 @@ func TestHostileWorkerEventfds(t *testing.T) {
 				t.Fatalf("Pause = %v", perr)
 			}
 
-			var cerr error
-			if !bounded(func() { cerr = in.Close() }, unstick) {
-				t.Fatal("Close blocked on an eventfd the worker made blocking")
-			}
-			if cerr != nil {
-				t.Errorf("Close = %v", cerr)
-			}
-			if err := p.Close(); err != nil {
-				t.Errorf("pool Close = %v", err)
-			}
+			closeBounded(t, p, in, unstick)
 		})
 	}
 }
@@ -302,16 +309,7 @@ func TestAdoptedHostileEventfds(t *testing.T) {
 	}, unstick) {
 		t.Fatal("Doorbell blocked on the doorbell eventfd the worker made blocking and filled")
 	}
-	var cerr error
-	if !bounded(func() { cerr = in.Close() }, unstick) {
-		t.Fatal("Close blocked on an eventfd the worker made blocking")
-	}
-	if cerr != nil {
-		t.Errorf("Close = %v", cerr)
-	}
-	if err := p.Close(); err != nil {
-		t.Errorf("pool Close = %v", err)
-	}
+	closeBounded(t, p, in, unstick)
 }
 
 // notifyInto is a Notify that posts a notice on notes, dropping those

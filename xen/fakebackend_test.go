@@ -3,8 +3,8 @@ package xen_test
 import (
 	"sync"
 
-	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/mmio"
+	"github.com/vgpud/vgpud/mmio/mmiotest"
 )
 
 // fakeBackend is the least mmio.Backend: it records doorbells and resets
@@ -14,8 +14,7 @@ type fakeBackend struct {
 	on        bool
 	resets    int
 	doorbells []uint32
-	err       abi.Status
-	errCount  uint32
+	mmiotest.ErrorLatch
 }
 
 var _ mmio.Backend = (*fakeBackend)(nil)
@@ -46,20 +45,8 @@ func (f *fakeBackend) Reset() {
 	defer f.mu.Unlock()
 	f.resets++
 	f.on = false
-	f.err, f.errCount = abi.StatusOK, 0
+	f.Clear()
 }
-func (f *fakeBackend) Error() (abi.Status, uint32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.err, f.errCount
-}
-func (f *fakeBackend) LatchError(s abi.Status) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.err = s
-	f.errCount++
-}
-func (f *fakeBackend) AckError() { f.mu.Lock(); defer f.mu.Unlock(); f.err = abi.StatusOK }
 
 func (f *fakeBackend) Doorbells() []uint32 {
 	f.mu.Lock()

@@ -3,12 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/mdev"
-	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
 
 const ramBytes = 64 << 20
@@ -18,9 +17,7 @@ type guest struct {
 	w    workload
 	mgr  *mdev.Manager
 	inst *mdev.Instance
-	vm   *mpqemutest.VM
-	d    *driver.Device
-	prog driver.Program
+	host.Guest
 	bufs []driver.Buffer
 	// data is what copies upload, scratch where reads land.
 	data, scratch []byte
@@ -42,13 +39,7 @@ func newGuest(mgr *mdev.Manager, w workload) (g *guest, err error) {
 			err = errors.Join(fmt.Errorf("%s: %w", w.name, err), g.close())
 		}
 	}()
-	if g.vm, err = mpqemutest.Dial(inst.Socket(), ramBytes); err != nil {
-		return nil, err
-	}
-	if g.d, err = driver.Open(g.vm, g.vm, driver.Options{}); err != nil {
-		return nil, err
-	}
-	if g.prog, _, err = g.d.Build(kernelSource, ""); err != nil {
+	if err = g.Open(inst.Socket(), ramBytes, kernelSource); err != nil {
 		return nil, err
 	}
 	var most uint64
@@ -57,54 +48,29 @@ func newGuest(mgr *mdev.Manager, w workload) (g *guest, err error) {
 	}
 	g.data, g.scratch = floats(int(most/4), 1), make([]byte, most)
 	for _, n := range w.bufs {
-		b, err := g.d.CreateBuffer(n)
+		b, err := g.D.CreateBuffer(n)
 		if err != nil {
 			return nil, err
 		}
-		if err := g.d.Write(b, 0, g.data[:n]); err != nil {
+		if err := g.D.Write(b, 0, g.data[:n]); err != nil {
 			return nil, err
 		}
 		g.bufs = append(g.bufs, b)
 	}
-	return g, g.d.Finish()
+	return g, g.D.Finish()
 }
 
 func (g *guest) close() error {
-	var errs []error
-	if g.d != nil {
-		errs = append(errs, g.d.Close())
-	}
-	if g.vm != nil {
-		errs = append(errs, g.vm.Close())
-	}
-	return errors.Join(append(errs, g.mgr.Destroy(g.inst.UUID()))...)
+	return errors.Join(g.Guest.Close(), g.mgr.Destroy(g.inst.UUID()))
 }
 
-// wait flushes and waits for the last command. It polls in short sleeps:
-// the driver's own poll backs off to 1 ms sleeps, which would quantise
-// every short kernel, and spinning would steal the CPU PoCL computes on.
-func (g *guest) wait() error {
-	if err := g.d.Flush(); err != nil {
-		return err
-	}
-	idx := g.d.Tail() - 1
-	for i := 0; ; i++ {
-		if _, ok := g.d.Completion(idx); ok {
-			break
-		}
-		if i < 20 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(20 * time.Microsecond)
-		}
-	}
-	return g.d.Finish()
-}
+// wait flushes and waits for the last command (host.WaitLast).
+func (g *guest) wait() error { return host.WaitLast(g.D) }
 
 // spin launches the spin kernel over items work items of iters steps on
 // buffer 0 and waits for it.
 func (g *guest) spin(items uint64, iters uint32) error {
-	if err := g.d.Launch(g.prog, "spin", driver.Range1(items, min(items, 64)), driver.BufferArg(g.bufs[0]), driver.Uint32Arg(iters)); err != nil {
+	if err := g.D.Launch(g.Prog, "spin", driver.Range1(items, min(items, 64)), driver.BufferArg(g.bufs[0]), driver.Uint32Arg(iters)); err != nil {
 		return err
 	}
 	return g.wait()

@@ -41,13 +41,13 @@ func floats(n int, seed float32) []byte {
 
 // launchRead launches kernel k over r, then reads buffer out back.
 func launchRead(g *guest, k string, r driver.NDRange, out int, args ...driver.Arg) error {
-	if err := g.d.Launch(g.prog, k, r, args...); err != nil {
+	if err := g.D.Launch(g.Prog, k, r, args...); err != nil {
 		return err
 	}
 	if err := g.wait(); err != nil {
 		return err
 	}
-	return g.d.Read(g.bufs[out], 0, g.scratch[:g.bufs[out].Size])
+	return g.D.Read(g.bufs[out], 0, g.scratch[:g.bufs[out].Size])
 }
 
 // think keeps the guest's CPU busy for d (a VM's own work between
@@ -88,20 +88,20 @@ func workloads() []workload {
 		{name: "lud", bufs: []uint64{4 * lu * lu}, iter: func(g *guest) error {
 			// Many short launches, one wait: the decomposition's steps.
 			for k := 0; k < lu-1; k++ {
-				if err := g.d.Launch(g.prog, "lud", driver.Range2(uint64(lu-k-1), uint64(lu-k-1), 1, 1), buf(g.bufs[0]), i32(lu), i32(k)); err != nil {
+				if err := g.D.Launch(g.Prog, "lud", driver.Range2(uint64(lu-k-1), uint64(lu-k-1), 1, 1), buf(g.bufs[0]), i32(lu), i32(k)); err != nil {
 					return err
 				}
 			}
 			if err := g.wait(); err != nil {
 				return err
 			}
-			return g.d.Read(g.bufs[0], 0, g.scratch[:g.bufs[0].Size])
+			return g.D.Read(g.bufs[0], 0, g.scratch[:g.bufs[0].Size])
 		}},
 		{name: "copy-heavy", bufs: []uint64{8 << 20}, iter: func(g *guest) error {
-			if err := g.d.Write(g.bufs[0], 0, g.data[:8<<20]); err != nil {
+			if err := g.D.Write(g.bufs[0], 0, g.data[:8<<20]); err != nil {
 				return err
 			}
-			return g.d.Read(g.bufs[0], 0, g.scratch[:8<<20])
+			return g.D.Read(g.bufs[0], 0, g.scratch[:8<<20])
 		}},
 		{name: "short-kernel", bufs: []uint64{4 * 64}, iter: func(g *guest) error {
 			return g.spin(64, 200)
@@ -116,10 +116,10 @@ func workloads() []workload {
 			if err := g.spin(4096, 200); err != nil {
 				return err
 			}
-			if err := g.d.Write(g.bufs[1], 0, g.data[:1<<20]); err != nil {
+			if err := g.D.Write(g.bufs[1], 0, g.data[:1<<20]); err != nil {
 				return err
 			}
-			return g.d.Read(g.bufs[1], 0, g.scratch[:1<<20])
+			return g.D.Read(g.bufs[1], 0, g.scratch[:1<<20])
 		}},
 		{name: "cpu-think", bufs: []uint64{4 * 64}, iter: func(g *guest) error {
 			t := time.Now()

@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"runtime"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/mdev"
-	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 	"github.com/vgpud/vgpud/sched"
 )
 
@@ -40,9 +39,7 @@ func (w work) isCopy() bool { return w.global == 0 }
 type guest struct {
 	b    *bench
 	inst *mdev.Instance
-	vm   *mpqemutest.VM
-	d    *driver.Device
-	prog driver.Program
+	host.Guest
 	out  driver.Buffer
 	cbuf driver.Buffer
 	data []byte
@@ -62,65 +59,35 @@ func (b *bench) newGuest(share uint32) (g *guest, err error) {
 	if err := b.mgr.SetShare(inst.UUID(), share); err != nil {
 		return nil, err
 	}
-	if g.vm, err = mpqemutest.Dial(inst.Socket(), ramBytes); err != nil {
+	if err = g.Open(inst.Socket(), ramBytes, spinSource); err != nil {
 		return nil, err
 	}
-	if g.d, err = driver.Open(g.vm, g.vm, driver.Options{}); err != nil {
+	if g.out, err = g.D.CreateBuffer(4 * maxGlobal); err != nil {
 		return nil, err
 	}
-	if g.prog, _, err = g.d.Build(spinSource, ""); err != nil {
-		return nil, err
-	}
-	if g.out, err = g.d.CreateBuffer(4 * maxGlobal); err != nil {
-		return nil, err
-	}
-	if g.cbuf, err = g.d.CreateBuffer(copyBytes); err != nil {
+	if g.cbuf, err = g.D.CreateBuffer(copyBytes); err != nil {
 		return nil, err
 	}
 	g.data = make([]byte, copyBytes)
-	return g, g.d.Finish()
+	return g, g.D.Finish()
 }
 
 func (g *guest) close() error {
-	var errs []error
-	if g.d != nil {
-		errs = append(errs, g.d.Close())
-	}
-	if g.vm != nil {
-		errs = append(errs, g.vm.Close())
-	}
-	return errors.Join(append(errs, g.b.mgr.Destroy(g.inst.UUID()))...)
+	return errors.Join(g.Guest.Close(), g.b.mgr.Destroy(g.inst.UUID()))
 }
 
 // op runs one unit of w and waits for it.
 func (g *guest) op(w work) error {
 	if w.isCopy() {
-		if err := g.d.Write(g.cbuf, 0, g.data); err != nil {
+		if err := g.D.Write(g.cbuf, 0, g.data); err != nil {
 			return err
 		}
-		return g.d.Read(g.cbuf, 0, g.data)
+		return g.D.Read(g.cbuf, 0, g.data)
 	}
-	if err := g.d.Launch(g.prog, "spin", driver.Range1(w.global, local), driver.BufferArg(g.out), driver.Uint32Arg(w.iters)); err != nil {
+	if err := g.D.Launch(g.Prog, "spin", driver.Range1(w.global, local), driver.BufferArg(g.out), driver.Uint32Arg(w.iters)); err != nil {
 		return err
 	}
-	if err := g.d.Flush(); err != nil {
-		return err
-	}
-	// Wait in short sleeps: the driver's own poll backs off to 1 ms
-	// sleeps, which would quantise every latency here, and spinning would
-	// steal the CPU that PoCL computes on.
-	idx := g.d.Tail() - 1
-	for i := 0; ; i++ {
-		if _, ok := g.d.Completion(idx); ok {
-			break
-		}
-		if i < 20 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(20 * time.Microsecond)
-		}
-	}
-	return g.d.Finish()
+	return host.WaitLast(g.D)
 }
 
 func (g *guest) sched() sched.ClientStats { return g.inst.Sched() }

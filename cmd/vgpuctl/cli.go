@@ -80,20 +80,6 @@ func printCmdUsage(w io.Writer, name string, fs *flag.FlagSet) {
 	fs.SetOutput(out)
 }
 
-// wantsHelp reports whether args ask for help (-h, -help, --help) before
-// any "--".
-func wantsHelp(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "-h", "-help", "--help":
-			return true
-		}
-	}
-	return false
-}
-
 // helpLines are the lines of usage that describe command name.
 func helpLines(name string) []string {
 	var out []string

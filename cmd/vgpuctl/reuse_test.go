@@ -12,29 +12,14 @@ func TestReuseCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	id = strings.TrimSpace(id)
-	tests := []struct {
-		args []string
-		want []string
-	}{
+	ctlSteps(t, sock, []ctlStep{
 		{[]string{"reuse"}, []string{"DOMAIN", "team", id, "HITS"}},
 		{[]string{"reuse", "budget", "team", "4096"}, []string{"team budget 4096"}},
 		{[]string{"reuse", "-json"}, []string{`"pinned_budget": true`, `"domain": "team"`}},
 		{[]string{"reuse", "set", id, "private"}, []string{id + " reuse instance:" + id}},
 		{[]string{"reuse", "set", id, "off"}, []string{id + " reuse off"}},
 		{[]string{"show", id}, []string{`"reuse"`}},
-	}
-	for _, tt := range tests {
-		out, err := ctl(t, sock, tt.args...)
-		if err != nil {
-			t.Errorf("vgpuctl %q = %v", tt.args, err)
-			continue
-		}
-		for _, w := range tt.want {
-			if !strings.Contains(out, w) {
-				t.Errorf("vgpuctl %q = %q, want it to contain %q", tt.args, out, w)
-			}
-		}
-	}
+	})
 	for _, args := range [][]string{{"reuse", "set", id}, {"reuse", "budget", "team", "-3"}, {"reuse", "budget", "nope", "1"}} {
 		if out, err := ctl(t, sock, args...); err == nil {
 			t.Errorf("vgpuctl %q = %q, want an error", args, out)

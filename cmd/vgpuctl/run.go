@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/vgpud/vgpud/internal/cliargs"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
@@ -144,7 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(helpLines(cmd)) == 0 {
 		return usagef("unknown command %q (vgpuctl help lists the commands)", cmd)
 	}
-	if wantsHelp(rest) {
+	if cliargs.WantsHelp(rest) {
 		// The command's lines of the usage and its flags, on stdout:
 		// a command with flags parses just -h and prints them.
 		if flagless[cmd] {

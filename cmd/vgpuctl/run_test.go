@@ -68,6 +68,31 @@ func ctl(t *testing.T, sock string, args ...string) (string, error) {
 	return out.String(), err
 }
 
+// ctlStep is one vgpuctl command line and what its output must contain.
+type ctlStep struct {
+	args []string
+	want []string
+}
+
+// ctlSteps runs steps against the daemon at sock in order, reporting a
+// command that fails or whose output lacks a wanted string, and goes on
+// with the next step either way.
+func ctlSteps(t *testing.T, sock string, steps []ctlStep) {
+	t.Helper()
+	for _, st := range steps {
+		out, err := ctl(t, sock, st.args...)
+		if err != nil {
+			t.Errorf("vgpuctl %q = %v", st.args, err)
+			continue
+		}
+		for _, w := range st.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("vgpuctl %q = %q, want it to contain %q", st.args, out, w)
+			}
+		}
+	}
+}
+
 func TestCommands(t *testing.T) {
 	sock := daemon(t)
 	out, err := ctl(t, sock, "profiles")

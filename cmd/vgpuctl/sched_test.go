@@ -15,29 +15,14 @@ func TestSchedCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	id = strings.TrimSpace(id)
-	tests := []struct {
-		args []string
-		want []string
-	}{
+	ctlSteps(t, sock, []ctlStep{
 		{[]string{"policy", "0"}, []string{"fixed-share"}},
 		{[]string{"policy", "0", "timeslice"}, []string{"timeslice"}},
 		{[]string{"policy", "0"}, []string{"timeslice"}},
 		{[]string{"set-share", id, "5"}, []string{id + " share 5"}},
 		{[]string{"stats"}, []string{"POLICY", "timeslice", id, "vgpu-medium"}},
 		{[]string{"top", "-n", "1", "-interval", "20ms"}, []string{"vgpud top", "UTIL", "timeslice", id, "WAIT/TURN"}},
-	}
-	for _, tt := range tests {
-		out, err := ctl(t, sock, tt.args...)
-		if err != nil {
-			t.Errorf("vgpuctl %q = %v", tt.args, err)
-			continue
-		}
-		for _, w := range tt.want {
-			if !strings.Contains(out, w) {
-				t.Errorf("vgpuctl %q = %q, want it to contain %q", tt.args, out, w)
-			}
-		}
-	}
+	})
 	out, err := ctl(t, sock, "stats", "-json")
 	if err != nil {
 		t.Fatal(err)

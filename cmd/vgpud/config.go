@@ -17,6 +17,7 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/interference"
 	"github.com/vgpud/vgpud/internal/buildinfo"
+	"github.com/vgpud/vgpud/internal/cliargs"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/definitions"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
@@ -162,20 +163,6 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 // errBadUsage: a command line vgpud cannot run; it exits 2.
 var errBadUsage = errors.New("bad command line")
 
-// helpAsked reports whether args ask for the usage (-h, -help, --help)
-// before any "--".
-func helpAsked(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "-h", "-help", "--help":
-			return true
-		}
-	}
-	return false
-}
-
 // commandLine is vgpud's command line, parsed: the flags' values.
 type commandLine struct {
 	args []string // as given: an upgrade's new vgpud gets them too
@@ -228,7 +215,7 @@ func (c *commandLine) flagSet() *flag.FlagSet {
 func parseCommandLine(args []string, stdout io.Writer) (*commandLine, error) {
 	c := &commandLine{args: args}
 	fs := c.flagSet()
-	if helpAsked(args) {
+	if cliargs.WantsHelp(args) {
 		fmt.Fprintln(stdout, "usage: vgpud [flags]   (docs/operating.md)\n\nflags:")
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()

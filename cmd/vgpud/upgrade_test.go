@@ -181,6 +181,32 @@ func startTestVgpud(t *testing.T, args ...string) *testVgpud {
 	return v
 }
 
+// becomeSubreaper makes this process a child subreaper
+// (PR_SET_CHILD_SUBREAPER): a new vgpud and the workers, once the vgpud
+// that started them exits, are this process's to reap. The function it
+// returns undoes that.
+func becomeSubreaper(t *testing.T) (undo func()) {
+	t.Helper()
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
+	}
+	return func() { unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) }
+}
+
+// finish is the end of a test whose vgpud processes have all been
+// stopped: it reaps the worker (workerPID, if any), reads the log pipe
+// to its end and, if the test failed, logs what vgpud wrote.
+func (v *testVgpud) finish(t *testing.T, workerPID int) {
+	if workerPID > 0 {
+		reapPID(workerPID, time.Minute)
+	}
+	for range v.lines { // every vgpud ended: the pipe ends
+	}
+	if t.Failed() {
+		t.Logf("vgpud log:\n%s", v.log())
+	}
+}
+
 func (v *testVgpud) log() string {
 	b, _ := os.ReadFile(v.logPath)
 	return string(b)
@@ -344,10 +370,7 @@ func TestUpgradeProbation(t *testing.T) {
 	}
 	// The new vgpud is the old one's child; once the old one exits, it
 	// and the workers are this process's (reaped here).
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
-	}
-	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	defer becomeSubreaper(t)()
 	v := startTestVgpud(t, "-upgrade-probation", *upgradeProbation)
 	oldPID := v.cmd.Process.Pid
 	var newPID, workerPID int
@@ -361,14 +384,7 @@ func TestUpgradeProbation(t *testing.T) {
 			syscall.Kill(newPID, syscall.SIGTERM)
 			reapPID(newPID, time.Minute)
 		}
-		if workerPID > 0 {
-			reapPID(workerPID, time.Minute)
-		}
-		for range v.lines { // every vgpud ended: the pipe ends
-		}
-		if t.Failed() {
-			t.Logf("vgpud log:\n%s", v.log())
-		}
+		v.finish(t, workerPID)
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -451,10 +467,7 @@ func TestUpgradeProbationStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts vgpud and a worker")
 	}
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
-	}
-	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	defer becomeSubreaper(t)()
 	for _, signalled := range []string{"new", "old"} {
 		t.Run(signalled, func(t *testing.T) {
 			v := startTestVgpud(t, "-upgrade-probation", "10m")
@@ -466,14 +479,7 @@ func TestUpgradeProbationStop(t *testing.T) {
 					v.cmd.Process.Kill()
 					v.cmd.Wait()
 				}
-				if workerPID > 0 {
-					reapPID(workerPID, time.Minute)
-				}
-				for range v.lines {
-				}
-				if t.Failed() {
-					t.Logf("vgpud log:\n%s", v.log())
-				}
+				v.finish(t, workerPID)
 			}()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
@@ -548,10 +554,7 @@ func TestUpgradeBadConfigInstance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts vgpud and a worker")
 	}
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
-	}
-	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	defer becomeSubreaper(t)()
 	cfg := filepath.Join(t.TempDir(), "vgpud.json")
 	if err := os.WriteFile(cfg, []byte(`{"instances": []}`), 0o644); err != nil {
 		t.Fatal(err)
@@ -561,14 +564,7 @@ func TestUpgradeBadConfigInstance(t *testing.T) {
 	defer func() {
 		v.cmd.Process.Signal(syscall.SIGTERM)
 		v.cmd.Wait()
-		if workerPID > 0 {
-			reapPID(workerPID, time.Minute)
-		}
-		for range v.lines {
-		}
-		if t.Failed() {
-			t.Logf("vgpud log:\n%s", v.log())
-		}
+		v.finish(t, workerPID)
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -181,18 +181,7 @@ func (m *Map) updateForeign(regions []Region) error {
 		shift++
 	}
 	c := &mapcache{mapper: mapper, windows: ws, shift: shift, max: cfg.Buckets, buckets: map[uint64]*bucket{}}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		c.close()
-		return fmt.Errorf("update guest memory: %w", ErrClosed)
-	}
-	old, oldCache := m.maps, m.cache
-	m.spans, m.maps, m.cache = nil, nil, c
-	m.mu.Unlock()
-	unmapAll(old)
-	oldCache.close()
-	return nil
+	return m.install(nil, nil, c)
 }
 
 // close unmaps every bucket and closes the mapper. No access may be in

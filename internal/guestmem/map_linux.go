@@ -117,14 +117,22 @@ func (m *Map) update(regions []Region, sealed bool) error {
 	if err != nil {
 		return fmt.Errorf("update guest memory: %w", err)
 	}
+	return m.install(spans, maps, nil)
+}
+
+// install makes spans, the mappings maps behind them and cache m's
+// guest memory, and unmaps and closes what they replace. After Close it
+// unmaps and closes them instead, and errors wrapping ErrClosed.
+func (m *Map) install(spans []span, maps [][]byte, cache *mapcache) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		unmapAll(maps)
+		cache.close()
 		return fmt.Errorf("update guest memory: %w", ErrClosed)
 	}
 	old, oldCache := m.maps, m.cache
-	m.spans, m.maps, m.cache = spans, maps, nil
+	m.spans, m.maps, m.cache = spans, maps, cache
 	m.mu.Unlock()
 	// No reader holds the lock any more, so none uses the old mappings.
 	unmapAll(old)

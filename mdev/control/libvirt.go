@@ -1,7 +1,6 @@
 package control
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -37,12 +36,12 @@ func handleAttach(mux *http.ServeMux, a *libvirt.Attacher) {
 			return
 		}
 		if a == nil {
-			reply(w, http.StatusServiceUnavailable, errorBody{Error: ErrNoLibvirt.Error()})
+			replyUnavailable(w, ErrNoLibvirt)
 			return
 		}
 		// Not tied to the operator's connection: a vgpuctl that gives up
 		// must not leave a domain started paused without its vGPU.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 4*time.Minute)
+		ctx, cancel := detachedContext(r, 4*time.Minute)
 		defer cancel()
 		rep, err := a.Attach(ctx, req.Libvirt, r.PathValue("uuid"))
 		switch {

@@ -1,7 +1,6 @@
 package control
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -50,18 +49,18 @@ func handleMigrate(mux *http.ServeMux, m *mdev.Manager, t *migrate.TLS, lv *libv
 			return
 		}
 		if t == nil {
-			reply(w, http.StatusServiceUnavailable, errorBody{Error: ErrNoMigration.Error()})
+			replyUnavailable(w, ErrNoMigration)
 			return
 		}
 		// The migration is not tied to the operator's connection: a
 		// vgpuctl that gives up must not leave the VM half moved.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Minute)
+		ctx, cancel := detachedContext(r, 30*time.Minute)
 		defer cancel()
 		opts := migrate.Options{To: req.To, URI: req.URI, QMP: req.QMP,
 			DeviceID: req.DeviceID, MaxRounds: req.MaxRounds, NoPrecopy: req.NoPrecopy, QEMUBandwidth: req.QEMUBandwidth, TLS: t}
 		if req.Libvirt != "" {
 			if lv == nil {
-				reply(w, http.StatusServiceUnavailable, errorBody{Error: ErrNoLibvirt.Error()})
+				replyUnavailable(w, ErrNoLibvirt)
 				return
 			}
 			inst, err := m.Get(r.PathValue("uuid"))
@@ -103,7 +102,7 @@ func handleReattach(mux *http.ServeMux, m *mdev.Manager) {
 			replyErr(w, fmt.Errorf("reattach: body: %w", err))
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 3*time.Minute)
+		ctx, cancel := detachedContext(r, 3*time.Minute)
 		defer cancel()
 		rep, err := migrate.Reattach(ctx, m, r.PathValue("uuid"), migrate.ReattachOptions{QMP: req.QMP, DeviceID: req.DeviceID})
 		if errors.Is(err, migrate.ErrAttached) {

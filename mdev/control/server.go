@@ -1,12 +1,14 @@
 package control
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/internal/buildinfo"
@@ -159,6 +161,19 @@ func replyErr(w http.ResponseWriter, err error) {
 		code = http.StatusServiceUnavailable
 	}
 	reply(w, code, errorBody{Error: err.Error()})
+}
+
+// replyUnavailable answers 503 Service Unavailable with err: a part of
+// vgpud that this request needs is not set up, or no longer serves.
+func replyUnavailable(w http.ResponseWriter, err error) {
+	reply(w, http.StatusServiceUnavailable, errorBody{Error: err.Error()})
+}
+
+// detachedContext is r's context without its cancellation, bounded by
+// timeout: for work an operator that gives up (or whose connection drops)
+// must not leave half done.
+func detachedContext(r *http.Request, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), timeout)
 }
 
 // errTrailing: a request body has more after its JSON value.

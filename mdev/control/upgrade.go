@@ -48,7 +48,7 @@ func handleUpgrade(mux *http.ServeMux, u Upgrader) {
 			reply(w, http.StatusBadRequest, errorBody{Error: "upgrade: body: " + err.Error()})
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 3*time.Minute)
+		ctx, cancel := detachedContext(r, 3*time.Minute)
 		defer cancel()
 		rep, after, err := u(ctx, req.Binary)
 		if err != nil {
@@ -178,7 +178,7 @@ func gated(g *Gate, next http.Handler) http.Handler {
 			return
 		}
 		if !g.enter(r.Context()) {
-			reply(w, http.StatusServiceUnavailable, errorBody{Error: ErrUpgraded.Error()})
+			replyUnavailable(w, ErrUpgraded)
 			return
 		}
 		defer g.leave()

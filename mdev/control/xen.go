@@ -53,7 +53,7 @@ func handleXen(mux *http.ServeMux, a XenAttacher) {
 			return
 		}
 		if a == nil {
-			reply(w, http.StatusServiceUnavailable, errorBody{Error: ErrNoXen.Error()})
+			replyUnavailable(w, ErrNoXen)
 			return
 		}
 		err := a.AttachXen(r.Context(), r.PathValue("uuid"), req)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -122,19 +121,10 @@ func (c *Conn) Serve(ctx context.Context) (err error) {
 		if err == nil {
 			continue
 		}
-		switch {
-		case c.pausing.Load() && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !c.closed.Load():
+		if c.pausing.Load() && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !c.closed.Load() {
 			return ErrPaused
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case c.closed.Load():
-			return ErrClosed
-		case errors.Is(err, io.EOF):
-			return nil
-		case errors.Is(err, ErrProtocol):
-			c.log.Error("mpqemu: closing connection", "err", err)
 		}
-		return fmt.Errorf("mpqemu serve: %w", err)
+		return transport.ServeEnd(ctx, &c.closed, err, ErrProtocol, c.log, "mpqemu")
 	}
 }
 

@@ -3,8 +3,11 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"sync/atomic"
 
 	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mmio"
@@ -19,6 +22,26 @@ var (
 	// called again after Resume.
 	ErrPaused = errors.New("transport session paused")
 )
+
+// ServeEnd is what a socket session's Serve returns once handling a
+// message failed with err (not nil): ctx.Err() once ctx ended, ErrClosed
+// once the session was closed, nil when the peer hung up between
+// messages (io.EOF), else err wrapped as "name serve: ...". A protocol
+// violation (errors.Is(err, protocol)) is also logged: the connection
+// closes on it.
+func ServeEnd(ctx context.Context, closed *atomic.Bool, err, protocol error, log *slog.Logger, name string) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case closed.Load():
+		return ErrClosed
+	case errors.Is(err, io.EOF):
+		return nil
+	case errors.Is(err, protocol):
+		log.Error(name+": closing connection", "err", err)
+	}
+	return fmt.Errorf("%s serve: %w", name, err)
+}
 
 // MemoryMap receives the guest-RAM map a transport learns from its peer
 // (mpqemu's SYNC_SYSMEM, vfio-user's DMA_MAP and DMA_UNMAP, the Xen

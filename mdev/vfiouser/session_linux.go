@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -122,17 +121,7 @@ func (s *Session) Serve(ctx context.Context) (err error) {
 		if err == nil {
 			continue
 		}
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case s.closed.Load():
-			return transport.ErrClosed
-		case errors.Is(err, io.EOF):
-			return nil
-		case errors.Is(err, ErrProtocol):
-			s.log.Error("vfio-user: closing connection", "err", err)
-		}
-		return fmt.Errorf("vfio-user serve: %w", err)
+		return transport.ServeEnd(ctx, &s.closed, err, ErrProtocol, s.log, "vfio-user")
 	}
 }
 

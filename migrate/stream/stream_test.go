@@ -76,6 +76,14 @@ func samples() []Record {
 // encode writes recs as a stream.
 func encode(t tb, recs ...Record) []byte {
 	t.Helper()
+	b, _ := encodeStats(t, recs...)
+	return b
+}
+
+// encodeStats writes recs as a stream; it returns the stream and the
+// Writer's Stats once closed.
+func encodeStats(t tb, recs ...Record) ([]byte, Stats) {
+	t.Helper()
 	var buf bytes.Buffer
 	w := NewWriter(&buf)
 	for _, r := range recs {
@@ -86,7 +94,7 @@ func encode(t tb, recs ...Record) []byte {
 	if err := w.Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
 	}
-	return buf.Bytes()
+	return buf.Bytes(), w.Stats()
 }
 
 // readAll reads records until io.EOF or an error; it fails if Next

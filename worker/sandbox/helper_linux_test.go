@@ -674,6 +674,16 @@ func rawClone(flags uintptr) error {
 	} else {
 		pid, _, e = unix.RawSyscall6(unix.SYS_CLONE, flags, 0, 0, 0, 0, 0)
 	}
+	return exitAndReap(pid, e)
+}
+
+// exitAndReap follows a raw fork or clone that returned pid and e: the
+// new process (pid 0) exits at once, the parent reaps it; e, if the call
+// failed. The new process runs it too, on the stack it was forked with:
+// nosplit, so that it never asks the runtime for more.
+//
+//go:nosplit
+func exitAndReap(pid uintptr, e unix.Errno) error {
 	if e != 0 {
 		return e
 	}
@@ -690,15 +700,7 @@ func clone3Process() error {
 	args := make([]uint64, 11)     // struct clone_args (CLONE_ARGS_SIZE_VER2)
 	args[4] = uint64(unix.SIGCHLD) // exit_signal
 	pid, _, e := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args[0])), uintptr(len(args)*8), 0)
-	if e != 0 {
-		return e
-	}
-	if pid == 0 {
-		unix.RawSyscall(unix.SYS_EXIT_GROUP, 0, 0, 0)
-	}
-	var ws unix.WaitStatus
-	_, _ = unix.Wait4(int(pid), &ws, 0, nil)
-	return nil
+	return exitAndReap(pid, e)
 }
 
 // startThreads makes the Go runtime start new threads (clone with

@@ -140,21 +140,18 @@ func (r *RAM) inRAM(gpa uint64, n int) error {
 
 // ReadRAM copies guest RAM at gpa into p.
 func (r *RAM) ReadRAM(gpa uint64, p []byte) error {
-	if err := r.inRAM(gpa, len(p)); err != nil {
-		return err
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.ram == nil {
-		return ErrClosed
-	}
-	copy(p, r.ram[gpa:])
-	return nil
+	return r.access(gpa, len(p), func(ram []byte) { copy(p, ram) })
 }
 
 // WriteRAM copies p into guest RAM at gpa.
 func (r *RAM) WriteRAM(gpa uint64, p []byte) error {
-	if err := r.inRAM(gpa, len(p)); err != nil {
+	return r.access(gpa, len(p), func(ram []byte) { copy(ram, p) })
+}
+
+// access checks that [gpa, gpa+n) is guest RAM and calls f with the RAM
+// from gpa on, under the read lock; ErrClosed once the RAM is released.
+func (r *RAM) access(gpa uint64, n int, f func(ram []byte)) error {
+	if err := r.inRAM(gpa, n); err != nil {
 		return err
 	}
 	r.mu.RLock()
@@ -162,7 +159,7 @@ func (r *RAM) WriteRAM(gpa uint64, p []byte) error {
 	if r.ram == nil {
 		return ErrClosed
 	}
-	copy(r.ram[gpa:], p)
+	f(r.ram[gpa:])
 	return nil
 }
 
