@@ -7,7 +7,7 @@
 // "Device contexts") costs against the default ring (worker/context: the
 // default configuration, every command on a context that the guest opened
 // with driver.Device.OpenContext, rung through RegContextKick, its kernels
-// in an executor of its own), in one run on one OpenCL device. Three
+// in an executor of its own), in one run on one OpenCL device. The
 // tables (-sections):
 //
 //   - command: the latency a guest sees for a small command (a nop, a
@@ -31,6 +31,14 @@
 //     the device directly and through vgpud one hop more at each rung
 //     (in-process, worker/kernels, worker/executor), rotating in blocks,
 //     with the difference each hop makes (ladder.go);
+//   - bandwidth (issue 42's copy-bandwidth table, not run by default): one
+//     contiguous upload and download of each -bwsizes size (default 4 KiB,
+//     1 MiB, 16 MiB, 256 MiB) directly (one blocking clEnqueueWriteBuffer
+//     or clEnqueueReadBuffer on a gpu.Queue of this process) and through
+//     vgpud on each ladder rung (driver.Device.Write then Finish, Read),
+//     the paths rotating, as MB/s and % of direct, with what one transfer
+//     became (ring commands, doorbells, device turns) and every download
+//     checked byte for byte against its upload (bandwidth.go);
 //   - context: what making a device context costs, from the OpenContext
 //     call to its first nop's completion (on a CPU device that includes
 //     starting the context's executor process), and its Close, against
@@ -44,6 +52,7 @@
 //	go run ./bench/isolation -sections matmul [-runs 5]   (the matmul table alone)
 //	go run ./bench/isolation -sections context [-runs 5]  (context creation alone)
 //	go run ./bench/isolation -sections ladder [-ops 1000] (the hop-by-hop profile)
+//	go run ./bench/isolation -sections bandwidth [-bwsizes 4K,1M,16M,256M] [-bwreps 30] (copy bandwidth)
 package main
 
 import (
@@ -77,9 +86,12 @@ type config struct {
 	runs   int // matmul job runs per mode, context-table repetitions
 	job    job.Spec
 	sects  []string
+	// the bandwidth table: the sizes, and the most repetitions of each
+	bwSizes []uint64
+	bwReps  int
 }
 
-var sections = []string{"command", "matmul", "context", "ladder"}
+var sections = []string{"command", "matmul", "context", "ladder", "bandwidth"}
 
 func run(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("isolation", flag.ContinueOnError)
@@ -92,6 +104,8 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	fs.IntVar(&cfg.job.N, "n", cfg.job.N, "matrix side of the job")
 	fs.IntVar(&cfg.job.Reps, "reps", cfg.job.Reps, "matmuls per job run")
 	list := fs.String("sections", "command,matmul,context", "tables: "+fmt.Sprint(sections))
+	sizes := fs.String("bwsizes", defaultBWSizes, "bandwidth table: transfer sizes (bytes, K, M or G suffix)")
+	fs.IntVar(&cfg.bwReps, "bwreps", 30, "bandwidth table: the most transfers of a size each way per path (fewer for large sizes)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,16 +113,20 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if cfg.sects, err = table.ParseSections(*list, sections); err != nil {
 		return err
 	}
-	if cfg.ops < 1 || cfg.block < 1 || cfg.runs < 1 {
-		return fmt.Errorf("-ops %d, -block %d, -runs %d: want positive values", cfg.ops, cfg.block, cfg.runs)
+	if cfg.ops < 1 || cfg.block < 1 || cfg.runs < 1 || cfg.bwReps < 1 {
+		return fmt.Errorf("-ops %d, -block %d, -runs %d, -bwreps %d: want positive values", cfg.ops, cfg.block, cfg.runs, cfg.bwReps)
+	}
+	if cfg.bwSizes, err = parseSizes(*sizes); err != nil {
+		return fmt.Errorf("-bwsizes: %w", err)
 	}
 	if err := cfg.job.Validate(); err != nil {
 		return err
 	}
-	// The per-command and matmul tables measure every mode; the context
-	// table needs only worker/context's vgpud.
+	// The per-command and matmul tables measure every mode, the ladder and
+	// bandwidth tables the rungs; the context table needs only
+	// worker/context's vgpud.
 	specs := modeSpecs
-	if !slices.Contains(cfg.sects, "command") && !slices.Contains(cfg.sects, "matmul") && !slices.Contains(cfg.sects, "ladder") {
+	if !slices.ContainsFunc(cfg.sects, func(s string) bool { return s != "context" }) {
 		specs = specs[len(specs)-1:]
 	}
 	var modes []*mode
@@ -136,6 +154,10 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if slices.Contains(cfg.sects, "matmul") {
 		fmt.Fprintf(w, "  matmul also:   direct (the job on a gpu.Queue of this process, no vgpud: the matmul table's baseline)\n")
 	}
+	if slices.Contains(cfg.sects, "bandwidth") {
+		fmt.Fprintf(w, "  bandwidth:     direct (a gpu.Queue of this process: the baseline), and on each rung's vgpud a %s instance\n", bwProfile)
+		fmt.Fprintf(w, "                 of its own with a guest (its quota holds a 256 MiB buffer); sizes %s\n", sizeList(cfg.bwSizes))
+	}
 	for _, s := range cfg.sects {
 		var t *table.Table
 		switch s {
@@ -147,6 +169,8 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 			t, err = contextTable(ctx, cfg, modes[len(modes)-1])
 		case "ladder":
 			t, err = ladderTable(ctx, cfg, modes)
+		case "bandwidth":
+			t, err = bandwidthTable(ctx, cfg, modes)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s, err)
@@ -226,11 +250,23 @@ func newMode(selector string, ms modeSpec) (_ *mode, err error) {
 // newGuest makes a vgpu-small instance on h and a harness VM with ramBytes
 // of RAM attached to it.
 func newGuest(h *host.Host, ramBytes uint64) (*mpqemutest.VM, error) {
-	inst, err := h.Mgr.Create(mdev.CreateRequest{Profile: "vgpu-small", NoReuse: true})
+	_, vm, err := newInstanceGuest(h, "vgpu-small", ramBytes)
+	return vm, err
+}
+
+// newInstanceGuest makes an instance of profile on h, result reuse off
+// (every copy reaches the device), and a harness VM with ramBytes of RAM
+// attached to it.
+func newInstanceGuest(h *host.Host, profile string, ramBytes uint64) (*mdev.Instance, *mpqemutest.VM, error) {
+	inst, err := h.Mgr.Create(mdev.CreateRequest{Profile: profile, NoReuse: true})
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("create a %s instance: %w", profile, err)
 	}
-	return mpqemutest.Dial(inst.Socket(), ramBytes)
+	vm, err := mpqemutest.Dial(inst.Socket(), ramBytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("attach a guest to the %s instance: %w", profile, err)
+	}
+	return inst, vm, nil
 }
 
 // openContext opens device context contextID on the default ring d, as

@@ -13,6 +13,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-ops", "0"}, {"-block", "0"}, {"-runs", "0"}, {"-n", "0"}, {"-reps", "0"},
 		{"-sections", "command,bogus"}, {"-nosuchflag"},
+		{"-bwreps", "0"}, {"-bwsizes", "0"}, {"-bwsizes", "4X"}, {"-bwsizes", "4K,,1M"}, {"-bwsizes", "-1M"},
 	} {
 		if err := run(context.Background(), args, &strings.Builder{}); err == nil {
 			t.Errorf("run(%q) = nil error", args)
@@ -157,5 +158,87 @@ func checkMatmulRows(t *testing.T, out string) {
 		if i > 0 && (!strings.HasSuffix(f[4], "x") || !strings.HasSuffix(f[5], "x")) {
 			t.Errorf("row %q: want both ratios", rows[i])
 		}
+	}
+}
+
+// TestRunBandwidth runs the bandwidth table at tiny sizes: a row per size
+// and direction with a positive rate on every path, each size one copy
+// command (an upload's fence besides), and every download checked
+// against its upload (a path that lost or corrupted bytes fails run).
+func TestRunBandwidth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four vgpuds and their worker and executor processes")
+	}
+	var out strings.Builder
+	args := []string{"-sections", "bandwidth", "-bwsizes", "4K,64K", "-bwreps", "2"}
+	if err := run(context.Background(), args, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	for _, no := range []string{"Per-command cost", "matmul job", "Context creation", "hop by hop"} {
+		if strings.Contains(out.String(), no) {
+			t.Errorf("-sections bandwidth printed %q:\n%s", no, out.String())
+		}
+	}
+	var rows [][]string
+	in := false
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 1 && f[0] == "size" && f[1] == "direction":
+			in = true
+		case in && len(f) == 0 && len(rows) > 0:
+			in = false
+		case in && len(f) > 0:
+			rows = append(rows, f)
+		}
+	}
+	want := [][2]string{{"4KiB", "upload"}, {"4KiB", "download"}, {"64KiB", "upload"}, {"64KiB", "download"}}
+	if len(rows) != len(want) {
+		t.Fatalf("bandwidth table has %d rows, want %d:\n%s", len(rows), len(want), out.String())
+	}
+	for i, f := range rows {
+		// size direction reps, 4 rates, 3 percentages, commands doorbells turns
+		if len(f) != 13 {
+			t.Errorf("row %q: %d cells, want 13", f, len(f))
+			continue
+		}
+		if f[0] != want[i][0] || f[1] != want[i][1] || f[2] != "2" {
+			t.Errorf("row %d is %q, want %s %s with 2 reps", i, f, want[i][0], want[i][1])
+		}
+		for _, c := range f[3:7] {
+			if v, err := strconv.ParseFloat(c, 64); err != nil || v <= 0 {
+				t.Errorf("row %q: rate %q is not a positive MB/s", f, c)
+			}
+		}
+		for _, c := range f[7:10] {
+			if v, err := strconv.ParseFloat(strings.TrimSuffix(c, "%"), 64); err != nil || v <= 0 || !strings.HasSuffix(c, "%") {
+				t.Errorf("row %q: %q is not a percentage of direct", f, c)
+			}
+		}
+		if cmds := map[string]string{"upload": "1+1", "download": "1"}[f[1]]; f[10] != cmds {
+			t.Errorf("row %q: commands %q, want %q (one copy command%s)", f, f[10], cmds, map[string]string{"upload": " and Finish's fence"}[f[1]])
+		}
+		if turns := strings.Split(f[12], "/"); len(turns) != 3 {
+			t.Errorf("row %q: turns %q, want one per rung", f, f[12])
+		}
+	}
+	// 2 sizes x 4 paths (direct, 3 rungs) x 2 repetitions
+	if !strings.Contains(out.String(), "(16 transfer pairs checked, all equal)") {
+		t.Errorf("bandwidth table does not say that it checked 16 downloads:\n%s", out.String())
+	}
+}
+
+// TestParseSizes: -bwsizes' units, and sizeName's names for them.
+func TestParseSizes(t *testing.T) {
+	got, err := parseSizes("4K, 1M,16M,256M,1G,100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint64{4 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30, 100}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("parseSizes = %v, want %v", got, want)
+	}
+	if s := sizeList(got); s != "4KiB, 1MiB, 16MiB, 256MiB, 1GiB, 100B" {
+		t.Errorf("sizeList = %q", s)
 	}
 }

@@ -1,0 +1,416 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vgpud/vgpud/bench/stats"
+	"github.com/vgpud/vgpud/bench/table"
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/mdev"
+	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+)
+
+// The copy-bandwidth table (issue 42, -sections bandwidth): one contiguous
+// upload (memory -> device buffer) and download (device buffer -> memory)
+// of each -bwsizes size, directly on a gpu.Queue of this process (one
+// blocking clEnqueueWriteBuffer / clEnqueueReadBuffer of the whole size)
+// and through vgpud on each ladder rung (driver.Device.Write then Finish;
+// driver.Device.Read), the paths rotating repetition by repetition. Its
+// profile columns say what one transfer became on the way: the ring
+// commands the instance executed (mdev.Instance.Stats), the driver's
+// doorbells and the device turns the scheduler granted.
+
+// defaultBWSizes are -bwsizes' default: issue 42's sizes.
+const defaultBWSizes = "4K,1M,16M,256M"
+
+// bwBudget bounds the bytes one path moves per size and direction: the
+// repetitions of a size are -bwreps, fewer where that would move more
+// than bwBudget (256 MiB: 3), at least one.
+const bwBudget = 768 << 20
+
+// bwProfile is the profile that the bandwidth table's guests run on: its
+// 1 GiB quota holds a 256 MiB buffer (vgpu-small's 256 MiB quota cannot
+// hold one beside anything else).
+const bwProfile = "vgpu-medium"
+
+// bwGuestRAM is the harness RAM of a bandwidth guest. The data moved is
+// the benchmark's own memory, as an application's buffer is in a guest;
+// guest RAM holds the driver's ring, completion and fence pages and its
+// staging pool (driver.DefaultStagingBytes), through which every copy
+// goes, so its size does not grow with the transfer's.
+const bwGuestRAM = 32 << 20
+
+// parseSizes parses a comma-separated list of byte counts, each a number
+// with an optional K, M or G (KiB, MiB, GiB) suffix.
+func parseSizes(list string) ([]uint64, error) {
+	var out []uint64
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		unit := uint64(1)
+		switch {
+		case strings.HasSuffix(f, "K"):
+			unit = 1 << 10
+		case strings.HasSuffix(f, "M"):
+			unit = 1 << 20
+		case strings.HasSuffix(f, "G"):
+			unit = 1 << 30
+		}
+		num := f
+		if unit > 1 {
+			num = f[:len(f)-1]
+		}
+		n, err := strconv.ParseUint(num, 10, 32)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("size %q: want a positive number with an optional K, M or G suffix", f)
+		}
+		out = append(out, n*unit)
+	}
+	return out, nil
+}
+
+// sizeName is n in the largest binary unit that divides it.
+func sizeName(n uint64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// bwReps is how many times each path moves size bytes each way.
+func bwReps(cfg config, size uint64) int {
+	return max(1, min(cfg.bwReps, int(bwBudget/size)))
+}
+
+// bwGuest is a guest of the bandwidth table: a bwProfile instance of its
+// own on one rung's vgpud, a harness VM and the driver on it.
+type bwGuest struct {
+	name string
+	inst *mdev.Instance
+	vm   *mpqemutest.VM
+	d    *driver.Device
+}
+
+func newBWGuest(m *mode) (_ *bwGuest, err error) {
+	g := &bwGuest{name: m.name}
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	if g.inst, g.vm, err = newInstanceGuest(m.h, bwProfile, bwGuestRAM); err != nil {
+		return nil, fmt.Errorf("%s: %w", m.name, err)
+	}
+	if g.d, err = driver.Open(g.vm, g.vm, driver.Options{}); err != nil {
+		return nil, fmt.Errorf("%s: %w", m.name, err)
+	}
+	return g, nil
+}
+
+func (g *bwGuest) close() {
+	if g.d != nil {
+		g.d.Close()
+	}
+	if g.vm != nil {
+		g.vm.Close()
+	}
+}
+
+// bwCount is a snapshot of the counters of the profile columns.
+type bwCount struct {
+	commands  uint64 // ring commands the instance executed
+	driver    uint64 // commands the driver wrote into the ring
+	doorbells uint64 // the driver's doorbells
+	turns     uint64 // device turns the scheduler granted the instance
+}
+
+func (g *bwGuest) count() bwCount {
+	ds := g.d.Stats()
+	return bwCount{commands: g.inst.Stats().Commands.Load(), driver: ds.Commands, doorbells: ds.Doorbells, turns: g.inst.Sched().Turns}
+}
+
+func (c bwCount) sub(o bwCount) bwCount {
+	return bwCount{c.commands - o.commands, c.driver - o.driver, c.doorbells - o.doorbells, c.turns - o.turns}
+}
+
+func (c bwCount) add(o bwCount) bwCount {
+	return bwCount{c.commands + o.commands, c.driver + o.driver, c.doorbells + o.doorbells, c.turns + o.turns}
+}
+
+// bwDirs are the table's directions, in its row order.
+var bwDirs = []string{"upload", "download"}
+
+// bwResult is one size's measurements: per direction and path (0 is
+// direct, i the rung i-1) the transfer times, per direction and rung the
+// counters summed over its transfers, and how many downloads were checked.
+type bwResult struct {
+	reps   int
+	times  [2][][]time.Duration
+	counts [2][]bwCount
+	checks int
+}
+
+// bwSize holds one size's buffers: the direct queue's and each guest's.
+type bwSize struct {
+	size   uint64
+	direct gpu.Buffer
+	bufs   []driver.Buffer
+}
+
+func allocSize(d *direct, guests []*bwGuest, size uint64) (*bwSize, error) {
+	s := &bwSize{size: size}
+	var err error
+	if s.direct, err = d.q.Alloc(size); err != nil {
+		return nil, fmt.Errorf("direct: alloc %d bytes: %w", size, err)
+	}
+	for _, g := range guests {
+		b, err := g.d.CreateBuffer(size)
+		if err == nil {
+			err = g.d.Finish() // the allocation's status (a quota, the device's limit)
+		}
+		if err != nil {
+			s.free(guests)
+			return nil, fmt.Errorf("%s: create a buffer of %d bytes: %w", g.name, size, err)
+		}
+		s.bufs = append(s.bufs, b)
+	}
+	return s, nil
+}
+
+// free releases the buffers: the device memory of a 256 MiB size is not
+// kept while the next is measured.
+func (s *bwSize) free(guests []*bwGuest) error {
+	s.direct.Release()
+	var first error
+	for i, b := range s.bufs {
+		if err := guests[i].d.Free(b); err != nil && first == nil {
+			first = err
+		}
+		if err := guests[i].d.Finish(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// stamp writes v into the first 8 bytes of every 4 KiB of p, so that each
+// upload differs from the one before it and a download that returned a
+// stale buffer fails the check.
+func stamp(p []byte, v uint64) {
+	for off := 0; off+8 <= len(p); off += 4096 {
+		binary.LittleEndian.PutUint64(p[off:], v)
+	}
+}
+
+// measureSize moves s.size bytes up and down each path reps times, the
+// paths rotating (which goes first moves by one each repetition). Each
+// upload and the download after it are timed on their own; the download
+// is then compared byte for byte with what was uploaded.
+func measureSize(ctx context.Context, d *direct, guests []*bwGuest, s *bwSize, reps int, src, dst []byte) (*bwResult, error) {
+	n := 1 + len(guests)
+	r := &bwResult{reps: reps}
+	for dir := range bwDirs {
+		r.times[dir] = make([][]time.Duration, n)
+		r.counts[dir] = make([]bwCount, len(guests))
+	}
+	src, dst = src[:s.size], dst[:s.size]
+	for rep := range reps {
+		for k := range n {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			i := (rep + k) % n
+			stamp(src, uint64(rep*n+i+1))
+			clear(dst)
+			var up, down func() error
+			if i == 0 {
+				up = func() error { return d.q.Write(s.direct, 0, src) }
+				down = func() error { return d.q.Read(s.direct, 0, dst) }
+			} else {
+				g, b := guests[i-1], s.bufs[i-1]
+				up = func() error {
+					if err := g.d.Write(b, 0, src); err != nil {
+						return err
+					}
+					return g.d.Finish()
+				}
+				down = func() error { return g.d.Read(b, 0, dst) }
+			}
+			for dir, f := range []func() error{up, down} {
+				var before bwCount
+				if i > 0 {
+					before = guests[i-1].count()
+				}
+				start := time.Now()
+				if err := f(); err != nil {
+					return nil, fmt.Errorf("%s, path %d: %w", bwDirs[dir], i, err)
+				}
+				r.times[dir][i] = append(r.times[dir][i], time.Since(start))
+				if i > 0 {
+					r.counts[dir][i-1] = r.counts[dir][i-1].add(guests[i-1].count().sub(before))
+				}
+			}
+			if !bytes.Equal(dst, src) {
+				at := 0
+				for at < len(dst) && dst[at] == src[at] {
+					at++
+				}
+				return nil, fmt.Errorf("path %d, repetition %d: the %d bytes downloaded differ from those uploaded at byte %d", i, rep, s.size, at)
+			}
+			r.checks++
+		}
+	}
+	return r, nil
+}
+
+// bandwidthTable measures every size, each on buffers of its own, and
+// prints a row per size and direction.
+func bandwidthTable(ctx context.Context, cfg config, modes []*mode) (*table.Table, error) {
+	d, err := newDirect(cfg.device)
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	var guests []*bwGuest
+	defer func() {
+		for _, g := range guests {
+			g.close()
+		}
+	}()
+	for _, name := range ladderRungs {
+		g, err := newBWGuest(modes[indexOf(modes, name)])
+		if err != nil {
+			return nil, err
+		}
+		guests = append(guests, g)
+	}
+	largest := uint64(0)
+	for _, s := range cfg.bwSizes {
+		largest = max(largest, s)
+	}
+	src, dst := make([]byte, largest), make([]byte, largest)
+	rand.NewChaCha8([32]byte{42}).Read(src)
+	t := newBandwidthTable(cfg, guests)
+	checks := 0
+	for _, size := range cfg.bwSizes {
+		s, err := allocSize(d, guests, size)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sizeName(size), err)
+		}
+		r, err := measureSize(ctx, d, guests, s, bwReps(cfg, size), src, dst)
+		if ferr := s.free(guests); err == nil && ferr != nil {
+			err = fmt.Errorf("free: %w", ferr)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sizeName(size), err)
+		}
+		if err := addBandwidthRows(t, guests, size, r); err != nil {
+			return nil, fmt.Errorf("%s: %w", sizeName(size), err)
+		}
+		checks += r.checks
+	}
+	bandwidthNotes(t, checks)
+	return t, nil
+}
+
+func newBandwidthTable(cfg config, guests []*bwGuest) *table.Table {
+	header := []string{"size", "direction", "reps", "direct MB/s"}
+	for _, g := range guests {
+		header = append(header, g.name+" MB/s")
+	}
+	for _, g := range guests {
+		header = append(header, g.name+" %")
+	}
+	header = append(header, "commands", "doorbells", "turns by rung")
+	return &table.Table{
+		Title: fmt.Sprintf("Copy bandwidth: one contiguous upload or download of each size, directly and through vgpud, "+
+			"median of the reps (at most %d, fewer past %d MiB moved), paths rotating", cfg.bwReps, bwBudget>>20),
+		Header: header,
+	}
+}
+
+// addBandwidthRows adds r's two rows. The profile columns are per
+// transfer; the commands must be the same on every rung (the driver
+// decides them), and the instance must have executed what the driver
+// submitted.
+func addBandwidthRows(t *table.Table, guests []*bwGuest, size uint64, r *bwResult) error {
+	for dir, name := range bwDirs {
+		med := make([]time.Duration, len(r.times[dir]))
+		row := []string{sizeName(size), name, strconv.Itoa(r.reps)}
+		for i, ts := range r.times[dir] {
+			med[i] = max(stats.Median(ts), 1)
+			row = append(row, fmt.Sprintf("%.0f", float64(size)/med[i].Seconds()/1e6))
+		}
+		for i := 1; i < len(med); i++ {
+			row = append(row, fmt.Sprintf("%.0f%%", 100*float64(med[0])/float64(med[i])))
+		}
+		cs := r.counts[dir]
+		reps := uint64(r.reps)
+		var turns []string
+		for i, c := range cs {
+			if c.commands != cs[0].commands || c.doorbells != cs[0].doorbells {
+				return fmt.Errorf("%s: %d ring commands and %d doorbells on %s, %d and %d on %s", name, c.commands, c.doorbells, guests[i].name, cs[0].commands, cs[0].doorbells, guests[0].name)
+			}
+			if c.commands != c.driver {
+				return fmt.Errorf("%s on %s: the instance executed %d commands, the driver submitted %d", name, guests[i].name, c.commands, c.driver)
+			}
+			turns = append(turns, perTransfer(c.turns, reps))
+		}
+		commands := perTransfer(cs[0].commands, reps)
+		if name == "upload" {
+			// Finish's fence (driver.Device.Finish) is one command of each.
+			commands = perTransfer(cs[0].commands-reps, reps) + "+1"
+		}
+		row = append(row, commands, perTransfer(cs[0].doorbells, reps), strings.Join(turns, "/"))
+		t.Add(row...)
+	}
+	return nil
+}
+
+// perTransfer is n/reps, as an integer when it is one.
+func perTransfer(n, reps uint64) string {
+	if n%reps == 0 {
+		return strconv.FormatUint(n/reps, 10)
+	}
+	return fmt.Sprintf("%.1f", float64(n)/float64(reps))
+}
+
+func bandwidthNotes(t *table.Table, checks int) {
+	t.Note("direct: a gpu.Queue of this process on the same device, one blocking clEnqueueWriteBuffer (upload) or")
+	t.Note("  clEnqueueReadBuffer (download) of the whole size; vgpud: driver.Device.Write then Finish (upload), driver.Device.Read")
+	t.Note("  (download) of the whole size from a harness guest on a %s instance of its own (reuse off) on each rung's vgpud", bwProfile)
+	t.Note("MB/s: size / the median transfer time, 1 MB = 10^6 bytes; %%: direct's median time / the rung's (100%% = as fast as")
+	t.Note("  direct; issue 42's goal: >= 90%% from 1 MiB up)")
+	t.Note("commands: ring commands one transfer became, as the instance counted them (mdev.Instance.Stats, the same as the")
+	t.Note("  driver's count on every rung): the driver cuts a copy into commands of at most half its %d KiB staging pool, less",
+		driver.DefaultStagingBytes>>10)
+	t.Note("  their scatter-gather table pages (guestagent/driver chunkBytes); +1: the fence of the upload's Finish. The aggregator")
+	t.Note("  then moves each command in device calls of at most 1 MiB (aggregator/exec.go stagingChunk), and the worker/executor's")
+	t.Note("  executor queue sends each call as one request on its socket (gpu/remote, frames of at most 4 MiB)")
+	t.Note("doorbells: the driver's doorbell writes per transfer; turns by rung: device turns the scheduler granted the instance per")
+	t.Note("  transfer (mdev.Instance.Sched), in-process/worker/kernels/worker/executor: each device call of a copy asks for one")
+	t.Note("data: every download compared byte for byte with the upload before it on the same path, each upload stamped anew")
+	t.Note("  (%d transfer pairs checked, all equal); guest RAM holds only the driver's staging pool (%d MiB of harness RAM)",
+		checks, bwGuestRAM>>20)
+}
+
+// sizeList is sizes as sizeName writes them, comma-separated.
+func sizeList(sizes []uint64) string {
+	names := make([]string, len(sizes))
+	for i, n := range sizes {
+		names[i] = sizeName(n)
+	}
+	return strings.Join(names, ", ")
+}
