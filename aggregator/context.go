@@ -119,6 +119,7 @@ func (in *Instance) newContext(cc *abi.ContextCreate, enable bool) (*Instance, e
 		ProgramBytes: in.progBytes.Load(), TurnHold: in.hold,
 	}, lim, in.devInfo, q, in.dev.log.With("context", cc.ID))
 	c.schedID, c.parent, c.ctxID, c.ctxDev, c.memLimit, c.ctxShadow = in.schedID, in, cc.ID, dev, cc.MemLimit, cc.Shadow
+	c.maxKeep = in.maxKeep
 	// Its buffers' bytes are counted where the operator sees them.
 	c.state.used = &in.sh.CtxMem[cc.ID-1]
 	c.state.used.Store(0)

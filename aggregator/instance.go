@@ -110,6 +110,8 @@ type Instance struct {
 
 	sh *Shared // register-visible state and counters
 
+	poll func() // applies what the instance page holds (poll.go); guarded by mu
+
 	mu sync.Mutex
 	// Guarded by mu.
 	ring       RingConfig
@@ -131,8 +133,9 @@ type Instance struct {
 	mig      *migState // what earlier migration rounds sent; nil: none
 	held     *heldTurn // the device turn kept across commands (turns.go); nil: none
 	hold     time.Duration
-	cur      fetched     // the command being executed
-	pending  []pipelined // launches enqueued and not yet completed (pipeline.go)
+	maxKeep  time.Duration // how long a kept turn may be renewed for (turns.go)
+	cur      fetched       // the command being executed
+	pending  []pipelined   // launches enqueued and not yet completed (pipeline.go)
 
 	tasks chan func() // run by the worker between commands (onWorker)
 
@@ -239,6 +242,7 @@ func (d *Device) newInstance(cfg InstanceConfig, lim Limits, devInfo []byte, q g
 		state:       newState(),
 		sh:          cfg.Shared,
 		hold:        cfg.TurnHold,
+		maxKeep:     DefaultMaxKeep,
 	}
 	if in.hold == 0 {
 		in.hold = DefaultTurnHold
@@ -518,15 +522,17 @@ func (in *Instance) worker() {
 	defer close(in.done)
 	defer in.dropTurn()
 	for {
-		// Nothing more to fetch: a turn kept across commands goes back.
-		in.dropTurn()
-		select {
-		case <-in.ctx.Done():
-			return
-		case <-in.wake:
-		case t := <-in.tasks:
-			in.runTask(t)
-			continue
+		if !in.pollRing() {
+			// Nothing more to fetch: a turn kept across commands goes back.
+			in.dropTurn()
+			select {
+			case <-in.ctx.Done():
+				return
+			case <-in.wake:
+			case t := <-in.tasks:
+				in.runTask(t)
+				continue
+			}
 		}
 		for in.step() {
 			if in.ctx.Err() != nil {

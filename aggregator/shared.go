@@ -7,6 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/reuse"
 )
@@ -87,6 +89,67 @@ type Shared struct {
 	// then bounds nothing itself.
 	KernelLimit atomic.Int64
 	BuildLimit  atomic.Int64
+	// Poll-then-block (issue 42, docs/worker.md "Instance page"). The
+	// main process writes PollWindow (nanoseconds; 0: never poll) with
+	// the limits. A worker's ring loop that has run out of commands
+	// looks at the page for that long before it blocks on the doorbell
+	// eventfd, and says so in PollUntil: the CLOCK_MONOTONIC nanosecond
+	// until which it (or a loop of the same instance) will look at the
+	// page again before blocking, 0 once it is about to block. While
+	// PollUntil is ahead of the clock, the main process publishes a
+	// doorbell or kick without signalling the eventfd: the worker finds
+	// it without a wake-up. Each side stores its own word before it
+	// loads the other's (sequentially consistent atomics), so a doorbell
+	// is either signalled or seen by the loop's last look; a PollUntil
+	// left by a worker that died runs out by itself. A worker that lies
+	// in PollUntil delays only its own doorbells.
+	PollWindow atomic.Int64
+	PollUntil  atomic.Int64
+	// Signals counts the doorbell-eventfd signals the main process sent;
+	// Polled, the doorbells and kicks it published without one (the
+	// worker was polling); PollNanos, the time the worker's loops spent
+	// polling. Counters only: neither side acts on the other's.
+	Signals   atomic.Uint64
+	Polled    atomic.Uint64
+	PollNanos atomic.Uint64
+	// TurnWanted is set to 1 by the main process when another instance
+	// waits for the device while this one holds a turn, or was granted
+	// one while others waited (sched.Scheduler.SetContended); the worker
+	// clears it before it asks for a turn. A turn kept across commands
+	// is renewed past its hold only while it is 0 (turns.go). A worker
+	// that ignores it keeps a turn no longer than its kernel limit lets
+	// it anyway (the main process's watchdog).
+	TurnWanted atomic.Uint32
+	// Renewals counts the kept turns renewed past their hold.
+	Renewals atomic.Uint64
+	// Transfers counts the device transfers of copies; Staged, the bytes
+	// of them that went through the staging buffer rather than straight
+	// from or to guest RAM (exec.go move).
+	Transfers atomic.Uint64
+	Staged    atomic.Uint64
+}
+
+// MaxPollWindow bounds the poll window a worker accepts from its page.
+const MaxPollWindow = 10 * time.Second
+
+// PollWindowNow returns PollWindow, bounded to [0, MaxPollWindow].
+func (s *Shared) PollWindowNow() time.Duration {
+	return min(max(time.Duration(s.PollWindow.Load()), 0), MaxPollWindow)
+}
+
+// Polling reports whether a worker's loop will look at the page again
+// before it blocks: a doorbell published now needs no signal. The caller
+// has stored what it publishes before it asks.
+func (s *Shared) Polling() bool { return s.PollUntil.Load() > Monotonic() }
+
+// Monotonic returns CLOCK_MONOTONIC in nanoseconds: a clock that the main
+// process and its workers read alike.
+func Monotonic() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano()
 }
 
 // TimeLimits returns KernelLimit and BuildLimit as durations; a negative

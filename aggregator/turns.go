@@ -120,10 +120,28 @@ func (in *Instance) run(w work, f func() (time.Duration, error)) error {
 // DefaultTurnHold is how long a turn is kept across commands by default.
 const DefaultTurnHold = 500 * time.Microsecond
 
+// Renewing a kept turn (issue 42).
+//
+// A lone command on a free device still paid a turn's round trip each
+// time the hold ran out. Where the main process says when another
+// instance waits (the instance page's TurnWanted, in a worker: SetPoll's
+// instances), a kept turn whose hold ran out is renewed for another hold
+// while nobody waits and the turn has been kept for less than DefaultMaxKeep
+// (and a quarter of the instance's kernel limit, so that the watchdog
+// never mistakes a kept turn for a hung kernel): an instance working
+// alone on its device asks for a turn once per DefaultMaxKeep, not per command,
+// and gives the turn back within a command (or a poll) of another
+// instance asking. The scheduler is told the device time of every
+// command and poll as before.
+
+// DefaultMaxKeep bounds how long a turn is kept across renewals.
+const DefaultMaxKeep = 20 * time.Millisecond
+
 // heldTurn is a device turn kept across commands.
 type heldTurn struct {
 	release func(dev time.Duration, slices int)
 	budget  time.Duration // the grant's slice budget
+	granted time.Time     // when the arbiter granted it
 	until   time.Time     // no command starts under it after this
 	dev     time.Duration // device time of the commands run under it
 	slices  int
@@ -136,10 +154,17 @@ type heldTurn struct {
 // called or when done finds its time spent.
 func (in *Instance) acquire(cost time.Duration) (budget time.Duration, done func(dev time.Duration, slices int), err error) {
 	if h := in.held; h != nil {
-		if time.Now().Before(h.until) && cost < time.Until(h.until) {
+		now := time.Now()
+		if !now.Before(h.until) || cost >= h.until.Sub(now) {
+			in.renew(h, now, cost)
+		}
+		if now.Before(h.until) && cost < h.until.Sub(now) {
 			return h.budget, in.usedTurn(h), nil
 		}
 		in.dropTurn()
+	}
+	if in.renews() {
+		in.page().sh.TurnWanted.Store(0)
 	}
 	budget, release, err := in.dev.arb.Acquire(in.ctx, in.schedID, cost)
 	if err != nil {
@@ -153,7 +178,8 @@ func (in *Instance) acquire(cost time.Duration) (budget time.Duration, done func
 	if budget > 0 {
 		hold = min(hold, budget)
 	}
-	h := &heldTurn{release: release, budget: budget, until: time.Now().Add(hold)}
+	now := time.Now()
+	h := &heldTurn{release: release, budget: budget, granted: now, until: now.Add(hold)}
 	in.held = h
 	return budget, in.usedTurn(h), nil
 }
@@ -169,10 +195,54 @@ func (in *Instance) usedTurn(h *heldTurn) func(time.Duration, int) {
 		once = true
 		h.dev += max(dev, 0)
 		h.slices += slices
-		if in.held == h && !time.Now().Before(h.until) {
+		if in.held == h && !in.keep(h, time.Now()) {
 			in.dropTurn()
 		}
 	}
+}
+
+// renews reports whether the instance's kept turns may be renewed: its
+// main process tells it when others wait (SetPoll's instances).
+func (in *Instance) renews() bool {
+	p := in.page()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.poll != nil
+}
+
+// renew extends h, whose hold has run out (or is about to), by another
+// hold from now, or past the expected cost of the work about to run
+// under it, if nobody waits for the device and h has been kept for less
+// than its maxKeep and a quarter of the kernel limit.
+func (in *Instance) renew(h *heldTurn, now time.Time, cost time.Duration) {
+	if !in.renews() {
+		return
+	}
+	sh := in.page().sh
+	limit := in.maxKeep
+	if k, _ := sh.TimeLimits(); k > 0 {
+		limit = min(limit, k/4)
+	}
+	hold := in.hold
+	if h.budget > 0 {
+		hold = min(hold, h.budget)
+	}
+	hold = max(hold, cost+1)
+	if sh.TurnWanted.Load() != 0 || now.Add(hold).Sub(h.granted) > limit {
+		return
+	}
+	h.until = now.Add(hold)
+	sh.Renewals.Add(1)
+}
+
+// keep reports whether h may still be kept at now, renewing it when its
+// hold has run out.
+func (in *Instance) keep(h *heldTurn, now time.Time) bool {
+	if now.Before(h.until) {
+		return true
+	}
+	in.renew(h, now, 0)
+	return now.Before(h.until)
 }
 
 // dropTurn completes the launches enqueued under the kept turn, if any,

@@ -71,6 +71,10 @@ type Config struct {
 	// (worker.Config.KernelsInWorker). Unsafe; for benchmark baselines
 	// and the test that shows what executors prevent.
 	KernelsInWorker bool
+	// PollWindow is how long a worker's ring loop looks for the next
+	// doorbell before it blocks (worker.Config.PollWindow: 0 the
+	// default, negative never).
+	PollWindow time.Duration
 	// Adopt, if set, is what an old vgpud handed over in an upgrade in
 	// place (docs/upgrade.md): Create adopts the instances it names
 	// (their workers, sockets and connections) instead of making new
@@ -205,7 +209,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		m.infos = append(m.infos, d.Info())
 	}
 	pool, err := worker.NewPool(worker.Config{Devices: m.infos, Dir: cfg.WorkerDir, Logger: log, Sandbox: cfg.Sandbox,
-		InProcess: cfg.InProcess, KernelsInWorker: cfg.KernelsInWorker, GPUs: cfg.Devices, DeviceMemory: cfg.DeviceMemory, Shortage: m.shortage})
+		InProcess: cfg.InProcess, KernelsInWorker: cfg.KernelsInWorker, PollWindow: cfg.PollWindow, GPUs: cfg.Devices, DeviceMemory: cfg.DeviceMemory, Shortage: m.shortage})
 	if err != nil {
 		return nil, fmt.Errorf("new manager: %w", err)
 	}

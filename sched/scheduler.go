@@ -61,6 +61,27 @@ type Scheduler struct {
 	preempt   Preempter
 	noPreempt bool                  // SetPreempting(false), Close
 	live      map[*request]struct{} // granted turns not yet released
+	contended func(id string)       // SetContended
+}
+
+// SetContended sets f, told the id of the client whose turn holds the
+// device when another request comes to wait for it (another client's, or
+// another of the same client's: a second ring of one instance), and of a client
+// granted a turn while others wait: a client that keeps its turns across
+// commands (a worker's instance, aggregator.Shared.TurnWanted) gives the
+// turn back at once when told. f is called with the scheduler's lock
+// held: it must not block or call the scheduler.
+func (s *Scheduler) SetContended(f func(id string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.contended = f
+}
+
+// tellContended calls the contended hook for c, if any.
+func (s *Scheduler) tellContended(c *client) {
+	if s.contended != nil && c != nil {
+		s.contended(c.id)
+	}
 }
 
 // New returns a Scheduler with policy p. onOverrun, if set, is called
@@ -104,6 +125,9 @@ func (s *Scheduler) Acquire(ctx context.Context, id string, cost time.Duration) 
 	if !s.core.busy {
 		s.grantLocked()
 	} else if cur := s.core.cur; cur != nil {
+		// Another ring of the same client (a device context of the
+		// holder's instance) waits too.
+		s.tellContended(cur.c)
 		// A waiter the policy owes service may take the device from a
 		// long turn now.
 		s.checkLocked(cur, s.now())
@@ -143,6 +167,9 @@ func (s *Scheduler) grantLocked() {
 		} else {
 			s.live[r] = struct{}{}
 			close(r.ready)
+		}
+		if s.core.pending() {
+			s.tellContended(r.c)
 		}
 		s.armLocked(r, now)
 		return

@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,5 +95,71 @@ func TestAcquireAfterClose(t *testing.T) {
 	}
 	if err := s.SetShare("a", 0); !errors.Is(err, ErrBadShare) {
 		t.Errorf("SetShare(0) = %v, want ErrBadShare", err)
+	}
+}
+
+// TestContendedTellsTheHolder: the contention hook (issue 42: a worker's
+// instance keeps its turn across commands until told) names the client
+// holding the device when another request comes to wait, and a client
+// granted a turn while others still wait; a turn taken on an idle device
+// with nobody waiting is not reported.
+func TestContendedTellsTheHolder(t *testing.T) {
+	s := New(PolicyFixedShare, nil)
+	defer s.Close()
+	var mu sync.Mutex
+	var told []string
+	s.SetContended(func(id string) {
+		mu.Lock()
+		told = append(told, id)
+		mu.Unlock()
+	})
+	said := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), told...)
+	}
+	ctx := context.Background()
+	_, releaseA, err := s.Acquire(ctx, "a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := said(); len(got) != 0 {
+		t.Fatalf("a turn on an idle device was reported contended: %v", got)
+	}
+	granted := make(chan func(time.Duration, int))
+	for _, id := range []string{"b", "c"} {
+		go func() {
+			_, release, err := s.Acquire(ctx, id, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			granted <- release
+		}()
+	}
+	waitUntil(t, func() bool { return len(said()) == 2 })
+	if got := said(); got[0] != "a" || got[1] != "a" {
+		t.Fatalf("two requests behind a: told %v, want [a a]", got)
+	}
+	releaseA(0, 0)
+	release := <-granted // b or c, while the other waits: told
+	waitUntil(t, func() bool { return len(said()) == 3 })
+	release(0, 0)
+	release = <-granted // the last: nobody waits
+	release(0, 0)
+	if got := said(); len(got) != 3 || got[2] == "a" {
+		t.Errorf("told %v, want a, a and the first granted of b and c", got)
+	}
+}
+
+// waitUntil waits for cond (a hang guard of a minute, not a time
+// assertion).
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	hang := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(hang) {
+			t.Fatal("condition not met after a minute")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

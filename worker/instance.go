@@ -401,8 +401,20 @@ func (in *procInstance) ring(kick bool, v uint64) error {
 		in.sh.Kick.Store(0)
 	}
 	in.sh.Rung.Store(1)
-	in.bell.Signal()
+	in.signal()
 	return nil
+}
+
+// signal wakes the worker after a doorbell or kick was stored in the
+// instance page, unless a loop of the instance is polling the page
+// (aggregator.Shared.PollUntil): it finds it without a wake-up.
+func (in *procInstance) signal() {
+	if in.sh.Polling() {
+		in.sh.Polled.Add(1)
+		return
+	}
+	in.sh.Signals.Add(1)
+	in.bell.Signal()
 }
 
 // Kick publishes the tail shadow's address in the instance page and
@@ -435,7 +447,7 @@ func (in *procInstance) ContextKick(id uint32) error {
 		return nil
 	}
 	in.sh.CtxKicks.Or(1 << (id - 1))
-	in.bell.Signal()
+	in.signal()
 	return nil
 }
 
@@ -572,6 +584,7 @@ func (in *procInstance) SetLimits(l Limits) error {
 func (in *procInstance) publishLimits(l Limits) {
 	in.sh.KernelLimit.Store(int64(max(l.KernelTimeout, 0)))
 	in.sh.BuildLimit.Store(int64(max(l.BuildTimeout, 0)))
+	in.sh.PollWindow.Store(int64(in.pool.cfg.pollWindow()))
 }
 
 // limitsNow returns the instance's limits.
@@ -682,6 +695,7 @@ func (in *procInstance) Close() error {
 		delete(in.pool.instances, in.cfg.ID)
 	}
 	in.pool.mu.Unlock()
+	in.pool.pages.CompareAndDelete(in.cfg.ID, in)
 	in.pool.scheds[dev].Remove(in.cfg.ID)
 	in.free()
 	if pr != nil {

@@ -69,6 +69,13 @@ type Config struct {
 	// benchmarks' baselines only.
 	KernelsInWorker bool
 
+	// PollWindow is how long an instance's ring loop in a worker looks
+	// for the next doorbell before it blocks on the doorbell eventfd
+	// (poll-then-block, docs/worker.md "Instance page"): 0 means
+	// DefaultPollWindow, a negative value never polls. At most
+	// aggregator.MaxPollWindow.
+	PollWindow time.Duration
+
 	// DeviceMemory is how much memory the pool lets all instances on each
 	// device hold together (same order as Devices; a missing or 0 entry:
 	// the device's GlobalMemBytes). A profile may advertise more than
@@ -95,6 +102,10 @@ type Pool struct {
 	eng    *reuse.Engine        // InProcess
 	mem    []*devmem.Ledger     // per device: what the instances hold
 	memSt  []memCounters        // per device: overcommit decisions
+	// pages maps an instance's id to its *procInstance for the
+	// schedulers' contention hook, which runs under a scheduler's lock
+	// and so may not take mu (contended).
+	pages sync.Map
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -131,6 +142,23 @@ type startCall struct {
 }
 
 // NewPool returns a Pool with no workers.
+// DefaultPollWindow is the poll window of Config.PollWindow's zero
+// value: a little more than the gap between a guest's completion and its
+// next doorbell on the benchmark machines (bench/README.md, the ladder),
+// short enough that an idle instance gives its CPU back at once.
+const DefaultPollWindow = 200 * time.Microsecond
+
+// pollWindow is the window the pool's workers poll for.
+func (c Config) pollWindow() time.Duration {
+	switch {
+	case c.PollWindow < 0:
+		return 0
+	case c.PollWindow == 0:
+		return DefaultPollWindow
+	}
+	return min(c.PollWindow, aggregator.MaxPollWindow)
+}
+
 func NewPool(cfg Config) (*Pool, error) {
 	if len(cfg.Devices) == 0 {
 		return nil, fmt.Errorf("worker pool: no device")
@@ -169,6 +197,7 @@ func NewPool(cfg Config) (*Pool, error) {
 		s := sched.New(sched.DefaultPolicy, func(id string, ran time.Duration) { p.overrun(dev, id, ran) })
 		if !cfg.InProcess {
 			s.SetPreempter(p.preempter(dev))
+			s.SetContended(p.contended)
 		}
 		p.scheds = append(p.scheds, s)
 	}
@@ -244,6 +273,7 @@ func (p *Pool) Create(cfg InstanceConfig) (Backend, error) {
 		p.mu.Lock()
 		p.instances[cfg.ID] = inst
 		p.mu.Unlock()
+		p.pages.Store(cfg.ID, inst)
 		return inst, nil
 	case paused || adopting:
 		return nil, fmt.Errorf("create %s: %w", cfg.ID, ErrUpgrading)
@@ -259,7 +289,17 @@ func (p *Pool) Create(cfg InstanceConfig) (Backend, error) {
 	p.mu.Lock()
 	p.instances[cfg.ID] = inst
 	p.mu.Unlock()
+	p.pages.Store(cfg.ID, inst)
 	return inst, nil
+}
+
+// contended tells instance id's worker, through its page, that another
+// instance waits for the device (aggregator.Shared.TurnWanted): a turn
+// it keeps across commands goes back at once.
+func (p *Pool) contended(id string) {
+	if v, ok := p.pages.Load(id); ok {
+		v.(*procInstance).sh.TurnWanted.Store(1)
+	}
 }
 
 // declare notes a domain and whether it is operator-named.
@@ -598,7 +638,7 @@ func (p *Pool) Close() error {
 func (p *Pool) command(k key, cacheDir string) (*exec.Cmd, error) {
 	cmd := exec.Command(p.cfg.Executable)
 	cmd.Args = []string{"vgpud-worker", child.RoleWorker}
-	cmd.Env = workerEnv(os.Environ(), cacheDir, p.cfg.WorkerLog)
+	cmd.Env = append(workerEnv(os.Environ(), cacheDir, p.cfg.WorkerLog), child.EnvPollWindow+"="+p.cfg.pollWindow().String())
 	cmd.Dir = cacheDir
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// The worker dies with the thread that started it; its socket

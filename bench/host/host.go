@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
@@ -38,6 +39,9 @@ func StartWith(selector, prefix string, inProcess bool) (*Host, error) {
 type Mode struct {
 	InProcess       bool // in this process (mdev.Config.InProcess)
 	KernelsInWorker bool // CPU devices' kernels in the workers (mdev.Config.KernelsInWorker)
+	// PollWindow is the workers' poll window (mdev.Config.PollWindow:
+	// 0 the default, negative never polls).
+	PollWindow time.Duration
 }
 
 // StartMode is Start with the instances run as mode says.
@@ -54,7 +58,7 @@ func StartMode(selector, prefix string, mode Mode) (*Host, error) {
 	// Each path's hang-up is logged as a warning: errors only.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Transport: mpqemu.Transport{}, Logger: log,
-		InProcess: mode.InProcess, KernelsInWorker: mode.KernelsInWorker})
+		InProcess: mode.InProcess, KernelsInWorker: mode.KernelsInWorker, PollWindow: mode.PollWindow})
 	if err != nil {
 		os.RemoveAll(dir)
 		dev.Close()

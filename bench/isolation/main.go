@@ -89,6 +89,9 @@ type config struct {
 	// the bandwidth table: the sizes, and the most repetitions of each
 	bwSizes []uint64
 	bwReps  int
+	// poll is every worker mode's poll window (mdev.Config.PollWindow:
+	// 0 vgpud's default, negative never, as before issue 42)
+	poll time.Duration
 }
 
 var sections = []string{"command", "matmul", "context", "ladder", "bandwidth"}
@@ -105,6 +108,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	fs.IntVar(&cfg.job.Reps, "reps", cfg.job.Reps, "matmuls per job run")
 	list := fs.String("sections", "command,matmul,context", "tables: "+fmt.Sprint(sections))
 	sizes := fs.String("bwsizes", defaultBWSizes, "bandwidth table: transfer sizes (bytes, K, M or G suffix)")
+	fs.DurationVar(&cfg.poll, "poll-window", 0, "the workers' poll window (0: vgpud's default; negative: never poll)")
 	fs.IntVar(&cfg.bwReps, "bwreps", 30, "bandwidth table: the most transfers of a size each way per path (fewer for large sizes)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -131,6 +135,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	}
 	var modes []*mode
 	for _, ms := range specs {
+		ms.host.PollWindow = cfg.poll
 		m, err := newMode(cfg.device, ms)
 		if err != nil {
 			return err

@@ -173,7 +173,7 @@ type commandLine struct {
 	metricsAddr                                        string
 	unsafeInProcess                                    bool
 	migrateTLS, migrateListen                          string
-	stopDrain, probation                               time.Duration
+	stopDrain, probation, pollWindow                   time.Duration
 	reattach                                           bool
 	placement, placementDataset, definitions           string
 	socketGroup, libvirt                               string
@@ -196,6 +196,7 @@ func (c *commandLine) flagSet() *flag.FlagSet {
 	fs.StringVar(&c.migrateTLS, "migrate-tls", "", "directory with the migration channel's ca.pem, cert.pem, key.pem (docs/migration.md)")
 	fs.StringVar(&c.migrateListen, "migrate-listen", "", "TCP address to receive migrations on, e.g. :7450 (needs -migrate-tls)")
 	fs.DurationVar(&c.stopDrain, "stop-drain", 10*time.Second, "on SIGTERM or SIGINT: tell the guests, stop fetching commands and let those fetched finish for at most this long")
+	fs.DurationVar(&c.pollWindow, "poll-window", 0, "how long a worker looks for a guest's next command before it sleeps (0: the default, 200us; negative: never; docs/worker.md \"Poll-then-block\")")
 	fs.BoolVar(&c.reattach, "reattach", true, "after a restart, re-plug the vGPU of each restored instance whose VM is still running (docs/operating.md)")
 	fs.StringVar(&c.placement, "placement", "", "placement policy of new instances: fewest, round-robin or interference (default: interference with a dataset, else fewest)")
 	fs.StringVar(&c.placementDataset, "placement-dataset", "", "co-run dataset the interference placement model learns from (docs/placement.md)")
@@ -275,6 +276,7 @@ type settings struct {
 	args         []string // the command line, for an upgrade's new vgpud
 	metricsAddr  string   // "": no metrics unless an upgrade hands a listener over
 	stopDrain    time.Duration
+	pollWindow   time.Duration
 	reattach     bool
 	probation    time.Duration
 	deviceMemory []string
@@ -294,7 +296,7 @@ func (c *commandLine) settings() (*settings, error) {
 	}
 	c.override(&cfg)
 	s := &settings{Config: cfg, args: c.args, metricsAddr: c.metricsAddr, stopDrain: c.stopDrain,
-		reattach: c.reattach, probation: c.probation, deviceMemory: c.deviceMemory, socketGID: -1}
+		pollWindow: c.pollWindow, reattach: c.reattach, probation: c.probation, deviceMemory: c.deviceMemory, socketGID: -1}
 	if s.transport, err = socketTransport(s.Transport); err != nil {
 		return nil, err
 	}

@@ -133,6 +133,7 @@ func (d *daemon) newManager() error {
 		WorkerDir:   d.s.WorkerDir,
 		Sandbox:     d.s.Sandbox.policy(),
 		InProcess:   d.s.UnsafeInProcess,
+		PollWindow:  d.s.pollWindow,
 		OnChange:    d.store.Changed,
 		Placement:   d.s.placement,
 

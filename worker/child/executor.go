@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/gpu/remote"
 	"github.com/vgpud/vgpud/worker/sandbox"
@@ -54,6 +55,10 @@ const (
 	// becomes the executor's ExecutorFD).
 	WorkerExecutorFD     = 4
 	WorkerExecutorPeerFD = 5
+	// EnvPollWindow is, in a worker's environment, how long an
+	// executor's reads of its socket poll for the next request before
+	// they block (remote.PollingConn): a duration, "0s" never.
+	EnvPollWindow = "VGPUD_POLL_WINDOW"
 	// ExitExecutor is a worker's exit code when its executor ended (a
 	// crashing kernel or compiler): the main process counts it under
 	// worker.CauseExecutor.
@@ -103,7 +108,12 @@ func executorMain() int {
 		log.Error("open device", "err", err)
 		return 2
 	}
-	if err := remote.Serve(conn, dev); err != nil {
+	pc, err := remote.NewPollingConn(conn.(*net.UnixConn), pollWindow())
+	if err != nil {
+		log.Error("protocol socket", "err", err)
+		return 2
+	}
+	if err := remote.Serve(pc, dev); err != nil {
 		log.Error("executor ends", "err", fmt.Sprint(err))
 		return 1
 	}
@@ -212,6 +222,9 @@ func startExecutor(index int, mine, theirs *os.File, b ContextBounds) (*executor
 			return nil, fmt.Errorf("executor for device %d: %w", index, err)
 		}
 	}
+	// The worker's end blocks for each reply: a worker polling for it
+	// would take the CPU from the kernel it waits for (bench/README.md,
+	// "Poll-then-block").
 	if e.Device, err = remote.NewDevice(conn.(*net.UnixConn)); err != nil {
 		// The executor ends once its socket does.
 		e.waitOrKill(executorCloseWait)
@@ -326,3 +339,13 @@ func (e *executorDevice) ended(bound time.Duration) (bool, string) {
 // selfExe runs this very program again (docs/sandbox.md: Landlock lets a
 // worker execute this file and no other).
 const selfExe = "/proc/self/exe"
+
+// pollWindow is EnvPollWindow's duration: 0 when unset or unreadable, at
+// most aggregator.MaxPollWindow.
+func pollWindow() time.Duration {
+	d, err := time.ParseDuration(os.Getenv(EnvPollWindow))
+	if err != nil {
+		return 0
+	}
+	return min(max(d, 0), aggregator.MaxPollWindow)
+}

@@ -84,6 +84,7 @@ type slot struct {
 	doorbell *os.File // eventfd the main process signals
 	notify   int      // eventfd this worker signals
 	done     chan struct{}
+	applyMu  sync.Mutex // one reader of the page's doorbells at a time (apply)
 }
 
 // Serve runs the worker protocol on conn until the main process hangs up
@@ -356,6 +357,7 @@ func (s *server) add(m *wire.Add, fds []int) (err error) {
 		return err
 	}
 	sl.in = in
+	in.SetPoll(sl.apply)
 	if m.Reuse {
 		in.SetReuseDomain(s.domain())
 	}
@@ -378,39 +380,50 @@ func (sl *slot) signal(uint32) {
 	_, _ = unix.Write(sl.notify, one[:]) // a full counter has a notice pending anyway
 }
 
-// bells applies the tails the main process publishes until the doorbell
-// eventfd is closed.
+// bells applies what the main process publishes in the instance page,
+// each time it signals, until the doorbell eventfd is closed.
 func (sl *slot) bells() {
 	defer close(sl.done)
 	var b [8]byte
-	sh := sl.in.Shared()
 	for {
 		if _, err := sl.doorbell.Read(b[:]); err != nil {
 			return
 		}
-		// Device contexts first (ABI 1.5): each bit a kicked context.
-		ctxs := sh.CtxKicks.Swap(0)
-		for ctxs != 0 {
-			id := uint32(bits.TrailingZeros64(ctxs)) + 1
-			ctxs &= ctxs - 1
-			if err := sl.in.ContextKick(id); err != nil {
-				sl.in.LatchError(abi.StatusOf(err))
-			}
-		}
-		// A signal may carry context kicks only: the default ring was
-		// rung when Rung says so.
-		if sh.Rung.Swap(0) == 0 {
-			continue
-		}
-		var err error
-		if sh.Kick.CompareAndSwap(1, 0) {
-			err = sl.in.Kick(sh.Shadow.Load())
-		} else {
-			err = sl.in.Doorbell(sh.Tail.Load())
-		}
-		if err != nil {
+		sl.apply()
+	}
+}
+
+// apply applies the doorbells, kicks and context kicks published in the
+// instance page: after a signal (bells), or found by an instance's loop
+// polling the page (aggregator.Instance.SetPoll). It is serialised: the
+// flag that says something was published and the tail it reads belong to
+// one reader at a time, or an older tail could be applied after a newer.
+func (sl *slot) apply() {
+	sl.applyMu.Lock()
+	defer sl.applyMu.Unlock()
+	sh := sl.in.Shared()
+	// Device contexts first (ABI 1.5): each bit a kicked context.
+	ctxs := sh.CtxKicks.Swap(0)
+	for ctxs != 0 {
+		id := uint32(bits.TrailingZeros64(ctxs)) + 1
+		ctxs &= ctxs - 1
+		if err := sl.in.ContextKick(id); err != nil {
 			sl.in.LatchError(abi.StatusOf(err))
 		}
+	}
+	// A signal may carry context kicks only: the default ring was rung
+	// when Rung says so.
+	if sh.Rung.Swap(0) == 0 {
+		return
+	}
+	var err error
+	if sh.Kick.CompareAndSwap(1, 0) {
+		err = sl.in.Kick(sh.Shadow.Load())
+	} else {
+		err = sl.in.Doorbell(sh.Tail.Load())
+	}
+	if err != nil {
+		sl.in.LatchError(abi.StatusOf(err))
 	}
 }
 

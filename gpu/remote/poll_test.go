@@ -1,0 +1,88 @@
+package remote
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/gpu/gputest"
+)
+
+// TestPollingConnSavesWakeups (issue 42) is the mechanism test of the
+// executor socket's poll-then-block: with both ends polling, a run of
+// calls made one at a time finds every request (the executor's reads)
+// and every reply (the client's) without sleeping in the kernel for it,
+// but the first of each; without a window the same calls work (how many
+// of their reads sleep depends on who runs first). Closing a polling
+// connection ends its poll at once.
+func TestPollingConnSavesWakeups(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		window time.Duration
+	}{
+		{"polling", time.Hour},
+		{"blocking", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := socketPair(t)
+			client, err := NewPollingConn(a, tt.window)
+			if err != nil {
+				t.Fatal(err)
+			}
+			server, err := NewPollingConn(b, tt.window)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := Serve(server, gputest.New(gputest.Config{})); err != nil {
+					t.Errorf("Serve: %v", err)
+				}
+			}()
+			d, err := NewDevice(client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := d.NewQueue()
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf, err := q.Alloc(64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 50
+			slept, reads := server.Slept.Load(), server.Reads.Load()
+			cslept := client.Slept.Load()
+			for k := range n {
+				want := bytes.Repeat([]byte{byte(k)}, 64)
+				if err := q.Write(buf, 0, want); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, 64)
+				if err := q.Read(buf, 0, got); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("call %d: read %x, want %x", k, got[:4], want[:4])
+				}
+			}
+			served, sSlept, cSlept := server.Reads.Load()-reads, server.Slept.Load()-slept, client.Slept.Load()-cslept
+			if served < 2*n {
+				t.Fatalf("the executor read %d times for %d calls", served, 2*n)
+			}
+			if tt.window > 0 && (sSlept > 1 || cSlept > 1) {
+				t.Errorf("polling ends: the executor slept for %d of %d requests, the client for %d replies, want at most 1 each", sSlept, 2*n, cSlept)
+			}
+			// Close ends the client's poll (an hour long) and so the
+			// executor's: both sides finish now.
+			if err := d.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			wg.Wait()
+		})
+	}
+}

@@ -1,0 +1,151 @@
+package mdev
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vgpud/vgpud/aggregator"
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
+)
+
+// TestPolledDoorbellsNeedNoWakeups (issue 42) is the mechanism test of
+// poll-then-block across the process boundaries, on vgpud's default
+// configuration (sandboxed worker, kernels in an executor): while the
+// worker's ring loop polls its instance page, a guest that sends one
+// command at a time and waits for each (a write, then a read back) rings
+// doorbells the main process publishes without signalling the worker's
+// eventfd (a cross-process wake-up each), and the commands run under
+// renewed device turns rather than a request and a grant each. The
+// window is the longest there is, so that a loaded machine's gaps between
+// commands stay inside it.
+func TestPolledDoorbellsNeedNoWakeups(t *testing.T) {
+	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, PollWindow: aggregator.MaxPollWindow})
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
+	vm := attach(t, inst)
+	d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	b, err := d.CreateBuffer(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	sh := inst.be.Shared()
+	signals, polled, bells := sh.Signals.Load(), sh.Polled.Load(), sh.Stats.Doorbells.Load()
+	cmds, turns, renewals := sh.Stats.Commands.Load(), inst.Sched().Turns, sh.Renewals.Load()
+	const n = 20
+	for k := range n {
+		want := bytes.Repeat([]byte{byte(k + 1)}, 64)
+		if err := d.Write(b, 0, want); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 64)
+		if err := d.Read(b, 0, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("round %d: read back %x, want %x", k, got[:8], want[:8])
+		}
+	}
+	rang := sh.Stats.Doorbells.Load() - bells
+	ran := sh.Stats.Commands.Load() - cmds
+	if rang < n {
+		t.Fatalf("%d doorbells for %d round trips", rang, n)
+	}
+	if got := sh.Signals.Load() - signals; got != 0 {
+		t.Errorf("%d of %d doorbells signalled the worker while it polled, want none", got, rang)
+	}
+	if got := sh.Polled.Load() - polled; got != rang {
+		t.Errorf("%d of %d doorbells published without a signal, want all", got, rang)
+	}
+	if got := inst.Sched().Turns - turns; got >= ran {
+		t.Errorf("%d commands took %d device turns: none ran under a renewed turn", ran, got)
+	}
+	if sh.Renewals.Load() == renewals {
+		t.Error("no kept turn was renewed")
+	}
+}
+
+// TestIdleWorkerSleeps (issue 42): once its poll window has passed, an
+// idle instance's worker and executor use no CPU: the polling is bounded
+// and ends in a blocking wait (measured from /proc, over a second).
+func TestIdleWorkerSleeps(t *testing.T) {
+	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}})
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
+	vm := attach(t, inst)
+	d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	b, err := d.CreateBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if err := d.Write(b, 0, make([]byte, 4096)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Read(b, 0, make([]byte, 4096)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh := inst.be.Shared()
+	if sh.PollWindowNow() <= 0 || sh.PollNanos.Load() == 0 {
+		t.Fatalf("poll window %v, %d ns polled: the default configuration does not poll", sh.PollWindowNow(), sh.PollNanos.Load())
+	}
+	hang := time.Now().Add(time.Minute)
+	for sh.Polling() {
+		if time.Now().After(hang) {
+			t.Fatal("the worker still polls a minute after the last command")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	worker := inst.WorkerPID()
+	pids := append([]int{worker}, addrspacetest.Children(worker)...)
+	if len(pids) < 2 {
+		t.Fatalf("worker %d has no executor", worker)
+	}
+	before := cpuTicks(t, pids)
+	time.Sleep(time.Second) // the interval measured, not a wait for something
+	used := cpuTicks(t, pids) - before
+	// A poller that never blocked would use ~100 ticks a second (one
+	// CPU); a few are the Go runtime's own housekeeping.
+	if used > 10 {
+		t.Errorf("an idle worker and its executor (%v) used %d clock ticks in a second after the poll window", pids, used)
+	}
+}
+
+// cpuTicks sums the user and system clock ticks of pids (/proc/PID/stat).
+func cpuTicks(t *testing.T, pids []int) int {
+	t.Helper()
+	total := 0
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		// After the command: state is field 3, utime 14, stime 15.
+		for _, i := range []int{14 - 3, 15 - 3} {
+			v, err := strconv.Atoi(f[i])
+			if err != nil {
+				t.Fatalf("/proc/%d/stat: %v", pid, err)
+			}
+			total += v
+		}
+	}
+	return total
+}
