@@ -19,6 +19,16 @@ const maxWorkItems = 1 << 32
 // stagingChunk is the most host memory one copy holds at a time.
 const stagingChunk = 1 << 20
 
+// directMin is the shortest contiguous run of guest RAM a copy moves in
+// a device transfer of its own; shorter ones are gathered (a guest's
+// scattered pages): a transfer costs more than staging a few pages.
+const directMin = 64 << 10
+
+// directChunk is the most one device transfer of a copy moves straight
+// from or to guest RAM (GuestViews): a contiguous run longer than this is
+// cut, so that the scheduler sees a long copy as several turns' work.
+const directChunk = 4 << 20
+
 // errStale ends a command whose ring was reset while it ran; its
 // completion record is dropped.
 var errStale = abi.Errorf(abi.StatusDeviceError, "ring reset while the command ran")
@@ -157,46 +167,8 @@ func (in *Instance) copy(_ *abi.Command, cp *abi.Copy) (uint64, error) {
 	if done, err := in.reuseCopy(cp, b, segs); done {
 		return in.reuseCopied(cp, err)
 	}
-	if in.staging == nil {
-		in.staging = make([]byte, stagingChunk) // kept: copies are the hot path
-	}
-	staging := in.staging[:min(cp.Length, stagingChunk)]
-	off := cp.Offset
-	for len(segs) > 0 {
-		// Fill one chunk from as many segments (or parts of one) as fit.
-		var chunk []segment
-		n := uint64(0)
-		for len(segs) > 0 && n < uint64(len(staging)) {
-			s := segs[0]
-			take := min(s.len, uint64(len(staging))-n)
-			chunk = append(chunk, segment{gpa: s.gpa, len: take})
-			n += take
-			if take == s.len {
-				segs = segs[1:]
-			} else {
-				segs[0] = segment{gpa: s.gpa + take, len: s.len - take}
-			}
-		}
-		buf := staging[:n]
-		if cp.ToDevice {
-			if err := gather(in.mem, chunk, buf); err != nil {
-				return 0, err
-			}
-			if err := in.run(in.chunkWork(n, cp.Length), func() (time.Duration, error) { return 0, in.queue.Write(b.mem, off, buf) }); err != nil {
-				return 0, fmt.Errorf("write buffer %d: %w", cp.Handle, err)
-			}
-		} else {
-			if err := in.run(in.chunkWork(n, cp.Length), func() (time.Duration, error) { return 0, in.queue.Read(b.mem, off, buf) }); err != nil {
-				return 0, fmt.Errorf("read buffer %d: %w", cp.Handle, err)
-			}
-			if in.stale() {
-				return 0, errStale
-			}
-			if err := scatter(in.mem, chunk, buf); err != nil {
-				return 0, err
-			}
-		}
-		off += n
+	if err := in.move(cp, b, segs); err != nil {
+		return 0, err
 	}
 	if cp.ToDevice {
 		in.sh.Stats.BytesToDev.Add(cp.Length)
@@ -204,6 +176,166 @@ func (in *Instance) copy(_ *abi.Command, cp *abi.Copy) (uint64, error) {
 		in.sh.Stats.BytesFromDev.Add(cp.Length)
 	}
 	return cp.Length, nil
+}
+
+// move moves a copy's bytes between its guest segments and buffer b, in
+// batches of at most directChunk bytes, each under one device turn: each
+// contiguous run of guest RAM of directMin bytes or more straight to or
+// from the device where the guest memory lends its mapping (GuestViews),
+// the rest gathered through the staging buffer, as much as it holds per
+// transfer.
+func (in *Instance) move(cp *abi.Copy, b *buffer, segs []segment) error {
+	views, _ := in.mem.(GuestViews)
+	off := cp.Offset
+	for _, batch := range batches(runs(segs, directChunk), directChunk) {
+		n := uint64(0)
+		for _, r := range batch {
+			n += r.len
+		}
+		err := in.run(in.chunkWork(n, cp.Length), func() (time.Duration, error) {
+			return 0, in.moveBatch(views, cp, b, batch, off)
+		})
+		if errors.Is(err, errStale) {
+			return err
+		}
+		if err != nil {
+			if cp.ToDevice {
+				return fmt.Errorf("write buffer %d: %w", cp.Handle, err)
+			}
+			return fmt.Errorf("read buffer %d: %w", cp.Handle, err)
+		}
+		off += n
+	}
+	return nil
+}
+
+// runs merges adjacent segments into contiguous runs of at most max
+// bytes.
+func runs(segs []segment, max uint64) []segment {
+	var out []segment
+	for _, s := range segs {
+		if n := len(out); n > 0 && out[n-1].gpa+out[n-1].len == s.gpa && out[n-1].len < max {
+			take := min(s.len, max-out[n-1].len)
+			out[n-1].len += take
+			s = segment{gpa: s.gpa + take, len: s.len - take}
+		}
+		for s.len > 0 {
+			take := min(s.len, max)
+			out = append(out, segment{gpa: s.gpa, len: take})
+			s = segment{gpa: s.gpa + take, len: s.len - take}
+		}
+	}
+	return out
+}
+
+// batches groups runs (each at most max bytes) into consecutive batches
+// of at most max bytes.
+func batches(rs []segment, max uint64) [][]segment {
+	var out [][]segment
+	var total uint64
+	for i, r := range rs {
+		if i == 0 || total+r.len > max {
+			out = append(out, nil)
+			total = 0
+		}
+		out[len(out)-1] = append(out[len(out)-1], r)
+		total += r.len
+	}
+	return out
+}
+
+// moveBatch moves one batch of a copy's runs, starting at offset off of
+// b, under the caller's device turn.
+func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch []segment, off uint64) error {
+	st := stager{in: in, cp: cp, b: b}
+	for _, r := range batch {
+		if views != nil && r.len >= directMin {
+			if err := st.flush(); err != nil {
+				return err
+			}
+			if !cp.ToDevice && in.stale() {
+				return errStale
+			}
+			lent, err := views.View(r.gpa, r.len, func(p []byte) error {
+				if cp.ToDevice {
+					return in.queue.Write(b.mem, off, p)
+				}
+				return in.queue.Read(b.mem, off, p)
+			})
+			if err != nil {
+				return err
+			}
+			if lent {
+				in.sh.Transfers.Add(1)
+				off += r.len
+				continue
+			}
+		}
+		for r.len > 0 {
+			take, err := st.add(segment{gpa: r.gpa, len: r.len}, off)
+			if err != nil {
+				return err
+			}
+			r = segment{gpa: r.gpa + take, len: r.len - take}
+			off += take
+		}
+	}
+	return st.flush()
+}
+
+// stager gathers a batch's short runs into the instance's staging buffer
+// and moves them in one transfer per bufferful.
+type stager struct {
+	in   *Instance
+	cp   *abi.Copy
+	b    *buffer
+	segs []segment
+	off  uint64 // b's offset of the first byte staged
+	n    uint64 // bytes staged
+}
+
+// add stages up to s.len bytes of s, whose bytes go at offset off of the
+// buffer, flushing when the staging buffer is full; it returns how many.
+func (st *stager) add(s segment, off uint64) (uint64, error) {
+	in := st.in
+	if in.staging == nil {
+		in.staging = make([]byte, stagingChunk) // kept: copies are the hot path
+	}
+	if st.n == 0 {
+		st.off = off
+	}
+	take := min(s.len, stagingChunk-st.n)
+	st.segs = append(st.segs, segment{gpa: s.gpa, len: take})
+	st.n += take
+	if st.n == stagingChunk {
+		return take, st.flush()
+	}
+	return take, nil
+}
+
+// flush moves what is staged.
+func (st *stager) flush() error {
+	if st.n == 0 {
+		return nil
+	}
+	in, buf := st.in, st.in.staging[:st.n]
+	segs := st.segs
+	st.segs, st.n = st.segs[:0], 0
+	in.sh.Transfers.Add(1)
+	in.sh.Staged.Add(uint64(len(buf)))
+	if st.cp.ToDevice {
+		if err := gather(in.mem, segs, buf); err != nil {
+			return err
+		}
+		return in.queue.Write(st.b.mem, st.off, buf)
+	}
+	if err := in.queue.Read(st.b.mem, st.off, buf); err != nil {
+		return err
+	}
+	if in.stale() {
+		return errStale
+	}
+	return scatter(in.mem, segs, buf)
 }
 
 func (in *Instance) programBuild(c *abi.Command, pb *abi.ProgramBuild) (uint64, error) {

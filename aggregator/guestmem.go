@@ -14,3 +14,15 @@ type GuestMemory interface {
 	// earlier writes through this GuestMemory are visible to the guest.
 	Store64(gpa uint64, v uint64) error
 }
+
+// GuestViews is implemented by guest memory that can lend its own mapping
+// of a range (internal/guestmem.Map.View): a copy then moves each
+// contiguous run of guest RAM to or from the device in one transfer,
+// without a staging copy. View calls f with the mapping of [gpa, gpa+n)
+// and reports true, or reports false without calling f when it cannot
+// lend that range (the copy then stages it). f must not keep b, and runs
+// with the memory's remapping held off: it must not wait for the guest or
+// for another ring of the instance.
+type GuestViews interface {
+	View(gpa, n uint64, f func(b []byte) error) (ok bool, err error)
+}

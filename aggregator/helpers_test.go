@@ -27,10 +27,21 @@ func newDevice(t testing.TB) (*Device, *sched.Scheduler) {
 	return d, s
 }
 
-// sliceMemory is guest RAM as a byte slice starting at gpa 0.
+// sliceMemory is guest RAM as a byte slice starting at gpa 0. With
+// views set it lends its bytes (GuestViews), as guestmem.Map does.
 type sliceMemory struct {
-	mu  sync.RWMutex
-	ram []byte
+	mu    sync.RWMutex
+	ram   []byte
+	views atomic.Bool
+}
+
+func (m *sliceMemory) View(gpa, n uint64, f func([]byte) error) (bool, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if !m.views.Load() || m.check(gpa, int(n)) != nil {
+		return false, nil
+	}
+	return true, f(m.ram[gpa : gpa+n : gpa+n])
 }
 
 func (m *sliceMemory) check(gpa uint64, n int) error {

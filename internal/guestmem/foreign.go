@@ -181,7 +181,7 @@ func (m *Map) updateForeign(regions []Region) error {
 		shift++
 	}
 	c := &mapcache{mapper: mapper, windows: ws, shift: shift, max: cfg.Buckets, buckets: map[uint64]*bucket{}}
-	return m.install(nil, nil, c)
+	return m.install(nil, nil, c, false)
 }
 
 // close unmaps every bucket and closes the mapper. No access may be in

@@ -86,6 +86,7 @@ type Map struct {
 	maps   [][]byte // the mappings backing spans, one per region
 	cache  *mapcache
 	closed bool
+	sealed bool // every file of spans was checked sealed against shrinking (View)
 }
 
 // Update replaces the memory map with regions. Each region maps, shared
@@ -117,13 +118,13 @@ func (m *Map) update(regions []Region, sealed bool) error {
 	if err != nil {
 		return fmt.Errorf("update guest memory: %w", err)
 	}
-	return m.install(spans, maps, nil)
+	return m.install(spans, maps, nil, sealed)
 }
 
 // install makes spans, the mappings maps behind them and cache m's
-// guest memory, and unmaps and closes what they replace. After Close it
+// guest memory (sealed: spans' files were checked sealed, for View), and unmaps and closes what they replace. After Close it
 // unmaps and closes them instead, and errors wrapping ErrClosed.
-func (m *Map) install(spans []span, maps [][]byte, cache *mapcache) error {
+func (m *Map) install(spans []span, maps [][]byte, cache *mapcache, sealed bool) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -132,7 +133,7 @@ func (m *Map) install(spans []span, maps [][]byte, cache *mapcache) error {
 		return fmt.Errorf("update guest memory: %w", ErrClosed)
 	}
 	old, oldCache := m.maps, m.cache
-	m.spans, m.maps, m.cache = spans, maps, cache
+	m.spans, m.maps, m.cache, m.sealed = spans, maps, cache, sealed
 	m.mu.Unlock()
 	// No reader holds the lock any more, so none uses the old mappings.
 	unmapAll(old)
@@ -426,6 +427,32 @@ func (m *Map) copySpans(p []byte, gpa uint64, write bool) {
 		gpa += uint64(n)
 		i++
 	}
+}
+
+// View calls f with the host mapping of guest RAM [gpa, gpa+n) when the
+// range lies in one mapped region of file-backed RAM whose files are
+// sealed against shrinking (so that no access to it can fault, even from
+// C code such as an OpenCL implementation's copy), holding the map's read
+// lock while f runs: f must not keep b, nor wait for anything that may
+// update the map. ok is false, and f is not called, when the range is
+// not one such mapping (foreign memory, a range across regions, outside
+// guest RAM): the caller copies with ReadAt or WriteAt instead, which
+// report what is wrong.
+func (m *Map) View(gpa, n uint64, f func(b []byte) error) (ok bool, err error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed || m.cache != nil || !m.sealed || n == 0 || gpa+(n-1) < gpa {
+		return false, nil
+	}
+	i, found := m.find(gpa)
+	if !found {
+		return false, nil
+	}
+	sp := m.spans[i]
+	if gpa+n > sp.gpa+uint64(len(sp.mem)) {
+		return false, nil
+	}
+	return true, f(sp.mem[gpa-sp.gpa : gpa-sp.gpa+n : gpa-sp.gpa+n])
 }
 
 // ReadAt copies len(p) bytes of guest RAM at gpa into p. The whole range

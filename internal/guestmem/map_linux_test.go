@@ -392,3 +392,54 @@ func TestShrunkFileFaults(t *testing.T) {
 		t.Errorf("ReadAt of the page that stayed = %v", err)
 	}
 }
+
+// TestViewLendsOneSealedRegion: View lends the mapping of a range inside
+// one region of sealed file-backed RAM (the very bytes: a write through it
+// is guest RAM), and nothing else: a range across two regions, outside
+// guest RAM, empty or wrapping, or in RAM whose files were not checked
+// sealed, is refused without calling f, so that the caller copies (and
+// a fault in C code can never come from a view).
+func TestViewLendsOneSealedRegion(t *testing.T) {
+	fdA, localA := memfd(t, 8192)
+	fdB, _ := memfd(t, 8192)
+	m := &Map{}
+	t.Cleanup(func() { m.Close() })
+	if err := m.Update([]Region{{GPA: 0x10000, Size: 8192, FD: fdA}, {GPA: 0x12000, Size: 8192, FD: fdB}}); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := m.View(0x10100, 4096, func(b []byte) error {
+		if len(b) != 4096 || cap(b) != 4096 || !bytes.Equal(b, localA[0x100:0x1100]) {
+			t.Errorf("lent %d bytes (cap %d), not the region's", len(b), cap(b))
+		}
+		b[0] ^= 0xff
+		return nil
+	})
+	if !ok || err != nil {
+		t.Fatalf("View inside a region = %v, %v, want true, nil", ok, err)
+	}
+	if want := byte(0x100 * 7 & 0xff); localA[0x100] != ^want {
+		t.Error("a write through the view did not reach guest RAM")
+	}
+	for _, r := range []struct {
+		name   string
+		gpa, n uint64
+	}{
+		{"across two regions", 0x11f00, 0x200},
+		{"outside guest RAM", 0x20000, 16},
+		{"empty", 0x10000, 0},
+		{"wrapping", ^uint64(0) - 4, 16},
+	} {
+		if ok, err := m.View(r.gpa, r.n, func([]byte) error { t.Errorf("%s: f called", r.name); return nil }); ok || err != nil {
+			t.Errorf("%s: View = %v, %v, want false, nil", r.name, ok, err)
+		}
+	}
+	unsealed := &Map{}
+	t.Cleanup(func() { unsealed.Close() })
+	fd, _ := memfd(t, 8192)
+	if err := unsealed.update([]Region{{GPA: 0, Size: 8192, FD: fd}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := unsealed.View(0, 16, func([]byte) error { return nil }); ok {
+		t.Error("View lent RAM whose files were not checked sealed")
+	}
+}
