@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 
 	"github.com/vgpud/vgpud/worker/child"
 )
@@ -26,12 +27,44 @@ type Run func(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func Main(name string, run Run) {
 	child.EnterRole()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	endProfile, err := startProfile(os.Getenv(EnvCPUProfile))
+	if err == nil {
+		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		if perr := endProfile(); err == nil {
+			err = perr
+		}
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)
 	}
+}
+
+// EnvCPUProfile, if set, names the file a benchmark writes its process's
+// CPU profile to (go tool pprof; the workers and executors it starts are
+// not in it): where the time of a path goes, hop by hop inside vgpud's
+// own process (bench/README.md).
+const EnvCPUProfile = "VGPUD_BENCH_CPUPROFILE"
+
+// startProfile starts a CPU profile into path ("": none) and returns
+// what ends it.
+func startProfile(path string) (func() error, error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 // Stdout adapts a body that writes only to standard output.
