@@ -397,10 +397,13 @@ func bandwidthNotes(t *table.Table, checks int) {
 	t.Note("  driver's count on every rung): the driver cuts a copy into commands of at most half its %d KiB staging pool, less",
 		driver.DefaultStagingBytes>>10)
 	t.Note("  their scatter-gather table pages (guestagent/driver chunkBytes); +1: the fence of the upload's Finish. The aggregator")
-	t.Note("  then moves each command in device calls of at most 1 MiB (aggregator/exec.go stagingChunk), and the worker/executor's")
-	t.Note("  executor queue sends each call as one request on its socket (gpu/remote, frames of at most 4 MiB)")
+	t.Note("  then moves each command in batches of at most 4 MiB under one turn: runs of guest RAM of 256 KiB or more straight,")
+	t.Note("  the rest (the harness scatters its RAM in 64 KiB runs, as a fragmented guest) through a 1 MiB staging buffer, one")
+	t.Note("  device call per MiB (aggregator/exec.go move); the worker/executor's executor queue sends each call as one request")
+	t.Note("  with its bytes on its socket (gpu/remote, frames of at most 4 MiB)")
 	t.Note("doorbells: the driver's doorbell writes per transfer; turns by rung: device turns the scheduler granted the instance per")
-	t.Note("  transfer (mdev.Instance.Sched), in-process/worker/kernels/worker/executor: each device call of a copy asks for one")
+	t.Note("  transfer (mdev.Instance.Sched), in-process/worker/kernels/worker/executor: one per batch, fewer in a worker, whose")
+	t.Note("  kept turn is renewed while no other instance waits (aggregator/turns.go)")
 	t.Note("data: every download compared byte for byte with the upload before it on the same path, each upload stamped anew")
 	t.Note("  (%d transfer pairs checked, all equal); guest RAM holds only the driver's staging pool (%d MiB of harness RAM)",
 		checks, bwGuestRAM>>20)
