@@ -30,9 +30,17 @@
 #              TestIsolationAttacks)
 #   bench      bench/isolation: per-command latency and the matmul job,
 #              through vgpud vs in-process vs directly on the platform
+#   contexts   device contexts on the GPU (mdev TestContextsIsolateProcesses,
+#              TestContextHangEndsAlone: a context there is a second
+#              OpenCL context in the worker), and issue 42's poll-then-block
+#              mechanism tests (TestPolledDoorbellsNeedNoWakeups,
+#              TestIdleWorkerSleeps)
+#   datapath   bench/isolation's hop-by-hop ladder and copy-bandwidth
+#              tables (issue 42): 4 KiB to 256 MiB against the platform's
+#              own clEnqueueWrite/ReadBuffer
 # The report is printed last and written to $GPU_CHECK_OUT (default
-# DIR/report) with each step's full log beside it. The whole run takes
-# under 8 minutes on an H100 (GPU_CHECK_STEP_TIMEOUT bounds each step,
+# DIR/report) with each step's full log beside it. The whole run took
+# under 8 minutes on an H100 before contexts and datapath were added (GPU_CHECK_STEP_TIMEOUT bounds each step,
 # default 150 s; GPU_CHECK_STEPS picks steps, e.g. "platform diagnose").
 set -euo pipefail
 
@@ -78,7 +86,7 @@ run() {
 	repo=$(pwd)
 	out=${GPU_CHECK_OUT:-$dir/report}
 	timeout=${GPU_CHECK_STEP_TIMEOUT:-150}
-	steps=${GPU_CHECK_STEPS:-platform gpu diagnose sandbox suite attacks bench}
+	steps=${GPU_CHECK_STEPS:-platform gpu diagnose sandbox suite attacks contexts bench datapath}
 	mkdir -p "$out"
 	export LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	local report=$out/report.txt
@@ -142,7 +150,7 @@ run() {
 		say "== $name: ${result[$name]}"
 		# What matters of each log: failures and the tables.
 		case $name in
-		platform | diagnose | bench) tail -n 60 "$out/$name.log" | tee -a "$report" ;;
+		platform | diagnose | bench | datapath) tail -n 60 "$out/$name.log" | tee -a "$report" ;;
 		*) grep -E -- '^(--- FAIL|FAIL|ok|PASS|panic)|^\s+\S+_test\.go:[0-9]+:' "$out/$name.log" | head -n 40 | tee -a "$report" || true ;;
 		esac
 	}
@@ -156,7 +164,9 @@ run() {
 	step sandbox worker/sandbox "$dir/bin/sandbox.test" -test.count=1 -test.timeout=140s
 	step suite mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^TestSuiteOverHarness$' -test.timeout=140s
 	step attacks mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^TestIsolationAttacks$' -test.timeout=140s
+	step contexts mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^(TestContextsIsolateProcesses|TestContextHangEndsAlone|TestPolledDoorbellsNeedNoWakeups|TestIdleWorkerSleeps)$' -test.timeout=140s
 	step bench . "$dir/bin/isolation" -ops 500 -runs 3
+	step datapath . "$dir/bin/isolation" -sections ladder,bandwidth -ops 500
 	say ""
 	say "== summary"
 	for s in $steps; do
