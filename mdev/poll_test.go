@@ -3,6 +3,7 @@ package mdev
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -148,4 +149,96 @@ func cpuTicks(t *testing.T, pids []int) int {
 		}
 	}
 	return total
+}
+
+// TestLyingPollUntilDelaysOnlyItsOwnDoorbells (issue 42, hostile values
+// in the shared page): a worker that says it polls (PollUntil far ahead)
+// and does not makes the main process publish its instance's doorbells
+// without a signal, so that instance's commands wait, and nothing else
+// does: another domain's instance runs on, and the commands waiting are
+// not lost: the next doorbell the main process signals (the guest's
+// next, here one rung on its behalf) runs them.
+func TestLyingPollUntilDelaysOnlyItsOwnDoorbells(t *testing.T) {
+	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}})
+	liar := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
+	good := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
+	open := func(inst *Instance) *driver.Device {
+		vm := attach(t, inst)
+		d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	dl, dg := open(liar), open(good)
+	bl, err := dl.CreateBuffer(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dl.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	sh := liar.be.Shared()
+	// The worker stops polling (as a lying one would), then the lie.
+	sh.PollWindow.Store(0)
+	hang := time.Now().Add(time.Minute)
+	for sh.Polling() {
+		if time.Now().After(hang) {
+			t.Fatal("the worker still polls a minute after its window went to 0")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	sh.PollUntil.Store(math.MaxInt64)
+	polled, done := sh.Polled.Load(), sh.Done.Load()
+	want := bytes.Repeat([]byte{0x5a}, 64)
+	wrote := make(chan error, 1)
+	go func() {
+		if err := dl.Write(bl, 0, want); err != nil {
+			wrote <- err
+			return
+		}
+		wrote <- dl.Finish()
+	}()
+	for sh.Polled.Load() == polled {
+		if time.Now().After(hang) {
+			t.Fatal("the liar's doorbell was never published")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The other domain's instance is not held up.
+	bg, err := dg.CreateBuffer(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 10 {
+		in := bytes.Repeat([]byte{byte(k)}, 64)
+		if err := dg.Write(bg, 0, in); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]byte, 64)
+		if err := dg.Read(bg, 0, out); err != nil || !bytes.Equal(in, out) {
+			t.Fatalf("the other instance, round %d: %v, equal %v", k, err, bytes.Equal(in, out))
+		}
+	}
+	select {
+	case err := <-wrote:
+		t.Fatalf("the liar's write completed (%v) with its doorbell unsignalled", err)
+	default:
+	}
+	if sh.Done.Load() != done {
+		t.Fatal("the liar's commands ran with their doorbell unsignalled")
+	}
+	// The lie ends; the next signalled doorbell runs what waited.
+	sh.PollUntil.Store(0)
+	if err := liar.be.Doorbell(sh.Tail.Load()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("the liar's write after the lie: %v", err)
+	}
+	got := make([]byte, 64)
+	if err := dl.Read(bl, 0, got); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("the liar's buffer after the lie: %v, %x", err, got[:8])
+	}
 }
