@@ -55,8 +55,24 @@ func (in *Instance) pollRing() bool {
 	p.mu.Unlock()
 	sh := p.sh
 	window := sh.PollWindowNow()
-	if poll == nil || window <= 0 {
+	in.mu.Lock()
+	frozen := in.frozen
+	in.mu.Unlock()
+	// A frozen ring (a migration or a move holds it) fetches nothing, and
+	// a worker the instance is moving away from must leave the page's
+	// PollUntil to the worker it moves to.
+	if poll == nil {
 		return false
+	}
+	if window <= 0 || frozen {
+		// Not polling now; a PollUntil a poll of this loop left (a task
+		// ended it) must not outlive it: clear it and look once more.
+		if sh.PollUntil.Load() == 0 {
+			return false
+		}
+		sh.PollUntil.Store(0)
+		poll()
+		return in.woken()
 	}
 	// Launches enqueued are completed first: the guest may be waiting
 	// for them, and ring only after.

@@ -507,13 +507,23 @@ func (in *procInstance) replayBell() error {
 	case b&bellBit == 0:
 		return nil
 	case b&kickBit != 0:
-		return in.ring(true, b&^(kickBit|bellBit))
+		return in.replay(true, b&^(kickBit|bellBit))
 	}
 	t, done, tail := uint32(b), in.sh.Done.Load(), in.sh.Tail.Load()
 	if in.sh.Enabled.Load() != 1 || t-done > abi.MaxRingSlots || t-done <= tail-done {
 		return nil
 	}
-	return in.ring(false, uint64(t))
+	return in.replay(false, uint64(t))
+}
+
+// replay rings a replayed doorbell with a signal whatever the page's
+// PollUntil says: it may be the old worker's, still ahead of the clock,
+// while the new worker's loop does not poll.
+func (in *procInstance) replay(kick bool, v uint64) error {
+	err := in.ring(kick, v)
+	in.sh.Signals.Add(1)
+	in.bell.Signal()
+	return err
 }
 
 // prebuild builds the programs of a pre-copy stream on device dev's
