@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -207,6 +208,13 @@ func (d *Device) lostErr() error {
 // request sends a request and returns the channel its reply comes on
 // (closed if the device is lost first).
 func (d *Device) request(op Op, body []byte) (chan frame, error) {
+	return d.requestTail(op, body, nil)
+}
+
+// requestTail is request with tail appended to body on the wire: a
+// write's bytes go from the caller's slice to the socket without being
+// copied into the frame first (issue 42).
+func (d *Device) requestTail(op Op, body, tail []byte) (chan frame, error) {
 	ch := make(chan frame, 1)
 	d.mu.Lock()
 	if d.lost != nil {
@@ -219,9 +227,18 @@ func (d *Device) request(op Op, body []byte) (chan frame, error) {
 	d.pending[seq] = w
 	d.arm(seq, w)
 	d.mu.Unlock()
-	out := appendFrame(make([]byte, 0, 9+len(body)), seq, uint8(op), body)
+	out := appendFrameHeader(make([]byte, 0, 9+len(body)), seq, uint8(op), len(body)+len(tail))
+	out = append(out, body...)
 	d.wmu.Lock()
-	_, err := d.conn.Write(out)
+	var err error
+	if len(tail) == 0 {
+		_, err = d.conn.Write(out)
+	} else {
+		// Two writes under wmu are one frame on the stream; a
+		// net.Conn makes them one writev.
+		bufs := net.Buffers{out, tail}
+		_, err = bufs.WriteTo(d.conn)
+	}
 	d.wmu.Unlock()
 	if err != nil {
 		d.lose(fmt.Errorf("executor gone: send: %v", err))
@@ -238,10 +255,15 @@ func (d *Device) call(op Op, body []byte) ([]byte, error) {
 }
 
 func (d *Device) callLog(op Op, body []byte) ([]byte, string, error) {
-	if len(body)+5 > MaxFrame {
-		return nil, "", fmt.Errorf("request of %d bytes: %w", len(body), gpu.ErrInvalidArgument)
+	return d.callTail(op, body, nil)
+}
+
+// callTail is callLog with tail appended to body on the wire.
+func (d *Device) callTail(op Op, body, tail []byte) ([]byte, string, error) {
+	if len(body)+len(tail)+5 > MaxFrame {
+		return nil, "", fmt.Errorf("request of %d bytes: %w", len(body)+len(tail), gpu.ErrInvalidArgument)
 	}
-	ch, err := d.request(op, body)
+	ch, err := d.requestTail(op, body, tail)
 	if err != nil {
 		return nil, "", err
 	}
@@ -363,12 +385,28 @@ func (q *Queue) Alloc(size uint64) (gpu.Buffer, error) {
 	return &Buffer{q: q, h: h, size: size}, nil
 }
 
-// Write copies p into b at off, Chunk bytes a request.
+// Write copies p into b at off, Chunk bytes a request, each sent from p
+// itself.
 func (q *Queue) Write(b gpu.Buffer, off uint64, p []byte) error {
-	return q.chunked(b, off, p, func(e *enc, part []byte) (Op, func([]byte) error) {
-		e.Raw(part)
-		return OpWrite, func(body []byte) error { return q.empty(OpWrite, body, nil) }
-	})
+	h, err := q.buffer(b)
+	if err != nil {
+		return err
+	}
+	for first := true; first || len(p) > 0; first = false {
+		part := p[:min(len(p), Chunk)]
+		e := q.body()
+		e.U32(h)
+		e.U64(off)
+		if q.closed.Load() {
+			return fmt.Errorf("queue: %w", gpu.ErrClosed)
+		}
+		body, _, err := q.d.callTail(OpWrite, e.B, part)
+		if err := q.empty(OpWrite, body, err); err != nil {
+			return err
+		}
+		p, off = p[len(part):], off+uint64(len(part))
+	}
+	return nil
 }
 
 // Read copies len(p) bytes of b at off into p, Chunk bytes a request.

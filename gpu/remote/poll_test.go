@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bytes"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -85,4 +86,82 @@ func TestPollingConnSavesWakeups(t *testing.T) {
 			wg.Wait()
 		})
 	}
+}
+
+// recordingConn forwards to a connection and records the slices written
+// to it (not embedding it: net.Buffers would then bypass Write).
+type recordingConn struct {
+	c      *net.UnixConn
+	mu     sync.Mutex
+	writes [][]byte
+}
+
+func (r *recordingConn) Read(p []byte) (int, error) { return r.c.Read(p) }
+func (r *recordingConn) Close() error               { return r.c.Close() }
+func (r *recordingConn) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	r.writes = append(r.writes, p)
+	r.mu.Unlock()
+	return r.c.Write(p)
+}
+
+// TestWriteSendsFromTheCallersBytes (issue 42) is the mechanism test of
+// the write path's saved copies: a buffer write's bytes go to the socket
+// from the caller's own slice, one chunk per request, not copied into a
+// request body and again into a frame.
+func TestWriteSendsFromTheCallersBytes(t *testing.T) {
+	a, b := socketPair(t)
+	rc := &recordingConn{c: a}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := Serve(b, gputest.New(gputest.Config{})); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	d, err := NewDevice(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = Chunk + 4096
+	buf, err := q.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(i * 13)
+	}
+	rc.mu.Lock()
+	rc.writes = nil
+	rc.mu.Unlock()
+	if err := q.Write(buf, 0, p); err != nil {
+		t.Fatal(err)
+	}
+	rc.mu.Lock()
+	sent := 0
+	for _, w := range rc.writes {
+		for _, part := range [][]byte{p[:Chunk], p[Chunk:]} {
+			if len(w) == len(part) && &w[0] == &part[0] {
+				sent++
+			}
+		}
+	}
+	rc.mu.Unlock()
+	if sent != 2 {
+		t.Errorf("%d of a write's 2 chunks went to the socket from the caller's bytes, want both", sent)
+	}
+	got := make([]byte, n)
+	if err := q.Read(buf, 0, got); err != nil || !bytes.Equal(got, p) {
+		t.Errorf("read back: %v, equal %v", err, bytes.Equal(got, p))
+	}
+	if err := d.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	wg.Wait()
 }

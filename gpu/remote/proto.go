@@ -193,12 +193,16 @@ func readFrame(r io.Reader) (frame, error) {
 	return f, nil
 }
 
+// appendFrameHeader appends the header of a frame whose body is n bytes.
+func appendFrameHeader(dst []byte, seq uint32, code uint8, n int) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(5+n))
+	dst = binary.LittleEndian.AppendUint32(dst, seq)
+	return append(dst, code)
+}
+
 // appendFrame appends a frame with body to dst.
 func appendFrame(dst []byte, seq uint32, code uint8, body []byte) []byte {
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(5+len(body)))
-	dst = binary.LittleEndian.AppendUint32(dst, seq)
-	dst = append(dst, code)
-	return append(dst, body...)
+	return append(appendFrameHeader(dst, seq, code, len(body)), body...)
 }
 
 // enc builds a body (internal/codec), with the executor protocol's
