@@ -12,7 +12,6 @@ import (
 
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/gpu"
-	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
 )
 
@@ -29,12 +28,7 @@ import (
 func TestPolledDoorbellsNeedNoWakeups(t *testing.T) {
 	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, PollWindow: aggregator.MaxPollWindow})
 	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
-	vm := attach(t, inst)
-	d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := openDriver(t, attach(t, inst))
 	b, err := d.CreateBuffer(64)
 	if err != nil {
 		t.Fatal(err)
@@ -84,12 +78,7 @@ func TestPolledDoorbellsNeedNoWakeups(t *testing.T) {
 func TestIdleWorkerSleeps(t *testing.T) {
 	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}})
 	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
-	vm := attach(t, inst)
-	d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := openDriver(t, attach(t, inst))
 	b, err := d.CreateBuffer(4096)
 	if err != nil {
 		t.Fatal(err)
@@ -162,16 +151,7 @@ func TestLyingPollUntilDelaysOnlyItsOwnDoorbells(t *testing.T) {
 	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}})
 	liar := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	good := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
-	open := func(inst *Instance) *driver.Device {
-		vm := attach(t, inst)
-		d, err := driver.Open(vm, vm, driver.Options{Timeout: 2 * time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
-	dl, dg := open(liar), open(good)
+	dl, dg := openDriver(t, attach(t, liar)), openDriver(t, attach(t, good))
 	bl, err := dl.CreateBuffer(64)
 	if err != nil {
 		t.Fatal(err)

@@ -388,32 +388,16 @@ func (q *Queue) Alloc(size uint64) (gpu.Buffer, error) {
 // Write copies p into b at off, Chunk bytes a request, each sent from p
 // itself.
 func (q *Queue) Write(b gpu.Buffer, off uint64, p []byte) error {
-	h, err := q.buffer(b)
-	if err != nil {
-		return err
-	}
-	for first := true; first || len(p) > 0; first = false {
-		part := p[:min(len(p), Chunk)]
-		e := q.body()
-		e.U32(h)
-		e.U64(off)
-		if q.closed.Load() {
-			return fmt.Errorf("queue: %w", gpu.ErrClosed)
-		}
-		body, _, err := q.d.callTail(OpWrite, e.B, part)
-		if err := q.empty(OpWrite, body, err); err != nil {
-			return err
-		}
-		p, off = p[len(part):], off+uint64(len(part))
-	}
-	return nil
+	return q.chunked(b, off, p, func(e *enc, part []byte) (Op, []byte, func([]byte) error) {
+		return OpWrite, part, func(body []byte) error { return q.empty(OpWrite, body, nil) }
+	})
 }
 
 // Read copies len(p) bytes of b at off into p, Chunk bytes a request.
 func (q *Queue) Read(b gpu.Buffer, off uint64, p []byte) error {
-	return q.chunked(b, off, p, func(e *enc, part []byte) (Op, func([]byte) error) {
+	return q.chunked(b, off, p, func(e *enc, part []byte) (Op, []byte, func([]byte) error) {
 		e.U32(uint32(len(part)))
-		return OpRead, func(body []byte) error {
+		return OpRead, nil, func(body []byte) error {
 			if len(body) != len(part) {
 				return q.d.broken(OpRead, fmt.Errorf("%w: %d bytes read, %d asked", ErrProtocol, len(body), len(part)))
 			}
@@ -425,8 +409,9 @@ func (q *Queue) Read(b gpu.Buffer, off uint64, p []byte) error {
 
 // chunked makes one request per Chunk of p (at least one, for an empty
 // p): the buffer's handle and offset, then what add appends; add returns
-// the request's op and what checks its reply.
-func (q *Queue) chunked(b gpu.Buffer, off uint64, p []byte, add func(e *enc, part []byte) (Op, func([]byte) error)) error {
+// the request's op, the bytes that follow the body on the wire (sent from
+// where they are, not copied into it) and what checks its reply.
+func (q *Queue) chunked(b gpu.Buffer, off uint64, p []byte, add func(e *enc, part []byte) (Op, []byte, func([]byte) error)) error {
 	h, err := q.buffer(b)
 	if err != nil {
 		return err
@@ -436,8 +421,11 @@ func (q *Queue) chunked(b gpu.Buffer, off uint64, p []byte, add func(e *enc, par
 		e := q.body()
 		e.U32(h)
 		e.U64(off)
-		op, check := add(e, part)
-		body, err := q.call(op, e)
+		op, tail, check := add(e, part)
+		if q.closed.Load() {
+			return fmt.Errorf("queue: %w", gpu.ErrClosed)
+		}
+		body, _, err := q.d.callTail(op, e.B, tail)
 		if err != nil {
 			return err
 		}
