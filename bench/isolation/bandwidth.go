@@ -351,10 +351,10 @@ func addBandwidthRows(t *table.Table, guests []*bwGuest, size uint64, r *bwResul
 		row := []string{sizeName(size), name, strconv.Itoa(r.reps)}
 		for i, ts := range r.times[dir] {
 			med[i] = max(stats.Median(ts), 1)
-			row = append(row, fmt.Sprintf("%.0f", float64(size)/med[i].Seconds()/1e6))
+			row = append(row, figure(float64(size)/med[i].Seconds()/1e6))
 		}
 		for i := 1; i < len(med); i++ {
-			row = append(row, fmt.Sprintf("%.0f%%", 100*float64(med[0])/float64(med[i])))
+			row = append(row, figure(100*float64(med[0])/float64(med[i]))+"%")
 		}
 		cs := r.counts[dir]
 		reps := uint64(r.reps)
@@ -416,4 +416,14 @@ func sizeList(sizes []uint64) string {
 		names[i] = sizeName(n)
 	}
 	return strings.Join(names, ", ")
+}
+
+// figure formats a rate or a percentage: whole numbers from 100 up, three
+// significant digits below, so that a slow transfer on a loaded machine
+// never reads as 0.
+func figure(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }
