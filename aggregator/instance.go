@@ -534,6 +534,8 @@ func (in *Instance) worker() {
 				continue
 			}
 		}
+		// Busy: a doorbell from now on is seen before the loop blocks.
+		in.announcePoll()
 		for in.step() {
 			if in.ctx.Err() != nil {
 				return

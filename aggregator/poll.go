@@ -121,6 +121,26 @@ func (in *Instance) pollRing() bool {
 	return in.woken()
 }
 
+// announcePoll says in the instance page, as the loop starts on work,
+// that it will look at the page again before it blocks (for a window
+// from now; a longer batch's doorbells are signalled, which costs a
+// wake-up, nothing else): the guest's next doorbell, rung as soon as it
+// sees this batch's completions, then needs no signal, however late the
+// loop comes to poll.
+func (in *Instance) announcePoll() {
+	p := in.page()
+	p.mu.Lock()
+	poll := p.poll
+	p.mu.Unlock()
+	window := p.sh.PollWindowNow()
+	in.mu.Lock()
+	frozen := in.frozen
+	in.mu.Unlock()
+	if poll != nil && window > 0 && !frozen {
+		p.sh.PollUntil.Store(Monotonic() + int64(window))
+	}
+}
+
 // woken takes the loop's pending wake-up, if any.
 func (in *Instance) woken() bool {
 	select {

@@ -143,8 +143,14 @@ func (s *Shared) PollWindowNow() time.Duration {
 func (s *Shared) Polling() bool { return s.PollUntil.Load() > Monotonic() }
 
 // Monotonic returns CLOCK_MONOTONIC in nanoseconds: a clock that the main
-// process and its workers read alike.
-func Monotonic() int64 {
+// process and its workers read alike. It is read once and then followed
+// with the runtime's monotonic clock (CLOCK_MONOTONIC too), without a
+// system call: the main process reads it at every doorbell.
+func Monotonic() int64 { return monoBase + int64(time.Since(timeBase)) }
+
+var monoBase, timeBase = rawMonotonic(), time.Now()
+
+func rawMonotonic() int64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return 0
