@@ -160,10 +160,13 @@ func TestLyingPollUntilDelaysOnlyItsOwnDoorbells(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh := liar.be.Shared()
-	// The worker stops polling (as a lying one would), then the lie.
+	// The worker stops polling (as a lying one would), then the lie: once
+	// its loop has cleared PollUntil it is blocked and writes it no more
+	// (a PollUntil merely past the clock may still be cleared after the
+	// lie is written).
 	sh.PollWindow.Store(0)
 	hang := time.Now().Add(time.Minute)
-	for sh.Polling() {
+	for sh.PollUntil.Load() != 0 {
 		if time.Now().After(hang) {
 			t.Fatal("the worker still polls a minute after its window went to 0")
 		}
