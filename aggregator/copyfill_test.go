@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/gpu/gputest"
 )
 
 const infoSrc = `
@@ -358,9 +359,11 @@ func TestDeviceInfoOf(t *testing.T) {
 // the device, with no byte through the staging buffer (it used to take
 // one transfer per MiB, each staged); scattered pages are still gathered, as
 // many as fit, into one staged transfer; memory that lends nothing is
-// staged as before. The bytes are the same each way.
+// staged as before. The bytes are the same each way. It runs on a device
+// whose buffers are device memory (a GPU's; the fake's), as PoCL's are
+// host-backed (TestHostBackedCopyMovesInPlace).
 func TestContiguousCopyMovesStraight(t *testing.T) {
-	d, _ := newDevice(t)
+	d := newDeviceOn(t, gputest.New(gputest.Config{Info: gpu.Info{GlobalMemBytes: 64 << 20, MaxAllocBytes: 16 << 20}}))
 	g := newTestGuest(t, d, "vm0", 64<<20)
 	const n = 3 << 20
 	g.mustOK(g.run(abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: n}, 0, 0))...)
@@ -419,5 +422,60 @@ func TestContiguousCopyMovesStraight(t *testing.T) {
 	}
 	if got := g.in.sh.Staged.Load() - st; got != 64<<10 {
 		t.Errorf("16 scattered pages: %d bytes staged, want %d", got, 64<<10)
+	}
+}
+
+// TestHostBackedCopyMovesInPlace is the mechanism test of host-backed
+// buffers (issue 42): on a device whose buffers are host memory it uses
+// in place (PoCL's, the fake's HostBacked), a copy, contiguous or
+// scattered, either way, is memory copies between guest RAM and the
+// buffer: no device transfer (the device's Write and Read are never
+// called), nothing staged. The bytes are the same each way.
+func TestHostBackedCopyMovesInPlace(t *testing.T) {
+	fake := gputest.New(gputest.Config{HostBacked: true, Info: gpu.Info{GlobalMemBytes: 64 << 20, MaxAllocBytes: 16 << 20}})
+	for _, dev := range []struct {
+		name string
+		d    *Device
+	}{{"fake", newDeviceOn(t, fake)}, {"pocl", func() *Device { d, _ := newDevice(t); return d }()}} {
+		t.Run(dev.name, func(t *testing.T) {
+			g := newTestGuest(t, dev.d, "vm0", 64<<20)
+			const n = 3 << 20
+			g.mustOK(g.run(abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: n}, 0, 0))...)
+			data := make([]byte, n)
+			for i := range data {
+				data[i] = byte(i*13 + i>>12)
+			}
+			src := g.alloc(n)
+			g.put(src, data)
+			table := g.alloc(abi.PageSize)
+			var eb [abi.SGEntrySize]byte
+			(&abi.SGEntry{Addr: src, Len: n}).Marshal(eb[:])
+			g.put(table, eb[:])
+			sh := g.in.sh
+			before := fake.Stats().Transfers
+			g.mustOK(g.run(abi.NewCommand(&abi.Copy{ToDevice: true, Handle: 1, SGCount: 1, Length: n, SGAddr: table}, 0, 0))...)
+			g.put(src, make([]byte, n))
+			g.mustOK(g.run(abi.NewCommand(&abi.Copy{Handle: 1, SGCount: 1, Length: n, SGAddr: table}, 0, 0))...)
+			if !bytes.Equal(g.get(src, n), data) {
+				t.Error("contiguous: the bytes read back differ from those written")
+			}
+			// Scattered pages, both ways.
+			part := data[:256<<10]
+			g.mustOK(g.run(g.upload(1, part))...)
+			down, read := g.download(1, len(part))
+			g.mustOK(g.run(down)...)
+			if !bytes.Equal(read(), part) {
+				t.Error("scattered: the bytes read back differ from those written")
+			}
+			if got := sh.Transfers.Load(); got != 0 {
+				t.Errorf("%d device transfers, want 0", got)
+			}
+			if got := sh.Staged.Load(); got != 0 {
+				t.Errorf("%d bytes staged, want 0", got)
+			}
+			if got := fake.Stats().Transfers - before; dev.name == "fake" && got != 0 {
+				t.Errorf("the device's Write and Read moved bytes %d times, want 0", got)
+			}
+		})
 	}
 }

@@ -249,6 +249,9 @@ func batches(rs []segment, max uint64) [][]segment {
 // moveBatch moves one batch of a copy's runs, starting at offset off of
 // b, under the caller's device turn.
 func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch []segment, off uint64) error {
+	if moved, err := in.moveInPlace(cp, b, batch, off); moved || err != nil {
+		return err
+	}
 	st := stager{in: in, cp: cp, b: b}
 	for _, r := range batch {
 		if views != nil && r.len >= directMin {
@@ -283,6 +286,31 @@ func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch [
 		}
 	}
 	return st.flush()
+}
+
+// moveInPlace moves a batch straight between its guest segments and b's
+// own memory when b is host-backed (gpu.HostBuffer: a CPU device's
+// buffers, docs/architecture.md "Host-backed buffers"): one memory copy
+// per segment, no device transfer, nothing staged. It reports false when
+// b's memory cannot be lent.
+func (in *Instance) moveInPlace(cp *abi.Copy, b *buffer, batch []segment, off uint64) (bool, error) {
+	hb, ok := b.mem.(gpu.HostBuffer)
+	if !ok {
+		return false, nil
+	}
+	n := uint64(0)
+	for _, s := range batch {
+		n += s.len
+	}
+	return hb.Host(off, n, func(p []byte) error {
+		if cp.ToDevice {
+			return gather(in.mem, batch, p)
+		}
+		if in.stale() {
+			return errStale
+		}
+		return scatter(in.mem, batch, p)
+	})
 }
 
 // stager gathers a batch's short runs into the instance's staging buffer

@@ -27,6 +27,14 @@ func newDevice(t testing.TB) (*Device, *sched.Scheduler) {
 	return d, s
 }
 
+// newDeviceOn is newDevice on the physical device g.
+func newDeviceOn(t testing.TB, g gpu.Device) *Device {
+	s := sched.New(sched.DefaultPolicy, nil)
+	d := NewDevice(g, s, nil)
+	t.Cleanup(func() { d.Close(); s.Close(); g.Close() })
+	return d
+}
+
 // sliceMemory is guest RAM as a byte slice starting at gpa 0. With
 // views set it lends its bytes (GuestViews), as guestmem.Map does.
 type sliceMemory struct {

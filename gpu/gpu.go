@@ -121,6 +121,18 @@ type Buffer interface {
 	Release()
 }
 
+// HostBuffer is implemented by a Buffer that may live on host memory its
+// device uses in place (a CPU device's, where Open found that it does;
+// docs/architecture.md "Host-backed buffers"). Host calls f with n bytes
+// of the buffer's own memory at off and returns f's error; it reports
+// false, without calling f, when the buffer is not host-backed, is
+// released, or its queue has launches enqueued that may be using it
+// (Sync them first). f must not keep p nor call the buffer's queue.
+type HostBuffer interface {
+	Buffer
+	Host(off, n uint64, f func(p []byte) error) (bool, error)
+}
+
 // Program is a built program.
 type Program interface {
 	// Kernel returns the kernel named name; errors.Is(err, ErrNoKernel)

@@ -49,7 +49,10 @@ type buffer struct {
 	owner *queue
 	size  uint64
 	mem   C.cl_mem
+	host  unsafe.Pointer // the buffer's memory, when host-backed (opencl_hostmem.go)
 }
+
+var _ HostBuffer = (*buffer)(nil)
 
 // Alloc creates a buffer of size bytes on the queue's device, cleared to
 // zero before it is returned.
@@ -64,6 +67,13 @@ func (q *queue) Alloc(size uint64) (Buffer, error) {
 		return nil, q.closedErr("alloc")
 	}
 	b := &buffer{owner: q, size: size}
+	if q.dev.hostBacked {
+		if err := q.allocHost(b); err != nil {
+			return nil, fmt.Errorf("alloc %d bytes: %w", size, err)
+		}
+		q.buffers[b] = struct{}{}
+		return b, nil
+	}
 	if err := clErr("clCreateBuffer", C.vg_create_buffer(q.dev.ctx, C.size_t(size), &b.mem)); err != nil {
 		return nil, fmt.Errorf("alloc %d bytes: %w", size, err)
 	}
@@ -120,6 +130,14 @@ func (q *queue) transfer(op string, b Buffer, off uint64, p []byte) error {
 	bb, err := q.checkBuffer(op, b)
 	if err != nil || len(p) == 0 {
 		return err
+	}
+	if h := bb.hostLocked(off, uint64(len(p))); h != nil {
+		if op == "write" {
+			copy(h, p)
+		} else {
+			copy(p, h)
+		}
+		return nil
 	}
 	call, code := "clEnqueueReadBuffer", C.cl_int(0)
 	if op == "write" {
@@ -204,7 +222,7 @@ func (b *buffer) Release() {
 func (b *buffer) releaseLocked() {
 	if b.mem != nil {
 		C.clReleaseMemObject(b.mem)
-		b.mem = nil
+		b.mem, b.host = nil, nil
 	}
 	delete(b.owner.buffers, b)
 }

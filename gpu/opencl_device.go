@@ -29,7 +29,17 @@ import (
 // Open opens a device. selector "" picks the first device, a decimal number
 // is an index into Devices(), anything else is a case-insensitive substring
 // of exactly one device's name (e.g. "pthread" under PoCL).
-func Open(selector string) (Device, error) {
+func Open(selector string) (Device, error) { return open(selector, true) }
+
+// OpenPlain opens a device as an application does: every buffer in
+// device memory (clCreateBuffer), every write and read a command on the
+// queue, never host-backed (opencl_hostmem.go). The benchmarks' direct
+// baselines use it.
+func OpenPlain(selector string) (Device, error) { return open(selector, false) }
+
+// open opens a device; hostBacked lets it have host-backed buffers where
+// the probe finds the device uses them in place.
+func open(selector string, hostBacked bool) (Device, error) {
 	es, err := enumerate()
 	if err != nil {
 		return nil, err
@@ -54,6 +64,7 @@ func Open(selector string) (Device, error) {
 	if err := clErr("clCreateContext", C.vg_create_context(e.platform, e.id, &d.ctx)); err != nil {
 		return nil, fmt.Errorf("open %s: %w", e.info.Name, err)
 	}
+	d.hostBacked = hostBacked && probeHostBacked(d)
 	return d, nil
 }
 
@@ -65,6 +76,9 @@ type device struct {
 	info    Info
 	id      C.cl_device_id
 	offHost bool // CL_DEVICE_TYPE_GPU: kernels do not run on the host's CPU (SourceTarget)
+	// hostBacked: buffers live on host memory the device uses in place
+	// (opencl_hostmem.go).
+	hostBacked bool
 
 	ctx C.cl_context // released by Close after every queue is closed
 

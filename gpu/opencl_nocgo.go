@@ -15,3 +15,6 @@ func Open(selector string) (Device, error) {
 	_, err := Devices()
 	return nil, err
 }
+
+// OpenPlain reports ErrNoPlatform, as Devices does.
+func OpenPlain(selector string) (Device, error) { return Open(selector) }

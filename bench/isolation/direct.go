@@ -10,7 +10,8 @@ import (
 )
 
 // direct is the matmul table's baseline without vgpud: a queue of its own
-// on the host's OpenCL platform (gpu.Open on the same selector), on which
+// on the host's OpenCL platform (gpu.OpenPlain on the same selector: buffers
+// and transfers as an application has them, never host-backed), on which
 // job.Run does the job's exact work (source, build options, sizes, NDRange,
 // repetitions), timed and checked the same way as through vgpud.
 type direct struct {
@@ -19,7 +20,7 @@ type direct struct {
 }
 
 func newDirect(selector string) (*direct, error) {
-	dev, err := gpu.Open(selector)
+	dev, err := gpu.OpenPlain(selector)
 	if err != nil {
 		return nil, fmt.Errorf("direct: open opencl device: %w", err)
 	}

@@ -81,14 +81,18 @@ type Config struct {
 	// failure would. It is called with the queue's lock held and must not
 	// call the fake; it must be deterministic for the fake to be.
 	Fault func(op string) error
+	// HostBacked makes buffers gpu.HostBuffers whose Host lends their
+	// bytes, as a CPU device's host-backed buffers do.
+	HostBacked bool
 }
 
 // Stats is what a fake device holds and has done.
 type Stats struct {
-	Bytes    uint64 // held by live buffers
-	Buffers  int    // live buffers
-	Programs int    // live programs
-	Launches uint64 // launches that ran, ever
+	Bytes     uint64 // held by live buffers
+	Buffers   int    // live buffers
+	Programs  int    // live programs
+	Launches  uint64 // launches that ran, ever
+	Transfers uint64 // Writes and Reads that moved bytes, ever
 }
 
 // Device is a fake gpu.Device.
@@ -298,6 +302,7 @@ func (q *queue) transfer(op string, b gpu.Buffer, off uint64, p []byte) error {
 	if err := q.fault(op); err != nil {
 		return err
 	}
+	q.dev.account(func(s *Stats) { s.Transfers++ })
 	if op == OpWrite {
 		copy(bb.data[off:], p)
 	} else {
@@ -530,6 +535,22 @@ func (q *queue) Close() error {
 }
 
 func (b *buffer) Size() uint64 { return b.size }
+
+var _ gpu.HostBuffer = (*buffer)(nil)
+
+// Host lends n bytes of the buffer at off to f when the device is
+// Config.HostBacked (gpu.HostBuffer).
+func (b *buffer) Host(off, n uint64, f func(p []byte) error) (bool, error) {
+	if off > b.size || n > b.size-off {
+		return false, fmt.Errorf("host access %d bytes at %d of a %d-byte buffer: %w", n, off, b.size, gpu.ErrOutOfRange)
+	}
+	b.owner.mu.Lock()
+	defer b.owner.mu.Unlock()
+	if !b.owner.dev.cfg.HostBacked || b.data == nil || b.owner.closed {
+		return false, nil
+	}
+	return true, f(b.data[off : off+n])
+}
 
 // Release frees the buffer. It is idempotent.
 func (b *buffer) Release() {
