@@ -111,6 +111,14 @@ func sgBuild(data []page, length int, tables []page) (used []page, addr uint64, 
 	if length > 0 || len(ents) == 0 {
 		return nil, 0, 0, fmt.Errorf("scatter-gather: %d bytes not covered by %d pages: %w", length, len(data), ErrInvalid)
 	}
+	return sgTables(ents, tables)
+}
+
+// sgTables writes the scatter-gather list ents into tables, chained. It
+// returns the tables used (a prefix of tables), the first table's address
+// and entry count.
+func sgTables(ents []abi.SGEntry, tables []page) (used []page, addr uint64, count uint32, err error) {
+	const per = abi.PageSize / abi.SGEntrySize
 	nt := tablesFor(len(ents))
 	if nt > len(tables) {
 		return nil, 0, 0, fmt.Errorf("scatter-gather: %d entries need %d tables, have %d: %w", len(ents), nt, len(tables), ErrInvalid)
@@ -227,6 +235,7 @@ func (d *Device) copyChunk(toDev bool, h uint32, off uint64, data []byte, sync b
 			copy(p.buf, data[i*abi.PageSize:])
 		}
 	}
+	d.stats.StagedBytes += uint64(len(data))
 	used, sgAddr, count, err := sgBuild(dataPages, len(data), tables)
 	if err != nil {
 		d.free = append(d.free, ps...)

@@ -75,6 +75,11 @@ type Stats struct {
 	Completed uint64 // completion records reaped
 	Failed    uint64 // completion records with a non-OK status
 	Waits     uint64 // times the driver had to wait for the device
+	// StagedBytes are the bytes Write and Read copied through the staging
+	// pool; InPlaceBytes those WriteFrom and ReadInto had the device copy
+	// straight from or into the caller's DMA memory (dmacopy.go).
+	StagedBytes  uint64
+	InPlaceBytes uint64
 }
 
 // page is one DMA page of the staging pool.

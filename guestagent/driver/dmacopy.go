@@ -1,0 +1,128 @@
+package driver
+
+import (
+	"fmt"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// Copies without staging (issue 42).
+//
+// Write and Read copy the caller's bytes through the staging pool: one
+// memory copy in the guest per byte, before the device's own. A caller
+// whose data already lies in DMA memory (pages from the device's Memory:
+// the driver's own buffers, a client's shared arena made DMA memory) hands
+// the device those pages instead: WriteFrom and ReadInto describe the
+// caller's range with scatter-gather tables, the only pages they take
+// from the pool, and the device copies straight between the range and the
+// buffer.
+
+// WriteFrom copies n bytes of src at offset at into b at off (batched),
+// without staging: the device reads src's own pages. src's bytes must not
+// change until the copy has completed (a later Finish, fence wait or
+// Read returns), and its pages must stay pinned as long.
+func (d *Device) WriteFrom(b Buffer, off uint64, src DMA, at, n int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkDMA("write", b, off, src, at, n); err != nil {
+		return err
+	}
+	for pos := 0; pos < n; {
+		sent, _, err := d.dmaChunk(true, b.Handle, off+uint64(pos), src, at+pos, n-pos, false)
+		if err != nil {
+			return fmt.Errorf("write buffer %d at %d: %w", b.Handle, off+uint64(pos), err)
+		}
+		pos += sent
+	}
+	return nil
+}
+
+// ReadInto copies n bytes of b at off into dst at offset at, without
+// staging: the device writes dst's own pages. It waits for every earlier
+// command and the copy itself.
+func (d *Device) ReadInto(b Buffer, off uint64, dst DMA, at, n int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkDMA("read", b, off, dst, at, n); err != nil {
+		return err
+	}
+	var (
+		idxs  []uint64
+		first error
+	)
+	for pos := 0; pos < n; {
+		sent, idx, err := d.dmaChunk(false, b.Handle, off+uint64(pos), dst, at+pos, n-pos, true)
+		if err != nil {
+			first = fmt.Errorf("read buffer %d at %d: %w", b.Handle, off+uint64(pos), err)
+			break
+		}
+		idxs = append(idxs, idx)
+		pos += sent
+	}
+	d.flush()
+	for _, idx := range idxs {
+		if _, err := d.waitOK(idx); err != nil && first == nil {
+			first = fmt.Errorf("read buffer %d: %w", b.Handle, err)
+		}
+	}
+	return first
+}
+
+// checkDMA checks a WriteFrom or ReadInto (op) of n bytes of m at at. d.mu
+// is held.
+func (d *Device) checkDMA(op string, b Buffer, off uint64, m DMA, at, n int) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	if err := checkRange(b, off, n); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if at < 0 || at > len(m.Buf) || n > len(m.Buf)-at || len(m.Pages)*abi.PageSize < len(m.Buf) {
+		return fmt.Errorf("%s: %d bytes at %d of %d bytes of DMA memory (%d pages): %w", op, n, at, len(m.Buf), len(m.Pages), ErrInvalid)
+	}
+	if err := d.stale("buffer", b.Handle, b.gen); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
+// dmaChunk submits one copy command for up to chunkBytes of the n bytes of
+// m at at, described in place, and returns how many bytes it covers and
+// its index. Only its scatter-gather tables come from the pool, held
+// until it completes.
+func (d *Device) dmaChunk(toDev bool, h uint32, off uint64, m DMA, at, n int, sync bool) (int, uint64, error) {
+	n = min(n, d.chunkBytes())
+	ents := dmaEntries(m, at, n)
+	tables, err := d.pages(tablesFor(len(ents)))
+	if err != nil {
+		return 0, 0, err
+	}
+	_, sgAddr, count, err := sgTables(ents, tables)
+	if err != nil {
+		d.free = append(d.free, tables...)
+		return 0, 0, err
+	}
+	d.stats.InPlaceBytes += uint64(n)
+	cmd := abi.NewCommand(&abi.Copy{ToDevice: toDev, Handle: h, SGCount: count, Offset: off, Length: uint64(n), SGAddr: sgAddr}, 0, d.next)
+	idx, err := d.submit(cmd, entry{sync: sync, pages: tables})
+	return n, idx, err
+}
+
+// dmaEntries describes n bytes of m at at as scatter-gather entries,
+// merging physically contiguous pages.
+func dmaEntries(m DMA, at, n int) []abi.SGEntry {
+	var ents []abi.SGEntry
+	for n > 0 {
+		i, in := at/abi.PageSize, at%abi.PageSize
+		take := min(n, abi.PageSize-in)
+		gpa := m.Pages[i] + uint64(in)
+		if k := len(ents) - 1; k >= 0 && ents[k].Addr+uint64(ents[k].Len) == gpa && ents[k].Len <= 1<<30 {
+			ents[k].Len += uint32(take)
+		} else {
+			ents = append(ents, abi.SGEntry{Addr: gpa, Len: uint32(take)})
+		}
+		at += take
+		n -= take
+	}
+	return ents
+}
