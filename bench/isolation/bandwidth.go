@@ -22,8 +22,14 @@ import (
 // upload (memory -> device buffer) and download (device buffer -> memory)
 // of each -bwsizes size, directly on a gpu.Queue of this process (one
 // blocking clEnqueueWriteBuffer / clEnqueueReadBuffer of the whole size)
-// and through vgpud on each ladder rung (driver.Device.Write then Finish;
-// driver.Device.Read), the paths rotating repetition by repetition. Its
+// and through vgpud on each ladder rung, the paths rotating repetition by
+// repetition. Through vgpud the bytes are, with -bwguest dma (the
+// default), in the guest's DMA memory, where an application's data lies
+// when it maps a buffer and the driver hands the device those pages
+// (driver.Device.WriteFrom then Finish; driver.Device.ReadInto); with
+// -bwguest staged, in the benchmark's own memory, which the driver copies
+// through its staging pool (driver.Device.Write then Finish;
+// driver.Device.Read). Its
 // profile columns say what one transfer became on the way: the ring
 // commands the instance executed (mdev.Instance.Stats), the driver's
 // doorbells and the device turns the scheduler granted.
@@ -41,12 +47,17 @@ const bwBudget = 768 << 20
 // hold one beside anything else).
 const bwProfile = "vgpu-medium"
 
-// bwGuestRAM is the harness RAM of a bandwidth guest. The data moved is
-// the benchmark's own memory, as an application's buffer is in a guest;
-// guest RAM holds the driver's ring, completion and fence pages and its
-// staging pool (driver.DefaultStagingBytes), through which every copy
-// goes, so its size does not grow with the transfer's.
+// bwGuestRAM is the harness RAM of a bandwidth guest besides its DMA
+// source and destination (-bwguest dma: twice the largest size): the
+// driver's ring, completion and fence pages and its staging pool
+// (driver.DefaultStagingBytes).
 const bwGuestRAM = 32 << 20
+
+// Guest sides of the bandwidth table (-bwguest).
+const (
+	bwGuestDMA    = "dma"
+	bwGuestStaged = "staged"
+)
 
 // parseSizes parses a comma-separated list of byte counts, each a number
 // with an optional K, M or G (KiB, MiB, GiB) suffix.
@@ -97,24 +108,35 @@ func bwReps(cfg config, size uint64) int {
 // bwGuest is a guest of the bandwidth table: a bwProfile instance of its
 // own on one rung's vgpud, a harness VM and the driver on it.
 type bwGuest struct {
+	src, dst driver.DMA // -bwguest dma: the guest's data, where the device moves it
 	name string
 	inst *mdev.Instance
 	vm   *mpqemutest.VM
 	d    *driver.Device
 }
 
-func newBWGuest(m *mode) (_ *bwGuest, err error) {
+// newBWGuest attaches a guest to a new instance on m's vgpud; dma > 0
+// gives it DMA memory of that many bytes for the data each way.
+func newBWGuest(m *mode, dma uint64) (_ *bwGuest, err error) {
 	g := &bwGuest{name: m.name}
 	defer func() {
 		if err != nil {
 			g.close()
 		}
 	}()
-	if g.inst, g.vm, err = newInstanceGuest(m.h, bwProfile, bwGuestRAM); err != nil {
+	if g.inst, g.vm, err = newInstanceGuest(m.h, bwProfile, bwGuestRAM+2*dma); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.name, err)
 	}
 	if g.d, err = driver.Open(g.vm, g.vm, driver.Options{}); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.name, err)
+	}
+	if dma > 0 {
+		if g.src, err = g.vm.Alloc(int(dma)); err == nil {
+			g.dst, err = g.vm.Alloc(int(dma))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: guest DMA memory: %w", m.name, err)
+		}
 	}
 	return g, nil
 }
@@ -218,7 +240,7 @@ func stamp(p []byte, v uint64) {
 // paths rotating (which goes first moves by one each repetition). Each
 // upload and the download after it are timed on their own; the download
 // is then compared byte for byte with what was uploaded.
-func measureSize(ctx context.Context, d *direct, guests []*bwGuest, s *bwSize, reps int, src, dst []byte) (*bwResult, error) {
+func measureSize(ctx context.Context, d *direct, guests []*bwGuest, s *bwSize, reps int, src, dst []byte, dma bool) (*bwResult, error) {
 	n := 1 + len(guests)
 	r := &bwResult{reps: reps}
 	for dir := range bwDirs {
@@ -239,14 +261,7 @@ func measureSize(ctx context.Context, d *direct, guests []*bwGuest, s *bwSize, r
 				up = func() error { return d.q.Write(s.direct, 0, src) }
 				down = func() error { return d.q.Read(s.direct, 0, dst) }
 			} else {
-				g, b := guests[i-1], s.bufs[i-1]
-				up = func() error {
-					if err := g.d.Write(b, 0, src); err != nil {
-						return err
-					}
-					return g.d.Finish()
-				}
-				down = func() error { return g.d.Read(b, 0, dst) }
+				up, down = guestTransfers(guests[i-1], s.bufs[i-1], src, dst, dma)
 			}
 			for dir, f := range []func() error{up, down} {
 				var before bwCount
@@ -262,6 +277,9 @@ func measureSize(ctx context.Context, d *direct, guests []*bwGuest, s *bwSize, r
 					r.counts[dir][i-1] = r.counts[dir][i-1].add(guests[i-1].count().sub(before))
 				}
 			}
+			if i > 0 && dma {
+				copy(dst, guests[i-1].dst.Buf[:s.size]) // untimed: to compare
+			}
 			if !bytes.Equal(dst, src) {
 				at := 0
 				for at < len(dst) && dst[at] == src[at] {
@@ -273,6 +291,31 @@ func measureSize(ctx context.Context, d *direct, guests []*bwGuest, s *bwSize, r
 		}
 	}
 	return r, nil
+}
+
+// guestTransfers returns g's upload of src into b and download of b into
+// dst: through the guest's DMA memory, which the application's data is
+// put into before the upload is timed, or staged by the driver.
+func guestTransfers(g *bwGuest, b driver.Buffer, src, dst []byte, dma bool) (up, down func() error) {
+	n := len(src)
+	if !dma {
+		up = func() error {
+			if err := g.d.Write(b, 0, src); err != nil {
+				return err
+			}
+			return g.d.Finish()
+		}
+		return up, func() error { return g.d.Read(b, 0, dst) }
+	}
+	copy(g.src.Buf, src) // the application wrote its data in place
+	clear(g.dst.Buf[:n])
+	up = func() error {
+		if err := g.d.WriteFrom(b, 0, g.src, 0, n); err != nil {
+			return err
+		}
+		return g.d.Finish()
+	}
+	return up, func() error { return g.d.ReadInto(b, 0, g.dst, 0, n) }
 }
 
 // bandwidthTable measures every size, each on buffers of its own, and
@@ -289,16 +332,21 @@ func bandwidthTable(ctx context.Context, cfg config, modes []*mode) (*table.Tabl
 			g.close()
 		}
 	}()
+	largest := uint64(0)
+	for _, s := range cfg.bwSizes {
+		largest = max(largest, s)
+	}
+	dma := cfg.bwGuest == bwGuestDMA
 	for _, name := range ladderRungs {
-		g, err := newBWGuest(modes[indexOf(modes, name)])
+		var in uint64
+		if dma {
+			in = largest
+		}
+		g, err := newBWGuest(modes[indexOf(modes, name)], in)
 		if err != nil {
 			return nil, err
 		}
 		guests = append(guests, g)
-	}
-	largest := uint64(0)
-	for _, s := range cfg.bwSizes {
-		largest = max(largest, s)
 	}
 	src, dst := make([]byte, largest), make([]byte, largest)
 	rand.NewChaCha8([32]byte{42}).Read(src)
@@ -309,7 +357,7 @@ func bandwidthTable(ctx context.Context, cfg config, modes []*mode) (*table.Tabl
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sizeName(size), err)
 		}
-		r, err := measureSize(ctx, d, guests, s, bwReps(cfg, size), src, dst)
+		r, err := measureSize(ctx, d, guests, s, bwReps(cfg, size), src, dst, dma)
 		if ferr := s.free(guests); err == nil && ferr != nil {
 			err = fmt.Errorf("free: %w", ferr)
 		}
@@ -321,7 +369,7 @@ func bandwidthTable(ctx context.Context, cfg config, modes []*mode) (*table.Tabl
 		}
 		checks += r.checks
 	}
-	bandwidthNotes(t, checks)
+	bandwidthNotes(t, checks, dma)
 	return t, nil
 }
 
@@ -387,10 +435,18 @@ func perTransfer(n, reps uint64) string {
 	return fmt.Sprintf("%.1f", float64(n)/float64(reps))
 }
 
-func bandwidthNotes(t *table.Table, checks int) {
-	t.Note("direct: a gpu.Queue of this process on the same device, one blocking clEnqueueWriteBuffer (upload) or")
-	t.Note("  clEnqueueReadBuffer (download) of the whole size; vgpud: driver.Device.Write then Finish (upload), driver.Device.Read")
-	t.Note("  (download) of the whole size from a harness guest on a %s instance of its own (reuse off) on each rung's vgpud", bwProfile)
+func bandwidthNotes(t *table.Table, checks int, dma bool) {
+	t.Note("direct: a gpu.Queue of this process on the same device (gpu.OpenPlain: buffers as an application has them), one")
+	t.Note("  blocking clEnqueueWriteBuffer (upload) or clEnqueueReadBuffer (download) of the whole size")
+	if dma {
+		t.Note("vgpud (-bwguest dma): driver.Device.WriteFrom then Finish (upload), driver.Device.ReadInto (download) of the whole")
+		t.Note("  size between the buffer and the guest's DMA memory, where the data lies (put there before the upload is timed, as")
+		t.Note("  an application that maps its buffer writes it): the driver stages nothing")
+	} else {
+		t.Note("vgpud (-bwguest staged): driver.Device.Write then Finish (upload), driver.Device.Read (download) of the whole size")
+		t.Note("  of the benchmark's memory, which the driver copies through its staging pool")
+	}
+	t.Note("  from a harness guest on a %s instance of its own (reuse off) on each rung's vgpud", bwProfile)
 	t.Note("MB/s: size / the median transfer time, 1 MB = 10^6 bytes; %%: direct's median time / the rung's (100%% = as fast as")
 	t.Note("  direct; issue 42's goal: >= 90%% from 1 MiB up)")
 	t.Note("commands: ring commands one transfer became, as the instance counted them (mdev.Instance.Stats, the same as the")
@@ -399,14 +455,15 @@ func bandwidthNotes(t *table.Table, checks int) {
 	t.Note("  their scatter-gather table pages (guestagent/driver chunkBytes); +1: the fence of the upload's Finish. The aggregator")
 	t.Note("  then moves each command in batches of at most 4 MiB under one turn: runs of guest RAM of 256 KiB or more straight,")
 	t.Note("  the rest (the harness scatters its RAM in 64 KiB runs, as a fragmented guest) through a 1 MiB staging buffer, one")
-	t.Note("  device call per MiB (aggregator/exec.go move); the worker/executor's executor queue sends each call as one request")
-	t.Note("  with its bytes on its socket (gpu/remote, frames of at most 4 MiB)")
+	t.Note("  device call per MiB (aggregator/exec.go move), except into a CPU device's host-backed buffers (in-process and")
+	t.Note("  worker/kernels on PoCL), where each batch is memory copies between guest RAM and the buffer and no device call")
+	t.Note("  (moveInPlace); the worker/executor's executor queue sends each call as one request with its bytes on its socket")
+	t.Note("  (gpu/remote, frames of at most 4 MiB)")
 	t.Note("doorbells: the driver's doorbell writes per transfer; turns by rung: device turns the scheduler granted the instance per")
 	t.Note("  transfer (mdev.Instance.Sched), in-process/worker/kernels/worker/executor: one per batch, fewer in a worker, whose")
 	t.Note("  kept turn is renewed while no other instance waits (aggregator/turns.go)")
 	t.Note("data: every download compared byte for byte with the upload before it on the same path, each upload stamped anew")
-	t.Note("  (%d transfer pairs checked, all equal); guest RAM holds only the driver's staging pool (%d MiB of harness RAM)",
-		checks, bwGuestRAM>>20)
+	t.Note("  (%d transfer pairs checked, all equal)", checks)
 }
 
 // sizeList is sizes as sizeName writes them, comma-separated.

@@ -52,7 +52,7 @@
 //	go run ./bench/isolation -sections matmul [-runs 5]   (the matmul table alone)
 //	go run ./bench/isolation -sections context [-runs 5]  (context creation alone)
 //	go run ./bench/isolation -sections ladder [-ops 1000] (the hop-by-hop profile)
-//	go run ./bench/isolation -sections bandwidth [-bwsizes 4K,1M,16M,256M] [-bwreps 30] (copy bandwidth)
+//	go run ./bench/isolation -sections bandwidth [-bwsizes 4K,1M,16M,256M] [-bwreps 30] [-bwguest dma|staged] (copy bandwidth)
 package main
 
 import (
@@ -89,6 +89,7 @@ type config struct {
 	// the bandwidth table: the sizes, and the most repetitions of each
 	bwSizes []uint64
 	bwReps  int
+	bwGuest string // bwGuestDMA or bwGuestStaged
 	// poll is every worker mode's poll window (mdev.Config.PollWindow:
 	// 0 vgpud's default, negative never, as before issue 42)
 	poll time.Duration
@@ -110,12 +111,16 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	sizes := fs.String("bwsizes", defaultBWSizes, "bandwidth table: transfer sizes (bytes, K, M or G suffix)")
 	fs.DurationVar(&cfg.poll, "poll-window", 0, "the workers' poll window (0: vgpud's default; negative: never poll)")
 	fs.IntVar(&cfg.bwReps, "bwreps", 30, "bandwidth table: the most transfers of a size each way per path (fewer for large sizes)")
+	fs.StringVar(&cfg.bwGuest, "bwguest", bwGuestDMA, "bandwidth table: where the guest's data lies: dma (its DMA memory, handed to the device in place) or staged (copied through the driver's staging pool)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	var err error
 	if cfg.sects, err = table.ParseSections(*list, sections); err != nil {
 		return err
+	}
+	if cfg.bwGuest != bwGuestDMA && cfg.bwGuest != bwGuestStaged {
+		return fmt.Errorf("-bwguest %q: want %s or %s", cfg.bwGuest, bwGuestDMA, bwGuestStaged)
 	}
 	if cfg.ops < 1 || cfg.block < 1 || cfg.runs < 1 || cfg.bwReps < 1 {
 		return fmt.Errorf("-ops %d, -block %d, -runs %d, -bwreps %d: want positive values", cfg.ops, cfg.block, cfg.runs, cfg.bwReps)
