@@ -45,25 +45,31 @@ func (in *Instance) page() *Instance {
 	return in
 }
 
+// pollable returns what a loop of in polls with: the page's poll func
+// (nil: never polls), its window now, and whether in's ring is frozen
+// (a migration or a move holds it: it fetches nothing, and a worker the
+// instance is moving away from must leave the page's PollUntil to the
+// worker it moves to).
+func (in *Instance) pollable() (poll func(), window time.Duration, frozen bool) {
+	p := in.page()
+	p.mu.Lock()
+	poll = p.poll
+	p.mu.Unlock()
+	in.mu.Lock()
+	frozen = in.frozen
+	in.mu.Unlock()
+	return poll, p.sh.PollWindowNow(), frozen
+}
+
 // pollRing polls the instance page for the poll window, and reports
 // whether the loop has work (a doorbell of its own ring was applied, or a
 // task came and ran) rather than having to block.
 func (in *Instance) pollRing() bool {
-	p := in.page()
-	p.mu.Lock()
-	poll := p.poll
-	p.mu.Unlock()
-	sh := p.sh
-	window := sh.PollWindowNow()
-	in.mu.Lock()
-	frozen := in.frozen
-	in.mu.Unlock()
-	// A frozen ring (a migration or a move holds it) fetches nothing, and
-	// a worker the instance is moving away from must leave the page's
-	// PollUntil to the worker it moves to.
+	poll, window, frozen := in.pollable()
 	if poll == nil {
 		return false
 	}
+	sh := in.page().sh
 	if window <= 0 || frozen {
 		// Not polling now; a PollUntil a poll of this loop left (a task
 		// ended it) must not outlive it: clear it and look once more.
@@ -128,16 +134,8 @@ func (in *Instance) pollRing() bool {
 // sees this batch's completions, then needs no signal, however late the
 // loop comes to poll.
 func (in *Instance) announcePoll() {
-	p := in.page()
-	p.mu.Lock()
-	poll := p.poll
-	p.mu.Unlock()
-	window := p.sh.PollWindowNow()
-	in.mu.Lock()
-	frozen := in.frozen
-	in.mu.Unlock()
-	if poll != nil && window > 0 && !frozen {
-		p.sh.PollUntil.Store(Monotonic() + int64(window))
+	if poll, window, frozen := in.pollable(); poll != nil && window > 0 && !frozen {
+		in.page().sh.PollUntil.Store(Monotonic() + int64(window))
 	}
 }
 
