@@ -167,9 +167,14 @@ func (in *Instance) copy(_ *abi.Command, cp *abi.Copy) (uint64, error) {
 		in.touch(b)
 	}
 	if done, err := in.reuseCopy(cp, b, segs); done {
-		return in.reuseCopied(cp, err)
+		return in.copied(cp, err)
 	}
-	if err := in.move(cp, b, segs); err != nil {
+	return in.copied(cp, in.move(cp, b, segs))
+}
+
+// copied completes a copy, moved or served by reuse (reuseCopy).
+func (in *Instance) copied(cp *abi.Copy, err error) (uint64, error) {
+	if err != nil {
 		return 0, err
 	}
 	if cp.ToDevice {

@@ -528,19 +528,6 @@ func (in *Instance) settleEarly(b *buffer) {
 	}
 }
 
-// reuseCopied completes a copy that reuseCopy served.
-func (in *Instance) reuseCopied(cp *abi.Copy, err error) (uint64, error) {
-	if err != nil {
-		return 0, err
-	}
-	if cp.ToDevice {
-		in.sh.Stats.BytesToDev.Add(cp.Length)
-	} else {
-		in.sh.Stats.BytesFromDev.Add(cp.Length)
-	}
-	return cp.Length, nil
-}
-
 // reuseServed completes a launch answered from the table (err nil) or one
 // whose preparation failed. A hit reports zero device time.
 func (in *Instance) reuseServed(kernel string, err error) (uint64, error) {
