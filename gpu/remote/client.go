@@ -402,6 +402,7 @@ func (q *Queue) Read(b gpu.Buffer, off uint64, p []byte) error {
 				return q.d.broken(OpRead, fmt.Errorf("%w: %d bytes read, %d asked", ErrProtocol, len(body), len(part)))
 			}
 			copy(part, body)
+			putBody(body)
 			return nil
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/vgpud/vgpud/gpu"
@@ -183,7 +184,7 @@ func readFrame(r io.Reader) (frame, error) {
 	if n < 5 || n > MaxFrame {
 		return frame{}, fmt.Errorf("%w: frame length %d", ErrProtocol, n)
 	}
-	f := frame{seq: binary.LittleEndian.Uint32(h[4:]), code: h[8], body: make([]byte, n-5)}
+	f := frame{seq: binary.LittleEndian.Uint32(h[4:]), code: h[8], body: getBody(int(n - 5))}
 	if _, err := io.ReadFull(r, f.body); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
@@ -191,6 +192,34 @@ func readFrame(r io.Reader) (frame, error) {
 		return frame{}, err
 	}
 	return f, nil
+}
+
+// Large bodies (a write's request, a read's reply) come from a pool: a
+// fresh one each time was zeroed by the runtime and collected later, two
+// passes over its bytes more than the copy itself (issue 42). getBody
+// returns a body of n bytes; putBody gives one back once nothing refers
+// to it any more (a body never given back is collected as before).
+const (
+	minPooledBody = 64 << 10
+	pooledBodyCap = Chunk + 64 // a write's request: handles and offset, and Chunk bytes
+)
+
+var bodies sync.Pool // of []byte of capacity pooledBodyCap
+
+func getBody(n int) []byte {
+	if n < minPooledBody || n > pooledBodyCap {
+		return make([]byte, n)
+	}
+	if b, ok := bodies.Get().([]byte); ok {
+		return b[:n]
+	}
+	return make([]byte, n, pooledBodyCap)
+}
+
+func putBody(b []byte) {
+	if cap(b) == pooledBodyCap && len(b) >= minPooledBody {
+		bodies.Put(b[:pooledBodyCap])
+	}
 }
 
 // appendFrameHeader appends the header of a frame whose body is n bytes.

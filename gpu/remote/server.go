@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 
@@ -103,11 +104,29 @@ func (s *server) reply(seq uint32, body []byte, err error, log string) {
 	if err != nil {
 		code, body = uint8(kindOf(err)), errorBody(err, log)
 	}
-	out := appendFrame(make([]byte, 0, 9+len(body)), seq, code, body)
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	// A failed write means the client is gone: the read loop sees it.
-	_, _ = s.w.Write(out)
+	if len(body) >= minPooledBody {
+		// A read's bytes go out from where they are, not copied into
+		// the frame first.
+		bufs := net.Buffers{appendFrameHeader(make([]byte, 0, 9), seq, code, len(body)), body}
+		_, _ = bufs.WriteTo(s.w)
+		return
+	}
+	_, _ = s.w.Write(appendFrame(make([]byte, 0, 9+len(body)), seq, code, body))
+}
+
+// answer runs one of queue h's requests and replies to it; a large
+// request's body, and a read's reply, go back to the pool.
+func (s *server) answer(h uint32, sq *squeue, f frame) error {
+	body, log, err := s.queueOp(h, sq, f)
+	s.reply(f.seq, body, err, log)
+	putBody(f.body)
+	if Op(f.code) == OpRead && err == nil {
+		putBody(body)
+	}
+	return err
 }
 
 // dispatch answers device-level requests at once and hands a queue's to
@@ -134,8 +153,7 @@ func (s *server) dispatch(f frame) {
 		return
 	}
 	if Op(f.code) != OpBuild && Op(f.code) != OpCloseQueue && sq.busy.Load() == 0 {
-		body, log, err := s.queueOp(qh, sq, f)
-		s.reply(f.seq, body, err, log)
+		s.answer(qh, sq, f)
 		return
 	}
 	sq.busy.Add(1)
@@ -176,8 +194,7 @@ func (s *server) newQueue(f frame) error {
 func (s *server) runQueue(h uint32, sq *squeue) {
 	defer s.wg.Done()
 	for f := range sq.reqs {
-		body, log, err := s.queueOp(h, sq, f)
-		s.reply(f.seq, body, err, log)
+		err := s.answer(h, sq, f)
 		sq.busy.Add(-1)
 		if Op(f.code) == OpCloseQueue && err == nil {
 			return
@@ -337,8 +354,9 @@ func (r *queueReq) read() ([]byte, string, error) {
 	if n > Chunk {
 		return nil, "", fmt.Errorf("%w: read of %d bytes (at most %d a frame)", ErrProtocol, n, Chunk)
 	}
-	p := make([]byte, n)
+	p := getBody(int(n)) // back to the pool once sent (answer)
 	if err := r.q.Read(b, off, p); err != nil {
+		putBody(p)
 		return nil, "", err
 	}
 	return p, "", nil
