@@ -25,6 +25,14 @@
 // asking the compiler which names it predefines where the verdict depends
 // on them (one small extra build, cached per options).
 //
+// Host-backed buffers (opencl_hostmem.go): Open probes a CPU device that
+// shares the host's memory once, and if it uses a CL_MEM_USE_HOST_PTR
+// buffer's memory in place (PoCL's devices do), every buffer of it lives
+// on memory this package allocates, zeroed, and Write and Read are memory
+// copies under the queue's lock; HostBuffer lends that memory to a caller
+// (the aggregator's in-place copies) while no launch is enqueued.
+// OpenPlain opens a device without them, as an application has it.
+//
 // Concurrency: a Device is safe for concurrent use. A Queue, and the
 // Buffers, Programs and Kernels created through it, belong to that Queue and
 // are used by one goroutine at a time; an internal mutex per Queue still
