@@ -109,10 +109,10 @@ func bwReps(cfg config, size uint64) int {
 // own on one rung's vgpud, a harness VM and the driver on it.
 type bwGuest struct {
 	src, dst driver.DMA // -bwguest dma: the guest's data, where the device moves it
-	name string
-	inst *mdev.Instance
-	vm   *mpqemutest.VM
-	d    *driver.Device
+	name     string
+	inst     *mdev.Instance
+	vm       *mpqemutest.VM
+	d        *driver.Device
 }
 
 // newBWGuest attaches a guest to a new instance on m's vgpud; dma > 0
