@@ -16,22 +16,15 @@ import (
 // Write put there), a new buffer is zero, and Host refuses while a launch
 // is enqueued.
 func TestHostBackedBuffers(t *testing.T) {
-	infos, err := Devices()
-	if err != nil {
-		t.Fatalf("Devices() = %v", err)
-	}
-	for _, in := range infos {
-		t.Run(in.Name, func(t *testing.T) {
-			e := setup(t, strconv.Itoa(in.Index))
-			if !e.d.(*device).hostBacked {
-				if in.Platform == "Portable Computing Language" {
-					t.Fatalf("PoCL device %s is not host-backed: the probe failed", in.Name)
-				}
-				return
+	everyDevice(t, func(t *testing.T, in Info, e env) {
+		if !e.d.(*device).hostBacked {
+			if in.Platform == "Portable Computing Language" {
+				t.Fatalf("PoCL device %s is not host-backed: the probe failed", in.Name)
 			}
-			hostBacked(t, e)
-		})
-	}
+			return
+		}
+		hostBacked(t, e)
+	})
 }
 
 func hostBacked(t *testing.T, e env) {
@@ -97,5 +90,28 @@ func hostBacked(t *testing.T, e env) {
 	bc.Release()
 	if ok, _ := bc.(HostBuffer).Host(0, 4, func([]byte) error { return nil }); ok {
 		t.Fatal("Host of a released buffer = true")
+	}
+}
+
+// TestOpenPlainIsNotHostBacked: OpenPlain's buffers are device memory, as
+// an application's are: Host lends nothing, and writes and reads still
+// work (as commands).
+func TestOpenPlainIsNotHostBacked(t *testing.T) {
+	d, err := OpenPlain("")
+	if err != nil {
+		t.Fatalf("OpenPlain = %v", err)
+	}
+	defer d.Close()
+	q := newQueue(t, d)
+	b := alloc(t, q, 4096)
+	if ok, err := b.(HostBuffer).Host(0, 4096, func([]byte) error { return nil }); ok || err != nil {
+		t.Errorf("Host on an OpenPlain device = %v, %v; want false, nil", ok, err)
+	}
+	p, got := bytes.Repeat([]byte{7}, 4096), make([]byte, 4096)
+	if err := q.Write(b, 0, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Read(b, 0, got); err != nil || !bytes.Equal(got, p) {
+		t.Errorf("Read after Write = %v, equal %v", err, bytes.Equal(got, p))
 	}
 }

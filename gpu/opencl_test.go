@@ -285,15 +285,19 @@ func TestNoPlatform(t *testing.T) {
 }
 
 func TestVectorAddEveryDevice(t *testing.T) {
+	everyDevice(t, func(t *testing.T, _ Info, e env) { vadd(t, e, 1024) })
+}
+
+// everyDevice runs f on every device, each in a subtest with an env of
+// its own.
+func everyDevice(t *testing.T, f func(t *testing.T, in Info, e env)) {
+	t.Helper()
 	infos, err := Devices()
 	if err != nil {
 		t.Fatalf("Devices() = %v", err)
 	}
 	for _, in := range infos {
-		t.Run(in.Name, func(t *testing.T) {
-			e := setup(t, strconv.Itoa(in.Index))
-			vadd(t, e, 1024)
-		})
+		t.Run(in.Name, func(t *testing.T) { f(t, in, setup(t, strconv.Itoa(in.Index))) })
 	}
 }
 
