@@ -17,6 +17,7 @@ import (
 // is enqueued.
 func TestHostBackedBuffers(t *testing.T) {
 	everyDevice(t, func(t *testing.T, in Info, e env) {
+		t.Logf("%s on %s: host-backed %v", in.Name, in.Platform, e.d.(*device).hostBacked)
 		if !e.d.(*device).hostBacked {
 			if in.Platform == "Portable Computing Language" {
 				t.Fatalf("PoCL device %s is not host-backed: the probe failed", in.Name)

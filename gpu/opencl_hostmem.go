@@ -170,11 +170,11 @@ func (q *queue) allocHost(b *buffer) error {
 }
 
 // hostLocked returns n bytes of b's host memory at off, or nil when b is
-// not host-backed or the queue has launches enqueued (whose kernels may
-// be using it). The queue's mu must be held, and the bytes used only
+// not host-backed or the queue has launches enqueued or being synced
+// (whose kernels may be using it). The queue's mu must be held, and the bytes used only
 // while it is.
 func (b *buffer) hostLocked(off, n uint64) []byte {
-	if b.host == nil || b.mem == nil || len(b.owner.enqueued) > 0 || b.owner.q == nil {
+	if q := b.owner; b.host == nil || b.mem == nil || len(q.enqueued) > 0 || q.syncing > 0 || q.q == nil {
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Add(b.host, off)), n)

@@ -140,7 +140,13 @@ func (q *queue) Sync() []LaunchResult {
 	q.mu.Lock()
 	pending := q.enqueued
 	q.enqueued = nil
+	q.syncing++ // host-backed memory is not lent until the wait is over
 	q.mu.Unlock()
+	defer func() {
+		q.mu.Lock()
+		q.syncing--
+		q.mu.Unlock()
+	}()
 	out := make([]LaunchResult, len(pending))
 	for i, e := range pending {
 		var (

@@ -24,6 +24,7 @@ type queue struct {
 	buffers  map[*buffer]struct{}
 	programs map[*program]struct{}
 	enqueued []enqueued // launches not yet synced (Pipeliner)
+	syncing  int        // Syncs waiting for launches taken from enqueued
 }
 
 var _ Pipeliner = (*queue)(nil)
