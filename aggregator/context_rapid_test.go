@@ -44,7 +44,7 @@ func TestContextLifecycleProperty(t *testing.T) {
 			rings[i] = &rring{rb: rb, cb: rb + 0x1000, shadow: rb + 0x1ffc, ctx: uint32(i)}
 		}
 		enable := func() {
-			clear(mem.ram[rings[0].cb : rings[0].cb+0x1000])
+			mem.WriteAt(make([]byte, 0x1000), rings[0].cb)
 			rings[0].tail = 0
 			if err := in.EnableRing(RingConfig{Base: rings[0].rb, ComplBase: rings[0].cb, Slots: 16}); err != nil {
 				rt.Fatal(err)
@@ -56,14 +56,14 @@ func TestContextLifecycleProperty(t *testing.T) {
 			c := abi.NewCommand(p, 0, 7)
 			c.Marshal(b[:])
 			idx := r.tail
-			copy(mem.ram[r.rb+uint64(idx%16)*abi.CommandSize:], b[:])
+			mem.WriteAt(b[:], r.rb+uint64(idx%16)*abi.CommandSize)
 			r.tail++
 			if r.ctx == 0 {
 				if err := in.Doorbell(r.tail); err != nil {
 					rt.Fatalf("doorbell: %v", err)
 				}
 			} else {
-				binary.LittleEndian.PutUint32(mem.ram[r.shadow:], r.tail)
+				mem.WriteAt(binary.LittleEndian.AppendUint32(nil, r.tail), r.shadow)
 				if err := in.ContextKick(r.ctx); err != nil {
 					rt.Fatalf("kick of live context %d: %v", r.ctx, err)
 				}
@@ -71,7 +71,9 @@ func TestContextLifecycleProperty(t *testing.T) {
 			timeout := time.After(time.Minute)
 			for {
 				rang := bell.wait()
-				rec, _ := abi.UnmarshalCompletion(mem.ram[r.cb+uint64(idx%16)*abi.ComplSize:])
+				var rb [abi.ComplSize]byte
+				mem.ReadAt(rb[:], r.cb+uint64(idx%16)*abi.ComplSize)
+				rec, _ := abi.UnmarshalCompletion(rb[:])
 				if rec.Seq == abi.SeqOf(uint64(idx)) {
 					return rec.Status
 				}
@@ -97,7 +99,7 @@ func TestContextLifecycleProperty(t *testing.T) {
 				}
 				r := rings[min(id, maxCtx)]
 				if want == abi.StatusOK {
-					clear(mem.ram[r.cb : r.cb+0x1000])
+					mem.WriteAt(make([]byte, 0x1000), r.cb)
 					r.tail = 0
 				}
 				st := run(rings[0], &abi.ContextCreate{ID: id, Slots: 16, Ring: r.rb, Compl: r.cb, Shadow: r.shadow})

@@ -2,9 +2,11 @@ package aggregator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,13 +121,23 @@ func TestSlicedLaunchBitIdentical(t *testing.T) {
 // fixedBudget is an Arbiter that grants at once with a fixed slice
 // budget and counts the turns and slices it was told of.
 type fixedBudget struct {
+	mu            sync.Mutex // the instance's loop calls it, the test reads it
 	budget        time.Duration
 	turns, slices int
 }
 
 func (f *fixedBudget) Acquire(context.Context, string, time.Duration) (time.Duration, func(time.Duration, int), error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.turns++
-	return f.budget, func(_ time.Duration, n int) { f.slices += n }, nil
+	return f.budget, func(_ time.Duration, n int) { f.mu.Lock(); f.slices += n; f.mu.Unlock() }, nil
+}
+
+// counts returns the turns and slices counted.
+func (f *fixedBudget) counts() (turns, slices int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.turns, f.slices
 }
 
 // TestLaunchKernelCuts: launchKernel cuts a long launch as the turn's
@@ -150,18 +162,26 @@ func TestLaunchKernelCuts(t *testing.T) {
 	r := gpu.NDRange{Dims: 1, Global: [3]uint64{n}, Local: [3]uint64{64}}
 	results := map[time.Duration][]byte{}
 	for _, budget := range []time.Duration{0, time.Millisecond} {
-		arb.budget, arb.turns, arb.slices = budget, 0, 0
-		// 1 us per item: a 16 ms launch, cut at 1 ms into 512-item slices
-		// (1000 items rounded down to 64 times a power of two).
-		*in.lengths.of(key) = kernelAvg{nanos: float64(n * time.Microsecond), nsPerItem: float64(time.Microsecond)}
-		if err := in.queue.Write(buf, 0, make([]byte, 4*n)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := in.launchKernel(key, pr, k, r, args); err != nil {
-			t.Fatal(err)
-		}
 		b := make([]byte, 4*n)
-		if err := in.queue.Read(buf, 0, b); err != nil {
+		var err error
+		// On the instance's goroutine: its loop gives turns back (and
+		// counts them in arb) between commands.
+		werr := in.onWorker(context.Background(), func() {
+			arb.mu.Lock()
+			arb.budget, arb.turns, arb.slices = budget, 0, 0
+			arb.mu.Unlock()
+			// 1 us per item: a 16 ms launch, cut at 1 ms into 512-item
+			// slices (1000 items rounded down to 64 times a power of two).
+			*in.lengths.of(key) = kernelAvg{nanos: float64(n * time.Microsecond), nsPerItem: float64(time.Microsecond)}
+			if err = in.queue.Write(buf, 0, make([]byte, 4*n)); err != nil {
+				return
+			}
+			if _, err = in.launchKernel(key, pr, k, r, args); err != nil {
+				return
+			}
+			err = in.queue.Read(buf, 0, b)
+		})
+		if err := cmp.Or(werr, err); err != nil {
 			t.Fatal(err)
 		}
 		results[budget] = b
@@ -169,11 +189,12 @@ func TestLaunchKernelCuts(t *testing.T) {
 		if budget > 0 {
 			want = n / 512
 		}
-		if arb.turns != want {
-			t.Errorf("budget %v: %d turns, want %d", budget, arb.turns, want)
+		turns, slices := arb.counts()
+		if turns != want {
+			t.Errorf("budget %v: %d turns, want %d", budget, turns, want)
 		}
-		if budget > 0 && arb.slices != want {
-			t.Errorf("budget %v: %d slices counted, want %d", budget, arb.slices, want)
+		if budget > 0 && slices != want {
+			t.Errorf("budget %v: %d slices counted, want %d", budget, slices, want)
 		}
 	}
 	if !bytes.Equal(results[0], results[time.Millisecond]) {
