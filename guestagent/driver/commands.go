@@ -102,16 +102,22 @@ func sgBuild(data []page, length int, tables []page) (used []page, addr uint64, 
 		}
 		n := min(length, abi.PageSize)
 		length -= n
-		if k := len(ents) - 1; k >= 0 && ents[k].Addr+uint64(ents[k].Len) == p.gpa && ents[k].Len <= 1<<30 {
-			ents[k].Len += uint32(n)
-			continue
-		}
-		ents = append(ents, abi.SGEntry{Addr: p.gpa, Len: uint32(n)})
+		ents = appendRun(ents, p.gpa, n)
 	}
 	if length > 0 || len(ents) == 0 {
 		return nil, 0, 0, fmt.Errorf("scatter-gather: %d bytes not covered by %d pages: %w", length, len(data), ErrInvalid)
 	}
 	return sgTables(ents, tables)
+}
+
+// appendRun appends n bytes at gpa to ents, merged into the last entry
+// when they follow it in guest-physical memory (and it stays under 1 GiB).
+func appendRun(ents []abi.SGEntry, gpa uint64, n int) []abi.SGEntry {
+	if k := len(ents) - 1; k >= 0 && ents[k].Addr+uint64(ents[k].Len) == gpa && ents[k].Len <= 1<<30 {
+		ents[k].Len += uint32(n)
+		return ents
+	}
+	return append(ents, abi.SGEntry{Addr: gpa, Len: uint32(n)})
 }
 
 // sgTables writes the scatter-gather list ents into tables, chained. It
@@ -291,9 +297,7 @@ func (d *Device) Read(b Buffer, off uint64, dst []byte) error {
 		return fmt.Errorf("read: %w", err)
 	}
 	chunk := d.chunkBytes()
-	var idxs []uint64
-	var first error
-	for pos := 0; pos < len(dst); pos += chunk {
+	return d.readChunks(b.Handle, off, len(dst), func(pos int) (int, uint64, error) {
 		part := dst[pos:min(pos+chunk, len(dst))]
 		idx, err := d.copyChunk(false, b.Handle, off+uint64(pos), part, true, func(c abi.Completion, ps []page) {
 			if c.Status != abi.StatusOK {
@@ -303,16 +307,32 @@ func (d *Device) Read(b Buffer, off uint64, dst []byte) error {
 				copy(part[i*abi.PageSize:], p.buf)
 			}
 		})
+		return len(part), idx, err
+	})
+}
+
+// readChunks submits a read of n bytes of buffer h at off in chunks, each
+// by chunk (given the chunk's position, it returns the bytes the chunk
+// covers and its command's index), then rings and waits for every chunk
+// it submitted; it returns the first failure. d.mu is held.
+func (d *Device) readChunks(h uint32, off uint64, n int, chunk func(pos int) (int, uint64, error)) error {
+	var (
+		idxs  []uint64
+		first error
+	)
+	for pos := 0; pos < n; {
+		sent, idx, err := chunk(pos)
 		if err != nil {
-			first = fmt.Errorf("read buffer %d at %d: %w", b.Handle, off+uint64(pos), err)
+			first = fmt.Errorf("read buffer %d at %d: %w", h, off+uint64(pos), err)
 			break
 		}
 		idxs = append(idxs, idx)
+		pos += sent
 	}
 	d.flush()
 	for _, idx := range idxs {
 		if _, err := d.waitOK(idx); err != nil && first == nil {
-			first = fmt.Errorf("read buffer %d: %w", b.Handle, err)
+			first = fmt.Errorf("read buffer %d: %w", h, err)
 		}
 	}
 	return first

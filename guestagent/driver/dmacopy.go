@@ -10,8 +10,8 @@ import (
 //
 // Write and Read copy the caller's bytes through the staging pool: one
 // memory copy in the guest per byte, before the device's own. A caller
-// whose data already lies in DMA memory (pages from the device's Memory:
-// the driver's own buffers, a client's shared arena made DMA memory) hands
+// whose data already lies in DMA memory (pages from the device's Memory,
+// pinned and never given to anyone who could free them) hands
 // the device those pages instead: WriteFrom and ReadInto describe the
 // caller's range with scatter-gather tables, the only pages they take
 // from the pool, and the device copies straight between the range and the
@@ -46,26 +46,9 @@ func (d *Device) ReadInto(b Buffer, off uint64, dst DMA, at, n int) error {
 	if err := d.checkDMA("read", b, off, dst, at, n); err != nil {
 		return err
 	}
-	var (
-		idxs  []uint64
-		first error
-	)
-	for pos := 0; pos < n; {
-		sent, idx, err := d.dmaChunk(false, b.Handle, off+uint64(pos), dst, at+pos, n-pos, true)
-		if err != nil {
-			first = fmt.Errorf("read buffer %d at %d: %w", b.Handle, off+uint64(pos), err)
-			break
-		}
-		idxs = append(idxs, idx)
-		pos += sent
-	}
-	d.flush()
-	for _, idx := range idxs {
-		if _, err := d.waitOK(idx); err != nil && first == nil {
-			first = fmt.Errorf("read buffer %d: %w", b.Handle, err)
-		}
-	}
-	return first
+	return d.readChunks(b.Handle, off, n, func(pos int) (int, uint64, error) {
+		return d.dmaChunk(false, b.Handle, off+uint64(pos), dst, at+pos, n-pos, true)
+	})
 }
 
 // checkDMA checks a WriteFrom or ReadInto (op) of n bytes of m at at. d.mu
@@ -115,12 +98,7 @@ func dmaEntries(m DMA, at, n int) []abi.SGEntry {
 	for n > 0 {
 		i, in := at/abi.PageSize, at%abi.PageSize
 		take := min(n, abi.PageSize-in)
-		gpa := m.Pages[i] + uint64(in)
-		if k := len(ents) - 1; k >= 0 && ents[k].Addr+uint64(ents[k].Len) == gpa && ents[k].Len <= 1<<30 {
-			ents[k].Len += uint32(take)
-		} else {
-			ents = append(ents, abi.SGEntry{Addr: gpa, Len: uint32(take)})
-		}
+		ents = appendRun(ents, m.Pages[i]+uint64(in), take)
 		at += take
 		n -= take
 	}
