@@ -200,7 +200,7 @@ func (in *Instance) move(cp *abi.Copy, b *buffer, segs []segment) error {
 			n += r.len
 		}
 		err := in.run(in.chunkWork(n, cp.Length), func() (time.Duration, error) {
-			return 0, in.moveBatch(views, cp, b, batch, off)
+			return 0, in.moveBatch(views, cp, b, batch, off, n)
 		})
 		if errors.Is(err, errStale) {
 			return err
@@ -251,10 +251,10 @@ func batches(rs []segment, max uint64) [][]segment {
 	return out
 }
 
-// moveBatch moves one batch of a copy's runs, starting at offset off of
-// b, under the caller's device turn.
-func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch []segment, off uint64) error {
-	if moved, err := in.moveInPlace(cp, b, batch, off); moved || err != nil {
+// moveBatch moves one batch of a copy's runs, n bytes starting at offset
+// off of b, under the caller's device turn.
+func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch []segment, off, n uint64) error {
+	if moved, err := in.moveInPlace(cp, b, batch, off, n); moved || err != nil {
 		return err
 	}
 	st := stager{in: in, cp: cp, b: b}
@@ -293,19 +293,15 @@ func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch [
 	return st.flush()
 }
 
-// moveInPlace moves a batch straight between its guest segments and b's
+// moveInPlace moves a batch (n bytes) straight between its guest segments and b's
 // own memory when b is host-backed (gpu.HostBuffer: a CPU device's
 // buffers, docs/architecture.md "Host-backed buffers"): one memory copy
 // per segment, no device transfer, nothing staged. It reports false when
 // b's memory cannot be lent.
-func (in *Instance) moveInPlace(cp *abi.Copy, b *buffer, batch []segment, off uint64) (bool, error) {
+func (in *Instance) moveInPlace(cp *abi.Copy, b *buffer, batch []segment, off, n uint64) (bool, error) {
 	hb, ok := b.mem.(gpu.HostBuffer)
 	if !ok {
 		return false, nil
-	}
-	n := uint64(0)
-	for _, s := range batch {
-		n += s.len
 	}
 	return hb.Host(off, n, func(p []byte) error {
 		if cp.ToDevice {
