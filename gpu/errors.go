@@ -37,6 +37,10 @@ var (
 	// ErrClosed is returned for use of a closed Device or Queue or a
 	// released Buffer, Program or Kernel.
 	ErrClosed = errors.New("use of closed or released object")
+	// ErrUnsupported is returned by a call the device cannot serve (a
+	// HostAllocator's AllocOn on a device that does not work on host
+	// memory in place).
+	ErrUnsupported = errors.New("not supported by this device")
 	// ErrForeign is returned when a Buffer, Program or Kernel is used on
 	// a Queue that did not create it.
 	ErrForeign = errors.New("object belongs to another queue")

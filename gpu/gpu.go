@@ -133,6 +133,25 @@ type HostBuffer interface {
 	Host(off, n uint64, f func(p []byte) error) (bool, error)
 }
 
+// HostAllocator is implemented by a Queue whose device works on host
+// memory in place (docs/architecture.md "Host-backed buffers"): it can
+// make a buffer on memory its caller owns. An executor makes buffers on
+// the arena it shares with its worker this way, so that the worker's
+// writes and reads of them are memory copies (docs/executor-protocol.md
+// "Shared buffer memory").
+type HostAllocator interface {
+	// AllocOn makes a buffer of len(p) bytes on p, which must be zero and
+	// aligned to a page, and which the caller keeps mapped and does not
+	// reuse until ReleaseOn reported that the runtime let go of it.
+	// errors.Is(err, ErrUnsupported) where the queue's device does not
+	// work on host memory in place.
+	AllocOn(p []byte) (Buffer, error)
+	// ReleaseOn releases b, which AllocOn made, and reports whether the
+	// runtime has let go of its memory: false leaves the memory to the
+	// runtime, which may still use it, and the caller must not reuse it.
+	ReleaseOn(b Buffer) bool
+}
+
 // Program is a built program.
 type Program interface {
 	// Kernel returns the kernel named name; errors.Is(err, ErrNoKernel)

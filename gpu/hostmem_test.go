@@ -7,6 +7,8 @@ import (
 	"errors"
 	"strconv"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestHostBackedBuffers checks that PoCL's CPU devices get host-backed
@@ -115,4 +117,60 @@ func TestOpenPlainIsNotHostBacked(t *testing.T) {
 	if err := q.Read(b, 0, got); err != nil || !bytes.Equal(got, p) {
 		t.Errorf("Read after Write = %v, equal %v", err, bytes.Equal(got, p))
 	}
+}
+
+// TestBuffersOnCallerMemory: a host-backed device makes a buffer on
+// memory its caller owns (an executor's arena): a kernel reads what the
+// caller stored there and its result is there, the runtime lets go of
+// the memory on ReleaseOn, and a device that is not host-backed refuses.
+func TestBuffersOnCallerMemory(t *testing.T) {
+	everyDevice(t, func(t *testing.T, in Info, e env) {
+		ha := e.q.(HostAllocator)
+		const n, page = 1024, 4096
+		arena, err := unix.Mmap(-1, 0, 4*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(arena)
+		if !e.d.(*device).hostBacked {
+			if _, err := ha.AllocOn(arena[:page]); !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("AllocOn on a device that is not host-backed = %v, want ErrUnsupported", err)
+			}
+			return
+		}
+		a, b, c := arena[:page], arena[page:2*page], arena[2*page:3*page]
+		bufs := make([]Buffer, 3)
+		for i, p := range [][]byte{a, b, c} {
+			if bufs[i], err = ha.AllocOn(p); err != nil {
+				t.Fatalf("AllocOn = %v", err)
+			}
+		}
+		want := make([]float32, n)
+		for i := range want {
+			want[i] = float32(i)
+		}
+		copy(a, f32s(want...))
+		copy(b, f32s(want...))
+		if _, err := e.q.Launch(kernelOf(t, e.p, "vadd"), NDRange{Dims: 1, Global: [3]uint64{n}}, []Arg{{Buffer: bufs[0]}, {Buffer: bufs[1]}, {Buffer: bufs[2]}}); err != nil {
+			t.Fatalf("Launch = %v", err)
+		}
+		for i, got := range toF32s(c) {
+			if got != 2*want[i] {
+				t.Fatalf("c[%d] in the caller's memory = %v, want %v", i, got, 2*want[i])
+			}
+		}
+		// A read is a memory copy of the caller's memory, too.
+		got := make([]byte, 8)
+		if err := e.q.Read(bufs[2], 4, got); err != nil || !bytes.Equal(got, c[4:12]) {
+			t.Fatalf("Read = %v, %x; want %x", err, got, c[4:12])
+		}
+		for _, bb := range bufs {
+			if !ha.ReleaseOn(bb) {
+				t.Errorf("ReleaseOn = false: the runtime kept the caller's memory after a finished queue")
+			}
+		}
+		if _, err := ha.AllocOn(arena[1 : page+1]); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("AllocOn of unaligned memory = %v, want ErrInvalidArgument", err)
+		}
+	})
 }

@@ -50,6 +50,9 @@ type buffer struct {
 	size  uint64
 	mem   C.cl_mem
 	host  unsafe.Pointer // the buffer's memory, when host-backed (opencl_hostmem.go)
+	// released is, for a buffer on its caller's memory (AllocOn), the
+	// flag the runtime sets when it lets go of that memory.
+	released *C.int
 }
 
 var _ HostBuffer = (*buffer)(nil)

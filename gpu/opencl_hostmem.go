@@ -77,6 +77,45 @@ static cl_int vg_create_host_buffer(cl_context c, size_t size, size_t align, cl_
 	return CL_SUCCESS;
 }
 
+// vg_caller_mem is the flag a buffer on the caller's memory
+// (vg_create_buffer_on) sets when the runtime lets go of that memory.
+static void CL_CALLBACK vg_caller_mem_released(cl_mem m, void *user) {
+	(void)m;
+	__atomic_store_n((int *)user, 1, __ATOMIC_RELEASE);
+}
+
+// vg_create_buffer_on creates a buffer of size bytes on the caller's
+// memory at ptr; *released, allocated here, becomes 1 once the runtime
+// has let go of that memory (and is freed by vg_caller_mem_free only
+// then).
+static cl_int vg_create_buffer_on(cl_context c, void *ptr, size_t size, cl_mem *out, int **released) {
+	int *flag = calloc(1, sizeof *flag);
+	if (flag == NULL) return CL_OUT_OF_HOST_MEMORY;
+	cl_int err = CL_SUCCESS;
+	*out = clCreateBuffer(c, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, size, ptr, &err);
+	if (err != CL_SUCCESS) {
+		free(flag);
+		return err;
+	}
+	err = clSetMemObjectDestructorCallback(*out, vg_caller_mem_released, flag);
+	if (err != CL_SUCCESS) {
+		// No word will ever come: the memory stays the runtime's.
+		clReleaseMemObject(*out);
+		free(flag);
+		return err;
+	}
+	*released = flag;
+	return CL_SUCCESS;
+}
+
+// vg_caller_mem_done reports whether the runtime let go of a buffer's
+// caller memory, and frees the flag once it did (it is written no more).
+static int vg_caller_mem_done(int *flag) {
+	if (!__atomic_load_n(flag, __ATOMIC_ACQUIRE)) return 0;
+	free(flag);
+	return 1;
+}
+
 static int vg_all(const unsigned char *p, size_t n, unsigned char v) {
 	for (size_t i = 0; i < n; i++)
 		if (p[i] != v) return 0;
@@ -122,6 +161,7 @@ out:
 import "C"
 
 import (
+	"fmt"
 	"unsafe"
 )
 
@@ -168,6 +208,57 @@ func (q *queue) allocHost(b *buffer) error {
 	b.host = host
 	return nil
 }
+
+// AllocOn makes a buffer on p, the caller's memory (HostAllocator).
+func (q *queue) AllocOn(p []byte) (Buffer, error) {
+	size := uint64(len(p))
+	switch {
+	case !q.dev.hostBacked:
+		return nil, fmt.Errorf("alloc on caller memory: %w", ErrUnsupported)
+	case size == 0 || size > q.dev.info.MaxAllocBytes:
+		return nil, fmt.Errorf("alloc %d bytes on caller memory: size must be 1..%d (device max allocation): %w",
+			size, q.dev.info.MaxAllocBytes, &CLError{Op: "clCreateBuffer", Code: -61})
+	case uintptr(unsafe.Pointer(&p[0]))%uintptr(q.dev.hostAlign()) != 0:
+		return nil, fmt.Errorf("alloc on caller memory at %p: not aligned to %d bytes: %w", &p[0], q.dev.hostAlign(), ErrInvalidArgument)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.q == nil {
+		return nil, q.closedErr("alloc")
+	}
+	b := &buffer{owner: q, size: size, host: unsafe.Pointer(&p[0])}
+	if err := clErr("clCreateBuffer", C.vg_create_buffer_on(q.dev.ctx, b.host, C.size_t(size), &b.mem, &b.released)); err != nil {
+		return nil, fmt.Errorf("alloc %d bytes on caller memory: %w", size, err)
+	}
+	q.buffers[b] = struct{}{}
+	return b, nil
+}
+
+// ReleaseOn releases b, made by AllocOn, and reports whether the runtime
+// let go of its memory (HostAllocator). A runtime that keeps a released
+// buffer's memory only while commands use it has let go once the queue
+// is finished, which ReleaseOn waits for when it must.
+func (q *queue) ReleaseOn(b Buffer) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	bb, ok := b.(*buffer)
+	if !ok || bb == nil || bb.owner != q || bb.released == nil {
+		return false
+	}
+	bb.releaseLocked()
+	if C.vg_caller_mem_done(bb.released) == 0 {
+		if q.q != nil {
+			C.clFinish(q.q)
+		}
+		if C.vg_caller_mem_done(bb.released) == 0 {
+			return false
+		}
+	}
+	bb.released = nil
+	return true
+}
+
+var _ HostAllocator = (*queue)(nil)
 
 // hostLocked returns n bytes of b's host memory at off, or nil when b is
 // not host-backed or the queue has launches enqueued or being synced

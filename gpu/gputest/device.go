@@ -236,7 +236,36 @@ func (q *queue) fault(op string) error {
 	return nil
 }
 
-func (q *queue) Alloc(size uint64) (gpu.Buffer, error) {
+func (q *queue) Alloc(size uint64) (gpu.Buffer, error) { return q.alloc(size, nil) }
+
+// AllocOn makes a buffer on p (gpu.HostAllocator) when the device is
+// Config.HostBacked: the buffer's bytes are p's.
+func (q *queue) AllocOn(p []byte) (gpu.Buffer, error) {
+	if !q.dev.cfg.HostBacked {
+		return nil, fmt.Errorf("alloc on caller memory: %w", gpu.ErrUnsupported)
+	}
+	if len(p) == 0 {
+		return nil, fmt.Errorf("alloc on 0 bytes of caller memory: %w", gpu.ErrInvalidArgument)
+	}
+	return q.alloc(uint64(len(p)), p)
+}
+
+// ReleaseOn releases b (gpu.HostAllocator): the fake lets go of its
+// memory at once.
+func (q *queue) ReleaseOn(b gpu.Buffer) bool {
+	bb, ok := b.(*buffer)
+	if !ok || bb.owner != q {
+		return false
+	}
+	bb.Release()
+	return true
+}
+
+var _ gpu.HostAllocator = (*queue)(nil)
+
+// alloc makes a buffer of size bytes on data, or on new memory when data
+// is nil.
+func (q *queue) alloc(size uint64, data []byte) (gpu.Buffer, error) {
 	if max := q.dev.cfg.Info.MaxAllocBytes; size == 0 || size > max {
 		return nil, fmt.Errorf("alloc %d bytes: size must be 1..%d: %w", size, max, gpu.ErrInvalidArgument)
 	}
@@ -258,7 +287,10 @@ func (q *queue) Alloc(size uint64) (gpu.Buffer, error) {
 	d.stats.Bytes += size
 	d.stats.Buffers++
 	d.mu.Unlock()
-	b := &buffer{owner: q, size: size, data: make([]byte, size)} // zeroed, as the real device's
+	if data == nil {
+		data = make([]byte, size) // zeroed, as the real device's
+	}
+	b := &buffer{owner: q, size: size, data: data}
 	q.buffers[b] = struct{}{}
 	return b, nil
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +35,8 @@ type Device struct {
 	lost    error // set once: the cause
 	done    chan struct{}
 	watch   *Watchdog
+
+	arena *arena // shared buffer memory (arena.go); nil: none
 }
 
 // waiting is a request that has not had its reply.
@@ -304,7 +308,7 @@ func (d *Device) NewQueue() (gpu.Queue, error) {
 	if err := r.done(); err != nil || h == 0 {
 		return nil, d.broken(OpNewQueue, errors.Join(err, fmt.Errorf("%w: handle 0", ErrProtocol)))
 	}
-	return &Queue{d: d, h: h}, nil
+	return &Queue{d: d, h: h, arenaBufs: map[uint32]extent{}}, nil
 }
 
 // Close ends the executor (it closes its device and exits) and the
@@ -314,6 +318,12 @@ func (d *Device) Close() error {
 	d.lose(errors.New("closed"))
 	d.conn.Close()
 	<-d.done
+	if d.arena != nil {
+		// The executor is gone or going: nothing of it uses the arena
+		// through this mapping, and no copy of this side does once
+		// unmap has the lock.
+		err = errors.Join(err, d.arena.unmap())
+	}
 	if errors.Is(err, gpu.ErrContextLost) {
 		return nil // already gone
 	}
@@ -329,6 +339,14 @@ type Queue struct {
 	// by one goroutine at a time, as every gpu.Queue).
 	batch   *enc
 	batched int
+	// run is held while a request of the queue may run on its buffers in
+	// the executor (a launch, a batch, a copy, a fill) and while the
+	// client copies to or from the arena: the two never overlap.
+	run sync.Mutex
+	// amu guards arenaBufs: the arena ranges of the queue's live
+	// buffers, by handle.
+	amu       sync.Mutex
+	arenaBufs map[uint32]extent
 }
 
 func (q *Queue) body() *enc {
@@ -343,6 +361,14 @@ func (q *Queue) call(op Op, e *enc) ([]byte, error) {
 		return nil, fmt.Errorf("queue: %w", gpu.ErrClosed)
 	}
 	return q.d.call(op, e.B)
+}
+
+// callRun is call for a request that may run on the queue's buffers in
+// the executor: no arena copy of the queue overlaps it.
+func (q *Queue) callRun(op Op, e *enc) ([]byte, error) {
+	q.run.Lock()
+	defer q.run.Unlock()
+	return q.call(op, e)
 }
 
 // handle decodes a reply that is one handle.
@@ -370,8 +396,15 @@ func (q *Queue) buffer(b gpu.Buffer) (uint32, error) {
 	return rb.h, nil
 }
 
-// Alloc allocates a zeroed buffer.
+// Alloc allocates a zeroed buffer: in the arena where it can, else in
+// the executor's own memory.
 func (q *Queue) Alloc(size uint64) (gpu.Buffer, error) {
+	if b, ok, err := q.allocArena(size); ok || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
 	e := q.body()
 	e.U64(size)
 	body, err := q.call(OpAlloc, e)
@@ -385,16 +418,23 @@ func (q *Queue) Alloc(size uint64) (gpu.Buffer, error) {
 	return &Buffer{q: q, h: h, size: size}, nil
 }
 
-// Write copies p into b at off, Chunk bytes a request, each sent from p
-// itself.
+// Write copies p into b at off: a memory copy for a buffer in the arena,
+// else Chunk bytes a request, each sent from p itself.
 func (q *Queue) Write(b gpu.Buffer, off uint64, p []byte) error {
+	if done, err := q.viaArena(b, off, p, true); done || err != nil {
+		return err
+	}
 	return q.chunked(b, off, p, func(e *enc, part []byte) (Op, []byte, func([]byte) error) {
 		return OpWrite, part, func(body []byte) error { return q.empty(OpWrite, body, nil) }
 	})
 }
 
-// Read copies len(p) bytes of b at off into p, Chunk bytes a request.
+// Read copies len(p) bytes of b at off into p: a memory copy for a
+// buffer in the arena, else Chunk bytes a request.
 func (q *Queue) Read(b gpu.Buffer, off uint64, p []byte) error {
+	if done, err := q.viaArena(b, off, p, false); done || err != nil {
+		return err
+	}
 	return q.chunked(b, off, p, func(e *enc, part []byte) (Op, []byte, func([]byte) error) {
 		e.U32(uint32(len(part)))
 		return OpRead, nil, func(body []byte) error {
@@ -406,6 +446,21 @@ func (q *Queue) Read(b gpu.Buffer, off uint64, p []byte) error {
 			return nil
 		}
 	})
+}
+
+// viaArena is Write's or Read's memory copy of a buffer in the arena;
+// done is false where it must go over the socket.
+func (q *Queue) viaArena(b gpu.Buffer, off uint64, p []byte, write bool) (done bool, err error) {
+	rb, ok := b.(*Buffer)
+	if !ok || !rb.arena || q.closed.Load() {
+		return false, nil
+	}
+	if _, err := q.buffer(b); err != nil {
+		return false, err
+	}
+	q.run.Lock()
+	defer q.run.Unlock()
+	return q.hostCopy(rb, off, p, write)
 }
 
 // chunked makes one request per Chunk of p (at least one, for an empty
@@ -459,7 +514,7 @@ func (q *Queue) Copy(src, dst gpu.Buffer, srcOff, dstOff, n uint64) error {
 	e.U64(srcOff)
 	e.U64(dstOff)
 	e.U64(n)
-	body, err := q.call(OpCopy, e)
+	body, err := q.callRun(OpCopy, e)
 	return q.empty(OpCopy, body, err)
 }
 
@@ -478,7 +533,7 @@ func (q *Queue) Fill(b gpu.Buffer, off, n uint64, pattern []byte) error {
 	e.U64(n)
 	e.U8(uint8(len(pattern)))
 	e.Raw(pattern)
-	body, err := q.call(OpFill, e)
+	body, err := q.callRun(OpFill, e)
 	return q.empty(OpFill, body, err)
 }
 
@@ -511,7 +566,7 @@ func (q *Queue) Launch(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Durati
 	if err := q.appendLaunch(e, k, r, args); err != nil {
 		return 0, err
 	}
-	body, err := q.call(OpLaunch, e)
+	body, err := q.callRun(OpLaunch, e)
 	if err != nil {
 		return 0, err
 	}
@@ -607,7 +662,7 @@ func (q *Queue) Sync() []gpu.LaunchResult {
 	e := q.batch
 	q.batch, q.batched = nil, 0
 	binary.LittleEndian.PutUint16(e.B[4:], uint16(n))
-	body, err := q.call(OpLaunches, e)
+	body, err := q.callRun(OpLaunches, e)
 	var res []gpu.LaunchResult
 	if err == nil {
 		if res, err = decodeResults(body, n); err != nil {
@@ -632,11 +687,45 @@ func (q *Queue) Close() error {
 	}
 	e := q.body()
 	body, err := q.d.call(OpCloseQueue, e.B)
-	return q.empty(OpCloseQueue, body, err)
+	q.amu.Lock()
+	exts := q.arenaBufs
+	q.arenaBufs = nil
+	q.amu.Unlock()
+	letGo, err := q.letGo(OpCloseQueue, body, err)
+	q.returnRanges(letGo, slices.Collect(maps.Values(exts))...)
+	return err
+}
+
+// letGo decodes OpRelease's and OpCloseQueue's reply: whether the
+// executor's runtime let go of the arena memory of what was released.
+func (q *Queue) letGo(op Op, body []byte, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	r := newDec(body)
+	v := r.U8()
+	if err := r.done(); err != nil || v > 1 {
+		return false, q.d.broken(op, errors.Join(err, fmt.Errorf("%w: let-go flag %d", ErrProtocol, v)))
+	}
+	return v == 1, nil
+}
+
+// returnRanges gives arena ranges back for reuse once the executor's
+// runtime let go of them; otherwise (or on a lost device, where the
+// executor may still run) they are kept out of use.
+func (q *Queue) returnRanges(letGo bool, exts ...extent) {
+	for _, e := range exts {
+		if letGo {
+			q.d.arena.give(e)
+		} else {
+			q.d.arena.keep(e)
+		}
+	}
 }
 
 // release releases object h of kind what; a lost device or closed queue
-// has released it already.
+// has released it already. A buffer's arena range is reused only once
+// the executor said its runtime let go of it.
 func (q *Queue) release(what uint8, h uint32) {
 	if q.closed.Load() {
 		return
@@ -645,7 +734,17 @@ func (q *Queue) release(what uint8, h uint32) {
 	e.U8(what)
 	e.U32(h)
 	body, err := q.d.call(OpRelease, e.B)
-	_ = q.empty(OpRelease, body, err)
+	letGo, _ := q.letGo(OpRelease, body, err)
+	if what != relBuffer {
+		return
+	}
+	q.amu.Lock()
+	ext, ok := q.arenaBufs[h]
+	delete(q.arenaBufs, h)
+	q.amu.Unlock()
+	if ok {
+		q.returnRanges(letGo, ext)
+	}
 }
 
 // Buffer is a buffer in the executor.
@@ -654,6 +753,8 @@ type Buffer struct {
 	h        uint32
 	size     uint64
 	released atomic.Bool
+	arena    bool   // the buffer is in the arena, at ext
+	ext      extent // immutable
 }
 
 // Size returns the size Alloc was given.

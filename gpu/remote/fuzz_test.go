@@ -37,9 +37,14 @@ func FuzzServe(f *testing.F) {
 	f.Add(bytes.Join([][]byte{q, alloc, write, build, kern, batch}, nil))
 	f.Add(bytes.Join([][]byte{q, appendFrame(nil, 9, uint8(OpRelease), append(ints(1), 1, 2, 0, 0, 0))}, nil))
 	f.Add(bytes.Join([][]byte{q, appendFrame(nil, 9, uint8(OpClose), nil)}, nil))
+	// A buffer on the arena, written, then released.
+	allocAt := appendFrame(nil, 2, uint8(OpAllocAt), append(append(ints(1), make([]byte, 8)...), 0, 16, 0, 0, 0, 0, 0, 0))
+	f.Add(bytes.Join([][]byte{q, allocAt, write, appendFrame(nil, 9, uint8(OpRelease), append(ints(1), 1, 2, 0, 0, 0))}, nil))
+	// The server's arena: 4 pages of memory the client would map too.
+	arena := make([]byte, 4*ArenaPage)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &rw{Reader: bytes.NewReader(in)}
-		err := Serve(c, gputest.New(gputest.Config{}))
+		err := ServeArena(c, gputest.New(gputest.Config{HostBacked: true}), arena)
 		if err != nil && !errors.Is(err, ErrProtocol) && !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Fatalf("Serve = %v", err)
 		}

@@ -47,7 +47,7 @@ type Op uint8
 const (
 	OpInfo        Op = 1  // -> JSON gpu.Info (the rest of the body)
 	OpNewQueue    Op = 2  // -> q
-	OpCloseQueue  Op = 3  // q ->
+	OpCloseQueue  Op = 3  // q -> u8 let go (1: the runtime let go of its arena buffers' memory)
 	OpAlloc       Op = 4  // q, u64 size -> b
 	OpWrite       Op = 5  // q, b, u64 off, data (the rest) ->
 	OpRead        Op = 6  // q, b, u64 off, u32 n -> data (exactly n bytes)
@@ -58,12 +58,15 @@ const (
 	OpKernelNames Op = 11 // q, p -> u32 count, count x s16
 	OpProgramInfo Op = 12 // q, p -> JSON []gpu.KernelInfo (the rest)
 	OpLaunch      Op = 13 // q, k, NDRange, u16 count, count x arg -> u64 ns
-	OpRelease     Op = 14 // q, u8 what (1 buffer, 2 program, 3 kernel), handle ->
+	OpRelease     Op = 14 // q, u8 what (1 buffer, 2 program, 3 kernel), handle -> u8 let go (as OpCloseQueue's)
 	OpClose       Op = 15 // -> (the server closes the device and ends)
 	// OpLaunches is a batch of launches (gpu.Pipeliner): q, u16 count,
 	// count x (OpLaunch's body after q) -> count x result, in order: u8
 	// 0 and u64 ns, or u8 error kind and s16 message.
 	OpLaunches Op = 16
+	// OpAllocAt makes a buffer on the arena (ServeArena), at a page
+	// aligned offset: q, u64 off, u64 size -> b.
+	OpAllocAt Op = 17
 )
 
 // MaxBatch bounds the launches of one OpLaunches frame.
@@ -105,6 +108,8 @@ const (
 	kindNoDevice
 	kindNoPlatform
 	kindProtocol
+	kindUnsupported
+	kindLast = kindUnsupported
 )
 
 // kinds maps sentinels to kinds, the more specific first.
@@ -126,6 +131,7 @@ var kinds = []struct {
 	{gpu.ErrNoDevice, kindNoDevice},
 	{gpu.ErrNoPlatform, kindNoPlatform},
 	{ErrProtocol, kindProtocol},
+	{gpu.ErrUnsupported, kindUnsupported},
 }
 
 func kindOf(err error) errKind {
@@ -292,7 +298,7 @@ func decodeError(k errKind, body []byte) (error, string) {
 	if err := d.done(); err != nil {
 		return err, ""
 	}
-	if k > kindProtocol {
+	if k > kindLast {
 		k = kindOther
 	}
 	return &Error{Msg: msg, kind: k}, log
@@ -341,7 +347,7 @@ func decodeResults(body []byte, n int) ([]gpu.LaunchResult, error) {
 				d.Fail("kernel time %d ns", ns)
 			}
 			res[i].Device = time.Duration(ns)
-		case k > kindProtocol:
+		case k > kindLast:
 			d.Fail("result %d of an unknown kind %d", i, k)
 		default:
 			res[i].Err = &Error{Msg: d.s16(), kind: k}

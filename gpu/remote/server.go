@@ -19,8 +19,13 @@ import (
 // wrapping ErrProtocol). A request whose body does not decode is answered
 // with a kindProtocol error and serving goes on. Every queue is closed on
 // return; dev is closed only by OpClose.
-func Serve(conn io.ReadWriter, dev gpu.Device) error {
-	s := &server{dev: dev, w: conn, queues: map[uint32]*squeue{}, objs: map[uint32]sobj{}}
+func Serve(conn io.ReadWriter, dev gpu.Device) error { return ServeArena(conn, dev, nil) }
+
+// ServeArena is Serve with an arena: memory the client maps too
+// (MapArena), on which OpAllocAt makes buffers (arena.go). nil: none,
+// and OpAllocAt is refused as unsupported.
+func ServeArena(conn io.ReadWriter, dev gpu.Device, arena []byte) error {
+	s := &server{dev: dev, w: conn, arena: arena, queues: map[uint32]*squeue{}, objs: map[uint32]sobj{}}
 	r := bufio.NewReaderSize(conn, 64<<10)
 	defer s.closeQueues()
 	for {
@@ -43,7 +48,8 @@ func Serve(conn io.ReadWriter, dev gpu.Device) error {
 
 // server is Serve's state.
 type server struct {
-	dev gpu.Device
+	dev   gpu.Device
+	arena []byte // shared with the client; nil: none
 
 	wmu sync.Mutex // serialises replies
 	w   io.Writer
@@ -74,18 +80,33 @@ type sobj struct {
 	buf  gpu.Buffer
 	prog gpu.Program
 	kern gpu.Kernel
+	// on made buf on the arena (OpAllocAt); nil for any other object.
+	on gpu.HostAllocator
 }
 
-// release releases the object.
-func (ob sobj) release() {
+// release releases the object and reports whether the runtime let go of
+// its arena memory (true for an object not on the arena).
+func (ob sobj) release() bool {
 	switch ob.what {
 	case relBuffer:
+		if ob.on != nil {
+			return ob.on.ReleaseOn(ob.buf)
+		}
 		ob.buf.Release()
 	case relProgram:
 		ob.prog.Release()
 	case relKernel:
 		ob.kern.Release()
 	}
+	return true
+}
+
+// letGoBody is OpRelease's and OpCloseQueue's reply.
+func letGoBody(letGo bool) []byte {
+	if letGo {
+		return []byte{1}
+	}
+	return []byte{0}
 }
 
 // handle returns a new handle, or 0 once they ran out.
@@ -258,6 +279,8 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		return r.closeQueue()
 	case OpAlloc:
 		return r.alloc()
+	case OpAllocAt:
+		return r.allocAt()
 	case OpWrite:
 		return r.write()
 	case OpRead:
@@ -307,15 +330,25 @@ func (r *queueReq) closeQueue() ([]byte, string, error) {
 		return nil, "", err
 	}
 	s := r.s
+	var onArena []sobj
 	s.mu.Lock()
 	delete(s.queues, r.h)
 	for k, ob := range s.objs {
 		if ob.q == r.h {
 			delete(s.objs, k)
+			if ob.on != nil {
+				onArena = append(onArena, ob)
+			}
 		}
 	}
 	s.mu.Unlock()
-	return nil, "", r.q.Close()
+	// The arena's buffers first, one by one, to learn whether the
+	// runtime let go of their memory; Close releases the rest.
+	letGo := true
+	for _, ob := range onArena {
+		letGo = ob.release() && letGo
+	}
+	return letGoBody(letGo), "", r.q.Close()
 }
 
 // alloc answers OpAlloc with the new buffer's handle.
@@ -329,6 +362,30 @@ func (r *queueReq) alloc() ([]byte, string, error) {
 		return nil, "", err
 	}
 	body, err := r.s.add(sobj{q: r.h, what: relBuffer, buf: b})
+	return body, "", err
+}
+
+// allocAt answers OpAllocAt: a buffer on the arena's pages at off, which
+// must lie wholly in the arena (the client places buffers; this only
+// checks that what it names is arena memory).
+func (r *queueReq) allocAt() ([]byte, string, error) {
+	off, size := r.d.U64(), r.d.U64()
+	if err := r.d.done(); err != nil {
+		return nil, "", err
+	}
+	ha, ok := r.q.(gpu.HostAllocator)
+	if r.s.arena == nil || !ok {
+		return nil, "", fmt.Errorf("alloc on the arena: %w", gpu.ErrUnsupported)
+	}
+	n := uint64(len(r.s.arena))
+	if size == 0 || off%ArenaPage != 0 || off > n || size > n-off {
+		return nil, "", fmt.Errorf("alloc %d bytes at %d of a %d-byte arena: %w", size, off, n, gpu.ErrOutOfRange)
+	}
+	b, err := ha.AllocOn(r.s.arena[off : off+size])
+	if err != nil {
+		return nil, "", err
+	}
+	body, err := r.s.add(sobj{q: r.h, what: relBuffer, buf: b, on: ha})
 	return body, "", err
 }
 
@@ -492,8 +549,7 @@ func (r *queueReq) release() ([]byte, string, error) {
 	s.mu.Lock()
 	delete(s.objs, o)
 	s.mu.Unlock()
-	ob.release()
-	return nil, "", nil
+	return letGoBody(ob.release()), "", nil
 }
 
 // decodeLaunch decodes a launch's kernel handle, NDRange and arguments
