@@ -3,6 +3,7 @@ package mdev
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -188,4 +189,98 @@ func mappedAt(pid int, name string, off uint64) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no mapping of memfd:%s offset %#x", name, off)
+}
+
+// TestExecutorBuffersStayOffItsSocket (issue 42): a worker and its
+// executor share the executor's buffer memory (an arena the main process
+// made), so a guest's 4 MiB upload, a kernel on it in the executor and
+// the 4 MiB download of its result are memory copies in the worker: the
+// executor reads and writes far less than the data on its socket
+// (/proc/pid/io counts every byte it moved through read and write
+// calls), both map the arena, and the result is right.
+func TestExecutorBuffersStayOffItsSocket(t *testing.T) {
+	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{patientProfile}})
+	if !m.Pool().KernelsInExecutor(0) {
+		t.Fatal("no executor on a CPU device")
+	}
+	inst := mustCreate(t, m, CreateRequest{Profile: patientProfile.Name})
+	_, d, _ := markedGuest(t, inst)
+	const size = 4 << 20
+	buf, err := d.CreateBuffer(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, log, err := d.Build(`__kernel void twice(__global uint *a) { a[get_global_id(0)] *= 2; }`, "")
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, log)
+	}
+	// Once before measuring: PoCL compiles the kernel for its range at
+	// the first launch, reading and writing files.
+	if err := d.Launch(p, "twice", driver.Range1(size/4, 0), driver.BufferArg(buf)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	worker := inst.WorkerPID()
+	execs := addrspacetest.Children(worker)
+	if len(execs) != 1 {
+		t.Fatalf("the worker %d has children %v, want its executor", worker, execs)
+	}
+	for _, pid := range []int{worker, execs[0]} {
+		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(maps), "vgpud-executor-arena") {
+			t.Errorf("process %d does not map the executor's arena", pid)
+		}
+	}
+	data, got := make([]byte, size), make([]byte, size)
+	rand.Read(data)
+	before := ioBytes(t, execs[0])
+	if err := d.Write(buf, 0, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Launch(p, "twice", driver.Range1(size/4, 0), driver.BufferArg(buf)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Read(buf, 0, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	moved := ioBytes(t, execs[0]) - before
+	for i := 0; i < size; i += 4 {
+		if w := binary.LittleEndian.Uint32(data[i:]) * 2; binary.LittleEndian.Uint32(got[i:]) != w {
+			t.Fatalf("word %d of the result = %#x, want %#x", i/4, binary.LittleEndian.Uint32(got[i:]), w)
+		}
+	}
+	if moved >= 64<<10 {
+		t.Errorf("the executor moved %d bytes through its socket for a %d-byte upload, a launch and a download, want under 64 KiB", moved, size)
+	}
+	t.Logf("the executor moved %d bytes through its socket", moved)
+}
+
+// ioBytes is what process pid read and wrote through read and write
+// calls so far (/proc/pid/io rchar + wchar).
+func ioBytes(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		if k == "rchar" || k == "wchar" {
+			x, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("/proc/%d/io: %q: %v", pid, line, err)
+			}
+			n += x
+		}
+	}
+	return n
 }

@@ -116,11 +116,9 @@ func (p *Pool) start(k key) (*process, error) {
 		return nil, err
 	}
 	cmd.ExtraFiles = []*os.File{peer}
-	var execPair []*os.File
+	var execFiles []*os.File
 	if p.KernelsInExecutor(k.device) {
-		// The worker may not make sockets: its executor's pair is made
-		// here (child.WorkerExecutorFD and WorkerExecutorPeerFD).
-		if execPair, err = socketPair(); err != nil {
+		if execFiles, err = p.executorFiles(k); err != nil {
 			conn.Close()
 			peer.Close()
 			errR.Close()
@@ -128,14 +126,14 @@ func (p *Pool) start(k key) (*process, error) {
 			os.RemoveAll(cacheDir)
 			return nil, fmt.Errorf("worker for domain %s on device %d: executor: %w", k.domain, k.device, err)
 		}
-		cmd.ExtraFiles = append(cmd.ExtraFiles, execPair...)
-		cmd.Env = append(cmd.Env, child.EnvExecutor+"=1")
+		cmd.ExtraFiles = append(cmd.ExtraFiles, execFiles...)
+		cmd.Env = append(cmd.Env, child.EnvExecutor+"=1", child.EnvArena+"=1")
 	}
 	cmd.Stderr = errW
 	err = cmd.Start()
 	peer.Close()
 	errW.Close()
-	for _, f := range execPair {
+	for _, f := range execFiles {
 		f.Close()
 	}
 	if err != nil {
@@ -665,6 +663,27 @@ func (p *Pool) KernelsInExecutor(dev int) bool {
 }
 
 // socketPair returns the two ends of a Unix stream socket pair.
+// executorFiles are what a worker whose kernels run in an executor is
+// given for it: the worker may make neither sockets nor shared memory,
+// so the main process makes the executor's socket pair
+// (child.WorkerExecutorFD and WorkerExecutorPeerFD) and the memory the
+// two share for the executor's buffers (child.WorkerArenaFD), the size
+// of the device's memory: the most the domain's buffers can ever hold on
+// it.
+func (p *Pool) executorFiles(k key) ([]*os.File, error) {
+	pair, err := socketPair()
+	if err != nil {
+		return nil, err
+	}
+	arena, err := arenaFile(p.cfg.Devices[k.device].GlobalMemBytes)
+	if err != nil {
+		pair[0].Close()
+		pair[1].Close()
+		return nil, err
+	}
+	return append(pair, arena), nil
+}
+
 func socketPair() ([]*os.File, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {

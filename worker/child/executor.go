@@ -55,6 +55,18 @@ const (
 	// becomes the executor's ExecutorFD).
 	WorkerExecutorFD     = 4
 	WorkerExecutorPeerFD = 5
+	// WorkerArenaFD is, in a worker started with EnvExecutor, the memory
+	// file the main process made for the buffers the worker and its
+	// executor share (docs/executor-protocol.md "Shared buffer
+	// memory"); the executor gets it as executorArenaFD.
+	WorkerArenaFD = 6
+	// EnvArena, "1" in a worker's environment, says WorkerArenaFD is
+	// open.
+	EnvArena = "VGPUD_WORKER_ARENA"
+	// executorArenaFD is that memory file in an executor, where
+	// envExecutorArena is "1".
+	executorArenaFD  = 4
+	envExecutorArena = "VGPUD_EXECUTOR_ARENA"
 	// EnvPollWindow is, in a worker's environment, how long an
 	// executor's reads of its socket poll for the next request before
 	// they block (remote.PollingConn): a duration, "0s" never.
@@ -113,11 +125,33 @@ func executorMain() int {
 		log.Error("protocol socket", "err", err)
 		return 2
 	}
-	if err := remote.Serve(pc, dev); err != nil {
+	if err := remote.ServeArena(pc, dev, executorArena(log)); err != nil {
 		log.Error("executor ends", "err", fmt.Sprint(err))
 		return 1
 	}
 	return 0
+}
+
+// executorArena maps the memory an executor shares with its worker, or
+// returns nil where it has none (a device context's executor) or cannot
+// map it: its buffers are then its own, and the worker's writes and
+// reads cross the socket.
+func executorArena(log *slog.Logger) []byte {
+	if os.Getenv(envExecutorArena) != "1" {
+		return nil
+	}
+	f := os.NewFile(executorArenaFD, "executor-arena")
+	if f == nil {
+		log.Warn("no arena on fd 4: buffers go over the socket")
+		return nil
+	}
+	defer f.Close()
+	mem, err := remote.MapArena(f)
+	if err != nil {
+		log.Warn("cannot map the arena: buffers go over the socket", "err", err)
+		return nil
+	}
+	return mem
 }
 
 // ContextBounds bound a device context's device (Options.OpenContext).
@@ -158,7 +192,12 @@ func openExecutor(index int) (*executorDevice, error) {
 	if mine == nil || theirs == nil {
 		return nil, errors.New("executor: no socket pair on fds 4 and 5")
 	}
-	return startExecutor(index, mine, theirs, ContextBounds{})
+	// The arena, where the main process gave one.
+	var arena *os.File
+	if os.Getenv(EnvArena) == "1" {
+		arena = os.NewFile(WorkerArenaFD, "executor-arena")
+	}
+	return startExecutor(index, mine, theirs, arena, ContextBounds{})
 }
 
 // openContextExecutor starts an executor for one device context of an
@@ -170,25 +209,50 @@ func openContextExecutor(index int, b ContextBounds) (*executorDevice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("context executor: socketpair: %w", err)
 	}
-	return startExecutor(index, os.NewFile(uintptr(fds[0]), "executor"), os.NewFile(uintptr(fds[1]), "executor-peer"), b)
+	// No arena: the worker cannot make shared memory, and one context's
+	// executor must not map another's buffers.
+	return startExecutor(index, os.NewFile(uintptr(fds[0]), "executor"), os.NewFile(uintptr(fds[1]), "executor-peer"), nil, b)
 }
 
 // startExecutor starts an executor for device index serving the socket
-// theirs, bounded by b, and returns its device, spoken to over mine. It
-// closes both files.
-func startExecutor(index int, mine, theirs *os.File, b ContextBounds) (*executorDevice, error) {
+// theirs, bounded by b, and returns its device, spoken to over mine;
+// arena, if not nil, is memory the two share for the executor's buffers.
+// It closes the files.
+func startExecutor(index int, mine, theirs, arena *os.File, b ContextBounds) (*executorDevice, error) {
 	defer theirs.Close()
+	var mem []byte
+	files := []uintptr{0, 1, 2, theirs.Fd()}
+	if arena != nil {
+		defer arena.Close()
+		var err error
+		if mem, err = remote.MapArena(arena); err != nil {
+			mine.Close()
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+		syscall.CloseOnExec(int(arena.Fd()))
+		files = append(files, arena.Fd())
+	}
+	// Until the device owns it.
+	unmapArena := func() {
+		if mem != nil {
+			syscall.Munmap(mem)
+		}
+	}
 	// The worker's end first, as a descriptor the executor does not
 	// inherit; the executor's end only as its fd 3.
 	conn, err := net.FileConn(mine)
 	mine.Close()
 	if err != nil {
+		unmapArena()
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	syscall.CloseOnExec(int(theirs.Fd()))
 	env := []string{envExecutorDevice + "=" + strconv.Itoa(index)}
+	if arena != nil {
+		env = append(env, envExecutorArena+"=1")
+	}
 	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); name != EnvWorker && name != EnvExecutor && name != envExecutorDevice {
+		if name, _, _ := strings.Cut(kv, "="); name != EnvWorker && name != EnvExecutor && name != EnvArena && name != envExecutorDevice && name != envExecutorArena {
 			env = append(env, kv)
 		}
 	}
@@ -203,12 +267,13 @@ func startExecutor(index int, mine, theirs *os.File, b ContextBounds) (*executor
 	e.pid, err = children.start(e, func() (int, error) {
 		return syscall.ForkExec(selfExe, []string{"vgpud-executor", roleExecutor}, &syscall.ProcAttr{
 			Env:   env,
-			Files: []uintptr{0, 1, 2, theirs.Fd()},
+			Files: files,
 			Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true},
 		})
 	})
 	if err != nil {
 		conn.Close()
+		unmapArena()
 		return nil, fmt.Errorf("executor: start: %w", err)
 	}
 	theirs.Close()
@@ -219,6 +284,7 @@ func startExecutor(index int, mine, theirs *os.File, b ContextBounds) (*executor
 			conn.Close()
 			e.kill()
 			<-e.finished
+			unmapArena()
 			return nil, fmt.Errorf("executor for device %d: %w", index, err)
 		}
 	}
@@ -228,7 +294,11 @@ func startExecutor(index int, mine, theirs *os.File, b ContextBounds) (*executor
 	if e.Device, err = remote.NewDevice(conn.(*net.UnixConn)); err != nil {
 		// The executor ends once its socket does.
 		e.waitOrKill(executorCloseWait)
+		unmapArena()
 		return nil, fmt.Errorf("executor for device %d (%s): %w", index, e.describe(), err)
+	}
+	if mem != nil {
+		e.Device.SetArena(mem)
 	}
 	if b.Limits != nil {
 		e.Device.SetWatchdog(&remote.Watchdog{
