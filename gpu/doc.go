@@ -30,7 +30,10 @@
 // buffer's memory in place (PoCL's devices do), every buffer of it lives
 // on memory this package allocates, zeroed, and Write and Read are memory
 // copies under the queue's lock; HostBuffer lends that memory to a caller
-// (the aggregator's in-place copies) while no launch is enqueued.
+// (the aggregator's in-place copies) while no launch is enqueued. Such a
+// device's queues are HostAllocators too: AllocOn makes a buffer on memory
+// the caller owns (an executor's arena, shared with its worker) and
+// ReleaseOn says when the runtime let go of it (its destructor callback).
 // OpenPlain opens a device without them, as an application has it.
 //
 // Concurrency: a Device is safe for concurrent use. A Queue, and the

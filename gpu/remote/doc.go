@@ -12,6 +12,12 @@
 // executor. A kernel then reaches the executor's memory only: never guest
 // RAM, never another executor's buffers.
 //
+// Shared buffer memory (arena.go): given an arena, memory both ends map
+// (SetArena, ServeArena), the client places buffers of a page or more in
+// it and writes and reads them with memory copies; the bytes never cross
+// the connection. Who makes the arena, and bounds it, is the caller's
+// business.
+//
 // It owns the protocol's framing and codec (proto.go), the client objects
 // (Device, Queue, Buffer, Program, Kernel over a connection) and the server
 // (object tables keyed by the handles it gives out, one goroutine per queue
