@@ -431,6 +431,10 @@ func TestContiguousCopyMovesStraight(t *testing.T) {
 // scattered, either way, is memory copies between guest RAM and the
 // buffer: no device transfer (the device's Write and Read are never
 // called), nothing staged. The bytes are the same each way.
+//
+// And they take no device turn: on a free device a lone copy then costs
+// no turn's request and grant (in a worker, a round trip to the main
+// process).
 func TestHostBackedCopyMovesInPlace(t *testing.T) {
 	fake := gputest.New(gputest.Config{HostBacked: true, Info: gpu.Info{GlobalMemBytes: 64 << 20, MaxAllocBytes: 16 << 20}})
 	for _, dev := range []struct {
@@ -453,6 +457,7 @@ func TestHostBackedCopyMovesInPlace(t *testing.T) {
 			g.put(table, eb[:])
 			sh := g.in.sh
 			before := fake.Stats().Transfers
+			turns := sh.Turns.Load()
 			g.mustOK(g.run(abi.NewCommand(&abi.Copy{ToDevice: true, Handle: 1, SGCount: 1, Length: n, SGAddr: table}, 0, 0))...)
 			g.put(src, make([]byte, n))
 			g.mustOK(g.run(abi.NewCommand(&abi.Copy{Handle: 1, SGCount: 1, Length: n, SGAddr: table}, 0, 0))...)
@@ -475,6 +480,13 @@ func TestHostBackedCopyMovesInPlace(t *testing.T) {
 			}
 			if got := fake.Stats().Transfers - before; dev.name == "fake" && got != 0 {
 				t.Errorf("the device's Write and Read moved bytes %d times, want 0", got)
+			}
+			// A memory copy uses no device: it asks for no turn.
+			if got := sh.Turns.Load() - turns; got != 0 {
+				t.Errorf("copies in place took %d device turns, want 0", got)
+			}
+			if sh.InPlace.Load() == 0 {
+				t.Error("no batch counted as moved in place")
 			}
 		})
 	}

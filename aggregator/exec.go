@@ -186,11 +186,16 @@ func (in *Instance) copied(cp *abi.Copy, err error) (uint64, error) {
 }
 
 // move moves a copy's bytes between its guest segments and buffer b, in
-// batches of at most directChunk bytes, each under one device turn: each
-// contiguous run of guest RAM of directMin bytes or more straight to or
-// from the device where the guest memory lends its mapping (GuestViews),
-// the rest gathered through the staging buffer, as much as it holds per
-// transfer.
+// batches of at most directChunk bytes. A batch into or out of a
+// host-backed buffer is memory copies in this process (moveInPlace),
+// which use no device and take no device turn: on a free device the
+// copy then costs no turn's request and grant, and on a busy one it
+// waits for nobody (it runs only between the queue's launches, which the
+// ring has synced before any copy). Any other batch runs under one
+// device turn: each contiguous run of guest RAM of directMin bytes or
+// more straight to or from the device where the guest memory lends its
+// mapping (GuestViews), the rest gathered through the staging buffer, as
+// much as it holds per transfer.
 func (in *Instance) move(cp *abi.Copy, b *buffer, segs []segment) error {
 	views, _ := in.mem.(GuestViews)
 	off := cp.Offset
@@ -199,9 +204,14 @@ func (in *Instance) move(cp *abi.Copy, b *buffer, segs []segment) error {
 		for _, r := range batch {
 			n += r.len
 		}
-		err := in.run(in.chunkWork(n, cp.Length), func() (time.Duration, error) {
-			return 0, in.moveBatch(views, cp, b, batch, off, n)
-		})
+		moved, err := in.moveInPlace(cp, b, batch, off, n)
+		if moved {
+			in.sh.InPlace.Add(1)
+		} else if err == nil {
+			err = in.run(in.chunkWork(n, cp.Length), func() (time.Duration, error) {
+				return 0, in.moveBatch(views, cp, b, batch, off, n)
+			})
+		}
 		if errors.Is(err, errStale) {
 			return err
 		}
@@ -254,6 +264,7 @@ func batches(rs []segment, max uint64) [][]segment {
 // moveBatch moves one batch of a copy's runs, n bytes starting at offset
 // off of b, under the caller's device turn.
 func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch []segment, off, n uint64) error {
+	// The buffer's memory may have become lendable meanwhile.
 	if moved, err := in.moveInPlace(cp, b, batch, off, n); moved || err != nil {
 		return err
 	}

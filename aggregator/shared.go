@@ -127,6 +127,10 @@ type Shared struct {
 	// from or to guest RAM (exec.go move).
 	Transfers atomic.Uint64
 	Staged    atomic.Uint64
+	// InPlace counts the batches of copies moved in place, between guest
+	// RAM and a host-backed buffer's memory, with no device transfer and
+	// no device turn (exec.go move). Appended last, as the fields above.
+	InPlace atomic.Uint64
 }
 
 // MaxPollWindow bounds the poll window a worker accepts from its page.
