@@ -193,7 +193,8 @@ func ladderTable(ctx context.Context, cfg config, modes []*mode) (*table.Table, 
 	t.Note("  decode, DMA through guest RAM, the completion record and the driver's poll of it")
 	t.Note("+ worker/kernels: the worker process: the doorbell's eventfd wakes it, each device turn a request and a grant on its socket")
 	t.Note("  (a run of queued commands shares one turn), the completion written by another process")
-	t.Note("+ worker/executor: the executor process: each device call a round trip on its socket (queued launches: one per run)")
+	t.Note("+ worker/executor: the executor process: each device call a round trip on its socket (queued launches: one per run),")
+	t.Note("  but a write or read of a buffer of a page or more, a memory copy in the worker (the executor's arena)")
 	t.Note("the ICD and vgpu-icdd above the driver: bench/apps -sections small (an OpenCL program through them against PoCL)")
 	return t, nil
 }
