@@ -192,19 +192,42 @@ func mappedAt(pid int, name string, off uint64) (uint64, error) {
 }
 
 // TestExecutorBuffersStayOffItsSocket (issue 42): a worker and its
-// executor share the executor's buffer memory (an arena the main process
+// executors share the executors' buffer memory (arenas the main process
 // made), so a guest's 4 MiB upload, a kernel on it in the executor and
 // the 4 MiB download of its result are memory copies in the worker: the
 // executor reads and writes far less than the data on its socket
 // (/proc/pid/io counts every byte it moved through read and write
-// calls), both map the arena, and the result is right.
+// calls), both map the arena, and the result is right. So on the default
+// ring, whose executor the worker starts at its hello, and on a device
+// context, whose executor and arena come with the context.
 func TestExecutorBuffersStayOffItsSocket(t *testing.T) {
-	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{patientProfile}})
+	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{contextProfile}})
 	if !m.Pool().KernelsInExecutor(0) {
 		t.Fatal("no executor on a CPU device")
 	}
-	inst := mustCreate(t, m, CreateRequest{Profile: patientProfile.Name})
+	inst := mustCreate(t, m, CreateRequest{Profile: contextProfile.Name})
 	_, d, _ := markedGuest(t, inst)
+	worker := inst.WorkerPID()
+	t.Run("default ring", func(t *testing.T) {
+		execs := addrspacetest.Children(worker)
+		if len(execs) != 1 {
+			t.Fatalf("the worker %d has children %v, want its executor", worker, execs)
+		}
+		bytesStayOffSocket(t, d, worker, execs[0])
+	})
+	t.Run("context", func(t *testing.T) {
+		c, exe := openContext(t, d, worker, driver.ContextOptions{ID: 1, MemLimit: 64 << 20})
+		defer c.Close()
+		bytesStayOffSocket(t, c, worker, exe)
+	})
+}
+
+// bytesStayOffSocket uploads 4 MiB through d, runs a kernel on them and
+// downloads the result, and checks that executor exe, a child of worker,
+// moved under 64 KiB through its socket meanwhile and that both map an
+// arena.
+func bytesStayOffSocket(t *testing.T, d *driver.Device, worker, exe int) {
+	t.Helper()
 	const size = 4 << 20
 	buf, err := d.CreateBuffer(size)
 	if err != nil {
@@ -222,23 +245,18 @@ func TestExecutorBuffersStayOffItsSocket(t *testing.T) {
 	if err := d.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	worker := inst.WorkerPID()
-	execs := addrspacetest.Children(worker)
-	if len(execs) != 1 {
-		t.Fatalf("the worker %d has children %v, want its executor", worker, execs)
-	}
-	for _, pid := range []int{worker, execs[0]} {
+	for _, pid := range []int{worker, exe} {
 		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(string(maps), "vgpud-executor-arena") {
-			t.Errorf("process %d does not map the executor's arena", pid)
+			t.Errorf("process %d does not map an executor's arena", pid)
 		}
 	}
 	data, got := make([]byte, size), make([]byte, size)
 	rand.Read(data)
-	before := ioBytes(t, execs[0])
+	before := ioBytes(t, exe)
 	if err := d.Write(buf, 0, data); err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +269,7 @@ func TestExecutorBuffersStayOffItsSocket(t *testing.T) {
 	if err := d.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	moved := ioBytes(t, execs[0]) - before
+	moved := ioBytes(t, exe) - before
 	for i := 0; i < size; i += 4 {
 		if w := binary.LittleEndian.Uint32(data[i:]) * 2; binary.LittleEndian.Uint32(got[i:]) != w {
 			t.Fatalf("word %d of the result = %#x, want %#x", i/4, binary.LittleEndian.Uint32(got[i:]), w)

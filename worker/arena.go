@@ -6,7 +6,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu/remote"
+	"github.com/vgpud/vgpud/worker/wire"
 )
 
 // arenaFile makes the memory file a worker and its executor share for
@@ -35,4 +37,41 @@ func arenaFile(bytes uint64) (*os.File, error) {
 		return nil, fmt.Errorf("executor arena: seal: %w", err)
 	}
 	return f, nil
+}
+
+// arena serves a worker's Arena request: the memory a device context's
+// executor shares with the worker, made here because the worker may not
+// make shared memory. It is sized to the instance's memory quota at most,
+// the most the context's buffers can hold; every request gets a file of
+// its own (a context made again after a destroy gets a fresh one, never
+// the previous context's pages). What a compromised worker could hoard
+// this way is bounded by its open-file limit, each file by the quota,
+// and is memory only once touched (docs/executor-protocol.md "Shared
+// buffer memory").
+func (pr *process) arena(id uint32, m *wire.Arena) {
+	pr.mu.Lock()
+	inst := pr.slots[m.Slot]
+	pr.mu.Unlock()
+	if inst == nil {
+		go pr.reply(id, abi.StatusNotFound, fmt.Sprintf("no instance in slot %d", m.Slot), nil)
+		return
+	}
+	inst.mu.Lock()
+	quota := inst.limits.MemBytes
+	inst.mu.Unlock()
+	if m.Bytes > quota {
+		go pr.reply(id, abi.StatusInvalidArgument, fmt.Sprintf("arena of %d bytes for an instance whose quota is %d", m.Bytes, quota), nil)
+		return
+	}
+	f, err := arenaFile(m.Bytes)
+	if err != nil {
+		go pr.reply(id, abi.StatusOutOfResources, err.Error(), nil)
+		return
+	}
+	go func() {
+		defer f.Close()
+		if err := pr.conn.Send(id, &wire.Reply{Status: uint32(abi.StatusOK), File: true}, int(f.Fd())); err != nil && pr.ctx.Err() == nil {
+			pr.log.Warn("reply to worker", "err", err)
+		}
+	}()
 }

@@ -269,6 +269,8 @@ func (pr *process) read() (paused bool) {
 			pr.reserve(h.ID, m)
 		case *wire.Unreserve:
 			pr.unreserve(m)
+		case *wire.Arena:
+			pr.arena(h.ID, m)
 		default:
 			pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: the worker sent %v, a main-process message", m.Type()))
 			return false

@@ -165,6 +165,11 @@ type ContextBounds struct {
 	// unanswered for a little less (executorBound), first. nil: no
 	// bound.
 	Limits func() (kernel, build time.Duration)
+	// Arena returns the memory the context's executor shares with the
+	// worker for its buffers (docs/executor-protocol.md "Shared buffer
+	// memory"), which the main process makes; nil, or an error: none,
+	// and its buffers' bytes cross its socket.
+	Arena func() (*os.File, error)
 }
 
 // executorCloseWait bounds the executor's answer to close and its exit
@@ -209,9 +214,17 @@ func openContextExecutor(index int, b ContextBounds) (*executorDevice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("context executor: socketpair: %w", err)
 	}
-	// No arena: the worker cannot make shared memory, and one context's
-	// executor must not map another's buffers.
-	return startExecutor(index, os.NewFile(uintptr(fds[0]), "executor"), os.NewFile(uintptr(fds[1]), "executor-peer"), nil, b)
+	// An arena of its own, from the main process (the worker cannot make
+	// shared memory, and one context's executor must never map
+	// another's buffers); without one it still works, over its socket.
+	var arena *os.File
+	if b.Arena != nil {
+		if arena, err = b.Arena(); err != nil {
+			slog.Warn("context executor without an arena: its buffers cross its socket", "err", err)
+			arena = nil
+		}
+	}
+	return startExecutor(index, os.NewFile(uintptr(fds[0]), "executor"), os.NewFile(uintptr(fds[1]), "executor-peer"), arena, b)
 }
 
 // startExecutor starts an executor for device index serving the socket

@@ -71,7 +71,7 @@ type server struct {
 
 	rmu      sync.Mutex
 	nextReq  uint32
-	pending  map[uint32]chan *wire.Reply // this worker's requests awaiting a Reply
+	pending  map[uint32]chan reply // this worker's requests awaiting a Reply
 	nextTurn uint32
 }
 
@@ -101,7 +101,7 @@ func Serve(conn *wire.Conn, opts Options) error {
 		opts.Open = func(i int) (gpu.Device, error) { return gpu.Open(fmt.Sprint(i)) }
 	}
 	s := &server{conn: conn, opts: opts, log: opts.Logger, slots: map[uint32]*slot{}, byID: map[string]uint32{},
-		pending: map[uint32]chan *wire.Reply{}}
+		pending: map[uint32]chan reply{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	err := s.loop()
 	if os.Getenv(EnvWorker) == "1" {
@@ -136,9 +136,10 @@ func (s *server) loop() error {
 			delete(s.pending, h.ID)
 			s.rmu.Unlock()
 			if !ok {
+				closeFDs(fds)
 				return fmt.Errorf("%w: reply to request %d, which is not waiting", wire.ErrProtocol, h.ID)
 			}
-			ch <- r
+			ch <- reply{r, fds}
 			continue
 		}
 		if p, ok := m.(*wire.Parent); ok {
@@ -344,10 +345,11 @@ func (s *server) add(m *wire.Add, fds []int) (err error) {
 		ID: m.ID, Profile: m.Limits.Profile, MemBytes: m.Limits.MemBytes, ProgramBytes: m.Limits.ProgramBytes,
 		ComputeUnits: m.Limits.ComputeUnits, Memory: sl.mem, Logger: s.log, Shared: sh, Notify: sl.signal,
 		Contexts: m.Contexts,
-		OpenContext: func(_ uint32, mem aggregator.ContextMemory) (gpu.Device, error) {
+		OpenContext: func(id uint32, mem aggregator.ContextMemory) (gpu.Device, error) {
 			return s.opts.OpenContext(device, ContextBounds{
 				DataBytes: sandbox.DataLimit(mem.Device, mem.Programs),
 				Limits:    func() (time.Duration, time.Duration) { return sh.TimeLimits() },
+				Arena:     func() (*os.File, error) { return s.contextArena(m.Slot, id, mem.Device) },
 			})
 		},
 	})
@@ -524,11 +526,27 @@ func (s *server) closeAll() {
 	}
 }
 
+// reply is a Reply to one of this worker's requests, with the fds it
+// carried (an Arena's memory file).
+type reply struct {
+	r   *wire.Reply
+	fds []int
+}
+
 // request sends m to the main process and waits for its Reply. If ctx
 // ends first, after waits for the Reply in the background (a turn granted
-// meanwhile must be released).
+// meanwhile must be released). A Reply's fds are closed: only
+// requestFDs's caller takes them.
 func (s *server) request(ctx context.Context, m wire.Msg, after func(*wire.Reply)) (*wire.Reply, error) {
-	ch := make(chan *wire.Reply, 1)
+	r, fds, err := s.requestFDs(ctx, m, after)
+	closeFDs(fds)
+	return r, err
+}
+
+// requestFDs is request that also returns the fds the Reply carried,
+// which the caller must close.
+func (s *server) requestFDs(ctx context.Context, m wire.Msg, after func(*wire.Reply)) (*wire.Reply, []int, error) {
+	ch := make(chan reply, 1)
 	s.rmu.Lock()
 	s.nextReq++
 	id := s.nextReq
@@ -538,25 +556,41 @@ func (s *server) request(ctx context.Context, m wire.Msg, after func(*wire.Reply
 		s.rmu.Lock()
 		delete(s.pending, id)
 		s.rmu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	select {
 	case r := <-ch:
-		return r, nil
+		return r.r, r.fds, nil
 	case <-ctx.Done():
 		go func() {
 			select {
 			case r := <-ch:
+				closeFDs(r.fds)
 				if after != nil {
-					after(r)
+					after(r.r)
 				}
 			case <-s.ctx.Done():
 			}
 		}()
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	case <-s.ctx.Done():
-		return nil, fmt.Errorf("main process gone: %w", aggregator.ErrClosed)
+		return nil, nil, fmt.Errorf("main process gone: %w", aggregator.ErrClosed)
 	}
+}
+
+// contextArena asks the main process for the memory the executor of
+// context id of the instance in slot shares with this worker, bytes
+// long (wire.Arena); nil, with the reason, where it gives none.
+func (s *server) contextArena(slot, id uint32, bytes uint64) (*os.File, error) {
+	r, fds, err := s.requestFDs(s.ctx, &wire.Arena{Slot: slot, Context: id, Bytes: bytes}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("arena for context %d: %w", id, err)
+	}
+	if r.Status != uint32(abi.StatusOK) || len(fds) != 1 {
+		closeFDs(fds)
+		return nil, fmt.Errorf("arena for context %d: status %d: %s", id, r.Status, r.Msg)
+	}
+	return os.NewFile(uintptr(fds[0]), "context-arena"), nil
 }
 
 func (s *server) turnNumber() uint32 {

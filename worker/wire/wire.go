@@ -69,7 +69,8 @@ const (
 	TypeForeign     Type = 20 // main -> worker, 1 fd (a privcmd fd)
 	TypeReserve     Type = 21 // worker -> main
 	TypeUnreserve   Type = 22 // worker -> main, one-way
-	numTypes             = 23
+	TypeArena       Type = 23 // worker -> main; the Reply carries 1 fd
+	numTypes             = 24
 )
 
 var typeNames = [numTypes]string{
@@ -77,7 +78,7 @@ var typeNames = [numTypes]string{
 	TypeEnable: "enable", TypeDisable: "disable", TypeReset: "reset", TypeQuota: "quota", TypeReuse: "reuse",
 	TypeBudget: "budget", TypeStats: "stats", TypeTurn: "turn", TypeTurnRelease: "turn-release",
 	TypeExtract: "extract", TypeInject: "inject", TypeFreeze: "freeze", TypeThaw: "thaw", TypeParent: "parent",
-	TypeForeign: "foreign", TypeReserve: "reserve", TypeUnreserve: "unreserve",
+	TypeForeign: "foreign", TypeReserve: "reserve", TypeUnreserve: "unreserve", TypeArena: "arena",
 }
 
 func (t Type) String() string {
@@ -202,30 +203,50 @@ func newMsg(t Type) Msg {
 		return &Reserve{}
 	case TypeUnreserve:
 		return &Unreserve{}
+	case TypeArena:
+		return &Arena{}
 	}
 	return nil
 }
 
 // Reply answers a request. Status is an abi.Status (0: done); Body is the
 // request type's answer (HelloReply, StatsReply, TurnGrant), empty for the
-// others and on failure; Msg says why a request failed.
+// others and on failure; Msg says why a request failed. File: the Reply
+// carries one fd (an Arena's memory file); it travels after the fields of
+// the first layout and only when set, so every other Reply is what a
+// worker started by an older vgpud (kept across an upgrade in place)
+// decodes.
 type Reply struct {
 	Status uint32
 	Msg    string // at most 512 bytes
 	Body   []byte // at most 1024 bytes; decoded by the requester
+	File   bool
 }
 
 func (*Reply) Type() Type { return TypeReply }
-func (*Reply) fds() int   { return 0 }
+func (r *Reply) fds() int {
+	if r.File {
+		return 1
+	}
+	return 0
+}
 func (r *Reply) encode(e *encoder) {
 	e.U32(r.Status)
 	e.str(r.Msg, 512)
 	e.bytes(r.Body, 1024)
+	if r.File {
+		e.bool(true)
+	}
 }
 func (r *Reply) decode(d *decoder) {
 	r.Status = d.U32()
 	r.Msg = d.str(512)
 	r.Body = d.bytes(1024)
+	if d.Len() > 0 {
+		if r.File = d.bool(); !r.File {
+			d.Fail("reply: file flag present but false")
+		}
+	}
 }
 
 // Hello configures a new worker: its trust domain and physical device.
@@ -806,6 +827,38 @@ func DecodeReserveReply(b []byte) (ReserveReply, error) {
 	d := newDecoder(b)
 	r := ReserveReply{Relocate: d.bool()}
 	return r, d.done("reserve reply")
+}
+
+// Arena asks the main process for the memory a device context's executor
+// shares with the worker (docs/executor-protocol.md "Shared buffer
+// memory"): the worker may not make shared memory itself. Context is the
+// context's id (1..abi.MaxContexts) in the instance in Slot, Bytes what
+// its buffers may hold, at most the instance's memory quota. The OK
+// Reply carries a sealed memory file of at least Bytes (Reply.File); any
+// other status, none, and the context's buffers stay its executor's own.
+type Arena struct {
+	Slot    uint32
+	Context uint32
+	Bytes   uint64
+}
+
+func (*Arena) Type() Type { return TypeArena }
+func (*Arena) fds() int   { return 0 }
+func (m *Arena) encode(e *encoder) {
+	e.U32(m.Slot)
+	e.U32(m.Context)
+	e.U64(m.Bytes)
+}
+func (m *Arena) decode(d *decoder) {
+	m.Slot = d.U32()
+	m.Context = d.U32()
+	m.Bytes = d.U64()
+	switch {
+	case m.Context == 0 || m.Context > maxContexts:
+		d.Fail("arena for context %d (1..%d)", m.Context, maxContexts)
+	case m.Bytes == 0:
+		d.Fail("arena of 0 bytes")
+	}
 }
 
 // Unreserve gives back Bytes of the device's memory the instance in Slot

@@ -42,6 +42,8 @@ func samples() []Msg {
 		&Foreign{Slot: 7, Domain: 12, Regions: []ForeignRegion{{GPA: 0, Size: 0xf0000000}, {GPA: 1 << 32, Size: 1 << 30}}},
 		&Reserve{Slot: 7, Bytes: 64 << 20},
 		&Unreserve{Slot: 7, Bytes: 64 << 20},
+		&Arena{Slot: 7, Context: 64, Bytes: 256 << 20},
+		&Reply{Status: 0, File: true},
 	}
 }
 
@@ -156,6 +158,22 @@ func TestUnmarshalRejects(t *testing.T) {
 			le.PutUint32(b[HeaderSize+4:], 2)
 			return b
 		}(), 0},
+		{"arena for context 0", func() []byte {
+			b := Marshal(1, &Arena{Slot: 1, Context: 1, Bytes: 1})
+			le.PutUint32(b[HeaderSize+4:], 0)
+			return b
+		}(), 0},
+		{"arena of nothing", func() []byte {
+			b := Marshal(1, &Arena{Slot: 1, Context: 1, Bytes: 1})
+			le.PutUint64(b[HeaderSize+8:], 0)
+			return b
+		}(), 0},
+		{"reply with a false file flag", func() []byte {
+			b := Marshal(1, &Reply{File: true})
+			b[len(b)-4] = 0
+			return b
+		}(), 1},
+		{"reply with a file flag but no fd", Marshal(1, &Reply{File: true}), 0},
 		{"reserve of nothing", func() []byte {
 			b := Marshal(1, &Reserve{Slot: 1, Bytes: 1})
 			le.PutUint64(b[HeaderSize+4:], 0)
