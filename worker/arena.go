@@ -49,11 +49,8 @@ func arenaFile(bytes uint64) (*os.File, error) {
 // and is memory only once touched (docs/executor-protocol.md "Shared
 // buffer memory").
 func (pr *process) arena(id uint32, m *wire.Arena) {
-	pr.mu.Lock()
-	inst := pr.slots[m.Slot]
-	pr.mu.Unlock()
+	inst := pr.slotFor(id, m.Slot)
 	if inst == nil {
-		go pr.reply(id, abi.StatusNotFound, fmt.Sprintf("no instance in slot %d", m.Slot), nil)
 		return
 	}
 	inst.mu.Lock()

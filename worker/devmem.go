@@ -54,11 +54,8 @@ func (p *Pool) MemoryStats(dev int) MemoryStats {
 // reserve serves a worker's Reserve: the device's ledger, then the
 // shortage policy.
 func (pr *process) reserve(id uint32, m *wire.Reserve) {
-	pr.mu.Lock()
-	inst := pr.slots[m.Slot]
-	pr.mu.Unlock()
+	inst := pr.slotFor(id, m.Slot)
 	if inst == nil {
-		go pr.reply(id, abi.StatusNotFound, fmt.Sprintf("no instance in slot %d", m.Slot), nil)
 		return
 	}
 	dev := pr.key.device
@@ -69,6 +66,19 @@ func (pr *process) reserve(id uint32, m *wire.Reserve) {
 	// The policy may take the daemon's locks and start a move: not on
 	// the reader, which must go on reading the worker's replies.
 	go pr.short(id, m, inst, dev)
+}
+
+// slotFor returns the instance in slot for request id of the worker, or
+// answers the request with StatusNotFound (a race with a removal, or a
+// lie) and returns nil.
+func (pr *process) slotFor(id, slot uint32) *procInstance {
+	pr.mu.Lock()
+	inst := pr.slots[slot]
+	pr.mu.Unlock()
+	if inst == nil {
+		go pr.reply(id, abi.StatusNotFound, fmt.Sprintf("no instance in slot %d", slot), nil)
+	}
+	return inst
 }
 
 // short answers a Reserve that did not fit, by the shortage policy.

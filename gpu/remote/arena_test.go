@@ -92,6 +92,23 @@ func servedArena(t testing.TB, dev gpu.Device, size int64, serverArena bool) (*D
 	return d, cc
 }
 
+// fakeArenaQueue is a queue of the host-backed fake served with a 1 MiB
+// arena (serverArena false: an executor without one), closed at the
+// test's end.
+func fakeArenaQueue(t *testing.T, serverArena bool) *Queue {
+	t.Helper()
+	d, _ := servedArena(t, gputest.New(gputest.Config{HostBacked: true}), 1<<20, serverArena)
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		q.Close()
+		d.Close()
+	})
+	return q.(*Queue)
+}
+
 // devices are the fake (host-backed) and, where there is one, the real
 // CPU device an executor serves.
 func arenaDevices(t *testing.T, f func(t *testing.T, dev gpu.Device)) {
@@ -222,13 +239,7 @@ func TestArenaKeepsBytesOffTheSocket(t *testing.T) {
 // OpAllocAt; the client then places every buffer in the executor's own
 // memory, and everything still works.
 func TestArenaRefusedFallsBack(t *testing.T) {
-	d, _ := servedArena(t, gputest.New(gputest.Config{HostBacked: true}), 1<<20, false)
-	defer d.Close()
-	q, err := d.NewQueue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q := fakeArenaQueue(t, false)
 	for range 2 {
 		b, err := q.Alloc(64 << 10)
 		if err != nil {
@@ -251,14 +262,7 @@ func TestArenaRefusedFallsBack(t *testing.T) {
 // whole arena memory at a page boundary: anything else is refused, and
 // serving goes on.
 func TestAllocAtChecksTheRange(t *testing.T) {
-	d, _ := servedArena(t, gputest.New(gputest.Config{HostBacked: true}), 1<<20, true)
-	defer d.Close()
-	gq, err := d.NewQueue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gq.Close()
-	q := gq.(*Queue)
+	q := fakeArenaQueue(t, true)
 	for _, c := range []struct{ off, size uint64 }{
 		{0, 0},
 		{1, 4096},
@@ -283,13 +287,7 @@ func TestAllocAtChecksTheRange(t *testing.T) {
 // while launches are batched for the next Sync (they would run after the
 // caller's bytes, out of order).
 func TestHostWaitsForBatchedLaunches(t *testing.T) {
-	d, _ := servedArena(t, gputest.New(gputest.Config{HostBacked: true}), 1<<20, true)
-	defer d.Close()
-	gq, err := d.NewQueue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gq.Close()
+	gq := fakeArenaQueue(t, true)
 	b, err := gq.Alloc(4096)
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +300,7 @@ func TestHostWaitsForBatchedLaunches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := gq.(gpu.Pipeliner)
+	var pl gpu.Pipeliner = gq
 	if err := pl.Enqueue(k, gpu.NDRange{Dims: 1, Global: [3]uint64{4}}, []gpu.Arg{{Buffer: b}}); err != nil {
 		t.Fatal(err)
 	}
