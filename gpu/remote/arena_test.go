@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
+	"pgregory.net/rapid"
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/gpu/gputest"
@@ -315,4 +317,85 @@ func TestHostWaitsForBatchedLaunches(t *testing.T) {
 	if ok, err := b.(gpu.HostBuffer).Host(0, 4, func([]byte) error { return nil }); !ok || err != nil {
 		t.Errorf("Host after Sync = %v, %v", ok, err)
 	}
+}
+
+// TestArenaAllocatorKeepsRangesApart is a property test of the arena's
+// free list: under any sequence of takes, gives back and keeps, no two
+// live ranges overlap, every range is page aligned and inside the arena,
+// the free list stays sorted with no two extents adjacent, and the bytes
+// free, live and kept always add up to the arena.
+func TestArenaAllocatorKeepsRangesApart(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		const pages = 64
+		mem, err := unix.Mmap(-1, 0, pages*ArenaPage, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := newArena(mem)
+		defer a.unmap()
+		var live []extent
+		var kept uint64
+		t.Repeat(map[string]func(*rapid.T){
+			"take": func(t *rapid.T) {
+				n := rapid.Uint64Range(1, 20*ArenaPage).Draw(t, "n")
+				e, ok := a.take(n)
+				if !ok {
+					return
+				}
+				if e.off%ArenaPage != 0 || e.n%ArenaPage != 0 || e.n < n || e.off+e.n > pages*ArenaPage {
+					t.Fatalf("take(%d) = %+v", n, e)
+				}
+				for _, l := range live {
+					if e.off < l.off+l.n && l.off < e.off+e.n {
+						t.Fatalf("take(%d) = %+v overlaps live %+v", n, e, l)
+					}
+				}
+				// The range reads as zero: given back ranges were cleared.
+				if !a.use(e.off, e.n, func(p []byte) {
+					if !bytes.Equal(p, make([]byte, len(p))) {
+						t.Fatalf("range %+v is not zero", e)
+					}
+					p[0], p[len(p)-1] = 0xff, 0xff // dirty it for the next user
+				}) {
+					t.Fatal("arena unmapped")
+				}
+				live = append(live, e)
+			},
+			"give": func(t *rapid.T) {
+				if len(live) == 0 {
+					t.Skip("nothing live")
+				}
+				i := rapid.IntRange(0, len(live)-1).Draw(t, "i")
+				a.give(live[i])
+				live = append(live[:i], live[i+1:]...)
+			},
+			"keep": func(t *rapid.T) {
+				if len(live) == 0 {
+					t.Skip("nothing live")
+				}
+				i := rapid.IntRange(0, len(live)-1).Draw(t, "i")
+				a.keep(live[i])
+				kept += live[i].n
+				live = append(live[:i], live[i+1:]...)
+			},
+			"": func(t *rapid.T) {
+				a.fmu.Lock()
+				free := slices.Clone(a.free)
+				a.fmu.Unlock()
+				var sum uint64
+				for i, e := range free {
+					if i > 0 && free[i-1].off+free[i-1].n >= e.off {
+						t.Fatalf("free list not sorted and merged: %+v", free)
+					}
+					sum += e.n
+				}
+				for _, l := range live {
+					sum += l.n
+				}
+				if sum+kept != pages*ArenaPage {
+					t.Fatalf("free %+v + live %+v + kept %d != %d", free, live, kept, pages*ArenaPage)
+				}
+			},
+		})
+	})
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/gpu/gputest"
 )
@@ -98,6 +100,10 @@ func FuzzClient(f *testing.F) {
 	f.Add(bytes.Join([][]byte{info, reply(0, ints(1)), reply(0, ints(2)), reply(0, nil), reply(0, make([]byte, 4))}, nil))
 	f.Add(bytes.Join([][]byte{info, reply(0, ints(1)), reply(uint8(kindOutOfMemory), errorBody(errors.New("oom"), ""))}, nil))
 	f.Add(bytes.Join([][]byte{info, reply(0, ints(1)), reply(0, append(ints(3), 0, 0, 0, 0)), reply(0, ints(5, 2))}, nil))
+	// A buffer in the executor's memory, then one on the arena: its handle,
+	// a let-go of 1 for each release.
+	f.Add(bytes.Join([][]byte{info, reply(0, ints(1)), reply(0, ints(2)), reply(0, nil), reply(0, make([]byte, 16)), reply(0, []byte{1}),
+		reply(0, ints(3)), reply(0, []byte{1})}, nil))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		// The fake answers in the caller's goroutine: the client's reader
 		// sees each reply only after the write, as with a real executor.
@@ -108,17 +114,30 @@ func FuzzClient(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// An arena, as a worker's: a buffer of a page or more asks for
+		// alloc-at, and its release's let-go flag decides its range.
+		const arenaSize = 4 * ArenaPage
+		arena, err := unix.Mmap(-1, 0, arenaSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.SetArena(arena) // unmapped by Close
 		defer d.Close()
 		q, err := d.NewQueue()
 		if err != nil {
 			return
 		}
-		b, err := q.Alloc(16)
-		if err == nil {
-			p := make([]byte, 16)
-			_ = q.Write(b, 0, p)
-			_ = q.Read(b, 0, p)
-			b.Release()
+		for _, size := range []uint64{16, 2 * ArenaPage} {
+			b, err := q.Alloc(size)
+			if err == nil {
+				p := make([]byte, size)
+				_ = q.Write(b, 0, p)
+				_ = q.Read(b, 0, p)
+				b.Release()
+			}
+		}
+		if free, kept := d.ArenaStats(); free+kept > arenaSize {
+			t.Errorf("arena: %d bytes free and %d kept of %d", free, kept, arenaSize)
 		}
 		p, _, err := q.Build(vadd, "")
 		if err == nil {
