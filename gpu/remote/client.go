@@ -686,17 +686,12 @@ func (q *Queue) Enqueue(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) error {
 // returns each one's outcome, in order (gpu.Pipeliner): one OpSync round
 // trip.
 func (q *Queue) Sync() []gpu.LaunchResult {
-	// Under run, from the count to the reply: the arena is not touched
-	// until the launches are done.
-	q.run.Lock()
 	n := q.enqueued
 	if n == 0 {
-		q.run.Unlock()
 		return nil
 	}
 	q.enqueued = 0
-	body, err := q.call(OpSync, q.body())
-	q.run.Unlock()
+	body, err := q.callRun(OpSync, q.body())
 	var res []gpu.LaunchResult
 	if err == nil {
 		if res, err = decodeResults(body, n); err != nil {
