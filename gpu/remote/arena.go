@@ -268,26 +268,22 @@ func (q *Queue) hostCopy(b *Buffer, off uint64, p []byte, write bool) (bool, err
 // Host calls f with n bytes of the buffer at off where the buffer is in
 // the arena (gpu.HostBuffer): the executor's kernels use those very
 // bytes. It reports false for a buffer in the executor's own memory, a
-// released one, with launches enqueued and not synced, or on a lost
+// released one, with launches batched for the next Sync, or on a lost
 // device.
 func (b *Buffer) Host(off, n uint64, f func(p []byte) error) (bool, error) {
 	if off > b.size || n > b.size-off {
 		return false, fmt.Errorf("host access %d bytes at %d of a %d-byte buffer: %w", n, off, b.size, gpu.ErrOutOfRange)
 	}
 	q := b.q
-	if !b.arena || b.released.Load() || q.closed.Load() || q.d.lostErr() != nil {
+	if !b.arena || b.released.Load() || q.closed.Load() || q.batched > 0 || q.d.lostErr() != nil {
 		return false, nil
 	}
-	// A request of the queue that may run on its buffers is in flight,
-	// or launches were enqueued and not synced: the caller goes the
-	// queue's way instead (in order behind them).
+	// A request of the queue that may run on its buffers is in flight:
+	// the caller goes the queue's way instead (in order behind it).
 	if !q.run.TryLock() {
 		return false, nil
 	}
 	defer q.run.Unlock()
-	if q.enqueued > 0 {
-		return false, nil
-	}
 	var err error
 	ok := q.d.arena.use(b.ext.off+off, n, func(p []byte) { err = f(p) })
 	return ok, err

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -250,28 +251,6 @@ func (d *Device) requestTail(op Op, body, tail []byte) (chan frame, error) {
 	return ch, nil
 }
 
-// send sends a request that has no reply (OpEnqueue): its frame only.
-func (d *Device) send(op Op, body []byte) error {
-	d.mu.Lock()
-	if d.lost != nil {
-		d.mu.Unlock()
-		return d.lost
-	}
-	d.seq++
-	seq := d.seq
-	d.mu.Unlock()
-	out := appendFrame(make([]byte, 0, 9+len(body)), seq, uint8(op), body)
-	d.wmu.Lock()
-	_, err := d.conn.Write(out)
-	d.wmu.Unlock()
-	if err != nil {
-		d.lose(fmt.Errorf("executor gone: send: %v", err))
-		d.conn.Close()
-		return d.lostErr()
-	}
-	return nil
-}
-
 // call sends a request and waits for its reply: the body on success, an
 // *Error (with the log for a build) on an error reply.
 func (d *Device) call(op Op, body []byte) ([]byte, error) {
@@ -356,10 +335,10 @@ type Queue struct {
 	d      *Device
 	h      uint32
 	closed atomic.Bool
-	// enqueued counts the launches Enqueue started since the last Sync
-	// (the queue is used by one goroutine at a time, as every gpu.Queue;
-	// Host reads it under run).
-	enqueued int
+	// The launches Enqueue batched for the next Sync (the queue is used
+	// by one goroutine at a time, as every gpu.Queue).
+	batch   *enc
+	batched int
 	// run is held while a request of the queue may run on its buffers in
 	// the executor (a launch, a batch, a copy, a fill) and while the
 	// client copies to or from the arena: the two never overlap.
@@ -481,12 +460,6 @@ func (q *Queue) viaArena(b gpu.Buffer, off uint64, p []byte, write bool) (done b
 	}
 	q.run.Lock()
 	defer q.run.Unlock()
-	if q.enqueued > 0 {
-		// Launches not synced may be running on it (gpu.Pipeliner's
-		// callers Sync first): the socket's request goes in order
-		// behind them.
-		return false, nil
-	}
 	return q.hostCopy(rb, off, p, write)
 }
 
@@ -648,54 +621,52 @@ func (q *Queue) appendLaunch(e *enc, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg
 	return nil
 }
 
-// ErrBatchFull is Enqueue's error when MaxBatch launches wait for the
-// next Sync: Sync first.
+// ErrBatchFull is Enqueue's error when the batch has MaxBatch launches or
+// no room in a frame: Sync first.
 var ErrBatchFull = fmt.Errorf("executor launch batch full: %w", gpu.ErrInvalidLaunch)
 
-// Enqueue starts a launch behind the queue's earlier work
-// (gpu.Pipeliner): one OpEnqueue frame, sent at once and answered by
-// nobody, so the executor starts the kernel while the caller goes on
-// (fetching the guest's next command) instead of all of a run at Sync.
-// Its outcome comes with Sync.
+// Enqueue adds a launch to the queue's batch (gpu.Pipeliner). Nothing is
+// sent: Sync sends the batch as one OpLaunches frame, so a run of launches
+// costs the executor one round trip, and the executor enqueues them
+// behind each other on its device.
 func (q *Queue) Enqueue(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) error {
 	if q.closed.Load() {
 		return fmt.Errorf("queue: %w", gpu.ErrClosed)
 	}
-	if q.enqueued >= MaxBatch {
+	if q.batched >= MaxBatch {
 		return ErrBatchFull
 	}
-	e := q.body()
-	if err := q.appendLaunch(e, k, r, args); err != nil {
+	if q.batch == nil {
+		q.batch = q.body()
+		q.batch.U16(0) // the count, set by Sync
+	}
+	mark := len(q.batch.B)
+	if err := q.appendLaunch(q.batch, k, r, args); err != nil {
+		q.batch.B = q.batch.B[:mark]
 		return err
 	}
-	if len(e.B)+5 > MaxFrame {
-		return fmt.Errorf("launch of %d bytes: %w", len(e.B), gpu.ErrInvalidLaunch)
+	if len(q.batch.B)+5 > MaxFrame {
+		q.batch.B = q.batch.B[:mark]
+		return ErrBatchFull
 	}
-	// Under run: from here until Sync's reply the executor may be
-	// running on the queue's buffers.
-	q.run.Lock()
-	defer q.run.Unlock()
-	if err := q.d.send(OpEnqueue, e.B); err != nil {
-		return err
-	}
-	q.enqueued++
+	q.batched++
 	return nil
 }
 
-// Sync waits for every launch Enqueue started since the last Sync and
-// returns each one's outcome, in order (gpu.Pipeliner): one OpSync round
-// trip.
+// Sync sends the batch and returns each launch's outcome (gpu.Pipeliner).
 func (q *Queue) Sync() []gpu.LaunchResult {
-	n := q.enqueued
+	n := q.batched
 	if n == 0 {
 		return nil
 	}
-	q.enqueued = 0
-	body, err := q.callRun(OpSync, q.body())
+	e := q.batch
+	q.batch, q.batched = nil, 0
+	binary.LittleEndian.PutUint16(e.B[4:], uint16(n))
+	body, err := q.callRun(OpLaunches, e)
 	var res []gpu.LaunchResult
 	if err == nil {
 		if res, err = decodeResults(body, n); err != nil {
-			err = q.d.broken(OpSync, err)
+			err = q.d.broken(OpLaunches, err)
 		}
 	}
 	if err != nil {

@@ -33,11 +33,10 @@ func FuzzServe(f *testing.F) {
 	launch := appendFrame(nil, 6, uint8(OpLaunch), append(append(ints(1, 4), 1), make([]byte, 72+2)...))
 	f.Add(appendFrame(nil, 0, uint8(OpInfo), nil))
 	f.Add(bytes.Join([][]byte{q, alloc, write, build, kern, launch}, nil))
-	// Two launches enqueued (no reply), then a sync.
-	one := append(append(ints(1, 4), 1), make([]byte, 72+2)...)
-	enq := appendFrame(nil, 7, uint8(OpEnqueue), one)
-	sync := appendFrame(nil, 8, uint8(OpSync), ints(1))
-	f.Add(bytes.Join([][]byte{q, alloc, write, build, kern, enq, enq, sync}, nil))
+	// A batch of two launches (OpLaunches): count, then two launch bodies.
+	one := append(append(ints(4), 1), make([]byte, 72+2)...)
+	batch := appendFrame(nil, 7, uint8(OpLaunches), append(append(ints(1), 2, 0), append(one, one...)...))
+	f.Add(bytes.Join([][]byte{q, alloc, write, build, kern, batch}, nil))
 	f.Add(bytes.Join([][]byte{q, appendFrame(nil, 9, uint8(OpRelease), append(ints(1), 1, 2, 0, 0, 0))}, nil))
 	f.Add(bytes.Join([][]byte{q, appendFrame(nil, 9, uint8(OpClose), nil)}, nil))
 	// A buffer on the arena, written, then released.

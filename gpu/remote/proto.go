@@ -60,23 +60,16 @@ const (
 	OpLaunch      Op = 13 // q, k, NDRange, u16 count, count x arg -> u64 ns
 	OpRelease     Op = 14 // q, u8 what (1 buffer, 2 program, 3 kernel), handle -> u8 let go (as OpCloseQueue's)
 	OpClose       Op = 15 // -> (the server closes the device and ends)
-	// 16 was a batch of launches sent at Sync, retired for OpEnqueue
-	// and OpSync (the kernels start as they are enqueued).
+	// OpLaunches is a batch of launches (gpu.Pipeliner): q, u16 count,
+	// count x (OpLaunch's body after q) -> count x result, in order: u8
+	// 0 and u64 ns, or u8 error kind and s16 message.
+	OpLaunches Op = 16
 	// OpAllocAt makes a buffer on the arena (ServeArena), at a page
 	// aligned offset: q, u64 off, u64 size -> b.
 	OpAllocAt Op = 17
-	// OpEnqueue starts a launch behind the queue's earlier work
-	// (gpu.Pipeliner): OpLaunch's body. It is the one request with no
-	// reply: its outcome comes with the next OpSync.
-	OpEnqueue Op = 18
-	// OpSync waits for every launch OpEnqueue started since the last
-	// OpSync: q -> one result per OpEnqueue, in order: u8 0 and u64 ns,
-	// or u8 error kind and s16 message.
-	OpSync Op = 19
 )
 
-// MaxBatch bounds the launches enqueued between two OpSyncs: past it the
-// client's Enqueue fails, and an executor sent more ends the connection.
+// MaxBatch bounds the launches of one OpLaunches frame.
 const MaxBatch = 1024
 
 // NDRange: u8 dims, 3 x u64 offset, 3 x u64 global, 3 x u64 local. An
@@ -328,7 +321,7 @@ func message(err error) string {
 	return msg
 }
 
-// appendResults encodes an OpSync reply.
+// appendResults encodes an OpLaunches reply.
 func appendResults(e *enc, res []gpu.LaunchResult) {
 	for _, r := range res {
 		if r.Err != nil {
@@ -341,7 +334,7 @@ func appendResults(e *enc, res []gpu.LaunchResult) {
 	}
 }
 
-// decodeResults decodes an OpSync reply of n results; a body that
+// decodeResults decodes an OpLaunches reply of n results; a body that
 // is not exactly that is ErrProtocol.
 func decodeResults(body []byte, n int) ([]gpu.LaunchResult, error) {
 	d := newDec(body)

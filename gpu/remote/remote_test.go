@@ -11,7 +11,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -364,11 +363,11 @@ func TestServerMalformed(t *testing.T) {
 	}
 }
 
-// TestLaunchBatch: launches Enqueue starts reach the executor each in an
-// OpEnqueue frame, run in order, and Sync reports each one's outcome: a
-// launch the executor refuses fails alone, in place. On the fake device
-// (no gpu.Pipeliner) the server runs each as it comes; on PoCL it
-// enqueues them behind each other and waits once, at OpSync.
+// TestLaunchBatch: launches Enqueue batches reach the executor in one
+// OpLaunches frame at Sync, run in order, and each reports its own
+// outcome: a launch the executor refuses fails alone, in place. On the
+// fake device (no gpu.Pipeliner) the server runs them one by one; on
+// PoCL it enqueues them behind each other and waits once.
 func TestLaunchBatch(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -454,43 +453,7 @@ func TestLaunchBatch(t *testing.T) {
 	}
 }
 
-// TestEnqueueStartsAtOnce (issue 42): a launch reaches the executor when
-// it is enqueued, not at Sync: the executor starts it while the worker
-// goes on fetching the guest's next commands. The fake runs each launch
-// as its OpEnqueue arrives, so its count moves before Sync is called.
-func TestEnqueueStartsAtOnce(t *testing.T) {
-	fake := gputest.New(gputest.Config{})
-	d := served(t, fake)
-	defer d.Close()
-	q, err := d.NewQueue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	b, _ := q.Alloc(16)
-	p, _, err := q.Build(vadd, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, _ := p.Kernel("twice")
-	pl := q.(gpu.Pipeliner)
-	before := fake.Stats().Launches
-	if err := pl.Enqueue(k, gpu.NDRange{Dims: 1, Global: [3]uint64{4}}, []gpu.Arg{{Buffer: b}}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for fake.Stats().Launches == before {
-		if time.Now().After(deadline) {
-			t.Fatal("the enqueued launch had not reached the executor after 30 s: it waits for Sync")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if res := pl.Sync(); len(res) != 1 || res[0].Err != nil {
-		t.Fatalf("Sync = %+v", res)
-	}
-}
-
-// TestResultsRoundTrip: an OpSync reply decodes to what was encoded
+// TestResultsRoundTrip: an OpLaunches reply decodes to what was encoded
 // (errors keep their sentinel), and a reply of the wrong size or an
 // unknown kind is ErrProtocol.
 func TestResultsRoundTrip(t *testing.T) {
@@ -512,45 +475,5 @@ func TestResultsRoundTrip(t *testing.T) {
 	}
 	if _, err := decodeResults([]byte{200, 0, 0}, 1); !errors.Is(err, ErrProtocol) {
 		t.Errorf("an unknown kind = %v, want ErrProtocol", err)
-	}
-}
-
-// TestEnqueueBeyondMaxBatch: an executor sent more than MaxBatch
-// launches without a sync answers the one past it with an error (a
-// reply no client waits for: the client then loses the device) and keeps
-// no more than MaxBatch outcomes, which the sync returns.
-func TestEnqueueBeyondMaxBatch(t *testing.T) {
-	// A launch naming kernel 9, which does not exist: it fails alone, in
-	// its place.
-	one := append(append(ints(1, 9), 1), make([]byte, 72+2)...)
-	frames := [][]byte{appendFrame(nil, 1, uint8(OpNewQueue), nil)}
-	for i := range MaxBatch + 1 {
-		frames = append(frames, appendFrame(nil, uint32(2+i), uint8(OpEnqueue), one))
-	}
-	frames = append(frames, appendFrame(nil, MaxBatch+3, uint8(OpSync), ints(1)))
-	c := &rw{Reader: bytes.NewReader(bytes.Join(frames, nil))}
-	if err := Serve(c, gputest.New(gputest.Config{})); err != nil {
-		t.Fatalf("Serve = %v", err)
-	}
-	var replies []frame
-	for r := bytes.NewReader(c.out.Bytes()); r.Len() > 0; {
-		f, err := readFrame(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		replies = append(replies, f)
-	}
-	if len(replies) != 3 {
-		t.Fatalf("%d replies, want 3 (new-queue, the launch past MaxBatch, sync)", len(replies))
-	}
-	if f := replies[1]; f.seq != MaxBatch+2 || errKind(f.code) != kindProtocol {
-		t.Errorf("reply %d, kind %d; want the launch past MaxBatch (%d) refused as a protocol error", f.seq, f.code, MaxBatch+2)
-	}
-	res, err := decodeResults(replies[2].body, MaxBatch)
-	if err != nil {
-		t.Fatalf("sync reply: %v", err)
-	}
-	if res[0].Err == nil {
-		t.Errorf("a launch of a kernel that does not exist = %v, want an error", res[0].Err)
 	}
 }

@@ -71,17 +71,6 @@ type squeue struct {
 	q    gpu.Queue
 	reqs chan frame
 	busy atomic.Int32 // requests sent to the goroutine and not yet answered
-	// The outcomes of the OpEnqueues since the last OpSync, in order: an
-	// error, or nil for a launch the device's Pipeliner took (its
-	// outcome comes from its Sync). Touched only by the queue's
-	// requests, which run one at a time.
-	enq []launchSlot
-}
-
-// launchSlot is one OpEnqueue's outcome until OpSync.
-type launchSlot struct {
-	res      gpu.LaunchResult
-	enqueued bool // the device's Pipeliner took it: res comes from its Sync
 }
 
 // sobj is a buffer, program or kernel of queue q.
@@ -150,18 +139,8 @@ func (s *server) reply(seq uint32, body []byte, err error, log string) {
 }
 
 // answer runs one of queue h's requests and replies to it; a large
-// request's body, and a read's reply, go back to the pool. OpEnqueue has
-// no reply: its outcome waits in the queue for OpSync.
+// request's body, and a read's reply, go back to the pool.
 func (s *server) answer(h uint32, sq *squeue, f frame) error {
-	if Op(f.code) == OpEnqueue {
-		err := s.enqueue(h, sq, f)
-		if err != nil {
-			// Past MaxBatch: an answer to a request that has none,
-			// which the client takes for the protocol violation it is.
-			s.reply(f.seq, nil, err, "")
-		}
-		return err
-	}
 	body, log, err := s.queueOp(h, sq, f)
 	s.reply(f.seq, body, err, log)
 	putBody(f.body)
@@ -316,8 +295,8 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		return r.programOp(op)
 	case OpLaunch:
 		return r.launch()
-	case OpSync:
-		return s.sync(sq, &r.d)
+	case OpLaunches:
+		return s.launches(h, r.q, &r.d, r.buf)
 	case OpRelease:
 		return r.release()
 	}
@@ -603,75 +582,57 @@ func decodeLaunch(d *dec, buf func() (gpu.Buffer, error)) (kh uint32, r gpu.NDRa
 	return kh, r, args, argErr
 }
 
-// enqueue takes an OpEnqueue: the launch starts behind the queue's
-// earlier work (the device's gpu.Pipeliner; a device without one runs it
-// now), and its outcome waits for OpSync. One that does not decode, or
-// names no live object of the queue, fails alone, in its place. More
-// than MaxBatch between two OpSyncs breaks the protocol: the launch is
-// dropped and the error returned (answer replies with it, which no
-// client waits for).
-func (s *server) enqueue(h uint32, sq *squeue, f frame) error {
-	defer putBody(f.body)
-	if len(sq.enq) >= MaxBatch {
-		return fmt.Errorf("%w: more than %d launches enqueued on queue %d without a sync", ErrProtocol, MaxBatch, h)
+// launches runs an OpLaunches batch: every launch decoded first (a body
+// that does not decode fails the whole batch), then enqueued behind each
+// other where the queue is a gpu.Pipeliner and waited for once, else run
+// one by one. The reply has each launch's outcome in order.
+func (s *server) launches(h uint32, q gpu.Queue, d *dec, buf func() (gpu.Buffer, error)) ([]byte, string, error) {
+	n := int(d.U16())
+	if n > MaxBatch {
+		d.Fail("%d launches in a batch", n)
 	}
-	d := newDec(f.body)
-	d.U32() // the queue's handle, read by dispatch
-	kh, r, args, err := decodeLaunch(&d, func() (gpu.Buffer, error) {
-		o := d.U32()
-		if d.Err() != nil {
-			return nil, d.Err()
+	type launch struct {
+		k    gpu.Kernel
+		r    gpu.NDRange
+		args []gpu.Arg
+		err  error
+	}
+	ls := make([]launch, 0, min(n, MaxBatch))
+	for i := 0; i < n && d.Err() == nil; i++ {
+		kh, r, args, err := decodeLaunch(d, buf)
+		l := launch{r: r, args: args, err: err}
+		if d.Err() == nil && err == nil {
+			ob, err := s.obj(h, kh, relKernel)
+			l.k, l.err = ob.kern, err
 		}
-		ob, err := s.obj(h, o, relBuffer)
-		return ob.buf, err
-	})
-	var k gpu.Kernel
-	if derr := d.done(); derr != nil {
-		err = derr
-	} else if err == nil {
-		var ob sobj
-		ob, err = s.obj(h, kh, relKernel)
-		k = ob.kern
+		ls = append(ls, l)
 	}
-	var slot launchSlot
-	switch pl, pipelined := sq.q.(gpu.Pipeliner); {
-	case err != nil:
-		slot.res.Err = err
-	case pipelined:
-		if slot.res.Err = pl.Enqueue(k, r, args); slot.res.Err == nil {
-			slot.enqueued = true
-		}
-	default:
-		slot.res.Device, slot.res.Err = sq.q.Launch(k, r, args)
-	}
-	sq.enq = append(sq.enq, slot)
-	return nil
-}
-
-// sync answers OpSync: every launch enqueued since the last one waited
-// for, and each one's outcome, in order.
-func (s *server) sync(sq *squeue, d *dec) ([]byte, string, error) {
 	if err := d.done(); err != nil {
 		return nil, "", err
 	}
-	slots := sq.enq
-	sq.enq = nil
-	if pl, ok := sq.q.(gpu.Pipeliner); ok {
-		done := pl.Sync()
-		for i := range slots {
-			if !slots[i].enqueued {
-				continue
+	res := make([]gpu.LaunchResult, len(ls))
+	pl, pipelined := q.(gpu.Pipeliner)
+	var enq []int // indices of the launches enqueued
+	for i, l := range ls {
+		switch {
+		case l.err != nil:
+			res[i].Err = l.err
+		case pipelined:
+			if err := pl.Enqueue(l.k, l.r, l.args); err != nil {
+				res[i].Err = err
+			} else {
+				enq = append(enq, i)
 			}
-			if len(done) == 0 {
-				slots[i].res.Err = fmt.Errorf("launch enqueued but not reported by the device: %w", gpu.ErrDevice)
-				continue
-			}
-			slots[i].res, done = done[0], done[1:]
+		default:
+			res[i].Device, res[i].Err = q.Launch(l.k, l.r, l.args)
 		}
 	}
-	res := make([]gpu.LaunchResult, len(slots))
-	for i, sl := range slots {
-		res[i] = sl.res
+	if pipelined && len(enq) > 0 {
+		for j, r := range pl.Sync() {
+			if j < len(enq) {
+				res[enq[j]] = r
+			}
+		}
 	}
 	var e enc
 	appendResults(&e, res)
