@@ -339,7 +339,7 @@ func (in *Instance) moveInPlace(cp *abi.Copy, b *buffer, batch []segment, off, n
 // in 64 KiB pieces). A smaller one may fit in the caches, where
 // ordinary stores win (a 1 MiB download to a hot destination ran at 53 %
 // of direct with streaming stores, at 99 % without; bench/README.md
-// "Issue 42, continued").
+// "Issue 42, third round").
 const streamMin = directChunk / 2
 
 // streamSegments copies between the segments of guest RAM, on the

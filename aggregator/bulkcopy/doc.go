@@ -4,7 +4,7 @@
 // a size of the order of the last-level cache (and PoCL's
 // clEnqueueWriteBuffer with it), where Go's copy keeps to ordinary stores.
 // On this project's machines that moves a 256 MiB copy at ~10 GB/s
-// against ~7 GB/s (bench/README.md, "Issue 42, continued").
+// against ~7 GB/s (bench/README.md, "Issue 42, third round").
 //
 // It owns only that copy. Whether a copy is large enough to be worth it
 // is the caller's decision: the stored bytes are not in any cache

@@ -251,7 +251,11 @@ func (q *Queue) hostCopy(b *Buffer, off uint64, p []byte, write bool) (bool, err
 		return false, nil
 	}
 	if off > b.size || uint64(len(p)) > b.size-off {
-		return false, fmt.Errorf("%s %d bytes at %d of a %d-byte buffer: %w", map[bool]string{true: "write", false: "read"}[write], len(p), off, b.size, gpu.ErrOutOfRange)
+		op := "read"
+		if write {
+			op = "write"
+		}
+		return false, fmt.Errorf("%s %d bytes at %d of a %d-byte buffer: %w", op, len(p), off, b.size, gpu.ErrOutOfRange)
 	}
 	if q.d.lostErr() != nil {
 		return false, nil // the socket's error says why
