@@ -153,17 +153,6 @@ func (a *arena) refuse() {
 	a.fmu.Unlock()
 }
 
-// freeBytes is the bytes free in the arena.
-func (a *arena) freeBytes() uint64 {
-	a.fmu.Lock()
-	defer a.fmu.Unlock()
-	var n uint64
-	for _, e := range a.free {
-		n += e.n
-	}
-	return n
-}
-
 // use calls f with n bytes of the arena at off, or reports false once it
 // is unmapped.
 func (a *arena) use(off, n uint64, f func(p []byte)) bool {
@@ -200,13 +189,16 @@ func (d *Device) SetArena(mem []byte) {
 // bytes its executor's runtime never let go of (kept out of use). Zero
 // without an arena.
 func (d *Device) ArenaStats() (free, kept uint64) {
-	if d.arena == nil {
+	a := d.arena
+	if a == nil {
 		return 0, 0
 	}
-	d.arena.fmu.Lock()
-	kept = d.arena.kept
-	d.arena.fmu.Unlock()
-	return d.arena.freeBytes(), kept
+	a.fmu.Lock()
+	defer a.fmu.Unlock()
+	for _, e := range a.free {
+		free += e.n
+	}
+	return free, a.kept
 }
 
 // allocArena places a buffer of size bytes in the arena; ok is false
@@ -243,30 +235,23 @@ func (q *Queue) allocArena(size uint64) (b *Buffer, ok bool, err error) {
 	return &Buffer{q: q, h: h, size: size, arena: true, ext: e}, true, nil
 }
 
-// hostCopy copies between p and b's bytes at off in the arena (write:
-// into the buffer) and reports whether it could (b is in the arena, and
-// the arena still mapped).
-func (q *Queue) hostCopy(b *Buffer, off uint64, p []byte, write bool) (bool, error) {
-	if !b.arena {
-		return false, nil
+// span checks that n bytes at off lie in the buffer; op names the
+// access in its error.
+func (b *Buffer) span(op string, off, n uint64) error {
+	if off > b.size || n > b.size-off {
+		return fmt.Errorf("%s %d bytes at %d of a %d-byte buffer: %w", op, n, off, b.size, gpu.ErrOutOfRange)
 	}
-	if off > b.size || uint64(len(p)) > b.size-off {
-		op := "read"
-		if write {
-			op = "write"
-		}
-		return false, fmt.Errorf("%s %d bytes at %d of a %d-byte buffer: %w", op, len(p), off, b.size, gpu.ErrOutOfRange)
+	return nil
+}
+
+// lend calls f with n bytes of the buffer, in the arena, at off (which
+// span checked), and reports false on a lost device or once the arena
+// is unmapped. The caller holds the queue's run lock.
+func (b *Buffer) lend(off, n uint64, f func(p []byte)) bool {
+	if b.q.d.lostErr() != nil {
+		return false // the socket's error says why
 	}
-	if q.d.lostErr() != nil {
-		return false, nil // the socket's error says why
-	}
-	return q.d.arena.use(b.ext.off+off, uint64(len(p)), func(m []byte) {
-		if write {
-			copy(m, p)
-		} else {
-			copy(p, m)
-		}
-	}), nil
+	return b.q.d.arena.use(b.ext.off+off, n, f)
 }
 
 // Host calls f with n bytes of the buffer at off where the buffer is in
@@ -275,11 +260,11 @@ func (q *Queue) hostCopy(b *Buffer, off uint64, p []byte, write bool) (bool, err
 // released one, with launches batched for the next Sync, or on a lost
 // device.
 func (b *Buffer) Host(off, n uint64, f func(p []byte) error) (bool, error) {
-	if off > b.size || n > b.size-off {
-		return false, fmt.Errorf("host access %d bytes at %d of a %d-byte buffer: %w", n, off, b.size, gpu.ErrOutOfRange)
+	if err := b.span("host access", off, n); err != nil {
+		return false, err
 	}
 	q := b.q
-	if !b.arena || b.released.Load() || q.closed.Load() || q.batched > 0 || q.d.lostErr() != nil {
+	if !b.arena || b.released.Load() || q.closed.Load() || q.batched > 0 {
 		return false, nil
 	}
 	// A request of the queue that may run on its buffers is in flight:
@@ -289,7 +274,7 @@ func (b *Buffer) Host(off, n uint64, f func(p []byte) error) (bool, error) {
 	}
 	defer q.run.Unlock()
 	var err error
-	ok := q.d.arena.use(b.ext.off+off, n, func(p []byte) { err = f(p) })
+	ok := b.lend(off, n, func(p []byte) { err = f(p) })
 	return ok, err
 }
 

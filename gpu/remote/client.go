@@ -458,9 +458,16 @@ func (q *Queue) viaArena(b gpu.Buffer, off uint64, p []byte, write bool) (done b
 	if _, err := q.buffer(b); err != nil {
 		return false, err
 	}
+	op, copyFn := "read", func(m []byte) { copy(p, m) }
+	if write {
+		op, copyFn = "write", func(m []byte) { copy(m, p) }
+	}
+	if err := rb.span(op, off, uint64(len(p))); err != nil {
+		return false, err
+	}
 	q.run.Lock()
 	defer q.run.Unlock()
-	return q.hostCopy(rb, off, p, write)
+	return rb.lend(off, uint64(len(p)), copyFn), nil
 }
 
 // chunked makes one request per Chunk of p (at least one, for an empty
