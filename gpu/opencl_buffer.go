@@ -60,9 +60,8 @@ var _ HostBuffer = (*buffer)(nil)
 // Alloc creates a buffer of size bytes on the queue's device, cleared to
 // zero before it is returned.
 func (q *queue) Alloc(size uint64) (Buffer, error) {
-	if size == 0 || size > q.dev.info.MaxAllocBytes {
-		return nil, fmt.Errorf("alloc %d bytes: size must be 1..%d (device max allocation): %w",
-			size, q.dev.info.MaxAllocBytes, &CLError{Op: "clCreateBuffer", Code: -61})
+	if err := q.dev.checkAllocSize(size); err != nil {
+		return nil, err
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -86,6 +85,16 @@ func (q *queue) Alloc(size uint64) (Buffer, error) {
 	}
 	q.buffers[b] = struct{}{}
 	return b, nil
+}
+
+// checkAllocSize refuses a buffer of size bytes the device cannot make,
+// as clCreateBuffer would (CL_INVALID_BUFFER_SIZE).
+func (d *device) checkAllocSize(size uint64) error {
+	if size == 0 || size > d.info.MaxAllocBytes {
+		return fmt.Errorf("alloc %d bytes: size must be 1..%d (device max allocation): %w",
+			size, d.info.MaxAllocBytes, &CLError{Op: "clCreateBuffer", Code: -61})
+	}
+	return nil
 }
 
 // checkBuffer returns b as this queue's live buffer. q.mu must be held.

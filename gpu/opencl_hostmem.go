@@ -86,7 +86,7 @@ static void CL_CALLBACK vg_caller_mem_released(cl_mem m, void *user) {
 
 // vg_create_buffer_on creates a buffer of size bytes on the caller's
 // memory at ptr; *released, allocated here, becomes 1 once the runtime
-// has let go of that memory (and is freed by vg_caller_mem_free only
+// has let go of that memory (and is freed by vg_caller_mem_done only
 // then).
 static cl_int vg_create_buffer_on(cl_context c, void *ptr, size_t size, cl_mem *out, int **released) {
 	int *flag = calloc(1, sizeof *flag);
@@ -212,13 +212,13 @@ func (q *queue) allocHost(b *buffer) error {
 // AllocOn makes a buffer on p, the caller's memory (HostAllocator).
 func (q *queue) AllocOn(p []byte) (Buffer, error) {
 	size := uint64(len(p))
-	switch {
-	case !q.dev.hostBacked:
+	if !q.dev.hostBacked {
 		return nil, fmt.Errorf("alloc on caller memory: %w", ErrUnsupported)
-	case size == 0 || size > q.dev.info.MaxAllocBytes:
-		return nil, fmt.Errorf("alloc %d bytes on caller memory: size must be 1..%d (device max allocation): %w",
-			size, q.dev.info.MaxAllocBytes, &CLError{Op: "clCreateBuffer", Code: -61})
-	case uintptr(unsafe.Pointer(&p[0]))%uintptr(q.dev.hostAlign()) != 0:
+	}
+	if err := q.dev.checkAllocSize(size); err != nil {
+		return nil, fmt.Errorf("on caller memory: %w", err)
+	}
+	if uintptr(unsafe.Pointer(&p[0]))%uintptr(q.dev.hostAlign()) != 0 {
 		return nil, fmt.Errorf("alloc on caller memory at %p: not aligned to %d bytes: %w", &p[0], q.dev.hostAlign(), ErrInvalidArgument)
 	}
 	q.mu.Lock()
