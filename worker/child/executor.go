@@ -245,18 +245,19 @@ func startExecutor(index int, mine, theirs, arena *os.File, b ContextBounds) (*e
 		syscall.CloseOnExec(int(arena.Fd()))
 		files = append(files, arena.Fd())
 	}
-	// Until the device owns it.
-	unmapArena := func() {
-		if mem != nil {
+	// The mapping is the device's once SetArena has it; until then a
+	// failure unmaps it here.
+	handed := false
+	defer func() {
+		if mem != nil && !handed {
 			syscall.Munmap(mem)
 		}
-	}
+	}()
 	// The worker's end first, as a descriptor the executor does not
 	// inherit; the executor's end only as its fd 3.
 	conn, err := net.FileConn(mine)
 	mine.Close()
 	if err != nil {
-		unmapArena()
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	syscall.CloseOnExec(int(theirs.Fd()))
@@ -286,7 +287,6 @@ func startExecutor(index int, mine, theirs, arena *os.File, b ContextBounds) (*e
 	})
 	if err != nil {
 		conn.Close()
-		unmapArena()
 		return nil, fmt.Errorf("executor: start: %w", err)
 	}
 	theirs.Close()
@@ -297,7 +297,6 @@ func startExecutor(index int, mine, theirs, arena *os.File, b ContextBounds) (*e
 			conn.Close()
 			e.kill()
 			<-e.finished
-			unmapArena()
 			return nil, fmt.Errorf("executor for device %d: %w", index, err)
 		}
 	}
@@ -307,11 +306,11 @@ func startExecutor(index int, mine, theirs, arena *os.File, b ContextBounds) (*e
 	if e.Device, err = remote.NewDevice(conn.(*net.UnixConn)); err != nil {
 		// The executor ends once its socket does.
 		e.waitOrKill(executorCloseWait)
-		unmapArena()
 		return nil, fmt.Errorf("executor for device %d (%s): %w", index, e.describe(), err)
 	}
 	if mem != nil {
 		e.Device.SetArena(mem)
+		handed = true
 	}
 	if b.Limits != nil {
 		e.Device.SetWatchdog(&remote.Watchdog{
