@@ -210,7 +210,7 @@ func (in *Instance) move(cp *abi.Copy, b *buffer, segs []segment) error {
 			in.sh.InPlace.Add(1)
 		} else if err == nil {
 			err = in.run(in.chunkWork(n, cp.Length), func() (time.Duration, error) {
-				return 0, in.moveBatch(views, cp, b, batch, off, n)
+				return 0, in.moveBatch(views, cp, b, batch, off)
 			})
 		}
 		if errors.Is(err, errStale) {
@@ -262,13 +262,9 @@ func batches(rs []segment, max uint64) [][]segment {
 	return out
 }
 
-// moveBatch moves one batch of a copy's runs, n bytes starting at offset
+// moveBatch moves one batch of a copy's runs, starting at offset
 // off of b, under the caller's device turn.
-func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch []segment, off, n uint64) error {
-	// The buffer's memory may have become lendable meanwhile.
-	if moved, err := in.moveInPlace(cp, b, batch, off, n); moved || err != nil {
-		return err
-	}
+func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch []segment, off uint64) error {
 	st := stager{in: in, cp: cp, b: b}
 	for _, r := range batch {
 		if views != nil && r.len >= directMin {
