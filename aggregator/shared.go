@@ -131,6 +131,50 @@ type Shared struct {
 	// RAM and a host-backed buffer's memory, with no device transfer and
 	// no device turn (exec.go move). Appended last, as the fields above.
 	InPlace atomic.Uint64
+	// TurnOffer is a free device turn parked at the instance by the main
+	// process's scheduler (sched/offer.go, docs/worker.md "Instance
+	// page"): the offer's number times 4, plus offerParked while it may be
+	// taken or offerTaken once the worker took it (TakeTurn); 0: none.
+	// The main process parks (ParkTurn) and revokes (RevokeTurn) it; the
+	// worker's ring loop takes it for the first command of a doorbell
+	// instead of asking for a turn. Each side reads the word once per
+	// step and acts only on the values it expects: a worker that writes
+	// anything else has no turn taken in the main process's books (it may
+	// use its device without one anyway: what bounds it is the watchdog
+	// and preemption, which do not rely on the word). Appended last.
+	TurnOffer atomic.Uint64
+}
+
+// TurnOffer's states, below the offer's number.
+const (
+	offerParked = 1
+	offerTaken  = 2
+	offerState  = 3
+)
+
+// ParkTurn parks free turn gen (below 2^62) at the instance.
+func (s *Shared) ParkTurn(gen uint64) { s.TurnOffer.Store(gen<<2 | offerParked) }
+
+// RevokeTurn takes offer gen back and reports whether the worker had
+// taken it.
+func (s *Shared) RevokeTurn(gen uint64) (taken bool) {
+	if s.TurnOffer.CompareAndSwap(gen<<2|offerParked, 0) {
+		return false
+	}
+	return s.TurnOffer.Load() == gen<<2|offerTaken
+}
+
+// TurnParked reports whether a free turn is parked at the instance.
+func (s *Shared) TurnParked() bool { return s.TurnOffer.Load()&offerState == offerParked }
+
+// TakeTurn takes the free turn parked at the instance, if any, and
+// returns its number.
+func (s *Shared) TakeTurn() (gen uint64, ok bool) {
+	v := s.TurnOffer.Load()
+	if v&offerState != offerParked || !s.TurnOffer.CompareAndSwap(v, v&^offerState|offerTaken) {
+		return 0, false
+	}
+	return v >> 2, true
 }
 
 // MaxPollWindow bounds the poll window a worker accepts from its page.

@@ -83,3 +83,43 @@ func TestKernelBucket(t *testing.T) {
 		}
 	}
 }
+
+// TestTurnOffer: the parked-turn word's transitions (sched/offer.go), and
+// a revocation that finds a value the worker should not have written
+// (hostile, or an offer of another number) reads it as not taken.
+func TestTurnOffer(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		word      func(s *Shared) // what the worker did after ParkTurn(5)
+		wantTaken bool
+	}{
+		{"untouched", func(*Shared) {}, false},
+		{"taken", func(s *Shared) {
+			if gen, ok := s.TakeTurn(); !ok || gen != 5 {
+				t.Errorf("TakeTurn = %d, %v; want 5, true", gen, ok)
+			}
+		}, true},
+		{"garbage", func(s *Shared) { s.TurnOffer.Store(0xdeadbeef) }, false},
+		{"another offer taken", func(s *Shared) { s.TurnOffer.Store(6<<2 | offerTaken) }, false},
+		{"cleared", func(s *Shared) { s.TurnOffer.Store(0) }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var s Shared
+			s.ParkTurn(5)
+			if !s.TurnParked() {
+				t.Fatal("not parked after ParkTurn")
+			}
+			tt.word(&s)
+			if got := s.RevokeTurn(5); got != tt.wantTaken {
+				t.Errorf("RevokeTurn = %v, want %v", got, tt.wantTaken)
+			}
+			if _, ok := s.TakeTurn(); ok && tt.name == "untouched" {
+				t.Error("an offer revoked untaken can still be taken")
+			}
+		})
+	}
+	var s Shared
+	if _, ok := s.TakeTurn(); ok {
+		t.Error("TakeTurn took a turn never parked")
+	}
+}

@@ -43,6 +43,17 @@ type MemoryArbiter interface {
 	Unreserve(id string, n uint64)
 }
 
+// TurnTaker is implemented by an Arbiter whose scheduler parks free
+// turns in the instance page (a worker process's arbiter: the main
+// process's scheduler, sched/offer.go). Took tells it that the instance
+// took parked turn gen from its page (Shared.TakeTurn), without waiting,
+// and returns the function that gives the turn back (as Acquire's
+// release). The turn has no slice budget: one is parked only at an
+// instance that runs alone on its device.
+type TurnTaker interface {
+	Took(id string, gen uint64) (release func(dev time.Duration, slices int))
+}
+
 // ErrRelocate is wrapped by a MemoryArbiter's Reserve when the instance is
 // being moved (to another device, or out to host memory until its device
 // has room): the ring leaves the command that asked unfetched and
@@ -163,10 +174,7 @@ func (in *Instance) acquire(cost time.Duration) (budget time.Duration, done func
 		}
 		in.dropTurn()
 	}
-	if in.renews() {
-		in.page().sh.TurnWanted.Store(0)
-	}
-	budget, release, err := in.dev.arb.Acquire(in.ctx, in.schedID, cost)
+	budget, release, err := in.newTurn(cost)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -182,6 +190,22 @@ func (in *Instance) acquire(cost time.Duration) (budget time.Duration, done func
 	h := &heldTurn{release: release, budget: budget, granted: now, until: now.Add(hold)}
 	in.held = h
 	return budget, in.usedTurn(h), nil
+}
+
+// newTurn takes the free turn parked in the instance page, if there is
+// one and the arbiter parks them, else asks the arbiter for a turn.
+func (in *Instance) newTurn(cost time.Duration) (time.Duration, func(time.Duration, int), error) {
+	if !in.renews() {
+		return in.dev.arb.Acquire(in.ctx, in.schedID, cost)
+	}
+	sh := in.page().sh
+	sh.TurnWanted.Store(0)
+	if t, ok := in.dev.arb.(TurnTaker); ok {
+		if gen, ok := sh.TakeTurn(); ok {
+			return 0, t.Took(in.schedID, gen), nil
+		}
+	}
+	return in.dev.arb.Acquire(in.ctx, in.schedID, cost)
 }
 
 // usedTurn is the done of one use of h: it adds the use's device time and

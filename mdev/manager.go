@@ -75,6 +75,11 @@ type Config struct {
 	// doorbell before it blocks (worker.Config.PollWindow: 0 the
 	// default, negative never).
 	PollWindow time.Duration
+	// RequestEveryTurn: every device turn of a worker's instance is
+	// asked for across the process boundary, none taken from the free
+	// turn parked at it (worker.Config.RequestEveryTurn). For benchmark
+	// baselines.
+	RequestEveryTurn bool
 	// Adopt, if set, is what an old vgpud handed over in an upgrade in
 	// place (docs/upgrade.md): Create adopts the instances it names
 	// (their workers, sockets and connections) instead of making new
@@ -209,7 +214,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		m.infos = append(m.infos, d.Info())
 	}
 	pool, err := worker.NewPool(worker.Config{Devices: m.infos, Dir: cfg.WorkerDir, Logger: log, Sandbox: cfg.Sandbox,
-		InProcess: cfg.InProcess, KernelsInWorker: cfg.KernelsInWorker, PollWindow: cfg.PollWindow, GPUs: cfg.Devices, DeviceMemory: cfg.DeviceMemory, Shortage: m.shortage})
+		InProcess: cfg.InProcess, KernelsInWorker: cfg.KernelsInWorker, PollWindow: cfg.PollWindow, RequestEveryTurn: cfg.RequestEveryTurn, GPUs: cfg.Devices, DeviceMemory: cfg.DeviceMemory, Shortage: m.shortage})
 	if err != nil {
 		return nil, fmt.Errorf("new manager: %w", err)
 	}

@@ -2,6 +2,7 @@ package mdev
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/internal/guestmem/addrspacetest"
 )
 
@@ -69,6 +71,91 @@ func TestPolledDoorbellsNeedNoWakeups(t *testing.T) {
 	}
 	if sh.Renewals.Load() == renewals {
 		t.Error("no kept turn was renewed")
+	}
+}
+
+// TestFirstTurnOnAFreeDeviceNeedsNoRequest (issue 42) is the mechanism
+// test of parked turns (sched/offer.go) on vgpud's default configuration:
+// when an instance alone on its device has gone idle (its worker blocked,
+// its turn given back), the scheduler parks the free device in its
+// instance page, and the first command of its next doorbell takes that
+// turn without a request and a grant on the worker's socket. Nothing is
+// timed: each round waits for the offer to be parked, then sends one
+// command and waits for it.
+func TestFirstTurnOnAFreeDeviceNeedsNoRequest(t *testing.T) {
+	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}})
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
+	d := openDriver(t, attach(t, inst))
+	p, log, err := d.Build(`__kernel void bump(__global uint *a) { a[get_global_id(0)] += 1; }`, "")
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, log)
+	}
+	b, err := d.CreateBuffer(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Write(b, 0, make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	sh := inst.be.Shared()
+	before := inst.Sched()
+	const n = 10
+	// The first turn is asked for: a turn is parked only at the instance
+	// whose turn ended last.
+	for k := range n + 1 {
+		if k > 0 {
+			waitParked(t, sh)
+		}
+		// A launch needs a device turn (a small copy may not: exec.go move).
+		if err := d.Launch(p, "bump", driver.Range1(16, 0), driver.BufferArg(b)); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 64)
+		if err := d.Read(b, 0, got); err != nil {
+			t.Fatal(err)
+		}
+		if v := binary.LittleEndian.Uint32(got[60:]); v != uint32(k+1) {
+			t.Fatalf("round %d: the kernel's result is %d, want %d", k, v, k+1)
+		}
+	}
+	after := inst.Sched()
+	if got := after.Taken - before.Taken; got < n {
+		t.Errorf("%d of %d first commands after idleness took the parked turn (%d turns requested)",
+			got, n, (after.Turns-after.Taken)-(before.Turns-before.Taken))
+	}
+
+	// Parked turns off (the baseline): every turn is requested.
+	m2 := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, RequestEveryTurn: true})
+	inst2 := mustCreate(t, m2, CreateRequest{Profile: "vgpu-small"})
+	d2 := openDriver(t, attach(t, inst2))
+	p2, log, err := d2.Build(`__kernel void bump(__global uint *a) { a[get_global_id(0)] += 1; }`, "")
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, log)
+	}
+	b2, err := d2.CreateBuffer(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Launch(p2, "bump", driver.Range1(16, 0), driver.BufferArg(b2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if c := inst2.Sched(); c.Offers != 0 || c.Taken != 0 || c.Turns == 0 {
+		t.Errorf("with RequestEveryTurn: %d offers, %d taken of %d turns; want none of some", c.Offers, c.Taken, c.Turns)
+	}
+}
+
+// waitParked waits until the scheduler has parked a free turn in sh.
+func waitParked(t *testing.T, sh *aggregator.Shared) {
+	t.Helper()
+	hang := time.Now().Add(time.Minute)
+	for !sh.TurnParked() {
+		if time.Now().After(hang) {
+			t.Fatalf("no turn parked at an idle instance alone on its device a minute on (offer word %#x)", sh.TurnOffer.Load())
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 

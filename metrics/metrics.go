@@ -46,6 +46,7 @@ var (
 	instWait      = desc("instance_queue_wait_seconds_total", "Time spent waiting for device turns.", instLabels...)
 	instTurns     = desc("instance_turns_total", "Device turns granted.", instLabels...)
 	instSlices    = desc("instance_launch_slices_total", "Launch slices cut by the scheduler.", instLabels...)
+	instTaken     = desc("instance_turns_taken_total", "Device turns taken from a free turn parked at the instance, without a request (of instance_turns_total).", instLabels...)
 	instShare     = desc("instance_share", "Weight under the fixed-share policy.", instLabels...)
 	instDoorbells = desc("instance_doorbells_total", "Doorbell writes by the guest.", instLabels...)
 	instMemUsed   = desc("instance_memory_used_bytes", "Device memory held by the instance.", instLabels...)
@@ -88,7 +89,7 @@ func NewCollector(m *mdev.Manager) *Collector { return &Collector{m: m} }
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{devInfo, devPolicy, devBusy, devTurns, devInstances, devMemCap, devMemUsed, devShortage, instMoves, instSuspended,
 		instCommands, instErrors, instBytes, instLaunches, instKernel, instDevice, instWait, instTurns,
-		instSlices, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, instFeature, placePolicy, workers, workerExits, acceptRetries, connsRefused,
+		instSlices, instTaken, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, instFeature, placePolicy, workers, workerExits, acceptRetries, connsRefused,
 		instReuse, instReuseBytes, instReuseDevice, instReuseEvicted,
 		domReuse, domEntries, domBytes, domBudget, domUsers, domEvicted, domSavedBytes} {
 		ch <- d
@@ -165,6 +166,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(instWait, seconds(sc.WaitNanos))
 		counter(instTurns, float64(sc.Turns))
 		counter(instSlices, float64(sc.Slices))
+		counter(instTaken, float64(sc.Taken))
 		counter(instDoorbells, float64(st.Doorbells.Load()))
 		gauge(instShare, float64(sc.Share))
 		gauge(instMemUsed, float64(in.MemUsed()))

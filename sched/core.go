@@ -102,6 +102,8 @@ type client struct {
 	waitNanos uint64 // time requests waited for their turn
 	heldNanos uint64 // wall time holding the device
 	turns     uint64
+	offers    uint64        // free turns parked at it (offer.go)
+	taken     uint64        // turns it took from them
 	slices    uint64        // slices of launches cut for the scheduler
 	avgCost   float64       // moving average of the device time of its turns
 	limit     time.Duration // longest a turn may run, stopped time excluded (0: no limit)
@@ -438,6 +440,24 @@ func (s *schedCore) grant(now time.Time) (*request, time.Time) {
 		c.waitNanos += uint64(w)
 	}
 	return r, time.Time{}
+}
+
+// start makes a running turn of c outside its queue (one taken from a
+// parked offer, Scheduler.startLocked): the device, idle, is now c's,
+// with no slice budget (c ran alone when the offer was made).
+func (s *schedCore) start(c *client, now time.Time) *request {
+	r := &request{c: c, at: now, granted: true, start: now, runStart: now, state: stateRunning}
+	if !waiting(c) && c != s.holder {
+		c.vtime = max(c.vtime, s.vclock)
+	}
+	c.seen = now
+	s.busy = true
+	s.holder = c
+	s.vclock = max(s.vclock, c.vtime)
+	s.cur = r
+	s.grants++
+	c.turns++
+	return r
 }
 
 // reservedUntil is when the hold on an idle device for the client whose

@@ -7,7 +7,9 @@
 // that has run its client's slice while another group's client waits is
 // preempted through a Preempter (stopped and resumed later, or left to
 // the device's time-slicing) and the device granted on; a watchdog
-// reports a turn whose running time outlives its client's kernel limit.
+// reports a turn whose running time outlives its client's kernel limit;
+// a free device is parked at the client whose turn ended last, when it
+// runs alone, for its holder to take without asking (offer.go).
 //
 // sched owns the policies' state machine (schedCore: pure, time passed in,
 // property-tested) and its synchronisation (Scheduler). It knows nothing of
@@ -16,8 +18,8 @@
 // main process; a worker process asks across its protocol, and the main
 // process asks the Scheduler on its behalf.
 //
-// Lock order: the Preempter and the continue functions it returns run
-// under Scheduler.mu and must not call the Scheduler (worker.Pool's take
+// Lock order: the Preempter and the continue functions it returns, and
+// the Offers hook, run under Scheduler.mu and must not call the Scheduler (worker.Pool's take
 // only the pool's, an instance's and a process's locks, which it never
 // holds while calling the Scheduler); the onOverrun callback runs without
 // it.

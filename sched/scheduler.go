@@ -62,6 +62,12 @@ type Scheduler struct {
 	noPreempt bool                  // SetPreempting(false), Close
 	live      map[*request]struct{} // granted turns not yet released
 	contended func(id string)       // SetContended
+
+	offers   Offers  // SetOffers (offer.go)
+	noOffers bool    // SetOffering(false), Close
+	parked   *parked // the offer out, or the turn taken from it and not claimed
+	nextGen  uint64  // the last offer's number
+	last     *client // the client whose turn ended last
 }
 
 // SetContended sets f, told the id of the client whose turn holds the
@@ -133,8 +139,7 @@ func (s *Scheduler) Acquire(ctx context.Context, id string, cost time.Duration) 
 		s.checkLocked(cur, s.now())
 	}
 	s.mu.Unlock()
-	var once sync.Once
-	release := func(dev time.Duration, slices int) { once.Do(func() { s.release(r, dev, slices) }) }
+	release := s.releaseOnce(r)
 	select {
 	case <-r.ready:
 		return r.budget, release, nil
@@ -152,10 +157,25 @@ func (s *Scheduler) Acquire(ctx context.Context, id string, cost time.Duration) 
 	}
 }
 
+// releaseOnce returns the function that ends turn r, which does so
+// once whoever calls it again.
+func (s *Scheduler) releaseOnce(r *request) func(dev time.Duration, slices int) {
+	var once sync.Once
+	return func(dev time.Duration, slices int) { once.Do(func() { s.release(r, dev, slices) }) }
+}
+
 // grantLocked hands the idle device to the next request, or arms the
-// timer when a timeslice reservation holds it.
+// timer when a timeslice reservation holds it, or parks it at the client
+// whose turn ended last (offer.go). A parked turn is revoked first; if
+// it was taken, the device is its holder's.
 func (s *Scheduler) grantLocked() {
 	now := s.now()
+	if s.revokeLocked(now); s.core.busy {
+		if s.core.pending() {
+			s.tellContended(s.core.holder)
+		}
+		return
+	}
 	r, retry := s.core.grant(now)
 	if r != nil {
 		if r.resumed {
@@ -174,7 +194,11 @@ func (s *Scheduler) grantLocked() {
 		s.armLocked(r, now)
 		return
 	}
-	if !retry.IsZero() && !s.closed {
+	if retry.IsZero() {
+		s.offerLocked(now)
+		return
+	}
+	if !s.closed {
 		d := max(retry.Sub(s.now()), 0)
 		if s.timer == nil {
 			s.timer = time.AfterFunc(d, s.retry)
@@ -396,6 +420,7 @@ func (s *Scheduler) release(r *request, dev time.Duration, slices int) {
 		r.cont = nil
 	}
 	delete(s.live, r)
+	s.last = r.c
 	if slices > 1 {
 		r.c.slices += uint64(slices)
 	}
@@ -410,6 +435,7 @@ func (s *Scheduler) release(r *request, dev time.Duration, slices int) {
 func (s *Scheduler) Close() {
 	s.mu.Lock()
 	s.closed = true
+	s.revokeLocked(s.now())
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -417,9 +443,14 @@ func (s *Scheduler) Close() {
 	s.SetPreempting(false)
 }
 
-// Remove forgets client id, which has no turn waiting or in progress.
+// Remove forgets client id, which has no turn waiting or in progress
+// (but for one it took from a parked offer and did not claim: Forfeit).
 func (s *Scheduler) Remove(id string) {
+	s.Forfeit(id)
 	s.mu.Lock()
+	if s.last != nil && s.last.id == id {
+		s.last = nil
+	}
 	defer s.mu.Unlock()
 	s.core.remove(id)
 }
@@ -432,6 +463,8 @@ type ClientStats struct {
 	WaitNanos   uint64 `json:"wait_ns"`   // time spent waiting for turns
 	HeldNanos   uint64 `json:"held_ns"`   // wall time holding the device
 	Turns       uint64 `json:"turns"`
+	Offers      uint64 `json:"offers"`      // free turns parked at it, taken without a request (offer.go)
+	Taken       uint64 `json:"taken"`       // of Turns, those it took from them
 	Slices      uint64 `json:"slices"`      // launch slices cut for the scheduler
 	Preemptions uint64 `json:"preemptions"` // turns taken off the device past their slice
 	Stopped     bool   `json:"stopped,omitempty"`
@@ -449,7 +482,7 @@ type Stats struct {
 
 func statsOf(c *client) ClientStats {
 	return ClientStats{ID: c.id, Share: c.share, DeviceNanos: c.devNanos, WaitNanos: c.waitNanos, HeldNanos: c.heldNanos,
-		Turns: c.turns, Slices: c.slices, Preemptions: c.preempts, Stopped: c.stopped != nil, Queued: len(c.queue)}
+		Turns: c.turns, Offers: c.offers, Taken: c.taken, Slices: c.slices, Preemptions: c.preempts, Stopped: c.stopped != nil, Queued: len(c.queue)}
 }
 
 // Stats returns the scheduler's counters.

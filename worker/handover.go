@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/internal/irqfd"
+	"github.com/vgpud/vgpud/sched"
 	"github.com/vgpud/vgpud/worker/wire"
 )
 
@@ -113,9 +115,19 @@ func (p *Pool) Pause(ctx context.Context) error {
 	// next process must not inherit a stopped one (preempt.go).
 	for _, s := range p.scheds {
 		s.SetPreempting(false)
+		// No free turn is parked from now on; one taken already is in
+		// progress until its worker gives it back.
+		s.SetOffering(false)
+	}
+	// A turn taken from a parked offer is in its scheduler's books from
+	// the revocation to its worker's claim (wire.TurnTaken), and in turns
+	// from before the claim: once no scheduler holds one unclaimed (none
+	// is taken any more), turns has them all.
+	if err := waitUnclaimed(ctx, p.scheds); err != nil {
+		return fmt.Errorf("wait for device turns in progress: %w", err)
 	}
 	// A turn is in turns from its request (nil while the scheduler has
-	// not granted it) to its release.
+	// not granted it) or its claim to its release.
 	quiet := func(pr *process) bool { return len(pr.turns) == 0 }
 	if err := waitAll(ctx, procs, quiet); err != nil {
 		return fmt.Errorf("wait for device turns in progress: %w", err)
@@ -195,6 +207,23 @@ func waitAll(ctx context.Context, procs []*process, cond func(*process) bool) er
 	}
 }
 
+// waitUnclaimed waits until no scheduler of scheds holds a turn taken
+// from a parked offer that its worker has not claimed.
+func waitUnclaimed(ctx context.Context, scheds []*sched.Scheduler) error {
+	for {
+		if !slices.ContainsFunc(scheds, (*sched.Scheduler).Unclaimed) {
+			return nil
+		}
+		t := time.NewTimer(pauseTick)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // Resume undoes Pause (the handover was abandoned): readers, log relays
 // and notice relays run again, the deferred turns are served, and the
 // workers die with this process again.
@@ -205,6 +234,7 @@ func (p *Pool) Resume() {
 	p.mu.Unlock()
 	for _, s := range p.scheds {
 		s.SetPreempting(true)
+		s.SetOffering(true)
 	}
 	for _, in := range p.instList() {
 		in.startNotices()

@@ -107,6 +107,7 @@ func TestLyingWorker(t *testing.T) {
 		{"fds-on-reply", CauseProtocol, true},
 		{"release-ungranted", CauseProtocol, false},
 		{"double-turn", CauseProtocol, false},
+		{"double-taken", CauseProtocol, false},
 		{"hold-turn", CauseWatchdog, false},
 		{"crash", CauseSignal, false},
 	} {

@@ -76,6 +76,11 @@ type Config struct {
 	// aggregator.MaxPollWindow.
 	PollWindow time.Duration
 
+	// RequestEveryTurn turns parked turns off (sched/offer.go): every
+	// device turn of a worker's instance is asked for and granted across
+	// the process boundary, as before issue 42. For benchmarks' baselines.
+	RequestEveryTurn bool
+
 	// DeviceMemory is how much memory the pool lets all instances on each
 	// device hold together (same order as Devices; a missing or 0 entry:
 	// the device's GlobalMemBytes). A profile may advertise more than
@@ -198,6 +203,9 @@ func NewPool(cfg Config) (*Pool, error) {
 		if !cfg.InProcess {
 			s.SetPreempter(p.preempter(dev))
 			s.SetContended(p.contended)
+			if !cfg.RequestEveryTurn {
+				s.SetOffers(parks{p})
+			}
 		}
 		p.scheds = append(p.scheds, s)
 	}
@@ -300,6 +308,29 @@ func (p *Pool) contended(id string) {
 	if v, ok := p.pages.Load(id); ok {
 		v.(*procInstance).sh.TurnWanted.Store(1)
 	}
+}
+
+// parks is a device scheduler's sched.Offers: a free turn is parked in
+// the instance page of a worker's instance (aggregator.Shared.TurnOffer),
+// where the instance's ring loop takes it without a request. Its methods
+// run under the scheduler's lock and take no lock themselves.
+type parks struct{ p *Pool }
+
+func (o parks) Offer(id string, gen uint64) bool {
+	v, ok := o.p.pages.Load(id)
+	if !ok {
+		return false
+	}
+	v.(*procInstance).sh.ParkTurn(gen)
+	return true
+}
+
+func (o parks) Revoke(id string, gen uint64) bool {
+	v, ok := o.p.pages.Load(id)
+	if !ok {
+		return false
+	}
+	return v.(*procInstance).sh.RevokeTurn(gen)
 }
 
 // declare notes a domain and whether it is operator-named.

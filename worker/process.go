@@ -260,6 +260,11 @@ func (pr *process) read() (paused bool) {
 				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: %v", err))
 				return false
 			}
+		case *wire.TurnTaken:
+			if err := pr.taken(m); err != nil {
+				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: %v", err))
+				return false
+			}
 		case *wire.TurnRelease:
 			if err := pr.release(m); err != nil {
 				pr.kill(CauseProtocol, fmt.Sprintf("protocol violation: %v", err))
@@ -334,6 +339,35 @@ func (pr *process) turn(id uint32, m *wire.Turn) error {
 		}
 		pr.reply(id, abi.StatusOK, "", (&wire.TurnGrant{SliceBudget: budget}).EncodeBody())
 	}()
+	return nil
+}
+
+// taken claims the turn a worker took from a free turn parked in its
+// instance's page (sched/offer.go). The turn is in progress from now on,
+// whatever the scheduler says: one it knows nothing of (a worker that
+// lies, or took the offer from the process it was handed over from) is
+// recorded with nothing to release, so that its TurnRelease is no
+// violation.
+func (pr *process) taken(m *wire.TurnTaken) error {
+	pr.mu.Lock()
+	if _, busy := pr.turns[m.Turn]; busy {
+		pr.mu.Unlock()
+		return fmt.Errorf("turn %d taken while in progress", m.Turn)
+	}
+	inst := pr.slots[m.Slot]
+	pr.turns[m.Turn] = func(time.Duration, uint32) {}
+	pr.mu.Unlock()
+	if inst == nil {
+		return nil
+	}
+	release, ok := pr.sched.Take(inst.cfg.ID, m.Offer)
+	if !ok {
+		pr.log.Debug("turn taken from an offer the scheduler does not know", "instance", inst.cfg.ID, "offer", m.Offer)
+		return nil
+	}
+	if !pr.grant(m.Turn, func(dev time.Duration, slices uint32) { release(dev, int(slices)) }) {
+		release(0, 0) // the process died meanwhile
+	}
 	return nil
 }
 
@@ -504,6 +538,9 @@ func (pr *process) reap(readDone, logsDone <-chan struct{}, cacheDir string) {
 		if rel != nil {
 			rel(0, 0) // charged the wall time it held
 		}
+	}
+	for _, inst := range slots {
+		pr.sched.Forfeit(inst.cfg.ID) // a parked turn it took and never claimed
 	}
 	status := exitStatus(err)
 	if stopping && len(slots) == 0 && cause == "" {

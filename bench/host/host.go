@@ -42,6 +42,8 @@ type Mode struct {
 	// PollWindow is the workers' poll window (mdev.Config.PollWindow:
 	// 0 the default, negative never polls).
 	PollWindow time.Duration
+	// RequestEveryTurn: no free turn parked at an instance (mdev.Config.RequestEveryTurn).
+	RequestEveryTurn bool
 }
 
 // StartMode is Start with the instances run as mode says.
@@ -58,7 +60,7 @@ func StartMode(selector, prefix string, mode Mode) (*Host, error) {
 	// Each path's hang-up is logged as a warning: errors only.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Transport: mpqemu.Transport{}, Logger: log,
-		InProcess: mode.InProcess, KernelsInWorker: mode.KernelsInWorker, PollWindow: mode.PollWindow})
+		InProcess: mode.InProcess, KernelsInWorker: mode.KernelsInWorker, PollWindow: mode.PollWindow, RequestEveryTurn: mode.RequestEveryTurn})
 	if err != nil {
 		os.RemoveAll(dir)
 		dev.Close()

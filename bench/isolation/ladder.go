@@ -22,7 +22,10 @@ import (
 //	                   socket round trip), the register file, the ring, the
 //	                   aggregator, the driver polling the completion
 //	worker/kernels   + the worker process: the doorbell's eventfd wake, a
-//	                   device turn's request and grant on its socket
+//	                   device turn's request and grant on its socket (none
+//	                   for a turn taken from the free one parked at an idle
+//	                   instance alone on its device: -request-every-turn
+//	                   measures the ladder as before)
 //	worker/executor  + the executor process: a socket round trip per device
 //	                   call (vgpud's default on a CPU device)
 //
@@ -41,7 +44,16 @@ type ladderOp struct {
 	name   string
 	driver func(m *mode, scratch []byte) error
 	direct func(d *ladderDirect, scratch []byte) error
+	// idle: every path rests this long, untimed, before each op
+	idle time.Duration
 }
+
+// ladderIdle is how long the idle op's paths rest before each launch:
+// past a worker's poll window (200 us by default) and a kept turn's hold
+// (500 us), so that through vgpud the launch finds its worker blocked
+// and its turn given back, as an application's launch after a stretch
+// of CPU work does.
+const ladderIdle = 2 * time.Millisecond
 
 var ladderOps = []ladderOp{
 	{"launch of 1 item, waited for",
@@ -49,7 +61,7 @@ var ladderOps = []ladderOp{
 		func(d *ladderDirect, _ []byte) error {
 			_, err := d.q.Launch(d.k, gpu.NDRange{Dims: 1, Global: [3]uint64{1, 1, 1}}, []gpu.Arg{{Buffer: d.buf}})
 			return err
-		}},
+		}, 0},
 	{fmt.Sprintf("%d launches queued, then waited for", ladderBurst),
 		func(m *mode, _ []byte) error {
 			for range ladderBurst {
@@ -72,10 +84,16 @@ var ladderOps = []ladderOp{
 				}
 			}
 			return nil
-		}},
+		}, 0},
+	{fmt.Sprintf("launch of 1 item after %v idle, waited for", ladderIdle),
+		func(m *mode, _ []byte) error { return ops[1].do(m, nil) },
+		func(d *ladderDirect, _ []byte) error {
+			_, err := d.q.Launch(d.k, gpu.NDRange{Dims: 1, Global: [3]uint64{1, 1, 1}}, []gpu.Arg{{Buffer: d.buf}})
+			return err
+		}, ladderIdle},
 	{"read of 64 bytes",
 		func(m *mode, scratch []byte) error { return m.d.Read(m.buf, 0, scratch[:64]) },
-		func(d *ladderDirect, scratch []byte) error { return d.q.Read(d.buf, 0, scratch[:64]) }},
+		func(d *ladderDirect, scratch []byte) error { return d.q.Read(d.buf, 0, scratch[:64]) }, 0},
 	{"write + read 4 KiB",
 		func(m *mode, scratch []byte) error { return ops[2].do(m, scratch) },
 		func(d *ladderDirect, scratch []byte) error {
@@ -83,7 +101,7 @@ var ladderOps = []ladderOp{
 				return err
 			}
 			return d.q.Read(d.buf, 0, scratch)
-		}},
+		}, 0},
 }
 
 // ladderDirect is the ladder's bottom rung: the touch kernel and a 4 KiB
@@ -172,7 +190,14 @@ func ladderTable(ctx context.Context, cfg config, modes []*mode) (*table.Table, 
 			}
 			return o.driver(rungs[i-1], scratch)
 		}
-		lat, _, err := measureBlocks(ctx, cfg, 1+len(rungs), run)
+		c := cfg
+		var rest func()
+		if o.idle > 0 {
+			// Resting costs wall time, not the op's: fewer ops.
+			c.ops, c.block = max(cfg.ops/4, 1), max(cfg.block/4, 1)
+			rest = func() { time.Sleep(o.idle) }
+		}
+		lat, _, err := measureBlocksRest(ctx, c, 1+len(rungs), rest, run)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", o.name, err)
 		}
@@ -192,9 +217,12 @@ func ladderTable(ctx context.Context, cfg config, modes []*mode) (*table.Table, 
 	t.Note("+ in-process: the vGPU itself: the doorbell (an MMIO write over the harness's socket), the register file, ring fetch and")
 	t.Note("  decode, DMA through guest RAM, the completion record and the driver's poll of it")
 	t.Note("+ worker/kernels: the worker process: the doorbell's eventfd wakes it, each device turn a request and a grant on its socket")
-	t.Note("  (a run of queued commands shares one turn), the completion written by another process")
+	t.Note("  (a run of queued commands shares one turn; on a device free of others, the free turn parked in the instance page is")
+	t.Note("  taken without either: -request-every-turn measures without), the completion written by another process")
 	t.Note("+ worker/executor: the executor process: each device call a round trip on its socket (queued launches: one per run),")
 	t.Note("  but a write or read of a buffer of a page or more, a memory copy in the worker (the executor's arena)")
+	t.Note("after %v idle: every path rests %v, untimed, before each launch (%d ops per path): through vgpud the worker has", ladderIdle, ladderIdle, max(cfg.ops/4, 1))
+	t.Note("  blocked and given its turn back; directly, the OpenCL runtime's threads may have gone to sleep too")
 	t.Note("the ICD and vgpu-icdd above the driver: bench/apps -sections small (an OpenCL program through them against PoCL)")
 	return t, nil
 }
@@ -206,6 +234,12 @@ func us(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e3) }
 // cfg.block with the paths rotating (which goes first moves by one each
 // block), and returns each path's latencies and mean latency per block.
 func measureBlocks(ctx context.Context, cfg config, n int, do func(i int) error) (lat [][]time.Duration, blocks [][]float64, err error) {
+	return measureBlocksRest(ctx, cfg, n, nil, do)
+}
+
+// measureBlocksRest is measureBlocks with rest, if not nil, called before
+// each op, untimed (a block's mean then includes it).
+func measureBlocksRest(ctx context.Context, cfg config, n int, rest func(), do func(i int) error) (lat [][]time.Duration, blocks [][]float64, err error) {
 	lat, blocks = make([][]time.Duration, n), make([][]float64, n)
 	for done := 0; done < cfg.ops; done += cfg.block {
 		b := min(cfg.block, cfg.ops-done)
@@ -215,6 +249,9 @@ func measureBlocks(ctx context.Context, cfg config, n int, do func(i int) error)
 			for range b {
 				if err := ctx.Err(); err != nil {
 					return nil, nil, err
+				}
+				if rest != nil {
+					rest()
 				}
 				s := time.Now()
 				if err := do(i); err != nil {

@@ -93,6 +93,9 @@ type config struct {
 	// poll is every worker mode's poll window (mdev.Config.PollWindow:
 	// 0 vgpud's default, negative never, as before issue 42)
 	poll time.Duration
+	// requestTurns: every worker mode asks for every device turn, none
+	// parked (mdev.Config.RequestEveryTurn, as before issue 42)
+	requestTurns bool
 }
 
 var sections = []string{"command", "matmul", "context", "ladder", "bandwidth"}
@@ -110,6 +113,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	list := fs.String("sections", "command,matmul,context", "tables: "+fmt.Sprint(sections))
 	sizes := fs.String("bwsizes", defaultBWSizes, "bandwidth table: transfer sizes (bytes, K, M or G suffix)")
 	fs.DurationVar(&cfg.poll, "poll-window", 0, "the workers' poll window (0: vgpud's default; negative: never poll)")
+	fs.BoolVar(&cfg.requestTurns, "request-every-turn", false, "the workers ask for every device turn; none is parked at an idle instance (as before issue 42)")
 	fs.IntVar(&cfg.bwReps, "bwreps", 30, "bandwidth table: the most transfers of a size each way per path (fewer for large sizes)")
 	fs.StringVar(&cfg.bwGuest, "bwguest", bwGuestDMA, "bandwidth table: where the guest's data lies: dma (its DMA memory, handed to the device in place) or staged (copied through the driver's staging pool)")
 	if err := fs.Parse(args); err != nil {
@@ -141,6 +145,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	var modes []*mode
 	for _, ms := range specs {
 		ms.host.PollWindow = cfg.poll
+		ms.host.RequestEveryTurn = cfg.requestTurns
 		m, err := newMode(cfg.device, ms)
 		if err != nil {
 			return err

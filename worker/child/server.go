@@ -641,6 +641,27 @@ func (s *server) Acquire(ctx context.Context, id string, cost time.Duration) (ti
 	return g.SliceBudget, func(dev time.Duration, slices int) { once.Do(func() { release(dev, slices) }) }, nil
 }
 
+// Took tells the main process that instance id took the free turn its
+// scheduler parked in the instance page under number gen (one message,
+// no answer awaited), and returns the function that gives the turn back:
+// the aggregator's TurnTaker. A failed send is the connection's end,
+// which ends the worker.
+func (s *server) Took(id string, gen uint64) func(time.Duration, int) {
+	n, err := s.slotOf(id)
+	if err != nil {
+		// Removed meanwhile: the main process forfeits its offers.
+		return func(time.Duration, int) {}
+	}
+	turn := s.turnNumber()
+	_ = s.conn.Send(0, &wire.TurnTaken{Turn: turn, Slot: n, Offer: gen})
+	var once sync.Once
+	return func(dev time.Duration, slices int) {
+		once.Do(func() {
+			_ = s.conn.Send(0, &wire.TurnRelease{Turn: turn, Device: max(dev, 0), Slices: uint32(max(slices, 0))})
+		})
+	}
+}
+
 // Compiling tells the main process a build is starting (it bounds how
 // long the build may run) and returns the call that says it ended.
 func (s *server) Compiling(ctx context.Context, id string) (func(), error) {

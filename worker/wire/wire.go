@@ -45,7 +45,7 @@ func protoErr(format string, args ...any) error {
 type Type uint16
 
 // The messages (docs/worker.md "Messages"). Requests expect a Reply with
-// their ID; TurnRelease, Unreserve and Notice are one-way.
+// their ID; TurnRelease, Unreserve, TurnTaken and Notice are one-way.
 const (
 	TypeReply       Type = 1  // either way: the answer to a request
 	TypeHello       Type = 2  // main -> worker
@@ -70,7 +70,8 @@ const (
 	TypeReserve     Type = 21 // worker -> main
 	TypeUnreserve   Type = 22 // worker -> main, one-way
 	TypeArena       Type = 23 // worker -> main; the Reply carries 1 fd
-	numTypes             = 24
+	TypeTurnTaken   Type = 24 // worker -> main, one-way
+	numTypes             = 25
 )
 
 var typeNames = [numTypes]string{
@@ -79,6 +80,7 @@ var typeNames = [numTypes]string{
 	TypeBudget: "budget", TypeStats: "stats", TypeTurn: "turn", TypeTurnRelease: "turn-release",
 	TypeExtract: "extract", TypeInject: "inject", TypeFreeze: "freeze", TypeThaw: "thaw", TypeParent: "parent",
 	TypeForeign: "foreign", TypeReserve: "reserve", TypeUnreserve: "unreserve", TypeArena: "arena",
+	TypeTurnTaken: "turn-taken",
 }
 
 func (t Type) String() string {
@@ -205,6 +207,8 @@ func newMsg(t Type) Msg {
 		return &Unreserve{}
 	case TypeArena:
 		return &Arena{}
+	case TypeTurnTaken:
+		return &TurnTaken{}
 	}
 	return nil
 }
@@ -629,6 +633,30 @@ func (m *TurnRelease) decode(d *decoder) {
 	m.Turn = d.U32()
 	m.Device = time.Duration(d.nonNeg())
 	m.Slices = d.U32()
+}
+
+// TurnTaken tells the main process that the instance in Slot took the
+// free turn its scheduler parked in the instance page under number Offer
+// (aggregator.Shared.TakeTurn), rather than asking for one: the turn is
+// in progress as if granted, under the worker's number Turn, and ends
+// with TurnRelease as any other.
+type TurnTaken struct {
+	Turn  uint32 // the worker's number for this turn, unique among its turns in progress
+	Slot  uint32
+	Offer uint64
+}
+
+func (*TurnTaken) Type() Type { return TypeTurnTaken }
+func (*TurnTaken) fds() int   { return 0 }
+func (m *TurnTaken) encode(e *encoder) {
+	e.U32(m.Turn)
+	e.U32(m.Slot)
+	e.U64(m.Offer)
+}
+func (m *TurnTaken) decode(d *decoder) {
+	m.Turn = d.U32()
+	m.Slot = d.U32()
+	m.Offer = d.U64()
 }
 
 // Extract asks for one live-migration round of the instance in Slot

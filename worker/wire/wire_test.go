@@ -43,6 +43,7 @@ func samples() []Msg {
 		&Reserve{Slot: 7, Bytes: 64 << 20},
 		&Unreserve{Slot: 7, Bytes: 64 << 20},
 		&Arena{Slot: 7, Context: 64, Bytes: 256 << 20},
+		&TurnTaken{Turn: 9, Slot: 3, Offer: 1 << 40},
 		&Reply{Status: 0, File: true},
 	}
 }

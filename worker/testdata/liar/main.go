@@ -131,6 +131,12 @@ func misbehave(conn *wire.Conn, id uint32, mode string) {
 		reply(conn, id, nil)
 		_ = conn.Send(1, &wire.Turn{Turn: 1, Slot: 1})
 		_ = conn.Send(2, &wire.Turn{Turn: 1, Slot: 1})
+	case "double-taken":
+		// Claims a turn taken from an offer never parked (recorded, with
+		// nothing to charge), then claims it again while in progress.
+		reply(conn, id, nil)
+		_ = conn.Send(0, &wire.TurnTaken{Turn: 1, Slot: 1, Offer: 77})
+		_ = conn.Send(0, &wire.TurnTaken{Turn: 1, Slot: 1, Offer: 78})
 	case "hold-turn":
 		// Takes a device turn and never releases it: the watchdog's.
 		reply(conn, id, nil)
