@@ -5,7 +5,7 @@ package abi
 // whose major version differs from the one it was built for.
 const (
 	VersionMajor = 1
-	VersionMinor = 5
+	VersionMinor = 6
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -66,6 +66,8 @@ const (
 	RegContextKick  = 0x078 // WO: the value written names a context: its doorbell, the tail read from its shadow (1.5, FeatureContexts)
 	RegProfileName  = 0x080 // RO: ProfileNameLen bytes, NUL padded
 	RegDeviceName   = 0x0A0 // RO: DeviceNameLen bytes, NUL padded
+	RegPollWordLo   = 0x0E0 // RW: guest-physical address of the poll word (1.6, FeatureNotify)
+	RegPollWordHi   = 0x0E4
 
 	ProfileNameLen = 32
 	DeviceNameLen  = 64
@@ -112,8 +114,25 @@ const (
 	// context has its own ring, handle spaces, fault and memory charge,
 	// and its kernels reach only its own buffers.
 	FeatureContexts = 1 << 2
+	// FeatureNotify (1.6): notification suppression (docs/ABI.md "Poll
+	// word"): RegPollWordLo/Hi exist. A guest that programs a poll word
+	// (a 4-byte word of its RAM, zeroed) and the tail shadow before it
+	// enables the ring may skip the kick when, after storing the tail in
+	// the shadow, it reads PollWordPolling there: the device is polling
+	// the shadow and will see the tail without one.
+	FeatureNotify = 1 << 3
 	// Features is what this version's RegFeatures reads.
-	Features = FeatureINTx | FeatureKick | FeatureContexts
+	Features = FeatureINTx | FeatureKick | FeatureContexts | FeatureNotify
+)
+
+// Poll word values (1.6, FeatureNotify).
+const (
+	// PollWordIdle: the device may sleep; a tail stored in the shadow
+	// needs a kick.
+	PollWordIdle = 0
+	// PollWordPolling: the device reads the tail shadow again before it
+	// sleeps, and stores PollWordIdle before that last read.
+	PollWordPolling = 1
 )
 
 // RegIntStatus and RegIntEnable bits (1.1). RegIntStatus bits latch

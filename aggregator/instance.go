@@ -81,6 +81,11 @@ type RingConfig struct {
 	Base      uint64
 	ComplBase uint64
 	Slots     uint32
+	// Shadow and PollWord (ABI 1.6, abi.FeatureNotify): the tail shadow
+	// the ring loop reads while it polls, and the 8-byte poll word in
+	// which it tells the guest so (notify.go); 0 and 0: none.
+	Shadow   uint64
+	PollWord uint64
 }
 
 // Instance is one vGPU's device state and its worker goroutine.
@@ -112,6 +117,8 @@ type Instance struct {
 
 	poll func() // applies what the instance page holds (poll.go); guarded by mu
 
+	shadowMu sync.Mutex // serialises PollShadow (notify.go)
+
 	mu sync.Mutex
 	// Guarded by mu.
 	ring       RingConfig
@@ -122,7 +129,9 @@ type Instance struct {
 	completed  uint32 // commands completed
 	resetState bool   // the worker must free all handles before fetching
 	closed     bool
-	frozen     bool // a migration holds the ring: doorbells are taken, nothing is fetched (migrate.go)
+	frozen     bool   // a migration holds the ring: doorbells are taken, nothing is fetched (migrate.go)
+	pollWordOn bool   // the guest's poll word says polling (notify.go)
+	shadowSeen uint32 // the tail shadow's value at the last look (notify.go)
 
 	// Owned by the worker goroutine.
 	state    *state
@@ -360,6 +369,9 @@ func (in *Instance) EnableRing(cfg RingConfig) error {
 	if err := in.mem.ReadAt(probe[:complLen], cfg.ComplBase); err != nil {
 		return abi.Errorf(abi.StatusRingConfig, "completions: %v", err)
 	}
+	if err := in.notifyOK(cfg); err != nil {
+		return err
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.closed {
@@ -368,10 +380,11 @@ func (in *Instance) EnableRing(cfg RingConfig) error {
 	if in.completed != in.head {
 		return abi.Errorf(abi.StatusBusy, "command %d still executing", in.completed)
 	}
+	in.idlePollWordLocked()
 	in.ring = cfg
 	in.enabled = true
 	in.epoch++
-	in.head, in.tail, in.completed = 0, 0, 0
+	in.head, in.tail, in.completed, in.shadowSeen = 0, 0, 0, 0
 	in.publishLocked()
 	return nil
 }
@@ -383,6 +396,7 @@ func overlaps(a, alen, b, blen uint64) bool {
 // DisableRing stops fetching; fetched commands still complete.
 func (in *Instance) DisableRing() {
 	in.mu.Lock()
+	in.idlePollWordLocked()
 	in.enabled = false
 	in.publishLocked()
 	in.mu.Unlock()
@@ -458,6 +472,7 @@ func (in *Instance) Done() uint32 {
 // resources before it fetches again.
 func (in *Instance) Reset() {
 	in.mu.Lock()
+	in.idlePollWordLocked()
 	in.enabled = false
 	in.epoch++
 	in.head, in.tail, in.completed = 0, 0, 0
@@ -499,6 +514,7 @@ func (in *Instance) Close() error {
 		return nil
 	}
 	in.closed = true
+	in.idlePollWordLocked()
 	in.enabled = false
 	in.publishLocked()
 	in.mu.Unlock()

@@ -131,6 +131,7 @@ func (in *Instance) onWorker(ctx context.Context, f func()) error {
 func (in *Instance) Freeze(ctx context.Context) error {
 	in.mu.Lock()
 	in.frozen = true
+	in.idlePollWordLocked() // before guest RAM is copied (notify.go)
 	in.mu.Unlock()
 	return in.onWorker(ctx, func() {})
 }

@@ -71,9 +71,11 @@ func (in *Instance) pollRing() bool {
 	}
 	sh := in.page().sh
 	if window <= 0 || frozen {
-		// Not polling now; a PollUntil a poll of this loop left (a task
-		// ended it) must not outlive it: clear it and look once more.
-		if sh.PollUntil.Load() == 0 {
+		// Not polling now; a PollUntil or poll word a poll of this loop
+		// left (a task ended it) must not outlive it: clear them and look
+		// once more.
+		told := in.guestPolling(false)
+		if sh.PollUntil.Load() == 0 && !told {
 			return false
 		}
 		sh.PollUntil.Store(0)
@@ -86,6 +88,7 @@ func (in *Instance) pollRing() bool {
 	start := time.Now()
 	deadline := start.Add(window)
 	sh.PollUntil.Store(Monotonic() + int64(window))
+	in.guestPolling(true)
 	defer func() { sh.PollNanos.Add(uint64(time.Since(start))) }()
 	held := start // the kept turn is charged for the polling from here
 	charge := func(now time.Time) {
@@ -121,8 +124,10 @@ func (in *Instance) pollRing() bool {
 		// that only spins delays the very doorbell it waits for.
 		_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
-	// The last look: after the clear, a doorbell is signalled.
+	// The last look: after the clears, a doorbell is signalled and the
+	// guest kicks.
 	sh.PollUntil.Store(0)
+	in.guestPolling(false)
 	poll()
 	return in.woken()
 }
@@ -136,6 +141,7 @@ func (in *Instance) pollRing() bool {
 func (in *Instance) announcePoll() {
 	if poll, window, frozen := in.pollable(); poll != nil && window > 0 && !frozen {
 		in.page().sh.PollUntil.Store(Monotonic() + int64(window))
+		in.guestPolling(true)
 	}
 }
 

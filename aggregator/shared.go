@@ -143,6 +143,17 @@ type Shared struct {
 	// use its device without one anyway: what bounds it is the watchdog
 	// and preemption, which do not rely on the word). Appended last.
 	TurnOffer atomic.Uint64
+	// RingShadow and RingPollWord are the tail shadow and poll word of
+	// the ring the guest is enabling (ABI 1.6, mmio.RingConfig), written
+	// by the main process before it sends the worker Enable: the worker
+	// latches them with the ring (checked there as any guest address).
+	// A worker that predates them never polls the shadow nor writes the
+	// poll word, which the guest zeroed: the guest then kicks every
+	// time, as before. ShadowTails counts the tails the worker's loops
+	// found in the shadow by polling, with no kick. Appended last.
+	RingShadow   atomic.Uint64
+	RingPollWord atomic.Uint64
+	ShadowTails  atomic.Uint64
 }
 
 // TurnOffer's states, below the offer's number.

@@ -148,6 +148,7 @@ type Regs struct {
 	IntStatus uint32 `json:"int_status"`
 	IntEnable uint32 `json:"int_enable"`
 	Shadow    uint64 `json:"tail_shadow,omitempty"` // ABI 1.3
+	PollWord  uint64 `json:"poll_word,omitempty"`   // ABI 1.6
 }
 
 // Encode is the State's bytes.

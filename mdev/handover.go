@@ -257,7 +257,7 @@ func (i *Instance) export(tab *handover.Table, h *handover.Instance) error {
 	h.Config = img[:]
 	r := i.regs.State()
 	h.Regs = handover.Regs{RingBase: r.RingBase, ComplBase: r.ComplBase, Slots: r.Slots, Tail: r.Tail, Keep: r.Keep,
-		IntStatus: r.IntStatus, IntEnable: r.IntEnable, Shadow: r.Shadow}
+		IntStatus: r.IntStatus, IntEnable: r.IntEnable, Shadow: r.Shadow, PollWord: r.PollWord}
 	i.mu.Lock()
 	c, l := i.conn, i.listener
 	i.mu.Unlock()
@@ -361,7 +361,7 @@ type adoptedInstance struct {
 func (m *Manager) adoptLocked(inst *Instance, h handover.Instance) error {
 	tab := m.adoption.FDs
 	inst.regs.SetState(mmio.RegState{RingBase: h.Regs.RingBase, ComplBase: h.Regs.ComplBase, Slots: h.Regs.Slots, Tail: h.Regs.Tail,
-		Keep: h.Regs.Keep, IntStatus: h.Regs.IntStatus, IntEnable: h.Regs.IntEnable, Shadow: h.Regs.Shadow})
+		Keep: h.Regs.Keep, IntStatus: h.Regs.IntStatus, IntEnable: h.Regs.IntEnable, Shadow: h.Regs.Shadow, PollWord: h.Regs.PollWord})
 	var img [mmio.ConfigSize]byte
 	copy(img[:], h.Config)
 	inst.cfg.SetImage(img)

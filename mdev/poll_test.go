@@ -30,7 +30,15 @@ import (
 func TestPolledDoorbellsNeedNoWakeups(t *testing.T) {
 	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, PollWindow: aggregator.MaxPollWindow})
 	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
-	d := openDriver(t, attach(t, inst))
+	// The guest rings every doorbell (no poll word): what is measured is
+	// the main process's side (TestPollingWorkerNeedsNoDoorbells the
+	// guest's).
+	vm := attach(t, inst)
+	d, err := driver.Open(vm, vm, driver.Options{NoNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
 	b, err := d.CreateBuffer(64)
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +79,69 @@ func TestPolledDoorbellsNeedNoWakeups(t *testing.T) {
 	}
 	if sh.Renewals.Load() == renewals {
 		t.Error("no kept turn was renewed")
+	}
+}
+
+// TestPollingWorkerNeedsNoDoorbells (issue 42, ABI 1.6) is the mechanism
+// test of notification suppression: while the worker's ring loop polls,
+// it says so in the guest's poll word and reads the guest's tail shadow,
+// so a guest that sends one command at a time and waits for each rings
+// no doorbell at all (no trapped access, no wake-up of the main
+// process), and every command still runs, in order. A guest that opts
+// out rings each time. Nothing is timed; the window is the longest there
+// is, so that a loaded machine's gaps between commands stay inside it.
+func TestPollingWorkerNeedsNoDoorbells(t *testing.T) {
+	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, PollWindow: aggregator.MaxPollWindow})
+	for _, notify := range []bool{true, false} {
+		inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
+		vm := attach(t, inst)
+		d, err := driver.Open(vm, vm, driver.Options{NoNotify: !notify})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		b, err := d.CreateBuffer(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		sh := inst.be.Shared()
+		st0, bells, tails := d.Stats(), sh.Stats.Doorbells.Load(), sh.ShadowTails.Load()
+		const n = 20
+		for k := range n {
+			want := bytes.Repeat([]byte{byte(k + 1)}, 64)
+			if err := d.Write(b, 0, want); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, 64)
+			if err := d.Read(b, 0, got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("notify %v, round %d: read back %x, want %x", notify, k, got[:8], want[:8])
+			}
+		}
+		st := d.Stats()
+		rung, skipped := st.Doorbells-st0.Doorbells, st.Suppressed-st0.Suppressed
+		seen := sh.ShadowTails.Load() - tails
+		if !notify {
+			if skipped != 0 || rung < n {
+				t.Errorf("without a poll word: %d doorbells rung, %d skipped for %d round trips", rung, skipped, n)
+			}
+			continue
+		}
+		// The first doorbell may find the loop not yet polling.
+		if skipped < n || rung > 1 {
+			t.Errorf("%d doorbells rung, %d skipped for %d round trips while the worker polled: want none rung", rung, skipped, n)
+		}
+		if got := sh.Stats.Doorbells.Load() - bells; got != rung {
+			t.Errorf("the device took %d doorbells, the guest rang %d", got, rung)
+		}
+		if seen < skipped {
+			t.Errorf("the worker found %d tails in the shadow, the guest skipped %d doorbells", seen, skipped)
+		}
 	}
 }
 

@@ -21,6 +21,12 @@ type RingConfig struct {
 	Base      uint64 // guest-physical address of the command ring
 	ComplBase uint64 // guest-physical address of the completion array
 	Slots     uint32
+	// Shadow and PollWord (ABI 1.6, abi.FeatureNotify): the tail shadow
+	// and the poll word the guest programmed before it enabled the ring,
+	// when it programmed a poll word (0 and 0 otherwise): a backend whose
+	// ring loop polls reads the shadow while it says so in the poll word.
+	Shadow   uint64
+	PollWord uint64
 }
 
 // Backend is the device behind the register file: the aggregator's

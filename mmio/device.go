@@ -20,6 +20,7 @@ type Device struct {
 	slots     uint32
 	tail      uint32
 	shadow    uint64 // RegTailShadowLo/Hi (ABI 1.3)
+	pollWord  uint64 // RegPollWordLo/Hi (ABI 1.6)
 	// keep makes the next Reset leave the backend alone: the reset QEMU
 	// sends a hot-plugged device right after it is added, on a device
 	// whose state a migration has just restored (Restore).
@@ -86,12 +87,12 @@ func (d *Device) resetLocked() {
 	}
 	if d.hold {
 		d.irq.reset()
-		d.ringBase, d.complBase, d.slots, d.tail, d.shadow = 0, 0, 0, 0, 0
+		d.ringBase, d.complBase, d.slots, d.tail, d.shadow, d.pollWord = 0, 0, 0, 0, 0, 0
 		return
 	}
 	d.b.Reset()
 	d.irq.reset()
-	d.ringBase, d.complBase, d.slots, d.tail, d.shadow = 0, 0, 0, 0, 0
+	d.ringBase, d.complBase, d.slots, d.tail, d.shadow, d.pollWord = 0, 0, 0, 0, 0, 0
 }
 
 // goodAccess reports whether an access is a naturally aligned 4-byte
@@ -174,6 +175,10 @@ func (d *Device) read32Locked(off uint32) uint32 {
 		return uint32(d.shadow)
 	case abi.RegTailShadowHi:
 		return uint32(d.shadow >> 32)
+	case abi.RegPollWordLo:
+		return uint32(d.pollWord)
+	case abi.RegPollWordHi:
+		return uint32(d.pollWord >> 32)
 	case abi.RegRingHead:
 		return d.b.Head()
 	case abi.RegRingDone:
@@ -253,6 +258,10 @@ func (d *Device) write32Locked(off, v uint32) {
 		d.shadow = d.shadow&^0xffffffff | uint64(v)
 	case abi.RegTailShadowHi:
 		d.shadow = d.shadow&0xffffffff | uint64(v)<<32
+	case abi.RegPollWordLo:
+		d.pollWord = d.pollWord&^0xffffffff | uint64(v)
+	case abi.RegPollWordHi:
+		d.pollWord = d.pollWord&0xffffffff | uint64(v)<<32
 	case abi.RegRingKick:
 		if err := d.b.Kick(d.shadow); err != nil {
 			d.b.LatchError(abi.StatusOf(err))
@@ -280,6 +289,9 @@ func (d *Device) ringCtrlLocked(v uint32) {
 			return
 		}
 		cfg := RingConfig{Base: d.ringBase, ComplBase: d.complBase, Slots: d.slots}
+		if d.pollWord != 0 {
+			cfg.Shadow, cfg.PollWord = d.shadow, d.pollWord
+		}
 		if err := d.b.EnableRing(cfg); err != nil {
 			d.b.LatchError(abi.StatusOf(err))
 		}

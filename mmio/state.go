@@ -13,6 +13,7 @@ type RegState struct {
 	IntStatus           uint32
 	IntEnable           uint32
 	Shadow              uint64 // RegTailShadowLo/Hi (ABI 1.3)
+	PollWord            uint64 // RegPollWordLo/Hi (ABI 1.6)
 }
 
 // State returns the latched registers.
@@ -22,7 +23,7 @@ func (d *Device) State() RegState {
 	d.irq.mu.Lock()
 	defer d.irq.mu.Unlock()
 	return RegState{RingBase: d.ringBase, ComplBase: d.complBase, Slots: d.slots, Tail: d.tail, Keep: d.keep,
-		IntStatus: d.irq.status, IntEnable: d.irq.enable, Shadow: d.shadow}
+		IntStatus: d.irq.status, IntEnable: d.irq.enable, Shadow: d.shadow, PollWord: d.pollWord}
 }
 
 // SetState latches s (a fresh register file taking over an instance whose
@@ -31,7 +32,7 @@ func (d *Device) State() RegState {
 func (d *Device) SetState(s RegState) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.ringBase, d.complBase, d.slots, d.tail, d.keep, d.shadow = s.RingBase, s.ComplBase, s.Slots, s.Tail, s.Keep, s.Shadow
+	d.ringBase, d.complBase, d.slots, d.tail, d.keep, d.shadow, d.pollWord = s.RingBase, s.ComplBase, s.Slots, s.Tail, s.Keep, s.Shadow, s.PollWord
 	d.irq.mu.Lock()
 	d.irq.status, d.irq.enable = s.IntStatus&abi.IntAll, s.IntEnable&abi.IntAll
 	d.irq.pending.Store(d.irq.status&d.irq.enable != 0)

@@ -335,6 +335,10 @@ func (in *procInstance) EnableRing(c mmio.RingConfig) error {
 	if err != nil {
 		return err
 	}
+	// The poll word travels in the page, which a worker that predates it
+	// ignores (aggregator.Shared.RingPollWord).
+	in.sh.RingShadow.Store(c.Shadow)
+	in.sh.RingPollWord.Store(c.PollWord)
 	_, err = pr.call(context.Background(), &wire.Enable{Slot: slot, Base: c.Base, ComplBase: c.ComplBase, Slots: c.Slots})
 	return err
 }

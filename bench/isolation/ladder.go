@@ -215,7 +215,8 @@ func ladderTable(ctx context.Context, cfg config, modes []*mode) (*table.Table, 
 	}
 	t.Note("times in us; direct: a gpu.Queue of this process (the %d queued launches enqueued with gpu.Pipeliner and synced once)", ladderBurst)
 	t.Note("+ in-process: the vGPU itself: the doorbell (an MMIO write over the harness's socket), the register file, ring fetch and")
-	t.Note("  decode, DMA through guest RAM, the completion record and the driver's poll of it")
+	t.Note("  decode, DMA through guest RAM, the completion record and the driver's poll of it; a worker's polling loop says so in")
+	t.Note("  the guest's poll word and reads its tail shadow, so the guest rings no doorbell then (ABI 1.6; -no-notify: it rings)")
 	t.Note("+ worker/kernels: the worker process: the doorbell's eventfd wakes it, each device turn a request and a grant on its socket")
 	t.Note("  (a run of queued commands shares one turn; on a device free of others, the free turn parked in the instance page is")
 	t.Note("  taken without either: -request-every-turn measures without), the completion written by another process")

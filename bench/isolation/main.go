@@ -96,6 +96,9 @@ type config struct {
 	// requestTurns: every worker mode asks for every device turn, none
 	// parked (mdev.Config.RequestEveryTurn, as before issue 42)
 	requestTurns bool
+	// noNotify: the guests ring every doorbell, with no poll word
+	// (driver.Options.NoNotify, as before ABI 1.6)
+	noNotify bool
 }
 
 var sections = []string{"command", "matmul", "context", "ladder", "bandwidth"}
@@ -113,6 +116,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	list := fs.String("sections", "command,matmul,context", "tables: "+fmt.Sprint(sections))
 	sizes := fs.String("bwsizes", defaultBWSizes, "bandwidth table: transfer sizes (bytes, K, M or G suffix)")
 	fs.DurationVar(&cfg.poll, "poll-window", 0, "the workers' poll window (0: vgpud's default; negative: never poll)")
+	fs.BoolVar(&cfg.noNotify, "no-notify", false, "the guests ring every doorbell: no poll word tells them when the worker polls (as before ABI 1.6)")
 	fs.BoolVar(&cfg.requestTurns, "request-every-turn", false, "the workers ask for every device turn; none is parked at an idle instance (as before issue 42)")
 	fs.IntVar(&cfg.bwReps, "bwreps", 30, "bandwidth table: the most transfers of a size each way per path (fewer for large sizes)")
 	fs.StringVar(&cfg.bwGuest, "bwguest", bwGuestDMA, "bandwidth table: where the guest's data lies: dma (its DMA memory, handed to the device in place) or staged (copied through the driver's staging pool)")
@@ -146,6 +150,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	for _, ms := range specs {
 		ms.host.PollWindow = cfg.poll
 		ms.host.RequestEveryTurn = cfg.requestTurns
+		ms.noNotify = cfg.noNotify
 		m, err := newMode(cfg.device, ms)
 		if err != nil {
 			return err
@@ -198,9 +203,10 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 // modeSpec is how a mode runs: its vgpud's configuration and whether
 // the guest's commands go to a device context rather than the default ring.
 type modeSpec struct {
-	name    string
-	host    host.Mode
-	context bool
+	name     string
+	host     host.Mode
+	context  bool
+	noNotify bool // the guest rings every doorbell (-no-notify)
 }
 
 // modeSpecs are the modes, in the tables' order; worker/context is last
@@ -243,7 +249,7 @@ func newMode(selector string, ms modeSpec) (_ *mode, err error) {
 	if m.vm, err = newGuest(m.h, 64<<20); err != nil {
 		return nil, err
 	}
-	if m.d, err = driver.Open(m.vm, m.vm, driver.Options{}); err != nil {
+	if m.d, err = driver.Open(m.vm, m.vm, driver.Options{NoNotify: ms.noNotify}); err != nil {
 		return nil, err
 	}
 	if ms.context {

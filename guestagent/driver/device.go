@@ -45,6 +45,14 @@ type Options struct {
 	// (vfio-user under KVM) and the store costs the vCPU no exit to
 	// vgpud. Without the feature the driver writes abi.RegRingTail.
 	Kick bool
+	// NoNotify turns notification suppression off. By default, when the
+	// device offers abi.FeatureNotify (ABI 1.6), the driver rings through
+	// the kick doorbell (as Kick) with a poll word beside the tail shadow
+	// (the completion page's last 16 bytes), and skips the kick while the
+	// device says it polls the shadow (docs/ABI.md "Poll word"): a guest
+	// whose device is busy, or was a moment ago, submits with stores
+	// alone.
+	NoNotify bool
 	// NoReset skips the device reset at Open (abi.RingCtrlReset frees every
 	// buffer and program of the instance).
 	NoReset bool
@@ -71,10 +79,13 @@ type Info struct {
 // Stats counts the driver's work since Open.
 type Stats struct {
 	Commands  uint64 // commands written into the ring
-	Doorbells uint64 // writes of abi.RegRingTail
-	Completed uint64 // completion records reaped
-	Failed    uint64 // completion records with a non-OK status
-	Waits     uint64 // times the driver had to wait for the device
+	Doorbells uint64 // doorbells rung: writes of abi.RegRingTail, abi.RegRingKick or abi.RegContextKick
+	// Suppressed counts the doorbells not rung because the device said
+	// it polls the tail shadow (Options.NoNotify).
+	Suppressed uint64
+	Completed  uint64 // completion records reaped
+	Failed     uint64 // completion records with a non-OK status
+	Waits      uint64 // times the driver had to wait for the device
 	// StagedBytes are the bytes Write and Read copied through the staging
 	// pool; InPlaceBytes those WriteFrom and ReadInto had the device copy
 	// straight from or into the caller's DMA memory (dmacopy.go).
@@ -133,6 +144,8 @@ type Device struct {
 	next     uint64 // index of the next command to write
 	rung     uint64 // tail last written to the doorbell
 	kick     bool   // the doorbell is RegRingKick with a tail shadow (Options.Kick)
+	notify   bool   // a poll word says when the kick may be skipped (Options.NoNotify)
+	skipped  bool   // the last doorbell was skipped: the next wait that sleeps kicks
 	reaped   uint64 // every index below has been reaped
 	inflight []entry
 	results  map[uint64]abi.Completion // reaped completions of sync commands
@@ -540,7 +553,14 @@ func (d *Device) flush() {
 		store32(d.compl.buf, tailShadowOffset, uint32(d.rung))
 		d.regs.Write32(abi.RegContextKick, d.ctxID)
 	} else if d.kick {
+		// The store is an atomic exchange: a full barrier before the
+		// load of the poll word (docs/ABI.md "Poll word").
 		store32(d.compl.buf, tailShadowOffset, uint32(d.rung))
+		if d.notify && load64(d.compl.buf, pollWordOffset) == abi.PollWordPolling {
+			d.stats.Suppressed++
+			d.skipped = true
+			return
+		}
 		d.regs.Write32(abi.RegRingKick, 1)
 	} else {
 		d.regs.Write32(abi.RegRingTail, uint32(d.rung))
@@ -553,11 +573,32 @@ func (d *Device) flush() {
 // abi.ComplSize bytes (half the page) precede it.
 const tailShadowOffset = abi.PageSize - 4
 
+// pollWordOffset is where in the completion page the poll word lives
+// (Options.NoNotify): 8-byte aligned, before the tail shadow.
+const pollWordOffset = abi.PageSize - 16
+
+// kickSkipped kicks if the last doorbell was skipped: a wait about to
+// sleep does, in case the device stopped polling without seeing the tail
+// (it died, or a migration moved the guest with its poll word). The
+// device's protocol makes this redundant; it bounds what a fault costs.
+func (d *Device) kickSkipped() {
+	if !d.skipped {
+		return
+	}
+	d.skipped = false
+	if d.ctxID == 0 && d.kick {
+		d.regs.Write32(abi.RegRingKick, 1)
+		d.stats.Doorbells++
+	}
+}
+
 // programKick turns the kick doorbell on when it was asked for and the
 // device behind regs offers it; the tail shadow is set to the last tail
 // rung. Caller holds mu or owns d alone.
 func (d *Device) programKick(regs Registers) {
-	d.kick = d.opts.Kick && d.info.Features&abi.FeatureKick != 0
+	d.notify = !d.opts.NoNotify && d.info.Features&abi.FeatureNotify != 0 && d.info.Features&abi.FeatureKick != 0
+	d.kick = (d.opts.Kick || d.notify) && d.info.Features&abi.FeatureKick != 0
+	d.skipped = false
 	if !d.kick {
 		return
 	}
@@ -565,6 +606,13 @@ func (d *Device) programKick(regs Registers) {
 	gpa := d.compl.gpa + tailShadowOffset
 	regs.Write32(abi.RegTailShadowLo, uint32(gpa))
 	regs.Write32(abi.RegTailShadowHi, uint32(gpa>>32))
+	if d.notify {
+		// Zeroed before its address is given: the device has not polled.
+		store64(d.compl.buf, pollWordOffset, abi.PollWordIdle)
+		pw := d.compl.gpa + pollWordOffset
+		regs.Write32(abi.RegPollWordLo, uint32(pw))
+		regs.Write32(abi.RegPollWordHi, uint32(pw>>32))
+	}
 }
 
 // complSeq reads the seq word of slot idx's completion record.
@@ -602,6 +650,8 @@ func (d *Device) pollCtx(ctx context.Context, what string, done func() bool) err
 			// spin: completions of short commands land within microseconds
 		case i < 2000:
 			runtime.Gosched()
+		case i == 2000:
+			d.kickSkipped()
 		default:
 			time.Sleep(sleep)
 			if sleep < time.Millisecond {

@@ -97,8 +97,8 @@
 
 /* abi/regs.go */
 #define VGPU_VERSION_MAJOR                   1 /* abi.VersionMajor */
-#define VGPU_VERSION_MINOR                   5 /* abi.VersionMinor */
-#define VGPU_VERSION                         0x00010005 /* abi.Version */
+#define VGPU_VERSION_MINOR                   6 /* abi.VersionMinor */
+#define VGPU_VERSION                         0x00010006 /* abi.Version */
 
 #define VGPU_VENDOR_ID                       0x7667 /* abi.VendorID */
 #define VGPU_DEVICE_ID                       0x0001 /* abi.DeviceID */
@@ -142,6 +142,8 @@
 #define VGPU_REG_CONTEXT_KICK                0x078 /* abi.RegContextKick */
 #define VGPU_REG_PROFILE_NAME                0x080 /* abi.RegProfileName */
 #define VGPU_REG_DEVICE_NAME                 0x0A0 /* abi.RegDeviceName */
+#define VGPU_REG_POLL_WORD_LO                0x0E0 /* abi.RegPollWordLo */
+#define VGPU_REG_POLL_WORD_HI                0x0E4 /* abi.RegPollWordHi */
 #define VGPU_PROFILE_NAME_LEN                32 /* abi.ProfileNameLen */
 #define VGPU_DEVICE_NAME_LEN                 64 /* abi.DeviceNameLen */
 
@@ -157,7 +159,11 @@
 #define VGPU_FEATURE_INTX                    0x01 /* abi.FeatureINTx */
 #define VGPU_FEATURE_KICK                    0x02 /* abi.FeatureKick */
 #define VGPU_FEATURE_CONTEXTS                0x04 /* abi.FeatureContexts */
-#define VGPU_FEATURES                        0x07 /* abi.Features */
+#define VGPU_FEATURE_NOTIFY                  0x08 /* abi.FeatureNotify */
+#define VGPU_FEATURES                        0x0F /* abi.Features */
+
+#define VGPU_POLL_WORD_IDLE                  0 /* abi.PollWordIdle */
+#define VGPU_POLL_WORD_POLLING               1 /* abi.PollWordPolling */
 
 #define VGPU_INT_COMPLETION                  0x01 /* abi.IntCompletion */
 #define VGPU_INT_ALL                         0x01 /* abi.IntAll */

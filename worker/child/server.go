@@ -213,7 +213,9 @@ func (s *server) handle(m wire.Msg, fds []int) (abi.Status, string, []byte) {
 		err = s.remove(m)
 	case *wire.Enable:
 		err = s.withSlot(m.Slot, func(sl *slot) error {
-			return sl.in.EnableRing(aggregator.RingConfig{Base: m.Base, ComplBase: m.ComplBase, Slots: m.Slots})
+			sh := sl.in.Shared()
+			return sl.in.EnableRing(aggregator.RingConfig{Base: m.Base, ComplBase: m.ComplBase, Slots: m.Slots,
+				Shadow: sh.RingShadow.Load(), PollWord: sh.RingPollWord.Load()})
 		})
 	case *wire.Disable:
 		err = s.withSlot(m.Slot, func(sl *slot) error { sl.in.DisableRing(); return nil })
@@ -412,6 +414,11 @@ func (sl *slot) apply() {
 		if err := sl.in.ContextKick(id); err != nil {
 			sl.in.LatchError(abi.StatusOf(err))
 		}
+	}
+	// A guest that may skip kicks while the loop polls (ABI 1.6) left
+	// its tail in its shadow.
+	if err := sl.in.PollShadow(); err != nil {
+		sl.in.LatchError(abi.StatusOf(err))
 	}
 	// A signal may carry context kicks only: the default ring was rung
 	// when Rung says so.
