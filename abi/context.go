@@ -16,7 +16,7 @@ const MaxContexts = 64
 //	16  8    compl_gpa: its completion array (32-byte aligned)
 //	24  8    shadow_gpa: its tail shadow word (4-byte aligned, nonzero)
 //	32  8    mem_limit: most device memory its buffers may hold; 0: the instance's quota
-//	40  8    reserved, 0
+//	40  8    poll_word_gpa: its poll word (1.6, FeatureNotify; 8-byte aligned); 0: none (reserved, 0, in 1.5)
 type ContextCreate struct {
 	ID       uint32
 	Slots    uint32
@@ -24,6 +24,7 @@ type ContextCreate struct {
 	Compl    uint64
 	Shadow   uint64
 	MemLimit uint64
+	PollWord uint64
 }
 
 // Op is OpContextCreate.
@@ -31,7 +32,7 @@ func (*ContextCreate) Op() Opcode { return OpContextCreate }
 
 // fields walks the layout above.
 func (c *ContextCreate) fields(f fieldCodec) fieldCodec {
-	return f.u32(&c.ID).u32(&c.Slots).u64(&c.Ring).u64(&c.Compl).u64(&c.Shadow).u64(&c.MemLimit)
+	return f.u32(&c.ID).u32(&c.Slots).u64(&c.Ring).u64(&c.Compl).u64(&c.Shadow).u64(&c.MemLimit).u64(&c.PollWord)
 }
 
 // check is Check.
@@ -50,6 +51,8 @@ func (c *ContextCreate) Check() error {
 		return fmt.Errorf("ring %#x or completions %#x misaligned: %w", c.Ring, c.Compl, ErrMalformed)
 	case c.Shadow == 0 || c.Shadow%4 != 0:
 		return fmt.Errorf("tail shadow at %#x: %w", c.Shadow, ErrMalformed)
+	case c.PollWord%8 != 0:
+		return fmt.Errorf("poll word at %#x: %w", c.PollWord, ErrMalformed)
 	}
 	return nil
 }

@@ -124,7 +124,11 @@ func (in *Instance) newContext(cc *abi.ContextCreate, enable bool) (*Instance, e
 	c.state.used = &in.sh.CtxMem[cc.ID-1]
 	c.state.used.Store(0)
 	if enable {
-		if err := c.EnableRing(RingConfig{Base: cc.Ring, ComplBase: cc.Compl, Slots: cc.Slots}); err != nil {
+		rc := RingConfig{Base: cc.Ring, ComplBase: cc.Compl, Slots: cc.Slots}
+		if cc.PollWord != 0 {
+			rc.Shadow, rc.PollWord = cc.Shadow, cc.PollWord
+		}
+		if err := c.EnableRing(rc); err != nil {
 			// The geometry was checked when the payload was decoded:
 			// what is left is overlap and memory that is not guest RAM.
 			go c.worker() // Close waits for it

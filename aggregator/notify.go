@@ -52,14 +52,11 @@ func (in *Instance) notifyOK(cfg RingConfig) error {
 	return nil
 }
 
-// guestPolling stores in the guest's poll word whether the default
-// ring's loop polls (on) or is about to stop looking (off), if the guest
+// guestPolling stores in the guest's poll word whether the ring's loop
+// (the default ring's or a device context's) polls (on) or is about to stop looking (off), if the guest
 // programmed one and the ring may be told so. It reports whether the word
 // said polling before.
 func (in *Instance) guestPolling(on bool) (was bool) {
-	if in.parent != nil {
-		return false
-	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	was = in.pollWordOn
@@ -98,6 +95,26 @@ func (in *Instance) idlePollWordLocked() {
 	}
 }
 
+// PollShadows is PollShadow of the default ring and of each live device
+// context (ABI 1.6: a context's poll word comes with its context-create):
+// the page poller's, which latches what they refuse on the instance.
+func (in *Instance) PollShadows() error {
+	err := in.PollShadow()
+	var buf [abi.MaxContexts]*Instance // no allocation per look
+	ctxs := buf[:0]
+	in.ctxMu.Lock()
+	for _, c := range in.contexts {
+		ctxs = append(ctxs, c)
+	}
+	in.ctxMu.Unlock()
+	for _, c := range ctxs {
+		if cerr := c.PollShadow(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
 // PollShadow applies the tail the guest stored in its tail shadow, if it
 // changed since the last look, when the guest may skip kicks (it
 // programmed a poll word): the page poller calls it at every look, and
@@ -132,6 +149,6 @@ func (in *Instance) PollShadow() error {
 	if same {
 		return nil // kicked already
 	}
-	in.sh.ShadowTails.Add(1)
+	in.page().sh.ShadowTails.Add(1)
 	return in.publish(tail)
 }

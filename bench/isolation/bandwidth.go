@@ -154,21 +154,23 @@ func (g *bwGuest) close() {
 type bwCount struct {
 	commands  uint64 // ring commands the instance executed
 	driver    uint64 // commands the driver wrote into the ring
-	doorbells uint64 // the driver's doorbells
+	doorbells uint64 // the driver's doorbells, rung or skipped (ABI 1.6 poll word)
+	rung      uint64 // of them, those rung
 	turns     uint64 // device turns the scheduler granted the instance
 }
 
 func (g *bwGuest) count() bwCount {
 	ds := g.d.Stats()
-	return bwCount{commands: g.inst.Stats().Commands.Load(), driver: ds.Commands, doorbells: ds.Doorbells, turns: g.inst.Sched().Turns}
+	return bwCount{commands: g.inst.Stats().Commands.Load(), driver: ds.Commands, doorbells: ds.Doorbells + ds.Suppressed,
+		rung: ds.Doorbells + ds.Rekicks, turns: g.inst.Sched().Turns}
 }
 
 func (c bwCount) sub(o bwCount) bwCount {
-	return bwCount{c.commands - o.commands, c.driver - o.driver, c.doorbells - o.doorbells, c.turns - o.turns}
+	return bwCount{c.commands - o.commands, c.driver - o.driver, c.doorbells - o.doorbells, c.rung - o.rung, c.turns - o.turns}
 }
 
 func (c bwCount) add(o bwCount) bwCount {
-	return bwCount{c.commands + o.commands, c.driver + o.driver, c.doorbells + o.doorbells, c.turns + o.turns}
+	return bwCount{c.commands + o.commands, c.driver + o.driver, c.doorbells + o.doorbells, c.rung + o.rung, c.turns + o.turns}
 }
 
 // bwDirs are the table's directions, in its row order.
@@ -381,7 +383,7 @@ func newBandwidthTable(cfg config, guests []*bwGuest) *table.Table {
 	for _, g := range guests {
 		header = append(header, g.name+" %")
 	}
-	header = append(header, "commands", "doorbells", "turns by rung")
+	header = append(header, "commands", "doorbells", "rung by rung", "turns by rung")
 	return &table.Table{
 		Title: fmt.Sprintf("Copy bandwidth: one contiguous upload or download of each size, directly and through vgpud, "+
 			"median of the reps (at most %d, fewer past %d MiB moved), paths rotating", cfg.bwReps, bwBudget>>20),
@@ -406,7 +408,7 @@ func addBandwidthRows(t *table.Table, guests []*bwGuest, size uint64, r *bwResul
 		}
 		cs := r.counts[dir]
 		reps := uint64(r.reps)
-		var turns []string
+		var turns, rung []string
 		for i, c := range cs {
 			if c.commands != cs[0].commands || c.doorbells != cs[0].doorbells {
 				return fmt.Errorf("%s: %d ring commands and %d doorbells on %s, %d and %d on %s", name, c.commands, c.doorbells, guests[i].name, cs[0].commands, cs[0].doorbells, guests[0].name)
@@ -415,13 +417,14 @@ func addBandwidthRows(t *table.Table, guests []*bwGuest, size uint64, r *bwResul
 				return fmt.Errorf("%s on %s: the instance executed %d commands, the driver submitted %d", name, guests[i].name, c.commands, c.driver)
 			}
 			turns = append(turns, perTransfer(c.turns, reps))
+			rung = append(rung, perTransfer(c.rung, reps))
 		}
 		commands := perTransfer(cs[0].commands, reps)
 		if name == "upload" {
 			// Finish's fence (driver.Device.Finish) is one command of each.
 			commands = perTransfer(cs[0].commands-reps, reps) + "+1"
 		}
-		row = append(row, commands, perTransfer(cs[0].doorbells, reps), strings.Join(turns, "/"))
+		row = append(row, commands, perTransfer(cs[0].doorbells, reps), strings.Join(rung, "/"), strings.Join(turns, "/"))
 		t.Add(row...)
 	}
 	return nil
@@ -459,7 +462,8 @@ func bandwidthNotes(t *table.Table, checks int, dma bool) {
 	t.Note("  past the caches from 2 MiB (aggregator/bulkcopy); otherwise it runs under one turn: runs of guest RAM of 256 KiB or")
 	t.Note("  more straight, the rest (the harness scatters its RAM in 64 KiB runs, as a fragmented guest) through a 1 MiB staging")
 	t.Note("  buffer, one device call per MiB")
-	t.Note("doorbells: the driver's doorbell writes per transfer; turns by rung: device turns the scheduler granted the instance per")
+	t.Note("doorbells: the driver's doorbells per transfer; rung by rung: the kicks it sent (the others it skipped, the worker's")
+	t.Note("  loop saying in the guest's poll word that it polled: ABI 1.6; plus one before a wait that sleeps after a skip); turns by rung: device turns the scheduler granted the instance per")
 	t.Note("  transfer (mdev.Instance.Sched), in-process/worker/kernels/worker/executor: 0 where batches moved in place, else one")
 	t.Note("  per batch, fewer in a worker, whose kept turn is renewed while no other instance waits (aggregator/turns.go)")
 	t.Note("data: every download compared byte for byte with the upload before it on the same path, each upload stamped anew")

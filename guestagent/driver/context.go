@@ -90,9 +90,17 @@ func (c *Device) createContext() error {
 	}
 	c.next, c.rung, c.reaped = 0, 0, 0
 	c.kick = true
+	c.skipped = false
 	c.parentResets = c.parent.resets.Load()
-	_, err := c.parent.submitSync(abi.NewCommand(&abi.ContextCreate{ID: c.ctxID, Slots: uint32(c.slots),
-		Ring: c.ring.gpa, Compl: c.compl.gpa, Shadow: c.compl.gpa + tailShadowOffset, MemLimit: c.memLimit}, 0, 0))
+	cc := abi.ContextCreate{ID: c.ctxID, Slots: uint32(c.slots),
+		Ring: c.ring.gpa, Compl: c.compl.gpa, Shadow: c.compl.gpa + tailShadowOffset, MemLimit: c.memLimit}
+	// A poll word (ABI 1.6) where the parent's device offers one; the
+	// page was just cleared, so it reads idle.
+	c.notify = !c.opts.NoNotify && c.parent.info.Features&abi.FeatureNotify != 0
+	if c.notify {
+		cc.PollWord = c.compl.gpa + pollWordOffset
+	}
+	_, err := c.parent.submitSync(abi.NewCommand(&cc, 0, 0))
 	if err != nil {
 		return fmt.Errorf("open context %d: %w", c.ctxID, err)
 	}

@@ -83,9 +83,12 @@ type Stats struct {
 	// Suppressed counts the doorbells not rung because the device said
 	// it polls the tail shadow (Options.NoNotify).
 	Suppressed uint64
-	Completed  uint64 // completion records reaped
-	Failed     uint64 // completion records with a non-OK status
-	Waits      uint64 // times the driver had to wait for the device
+	// Rekicks counts the kicks a wait sent before it slept, after a
+	// skipped doorbell (a fault's bound, not a doorbell of its own).
+	Rekicks   uint64
+	Completed uint64 // completion records reaped
+	Failed    uint64 // completion records with a non-OK status
+	Waits     uint64 // times the driver had to wait for the device
 	// StagedBytes are the bytes Write and Read copied through the staging
 	// pool; InPlaceBytes those WriteFrom and ReadInto had the device copy
 	// straight from or into the caller's DMA memory (dmacopy.go).
@@ -549,10 +552,7 @@ func (d *Device) flush() {
 		return
 	}
 	d.rung = d.next
-	if d.ctxID != 0 {
-		store32(d.compl.buf, tailShadowOffset, uint32(d.rung))
-		d.regs.Write32(abi.RegContextKick, d.ctxID)
-	} else if d.kick {
+	if d.ctxID != 0 || d.kick {
 		// The store is an atomic exchange: a full barrier before the
 		// load of the poll word (docs/ABI.md "Poll word").
 		store32(d.compl.buf, tailShadowOffset, uint32(d.rung))
@@ -561,7 +561,7 @@ func (d *Device) flush() {
 			d.skipped = true
 			return
 		}
-		d.regs.Write32(abi.RegRingKick, 1)
+		d.kickNow()
 	} else {
 		d.regs.Write32(abi.RegRingTail, uint32(d.rung))
 	}
@@ -577,8 +577,8 @@ const tailShadowOffset = abi.PageSize - 4
 // (Options.NoNotify): 8-byte aligned, before the tail shadow.
 const pollWordOffset = abi.PageSize - 16
 
-// kickSkipped kicks if the last doorbell was skipped: a wait about to
-// sleep does, in case the device stopped polling without seeing the tail
+// kickSkipped kicks if the last doorbell was skipped: a wait that has
+// slept rekickAfter does, in case the device stopped polling without seeing the tail
 // (it died, or a migration moved the guest with its poll word). The
 // device's protocol makes this redundant; it bounds what a fault costs.
 func (d *Device) kickSkipped() {
@@ -586,10 +586,23 @@ func (d *Device) kickSkipped() {
 		return
 	}
 	d.skipped = false
-	if d.ctxID == 0 && d.kick {
-		d.regs.Write32(abi.RegRingKick, 1)
-		d.stats.Doorbells++
+	d.kickNow()
+	d.stats.Rekicks++
+}
+
+// rekickAfter is how long a wait after a skipped doorbell goes before it
+// kicks anyway (kickSkipped): far longer than a polling device takes to
+// see a tail, short against the faults it bounds.
+const rekickAfter = 5 * time.Millisecond
+
+// kickNow writes the kick register of d's ring: RegContextKick with its
+// id for a device context, RegRingKick for the default ring.
+func (d *Device) kickNow() {
+	if d.ctxID != 0 {
+		d.regs.Write32(abi.RegContextKick, d.ctxID)
+		return
 	}
+	d.regs.Write32(abi.RegRingKick, 1)
 }
 
 // programKick turns the kick doorbell on when it was asked for and the
@@ -650,9 +663,10 @@ func (d *Device) pollCtx(ctx context.Context, what string, done func() bool) err
 			// spin: completions of short commands land within microseconds
 		case i < 2000:
 			runtime.Gosched()
-		case i == 2000:
-			d.kickSkipped()
 		default:
+			if d.skipped && time.Since(start) >= rekickAfter {
+				d.kickSkipped()
+			}
 			time.Sleep(sleep)
 			if sleep < time.Millisecond {
 				sleep *= 2

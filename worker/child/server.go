@@ -417,7 +417,7 @@ func (sl *slot) apply() {
 	}
 	// A guest that may skip kicks while the loop polls (ABI 1.6) left
 	// its tail in its shadow.
-	if err := sl.in.PollShadow(); err != nil {
+	if err := sl.in.PollShadows(); err != nil {
 		sl.in.LatchError(abi.StatusOf(err))
 	}
 	// A signal may carry context kicks only: the default ring was rung
