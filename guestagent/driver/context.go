@@ -28,6 +28,10 @@ type ContextOptions struct {
 	// DefaultContextStagingBytes. Smaller values are raised to one page
 	// per ring slot; a program source must fit in it with its tables.
 	StagingBytes int
+	// NoNotify: the context's ring is kicked every time, with no poll
+	// word (Options.NoNotify; a parent opened with it gives its contexts
+	// none either).
+	NoNotify bool
 	// Logger receives debug logs; nil: the parent's.
 	Logger *slog.Logger
 }
@@ -55,6 +59,7 @@ func (d *Device) OpenContext(opts ContextOptions) (*Device, error) {
 	c := &Device{regs: d.Regs(), mem: d.mem, opts: d.opts, log: opts.Logger, results: map[uint64]abi.Completion{},
 		info: info, parent: d, ctxID: opts.ID, memLimit: opts.MemLimit}
 	c.opts.StagingBytes = max(opts.StagingBytes, int(d.slots)*abi.PageSize)
+	c.opts.NoNotify = d.opts.NoNotify || opts.NoNotify
 	if c.log == nil {
 		c.log = d.log.With("context", opts.ID)
 	}

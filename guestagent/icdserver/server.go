@@ -296,7 +296,14 @@ func (s *Server) openContext(base *device, log *slog.Logger) (*device, error) {
 		err = fmt.Errorf("the vGPU offers %d device contexts, all in use", max)
 	} else {
 		var d *driver.Device
-		opts := driver.ContextOptions{ID: id, Logger: log.With("device", base.index, "context", id)}
+		// Kicked every time (no poll word): a blocking call's completion
+		// is found by the device's reaper, whose first look a kick's
+		// round trip used to delay until the command had run; without
+		// the kick that look comes too early and the next one a timer
+		// period (about 1 ms) later, so suppression made blocking 64-byte
+		// reads 1.5x slower (bench/README.md, issue 42 fourth round).
+		// Issue 43 replaces the reaper.
+		opts := driver.ContextOptions{ID: id, NoNotify: true, Logger: log.With("device", base.index, "context", id)}
 		d, err = base.d.OpenContext(opts)
 		if errors.Is(err, driver.ErrDeviceLost) && s.revive(base) {
 			// The vGPU was lost (and has just come back): once more.

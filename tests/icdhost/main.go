@@ -123,7 +123,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return fmt.Errorf("play the VM: %w", err)
 	}
 	defer vm.Close()
-	d, err := driver.Open(vm, vm, driver.Options{StagingBytes: *staging, Timeout: *timeout, Logger: log})
+	d, err := driver.Open(vm, vm, driver.Options{StagingBytes: *staging, Timeout: *timeout, NoNotify: true, Logger: log}) // as vgpu-icdd
 	if err != nil {
 		return fmt.Errorf("open the vGPU: %w", err)
 	}
