@@ -50,19 +50,7 @@ func TestPolledDoorbellsNeedNoWakeups(t *testing.T) {
 	signals, polled, bells := sh.Signals.Load(), sh.Polled.Load(), sh.Stats.Doorbells.Load()
 	cmds, turns, renewals := sh.Stats.Commands.Load(), inst.Sched().Turns, sh.Renewals.Load()
 	const n = 20
-	for k := range n {
-		want := bytes.Repeat([]byte{byte(k + 1)}, 64)
-		if err := d.Write(b, 0, want); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, 64)
-		if err := d.Read(b, 0, got); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("round %d: read back %x, want %x", k, got[:8], want[:8])
-		}
-	}
+	writeReadRounds(t, d, b, n)
 	rang := sh.Stats.Doorbells.Load() - bells
 	ran := sh.Stats.Commands.Load() - cmds
 	if rang < n {
@@ -79,6 +67,25 @@ func TestPolledDoorbellsNeedNoWakeups(t *testing.T) {
 	}
 	if sh.Renewals.Load() == renewals {
 		t.Error("no kept turn was renewed")
+	}
+}
+
+// writeReadRounds writes 64 bytes to b and reads them back, n times,
+// each command waited for before the next.
+func writeReadRounds(t *testing.T, d *driver.Device, b driver.Buffer, n int) {
+	t.Helper()
+	for k := range n {
+		want := bytes.Repeat([]byte{byte(k + 1)}, 64)
+		if err := d.Write(b, 0, want); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 64)
+		if err := d.Read(b, 0, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("round %d: read back %x, want %x", k, got[:8], want[:8])
+		}
 	}
 }
 
@@ -123,19 +130,7 @@ func TestPollingWorkerNeedsNoDoorbells(t *testing.T) {
 		sh := inst.be.Shared()
 		st0, bells, tails := d.Stats(), sh.Stats.Doorbells.Load(), sh.ShadowTails.Load()
 		const n = 20
-		for k := range n {
-			want := bytes.Repeat([]byte{byte(k + 1)}, 64)
-			if err := d.Write(b, 0, want); err != nil {
-				t.Fatal(err)
-			}
-			got := make([]byte, 64)
-			if err := d.Read(b, 0, got); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("%+v, round %d: read back %x, want %x", tc, k, got[:8], want[:8])
-			}
-		}
+		writeReadRounds(t, d, b, n)
 		st := d.Stats()
 		rung, skipped := st.Doorbells-st0.Doorbells, st.Suppressed-st0.Suppressed
 		seen := sh.ShadowTails.Load() - tails

@@ -61,6 +61,34 @@ func mustAcquire(t testing.TB, s *Scheduler, id string) func(time.Duration, int)
 	return release
 }
 
+// acquireLater asks for a turn of id in a goroutine and hands its
+// release over once it is granted.
+func acquireLater(t *testing.T, s *Scheduler, id string) <-chan func(time.Duration, int) {
+	granted := make(chan func(time.Duration, int))
+	go func() {
+		_, release, err := s.Acquire(context.Background(), id, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- release
+	}()
+	return granted
+}
+
+// parkedAtA returns a scheduler whose device is parked at client a (its
+// turn just ended), with its Offers and the channel its contended hook
+// tells.
+func parkedAtA(t *testing.T) (*Scheduler, *words, <-chan string) {
+	s := New(PolicyEqualShare, nil)
+	t.Cleanup(s.Close)
+	told := make(chan string, 4)
+	s.SetContended(func(id string) { told <- id })
+	o := newWords()
+	s.SetOffers(o)
+	mustAcquire(t, s, "a")(time.Microsecond, 0)
+	return s, o, told
+}
+
 // TestParkedTurnTakenWithoutRequest: a client alone on the device finds
 // the device parked at it when its turn ends, takes it with no request,
 // and the scheduler counts the turn it took as its holder's.
@@ -125,25 +153,12 @@ func TestRevokedOfferGoesToTheRequest(t *testing.T) {
 // waits for its release, the holder is told that it waits, and the turn
 // is claimed later by the holder's Take.
 func TestTakenOfferMakesOthersWait(t *testing.T) {
-	s := New(PolicyEqualShare, nil)
-	defer s.Close()
-	told := make(chan string, 4)
-	s.SetContended(func(id string) { told <- id })
-	o := newWords()
-	s.SetOffers(o)
-	mustAcquire(t, s, "a")(time.Microsecond, 0)
+	s, o, told := parkedAtA(t)
 	gen, ok := o.take("a")
 	if !ok {
 		t.Fatal("no offer parked at a")
 	}
-	granted := make(chan func(time.Duration, int))
-	go func() {
-		_, release, err := s.Acquire(context.Background(), "b", 0)
-		if err != nil {
-			t.Error(err)
-		}
-		granted <- release
-	}()
+	granted := acquireLater(t, s, "b")
 	if id := <-told; id != "a" {
 		t.Fatalf("contended told %q, want a", id)
 	}
@@ -172,24 +187,11 @@ func TestTakenOfferMakesOthersWait(t *testing.T) {
 // TestForfeitReleasesUnclaimedTurn: a holder that took an offer and died
 // before claiming it leaves no turn behind.
 func TestForfeitReleasesUnclaimedTurn(t *testing.T) {
-	s := New(PolicyEqualShare, nil)
-	defer s.Close()
-	told := make(chan string, 4)
-	s.SetContended(func(id string) { told <- id })
-	o := newWords()
-	s.SetOffers(o)
-	mustAcquire(t, s, "a")(time.Microsecond, 0)
+	s, o, told := parkedAtA(t)
 	if _, ok := o.take("a"); !ok {
 		t.Fatal("no offer parked at a")
 	}
-	granted := make(chan func(time.Duration, int))
-	go func() {
-		_, release, err := s.Acquire(context.Background(), "b", 0)
-		if err != nil {
-			t.Error(err)
-		}
-		granted <- release
-	}()
+	granted := acquireLater(t, s, "b")
 	if id := <-told; id != "a" { // b's request revoked the offer
 		t.Fatalf("contended told %q, want a", id)
 	}

@@ -187,33 +187,29 @@ func (p *Pool) HandOver() {
 
 // waitAll waits until cond holds for every live process (under its lock).
 func waitAll(ctx context.Context, procs []*process, cond func(*process) bool) error {
-	for {
-		ok := true
+	return waitUntil(ctx, func() bool {
 		for _, pr := range procs {
 			pr.mu.Lock()
-			ok = ok && (pr.ctx.Err() != nil || cond(pr))
+			ok := pr.ctx.Err() != nil || cond(pr)
 			pr.mu.Unlock()
+			if !ok {
+				return false
+			}
 		}
-		if ok {
-			return nil
-		}
-		t := time.NewTimer(pauseTick)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+		return true
+	})
 }
 
 // waitUnclaimed waits until no scheduler of scheds holds a turn taken
 // from a parked offer that its worker has not claimed.
 func waitUnclaimed(ctx context.Context, scheds []*sched.Scheduler) error {
-	for {
-		if !slices.ContainsFunc(scheds, (*sched.Scheduler).Unclaimed) {
-			return nil
-		}
+	return waitUntil(ctx, func() bool { return !slices.ContainsFunc(scheds, (*sched.Scheduler).Unclaimed) })
+}
+
+// waitUntil looks whether done holds every pauseTick until it does or
+// ctx ends.
+func waitUntil(ctx context.Context, done func() bool) error {
+	for !done() {
 		t := time.NewTimer(pauseTick)
 		select {
 		case <-ctx.Done():
@@ -222,6 +218,7 @@ func waitUnclaimed(ctx context.Context, scheds []*sched.Scheduler) error {
 		case <-t.C:
 		}
 	}
+	return nil
 }
 
 // Resume undoes Pause (the handover was abandoned): readers, log relays
