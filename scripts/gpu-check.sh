@@ -34,7 +34,8 @@
 #              TestContextHangEndsAlone: a context there is a second
 #              OpenCL context in the worker), and issue 42's poll-then-block
 #              mechanism tests (TestPolledDoorbellsNeedNoWakeups,
-#              TestIdleWorkerSleeps)
+#              TestIdleWorkerSleeps, TestPollingWorkerNeedsNoDoorbells,
+#              TestFirstTurnOnAFreeDeviceNeedsNoRequest)
 #   datapath   bench/isolation's hop-by-hop ladder and copy-bandwidth
 #              tables (issue 42): 4 KiB to 256 MiB against the platform's
 #              own clEnqueueWrite/ReadBuffer
@@ -164,7 +165,7 @@ run() {
 	step sandbox worker/sandbox "$dir/bin/sandbox.test" -test.count=1 -test.timeout=140s
 	step suite mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^TestSuiteOverHarness$' -test.timeout=140s
 	step attacks mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^TestIsolationAttacks$' -test.timeout=140s
-	step contexts mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^(TestContextsIsolateProcesses|TestContextHangEndsAlone|TestPolledDoorbellsNeedNoWakeups|TestIdleWorkerSleeps)$' -test.timeout=140s
+	step contexts mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^(TestContextsIsolateProcesses|TestContextHangEndsAlone|TestPolledDoorbellsNeedNoWakeups|TestIdleWorkerSleeps|TestPollingWorkerNeedsNoDoorbells|TestFirstTurnOnAFreeDeviceNeedsNoRequest)$' -test.timeout=140s
 	step bench . "$dir/bin/isolation" -ops 500 -runs 3
 	step datapath . "$dir/bin/isolation" -sections ladder,bandwidth -ops 500
 	say ""
