@@ -197,9 +197,9 @@ func TestRunBandwidth(t *testing.T) {
 		t.Fatalf("bandwidth table has %d rows, want %d:\n%s", len(rows), len(want), out.String())
 	}
 	for i, f := range rows {
-		// size direction reps, 4 rates, 3 percentages, commands doorbells turns
-		if len(f) != 13 {
-			t.Errorf("row %q: %d cells, want 13", f, len(f))
+		// size direction reps, 4 rates, 3 percentages, commands doorbells rung turns
+		if len(f) != 14 {
+			t.Errorf("row %q: %d cells, want 14", f, len(f))
 			continue
 		}
 		if f[0] != want[i][0] || f[1] != want[i][1] || f[2] != "2" {
@@ -218,8 +218,14 @@ func TestRunBandwidth(t *testing.T) {
 		if cmds := map[string]string{"upload": "1+1", "download": "1"}[f[1]]; f[10] != cmds {
 			t.Errorf("row %q: commands %q, want %q (one copy command%s)", f, f[10], cmds, map[string]string{"upload": " and Finish's fence"}[f[1]])
 		}
-		if turns := strings.Split(f[12], "/"); len(turns) != 3 {
-			t.Errorf("row %q: turns %q, want one per rung", f, f[12])
+		if f[11] != "1" {
+			t.Errorf("row %q: doorbells %q, want 1 (rung or skipped)", f, f[11])
+		}
+		if rung := strings.Split(f[12], "/"); len(rung) != 3 {
+			t.Errorf("row %q: rung %q, want one per rung", f, f[12])
+		}
+		if turns := strings.Split(f[13], "/"); len(turns) != 3 {
+			t.Errorf("row %q: turns %q, want one per rung", f, f[13])
 		}
 	}
 	// 2 sizes x 4 paths (direct, 3 rungs) x 2 repetitions

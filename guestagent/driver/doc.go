@@ -20,9 +20,10 @@
 //
 // Every trapped MMIO access costs tens of microseconds under TCG, so the hot
 // path never reads a register: commands are written into ring slots and the
-// doorbell (abi.RegRingTail) is written only by Flush, by a wait, or when
-// the ring is full; completion records and fence values are polled in guest
-// RAM. Registers are read at Open and when reporting a failure.
+// doorbell (abi.RegRingTail, or the kick with the tail in its shadow) is
+// written only by Flush, by a wait, or when the ring is full, and not at all
+// while the device says in the poll word that it polls the shadow (ABI
+// 1.6); completion records and fence values are polled in guest RAM. Registers are read at Open and when reporting a failure.
 //
 // # Memory
 //
