@@ -27,7 +27,7 @@ func newNotifiedGuest(t *testing.T, g *testGuest, window time.Duration) *notifie
 		t.Fatal("a notified guest starts on a fresh ring") // enabling restarts the indices
 	}
 	n := &notifiedGuest{shadow: g.alloc(8), word: g.alloc(8)}
-	n.pagedRing = &pagedRing{g: g, sh: g.in.sh}
+	n.pagedRing = &pagedRing{g: g, sh: g.in.sh, shadows: true}
 	g.in.DisableRing()
 	if err := g.in.EnableRing(RingConfig{Base: ringBase, ComplBase: complBase, Slots: slots, Shadow: n.shadow, PollWord: n.word}); err != nil {
 		t.Fatalf("EnableRing with a poll word = %v", err)
@@ -35,21 +35,6 @@ func newNotifiedGuest(t *testing.T, g *testGuest, window time.Duration) *notifie
 	g.in.SetPoll(n.apply)
 	n.sh.PollWindow.Store(int64(window))
 	return n
-}
-
-// apply is worker/child's slot.apply: the shadow, then a doorbell.
-func (n *notifiedGuest) apply() {
-	n.applyMu.Lock()
-	defer n.applyMu.Unlock()
-	if err := n.g.in.PollShadow(); err != nil {
-		n.g.in.LatchError(abi.StatusOf(err))
-	}
-	if n.sh.Rung.Swap(0) == 0 {
-		return
-	}
-	if err := n.g.in.Doorbell(n.sh.Tail.Load()); err != nil {
-		n.g.t.Errorf("Doorbell = %v", err)
-	}
 }
 
 // send writes cmd into the ring and publishes the tail as the driver does.

@@ -165,17 +165,7 @@ func TestFirstTurnOnAFreeDeviceNeedsNoRequest(t *testing.T) {
 	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}})
 	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
 	d := openDriver(t, attach(t, inst))
-	p, log, err := d.Build(`__kernel void bump(__global uint *a) { a[get_global_id(0)] += 1; }`, "")
-	if err != nil {
-		t.Fatalf("build: %v\n%s", err, log)
-	}
-	b, err := d.CreateBuffer(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Write(b, 0, make([]byte, 64)); err != nil {
-		t.Fatal(err)
-	}
+	bump := newBump(t, d)
 	sh := inst.be.Shared()
 	before := inst.Sched()
 	const n = 10
@@ -186,11 +176,9 @@ func TestFirstTurnOnAFreeDeviceNeedsNoRequest(t *testing.T) {
 			waitParked(t, sh)
 		}
 		// A launch needs a device turn (a small copy may not: exec.go move).
-		if err := d.Launch(p, "bump", driver.Range1(16, 0), driver.BufferArg(b)); err != nil {
-			t.Fatal(err)
-		}
+		bump.launch()
 		got := make([]byte, 64)
-		if err := d.Read(b, 0, got); err != nil {
+		if err := d.Read(bump.buf, 0, got); err != nil {
 			t.Fatal(err)
 		}
 		if v := binary.LittleEndian.Uint32(got[60:]); v != uint32(k+1) {
@@ -207,22 +195,45 @@ func TestFirstTurnOnAFreeDeviceNeedsNoRequest(t *testing.T) {
 	m2 := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, RequestEveryTurn: true})
 	inst2 := mustCreate(t, m2, CreateRequest{Profile: "vgpu-small"})
 	d2 := openDriver(t, attach(t, inst2))
-	p2, log, err := d2.Build(`__kernel void bump(__global uint *a) { a[get_global_id(0)] += 1; }`, "")
-	if err != nil {
-		t.Fatalf("build: %v\n%s", err, log)
-	}
-	b2, err := d2.CreateBuffer(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d2.Launch(p2, "bump", driver.Range1(16, 0), driver.BufferArg(b2)); err != nil {
-		t.Fatal(err)
-	}
+	newBump(t, d2).launch()
 	if err := d2.Finish(); err != nil {
 		t.Fatal(err)
 	}
 	if c := inst2.Sched(); c.Offers != 0 || c.Taken != 0 || c.Turns == 0 {
 		t.Errorf("with RequestEveryTurn: %d offers, %d taken of %d turns; want none of some", c.Offers, c.Taken, c.Turns)
+	}
+}
+
+// bumper launches a kernel that adds 1 to each of the 16 words of buf,
+// a zeroed 64-byte buffer of its driver.
+type bumper struct {
+	t   *testing.T
+	d   *driver.Device
+	p   driver.Program
+	buf driver.Buffer
+}
+
+func newBump(t *testing.T, d *driver.Device) *bumper {
+	t.Helper()
+	p, log, err := d.Build(`__kernel void bump(__global uint *a) { a[get_global_id(0)] += 1; }`, "")
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, log)
+	}
+	b, err := d.CreateBuffer(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Write(b, 0, make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	return &bumper{t: t, d: d, p: p, buf: b}
+}
+
+// launch enqueues one launch of the kernel.
+func (b *bumper) launch() {
+	b.t.Helper()
+	if err := b.d.Launch(b.p, "bump", driver.Range1(16, 0), driver.BufferArg(b.buf)); err != nil {
+		b.t.Fatal(err)
 	}
 }
 

@@ -82,7 +82,12 @@ func parkedAtA(t *testing.T) (*Scheduler, *words, <-chan string) {
 	s := New(PolicyEqualShare, nil)
 	t.Cleanup(s.Close)
 	told := make(chan string, 4)
-	s.SetContended(func(id string) { told <- id })
+	s.SetContended(func(id string) {
+		select {
+		case told <- id:
+		default: // under the scheduler's lock: never block
+		}
+	})
 	o := newWords()
 	s.SetOffers(o)
 	mustAcquire(t, s, "a")(time.Microsecond, 0)
@@ -93,11 +98,7 @@ func parkedAtA(t *testing.T) (*Scheduler, *words, <-chan string) {
 // the device parked at it when its turn ends, takes it with no request,
 // and the scheduler counts the turn it took as its holder's.
 func TestParkedTurnTakenWithoutRequest(t *testing.T) {
-	s := New(PolicyEqualShare, nil)
-	defer s.Close()
-	o := newWords()
-	s.SetOffers(o)
-	mustAcquire(t, s, "a")(time.Microsecond, 0)
+	s, o, _ := parkedAtA(t)
 	for k := range 3 {
 		gen, ok := o.take("a")
 		if !ok {
@@ -128,11 +129,7 @@ func TestParkedTurnTakenWithoutRequest(t *testing.T) {
 // when another client asks, which is granted at once; the parked client
 // then finds nothing to take.
 func TestRevokedOfferGoesToTheRequest(t *testing.T) {
-	s := New(PolicyEqualShare, nil)
-	defer s.Close()
-	o := newWords()
-	s.SetOffers(o)
-	mustAcquire(t, s, "a")(time.Microsecond, 0)
+	s, o, _ := parkedAtA(t)
 	if o.word("a").Load()&3 != 1 {
 		t.Fatal("no offer parked at a")
 	}
@@ -232,11 +229,7 @@ func TestTakenTurnIsWatched(t *testing.T) {
 // TestNoOffersWhileOff: SetOffering(false) revokes the offer out and
 // parks none until it is turned on again.
 func TestNoOffersWhileOff(t *testing.T) {
-	s := New(PolicyEqualShare, nil)
-	defer s.Close()
-	o := newWords()
-	s.SetOffers(o)
-	mustAcquire(t, s, "a")(time.Microsecond, 0)
+	s, o, _ := parkedAtA(t)
 	s.SetOffering(false)
 	if _, ok := o.take("a"); ok {
 		t.Fatal("offer still out after SetOffering(false)")

@@ -305,9 +305,18 @@ func (p *Pool) Create(cfg InstanceConfig) (Backend, error) {
 // instance waits for the device (aggregator.Shared.TurnWanted): a turn
 // it keeps across commands goes back at once.
 func (p *Pool) contended(id string) {
-	if v, ok := p.pages.Load(id); ok {
-		v.(*procInstance).sh.TurnWanted.Store(1)
+	if sh := p.pageOf(id); sh != nil {
+		sh.TurnWanted.Store(1)
 	}
+}
+
+// pageOf returns the instance page of worker instance id, or nil (no
+// such instance, or one run in this process). It takes no lock.
+func (p *Pool) pageOf(id string) *aggregator.Shared {
+	if v, ok := p.pages.Load(id); ok {
+		return v.(*procInstance).sh
+	}
+	return nil
 }
 
 // parks is a device scheduler's sched.Offers: a free turn is parked in
@@ -317,20 +326,17 @@ func (p *Pool) contended(id string) {
 type parks struct{ p *Pool }
 
 func (o parks) Offer(id string, gen uint64) bool {
-	v, ok := o.p.pages.Load(id)
-	if !ok {
+	sh := o.p.pageOf(id)
+	if sh == nil {
 		return false
 	}
-	v.(*procInstance).sh.ParkTurn(gen)
+	sh.ParkTurn(gen)
 	return true
 }
 
 func (o parks) Revoke(id string, gen uint64) bool {
-	v, ok := o.p.pages.Load(id)
-	if !ok {
-		return false
-	}
-	return v.(*procInstance).sh.RevokeTurn(gen)
+	sh := o.p.pageOf(id)
+	return sh != nil && sh.RevokeTurn(gen)
 }
 
 // declare notes a domain and whether it is operator-named.

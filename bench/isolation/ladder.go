@@ -57,11 +57,7 @@ const ladderIdle = 2 * time.Millisecond
 
 var ladderOps = []ladderOp{
 	{"launch of 1 item, waited for",
-		func(m *mode, _ []byte) error { return ops[1].do(m, nil) },
-		func(d *ladderDirect, _ []byte) error {
-			_, err := d.q.Launch(d.k, gpu.NDRange{Dims: 1, Global: [3]uint64{1, 1, 1}}, []gpu.Arg{{Buffer: d.buf}})
-			return err
-		}, 0},
+		launchDriver, launchDirect, 0},
 	{fmt.Sprintf("%d launches queued, then waited for", ladderBurst),
 		func(m *mode, _ []byte) error {
 			for range ladderBurst {
@@ -86,11 +82,7 @@ var ladderOps = []ladderOp{
 			return nil
 		}, 0},
 	{fmt.Sprintf("launch of 1 item after %v idle, waited for", ladderIdle),
-		func(m *mode, _ []byte) error { return ops[1].do(m, nil) },
-		func(d *ladderDirect, _ []byte) error {
-			_, err := d.q.Launch(d.k, gpu.NDRange{Dims: 1, Global: [3]uint64{1, 1, 1}}, []gpu.Arg{{Buffer: d.buf}})
-			return err
-		}, ladderIdle},
+		launchDriver, launchDirect, ladderIdle},
 	{"read of 64 bytes",
 		func(m *mode, scratch []byte) error { return m.d.Read(m.buf, 0, scratch[:64]) },
 		func(d *ladderDirect, scratch []byte) error { return d.q.Read(d.buf, 0, scratch[:64]) }, 0},
@@ -102,6 +94,15 @@ var ladderOps = []ladderOp{
 			}
 			return d.q.Read(d.buf, 0, scratch)
 		}, 0},
+}
+
+// launchDriver and launchDirect launch the touch kernel over one item and
+// wait for it: through a mode's driver, and directly.
+func launchDriver(m *mode, _ []byte) error { return ops[1].do(m, nil) }
+
+func launchDirect(d *ladderDirect, _ []byte) error {
+	_, err := d.q.Launch(d.k, gpu.NDRange{Dims: 1, Global: [3]uint64{1, 1, 1}}, []gpu.Arg{{Buffer: d.buf}})
+	return err
 }
 
 // ladderDirect is the ladder's bottom rung: the touch kernel and a 4 KiB

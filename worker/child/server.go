@@ -625,9 +625,7 @@ func (s *server) Acquire(ctx context.Context, id string, cost time.Duration) (ti
 		return 0, nil, err
 	}
 	turn := s.turnNumber()
-	release := func(dev time.Duration, slices int) {
-		_ = s.conn.Send(0, &wire.TurnRelease{Turn: turn, Device: max(dev, 0), Slices: uint32(max(slices, 0))})
-	}
+	release := s.releaser(turn)
 	r, err := s.request(ctx, &wire.Turn{Turn: turn, Slot: n, Kind: wire.TurnDevice, Cost: max(cost, 0)}, func(r *wire.Reply) {
 		if r.Status == uint32(abi.StatusOK) {
 			release(0, 0)
@@ -644,8 +642,18 @@ func (s *server) Acquire(ctx context.Context, id string, cost time.Duration) (ti
 		release(0, 0)
 		return 0, nil, err
 	}
+	return g.SliceBudget, release, nil
+}
+
+// releaser returns the function that ends device turn turn with a
+// TurnRelease, once however often it is called.
+func (s *server) releaser(turn uint32) func(time.Duration, int) {
 	var once sync.Once
-	return g.SliceBudget, func(dev time.Duration, slices int) { once.Do(func() { release(dev, slices) }) }, nil
+	return func(dev time.Duration, slices int) {
+		once.Do(func() {
+			_ = s.conn.Send(0, &wire.TurnRelease{Turn: turn, Device: max(dev, 0), Slices: uint32(max(slices, 0))})
+		})
+	}
 }
 
 // Took tells the main process that instance id took the free turn its
@@ -661,12 +669,7 @@ func (s *server) Took(id string, gen uint64) func(time.Duration, int) {
 	}
 	turn := s.turnNumber()
 	_ = s.conn.Send(0, &wire.TurnTaken{Turn: turn, Slot: n, Offer: gen})
-	var once sync.Once
-	return func(dev time.Duration, slices int) {
-		once.Do(func() {
-			_ = s.conn.Send(0, &wire.TurnRelease{Turn: turn, Device: max(dev, 0), Slices: uint32(max(slices, 0))})
-		})
-	}
+	return s.releaser(turn)
 }
 
 // Compiling tells the main process a build is starting (it bounds how
