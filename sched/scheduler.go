@@ -166,14 +166,18 @@ func (s *Scheduler) releaseOnce(r *request) func(dev time.Duration, slices int) 
 
 // grantLocked hands the idle device to the next request, or arms the
 // timer when a timeslice reservation holds it, or parks it at the client
-// whose turn ended last (offer.go). A parked turn is revoked first; if
-// it was taken, the device is its holder's.
+// whose turn ended last (offer.go). A parked turn is revoked first when
+// there is a request to grant (only then: a retry or a wake with nothing
+// waiting leaves it out, where its holder may be taking it); if it was
+// taken, the device is its holder's.
 func (s *Scheduler) grantLocked() {
 	now := s.now()
+	if !s.core.pending() {
+		s.offerLocked(now)
+		return
+	}
 	if s.revokeLocked(now); s.core.busy {
-		if s.core.pending() {
-			s.tellContended(s.core.holder)
-		}
+		s.tellContended(s.core.holder)
 		return
 	}
 	r, retry := s.core.grant(now)
