@@ -453,9 +453,10 @@ func bandwidthNotes(t *table.Table, checks int, dma bool) {
 	t.Note("MB/s: size / the median transfer time, 1 MB = 10^6 bytes; %%: direct's median time / the rung's (100%% = as fast as")
 	t.Note("  direct; issue 42's goal: >= 90%% from 1 MiB up)")
 	t.Note("commands: ring commands one transfer became, as the instance counted them (mdev.Instance.Stats, the same as the")
-	t.Note("  driver's count on every rung): the driver cuts a copy into commands of at most half its %d KiB staging pool, less",
+	t.Note("  driver's count on every rung): with -bwguest dma one command each way, as many scatter-gather entries as half its")
+	t.Note("  %d KiB pool holds as tables (guestagent/driver inPlaceEntries: 261,121 with the default, 1020 MiB of scattered",
 		driver.DefaultStagingBytes>>10)
-	t.Note("  their scatter-gather table pages (guestagent/driver chunkBytes); +1: the fence of the upload's Finish. The aggregator")
+	t.Note("  pages); staged, commands of half the pool less their table pages (chunkBytes); +1: the fence of the upload's Finish. The aggregator")
 	t.Note("  then moves each command in batches of at most 4 MiB. Into or out of a CPU device's host-backed buffers (PoCL, every")
 	t.Note("  rung; the executor's buffers lie on memory its worker maps too) a batch is memory copies between guest RAM and the")
 	t.Note("  buffer, with no device call, no turn and nothing on the executor's socket (aggregator/exec.go moveInPlace), stored")

@@ -113,11 +113,18 @@ func sgBuild(data []page, length int, tables []page) (used []page, addr uint64, 
 // appendRun appends n bytes at gpa to ents, merged into the last entry
 // when they follow it in guest-physical memory (and it stays under 1 GiB).
 func appendRun(ents []abi.SGEntry, gpa uint64, n int) []abi.SGEntry {
-	if k := len(ents) - 1; k >= 0 && ents[k].Addr+uint64(ents[k].Len) == gpa && ents[k].Len <= 1<<30 {
-		ents[k].Len += uint32(n)
+	if merges(ents, gpa) {
+		ents[len(ents)-1].Len += uint32(n)
 		return ents
 	}
 	return append(ents, abi.SGEntry{Addr: gpa, Len: uint32(n)})
+}
+
+// merges reports whether appendRun merges bytes at gpa into ents' last
+// entry.
+func merges(ents []abi.SGEntry, gpa uint64) bool {
+	k := len(ents) - 1
+	return k >= 0 && ents[k].Addr+uint64(ents[k].Len) == gpa && ents[k].Len <= 1<<30
 }
 
 // sgTables writes the scatter-gather list ents into tables, chained. It

@@ -69,13 +69,15 @@ func (d *Device) checkDMA(op string, b Buffer, off uint64, m DMA, at, n int) err
 	return nil
 }
 
-// dmaChunk submits one copy command for up to chunkBytes of the n bytes of
-// m at at, described in place, and returns how many bytes it covers and
-// its index. Only its scatter-gather tables come from the pool, held
-// until it completes.
+// dmaChunk submits one copy command for as much of the n bytes of m at
+// at as its scatter-gather tables can describe in half the pool
+// (inPlaceEntries), described in place, and returns how many bytes it
+// covers and its index. Only its tables come from the pool, held until it
+// completes. A contiguous range, or one of 64 KiB runs, of hundreds of
+// MiB is one command: the device moves it in batches of its own, and the
+// ring carries no command per half pool (issue 42).
 func (d *Device) dmaChunk(toDev bool, h uint32, off uint64, m DMA, at, n int, sync bool) (int, uint64, error) {
-	n = min(n, d.chunkBytes())
-	ents := dmaEntries(m, at, n)
+	ents, n := dmaEntries(m, at, n, d.inPlaceEntries())
 	tables, err := d.pages(tablesFor(len(ents)))
 	if err != nil {
 		return 0, 0, err
@@ -91,16 +93,37 @@ func (d *Device) dmaChunk(toDev bool, h uint32, off uint64, m DMA, at, n int, sy
 	return n, idx, err
 }
 
-// dmaEntries describes n bytes of m at at as scatter-gather entries,
-// merging physically contiguous pages.
-func dmaEntries(m DMA, at, n int) []abi.SGEntry {
+// inPlaceEntries is the most scatter-gather entries of one in-place copy:
+// as many as half the pool holds as chained tables (so that two such
+// copies can be in flight), at most abi.MaxSGEntries.
+func (d *Device) inPlaceEntries() int {
+	const per = abi.PageSize / abi.SGEntrySize
+	np := max(d.poolSize/2, 1)
+	return min(per+(np-1)*(per-1), abi.MaxSGEntries)
+}
+
+// dmaEntries describes the first bytes of the n bytes of m at at as
+// scatter-gather entries, merging physically contiguous pages, up to
+// maxEnts entries and maxInPlace bytes, and returns them and how many
+// bytes they cover.
+func dmaEntries(m DMA, at, n, maxEnts int) ([]abi.SGEntry, int) {
 	var ents []abi.SGEntry
-	for n > 0 {
+	covered := 0
+	for covered < min(n, maxInPlace) {
 		i, in := at/abi.PageSize, at%abi.PageSize
-		take := min(n, abi.PageSize-in)
+		take := min(n-covered, abi.PageSize-in, maxInPlace-covered)
+		if len(ents) == maxEnts && !merges(ents, m.Pages[i]+uint64(in)) {
+			break // the page would start an entry past the bound
+		}
 		ents = appendRun(ents, m.Pages[i]+uint64(in), take)
 		at += take
-		n -= take
+		covered += take
 	}
-	return ents
+	return ents, covered
 }
+
+// maxInPlace bounds the bytes of one in-place copy command: 1 GiB, the
+// longest a scatter-gather entry merges to (appendRun), so that a
+// command's length and its device time stay bounded however contiguous
+// the memory.
+const maxInPlace = 1 << 30

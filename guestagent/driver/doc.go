@@ -32,7 +32,9 @@
 // half the pool are streamed through it in chunks, each chunk a separate
 // copy command with its own scatter-gather list (chained tables when it has
 // more than 256 entries). Staging pages of a command are reused once its
-// completion record has been seen.
+// completion record has been seen. WriteFrom and ReadInto stage nothing:
+// a copy from or into DMA memory is one command, however long, unless its
+// scatter-gather entries outgrow half the pool as tables (dmacopy.go).
 //
 // # Errors
 //

@@ -126,3 +126,44 @@ func TestSGBuildErrors(t *testing.T) {
 		t.Errorf("sgBuild(no tables) = nil error")
 	}
 }
+
+// TestDMAEntriesBound: an in-place copy's entries stop at the bound only
+// where the next page would start a new entry, and cover its bytes
+// exactly; contiguous memory is one entry however long (up to
+// maxInPlace).
+func TestDMAEntriesBound(t *testing.T) {
+	const pg = abi.PageSize
+	scattered := DMA{Buf: make([]byte, 6*pg), Pages: []uint64{10 * pg, 20 * pg, 21 * pg, 40 * pg, 50 * pg, 60 * pg}}
+	tests := []struct {
+		name        string
+		at, n, max  int
+		wantEnts    int
+		wantCovered int
+	}{
+		{"all fit", 0, 6 * pg, 6, 5, 6 * pg},
+		{"bound of 2 takes the merged pair", 0, 6 * pg, 2, 2, 3 * pg},
+		{"bound of 1 from a page's middle", 100, 6*pg - 100, 1, 1, pg - 100},
+		{"bound of 3 ends on a page's middle", 5 * pg / 2, 2 * pg, 3, 3, 2 * pg},
+	}
+	for _, tt := range tests {
+		ents, covered := dmaEntries(scattered, tt.at, tt.n, tt.max)
+		if len(ents) != tt.wantEnts || covered != tt.wantCovered {
+			t.Errorf("%s: %d entries covering %d bytes, want %d covering %d", tt.name, len(ents), covered, tt.wantEnts, tt.wantCovered)
+		}
+		var sum int
+		for _, e := range ents {
+			sum += int(e.Len)
+		}
+		if sum != covered {
+			t.Errorf("%s: entries add up to %d bytes, cover %d", tt.name, sum, covered)
+		}
+	}
+	const np = 1 << 10
+	contiguous := DMA{Buf: make([]byte, np*pg), Pages: make([]uint64, np)}
+	for i := range contiguous.Pages {
+		contiguous.Pages[i] = uint64(0x1000+i) * pg
+	}
+	if ents, covered := dmaEntries(contiguous, 0, np*pg, 1); len(ents) != 1 || covered != np*pg {
+		t.Errorf("contiguous 4 MiB: %d entries covering %d bytes, want 1 covering all", len(ents), covered)
+	}
+}
