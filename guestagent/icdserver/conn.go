@@ -87,6 +87,9 @@ type conn struct {
 
 	// wake is signalled by completions.
 	wake chan struct{}
+	// poller says whether a blocking wait looks for its completions
+	// before it sleeps (waitpoll.go).
+	poller waitPoller
 
 	mu       sync.Mutex // taken in driver callbacks: after driver.Device's mutex
 	events   map[uint64]*event
@@ -829,9 +832,9 @@ func (c *conn) reap() {
 
 // waitFor waits until cond (called with c.mu held) holds, the timeout
 // passes or the connection is stopped. It reports whether cond held. It
-// rings the doorbells and wakes the devices' reapers (flush); they reap
-// the completions, whose callbacks signal c.wake, so it does not poll the
-// devices itself.
+// rings the doorbells and wakes the devices' reapers (flush), looks for
+// the completions itself for a bounded window (pollWait), then sleeps:
+// the reapers reap the completions, whose callbacks signal c.wake.
 func (c *conn) waitFor(timeout time.Duration, stoppable bool, cond func() bool) bool {
 	check := func() bool {
 		c.mu.Lock()
@@ -842,6 +845,9 @@ func (c *conn) waitFor(timeout time.Duration, stoppable bool, cond func() bool) 
 		return true
 	}
 	c.flush()
+	if c.pollWait(check) {
+		return true
+	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	quit := c.quit

@@ -10,7 +10,9 @@
 // (wait for its commands, free its buffers and programs, unmap its arenas).
 // Per served device it owns one reaper goroutine that reaps completions as
 // they land, so that events are timestamped promptly; a blocking Wait
-// waits for the completions it delivers rather than polling itself. When a
+// reaps its connection's devices itself for a bounded window
+// (waitpoll.go), so that a short command is answered as soon as its
+// completion lands, and then sleeps until a reaper delivers the rest. When a
 // device's context is lost (vgpud's worker ended), the driver fails the
 // commands in flight, so each client's events end with StatusDeviceLost;
 // the reaper then reopens the device (Server.revive), and a Hello finds a

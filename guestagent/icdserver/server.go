@@ -81,6 +81,8 @@ type Server struct {
 	// counts its runs (tests wait on it).
 	trim  chan struct{}
 	trims atomic.Uint64
+	// waits counts how blocking waits ended (WaitStats).
+	waits waitCounters
 
 	wg     sync.WaitGroup // every goroutine the Server started
 	connWG sync.WaitGroup // connection goroutines; Add only under mu while !closed
@@ -190,7 +192,10 @@ func New(cfg Config) *Server {
 // blocking 64-byte read through the ICD from ~825 to ~600 us, but in a
 // TCG guest every extra wake-up costs the host CPU time the device's
 // kernels need (the matmul job through the ICD slowed by 10-20% with 20
-// to 100 more wake-ups per wait), and vgpu-icdd runs in guests.
+// to 100 more wake-ups per wait), and vgpu-icdd runs in guests. A
+// blocking wait does not depend on it: it looks for its completions
+// itself first (waitpoll.go); the reaper times events nobody waits for
+// and wakes the waits that outlast their window.
 const (
 	reapMinSleep = 20 * time.Microsecond
 	reapMaxSleep = time.Millisecond
@@ -296,14 +301,10 @@ func (s *Server) openContext(base *device, log *slog.Logger) (*device, error) {
 		err = fmt.Errorf("the vGPU offers %d device contexts, all in use", max)
 	} else {
 		var d *driver.Device
-		// Kicked every time (no poll word): a blocking call's completion
-		// is found by the device's reaper, whose first look a kick's
-		// round trip used to delay until the command had run; without
-		// the kick that look comes too early and the next one a timer
-		// period (about 1 ms) later, so suppression made blocking 64-byte
-		// reads 1.5x slower (bench/README.md, issue 42 fourth round).
-		// Issue 43 replaces the reaper.
-		opts := driver.ContextOptions{ID: id, NoNotify: true, Logger: log.With("device", base.index, "context", id)}
+		// With the poll word (ABI 1.6): a blocking wait finds its
+		// completion by looking itself (waitpoll.go), so a kick the
+		// worker's loop makes needless is skipped.
+		opts := driver.ContextOptions{ID: id, Logger: log.With("device", base.index, "context", id)}
 		d, err = base.d.OpenContext(opts)
 		if errors.Is(err, driver.ErrDeviceLost) && s.revive(base) {
 			// The vGPU was lost (and has just come back): once more.

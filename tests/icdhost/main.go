@@ -123,7 +123,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return fmt.Errorf("play the VM: %w", err)
 	}
 	defer vm.Close()
-	d, err := driver.Open(vm, vm, driver.Options{StagingBytes: *staging, Timeout: *timeout, NoNotify: true, Logger: log}) // as vgpu-icdd
+	d, err := driver.Open(vm, vm, driver.Options{StagingBytes: *staging, Timeout: *timeout, Logger: log}) // as vgpu-icdd
 	if err != nil {
 		return fmt.Errorf("open the vGPU: %w", err)
 	}
@@ -156,6 +156,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	start := time.Now()
 	srv.Close()
-	log.Info("stopped", "took", time.Since(start))
+	w := srv.WaitStats()
+	log.Info("stopped", "took", time.Since(start), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept)
 	return nil
 }

@@ -127,10 +127,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("open vgpu %s: %w", dir, err)
 		}
-		// NoNotify: the server's reaper finds completions on timers,
-		// which a kick's round trip used to give a head start (see
-		// icdserver's device contexts); issue 43 replaces the reaper.
-		d, err := driver.Open(regs, mem, driver.Options{StagingBytes: *staging, Timeout: *timeout, NoNotify: true, Logger: log})
+		d, err := driver.Open(regs, mem, driver.Options{StagingBytes: *staging, Timeout: *timeout, Logger: log})
 		if err != nil {
 			return fmt.Errorf("open vgpu %s: %w", dir, err)
 		}
@@ -168,7 +165,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	select {
 	case <-ctx.Done():
-		log.Info("stopping", "clients", srv.Conns())
+		w := srv.WaitStats()
+		log.Info("stopping", "clients", srv.Conns(), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept)
 	case err = <-served:
 	}
 	srv.Close()
