@@ -167,16 +167,17 @@ func TestSmallResults(t *testing.T) {
 	}
 }
 
-// TestSmallGoals: issue 32's goals on given figures, at and past their
-// bounds.
+// TestSmallGoals: the goals (issue 43's run times, issue 32's start-up)
+// on given figures, at and past their bounds.
 func TestSmallGoals(t *testing.T) {
 	ms := int64(time.Millisecond)
 	for _, c := range []struct {
 		icd, direct int64
 		want        bool
-	}{{129, 100, true}, {131, 100, false}, {50, 100, true}} {
-		if got := commandsGoal(c.icd, c.direct); got != c.want {
-			t.Errorf("commandsGoal(%d, %d) = %v", c.icd, c.direct, got)
+		mode        string
+	}{{149, 100, true, "launches"}, {151, 100, false, "reads"}, {50, 100, true, "launches"}, {199, 100, true, "steps"}, {201, 100, false, "steps"}} {
+		if got := commandsGoal(c.icd, c.direct, runGoal(c.mode)); got != c.want {
+			t.Errorf("%s: commandsGoal(%d, %d) = %v", c.mode, c.icd, c.direct, got)
 		}
 	}
 	for _, c := range []struct {

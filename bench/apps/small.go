@@ -28,9 +28,12 @@ import (
 	"github.com/vgpud/vgpud/internal/syncbuf"
 )
 
-// The goals of issue 32 for the ICD on the host against PoCL directly.
+// The goals for the ICD on the host against PoCL directly: issue 43's for
+// the run times (issue 32 asked 1.3x of launches and reads), issue 32's for
+// start-up, which issue 43 keeps.
 const (
-	goalCommands     = 1.3                   // launches' and reads' run time
+	goalCommands     = 1.5                   // launches' and reads' run time
+	goalSteps        = 2.0                   // launch-then-read steps' run time
 	goalStartup      = 1.2                   // start-up's whole program ...
 	goalStartupSlack = 50 * time.Millisecond // ... plus this
 )
@@ -258,10 +261,21 @@ func medianNS(v []int64) int64 {
 	return s[(len(s)-1)/2]
 }
 
-// commandsGoal: launches and reads through the ICD within goalCommands
-// of PoCL directly.
-func commandsGoal(icdRun, directRun int64) bool {
-	return float64(icdRun) <= goalCommands*float64(directRun)
+// runGoal is the bound on a mode's run time through the ICD, as a
+// multiple of PoCL's directly; 0 for start-up, whose goal is its total.
+func runGoal(mode string) float64 {
+	switch mode {
+	case "launches", "reads":
+		return goalCommands
+	case "steps":
+		return goalSteps
+	}
+	return 0
+}
+
+// commandsGoal: a run through the ICD within bound of PoCL directly.
+func commandsGoal(icdRun, directRun int64, bound float64) bool {
+	return float64(icdRun) <= bound*float64(directRun)
 }
 
 // startupGoal: the whole start-up program through the ICD within
@@ -367,7 +381,7 @@ func (b *bench) smallTable(ctx context.Context) (*table.Table, error) {
 		Title: fmt.Sprintf("Many small commands (bench/apps/clsmall, issue 32): the same program on PoCL directly and through the vgpud ICD, in one run; median of %d runs",
 			c.runs),
 		Header: []string{"path", "mode", "n", "direct run (ms)", "ICD run (ms)", "ICD / direct", "direct/cmd (us)", "ICD/cmd (us)",
-			"direct total (ms)", "ICD total (ms)", "goal (issue 32)"},
+			"direct total (ms)", "ICD total (ms)", "goal (issue 43)"},
 	}
 	us := func(ns int64, n int) string { return fmt.Sprintf("%.1f", float64(ns)/float64(n)/1e3) }
 	nsMS := func(ns int64) string { return ms(time.Duration(ns)) }
@@ -382,8 +396,8 @@ func (b *bench) smallTable(ctx context.Context) (*table.Table, error) {
 				if goals {
 					goal = fmt.Sprintf("total <= %.1fx + %d ms: %s", goalStartup, goalStartupSlack.Milliseconds(), metText(startupGoal(i.total, d.total)))
 				}
-			case goals && (m.name == "launches" || m.name == "reads"):
-				goal = fmt.Sprintf("<= %.1fx: %s", goalCommands, metText(commandsGoal(i.run, d.run)))
+			case goals && runGoal(m.name) > 0:
+				goal = fmt.Sprintf("<= %.1fx: %s", runGoal(m.name), metText(commandsGoal(i.run, d.run, runGoal(m.name))))
 			}
 			t.Add(path, m.name, strconv.Itoa(m.n), nsMS(d.run), nsMS(i.run), ratio(float64(i.run), float64(d.run)),
 				us(d.run, m.n), us(i.run, m.n), dTotal, iTotal, goal)
@@ -401,6 +415,6 @@ func (b *bench) smallTable(ctx context.Context) (*table.Table, error) {
 	if !c.guest {
 		t.Note("Guest rows left out (-small-guest=false).")
 	}
-	t.Note("Goals (issue 32), host ICD against direct: launches and reads run <= %.1fx; startup total <= %.1fx + %d ms.", goalCommands, goalStartup, goalStartupSlack.Milliseconds())
+	t.Note("Goals (issue 43), host ICD against direct: launches and reads run <= %.1fx, steps <= %.1fx; startup total <= %.1fx + %d ms (issue 32's, kept).", goalCommands, goalSteps, goalStartup, goalStartupSlack.Milliseconds())
 	return t, nil
 }
