@@ -14,6 +14,8 @@ import (
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
+	"github.com/vgpud/vgpud/mdev/transport"
+	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 
 // Host is an in-process vgpud.
@@ -21,6 +23,8 @@ type Host struct {
 	Dev gpu.Device
 	Mgr *mdev.Manager
 	Dir string // temporary directory: instance sockets, guest images
+
+	vfioUser bool // Mode.VFIOUser
 }
 
 // Start opens the device named by selector (gpu.Open) and a manager on it,
@@ -44,6 +48,9 @@ type Mode struct {
 	PollWindow time.Duration
 	// RequestEveryTurn: no free turn parked at an instance (mdev.Config.RequestEveryTurn).
 	RequestEveryTurn bool
+	// VFIOUser serves the instances over vfio-user (vgpud's default
+	// transport) instead of mpqemu; Host.Dial then attaches its VMs so.
+	VFIOUser bool
 }
 
 // StartMode is Start with the instances run as mode says.
@@ -59,14 +66,18 @@ func StartMode(selector, prefix string, mode Mode) (*Host, error) {
 	}
 	// Each path's hang-up is logged as a warning: errors only.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Transport: mpqemu.Transport{}, Logger: log,
+	var tr transport.Socket = mpqemu.Transport{}
+	if mode.VFIOUser {
+		tr = vfiouser.Transport{}
+	}
+	mgr, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Transport: tr, Logger: log,
 		InProcess: mode.InProcess, KernelsInWorker: mode.KernelsInWorker, PollWindow: mode.PollWindow, RequestEveryTurn: mode.RequestEveryTurn})
 	if err != nil {
 		os.RemoveAll(dir)
 		dev.Close()
 		return nil, err
 	}
-	return &Host{Dev: dev, Mgr: mgr, Dir: dir}, nil
+	return &Host{Dev: dev, Mgr: mgr, Dir: dir, vfioUser: mode.VFIOUser}, nil
 }
 
 // Close stops the manager, closes the device and removes the directory.

@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vgpud/vgpud/bench/host"
 	"github.com/vgpud/vgpud/bench/stats"
 	"github.com/vgpud/vgpud/bench/table"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/mdev"
-	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
 
 // The copy-bandwidth table (issue 42, -sections bandwidth): one contiguous
@@ -111,7 +111,7 @@ type bwGuest struct {
 	src, dst driver.DMA // -bwguest dma: the guest's data, where the device moves it
 	name     string
 	inst     *mdev.Instance
-	vm       *mpqemutest.VM
+	vm       host.VM
 	d        *driver.Device
 }
 

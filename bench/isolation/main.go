@@ -45,14 +45,22 @@
 //     opening the instance's default ring (driver.Open) and its first nop,
 //     median and range of -runs repetitions on an instance of its own.
 //
-// The guests are the driver library on the QEMU-less harness VM
-// (mdev/mpqemu/mpqemutest), so the figures are vgpud's, not QEMU's.
+// The guests are the driver library on a QEMU-less harness VM, so the
+// figures are vgpud's, not QEMU's: with -transport mpqemu (the default,
+// comparable with the earlier tables) mdev/mpqemu/mpqemutest, where every
+// BAR access, the kick too, is a round trip, as x-pci-proxy-dev makes it;
+// with -transport vfio-user mdev/vfiouser/vfiousertest, the kick on the
+// session's ioeventfd as QEMU 11.1 wires it under KVM. The harness guest
+// is in this process: its driver's spinning waits share the Go scheduler
+// with vgpud's main process, which a real guest (another process, QEMU's)
+// does not (bench/README.md, issue 42 fifth round).
 //
 //	go run ./bench/isolation [-ops 2000] [-runs 5]
 //	go run ./bench/isolation -sections matmul [-runs 5]   (the matmul table alone)
 //	go run ./bench/isolation -sections context [-runs 5]  (context creation alone)
 //	go run ./bench/isolation -sections ladder [-ops 1000] (the hop-by-hop profile)
 //	go run ./bench/isolation -sections bandwidth [-bwsizes 4K,1M,16M,256M] [-bwreps 30] [-bwguest dma|staged] (copy bandwidth)
+//	go run ./bench/isolation ... -transport vfio-user    (any table, the guests on vfio-user)
 package main
 
 import (
@@ -72,7 +80,6 @@ import (
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/job"
 	"github.com/vgpud/vgpud/mdev"
-	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 )
 
 func main() {
@@ -99,6 +106,9 @@ type config struct {
 	// noNotify: the guests ring every doorbell, with no poll word
 	// (driver.Options.NoNotify, as before ABI 1.6)
 	noNotify bool
+	// vfioUser: the instances are served over vfio-user and the guests
+	// kick on its ioeventfd (-transport vfio-user).
+	vfioUser bool
 }
 
 var sections = []string{"command", "matmul", "context", "ladder", "bandwidth"}
@@ -117,6 +127,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	sizes := fs.String("bwsizes", defaultBWSizes, "bandwidth table: transfer sizes (bytes, K, M or G suffix)")
 	fs.DurationVar(&cfg.poll, "poll-window", 0, "the workers' poll window (0: vgpud's default; negative: never poll)")
 	fs.BoolVar(&cfg.noNotify, "no-notify", false, "the guests ring every doorbell: no poll word tells them when the worker polls (as before ABI 1.6)")
+	transportName := fs.String("transport", "mpqemu", "how the harness guests reach vgpud: mpqemu (QEMU 7.2's x-pci-proxy-dev: every BAR access, the kick too, a round trip) or vfio-user (vgpud's default transport, the kick on its ioeventfd as QEMU 11.1 under KVM wires it)")
 	fs.BoolVar(&cfg.requestTurns, "request-every-turn", false, "the workers ask for every device turn; none is parked at an idle instance (as before issue 42)")
 	fs.IntVar(&cfg.bwReps, "bwreps", 30, "bandwidth table: the most transfers of a size each way per path (fewer for large sizes)")
 	fs.StringVar(&cfg.bwGuest, "bwguest", bwGuestDMA, "bandwidth table: where the guest's data lies: dma (its DMA memory, handed to the device in place) or staged (copied through the driver's staging pool)")
@@ -126,6 +137,13 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	var err error
 	if cfg.sects, err = table.ParseSections(*list, sections); err != nil {
 		return err
+	}
+	switch *transportName {
+	case "mpqemu":
+	case "vfio-user":
+		cfg.vfioUser = true
+	default:
+		return fmt.Errorf("-transport %q: want mpqemu or vfio-user", *transportName)
 	}
 	if cfg.bwGuest != bwGuestDMA && cfg.bwGuest != bwGuestStaged {
 		return fmt.Errorf("-bwguest %q: want %s or %s", cfg.bwGuest, bwGuestDMA, bwGuestStaged)
@@ -151,6 +169,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		ms.host.PollWindow = cfg.poll
 		ms.host.RequestEveryTurn = cfg.requestTurns
 		ms.noNotify = cfg.noNotify
+		ms.host.VFIOUser = cfg.vfioUser
 		m, err := newMode(cfg.device, ms)
 		if err != nil {
 			return err
@@ -162,7 +181,8 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	fmt.Fprintf(w, "vgpud isolation benchmark, %s, %s\n", time.Now().UTC().Format(time.RFC3339), runtime.Version())
 	fmt.Fprintf(w, "  host CPUs:     %d\n", runtime.NumCPU())
 	fmt.Fprintf(w, "  OpenCL device: %s (%s, %d compute units)\n", info.Name, info.Platform, info.ComputeUnits)
-	fmt.Fprintf(w, "  guests:        QEMU-less harness (mpqemutest) + guest driver library, one vgpu-small instance per mode\n")
+	fmt.Fprintf(w, "  guests:        QEMU-less harness + guest driver library, one vgpu-small instance per mode\n")
+	fmt.Fprintf(w, "  transport:     %s\n", modes[0].h.Transport())
 	fmt.Fprintf(w, "  modes:         in-process (unsafe baseline); worker/kernels (a worker process per trust domain running the kernels too,\n")
 	fmt.Fprintf(w, "                 the design before executors); worker/executor (the kernels of a CPU device in an executor process\n")
 	fmt.Fprintf(w, "                 beside the worker, which maps no guest RAM: vgpud's default, docs/isolation.md \"Executors\");\n")
@@ -225,7 +245,7 @@ const contextID = 1
 type mode struct {
 	name   string
 	h      *host.Host
-	vm     *mpqemutest.VM
+	vm     host.VM
 	parent *driver.Device // the default ring, when d is a device context
 	d      *driver.Device // what the guest's commands go to
 	prog   driver.Program
@@ -270,7 +290,7 @@ func newMode(selector string, ms modeSpec) (_ *mode, err error) {
 
 // newGuest makes a vgpu-small instance on h and a harness VM with ramBytes
 // of RAM attached to it.
-func newGuest(h *host.Host, ramBytes uint64) (*mpqemutest.VM, error) {
+func newGuest(h *host.Host, ramBytes uint64) (host.VM, error) {
 	_, vm, err := newInstanceGuest(h, "vgpu-small", ramBytes)
 	return vm, err
 }
@@ -278,12 +298,12 @@ func newGuest(h *host.Host, ramBytes uint64) (*mpqemutest.VM, error) {
 // newInstanceGuest makes an instance of profile on h, result reuse off
 // (every copy reaches the device), and a harness VM with ramBytes of RAM
 // attached to it.
-func newInstanceGuest(h *host.Host, profile string, ramBytes uint64) (*mdev.Instance, *mpqemutest.VM, error) {
+func newInstanceGuest(h *host.Host, profile string, ramBytes uint64) (*mdev.Instance, host.VM, error) {
 	inst, err := h.Mgr.Create(mdev.CreateRequest{Profile: profile, NoReuse: true})
 	if err != nil {
 		return nil, nil, fmt.Errorf("create a %s instance: %w", profile, err)
 	}
-	vm, err := mpqemutest.Dial(inst.Socket(), ramBytes)
+	vm, err := h.Dial(inst.Socket(), ramBytes)
 	if err != nil {
 		return nil, nil, fmt.Errorf("attach a guest to the %s instance: %w", profile, err)
 	}

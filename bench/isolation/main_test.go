@@ -161,18 +161,28 @@ func checkMatmulRows(t *testing.T, out string) {
 	}
 }
 
-// TestRunBandwidth runs the bandwidth table at tiny sizes: a row per size
-// and direction with a positive rate on every path, each size one copy
-// command (an upload's fence besides), and every download checked
-// against its upload (a path that lost or corrupted bytes fails run).
+// TestRunBandwidth runs the bandwidth table at tiny sizes, over each
+// transport the harness speaks: a row per size and direction with a
+// positive rate on every path, each size one copy command (an upload's
+// fence besides), and every download checked against its upload (a path
+// that lost or corrupted bytes fails run).
 func TestRunBandwidth(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four vgpuds and their worker and executor processes")
 	}
+	for _, tr := range []string{"mpqemu", "vfio-user"} {
+		t.Run(tr, func(t *testing.T) { testRunBandwidth(t, tr) })
+	}
+}
+
+func testRunBandwidth(t *testing.T, transport string) {
 	var out strings.Builder
-	args := []string{"-sections", "bandwidth", "-bwsizes", "4K,64K", "-bwreps", "2"}
+	args := []string{"-sections", "bandwidth", "-bwsizes", "4K,64K", "-bwreps", "2", "-transport", transport}
 	if err := run(context.Background(), args, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "transport:     "+transport) {
+		t.Errorf("the header does not name transport %s:\n%s", transport, out.String())
 	}
 	for _, no := range []string{"Per-command cost", "matmul job", "Context creation", "hop by hop"} {
 		if strings.Contains(out.String(), no) {

@@ -1,0 +1,52 @@
+package host
+
+import (
+	"fmt"
+	"net"
+
+	"github.com/vgpud/vgpud/guestagent/driver"
+	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
+	"github.com/vgpud/vgpud/mdev/vfiouser/vfiousertest"
+)
+
+// VM is a QEMU-less VM attached to an instance: its BAR0, its RAM and
+// DMA memory in it.
+type VM interface {
+	driver.Registers
+	driver.Memory
+	Alloc(n int) (driver.DMA, error)
+	Close() error
+}
+
+var (
+	_ VM = (*mpqemutest.VM)(nil)
+	_ VM = (*vfiousertest.Client)(nil)
+)
+
+// Dial attaches a VM with ramBytes of RAM to the instance socket at
+// socket, speaking the Host's transport as QEMU does: mpqemu (QEMU 7.2's
+// x-pci-proxy-dev, every BAR access a round trip, the kick too), or
+// vfio-user with the kick on its ioeventfd (QEMU 11.1's vfio-user-pci
+// under KVM: a kick is one eventfd write, waiting for nothing).
+func (h *Host) Dial(socket string, ramBytes uint64) (VM, error) {
+	if !h.vfioUser {
+		return mpqemutest.Dial(socket, ramBytes)
+	}
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	vm, err := vfiousertest.New(c, ramBytes)
+	if err != nil {
+		return nil, fmt.Errorf("vfio-user: %w", err)
+	}
+	return vm, nil
+}
+
+// Transport names the Host's transport, for the benchmarks' headers.
+func (h *Host) Transport() string {
+	if h.vfioUser {
+		return "vfio-user (kick on the ioeventfd, as under KVM)"
+	}
+	return "mpqemu (every BAR access a round trip, as x-pci-proxy-dev)"
+}
