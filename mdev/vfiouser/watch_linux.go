@@ -1,7 +1,8 @@
 package vfiouser
 
 import (
-	"errors"
+	"fmt"
+	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -11,47 +12,58 @@ import (
 // watcher is a goroutine that calls fn each time an eventfd it does not
 // own is signalled (the kick ioeventfd, the INTx unmask eventfd), until
 // shutdown.
+//
+// It waits in the Go runtime's poller on a duplicate of the fd, not in a
+// blocking poll(2): a goroutine blocked in a system call keeps its P
+// until sysmon takes it back (tens of microseconds to milliseconds on an
+// idle process), so the ring's goroutine that fn wakes waited that long
+// behind it, and every kick of a guest on vfio-user paid it (a 64-byte
+// read through an in-process vgpud took 110-210 us on the kick's
+// ioeventfd against 18 us on mpqemu's socket: bench/README.md, issue 42
+// fifth round). The counter is read only with irqfd.Drain, which never
+// blocks even if the peer sharing the open file cleared its O_NONBLOCK.
 type watcher struct {
-	fd   int // the watched eventfd (owned by the caller)
-	stop int // eventfd written to stop the goroutine (owned here)
+	f    *os.File // the duplicate, owned here
 	done chan struct{}
 }
 
+// watch starts calling fn on each signal of fd, which must be an
+// eventfd (irqfd.Prepare'd or made non-blocking by its creator); fd
+// stays the caller's.
 func watch(fd int, fn func()) (*watcher, error) {
-	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
+		return nil, fmt.Errorf("dup eventfd: %w", err)
+	}
+	if err := unix.SetNonblock(dup, true); err != nil {
+		unix.Close(dup)
+		return nil, fmt.Errorf("eventfd non-blocking: %w", err)
+	}
+	w := &watcher{f: os.NewFile(uintptr(dup), "eventfd"), done: make(chan struct{})}
+	rc, err := w.f.SyscallConn()
+	if err != nil {
+		w.f.Close()
 		return nil, err
 	}
-	w := &watcher{fd: fd, stop: stop, done: make(chan struct{})}
-	go w.loop(fn)
+	go w.loop(rc, fn)
 	return w, nil
 }
 
-func (w *watcher) loop(fn func()) {
+func (w *watcher) loop(rc interface {
+	Read(func(fd uintptr) bool) error
+}, fn func()) {
 	defer close(w.done)
-	fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}, {Fd: int32(w.stop), Events: unix.POLLIN}}
 	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return
-		}
-		if fds[1].Revents != 0 {
-			return
-		}
-		if fds[0].Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
-			return
-		}
-		if fds[0].Revents&unix.POLLIN == 0 {
-			continue
-		}
-		// The counter is reset by the read (never a blocking one: a
-		// client's unmask eventfd is shared with it); signals that came
-		// before it are one event, which every use here tolerates.
-		if _, err := irqfd.Drain(w.fd); err != nil {
-			return
+		var n uint64
+		var derr error
+		err := rc.Read(func(fd uintptr) bool {
+			// Signals that came before the read are one event, which
+			// every use here tolerates.
+			n, derr = irqfd.Drain(int(fd))
+			return derr != nil || n > 0 // else: wait until readable
+		})
+		if err != nil || derr != nil {
+			return // closed by shutdown, or the fd is not an eventfd
 		}
 		fn()
 	}
@@ -63,9 +75,6 @@ func (w *watcher) shutdown() {
 	if w == nil {
 		return
 	}
-	var one [8]byte
-	one[0] = 1
-	unix.Write(w.stop, one[:]) // cannot fail short of a closed fd
+	w.f.Close() // wakes the poller's wait with an error
 	<-w.done
-	unix.Close(w.stop)
 }
