@@ -65,14 +65,7 @@ type Conn struct {
 	irqMu      sync.Mutex
 	irq        *irqfd.Trigger // the eventfd QEMU routes to the guest's INTx; nil if none
 	resampleFD int            // eventfd KVM signals on EOI; -1 if none
-	resampler  *resampler
-}
-
-// resampler is the goroutine that waits on one resample eventfd.
-type resampler struct {
-	fd   int // the resample eventfd (owned by Conn)
-	stop int // eventfd written to stop the goroutine (owned by resampler)
-	done chan struct{}
+	resampler  *irqfd.Watcher // calls the INTx's Resample on each signal of resampleFD
 }
 
 var _ IRQSink = (*Conn)(nil)
@@ -260,8 +253,8 @@ func (c *Conn) setIRQFD(irq, resample int) error {
 }
 
 // closeIRQ stops r, then closes the fds it waited on, and stops irq.
-func closeIRQ(irq *irqfd.Trigger, resample int, r *resampler) {
-	r.shutdown()
+func closeIRQ(irq *irqfd.Trigger, resample int, r *irqfd.Watcher) {
+	r.Stop()
 	if resample >= 0 {
 		unix.Close(resample)
 	}
@@ -269,58 +262,14 @@ func closeIRQ(irq *irqfd.Trigger, resample int, r *resampler) {
 }
 
 // startResampler starts the goroutine that calls x.Resample each time KVM
-// signals fd (the guest ended the interrupt; the line was deasserted). A
-// nil resampler (on error) is valid and does nothing.
-func startResampler(fd int, x *mmio.INTx, log *slog.Logger) (*resampler, error) {
-	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+// signals fd (the guest ended the interrupt; the line was deasserted),
+// waiting in the runtime's poller (irqfd.Watch).
+func startResampler(fd int, x *mmio.INTx, log *slog.Logger) (*irqfd.Watcher, error) {
+	w, err := irqfd.Watch(fd, x.Resample, log.With("eventfd", "resample"))
 	if err != nil {
-		return nil, fmt.Errorf("resample stop eventfd: %w", err)
+		return nil, fmt.Errorf("resample eventfd: %w", err)
 	}
-	r := &resampler{fd: fd, stop: stop, done: make(chan struct{})}
-	go r.loop(x, log)
-	return r, nil
-}
-
-func (r *resampler) loop(x *mmio.INTx, log *slog.Logger) {
-	defer close(r.done)
-	fds := []unix.PollFd{{Fd: int32(r.fd), Events: unix.POLLIN}, {Fd: int32(r.stop), Events: unix.POLLIN}}
-	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			log.Error("mpqemu: resample wait", "err", err)
-			return
-		}
-		if fds[1].Revents != 0 {
-			return
-		}
-		if fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
-			log.Error("mpqemu: resample eventfd failed", "revents", fds[0].Revents)
-			return
-		}
-		if fds[0].Revents&unix.POLLIN == 0 {
-			continue
-		}
-		if _, err := irqfd.Drain(r.fd); err != nil {
-			log.Error("mpqemu: read resample eventfd", "err", err)
-			return
-		}
-		x.Resample()
-	}
-}
-
-// shutdown stops the goroutine and waits for it. It is a no-op on nil.
-func (r *resampler) shutdown() {
-	if r == nil {
-		return
-	}
-	var one [8]byte
-	le.PutUint64(one[:], 1)
-	unix.Write(r.stop, one[:]) // cannot fail short of a closed fd: the counter is far from full
-	<-r.done
-	unix.Close(r.stop)
+	return w, nil
 }
 
 // Pause makes Serve return ErrPaused before it reads the next message

@@ -66,9 +66,9 @@ type Session struct {
 	intx     *irqfd.Trigger // the INTx trigger eventfd; nil if none
 	masked   bool           // INTx masked (automasked after each trigger until UNMASK)
 	unmaskFD int            // eventfd the client signals to unmask (KVM's resample); -1
-	unmaskW  *watcher
+	unmaskW  *irqfd.Watcher
 	kickFD   int // the ioeventfd behind abi.RegRingKick; -1 until asked for
-	kickW    *watcher
+	kickW    *irqfd.Watcher
 	errFD    int // the ERR index's eventfd (QEMU's error notifier), never signalled; -1
 }
 
@@ -151,8 +151,8 @@ func (s *Session) releaseIRQ() {
 	intx.Close()
 	// The watchers call into the register file holding no Session lock;
 	// they are stopped before the fds they poll are closed.
-	kw.shutdown()
-	uw.shutdown()
+	kw.Stop()
+	uw.Stop()
 	scmrights.Close(slices.DeleteFunc(fds, func(fd int) bool { return fd < 0 }))
 }
 
@@ -472,7 +472,7 @@ func (s *Session) kickFd() (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	w, err := watch(fd, func() { s.dev.Regs.WriteBAR(abi.RegRingKick, 4, 1) })
+	w, err := irqfd.Watch(fd, func() { s.dev.Regs.WriteBAR(abi.RegRingKick, 4, 1) }, s.log)
 	if err != nil {
 		unix.Close(fd)
 		return -1, err
@@ -648,10 +648,10 @@ func (s *Session) setErrFD(fd int) {
 // setUnmaskFD replaces the eventfd whose signal unmasks INTx (KVM's
 // resample eventfd: the guest's EOI).
 func (s *Session) setUnmaskFD(fd int) error {
-	var w *watcher
+	var w *irqfd.Watcher
 	if fd >= 0 {
 		var err error
-		if w, err = watch(fd, s.unmask); err != nil {
+		if w, err = irqfd.Watch(fd, s.unmask, s.log); err != nil {
 			unix.Close(fd)
 			return err
 		}
@@ -660,7 +660,7 @@ func (s *Session) setUnmaskFD(fd int) error {
 	if s.closed.Load() {
 		s.irqMu.Unlock()
 		if w != nil {
-			w.shutdown()
+			w.Stop()
 			unix.Close(fd)
 		}
 		return nil
@@ -668,7 +668,7 @@ func (s *Session) setUnmaskFD(fd int) error {
 	oldFD, oldW := s.unmaskFD, s.unmaskW
 	s.unmaskFD, s.unmaskW = fd, w
 	s.irqMu.Unlock()
-	oldW.shutdown()
+	oldW.Stop()
 	if oldFD >= 0 {
 		unix.Close(oldFD)
 	}

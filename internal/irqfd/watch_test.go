@@ -1,4 +1,4 @@
-package vfiouser
+package irqfd
 
 import (
 	"runtime"
@@ -10,8 +10,8 @@ import (
 )
 
 // TestWatcherWaitsInThePoller is the mechanism test of the kick path's
-// wait (issue 42): the watcher of an eventfd (the kick ioeventfd, the
-// unmask eventfd) parks in the runtime's poller, never in a blocking
+// wait (issue 42): the Watcher of an eventfd (vfio-user's kick ioeventfd
+// and unmask eventfd, mpqemu's resample eventfd) parks in the runtime's poller, never in a blocking
 // system call, which would keep its P from the ring goroutine that its
 // callback wakes until sysmon took it back; and each signal calls the
 // callback once, however many came before it was read, until shutdown.
@@ -22,7 +22,7 @@ func TestWatcherWaitsInThePoller(t *testing.T) {
 	}
 	defer unix.Close(fd)
 	calls := make(chan struct{}, 16)
-	w, err := watch(fd, func() { calls <- struct{}{} })
+	w, err := Watch(fd, func() { calls <- struct{}{} }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestWatcherWaitsInThePoller(t *testing.T) {
 			t.Fatalf("after signal %d the watcher waits in state %q, want \"IO wait\" (the runtime poller)", i, state)
 		}
 	}
-	w.shutdown()
+	w.Stop()
 	signal(1)
 	select {
 	case <-calls:
@@ -63,7 +63,7 @@ func watcherState(t *testing.T) string {
 		buf := make([]byte, 1<<20)
 		dump := string(buf[:runtime.Stack(buf, true)])
 		for _, g := range strings.Split(dump, "\n\n") {
-			if !strings.Contains(g, "vfiouser.(*watcher).loop") {
+			if !strings.Contains(g, "irqfd.(*Watcher).loop") {
 				continue
 			}
 			head := g[:strings.Index(g, "\n")]
