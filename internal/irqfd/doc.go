@@ -9,7 +9,11 @@
 // only counts and wakes the writer, and an eventfd whose counter is full
 // (the interrupt is pending anyway) drops the write instead of blocking.
 // Close never waits for a write in progress. Drain reads a counter
-// without ever blocking (preadv2 with RWF_NOWAIT).
+// without ever blocking (preadv2 with RWF_NOWAIT). A Watcher calls a
+// function on each signal of a peer's eventfd (a kick ioeventfd, an
+// unmask or resample eventfd), waiting in the runtime's poller rather
+// than in a blocking system call, whose P the goroutine it wakes would
+// wait for.
 //
 // Package worker uses it for the eventfds it shares with a worker
 // process, an untrusted peer in the same way: the instance's doorbell is
