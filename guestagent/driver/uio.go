@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
@@ -14,42 +15,92 @@ import (
 
 // UIOFile is an open /dev/uioN of a device bound to uio_pci_generic: a
 // 4-byte read blocks until the next interrupt and returns the interrupt
-// count; a 4-byte write of 1 unmasks INTx (uio_pci_generic masks it in its
-// handler through the command register's INTx disable bit). *os.File is
-// one: /dev/uioN supports poll, so read deadlines work.
+// count. *os.File is one: /dev/uioN supports poll, so read deadlines work.
 type UIOFile interface {
-	io.ReadWriteCloser
+	io.ReadCloser
 	SetReadDeadline(t time.Time) error
+}
+
+// PCIConfig is the device's PCI configuration space (its sysfs config
+// file): uio_pci_generic masks INTx in its handler by setting the command
+// register's INTx-disable bit, and has no irqcontrol, so a write to
+// /dev/uioN fails with ENOSYS; the interrupt is unmasked by clearing the
+// bit here, as the kernel's UIO howto says.
+type PCIConfig interface {
+	io.ReaderAt
+	io.WriterAt
 }
 
 // uioRecheck bounds one sleep so a lost interrupt costs at most this much.
 const uioRecheck = 50 * time.Millisecond
 
+// Command register (PCI_COMMAND) and its INTx-disable bit.
+const (
+	pciCommand            = 0x04
+	pciCommandINTxDisable = 1 << 10
+)
+
 // UIOBlocker sleeps on the device's INTx (ABI 1.1, docs/ABI.md
-// "Interrupts") through uio_pci_generic: the Blocker for KVM hosts, where
-// QEMU delivers the proxy device's irqfd. Under TCG no interrupt arrives
-// (docs/agent-channel.md); every sleep then ends at its 50 ms re-check.
-// It is safe for concurrent use; sleepers are serialised.
+// "Interrupts") through uio_pci_generic. It needs a VMM that delivers the
+// device's interrupt: QEMU's vfio-user-pci does under KVM and under TCG;
+// x-pci-proxy-dev only under KVM (docs/vfio-user.md "Interrupts"). Where
+// none arrives every sleep ends at its 50 ms re-check. It is safe for
+// concurrent use; sleepers are serialised.
 type UIOBlocker struct {
 	regs Registers
+	cfg  PCIConfig
 
 	mu  sync.Mutex // serialises sleepers and Close
 	uio UIOFile    // nil after Close
+
+	woken, rechecks atomic.Uint64
 }
 
 var _ Blocker = (*UIOBlocker)(nil)
 
 // NewUIOBlocker enables the completion interrupt in regs (the device's
-// BAR0, e.g. Device.Regs) and sleeps on uio. It fails with ErrNoINTx on a
-// device without FeatureINTx. It takes ownership of uio.
-func NewUIOBlocker(regs Registers, uio UIOFile) (*UIOBlocker, error) {
+// BAR0, e.g. Device.Regs) and sleeps on uio, unmasking through cfg. It
+// fails with ErrNoINTx on a device without FeatureINTx. It takes
+// ownership of uio, and of cfg when it is an io.Closer.
+func NewUIOBlocker(regs Registers, uio UIOFile, cfg PCIConfig) (*UIOBlocker, error) {
 	if f := regs.Read32(abi.RegFeatures); f == 0xffffffff || f&abi.FeatureINTx == 0 {
 		uio.Close()
+		closeConfig(cfg)
 		return nil, fmt.Errorf("uio blocker: features %#x: %w", f, ErrNoINTx)
 	}
 	regs.Write32(abi.RegIntStatus, abi.IntCompletion)
 	regs.Write32(abi.RegIntEnable, abi.IntCompletion)
-	return &UIOBlocker{regs: regs, uio: uio}, nil
+	return &UIOBlocker{regs: regs, cfg: cfg, uio: uio}, nil
+}
+
+func closeConfig(cfg PCIConfig) {
+	if c, ok := cfg.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// unmask clears the command register's INTx-disable bit, which
+// uio_pci_generic's handler set, if it is set.
+func (b *UIOBlocker) unmask() error {
+	var cmd [2]byte
+	if _, err := b.cfg.ReadAt(cmd[:], pciCommand); err != nil {
+		return fmt.Errorf("read command register: %w", err)
+	}
+	v := binary.LittleEndian.Uint16(cmd[:])
+	if v&pciCommandINTxDisable == 0 {
+		return nil
+	}
+	binary.LittleEndian.PutUint16(cmd[:], v&^pciCommandINTxDisable)
+	if _, err := b.cfg.WriteAt(cmd[:], pciCommand); err != nil {
+		return fmt.Errorf("write command register: %w", err)
+	}
+	return nil
+}
+
+// Stats returns how many sleeps an interrupt ended and how many ended at
+// their re-check or deadline instead.
+func (b *UIOBlocker) Stats() (interrupts, rechecks uint64) {
+	return b.woken.Load(), b.rechecks.Load()
 }
 
 // BlockUntil implements Blocker: it clears the completion cause, unmasks
@@ -62,11 +113,10 @@ func (b *UIOBlocker) BlockUntil(index uint32, done func() bool, deadline time.Ti
 	if b.uio == nil {
 		return fmt.Errorf("uio blocker: %w", ErrClosed)
 	}
-	var unmask, count [4]byte
-	binary.LittleEndian.PutUint32(unmask[:], 1)
+	var count [4]byte
 	for {
 		b.regs.Write32(abi.RegIntStatus, abi.IntCompletion)
-		if _, err := b.uio.Write(unmask[:]); err != nil {
+		if err := b.unmask(); err != nil {
 			return fmt.Errorf("uio blocker: unmask intx: %w", err)
 		}
 		if done() {
@@ -83,7 +133,13 @@ func (b *UIOBlocker) BlockUntil(index uint32, done func() bool, deadline time.Ti
 		if err := b.uio.SetReadDeadline(wake); err != nil {
 			return fmt.Errorf("uio blocker: %w", err)
 		}
-		if _, err := io.ReadFull(b.uio, count[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		_, err := io.ReadFull(b.uio, count[:])
+		switch {
+		case err == nil:
+			b.woken.Add(1)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			b.rechecks.Add(1)
+		default:
 			return fmt.Errorf("uio blocker: wait for interrupt: %w", err)
 		}
 	}
@@ -98,6 +154,7 @@ func (b *UIOBlocker) Close() error {
 	}
 	b.regs.Write32(abi.RegIntEnable, 0)
 	err := b.uio.Close()
+	closeConfig(b.cfg)
 	b.uio = nil
 	return err
 }

@@ -60,15 +60,21 @@ func findUIO(pciDir, devDir string) (string, error) {
 }
 
 // OpenUIOBlocker binds the device at pciDir to uio_pci_generic, opens its
-// /dev/uioN and returns a UIOBlocker on regs (the device's BAR0).
+// /dev/uioN and its config file and returns a UIOBlocker on regs (the
+// device's BAR0).
 func OpenUIOBlocker(pciDir string, regs Registers) (*UIOBlocker, error) {
 	path, err := BindUIO(pciDir)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open uio: %w", err)
 	}
-	return NewUIOBlocker(regs, f)
+	cfg, err := os.OpenFile(filepath.Join(pciDir, "config"), os.O_RDWR, 0)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open pci config: %w", err)
+	}
+	return NewUIOBlocker(regs, f, cfg)
 }

@@ -41,11 +41,9 @@ func (r *fakeRegs) written(off uint32) []uint32 {
 }
 
 // fakeUIO is /dev/uioN: reads come from a pipe the test writes interrupt
-// counts into; writes (unmasks) are recorded.
+// counts into.
 type fakeUIO struct {
-	r, w    *os.File
-	mu      sync.Mutex
-	unmasks []uint32
+	r, w *os.File
 }
 
 func newFakeUIO(t *testing.T) *fakeUIO {
@@ -70,25 +68,48 @@ func (f *fakeUIO) interrupt(t *testing.T, count uint32) {
 	}
 }
 
-func (f *fakeUIO) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(p) != 4 {
-		return 0, errors.New("uio write must be 4 bytes")
-	}
-	f.unmasks = append(f.unmasks, binary.LittleEndian.Uint32(p))
-	return 4, nil
+// fakeConfig is the device's config space: uio_pci_generic's handler
+// masks by setting the command register's INTx-disable bit (mask); the
+// blocker's writes of the register are recorded.
+type fakeConfig struct {
+	mu     sync.Mutex
+	space  [64]byte
+	writes []uint16
 }
 
-func (f *fakeUIO) unmasked() []uint32 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]uint32(nil), f.unmasks...)
+func (c *fakeConfig) ReadAt(p []byte, off int64) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return copy(p, c.space[off:]), nil
+}
+
+func (c *fakeConfig) WriteAt(p []byte, off int64) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if off == pciCommand && len(p) == 2 {
+		c.writes = append(c.writes, binary.LittleEndian.Uint16(p))
+	}
+	return copy(c.space[off:], p), nil
+}
+
+// mask is uio_pci_generic's handler: INTx disabled until userspace
+// clears the bit.
+func (c *fakeConfig) mask() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := binary.LittleEndian.Uint16(c.space[pciCommand:])
+	binary.LittleEndian.PutUint16(c.space[pciCommand:], v|pciCommandINTxDisable)
+}
+
+func (c *fakeConfig) commandWrites() []uint16 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]uint16(nil), c.writes...)
 }
 
 func TestUIOBlockerNeedsINTx(t *testing.T) {
 	for _, feat := range []uint32{0, 0xffffffff} {
-		if _, err := NewUIOBlocker(&fakeRegs{features: feat}, newFakeUIO(t)); !errors.Is(err, ErrNoINTx) {
+		if _, err := NewUIOBlocker(&fakeRegs{features: feat}, newFakeUIO(t), &fakeConfig{}); !errors.Is(err, ErrNoINTx) {
 			t.Errorf("NewUIOBlocker(features %#x) = %v, want ErrNoINTx", feat, err)
 		}
 	}
@@ -96,11 +117,16 @@ func TestUIOBlockerNeedsINTx(t *testing.T) {
 
 // TestUIOBlockerSleepsUntilInterrupt: the blocker clears the cause,
 // unmasks, checks, sleeps on the uio read, and after the interrupt clears,
-// unmasks and checks again.
+// unmasks and checks again. It unmasks the way uio_pci_generic needs
+// (which has no irqcontrol: a write to /dev/uioN fails with ENOSYS): by
+// clearing the command register's INTx-disable bit, which the driver's
+// handler set, and only when it is set.
 func TestUIOBlockerSleepsUntilInterrupt(t *testing.T) {
 	regs := &fakeRegs{features: abi.FeatureINTx}
 	uio := newFakeUIO(t)
-	b, err := NewUIOBlocker(regs, uio)
+	cfg := &fakeConfig{}
+	binary.LittleEndian.PutUint16(cfg.space[pciCommand:], 0x0003)
+	b, err := NewUIOBlocker(regs, uio, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +138,8 @@ func TestUIOBlockerSleepsUntilInterrupt(t *testing.T) {
 		checks++
 		if checks == 1 {
 			// The device completes now, after the check: the interrupt
-			// must wake the sleeper.
+			// must wake the sleeper; the handler masks INTx.
+			cfg.mask()
 			uio.interrupt(t, 1)
 			return false
 		}
@@ -124,8 +151,11 @@ func TestUIOBlockerSleepsUntilInterrupt(t *testing.T) {
 	if checks != 2 {
 		t.Errorf("done() checked %d times, want 2", checks)
 	}
-	if got := uio.unmasked(); len(got) != 2 || got[0] != 1 || got[1] != 1 {
-		t.Errorf("uio writes = %v, want [1 1] (unmask before each check)", got)
+	if got := cfg.commandWrites(); len(got) != 1 || got[0] != 0x0003 {
+		t.Errorf("command register writes = %#x, want one [0x3]: the unmask after the interrupt, none while unmasked", got)
+	}
+	if in, re := b.Stats(); in != 1 || re != 0 {
+		t.Errorf("Stats() = %d interrupts, %d rechecks; want 1, 0", in, re)
 	}
 	if got := regs.written(abi.RegIntStatus); len(got) != 3 {
 		t.Errorf("RegIntStatus writes = %v, want 3 W1Cs (open, and before each check)", got)

@@ -3,7 +3,11 @@ package syncjob
 // Console line prefixes: BeginPrefix + mode announces a mode, LinePrefix +
 // JSON of Result reports it.
 const (
-	LinePrefix  = "VGPU-SYNC "
+	LinePrefix = "VGPU-SYNC "
+	// UIOPrefix starts the line vgpu-sync prints at the end with
+	// -blocker uio: "interrupts=N rechecks=M", the blocked waits an
+	// interrupt ended and those its 50 ms re-check ended (none came).
+	UIOPrefix   = "VGPU-SYNC-UIO "
 	BeginPrefix = "VGPU-SYNC-BEGIN "
 )
 

@@ -145,7 +145,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.SetOutput(stdout)
 	modes := fs.String("modes", "poll,block,hybrid,auto", "sync modes to run, in order, separated by , or +")
 	via := fs.String("agent", "port", "agent channel (hints, and the blocking path with -blocker agent): port (open the virtio port), relay (vgpu-agent's socket) or none")
-	blockVia := fs.String("blocker", "agent", "what blocking waits sleep on: agent (Watch/Completed on the channel) or uio (INTx through uio_pci_generic; KVM hosts only, docs/ABI.md \"Interrupts\")")
+	blockVia := fs.String("blocker", "agent", "what blocking waits sleep on: agent (Watch/Completed on the channel) or uio (INTx through uio_pci_generic: on vfio-user, or x-pci-proxy-dev under KVM; docs/ABI.md \"Interrupts\")")
 	var cfg Config
 	fs.IntVar(&cfg.Steps, "steps", 300, "steps per mode")
 	fs.IntVar(&cfg.CPUIters, "cpu-iters", 20000, "iterations of each CPU step")
@@ -235,6 +235,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("-blocker uio: %w", err)
 		}
 		defer ub.Close()
+		defer func() {
+			in, re := ub.Stats()
+			fmt.Fprintf(stdout, "%sinterrupts=%d rechecks=%d\n", syncjob.UIOPrefix, in, re)
+		}()
 		blocker = ub
 	default:
 		return fmt.Errorf("-blocker %q: want agent or uio", *blockVia)
