@@ -16,8 +16,23 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// placeholderFD is an open file for a ProxyDevice's FD, which these
+// tests only pass around. It must be a file of its own: an os.File made
+// around fd 0 closes fd 0 when it is collected, and two of them closed a
+// file that another test had opened as fd 0 in between (TestBootEdu's
+// initramfs read failed with EBADF in CI).
+func placeholderFD(t *testing.T) *os.File {
+	t.Helper()
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 func TestArgs(t *testing.T) {
-	f := os.NewFile(uintptr(0), "placeholder")
+	f := placeholderFD(t)
 	tests := []struct {
 		name string
 		cfg  Config
@@ -91,7 +106,7 @@ func TestArgs(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	f := os.NewFile(uintptr(0), "placeholder")
+	f := placeholderFD(t)
 	ok := Config{Kernel: "k", Initrd: "i"}
 	tests := []struct {
 		name   string
