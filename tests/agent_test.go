@@ -32,6 +32,21 @@ func syncGuest(t *testing.T) (imagetest.Kernel, string) {
 	return k, syncRD
 }
 
+// syncResult waits for vgpu-sync's next result line on vm's console.
+func syncResult(ctx context.Context, t *testing.T, vm *qemuvm.VM) syncjob.Result {
+	t.Helper()
+	line, err := vm.WaitLine(ctx, syncjob.LinePrefix+"{")
+	if err != nil {
+		t.Fatalf("no result line: %v\nconsole:\n%s", err, strings.Join(vm.Lines(), "\n"))
+	}
+	var r syncjob.Result
+	_, js, _ := strings.Cut(line, syncjob.LinePrefix)
+	if err := json.Unmarshal([]byte(js), &r); err != nil {
+		t.Fatalf("result line %q: %v", line, err)
+	}
+	return r
+}
+
 // TestGuestBlocksThroughAgent: a guest runs vgpu-agent, which owns the
 // virtio-serial port and runs vgpu-sync; vgpu-sync waits for its kernels
 // with Block and Hybrid, woken through the relay and the host's agent
@@ -66,15 +81,7 @@ func guestBlocksThroughAgent(t *testing.T, m *mdev.Manager) {
 	defer vm.Kill()
 	results := map[string]syncjob.Result{}
 	for len(results) < 2 {
-		line, err := vm.WaitLine(ctx, syncjob.LinePrefix+"{")
-		if err != nil {
-			t.Fatalf("no result line: %v\nconsole:\n%s", err, strings.Join(vm.Lines(), "\n"))
-		}
-		var r syncjob.Result
-		_, js, _ := strings.Cut(line, syncjob.LinePrefix)
-		if err := json.Unmarshal([]byte(js), &r); err != nil {
-			t.Fatalf("result line %q: %v", line, err)
-		}
+		r := syncResult(ctx, t, vm)
 		results[r.Mode] = r
 	}
 	if _, err := vm.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -37,15 +36,7 @@ func TestGuestBlocksOnINTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer vm.Kill()
-	line, err := vm.WaitLine(ctx, syncjob.LinePrefix+"{")
-	if err != nil {
-		t.Fatalf("no result line: %v\nconsole:\n%s", err, strings.Join(vm.Lines(), "\n"))
-	}
-	var r syncjob.Result
-	_, js, _ := strings.Cut(line, syncjob.LinePrefix)
-	if err := json.Unmarshal([]byte(js), &r); err != nil {
-		t.Fatalf("result line %q: %v", line, err)
-	}
+	r := syncResult(ctx, t, vm)
 	if r.Steps != 20 || r.Blocked == 0 || r.Checksum == 0 {
 		t.Errorf("block on INTx: %+v, want 20 steps, some blocked, a result", r)
 	}
