@@ -43,6 +43,8 @@ func protoTypes() []wireType {
 		fixed[icdproto.DeviceRecord]("one vGPU in hello's reply; profile and name NUL padded."),
 		fixed[icdproto.Attach]("the body of attach; the memfd (sealed F_SEAL_SHRINK) rides in SCM_RIGHTS."),
 		fixed[icdproto.AttachReply]("attach's reply: status 0, or the VGPU_ICDP_ERR_* of a refusal."),
+		fixed[icdproto.Queue]("the body of queue (version 2): the submission queue's memfd (sealed F_SEAL_SHRINK) rides in SCM_RIGHTS."),
+		fixed[icdproto.QueueReply]("queue's reply: status 0, or the VGPU_ICDP_ERR_* of a refusal."),
 		fixed[icdproto.DeviceInfo]("the body of device-info (replied)."),
 		fixed[icdproto.DeviceInfoReplyHead]("the head of device-info's reply; info_len bytes of abi device-information blob (struct vgpu_device_info and its extension list) follow."),
 		fixed[icdproto.BufferCreate]("the body of buffer-create."),

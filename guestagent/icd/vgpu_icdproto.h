@@ -18,7 +18,8 @@
 #endif
 
 /* guestagent/icdproto/proto.go */
-#define VGPU_ICDP_VERSION                    1 /* icdproto.Version */
+#define VGPU_ICDP_VERSION                    2 /* icdproto.Version */
+#define VGPU_ICDP_MIN_VERSION                1 /* icdproto.MinVersion */
 
 #define VGPU_ICDP_DEFAULT_SOCKET             "/run/vgpud/icd.sock" /* icdproto.DefaultSocket */
 #define VGPU_ICDP_SOCKET_ENV                 "VGPUD_ICD_SOCKET" /* icdproto.SocketEnv */
@@ -46,6 +47,7 @@
 #define VGPU_ICDP_OP_HELLO                   1 /* icdproto.OpHello */
 #define VGPU_ICDP_OP_ATTACH                  2 /* icdproto.OpAttach */
 #define VGPU_ICDP_OP_DEVICE_INFO             3 /* icdproto.OpDeviceInfo */
+#define VGPU_ICDP_OP_QUEUE                   4 /* icdproto.OpQueue */
 #define VGPU_ICDP_OP_BUFFER_CREATE           10 /* icdproto.OpBufferCreate */
 #define VGPU_ICDP_OP_BUFFER_FREE             11 /* icdproto.OpBufferFree */
 #define VGPU_ICDP_OP_WRITE                   12 /* icdproto.OpWrite */
@@ -60,7 +62,10 @@
 #define VGPU_ICDP_OP_WAIT                    41 /* icdproto.OpWait */
 #define VGPU_ICDP_OP_POLL                    42 /* icdproto.OpPoll */
 #define VGPU_ICDP_OP_MARKER                  43 /* icdproto.OpMarker */
+#define VGPU_ICDP_OP_KICK                    44 /* icdproto.OpKick */
+#define VGPU_ICDP_OP_DRAIN                   45 /* icdproto.OpDrain */
 #define VGPU_ICDP_OP_ERROR                   0x7F00 /* icdproto.OpError */
+#define VGPU_ICDP_OP_PAD                     0x7F01 /* icdproto.OpPad */
 
 #define VGPU_ICDP_ERR_MALFORMED              1 /* icdproto.ErrMalformed */
 #define VGPU_ICDP_ERR_UNKNOWN_OP             2 /* icdproto.ErrUnknownOp */
@@ -74,6 +79,17 @@
 #define VGPU_ICDP_ERR_INTERNAL               10 /* icdproto.ErrInternal */
 #define VGPU_ICDP_NUM_ERR_CODES              11 /* icdproto.NumErrCodes */
 
+/* guestagent/icdproto/queue.go */
+#define VGPU_ICDP_QUEUE_HEADER_SIZE          4096 /* icdproto.QueueHeaderSize */
+#define VGPU_ICDP_QUEUE_TAIL_OFFSET          0 /* icdproto.QueueTailOffset */
+#define VGPU_ICDP_QUEUE_HEAD_OFFSET          64 /* icdproto.QueueHeadOffset */
+#define VGPU_ICDP_QUEUE_SLEEP_OFFSET         128 /* icdproto.QueueSleepOffset */
+#define VGPU_ICDP_QUEUE_SOCKET_OFFSET        192 /* icdproto.QueueSocketOffset */
+#define VGPU_ICDP_QUEUE_ALIGN                16 /* icdproto.QueueAlign */
+#define VGPU_ICDP_MIN_QUEUE_DATA             131072 /* icdproto.MinQueueData */
+#define VGPU_ICDP_MAX_QUEUE_DATA             0x01000000 /* icdproto.MaxQueueData */
+#define VGPU_ICDP_DEFAULT_QUEUE_DATA         0x00040000 /* icdproto.DefaultQueueData */
+
 /* Names of operations (icdproto.Op.String); NULL for an unknown op. */
 static inline const char *vgpu_icdp_op_name(uint32_t op)
 {
@@ -81,6 +97,7 @@ static inline const char *vgpu_icdp_op_name(uint32_t op)
 	case 0x0001: return "hello";
 	case 0x0002: return "attach";
 	case 0x0003: return "device-info";
+	case 0x0004: return "queue";
 	case 0x000A: return "buffer-create";
 	case 0x000B: return "buffer-free";
 	case 0x000C: return "write";
@@ -95,14 +112,18 @@ static inline const char *vgpu_icdp_op_name(uint32_t op)
 	case 0x0029: return "wait";
 	case 0x002A: return "poll";
 	case 0x002B: return "marker";
+	case 0x002C: return "kick";
+	case 0x002D: return "drain";
 	case 0x7F00: return "error";
 	case 0x8001: return "hello-reply";
 	case 0x8002: return "attach-reply";
 	case 0x8003: return "device-info-reply";
+	case 0x8004: return "queue-reply";
 	case 0x8014: return "build-reply";
 	case 0x8016: return "program-info-reply";
 	case 0x8029: return "wait-reply";
 	case 0x802A: return "poll-reply";
+	case 0x802D: return "drain-reply";
 	default: return NULL;
 	}
 }
@@ -202,6 +223,26 @@ struct vgpu_icdp_attach_reply {
 _Static_assert(sizeof(struct vgpu_icdp_attach_reply) == 8, "vgpu_icdp_attach_reply size");
 _Static_assert(offsetof(struct vgpu_icdp_attach_reply, status) == 0, "vgpu_icdp_attach_reply.status offset");
 _Static_assert(offsetof(struct vgpu_icdp_attach_reply, reserved) == 4, "vgpu_icdp_attach_reply.reserved offset");
+
+/* icdproto.Queue: the body of queue (version 2): the submission queue's memfd (sealed F_SEAL_SHRINK) rides in SCM_RIGHTS. */
+struct vgpu_icdp_queue {
+	uint32_t flags;
+	uint32_t reserved;
+	uint64_t size;
+};
+_Static_assert(sizeof(struct vgpu_icdp_queue) == 16, "vgpu_icdp_queue size");
+_Static_assert(offsetof(struct vgpu_icdp_queue, flags) == 0, "vgpu_icdp_queue.flags offset");
+_Static_assert(offsetof(struct vgpu_icdp_queue, reserved) == 4, "vgpu_icdp_queue.reserved offset");
+_Static_assert(offsetof(struct vgpu_icdp_queue, size) == 8, "vgpu_icdp_queue.size offset");
+
+/* icdproto.QueueReply: queue's reply: status 0, or the VGPU_ICDP_ERR_* of a refusal. */
+struct vgpu_icdp_queue_reply {
+	uint32_t status;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct vgpu_icdp_queue_reply) == 8, "vgpu_icdp_queue_reply size");
+_Static_assert(offsetof(struct vgpu_icdp_queue_reply, status) == 0, "vgpu_icdp_queue_reply.status offset");
+_Static_assert(offsetof(struct vgpu_icdp_queue_reply, reserved) == 4, "vgpu_icdp_queue_reply.reserved offset");
 
 /* icdproto.DeviceInfo: the body of device-info (replied). */
 struct vgpu_icdp_device_info {

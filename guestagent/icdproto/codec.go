@@ -28,6 +28,7 @@ var ops = map[Op]opInfo{
 	OpHello:        opOf[Hello]("hello", true),
 	OpAttach:       opOf[Attach]("attach", true),
 	OpDeviceInfo:   opOf[DeviceInfo]("device-info", true),
+	OpQueue:        opOf[Queue]("queue", true),
 	OpBufferCreate: opOf[BufferCreate]("buffer-create", false),
 	OpBufferFree:   opOf[BufferFree]("buffer-free", false),
 	OpWrite:        opOf[Transfer]("write", false),
@@ -42,10 +43,14 @@ var ops = map[Op]opInfo{
 	OpWait:         opOf[Wait]("wait", true),
 	OpPoll:         opOf[Wait]("poll", true),
 	OpMarker:       opOf[Marker]("marker", false),
+	OpKick:         opOf[Kick]("kick", false),
+	OpDrain:        opOf[Drain]("drain", true),
 	OpError:        opOf[Error]("error", false),
 
 	OpHello | ReplyBit:       opOf[HelloReply]("hello-reply", false),
 	OpAttach | ReplyBit:      opOf[AttachReply]("attach-reply", false),
+	OpQueue | ReplyBit:       opOf[QueueReply]("queue-reply", false),
+	OpDrain | ReplyBit:       opOf[Drain]("drain-reply", false),
 	OpDeviceInfo | ReplyBit:  opOf[DeviceInfoReply]("device-info-reply", false),
 	OpBuild | ReplyBit:       opOf[BuildReply]("build-reply", false),
 	OpProgramInfo | ReplyBit: opOf[ProgramInfoReply]("program-info-reply", false),
@@ -374,6 +379,11 @@ func validate(body any) error {
 			nonzero("arena size", v.Size))
 	case *AttachReply:
 		return reserved("attach reply reserved", uint64(v.Reserved))
+	case *Queue:
+		return firstErr(reserved("queue flags", uint64(v.Flags)), reserved("queue reserved", uint64(v.Reserved)),
+			nonzero("queue size", v.Size))
+	case *QueueReply:
+		return reserved("queue reply reserved", uint64(v.Reserved))
 	case *DeviceInfo:
 		return reserved("device-info reserved", uint64(v.Reserved))
 	case *DeviceInfoReply:

@@ -243,3 +243,17 @@ func (h *ErrorHead) fields(c *fieldCodec) *fieldCodec {
 
 // fields passes nothing: the body is empty.
 func (*Flush) fields(c *fieldCodec) *fieldCodec { return c }
+
+// fields passes the body (none).
+func (*Kick) fields(c *fieldCodec) *fieldCodec { return c }
+
+// fields passes the body (none).
+func (*Drain) fields(c *fieldCodec) *fieldCodec { return c }
+
+// fields passes the body.
+func (b *Queue) fields(c *fieldCodec) *fieldCodec {
+	return c.u32(&b.Flags).u32(&b.Reserved).u64(&b.Size)
+}
+
+// fields passes the body.
+func (b *QueueReply) fields(c *fieldCodec) *fieldCodec { return c.u32(&b.Status).u32(&b.Reserved) }

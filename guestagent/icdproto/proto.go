@@ -10,8 +10,15 @@ import (
 
 var le = binary.LittleEndian
 
-// Version is the protocol version a Hello carries.
-const Version = 1
+// Version is the newest protocol version: a client's Hello carries it,
+// and a daemon answers a Hello of any version from MinVersion to Version
+// with the client's. Version 2 adds the submission queue (OpQueue,
+// OpKick, OpDrain; queue.go); a version-2 client that meets a version-1
+// daemon (an Error of ErrVersion) dials again and says 1.
+const (
+	Version    = 2
+	MinVersion = 1
+)
 
 // Transport (docs/icd-protocol.md "Transport").
 const (
@@ -67,6 +74,7 @@ const (
 	OpHello        Op = 1
 	OpAttach       Op = 2
 	OpDeviceInfo   Op = 3
+	OpQueue        Op = 4 // version 2: attach the submission queue (queue.go)
 	OpBufferCreate Op = 10
 	OpBufferFree   Op = 11
 	OpWrite        Op = 12
@@ -81,7 +89,13 @@ const (
 	OpWait         Op = 41
 	OpPoll         Op = 42
 	OpMarker       Op = 43
+	OpKick         Op = 44 // version 2, socket only: the queue has entries and the daemon said it sleeps
+	OpDrain        Op = 45 // version 2, socket only: answered once every earlier queue entry has run
 	OpError        Op = 0x7F00
+	// OpPad is not a message: in the submission queue, a header of op
+	// OpPad fills the queue's data area from where it starts to its end
+	// (queue.go).
+	OpPad Op = 0x7F01
 )
 
 // ErrCode is the code of an Error message (and the status of a refused
@@ -191,6 +205,22 @@ type Attach struct {
 
 // AttachReply is Attach's reply: Status 0, or the ErrCode of a refusal.
 type AttachReply struct {
+	Status   uint32
+	Reserved uint32
+}
+
+// Queue attaches the connection's submission queue (version 2): a memfd
+// of Size bytes, sealed against shrinking, in SCM_RIGHTS, laid out as
+// queue.go says.
+type Queue struct {
+	Flags    uint32 // 0
+	Reserved uint32
+	Size     uint64 // QueueHeaderSize + a power of two from MinQueueData to MaxQueueData
+}
+
+// QueueReply is Queue's reply: Status 0, or the ErrCode of a refusal (the
+// connection stays open and the client sends over the socket).
+type QueueReply struct {
 	Status   uint32
 	Reserved uint32
 }
@@ -348,6 +378,13 @@ type ErrorHead struct {
 
 // Flush has an empty body.
 type Flush struct{}
+
+// Kick has an empty body (version 2, over the socket only).
+type Kick struct{}
+
+// Drain has an empty body (version 2, over the socket only); its reply
+// is empty too.
+type Drain struct{}
 
 // --- bodies with a variable tail ---
 

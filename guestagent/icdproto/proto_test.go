@@ -39,8 +39,13 @@ func samples() map[Op]any {
 	fill := &Fill{Buffer: 4, PatternLen: 4, Offset: 16, Length: 64, Event: 5}
 	copy(fill.Pattern[:], "abcd")
 	return map[Op]any{
-		OpHello:                  &Hello{Version: Version},
-		OpHello | ReplyBit:       &HelloReply{Version: Version, Devices: []DeviceRecord{dev, {Index: 2}}},
+		OpHello:                  &Hello{Version: MinVersion},
+		OpHello | ReplyBit:       &HelloReply{Version: MinVersion, Devices: []DeviceRecord{dev, {Index: 2}}},
+		OpQueue:                  &Queue{Size: QueueHeaderSize + DefaultQueueData},
+		OpQueue | ReplyBit:       &QueueReply{Status: uint32(ErrRange)},
+		OpKick:                   &Kick{},
+		OpDrain:                  &Drain{},
+		OpDrain | ReplyBit:       &Drain{},
 		OpAttach:                 &Attach{Arena: 1, Size: 1 << 20},
 		OpAttach | ReplyBit:      &AttachReply{Status: uint32(ErrArena)},
 		OpDeviceInfo:             &DeviceInfo{Device: 1},

@@ -79,6 +79,10 @@ type conn struct {
 
 	// Owned by the connection's goroutine.
 	hello    bool
+	version  uint32                // the protocol version of the Hello
+	queue    *icdproto.QueueReader // the submission queue, if attached
+	queueMap []byte
+	qpoll    queuePoller
 	arenas   map[uint32][]byte
 	buffers  map[uint32]bufObj
 	programs map[uint32]progObj
@@ -131,7 +135,9 @@ func (c *conn) signal() {
 var oobSize = unix.CmsgSpace(8 * 4)
 
 // serve reads and executes the connection's requests in order, then
-// cleans up.
+// cleans up. With a submission queue attached (queue.go), it runs the
+// queue until the queue is empty and the daemon may sleep, and only then
+// reads the socket.
 func (c *conn) serve() {
 	pid, uid, gid := peerCred(c.c)
 	c.log = c.s.log.With("conn", c.id, "pid", pid, "uid", uid)
@@ -139,8 +145,20 @@ func (c *conn) serve() {
 	defer c.cleanup()
 	buf := make([]byte, icdproto.MaxMessage)
 	oob := make([]byte, oobSize)
+	var qbuf []byte
 	for {
+		if c.queue != nil {
+			if qbuf == nil {
+				qbuf = make([]byte, icdproto.MaxMessage)
+			}
+			if !c.runQueue(qbuf) {
+				return
+			}
+		}
 		n, oobn, flags, _, err := c.c.ReadMsgUnix(buf, oob)
+		if c.queue != nil {
+			c.queue.Awake()
+		}
 		fds := parseFDs(oob[:oobn])
 		if err != nil {
 			closeFDs(fds)
@@ -149,6 +167,7 @@ func (c *conn) serve() {
 			}
 			return
 		}
+		c.s.queues.socket.Add(1)
 		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 			closeFDs(fds)
 			c.fail(0, icdproto.Errorf(icdproto.ErrMalformed, "message longer than %d bytes or with too many file descriptors", icdproto.MaxMessage))
@@ -160,23 +179,34 @@ func (c *conn) serve() {
 			c.fail(h.ID, err)
 			return
 		}
-		reply, err := c.handle(h, body, fds)
-		if err != nil {
-			c.fail(h.ID, err)
+		if !c.exec(h, body, fds) {
 			return
 		}
-		if reply != nil {
-			b, err := icdproto.Marshal(h.Op|icdproto.ReplyBit, h.ID, reply)
-			if err != nil {
-				c.fail(h.ID, icdproto.Errorf(icdproto.ErrInternal, "encode reply: %v", err))
-				return
-			}
-			if _, err := c.c.Write(b); err != nil {
-				c.log.Warn("icd reply", "op", h.Op, "err", err)
-				return
-			}
-		}
 	}
+}
+
+// exec executes one decoded request and sends its reply; false when the
+// connection must end (a protocol error, answered, or a reply that could
+// not be sent). It owns fds.
+func (c *conn) exec(h icdproto.Header, body any, fds []int) bool {
+	reply, err := c.handle(h, body, fds)
+	if err != nil {
+		c.fail(h.ID, err)
+		return false
+	}
+	if reply == nil {
+		return true
+	}
+	b, err := icdproto.Marshal(h.Op|icdproto.ReplyBit, h.ID, reply)
+	if err != nil {
+		c.fail(h.ID, icdproto.Errorf(icdproto.ErrInternal, "encode reply: %v", err))
+		return false
+	}
+	if _, err := c.c.Write(b); err != nil {
+		c.log.Warn("icd reply", "op", h.Op, "err", err)
+		return false
+	}
+	return true
 }
 
 // maxErrorText bounds an Error message's text.
@@ -201,7 +231,7 @@ func (c *conn) fail(id uint64, err error) {
 // handle executes one request. It returns the reply body (nil for an
 // unanswered request) or a protocol error. It owns fds.
 func (c *conn) handle(h icdproto.Header, body any, fds []int) (any, error) {
-	if h.Op != icdproto.OpAttach && len(fds) > 0 {
+	if h.Op != icdproto.OpAttach && h.Op != icdproto.OpQueue && len(fds) > 0 {
 		closeFDs(fds)
 		return nil, icdproto.Errorf(icdproto.ErrMalformed, "%v carries %d file descriptors", h.Op, len(fds))
 	}
@@ -217,6 +247,15 @@ func (c *conn) handle(h icdproto.Header, body any, fds []int) (any, error) {
 		return c.doHello(v)
 	case *icdproto.Attach:
 		return c.doAttach(v, fds)
+	case *icdproto.Queue:
+		return c.doQueue(v, fds)
+	case *icdproto.Kick:
+		c.s.queues.kicks.Add(1)
+		return nil, nil
+	case *icdproto.Drain:
+		// The socket is read only when the queue is empty: everything
+		// written before the Drain has run.
+		return &icdproto.Drain{}, nil
 	case *icdproto.DeviceInfo:
 		return c.doDeviceInfo(v)
 	case *icdproto.BufferCreate:
@@ -252,11 +291,12 @@ func (c *conn) doHello(v *icdproto.Hello) (any, error) {
 	if c.hello {
 		return nil, icdproto.Errorf(icdproto.ErrMalformed, "hello twice")
 	}
-	if v.Version != icdproto.Version {
-		return nil, icdproto.Errorf(icdproto.ErrVersion, "client speaks version %d, daemon %d", v.Version, icdproto.Version)
+	if v.Version < icdproto.MinVersion || v.Version > icdproto.Version {
+		return nil, icdproto.Errorf(icdproto.ErrVersion, "client speaks version %d, daemon %d to %d", v.Version, icdproto.MinVersion, icdproto.Version)
 	}
 	c.hello = true
-	r := &icdproto.HelloReply{Version: icdproto.Version}
+	c.version = v.Version
+	r := &icdproto.HelloReply{Version: v.Version}
 	for _, dev := range c.s.devs[:min(len(c.s.devs), icdproto.MaxDevices)] {
 		// A device whose context was lost: a new client gets it
 		// reopened, not a dead ring, whether the loss happened while
@@ -987,6 +1027,13 @@ func (c *conn) cleanup() {
 		}
 	}
 	clear(c.arenas)
+	if c.queueMap != nil {
+		// Only this goroutine reads the queue; devices never do.
+		if err := unmapArena(c.queueMap); err != nil {
+			c.log.Warn("icd unmap queue", "err", err)
+		}
+		c.queue, c.queueMap = nil, nil
+	}
 	// Drop the tables themselves (clear keeps a map's storage): the
 	// connection stays in the server's set until serve returns.
 	c.mu.Lock()

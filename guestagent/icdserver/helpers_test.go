@@ -39,6 +39,12 @@ type fixture struct {
 // newFixture serves one fake device per config.
 func newFixture(t testing.TB, cfgs ...drivertest.Config) *fixture {
 	t.Helper()
+	return newFixtureWith(t, nil, cfgs...)
+}
+
+// newFixtureWith is newFixture with the server's Config changed by set.
+func newFixtureWith(t testing.TB, set func(*Config), cfgs ...drivertest.Config) *fixture {
+	t.Helper()
 	if len(cfgs) == 0 {
 		cfgs = []drivertest.Config{{}}
 	}
@@ -56,7 +62,11 @@ func newFixture(t testing.TB, cfgs ...drivertest.Config) *fixture {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	fx.s = New(Config{Devices: fx.devs, Timeout: 5 * time.Second, Logger: log})
+	cfg := Config{Devices: fx.devs, Timeout: 5 * time.Second, Logger: log}
+	if set != nil {
+		set(&cfg)
+	}
+	fx.s = New(cfg)
 	t.Cleanup(func() {
 		fx.s.Close()
 		for _, d := range fx.devs {
@@ -71,6 +81,11 @@ type client struct {
 	t  testing.TB
 	c  *net.UnixConn
 	id uint64
+	// q, once attached (attachQueue), carries the requests the ICD
+	// would write there; kicks and drains count what went over the
+	// socket for it.
+	q             *icdproto.QueueWriter
+	kicks, drains int
 }
 
 // socketpair returns two connected SOCK_SEQPACKET Unix sockets.
@@ -128,8 +143,62 @@ func (cl *client) send(op icdproto.Op, body any, fds ...int) uint64 {
 	if err != nil {
 		cl.t.Fatalf("Marshal(%v) = %v", op, err)
 	}
+	if cl.q != nil && queued(op) {
+		cl.put(b)
+		return cl.id
+	}
+	if cl.q != nil && op.Replied() {
+		cl.q.WantSocket()
+	}
 	cl.sendRaw(b, fds...)
 	return cl.id
+}
+
+// put writes a message into the submission queue as the ICD does:
+// Drain when it is full, Kick when the daemon sleeps.
+func (cl *client) put(b []byte) {
+	cl.t.Helper()
+	if !cl.q.Put(b) {
+		cl.kick()
+		cl.drains++
+		cl.id++
+		d, _ := icdproto.Marshal(icdproto.OpDrain, cl.id, &icdproto.Drain{})
+		cl.q.WantSocket()
+		cl.sendRaw(d)
+		if h, r := cl.recv(); h.Op != icdproto.OpDrain|icdproto.ReplyBit {
+			cl.t.Fatalf("Drain: got %v %+v", h.Op, r)
+		}
+		if !cl.q.Put(b) {
+			cl.t.Fatal("no room after Drain")
+		}
+	}
+	cl.kick()
+}
+
+func (cl *client) kick() {
+	if cl.q.NeedKick() {
+		cl.kicks++
+		k, _ := icdproto.Marshal(icdproto.OpKick, 0, &icdproto.Kick{})
+		cl.sendRaw(k)
+	}
+}
+
+// attachQueue attaches a submission queue of data bytes of data area;
+// the client's later requests go through it.
+func (cl *client) attachQueue(data int) []byte {
+	cl.t.Helper()
+	size := icdproto.QueueHeaderSize + data
+	fd, m := memfd(cl.t, size, unix.F_SEAL_SHRINK)
+	r := cl.call(icdproto.OpQueue, &icdproto.Queue{Size: uint64(size)}, fd).(*icdproto.QueueReply)
+	if r.Status != 0 {
+		cl.t.Fatalf("queue: status %v", icdproto.ErrCode(r.Status))
+	}
+	q, err := icdproto.NewQueueWriter(m)
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	cl.q = q
+	return m
 }
 
 // recv reads one message; it returns a nil body at EOF.

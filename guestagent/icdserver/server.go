@@ -33,6 +33,10 @@ type Config struct {
 	Timeout time.Duration
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// QueuePoll bounds how long a connection's goroutine looks at its
+	// empty submission queue before it sleeps on the socket (queue.go):
+	// 0 means DefaultQueuePoll, a negative value not at all.
+	QueuePoll time.Duration
 	// Contexts says whether each client gets a device context of its own
 	// (ABI 1.5, docs/icd-protocol.md "Device contexts"); the zero value
 	// is ContextsPrefer.
@@ -82,7 +86,8 @@ type Server struct {
 	trim  chan struct{}
 	trims atomic.Uint64
 	// waits counts how blocking waits ended (WaitStats).
-	waits waitCounters
+	waits  waitCounters
+	queues queueCounters
 
 	wg     sync.WaitGroup // every goroutine the Server started
 	connWG sync.WaitGroup // connection goroutines; Add only under mu while !closed

@@ -288,7 +288,7 @@ func TestBeforeHello(t *testing.T) {
 	cl.send(icdproto.OpFlush, &icdproto.Flush{})
 	cl.expectError(icdproto.ErrVersion)
 	cl = fx.connect(t)
-	cl.send(icdproto.OpHello, &icdproto.Hello{Version: 2})
+	cl.send(icdproto.OpHello, &icdproto.Hello{Version: icdproto.Version + 1})
 	cl.expectError(icdproto.ErrVersion)
 }
 

@@ -65,6 +65,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	guestMem := fs.Uint64("guest-mem", 256<<20, "bytes of simulated guest RAM (DMA staging comes out of it)")
 	staging := fs.Int("staging", driver.DefaultStagingBytes, "driver DMA staging pool bytes")
 	timeout := fs.Duration("timeout", driver.DefaultTimeout, "driver and server timeout")
+	queuePoll := fs.Duration("queue-poll", 0, "how long a connection looks at its empty submission queue before it sleeps (0: icdserver's default, negative: never)")
 	turn := fs.Duration("turn-timeout", 0, "the instance's turn budget: vgpud's watchdog ends a worker whose kernel overruns it, and the device context is lost (0: the profile's)")
 	verbose := fs.Bool("v", false, "debug logs on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the ICD server, vgpud's main process and the harness) to this file until it exits")
@@ -134,7 +135,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	srv := icdserver.New(icdserver.Config{Devices: []*driver.Device{d}, Timeout: *timeout, Logger: log})
+	srv := icdserver.New(icdserver.Config{Devices: []*driver.Device{d}, Timeout: *timeout, Logger: log, QueuePoll: *queuePoll})
 	defer srv.Close()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
@@ -157,6 +158,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	start := time.Now()
 	srv.Close()
 	w := srv.WaitStats()
-	log.Info("stopped", "took", time.Since(start), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept)
+	q := srv.QueueStats()
+	log.Info("stopped", "took", time.Since(start), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept,
+		"queued", q.Queued, "socket", q.Socket, "kicks", q.Kicks, "queue_sleeps", q.Sleeps, "queue_polled", q.Polled)
 	return nil
 }

@@ -166,7 +166,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	select {
 	case <-ctx.Done():
 		w := srv.WaitStats()
-		log.Info("stopping", "clients", srv.Conns(), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept)
+		q := srv.QueueStats()
+		log.Info("stopping", "clients", srv.Conns(), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept,
+			"queued", q.Queued, "socket", q.Socket, "kicks", q.Kicks, "queue_sleeps", q.Sleeps, "queue_polled", q.Polled)
 	case err = <-served:
 	}
 	srv.Close()

@@ -293,10 +293,87 @@ void conn_lost(cl_context ctx, const char *why)
 	pthread_cond_broadcast(&ctx->cv);
 }
 
+static long take_reply(cl_context ctx, const struct vgpu_icdp_header *h, void *reply, size_t cap);
+
+/* ---- The submission queue (docs/icd-protocol.md "Submission queue") -- */
+
+#define QUEUE_DATA(ctx) ((ctx)->queue + VGPU_ICDP_QUEUE_HEADER_SIZE)
+#define QUEUE_WORD(ctx, t, off) ((t *)(void *)((ctx)->queue + (off)))
+
+/* queue_put writes msg into the queue and publishes it: 0, or -1 when
+ * there is no room (nothing written). */
+static int queue_put(cl_context ctx, const void *msg, size_t len)
+{
+	uint64_t size = ctx->qsize, span = (len + VGPU_ICDP_QUEUE_ALIGN - 1) & ~(uint64_t)(VGPU_ICDP_QUEUE_ALIGN - 1);
+	uint64_t off = ctx->qtail & (size - 1), to_end = size - off, need = span;
+	if (span > to_end)
+		need += to_end;
+	uint64_t head = __atomic_load_n(QUEUE_WORD(ctx, uint64_t, VGPU_ICDP_QUEUE_HEAD_OFFSET), __ATOMIC_ACQUIRE);
+	if (need > size - (ctx->qtail - head))
+		return -1;
+	if (span > to_end) {
+		struct vgpu_icdp_header pad = {.op = VGPU_ICDP_OP_PAD, .len = (uint32_t)to_end};
+		memcpy(QUEUE_DATA(ctx) + off, &pad, sizeof pad);
+		ctx->qtail += to_end;
+		off = 0;
+	}
+	memcpy(QUEUE_DATA(ctx) + off, msg, len);
+	ctx->qtail += span;
+	__atomic_store_n(QUEUE_WORD(ctx, uint64_t, VGPU_ICDP_QUEUE_TAIL_OFFSET), ctx->qtail, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+/* queue_kick sends Kick when the daemon said it sleeps and this call is
+ * the one that cleared its word: 0, or -1 (the send failed). */
+static int queue_kick(cl_context ctx)
+{
+	uint32_t *sleep = QUEUE_WORD(ctx, uint32_t, VGPU_ICDP_QUEUE_SLEEP_OFFSET);
+	if (__atomic_load_n(sleep, __ATOMIC_SEQ_CST) == 0 || __atomic_exchange_n(sleep, 0, __ATOMIC_SEQ_CST) != 1)
+		return 0;
+	struct vgpu_icdp_header h;
+	conn_hdr(ctx, &h, VGPU_ICDP_OP_KICK, sizeof h);
+	return send_fd(ctx->fd, &h, sizeof h, -1);
+}
+
+/* queue_send writes msg into the queue, waiting for the daemon to empty
+ * it (Drain) when it is full, and kicks: 0, or -1 (the connection is
+ * lost). */
+static int queue_send(cl_context ctx, void *msg, size_t len)
+{
+	if (queue_put(ctx, msg, len) != 0) {
+		struct vgpu_icdp_header d;
+		conn_hdr(ctx, &d, VGPU_ICDP_OP_DRAIN, sizeof d);
+		/* A daemon looking at the queue stops looking and reads the
+		 * socket once the queue is empty. */
+		__atomic_store_n(QUEUE_WORD(ctx, uint32_t, VGPU_ICDP_QUEUE_SOCKET_OFFSET), 1, __ATOMIC_SEQ_CST);
+		if (queue_kick(ctx) != 0 || send_fd(ctx->fd, &d, sizeof d, -1) != 0) {
+			conn_lost(ctx, "send Drain");
+			return -1;
+		}
+		if (take_reply(ctx, &d, NULL, 0) < 0)
+			return -1;
+		if (queue_put(ctx, msg, len) != 0) {
+			conn_lost(ctx, "no room in the submission queue after Drain");
+			return -1;
+		}
+	}
+	if (queue_kick(ctx) != 0) {
+		conn_lost(ctx, "send Kick");
+		return -1;
+	}
+	return 0;
+}
+
 int conn_send(cl_context ctx, void *msg, size_t len)
 {
 	if (!conn_ok(ctx))
 		return -1;
+	if (ctx->queue != NULL) {
+		if (queue_send(ctx, msg, len) != 0)
+			return -1;
+		ctx->need_flush = 1;
+		return 0;
+	}
 	if (send_fd(ctx->fd, msg, len, -1) != 0) {
 		char why[128];
 		snprintf(why, sizeof why, "send: %s", strerror(errno));
@@ -338,7 +415,8 @@ static long take_reply(cl_context ctx, const struct vgpu_icdp_header *h, void *r
 		return -1;
 	}
 	size_t body = (size_t)n - sizeof *r;
-	memmove(reply, ctx->rbuf + sizeof *r, body < cap ? body : cap);
+	if (cap > 0)
+		memmove(reply, ctx->rbuf + sizeof *r, body < cap ? body : cap);
 	return (long)body;
 }
 
@@ -365,16 +443,27 @@ long vgpu_call_fd(int fd, const void *msg, size_t len, uint8_t *buf)
 	return n;
 }
 
-int vgpu_hello(int fd, uint8_t *buf, long *n)
+/* hello_version says Hello with version v: 0, -2 when the daemon answered
+ * with an Error (a daemon that does not speak v), or -1. */
+static int hello_version(int fd, uint32_t v, uint8_t *buf, long *n)
 {
 	struct {
 		struct vgpu_icdp_header h;
 		struct vgpu_icdp_hello b;
-	} m = {.h = {.op = VGPU_ICDP_OP_HELLO, .len = sizeof m, .id = 1}, .b = {.version = VGPU_ICDP_VERSION}};
+	} m = {.h = {.op = VGPU_ICDP_OP_HELLO, .len = sizeof m, .id = 1}, .b = {.version = v}};
 	*n = vgpu_call_fd(fd, &m, sizeof m, buf);
+	if (*n == -2)
+		return -2;
 	if (*n < (long)(sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_hello_reply_head)))
 		return -1;
 	return 0;
+}
+
+/* Discovery and device information need nothing of version 2: version 1
+ * is answered by every daemon. */
+int vgpu_hello(int fd, uint8_t *buf, long *n)
+{
+	return hello_version(fd, VGPU_ICDP_MIN_VERSION, buf, n) == 0 ? 0 : -1;
 }
 
 static void copy_name(const uint8_t *src, size_t len, char *out)
@@ -404,8 +493,8 @@ int vgpu_conn_discover(struct _cl_device_id *devs, int max)
 	const struct vgpu_icdp_hello_reply_head *hr = (const void *)(buf + sizeof(struct vgpu_icdp_header));
 	const struct vgpu_icdp_device_record *rec = (const void *)(hr + 1);
 	size_t room = ((size_t)n - sizeof(struct vgpu_icdp_header) - sizeof *hr) / sizeof *rec;
-	if (hr->version != VGPU_ICDP_VERSION || hr->device_count > room) {
-		vgpu_log("%s: vgpu-icdd speaks protocol %u with %u devices, want %d", vgpu_socket_path(),
+	if (hr->version != VGPU_ICDP_MIN_VERSION || hr->device_count > room) {
+		vgpu_log("%s: vgpu-icdd speaks protocol %u with %u devices, asked %d", vgpu_socket_path(),
 			 hr->version, hr->device_count, VGPU_ICDP_VERSION);
 		goto out;
 	}
@@ -606,6 +695,50 @@ void arena_free(cl_context ctx, struct vgpu_range *r)
 	*pp = f;
 }
 
+/* queue_attach makes the context's submission queue and passes it to the
+ * daemon; on any failure the context goes on without one (its requests
+ * travel as datagrams, as in version 1). VGPUD_ICD_QUEUE=0 turns it off. */
+static void queue_attach(cl_context ctx)
+{
+	const char *env = secure_getenv("VGPUD_ICD_QUEUE");
+	if (ctx->proto < 2 || (env != NULL && strcmp(env, "0") == 0))
+		return;
+	uint64_t size = VGPU_ICDP_QUEUE_HEADER_SIZE + VGPU_ICDP_DEFAULT_QUEUE_DATA;
+	int fd = memfd_create("vgpud-icd-queue", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	void *base = MAP_FAILED;
+	if (fd < 0 || ftruncate(fd, (off_t)size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0 ||
+	    (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		vgpu_log("submission queue of %llu bytes: %s", (unsigned long long)size, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	/* A forked child must not write its parent's queue: it does not
+	 * even inherit it. */
+	madvise(base, size, MADV_DONTFORK);
+	struct {
+		struct vgpu_icdp_header h;
+		struct vgpu_icdp_queue b;
+	} m = {.b = {.size = size}};
+	conn_hdr(ctx, &m, VGPU_ICDP_OP_QUEUE, sizeof m);
+	struct vgpu_icdp_queue_reply r = {0};
+	long n = -1;
+	if (send_fd(ctx->fd, &m, sizeof m, fd) != 0)
+		conn_lost(ctx, "send Queue");
+	else
+		n = take_reply(ctx, &m.h, &r, sizeof r);
+	close(fd);
+	if (n < (long)sizeof r || r.status != 0) {
+		if (n >= (long)sizeof r)
+			vgpu_log("vgpu-icdd refused a submission queue: status %u", r.status);
+		munmap(base, size);
+		return;
+	}
+	ctx->queue = base;
+	ctx->qsize = VGPU_ICDP_DEFAULT_QUEUE_DATA;
+	ctx->qtail = 0;
+}
+
 /* ---- Open and close ------------------------------------------------- */
 
 cl_int vgpu_conn_open(cl_context ctx)
@@ -623,9 +756,21 @@ cl_int vgpu_conn_open(cl_context ctx)
 		return CL_DEVICE_NOT_AVAILABLE;
 	}
 	long n = 0;
-	if (vgpu_hello(ctx->fd, ctx->rbuf, &n) != 0) {
-		vgpu_log("%s: no Hello reply from vgpu-icdd", vgpu_socket_path());
+	int hr = hello_version(ctx->fd, VGPU_ICDP_VERSION, ctx->rbuf, &n);
+	if (hr == -2) {
+		/* A daemon of version 1: dial again and say 1. */
 		close(ctx->fd);
+		ctx->fd = vgpu_dial(0);
+		hr = ctx->fd < 0 ? -1 : hello_version(ctx->fd, VGPU_ICDP_MIN_VERSION, ctx->rbuf, &n);
+	}
+	if (hr == 0) {
+		const struct vgpu_icdp_hello_reply_head *h = (const void *)(ctx->rbuf + sizeof(struct vgpu_icdp_header));
+		ctx->proto = h->version;
+	}
+	if (hr != 0) {
+		vgpu_log("%s: no Hello reply from vgpu-icdd", vgpu_socket_path());
+		if (ctx->fd >= 0)
+			close(ctx->fd);
 		ctx->fd = -1;
 		ctx->lost = 1;
 		return CL_DEVICE_NOT_AVAILABLE;
@@ -641,6 +786,9 @@ cl_int vgpu_conn_open(cl_context ctx)
 		ctx->lost = 1;
 		return err;
 	}
+	queue_attach(ctx);
+	if (ctx->lost)
+		return CL_DEVICE_NOT_AVAILABLE;
 	track(ctx, 1);
 	return CL_SUCCESS;
 }
@@ -648,6 +796,10 @@ cl_int vgpu_conn_open(cl_context ctx)
 void vgpu_conn_close(cl_context ctx)
 {
 	track(ctx, 0);
+	if (ctx->queue != NULL && ctx->pid == getpid())
+		/* The daemon stops looking at the queue and reads the socket's
+		 * end at once. */
+		__atomic_store_n(QUEUE_WORD(ctx, uint32_t, VGPU_ICDP_QUEUE_SOCKET_OFFSET), 1, __ATOMIC_SEQ_CST);
 	if (ctx->fd >= 0 && ctx->pid == getpid())
 		close(ctx->fd);
 	ctx->fd = -1;
@@ -661,6 +813,9 @@ void vgpu_conn_close(cl_context ctx)
 		}
 	}
 	ctx->narenas = 0;
+	if (ctx->queue != NULL)
+		munmap(ctx->queue, VGPU_ICDP_QUEUE_HEADER_SIZE + ctx->qsize);
+	ctx->queue = NULL;
 	free(ctx->rbuf);
 	ctx->rbuf = NULL;
 }

@@ -213,6 +213,10 @@ struct _cl_context {
 	uint32_t next_program;
 	uint32_t null_buffer; /* the stand-in for NULL buffer arguments, 0 until made */
 	uint8_t *rbuf; /* VGPU_ICDP_MAX_MESSAGE bytes for replies */
+	uint32_t proto;  /* the protocol version the daemon answered */
+	uint8_t *queue;  /* the submission queue's mapping, or NULL (conn.c) */
+	uint64_t qsize;  /* its data area's bytes */
+	uint64_t qtail;  /* bytes written into it, in all */
 	unsigned narenas;
 	struct vgpu_arena arenas[16];
 	uint64_t arena_mapped; /* arena bytes that mappings hold (mem.c) */

@@ -366,9 +366,10 @@ static void reply(int fd, const struct vgpu_icdp_header *req, const void *body, 
 	send(fd, buf, sizeof h + n, MSG_NOSIGNAL);
 }
 
-/* serve answers Hello and Attach, then answers the next request (a
- * BufferCreate) with an Error and closes, as the daemon does on a
- * protocol error. */
+/* serve answers Hello (in the client's version) and Attach, refuses the
+ * submission queue, then answers the next request (a BufferCreate, over
+ * the socket) with an Error and closes, as the daemon does on a protocol
+ * error. */
 static void *serve(void *arg)
 {
 	(void)arg;
@@ -394,12 +395,16 @@ static void *serve(void *arg)
 			struct {
 				struct vgpu_icdp_hello_reply_head head;
 				struct vgpu_icdp_device_record rec;
-			} r = {.head = {.version = VGPU_ICDP_VERSION, .device_count = 1},
+			} r = {.head = {.version = ((const struct vgpu_icdp_hello *)(buf + sizeof h))->version, .device_count = 1},
 			       .rec = {.abi_version = 0x10004, .mem_size = 1 << 20, .max_alloc = 1 << 20,
 				       .compute_units = 1, .max_work_group = 64, .name = "fake"}};
 			reply(fd, &h, &r, sizeof r);
 		} else if (h.op == VGPU_ICDP_OP_ATTACH) {
 			struct vgpu_icdp_attach_reply r = {0};
+			reply(fd, &h, &r, sizeof r);
+		} else if (h.op == VGPU_ICDP_OP_QUEUE) {
+			/* Refused: the ICD goes on over the socket. */
+			struct vgpu_icdp_queue_reply r = {.status = VGPU_ICDP_ERR_ARENA};
 			reply(fd, &h, &r, sizeof r);
 		} else {
 			uint8_t e[64] = {0};
