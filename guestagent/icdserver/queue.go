@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 )
 
@@ -184,5 +186,8 @@ func (c *conn) pollQueue() bool {
 			return false
 		default:
 		}
+		// Let a thread waiting for this CPU (the client, woken by the
+		// reply it waits for; the device's processes) run first.
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) //nolint:errcheck // it cannot fail
 	}
 }
