@@ -89,6 +89,13 @@ type Stats struct {
 	Completed uint64 // completion records reaped
 	Failed    uint64 // completion records with a non-OK status
 	Waits     uint64 // times the driver had to wait for the device
+	// RoomWaits counts the submissions that found the ring full and
+	// waited for a slot; RoomYields the times such a wait yielded the
+	// processor in a loop rather than sleeping (0 since issue 43: a
+	// burst of launches does not spin its producer).
+	RoomWaits  uint64
+	RoomSleeps uint64
+	RoomYields uint64
 	// StagedBytes are the bytes Write and Read copied through the staging
 	// pool; InPlaceBytes those WriteFrom and ReadInto had the device copy
 	// straight from or into the caller's DMA memory (dmacopy.go).
@@ -159,6 +166,9 @@ type Device struct {
 	nextProg uint32
 	fenceVal uint64
 	stats    Stats
+	// roomSleeps is Stats.RoomSleeps, kept apart so that a test can
+	// watch a wait for ring room that holds mu.
+	roomSleeps atomic.Uint64
 	lostAt   time.Time // last RegError read while waiting (deviceLost)
 	// lost: the device reported StatusDeviceLost; every command that was
 	// in flight has been failed with it, and every call fails with
@@ -356,7 +366,9 @@ func (d *Device) Memory() Memory { return d.mem }
 func (d *Device) Stats() Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.stats
+	st := d.stats
+	st.RoomSleeps = d.roomSleeps.Load()
+	return st
 }
 
 // Close waits for every submitted command, stops the ring and makes further
@@ -533,7 +545,8 @@ func (d *Device) check() error {
 // for a free slot if the ring is full.
 func (d *Device) submit(c abi.Command, e entry) (uint64, error) {
 	for d.next-d.reaped >= d.slots {
-		if err := d.reapOne(); err != nil {
+		d.stats.RoomWaits++
+		if err := d.reapOneFor(context.Background(), true); err != nil {
 			return 0, err
 		}
 	}
@@ -648,6 +661,23 @@ func (d *Device) poll(what string, done func() bool) error {
 
 // pollCtx is poll that also gives up when ctx ends.
 func (d *Device) pollCtx(ctx context.Context, what string, done func() bool) error {
+	return d.pollFor(ctx, what, done, false)
+}
+
+// roomSleep bounds the sleeps of a wait for ring room (pollFor): a burst's
+// next slot frees when the device completes a batch of commands, which
+// takes longer than a wake-up.
+const (
+	roomSleepMin = 10 * time.Microsecond
+	roomSleepMax = 160 * time.Microsecond
+)
+
+// pollFor is pollCtx; room says the caller is a submission waiting for a
+// free ring slot. Such a wait sleeps (nanosleep, backing off from
+// roomSleepMin to roomSleepMax) where another yields the processor in a
+// loop: the device's own processes, which free the slot, need that
+// processor on a small host.
+func (d *Device) pollFor(ctx context.Context, what string, done func() bool, room bool) error {
 	if done() {
 		return nil
 	}
@@ -661,7 +691,13 @@ func (d *Device) pollCtx(ctx context.Context, what string, done func() bool) err
 		switch {
 		case i < 200:
 			// spin: completions of short commands land within microseconds
+		case i < 2000 && room:
+			d.roomSleeps.Add(1)
+			preciseSleep(min(roomSleepMin<<min(i-200, 4), roomSleepMax))
 		case i < 2000:
+			if room {
+				d.stats.RoomYields++
+			}
 			runtime.Gosched()
 		default:
 			if d.skipped && time.Since(start) >= rekickAfter {
@@ -777,7 +813,11 @@ func (d *Device) failInflight(st abi.Status) {
 func (d *Device) reapOne() error { return d.reapOneCtx(context.Background()) }
 
 // reapOneCtx is reapOne whose wait also ends with ctx.
-func (d *Device) reapOneCtx(ctx context.Context) error {
+func (d *Device) reapOneCtx(ctx context.Context) error { return d.reapOneFor(ctx, false) }
+
+// reapOneFor is reapOneCtx; room says a submission waits for the slot
+// (pollFor).
+func (d *Device) reapOneFor(ctx context.Context, room bool) error {
 	idx := d.reaped
 	if idx >= d.next {
 		return nil
@@ -785,7 +825,7 @@ func (d *Device) reapOneCtx(ctx context.Context) error {
 	if d.rung <= idx {
 		d.flush()
 	}
-	if err := d.pollCtx(ctx, fmt.Sprintf("command %d", idx), func() bool { return d.complSeq(idx) == abi.SeqOf(idx) }); err != nil {
+	if err := d.pollFor(ctx, fmt.Sprintf("command %d", idx), func() bool { return d.complSeq(idx) == abi.SeqOf(idx) }, room); err != nil {
 		return err
 	}
 	rec := d.complRecord(idx)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -266,5 +267,44 @@ func TestClosed(t *testing.T) {
 	}
 	if _, err := d.CreateBuffer(1); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("CreateBuffer after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestFullRingSleepsItsProducer is the mechanism test of issue 43's "a
+// burst never spins its producer": a submission that finds the ring full
+// sleeps until a slot frees, and never yields the processor in a loop
+// (which, on a small host, takes it from the device's processes that free
+// the slot).
+func TestFullRingSleepsItsProducer(t *testing.T) {
+	d, f := open(t, drivertest.Config{}, driver.Options{StagingBytes: driver.MinStagingBytes, Timeout: time.Minute})
+	f.Hold()
+	for range d.Slots() {
+		if err := d.Marker(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	submitted := make(chan error, 1)
+	go func() { submitted <- d.Marker(nil) }() // the ring is full: it waits
+	deadline := time.Now().Add(time.Minute)
+	for driver.RoomSleeps(d) == 0 {
+		if time.Now().After(deadline) {
+			f.Release()
+			t.Fatal("the producer of a full ring never slept")
+		}
+		runtime.Gosched()
+	}
+	f.Release()
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	st := d.Stats()
+	if st.RoomWaits == 0 || st.RoomSleeps == 0 || st.RoomYields != 0 {
+		t.Errorf("room waits %d, sleeps %d, yields %d: want a wait that sleeps and never yields", st.RoomWaits, st.RoomSleeps, st.RoomYields)
 	}
 }
