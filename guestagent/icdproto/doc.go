@@ -10,7 +10,10 @@
 // abi/cabi (go generate ./guestagent/icdproto), so the two sides cannot
 // disagree.
 //
-// Every message is one SOCK_SEQPACKET datagram: a 16-byte Header and a body
+// Every message is one SOCK_SEQPACKET datagram, or (protocol version 2)
+// one entry of the client's submission queue (queue.go: its layout, a
+// reader that checks what a hostile client writes there, and a writer):
+// a 16-byte Header and a body
 // whose layout the operation fixes. All integers are little-endian and every
 // field is naturally aligned. Fixed-size bodies are Go structs whose fields
 // are the wire fields in wire order (reserved fields included, named

@@ -31,7 +31,9 @@
 // # Concurrency
 //
 // Each connection has one goroutine that reads and executes its requests in
-// order; the Server's accept loops, device reapers and its trimmer (which
+// order, from its submission queue (queue.go) while the queue has entries
+// or its looking window lasts, and from its socket once it has said in
+// the queue that it sleeps; the Server's accept loops, device reapers and its trimmer (which
 // hands the memory of closed connections that held many events back to
 // the kernel, debug.FreeOSMemory at most once a second) are the others. Close
 // stops and waits for all of them. Completion callbacks run on whichever
