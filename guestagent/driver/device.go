@@ -169,7 +169,7 @@ type Device struct {
 	// roomSleeps is Stats.RoomSleeps, kept apart so that a test can
 	// watch a wait for ring room that holds mu.
 	roomSleeps atomic.Uint64
-	lostAt   time.Time // last RegError read while waiting (deviceLost)
+	lostAt     time.Time // last RegError read while waiting (deviceLost)
 	// lost: the device reported StatusDeviceLost; every command that was
 	// in flight has been failed with it, and every call fails with
 	// ErrDeviceLost until Reopen.
