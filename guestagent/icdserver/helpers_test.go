@@ -86,6 +86,7 @@ type client struct {
 	// socket for it.
 	q             *icdproto.QueueWriter
 	kicks, drains int
+	onDrain       func() // called before each Drain is sent
 }
 
 // socketpair returns two connected SOCK_SEQPACKET Unix sockets.
@@ -161,6 +162,9 @@ func (cl *client) put(b []byte) {
 	if !cl.q.Put(b) {
 		cl.kick()
 		cl.drains++
+		if cl.onDrain != nil {
+			cl.onDrain()
+		}
 		cl.id++
 		d, _ := icdproto.Marshal(icdproto.OpDrain, cl.id, &icdproto.Drain{})
 		cl.q.WantSocket()

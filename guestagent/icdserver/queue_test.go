@@ -1,36 +1,58 @@
 package icdserver
 
 import (
+	"bytes"
 	"encoding/binary"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 )
+
+const queuedItems = 256
+
+// queuedSetup makes buffer 1 and program 7 (fill) for queuedLaunches.
+func queuedSetup(t *testing.T, cl *client, arena []byte) {
+	t.Helper()
+	cl.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: 1, Size: 4 * queuedItems})
+	if br := cl.build(0, 7, arena, fillSrc); br.Status != 0 {
+		t.Fatalf("build status %v", abi.Status(br.Status))
+	}
+}
+
+// queuedLaunches sends launches of fill over buffer 1, reads the buffer
+// back and checks the last launch's values.
+func queuedLaunches(t *testing.T, cl *client, arena []byte, launches int) {
+	t.Helper()
+	for i := range launches {
+		cl.send(icdproto.OpLaunch, launchFill(7, 1, queuedItems, uint32(i), 0))
+	}
+	cl.send(icdproto.OpRead, &icdproto.Transfer{Buffer: 1, Arena: 1, ArenaOffset: 8192, Length: 4 * queuedItems, Event: 1})
+	if recs := cl.wait(1); len(recs) != 1 || recs[0].Status != 0 {
+		t.Fatalf("read: %+v", recs)
+	}
+	for i := range queuedItems {
+		if got, want := binary.LittleEndian.Uint32(arena[8192+4*i:]), uint32(launches-1+i); got != want {
+			t.Fatalf("element %d = %d, want %d (the last launch's)", i, got, want)
+		}
+	}
+}
 
 // queuedRun sends, through cl's queue, more launches than the queue holds
 // (so that it wraps, pads and fills up), then reads the buffer back and
 // checks the last launch's values. It returns the requests it queued.
 func queuedRun(t *testing.T, cl *client, arena []byte, launches int) int {
 	t.Helper()
-	const n = 256
-	cl.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: 1, Size: 4 * n})
-	if br := cl.build(0, 7, arena, fillSrc); br.Status != 0 {
-		t.Fatalf("build status %v", abi.Status(br.Status))
-	}
-	for i := range launches {
-		cl.send(icdproto.OpLaunch, launchFill(7, 1, n, uint32(i), 0))
-	}
-	cl.send(icdproto.OpRead, &icdproto.Transfer{Buffer: 1, Arena: 1, ArenaOffset: 8192, Length: 4 * n, Event: 1})
-	if recs := cl.wait(1); len(recs) != 1 || recs[0].Status != 0 {
-		t.Fatalf("read: %+v", recs)
-	}
-	for i := range n {
-		if got, want := binary.LittleEndian.Uint32(arena[8192+4*i:]), uint32(launches-1+i); got != want {
-			t.Fatalf("element %d = %d, want %d (the last launch's)", i, got, want)
-		}
-	}
+	queuedSetup(t, cl, arena)
+	queuedLaunches(t, cl, arena, launches)
 	return 4 + launches // buffer-create, build, the launches, read, wait
 }
 
@@ -54,7 +76,14 @@ func TestQueueCarriesRequests(t *testing.T) {
 			arena := cl.attach(1, 1<<17)
 			cl.attachQueue(icdproto.MinQueueData)
 			const launches = 2000 // about three times what the queue holds
-			queued := queuedRun(t, cl, arena, launches)
+			queuedSetup(t, cl, arena)
+			// The device holds the launches until the client has
+			// filled the queue and asks for a Drain.
+			fx.fakes[0].Hold()
+			var once sync.Once
+			cl.onDrain = func() { once.Do(fx.fakes[0].Release) }
+			queuedLaunches(t, cl, arena, launches)
+			queued := 4 + launches
 			// As the ICD closes: a daemon looking at the queue then
 			// reads the socket, and its end.
 			cl.q.WantSocket()
@@ -160,5 +189,121 @@ func TestQueueHostile(t *testing.T) {
 
 			queuedRun(t, other, otherArena, 700)
 		})
+	}
+}
+
+// scribblerEnv, in this test binary's environment, makes
+// TestQueueScribbler the hostile client process of TestQueueRaces.
+const scribblerEnv = "VGPUD_TEST_QUEUE_SCRIBBLER"
+
+// TestQueueScribbler is not a test of its own: run by TestQueueRaces as
+// another process, it maps the queue passed as fd 3 and rewrites it while
+// the daemon reads it: well-formed entries, garbage, tails that go back,
+// wrap and run ahead, the sleep word; then a tail no daemon can
+// accept. (It does not write the head word: the daemon never reads it
+// back, so that would only blind the scribbler.)
+func TestQueueScribbler(t *testing.T) {
+	if os.Getenv(scribblerEnv) == "" {
+		t.Skip("run by TestQueueRaces")
+	}
+	size := icdproto.QueueHeaderSize + icdproto.MinQueueData
+	m, err := unix.Mmap(3, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := binary.LittleEndian
+	data := m[icdproto.QueueHeaderSize:]
+	flush, _ := icdproto.Marshal(icdproto.OpFlush, 1, &icdproto.Flush{})
+	rng := rand.New(rand.NewPCG(1, 2))
+	var tail uint64
+	for i := range 200000 {
+		head := le.Uint64(m[icdproto.QueueHeadOffset:]) // the daemon's
+		switch r := rng.IntN(1000); {
+		case r < 600: // a well-formed entry, where there is room
+			off := tail % icdproto.MinQueueData
+			if tail-head+16 <= icdproto.MinQueueData {
+				copy(data[off:], flush)
+				tail += 16
+			}
+		case r < 700: // garbage, most often where nobody reads
+			off := rng.IntN(icdproto.MinQueueData - 64)
+			for j := range 64 {
+				data[off+j] = byte(rng.Uint32())
+			}
+		case r < 701: // the tail goes back, past what was read
+			tail -= uint64(rng.IntN(4)) * 16
+		case r < 800: // the daemon's sleep word
+			le.PutUint32(m[icdproto.QueueSleepOffset:], rng.Uint32())
+		case r < 995: // a pause: the daemon catches up and may sleep
+			runtime.Gosched()
+		default: // an entry rewritten while the daemon may be reading it
+			off := head % icdproto.MinQueueData
+			copy(data[off:off+16], flush)
+			le.PutUint32(data[off+4:], uint32(rng.IntN(64)))
+		}
+		le.PutUint64(m[icdproto.QueueTailOffset:], tail)
+		if i%1000 == 0 {
+			runtime.Gosched()
+		}
+	}
+	le.PutUint64(m[icdproto.QueueTailOffset:], tail+1<<40)
+}
+
+// TestQueueRaces: a client process that rewrites its queue while the
+// daemon reads it ends its own connection with an Error (or by the
+// daemon closing it), and never another's: a well-behaved client beside
+// it computes right throughout.
+func TestQueueRaces(t *testing.T) {
+	fx := newFixture(t)
+	good, _ := fx.hello(t)
+	goodArena := good.attach(1, 1<<17)
+	good.attachQueue(icdproto.MinQueueData)
+	queuedSetup(t, good, goodArena)
+
+	bad, _ := fx.hello(t)
+	bad.attach(1, 1<<17)
+	size := icdproto.QueueHeaderSize + icdproto.MinQueueData
+	fd, _ := memfd(t, size, unix.F_SEAL_SHRINK)
+	if r := bad.call(icdproto.OpQueue, &icdproto.Queue{Size: uint64(size)}, fd).(*icdproto.QueueReply); r.Status != 0 {
+		t.Fatalf("queue: status %v", icdproto.ErrCode(r.Status))
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestQueueScribbler$", "-test.count=1")
+	cmd.Env = append(os.Environ(), scribblerEnv+"=1")
+	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(fd), "queue")}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kicks while it scribbles, so that a sleeping daemon looks.
+	kick, _ := icdproto.Marshal(icdproto.OpKick, 0, &icdproto.Kick{})
+	scribbled := make(chan error, 1)
+	go func() { scribbled <- cmd.Wait() }()
+	for i := 0; ; i++ {
+		select {
+		case err := <-scribbled:
+			if err != nil {
+				t.Fatalf("scribbler: %v\n%s", err, out.String())
+			}
+			bad.c.Write(kick) //nolint:errcheck // the daemon may have closed it
+			queuedLaunches(t, good, goodArena, 300)
+			// The bad connection ends: an Error, then EOF (or EOF
+			// alone if the daemon closed before the Error could be
+			// sent).
+			for {
+				_, r := bad.recv()
+				if r == nil {
+					return
+				}
+				if _, ok := r.(*icdproto.Error); !ok {
+					t.Fatalf("the scribbler's connection got %T, want an Error or the end", r)
+				}
+			}
+		default:
+		}
+		if i%8 == 0 {
+			bad.c.Write(kick) //nolint:errcheck
+		}
+		queuedLaunches(t, good, goodArena, 50)
 	}
 }
