@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	via := fs.String("agent", "auto", "agent channel for migration: relay (vgpu-agent's socket), port (the virtio-serial port), auto (relay if its socket exists, else port) or none")
 	agentSock := fs.String("agent-socket", "", "vgpu-agent's relay socket (default: $VGPU_AGENT_SOCKET, else "+agent.DefaultRelaySocket+")")
 	contexts := fs.String("contexts", "prefer", "a device context per client (ABI 1.5): prefer (where the vGPU offers them, else the shared ring), require (refuse a client that cannot get one) or off")
+	queuePoll := fs.Duration("queue-poll", 0, "how long a client's connection looks at its empty submission queue before it sleeps on the socket (0: "+icdserver.DefaultQueuePoll.String()+", negative: never; docs/icd-protocol.md \"Submission queue\")")
 	verbose := fs.Bool("v", false, "debug logs")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -141,7 +142,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer os.Remove(*sock)
-	srv := icdserver.New(icdserver.Config{Devices: devs, Timeout: *timeout, Logger: log, Contexts: ctxPolicy})
+	srv := icdserver.New(icdserver.Config{Devices: devs, Timeout: *timeout, Logger: log, Contexts: ctxPolicy, QueuePoll: *queuePoll})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	log.Info("serving", "socket", *sock, "devices", len(devs))
