@@ -208,6 +208,11 @@ func TestRunSmallHost(t *testing.T) {
 			t.Errorf("output lacks a row matching %q:\n%s", re, out.String())
 		}
 	}
+	for _, mode := range []string{"launches", "reads", "steps"} {
+		if re := regexp.MustCompile(`(?m)^ *host: the same, no queue +` + mode + ` `); !re.MatchString(out.String()) {
+			t.Errorf("output lacks the row without the queue matching %q:\n%s", re, out.String())
+		}
+	}
 	if !strings.Contains(out.String(), "Guest rows left out") {
 		t.Errorf("output lacks the note on the guest rows:\n%s", out.String())
 	}

@@ -291,43 +291,48 @@ func metText(ok bool) string {
 	return "not met"
 }
 
-// hostSmall runs every mode -small-runs times on PoCL directly and through
-// the ICD and one icdhost, alternating the two paths and rotating which
-// goes first, after one untimed start-up run on each.
-func (b *bench) hostSmall(ctx context.Context) (direct, icd map[string][]smallResult, err error) {
+// hostSmall runs every mode -small-runs times on PoCL directly, through
+// the ICD and one icdhost, and through them with the ICD's submission
+// queue turned off (VGPUD_ICD_QUEUE=0: a datagram per request, as before
+// protocol version 2), rotating which path goes first, after one untimed
+// start-up run on each.
+func (b *bench) hostSmall(ctx context.Context) (direct, icd, datagrams map[string][]smallResult, err error) {
 	ih, err := b.startICDHost(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer func() { err = errors.Join(err, ih.stop()) }()
 	paths := []struct {
 		name string
 		env  []string
 		out  map[string][]smallResult
-	}{{"PoCL directly", b.hostEnv(), map[string][]smallResult{}}, {"through the ICD", b.icdEnv(ih.sock), map[string][]smallResult{}}}
+	}{
+		{"PoCL directly", b.hostEnv(), map[string][]smallResult{}},
+		{"through the ICD", b.icdEnv(ih.sock), map[string][]smallResult{}},
+		{"through the ICD without its queue", append(b.icdEnv(ih.sock), queueOffEnv), map[string][]smallResult{}},
+	}
 	for _, p := range paths {
 		if _, err := b.runSmall(ctx, p.env, startupMode); err != nil {
-			return nil, nil, fmt.Errorf("host %s, warm-up: %w", p.name, err)
+			return nil, nil, nil, fmt.Errorf("host %s, warm-up: %w", p.name, err)
 		}
 	}
 	for r := range b.cfg.small.runs {
 		for i, m := range b.cfg.small.modes() {
-			order := []int{0, 1}
-			if (r+i)%2 == 1 {
-				order = []int{1, 0}
-			}
-			for _, k := range order {
-				p := paths[k]
+			for j := range paths {
+				p := paths[(r+i+j)%len(paths)]
 				res, err := b.runSmall(ctx, p.env, m)
 				if err != nil {
-					return nil, nil, fmt.Errorf("host %s: %w", p.name, err)
+					return nil, nil, nil, fmt.Errorf("host %s: %w", p.name, err)
 				}
 				p.out[m.name] = append(p.out[m.name], res)
 			}
 		}
 	}
-	return paths[0].out, paths[1].out, nil
+	return paths[0].out, paths[1].out, paths[2].out, nil
 }
+
+// queueOffEnv turns the ICD's submission queue off.
+const queueOffEnv = "VGPUD_ICD_QUEUE=0"
 
 // guestSmall boots one guest and runs in it, through the ICD, one untimed
 // start-up run then every mode -small-runs times; a failed run fails the
@@ -366,7 +371,7 @@ func (b *bench) guestSmall(ctx context.Context) (map[string][]smallResult, error
 
 func (b *bench) smallTable(ctx context.Context) (*table.Table, error) {
 	c := b.cfg.small
-	directRuns, icdRuns, err := b.hostSmall(ctx)
+	directRuns, icdRuns, datagramRuns, err := b.hostSmall(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -404,6 +409,7 @@ func (b *bench) smallTable(ctx context.Context) (*table.Table, error) {
 		}
 	}
 	rows("host: ICD + icdhost", icdRuns, true)
+	rows("host: the same, no queue", datagramRuns, false)
 	if c.guest {
 		rows("guest: ICD + vgpu-icdd (TCG)", guestRuns, false)
 	}
@@ -411,7 +417,8 @@ func (b *bench) smallTable(ctx context.Context) (*table.Table, error) {
 	t.Note("host ICD: through the ICD (%s) and tests/icdhost (vgpu-icdd's server over an in-process vgpud, one %s instance, no VM).", b.icd, b.cfg.profile)
 	t.Note("guest ICD: through the ICD and vgpu-icdd in one TCG guest, against the host's direct runs (TCG slows the guest's own CPU work: not the ICD's cost alone).")
 	t.Note("run: the mode's work after set-up; /cmd: run / n (steps: one launch and one 16-byte blocking read each; startup: one launch and one read); total: the whole program, start-up's cost.")
-	t.Note("Direct and host ICD runs alternate, which goes first rotating by run and mode; each path first makes one untimed start-up run. Medians of run and total are taken separately.")
+	t.Note("no queue: the same ICD and icdhost with %s in clsmall's environment: a datagram per request, as before the submission queue (docs/icd-protocol.md \"Submission queue\").", queueOffEnv)
+	t.Note("The host paths alternate, which goes first rotating by run and mode; each path first makes one untimed start-up run. Medians of run and total are taken separately.")
 	if !c.guest {
 		t.Note("Guest rows left out (-small-guest=false).")
 	}
