@@ -533,6 +533,24 @@ struct vgpu_free {
 	uint64_t off, len;
 };
 
+/* shared_memfd makes a memfd of size bytes sealed against shrinking, as
+ * the daemon wants an arena or a queue, and maps it shared at *base: the
+ * fd, or -1 with errno (nothing left open). */
+static int shared_memfd(const char *name, uint64_t size, void **base)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	*base = MAP_FAILED;
+	if (fd < 0 || ftruncate(fd, (off_t)size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0 ||
+	    (*base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
 static cl_int attach(cl_context ctx, uint64_t size)
 {
 	if (ctx->narenas >= VGPU_ICDP_MAX_ARENAS)
@@ -540,13 +558,10 @@ static cl_int attach(cl_context ctx, uint64_t size)
 	struct vgpu_free *f = malloc(sizeof *f);
 	if (f == NULL)
 		return CL_OUT_OF_HOST_MEMORY;
-	int fd = memfd_create("vgpud-icd-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	void *base = MAP_FAILED;
-	if (fd < 0 || ftruncate(fd, (off_t)size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0 ||
-	    (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+	void *base;
+	int fd = shared_memfd("vgpud-icd-arena", size, &base);
+	if (fd < 0) {
 		vgpu_log("arena of %llu bytes: %s", (unsigned long long)size, strerror(errno));
-		if (fd >= 0)
-			close(fd);
 		free(f);
 		return CL_OUT_OF_HOST_MEMORY;
 	}
@@ -704,13 +719,10 @@ static void queue_attach(cl_context ctx)
 	if (ctx->proto < 2 || (env != NULL && strcmp(env, "0") == 0))
 		return;
 	uint64_t size = VGPU_ICDP_QUEUE_HEADER_SIZE + VGPU_ICDP_DEFAULT_QUEUE_DATA;
-	int fd = memfd_create("vgpud-icd-queue", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	void *base = MAP_FAILED;
-	if (fd < 0 || ftruncate(fd, (off_t)size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0 ||
-	    (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+	void *base;
+	int fd = shared_memfd("vgpud-icd-queue", size, &base);
+	if (fd < 0) {
 		vgpu_log("submission queue of %llu bytes: %s", (unsigned long long)size, strerror(errno));
-		if (fd >= 0)
-			close(fd);
 		return;
 	}
 	/* A forked child must not write its parent's queue: it does not
