@@ -551,6 +551,24 @@ static int shared_memfd(const char *name, uint64_t size, void **base)
 	return fd;
 }
 
+/* call_fd sends msg (a request with a reply) passing fd, which it closes,
+ * and receives the reply: its length, or -1 (the connection is lost). */
+static long call_fd(cl_context ctx, void *msg, size_t len, int fd, void *reply, size_t cap)
+{
+	long n = -1;
+	if (conn_ok(ctx)) {
+		if (send_fd(ctx->fd, msg, len, fd) != 0) {
+			char why[64];
+			snprintf(why, sizeof why, "send %s", vgpu_icdp_op_name(((struct vgpu_icdp_header *)msg)->op));
+			conn_lost(ctx, why);
+		} else {
+			n = take_reply(ctx, msg, reply, cap);
+		}
+	}
+	close(fd);
+	return n;
+}
+
 static cl_int attach(cl_context ctx, uint64_t size)
 {
 	if (ctx->narenas >= VGPU_ICDP_MAX_ARENAS)
@@ -571,14 +589,7 @@ static cl_int attach(cl_context ctx, uint64_t size)
 	} m = {.b = {.arena = ctx->narenas + 1, .size = size}};
 	conn_hdr(ctx, &m, VGPU_ICDP_OP_ATTACH, sizeof m);
 	struct vgpu_icdp_attach_reply r = {0};
-	long n = -1;
-	if (conn_ok(ctx)) {
-		if (send_fd(ctx->fd, &m, sizeof m, fd) != 0)
-			conn_lost(ctx, "send Attach");
-		else
-			n = take_reply(ctx, &m.h, &r, sizeof r);
-	}
-	close(fd);
+	long n = call_fd(ctx, &m, sizeof m, fd, &r, sizeof r);
 	if (n < (long)sizeof r || r.status != 0) {
 		if (n >= (long)sizeof r)
 			vgpu_log("vgpu-icdd refused an arena of %llu bytes: status %u", (unsigned long long)size,
@@ -734,12 +745,7 @@ static void queue_attach(cl_context ctx)
 	} m = {.b = {.size = size}};
 	conn_hdr(ctx, &m, VGPU_ICDP_OP_QUEUE, sizeof m);
 	struct vgpu_icdp_queue_reply r = {0};
-	long n = -1;
-	if (send_fd(ctx->fd, &m, sizeof m, fd) != 0)
-		conn_lost(ctx, "send Queue");
-	else
-		n = take_reply(ctx, &m.h, &r, sizeof r);
-	close(fd);
+	long n = call_fd(ctx, &m, sizeof m, fd, &r, sizeof r);
 	if (n < (long)sizeof r || r.status != 0) {
 		if (n >= (long)sizeof r)
 			vgpu_log("vgpu-icdd refused a submission queue: status %u", r.status);
