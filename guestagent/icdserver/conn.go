@@ -250,9 +250,15 @@ func (c *conn) handle(h icdproto.Header, body any, fds []int) (any, error) {
 	case *icdproto.Queue:
 		return c.doQueue(v, fds)
 	case *icdproto.Kick:
+		if c.version < 2 {
+			return nil, icdproto.Errorf(icdproto.ErrUnknownOp, "kick in protocol version %d", c.version)
+		}
 		c.s.queues.kicks.Add(1)
 		return nil, nil
 	case *icdproto.Drain:
+		if c.version < 2 {
+			return nil, icdproto.Errorf(icdproto.ErrUnknownOp, "drain in protocol version %d", c.version)
+		}
 		// The socket is read only when the queue is empty: everything
 		// written before the Drain has run.
 		return &icdproto.Drain{}, nil

@@ -113,8 +113,8 @@ func TestQueueCarriesRequests(t *testing.T) {
 	}
 }
 
-// TestQueueVersion1: a version-1 connection has no queue (the op is
-// unknown to it), and a Hello of a version past the daemon's is refused.
+// TestQueueVersion1: a version-1 connection has no queue: Queue, Kick and
+// Drain are unknown to it.
 func TestQueueVersion1(t *testing.T) {
 	fx := newFixture(t)
 	cl := fx.connect(t)
@@ -124,6 +124,12 @@ func TestQueueVersion1(t *testing.T) {
 	fd, _ := memfd(t, icdproto.QueueHeaderSize+icdproto.MinQueueData, 0)
 	cl.send(icdproto.OpQueue, &icdproto.Queue{Size: icdproto.QueueHeaderSize + icdproto.MinQueueData}, fd)
 	cl.expectError(icdproto.ErrUnknownOp)
+	for _, op := range []icdproto.Op{icdproto.OpKick, icdproto.OpDrain} {
+		cl := fx.connect(t)
+		cl.call(icdproto.OpHello, &icdproto.Hello{Version: 1})
+		cl.send(op, icdproto.NewBody(op))
+		cl.expectError(icdproto.ErrUnknownOp)
+	}
 }
 
 // TestQueueRefusals: a queue that is no queue is refused with a status and
