@@ -495,7 +495,7 @@ int vgpu_conn_discover(struct _cl_device_id *devs, int max)
 	size_t room = ((size_t)n - sizeof(struct vgpu_icdp_header) - sizeof *hr) / sizeof *rec;
 	if (hr->version != VGPU_ICDP_MIN_VERSION || hr->device_count > room) {
 		vgpu_log("%s: vgpu-icdd speaks protocol %u with %u devices, asked %d", vgpu_socket_path(),
-			 hr->version, hr->device_count, VGPU_ICDP_VERSION);
+			 hr->version, hr->device_count, VGPU_ICDP_MIN_VERSION);
 		goto out;
 	}
 	count = 0;
