@@ -3,6 +3,7 @@ package icdserver
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -198,24 +199,23 @@ func TestQueueHostile(t *testing.T) {
 	}
 }
 
-// scribblerEnv, in this test binary's environment, makes
-// TestQueueScribbler the hostile client process of TestQueueRaces.
+// scribblerEnv, in this test binary's environment, makes it the hostile
+// client process of TestQueueRaces (TestMain runs scribble instead of
+// the tests).
 const scribblerEnv = "VGPUD_TEST_QUEUE_SCRIBBLER"
 
-// TestQueueScribbler is not a test of its own: run by TestQueueRaces as
-// another process, it maps the queue passed as fd 3 and rewrites it while
-// the daemon reads it: well-formed entries, garbage, tails that go back,
-// wrap and run ahead, the sleep word; then a tail no daemon can
-// accept. (It does not write the head word: the daemon never reads it
-// back, so that would only blind the scribbler.)
-func TestQueueScribbler(t *testing.T) {
-	if os.Getenv(scribblerEnv) == "" {
-		t.Skip("run by TestQueueRaces")
-	}
+// scribble, run by TestQueueRaces as another process, maps the queue
+// passed as fd 3 and rewrites it while the daemon reads it: well-formed
+// entries, garbage, tails that go back, wrap and run ahead, the sleep
+// word; then a tail no daemon can accept. (It does not write the head
+// word: the daemon never reads it back, so that would only blind the
+// scribbler.) It returns the process's exit code.
+func scribble() int {
 	size := icdproto.QueueHeaderSize + icdproto.MinQueueData
 	m, err := unix.Mmap(3, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, "scribbler:", err)
+		return 1
 	}
 	le := binary.LittleEndian
 	data := m[icdproto.QueueHeaderSize:]
@@ -253,6 +253,7 @@ func TestQueueScribbler(t *testing.T) {
 		}
 	}
 	le.PutUint64(m[icdproto.QueueTailOffset:], tail+1<<40)
+	return 0
 }
 
 // TestQueueRaces: a client process that rewrites its queue while the
@@ -273,7 +274,7 @@ func TestQueueRaces(t *testing.T) {
 	if r := bad.call(icdproto.OpQueue, &icdproto.Queue{Size: uint64(size)}, fd).(*icdproto.QueueReply); r.Status != 0 {
 		t.Fatalf("queue: status %v", icdproto.ErrCode(r.Status))
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestQueueScribbler$", "-test.count=1")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), scribblerEnv+"=1")
 	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(fd), "queue")}
 	var out bytes.Buffer

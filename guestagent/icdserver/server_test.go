@@ -19,7 +19,12 @@ import (
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(scribblerEnv) != "" {
+		os.Exit(scribble())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestHello(t *testing.T) {
 	fx := newFixture(t, drivertest.Config{}, drivertest.Config{MemSize: 1 << 30, Version: abi.VersionMajor<<16 | 3})
