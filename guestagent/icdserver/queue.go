@@ -25,7 +25,8 @@ import (
 // in the queue's sock word that it waits, so that the looking stops.
 //
 // The window is spent only where it pays, as a Wait's looking is
-// (waitpoll.go): a connection whose last queuePollMisses windows all ran
+// (waitpoll.go): not after a reply (the client was blocked and wakes
+// first), and a connection whose last queuePollMisses windows all ran
 // out sleeps at once, and looks again on every queuePollProbe-th sleep.
 
 const (
@@ -102,6 +103,7 @@ func (c *conn) doQueue(v *icdproto.Queue, fds []int) (any, error) {
 // poll window and the sleep word is stored; false when the connection
 // must end (a protocol error, answered).
 func (c *conn) runQueue(buf []byte) bool {
+	replied := false // the last request run was answered
 	for {
 		msg, err := c.queue.Next(buf)
 		if err != nil {
@@ -121,9 +123,13 @@ func (c *conn) runQueue(buf []byte) bool {
 			if !c.exec(h, body, nil) {
 				return false
 			}
+			replied = h.Op.Replied()
 			continue
 		}
-		if c.pollQueue() {
+		// After a reply the client was blocked: it needs a wake-up
+		// before it writes again, and looking meanwhile takes the CPU
+		// it (and the device's processes) wake on.
+		if !replied && c.pollQueue() {
 			continue
 		}
 		if c.queue.Sleep() {
