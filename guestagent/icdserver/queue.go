@@ -36,8 +36,6 @@ const (
 	DefaultQueuePoll = 50 * time.Microsecond
 	queuePollMisses  = 2
 	queuePollProbe   = 16
-	// queueMapMax bounds a queue's mapping.
-	queueMapMax = icdproto.QueueHeaderSize + icdproto.MaxQueueData
 )
 
 // QueueStats counts how the Server's connections sent their requests:
@@ -192,8 +190,8 @@ func (c *conn) pollQueue() bool {
 			return false
 		default:
 		}
-		// Let a thread waiting for this CPU (the client, woken by the
-		// reply it waits for; the device's processes) run first.
+		// Let a thread waiting for this CPU (the client, the
+		// device's processes) run first.
 		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) //nolint:errcheck // it cannot fail
 	}
 }
