@@ -184,12 +184,13 @@ func (q *QueueReader) Sleep() bool {
 // looks at the empty queue less).
 func (q *QueueReader) SocketWanted() bool { return atomic.LoadUint32(q.w.sock) != 0 }
 
-// Awake clears the sleep and sock words: the daemon has read the socket
-// and looks at the queue again.
-func (q *QueueReader) Awake() {
-	atomic.StoreUint32(q.w.sleep, 0)
-	atomic.StoreUint32(q.w.sock, 0)
-}
+// Awake clears the sleep word: the daemon has read the socket and looks
+// at the queue again.
+func (q *QueueReader) Awake() { atomic.StoreUint32(q.w.sleep, 0) }
+
+// SocketServed clears the sock word: the daemon has read the request the
+// client set it for (not a Kick, which may have been sent before it).
+func (q *QueueReader) SocketServed() { atomic.StoreUint32(q.w.sock, 0) }
 
 // QueueWriter is a client's side of a submission queue (the C ICD has its
 // own; this one serves Go clients and tests). It is not safe for

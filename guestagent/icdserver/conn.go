@@ -179,6 +179,11 @@ func (c *conn) serve() {
 			c.fail(h.ID, err)
 			return
 		}
+		if c.queue != nil && h.Op != icdproto.OpKick {
+			// The request the client set the sock word for: a kick
+			// read now may have been sent before it was set.
+			c.queue.SocketServed()
+		}
 		if !c.exec(h, body, fds) {
 			return
 		}

@@ -320,3 +320,36 @@ func TestQueueRaces(t *testing.T) {
 		queuedLaunches(t, good, goodArena, 50)
 	}
 }
+
+// TestQueueDrainAfterKick: a client kicks a sleeping daemon, then sets the
+// sock word and sends Drain. The daemon reads the kick first; it must not
+// take that for the request the word was set for, or it would look at
+// the empty queue for its whole window (here an hour) with the Drain
+// unread.
+func TestQueueDrainAfterKick(t *testing.T) {
+	fx := newFixtureWith(t, func(c *Config) { c.QueuePoll = time.Hour })
+	cl, _ := fx.hello(t)
+	cl.attach(1, 1<<17)
+	cl.attachQueue(icdproto.MinQueueData)
+	for range 3 {
+		before := fx.s.QueueStats().Sleeps
+		cl.call(icdproto.OpPoll, &icdproto.Wait{}) // answered: the daemon then sleeps at once
+		deadline := time.Now().Add(time.Minute)
+		for fx.s.QueueStats().Sleeps == before {
+			if time.Now().After(deadline) {
+				t.Fatal("the daemon did not sleep after answering")
+			}
+			runtime.Gosched()
+		}
+		flush, _ := icdproto.Marshal(icdproto.OpFlush, 0, &icdproto.Flush{})
+		if !cl.q.Put(flush) {
+			t.Fatal("no room")
+		}
+		cl.kick()
+		if cl.kicks == 0 {
+			t.Fatal("no kick to a sleeping daemon")
+		}
+		cl.q.WantSocket()
+		cl.call(icdproto.OpDrain, &icdproto.Drain{})
+	}
+}
