@@ -32,6 +32,25 @@ func syncGuest(t *testing.T) (imagetest.Kernel, string) {
 	return k, syncRD
 }
 
+// bootSyncGuest boots syncGuest's initramfs on the vGPU at sock with the
+// kernel command line's vgpu.* arguments args (and the agent's socket,
+// if any); the VM is killed, and the returned context (bounded by
+// vmTimeout) cancelled, when the test ends.
+func bootSyncGuest(t *testing.T, sock, args, agentSocket string) (context.Context, *qemuvm.VM) {
+	t.Helper()
+	k, initrd := syncGuest(t)
+	ctx, cancel := context.WithTimeout(t.Context(), vmTimeout)
+	t.Cleanup(cancel)
+	vm, err := bootVGPU(ctx, sock, qemuvm.Config{
+		Kernel: k.Vmlinuz, Initrd: initrd, MemMiB: 512, Append: args, AgentSocket: agentSocket,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(vm.Kill)
+	return ctx, vm
+}
+
 // syncResult waits for vgpu-sync's next result line on vm's console.
 func syncResult(ctx context.Context, t *testing.T, vm *qemuvm.VM) syncjob.Result {
 	t.Helper()
@@ -67,18 +86,8 @@ func guestBlocksThroughAgent(t *testing.T, m *mdev.Manager) {
 	if inst.AgentSocket() == "" {
 		t.Fatal("instance has no agent socket")
 	}
-	k, initrd := syncGuest(t)
-	ctx, cancel := context.WithTimeout(t.Context(), vmTimeout)
-	defer cancel()
-	vm, err := bootVGPU(ctx, inst.Socket(), qemuvm.Config{
-		Kernel: k.Vmlinuz, Initrd: initrd, MemMiB: 512,
-		Append:      "vgpu.run=vgpu-agent vgpu.args=-stats,100ms,/bin/vgpu-sync,-agent,relay,-modes,block+hybrid,-steps,40",
-		AgentSocket: inst.AgentSocket(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
+	ctx, vm := bootSyncGuest(t, inst.Socket(),
+		"vgpu.run=vgpu-agent vgpu.args=-stats,100ms,/bin/vgpu-sync,-agent,relay,-modes,block+hybrid,-steps,40", inst.AgentSocket())
 	results := map[string]syncjob.Result{}
 	for len(results) < 2 {
 		r := syncResult(ctx, t, vm)

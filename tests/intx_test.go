@@ -1,13 +1,11 @@
 package tests
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/vgpud/vgpud/guestagent/syncjob"
-	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 
@@ -25,17 +23,7 @@ func TestGuestBlocksOnINTx(t *testing.T) {
 	}
 	m := hostOn(t, vfiouser.Transport{})
 	inst := mustCreate(t, m, "vgpu-small")
-	k, initrd := syncGuest(t)
-	ctx, cancel := context.WithTimeout(t.Context(), vmTimeout)
-	defer cancel()
-	vm, err := bootVGPU(ctx, inst.Socket(), qemuvm.Config{
-		Kernel: k.Vmlinuz, Initrd: initrd, MemMiB: 512,
-		Append: "vgpu.run=vgpu-sync vgpu.args=-agent,none,-blocker,uio,-modes,block,-steps,20",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
+	ctx, vm := bootSyncGuest(t, inst.Socket(), "vgpu.run=vgpu-sync vgpu.args=-agent,none,-blocker,uio,-modes,block,-steps,20", "")
 	r := syncResult(ctx, t, vm)
 	if r.Steps != 20 || r.Blocked == 0 || r.Checksum == 0 {
 		t.Errorf("block on INTx: %+v, want 20 steps, some blocked, a result", r)
