@@ -39,6 +39,10 @@
 #   datapath   bench/isolation's hop-by-hop ladder and copy-bandwidth
 #              tables (issue 42): 4 KiB to 256 MiB against the platform's
 #              own clEnqueueWrite/ReadBuffer
+#   icd        bench/apps -sections small on the host: clsmall's many
+#              small calls through the vgpud ICD and tests/icdhost
+#              against the same program on the platform directly
+#              (issue 43)
 # The report is printed last and written to $GPU_CHECK_OUT (default
 # DIR/report) with each step's full log beside it. The whole run took
 # under 8 minutes on an H100 before contexts and datapath were added (GPU_CHECK_STEP_TIMEOUT bounds each step,
@@ -64,6 +68,13 @@ build() {
 	go test -c -ldflags=-s -o "$dir.tmp/bin/gpu.test" ./gpu
 	go test -c -ldflags=-s -o "$dir.tmp/bin/sandbox.test" ./worker/sandbox
 	go test -c -ldflags=-s -o "$dir.tmp/bin/mdev.test" ./mdev
+	# The ICD step's programs: bench/apps runs them prebuilt (-prebuilt).
+	go build -ldflags=-s -o "$dir.tmp/bin/apps" ./bench/apps
+	go build -ldflags=-s -o "$dir.tmp/bin/icdhost" ./tests/icdhost
+	gcc -std=c11 -O2 -Wall -Werror -o "$dir.tmp/bin/clsmall" bench/apps/clsmall/clsmall.c -lOpenCL
+	gcc -std=c11 -O2 -Wall -Werror -o "$dir.tmp/bin/cljob" bench/apps/cljob/cljob.c -lOpenCL -lm
+	"${MAKE:-make}" --no-print-directory icd GO="${GO:-go}" >/dev/null
+	cp build/icd/libvgpud-icd.so "$dir.tmp/lib/"
 	local icd
 	icd=$(ldconfig -p | awk '/libOpenCL\.so\.1 .*x86-64/ {print $NF; exit}')
 	[[ -n $icd ]] || {
@@ -87,7 +98,7 @@ run() {
 	repo=$(pwd)
 	out=${GPU_CHECK_OUT:-$dir/report}
 	timeout=${GPU_CHECK_STEP_TIMEOUT:-150}
-	steps=${GPU_CHECK_STEPS:-platform gpu diagnose sandbox suite attacks contexts bench datapath}
+	steps=${GPU_CHECK_STEPS:-platform gpu diagnose sandbox suite attacks contexts bench datapath icd}
 	mkdir -p "$out"
 	export LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	local report=$out/report.txt
@@ -151,7 +162,7 @@ run() {
 		say "== $name: ${result[$name]}"
 		# What matters of each log: failures and the tables.
 		case $name in
-		platform | diagnose | bench | datapath) tail -n 60 "$out/$name.log" | tee -a "$report" ;;
+		platform | diagnose | bench | datapath | icd) tail -n 60 "$out/$name.log" | tee -a "$report" ;;
 		*) grep -E -- '^(--- FAIL|FAIL|ok|PASS|panic)|^\s+\S+_test\.go:[0-9]+:' "$out/$name.log" | head -n 40 | tee -a "$report" || true ;;
 		esac
 	}
@@ -168,6 +179,9 @@ run() {
 	step contexts mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^(TestContextsIsolateProcesses|TestContextHangEndsAlone|TestPolledDoorbellsNeedNoWakeups|TestIdleWorkerSleeps|TestPollingWorkerNeedsNoDoorbells|TestFirstTurnOnAFreeDeviceNeedsNoRequest)$' -test.timeout=140s
 	step bench . "$dir/bin/isolation" -ops 500 -runs 3
 	step datapath . "$dir/bin/isolation" -sections ladder,bandwidth -ops 500
+	step icd . "$dir/bin/apps" -sections small -small-guest=false -prebuilt "$dir/bin" -icd "$dir/lib/libvgpud-icd.so" \
+		-direct "${OCL_ICD_VENDORS:-/etc/OpenCL/vendors}" -device "$VGPUD_TEST_DEVICE" \
+		-small-launches 3000 -small-reads 3000 -small-steps 1000 -small-runs 5
 	say ""
 	say "== summary"
 	for s in $steps; do

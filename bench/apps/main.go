@@ -94,9 +94,15 @@ type config struct {
 	profile  string
 	device   string
 	icd      string // the guest ICD (make icd)
-	timeout  time.Duration
-	serial   io.Writer
-	small    smallConfig
+	// prebuilt is a directory of binaries built elsewhere (cljob,
+	// clsmall, icdhost: scripts/gpu-check.sh's bundle), "" to build them.
+	prebuilt string
+	// direct is the vendors directory of the platform used directly, ""
+	// for one holding only PoCL's .icd.
+	direct  string
+	timeout time.Duration
+	serial  io.Writer
+	small   smallConfig
 }
 
 // smallConfig sizes the small section.
@@ -120,6 +126,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.profile, "profile", "vgpu-medium", "vGPU profile of the guests")
 	fs.StringVar(&c.device, "device", os.Getenv("VGPUD_TEST_DEVICE"), "OpenCL device (gpu.Open selector; empty: the first)")
 	fs.StringVar(&c.icd, "icd", "build/icd/libvgpud-icd.so", "the guest ICD (make icd)")
+	fs.StringVar(&c.prebuilt, "prebuilt", "", "directory of cljob, clsmall and icdhost built elsewhere (a machine without gcc or Go; scripts/gpu-check.sh); empty: build them")
+	fs.StringVar(&c.direct, "direct", "", "vendors directory of the platform the host rows use directly (an OCL_ICD_VENDORS value); empty: the host's PoCL alone")
 	fs.DurationVar(&c.timeout, "timeout", 45*time.Minute, "bound on each guest boot (clpeak's takes over 10 minutes under TCG)")
 	serial := fs.Bool("serial", false, "copy the guests' consoles to stderr")
 	fs.IntVar(&c.small.launches, "small-launches", 10000, "small: short kernel launches of clsmall launches")
@@ -176,7 +184,7 @@ type bench struct {
 	apps imagetest.Apps
 	dir  string // job data, binaries, initramfs files
 	icd  string // absolute path of the ICD
-	pocl string // a vendors directory holding only PoCL's .icd
+	pocl string // the vendors directory of the platform used directly (-direct, else only PoCL's .icd)
 	// cljob is the job program built on the host; it runs on the host and,
 	// unchanged, in the guest (the guest userland is the same Debian).
 	cljob string
@@ -257,10 +265,8 @@ func (b *bench) prepare(ctx context.Context) error {
 	if _, err := os.Stat(src); err != nil {
 		return fmt.Errorf("%w (run from the repository root)", err)
 	}
-	b.cljob = filepath.Join(b.dir, "cljob")
-	cmd := exec.CommandContext(ctx, "gcc", "-std=c11", "-O2", "-Wall", "-Werror", "-o", b.cljob, src, "-lOpenCL", "-lm")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("gcc cljob: %v\n%s", err, out)
+	if b.cljob, err = b.program(ctx, "cljob", src, "-lm"); err != nil {
+		return err
 	}
 	b.jobs = filepath.Join(b.dir, "jobdata")
 	if err := os.Mkdir(b.jobs, 0o755); err != nil {
@@ -275,6 +281,42 @@ func (b *bench) prepare(ctx context.Context) error {
 			return err
 		}
 	}
+	if b.cfg.direct != "" {
+		if b.pocl, err = filepath.Abs(b.cfg.direct); err != nil {
+			return err
+		}
+	} else if err := b.poclVendors(); err != nil {
+		return err
+	}
+	if b.cfg.has(sectionSmall) {
+		return b.prepareSmall(ctx)
+	}
+	return nil
+}
+
+// program is the path of the C program name built from src against the
+// ICD loader (with extra libraries), or the prebuilt one (-prebuilt).
+func (b *bench) program(ctx context.Context, name, src string, libs ...string) (string, error) {
+	if b.cfg.prebuilt != "" {
+		p, err := filepath.Abs(filepath.Join(b.cfg.prebuilt, name))
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("-prebuilt: %w", err)
+		}
+		return p, nil
+	}
+	bin := filepath.Join(b.dir, name)
+	args := append([]string{"-std=c11", "-O2", "-Wall", "-Werror", "-o", bin, src, "-lOpenCL"}, libs...)
+	if out, err := exec.CommandContext(ctx, "gcc", args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("gcc %s: %v\n%s", name, err, out)
+	}
+	return bin, nil
+}
+
+// poclVendors writes the vendors directory holding only PoCL's .icd.
+func (b *bench) poclVendors() error {
 	b.pocl = filepath.Join(b.dir, "pocl-vendors")
 	if err := os.Mkdir(b.pocl, 0o755); err != nil {
 		return err
@@ -283,13 +325,7 @@ func (b *bench) prepare(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("host PoCL: %w (install pocl-opencl-icd)", err)
 	}
-	if err := os.WriteFile(filepath.Join(b.pocl, "pocl.icd"), icd, 0o644); err != nil {
-		return err
-	}
-	if b.cfg.has(sectionSmall) {
-		return b.prepareSmall(ctx)
-	}
-	return nil
+	return os.WriteFile(filepath.Join(b.pocl, "pocl.icd"), icd, 0o644)
 }
 
 // hostEnv is the environment of a program run on the host's PoCL: only

@@ -105,10 +105,8 @@ func (b *bench) prepareSmall(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.clsmall = filepath.Join(b.dir, "clsmall")
-	cmd := exec.CommandContext(ctx, "gcc", "-std=c11", "-O2", "-Wall", "-Werror", "-o", b.clsmall, src, "-lOpenCL")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("gcc clsmall: %v\n%s", err, out)
+	if b.clsmall, err = b.program(ctx, "clsmall", src); err != nil {
+		return err
 	}
 	b.vgpud = filepath.Join(b.dir, "vgpud-vendors")
 	if err := os.Mkdir(b.vgpud, 0o755); err != nil {
@@ -171,7 +169,12 @@ func goTool() string {
 // the server listens.
 func (b *bench) startICDHost(ctx context.Context) (*icdHost, error) {
 	bin := filepath.Join(b.dir, "icdhost")
-	if out, err := exec.CommandContext(ctx, goTool(), "build", "-o", bin, "./tests/icdhost").CombinedOutput(); err != nil {
+	if b.cfg.prebuilt != "" {
+		var err error
+		if bin, err = filepath.Abs(filepath.Join(b.cfg.prebuilt, "icdhost")); err != nil {
+			return nil, err
+		}
+	} else if out, err := exec.CommandContext(ctx, goTool(), "build", "-o", bin, "./tests/icdhost").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build ./tests/icdhost: %v\n%s", err, out)
 	}
 	h := &icdHost{sock: filepath.Join(b.dir, "icd.sock"), stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
@@ -307,7 +310,7 @@ func (b *bench) hostSmall(ctx context.Context) (direct, icd, datagrams map[strin
 		env  []string
 		out  map[string][]smallResult
 	}{
-		{"PoCL directly", b.hostEnv(), map[string][]smallResult{}},
+		{b.directName() + " directly", b.hostEnv(), map[string][]smallResult{}},
 		{"through the ICD", b.icdEnv(ih.sock), map[string][]smallResult{}},
 		{"through the ICD without its queue", append(b.icdEnv(ih.sock), queueOffEnv), map[string][]smallResult{}},
 	}
@@ -329,6 +332,14 @@ func (b *bench) hostSmall(ctx context.Context) (direct, icd, datagrams map[strin
 		}
 	}
 	return paths[0].out, paths[1].out, paths[2].out, nil
+}
+
+// directName names the platform the host rows use directly.
+func (b *bench) directName() string {
+	if b.cfg.direct != "" {
+		return "the device"
+	}
+	return "PoCL"
 }
 
 // queueOffEnv turns the ICD's submission queue off.
@@ -383,8 +394,8 @@ func (b *bench) smallTable(ctx context.Context) (*table.Table, error) {
 	}
 	direct := mediansOf(directRuns)
 	t := &table.Table{
-		Title: fmt.Sprintf("Many small commands (bench/apps/clsmall, issue 32): the same program on PoCL directly and through the vgpud ICD, in one run; median of %d runs",
-			c.runs),
+		Title: fmt.Sprintf("Many small commands (bench/apps/clsmall, issue 32): the same program on %s directly and through the vgpud ICD, in one run; median of %d runs",
+			b.directName(), c.runs),
 		Header: []string{"path", "mode", "n", "direct run (ms)", "ICD run (ms)", "ICD / direct", "direct/cmd (us)", "ICD/cmd (us)",
 			"direct total (ms)", "ICD total (ms)", "goal (issue 43)"},
 	}
@@ -413,7 +424,11 @@ func (b *bench) smallTable(ctx context.Context) (*table.Table, error) {
 	if c.guest {
 		rows("guest: ICD + vgpu-icdd (TCG)", guestRuns, false)
 	}
-	t.Note("clsmall (bench/apps/clsmall) is an ordinary OpenCL 1.2 program, the same binary on every path. direct: on the host's PoCL (only PoCL's .icd).")
+	if b.cfg.direct != "" {
+		t.Note("clsmall (bench/apps/clsmall) is an ordinary OpenCL 1.2 program, the same binary on every path. direct: on the platform of -direct %s (%s).", b.cfg.direct, b.h.Dev.Info().Name)
+	} else {
+		t.Note("clsmall (bench/apps/clsmall) is an ordinary OpenCL 1.2 program, the same binary on every path. direct: on the host's PoCL (only PoCL's .icd).")
+	}
 	t.Note("host ICD: through the ICD (%s) and tests/icdhost (vgpu-icdd's server over an in-process vgpud, one %s instance, no VM).", b.icd, b.cfg.profile)
 	t.Note("guest ICD: through the ICD and vgpu-icdd in one TCG guest, against the host's direct runs (TCG slows the guest's own CPU work: not the ICD's cost alone).")
 	t.Note("run: the mode's work after set-up; /cmd: run / n (steps: one launch and one 16-byte blocking read each; startup: one launch and one read); total: the whole program, start-up's cost.")
