@@ -265,6 +265,9 @@ func batches(rs []segment, max uint64) [][]segment {
 // moveBatch moves one batch of a copy's runs, starting at offset
 // off of b, under the caller's device turn.
 func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch []segment, off uint64) error {
+	if streamed, err := in.streamBatch(cp, b, batch, off); streamed || err != nil {
+		return err
+	}
 	st := stager{in: in, cp: cp, b: b}
 	for _, r := range batch {
 		if views != nil && r.len >= directMin {
@@ -299,6 +302,73 @@ func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch [
 		}
 	}
 	return st.flush()
+}
+
+// streamBatch moves a batch through the queue's own staging memory where
+// it has some (gpu.Streamer: pinned host memory on a GPU), the guest's
+// runs gathered into or scattered out of one piece while the device
+// transfers the others: whatever the runs' lengths, one pass over the
+// guest's bytes and the copy engine's speed, where a blocking transfer
+// from guest RAM runs at the speed of the runtime's own bounce through
+// pinned memory and staged runs wait for each other (a 256 MiB download
+// at 19 % of direct on an H200, docs/gpu-check.md). It reports false,
+// having moved nothing, where the queue cannot stream.
+func (in *Instance) streamBatch(cp *abi.Copy, b *buffer, batch []segment, off uint64) (bool, error) {
+	sq, ok := in.queue.(gpu.Streamer)
+	if !ok {
+		return false, nil
+	}
+	var n uint64
+	for _, r := range batch {
+		n += r.len
+	}
+	c := segCursor{segs: batch}
+	pieces := uint64(0)
+	var err error
+	if cp.ToDevice {
+		err = sq.StreamWrite(b.mem, off, n, func(p []byte) error {
+			pieces++
+			return gather(in.mem, c.take(uint64(len(p))), p)
+		})
+	} else {
+		err = sq.StreamRead(b.mem, off, n, func(p []byte) error {
+			pieces++
+			if in.stale() {
+				return errStale
+			}
+			return scatter(in.mem, c.take(uint64(len(p))), p)
+		})
+	}
+	if pieces == 0 && errors.Is(err, gpu.ErrUnsupported) {
+		return false, nil
+	}
+	in.sh.Transfers.Add(pieces)
+	in.sh.Staged.Add(n)
+	return true, err
+}
+
+// segCursor hands out a run of segments piece by piece; it does not
+// change them.
+type segCursor struct {
+	segs []segment
+	used uint64    // bytes of segs[0] handed out
+	buf  []segment // take's result, reused
+}
+
+// take returns the segments of the next n bytes (fewer where the
+// segments end).
+func (c *segCursor) take(n uint64) []segment {
+	c.buf = c.buf[:0]
+	for n > 0 && len(c.segs) > 0 {
+		s := c.segs[0]
+		k := min(n, s.len-c.used)
+		c.buf = append(c.buf, segment{gpa: s.gpa + c.used, len: k})
+		n -= k
+		if c.used += k; c.used == s.len {
+			c.segs, c.used = c.segs[1:], 0
+		}
+	}
+	return c.buf
 }
 
 // moveInPlace moves a batch (n bytes) straight between its guest segments and b's

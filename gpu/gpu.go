@@ -108,6 +108,38 @@ type Pipeliner interface {
 	Sync() []LaunchResult
 }
 
+// Streamer is implemented by a Queue that moves long copies through
+// staging memory of its own, host memory its device's copy engine reaches
+// directly (pinned memory on a GPU), with the host's copy of one piece
+// overlapping the device's transfer of the pieces around it: a copy
+// between scattered host memory and the device then runs at the copy
+// engine's speed, not at a blocking transfer's from ordinary memory plus
+// a gather. StreamWrite moves n bytes into b at off: fill writes the next
+// len(p) bytes of the source into p, called piece by piece in order.
+// StreamRead moves n bytes of b at off out: drain takes the next len(p)
+// bytes from p, piece by piece in order. Neither keeps p, nor calls the
+// queue from f; every transfer begun has ended when they return. Both
+// return an error for which errors.Is(err, ErrUnsupported), without
+// calling f, where the queue cannot stream (a host-backed device's, whose
+// copies are memory copies already, or where its staging memory could
+// not be made): the caller then uses Write and Read.
+type Streamer interface {
+	StreamWrite(b Buffer, off, n uint64, fill func(p []byte) error) error
+	StreamRead(b Buffer, off, n uint64, drain func(p []byte) error) error
+}
+
+// StreamPiece is the size of each piece of a queue's staging memory, and
+// StreamPieces how many it has: a stream overlaps the host's copy into or
+// out of one piece with the device's transfer of the others. 1 MiB keeps
+// an enqueue's cost (microseconds) small against a piece's transfer at
+// tens of GB/s; three pieces keep the copy engine busy while the host
+// copies. The memory is made on a queue's first stream and kept until it
+// closes: 3 MiB of pinned host memory per queue that streams.
+const (
+	StreamPiece  = 1 << 20
+	StreamPieces = 3
+)
+
 // LaunchResult is the outcome of an enqueued launch: its device time
 // measured by profiling events, or its error.
 type LaunchResult struct {

@@ -25,6 +25,8 @@ type queue struct {
 	programs map[*program]struct{}
 	enqueued []enqueued // launches not yet synced (Pipeliner)
 	syncing  int        // Syncs waiting for launches taken from enqueued
+	stage    []stage    // staging memory of streams (opencl_stream.go), made on the first
+	stageErr error      // why stage could not be made, once tried
 }
 
 var _ Pipeliner = (*queue)(nil)
@@ -53,6 +55,7 @@ func (q *queue) Close() error {
 			C.clReleaseEvent(e.ev)
 		}
 		q.enqueued = nil
+		q.freeStagesLocked()
 		for b := range q.buffers {
 			b.releaseLocked()
 		}

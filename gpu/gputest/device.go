@@ -84,6 +84,10 @@ type Config struct {
 	// HostBacked makes buffers gpu.HostBuffers whose Host lends their
 	// bytes, as a CPU device's host-backed buffers do.
 	HostBacked bool
+	// Stream makes queues gpu.Streamers that move pieces of
+	// gpu.StreamPiece bytes, as a GPU's queue does through its pinned
+	// staging memory; without it they refuse (gpu.ErrUnsupported).
+	Stream bool
 }
 
 // Stats is what a fake device holds and has done.
@@ -93,6 +97,8 @@ type Stats struct {
 	Programs  int    // live programs
 	Launches  uint64 // launches that ran, ever
 	Transfers uint64 // Writes and Reads that moved bytes, ever
+	Streams   uint64 // StreamWrites and StreamReads that began, ever
+	Pieces    uint64 // pieces they moved, ever
 }
 
 // Device is a fake gpu.Device.
@@ -316,6 +322,56 @@ func (q *queue) Write(b gpu.Buffer, off uint64, p []byte) error {
 
 func (q *queue) Read(b gpu.Buffer, off uint64, p []byte) error {
 	return q.transfer(OpRead, b, off, p)
+}
+
+func (q *queue) StreamWrite(b gpu.Buffer, off, n uint64, fill func(p []byte) error) error {
+	return q.stream(OpWrite, b, off, n, fill)
+}
+
+func (q *queue) StreamRead(b gpu.Buffer, off, n uint64, drain func(p []byte) error) error {
+	return q.stream(OpRead, b, off, n, drain)
+}
+
+// stream moves n bytes at off piece by piece through f (Config.Stream); a
+// Fault hook is asked about op before each piece.
+func (q *queue) stream(op string, b gpu.Buffer, off, n uint64, f func(p []byte) error) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return fmt.Errorf("stream %s: queue: %w", op, gpu.ErrClosed)
+	}
+	if !q.dev.cfg.Stream {
+		return fmt.Errorf("stream %s: %w", op, gpu.ErrUnsupported)
+	}
+	bb, err := q.checkBuffer(op, b)
+	if err != nil {
+		return err
+	}
+	if off > bb.size || n > bb.size-off {
+		return fmt.Errorf("stream %s %d bytes at %d of a %d-byte buffer: %w", op, n, off, bb.size, gpu.ErrOutOfRange)
+	}
+	q.dev.account(func(s *Stats) { s.Streams++ })
+	piece := make([]byte, gpu.StreamPiece)
+	for n > 0 {
+		p := piece[:min(n, gpu.StreamPiece)]
+		if err := q.fault(op); err != nil {
+			return err
+		}
+		q.dev.account(func(s *Stats) { s.Pieces++ })
+		if op == OpWrite {
+			if err := f(p); err != nil {
+				return err
+			}
+			copy(bb.data[off:], p)
+		} else {
+			copy(p, bb.data[off:])
+			if err := f(p); err != nil {
+				return err
+			}
+		}
+		off, n = off+uint64(len(p)), n-uint64(len(p))
+	}
+	return nil
 }
 
 func (q *queue) transfer(op string, b gpu.Buffer, off uint64, p []byte) error {

@@ -2,6 +2,7 @@ package child
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -85,6 +86,25 @@ func (q *lostQueue) Build(source, options string) (gpu.Program, string, error) {
 func (q *lostQueue) Launch(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Duration, error) {
 	d, err := q.Queue.Launch(k, r, args)
 	return d, q.g.check(err)
+}
+
+// StreamWrite and StreamRead make a lostQueue a gpu.Streamer whatever its
+// queue is: one that is not streams nothing (gpu.ErrUnsupported), and the
+// caller writes and reads instead.
+func (q *lostQueue) StreamWrite(b gpu.Buffer, off, n uint64, fill func(p []byte) error) error {
+	s, ok := q.Queue.(gpu.Streamer)
+	if !ok {
+		return fmt.Errorf("stream write: %T: %w", q.Queue, gpu.ErrUnsupported)
+	}
+	return q.g.check(s.StreamWrite(b, off, n, fill))
+}
+
+func (q *lostQueue) StreamRead(b gpu.Buffer, off, n uint64, drain func(p []byte) error) error {
+	s, ok := q.Queue.(gpu.Streamer)
+	if !ok {
+		return fmt.Errorf("stream read: %T: %w", q.Queue, gpu.ErrUnsupported)
+	}
+	return q.g.check(s.StreamRead(b, off, n, drain))
 }
 
 // lostPipeliner is a lostQueue whose queue also enqueues launches without
