@@ -10,6 +10,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/gpu/gputest"
+	"pgregory.net/rapid"
 )
 
 const infoSrc = `
@@ -427,13 +428,13 @@ func TestContiguousCopyMovesStraight(t *testing.T) {
 
 // TestCopiesStreamThroughStaging is the mechanism test of streamed
 // copies (issue 42, on a GPU): on a queue that streams (gpu.Streamer: a
-// GPU's, through its pinned staging memory), a copy's batch, contiguous
-// or scattered, lent by the guest memory or not, either way, is one
-// stream of gpu.StreamPiece pieces: no blocking Write or Read on the
-// device (each a transfer from ordinary memory, at a third of the copy
-// engine's speed on an H200). The bytes are the same each way, on the
-// fake and on a real OpenCL queue (PoCL's, opened plain, so that its
-// buffers are device memory as a GPU's are).
+// GPU's, through its pinned staging memory), a batch mostly of short runs
+// (scattered pages) or of memory that lends no mapping is one stream of
+// gpu.StreamPiece pieces, either way, with no blocking Write or Read on
+// the device; a contiguous run the memory lends still moves straight, one
+// blocking transfer, as the application's own would. The bytes are the
+// same each way, on the fake and on a real OpenCL queue (PoCL's, opened
+// plain, so that its buffers are device memory as a GPU's are).
 func TestCopiesStreamThroughStaging(t *testing.T) {
 	fake := gputest.New(gputest.Config{Stream: true, Info: gpu.Info{GlobalMemBytes: 64 << 20, MaxAllocBytes: 16 << 20}})
 	plain, err := gpu.OpenPlain("")
@@ -458,41 +459,46 @@ func TestCopiesStreamThroughStaging(t *testing.T) {
 			(&abi.SGEntry{Addr: src, Len: n}).Marshal(eb[:])
 			g.put(table, eb[:])
 			sh := g.in.sh
-			for _, views := range []bool{true, false} {
-				g.mem.views.Store(views)
+			for _, tt := range []struct {
+				views             bool
+				pieces, transfers uint64 // each way
+			}{{views: false, pieces: 4}, {views: true, transfers: 1}} {
+				g.mem.views.Store(tt.views)
 				g.put(src, data)
 				before, tr := fake.Stats(), sh.Transfers.Load()
 				g.mustOK(g.run(abi.NewCommand(&abi.Copy{ToDevice: true, Handle: 1, SGCount: 1, Length: n, SGAddr: table}, 0, 0))...)
 				g.put(src, make([]byte, n))
 				g.mustOK(g.run(abi.NewCommand(&abi.Copy{Handle: 1, SGCount: 1, Length: n, SGAddr: table}, 0, 0))...)
 				if !bytes.Equal(g.get(src, n), data) {
-					t.Errorf("lent %v: the bytes read back differ from those written", views)
+					t.Errorf("lent %v: the bytes read back differ from those written", tt.views)
 				}
-				// 4 pieces each way: 3 MiB and a page, one batch.
-				if got := sh.Transfers.Load() - tr; got != 8 {
-					t.Errorf("lent %v: %d pieces moved, want 8", views, got)
+				// 3 MiB and a page, one batch: 4 pieces each way.
+				if got, want := sh.Transfers.Load()-tr, 2*(tt.pieces+tt.transfers); got != want {
+					t.Errorf("lent %v: %d device transfers, want %d", tt.views, got, want)
 				}
 				if dev.name != "fake" {
 					continue
 				}
 				after := fake.Stats()
-				if got := after.Transfers - before.Transfers; got != 0 {
-					t.Errorf("lent %v: %d blocking Writes and Reads, want 0", views, got)
+				if got := after.Transfers - before.Transfers; got != 2*tt.transfers {
+					t.Errorf("lent %v: %d blocking Writes and Reads, want %d", tt.views, got, 2*tt.transfers)
 				}
-				if got := after.Streams - before.Streams; got != 2 {
-					t.Errorf("lent %v: %d streams, want 2 (one each way)", views, got)
+				if got := after.Pieces - before.Pieces; got != 2*tt.pieces {
+					t.Errorf("lent %v: %d pieces streamed, want %d", tt.views, got, 2*tt.pieces)
 				}
 			}
-			// Scattered pages, both ways.
+			// Scattered pages (every other page), both ways: streamed.
 			part := data[:256<<10]
+			before := fake.Stats()
 			g.mustOK(g.run(g.upload(1, part))...)
 			down, read := g.download(1, len(part))
 			g.mustOK(g.run(down)...)
 			if !bytes.Equal(read(), part) {
 				t.Error("scattered: the bytes read back differ from those written")
 			}
-			if got := fake.Stats().Transfers; got != 0 {
-				t.Errorf("%d blocking Writes and Reads in all, want 0", got)
+			if after := fake.Stats(); dev.name == "fake" && (after.Transfers != before.Transfers || after.Streams-before.Streams != 2) {
+				t.Errorf("scattered: %d blocking Writes and Reads and %d streams, want 0 and 2",
+					after.Transfers-before.Transfers, after.Streams-before.Streams)
 			}
 		})
 	}
@@ -563,4 +569,46 @@ func TestHostBackedCopyMovesInPlace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSegCursor: pieces taken from a cursor, then what rests, cover the
+// segments exactly, in order, and the segments are left as they were.
+func TestSegCursor(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		segs := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) segment {
+			return segment{gpa: rapid.Uint64Range(0, 1<<40).Draw(t, "gpa"), len: rapid.Uint64Range(1, 1<<20).Draw(t, "len")}
+		}), 0, 20).Draw(t, "segs")
+		orig := slices.Clone(segs)
+		expand := func(ss []segment) []uint64 {
+			var out []uint64
+			for _, s := range ss {
+				out = append(out, s.gpa, s.len)
+			}
+			return out
+		}
+		c := segCursor{segs: segs}
+		var got []segment
+		for range rapid.IntRange(0, 10).Draw(t, "takes") {
+			got = append(got, c.take(rapid.Uint64Range(0, 3<<20).Draw(t, "n"))...)
+		}
+		got = append(got, c.rest()...)
+		if !slices.Equal(segs, orig) {
+			t.Fatalf("the cursor changed its segments: %v, was %v", segs, orig)
+		}
+		// Merge adjacent pieces back and compare with the original.
+		var merged []segment
+		for _, s := range got {
+			if s.len == 0 {
+				t.Fatalf("an empty piece in %v", got)
+			}
+			if n := len(merged); n > 0 && merged[n-1].gpa+merged[n-1].len == s.gpa && len(merged) <= len(orig) && merged[n-1].len < orig[n-1].len {
+				merged[n-1].len += s.len
+				continue
+			}
+			merged = append(merged, s)
+		}
+		if !slices.Equal(expand(merged), expand(orig)) {
+			t.Fatalf("pieces %v merge to %v, want %v", got, merged, orig)
+		}
+	})
 }

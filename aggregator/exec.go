@@ -201,10 +201,7 @@ func (in *Instance) move(cp *abi.Copy, b *buffer, segs []segment) error {
 	views, _ := in.mem.(GuestViews)
 	off := cp.Offset
 	for _, batch := range batches(runs(segs, directChunk), directChunk) {
-		n := uint64(0)
-		for _, r := range batch {
-			n += r.len
-		}
+		n := batchBytes(batch)
 		moved, err := in.moveInPlace(cp, b, batch, off, n)
 		if moved {
 			in.sh.InPlace.Add(1)
@@ -265,10 +262,10 @@ func batches(rs []segment, max uint64) [][]segment {
 // moveBatch moves one batch of a copy's runs, starting at offset
 // off of b, under the caller's device turn.
 func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch []segment, off uint64) error {
-	if streamed, err := in.streamBatch(cp, b, batch, off); streamed || err != nil {
-		return err
-	}
 	st := stager{in: in, cp: cp, b: b}
+	if sq, ok := in.queue.(gpu.Streamer); ok && !in.noStream {
+		st.stream = sq
+	}
 	for _, r := range batch {
 		if views != nil && r.len >= directMin {
 			if err := st.flush(); err != nil {
@@ -304,34 +301,34 @@ func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch [
 	return st.flush()
 }
 
-// streamBatch moves a batch through the queue's own staging memory where
-// it has some (gpu.Streamer: pinned host memory on a GPU), the guest's
-// runs gathered into or scattered out of one piece while the device
-// transfers the others: whatever the runs' lengths, one pass over the
-// guest's bytes and the copy engine's speed, where a blocking transfer
-// from guest RAM runs at the speed of the runtime's own bounce through
-// pinned memory and staged runs wait for each other (a 256 MiB download
-// at 19 % of direct on an H200, docs/gpu-check.md). It reports false,
-// having moved nothing, where the queue cannot stream.
-func (in *Instance) streamBatch(cp *abi.Copy, b *buffer, batch []segment, off uint64) (bool, error) {
-	sq, ok := in.queue.(gpu.Streamer)
-	if !ok {
-		return false, nil
-	}
+// batchBytes is the length of a batch's runs together.
+func batchBytes(batch []segment) uint64 {
 	var n uint64
 	for _, r := range batch {
 		n += r.len
 	}
-	c := segCursor{segs: batch}
+	return n
+}
+
+// streamFlush moves what is staged through the queue's own staging memory
+// (gpu.Streamer: pinned host memory on a GPU): the guest's runs are
+// gathered into or scattered out of one piece while the device transfers
+// the others, where staged MiBs used to wait for each other and for a
+// blocking transfer from ordinary memory (a 256 MiB download at 18 % of
+// direct on an H200, docs/gpu-check.md). It reports false, having moved
+// nothing, where the queue cannot stream; the instance then stops trying.
+func (st *stager) streamFlush(segs []segment) (bool, error) {
+	in := st.in
+	c := segCursor{segs: segs}
 	pieces := uint64(0)
 	var err error
-	if cp.ToDevice {
-		err = sq.StreamWrite(b.mem, off, n, func(p []byte) error {
+	if st.cp.ToDevice {
+		err = st.stream.StreamWrite(st.b.mem, st.off, st.n, func(p []byte) error {
 			pieces++
 			return gather(in.mem, c.take(uint64(len(p))), p)
 		})
 	} else {
-		err = sq.StreamRead(b.mem, off, n, func(p []byte) error {
+		err = st.stream.StreamRead(st.b.mem, st.off, st.n, func(p []byte) error {
 			pieces++
 			if in.stale() {
 				return errStale
@@ -340,10 +337,12 @@ func (in *Instance) streamBatch(cp *abi.Copy, b *buffer, batch []segment, off ui
 		})
 	}
 	if pieces == 0 && errors.Is(err, gpu.ErrUnsupported) {
+		in.noStream = true
+		st.stream = nil
 		return false, nil
 	}
 	in.sh.Transfers.Add(pieces)
-	in.sh.Staged.Add(n)
+	in.sh.Staged.Add(st.n)
 	return true, err
 }
 
@@ -369,6 +368,15 @@ func (c *segCursor) take(n uint64) []segment {
 		}
 	}
 	return c.buf
+}
+
+// rest is the segments not yet handed out.
+func (c *segCursor) rest() []segment {
+	if len(c.segs) == 0 {
+		return nil
+	}
+	out := append([]segment{{gpa: c.segs[0].gpa + c.used, len: c.segs[0].len - c.used}}, c.segs[1:]...)
+	return out
 }
 
 // moveInPlace moves a batch (n bytes) straight between its guest segments and b's
@@ -441,31 +449,37 @@ func streamSegments(mem GuestMemory, views GuestViews, segs []segment, p []byte,
 	return nil
 }
 
-// stager gathers a batch's short runs into the instance's staging buffer
-// and moves them in one transfer per bufferful.
+// stager gathers a batch's short runs and moves them: through the
+// queue's own staging memory where it streams (streamFlush), the whole
+// batch in one stream, else through the instance's staging buffer, one
+// transfer per bufferful.
 type stager struct {
-	in   *Instance
-	cp   *abi.Copy
-	b    *buffer
-	segs []segment
-	off  uint64 // b's offset of the first byte staged
-	n    uint64 // bytes staged
+	in     *Instance
+	cp     *abi.Copy
+	b      *buffer
+	stream gpu.Streamer // nil: the queue does not stream
+	segs   []segment
+	off    uint64 // b's offset of the first byte staged
+	n      uint64 // bytes staged
 }
 
 // add stages up to s.len bytes of s, whose bytes go at offset off of the
 // buffer, flushing when the staging buffer is full; it returns how many.
 func (st *stager) add(s segment, off uint64) (uint64, error) {
-	in := st.in
-	if in.staging == nil {
-		in.staging = make([]byte, stagingChunk) // kept: copies are the hot path
+	limit := uint64(directChunk) // a batch's most: streamed, nothing is held here
+	if st.stream == nil {
+		limit = stagingChunk
+		if st.in.staging == nil {
+			st.in.staging = make([]byte, stagingChunk) // kept: copies are the hot path
+		}
 	}
 	if st.n == 0 {
 		st.off = off
 	}
-	take := min(s.len, stagingChunk-st.n)
+	take := min(s.len, limit-st.n)
 	st.segs = append(st.segs, segment{gpa: s.gpa, len: take})
 	st.n += take
-	if st.n == stagingChunk {
+	if st.n == limit {
 		return take, st.flush()
 	}
 	return take, nil
@@ -476,24 +490,52 @@ func (st *stager) flush() error {
 	if st.n == 0 {
 		return nil
 	}
-	in, buf := st.in, st.in.staging[:st.n]
 	segs := st.segs
-	st.segs, st.n = st.segs[:0], 0
-	in.sh.Transfers.Add(1)
-	in.sh.Staged.Add(uint64(len(buf)))
-	if st.cp.ToDevice {
-		if err := gather(in.mem, segs, buf); err != nil {
+	defer func() { st.segs, st.n = st.segs[:0], 0 }()
+	if st.stream != nil {
+		if streamed, err := st.streamFlush(segs); streamed {
 			return err
 		}
-		return in.queue.Write(st.b.mem, st.off, buf)
 	}
-	if err := in.queue.Read(st.b.mem, st.off, buf); err != nil {
+	for st.n > 0 {
+		// Without a stream (or where the queue turned out unable),
+		// a bufferful at a time.
+		if err := st.flushChunk(&segs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushChunk moves the first bufferful of segs (at most stagingChunk
+// bytes) through the instance's staging buffer and takes it off segs.
+func (st *stager) flushChunk(segs *[]segment) error {
+	in := st.in
+	if in.staging == nil {
+		in.staging = make([]byte, stagingChunk)
+	}
+	c := segCursor{segs: *segs}
+	k := min(st.n, stagingChunk)
+	chunk := c.take(k)
+	buf := in.staging[:k]
+	off := st.off
+	*segs = c.rest()
+	st.off, st.n = st.off+k, st.n-k
+	in.sh.Transfers.Add(1)
+	in.sh.Staged.Add(k)
+	if st.cp.ToDevice {
+		if err := gather(in.mem, chunk, buf); err != nil {
+			return err
+		}
+		return in.queue.Write(st.b.mem, off, buf)
+	}
+	if err := in.queue.Read(st.b.mem, off, buf); err != nil {
 		return err
 	}
 	if in.stale() {
 		return errStale
 	}
-	return scatter(in.mem, segs, buf)
+	return scatter(in.mem, chunk, buf)
 }
 
 func (in *Instance) programBuild(c *abi.Command, pb *abi.ProgramBuild) (uint64, error) {

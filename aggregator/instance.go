@@ -137,6 +137,7 @@ type Instance struct {
 	state    *state
 	curEpoch uint64    // epoch of the command being executed
 	staging  []byte    // bounce buffer of copies, stagingChunk bytes once used
+	noStream bool      // the queue refused to stream copies (gpu.Streamer): do not ask again
 	lengths  lengths   // how long its kernels and copies take
 	gen      uint64    // last buffer generation handed out (touch)
 	mig      *migState // what earlier migration rounds sent; nil: none
