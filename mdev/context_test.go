@@ -62,7 +62,7 @@ func TestContextsIsolateProcesses(t *testing.T) {
 	// the second at the end.
 	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t), openGPU(t)}, Profiles: []Profile{contextProfile}})
 	if !m.Pool().KernelsInExecutor(0) {
-		t.Skip("no executors here (the workers get no PID namespace)")
+		t.Skip("no executors here (a device off the host, or workers without a PID namespace): TestContextsInTheWorker covers contexts there")
 	}
 	zero := 0
 	inst := mustCreate(t, m, CreateRequest{Profile: contextProfile.Name, Device: &zero})

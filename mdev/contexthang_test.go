@@ -56,7 +56,7 @@ func executorDataLimit(t *testing.T, pid int) (soft, hard uint64) {
 func TestContextHangEndsAlone(t *testing.T) {
 	m := newExecutorManager(t, Config{Devices: []gpu.Device{openGPU(t)}, Profiles: []Profile{hangProfile, contextProfile}})
 	if !m.Pool().KernelsInExecutor(0) {
-		t.Skip("no executors here (the workers get no PID namespace)")
+		t.Skip("no executors here (a device off the host, or workers without a PID namespace): TestContextsInTheWorker covers contexts there")
 	}
 	inst := mustCreate(t, m, CreateRequest{Profile: hangProfile.Name})
 	_, d, _ := markedGuest(t, inst)

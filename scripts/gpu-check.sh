@@ -30,9 +30,10 @@
 #              TestIsolationAttacks)
 #   bench      bench/isolation: per-command latency and the matmul job,
 #              through vgpud vs in-process vs directly on the platform
-#   contexts   device contexts on the GPU (mdev TestContextsIsolateProcesses,
-#              TestContextHangEndsAlone: a context there is a second
-#              OpenCL context in the worker), and issue 42's poll-then-block
+#   contexts   device contexts on the GPU (mdev TestContextsInTheWorker: a
+#              context there is a second OpenCL context in the worker;
+#              TestContextsIsolateProcesses and TestContextHangEndsAlone,
+#              which need executors, skip there), and issue 42's poll-then-block
 #              mechanism tests (TestPolledDoorbellsNeedNoWakeups,
 #              TestIdleWorkerSleeps, TestPollingWorkerNeedsNoDoorbells,
 #              TestFirstTurnOnAFreeDeviceNeedsNoRequest)
@@ -176,7 +177,7 @@ run() {
 	step sandbox worker/sandbox "$dir/bin/sandbox.test" -test.count=1 -test.timeout=140s
 	step suite mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^TestSuiteOverHarness$' -test.timeout=140s
 	step attacks mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^TestIsolationAttacks$' -test.timeout=140s
-	step contexts mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^(TestContextsIsolateProcesses|TestContextHangEndsAlone|TestPolledDoorbellsNeedNoWakeups|TestIdleWorkerSleeps|TestPollingWorkerNeedsNoDoorbells|TestFirstTurnOnAFreeDeviceNeedsNoRequest)$' -test.timeout=140s
+	step contexts mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^(TestContextsIsolateProcesses|TestContextHangEndsAlone|TestContextsInTheWorker|TestPolledDoorbellsNeedNoWakeups|TestIdleWorkerSleeps|TestPollingWorkerNeedsNoDoorbells|TestFirstTurnOnAFreeDeviceNeedsNoRequest)$' -test.timeout=140s
 	step bench . "$dir/bin/isolation" -ops 500 -runs 3
 	step datapath . "$dir/bin/isolation" -sections ladder,bandwidth -ops 500
 	step icd . "$dir/bin/apps" -sections small -small-guest=false -prebuilt "$dir/bin" -icd "$dir/lib/libvgpud-icd.so" \
