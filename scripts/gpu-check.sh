@@ -28,6 +28,9 @@
 #              workers (mdev TestSuiteOverHarness)
 #   attacks    the isolation attacks beside a good guest (mdev
 #              TestIsolationAttacks)
+#   stream     package gpu's BenchmarkStream: a 64 MiB copy between
+#              scattered host memory and the device, directly, staged, and
+#              streamed through pinned pieces of each geometry (issue 42)
 #   bench      bench/isolation: per-command latency and the matmul job,
 #              through vgpud vs in-process vs directly on the platform
 #   contexts   device contexts on the GPU (mdev TestContextsInTheWorker: a
@@ -99,7 +102,7 @@ run() {
 	repo=$(pwd)
 	out=${GPU_CHECK_OUT:-$dir/report}
 	timeout=${GPU_CHECK_STEP_TIMEOUT:-150}
-	steps=${GPU_CHECK_STEPS:-platform gpu diagnose sandbox suite attacks contexts bench datapath icd}
+	steps=${GPU_CHECK_STEPS:-platform gpu diagnose sandbox suite attacks contexts stream bench datapath icd}
 	mkdir -p "$out"
 	export LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	local report=$out/report.txt
@@ -163,7 +166,7 @@ run() {
 		say "== $name: ${result[$name]}"
 		# What matters of each log: failures and the tables.
 		case $name in
-		platform | diagnose | bench | datapath | icd) tail -n 60 "$out/$name.log" | tee -a "$report" ;;
+		platform | diagnose | stream | bench | datapath | icd) tail -n 60 "$out/$name.log" | tee -a "$report" ;;
 		*) grep -E -- '^(--- FAIL|FAIL|ok|PASS|panic)|^\s+\S+_test\.go:[0-9]+:' "$out/$name.log" | head -n 40 | tee -a "$report" || true ;;
 		esac
 	}
@@ -178,6 +181,7 @@ run() {
 	step suite mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^TestSuiteOverHarness$' -test.timeout=140s
 	step attacks mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^TestIsolationAttacks$' -test.timeout=140s
 	step contexts mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^(TestContextsIsolateProcesses|TestContextHangEndsAlone|TestContextsInTheWorker|TestPolledDoorbellsNeedNoWakeups|TestIdleWorkerSleeps|TestPollingWorkerNeedsNoDoorbells|TestFirstTurnOnAFreeDeviceNeedsNoRequest)$' -test.timeout=140s
+	step stream gpu "$dir/bin/gpu.test" -test.run '^$' -test.bench '^BenchmarkStream$' -test.benchtime 8x
 	step bench . "$dir/bin/isolation" -ops 500 -runs 3
 	step datapath . "$dir/bin/isolation" -sections ladder,bandwidth -ops 500
 	step icd . "$dir/bin/apps" -sections small -small-guest=false -prebuilt "$dir/bin" -icd "$dir/lib/libvgpud-icd.so" \
