@@ -462,7 +462,7 @@ func TestCopiesStreamThroughStaging(t *testing.T) {
 			for _, tt := range []struct {
 				views             bool
 				pieces, transfers uint64 // each way
-			}{{views: false, pieces: 4}, {views: true, transfers: 1}} {
+			}{{views: false, pieces: (n + gpu.StreamPiece - 1) / gpu.StreamPiece}, {views: true, transfers: 1}} {
 				g.mem.views.Store(tt.views)
 				g.put(src, data)
 				before, tr := fake.Stats(), sh.Transfers.Load()
@@ -472,7 +472,7 @@ func TestCopiesStreamThroughStaging(t *testing.T) {
 				if !bytes.Equal(g.get(src, n), data) {
 					t.Errorf("lent %v: the bytes read back differ from those written", tt.views)
 				}
-				// 3 MiB and a page, one batch: 4 pieces each way.
+				// 3 MiB and a page, one batch.
 				if got, want := sh.Transfers.Load()-tr, 2*(tt.pieces+tt.transfers); got != want {
 					t.Errorf("lent %v: %d device transfers, want %d", tt.views, got, want)
 				}
@@ -499,6 +499,36 @@ func TestCopiesStreamThroughStaging(t *testing.T) {
 			if after := fake.Stats(); dev.name == "fake" && (after.Transfers != before.Transfers || after.Streams-before.Streams != 2) {
 				t.Errorf("scattered: %d blocking Writes and Reads and %d streams, want 0 and 2",
 					after.Transfers-before.Transfers, after.Streams-before.Streams)
+			}
+			// A long scattered copy is one stream too, up to streamChunk:
+			// a stream ends with its batch, and short ones leave the
+			// copy engine idle while the next piece is gathered.
+			const run, long = 64 << 10, 5 << 20
+			g.mustOK(g.run(abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: long}, 0, 0))...)
+			ltable, runs := g.alloc(abi.PageSize), make([]uint64, long/run)
+			for i := range runs {
+				runs[i] = g.alloc(run + abi.PageSize) // a page between runs
+				g.put(runs[i], data[i*run%(3<<20):][:run])
+				var eb [abi.SGEntrySize]byte
+				(&abi.SGEntry{Addr: runs[i], Len: run}).Marshal(eb[:])
+				g.put(ltable+uint64(i)*abi.SGEntrySize, eb[:])
+			}
+			lcopy := func(toDev bool) abi.Command {
+				return abi.NewCommand(&abi.Copy{ToDevice: toDev, Handle: 2, SGCount: uint32(len(runs)), Length: long, SGAddr: ltable}, 0, 0)
+			}
+			before = fake.Stats()
+			g.mustOK(g.run(lcopy(true))...)
+			for _, r := range runs {
+				g.put(r, make([]byte, run))
+			}
+			g.mustOK(g.run(lcopy(false))...)
+			for i, r := range runs {
+				if !bytes.Equal(g.get(r, run), data[i*run%(3<<20):][:run]) {
+					t.Fatalf("5 MiB scattered: run %d read back differs from what was written", i)
+				}
+			}
+			if after := fake.Stats(); dev.name == "fake" && after.Streams-before.Streams != 2 {
+				t.Errorf("5 MiB scattered: %d streams, want 2 (one each way)", after.Streams-before.Streams)
 			}
 		})
 	}

@@ -3,7 +3,9 @@ package aggregator
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
@@ -31,6 +33,14 @@ const directMin = 256 << 10
 // from or to guest RAM (GuestViews): a contiguous run longer than this is
 // cut, so that the scheduler sees a long copy as several turns' work.
 const directChunk = 4 << 20
+
+// streamChunk is the most one batch of a copy moves on a queue that
+// streams (gpu.Streamer): a stream ends with its batch, so a batch of
+// many pieces keeps the copy engine busy while the next piece is
+// gathered (on an H200 a 4 MiB batch of two pieces ran at half the speed
+// of a long stream, BenchmarkStream in docs/gpu-check.md). It is still a
+// turn's work of about a millisecond at the copy engine's speed.
+const streamChunk = 16 << 20
 
 // errStale ends a command whose ring was reset while it ran; its
 // completion record is dropped.
@@ -200,7 +210,11 @@ func (in *Instance) copied(cp *abi.Copy, err error) (uint64, error) {
 func (in *Instance) move(cp *abi.Copy, b *buffer, segs []segment) error {
 	views, _ := in.mem.(GuestViews)
 	off := cp.Offset
-	for _, batch := range batches(runs(segs, directChunk), directChunk) {
+	batchMax := uint64(directChunk)
+	if sq, ok := in.queue.(gpu.Streamer); ok && !in.noStream && sq.Streams() {
+		batchMax = streamChunk
+	}
+	for _, batch := range batches(runs(segs, directChunk), batchMax) {
 		n := batchBytes(batch)
 		moved, err := in.moveInPlace(cp, b, batch, off, n)
 		if moved {
@@ -263,7 +277,7 @@ func batches(rs []segment, max uint64) [][]segment {
 // off of b, under the caller's device turn.
 func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch []segment, off uint64) error {
 	st := stager{in: in, cp: cp, b: b}
-	if sq, ok := in.queue.(gpu.Streamer); ok && !in.noStream {
+	if sq, ok := in.queue.(gpu.Streamer); ok && !in.noStream && sq.Streams() {
 		st.stream = sq
 	}
 	for _, r := range batch {
@@ -325,7 +339,7 @@ func (st *stager) streamFlush(segs []segment) (bool, error) {
 	if st.cp.ToDevice {
 		err = st.stream.StreamWrite(st.b.mem, st.off, st.n, func(p []byte) error {
 			pieces++
-			return gather(in.mem, c.take(uint64(len(p))), p)
+			return inHalves(&c, p, func(segs []segment, part []byte) error { return gather(in.mem, segs, part) })
 		})
 	} else {
 		err = st.stream.StreamRead(st.b.mem, st.off, st.n, func(p []byte) error {
@@ -333,7 +347,7 @@ func (st *stager) streamFlush(segs []segment) (bool, error) {
 			if in.stale() {
 				return errStale
 			}
-			return scatter(in.mem, c.take(uint64(len(p))), p)
+			return inHalves(&c, p, func(segs []segment, part []byte) error { return scatter(in.mem, segs, part) })
 		})
 	}
 	if pieces == 0 && errors.Is(err, gpu.ErrUnsupported) {
@@ -344,6 +358,30 @@ func (st *stager) streamFlush(segs []segment) (bool, error) {
 	in.sh.Transfers.Add(pieces)
 	in.sh.Staged.Add(st.n)
 	return true, err
+}
+
+// halvesMin is the piece from which inHalves copies with two goroutines.
+const halvesMin = 1 << 20
+
+// inHalves takes the segments of p's bytes from c and runs f over them,
+// in two halves at once for a piece of halvesMin or more: one goroutine
+// copies a few GB/s, and a piece's transfer to or from pinned memory
+// runs at the copy engine's tens, so a second halves the time the
+// engine waits (on an H200, streams of 2 MiB pieces gathered by two ran
+// at 1.4x and 1.1x of the application's own transfers up and down, by one
+// at 1.1x and 0.8x: BenchmarkStream, docs/gpu-check.md).
+func inHalves(c *segCursor, p []byte, f func(segs []segment, part []byte) error) error {
+	if len(p) < halvesMin {
+		return f(c.take(uint64(len(p))), p)
+	}
+	half := len(p) / 2
+	first := slices.Clone(c.take(uint64(half)))
+	var firstErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { firstErr = f(first, p[:half]) })
+	err := f(c.take(uint64(len(p)-half)), p[half:])
+	wg.Wait()
+	return errors.Join(firstErr, err)
 }
 
 // segCursor hands out a run of segments piece by piece; it does not
@@ -466,7 +504,7 @@ type stager struct {
 // add stages up to s.len bytes of s, whose bytes go at offset off of the
 // buffer, flushing when the staging buffer is full; it returns how many.
 func (st *stager) add(s segment, off uint64) (uint64, error) {
-	limit := uint64(directChunk) // a batch's most: streamed, nothing is held here
+	limit := uint64(streamChunk) // a batch's most: streamed, nothing is held here
 	if st.stream == nil {
 		limit = stagingChunk
 		if st.in.staging == nil {

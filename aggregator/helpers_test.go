@@ -117,7 +117,7 @@ func openGPU(t testing.TB) gpu.Device {
 
 // Guest layout in the test RAM.
 const (
-	ramSize   = 8 << 20
+	ramSize   = 16 << 20
 	ringBase  = 0x1000
 	complBase = 0x2000
 	slots     = 64

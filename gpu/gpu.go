@@ -124,19 +124,23 @@ type Pipeliner interface {
 // copies are memory copies already, or where its staging memory could
 // not be made): the caller then uses Write and Read.
 type Streamer interface {
+	// Streams reports whether the queue streams: false where its
+	// StreamWrite and StreamRead return ErrUnsupported.
+	Streams() bool
 	StreamWrite(b Buffer, off, n uint64, fill func(p []byte) error) error
 	StreamRead(b Buffer, off, n uint64, drain func(p []byte) error) error
 }
 
 // StreamPiece is the size of each piece of a queue's staging memory, and
 // StreamPieces how many it has: a stream overlaps the host's copy into or
-// out of one piece with the device's transfer of the others. 1 MiB keeps
-// an enqueue's cost (microseconds) small against a piece's transfer at
-// tens of GB/s; three pieces keep the copy engine busy while the host
-// copies. The memory is made on a queue's first stream and kept until it
-// closes: 3 MiB of pinned host memory per queue that streams.
+// out of one piece with the device's transfer of the others. Measured on
+// an H200 (BenchmarkStream, docs/gpu-check.md; 64 MiB from 64 KiB runs,
+// gathered by two goroutines): 1 MiB pieces ran uploads at 1.1x of
+// direct, 2 MiB at 1.4x, 4 MiB at 1.7x, six 1 MiB pieces no better than
+// three. 2 MiB by three holds 6 MiB of pinned host memory per queue that
+// streams, made on its first stream and kept until it closes.
 const (
-	StreamPiece  = 1 << 20
+	StreamPiece  = 2 << 20
 	StreamPieces = 3
 )
 

@@ -112,6 +112,14 @@ func (q *queue) freeStagesLocked() {
 	q.stage = nil
 }
 
+// Streams reports whether the queue streams: not on a host-backed device,
+// nor once its staging memory could not be made.
+func (q *queue) Streams() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.dev.hostBacked && q.stageErr == nil
+}
+
 // StreamWrite moves n bytes into b at off through the queue's staging
 // memory: fill writes the next len(p) bytes of the source into p, piece
 // by piece in order, while the pieces filled before it transfer.

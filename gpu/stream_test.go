@@ -98,6 +98,9 @@ func TestStreamRefusals(t *testing.T) {
 	q := newQueue(t, d)
 	b := alloc(t, q, 4*StreamPiece)
 	s := q.(Streamer)
+	if !s.Streams() {
+		t.Fatal("a plain device's queue says it does not stream")
+	}
 	never := func([]byte) error { t.Error("f called"); return nil }
 	if err := s.StreamWrite(b, 1, 4*StreamPiece, never); !errors.Is(err, ErrOutOfRange) {
 		t.Errorf("StreamWrite past the end = %v, want ErrOutOfRange", err)
@@ -148,6 +151,9 @@ func TestStreamRefusals(t *testing.T) {
 	}
 	hq := newQueue(t, hd)
 	hb := alloc(t, hq, 4096)
+	if hq.(Streamer).Streams() {
+		t.Error("a host-backed device's queue says it streams")
+	}
 	if err := hq.(Streamer).StreamWrite(hb, 0, 4096, never); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("StreamWrite on a host-backed device = %v, want ErrUnsupported", err)
 	}

@@ -324,6 +324,8 @@ func (q *queue) Read(b gpu.Buffer, off uint64, p []byte) error {
 	return q.transfer(OpRead, b, off, p)
 }
 
+func (q *queue) Streams() bool { return q.dev.cfg.Stream }
+
 func (q *queue) StreamWrite(b gpu.Buffer, off, n uint64, fill func(p []byte) error) error {
 	return q.stream(OpWrite, b, off, n, fill)
 }

@@ -91,6 +91,11 @@ func (q *lostQueue) Launch(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Du
 // StreamWrite and StreamRead make a lostQueue a gpu.Streamer whatever its
 // queue is: one that is not streams nothing (gpu.ErrUnsupported), and the
 // caller writes and reads instead.
+func (q *lostQueue) Streams() bool {
+	s, ok := q.Queue.(gpu.Streamer)
+	return ok && s.Streams()
+}
+
 func (q *lostQueue) StreamWrite(b gpu.Buffer, off, n uint64, fill func(p []byte) error) error {
 	s, ok := q.Queue.(gpu.Streamer)
 	if !ok {
