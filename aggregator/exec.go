@@ -351,6 +351,7 @@ func (st *stager) streamFlush(segs []segment) (bool, error) {
 		})
 	}
 	if pieces == 0 && errors.Is(err, gpu.ErrUnsupported) {
+		in.log.Warn("copies do not stream: each MiB is staged and moved on its own", "err", err)
 		in.noStream = true
 		st.stream = nil
 		return false, nil
