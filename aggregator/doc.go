@@ -13,6 +13,10 @@
 // order. A run of commands the guest queued together shares one device
 // turn (turns.go), and its launches are enqueued on a gpu.Pipeliner queue
 // and waited for together before their records are written (pipeline.go).
+// A copy moves long runs of guest RAM straight, and streams the rest
+// through the queue's pinned staging memory where the queue streams
+// (gpu.Streamer: a GPU's; exec.go, stager), or is memory copies into and
+// out of a CPU device's host-backed buffers (moveInPlace).
 // Every guest-supplied address, handle, size and string is checked
 // here; a bad command completes with an error status and touches nothing
 // else.

@@ -36,6 +36,13 @@
 // ReleaseOn says when the runtime let go of it (its destructor callback).
 // OpenPlain opens a device without them, as an application has it.
 //
+// Streams (opencl_stream.go): a queue of a device whose buffers are device
+// memory (a GPU's) is a Streamer: on its first stream it makes
+// StreamPieces pieces of CL_MEM_ALLOC_HOST_PTR memory (pinned host memory
+// on NVIDIA's platform), mapped for as long as it lives, and moves a long
+// copy piece by piece, the caller's gather into or scatter out of one
+// piece overlapping the non-blocking transfers of the others.
+//
 // Concurrency: a Device is safe for concurrent use. A Queue, and the
 // Buffers, Programs and Kernels created through it, belong to that Queue and
 // are used by one goroutine at a time; an internal mutex per Queue still
