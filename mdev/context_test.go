@@ -114,16 +114,7 @@ func TestContextsIsolateProcesses(t *testing.T) {
 	var wg sync.WaitGroup
 	var victimErr error
 	wg.Go(func() { victimErr = contextVectorAdd(victim, 1<<16, 40) })
-	wp, _, err := attacker.Build(wildKernel, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wb := mustBuffer(t, attacker, 4)
-	err = attacker.Launch(wp, "wild", driver.Range1(1, 0), driver.BufferArg(wb))
-	if err == nil {
-		err = attacker.Finish()
-	}
-	if !errors.Is(err, driver.ErrDeviceLost) {
+	if err := launchWild(t, attacker); !errors.Is(err, driver.ErrDeviceLost) {
 		t.Errorf("the wild write in context 1 = %v, want its context lost", err)
 	}
 	if l := inst.ContextList(); len(l) != 2 || !l[0].Lost || l[1].Lost {
@@ -181,6 +172,21 @@ func TestContextsIsolateProcesses(t *testing.T) {
 	if got := len(addrspacetest.Children(inst.WorkerPID())); got != 3 {
 		t.Errorf("the new worker has %d executors, want 3 (the default ring's and the two contexts')", got)
 	}
+}
+
+// launchWild runs wildKernel on c and returns the launch's or the wait's
+// error.
+func launchWild(t *testing.T, c *driver.Device) error {
+	t.Helper()
+	wp, _, err := c.Build(wildKernel, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := mustBuffer(t, c, 4)
+	if err := c.Launch(wp, "wild", driver.Range1(1, 0), driver.BufferArg(wb)); err != nil {
+		return err
+	}
+	return c.Finish()
 }
 
 // scanContext runs scanKernel in context c over every readable mapping

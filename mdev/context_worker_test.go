@@ -105,15 +105,7 @@ func wildEndsItsContextAlone(t *testing.T, inst *Instance, a, v, d *driver.Devic
 	var wg sync.WaitGroup
 	var victimErr error
 	wg.Go(func() { victimErr = contextVectorAdd(v, 1<<16, 40) })
-	wp, _, err := a.Build(wildKernel, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wb := mustBuffer(t, a, 4)
-	err = a.Launch(wp, "wild", driver.Range1(1, 0), driver.BufferArg(wb))
-	if err == nil {
-		err = a.Finish()
-	}
+	err := launchWild(t, a)
 	wg.Wait()
 	if !errors.Is(err, driver.ErrDeviceLost) {
 		t.Errorf("the wild write in context 1 = %v, want its context lost", err)
