@@ -127,7 +127,7 @@ const (
 
 // testGuest plays a guest driver against one Instance.
 type testGuest struct {
-	t     *testing.T
+	t     testing.TB
 	mem   *sliceMemory
 	in    *Instance
 	tail  uint32
@@ -147,7 +147,7 @@ type testGuest struct {
 	hang time.Duration
 }
 
-func newTestGuest(t *testing.T, d *Device, id string, quota uint64) *testGuest {
+func newTestGuest(t testing.TB, d *Device, id string, quota uint64) *testGuest {
 	t.Helper()
 	next := new(atomic.Uint64)
 	next.Store(heap)

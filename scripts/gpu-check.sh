@@ -31,6 +31,9 @@
 #   stream     package gpu's BenchmarkStream: a 64 MiB copy between
 #              scattered host memory and the device, directly, staged, and
 #              streamed through pinned pieces of each geometry (issue 42)
+#   copypath   package aggregator's BenchmarkStreamedCopy: an 8 MiB copy of
+#              scattered guest RAM through the aggregator on the device,
+#              the cost around the stream (not yet run on a GPU)
 #   bench      bench/isolation: per-command latency and the matmul job,
 #              through vgpud vs in-process vs directly on the platform
 #   contexts   device contexts on the GPU (mdev TestContextsInTheWorker: a
@@ -72,6 +75,7 @@ build() {
 	go test -c -ldflags=-s -o "$dir.tmp/bin/gpu.test" ./gpu
 	go test -c -ldflags=-s -o "$dir.tmp/bin/sandbox.test" ./worker/sandbox
 	go test -c -ldflags=-s -o "$dir.tmp/bin/mdev.test" ./mdev
+	go test -c -ldflags=-s -o "$dir.tmp/bin/aggregator.test" ./aggregator
 	# The ICD step's programs: bench/apps runs them prebuilt (-prebuilt).
 	go build -ldflags=-s -o "$dir.tmp/bin/apps" ./bench/apps
 	go build -ldflags=-s -o "$dir.tmp/bin/icdhost" ./tests/icdhost
@@ -89,7 +93,10 @@ build() {
 	git rev-parse HEAD >"$dir.tmp/commit" 2>/dev/null || echo unknown >"$dir.tmp/commit"
 	rm -rf "$dir"
 	mv "$dir.tmp" "$dir"
-	du -sh "$dir"
+	# The device tool carries at most 64 MiB: the bundle goes as a
+	# tarball (tar xzf it in the repository's build/ there).
+	tar czf "$dir.tgz" -C "$(dirname "$dir")" "$(basename "$dir")"
+	du -sh "$dir" "$dir.tgz"
 }
 
 run() {
@@ -102,7 +109,7 @@ run() {
 	repo=$(pwd)
 	out=${GPU_CHECK_OUT:-$dir/report}
 	timeout=${GPU_CHECK_STEP_TIMEOUT:-150}
-	steps=${GPU_CHECK_STEPS:-platform gpu diagnose sandbox suite attacks contexts stream bench datapath icd}
+	steps=${GPU_CHECK_STEPS:-platform gpu diagnose sandbox suite attacks contexts stream copypath bench datapath icd}
 	mkdir -p "$out"
 	export LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	local report=$out/report.txt
@@ -166,7 +173,7 @@ run() {
 		say "== $name: ${result[$name]}"
 		# What matters of each log: failures and the tables.
 		case $name in
-		platform | diagnose | stream | bench | datapath | icd) tail -n 60 "$out/$name.log" | tee -a "$report" ;;
+		platform | diagnose | stream | copypath | bench | datapath | icd) tail -n 60 "$out/$name.log" | tee -a "$report" ;;
 		*) grep -E -- '^(--- FAIL|FAIL|ok|PASS|panic)|^\s+\S+_test\.go:[0-9]+:' "$out/$name.log" | head -n 40 | tee -a "$report" || true ;;
 		esac
 	}
@@ -182,6 +189,7 @@ run() {
 	step attacks mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^TestIsolationAttacks$' -test.timeout=140s
 	step contexts mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^(TestContextsIsolateProcesses|TestContextHangEndsAlone|TestContextsInTheWorker|TestPolledDoorbellsNeedNoWakeups|TestIdleWorkerSleeps|TestPollingWorkerNeedsNoDoorbells|TestFirstTurnOnAFreeDeviceNeedsNoRequest)$' -test.timeout=140s
 	step stream gpu "$dir/bin/gpu.test" -test.run '^$' -test.bench '^BenchmarkStream$' -test.benchtime 8x
+	step copypath aggregator "$dir/bin/aggregator.test" -test.run '^$' -test.bench '^BenchmarkStreamedCopy$' -test.benchtime 20x
 	step bench . "$dir/bin/isolation" -ops 500 -runs 3
 	step datapath . "$dir/bin/isolation" -sections ladder,bandwidth -ops 500
 	step icd . "$dir/bin/apps" -sections small -small-guest=false -prebuilt "$dir/bin" -icd "$dir/lib/libvgpud-icd.so" \
