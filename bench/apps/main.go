@@ -33,13 +33,18 @@
 //
 // Every guest boots the userland disk (make guest-apps) with one vGPU of
 // -profile; the host rows use the same PoCL device vgpud serves (-device).
-// Only the small section with -small-guest=false runs without the disk.
+// Only the small section with -small-guest=false runs without the disk;
+// with -prebuilt (cljob, clsmall and icdhost built elsewhere) and -direct
+// (the vendors directory of the platform the host rows use, not PoCL's)
+// it runs on a machine without gcc or Go: scripts/gpu-check.sh's icd step
+// on a GPU.
 // TCG inflates the guest's own CPU work (Python, the ICD, the copies into
 // DMA memory), so guest/host ratios are reported as measured, not as the
 // cost of the ICD alone; the ICD/Go-driver ratio compares two guests.
 //
 //	go run ./bench/apps [-sections job,pyopencl] [-n 512] [-reps 10] [-runs 3]
 //	go run ./bench/apps -sections small [-small-launches 10000] [-small-reads 10000] [-small-steps 2000] [-small-runs 3] [-small-guest=false]
+//	apps -sections small -small-guest=false -prebuilt DIR -direct VENDORS -icd LIB
 package main
 
 import (
