@@ -211,7 +211,7 @@ func (in *Instance) move(cp *abi.Copy, b *buffer, segs []segment) error {
 	views, _ := in.mem.(GuestViews)
 	off := cp.Offset
 	batchMax := uint64(directChunk)
-	if sq, ok := in.queue.(gpu.Streamer); ok && !in.noStream && sq.Streams() {
+	if in.streamer() != nil {
 		batchMax = streamChunk
 	}
 	for _, batch := range batches(runs(segs, directChunk), batchMax) {
@@ -276,10 +276,7 @@ func batches(rs []segment, max uint64) [][]segment {
 // moveBatch moves one batch of a copy's runs, starting at offset
 // off of b, under the caller's device turn.
 func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch []segment, off uint64) error {
-	st := stager{in: in, cp: cp, b: b}
-	if sq, ok := in.queue.(gpu.Streamer); ok && !in.noStream && sq.Streams() {
-		st.stream = sq
-	}
+	st := stager{in: in, cp: cp, b: b, stream: in.streamer()}
 	for _, r := range batch {
 		if views != nil && r.len >= directMin {
 			if err := st.flush(); err != nil {
@@ -313,6 +310,15 @@ func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch [
 		}
 	}
 	return st.flush()
+}
+
+// streamer is the instance's queue as a gpu.Streamer where it streams
+// copies, else nil.
+func (in *Instance) streamer() gpu.Streamer {
+	if sq, ok := in.queue.(gpu.Streamer); ok && !in.noStream && sq.Streams() {
+		return sq
+	}
+	return nil
 }
 
 // batchBytes is the length of a batch's runs together.
@@ -508,9 +514,6 @@ func (st *stager) add(s segment, off uint64) (uint64, error) {
 	limit := uint64(streamChunk) // a batch's most: streamed, nothing is held here
 	if st.stream == nil {
 		limit = stagingChunk
-		if st.in.staging == nil {
-			st.in.staging = make([]byte, stagingChunk) // kept: copies are the hot path
-		}
 	}
 	if st.n == 0 {
 		st.off = off
@@ -551,7 +554,7 @@ func (st *stager) flush() error {
 func (st *stager) flushChunk(segs *[]segment) error {
 	in := st.in
 	if in.staging == nil {
-		in.staging = make([]byte, stagingChunk)
+		in.staging = make([]byte, stagingChunk) // kept: copies are the hot path
 	}
 	c := segCursor{segs: *segs}
 	k := min(st.n, stagingChunk)

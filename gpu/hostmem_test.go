@@ -100,12 +100,7 @@ func hostBacked(t *testing.T, e env) {
 // an application's are: Host lends nothing, and writes and reads still
 // work (as commands).
 func TestOpenPlainIsNotHostBacked(t *testing.T) {
-	d, err := OpenPlain("")
-	if err != nil {
-		t.Fatalf("OpenPlain = %v", err)
-	}
-	defer d.Close()
-	q := newQueue(t, d)
+	q := newQueue(t, openPlain(t))
 	b := alloc(t, q, 4096)
 	if ok, err := b.(HostBuffer).Host(0, 4096, func([]byte) error { return nil }); ok || err != nil {
 		t.Errorf("Host on an OpenPlain device = %v, %v; want false, nil", ok, err)

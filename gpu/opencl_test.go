@@ -76,6 +76,18 @@ func openDevice(t *testing.T, selector string) Device {
 	return d
 }
 
+// openPlain opens the first device with OpenPlain (buffers as an
+// application has them), closed when the test ends.
+func openPlain(t testing.TB) Device {
+	t.Helper()
+	d, err := OpenPlain("")
+	if err != nil {
+		t.Fatalf("OpenPlain = %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 func newQueue(t testing.TB, d Device) Queue {
 	t.Helper()
 	q, err := d.NewQueue()

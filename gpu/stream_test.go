@@ -19,12 +19,7 @@ import (
 // of StreamPiece (the last shorter) handed out in order; what one wrote,
 // Read sees, and what Write put there, the other reads.
 func TestStreamMovesEveryPiece(t *testing.T) {
-	d, err := OpenPlain("")
-	if err != nil {
-		t.Fatalf("OpenPlain = %v", err)
-	}
-	defer d.Close()
-	q := newQueue(t, d)
+	q := newQueue(t, openPlain(t))
 	const off = 17
 	b := alloc(t, q, 8*StreamPiece)
 	s := q.(Streamer)
@@ -92,12 +87,7 @@ func checkPieces(t *testing.T, op string, pieces []int, n uint64) {
 // ends a stream with that error, after which the queue and its staging
 // memory serve the next stream.
 func TestStreamRefusals(t *testing.T) {
-	d, err := OpenPlain("")
-	if err != nil {
-		t.Fatalf("OpenPlain = %v", err)
-	}
-	defer d.Close()
-	q := newQueue(t, d)
+	q := newQueue(t, openPlain(t))
 	b := alloc(t, q, 4*StreamPiece)
 	s := q.(Streamer)
 	if !s.Streams() {
@@ -119,6 +109,7 @@ func TestStreamRefusals(t *testing.T) {
 			}
 			return nil
 		}
+		var err error
 		if op == "write" {
 			err = s.StreamWrite(b, 0, 4*StreamPiece, f)
 		} else {
@@ -172,11 +163,7 @@ func TestStreamRefusals(t *testing.T) {
 // opened plain the numbers say little; scripts/gpu-check.sh runs it on a
 // GPU, where it chose the pieces' geometry (docs/gpu-check.md).
 func BenchmarkStream(b *testing.B) {
-	d, err := OpenPlain("")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer d.Close()
+	d := openPlain(b)
 	b.Run("1MiB", func(b *testing.B) {
 		benchStream(b, d, make([]byte, 1<<20), [][2]int{{StreamPiece >> 20, StreamPieces}}, []int{2})
 	})
