@@ -81,9 +81,13 @@ func closeConfig(cfg PCIConfig) {
 
 // unmask clears the command register's INTx-disable bit, which
 // uio_pci_generic's handler set, if it is set.
-func (b *UIOBlocker) unmask() error {
+func (b *UIOBlocker) unmask() error { return unmaskINTx(b.cfg) }
+
+// unmaskINTx clears the INTx-disable bit of the command register in cfg,
+// if it is set.
+func unmaskINTx(cfg PCIConfig) error {
 	var cmd [2]byte
-	if _, err := b.cfg.ReadAt(cmd[:], pciCommand); err != nil {
+	if _, err := cfg.ReadAt(cmd[:], pciCommand); err != nil {
 		return fmt.Errorf("read command register: %w", err)
 	}
 	v := binary.LittleEndian.Uint16(cmd[:])
@@ -91,7 +95,7 @@ func (b *UIOBlocker) unmask() error {
 		return nil
 	}
 	binary.LittleEndian.PutUint16(cmd[:], v&^pciCommandINTxDisable)
-	if _, err := b.cfg.WriteAt(cmd[:], pciCommand); err != nil {
+	if _, err := cfg.WriteAt(cmd[:], pciCommand); err != nil {
 		return fmt.Errorf("write command register: %w", err)
 	}
 	return nil

@@ -78,3 +78,22 @@ func OpenUIOBlocker(pciDir string, regs Registers) (*UIOBlocker, error) {
 	}
 	return NewUIOBlocker(regs, f, cfg)
 }
+
+// OpenUIOLine binds the device at pciDir to uio_pci_generic and returns
+// its INTx as an IRQLine (for Interrupts).
+func OpenUIOLine(pciDir string) (*UIOLine, error) {
+	path, err := BindUIO(pciDir)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open uio: %w", err)
+	}
+	cfg, err := os.OpenFile(filepath.Join(pciDir, "config"), os.O_RDWR, 0)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open pci config: %w", err)
+	}
+	return NewUIOLine(f, cfg), nil
+}

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/driver"
@@ -43,6 +44,10 @@ type Config struct {
 	// DeviceInfo is what device-info reports; nil: FakeDeviceInfo with
 	// its work-item sizes clamped to MaxWorkGroup.
 	DeviceInfo *abi.DeviceInfo
+	// INTx announces abi.FeatureINTx: RegIntStatus latches a completion
+	// cause for each completion record, and the line (Line) rises when a
+	// cause is enabled in RegIntEnable (docs/ABI.md "Interrupts").
+	INTx bool
 }
 
 // FakeDeviceInfo returns the device properties the fake reports by
@@ -83,6 +88,9 @@ type Device struct {
 	held      bool                        // Hold: doorbells queue commands
 	tail      uint32                      // last tail rung while held
 	lost      bool                        // Lose: until a reset
+	intStatus uint32                      // RegIntStatus
+	intEnable uint32                      // RegIntEnable
+	irq       chan struct{}               // the line's rises, not yet taken by Line's Await
 }
 
 // Hold makes later doorbells queue their commands instead of running them,
@@ -147,7 +155,7 @@ func New(cfg Config, kernels map[string]KernelFunc) *Device {
 	}
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
 	r.Shuffle(len(pfns), func(i, j int) { pfns[i], pfns[j] = pfns[j], pfns[i] })
-	return &Device{cfg: cfg, kernels: kernels, pages: map[uint64][]byte{}, freePFN: pfns,
+	return &Device{cfg: cfg, kernels: kernels, irq: make(chan struct{}, 1), pages: map[uint64][]byte{}, freePFN: pfns,
 		buffers: map[uint32][]byte{}, programs: map[uint32][]abi.KernelInfo{}}
 }
 
@@ -230,6 +238,15 @@ func (f *Device) Read32(off uint32) uint32 {
 			return abi.RingCtrlEnable
 		}
 		return 0
+	case abi.RegFeatures:
+		if f.cfg.INTx {
+			return abi.FeatureINTx
+		}
+		return 0
+	case abi.RegIntStatus:
+		return f.intStatus
+	case abi.RegIntEnable:
+		return f.intEnable
 	}
 	if off >= abi.RegProfileName && off < abi.RegProfileName+abi.ProfileNameLen {
 		return nameWord("fake-1g", off-abi.RegProfileName)
@@ -260,6 +277,14 @@ func (f *Device) Write32(off, v uint32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch off {
+	case abi.RegIntStatus:
+		f.intStatus &^= v
+	case abi.RegIntEnable:
+		if f.cfg.INTx {
+			was := f.intStatus&f.intEnable != 0
+			f.intEnable = v & abi.IntAll
+			f.updateLine(was)
+		}
 	case abi.RegErrorAck:
 		f.errReg = abi.StatusOK
 	case abi.RegRingBaseLo:
@@ -278,6 +303,7 @@ func (f *Device) Write32(off, v uint32) {
 				f.lost, f.errReg, f.errCount = false, abi.StatusOK, 0
 			}
 			f.enabled, f.head, f.held = false, 0, false
+			f.intStatus, f.intEnable = 0, 0
 			f.buffers, f.programs, f.used = map[uint32][]byte{}, map[uint32][]abi.KernelInfo{}, 0
 			return
 		}
@@ -367,7 +393,54 @@ func (f *Device) exec(idx uint32) {
 	rec.Marshal(b[:])
 	if !f.write(f.complBase+slot*abi.ComplSize, b[:]) {
 		f.fail(abi.StatusBadAddress)
+		return
 	}
+	if f.cfg.INTx {
+		was := f.intStatus&f.intEnable != 0
+		f.intStatus |= abi.IntCompletion
+		f.updateLine(was)
+	}
+}
+
+// updateLine raises the line when the level rose (was: it was high).
+func (f *Device) updateLine(was bool) {
+	if was || f.intStatus&f.intEnable == 0 {
+		return
+	}
+	select {
+	case f.irq <- struct{}{}:
+	default: // a rise not yet taken: one is enough
+	}
+}
+
+// Line returns the fake's INTx as a driver.IRQLine: Await returns at the
+// line's next rise. It exists only with Config.INTx.
+func (f *Device) Line() driver.IRQLine { return &fakeLine{irq: f.irq, closed: make(chan struct{})} }
+
+type fakeLine struct {
+	irq    chan struct{}
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (l *fakeLine) Await(deadline time.Time) (bool, error) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-l.irq:
+		return true, nil
+	case <-t.C:
+		return false, nil
+	case <-l.closed:
+		return false, driver.ErrClosed
+	}
+}
+
+func (l *fakeLine) Unmask() error { return nil }
+
+func (l *fakeLine) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
 }
 
 // sg resolves a scatter-gather list into data ranges.

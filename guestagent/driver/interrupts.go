@@ -1,0 +1,233 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vgpud/vgpud/abi"
+)
+
+// Completion interrupts for a process that serves many waiters (issue 43).
+//
+// A Blocker (sync.go, uio.go) lets one waiter sleep on the device's INTx.
+// A daemon that serves many clients on one vGPU (vgpu-icdd: a reaper per
+// device context, all on the vGPU's one line) needs every completion
+// interrupt handed to each of its reapers instead: Interrupts owns the
+// line, re-arms it after each interrupt and wakes every subscriber, so a
+// reaper that found nothing sleeps until the next completion rather than
+// until its next timer.
+
+// IRQLine is a device's INTx as the guest's OS hands it to a process:
+// /dev/uioN of uio_pci_generic in a guest (UIOLine), the irqfd of an
+// in-process harness in tests.
+type IRQLine interface {
+	// Await blocks until the line is raised (true) or deadline passes
+	// (false). It fails once the line is closed.
+	Await(deadline time.Time) (bool, error)
+	// Unmask ends the interrupt, so that the line can be raised again.
+	Unmask() error
+	// Close closes the line; an Await in progress returns.
+	Close() error
+}
+
+// irqRearm bounds one Await: at each end without an interrupt the
+// completion cause is enabled again (a reset or a migration clears
+// RegIntEnable). A variable for tests.
+var irqRearm = time.Second
+
+// Interrupts hands each completion interrupt of a device to every
+// subscriber. Subscribers get a wake-up on a channel of one slot: after
+// it, every completion record that landed before the interrupt is visible
+// (the cause is cleared before subscribers are woken, and a record is
+// written before its cause is latched: docs/ABI.md "Interrupts"). It
+// starts one goroutine, which Close stops.
+type Interrupts struct {
+	d    *Device
+	line IRQLine
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	subs map[chan struct{}]struct{}
+
+	count atomic.Uint64
+	stop  chan struct{}
+	done  chan struct{}
+	err   error // why the goroutine ended early; read after done
+}
+
+// NewInterrupts takes ownership of line and delivers d's completion
+// interrupts through it. It fails with ErrNoINTx (closing line) on a
+// device that does not announce abi.FeatureINTx.
+func NewInterrupts(d *Device, line IRQLine, log *slog.Logger) (*Interrupts, error) {
+	if d.Info().Features&abi.FeatureINTx == 0 {
+		line.Close()
+		return nil, fmt.Errorf("completion interrupts: %w", ErrNoINTx)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	in := &Interrupts{d: d, line: line, log: log, subs: map[chan struct{}]struct{}{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go in.run()
+	return in, nil
+}
+
+// Subscribe returns a channel that is signalled after each interrupt, and
+// a function that stops the signals.
+func (in *Interrupts) Subscribe() (<-chan struct{}, func()) {
+	c := make(chan struct{}, 1)
+	in.mu.Lock()
+	in.subs[c] = struct{}{}
+	in.mu.Unlock()
+	return c, func() {
+		in.mu.Lock()
+		delete(in.subs, c)
+		in.mu.Unlock()
+	}
+}
+
+// Count returns how many interrupts have arrived: zero where the VMM
+// delivers none (docs/ABI.md "Interrupts").
+func (in *Interrupts) Count() uint64 { return in.count.Load() }
+
+// Close disables the completion cause, closes the line and stops the
+// goroutine. It returns why the goroutine had ended early, if it had.
+func (in *Interrupts) Close() error {
+	select {
+	case <-in.stop:
+	default:
+		close(in.stop)
+	}
+	err := in.line.Close()
+	<-in.done
+	in.d.armInterrupt(false, false)
+	if in.err != nil {
+		return in.err
+	}
+	return err
+}
+
+func (in *Interrupts) run() {
+	defer close(in.done)
+	enable := true
+	for {
+		select {
+		case <-in.stop:
+			return
+		default:
+		}
+		// Forget the cause before looking: a completion after this raises
+		// the line again, and the subscribers reap after it.
+		in.d.armInterrupt(true, enable)
+		if err := in.line.Unmask(); err != nil {
+			in.fail(fmt.Errorf("unmask: %w", err))
+			return
+		}
+		in.wake()
+		raised, err := in.line.Await(time.Now().Add(irqRearm))
+		if err != nil {
+			in.fail(fmt.Errorf("wait: %w", err))
+			return
+		}
+		enable = !raised
+		if raised {
+			in.count.Add(1)
+		}
+	}
+}
+
+// fail records why the goroutine ends before Close, unless Close ended it.
+func (in *Interrupts) fail(err error) {
+	select {
+	case <-in.stop:
+		return
+	default:
+	}
+	in.err = fmt.Errorf("completion interrupts: %w", err)
+	in.log.Warn("vgpu completion interrupts stop: reapers poll on timers", "err", err)
+}
+
+func (in *Interrupts) wake() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for c := range in.subs {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// armInterrupt clears the completion cause in RegIntStatus and, with
+// enable, enables it in RegIntEnable; with clear false it only disables
+// it. It touches no register while the device is closed, suspended (its
+// registers are closed) or abandoned, and reports whether it wrote. A
+// device context shares its vGPU's line and registers: it arms them
+// through the default ring's Device.
+func (d *Device) armInterrupt(clear, enable bool) bool {
+	if d.parent != nil {
+		return d.parent.armInterrupt(clear, enable)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || d.abandoned.Load() || d.Suspended() || d.regs == nil {
+		return false
+	}
+	switch {
+	case !clear:
+		d.regs.Write32(abi.RegIntEnable, 0)
+	case enable:
+		d.regs.Write32(abi.RegIntEnable, abi.IntCompletion)
+		fallthrough
+	default:
+		d.regs.Write32(abi.RegIntStatus, abi.IntCompletion)
+	}
+	return true
+}
+
+// UIOLine is a device's INTx through uio_pci_generic: /dev/uioN, whose
+// 4-byte reads block until the next interrupt, and the device's PCI
+// configuration, where the interrupt is unmasked (uio.go).
+type UIOLine struct {
+	uio UIOFile
+	cfg PCIConfig
+}
+
+var _ IRQLine = (*UIOLine)(nil)
+
+// NewUIOLine takes ownership of uio and of cfg (when it is an io.Closer).
+func NewUIOLine(uio UIOFile, cfg PCIConfig) *UIOLine { return &UIOLine{uio: uio, cfg: cfg} }
+
+// Await implements IRQLine.
+func (l *UIOLine) Await(deadline time.Time) (bool, error) {
+	if err := l.uio.SetReadDeadline(deadline); err != nil {
+		return false, fmt.Errorf("uio: %w", err)
+	}
+	var count [4]byte
+	_, err := io.ReadFull(l.uio, count[:])
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return false, nil
+	default:
+		return false, fmt.Errorf("uio: wait for interrupt: %w", err)
+	}
+}
+
+// Unmask implements IRQLine: it clears the command register's INTx-disable
+// bit, which uio_pci_generic's handler set.
+func (l *UIOLine) Unmask() error { return unmaskINTx(l.cfg) }
+
+// Close implements IRQLine.
+func (l *UIOLine) Close() error {
+	err := l.uio.Close()
+	closeConfig(l.cfg)
+	return err
+}
