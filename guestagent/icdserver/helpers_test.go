@@ -34,6 +34,7 @@ type fixture struct {
 	s     *Server
 	fakes []*drivertest.Device
 	devs  []*driver.Device
+	irqs  []*driver.Interrupts // per device: nil without drivertest.Config.INTx
 }
 
 // newFixture serves one fake device per config.
@@ -57,18 +58,30 @@ func newFixtureWith(t testing.TB, set func(*Config), cfgs ...drivertest.Config) 
 		}
 		fx.fakes = append(fx.fakes, f)
 		fx.devs = append(fx.devs, d)
+		var irq *driver.Interrupts
+		if cfg.INTx {
+			if irq, err = driver.NewInterrupts(d, f.Line(), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fx.irqs = append(fx.irqs, irq)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	cfg := Config{Devices: fx.devs, Timeout: 5 * time.Second, Logger: log}
+	cfg := Config{Devices: fx.devs, Interrupts: fx.irqs, Timeout: 5 * time.Second, Logger: log}
 	if set != nil {
 		set(&cfg)
 	}
 	fx.s = New(cfg)
 	t.Cleanup(func() {
 		fx.s.Close()
+		for _, irq := range fx.irqs {
+			if irq != nil {
+				irq.Close()
+			}
+		}
 		for _, d := range fx.devs {
 			d.Close()
 		}

@@ -41,6 +41,12 @@ type Config struct {
 	// (ABI 1.5, docs/icd-protocol.md "Device contexts"); the zero value
 	// is ContextsPrefer.
 	Contexts ContextPolicy
+	// Interrupts, where not nil, are the completion interrupts of
+	// Devices (index for index): the reapers of a vGPU and of its device
+	// contexts then wake at each interrupt as well as on their timers
+	// (docs/icd-protocol.md "Completion interrupts"). The Server does not
+	// close them.
+	Interrupts []*driver.Interrupts
 }
 
 // ContextPolicy says whether each client gets a device context of its
@@ -86,8 +92,10 @@ type Server struct {
 	trim  chan struct{}
 	trims atomic.Uint64
 	// waits counts how blocking waits ended (WaitStats).
-	waits  waitCounters
-	queues queueCounters
+	waits waitCounters
+	// irqWakes counts reaper wake-ups by a completion interrupt.
+	irqWakes atomic.Uint64
+	queues   queueCounters
 
 	wg     sync.WaitGroup // every goroutine the Server started
 	connWG sync.WaitGroup // connection goroutines; Add only under mu while !closed
@@ -124,6 +132,9 @@ type device struct {
 	parent *device
 	ctxID  uint32
 	stop   chan struct{}
+	// irq, where not nil, is the vGPU's completion interrupts (a
+	// context's is its vGPU's).
+	irq *driver.Interrupts
 	// For a vGPU: the context ids in use (bit id-1) and whether a
 	// client was put on the shared ring (logged once at warning level).
 	ctxMu     sync.Mutex
@@ -179,6 +190,9 @@ func New(cfg Config) *Server {
 	}()
 	for i, d := range cfg.Devices {
 		dev := &device{index: i, d: d, wake: make(chan struct{}, 1)}
+		if i < len(cfg.Interrupts) {
+			dev.irq = cfg.Interrupts[i]
+		}
 		s.devs = append(s.devs, dev)
 		s.wg.Add(1)
 		go func() {
@@ -201,10 +215,10 @@ func New(cfg Config) *Server {
 // blocking wait does not depend on it: it looks for its completions
 // itself first (waitpoll.go); the reaper times events nobody waits for
 // and wakes the waits that outlast their window.
-const (
+var (
 	reapMinSleep = 20 * time.Microsecond
 	reapMaxSleep = time.Millisecond
-)
+) // variables for the interrupt test, which turns the timers off
 
 // reap reaps dev's completions while it has commands in flight, so that
 // callbacks (and the events' end times) run promptly even when no client
@@ -214,6 +228,12 @@ const (
 func (s *Server) reap(dev *device) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	var irq <-chan struct{} // nil: the timers alone
+	if dev.irq != nil {
+		c, stop := dev.irq.Subscribe()
+		defer stop()
+		irq = c
+	}
 	for {
 		select {
 		case <-s.done:
@@ -244,8 +264,12 @@ func (s *Server) reap(dev *device) {
 			case <-s.done:
 				return
 			case <-t.C:
+				sleep = min(2*sleep, reapMaxSleep)
+			case <-irq:
+				// Every completion before the interrupt is visible.
+				s.irqWakes.Add(1)
+				sleep = reapMinSleep
 			}
-			sleep = min(2*sleep, reapMaxSleep)
 		}
 	}
 }
@@ -316,7 +340,7 @@ func (s *Server) openContext(base *device, log *slog.Logger) (*device, error) {
 			d, err = base.d.OpenContext(opts)
 		}
 		if err == nil {
-			cd := &device{index: base.index, d: d, wake: make(chan struct{}, 1), parent: base, ctxID: id, stop: make(chan struct{})}
+			cd := &device{index: base.index, d: d, wake: make(chan struct{}, 1), parent: base, ctxID: id, stop: make(chan struct{}), irq: base.irq}
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()

@@ -25,11 +25,13 @@ import (
 // a guest's looking costs the host the CPU time the device's kernels
 // need; at most one window per waitPollProbe long waits is spent so.
 
+// waitPollWindow bounds how long a wait looks for its completions before
+// it sleeps on the reaper: about five times a small command's round trip
+// through a worker on a 2-core host. (A variable for tests of sleeping
+// waits.)
+var waitPollWindow = 250 * time.Microsecond
+
 const (
-	// waitPollWindow bounds how long a wait looks for its completions
-	// before it sleeps on the reaper: about five times a small command's
-	// round trip through a worker on a 2-core host.
-	waitPollWindow = 250 * time.Microsecond
 	// waitPollMisses polled waits in a row that ran out stop the looking.
 	waitPollMisses = 2
 	// waitPollProbe: while stopped, every waitPollProbe-th wait looks.
@@ -40,9 +42,11 @@ const (
 // waiting connection's own looks (Polled), looked for the whole window in
 // vain and then woken by a reaper (Missed), or slept at once because the
 // connection's waits had been long (Slept). Waits already satisfied when
-// they began count in none.
+// they began count in none. Interrupts counts the reapers' wake-ups by a
+// completion interrupt (Config.Interrupts).
 type WaitStats struct {
 	Polled, Missed, Slept uint64
+	Interrupts            uint64
 }
 
 // waitCounters are a Server's WaitStats.
@@ -52,7 +56,8 @@ type waitCounters struct {
 
 // WaitStats returns how the Server's blocking waits have ended.
 func (s *Server) WaitStats() WaitStats {
-	return WaitStats{Polled: s.waits.polled.Load(), Missed: s.waits.missed.Load(), Slept: s.waits.slept.Load()}
+	return WaitStats{Polled: s.waits.polled.Load(), Missed: s.waits.missed.Load(), Slept: s.waits.slept.Load(),
+		Interrupts: s.irqWakes.Load()}
 }
 
 // waitPoller is a connection's record of its polled waits, owned by its

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpud/vgpud/guestagent/driver/drivertest"
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 )
 
@@ -95,5 +96,36 @@ func waitStat(t *testing.T, s *Server, ok func(WaitStats) bool) {
 			t.Fatalf("wait counters %+v: the expected change never came", s.WaitStats())
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSleepingWaitWakesAtInterrupt is the mechanism test of completion
+// interrupts (Config.Interrupts, issue 43): with the reapers' timers
+// turned off and waits that do not look for themselves, a blocking read
+// whose command completes while its wait sleeps is answered, so the
+// completion interrupt alone woke the reaper. Without it the wait would
+// end at the server's Timeout with the event incomplete.
+func TestSleepingWaitWakesAtInterrupt(t *testing.T) {
+	defer func(min, max, window time.Duration) {
+		reapMinSleep, reapMaxSleep, waitPollWindow = min, max, window
+	}(reapMinSleep, reapMaxSleep, waitPollWindow)
+	reapMinSleep, reapMaxSleep, waitPollWindow = time.Hour, time.Hour, 0
+
+	fx := newFixture(t, drivertest.Config{INTx: true})
+	cl := readSetup(t, fx)
+	fake := fx.fakes[0]
+	for ev := uint64(1); ev <= 5; ev++ {
+		fake.Hold() // in flight while the wait goes to sleep
+		before := fx.s.WaitStats()
+		cl.blockingReadSend(ev)
+		waitStat(t, fx.s, func(w WaitStats) bool { return w.Missed+w.Slept > before.Missed+before.Slept })
+		fake.Release()
+		cl.waitReply(ev)
+		if w := fx.s.WaitStats(); w.Interrupts <= before.Interrupts {
+			t.Fatalf("read %d: answered with no reaper woken by an interrupt: %+v", ev, w)
+		}
+	}
+	if n := fx.irqs[0].Count(); n < 5 {
+		t.Errorf("%d interrupts for 5 completions that each came while the line was clear, want at least 5", n)
 	}
 }
