@@ -66,6 +66,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	staging := fs.Int("staging", driver.DefaultStagingBytes, "driver DMA staging pool bytes")
 	timeout := fs.Duration("timeout", driver.DefaultTimeout, "driver and server timeout")
 	queuePoll := fs.Duration("queue-poll", 0, "how long a connection looks at its empty submission queue before it sleeps (0: icdserver's default, negative: never)")
+	interrupts := fs.Bool("interrupts", true, "reapers wake at the vGPU's completion interrupts (the irqfd), as vgpu-icdd's do on vfio-user; false: on their timers alone")
 	turn := fs.Duration("turn-timeout", 0, "the instance's turn budget: vgpud's watchdog ends a worker whose kernel overruns it, and the device context is lost (0: the profile's)")
 	verbose := fs.Bool("v", false, "debug logs on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the ICD server, vgpud's main process and the harness) to this file until it exits")
@@ -130,12 +131,26 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	defer d.Close()
 
+	var irqs []*driver.Interrupts
+	if *interrupts {
+		line, err := vm.IRQLine()
+		if err != nil {
+			return fmt.Errorf("the vGPU's interrupt line: %w", err)
+		}
+		irq, err := driver.NewInterrupts(d, line, log)
+		if err != nil {
+			return fmt.Errorf("the vGPU's interrupts: %w", err)
+		}
+		defer irq.Close()
+		irqs = append(irqs, irq)
+	}
+
 	os.Remove(*sock) // a stale socket of an earlier run
 	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: *sock, Net: "unixpacket"})
 	if err != nil {
 		return err
 	}
-	srv := icdserver.New(icdserver.Config{Devices: []*driver.Device{d}, Timeout: *timeout, Logger: log, QueuePoll: *queuePoll})
+	srv := icdserver.New(icdserver.Config{Devices: []*driver.Device{d}, Interrupts: irqs, Timeout: *timeout, Logger: log, QueuePoll: *queuePoll})
 	defer srv.Close()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
@@ -159,7 +174,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	srv.Close()
 	w := srv.WaitStats()
 	q := srv.QueueStats()
-	log.Info("stopped", "took", time.Since(start), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept,
+	log.Info("stopped", "took", time.Since(start), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept, "irq_wakes", w.Interrupts,
 		"queued", q.Queued, "socket", q.Socket, "kicks", q.Kicks, "queue_sleeps", q.Sleeps, "queue_polled", q.Polled)
 	return nil
 }

@@ -40,6 +40,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/agent"
 	"github.com/vgpud/vgpud/guestagent/cmd/internal/cmdmain"
 	"github.com/vgpud/vgpud/guestagent/driver"
@@ -56,6 +57,7 @@ var (
 	findDevices  = driver.FindAllPCI
 	openDevice   = driver.OpenGuest
 	reopenDevice = driver.ReopenGuest
+	uioLine      = func(dir string) (driver.IRQLine, error) { return driver.OpenUIOLine(dir) }
 	portOpener   = func() func() (io.ReadWriteCloser, error) { return agent.OpenPort(agent.PortName) }
 )
 
@@ -72,6 +74,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	agentSock := fs.String("agent-socket", "", "vgpu-agent's relay socket (default: $VGPU_AGENT_SOCKET, else "+agent.DefaultRelaySocket+")")
 	contexts := fs.String("contexts", "prefer", "a device context per client (ABI 1.5): prefer (where the vGPU offers them, else the shared ring), require (refuse a client that cannot get one) or off")
 	queuePoll := fs.Duration("queue-poll", 0, "how long a client's connection looks at its empty submission queue before it sleeps on the socket (0: "+icdserver.DefaultQueuePoll.String()+", negative: never; docs/icd-protocol.md \"Submission queue\")")
+	irqVia := fs.String("interrupts", "auto", "what the device reapers wake on besides their timers: uio (the vGPU's INTx through uio_pci_generic; docs/ABI.md \"Interrupts\"), auto (uio where the vGPU has INTx and uio_pci_generic binds, else timers alone) or none")
 	verbose := fs.Bool("v", false, "debug logs")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,6 +85,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch *irqVia {
+	case "auto", "uio", "none":
+	default:
+		return fmt.Errorf("-interrupts %q: want auto, uio or none", *irqVia)
 	}
 	switch *via {
 	case "auto", "relay", "port", "none":
@@ -118,7 +126,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Warn("no vGPU found: serving no devices", "err", err)
 	}
 	var devs []*driver.Device
+	var irqs []*driver.Interrupts // index for index with devs; nil: timers alone
 	defer func() {
+		for _, irq := range irqs {
+			if irq != nil {
+				irq.Close()
+			}
+		}
 		for _, d := range devs {
 			d.Close()
 		}
@@ -135,6 +149,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		in := d.Info()
 		log.Info("vgpu open", "pci", dir, "profile", in.Profile, "device", in.Name, "abi", fmt.Sprintf("%d.%d", in.Version>>16, in.Version&0xffff))
 		devs = append(devs, d)
+		irq, err := openInterrupts(*irqVia, dir, d, log)
+		if err != nil {
+			return fmt.Errorf("vgpu %s: %w", dir, err)
+		}
+		irqs = append(irqs, irq)
 	}
 
 	l, err := listen(*sock, os.FileMode(mode), gid)
@@ -142,7 +161,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer os.Remove(*sock)
-	srv := icdserver.New(icdserver.Config{Devices: devs, Timeout: *timeout, Logger: log, Contexts: ctxPolicy, QueuePoll: *queuePoll})
+	srv := icdserver.New(icdserver.Config{Devices: devs, Interrupts: irqs, Timeout: *timeout, Logger: log, Contexts: ctxPolicy, QueuePoll: *queuePoll})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	log.Info("serving", "socket", *sock, "devices", len(devs))
@@ -168,7 +187,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	case <-ctx.Done():
 		w := srv.WaitStats()
 		q := srv.QueueStats()
-		log.Info("stopping", "clients", srv.Conns(), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept,
+		log.Info("stopping", "clients", srv.Conns(), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept, "irq_wakes", w.Interrupts,
 			"queued", q.Queued, "socket", q.Socket, "kicks", q.Kicks, "queue_sleeps", q.Sleeps, "queue_polled", q.Polled)
 	case err = <-served:
 	}
@@ -276,3 +295,34 @@ func (m multiMigration) Lost(ctx context.Context) error {
 }
 
 var _ agent.LostHandler = multiMigration(nil)
+
+// openInterrupts gives the reapers of the vGPU at dir its completion
+// interrupts (how: -interrupts), or nil where they sleep on timers alone.
+// With auto a vGPU without INTx, or one uio_pci_generic does not bind
+// (the module is not loaded), is served without; with uio that is an
+// error. Where the VMM delivers no interrupt (x-pci-proxy-dev under TCG)
+// nothing changes: the timers still run.
+func openInterrupts(how, dir string, d *driver.Device, log *slog.Logger) (*driver.Interrupts, error) {
+	if how == "none" {
+		return nil, nil
+	}
+	if d.Info().Features&abi.FeatureINTx == 0 {
+		if how == "uio" {
+			return nil, fmt.Errorf("-interrupts uio: %w", driver.ErrNoINTx)
+		}
+		return nil, nil
+	}
+	line, err := uioLine(dir)
+	if err == nil {
+		var irq *driver.Interrupts
+		if irq, err = driver.NewInterrupts(d, line, log); err == nil {
+			log.Info("vgpu completion interrupts through uio_pci_generic", "pci", dir)
+			return irq, nil
+		}
+	}
+	if how == "uio" {
+		return nil, fmt.Errorf("-interrupts uio: %w", err)
+	}
+	log.Info("vgpu completion interrupts not used: reapers poll on timers", "pci", dir, "err", err)
+	return nil, nil
+}
