@@ -104,10 +104,13 @@ type config struct {
 	prebuilt string
 	// direct is the vendors directory of the platform used directly, ""
 	// for one holding only PoCL's .icd.
-	direct  string
-	timeout time.Duration
-	serial  io.Writer
-	small   smallConfig
+	direct string
+	// vfioUser attaches guests with vfio-user-pci (QEMU 11.1) rather
+	// than x-pci-proxy-dev (QEMU 7.2).
+	vfioUser bool
+	timeout  time.Duration
+	serial   io.Writer
+	small    smallConfig
 }
 
 // smallConfig sizes the small section.
@@ -140,6 +143,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.small.steps, "small-steps", 2000, "small: kernel+read steps of clsmall steps")
 	fs.IntVar(&c.small.runs, "small-runs", 3, "small: runs of each mode per path; the median is shown")
 	fs.BoolVar(&c.small.guest, "small-guest", true, "small: the guest rows too (boots one TCG guest)")
+	fs.BoolVar(&c.vfioUser, "vfio-user", false, "attach the guests' vGPUs with QEMU 11.1's vfio-user-pci (vgpud's default transport; the VMM root of make vmm-root, which delivers INTx under TCG) instead of QEMU 7.2's x-pci-proxy-dev")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -218,7 +222,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	if _, err := os.Stat(icd); err != nil {
 		return fmt.Errorf("guest ICD: %w (run make icd)", err)
 	}
-	h, err := host.Start(cfg.device, "vgpud-apps-")
+	h, err := host.StartMode(cfg.device, "vgpud-apps-", host.Mode{VFIOUser: cfg.vfioUser})
 	if err != nil {
 		return err
 	}
@@ -376,24 +380,33 @@ func (b *bench) guest(ctx context.Context, icd bool, files []image.File, progs [
 	if err != nil {
 		return nil, err
 	}
-	f, err := qemuvm.DialProxy(inst.Socket())
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
-	defer cancel()
-	vm, err := qemuvm.Start(ctx, qemuvm.Config{
+	qcfg := qemuvm.Config{
 		Kernel: b.apps.Vmlinuz, Initrd: initrd, Disk: b.apps.Disk, MemMiB: 2048,
 		Append:    "vgpu.run=" + imagetest.AppsProgram + " vgpu.args=" + strings.Join(append([]string{prog}, args...), ","),
-		Devices:   []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}},
 		SerialLog: b.cfg.serial,
-	})
+	}
+	if b.cfg.vfioUser {
+		root, err := qemuvm.RepoVMMRoot()
+		if err != nil {
+			return nil, err
+		}
+		qcfg.VFIOUser = []qemuvm.VFIOUserDevice{{ID: "vgpu0", Socket: inst.Socket()}}
+		root.Apply(&qcfg)
+	} else {
+		f, err := qemuvm.DialProxy(inst.Socket())
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close() // QEMU holds its own copy once started
+		qcfg.Devices = []qemuvm.ProxyDevice{{ID: "vgpu0", FD: f}}
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
+	defer cancel()
+	vm, err := qemuvm.Start(ctx, qcfg)
 	if err != nil {
 		return nil, err
 	}
 	defer vm.Kill()
-	f.Close()
 	exit, err := vm.WaitLine(ctx, "VGPU-INIT exit=")
 	if err != nil {
 		return vm.Lines(), fmt.Errorf("guest %s: %w\n%s", prog, err, strings.Join(vm.Lines(), "\n"))
