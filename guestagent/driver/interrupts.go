@@ -17,11 +17,12 @@ import (
 //
 // A Blocker (sync.go, uio.go) lets one waiter sleep on the device's INTx.
 // A daemon that serves many clients on one vGPU (vgpu-icdd: a reaper per
-// device context, all on the vGPU's one line) needs every completion
-// interrupt handed to each of its reapers instead: Interrupts owns the
-// line, re-arms it after each interrupt and wakes every subscriber, so a
-// reaper that found nothing sleeps until the next completion rather than
-// until its next timer.
+// device context, all on the vGPU's one line) needs each interrupt handed
+// to every reaper instead: Interrupts waits on the line and wakes every
+// subscriber. The line is armed only on request (Arm): an interrupt costs
+// a TCG guest several trapped accesses (the handler, clearing the cause,
+// unmasking), so a reaper arms it only when a client sleeps on its
+// completions, and a burst of completions nobody sleeps for raises none.
 
 // IRQLine is a device's INTx as the guest's OS hands it to a process:
 // /dev/uioN of uio_pci_generic in a guest (UIOLine), the irqfd of an
@@ -36,29 +37,31 @@ type IRQLine interface {
 	Close() error
 }
 
-// irqRearm bounds one Await: at each end without an interrupt the
-// completion cause is enabled again (a reset or a migration clears
-// RegIntEnable). A variable for tests.
+// irqRearm bounds one Await: when it ends without an interrupt the line
+// counts as disarmed, and the next Arm enables the cause again (a reset
+// or a migration clears RegIntEnable). A variable for tests.
 var irqRearm = time.Second
 
 // Interrupts hands each completion interrupt of a device to every
 // subscriber. Subscribers get a wake-up on a channel of one slot: after
 // it, every completion record that landed before the interrupt is visible
-// (the cause is cleared before subscribers are woken, and a record is
-// written before its cause is latched: docs/ABI.md "Interrupts"). It
-// starts one goroutine, which Close stops.
+// (a record is written before its cause is latched: docs/ABI.md
+// "Interrupts"). It starts one goroutine, which Close stops.
 type Interrupts struct {
 	d    *Device
 	line IRQLine
 	log  *slog.Logger
 
-	mu   sync.Mutex
-	subs map[chan struct{}]struct{}
+	mu     sync.Mutex
+	subs   map[chan struct{}]struct{}
+	armed  bool  // cause cleared and line unmasked since the last interrupt
+	enable bool  // the next Arm enables the cause (first, and after a quiet Await)
+	err    error // the first failure to arm, logged once
 
-	count atomic.Uint64
-	stop  chan struct{}
-	done  chan struct{}
-	err   error // why the goroutine ended early; read after done
+	count, arms atomic.Uint64
+	stop        chan struct{}
+	done        chan struct{}
+	runErr      error // why the goroutine ended early; read after done
 }
 
 // NewInterrupts takes ownership of line and delivers d's completion
@@ -72,7 +75,7 @@ func NewInterrupts(d *Device, line IRQLine, log *slog.Logger) (*Interrupts, erro
 	if log == nil {
 		log = slog.Default()
 	}
-	in := &Interrupts{d: d, line: line, log: log, subs: map[chan struct{}]struct{}{},
+	in := &Interrupts{d: d, line: line, log: log, subs: map[chan struct{}]struct{}{}, enable: true,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go in.run()
 	return in, nil
@@ -92,9 +95,36 @@ func (in *Interrupts) Subscribe() (<-chan struct{}, func()) {
 	}
 }
 
-// Count returns how many interrupts have arrived: zero where the VMM
-// delivers none (docs/ABI.md "Interrupts").
-func (in *Interrupts) Count() uint64 { return in.count.Load() }
+// Arm makes the next completion raise an interrupt: it clears the cause
+// and unmasks the line, unless that was done since the last interrupt.
+// It reports whether it armed the line now: the caller must then look for
+// completions once more before it sleeps (one may have landed before the
+// cause was cleared, and raise nothing).
+func (in *Interrupts) Arm() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.armed {
+		return false
+	}
+	if !in.d.armInterrupt(true, in.enable) {
+		return false // suspended or closed: the timers carry on
+	}
+	if err := in.line.Unmask(); err != nil {
+		if in.err == nil {
+			in.err = fmt.Errorf("completion interrupts: unmask: %w", err)
+			in.log.Warn("vgpu completion interrupts: cannot unmask the line: reapers poll on timers", "err", err)
+		}
+		return false
+	}
+	in.armed, in.enable = true, false
+	in.arms.Add(1)
+	return true
+}
+
+// Count returns how many interrupts have arrived, and how often the line
+// was armed: no interrupts for many arms means the VMM delivers none
+// (docs/ABI.md "Interrupts").
+func (in *Interrupts) Count() (interrupts, arms uint64) { return in.count.Load(), in.arms.Load() }
 
 // Close disables the completion cause, closes the line and stops the
 // goroutine. It returns why the goroutine had ended early, if it had.
@@ -107,60 +137,43 @@ func (in *Interrupts) Close() error {
 	err := in.line.Close()
 	<-in.done
 	in.d.armInterrupt(false, false)
-	if in.err != nil {
-		return in.err
+	if in.runErr != nil {
+		return in.runErr
 	}
 	return err
 }
 
 func (in *Interrupts) run() {
 	defer close(in.done)
-	enable := true
 	for {
+		raised, err := in.line.Await(time.Now().Add(irqRearm))
 		select {
 		case <-in.stop:
 			return
 		default:
 		}
-		// Forget the cause before looking: a completion after this raises
-		// the line again, and the subscribers reap after it.
-		in.d.armInterrupt(true, enable)
-		if err := in.line.Unmask(); err != nil {
-			in.fail(fmt.Errorf("unmask: %w", err))
-			return
-		}
-		in.wake()
-		raised, err := in.line.Await(time.Now().Add(irqRearm))
 		if err != nil {
-			in.fail(fmt.Errorf("wait: %w", err))
+			in.runErr = fmt.Errorf("completion interrupts: wait: %w", err)
+			in.log.Warn("vgpu completion interrupts stop: reapers poll on timers", "err", err)
 			return
 		}
-		enable = !raised
+		in.mu.Lock()
 		if raised {
 			in.count.Add(1)
+		} else {
+			// Quiet: armed or not, arm (and enable) afresh next time.
+			in.enable = true
 		}
-	}
-}
-
-// fail records why the goroutine ends before Close, unless Close ended it.
-func (in *Interrupts) fail(err error) {
-	select {
-	case <-in.stop:
-		return
-	default:
-	}
-	in.err = fmt.Errorf("completion interrupts: %w", err)
-	in.log.Warn("vgpu completion interrupts stop: reapers poll on timers", "err", err)
-}
-
-func (in *Interrupts) wake() {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	for c := range in.subs {
-		select {
-		case c <- struct{}{}:
-		default:
+		in.armed = false
+		if raised {
+			for c := range in.subs {
+				select {
+				case c <- struct{}{}:
+				default:
+				}
+			}
 		}
+		in.mu.Unlock()
 	}
 }
 

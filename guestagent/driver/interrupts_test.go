@@ -22,9 +22,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestInterruptsWakeEverySubscriber: a completion raises the line, and
-// each subscriber (a reaper per device context) is woken after the cause
-// was cleared for the next one.
+// TestInterruptsWakeEverySubscriber: a completion raises the line once it
+// was armed, and each subscriber (a reaper per device context) is woken;
+// completions while it is not armed raise nothing.
 func TestInterruptsWakeEverySubscriber(t *testing.T) {
 	d, f := open(t, drivertest.Config{INTx: true}, driver.Options{})
 	irq, err := driver.NewInterrupts(d, f.Line(), nil)
@@ -34,8 +34,8 @@ func TestInterruptsWakeEverySubscriber(t *testing.T) {
 	a, stopA := irq.Subscribe()
 	b, stopB := irq.Subscribe()
 	defer stopB()
-	waitFor(t, "completion cause enabled", func() bool { return f.Read32(abi.RegIntEnable) == abi.IntCompletion })
-	for round := uint64(1); round <= 3; round++ {
+	complete := func() {
+		t.Helper()
 		f.Hold()
 		if _, err := d.CreateBuffer(64); err != nil {
 			t.Fatal(err)
@@ -43,15 +43,32 @@ func TestInterruptsWakeEverySubscriber(t *testing.T) {
 		if err := d.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		f.Release() // the completion lands: the line rises
-		waitFor(t, "interrupt counted", func() bool { return irq.Count() >= round })
-		waitFor(t, "cause cleared", func() bool { return f.Read32(abi.RegIntStatus) == 0 })
+		f.Release() // the completion lands
+	}
+	complete() // not armed: no interrupt
+	if n, arms := irq.Count(); n != 0 || arms != 0 {
+		t.Fatalf("before any Arm: %d interrupts, %d arms, want none", n, arms)
+	}
+	for round := uint64(1); round <= 3; round++ {
+		if !irq.Arm() {
+			t.Fatalf("round %d: Arm() = false, want true (disarmed by the last interrupt)", round)
+		}
+		if irq.Arm() {
+			t.Fatalf("round %d: second Arm() = true, want false (armed already)", round)
+		}
+		if v := f.Read32(abi.RegIntEnable); v != abi.IntCompletion {
+			t.Fatalf("round %d: RegIntEnable = %#x, want the completion cause", round, v)
+		}
+		complete()
 		for i, c := range []<-chan struct{}{a, b} {
 			select {
 			case <-c:
 			case <-time.After(time.Minute):
 				t.Fatalf("round %d: subscriber %d not woken", round, i)
 			}
+		}
+		if n, arms := irq.Count(); n != round || arms != round {
+			t.Fatalf("round %d: %d interrupts, %d arms", round, n, arms)
 		}
 	}
 	stopA()
@@ -64,8 +81,8 @@ func TestInterruptsWakeEverySubscriber(t *testing.T) {
 }
 
 // TestInterruptsRearmAfterReset: a reset (Reopen after a lost device, or
-// a migration) clears RegIntEnable; Interrupts enables the cause again
-// when its wait ends without an interrupt.
+// a migration) clears RegIntEnable; once an Await ends quiet, the next Arm
+// enables the cause again.
 func TestInterruptsRearmAfterReset(t *testing.T) {
 	defer driver.SetIRQRearm(5 * time.Millisecond)()
 	d, f := open(t, drivertest.Config{INTx: true}, driver.Options{})
@@ -74,12 +91,18 @@ func TestInterruptsRearmAfterReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer irq.Close()
-	waitFor(t, "completion cause enabled", func() bool { return f.Read32(abi.RegIntEnable) == abi.IntCompletion })
+	irq.Arm()
 	f.Lose()
 	if err := d.Reopen(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "completion cause enabled again after the reset", func() bool { return f.Read32(abi.RegIntEnable) == abi.IntCompletion })
+	if v := f.Read32(abi.RegIntEnable); v != 0 {
+		t.Fatalf("RegIntEnable = %#x after the reset, want 0", v)
+	}
+	waitFor(t, "an Arm that enables the cause again", func() bool {
+		irq.Arm()
+		return f.Read32(abi.RegIntEnable) == abi.IntCompletion
+	})
 }
 
 // TestInterruptsNeedINTx: a device without FeatureINTx is refused with

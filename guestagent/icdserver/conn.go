@@ -885,7 +885,8 @@ func (c *conn) reap() {
 // passes or the connection is stopped. It reports whether cond held. It
 // rings the doorbells and wakes the devices' reapers (flush), looks for
 // the completions itself for a bounded window (pollWait), then sleeps:
-// the reapers reap the completions, whose callbacks signal c.wake.
+// the reapers reap the completions, whose callbacks signal c.wake (and
+// arm the vGPU's completion interrupt while it sleeps, where it has one).
 func (c *conn) waitFor(timeout time.Duration, stoppable bool, cond func() bool) bool {
 	check := func() bool {
 		c.mu.Lock()
@@ -898,6 +899,10 @@ func (c *conn) waitFor(timeout time.Duration, stoppable bool, cond func() bool) 
 	c.flush()
 	if c.pollWait(check) {
 		return true
+	}
+	for dev := range c.used {
+		dev.sleeping(true)
+		defer dev.sleeping(false)
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()

@@ -133,8 +133,12 @@ type device struct {
 	ctxID  uint32
 	stop   chan struct{}
 	// irq, where not nil, is the vGPU's completion interrupts (a
-	// context's is its vGPU's).
-	irq *driver.Interrupts
+	// context's is its vGPU's). sleepers counts the blocking waits
+	// asleep on this device's completions: only for them does the reaper
+	// arm the interrupt; nudge wakes a sleeping reaper to look at them.
+	irq      *driver.Interrupts
+	sleepers atomic.Int32
+	nudge    chan struct{}
 	// For a vGPU: the context ids in use (bit id-1) and whether a
 	// client was put on the shared ring (logged once at warning level).
 	ctxMu     sync.Mutex
@@ -166,6 +170,24 @@ func (dev *device) deviceInfo() ([]byte, error) {
 	return blob, nil
 }
 
+// sleeping marks a blocking wait asleep on dev's completions (asleep
+// true) or awake again; going to sleep, it wakes the reaper to arm the
+// completion interrupt for it.
+func (d *device) sleeping(asleep bool) {
+	if d.irq == nil {
+		return
+	}
+	if !asleep {
+		d.sleepers.Add(-1)
+		return
+	}
+	d.sleepers.Add(1)
+	select {
+	case d.nudge <- struct{}{}:
+	default:
+	}
+}
+
 func (d *device) kick() {
 	select {
 	case d.wake <- struct{}{}:
@@ -189,7 +211,7 @@ func New(cfg Config) *Server {
 		s.trimmer()
 	}()
 	for i, d := range cfg.Devices {
-		dev := &device{index: i, d: d, wake: make(chan struct{}, 1)}
+		dev := &device{index: i, d: d, wake: make(chan struct{}, 1), nudge: make(chan struct{}, 1)}
 		if i < len(cfg.Interrupts) {
 			dev.irq = cfg.Interrupts[i]
 		}
@@ -259,6 +281,9 @@ func (s *Server) reap(dev *device) {
 				sleep = reapMinSleep
 				continue
 			}
+			if irq != nil && dev.sleepers.Load() > 0 && dev.irq.Arm() {
+				continue // look once more: a completion before the arm raises nothing
+			}
 			t.Reset(sleep)
 			select {
 			case <-s.done:
@@ -269,6 +294,8 @@ func (s *Server) reap(dev *device) {
 				// Every completion before the interrupt is visible.
 				s.irqWakes.Add(1)
 				sleep = reapMinSleep
+			case <-dev.nudge:
+				// A wait went to sleep: arm for it.
 			}
 		}
 	}
@@ -340,7 +367,8 @@ func (s *Server) openContext(base *device, log *slog.Logger) (*device, error) {
 			d, err = base.d.OpenContext(opts)
 		}
 		if err == nil {
-			cd := &device{index: base.index, d: d, wake: make(chan struct{}, 1), parent: base, ctxID: id, stop: make(chan struct{}), irq: base.irq}
+			cd := &device{index: base.index, d: d, wake: make(chan struct{}, 1), nudge: make(chan struct{}, 1),
+				parent: base, ctxID: id, stop: make(chan struct{}), irq: base.irq}
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
