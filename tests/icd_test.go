@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 
 // icdLib is the guest ICD that `make icd` builds (docs/icd.md).
@@ -42,12 +44,17 @@ const icdGuestCheck = "#!/bin/sh\n" + userlandCheckFunc + `user() { su -p -s /bi
 check clinfo-root clinfo
 check clinfo-user user clinfo
 check vadd-user user python3 /vgpu/bin/vadd.py
+check sleep-user user python3 /vgpu/bin/icd_sleep.py
 `
 
 // icdVadd is a pyopencl program: a vector addition on the first platform,
 // checked on the CPU, with the kernel's profiled time (the README's demo
 // runs it too).
 const icdVadd = "../scripts/guest/vadd.py"
+
+// icdSleep is a pyopencl program whose waits outlast vgpu-icdd's polling
+// window: kernels of tens of milliseconds, waited for.
+const icdSleep = "testdata/icd_sleep.py"
 
 // TestGuestICD boots the userland guest with a vGPU, the vgpud ICD and
 // vgpu-icdd, and checks that Debian's clinfo lists the vGPU with the
@@ -74,11 +81,15 @@ func guestICD(t *testing.T, a imagetest.Apps, lib string, m *mdev.Manager) {
 		t.Fatal(err)
 	}
 	files = append(files, image.File{Src: check, Dst: image.BinDir + "/icd-check", Mode: 0o755},
-		image.File{Src: icdVadd, Dst: image.BinDir + "/vadd.py", Mode: 0o644})
+		image.File{Src: icdVadd, Dst: image.BinDir + "/vadd.py", Mode: 0o644},
+		image.File{Src: icdSleep, Dst: image.BinDir + "/icd_sleep.py", Mode: 0o644})
 	initrd := imagetest.AppsInitramfs(t, a, files, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd")
 
 	out, codes, console := runAppsGuest(t, a, initrd, inst, imagetest.AppsBinDir+"/icd-check")
-	for _, name := range []string{"clinfo-root", "clinfo-user", "vadd-user"} {
+	if strings.HasSuffix(inst.Socket(), vfiouser.Transport{}.Suffix()) {
+		checkICDDInterrupts(t, console)
+	}
+	for _, name := range []string{"clinfo-root", "clinfo-user", "vadd-user", "sleep-user"} {
 		if _, ok := codes[name]; !ok {
 			t.Fatalf("check %s did not finish; console:\n%s", name, console)
 		}
@@ -99,10 +110,35 @@ func guestICD(t *testing.T, a imagetest.Apps, lib string, m *mdev.Manager) {
 			}
 		}
 	}
+	if !strings.Contains(out["sleep-user"], "SLEEP OK") {
+		t.Errorf("pyopencl kernels waited for past the polling window: output:\n%s", out["sleep-user"])
+	}
 	t.Logf("pyopencl as nobody: %s", strings.TrimSpace(out["vadd-user"]))
 	if !strings.Contains(out["vadd-user"], "VADD OK platform=vgpud") {
 		t.Errorf("pyopencl vector addition as nobody: output:\n%s", out["vadd-user"])
 	}
+}
+
+// checkICDDInterrupts: on vfio-user (which delivers INTx under TCG)
+// vgpu-icdd serves with the vGPU's completion interrupts, and they
+// arrived: icd_sleep.py's waits outlast the polling window, so each sleeps
+// with the line armed until its kernel completes (docs/icd-protocol.md
+// "Completion interrupts").
+func checkICDDInterrupts(t *testing.T, console string) {
+	t.Helper()
+	if !strings.Contains(console, "vgpu completion interrupts through uio_pci_generic") {
+		t.Errorf("vgpu-icdd did not take the vGPU's completion interrupts; console:\n%s", console)
+		return
+	}
+	m := regexp.MustCompile(`prog=vgpu-icdd .*irq_wakes=(\d+) .*interrupts=(\d+) interrupt_arms=(\d+)`).FindStringSubmatch(console)
+	if m == nil {
+		t.Errorf("no interrupt counts in vgpu-icdd's stopping line; console:\n%s", console)
+		return
+	}
+	if n, _ := strconv.Atoi(m[2]); n == 0 {
+		t.Errorf("no completion interrupt reached vgpu-icdd (armed %s times)", m[3])
+	}
+	t.Logf("vgpu-icdd: %s completion interrupts for %s arms; reapers woken by %s", m[2], m[3], m[1])
 }
 
 // profileOf returns the manager's profile called name.

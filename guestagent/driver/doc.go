@@ -63,5 +63,13 @@
 // with that status (callbacks included), and every later call fails with
 // ErrDeviceLost until Reopen resets the device and sets its ring up again.
 //
+// # Interrupts
+//
+// Waits poll guest RAM; where the VMM delivers the vGPU's INTx (ABI 1.1), a
+// waiter may sleep on it instead: UIOBlocker for one waiter, Interrupts
+// (interrupts.go) to hand each interrupt to every reaper of a daemon that
+// serves many (vgpu-icdd), armed only on request. Both reach the line
+// through uio_pci_generic in a guest; IRQLine is the seam tests fill.
+//
 // A Device is safe for concurrent use; its methods serialise on one mutex.
 package driver

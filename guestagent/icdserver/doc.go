@@ -12,7 +12,10 @@
 // they land, so that events are timestamped promptly; a blocking Wait
 // reaps its connection's devices itself for a bounded window
 // (waitpoll.go), so that a short command is answered as soon as its
-// completion lands, and then sleeps until a reaper delivers the rest. When a
+// completion lands, and then sleeps until a reaper delivers the rest. Where
+// the device's completion interrupts are given (Config.Interrupts), a
+// reaper arms them while a wait sleeps on its device and wakes at each
+// one as well as on its timers. When a
 // device's context is lost (vgpud's worker ended), the driver fails the
 // commands in flight, so each client's events end with StatusDeviceLost;
 // the reaper then reopens the device (Server.revive), and a Hello finds a

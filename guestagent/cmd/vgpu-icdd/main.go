@@ -15,6 +15,12 @@
 // clients' commands on it fail with abi status device-lost. It does not
 // take part in reconfiguration (it declares no memory needs).
 //
+// Completion interrupts (-interrupts, docs/icd-protocol.md "Completion
+// interrupts"): by default it binds each vGPU that has INTx to
+// uio_pci_generic, so that a client's blocking wait that sleeps is woken
+// by the vGPU's interrupt rather than by a reaper's timer; where the
+// module is missing or the VMM delivers no interrupt, timers alone.
+//
 // Device lost: when vgpud ends the worker behind a vGPU (its watchdog, a
 // crash), the server fails every client's commands in flight with abi
 // status device-lost and resets the device, so later requests and clients
@@ -187,7 +193,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	case <-ctx.Done():
 		w := srv.WaitStats()
 		q := srv.QueueStats()
-		log.Info("stopping", "clients", srv.Conns(), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept, "irq_wakes", w.Interrupts,
+		var irqN, arms uint64
+		for _, irq := range irqs {
+			if irq != nil {
+				n, a := irq.Count()
+				irqN, arms = irqN+n, arms+a
+			}
+		}
+		log.Info("stopping", "clients", srv.Conns(), "waits_polled", w.Polled, "waits_missed", w.Missed, "waits_slept", w.Slept,
+			"irq_wakes", w.Interrupts, "interrupts", irqN, "interrupt_arms", arms,
 			"queued", q.Queued, "socket", q.Socket, "kicks", q.Kicks, "queue_sleeps", q.Sleeps, "queue_polled", q.Polled)
 	case err = <-served:
 	}
