@@ -202,6 +202,8 @@ type bench struct {
 	clsmall string
 	// vgpud is a vendors directory holding only the vgpud ICD (-icd).
 	vgpud string
+	// cpu is the small section's CPU profile, printed after its table.
+	cpu *table.Table
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
@@ -260,6 +262,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		}
 		t.Print(stdout)
 		fmt.Fprintln(stdout)
+		if sec.name == sectionSmall && b.cpu != nil {
+			b.cpu.Print(stdout)
+			fmt.Fprintln(stdout)
+		}
 	}
 	return nil
 }

@@ -66,6 +66,8 @@ type smallResult struct {
 	SetupNS int64  `json:"setup_ns"`
 	RunNS   int64  `json:"run_ns"`
 	TotalNS int64  `json:"total_ns"`
+	// cpu is the process's user and system time (host runs).
+	cpu time.Duration
 }
 
 func (r smallResult) check(m smallMode) error {
@@ -142,6 +144,7 @@ func (b *bench) runSmall(ctx context.Context, env []string, m smallMode) (smallR
 	if err != nil {
 		return smallResult{}, fmt.Errorf("clsmall %s: %w\n%s", strings.Join(m.args(), " "), err, out)
 	}
+	rs[0].cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	return rs[0], nil
 }
 
@@ -299,10 +302,10 @@ func metText(ok bool) string {
 // queue turned off (VGPUD_ICD_QUEUE=0: a datagram per request, as before
 // protocol version 2), rotating which path goes first, after one untimed
 // start-up run on each.
-func (b *bench) hostSmall(ctx context.Context) (direct, icd, datagrams map[string][]smallResult, err error) {
+func (b *bench) hostSmall(ctx context.Context) (direct, icd, datagrams map[string][]smallResult, cpu map[string]*cpuProfile, err error) {
 	ih, err := b.startICDHost(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	defer func() { err = errors.Join(err, ih.stop()) }()
 	paths := []struct {
@@ -316,22 +319,77 @@ func (b *bench) hostSmall(ctx context.Context) (direct, icd, datagrams map[strin
 	}
 	for _, p := range paths {
 		if _, err := b.runSmall(ctx, p.env, startupMode); err != nil {
-			return nil, nil, nil, fmt.Errorf("host %s, warm-up: %w", p.name, err)
+			return nil, nil, nil, nil, fmt.Errorf("host %s, warm-up: %w", p.name, err)
 		}
 	}
+	cpu = map[string]*cpuProfile{}
 	for r := range b.cfg.small.runs {
 		for i, m := range b.cfg.small.modes() {
+			prof := cpu[m.name]
+			if prof == nil {
+				prof = &cpuProfile{}
+				cpu[m.name] = prof
+			}
 			for j := range paths {
-				p := paths[(r+i+j)%len(paths)]
+				k := (r + i + j) % len(paths)
+				p := paths[k]
+				var before procCPU
+				if k == 1 {
+					if before, err = sampleCPU(ih.cmd.Process.Pid); err != nil {
+						return nil, nil, nil, nil, err
+					}
+				}
 				res, err := b.runSmall(ctx, p.env, m)
 				if err != nil {
-					return nil, nil, nil, fmt.Errorf("host %s: %w", p.name, err)
+					return nil, nil, nil, nil, fmt.Errorf("host %s: %w", p.name, err)
 				}
 				p.out[m.name] = append(p.out[m.name], res)
+				switch k {
+				case 0:
+					prof.direct += res.cpu
+					prof.directN += m.n
+					prof.directRuns++
+				case 1:
+					after, err := cpuAfter(ih.cmd.Process.Pid, before)
+					if err != nil {
+						return nil, nil, nil, nil, err
+					}
+					prof.host = prof.host.add(after.sub(before))
+					prof.client += res.cpu
+					prof.n += m.n
+					prof.runs++
+				}
 			}
 		}
 	}
-	return paths[0].out, paths[1].out, paths[2].out, nil
+	return paths[0].out, paths[1].out, paths[2].out, cpu, nil
+}
+
+// cpuTable is the CPU per command of each mode, process by process, on
+// the host ICD path (queue on) and directly.
+func (b *bench) cpuTable(cpu map[string]*cpuProfile, icd map[string][]smallResult) *table.Table {
+	t := &table.Table{
+		Title: "Where a small command's CPU goes on the host ICD path (issue 43's kept profile): CPU time per command, summed over every run of the mode",
+		Header: []string{"mode", "direct: clsmall (us)", "clsmall + ICD (us)", "icdhost (us)", "worker (us)", "executors (us)",
+			"ICD path, all (us)", fmt.Sprintf("all / %d CPUs (us)", runtime.NumCPU()), "ICD wall/cmd (us)"},
+	}
+	med := mediansOf(icd)
+	f := func(v float64) string { return fmt.Sprintf("%.1f", v) }
+	for _, m := range b.cfg.small.modes() {
+		if cpu[m.name] == nil || cpu[m.name].n == 0 || m.name == startupMode.name {
+			continue
+		}
+		p := cpu[m.name].work(cpu[startupMode.name])
+		all := p.client + p.host.main + p.host.worker + p.host.executors
+		t.Add(m.name, f(perCmd(p.direct, p.directN)), f(perCmd(p.client, p.n)), f(perCmd(p.host.main, p.n)),
+			f(perCmd(p.host.worker, p.n)), f(perCmd(p.host.executors, p.n)), f(perCmd(all, p.n)),
+			f(perCmd(all, p.n)/float64(runtime.NumCPU())), f(float64(med[m.name].run)/float64(m.n)/1e3))
+	}
+	t.Note("Each mode's runs less as many start-up runs (platform, context, the program's build, one launch and one read), so that set-up does not count: the start-up mode runs in the same rounds.")
+	t.Note("direct: clsmall's own CPU on the platform directly (PoCL's threads included: all of the work). Through the ICD: clsmall and the ICD; icdhost (vgpu-icdd's server, vgpud's main process and the harness that plays the VM's MMIO and RAM); the worker (the vGPU's rings, turns, copies); its executors (each device context's OpenCL runtime, PoCL's threads included, ended ones counted once the worker reaped them).")
+	t.Note("From /proc/<pid>/stat (clock ticks of %v: run enough commands) and clsmall's rusage, taken before and after each run on the ICD path (after the client's context executor ended).", clockTick)
+	t.Note("all / CPUs is a floor under the time per command however well the four processes overlap: where it is above the goal, the goal needs fewer hops or less CPU per hop, not more overlap.")
+	return t
 }
 
 // directName names the platform the host rows use directly.
@@ -382,10 +440,11 @@ func (b *bench) guestSmall(ctx context.Context) (map[string][]smallResult, error
 
 func (b *bench) smallTable(ctx context.Context) (*table.Table, error) {
 	c := b.cfg.small
-	directRuns, icdRuns, datagramRuns, err := b.hostSmall(ctx)
+	directRuns, icdRuns, datagramRuns, cpu, err := b.hostSmall(ctx)
 	if err != nil {
 		return nil, err
 	}
+	b.cpu = b.cpuTable(cpu, icdRuns)
 	var guestRuns map[string][]smallResult
 	if c.guest {
 		if guestRuns, err = b.guestSmall(ctx); err != nil {

@@ -66,6 +66,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	staging := fs.Int("staging", driver.DefaultStagingBytes, "driver DMA staging pool bytes")
 	timeout := fs.Duration("timeout", driver.DefaultTimeout, "driver and server timeout")
 	queuePoll := fs.Duration("queue-poll", 0, "how long a connection looks at its empty submission queue before it sleeps (0: icdserver's default, negative: never)")
+	pollWindow := fs.Duration("poll-window", 0, "how long the worker's ring loops and executor connections poll before they block (mdev.Config.PollWindow: 0 the default, negative never)")
 	interrupts := fs.Bool("interrupts", true, "reapers wake at the vGPU's completion interrupts (the irqfd), as vgpu-icdd's do on vfio-user; false: on their timers alone")
 	turn := fs.Duration("turn-timeout", 0, "the instance's turn budget: vgpud's watchdog ends a worker whose kernel overruns it, and the device context is lost (0: the profile's)")
 	verbose := fs.Bool("v", false, "debug logs on stderr")
@@ -106,7 +107,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return err
 	}
 	defer os.RemoveAll(sockDir)
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockDir, Transport: mpqemu.Transport{}})
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockDir, Transport: mpqemu.Transport{}, PollWindow: *pollWindow})
 	if err != nil {
 		return err
 	}
