@@ -219,18 +219,24 @@ func NewUIOLine(uio UIOFile, cfg PCIConfig) *UIOLine { return &UIOLine{uio: uio,
 
 // Await implements IRQLine.
 func (l *UIOLine) Await(deadline time.Time) (bool, error) {
-	if err := l.uio.SetReadDeadline(deadline); err != nil {
-		return false, fmt.Errorf("uio: %w", err)
-	}
 	var count [4]byte
-	_, err := io.ReadFull(l.uio, count[:])
+	return awaitRead(l.uio, count[:], deadline)
+}
+
+// awaitRead reads one interrupt's record into buf from f, a file that
+// blocks until the next interrupt, by deadline: false when it passed.
+func awaitRead(f UIOFile, buf []byte, deadline time.Time) (bool, error) {
+	if err := f.SetReadDeadline(deadline); err != nil {
+		return false, fmt.Errorf("interrupt line: %w", err)
+	}
+	_, err := io.ReadFull(f, buf)
 	switch {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return false, nil
 	default:
-		return false, fmt.Errorf("uio: wait for interrupt: %w", err)
+		return false, fmt.Errorf("interrupt line: wait for interrupt: %w", err)
 	}
 }
 
@@ -244,3 +250,27 @@ func (l *UIOLine) Close() error {
 	closeConfig(l.cfg)
 	return err
 }
+
+// EventfdLine is a device's INTx delivered as an eventfd that the VMM (or
+// a harness playing one) writes when the line rises: an irqfd. Ending the
+// interrupt needs nothing here: no interrupt controller holds the line,
+// and the next rise writes the eventfd again once the cause was cleared.
+type EventfdLine struct{ f *os.File }
+
+var _ IRQLine = (*EventfdLine)(nil)
+
+// NewEventfdLine takes ownership of f, a non-blocking eventfd (so that
+// the runtime's poller waits for it and Close ends a wait).
+func NewEventfdLine(f *os.File) *EventfdLine { return &EventfdLine{f: f} }
+
+// Await implements IRQLine: it reads the eventfd's counter.
+func (l *EventfdLine) Await(deadline time.Time) (bool, error) {
+	var count [8]byte
+	return awaitRead(l.f, count[:], deadline)
+}
+
+// Unmask implements IRQLine: nothing to do.
+func (l *EventfdLine) Unmask() error { return nil }
+
+// Close implements IRQLine.
+func (l *EventfdLine) Close() error { return l.f.Close() }

@@ -2,10 +2,8 @@ package driver
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,17 +132,14 @@ func (b *UIOBlocker) BlockUntil(index uint32, done func() bool, deadline time.Ti
 		if deadline.Before(wake) {
 			wake = deadline
 		}
-		if err := b.uio.SetReadDeadline(wake); err != nil {
+		raised, err := awaitRead(b.uio, count[:], wake)
+		if err != nil {
 			return fmt.Errorf("uio blocker: %w", err)
 		}
-		_, err := io.ReadFull(b.uio, count[:])
-		switch {
-		case err == nil:
+		if raised {
 			b.woken.Add(1)
-		case errors.Is(err, os.ErrDeadlineExceeded):
+		} else {
 			b.rechecks.Add(1)
-		default:
-			return fmt.Errorf("uio blocker: wait for interrupt: %w", err)
 		}
 	}
 }

@@ -63,20 +63,11 @@ func findUIO(pciDir, devDir string) (string, error) {
 // /dev/uioN and its config file and returns a UIOBlocker on regs (the
 // device's BAR0).
 func OpenUIOBlocker(pciDir string, regs Registers) (*UIOBlocker, error) {
-	path, err := BindUIO(pciDir)
+	l, err := OpenUIOLine(pciDir)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open uio: %w", err)
-	}
-	cfg, err := os.OpenFile(filepath.Join(pciDir, "config"), os.O_RDWR, 0)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("open pci config: %w", err)
-	}
-	return NewUIOBlocker(regs, f, cfg)
+	return NewUIOBlocker(regs, l.uio, l.cfg)
 }
 
 // OpenUIOLine binds the device at pciDir to uio_pci_generic and returns

@@ -387,11 +387,9 @@ func (v *VM) Close() error {
 }
 
 // IRQLine returns the vGPU's INTx as a guest's driver sees it
-// (driver.IRQLine, for driver.Interrupts): Await reads the irqfd vgpud
-// writes when the line rises. Unmask has nothing to do: no interrupt
-// controller holds the line here, and vgpud writes the irqfd again at its
-// next rise, once the driver cleared the cause. The line has its own copy
-// of the irqfd; closing it leaves the VM's.
+// (driver.IRQLine, for driver.Interrupts): the irqfd vgpud writes when the
+// line rises (driver.EventfdLine). The line has its own copy of the
+// irqfd; closing it leaves the VM's.
 func (v *VM) IRQLine() (driver.IRQLine, error) {
 	v.ioMu.Lock()
 	defer v.ioMu.Unlock()
@@ -403,27 +401,5 @@ func (v *VM) IRQLine() (driver.IRQLine, error) {
 		return nil, fmt.Errorf("irqfd: %w", err)
 	}
 	// Non-blocking, like the VM's: the runtime's poller waits for it.
-	return &irqLine{f: os.NewFile(uintptr(fd), "irqfd")}, nil
+	return driver.NewEventfdLine(os.NewFile(uintptr(fd), "irqfd")), nil
 }
-
-// irqLine is a VM's irqfd as a driver.IRQLine.
-type irqLine struct{ f *os.File }
-
-func (l *irqLine) Await(deadline time.Time) (bool, error) {
-	if err := l.f.SetReadDeadline(deadline); err != nil {
-		return false, err
-	}
-	var n [8]byte
-	_, err := l.f.Read(n[:])
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return false, nil
-	default:
-		return false, err
-	}
-}
-
-func (l *irqLine) Unmask() error { return nil }
-func (l *irqLine) Close() error  { return l.f.Close() }
