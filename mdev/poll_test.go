@@ -147,8 +147,11 @@ func TestPollingWorkerNeedsNoDoorbells(t *testing.T) {
 		if got := sh.Stats.Doorbells.Load() - bells; !tc.context && got != rung+st.Rekicks-st0.Rekicks {
 			t.Errorf("%+v: the device took %d doorbells, the guest rang %d and kicked again %d times", tc, got, rung, st.Rekicks-st0.Rekicks)
 		}
-		if seen < skipped {
-			t.Errorf("%+v: the worker found %d tails in the shadow, the guest skipped %d doorbells", tc, seen, skipped)
+		// A skipped doorbell's tail reaches the worker in the shadow,
+		// or, when the guest's wait for it slept (a loaded machine),
+		// with the kick that wait made (Rekicks).
+		if rekicks := st.Rekicks - st0.Rekicks; seen+rekicks < skipped {
+			t.Errorf("%+v: the worker found %d tails in the shadow and the guest kicked again %d times, for %d skipped doorbells", tc, seen, rekicks, skipped)
 		}
 	}
 }
