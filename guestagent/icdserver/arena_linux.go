@@ -3,6 +3,7 @@ package icdserver
 import (
 	"fmt"
 	"net"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -98,11 +99,41 @@ func peerCred(c *net.UnixConn) (pid, uid, gid int) {
 	return int(cred.Pid), int(cred.Uid), int(cred.Gid)
 }
 
-// monoNow is CLOCK_MONOTONIC in nanoseconds, the clock of event records.
-func monoNow() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0
+// monoNow is CLOCK_MONOTONIC in nanoseconds, the clock of event records
+// (the ICD stamps its own with clock_gettime(CLOCK_MONOTONIC)). It is the
+// runtime's monotonic clock, which is CLOCK_MONOTONIC read through the
+// vDSO, offset once (monoBase): two events a command, and a system call
+// each for unix.ClockGettime was 9% of the daemon's CPU in a burst of
+// launches (bench/README.md, issue 43).
+func monoNow() int64 { return monoBase.ns + int64(time.Since(monoBase.at)) }
+
+// monoBase pairs a CLOCK_MONOTONIC reading with the runtime's clock: ns is
+// CLOCK_MONOTONIC at at, within slack.
+var monoBase = newMonoBase()
+
+type monoPair struct {
+	ns    int64
+	at    time.Time
+	slack time.Duration
+}
+
+// newMonoBase reads CLOCK_MONOTONIC on both sides of time.Now and keeps
+// the midpoint of the tightest of a few tries (a preemption between the
+// reads only widens the slack).
+func newMonoBase() monoPair {
+	best := monoPair{slack: time.Duration(1<<63 - 1)}
+	for range 5 {
+		var a, b unix.Timespec
+		if unix.ClockGettime(unix.CLOCK_MONOTONIC, &a) != nil {
+			break
+		}
+		at := time.Now()
+		if unix.ClockGettime(unix.CLOCK_MONOTONIC, &b) != nil {
+			break
+		}
+		if slack := time.Duration(b.Nano()-a.Nano()) / 2; slack < best.slack {
+			best = monoPair{ns: a.Nano() + int64(slack), at: at, slack: slack}
+		}
 	}
-	return ts.Nano()
+	return best
 }
