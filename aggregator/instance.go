@@ -29,8 +29,10 @@ type InstanceConfig struct {
 	Memory       GuestMemory
 	Logger       *slog.Logger
 	// Notify, if set, is called by the worker after each completion record
-	// is visible in guest RAM (the hook for interrupts and notifications).
-	// It must not block.
+	// is visible in guest RAM (the hook for interrupts and notifications),
+	// with its index; for a batch of pipelined launches, whose records are
+	// written back to back, once after the last with the last's index
+	// (every record up to it is visible). It must not block.
 	Notify func(index uint32)
 	// Shared, if set, is where the instance keeps its register-visible
 	// state and counters (a page shared with another process); nil: a new
@@ -648,6 +650,18 @@ type fetched struct {
 // finish counts an executed command and writes its completion record. It
 // reports whether the worker may go on.
 func (in *Instance) finish(f fetched, detail uint64, err error) bool {
+	if !in.record(f, detail, err) {
+		return false
+	}
+	if in.notify != nil {
+		in.notify(f.idx)
+	}
+	return true
+}
+
+// record is finish without the completion notice: syncLaunches sends one
+// for a batch.
+func (in *Instance) record(f fetched, detail uint64, err error) bool {
 	idx, cmd := f.idx, f.cmd
 	st := statusOf(err)
 	if err != nil {
@@ -666,13 +680,7 @@ func (in *Instance) finish(f fetched, detail uint64, err error) bool {
 	rec.Marshal(b[:])
 	at := f.ring.ComplBase + uint64(idx&(f.ring.Slots-1))*abi.ComplSize
 
-	if !in.complete(f.epoch, idx, at, b[:]) {
-		return false
-	}
-	if in.notify != nil {
-		in.notify(idx)
-	}
-	return true
+	return in.complete(f.epoch, idx, at, b[:])
 }
 
 // complete writes a completion record unless the ring was reset since the

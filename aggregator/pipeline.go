@@ -17,7 +17,8 @@ import (
 // launch runs under a kept turn (turns.go), the worker enqueues it and
 // fetches the next command at once; the launches so enqueued are waited
 // for together (syncLaunches), and only then are their completion
-// records written, in ring order, with each one's device time. They are
+// records written, in ring order, with each one's device time, followed
+// by one completion notice for them all (InstanceConfig.Notify). They are
 // synced before any other command executes (the ring's order is the
 // guest's order: a copy after a launch sees its result), before the kept
 // turn goes back (the scheduler is told the device time of every launch
@@ -134,7 +135,12 @@ func (in *Instance) syncLaunches() {
 			in.sh.Kernels.Observe(dur, p.items)
 			total += r.Device
 		}
-		in.finish(p.f, dur, err)
+		in.record(p.f, dur, err)
+	}
+	// One notice for the batch (its records went out back to back): on a
+	// worker each is an eventfd write that wakes vgpud's main process.
+	if in.notify != nil {
+		in.notify(pending[len(pending)-1].f.idx)
 	}
 	if in.held != nil {
 		in.held.dev += total

@@ -211,3 +211,37 @@ func TestPipelinedLaunchesWithReuse(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelinedBatchSendsOneNotice is the mechanism test of coalesced
+// completion notices: a batch of pipelined launches has its records
+// written back to back and one notice (InstanceConfig.Notify, on a worker
+// an eventfd write that wakes vgpud's main process) for them all, with
+// the last launch's index; a command completed on its own still gets its
+// own.
+func TestPipelinedBatchSendsOneNotice(t *testing.T) {
+	const items, n = 64, 10
+	g, q := chainGuest(t, items, time.Hour, false)
+	for len(g.dones) > 0 {
+		<-g.dones // the set-up's
+	}
+	cmds := make([]abi.Command, 0, n+1)
+	for k := 0; k < n; k++ {
+		cmds = append(cmds, g.tick(items, uint32(k)))
+	}
+	dl, _ := g.download(1, 4*items)
+	cmds = append(cmds, dl)
+	recs := g.run(cmds...)
+	g.mustOK(recs...)
+	if _, enqueues, syncs := q.counts(); enqueues != n || syncs != 1 {
+		t.Fatalf("%d launches: %d enqueued, %d syncs; want one batch", n, enqueues, syncs)
+	}
+	var got []uint32
+	for len(g.dones) > 0 {
+		got = append(got, <-g.dones)
+	}
+	first := uint32(recs[0].Seq - 1)           // abi.SeqOf(index) = index + 1
+	want := []uint32{first + n - 1, first + n} // the batch's last launch, then the download
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("notices %v for %d pipelined launches and a download from index %d, want %v", got, n, first, want)
+	}
+}
