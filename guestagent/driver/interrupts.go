@@ -54,9 +54,9 @@ type Interrupts struct {
 
 	mu     sync.Mutex
 	subs   map[chan struct{}]struct{}
-	armed  bool  // cause cleared and line unmasked since the last interrupt
-	enable bool  // the next Arm enables the cause (first, and after a quiet Await)
-	err    error // the first failure to arm, logged once
+	armed  bool // cause cleared and line unmasked since the last interrupt
+	enable bool // the next Arm enables the cause (first, and after a quiet Await)
+	warned bool // a failure to unmask was logged
 
 	count, arms atomic.Uint64
 	stop        chan struct{}
@@ -106,12 +106,12 @@ func (in *Interrupts) Arm() bool {
 	if in.armed {
 		return false
 	}
-	if !in.d.armInterrupt(true, in.enable) {
+	if !in.d.armInterrupt(in.enable) {
 		return false // suspended or closed: the timers carry on
 	}
 	if err := in.line.Unmask(); err != nil {
-		if in.err == nil {
-			in.err = fmt.Errorf("completion interrupts: unmask: %w", err)
+		if !in.warned {
+			in.warned = true
 			in.log.Warn("vgpu completion interrupts: cannot unmask the line: reapers poll on timers", "err", err)
 		}
 		return false
@@ -136,7 +136,7 @@ func (in *Interrupts) Close() error {
 	}
 	err := in.line.Close()
 	<-in.done
-	in.d.armInterrupt(false, false)
+	in.d.disableInterrupt()
 	if in.runErr != nil {
 		return in.runErr
 	}
@@ -158,14 +158,11 @@ func (in *Interrupts) run() {
 			return
 		}
 		in.mu.Lock()
-		if raised {
-			in.count.Add(1)
-		} else {
-			// Quiet: armed or not, arm (and enable) afresh next time.
-			in.enable = true
-		}
 		in.armed = false
-		if raised {
+		if !raised {
+			in.enable = true // quiet: arm (and enable) afresh next time
+		} else {
+			in.count.Add(1)
 			for c := range in.subs {
 				select {
 				case c <- struct{}{}:
@@ -177,30 +174,36 @@ func (in *Interrupts) run() {
 	}
 }
 
-// armInterrupt clears the completion cause in RegIntStatus and, with
-// enable, enables it in RegIntEnable; with clear false it only disables
-// it. It touches no register while the device is closed, suspended (its
-// registers are closed) or abandoned, and reports whether it wrote. A
-// device context shares its vGPU's line and registers: it arms them
-// through the default ring's Device.
-func (d *Device) armInterrupt(clear, enable bool) bool {
+// armInterrupt enables the completion cause in RegIntEnable (with
+// enable) and clears it in RegIntStatus, and reports whether it wrote;
+// disableInterrupt disables it. Both reach the registers through intRegs.
+func (d *Device) armInterrupt(enable bool) bool {
+	return d.intRegs(func(r Registers) {
+		if enable {
+			r.Write32(abi.RegIntEnable, abi.IntCompletion)
+		}
+		r.Write32(abi.RegIntStatus, abi.IntCompletion)
+	})
+}
+
+func (d *Device) disableInterrupt() {
+	d.intRegs(func(r Registers) { r.Write32(abi.RegIntEnable, 0) })
+}
+
+// intRegs runs write on the registers of the interrupt's owner, unless
+// the device is closed, suspended (its registers are closed) or
+// abandoned. A device context shares its vGPU's line and registers: the
+// default ring's Device owns them.
+func (d *Device) intRegs(write func(Registers)) bool {
 	if d.parent != nil {
-		return d.parent.armInterrupt(clear, enable)
+		return d.parent.intRegs(write)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed || d.abandoned.Load() || d.Suspended() || d.regs == nil {
 		return false
 	}
-	switch {
-	case !clear:
-		d.regs.Write32(abi.RegIntEnable, 0)
-	case enable:
-		d.regs.Write32(abi.RegIntEnable, abi.IntCompletion)
-		fallthrough
-	default:
-		d.regs.Write32(abi.RegIntStatus, abi.IntCompletion)
-	}
+	write(d.regs)
 	return true
 }
 

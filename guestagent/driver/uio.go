@@ -46,10 +46,9 @@ const (
 // concurrent use; sleepers are serialised.
 type UIOBlocker struct {
 	regs Registers
-	cfg  PCIConfig
 
-	mu  sync.Mutex // serialises sleepers and Close
-	uio UIOFile    // nil after Close
+	mu   sync.Mutex // serialises sleepers and Close
+	line *UIOLine   // nil after Close
 
 	woken, rechecks atomic.Uint64
 }
@@ -68,7 +67,7 @@ func NewUIOBlocker(regs Registers, uio UIOFile, cfg PCIConfig) (*UIOBlocker, err
 	}
 	regs.Write32(abi.RegIntStatus, abi.IntCompletion)
 	regs.Write32(abi.RegIntEnable, abi.IntCompletion)
-	return &UIOBlocker{regs: regs, cfg: cfg, uio: uio}, nil
+	return &UIOBlocker{regs: regs, line: NewUIOLine(uio, cfg)}, nil
 }
 
 func closeConfig(cfg PCIConfig) {
@@ -76,10 +75,6 @@ func closeConfig(cfg PCIConfig) {
 		c.Close()
 	}
 }
-
-// unmask clears the command register's INTx-disable bit, which
-// uio_pci_generic's handler set, if it is set.
-func (b *UIOBlocker) unmask() error { return unmaskINTx(b.cfg) }
 
 // unmaskINTx clears the INTx-disable bit of the command register in cfg,
 // if it is set.
@@ -112,13 +107,12 @@ func (b *UIOBlocker) Stats() (interrupts, rechecks uint64) {
 func (b *UIOBlocker) BlockUntil(index uint32, done func() bool, deadline time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.uio == nil {
+	if b.line == nil {
 		return fmt.Errorf("uio blocker: %w", ErrClosed)
 	}
-	var count [4]byte
 	for {
 		b.regs.Write32(abi.RegIntStatus, abi.IntCompletion)
-		if err := b.unmask(); err != nil {
+		if err := b.line.Unmask(); err != nil {
 			return fmt.Errorf("uio blocker: unmask intx: %w", err)
 		}
 		if done() {
@@ -132,7 +126,7 @@ func (b *UIOBlocker) BlockUntil(index uint32, done func() bool, deadline time.Ti
 		if deadline.Before(wake) {
 			wake = deadline
 		}
-		raised, err := awaitRead(b.uio, count[:], wake)
+		raised, err := b.line.Await(wake)
 		if err != nil {
 			return fmt.Errorf("uio blocker: %w", err)
 		}
@@ -148,12 +142,11 @@ func (b *UIOBlocker) BlockUntil(index uint32, done func() bool, deadline time.Ti
 func (b *UIOBlocker) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.uio == nil {
+	if b.line == nil {
 		return nil
 	}
 	b.regs.Write32(abi.RegIntEnable, 0)
-	err := b.uio.Close()
-	closeConfig(b.cfg)
-	b.uio = nil
+	err := b.line.Close()
+	b.line = nil
 	return err
 }
