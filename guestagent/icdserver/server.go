@@ -92,10 +92,8 @@ type Server struct {
 	trim  chan struct{}
 	trims atomic.Uint64
 	// waits counts how blocking waits ended (WaitStats).
-	waits waitCounters
-	// irqWakes counts reaper wake-ups by a completion interrupt.
-	irqWakes atomic.Uint64
-	queues   queueCounters
+	waits  waitCounters
+	queues queueCounters
 
 	wg     sync.WaitGroup // every goroutine the Server started
 	connWG sync.WaitGroup // connection goroutines; Add only under mu while !closed
@@ -292,7 +290,7 @@ func (s *Server) reap(dev *device) {
 				sleep = min(2*sleep, reapMaxSleep)
 			case <-irq:
 				// Every completion before the interrupt is visible.
-				s.irqWakes.Add(1)
+				s.waits.interrupts.Add(1)
 				sleep = reapMinSleep
 			case <-dev.nudge:
 				// A wait went to sleep: arm for it.

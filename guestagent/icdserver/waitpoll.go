@@ -51,13 +51,13 @@ type WaitStats struct {
 
 // waitCounters are a Server's WaitStats.
 type waitCounters struct {
-	polled, missed, slept atomic.Uint64
+	polled, missed, slept, interrupts atomic.Uint64
 }
 
 // WaitStats returns how the Server's blocking waits have ended.
 func (s *Server) WaitStats() WaitStats {
 	return WaitStats{Polled: s.waits.polled.Load(), Missed: s.waits.missed.Load(), Slept: s.waits.slept.Load(),
-		Interrupts: s.irqWakes.Load()}
+		Interrupts: s.waits.interrupts.Load()}
 }
 
 // waitPoller is a connection's record of its polled waits, owned by its
