@@ -147,12 +147,12 @@ func cpuAfter(root int, before procCPU) (procCPU, error) {
 	}
 }
 
-// cpuProfile accumulates the CPU time of one mode's runs.
+// cpuProfile accumulates the CPU time of one mode's runs (each of the
+// mode's n commands).
 type cpuProfile struct {
-	n, runs             int           // commands and runs through the ICD
-	directN, directRuns int           // and directly
-	client, direct      time.Duration // clsmall through the ICD; clsmall on the platform directly
-	host                procCPU
+	runs, directRuns int           // runs through the ICD, and directly
+	client, direct   time.Duration // clsmall through the ICD; clsmall on the platform directly
+	host             procCPU
 }
 
 // work is p less runs of the start-up mode's profile s: the CPU of the

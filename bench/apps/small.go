@@ -308,7 +308,7 @@ func (b *bench) hostSmall(ctx context.Context) (direct, icd, datagrams map[strin
 		return nil, nil, nil, nil, err
 	}
 	defer func() { err = errors.Join(err, ih.stop()) }()
-	paths := []struct {
+	paths := []struct { // indexed by pathDirect, pathICD
 		name string
 		env  []string
 		out  map[string][]smallResult
@@ -334,7 +334,7 @@ func (b *bench) hostSmall(ctx context.Context) (direct, icd, datagrams map[strin
 				k := (r + i + j) % len(paths)
 				p := paths[k]
 				var before procCPU
-				if k == 1 {
+				if k == pathICD {
 					if before, err = sampleCPU(ih.cmd.Process.Pid); err != nil {
 						return nil, nil, nil, nil, err
 					}
@@ -345,25 +345,29 @@ func (b *bench) hostSmall(ctx context.Context) (direct, icd, datagrams map[strin
 				}
 				p.out[m.name] = append(p.out[m.name], res)
 				switch k {
-				case 0:
+				case pathDirect:
 					prof.direct += res.cpu
-					prof.directN += m.n
 					prof.directRuns++
-				case 1:
+				case pathICD:
 					after, err := cpuAfter(ih.cmd.Process.Pid, before)
 					if err != nil {
 						return nil, nil, nil, nil, err
 					}
 					prof.host = prof.host.add(after.sub(before))
 					prof.client += res.cpu
-					prof.n += m.n
 					prof.runs++
 				}
 			}
 		}
 	}
-	return paths[0].out, paths[1].out, paths[2].out, cpu, nil
+	return paths[pathDirect].out, paths[pathICD].out, paths[2].out, cpu, nil
 }
+
+// hostSmall's paths whose CPU it profiles.
+const (
+	pathDirect = 0
+	pathICD    = 1
+)
 
 // cpuTable is the CPU per command of each mode, process by process, on
 // the host ICD path (queue on) and directly.
@@ -376,14 +380,15 @@ func (b *bench) cpuTable(cpu map[string]*cpuProfile, icd map[string][]smallResul
 	med := mediansOf(icd)
 	f := func(v float64) string { return fmt.Sprintf("%.1f", v) }
 	for _, m := range b.cfg.small.modes() {
-		if cpu[m.name] == nil || cpu[m.name].n == 0 || m.name == startupMode.name {
+		if cpu[m.name] == nil || cpu[m.name].runs == 0 || m.name == startupMode.name {
 			continue
 		}
 		p := cpu[m.name].work(cpu[startupMode.name])
+		n := p.runs * m.n
 		all := p.client + p.host.main + p.host.worker + p.host.executors
-		t.Add(m.name, f(perCmd(p.direct, p.directN)), f(perCmd(p.client, p.n)), f(perCmd(p.host.main, p.n)),
-			f(perCmd(p.host.worker, p.n)), f(perCmd(p.host.executors, p.n)), f(perCmd(all, p.n)),
-			f(perCmd(all, p.n)/float64(runtime.NumCPU())), f(float64(med[m.name].run)/float64(m.n)/1e3))
+		t.Add(m.name, f(perCmd(p.direct, p.directRuns*m.n)), f(perCmd(p.client, n)), f(perCmd(p.host.main, n)),
+			f(perCmd(p.host.worker, n)), f(perCmd(p.host.executors, n)), f(perCmd(all, n)),
+			f(perCmd(all, n)/float64(runtime.NumCPU())), f(float64(med[m.name].run)/float64(m.n)/1e3))
 	}
 	t.Note("Each mode's runs less as many start-up runs (platform, context, the program's build, one launch and one read), so that set-up does not count: the start-up mode runs in the same rounds.")
 	t.Note("direct: clsmall's own CPU on the platform directly (PoCL's threads included: all of the work). Through the ICD: clsmall and the ICD; icdhost (vgpu-icdd's server, vgpud's main process and the harness that plays the VM's MMIO and RAM); the worker (the vGPU's rings, turns, copies); its executors (each device context's OpenCL runtime, PoCL's threads included, ended ones counted once the worker reaped them).")
