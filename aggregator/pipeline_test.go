@@ -95,6 +95,16 @@ func (g *testGuest) tick(n int, k uint32) abi.Command {
 		Args: []abi.KernelArg{{Kind: abi.ArgBuffer, Handle: 1}, {Kind: abi.ArgScalar, Bytes: u32(k)}}})
 }
 
+// ticks is n launches of tick over items, k = 0..n-1, with room for one
+// command more.
+func (g *testGuest) ticks(items, n int) []abi.Command {
+	cmds := make([]abi.Command, 0, n+1)
+	for k := 0; k < n; k++ {
+		cmds = append(cmds, g.tick(items, uint32(k)))
+	}
+	return cmds
+}
+
 // TestPipelinedLaunches: launches the guest queued together are enqueued
 // behind each other and waited for together (one Sync per run of at most
 // maxPipelined, none waited for alone), complete in ring order with their
@@ -104,10 +114,7 @@ func TestPipelinedLaunches(t *testing.T) {
 	for _, n := range []int{1, 10, slots - 4} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			g, q := chainGuest(t, items, time.Hour, false)
-			cmds := make([]abi.Command, 0, n+1)
-			for k := 0; k < n; k++ {
-				cmds = append(cmds, g.tick(items, uint32(k)))
-			}
+			cmds := g.ticks(items, n)
 			dl, read := g.download(1, 4*items)
 			cmds = append(cmds, dl)
 			recs := g.run(cmds...)
@@ -178,11 +185,7 @@ func TestPipelinedLaunchesWithReuse(t *testing.T) {
 			if fail >= 0 {
 				q.failAt[fail] = true
 			}
-			cmds := make([]abi.Command, 0, n+1)
-			for k := 0; k < n; k++ {
-				cmds = append(cmds, g.tick(items, uint32(k)))
-			}
-			recs := g.run(cmds...)
+			recs := g.run(g.ticks(items, n)...)
 			for i, r := range recs {
 				if want := abi.StatusOK; i != fail && r.Status != want {
 					t.Fatalf("launch %d: status %v, want %v", i, r.Status, want)
@@ -224,13 +227,8 @@ func TestPipelinedBatchSendsOneNotice(t *testing.T) {
 	for len(g.dones) > 0 {
 		<-g.dones // the set-up's
 	}
-	cmds := make([]abi.Command, 0, n+1)
-	for k := 0; k < n; k++ {
-		cmds = append(cmds, g.tick(items, uint32(k)))
-	}
 	dl, _ := g.download(1, 4*items)
-	cmds = append(cmds, dl)
-	recs := g.run(cmds...)
+	recs := g.run(append(g.ticks(items, n), dl)...)
 	g.mustOK(recs...)
 	if _, enqueues, syncs := q.counts(); enqueues != n || syncs != 1 {
 		t.Fatalf("%d launches: %d enqueued, %d syncs; want one batch", n, enqueues, syncs)
