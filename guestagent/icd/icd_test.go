@@ -179,17 +179,23 @@ func TestClinfo(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^Number of platforms\s+1$`,
 		`(?m)^\s+Platform Name\s+vgpud$`,
-		`(?m)^\s+Platform Version\s+OpenCL 1\.2 vgpud$`,
+		`(?m)^\s+Platform Version\s+OpenCL 3\.0 vgpud$`,
+		`(?m)^\s+Platform Numeric Version\s+0xc00000 \(3\.0\.0\)$`,
 		`(?m)^\s+Platform Extensions function suffix\s+vgpud$`,
 		`(?m)^Number of devices\s+1$`,
 		`(?m)^\s+Device Name\s+pthread-test$`,
 		`(?m)^\s+Device Type\s+GPU$`,
-		fmt.Sprintf(`(?m)^\s+Device Version\s+OpenCL 1\.2 vgpud ABI %d\.%d profile vgpu-small$`, abi.VersionMajor, abi.VersionMinor),
+		fmt.Sprintf(`(?m)^\s+Device Version\s+OpenCL 3\.0 vgpud ABI %d\.%d profile vgpu-small$`, abi.VersionMajor, abi.VersionMinor),
 		`(?m)^\s+Global memory size\s+268435456 \(256MiB\)$`,
 		`(?m)^\s+Max memory allocation\s+67108864 \(64MiB\)$`,
 		`(?m)^\s+Max compute units\s+2$`,
 		`(?m)^\s+Max work group size\s+1024$`,
 		`(?m)^\s+Image support\s+No$`,
+		`(?m)^\s+Device OpenCL C all versions\s+OpenCL C\s+0x400000 \(1\.0\.0\)$`,
+		`(?m)^\s+OpenCL C\s+0xc00000 \(3\.0\.0\)$`,
+		`(?m)^\s+Device OpenCL C features\s+__opencl_c_int64\s+0xc00000 \(3\.0\.0\)$`,
+		`(?m)^\s+Shared Virtual Memory \(SVM\) capabilities\s+\(core\)$`,
+		`(?m)^\s+Pipe support\s+No$`,
 		// Without vgpu-icdd there is no device-information blob: the
 		// conservative answers stay.
 		`(?m)^\s+Double-precision Floating-point support\s+\(n/a\)$`,
@@ -342,10 +348,10 @@ func TestDocsListRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := map[string][]string{}
-	for _, m := range regexp.MustCompile(`REFUSE\((cl\w+), (NOT_12)\)`).FindAllStringSubmatch(string(src), -1) {
+	for _, m := range regexp.MustCompile(`REFUSE\((cl\w+), (ABSENT)\)`).FindAllStringSubmatch(string(src), -1) {
 		refused[m[2]] = append(refused[m[2]], m[1])
 	}
-	for kind, heading := range map[string]string{"NOT_12": "## Not supported"} {
+	for kind, heading := range map[string]string{"ABSENT": "## Not supported"} {
 		section := sectionOf(string(doc), heading)
 		if section == "" {
 			t.Errorf("docs/icd.md has no section %q", heading)

@@ -104,6 +104,14 @@ static unsigned quarantine_next;
 void vgpu_context_destroy(cl_context ctx)
 {
 	vgpu_conn_close(ctx);
+	/* "called ... in the reverse order they were registered", once
+	 * everything of the context is released (this is the last iref). */
+	while (ctx->dtors != NULL) {
+		struct vgpu_ctxcb *cb = ctx->dtors;
+		ctx->dtors = cb->next;
+		cb->fn(ctx, cb->data);
+		free(cb);
+	}
 	pthread_mutex_destroy(&ctx->mu);
 	pthread_cond_destroy(&ctx->cv);
 	pthread_mutex_lock(&quarantine_mu);
@@ -191,6 +199,34 @@ cl_int CL_API_CALL vgpu_clReleaseContext(cl_context context)
 	return vgpu_release(context, VGPU_CONTEXT, CL_INVALID_CONTEXT, vgpu_put);
 }
 
+cl_int CL_API_CALL vgpu_clSetContextDestructorCallback(cl_context context,
+							void(CL_CALLBACK *fn)(cl_context, void *), void *user_data)
+{
+	if (fn == NULL) {
+		cl_context c = GET(context, VGPU_CONTEXT);
+		if (c == NULL)
+			return CL_INVALID_CONTEXT;
+		PUT(c);
+		return CL_INVALID_VALUE;
+	}
+	struct vgpu_ctxcb *cb = calloc(1, sizeof *cb);
+	if (cb == NULL)
+		return CL_OUT_OF_HOST_MEMORY;
+	cl_context ctx = GET(context, VGPU_CONTEXT);
+	if (ctx == NULL) {
+		free(cb);
+		return CL_INVALID_CONTEXT;
+	}
+	ENTER(ctx);
+	cb->fn = fn;
+	cb->data = user_data;
+	cb->next = ctx->dtors;
+	ctx->dtors = cb;
+	PUT(ctx);
+	LEAVE(ctx);
+	return CL_SUCCESS;
+}
+
 cl_int CL_API_CALL vgpu_clGetContextInfo(cl_context context, cl_context_info param_name, size_t param_value_size,
 					 void *param_value, size_t *param_value_size_ret)
 {
@@ -225,9 +261,33 @@ cl_int CL_API_CALL vgpu_clGetContextInfo(cl_context context, cl_context_info par
 
 #define QUEUE_PROPS (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE)
 
-cl_command_queue CL_API_CALL vgpu_clCreateCommandQueue(cl_context context, cl_device_id device,
-						       cl_command_queue_properties properties,
-						       cl_int *errcode_ret)
+/* The properties OpenCL defines for a queue on the host, and those of a
+ * queue on the device, which a vGPU does not offer. */
+#define QUEUE_PROPS_KNOWN (QUEUE_PROPS | CL_QUEUE_ON_DEVICE | CL_QUEUE_ON_DEVICE_DEFAULT)
+
+/* check_queue_props checks clCreateCommandQueueWithProperties' list and
+ * returns its CL_QUEUE_PROPERTIES in *bits: a property named twice, one
+ * OpenCL does not define (the priority and throttle extensions are not
+ * reported), or CL_QUEUE_SIZE (a device queue's) is CL_INVALID_VALUE;
+ * a device queue is CL_INVALID_QUEUE_PROPERTIES (valid, not supported). */
+static cl_int check_queue_props(const cl_queue_properties *props, cl_command_queue_properties *bits)
+{
+	*bits = 0;
+	int seen = 0;
+	for (const cl_queue_properties *p = props; p != NULL && *p != 0; p += 2) {
+		if (p[0] != CL_QUEUE_PROPERTIES || seen++)
+			return CL_INVALID_VALUE;
+		if ((p[1] & ~(cl_queue_properties)QUEUE_PROPS_KNOWN) != 0)
+			return CL_INVALID_VALUE;
+		if ((p[1] & (CL_QUEUE_ON_DEVICE | CL_QUEUE_ON_DEVICE_DEFAULT)) != 0)
+			return CL_INVALID_QUEUE_PROPERTIES;
+		*bits = (cl_command_queue_properties)p[1];
+	}
+	return CL_SUCCESS;
+}
+
+static cl_command_queue create_queue(cl_context context, cl_device_id device, cl_command_queue_properties properties,
+				     const cl_queue_properties *list, cl_int *errcode_ret)
 {
 	cl_int err = CL_SUCCESS;
 	cl_command_queue q = NULL;
@@ -255,6 +315,13 @@ cl_command_queue CL_API_CALL vgpu_clCreateCommandQueue(cl_context context, cl_de
 		IREF(ctx);
 		q->dev = device;
 		q->props = properties;
+		if (list != NULL) {
+			/* Checked: at most one pair. */
+			size_t n = list[0] != 0 ? 2 : 0;
+			memcpy(q->props_array, list, n * sizeof *list);
+			q->props_array[n] = 0;
+			q->nprops_array = n + 1;
+		}
 		q->next = ctx->queues;
 		ctx->queues = q;
 		vgpu_obj_publish(&q->obj);
@@ -266,6 +333,37 @@ out:
 	if (errcode_ret != NULL)
 		*errcode_ret = err;
 	return q;
+}
+
+cl_command_queue CL_API_CALL vgpu_clCreateCommandQueue(cl_context context, cl_device_id device,
+						       cl_command_queue_properties properties,
+						       cl_int *errcode_ret)
+{
+	return create_queue(context, device, properties, NULL, errcode_ret);
+}
+
+cl_command_queue CL_API_CALL vgpu_clCreateCommandQueueWithProperties(cl_context context, cl_device_id device,
+								     const cl_queue_properties *properties,
+								     cl_int *errcode_ret)
+{
+	cl_command_queue_properties bits;
+	cl_int err = check_queue_props(properties, &bits);
+	if (err != CL_SUCCESS) {
+		/* The context and device are checked first, as by
+		 * clCreateCommandQueue. */
+		cl_context ctx = GET(context, VGPU_CONTEXT);
+		if (ctx == NULL)
+			err = CL_INVALID_CONTEXT;
+		else if (!vgpu_device_valid(device) || device != ctx->dev)
+			err = CL_INVALID_DEVICE;
+		if (ctx != NULL)
+			PUT(ctx);
+		if (errcode_ret != NULL)
+			*errcode_ret = err;
+		return NULL;
+	}
+	static const cl_queue_properties none[1] = {0};
+	return create_queue(context, device, bits, properties != NULL ? properties : none, errcode_ret);
 }
 
 void vgpu_queue_destroy(cl_command_queue q)
@@ -337,6 +435,20 @@ cl_int CL_API_CALL vgpu_clGetCommandQueueInfo(cl_command_queue queue, cl_command
 		break;
 	case CL_QUEUE_PROPERTIES:
 		err = vgpu_info(&q->props, sizeof q->props, param_value_size, param_value, param_value_size_ret);
+		break;
+	case CL_QUEUE_PROPERTIES_ARRAY:
+		err = vgpu_info(q->props_array, q->nprops_array * sizeof q->props_array[0], param_value_size,
+				param_value, param_value_size_ret);
+		break;
+	case CL_QUEUE_DEVICE_DEFAULT: {
+		/* No device queues: NULL. */
+		cl_command_queue none = NULL;
+		err = vgpu_info(&none, sizeof none, param_value_size, param_value, param_value_size_ret);
+		break;
+	}
+	case CL_QUEUE_SIZE:
+		/* A device queue's: "not a valid command-queue for param_name". */
+		err = CL_INVALID_COMMAND_QUEUE;
 		break;
 	default: err = CL_INVALID_VALUE; break;
 	}

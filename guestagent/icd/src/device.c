@@ -239,6 +239,58 @@ static cl_uint vector_width(const struct vgpu_device_info *f, cl_device_info q)
 #define MIN_BASE_ADDR_ALIGN_BITS 1024 /* sizeof(long16) in bits */
 #define MIN_DATA_TYPE_ALIGN 128       /* sizeof(long16) */
 
+/* name_versions answers a *_WITH_VERSION query: one cl_name_version per
+ * space-separated name of list, each of version ver. */
+static cl_int name_versions(const char *list, cl_version ver, size_t size, void *value, size_t *size_ret)
+{
+	size_t n = 0;
+	for (const char *p = list; *p != '\0'; p++)
+		if (*p != ' ' && (p == list || p[-1] == ' '))
+			n++;
+	cl_name_version *nv = calloc(n > 0 ? n : 1, sizeof *nv);
+	if (nv == NULL)
+		return CL_OUT_OF_HOST_MEMORY;
+	size_t i = 0;
+	for (const char *p = list; *p != '\0';) {
+		size_t len = strcspn(p, " ");
+		if (len > 0 && len < CL_NAME_VERSION_MAX_NAME_SIZE) {
+			memcpy(nv[i].name, p, len);
+			nv[i++].version = ver;
+		}
+		p += len;
+		p += strspn(p, " ");
+	}
+	cl_int err = vgpu_info(nv, i * sizeof *nv, size, value, size_ret);
+	free(nv);
+	return err;
+}
+
+/* The OpenCL C versions the device compiles: 1.0 to 1.2, and 3.0 (whose
+ * optional features are those of CL_DEVICE_OPENCL_C_FEATURES). The
+ * program's -cl-std reaches the physical compiler unchanged (gpu.Source
+ * accepts CL1.0 to CL3.0), and every platform vgpud serves (PoCL 3 and
+ * later, rusticl, NVIDIA) compiles OpenCL C 3.0. */
+static const cl_name_version c_versions[] = {
+	{CL_MAKE_VERSION(1, 0, 0), "OpenCL C"},
+	{CL_MAKE_VERSION(1, 1, 0), "OpenCL C"},
+	{CL_MAKE_VERSION(1, 2, 0), "OpenCL C"},
+	{CL_MAKE_VERSION(3, 0, 0), "OpenCL C"},
+};
+
+/* c_features answers CL_DEVICE_OPENCL_C_FEATURES: __opencl_c_int64,
+ * which every full-profile device has, and __opencl_c_fp64 where the
+ * device reports double precision. Nothing else is claimed: the other
+ * features (images, pipes, generic address space, the stronger atomics)
+ * are absent from the vGPU or not reported by the ABI, and a program may
+ * move to another device model on migration. */
+static cl_int c_features(const struct vgpu_device_info *f, size_t size, void *value, size_t *size_ret)
+{
+	cl_name_version nv[2] = {{CL_MAKE_VERSION(3, 0, 0), "__opencl_c_int64"},
+				 {CL_MAKE_VERSION(3, 0, 0), "__opencl_c_fp64"}};
+	size_t n = f != NULL && f->double_fp_config != 0 ? 2 : 1;
+	return vgpu_info(nv, n * sizeof nv[0], size, value, size_ret);
+}
+
 cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info param_name, size_t param_value_size,
 					void *param_value, size_t *param_value_size_ret)
 {
@@ -281,13 +333,33 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 		break;
 	case CL_DEVICE_PROFILE: s = "FULL_PROFILE"; break;
 	case CL_DEVICE_VERSION:
-		snprintf(str, sizeof str, "OpenCL 1.2 vgpud ABI %u.%u profile %s", (unsigned)(d->version >> 16),
+		snprintf(str, sizeof str, "OpenCL 3.0 vgpud ABI %u.%u profile %s", (unsigned)(d->version >> 16),
 			 (unsigned)(d->version & 0xffff), d->profile);
 		s = str;
 		break;
-	case CL_DEVICE_OPENCL_C_VERSION: s = "OpenCL C 1.2 vgpud"; break;
+	case CL_DEVICE_NUMERIC_VERSION: UINT(CL_MAKE_VERSION(3, 0, 0)); break;
+	case CL_DEVICE_LATEST_CONFORMANCE_VERSION_PASSED:
+		/* No conformance submission: the format's earliest date. */
+		s = "v0000-01-01-00";
+		break;
+	case CL_DEVICE_OPENCL_C_VERSION:
+		/* The highest version before 3.0 (3.0 devices report 1.2 here
+		 * unless they compile OpenCL C 2.0). */
+		s = "OpenCL C 1.2 vgpud";
+		break;
+	case CL_DEVICE_OPENCL_C_ALL_VERSIONS:
+		return vgpu_info(c_versions, sizeof c_versions, param_value_size, param_value, param_value_size_ret);
+	case CL_DEVICE_OPENCL_C_FEATURES: return c_features(f, param_value_size, param_value, param_value_size_ret);
 	case CL_DEVICE_EXTENSIONS: s = di != NULL ? di->ext : DEVICE_EXTENSIONS; break;
+	case CL_DEVICE_EXTENSIONS_WITH_VERSION:
+		/* The ABI carries names only: each is reported at 1.0.0, the
+		 * version of every cl_khr extension a vGPU passes on. */
+		return name_versions(di != NULL ? di->ext : DEVICE_EXTENSIONS, CL_MAKE_VERSION(1, 0, 0),
+				     param_value_size, param_value, param_value_size_ret);
 	case CL_DEVICE_BUILT_IN_KERNELS: s = ""; break;
+	case CL_DEVICE_BUILT_IN_KERNELS_WITH_VERSION:
+	case CL_DEVICE_ILS_WITH_VERSION: n = 0; break;
+	case CL_DEVICE_IL_VERSION: s = ""; break;
 	case CL_DEVICE_PLATFORM: v.platform = &vgpu_platform; n = sizeof v.platform; break;
 	case CL_DEVICE_AVAILABLE: BOOL(d->daemon ? CL_TRUE : CL_FALSE); break;
 	case CL_DEVICE_COMPILER_AVAILABLE: BOOL(CL_TRUE); break;
@@ -309,7 +381,42 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 		break;
 	case CL_DEVICE_MAX_PARAMETER_SIZE: SIZE(f != NULL ? (size_t)f->max_parameter_size : MIN_PARAMETER_SIZE); break;
 	case CL_DEVICE_EXECUTION_CAPABILITIES: BITS(CL_EXEC_KERNEL); break;
-	case CL_DEVICE_QUEUE_PROPERTIES: BITS(CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE); break;
+	case CL_DEVICE_QUEUE_PROPERTIES: /* = CL_DEVICE_QUEUE_ON_HOST_PROPERTIES */
+		BITS(CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE);
+		break;
+	case CL_DEVICE_PREFERRED_WORK_GROUP_SIZE_MULTIPLE: SIZE(1); break;
+	case CL_DEVICE_NON_UNIFORM_WORK_GROUP_SUPPORT:
+	case CL_DEVICE_WORK_GROUP_COLLECTIVE_FUNCTIONS_SUPPORT:
+	case CL_DEVICE_GENERIC_ADDRESS_SPACE_SUPPORT:
+	case CL_DEVICE_PIPE_SUPPORT:
+	case CL_DEVICE_SUB_GROUP_INDEPENDENT_FORWARD_PROGRESS: BOOL(CL_FALSE); break;
+	case CL_DEVICE_ATOMIC_MEMORY_CAPABILITIES:
+		/* The minimum OpenCL 3.0 asks; a stronger order or scope is
+		 * the physical device's, not promised across migration. */
+		BITS(CL_DEVICE_ATOMIC_ORDER_RELAXED | CL_DEVICE_ATOMIC_SCOPE_WORK_GROUP);
+		break;
+	case CL_DEVICE_ATOMIC_FENCE_CAPABILITIES:
+		BITS(CL_DEVICE_ATOMIC_ORDER_RELAXED | CL_DEVICE_ATOMIC_ORDER_ACQ_REL | CL_DEVICE_ATOMIC_SCOPE_WORK_GROUP);
+		break;
+
+	/* OpenCL 2.x features a vGPU does not offer (OpenCL 3.0 makes them
+	 * optional; these are their "not supported" answers). */
+	case CL_DEVICE_SVM_CAPABILITIES:
+	case CL_DEVICE_QUEUE_ON_DEVICE_PROPERTIES:
+	case CL_DEVICE_DEVICE_ENQUEUE_CAPABILITIES: BITS(0); break;
+	case CL_DEVICE_QUEUE_ON_DEVICE_PREFERRED_SIZE:
+	case CL_DEVICE_QUEUE_ON_DEVICE_MAX_SIZE:
+	case CL_DEVICE_MAX_ON_DEVICE_QUEUES:
+	case CL_DEVICE_MAX_ON_DEVICE_EVENTS:
+	case CL_DEVICE_MAX_PIPE_ARGS:
+	case CL_DEVICE_PIPE_MAX_ACTIVE_RESERVATIONS:
+	case CL_DEVICE_PIPE_MAX_PACKET_SIZE:
+	case CL_DEVICE_PREFERRED_PLATFORM_ATOMIC_ALIGNMENT:
+	case CL_DEVICE_PREFERRED_GLOBAL_ATOMIC_ALIGNMENT:
+	case CL_DEVICE_PREFERRED_LOCAL_ATOMIC_ALIGNMENT:
+	case CL_DEVICE_MAX_NUM_SUB_GROUPS: UINT(0); break;
+	case CL_DEVICE_MAX_GLOBAL_VARIABLE_SIZE:
+	case CL_DEVICE_GLOBAL_VARIABLE_PREFERRED_TOTAL_SIZE: SIZE(0); break;
 	case CL_DEVICE_PROFILING_TIMER_RESOLUTION:
 		SIZE(f != NULL && f->profiling_timer_resolution != 0 ? (size_t)f->profiling_timer_resolution : 1);
 		break;
@@ -374,7 +481,10 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 	case CL_DEVICE_IMAGE_SUPPORT: BOOL(CL_FALSE); break;
 	case CL_DEVICE_MAX_READ_IMAGE_ARGS:
 	case CL_DEVICE_MAX_WRITE_IMAGE_ARGS:
-	case CL_DEVICE_MAX_SAMPLERS: UINT(0); break;
+	case CL_DEVICE_MAX_SAMPLERS:
+	case CL_DEVICE_MAX_READ_WRITE_IMAGE_ARGS:
+	case CL_DEVICE_IMAGE_PITCH_ALIGNMENT:
+	case CL_DEVICE_IMAGE_BASE_ADDRESS_ALIGNMENT: UINT(0); break;
 	case CL_DEVICE_IMAGE2D_MAX_WIDTH:
 	case CL_DEVICE_IMAGE2D_MAX_HEIGHT:
 	case CL_DEVICE_IMAGE3D_MAX_WIDTH:
@@ -392,8 +502,7 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 	case CL_DEVICE_REFERENCE_COUNT: UINT(1); break;
 
 	default:
-		/* Queries of later versions and of extensions this device does
-		 * not offer. */
+		/* Queries of extensions this device does not offer. */
 		return CL_INVALID_VALUE;
 	}
 #undef UINT

@@ -1,18 +1,21 @@
 /* dispatch.c: the dispatch table every object of this ICD points at, and
  * the functions behind the entries this ICD does not offer.
  *
- * Every OpenCL 1.2 entry is implemented in the file of its object
- * (context.c, mem.c, program.c, kernel.c, event.c; platform.c and
- * device.c), declared in icd.h with the table's own types. An entry
- * outside OpenCL 1.2 (NOT_12: GL and EGL sharing, cl_ext_device_fission,
- * sub-groups, OpenCL 2.x and 3.0) is never left NULL (the loader would call
- * through it) and never pretends to work: it returns CL_INVALID_OPERATION
- * (or NULL with *errcode_ret = CL_INVALID_OPERATION) and says so once per
- * process on stderr; the platform reports OpenCL 1.2, so a correct
- * application does not call them. The compiler checks every function's
- * type against cl_icd.h (an incompatible pointer is an error under
- * -Werror), and the API test checks that only the Windows-only entries are
- * NULL. docs/icd.md lists the refusals. */
+ * Every entry of OpenCL 3.0 that a vGPU offers is implemented in the file
+ * of its object (context.c, mem.c, program.c, kernel.c, event.c;
+ * platform.c and device.c), declared in icd.h with the table's own types.
+ * An entry of an optional OpenCL 3.0 feature the device reports absent
+ * (shared virtual memory, pipes, device-side queues, intermediate
+ * languages, sub-groups, host timers, program-scope global variables,
+ * images) or of an extension it does not report (GL and EGL sharing,
+ * cl_ext_device_fission, cl_khr_subgroups) is never left NULL (the loader
+ * would call through it) and never pretends to work: it returns
+ * CL_INVALID_OPERATION (or NULL with *errcode_ret = CL_INVALID_OPERATION),
+ * which is OpenCL 3.0's answer for a feature no device of the context
+ * supports, and says so once per process on stderr. The compiler checks
+ * every function's type against cl_icd.h (an incompatible pointer is an
+ * error under -Werror), and the API test checks that only the
+ * Windows-only entries are NULL. docs/icd.md lists the refusals. */
 #include "icd.h"
 
 #include <stdatomic.h>
@@ -20,7 +23,7 @@
 /* The parameters of a refusal are not looked at. */
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 
-#define NOT_12 "is not supported by this OpenCL 1.2 device"
+#define ABSENT "belongs to an optional feature or extension this device does not report"
 
 #define REFUSE(name, why)                                                                                    \
 	do {                                                                                                 \
@@ -32,7 +35,7 @@
 static cl_mem CL_API_CALL refuse_clCreateFromGLBuffer(cl_context a0, cl_mem_flags a1, cl_GLuint a2,
 	int *errcode_ret)
 {
-	REFUSE(clCreateFromGLBuffer, NOT_12);
+	REFUSE(clCreateFromGLBuffer, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
@@ -41,7 +44,7 @@ static cl_mem CL_API_CALL refuse_clCreateFromGLBuffer(cl_context a0, cl_mem_flag
 static cl_mem CL_API_CALL refuse_clCreateFromGLTexture2D(cl_context a0, cl_mem_flags a1, cl_GLenum a2,
 	cl_GLint a3, cl_GLuint a4, cl_int *errcode_ret)
 {
-	REFUSE(clCreateFromGLTexture2D, NOT_12);
+	REFUSE(clCreateFromGLTexture2D, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
@@ -50,7 +53,7 @@ static cl_mem CL_API_CALL refuse_clCreateFromGLTexture2D(cl_context a0, cl_mem_f
 static cl_mem CL_API_CALL refuse_clCreateFromGLTexture3D(cl_context a0, cl_mem_flags a1, cl_GLenum a2,
 	cl_GLint a3, cl_GLuint a4, cl_int *errcode_ret)
 {
-	REFUSE(clCreateFromGLTexture3D, NOT_12);
+	REFUSE(clCreateFromGLTexture3D, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
@@ -59,7 +62,7 @@ static cl_mem CL_API_CALL refuse_clCreateFromGLTexture3D(cl_context a0, cl_mem_f
 static cl_mem CL_API_CALL refuse_clCreateFromGLRenderbuffer(cl_context a0, cl_mem_flags a1, cl_GLuint a2,
 	cl_int *errcode_ret)
 {
-	REFUSE(clCreateFromGLRenderbuffer, NOT_12);
+	REFUSE(clCreateFromGLRenderbuffer, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
@@ -67,61 +70,61 @@ static cl_mem CL_API_CALL refuse_clCreateFromGLRenderbuffer(cl_context a0, cl_me
 
 static cl_int CL_API_CALL refuse_clGetGLObjectInfo(cl_mem a0, cl_gl_object_type *a1, cl_GLuint *a2)
 {
-	REFUSE(clGetGLObjectInfo, NOT_12);
+	REFUSE(clGetGLObjectInfo, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clGetGLTextureInfo(cl_mem a0, cl_gl_texture_info a1, size_t a2, void *a3,
 	size_t *a4)
 {
-	REFUSE(clGetGLTextureInfo, NOT_12);
+	REFUSE(clGetGLTextureInfo, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clEnqueueAcquireGLObjects(cl_command_queue a0, cl_uint a1, const cl_mem *a2,
 	cl_uint a3, const cl_event *a4, cl_event *a5)
 {
-	REFUSE(clEnqueueAcquireGLObjects, NOT_12);
+	REFUSE(clEnqueueAcquireGLObjects, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clEnqueueReleaseGLObjects(cl_command_queue a0, cl_uint a1, const cl_mem *a2,
 	cl_uint a3, const cl_event *a4, cl_event *a5)
 {
-	REFUSE(clEnqueueReleaseGLObjects, NOT_12);
+	REFUSE(clEnqueueReleaseGLObjects, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clGetGLContextInfoKHR(const cl_context_properties *a0, cl_gl_context_info a1,
 	size_t a2, void *a3, size_t *a4)
 {
-	REFUSE(clGetGLContextInfoKHR, NOT_12);
+	REFUSE(clGetGLContextInfoKHR, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clCreateSubDevicesEXT(cl_device_id a0,
 	const cl_device_partition_property_ext *a1, cl_uint a2, cl_device_id *a3, cl_uint *a4)
 {
-	REFUSE(clCreateSubDevicesEXT, NOT_12);
+	REFUSE(clCreateSubDevicesEXT, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clRetainDeviceEXT(cl_device_id a0)
 {
-	REFUSE(clRetainDeviceEXT, NOT_12);
+	REFUSE(clRetainDeviceEXT, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clReleaseDeviceEXT(cl_device_id a0)
 {
-	REFUSE(clReleaseDeviceEXT, NOT_12);
+	REFUSE(clReleaseDeviceEXT, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_event CL_API_CALL refuse_clCreateEventFromGLsyncKHR(cl_context a0, cl_GLsync a1,
 	cl_int *errcode_ret)
 {
-	REFUSE(clCreateEventFromGLsyncKHR, NOT_12);
+	REFUSE(clCreateEventFromGLsyncKHR, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
@@ -130,7 +133,7 @@ static cl_event CL_API_CALL refuse_clCreateEventFromGLsyncKHR(cl_context a0, cl_
 static cl_mem CL_API_CALL refuse_clCreateFromGLTexture(cl_context a0, cl_mem_flags a1, cl_GLenum a2,
 	cl_GLint a3, cl_GLuint a4, cl_int *errcode_ret)
 {
-	REFUSE(clCreateFromGLTexture, NOT_12);
+	REFUSE(clCreateFromGLTexture, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
@@ -139,7 +142,7 @@ static cl_mem CL_API_CALL refuse_clCreateFromGLTexture(cl_context a0, cl_mem_fla
 static cl_mem CL_API_CALL refuse_clCreateFromEGLImageKHR(cl_context a0, CLeglDisplayKHR a1, CLeglImageKHR a2,
 	cl_mem_flags a3, const cl_egl_image_properties_khr *a4, cl_int *errcode_ret)
 {
-	REFUSE(clCreateFromEGLImageKHR, NOT_12);
+	REFUSE(clCreateFromEGLImageKHR, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
@@ -148,30 +151,21 @@ static cl_mem CL_API_CALL refuse_clCreateFromEGLImageKHR(cl_context a0, CLeglDis
 static cl_int CL_API_CALL refuse_clEnqueueAcquireEGLObjectsKHR(cl_command_queue a0, cl_uint a1,
 	const cl_mem *a2, cl_uint a3, const cl_event *a4, cl_event *a5)
 {
-	REFUSE(clEnqueueAcquireEGLObjectsKHR, NOT_12);
+	REFUSE(clEnqueueAcquireEGLObjectsKHR, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clEnqueueReleaseEGLObjectsKHR(cl_command_queue a0, cl_uint a1,
 	const cl_mem *a2, cl_uint a3, const cl_event *a4, cl_event *a5)
 {
-	REFUSE(clEnqueueReleaseEGLObjectsKHR, NOT_12);
+	REFUSE(clEnqueueReleaseEGLObjectsKHR, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_event CL_API_CALL refuse_clCreateEventFromEGLSyncKHR(cl_context a0, CLeglSyncKHR a1,
 	CLeglDisplayKHR a2, cl_int *errcode_ret)
 {
-	REFUSE(clCreateEventFromEGLSyncKHR, NOT_12);
-	if (errcode_ret != NULL)
-		*errcode_ret = CL_INVALID_OPERATION;
-	return NULL;
-}
-
-static cl_command_queue CL_API_CALL refuse_clCreateCommandQueueWithProperties(cl_context a0, cl_device_id a1,
-	const cl_queue_properties *a2, cl_int *errcode_ret)
-{
-	REFUSE(clCreateCommandQueueWithProperties, NOT_12);
+	REFUSE(clCreateEventFromEGLSyncKHR, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
@@ -180,7 +174,7 @@ static cl_command_queue CL_API_CALL refuse_clCreateCommandQueueWithProperties(cl
 static cl_mem CL_API_CALL refuse_clCreatePipe(cl_context a0, cl_mem_flags a1, cl_uint a2, cl_uint a3,
 	const cl_pipe_properties *a4, cl_int *errcode_ret)
 {
-	REFUSE(clCreatePipe, NOT_12);
+	REFUSE(clCreatePipe, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
@@ -188,61 +182,61 @@ static cl_mem CL_API_CALL refuse_clCreatePipe(cl_context a0, cl_mem_flags a1, cl
 
 static cl_int CL_API_CALL refuse_clGetPipeInfo(cl_mem a0, cl_pipe_info a1, size_t a2, void *a3, size_t *a4)
 {
-	REFUSE(clGetPipeInfo, NOT_12);
+	REFUSE(clGetPipeInfo, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static void *CL_API_CALL refuse_clSVMAlloc(cl_context a0, cl_svm_mem_flags a1, size_t a2, unsigned int a3)
 {
-	REFUSE(clSVMAlloc, NOT_12);
+	REFUSE(clSVMAlloc, ABSENT);
 	return NULL;
 }
 
 static void CL_API_CALL refuse_clSVMFree(cl_context a0, void *a1)
 {
-	REFUSE(clSVMFree, NOT_12);
+	REFUSE(clSVMFree, ABSENT);
 }
 
 static cl_int CL_API_CALL refuse_clEnqueueSVMFree(cl_command_queue a0, cl_uint a1, void **a2,
 	void (CL_CALLBACK *a3)(cl_command_queue, cl_uint, void **, void *), void *a4, cl_uint a5,
 	const cl_event *a6, cl_event *a7)
 {
-	REFUSE(clEnqueueSVMFree, NOT_12);
+	REFUSE(clEnqueueSVMFree, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clEnqueueSVMMemcpy(cl_command_queue a0, cl_bool a1, void *a2, const void *a3,
 	size_t a4, cl_uint a5, const cl_event *a6, cl_event *a7)
 {
-	REFUSE(clEnqueueSVMMemcpy, NOT_12);
+	REFUSE(clEnqueueSVMMemcpy, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clEnqueueSVMMemFill(cl_command_queue a0, void *a1, const void *a2, size_t a3,
 	size_t a4, cl_uint a5, const cl_event *a6, cl_event *a7)
 {
-	REFUSE(clEnqueueSVMMemFill, NOT_12);
+	REFUSE(clEnqueueSVMMemFill, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clEnqueueSVMMap(cl_command_queue a0, cl_bool a1, cl_map_flags a2, void *a3,
 	size_t a4, cl_uint a5, const cl_event *a6, cl_event *a7)
 {
-	REFUSE(clEnqueueSVMMap, NOT_12);
+	REFUSE(clEnqueueSVMMap, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clEnqueueSVMUnmap(cl_command_queue a0, void *a1, cl_uint a2,
 	const cl_event *a3, cl_event *a4)
 {
-	REFUSE(clEnqueueSVMUnmap, NOT_12);
+	REFUSE(clEnqueueSVMUnmap, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_sampler CL_API_CALL refuse_clCreateSamplerWithProperties(cl_context a0,
 	const cl_sampler_properties *a1, cl_int *errcode_ret)
 {
-	REFUSE(clCreateSamplerWithProperties, NOT_12);
+	REFUSE(clCreateSamplerWithProperties, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
@@ -250,36 +244,28 @@ static cl_sampler CL_API_CALL refuse_clCreateSamplerWithProperties(cl_context a0
 
 static cl_int CL_API_CALL refuse_clSetKernelArgSVMPointer(cl_kernel a0, cl_uint a1, const void *a2)
 {
-	REFUSE(clSetKernelArgSVMPointer, NOT_12);
+	REFUSE(clSetKernelArgSVMPointer, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clSetKernelExecInfo(cl_kernel a0, cl_kernel_exec_info a1, size_t a2,
 	const void *a3)
 {
-	REFUSE(clSetKernelExecInfo, NOT_12);
+	REFUSE(clSetKernelExecInfo, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clGetKernelSubGroupInfoKHR(cl_kernel a0, cl_device_id a1,
 	cl_kernel_sub_group_info a2, size_t a3, const void *a4, size_t a5, void *a6, size_t *a7)
 {
-	REFUSE(clGetKernelSubGroupInfoKHR, NOT_12);
+	REFUSE(clGetKernelSubGroupInfoKHR, ABSENT);
 	return CL_INVALID_OPERATION;
-}
-
-static cl_kernel CL_API_CALL refuse_clCloneKernel(cl_kernel a0, cl_int *errcode_ret)
-{
-	REFUSE(clCloneKernel, NOT_12);
-	if (errcode_ret != NULL)
-		*errcode_ret = CL_INVALID_OPERATION;
-	return NULL;
 }
 
 static cl_program CL_API_CALL refuse_clCreateProgramWithIL(cl_context a0, const void *a1, size_t a2,
 	cl_int *errcode_ret)
 {
-	REFUSE(clCreateProgramWithIL, NOT_12);
+	REFUSE(clCreateProgramWithIL, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
@@ -288,73 +274,57 @@ static cl_program CL_API_CALL refuse_clCreateProgramWithIL(cl_context a0, const 
 static cl_int CL_API_CALL refuse_clEnqueueSVMMigrateMem(cl_command_queue a0, cl_uint a1, const void **a2,
 	const size_t *a3, cl_mem_migration_flags a4, cl_uint a5, const cl_event *a6, cl_event *a7)
 {
-	REFUSE(clEnqueueSVMMigrateMem, NOT_12);
+	REFUSE(clEnqueueSVMMigrateMem, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clGetDeviceAndHostTimer(cl_device_id a0, cl_ulong *a1, cl_ulong *a2)
 {
-	REFUSE(clGetDeviceAndHostTimer, NOT_12);
+	REFUSE(clGetDeviceAndHostTimer, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clGetHostTimer(cl_device_id a0, cl_ulong *a1)
 {
-	REFUSE(clGetHostTimer, NOT_12);
+	REFUSE(clGetHostTimer, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clGetKernelSubGroupInfo(cl_kernel a0, cl_device_id a1,
 	cl_kernel_sub_group_info a2, size_t a3, const void *a4, size_t a5, void *a6, size_t *a7)
 {
-	REFUSE(clGetKernelSubGroupInfo, NOT_12);
+	REFUSE(clGetKernelSubGroupInfo, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clSetDefaultDeviceCommandQueue(cl_context a0, cl_device_id a1,
 	cl_command_queue a2)
 {
-	REFUSE(clSetDefaultDeviceCommandQueue, NOT_12);
+	REFUSE(clSetDefaultDeviceCommandQueue, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clSetProgramReleaseCallback(cl_program a0,
 	void (CL_CALLBACK *a1)(cl_program program, void *user_data), void *a2)
 {
-	REFUSE(clSetProgramReleaseCallback, NOT_12);
+	REFUSE(clSetProgramReleaseCallback, ABSENT);
 	return CL_INVALID_OPERATION;
 }
 
 static cl_int CL_API_CALL refuse_clSetProgramSpecializationConstant(cl_program a0, cl_uint a1, size_t a2,
 	const void *a3)
 {
-	REFUSE(clSetProgramSpecializationConstant, NOT_12);
+	REFUSE(clSetProgramSpecializationConstant, ABSENT);
 	return CL_INVALID_OPERATION;
-}
-
-static cl_mem CL_API_CALL refuse_clCreateBufferWithProperties(cl_context a0, const cl_mem_properties *a1,
-	cl_mem_flags a2, size_t a3, void *a4, cl_int *errcode_ret)
-{
-	REFUSE(clCreateBufferWithProperties, NOT_12);
-	if (errcode_ret != NULL)
-		*errcode_ret = CL_INVALID_OPERATION;
-	return NULL;
 }
 
 static cl_mem CL_API_CALL refuse_clCreateImageWithProperties(cl_context a0, const cl_mem_properties *a1,
 	cl_mem_flags a2, const cl_image_format *a3, const cl_image_desc *a4, void *a5, cl_int *errcode_ret)
 {
-	REFUSE(clCreateImageWithProperties, NOT_12);
+	REFUSE(clCreateImageWithProperties, ABSENT);
 	if (errcode_ret != NULL)
 		*errcode_ret = CL_INVALID_OPERATION;
 	return NULL;
-}
-
-static cl_int CL_API_CALL refuse_clSetContextDestructorCallback(cl_context a0,
-	void (CL_CALLBACK *a1)(cl_context context, void *user_data), void *a2)
-{
-	REFUSE(clSetContextDestructorCallback, NOT_12);
-	return CL_INVALID_OPERATION;
 }
 
 struct _cl_icd_dispatch vgpu_dispatch = {	/* OpenCL 1.0 */
@@ -501,7 +471,7 @@ struct _cl_icd_dispatch vgpu_dispatch = {	/* OpenCL 1.0 */
 	.clCreateEventFromEGLSyncKHR = refuse_clCreateEventFromEGLSyncKHR,
 
 	/* OpenCL 2.0 */
-	.clCreateCommandQueueWithProperties = refuse_clCreateCommandQueueWithProperties,
+	.clCreateCommandQueueWithProperties = vgpu_clCreateCommandQueueWithProperties,
 	.clCreatePipe = refuse_clCreatePipe,
 	.clGetPipeInfo = refuse_clGetPipeInfo,
 	.clSVMAlloc = refuse_clSVMAlloc,
@@ -519,7 +489,7 @@ struct _cl_icd_dispatch vgpu_dispatch = {	/* OpenCL 1.0 */
 	.clGetKernelSubGroupInfoKHR = refuse_clGetKernelSubGroupInfoKHR,
 
 	/* OpenCL 2.1 */
-	.clCloneKernel = refuse_clCloneKernel,
+	.clCloneKernel = vgpu_clCloneKernel,
 	.clCreateProgramWithIL = refuse_clCreateProgramWithIL,
 	.clEnqueueSVMMigrateMem = refuse_clEnqueueSVMMigrateMem,
 	.clGetDeviceAndHostTimer = refuse_clGetDeviceAndHostTimer,
@@ -532,7 +502,7 @@ struct _cl_icd_dispatch vgpu_dispatch = {	/* OpenCL 1.0 */
 	.clSetProgramSpecializationConstant = refuse_clSetProgramSpecializationConstant,
 
 	/* OpenCL 3.0 */
-	.clCreateBufferWithProperties = refuse_clCreateBufferWithProperties,
+	.clCreateBufferWithProperties = vgpu_clCreateBufferWithProperties,
 	.clCreateImageWithProperties = refuse_clCreateImageWithProperties,
-	.clSetContextDestructorCallback = refuse_clSetContextDestructorCallback,
+	.clSetContextDestructorCallback = vgpu_clSetContextDestructorCallback,
 };

@@ -858,7 +858,8 @@ cl_int CL_API_CALL vgpu_clGetEventProfilingInfo(cl_event event, cl_profiling_inf
 		case CL_PROFILING_COMMAND_QUEUED: t = ev->t_queued; break;
 		case CL_PROFILING_COMMAND_SUBMIT: t = ev->t_submit; break;
 		case CL_PROFILING_COMMAND_START: t = ev->t_start; break;
-		case CL_PROFILING_COMMAND_END: t = ev->t_end; break;
+		case CL_PROFILING_COMMAND_END:
+		case CL_PROFILING_COMMAND_COMPLETE: /* no child kernels: the end */ t = ev->t_end; break;
 		default: err = CL_INVALID_VALUE; break;
 		}
 	}

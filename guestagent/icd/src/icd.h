@@ -9,8 +9,9 @@
 /* The dispatch table of cl_icd.h lists every entry up to OpenCL 3.0, and
  * the loader calls any of them, so the ICD is compiled against the 3.0
  * declarations to fill every entry with a function of the right type. The
- * device it reports is OpenCL 1.2. The deprecated 1.x entries are part of
- * 1.2 and implemented (or refused) like the others. */
+ * platform and device report OpenCL 3.0, with the optional features a
+ * vGPU offers. The deprecated 1.x entries are part of 3.0 and implemented
+ * (or refused) like the others. */
 #define CL_TARGET_OPENCL_VERSION 300
 #define CL_USE_DEPRECATED_OPENCL_1_0_APIS
 #define CL_USE_DEPRECATED_OPENCL_1_1_APIS
@@ -189,6 +190,13 @@ struct vgpu_deferred {
 
 #define VGPU_EVENT_BUCKETS 4096
 
+/* A context's destructor callback (clSetContextDestructorCallback). */
+struct vgpu_ctxcb {
+	struct vgpu_ctxcb *next;
+	void(CL_CALLBACK *fn)(cl_context, void *);
+	void *data;
+};
+
 struct _cl_context {
 	struct vgpu_obj obj;
 	cl_device_id dev;
@@ -226,6 +234,7 @@ struct _cl_context {
 	struct _cl_event *bucket[VGPU_EVENT_BUCKETS]; /* pending, by event id */
 	struct _cl_command_queue *queues;
 	struct vgpu_deferred *deferred, **deferred_tail;
+	struct vgpu_ctxcb *dtors; /* last registered first: the order they run in */
 	int progress_running; /* the callback progress thread (event.c) */
 	unsigned ncallback_events;
 };
@@ -235,6 +244,8 @@ struct _cl_command_queue {
 	cl_context ctx;
 	cl_device_id dev;
 	cl_command_queue_properties props;
+	cl_queue_properties props_array[3]; /* clCreateCommandQueueWithProperties' list, 0-terminated */
+	size_t nprops_array;                /* its entries, the 0 included; 0 when none was given */
 	struct _cl_event *held_head, *held_tail; /* commands held back in the ICD */
 	struct _cl_command_queue *next;          /* in ctx->queues */
 };
@@ -267,6 +278,7 @@ struct _cl_mem {
 	cl_uint map_count;
 	struct vgpu_map *maps;
 	struct vgpu_memcb *dtors;
+	int with_props; /* made by clCreateBufferWithProperties with an empty list */
 };
 
 /* What the program-information blob says of one kernel. */
@@ -557,7 +569,8 @@ char *vgpu_strndup(const char *s, size_t n);
 	X(clWaitForEvents) X(clGetEventInfo) X(clRetainEvent) X(clReleaseEvent)                              \
 	X(clGetEventProfilingInfo) X(clSetEventCallback) X(clCreateUserEvent) X(clSetUserEventStatus)        \
 	X(clEnqueueMarker) X(clEnqueueWaitForEvents) X(clEnqueueBarrier) X(clEnqueueMarkerWithWaitList)      \
-	X(clEnqueueBarrierWithWaitList)
+	X(clEnqueueBarrierWithWaitList) X(clCreateCommandQueueWithProperties) X(clSetContextDestructorCallback) \
+	X(clCreateBufferWithProperties) X(clCloneKernel)
 VGPU_ENTRIES(VGPU_ENTRY)
 
 #endif /* VGPUD_ICD_H */

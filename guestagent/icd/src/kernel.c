@@ -90,6 +90,28 @@ out:
 	return k;
 }
 
+/* clCloneKernel: a kernel of the same program and function whose
+ * arguments are the source's as set now (a buffer argument names the same
+ * buffer, unreferenced, as clSetKernelArg leaves it). */
+cl_kernel CL_API_CALL vgpu_clCloneKernel(cl_kernel source_kernel, cl_int *errcode_ret)
+{
+	cl_int err = CL_INVALID_KERNEL;
+	cl_kernel k = NULL;
+	cl_kernel src = GET(source_kernel, VGPU_KERNEL);
+	if (src != NULL) {
+		cl_context ctx = src->ctx;
+		ENTER(ctx);
+		k = new_kernel(src->prog, src->ki, &err);
+		if (k != NULL)
+			memcpy(k->args, src->args, src->ki->num_args * sizeof *k->args);
+		PUT(src);
+		LEAVE(ctx);
+	}
+	if (errcode_ret != NULL)
+		*errcode_ret = err;
+	return k;
+}
+
 cl_int CL_API_CALL vgpu_clCreateKernelsInProgram(cl_program program, cl_uint num_kernels, cl_kernel *kernels,
 						 cl_uint *num_kernels_ret)
 {

@@ -141,8 +141,11 @@ uint32_t vgpu_null_buffer(cl_context ctx)
 	return ctx->null_buffer;
 }
 
-cl_mem CL_API_CALL vgpu_clCreateBuffer(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr,
-				       cl_int *errcode_ret)
+/* create_buffer is clCreateBuffer; with_props: made by
+ * clCreateBufferWithProperties with an empty list (CL_MEM_PROPERTIES
+ * returns {0} rather than nothing). */
+static cl_mem create_buffer(cl_context context, int with_props, cl_mem_flags flags, size_t size, void *host_ptr,
+			    cl_int *errcode_ret)
 {
 	cl_int err = CL_SUCCESS;
 	cl_mem m = NULL;
@@ -177,6 +180,7 @@ cl_mem CL_API_CALL vgpu_clCreateBuffer(cl_context context, cl_mem_flags flags, s
 	m->flags = flags;
 	m->size = size;
 	m->host_ptr = (flags & CL_MEM_USE_HOST_PTR) ? host_ptr : NULL;
+	m->with_props = with_props;
 	if (++ctx->next_buffer == 0)
 		++ctx->next_buffer;
 	uint32_t id = ctx->next_buffer;
@@ -348,6 +352,30 @@ void vgpu_mem_destroy(cl_mem m)
 	PUT(ctx);
 }
 
+cl_mem CL_API_CALL vgpu_clCreateBuffer(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr,
+				       cl_int *errcode_ret)
+{
+	return create_buffer(context, 0, flags, size, host_ptr, errcode_ret);
+}
+
+/* OpenCL 3.0 defines no buffer property of its own (they come with
+ * extensions this device does not report), so the list must be NULL or
+ * empty; anything in it is CL_INVALID_PROPERTY. */
+cl_mem CL_API_CALL vgpu_clCreateBufferWithProperties(cl_context context, const cl_mem_properties *properties,
+						     cl_mem_flags flags, size_t size, void *host_ptr,
+						     cl_int *errcode_ret)
+{
+	if (properties != NULL && properties[0] != 0) {
+		cl_context ctx = GET(context, VGPU_CONTEXT);
+		if (ctx != NULL)
+			PUT(ctx);
+		if (errcode_ret != NULL)
+			*errcode_ret = ctx == NULL ? CL_INVALID_CONTEXT : CL_INVALID_PROPERTY;
+		return NULL;
+	}
+	return create_buffer(context, properties != NULL, flags, size, host_ptr, errcode_ret);
+}
+
 cl_int CL_API_CALL vgpu_clRetainMemObject(cl_mem memobj)
 {
 	return vgpu_retain(memobj, VGPU_MEM, CL_INVALID_MEM_OBJECT);
@@ -403,6 +431,7 @@ cl_int CL_API_CALL vgpu_clGetMemObjectInfo(cl_mem memobj, cl_mem_info param_name
 		cl_context c;
 		cl_mem m;
 		cl_bool b;
+		cl_mem_properties props;
 	} v;
 	size_t n;
 	cl_int err = CL_SUCCESS;
@@ -416,6 +445,13 @@ cl_int CL_API_CALL vgpu_clGetMemObjectInfo(cl_mem memobj, cl_mem_info param_name
 	case CL_MEM_CONTEXT: v.c = m->ctx; n = sizeof v.c; break;
 	case CL_MEM_ASSOCIATED_MEMOBJECT: v.m = m->parent; n = sizeof v.m; break;
 	case CL_MEM_OFFSET: v.sz = m->origin; n = sizeof v.sz; break;
+	case CL_MEM_USES_SVM_POINTER: v.b = CL_FALSE; n = sizeof v.b; break;
+	case CL_MEM_PROPERTIES:
+		/* What clCreateBufferWithProperties was given: nothing, or
+		 * the empty list (a sub-buffer has none of its own). */
+		v.props = 0;
+		n = m->with_props ? sizeof v.props : 0;
+		break;
 	default: err = CL_INVALID_VALUE; n = 0; break;
 	}
 	if (err == CL_SUCCESS)

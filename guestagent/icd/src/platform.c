@@ -13,7 +13,7 @@
 #include <string.h>
 
 #define PLATFORM_PROFILE "FULL_PROFILE"
-#define PLATFORM_VERSION "OpenCL 1.2 vgpud"
+#define PLATFORM_VERSION "OpenCL 3.0 vgpud"
 #define PLATFORM_NAME "vgpud"
 #define PLATFORM_VENDOR "vgpud"
 #define PLATFORM_EXTENSIONS "cl_khr_icd"
@@ -57,7 +57,25 @@ cl_int CL_API_CALL vgpu_clGetPlatformInfo(cl_platform_id platform, cl_platform_i
 	if (!vgpu_platform_valid(platform))
 		return CL_INVALID_PLATFORM;
 	const char *s;
+	union {
+		cl_version ver;
+		cl_ulong ul;
+		cl_name_version nv;
+	} v;
 	switch (param_name) {
+	case CL_PLATFORM_NUMERIC_VERSION:
+		v.ver = CL_MAKE_VERSION(3, 0, 0);
+		return vgpu_info(&v.ver, sizeof v.ver, param_value_size, param_value, param_value_size_ret);
+	case CL_PLATFORM_EXTENSIONS_WITH_VERSION:
+		memset(&v.nv, 0, sizeof v.nv);
+		v.nv.version = CL_MAKE_VERSION(1, 0, 0);
+		memcpy(v.nv.name, PLATFORM_EXTENSIONS, sizeof PLATFORM_EXTENSIONS);
+		return vgpu_info(&v.nv, sizeof v.nv, param_value_size, param_value, param_value_size_ret);
+	case CL_PLATFORM_HOST_TIMER_RESOLUTION:
+		/* 0: no device and host timer synchronization
+		 * (clGetDeviceAndHostTimer and clGetHostTimer refuse). */
+		v.ul = 0;
+		return vgpu_info(&v.ul, sizeof v.ul, param_value_size, param_value, param_value_size_ret);
 	case CL_PLATFORM_PROFILE:
 		s = PLATFORM_PROFILE;
 		break;
@@ -77,7 +95,6 @@ cl_int CL_API_CALL vgpu_clGetPlatformInfo(cl_platform_id platform, cl_platform_i
 		s = PLATFORM_ICD_SUFFIX;
 		break;
 	default:
-		/* Including the 2.1 and 3.0 queries: this is a 1.2 platform. */
 		return CL_INVALID_VALUE;
 	}
 	return vgpu_info_str(s, param_value_size, param_value, param_value_size_ret);

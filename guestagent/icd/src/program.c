@@ -844,6 +844,17 @@ cl_int CL_API_CALL vgpu_clGetProgramInfo(cl_program program, cl_program_info par
 					    param_value, param_value_size_ret);
 		}
 		break;
+	case CL_PROGRAM_IL:
+		/* Made from source or a binary, never from IL: nothing. */
+		err = vgpu_info(NULL, 0, param_value_size, param_value, param_value_size_ret);
+		break;
+	case CL_PROGRAM_SCOPE_GLOBAL_CTORS_PRESENT:
+	case CL_PROGRAM_SCOPE_GLOBAL_DTORS_PRESENT: {
+		/* No program-scope global variables on the device. */
+		cl_bool b = CL_FALSE;
+		err = vgpu_info(&b, sizeof b, param_value_size, param_value, param_value_size_ret);
+		break;
+	}
 	default: err = CL_INVALID_VALUE; break;
 	}
 	PUT(p);
@@ -878,6 +889,12 @@ cl_int CL_API_CALL vgpu_clGetProgramBuildInfo(cl_program program, cl_device_id d
 							   ? p->bintype
 							   : CL_PROGRAM_BINARY_TYPE_NONE;
 			err = vgpu_info(&t, sizeof t, param_value_size, param_value, param_value_size_ret);
+			break;
+		}
+		case CL_PROGRAM_BUILD_GLOBAL_VARIABLE_TOTAL_SIZE: {
+			/* No program-scope global variables on the device. */
+			size_t z = 0;
+			err = vgpu_info(&z, sizeof z, param_value_size, param_value, param_value_size_ret);
 			break;
 		}
 		default: err = CL_INVALID_VALUE; break;

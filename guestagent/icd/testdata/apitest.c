@@ -14,6 +14,7 @@
 
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -42,6 +43,68 @@ struct fake {
 	char junk[64];
 };
 
+/* The OpenCL 3.0 answers of a device: version 3.0, OpenCL C 1.0 to 1.2
+ * and 3.0, the features and capabilities every 3.0 full-profile device
+ * has and none of the optional 2.x ones, the extensions by name and
+ * version as CL_DEVICE_EXTENSIONS lists them. */
+static void threezero_checks(cl_device_id d)
+{
+	cl_version ver = 0;
+	size_t n = 0;
+	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_NUMERIC_VERSION, sizeof ver, &ver, NULL), CL_SUCCESS);
+	CHECK(ver == CL_MAKE_VERSION(3, 0, 0), "device numeric version %#x", ver);
+	cl_name_version nv[64];
+	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_OPENCL_C_ALL_VERSIONS, sizeof nv, nv, &n), CL_SUCCESS);
+	int has30 = 0, has12 = 0;
+	for (size_t i = 0; i < n / sizeof nv[0]; i++) {
+		CHECK(strcmp(nv[i].name, "OpenCL C") == 0, "C version name %s", nv[i].name);
+		has30 |= nv[i].version == CL_MAKE_VERSION(3, 0, 0);
+		has12 |= nv[i].version == CL_MAKE_VERSION(1, 2, 0);
+	}
+	CHECK(has30 && has12 && n == 4 * sizeof nv[0], "OpenCL C versions: %zu bytes", n);
+	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_OPENCL_C_FEATURES, sizeof nv, nv, &n), CL_SUCCESS);
+	CHECK(n >= sizeof nv[0] && strcmp(nv[0].name, "__opencl_c_int64") == 0, "features: %zu bytes", n);
+	char ext[4096];
+	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, sizeof ext, ext, NULL), CL_SUCCESS);
+	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS_WITH_VERSION, sizeof nv, nv, &n), CL_SUCCESS);
+	size_t k = 0;
+	for (char *w = strtok(ext, " "); w != NULL; w = strtok(NULL, " "), k++)
+		CHECK(k < n / sizeof nv[0] && strcmp(nv[k].name, w) == 0 && nv[k].version == CL_MAKE_VERSION(1, 0, 0),
+		      "extension %zu: %s", k, w);
+	CHECK(k == n / sizeof nv[0] && k > 0, "%zu extensions, %zu with version", k, n / sizeof nv[0]);
+	const struct {
+		cl_device_info q;
+		cl_ulong want;
+	} bits[] = {
+		{CL_DEVICE_SVM_CAPABILITIES, 0},
+		{CL_DEVICE_QUEUE_ON_DEVICE_PROPERTIES, 0},
+		{CL_DEVICE_DEVICE_ENQUEUE_CAPABILITIES, 0},
+		{CL_DEVICE_QUEUE_ON_HOST_PROPERTIES, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE | CL_QUEUE_PROFILING_ENABLE},
+		{CL_DEVICE_ATOMIC_MEMORY_CAPABILITIES, CL_DEVICE_ATOMIC_ORDER_RELAXED | CL_DEVICE_ATOMIC_SCOPE_WORK_GROUP},
+		{CL_DEVICE_ATOMIC_FENCE_CAPABILITIES,
+		 CL_DEVICE_ATOMIC_ORDER_RELAXED | CL_DEVICE_ATOMIC_ORDER_ACQ_REL | CL_DEVICE_ATOMIC_SCOPE_WORK_GROUP},
+	};
+	for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++) {
+		cl_bitfield b = 99;
+		CHECK_ERR(clGetDeviceInfo(d, bits[i].q, sizeof b, &b, NULL), CL_SUCCESS);
+		CHECK(b == bits[i].want, "query %#x = %#llx", (unsigned)bits[i].q, (unsigned long long)b);
+	}
+	const cl_device_info no[] = {CL_DEVICE_PIPE_SUPPORT, CL_DEVICE_GENERIC_ADDRESS_SPACE_SUPPORT,
+				     CL_DEVICE_NON_UNIFORM_WORK_GROUP_SUPPORT,
+				     CL_DEVICE_WORK_GROUP_COLLECTIVE_FUNCTIONS_SUPPORT,
+				     CL_DEVICE_SUB_GROUP_INDEPENDENT_FORWARD_PROGRESS};
+	for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+		cl_bool b = 99;
+		CHECK_ERR(clGetDeviceInfo(d, no[i], sizeof b, &b, NULL), CL_SUCCESS);
+		CHECK(b == CL_FALSE, "query %#x = %u", (unsigned)no[i], b);
+	}
+	char s[64];
+	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_IL_VERSION, sizeof s, s, NULL), CL_SUCCESS);
+	CHECK(s[0] == '\0', "IL version %s", s);
+	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_LATEST_CONFORMANCE_VERSION_PASSED, sizeof s, s, NULL), CL_SUCCESS);
+	CHECK(strlen(s) == 14 && s[0] == 'v' && s[5] == '-' && s[8] == '-' && s[11] == '-', "conformance %s", s);
+}
+
 static void platform_checks(cl_platform_id p)
 {
 	char buf[128];
@@ -51,12 +114,23 @@ static void platform_checks(cl_platform_id p)
 	CHECK_ERR(clGetPlatformInfo(p, CL_PLATFORM_NAME, 3, buf, NULL), CL_INVALID_VALUE);
 	CHECK_ERR(clGetPlatformInfo(p, CL_PLATFORM_NAME, 0, buf, NULL), CL_INVALID_VALUE);
 	CHECK_ERR(clGetPlatformInfo(p, 0x0999, sizeof buf, buf, NULL), CL_INVALID_VALUE);
-	CHECK_ERR(clGetPlatformInfo(p, CL_PLATFORM_NUMERIC_VERSION, sizeof buf, buf, NULL), CL_INVALID_VALUE);
+	/* The OpenCL 3.0 queries. */
+	cl_version ver = 0;
+	CHECK_ERR(clGetPlatformInfo(p, CL_PLATFORM_NUMERIC_VERSION, sizeof ver, &ver, &n), CL_SUCCESS);
+	CHECK(ver == CL_MAKE_VERSION(3, 0, 0) && n == sizeof ver, "numeric version %#x", ver);
+	CHECK_ERR(clGetPlatformInfo(p, CL_PLATFORM_NUMERIC_VERSION, 2, &ver, NULL), CL_INVALID_VALUE);
+	cl_name_version nv[2];
+	CHECK_ERR(clGetPlatformInfo(p, CL_PLATFORM_EXTENSIONS_WITH_VERSION, sizeof nv, nv, &n), CL_SUCCESS);
+	CHECK(n == sizeof nv[0] && strcmp(nv[0].name, "cl_khr_icd") == 0 && nv[0].version == CL_MAKE_VERSION(1, 0, 0),
+	      "extensions with version: %zu bytes, %s %#x", n, nv[0].name, nv[0].version);
+	cl_ulong timer = 1;
+	CHECK_ERR(clGetPlatformInfo(p, CL_PLATFORM_HOST_TIMER_RESOLUTION, sizeof timer, &timer, NULL), CL_SUCCESS);
+	CHECK(timer == 0, "host timer resolution %llu", (unsigned long long)timer);
 	const struct {
 		cl_platform_info param;
 		const char *want;
 	} strs[] = {
-		{CL_PLATFORM_PROFILE, "FULL_PROFILE"}, {CL_PLATFORM_VERSION, "OpenCL 1.2 vgpud"},
+		{CL_PLATFORM_PROFILE, "FULL_PROFILE"}, {CL_PLATFORM_VERSION, "OpenCL 3.0 vgpud"},
 		{CL_PLATFORM_NAME, "vgpud"},	       {CL_PLATFORM_VENDOR, "vgpud"},
 		{CL_PLATFORM_EXTENSIONS, "cl_khr_icd"}, {CL_PLATFORM_ICD_SUFFIX_KHR, "vgpud"},
 	};
@@ -137,7 +211,7 @@ static void device_checks(cl_platform_id p)
 	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof sizes, sizes, &ret), CL_SUCCESS);
 	CHECK(sizes[0] == 1024 && sizes[2] == 1024 && ret == sizeof sizes, "work item sizes %zu", sizes[0]);
 	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_VERSION, sizeof name, name, NULL), CL_SUCCESS);
-	CHECK(strncmp(name, "OpenCL 1.2 vgpud ABI 1.", 23) == 0 && strstr(name, " profile vgpu-small") != NULL &&
+	CHECK(strncmp(name, "OpenCL 3.0 vgpud ABI 1.", 23) == 0 && strstr(name, " profile vgpu-small") != NULL &&
 		      strcmp(strstr(name, " profile "), " profile vgpu-small") == 0,
 	      "version %s", name);
 	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_OPENCL_C_VERSION, sizeof name, name, NULL), CL_SUCCESS);
@@ -165,8 +239,27 @@ static void device_checks(cl_platform_id p)
 		if (ret > 0)
 			CHECK_ERR(clGetDeviceInfo(d, q, ret - 1, big, NULL), CL_INVALID_VALUE);
 	}
-	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_IMAGE_PITCH_ALIGNMENT, sizeof u, &u, NULL), CL_INVALID_VALUE);
-	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_NUMERIC_VERSION, sizeof u, &u, NULL), CL_INVALID_VALUE);
+	/* And every query OpenCL 2.0 to 3.0 added; the values that OpenCL
+	 * 3.0 fixes for what the device offers are in threezero_checks. */
+	for (cl_device_info q = CL_DEVICE_IMAGE_PITCH_ALIGNMENT; q <= CL_DEVICE_LATEST_CONFORMANCE_VERSION_PASSED; q++) {
+		if (q == 0x105F || (q > CL_DEVICE_GENERIC_ADDRESS_SPACE_SUPPORT && q < CL_DEVICE_OPENCL_C_FEATURES)) {
+			/* Not defined by OpenCL (extensions' numbers). */
+			CHECK_ERR(clGetDeviceInfo(d, q, 0, NULL, &ret), CL_INVALID_VALUE);
+			continue;
+		}
+		ret = 1;
+		CHECK_ERR(clGetDeviceInfo(d, q, 0, NULL, &ret), CL_SUCCESS);
+		int empty = q == CL_DEVICE_ILS_WITH_VERSION || q == CL_DEVICE_BUILT_IN_KERNELS_WITH_VERSION;
+		CHECK(empty ? ret == 0 : ret > 0 && ret <= 16384, "query %#x: size %zu", (unsigned)q, ret);
+		char *big = calloc(1, ret + 1);
+		size_t ret2 = 0;
+		CHECK_ERR(clGetDeviceInfo(d, q, ret + 1, big, &ret2), CL_SUCCESS);
+		CHECK(ret2 == ret, "query %#x: size %zu then %zu", (unsigned)q, ret, ret2);
+		if (ret > 0)
+			CHECK_ERR(clGetDeviceInfo(d, q, ret - 1, big, NULL), CL_INVALID_VALUE);
+		free(big);
+	}
+	threezero_checks(d);
 	CHECK_ERR(clGetDeviceInfo(d, 0x7fffffff, sizeof u, &u, NULL), CL_INVALID_VALUE);
 	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof u, &u, NULL), CL_INVALID_VALUE);
 	CHECK_ERR(clGetDeviceInfo(d, CL_DEVICE_NAME, 4, name, NULL), CL_INVALID_VALUE);
