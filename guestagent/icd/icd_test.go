@@ -497,9 +497,12 @@ func runAgainst(t *testing.T, exe, icdDir, sock string, args ...string) {
 // real vGPU (tests/icdhost): testdata/runtest.c (a vector addition whose
 // header is found through -I, fills, copies, maps, rectangles, events with
 // profiling, a user event holding commands back, callbacks, sub-buffers,
-// binaries, compile and link, fork) and testdata/misuse.c (malformed use
-// with its exact errors, and a daemon that dies); both again with the ICD
-// and the programs built with AddressSanitizer and UBSan.
+// binaries, compile and link, fork), testdata/misuse.c (malformed use
+// with its exact errors, and a daemon that dies) and testdata/threezero.c
+// (the OpenCL 3.0 entries: queues and buffers with properties, OpenCL C
+// 3.0, cloned kernels, context destructor callbacks, the answers for
+// absent features); all again with the ICD and the programs built with
+// AddressSanitizer and UBSan.
 func TestDaemon(t *testing.T) {
 	gcc := needToolchain(t)
 	sock := startHost(t)
@@ -518,6 +521,9 @@ func TestDaemon(t *testing.T) {
 			})
 			t.Run("misuse", func(t *testing.T) {
 				runAgainst(t, buildProgram(t, gcc, "testdata/misuse.c", c.flags...), icdDir, sock, t.TempDir())
+			})
+			t.Run("opencl30", func(t *testing.T) {
+				runAgainst(t, buildProgram(t, gcc, "testdata/threezero.c", c.flags...), icdDir, sock, t.TempDir())
 			})
 		})
 	}

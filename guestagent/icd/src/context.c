@@ -392,13 +392,22 @@ static void flush(cl_context ctx)
 	}
 }
 
-/* "clReleaseCommandQueue performs an implicit flush." */
+/* "clReleaseCommandQueue performs an implicit flush." The last release
+ * also waits for the queue's sent commands, as PoCL's does: a pending
+ * event holds its context, and nothing else would ever collect the
+ * reports of a queue nobody names any more, so without the wait a
+ * context released with commands in flight would never be destroyed
+ * (its connection, arena and destructor callbacks with it). Commands
+ * held back behind a user event are not waited for: the application may
+ * set the event after releasing the queue. */
 static void queue_last(struct vgpu_obj *o)
 {
 	cl_command_queue q = (cl_command_queue)o;
 	cl_context ctx = q->ctx;
 	ENTER(ctx);
 	flush(ctx);
+	if (q->held_head == NULL)
+		vgpu_queue_finish(q);
 	PUT(q);
 	LEAVE(ctx);
 }
