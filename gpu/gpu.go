@@ -108,6 +108,24 @@ type Pipeliner interface {
 	Sync() []LaunchResult
 }
 
+// Printer is implemented by a Queue that captures what its kernels print
+// (OpenCL C's printf, which a runtime writes to its process's standard
+// output): an executor's (gpu/remote, docs/executor-protocol.md
+// "OpLaunchPrinting"). LaunchPrinting is Launch that also returns what
+// the kernel printed, at most max bytes of it, and how many bytes more it
+// printed, which were dropped. Where the device cannot capture after all
+// it returns an error for which errors.Is(err, ErrUnsupported), without
+// launching.
+type Printer interface {
+	LaunchPrinting(k Kernel, r NDRange, args []Arg, max int) (time.Duration, Printout, error)
+}
+
+// Printout is what one launch printed.
+type Printout struct {
+	Data    []byte
+	Dropped uint64 // bytes printed beyond what Data holds
+}
+
 // Streamer is implemented by a Queue that moves long copies through
 // staging memory of its own, host memory its device's copy engine reaches
 // directly (pinned memory on a GPU), with the host's copy of one piece

@@ -588,6 +588,39 @@ func (q *Queue) Launch(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Durati
 	return time.Duration(ns), nil
 }
 
+// LaunchPrinting is Launch that returns what the kernel printed
+// (gpu.Printer): at most max bytes (MaxPrintout at most), and how many
+// more were dropped. A server without an output capture refuses it with
+// gpu.ErrUnsupported, before launching.
+func (q *Queue) LaunchPrinting(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg, max int) (time.Duration, gpu.Printout, error) {
+	var out gpu.Printout
+	max = min(max, MaxPrintout)
+	if max < 0 {
+		return 0, out, fmt.Errorf("launch printing at most %d bytes: %w", max, gpu.ErrInvalidLaunch)
+	}
+	e := q.body()
+	e.U32(uint32(max))
+	if err := q.appendLaunch(e, k, r, args); err != nil {
+		return 0, out, err
+	}
+	body, err := q.callRun(OpLaunchPrinting, e)
+	if err != nil {
+		return 0, out, err
+	}
+	rd := newDec(body)
+	ns, dropped := rd.U64(), rd.U64()
+	data := rd.Rest()
+	if err := rd.done(); err != nil {
+		return 0, out, q.d.broken(OpLaunchPrinting, err)
+	}
+	if ns > math.MaxInt64 || len(data) > max {
+		return 0, out, q.d.broken(OpLaunchPrinting, fmt.Errorf("%w: kernel time %d ns, %d bytes printed of at most %d", ErrProtocol, ns, len(data), max))
+	}
+	out.Data = append([]byte(nil), data...)
+	out.Dropped = dropped
+	return time.Duration(ns), out, nil
+}
+
 // appendLaunch appends a launch's kernel, NDRange and arguments (OpLaunch's
 // body after the queue handle).
 func (q *Queue) appendLaunch(e *enc, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) error {

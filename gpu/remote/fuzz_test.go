@@ -38,6 +38,9 @@ func FuzzServe(f *testing.F) {
 	batch := appendFrame(nil, 7, uint8(OpLaunches), append(append(ints(1), 2, 0), append(one, one...)...))
 	f.Add(bytes.Join([][]byte{q, alloc, write, build, kern, batch}, nil))
 	f.Add(bytes.Join([][]byte{q, appendFrame(nil, 9, uint8(OpRelease), append(ints(1), 1, 2, 0, 0, 0))}, nil))
+	// A launch that prints (OpLaunchPrinting): the bound, then a launch body.
+	printing := appendFrame(nil, 8, uint8(OpLaunchPrinting), append(append(ints(1, 64, 4), 1), make([]byte, 72+2)...))
+	f.Add(bytes.Join([][]byte{q, alloc, write, build, kern, printing}, nil))
 	f.Add(bytes.Join([][]byte{q, appendFrame(nil, 9, uint8(OpClose), nil)}, nil))
 	// A buffer on the arena, written, then released.
 	allocAt := appendFrame(nil, 2, uint8(OpAllocAt), append(append(ints(1), make([]byte, 8)...), 0, 16, 0, 0, 0, 0, 0, 0))
@@ -46,7 +49,7 @@ func FuzzServe(f *testing.F) {
 	arena := make([]byte, 4*ArenaPage)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &rw{Reader: bytes.NewReader(in)}
-		err := ServeArena(c, gputest.New(gputest.Config{HostBacked: true}), arena)
+		err := ServeWith(c, gputest.New(gputest.Config{HostBacked: true}), ServeOptions{Arena: arena, Output: &printout{data: []byte("printed")}})
 		if err != nil && !errors.Is(err, ErrProtocol) && !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Fatalf("Serve = %v", err)
 		}
@@ -149,6 +152,10 @@ func FuzzClient(f *testing.F) {
 				}
 				if ns, err := q.Launch(k, gpu.NDRange{Dims: 1, Global: [3]uint64{1}}, nil); err == nil && ns < 0 {
 					t.Errorf("Launch time %v", ns)
+				}
+				ns, out, err := q.(gpu.Printer).LaunchPrinting(k, gpu.NDRange{Dims: 1, Global: [3]uint64{1}}, nil, 64)
+				if err == nil && (ns < 0 || len(out.Data) > 64) {
+					t.Errorf("LaunchPrinting: time %v, %d bytes printed of at most 64", ns, len(out.Data))
 				}
 			}
 		}

@@ -67,7 +67,15 @@ const (
 	// OpAllocAt makes a buffer on the arena (ServeArena), at a page
 	// aligned offset: q, u64 off, u64 size -> b.
 	OpAllocAt Op = 17
+	// OpLaunchPrinting is a launch that returns what the kernel printed
+	// (gpu.Printer; ServeOptions.Output): q, u32 max, then OpLaunch's
+	// body after q -> u64 ns, u64 dropped, data (the rest, at most max
+	// bytes).
+	OpLaunchPrinting Op = 18
 )
+
+// MaxPrintout bounds the output one OpLaunchPrinting reply carries.
+const MaxPrintout = 4 << 20
 
 // MaxBatch bounds the launches of one OpLaunches frame.
 const MaxBatch = 1024

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -475,5 +476,140 @@ func TestResultsRoundTrip(t *testing.T) {
 	}
 	if _, err := decodeResults([]byte{200, 0, 0}, 1); !errors.Is(err, ErrProtocol) {
 		t.Errorf("an unknown kind = %v, want ErrProtocol", err)
+	}
+}
+
+// printout is an Output that hands out what a test put in it, and counts
+// the discards.
+type printout struct {
+	mu        sync.Mutex
+	data      []byte
+	discards  int
+	takeLimit int
+}
+
+func (p *printout) Discard() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.discards++
+	p.data = nil
+	return nil
+}
+
+func (p *printout) Take(n int) ([]byte, uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.takeLimit = n
+	keep := min(n, len(p.data))
+	out, dropped := p.data[:keep], uint64(len(p.data)-keep)
+	p.data = nil
+	return out, dropped, nil
+}
+
+// printingKernel is a fake kernel whose launch "prints" into p: the fake
+// device runs nothing, so the output is put there by the fake's launch
+// hook, between the server's Discard and Take.
+type printingQueue struct {
+	gpu.Queue
+	p    *printout
+	text string
+}
+
+func (q printingQueue) Launch(k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Duration, error) {
+	q.p.mu.Lock()
+	q.p.data = append(q.p.data, q.text...)
+	q.p.mu.Unlock()
+	return q.Queue.Launch(k, r, args)
+}
+
+type printingDevice struct {
+	gpu.Device
+	p    *printout
+	text string
+}
+
+func (d printingDevice) NewQueue() (gpu.Queue, error) {
+	q, err := d.Device.NewQueue()
+	if err != nil {
+		return nil, err
+	}
+	return printingQueue{q, d.p, d.text}, nil
+}
+
+// TestLaunchPrinting: OpLaunchPrinting returns what the kernel printed
+// between the launch's start and end (what was printed before is
+// discarded), at most the bytes asked for, with the rest counted; a
+// server without an output refuses it as unsupported, before launching.
+func TestLaunchPrinting(t *testing.T) {
+	p := &printout{}
+	dev := printingDevice{gputest.New(gputest.Config{}), p, "hello from the kernel\n"}
+	a, b := socketPair(t)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := ServeWith(b, dev, ServeOptions{Output: p}); err != nil {
+			t.Errorf("ServeWith: %v", err)
+		}
+	}()
+	t.Cleanup(wg.Wait)
+	d, err := NewDevice(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, _, err := q.Build(vadd, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := prog.Kernel("twice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, _ := q.Alloc(16)
+	args := []gpu.Arg{{Buffer: buf}}
+	r := gpu.NDRange{Dims: 1, Global: [3]uint64{4, 1, 1}}
+	pr, ok := gpu.Queue(q).(gpu.Printer)
+	if !ok {
+		t.Fatal("a remote queue is not a gpu.Printer")
+	}
+	p.mu.Lock()
+	p.data = []byte("stale output of an earlier launch")
+	p.mu.Unlock()
+	_, out, err := pr.LaunchPrinting(k, r, args, 1<<20)
+	if err != nil || string(out.Data) != "hello from the kernel\n" || out.Dropped != 0 {
+		t.Fatalf("LaunchPrinting = %q (%d dropped), %v", out.Data, out.Dropped, err)
+	}
+	_, out, err = pr.LaunchPrinting(k, r, args, 5)
+	if err != nil || string(out.Data) != "hello" || out.Dropped != uint64(len(dev.text)-5) {
+		t.Fatalf("LaunchPrinting(5) = %q (%d dropped), %v", out.Data, out.Dropped, err)
+	}
+	_, out, err = pr.LaunchPrinting(k, r, args, 10*MaxPrintout)
+	if err != nil || p.takeLimit != MaxPrintout || string(out.Data) != dev.text {
+		t.Fatalf("a bound past MaxPrintout: took at most %d, %q, %v", p.takeLimit, out.Data, err)
+	}
+	if p.discards != 3 {
+		t.Errorf("%d discards for 3 launches", p.discards)
+	}
+	if _, _, err := pr.LaunchPrinting(k, r, args, -1); !errors.Is(err, gpu.ErrInvalidLaunch) {
+		t.Errorf("a negative bound = %v, want ErrInvalidLaunch", err)
+	}
+
+	// Without an output: unsupported, and nothing ran.
+	plain := served(t, gputest.New(gputest.Config{}))
+	defer plain.Close()
+	q2, _ := plain.NewQueue()
+	prog2, _, _ := q2.Build(vadd, "")
+	k2, _ := prog2.Kernel("twice")
+	buf2, _ := q2.Alloc(16)
+	if _, _, err := q2.(gpu.Printer).LaunchPrinting(k2, r, []gpu.Arg{{Buffer: buf2}}, 100); !errors.Is(err, gpu.ErrUnsupported) {
+		t.Errorf("LaunchPrinting without an output = %v, want ErrUnsupported", err)
+	}
+	if _, err := q2.Launch(k2, r, []gpu.Arg{{Buffer: buf2}}); err != nil {
+		t.Errorf("a plain launch after the refusal: %v", err)
 	}
 }

@@ -25,7 +25,34 @@ func Serve(conn io.ReadWriter, dev gpu.Device) error { return ServeArena(conn, d
 // (MapArena), on which OpAllocAt makes buffers (arena.go). nil: none,
 // and OpAllocAt is refused as unsupported.
 func ServeArena(conn io.ReadWriter, dev gpu.Device, arena []byte) error {
-	s := &server{dev: dev, w: conn, arena: arena, queues: map[uint32]*squeue{}, objs: map[uint32]sobj{}}
+	return ServeWith(conn, dev, ServeOptions{Arena: arena})
+}
+
+// Output is where a server finds what its device's kernels printed: the
+// process's captured standard output (worker/child/kernelout).
+type Output interface {
+	// Discard drops what was printed so far.
+	Discard() error
+	// Take returns what was printed since the last Take or Discard, at
+	// most n bytes, and how many more bytes were printed and dropped.
+	Take(n int) ([]byte, uint64, error)
+}
+
+// ServeOptions are what a server may have besides its device.
+type ServeOptions struct {
+	// Arena: ServeArena's.
+	Arena []byte
+	// Output, if not nil, answers OpLaunchPrinting: what a launch
+	// printed is what Output took between the launch's start and end.
+	// Queues of the device running kernels at the same time print into
+	// the same output; an executor serves one queue. nil:
+	// OpLaunchPrinting is refused as unsupported.
+	Output Output
+}
+
+// ServeWith is Serve with opts.
+func ServeWith(conn io.ReadWriter, dev gpu.Device, opts ServeOptions) error {
+	s := &server{dev: dev, w: conn, arena: opts.Arena, out: opts.Output, queues: map[uint32]*squeue{}, objs: map[uint32]sobj{}}
 	r := bufio.NewReaderSize(conn, 64<<10)
 	defer s.closeQueues()
 	for {
@@ -50,6 +77,7 @@ func ServeArena(conn io.ReadWriter, dev gpu.Device, arena []byte) error {
 type server struct {
 	dev   gpu.Device
 	arena []byte // shared with the client; nil: none
+	out   Output // nil: none (OpLaunchPrinting unsupported)
 
 	wmu sync.Mutex // serialises replies
 	w   io.Writer
@@ -295,6 +323,8 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		return r.programOp(op)
 	case OpLaunch:
 		return r.launch()
+	case OpLaunchPrinting:
+		return r.launchPrinting()
 	case OpLaunches:
 		return s.launches(h, r.q, &r.d, r.buf)
 	case OpRelease:
@@ -532,6 +562,43 @@ func (r *queueReq) launch() ([]byte, string, error) {
 	}
 	var e enc
 	e.U64(uint64(t))
+	return e.B, "", nil
+}
+
+// launchPrinting answers OpLaunchPrinting: the launch's device time and
+// what the kernel printed while it ran.
+func (r *queueReq) launchPrinting() ([]byte, string, error) {
+	n := int(r.d.U32())
+	kh, nd, args, argErr := decodeLaunch(&r.d, r.buf)
+	if err := r.d.done(); err != nil {
+		return nil, "", err
+	}
+	if argErr != nil {
+		return nil, "", argErr
+	}
+	if r.s.out == nil {
+		return nil, "", fmt.Errorf("printf output: %w", gpu.ErrUnsupported)
+	}
+	ob, err := r.s.obj(r.h, kh, relKernel)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := r.s.out.Discard(); err != nil {
+		return nil, "", fmt.Errorf("printf output: %w", errors.Join(gpu.ErrUnsupported, err))
+	}
+	t, err := r.q.Launch(ob.kern, nd, args)
+	if err != nil {
+		return nil, "", err
+	}
+	data, dropped, err := r.s.out.Take(min(n, MaxPrintout))
+	if err != nil {
+		// The kernel ran: its output is lost, not its result.
+		data, dropped = nil, 0
+	}
+	var e enc
+	e.U64(uint64(t))
+	e.U64(dropped)
+	e.B = append(e.B, data...)
 	return e.B, "", nil
 }
 

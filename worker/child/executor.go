@@ -15,6 +15,7 @@ import (
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/gpu/remote"
+	"github.com/vgpud/vgpud/worker/child/kernelout"
 	"github.com/vgpud/vgpud/worker/sandbox"
 )
 
@@ -115,6 +116,17 @@ func executorMain() int {
 		log.Error("protocol socket", "err", err)
 		return 2
 	}
+	// Standard output is where the runtime writes what kernels print
+	// (printf): captured before the device is opened, so that each
+	// launch that asks gets its own (OpLaunchPrinting). Without it
+	// launches still run; their output is lost, as before.
+	opts := remote.ServeOptions{}
+	if out, err := kernelout.Start(1, remote.MaxPrintout); err != nil {
+		log.Warn("kernels' printf output is not captured", "err", err.Error())
+	} else {
+		defer out.Close()
+		opts.Output = out
+	}
 	dev, err := gpu.Open(strconv.Itoa(index))
 	if err != nil {
 		log.Error("open device", "err", err)
@@ -125,7 +137,8 @@ func executorMain() int {
 		log.Error("protocol socket", "err", err)
 		return 2
 	}
-	if err := remote.ServeArena(pc, dev, executorArena(log)); err != nil {
+	opts.Arena = executorArena(log)
+	if err := remote.ServeWith(pc, dev, opts); err != nil {
 		log.Error("executor ends", "err", fmt.Sprint(err))
 		return 1
 	}
