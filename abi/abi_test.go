@@ -45,6 +45,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		&ProgramBuild{Handle: 1, SrcCount: 1, SrcLen: 100, SrcSGAddr: 0x3000, OptsAddr: 0x4000, OptsLen: 10, LogLen: 4096, LogAddr: 0x5000},
 		&ProgramFree{Handle: 1},
 		&Launch{Program: 1, DescLen: 200, DescAddr: 0x6008},
+		&Launch{Program: 1, DescLen: 200, DescAddr: 0x6008, Printf: 9},
 		&Fence{Addr: 0x7000, Value: 42},
 		&ProgramInfoQuery{Handle: 2, SGCount: 3, Length: 9000, SGAddr: 0x8010},
 		&BufferCopy{Src: 1, Dst: 2, SrcOffset: 8, DstOffset: 16, Length: 64},
@@ -411,5 +412,42 @@ func TestProgramInfoUnmarshalRejects(t *testing.T) {
 		if got, err := UnmarshalProgramInfo(b); !errors.Is(err, ErrMalformed) || got.Kernels != nil {
 			t.Errorf("%s: UnmarshalProgramInfo = %+v, %v, want ErrMalformed", name, got, err)
 		}
+	}
+}
+
+// The printf header round-trips, and a header that breaks a rule is
+// refused: a length past the buffer, an unknown flag, output without
+// capture, a buffer too small for the header.
+func TestPrintfHeader(t *testing.T) {
+	b := make([]byte, PrintfHeaderSize)
+	for _, h := range []PrintfHeader{
+		{},
+		{Flags: PrintfCaptured},
+		{Length: 1000 - PrintfHeaderSize, Dropped: 7, Flags: PrintfCaptured},
+	} {
+		h.Marshal(b)
+		got, err := UnmarshalPrintfHeader(b, 1000)
+		if err != nil || got != h {
+			t.Errorf("round trip of %+v: %+v, %v", h, got, err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		h    PrintfHeader
+		size uint64
+	}{
+		{"length past the buffer", PrintfHeader{Length: 1000 - PrintfHeaderSize + 1, Flags: PrintfCaptured}, 1000},
+		{"unknown flag", PrintfHeader{Flags: 2 | PrintfCaptured}, 1000},
+		{"output without capture", PrintfHeader{Length: 1}, 1000},
+		{"dropped without capture", PrintfHeader{Dropped: 1}, 1000},
+		{"buffer smaller than the header", PrintfHeader{Flags: PrintfCaptured}, PrintfHeaderSize - 1},
+	} {
+		c.h.Marshal(b)
+		if _, err := UnmarshalPrintfHeader(b, c.size); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", c.name, err)
+		}
+	}
+	if _, err := UnmarshalPrintfHeader(b[:8], 1000); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a short header: %v", err)
 	}
 }

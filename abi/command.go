@@ -412,10 +412,12 @@ func (b *ProgramFree) check(fieldCodec) error { return handleCheck("handle", b.H
 //	0   4    program handle
 //	4   4    desc_len (LaunchHeaderSize..MaxLaunchDescLen)
 //	8   8    desc_gpa (contiguous, 8-byte aligned)
+//	16  4    printf buffer handle (1.7, FeaturePrintf); 0: none
 type Launch struct {
 	Program  uint32
 	DescLen  uint32
 	DescAddr uint64
+	Printf   uint32
 }
 
 // Op is OpLaunch.
@@ -423,7 +425,7 @@ func (*Launch) Op() Opcode { return OpLaunch }
 
 // fields walks the layout above.
 func (l *Launch) fields(f fieldCodec) fieldCodec {
-	return f.u32(&l.Program).u32(&l.DescLen).u64(&l.DescAddr)
+	return f.u32(&l.Program).u32(&l.DescLen).u64(&l.DescAddr).u32(&l.Printf)
 }
 
 // check reports the first field out of range.

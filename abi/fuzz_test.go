@@ -1,6 +1,9 @@
 package abi
 
-import "testing"
+import (
+	"bytes"
+	"testing"
+)
 
 func FuzzDecodeCommand(f *testing.F) {
 	for _, p := range []Payload{&Nop{}, &BufferCreate{Handle: 1, Size: 4}, &Copy{ToDevice: true, Handle: 1, SGCount: 1, Length: 4, SGAddr: 16},
@@ -130,6 +133,26 @@ func FuzzDeviceInfo(f *testing.F) {
 		}
 		if uint64(len(b2)) != d.Size() || string(b2) != string(b[:len(b2)]) {
 			t.Fatalf("decode -> marshal differs:\n% x\n% x", b[:min(len(b), len(b2))], b2)
+		}
+	})
+}
+
+// FuzzPrintfHeader: a header the device wrote is decoded without a panic,
+// and one accepted re-encodes to the same bytes and fits its buffer.
+func FuzzPrintfHeader(f *testing.F) {
+	b := make([]byte, PrintfHeaderSize)
+	(&PrintfHeader{Length: 5, Dropped: 1, Flags: PrintfCaptured}).Marshal(b)
+	f.Add(b, uint64(64))
+	f.Add(make([]byte, 3), uint64(0))
+	f.Fuzz(func(t *testing.T, in []byte, size uint64) {
+		h, err := UnmarshalPrintfHeader(in, size)
+		if err != nil {
+			return
+		}
+		out := make([]byte, PrintfHeaderSize)
+		h.Marshal(out)
+		if !bytes.Equal(out, in[:PrintfHeaderSize]) || h.Length > size-PrintfHeaderSize {
+			t.Fatalf("%x (buffer %d) decoded to %+v", in, size, h)
 		}
 	})
 }

@@ -115,6 +115,59 @@ func UnmarshalSGEntry(b []byte) (SGEntry, error) {
 	return e, nil
 }
 
+// PrintfHeader is the start of a launch's printf buffer (docs/ABI.md
+// "Printf output", 1.7): the device writes it, and Length bytes of
+// output after it, when the launch completes.
+//
+//	off size field
+//	0   8    length: bytes of output at offset PrintfHeaderSize
+//	8   4    dropped: bytes printed that did not fit (at most 2^32-1)
+//	12  4    flags: PrintfCaptured
+type PrintfHeader struct {
+	Length  uint64
+	Dropped uint32
+	Flags   uint32
+}
+
+// PrintfHeaderSize is the size of PrintfHeader: the smallest printf
+// buffer.
+const PrintfHeaderSize = 16
+
+// PrintfCaptured in PrintfHeader.Flags: the device captured what the
+// kernel printed. Without it the device cannot (its kernels run where
+// their output does not reach it) and Length is 0.
+const PrintfCaptured uint32 = 1 << 0
+
+// Marshal writes h into b (at least PrintfHeaderSize bytes).
+func (h *PrintfHeader) Marshal(b []byte) {
+	_ = b[PrintfHeaderSize-1]
+	le.PutUint64(b[0:], h.Length)
+	le.PutUint32(b[8:], h.Dropped)
+	le.PutUint32(b[12:], h.Flags)
+}
+
+// UnmarshalPrintfHeader decodes a printf buffer's header read back from a
+// buffer of size bytes: the length must fit the buffer after the header,
+// and no undefined flag be set (a guest trusts the device no further).
+func UnmarshalPrintfHeader(b []byte, size uint64) (PrintfHeader, error) {
+	var h PrintfHeader
+	if len(b) < PrintfHeaderSize || size < PrintfHeaderSize {
+		return h, fmt.Errorf("printf header: %d bytes of a %d-byte buffer: %w", len(b), size, ErrMalformed)
+	}
+	h.Length = le.Uint64(b[0:])
+	h.Dropped = le.Uint32(b[8:])
+	h.Flags = le.Uint32(b[12:])
+	switch {
+	case h.Flags&^PrintfCaptured != 0:
+		return h, fmt.Errorf("printf header: flags %#x: %w", h.Flags, ErrMalformed)
+	case h.Length > size-PrintfHeaderSize:
+		return h, fmt.Errorf("printf header: %d bytes of output in a %d-byte buffer: %w", h.Length, size, ErrMalformed)
+	case h.Flags&PrintfCaptured == 0 && (h.Length != 0 || h.Dropped != 0):
+		return h, fmt.Errorf("printf header: output without capture: %w", ErrMalformed)
+	}
+	return h, nil
+}
+
 // Launch argument kinds (docs/ABI.md "Launch descriptor").
 const (
 	ArgBuffer uint32 = 0 // value = buffer handle

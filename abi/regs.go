@@ -5,7 +5,7 @@ package abi
 // whose major version differs from the one it was built for.
 const (
 	VersionMajor = 1
-	VersionMinor = 6
+	VersionMinor = 7
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -121,8 +121,13 @@ const (
 	// the shadow, it reads PollWordPolling there: the device is polling
 	// the shadow and will see the tail without one.
 	FeatureNotify = 1 << 3
+	// FeaturePrintf (1.7): a launch may name a printf buffer (docs/ABI.md
+	// "Printf output"), into which the device writes what the kernel
+	// printed, with a header saying how much and whether it could
+	// capture it at all.
+	FeaturePrintf = 1 << 4
 	// Features is what this version's RegFeatures reads.
-	Features = FeatureINTx | FeatureKick | FeatureContexts | FeatureNotify
+	Features = FeatureINTx | FeatureKick | FeatureContexts | FeatureNotify | FeaturePrintf
 )
 
 // Poll word values (1.6, FeatureNotify).

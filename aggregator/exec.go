@@ -751,16 +751,30 @@ func (in *Instance) launch(c *abi.Command, l *abi.Launch) (uint64, error) {
 			args[i].Local = uint64(a.Local)
 		}
 	}
+	var pt *printing
+	if l.Printf != 0 {
+		if pt, err = in.printfBuffer(l.Printf); err != nil {
+			return 0, err
+		}
+	}
 	in.touchWritten(pr, &d)
 	key := kernelKey{program: l.Program, name: d.Kernel}
-	quiet := in.pipelines() && in.reuseQuiet(&d) && !in.mayCut(key, pr, r, args)
+	quiet := pt == nil && in.pipelines() && in.reuseQuiet(&d) && !in.mayCut(key, pr, r, args)
 	if !quiet {
 		// reuseBefore may read or write the device (captures, host-held
 		// content), and this launch runs on its own: the launches
 		// enqueued before it go first.
 		in.syncLaunches()
 	}
-	rl, hit, err := in.reuseBefore(c, pr, &d, r)
+	rc := c
+	if pt != nil {
+		// What a launch prints is a side effect no reuse entry holds:
+		// it is neither answered from the table nor recorded.
+		nd := *c
+		nd.Flags |= abi.FlagNondeterministic
+		rc = &nd
+	}
+	rl, hit, err := in.reuseBefore(rc, pr, &d, r)
 	if err != nil || hit {
 		return in.reuseServed(d.Kernel, err)
 	}
@@ -775,11 +789,16 @@ func (in *Instance) launch(c *abi.Command, l *abi.Launch) (uint64, error) {
 		}
 	}
 	in.syncLaunches()
-	t, err := in.launchKernel(key, pr, k, r, args)
+	t, err := in.launchKernel(key, pr, k, r, args, pt)
 	in.reuseAfter(rl, t, err)
 	dur := uint64(max(t.Nanoseconds(), 0))
 	if err != nil {
 		return 0, fmt.Errorf("launch %q: %w", d.Kernel, err)
+	}
+	if pt != nil {
+		if err := in.writePrintout(pt); err != nil {
+			return 0, fmt.Errorf("launch %q: printf output: %w", d.Kernel, err)
+		}
 	}
 	in.sh.Stats.Launches.Add(1)
 	in.sh.Stats.KernelNanos.Add(dur)

@@ -176,7 +176,7 @@ func TestLaunchKernelCuts(t *testing.T) {
 			if err = in.queue.Write(buf, 0, make([]byte, 4*n)); err != nil {
 				return
 			}
-			if _, err = in.launchKernel(key, pr, k, r, args); err != nil {
+			if _, err = in.launchKernel(key, pr, k, r, args, nil); err != nil {
 				return
 			}
 			err = in.queue.Read(buf, 0, b)

@@ -113,7 +113,7 @@ func (in *Instance) mayCut(key kernelKey, pr *program, r gpu.NDRange, args []gpu
 // turn's slice budget allows and the program is sliceable. It returns the
 // device time of all slices. The slices run in order on in's own queue,
 // so the guest sees one launch complete, as if it had not been cut.
-func (in *Instance) launchKernel(key kernelKey, pr *program, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg) (time.Duration, error) {
+func (in *Instance) launchKernel(key kernelKey, pr *program, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg, pt *printing) (time.Duration, error) {
 	items := uint64(1)
 	for i := 0; i < r.Dims; i++ {
 		items *= r.Global[i]
@@ -121,7 +121,9 @@ func (in *Instance) launchKernel(key kernelKey, pr *program, k gpu.Kernel, r gpu
 	avg := *in.lengths.of(key)
 	dim, unit, _ := sliceDim(r, args)
 	whole := time.Duration(avg.nsPerItem * float64(items))
-	cuttable := in.mayCut(key, pr, r, args)
+	// A launch whose output is captured runs whole: each slice would be
+	// a launch of its own, and the output one launch's.
+	cuttable := pt == nil && in.mayCut(key, pr, r, args)
 	perRow := avg.nsPerItem * float64(items/max(r.Global[dim], 1))
 	// Every slice is presented to the scheduler with the whole launch's
 	// expected length: it is long work, whatever the size of the cut, and
@@ -167,7 +169,7 @@ func (in *Instance) launchKernel(key kernelKey, pr *program, k gpu.Kernel, r gpu
 		}
 		cut := sliceOf(r, dim, done, rows)
 		start := time.Now()
-		t, err := in.queue.Launch(k, cut, args)
+		t, err := in.launchOnce(k, cut, args, pt)
 		dev := t
 		if dev <= 0 {
 			dev = time.Since(start)

@@ -88,6 +88,10 @@
 #define VGPU_SG_CHAIN                        0x01 /* abi.SGChain */
 #define VGPU_SG_FLAGS_MASK                   0x01 /* abi.SGFlagsMask */
 
+#define VGPU_PRINTF_HEADER_SIZE              16 /* abi.PrintfHeaderSize */
+
+#define VGPU_PRINTF_CAPTURED                 0x01 /* abi.PrintfCaptured */
+
 #define VGPU_ARG_BUFFER                      0 /* abi.ArgBuffer */
 #define VGPU_ARG_SCALAR                      1 /* abi.ArgScalar */
 #define VGPU_ARG_LOCAL                       2 /* abi.ArgLocal */
@@ -97,8 +101,8 @@
 
 /* abi/regs.go */
 #define VGPU_VERSION_MAJOR                   1 /* abi.VersionMajor */
-#define VGPU_VERSION_MINOR                   6 /* abi.VersionMinor */
-#define VGPU_VERSION                         0x00010006 /* abi.Version */
+#define VGPU_VERSION_MINOR                   7 /* abi.VersionMinor */
+#define VGPU_VERSION                         0x00010007 /* abi.Version */
 
 #define VGPU_VENDOR_ID                       0x7667 /* abi.VendorID */
 #define VGPU_DEVICE_ID                       0x0001 /* abi.DeviceID */
@@ -160,7 +164,8 @@
 #define VGPU_FEATURE_KICK                    0x02 /* abi.FeatureKick */
 #define VGPU_FEATURE_CONTEXTS                0x04 /* abi.FeatureContexts */
 #define VGPU_FEATURE_NOTIFY                  0x08 /* abi.FeatureNotify */
-#define VGPU_FEATURES                        0x0F /* abi.Features */
+#define VGPU_FEATURE_PRINTF                  0x10 /* abi.FeaturePrintf */
+#define VGPU_FEATURES                        0x1F /* abi.Features */
 
 #define VGPU_POLL_WORD_IDLE                  0 /* abi.PollWordIdle */
 #define VGPU_POLL_WORD_POLLING               1 /* abi.PollWordPolling */
@@ -372,13 +377,15 @@ struct vgpu_cmd_launch {
 	uint32_t program;
 	uint32_t desc_len;
 	uint64_t desc_addr;
-	uint8_t reserved16[32];
+	uint32_t printf;
+	uint8_t reserved20[28];
 };
 _Static_assert(sizeof(struct vgpu_cmd_launch) == 48, "vgpu_cmd_launch size");
 _Static_assert(offsetof(struct vgpu_cmd_launch, program) == 0, "vgpu_cmd_launch.program offset");
 _Static_assert(offsetof(struct vgpu_cmd_launch, desc_len) == 4, "vgpu_cmd_launch.desc_len offset");
 _Static_assert(offsetof(struct vgpu_cmd_launch, desc_addr) == 8, "vgpu_cmd_launch.desc_addr offset");
-_Static_assert(offsetof(struct vgpu_cmd_launch, reserved16) == 16, "vgpu_cmd_launch.reserved16 offset");
+_Static_assert(offsetof(struct vgpu_cmd_launch, printf) == 16, "vgpu_cmd_launch.printf offset");
+_Static_assert(offsetof(struct vgpu_cmd_launch, reserved20) == 20, "vgpu_cmd_launch.reserved20 offset");
 
 /* abi.Fence: the payload of fence. */
 struct vgpu_cmd_fence {
@@ -503,6 +510,17 @@ _Static_assert(offsetof(struct vgpu_cmd_device_info, reserved4) == 4, "vgpu_cmd_
 _Static_assert(offsetof(struct vgpu_cmd_device_info, length) == 8, "vgpu_cmd_device_info.length offset");
 _Static_assert(offsetof(struct vgpu_cmd_device_info, sg_addr) == 16, "vgpu_cmd_device_info.sg_addr offset");
 _Static_assert(offsetof(struct vgpu_cmd_device_info, reserved24) == 24, "vgpu_cmd_device_info.reserved24 offset");
+
+/* abi.PrintfHeader: the header of a launch's printf buffer (docs/ABI.md "Printf output", 1.7); length bytes of output follow it. */
+struct vgpu_printf_header {
+	uint64_t length;
+	uint32_t dropped;
+	uint32_t flags;
+};
+_Static_assert(sizeof(struct vgpu_printf_header) == 16, "vgpu_printf_header size");
+_Static_assert(offsetof(struct vgpu_printf_header, length) == 0, "vgpu_printf_header.length offset");
+_Static_assert(offsetof(struct vgpu_printf_header, dropped) == 8, "vgpu_printf_header.dropped offset");
+_Static_assert(offsetof(struct vgpu_printf_header, flags) == 12, "vgpu_printf_header.flags offset");
 
 /* abi.DeviceInfoRecord: the fixed part of the device-information blob (docs/ABI.md "Device-information blob", 1.4); extensions_len bytes of extension list follow it. */
 struct vgpu_device_info {
