@@ -439,10 +439,12 @@ func (d *Device) Launch(p Program, kernel string, r NDRange, args ...Arg) error 
 
 // LaunchFlags is Launch with command flags (abi.FlagNondeterministic).
 func (d *Device) LaunchFlags(p Program, kernel string, r NDRange, flags uint16, args ...Arg) error {
-	return d.launch(p, kernel, r, flags, args, entry{})
+	return d.launch(p, kernel, r, flags, Buffer{}, args, entry{})
 }
 
-func (d *Device) launch(p Program, kernel string, r NDRange, flags uint16, args []Arg, e entry) error {
+// launch submits a launch; printf, if not the zero Buffer, is its printf
+// buffer (printf.go).
+func (d *Device) launch(p Program, kernel string, r NDRange, flags uint16, printf Buffer, args []Arg, e entry) error {
 	desc := abi.LaunchDesc{WorkDim: r.Dims, GlobalOffset: r.Offset, GlobalSize: r.Global, LocalSize: r.Local, Kernel: kernel}
 	for _, a := range args {
 		desc.Args = append(desc.Args, a.a)
@@ -469,12 +471,20 @@ func (d *Device) launch(p Program, kernel string, r NDRange, flags uint16, args 
 			}
 		}
 	}
+	if printf.Handle != 0 {
+		if d.info.Features&abi.FeaturePrintf == 0 {
+			return fmt.Errorf("launch %s: a printf buffer on a device without abi.FeaturePrintf: %w", kernel, ErrInvalid)
+		}
+		if err := d.stale("buffer", printf.Handle, printf.gen); err != nil {
+			return fmt.Errorf("launch %s: printf buffer: %w", kernel, err)
+		}
+	}
 	ps, err := d.pages(1)
 	if err != nil {
 		return fmt.Errorf("launch %s: %w", kernel, err)
 	}
 	copy(ps[0].buf, b)
-	c := abi.NewCommand(&abi.Launch{Program: p.Handle, DescLen: uint32(len(b)), DescAddr: ps[0].gpa}, flags, d.next)
+	c := abi.NewCommand(&abi.Launch{Program: p.Handle, DescLen: uint32(len(b)), DescAddr: ps[0].gpa, Printf: printf.Handle}, flags, d.next)
 	e.pages = ps
 	if _, err := d.submit(c, e); err != nil {
 		return fmt.Errorf("launch %s: %w", kernel, err)

@@ -36,7 +36,15 @@ func (d *Device) FreeProgramNotify(p Program, done func(abi.Completion)) error {
 // LaunchNotify is LaunchFlags whose completion goes to done; the
 // completion's Detail is the kernel's execution time in nanoseconds.
 func (d *Device) LaunchNotify(p Program, kernel string, r NDRange, flags uint16, args []Arg, done func(abi.Completion)) error {
-	return d.launch(p, kernel, r, flags, args, ownedEntry(done))
+	return d.launch(p, kernel, r, flags, Buffer{}, args, ownedEntry(done))
+}
+
+// LaunchPrintfNotify is LaunchNotify with a printf buffer (LaunchPrintf).
+func (d *Device) LaunchPrintfNotify(p Program, kernel string, r NDRange, flags uint16, printf Buffer, args []Arg, done func(abi.Completion)) error {
+	if printf.Handle == 0 {
+		return fmt.Errorf("launch %s: printf buffer 0: %w", kernel, ErrInvalid)
+	}
+	return d.launch(p, kernel, r, flags, printf, args, ownedEntry(done))
 }
 
 // Marker submits a fence whose completion goes to done: it completes once

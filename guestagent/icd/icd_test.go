@@ -2,6 +2,7 @@ package icd
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"debug/elf"
 	"encoding/binary"
@@ -526,6 +527,76 @@ func TestDaemon(t *testing.T) {
 				runAgainst(t, buildProgram(t, gcc, "testdata/threezero.c", c.flags...), icdDir, sock, t.TempDir())
 			})
 		})
+	}
+}
+
+// TestDaemonPrintf runs testdata/printf.c through the ICD against
+// vgpu-icdd serving a real vGPU whose kernels run in sandboxed executors
+// on the host's OpenCL device (tests/icdhost), plain and sanitized: what
+// the kernels print reaches the program's standard output, each launch's
+// whole and in queue order, before clFinish returns; a launch that prints
+// more than CL_DEVICE_PRINTF_BUFFER_SIZE gets exactly that much, and the
+// rest is counted on stderr; a program that does not print prints
+// nothing.
+func TestDaemonPrintf(t *testing.T) {
+	gcc := needToolchain(t)
+	sock := startHost(t)
+	san := canSanitize(t, gcc)
+	for _, c := range []struct {
+		name  string
+		flags []string
+	}{{"plain", nil}, {"sanitized", sanitize}} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.flags != nil && !san {
+				t.Skip("gcc cannot build with sanitizers here")
+			}
+			icdDir := buildICD(t, gcc, c.flags...)
+			cmd := exec.Command(buildProgram(t, gcc, "testdata/printf.c", c.flags...))
+			cmd.Env = append(env(icdDir, filepath.Join(t.TempDir(), "no-sysfs")), "VGPUD_ICD_SOCKET="+sock)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("printf: %v\nstderr:\n%s", err, stderr.String())
+			}
+			checkPrintout(t, stdout.String(), stderr.String())
+		})
+	}
+}
+
+// checkPrintout checks testdata/printf.c's standard output and error.
+func checkPrintout(t *testing.T, out, errs string) {
+	t.Helper()
+	before, rest, ok := strings.Cut(out, "finished\n")
+	if !ok || before != "first: 7 2.50 abc x\nsecond\n" {
+		t.Fatalf("before clFinish returned: %q (want the two launches' output, in order)", before)
+	}
+	items, rest, ok := strings.Cut(rest, "items done\n")
+	lines := strings.Split(strings.TrimSuffix(items, "\n"), "\n")
+	slices.Sort(lines)
+	want := make([]string, 64)
+	for i := range want {
+		want[i] = fmt.Sprintf("item %d of 64", i)
+	}
+	slices.Sort(want)
+	if !ok || !slices.Equal(lines, want) {
+		t.Errorf("64 work-items printed %d lines: %q", len(lines), items)
+	}
+	flood, rest, ok := strings.Cut(rest, "\nflood done\n")
+	if !ok || len(flood) != 1<<20 {
+		t.Errorf("a launch printing 1280000 bytes: %d bytes reached stdout, want %d", len(flood), 1<<20)
+	}
+	line := regexp.MustCompile(`^flood [0-9]{8} x{16}$`)
+	for i, l := range strings.Split(flood, "\n") {
+		if !line.MatchString(l) && i < len(flood)/32-1 {
+			t.Errorf("flood line %d: %q", i, l)
+			break
+		}
+	}
+	if dropped := fmt.Sprintf("%d more bytes were dropped", 1280000-(1<<20)); !strings.Contains(errs, dropped) {
+		t.Errorf("stderr does not say %q:\n%s", dropped, errs)
+	}
+	if rest != "quiet done\n" {
+		t.Errorf("after the flood: %q, want only the program's own line", rest)
 	}
 }
 

@@ -18,8 +18,10 @@
 #endif
 
 /* guestagent/icdproto/proto.go */
-#define VGPU_ICDP_VERSION                    2 /* icdproto.Version */
+#define VGPU_ICDP_VERSION                    3 /* icdproto.Version */
 #define VGPU_ICDP_MIN_VERSION                1 /* icdproto.MinVersion */
+
+#define VGPU_ICDP_LAUNCH_PRINTF              0x00010000 /* icdproto.LaunchPrintf */
 
 #define VGPU_ICDP_DEFAULT_SOCKET             "/run/vgpud/icd.sock" /* icdproto.DefaultSocket */
 #define VGPU_ICDP_SOCKET_ENV                 "VGPUD_ICD_SOCKET" /* icdproto.SocketEnv */

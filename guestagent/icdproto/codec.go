@@ -294,7 +294,7 @@ func (v *Launch) walk(c *fieldCodec) error {
 		return err
 	}
 	if c.dec {
-		if v.NumArgs > abi.MaxKernelArgs {
+		if v.NumArgs > abi.MaxKernelArgs+1 { // the printf buffer's entry (LaunchPrintf) may follow the kernel's
 			return Errorf(ErrLimit, "%d arguments, more than %d", v.NumArgs, abi.MaxKernelArgs)
 		}
 		if end := LaunchHeadSize + LaunchArgSize*int(v.NumArgs); c.size < end {
@@ -486,14 +486,22 @@ func validateLaunch(v *Launch) error {
 	if err := nonzero("program", uint64(v.Program)); err != nil {
 		return err
 	}
-	if v.Flags&^uint32(abi.FlagsMask) != 0 {
+	if v.Flags&^(uint32(abi.FlagsMask)|LaunchPrintf) != 0 {
 		return Errorf(ErrReserved, "launch flags %#x", v.Flags)
+	}
+	if v.Flags&LaunchPrintf != 0 {
+		// The printf buffer's entry comes last, after the kernel's.
+		if len(v.Args) == 0 || v.Args[len(v.Args)-1].Kind != abi.ArgBuffer {
+			return Errorf(ErrMalformed, "launch with a printf buffer but no buffer entry last")
+		}
+		if len(v.Args)-1 > abi.MaxKernelArgs || int(v.NumArgs) != len(v.Args) {
+			return Errorf(ErrMalformed, "num_args %d with %d entries (at most %d and the printf buffer)", v.NumArgs, len(v.Args), abi.MaxKernelArgs)
+		}
+	} else if int(v.NumArgs) != len(v.Args) || len(v.Args) > abi.MaxKernelArgs {
+		return Errorf(ErrMalformed, "num_args %d with %d entries (at most %d)", v.NumArgs, len(v.Args), abi.MaxKernelArgs)
 	}
 	if v.WorkDim < 1 || v.WorkDim > 3 {
 		return Errorf(ErrMalformed, "work_dim %d", v.WorkDim)
-	}
-	if int(v.NumArgs) != len(v.Args) || len(v.Args) > abi.MaxKernelArgs {
-		return Errorf(ErrMalformed, "num_args %d with %d entries (at most %d)", v.NumArgs, len(v.Args), abi.MaxKernelArgs)
 	}
 	for i := 0; i < 3; i++ {
 		used := uint32(i) < v.WorkDim
@@ -574,6 +582,16 @@ func (h *LaunchHead) KernelName() string {
 func (h *LaunchHead) SetKernel(name string) {
 	h.Kernel = [abi.KernelNameLen]byte{}
 	copy(h.Kernel[:abi.KernelNameLen-1], name)
+}
+
+// KernelArgs returns the launch's argument entries of the kernel, and the
+// printf buffer's id (0: none) of a validated launch.
+func (l *Launch) KernelArgs() ([]LaunchArg, uint32) {
+	if l.Flags&LaunchPrintf == 0 || len(l.Args) == 0 {
+		return l.Args, 0
+	}
+	n := len(l.Args) - 1
+	return l.Args[:n], uint32(l.Args[n].Value)
 }
 
 // ScalarBytes returns the bytes of scalar argument a (kind abi.ArgScalar)

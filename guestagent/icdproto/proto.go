@@ -13,12 +13,19 @@ var le = binary.LittleEndian
 // Version is the newest protocol version: a client's Hello carries it,
 // and a daemon answers a Hello of any version from MinVersion to Version
 // with the client's. Version 2 adds the submission queue (OpQueue,
-// OpKick, OpDrain; queue.go); a version-2 client that meets a version-1
-// daemon (an Error of ErrVersion) dials again and says 1.
+// OpKick, OpDrain; queue.go); version 3 adds printf buffers on launches
+// (LaunchPrintf). A client that meets an older daemon (an Error of
+// ErrVersion) dials again and says the version before.
 const (
-	Version    = 2
+	Version    = 3
 	MinVersion = 1
 )
+
+// LaunchPrintf in LaunchHead.Flags (version 3): the launch's last
+// argument entry is not the kernel's but its printf buffer (kind
+// abi.ArgBuffer, the client's buffer id), into which the device writes
+// what the kernel printed (docs/ABI.md "Printf output").
+const LaunchPrintf uint32 = 1 << 16
 
 // Transport (docs/icd-protocol.md "Transport").
 const (
@@ -319,7 +326,7 @@ type ProgramInfoReply struct {
 // scalar area follow.
 type LaunchHead struct {
 	Program      uint32
-	Flags        uint32 // abi.FlagNondeterministic
+	Flags        uint32 // abi.FlagNondeterministic, LaunchPrintf
 	WorkDim      uint32
 	NumArgs      uint32
 	GlobalOffset [3]uint64

@@ -180,6 +180,7 @@ func TestUnmarshalRefuses(t *testing.T) {
 		{"launch scalar outside", patch(lb, 16+160+32+8, 20), ErrRange},
 		{"launch scalar padding", patch(lb, 16+160+16+12, 1), ErrReserved},
 		{"launch flags", patch(lb, 16+4, 2), ErrReserved},
+		{"launch printf without a buffer entry last", patch(lb, 16+4, 1, 0, 1, 0), ErrMalformed},
 		{"device info len beyond body", patch(di, 16+8, 5), ErrMalformed},
 		{"device info len short of body", patch(di, 16+8, 3), ErrMalformed},
 		{"device info len huge", patch(di, 16+8, 0x01, 0x10), ErrLimit},
@@ -272,5 +273,44 @@ func TestDocListsOps(t *testing.T) {
 	}
 	if strings.Contains(doc, "Status: DRAFT") {
 		t.Errorf("docs/icd-protocol.md still says DRAFT")
+	}
+}
+
+// A launch with a printf buffer (version 3): its last entry is the
+// buffer, not a kernel argument; it round-trips, and KernelArgs splits it
+// off. Without the flag, every entry is the kernel's.
+func TestLaunchPrintfEntry(t *testing.T) {
+	l := launch()
+	if args, pb := l.KernelArgs(); len(args) != 4 || pb != 0 {
+		t.Fatalf("without LaunchPrintf: %d arguments, printf buffer %d", len(args), pb)
+	}
+	l.Flags |= LaunchPrintf
+	l.Args = append(l.Args, LaunchArg{Kind: abi.ArgBuffer, Value: 12})
+	l.NumArgs = uint32(len(l.Args))
+	b := mustMarshal(t, OpLaunch, l)
+	_, body, err := Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := body.(*Launch)
+	args, pb := got.KernelArgs()
+	if len(args) != 4 || pb != 12 || args[3].Kind != abi.ArgLocal {
+		t.Errorf("KernelArgs = %d arguments, printf buffer %d", len(args), pb)
+	}
+	// The printf entry may follow the most arguments a kernel takes.
+	full := launch()
+	full.Args = make([]LaunchArg, abi.MaxKernelArgs+1)
+	for i := range full.Args {
+		full.Args[i] = LaunchArg{Kind: abi.ArgBuffer, Value: uint64(i + 1)}
+	}
+	full.NumArgs = uint32(len(full.Args))
+	full.Flags |= LaunchPrintf
+	fb := mustMarshal(t, OpLaunch, full)
+	if _, _, err := Unmarshal(fb); err != nil {
+		t.Errorf("%d kernel arguments and the printf buffer: %v", abi.MaxKernelArgs, err)
+	}
+	fb[16+6] = 0 // LaunchPrintf's bit cleared: 65 kernel arguments
+	if _, _, err := Unmarshal(fb); !errors.Is(err, ErrMalformed) {
+		t.Errorf("%d entries without LaunchPrintf: %v, want ErrMalformed", len(full.Args), err)
 	}
 }

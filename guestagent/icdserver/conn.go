@@ -824,8 +824,9 @@ func (c *conn) doLaunch(v *icdproto.Launch) error {
 	if err != nil {
 		return err
 	}
-	args := make([]driver.Arg, len(v.Args))
-	for i, a := range v.Args {
+	kargs, printfID := v.KernelArgs()
+	args := make([]driver.Arg, len(kargs))
+	for i, a := range kargs {
 		switch a.Kind {
 		case abi.ArgBuffer:
 			b, err := c.buffer(uint32(a.Value))
@@ -842,12 +843,30 @@ func (c *conn) doLaunch(v *icdproto.Launch) error {
 			args[i] = driver.LocalArg(a.Size)
 		}
 	}
+	var printf driver.Buffer
+	if printfID != 0 {
+		if c.version < 3 {
+			return icdproto.Errorf(icdproto.ErrVersion, "a printf buffer in protocol version %d", c.version)
+		}
+		b, err := c.buffer(printfID)
+		if err != nil {
+			return fmt.Errorf("printf buffer: %w", err)
+		}
+		if b.dev != o.dev {
+			return icdproto.Errorf(icdproto.ErrMalformed, "printf buffer %d is on device %d, the program on %d", printfID, b.dev.index, o.dev.index)
+		}
+		printf = b.b
+	}
 	r := driver.NDRange{Dims: v.WorkDim, Offset: v.GlobalOffset, Global: v.GlobalSize, Local: v.LocalSize}
 	cm, err := c.begin(v.Event, true)
 	if err != nil {
 		return err
 	}
-	return c.seal(cm, o.dev, o.dev.d.LaunchNotify(o.p, v.KernelName(), r, uint16(v.Flags), args, c.part(cm, o.dev)))
+	flags := uint16(v.Flags &^ icdproto.LaunchPrintf)
+	if printf.Handle != 0 {
+		return c.seal(cm, o.dev, o.dev.d.LaunchPrintfNotify(o.p, v.KernelName(), r, flags, printf, args, c.part(cm, o.dev)))
+	}
+	return c.seal(cm, o.dev, o.dev.d.LaunchNotify(o.p, v.KernelName(), r, flags, args, c.part(cm, o.dev)))
 }
 
 func (c *conn) doMarker(v *icdproto.Marker) error {

@@ -775,11 +775,12 @@ cl_int vgpu_conn_open(cl_context ctx)
 	}
 	long n = 0;
 	int hr = hello_version(ctx->fd, VGPU_ICDP_VERSION, ctx->rbuf, &n);
-	if (hr == -2) {
-		/* A daemon of version 1: dial again and say 1. */
+	for (uint32_t v = VGPU_ICDP_VERSION - 1; hr == -2 && v >= VGPU_ICDP_MIN_VERSION; v--) {
+		/* An older daemon answers an Error and closes: dial again and
+		 * say the version before. */
 		close(ctx->fd);
 		ctx->fd = vgpu_dial(0);
-		hr = ctx->fd < 0 ? -1 : hello_version(ctx->fd, VGPU_ICDP_MIN_VERSION, ctx->rbuf, &n);
+		hr = ctx->fd < 0 ? -1 : hello_version(ctx->fd, v, ctx->rbuf, &n);
 	}
 	if (hr == 0) {
 		const struct vgpu_icdp_hello_reply_head *h = (const void *)(ctx->rbuf + sizeof(struct vgpu_icdp_header));

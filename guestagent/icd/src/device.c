@@ -421,9 +421,9 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 		SIZE(f != NULL && f->profiling_timer_resolution != 0 ? (size_t)f->profiling_timer_resolution : 1);
 		break;
 	case CL_DEVICE_PRINTF_BUFFER_SIZE:
-		/* 0 even when the blob gives the physical device's size: a
-		 * kernel's printf output stays on the host, so none is promised. */
-		SIZE(0);
+		/* The context's printf buffer where the vGPU delivers printf
+		 * output (kernel.c), else 0: the output stays on the host. */
+		SIZE(vgpu_printf_ok(d) ? VGPU_PRINTF_BYTES : 0);
 		break;
 	case CL_DEVICE_PREFERRED_INTEROP_USER_SYNC: BOOL(CL_TRUE); break;
 

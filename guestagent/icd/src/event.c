@@ -270,6 +270,8 @@ void vgpu_event_done(struct _cl_event *ev, cl_int status, const void *record)
 		for (size_t i = 0; i < ev->nout; src += ev->out[i].len, i++)
 			memcpy(ev->out[i].host, src, ev->out[i].len);
 	}
+	if (status == CL_COMPLETE && ev->printout)
+		vgpu_printout(arena_ptr(ctx, &ev->copy_src), ev->copy_src.len);
 	free(ev->out);
 	ev->out = NULL;
 	ev->nout = 0;

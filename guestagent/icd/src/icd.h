@@ -220,6 +220,7 @@ struct _cl_context {
 	uint32_t next_buffer;
 	uint32_t next_program;
 	uint32_t null_buffer; /* the stand-in for NULL buffer arguments, 0 until made */
+	uint32_t printf_buffer; /* where kernels' printf output lands (kernel.c), 0 until made */
 	uint8_t *rbuf; /* VGPU_ICDP_MAX_MESSAGE bytes for replies */
 	uint32_t proto;  /* the protocol version the daemon answered */
 	uint8_t *queue;  /* the submission queue's mapping, or NULL (conn.c) */
@@ -317,6 +318,8 @@ struct _cl_program {
 	cl_uint nkernels;
 	cl_uint nkernel_objs; /* kernels created from it that are alive */
 	char *kernel_names;   /* "a;b;c" */
+	const char *printf_src; /* the built_src prints was computed for */
+	int prints;             /* built_src calls printf (kernel.c) */
 };
 
 #define VGPU_MAX_SCALAR VGPU_MAX_SCALAR_SIZE
@@ -436,6 +439,7 @@ struct _cl_event {
 
 	struct vgpu_evcb *cbs;
 	int in_progress_list;
+	int printout; /* a read of the printf buffer: copy_src is printed on completion */
 };
 
 /* ---- conn.c: the connection to vgpu-icdd --------------------------- */
@@ -525,6 +529,13 @@ void vgpu_run_deferred(cl_context ctx);
 #define DEFER_FREE 3
 
 uint32_t vgpu_null_buffer(cl_context ctx);
+/* kernel.c: printf output (docs/icd.md "printf"). The printf buffer's
+ * size: OpenCL's minimum CL_DEVICE_PRINTF_BUFFER_SIZE for a full profile,
+ * after the device's header. */
+#define VGPU_PRINTF_BYTES (1u << 20)
+uint32_t vgpu_printf_buffer(cl_context ctx);
+int vgpu_printf_ok(const struct _cl_device_id *dev);
+void vgpu_printout(const uint8_t *b, uint64_t n);
 
 /* Destructors, by kind (obj.c calls them). */
 void vgpu_context_destroy(cl_context ctx);

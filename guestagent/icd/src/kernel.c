@@ -18,12 +18,106 @@
  * limit) is refused by clSetKernelArg with CL_INVALID_ARG_SIZE. */
 #include "icd.h"
 
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int built(const struct _cl_program *p)
 {
 	return p->status == CL_BUILD_SUCCESS && p->bintype == CL_PROGRAM_BINARY_TYPE_EXECUTABLE && p->id != 0;
+}
+
+/* ---- printf --------------------------------------------------------
+ *
+ * A kernel's printf output is written by the physical device's runtime on
+ * the host. Where the vGPU delivers it (ABI 1.7, VGPU_FEATURE_PRINTF) and
+ * vgpu-icdd passes printf buffers on (protocol version 3), a launch of a
+ * program whose source calls printf names the context's printf buffer,
+ * and a read of that buffer follows it on the queue; when the read
+ * completes, the output goes to this process's standard output (and what
+ * did not fit is counted on stderr). docs/icd.md "printf". */
+
+int vgpu_printf_ok(const struct _cl_device_id *dev)
+{
+	return dev->daemon && (dev->features & VGPU_FEATURE_PRINTF) != 0;
+}
+
+/* prints reports whether p's source calls printf (textually: a false
+ * positive costs a read of the printf buffer, never output). Cached per
+ * built source. ctx locked. */
+static int prints(struct _cl_program *p)
+{
+	if (p->printf_src != p->built_src) {
+		p->printf_src = p->built_src;
+		p->prints = p->built_src != NULL && strstr(p->built_src, "printf") != NULL;
+	}
+	return p->prints;
+}
+
+/* vgpu_printout writes what a launch printed, given the printf buffer's
+ * first n bytes as the device wrote them (read back into the arena): the
+ * header is checked as abi.UnmarshalPrintfHeader checks it (a guest
+ * trusts the device no further), the output goes to stdout through the
+ * C library (after what the application itself printed and has not
+ * flushed). */
+void vgpu_printout(const uint8_t *b, uint64_t n)
+{
+	struct vgpu_printf_header h;
+	if (b == NULL || n < sizeof h)
+		return;
+	memcpy(&h, b, sizeof h);
+	int captured = (h.flags & VGPU_PRINTF_CAPTURED) != 0;
+	if ((h.flags & ~(uint32_t)VGPU_PRINTF_CAPTURED) != 0 || h.length > n - sizeof h ||
+	    (!captured && (h.length != 0 || h.dropped != 0))) {
+		vgpu_log("a kernel's printf output: the device wrote a bad header (flags %#x, %llu bytes)", h.flags,
+			 (unsigned long long)h.length);
+		return;
+	}
+	if (!captured) {
+		static atomic_flag logged = ATOMIC_FLAG_INIT;
+		if (!atomic_flag_test_and_set(&logged))
+			vgpu_log("this vGPU's host does not capture kernels' printf output: it is lost");
+		return;
+	}
+	if (h.length > 0) {
+		fwrite(b + sizeof h, 1, h.length, stdout);
+		fflush(stdout);
+	}
+	if (h.dropped != 0)
+		vgpu_log("a kernel's printf output: %u more bytes were dropped (the printf buffer holds %u)", h.dropped,
+			 VGPU_PRINTF_BYTES);
+}
+
+/* printf_read queues, behind the launch on q, a read of the context's
+ * printf buffer into the arena; its completion prints it. A failure to
+ * queue it loses that launch's output only, said on stderr. */
+static void printf_read(cl_command_queue q)
+{
+	cl_context ctx = q->ctx;
+	const uint64_t n = VGPU_PRINTF_HEADER_SIZE + VGPU_PRINTF_BYTES;
+	struct _cl_event *ev = vgpu_event_new(ctx, q, CL_COMMAND_READ_BUFFER);
+	struct {
+		struct vgpu_icdp_header h;
+		struct vgpu_icdp_transfer b;
+	} *m = ev != NULL ? calloc(1, sizeof *m) : NULL;
+	if (m == NULL || arena_alloc(ctx, n, &ev->copy_src) != CL_SUCCESS) {
+		free(m);
+		if (ev != NULL)
+			vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);
+		vgpu_log("a kernel's printf output is lost: no room to read it back");
+		return;
+	}
+	conn_hdr(ctx, m, VGPU_ICDP_OP_READ, sizeof *m);
+	m->b = (struct vgpu_icdp_transfer){.buffer = ctx->printf_buffer,
+					   .arena = ev->copy_src.arena,
+					   .arena_offset = ev->copy_src.off,
+					   .length = n,
+					   .event = ev->id};
+	ev->msg = (uint8_t *)m;
+	ev->msg_len = sizeof *m;
+	ev->printout = 1;
+	vgpu_submit(ev, 0, NULL, 0, NULL);
 }
 
 static cl_kernel new_kernel(cl_program p, const struct vgpu_kinfo *ki, cl_int *err)
@@ -474,8 +568,13 @@ static cl_int launch(cl_command_queue queue, cl_kernel kernel, cl_command_type t
 		err = CL_OUT_OF_RESOURCES;
 		goto out;
 	}
+	/* A program that prints gets the context's printf buffer. */
+	uint32_t printf_buf = 0;
+	if (ctx->proto >= 3 && vgpu_printf_ok(ctx->dev) && prints(k->prog))
+		printf_buf = vgpu_printf_buffer(ctx);
+	cl_uint nentries = ki->num_args + (printf_buf != 0);
 	size_t hlen = sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_launch_head);
-	size_t len = hlen + ki->num_args * sizeof(struct vgpu_icdp_launch_arg) + scalars;
+	size_t len = hlen + nentries * sizeof(struct vgpu_icdp_launch_arg) + scalars;
 	if (len > VGPU_ICDP_MAX_MESSAGE) {
 		err = CL_OUT_OF_RESOURCES;
 		goto out;
@@ -488,9 +587,9 @@ static cl_int launch(cl_command_queue queue, cl_kernel kernel, cl_command_type t
 	conn_hdr(ctx, ev->msg, VGPU_ICDP_OP_LAUNCH, len);
 	struct vgpu_icdp_launch_head *h = (void *)(ev->msg + sizeof(struct vgpu_icdp_header));
 	h->program = k->prog->id;
-	h->flags = 0;
+	h->flags = printf_buf != 0 ? VGPU_ICDP_LAUNCH_PRINTF : 0;
 	h->work_dim = work_dim;
-	h->num_args = ki->num_args;
+	h->num_args = nentries;
 	for (cl_uint d = 0; d < work_dim; d++) {
 		h->global_offset[d] = offset != NULL ? offset[d] : 0;
 		h->global_size[d] = global[d];
@@ -499,7 +598,9 @@ static cl_int launch(cl_command_queue queue, cl_kernel kernel, cl_command_type t
 	memcpy(h->kernel, ki->name, strlen(ki->name));
 	h->event = ev->id;
 	struct vgpu_icdp_launch_arg *args = (void *)(h + 1);
-	uint8_t *area = (uint8_t *)(args + ki->num_args);
+	uint8_t *area = (uint8_t *)(args + nentries);
+	if (printf_buf != 0)
+		args[ki->num_args] = (struct vgpu_icdp_launch_arg){.kind = VGPU_ARG_BUFFER, .value = printf_buf};
 	size_t at = 0;
 	cl_uint mi = 0;
 	for (cl_uint i = 0; i < ki->num_args; i++) {
@@ -536,6 +637,8 @@ static cl_int launch(cl_command_queue queue, cl_kernel kernel, cl_command_type t
 	nmems = 0;
 	err = vgpu_submit(ev, nwait, wait, 0, event);
 	ev = NULL;
+	if (printf_buf != 0 && err == CL_SUCCESS)
+		printf_read(q);
 out:
 	if (ev != NULL)
 		vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);

@@ -358,6 +358,21 @@ cl_mem CL_API_CALL vgpu_clCreateBuffer(cl_context context, cl_mem_flags flags, s
 	return create_buffer(context, 0, flags, size, host_ptr, errcode_ret);
 }
 
+/* The context's printf buffer (kernel.c), a daemon buffer of its own like
+ * the NULL stand-in, created on first use and freed with the connection.
+ * 0 if it cannot be made. */
+uint32_t vgpu_printf_buffer(cl_context ctx)
+{
+	if (ctx->printf_buffer != 0 || !conn_ok(ctx))
+		return ctx->printf_buffer;
+	if (++ctx->next_buffer == 0)
+		++ctx->next_buffer;
+	uint32_t id = ctx->next_buffer;
+	if (create_device_buffer(ctx, id, VGPU_PRINTF_HEADER_SIZE + VGPU_PRINTF_BYTES, CL_MEM_READ_WRITE) == CL_SUCCESS)
+		ctx->printf_buffer = id;
+	return ctx->printf_buffer;
+}
+
 /* OpenCL 3.0 defines no buffer property of its own (they come with
  * extensions this device does not report), so the list must be NULL or
  * empty; anything in it is CL_INVALID_PROPERTY. */
