@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,6 +46,7 @@ check clinfo-root clinfo
 check clinfo-user user clinfo
 check vadd-user user python3 /vgpu/bin/vadd.py
 check sleep-user user python3 /vgpu/bin/icd_sleep.py
+check printf-user user python3 /vgpu/bin/icd_printf.py
 `
 
 // icdVadd is a pyopencl program: a vector addition on the first platform,
@@ -55,6 +57,10 @@ const icdVadd = "../scripts/guest/vadd.py"
 // icdSleep is a pyopencl program whose waits outlast vgpu-icdd's polling
 // window: kernels of tens of milliseconds, waited for.
 const icdSleep = "testdata/icd_sleep.py"
+
+// icdPrintf is a pyopencl program whose kernel prints: the output must
+// reach the program's standard output (docs/icd.md "printf").
+const icdPrintf = "testdata/icd_printf.py"
 
 // TestGuestICD boots the userland guest with a vGPU, the vgpud ICD and
 // vgpu-icdd, and checks that Debian's clinfo lists the vGPU with the
@@ -82,14 +88,15 @@ func guestICD(t *testing.T, a imagetest.Apps, lib string, m *mdev.Manager) {
 	}
 	files = append(files, image.File{Src: check, Dst: image.BinDir + "/icd-check", Mode: 0o755},
 		image.File{Src: icdVadd, Dst: image.BinDir + "/vadd.py", Mode: 0o644},
-		image.File{Src: icdSleep, Dst: image.BinDir + "/icd_sleep.py", Mode: 0o644})
+		image.File{Src: icdSleep, Dst: image.BinDir + "/icd_sleep.py", Mode: 0o644},
+		image.File{Src: icdPrintf, Dst: image.BinDir + "/icd_printf.py", Mode: 0o644})
 	initrd := imagetest.AppsInitramfs(t, a, files, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd")
 
 	out, codes, console := runAppsGuest(t, a, initrd, inst, imagetest.AppsBinDir+"/icd-check")
 	if strings.HasSuffix(inst.Socket(), vfiouser.Transport{}.Suffix()) {
 		checkICDDInterrupts(t, console)
 	}
-	for _, name := range []string{"clinfo-root", "clinfo-user", "vadd-user", "sleep-user"} {
+	for _, name := range []string{"clinfo-root", "clinfo-user", "vadd-user", "sleep-user", "printf-user"} {
 		if _, ok := codes[name]; !ok {
 			t.Fatalf("check %s did not finish; console:\n%s", name, console)
 		}
@@ -112,6 +119,29 @@ func guestICD(t *testing.T, a imagetest.Apps, lib string, m *mdev.Manager) {
 	}
 	if !strings.Contains(out["sleep-user"], "SLEEP OK") {
 		t.Errorf("pyopencl kernels waited for past the polling window: output:\n%s", out["sleep-user"])
+	}
+	// A kernel's printf, in the guest process that launched it, before
+	// the program's own line (printed after queue.finish()).
+	var lines []string
+	for i := range 4 {
+		lines = append(lines, fmt.Sprintf("kernel says 45 from %d", i))
+	}
+	var said []string
+	done := -1
+	for i, l := range strings.Split(out["printf-user"], "\n") {
+		switch {
+		case strings.HasPrefix(l, "kernel says "):
+			said = append(said, l)
+			if done >= 0 {
+				t.Errorf("kernel output after the program's line %d: %q", done, l)
+			}
+		case l == "PRINTF DONE":
+			done = i
+		}
+	}
+	slices.Sort(said)
+	if done < 0 || !slices.Equal(said, lines) {
+		t.Errorf("a kernel's printf in the guest: output:\n%s", out["printf-user"])
 	}
 	t.Logf("pyopencl as nobody: %s", strings.TrimSpace(out["vadd-user"]))
 	if !strings.Contains(out["vadd-user"], "VADD OK platform=vgpud") {

@@ -415,3 +415,51 @@ func TestDeviceInfo(t *testing.T) {
 	cl.send(icdproto.OpDeviceInfo, &icdproto.DeviceInfo{Device: 2})
 	cl.expectError(icdproto.ErrUnknownID)
 }
+
+// TestLaunchPrintf: a version-3 launch whose last entry is a printf buffer
+// reaches the device as the launch's printf buffer (the fake writes its
+// header and output there), and the client reads it back like any
+// buffer. An unknown printf buffer, and the flag on a version-2
+// connection, are protocol errors.
+func TestLaunchPrintf(t *testing.T) {
+	const text = "fake kernel output\n"
+	fx := newFixture(t, drivertest.Config{Printout: text})
+	cl, _ := fx.hello(t)
+	arena := cl.attach(1, 1<<16)
+	cl.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: 1, Size: 4096})
+	cl.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: 2, Size: 64})
+	if cl.build(0, 3, arena, fillSrc).Status != 0 {
+		t.Fatal("build failed")
+	}
+	printing := func(buf uint32, ev uint64) *icdproto.Launch {
+		l := launchFill(3, 1, 16, 5, ev)
+		l.Flags |= icdproto.LaunchPrintf
+		l.Args = append(l.Args, icdproto.LaunchArg{Kind: abi.ArgBuffer, Value: uint64(buf)})
+		return l
+	}
+	cl.send(icdproto.OpLaunch, printing(2, 1))
+	cl.send(icdproto.OpRead, &icdproto.Transfer{Buffer: 2, Arena: 1, ArenaOffset: 0, Length: 64, Event: 2})
+	for _, r := range cl.wait(1, 2) {
+		if r.Status != 0 {
+			t.Fatalf("event %d: status %v", r.Event, abi.Status(r.Status))
+		}
+	}
+	h, err := abi.UnmarshalPrintfHeader(arena[:64], 64)
+	if err != nil || h.Flags != abi.PrintfCaptured || string(arena[16:16+h.Length]) != text {
+		t.Errorf("printf buffer: %+v %q, %v", h, arena[16:16+h.Length], err)
+	}
+	cl.send(icdproto.OpLaunch, printing(9, 3))
+	cl.expectError(icdproto.ErrUnknownID)
+
+	// A version-2 connection may not name a printf buffer.
+	old := fx.connect(t)
+	old.call(icdproto.OpHello, &icdproto.Hello{Version: 2})
+	oarena := old.attach(1, 1<<16)
+	old.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: 1, Size: 4096})
+	old.send(icdproto.OpBufferCreate, &icdproto.BufferCreate{Buffer: 2, Size: 64})
+	if old.build(0, 3, oarena, fillSrc).Status != 0 {
+		t.Fatal("build failed")
+	}
+	old.send(icdproto.OpLaunch, printing(2, 1))
+	old.expectError(icdproto.ErrVersion)
+}

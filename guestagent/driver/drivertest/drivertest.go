@@ -48,6 +48,10 @@ type Config struct {
 	// cause for each completion record, and the line (Line) rises when a
 	// cause is enabled in RegIntEnable (docs/ABI.md "Interrupts").
 	INTx bool
+	// Printout, if not empty, announces abi.FeaturePrintf: a launch that
+	// names a printf buffer gets the header and these bytes in it, as
+	// much as fits (docs/ABI.md "Printf output").
+	Printout string
 }
 
 // FakeDeviceInfo returns the device properties the fake reports by
@@ -239,10 +243,14 @@ func (f *Device) Read32(off uint32) uint32 {
 		}
 		return 0
 	case abi.RegFeatures:
+		var bits uint32
 		if f.cfg.INTx {
-			return abi.FeatureINTx
+			bits |= abi.FeatureINTx
 		}
-		return 0
+		if f.cfg.Printout != "" {
+			bits |= abi.FeaturePrintf
+		}
+		return bits
 	case abi.RegIntStatus:
 		return f.intStatus
 	case abi.RegIntEnable:
@@ -691,8 +699,25 @@ func (f *Device) launch(p *abi.Launch) (uint64, error) {
 			return 0, abi.Errorf(abi.StatusNotFound, "buffer %d", a.Handle)
 		}
 	}
+	var pb []byte
+	if p.Printf != 0 {
+		if pb = f.buffers[p.Printf]; pb == nil {
+			return 0, abi.Errorf(abi.StatusNotFound, "printf buffer %d", p.Printf)
+		}
+		if len(pb) < abi.PrintfHeaderSize {
+			return 0, abi.Errorf(abi.StatusInvalidArgument, "printf buffer of %d bytes", len(pb))
+		}
+	}
 	if err := k(&d, func(h uint32) []byte { return f.buffers[h] }); err != nil {
 		return 0, abi.Errorf(abi.StatusLaunchFailed, "%v", err)
+	}
+	if pb != nil {
+		h := abi.PrintfHeader{}
+		if f.cfg.Printout != "" {
+			n := copy(pb[abi.PrintfHeaderSize:], f.cfg.Printout)
+			h = abi.PrintfHeader{Length: uint64(n), Dropped: uint32(len(f.cfg.Printout) - n), Flags: abi.PrintfCaptured}
+		}
+		h.Marshal(pb)
 	}
 	f.Launches++
 	return 1000, nil
