@@ -277,6 +277,12 @@ static const cl_name_version c_versions[] = {
 	{CL_MAKE_VERSION(3, 0, 0), "OpenCL C"},
 };
 
+int vgpu_device_has_fp64(const struct _cl_device_id *d)
+{
+	const struct devinfo *di = device_info(d);
+	return di != NULL && di->f.double_fp_config != 0;
+}
+
 /* c_features answers CL_DEVICE_OPENCL_C_FEATURES: __opencl_c_int64,
  * which every full-profile device has, and __opencl_c_fp64 where the
  * device reports double precision. Nothing else is claimed: the other

@@ -78,6 +78,9 @@ int vgpu_device_valid(cl_device_id d);
  * A value with every bit of CL_DEVICE_TYPE_ALL set is ALL, so a 64-bit
  * all-ones value ((cl_device_type)-1, what OpenCV's ":ALL:" passes) is
  * accepted as PoCL accepts it. */
+/* device.c: whether d reports double precision (its device-information
+ * blob's CL_DEVICE_DOUBLE_FP_CONFIG is nonzero). */
+int vgpu_device_has_fp64(const struct _cl_device_id *d);
 cl_int vgpu_devices_of_type(cl_device_type device_type, struct _cl_device_id **list, cl_uint *n);
 /* The socket path: VGPUD_ICD_SOCKET (secure_getenv) or the default. */
 const char *vgpu_socket_path(void);

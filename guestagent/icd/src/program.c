@@ -387,6 +387,31 @@ static void set_log_msg(cl_program p, const char *icd, const char *msg)
 	set_log(p, icd, msg, strlen(msg));
 }
 
+/* The OpenCL C 3.0 optional features (and their macros) a vGPU does not
+ * report in CL_DEVICE_OPENCL_C_FEATURES (device.c): the physical compiler
+ * defines those of its own device, so each is #undef'd before the source,
+ * and a program that tests a macro sees what the vGPU offers, on every
+ * device model it may migrate to. __opencl_c_int64 stays; so does
+ * __opencl_c_fp64 where the device reports doubles. Harmless before
+ * OpenCL C 3.0, where none is defined. */
+static const char *const absent_features[] = {
+	"__opencl_c_3d_image_writes",		 "__opencl_c_atomic_order_acq_rel",
+	"__opencl_c_atomic_order_seq_cst",	 "__opencl_c_atomic_scope_device",
+	"__opencl_c_atomic_scope_all_devices", "__opencl_c_device_enqueue",
+	"__opencl_c_generic_address_space",	 "__opencl_c_images",
+	"__opencl_c_pipes",			 "__opencl_c_program_scope_global_variables",
+	"__opencl_c_read_write_images",	 "__opencl_c_subgroups",
+	"__opencl_c_work_group_collective_functions",
+};
+
+static void undef_absent_features(struct sbuf *b, const struct _cl_device_id *dev)
+{
+	for (size_t i = 0; i < sizeof absent_features / sizeof absent_features[0]; i++)
+		sb_printf(b, "#undef %s\n", absent_features[i]);
+	if (!vgpu_device_has_fp64(dev))
+		sb_str(b, "#undef __opencl_c_fp64\n");
+}
+
 /* device_build sends Build for p->built_src with p->built_opts and takes
  * the log and the kernel information. Returns CL_SUCCESS or the error of
  * clBuildProgram. icdlog is what the ICD adds to the front of the log. */
@@ -532,6 +557,7 @@ cl_int CL_API_CALL vgpu_clBuildProgram(cl_program program, cl_uint num_devices, 
 		struct expand x = {.o = &o};
 		sb_add(&x.log, "", 0);
 		if (!p->from_binary) {
+			undef_absent_features(&x.out, ctx->dev);
 			sb_add(&x.out, o.defs.p, o.defs.len); /* -D and -U, before the source */
 			expand_source(&x, p->source, p->source_len);
 			if (x.out.p == NULL)
@@ -601,6 +627,7 @@ cl_int CL_API_CALL vgpu_clCompileProgram(cl_program program, cl_uint num_devices
 	} else if (err == CL_SUCCESS) {
 		struct expand x = {.o = &o, .hdrs = hs, .nhdrs = num_headers};
 		sb_add(&x.log, "", 0);
+		undef_absent_features(&x.out, ctx->dev);
 		sb_add(&x.out, o.defs.p, o.defs.len);
 		expand_source(&x, p->source, p->source_len);
 		/* The unit's -D macros end with it (clLinkProgram concatenates). */
