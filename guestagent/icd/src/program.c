@@ -17,7 +17,7 @@
 #include <string.h>
 
 #define BIN_MAGIC "VGPUDBIN"
-#define BIN_VERSION 1
+#define BIN_VERSION 2
 #define LOG_CAP VGPU_MAX_BUILD_LOG_LEN
 #define INFO_CAP (256u << 10)
 
@@ -120,8 +120,10 @@ out:
 	return p;
 }
 
-/* The binary blob: magic, version, options length, source length, then
- * the options and the source (not NUL-terminated). */
+/* The binary blob: magic, version, options length, source length, (from
+ * version 2) the program's binary type and a reserved word, then the
+ * options and the source (not NUL-terminated). Version 1, without the
+ * type, is an executable. */
 struct binhdr {
 	char magic[8];
 	uint32_t version;
@@ -129,17 +131,36 @@ struct binhdr {
 	uint64_t src_len;
 };
 
-static int parse_binary(const unsigned char *bin, size_t len, char **src, size_t *src_len, char **opts)
+struct binhdr2 {
+	struct binhdr h;
+	uint32_t type; /* CL_PROGRAM_BINARY_TYPE_{EXECUTABLE,COMPILED_OBJECT,LIBRARY} */
+	uint32_t reserved;
+};
+
+static int parse_binary(const unsigned char *bin, size_t len, char **src, size_t *src_len, char **opts,
+			cl_program_binary_type *type)
 {
+	struct binhdr2 h2 = {.type = CL_PROGRAM_BINARY_TYPE_EXECUTABLE};
 	struct binhdr h;
 	if (bin == NULL || len < sizeof h)
 		return -1;
 	memcpy(&h, bin, sizeof h);
-	if (memcmp(h.magic, BIN_MAGIC, 8) != 0 || h.version != BIN_VERSION || h.opts_len > VGPU_MAX_OPTIONS_LEN ||
-	    h.src_len > VGPU_MAX_SOURCE_LEN || len != sizeof h + h.opts_len + h.src_len)
+	size_t hl = sizeof h;
+	if (h.version == BIN_VERSION) {
+		if (len < sizeof h2)
+			return -1;
+		memcpy(&h2, bin, sizeof h2);
+		hl = sizeof h2;
+	}
+	if (memcmp(h.magic, BIN_MAGIC, 8) != 0 || (h.version != 1 && h.version != BIN_VERSION) ||
+	    h.opts_len > VGPU_MAX_OPTIONS_LEN || h.src_len > VGPU_MAX_SOURCE_LEN || len != hl + h.opts_len + h.src_len ||
+	    h2.reserved != 0 ||
+	    (h2.type != CL_PROGRAM_BINARY_TYPE_EXECUTABLE && h2.type != CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT &&
+	     h2.type != CL_PROGRAM_BINARY_TYPE_LIBRARY))
 		return -1;
-	*opts = vgpu_strndup((const char *)bin + sizeof h, h.opts_len);
-	*src = vgpu_strndup((const char *)bin + sizeof h + h.opts_len, (size_t)h.src_len);
+	*type = h2.type;
+	*opts = vgpu_strndup((const char *)bin + hl, h.opts_len);
+	*src = vgpu_strndup((const char *)bin + hl + h.opts_len, (size_t)h.src_len);
 	*src_len = (size_t)h.src_len;
 	if (*opts == NULL || *src == NULL) {
 		free(*opts);
@@ -186,10 +207,12 @@ cl_program CL_API_CALL vgpu_clCreateProgramWithBinary(cl_context context, cl_uin
 		goto put;
 	char *src = NULL, *opts = NULL;
 	size_t src_len = 0;
+	cl_program_binary_type type = CL_PROGRAM_BINARY_TYPE_EXECUTABLE;
 	for (cl_uint i = 0; i < num_devices; i++) {
 		char *s, *o;
 		size_t sl;
-		int r = parse_binary(binaries[i], lengths[i], &s, &sl, &o);
+		cl_program_binary_type t;
+		int r = parse_binary(binaries[i], lengths[i], &s, &sl, &o, &t);
 		if (binary_status != NULL)
 			binary_status[i] = r == 0 ? CL_SUCCESS : CL_INVALID_BINARY;
 		if (r == -2)
@@ -200,6 +223,7 @@ cl_program CL_API_CALL vgpu_clCreateProgramWithBinary(cl_context context, cl_uin
 			src = s;
 			opts = o;
 			src_len = sl;
+			type = t;
 		} else if (r == 0) {
 			free(s);
 			free(o);
@@ -216,7 +240,9 @@ cl_program CL_API_CALL vgpu_clCreateProgramWithBinary(cl_context context, cl_uin
 	p->built_src = src;
 	p->built_len = src_len;
 	p->built_opts = opts;
-	p->bintype = CL_PROGRAM_BINARY_TYPE_EXECUTABLE;
+	/* A compiled object or library links as the one it came from; building
+	 * any of them makes an executable of its source. */
+	p->bintype = type;
 	vgpu_obj_publish(&p->obj);
 put:
 	PUT(ctx);
@@ -785,20 +811,20 @@ static size_t binary_size(const struct _cl_program *p)
 	if (p->built_src == NULL || (p->status != CL_BUILD_SUCCESS && !p->from_binary) ||
 	    p->bintype == CL_PROGRAM_BINARY_TYPE_NONE)
 		return 0;
-	return sizeof(struct binhdr) + strlen(p->built_opts != NULL ? p->built_opts : "") + p->built_len;
+	return sizeof(struct binhdr2) + strlen(p->built_opts != NULL ? p->built_opts : "") + p->built_len;
 }
 
 static void write_binary(const struct _cl_program *p, unsigned char *out)
 {
-	struct binhdr h;
-	memcpy(h.magic, BIN_MAGIC, 8);
+	struct binhdr2 h = {.type = (uint32_t)p->bintype};
+	memcpy(h.h.magic, BIN_MAGIC, 8);
 	const char *o = p->built_opts != NULL ? p->built_opts : "";
-	h.version = BIN_VERSION;
-	h.opts_len = (uint32_t)strlen(o);
-	h.src_len = p->built_len;
+	h.h.version = BIN_VERSION;
+	h.h.opts_len = (uint32_t)strlen(o);
+	h.h.src_len = p->built_len;
 	memcpy(out, &h, sizeof h);
-	memcpy(out + sizeof h, o, h.opts_len);
-	memcpy(out + sizeof h + h.opts_len, p->built_src, p->built_len);
+	memcpy(out + sizeof h, o, h.h.opts_len);
+	memcpy(out + sizeof h + h.h.opts_len, p->built_src, p->built_len);
 }
 
 cl_int CL_API_CALL vgpu_clGetProgramInfo(cl_program program, cl_program_info param_name, size_t param_value_size,

@@ -541,9 +541,24 @@ static void compile_link_test(const char *dir)
 	cl_program_binary_type bt = 0;
 	OK(clGetProgramBuildInfo(pa, dev, CL_PROGRAM_BINARY_TYPE, sizeof bt, &bt, NULL));
 	CHECK(bt == CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT, "binary type %#x", (unsigned)bt);
-	cl_program ins[2] = {pa, pb};
+	/* A compiled object's binary reloads as a compiled object, and links
+	 * as the object did. */
+	size_t osz = 0;
+	OK(clGetProgramInfo(pa, CL_PROGRAM_BINARY_SIZES, sizeof osz, &osz, NULL));
+	unsigned char *obin = malloc(osz);
+	OK(clGetProgramInfo(pa, CL_PROGRAM_BINARIES, sizeof obin, &obin, NULL));
+	const unsigned char *cobin = obin;
+	cl_int ost = 1;
+	cl_program pa2 = clCreateProgramWithBinary(ctx, 1, &dev, &osz, &cobin, &ost, &err);
+	CHECK(err == CL_SUCCESS && ost == CL_SUCCESS, "an object's binary: %d, %d", err, ost);
+	free(obin);
+	bt = 0;
+	OK(clGetProgramBuildInfo(pa2, dev, CL_PROGRAM_BINARY_TYPE, sizeof bt, &bt, NULL));
+	CHECK(bt == CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT, "a reloaded object's binary type %#x", (unsigned)bt);
+	cl_program ins[2] = {pa2, pb};
 	cl_program pl = clLinkProgram(ctx, 1, &dev, NULL, 2, ins, NULL, NULL, &err);
 	CHECK(err == CL_SUCCESS && pl != NULL, "clLinkProgram: %d", err);
+	OK(clReleaseProgram(pa2));
 	if (pl != NULL) {
 		cl_kernel k = clCreateKernel(pl, "use", &err);
 		cl_mem m = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4, NULL, &err);
