@@ -534,7 +534,8 @@ func TestDaemon(t *testing.T) {
 // vgpu-icdd serving a real vGPU whose kernels run in sandboxed executors
 // on the host's OpenCL device (tests/icdhost), plain and sanitized: what
 // the kernels print reaches the program's standard output, each launch's
-// whole and in queue order, before clFinish returns; a launch that prints
+// whole and in queue order, before a wait on its event or clFinish
+// returns; a launch that prints
 // more than CL_DEVICE_PRINTF_BUFFER_SIZE gets exactly that much, and the
 // rest is counted on stderr; a program that does not print prints
 // nothing.
@@ -567,8 +568,8 @@ func TestDaemonPrintf(t *testing.T) {
 func checkPrintout(t *testing.T, out, errs string) {
 	t.Helper()
 	before, rest, ok := strings.Cut(out, "finished\n")
-	if !ok || before != "first: 7 2.50 abc x\nsecond\n" {
-		t.Fatalf("before clFinish returned: %q (want the two launches' output, in order)", before)
+	if !ok || before != "first: 7 2.50 abc x\nwaited\nfirst: 7 2.50 abc x\nsecond\n" {
+		t.Fatalf("before clFinish returned: %q (want the first launch's output before the wait on its event returned, then two launches' in order)", before)
 	}
 	items, rest, ok := strings.Cut(rest, "items done\n")
 	lines := strings.Split(strings.TrimSuffix(items, "\n"), "\n")

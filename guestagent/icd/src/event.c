@@ -234,6 +234,14 @@ void vgpu_event_done(struct _cl_event *ev, cl_int status, const void *record)
 	cl_context ctx = ev->ctx;
 	if (ev->status <= CL_COMPLETE)
 		return;
+	if (ev->chunks != NULL && !ev->sent) {
+		/* Chunks that never left with ev's message end with it. */
+		for (struct _cl_event *c = ev->chunks, *next; c != NULL; c = next) {
+			next = c->chunk_next;
+			if (!c->sent)
+				vgpu_event_done(c, status == CL_COMPLETE ? CL_OUT_OF_RESOURCES : status, NULL);
+		}
+	}
 	if (ev->chunks != NULL) {
 		/* Completing them may complete ev itself (a lost connection). */
 		wait_chunks(ev);
@@ -453,6 +461,15 @@ static void send_now(struct _cl_event *ev)
 			return;
 		}
 		off += h->len;
+	}
+	/* Chunks whose requests were in the message (a printing launch's,
+	 * kernel.c) are in flight now, before ev. */
+	for (struct _cl_event *c = ev->chunks; c != NULL; c = c->chunk_next) {
+		if (!c->sent) {
+			c->sent = 1;
+			c->status = CL_SUBMITTED;
+			pending_add(ctx, c);
+		}
 	}
 	ev->sent = 1;
 	ev->status = CL_SUBMITTED;

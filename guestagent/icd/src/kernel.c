@@ -89,35 +89,53 @@ void vgpu_printout(const uint8_t *b, uint64_t n)
 			 VGPU_PRINTF_BYTES);
 }
 
-/* printf_read queues, behind the launch on q, a read of the context's
- * printf buffer into the arena; its completion prints it. A failure to
- * queue it loses that launch's output only, said on stderr. */
-static void printf_read(cl_command_queue q)
+/* printf_trail makes ev, a launch naming the printf buffer, print what
+ * the kernel printed when it completes: the launch request goes under an
+ * internal event (a chunk of ev, whose failure is ev's), and a read of the
+ * printf buffer into the arena follows it in ev's own message, carrying
+ * ev's id: ev completes when the output is in the arena, and
+ * vgpu_event_done prints it first. So a wait on the launch's event, not
+ * only clFinish, finds its output printed (Khronos' printf tests wait on
+ * the event alone). The launch's profiling start is the kernel's; its end
+ * includes the read. 0, or a CL error. */
+static cl_int printf_trail(struct _cl_event *ev, uint32_t printf_buf)
 {
-	cl_context ctx = q->ctx;
+	cl_context ctx = ev->ctx;
 	const uint64_t n = VGPU_PRINTF_HEADER_SIZE + VGPU_PRINTF_BYTES;
-	struct _cl_event *ev = vgpu_event_new(ctx, q, CL_COMMAND_READ_BUFFER);
+	struct _cl_event *c = vgpu_event_new(ctx, ev->queue, ev->type);
+	if (c == NULL)
+		return CL_OUT_OF_HOST_MEMORY;
 	struct {
 		struct vgpu_icdp_header h;
 		struct vgpu_icdp_transfer b;
-	} *m = ev != NULL ? calloc(1, sizeof *m) : NULL;
-	if (m == NULL || arena_alloc(ctx, n, &ev->copy_src) != CL_SUCCESS) {
-		free(m);
-		if (ev != NULL)
-			vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);
-		vgpu_log("a kernel's printf output is lost: no room to read it back");
-		return;
+	} m;
+	uint8_t *msg = realloc(ev->msg, ev->msg_len + sizeof m);
+	if (msg == NULL) {
+		vgpu_event_done(c, CL_OUT_OF_HOST_MEMORY, NULL);
+		return CL_OUT_OF_HOST_MEMORY;
 	}
-	conn_hdr(ctx, m, VGPU_ICDP_OP_READ, sizeof *m);
-	m->b = (struct vgpu_icdp_transfer){.buffer = ctx->printf_buffer,
-					   .arena = ev->copy_src.arena,
-					   .arena_offset = ev->copy_src.off,
-					   .length = n,
-					   .event = ev->id};
-	ev->msg = (uint8_t *)m;
-	ev->msg_len = sizeof *m;
+	ev->msg = msg;
+	cl_int err = arena_alloc(ctx, n, &ev->copy_src);
+	if (err != CL_SUCCESS) {
+		vgpu_event_done(c, err, NULL);
+		return err;
+	}
+	struct vgpu_icdp_launch_head *h = (void *)(ev->msg + sizeof(struct vgpu_icdp_header));
+	h->event = c->id;
+	conn_hdr(ctx, &m, VGPU_ICDP_OP_READ, sizeof m);
+	m.b = (struct vgpu_icdp_transfer){.buffer = printf_buf,
+					  .arena = ev->copy_src.arena,
+					  .arena_offset = ev->copy_src.off,
+					  .length = n,
+					  .event = ev->id};
+	memcpy(ev->msg + ev->msg_len, &m, sizeof m);
+	ev->msg_len += sizeof m;
 	ev->printout = 1;
-	vgpu_submit(ev, 0, NULL, 0, NULL);
+	c->parent = ev;
+	IREF(ev);
+	c->chunk_next = ev->chunks;
+	ev->chunks = c;
+	return CL_SUCCESS;
 }
 
 static cl_kernel new_kernel(cl_program p, const struct vgpu_kinfo *ki, cl_int *err)
@@ -630,6 +648,8 @@ static cl_int launch(cl_command_queue queue, cl_kernel kernel, cl_command_type t
 			break;
 		}
 	}
+	if (printf_buf != 0 && (err = printf_trail(ev, printf_buf)) != CL_SUCCESS)
+		goto out;
 	/* The buffers stay alive until the request is sent. */
 	ev->mems = mems;
 	ev->nmems = nmems;
@@ -637,8 +657,6 @@ static cl_int launch(cl_command_queue queue, cl_kernel kernel, cl_command_type t
 	nmems = 0;
 	err = vgpu_submit(ev, nwait, wait, 0, event);
 	ev = NULL;
-	if (printf_buf != 0 && err == CL_SUCCESS)
-		printf_read(q);
 out:
 	if (ev != NULL)
 		vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);

@@ -3,9 +3,11 @@
  * (tests/icdhost). Built and run by icd_test.go (TestDaemonPrintf), which
  * checks what this program's standard output and standard error hold:
  *
- *   - "first: 7 2.50 abc x" then "second" (two launches in queue order,
- *     each launch's output whole, before the program's own "finished"
- *     line, which it prints after clFinish);
+ *   - "first: 7 2.50 abc x" before the program's own "waited" line,
+ *     printed once clWaitForEvents on that launch's event returned;
+ *   - then "first: ..." and "second" (two launches in queue order, each
+ *     launch's output whole, before the program's own "finished" line,
+ *     which it prints after clFinish);
  *   - 64 lines "item N of 64" (work-items in parallel: any order);
  *   - exactly CL_DEVICE_PRINTF_BUFFER_SIZE bytes of a launch that prints
  *     more, and on stderr how much more was dropped;
@@ -88,8 +90,9 @@ int main(void)
 	cl_command_queue q = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err);
 	CHECK(err == CL_SUCCESS, "queue: %d", err);
 
-	/* Two launches, not waited for one by one: their output in queue
-	 * order, all of it before clFinish returns. */
+	/* A launch's output is printed once its event completes (a wait on
+	 * the event alone finds it); two launches' in queue order, all of it
+	 * before clFinish returns. */
 	cl_kernel first = kernel(ctx, dev, source, "first");
 	cl_kernel second = kernel(ctx, dev, source, "second");
 	cl_int i = 7;
@@ -97,6 +100,12 @@ int main(void)
 	OK(clSetKernelArg(first, 0, sizeof i, &i));
 	OK(clSetKernelArg(first, 1, sizeof f, &f));
 	size_t one = 1;
+	cl_event e;
+	OK(clEnqueueNDRangeKernel(q, first, 1, NULL, &one, NULL, 0, NULL, &e));
+	OK(clWaitForEvents(1, &e));
+	printf("waited\n");
+	fflush(stdout);
+	clReleaseEvent(e);
 	OK(clEnqueueNDRangeKernel(q, first, 1, NULL, &one, NULL, 0, NULL, NULL));
 	OK(clEnqueueNDRangeKernel(q, second, 1, NULL, &one, NULL, 0, NULL, NULL));
 	OK(clFinish(q));
