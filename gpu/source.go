@@ -13,7 +13,7 @@ import (
 var allowedDirectives = map[string]bool{
 	"": true, "define": true, "undef": true, "if": true, "ifdef": true, "ifndef": true,
 	"elif": true, "else": true, "endif": true, "pragma": true, "error": true,
-	"warning": true,
+	"warning": true, "line": true, // only "#line NUMBER" (checkDirective)
 }
 
 // allowedPragmas are the first words of the #pragma lines a program may use;
@@ -454,6 +454,24 @@ func checkDirective(s string, i int) (int, error) {
 	name := s[i:j]
 	if !allowedDirectives[name] {
 		return j, rejected("directive #%q is not allowed", name)
+	}
+	if name == "line" {
+		// Only #line NUMBER: the presumed line number, never a file name
+		// (nor a macro that could expand to one). The guest ICD puts it
+		// after the lines it adds before a program's source (ABI 1.7).
+		end := j
+		for end < len(s) && s[end] != '\n' && s[end] != '\r' {
+			end++
+		}
+		l := stripBlockComments(s[j:end])
+		if k := strings.Index(l, "//"); k >= 0 {
+			l = l[:k]
+		}
+		words := strings.Fields(l)
+		if len(words) != 1 || strings.Trim(words[0], "0123456789") != "" {
+			return j, rejected("#line %s is not allowed: only a line number", strings.Join(words, " "))
+		}
+		return j, nil
 	}
 	if name == "pragma" {
 		end := j

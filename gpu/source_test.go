@@ -24,6 +24,9 @@ var acceptedSources = []string{
 	"#define P(a,b) a##b\nP(_Pra,gma)",
 	"#define P(a,b) a%:%:b",
 	"int x = 'a ## b';",
+	// #line with a number only (ABI 1.7).
+	"#undef X\n#line 1\n__kernel void f(void) {}",
+	"#line /* c */ 42 // c\n",
 }
 
 var rejectedSources = []string{
@@ -44,6 +47,10 @@ var rejectedSources = []string{
 	"#embed <x>",
 	"# 1 \"/etc/passwd\"",
 	"#line 1 \"/etc/passwd\"",
+	"#define F 1 \"/etc/passwd\"\n#line F",
+	"#line 0x10",
+	"#line 1 2",
+	"#line\\\n 1 \"/etc/passwd\"",
 	"#if __has_include(\"/etc/shadow\")\n#endif",
 	"#pragma clang __debug llvm_fatal_error",
 	"#pragma /**/ clang __debug crash",

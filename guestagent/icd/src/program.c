@@ -419,7 +419,12 @@ static void set_log_msg(cl_program p, const char *icd, const char *msg)
  * and a program that tests a macro sees what the vGPU offers, on every
  * device model it may migrate to. __opencl_c_int64 stays; so does
  * __opencl_c_fp64 where the device reports doubles. Harmless before
- * OpenCL C 3.0, where none is defined. */
+ * OpenCL C 3.0, where none is defined. __IMAGE_SUPPORT__ is the compiler's
+ * "images are supported" in every version, which CL_DEVICE_IMAGE_SUPPORT
+ * says they are not. The lines end with "#line 1" (ABI 1.7's source rules
+ * take it), after the -D lines too, so __LINE__ counts the program's own
+ * lines; a device older than 1.7 gets neither (the -D lines then move
+ * __LINE__, as they always did). */
 static const char *const absent_features[] = {
 	"__opencl_c_3d_image_writes",		 "__opencl_c_atomic_order_acq_rel",
 	"__opencl_c_atomic_order_seq_cst",	 "__opencl_c_atomic_scope_device",
@@ -427,11 +432,18 @@ static const char *const absent_features[] = {
 	"__opencl_c_generic_address_space",	 "__opencl_c_images",
 	"__opencl_c_pipes",			 "__opencl_c_program_scope_global_variables",
 	"__opencl_c_read_write_images",	 "__opencl_c_subgroups",
-	"__opencl_c_work_group_collective_functions",
+	"__opencl_c_work_group_collective_functions", "__IMAGE_SUPPORT__",
 };
+
+static int takes_line(const struct _cl_device_id *dev)
+{
+	return (dev->version >> 16) == VGPU_VERSION_MAJOR && (dev->version & 0xffff) >= 7;
+}
 
 static void undef_absent_features(struct sbuf *b, const struct _cl_device_id *dev)
 {
+	if (!takes_line(dev))
+		return;
 	for (size_t i = 0; i < sizeof absent_features / sizeof absent_features[0]; i++)
 		sb_printf(b, "#undef %s\n", absent_features[i]);
 	if (!vgpu_device_has_fp64(dev))
@@ -580,11 +592,13 @@ cl_int CL_API_CALL vgpu_clBuildProgram(cl_program program, cl_uint num_devices, 
 	} else if (err == CL_SUCCESS) {
 		free(p->options);
 		p->options = strdup(options != NULL ? options : "");
-		struct expand x = {.o = &o};
+		struct expand x = {.o = &o, .line_ok = takes_line(ctx->dev)};
 		sb_add(&x.log, "", 0);
 		if (!p->from_binary) {
 			undef_absent_features(&x.out, ctx->dev);
 			sb_add(&x.out, o.defs.p, o.defs.len); /* -D and -U, before the source */
+			if (takes_line(ctx->dev))
+				sb_str(&x.out, "#line 1\n");
 			expand_source(&x, p->source, p->source_len);
 			if (x.out.p == NULL)
 				sb_add(&x.out, "", 0);
@@ -651,10 +665,12 @@ cl_int CL_API_CALL vgpu_clCompileProgram(cl_program program, cl_uint num_devices
 	if (err == CL_SUCCESS && parse_opts(options, &o, 0) != 0) {
 		err = refuse_options(p, &o, "compile", CL_INVALID_COMPILER_OPTIONS);
 	} else if (err == CL_SUCCESS) {
-		struct expand x = {.o = &o, .hdrs = hs, .nhdrs = num_headers};
+		struct expand x = {.o = &o, .hdrs = hs, .nhdrs = num_headers, .line_ok = takes_line(ctx->dev)};
 		sb_add(&x.log, "", 0);
 		undef_absent_features(&x.out, ctx->dev);
 		sb_add(&x.out, o.defs.p, o.defs.len);
+		if (takes_line(ctx->dev))
+			sb_str(&x.out, "#line 1\n");
 		expand_source(&x, p->source, p->source_len);
 		/* The unit's -D macros end with it (clLinkProgram concatenates). */
 		sb_str(&x.out, "\n");

@@ -746,7 +746,19 @@ static void expand(struct expand *x, const char *src, size_t len, const char *pa
 					handled = 1;
 				}
 			} else if (nlen == 4 && memcmp(name, "line", 4) == 0) {
-				/* The device refuses #line; it only renumbers. */
+				/* #line only renumbers here. A device of ABI 1.7 takes
+				 * its number (never a file name: __FILE__ stays the
+				 * device's); an older one refuses #line, so it goes. */
+				const char *r = rest;
+				while (r < le && (*r == ' ' || *r == '	'))
+					r++;
+				const char *d = r;
+				while (d < le && *d >= '0' && *d <= '9')
+					d++;
+				if (x->line_ok && d > r && d - r <= 9 && (d == le || *d == ' ' || *d == '	')) {
+					sb_str(&x->out, "#line ");
+					sb_add(&x->out, r, (size_t)(d - r));
+				}
 				sb_add(&x->out, "\n", 1);
 				handled = 1;
 			}

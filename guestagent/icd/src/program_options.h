@@ -56,6 +56,7 @@ struct expand {
 	char **once; /* files with #pragma once, by resolved path */
 	size_t nonce;
 	int failed; /* too deep, too large */
+	int line_ok; /* the device takes "#line NUMBER" (ABI 1.7) */
 };
 
 /* expand_source appends the program's source (src, len bytes) to x->out

@@ -25,6 +25,15 @@
 static cl_device_id dev;
 
 static const char *source =
+	/* __LINE__ counts the program's own lines, whatever the ICD puts
+	 * before them (its #undefs, the -D lines), and follows #line. */
+	"#if __LINE__ != 1\n"
+	"#error __LINE__ is not the program's own line\n"
+	"#endif\n"
+	"#line 100\n"
+	"#if __LINE__ != 100 || FORTY_TWO != 42\n"
+	"#error #line or -D lost\n"
+	"#endif\n"
 	"#if __OPENCL_C_VERSION__ != 300\n"
 	"#error not built as OpenCL C 3.0\n"
 	"#endif\n"
@@ -34,7 +43,8 @@ static const char *source =
 	/* Features the vGPU does not report are not defined, whatever the
 	 * physical compiler defines (PoCL: images, the stronger atomics). */
 	"#if defined(__opencl_c_images) || defined(__opencl_c_atomic_order_seq_cst) || "
-	"defined(__opencl_c_generic_address_space) || defined(__opencl_c_3d_image_writes)\n"
+	"defined(__opencl_c_generic_address_space) || defined(__opencl_c_3d_image_writes) || "
+	"defined(__IMAGE_SUPPORT__)\n"
 	"#error a feature the device does not report is defined\n"
 	"#endif\n"
 	"__kernel void put(__global ulong *out, ulong v) { out[get_global_id(0)] = v + get_global_id(0); }\n";
@@ -162,7 +172,7 @@ static void kernel_checks(cl_context ctx, cl_command_queue q, cl_mem m)
 {
 	cl_int err;
 	cl_program p = clCreateProgramWithSource(ctx, 1, &source, NULL, &err);
-	err = clBuildProgram(p, 1, &dev, "-cl-std=CL3.0", NULL, NULL);
+	err = clBuildProgram(p, 1, &dev, "-cl-std=CL3.0 -DFORTY_TWO=42", NULL, NULL);
 	if (err != CL_SUCCESS) {
 		char log[8192] = "";
 		clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
