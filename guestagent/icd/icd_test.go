@@ -502,7 +502,13 @@ func runAgainst(t *testing.T, exe, icdDir, sock string, args ...string) {
 // with its exact errors, and a daemon that dies) and testdata/threezero.c
 // (the OpenCL 3.0 entries: queues and buffers with properties, OpenCL C
 // 3.0, cloned kernels, context destructor callbacks, the answers for
-// absent features); all again with the ICD and the programs built with
+// absent features) and testdata/printf.c (kernels that print, against a
+// vGPU whose kernels run in sandboxed executors: what they print reaches
+// the program's standard output, each launch's whole and in queue order,
+// before a wait on its event or clFinish returns; a launch that prints
+// more than CL_DEVICE_PRINTF_BUFFER_SIZE gets exactly that much, and the
+// rest is counted on stderr; a program that does not print prints
+// nothing); all again with the ICD and the programs built with
 // AddressSanitizer and UBSan.
 func TestDaemon(t *testing.T) {
 	gcc := needToolchain(t)
@@ -526,40 +532,16 @@ func TestDaemon(t *testing.T) {
 			t.Run("opencl30", func(t *testing.T) {
 				runAgainst(t, buildProgram(t, gcc, "testdata/threezero.c", c.flags...), icdDir, sock, t.TempDir())
 			})
-		})
-	}
-}
-
-// TestDaemonPrintf runs testdata/printf.c through the ICD against
-// vgpu-icdd serving a real vGPU whose kernels run in sandboxed executors
-// on the host's OpenCL device (tests/icdhost), plain and sanitized: what
-// the kernels print reaches the program's standard output, each launch's
-// whole and in queue order, before a wait on its event or clFinish
-// returns; a launch that prints
-// more than CL_DEVICE_PRINTF_BUFFER_SIZE gets exactly that much, and the
-// rest is counted on stderr; a program that does not print prints
-// nothing.
-func TestDaemonPrintf(t *testing.T) {
-	gcc := needToolchain(t)
-	sock := startHost(t)
-	san := canSanitize(t, gcc)
-	for _, c := range []struct {
-		name  string
-		flags []string
-	}{{"plain", nil}, {"sanitized", sanitize}} {
-		t.Run(c.name, func(t *testing.T) {
-			if c.flags != nil && !san {
-				t.Skip("gcc cannot build with sanitizers here")
-			}
-			icdDir := buildICD(t, gcc, c.flags...)
-			cmd := exec.Command(buildProgram(t, gcc, "testdata/printf.c", c.flags...))
-			cmd.Env = append(env(icdDir, filepath.Join(t.TempDir(), "no-sysfs")), "VGPUD_ICD_SOCKET="+sock)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("printf: %v\nstderr:\n%s", err, stderr.String())
-			}
-			checkPrintout(t, stdout.String(), stderr.String())
+			t.Run("printf", func(t *testing.T) {
+				cmd := exec.Command(buildProgram(t, gcc, "testdata/printf.c", c.flags...))
+				cmd.Env = append(env(icdDir, filepath.Join(t.TempDir(), "no-sysfs")), "VGPUD_ICD_SOCKET="+sock)
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				if err := cmd.Run(); err != nil {
+					t.Fatalf("printf: %v\nstderr:\n%s", err, stderr.String())
+				}
+				checkPrintout(t, stdout.String(), stderr.String())
+			})
 		})
 	}
 }

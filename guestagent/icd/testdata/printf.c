@@ -22,22 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                                     \
-	do {                                                                                                 \
-		if (!(cond)) {                                                                               \
-			failures++;                                                                          \
-			fprintf(stderr, "printf.c:%d: %s: ", __LINE__, #cond);                               \
-			fprintf(stderr, __VA_ARGS__);                                                        \
-			fprintf(stderr, "\n");                                                               \
-		}                                                                                            \
-	} while (0)
-#define OK(call)                                                                                             \
-	do {                                                                                                 \
-		cl_int e_ = (call);                                                                          \
-		CHECK(e_ == CL_SUCCESS, "%s = %d", #call, e_);                                               \
-	} while (0)
+#define CHECK_STREAM stderr /* stdout is the output under test */
+#include "check.h"
 
 static const char *source =
 	"__kernel void first(int i, float f) {\n"
@@ -67,19 +53,7 @@ static cl_kernel kernel(cl_context ctx, cl_device_id dev, const char *src, const
 
 int main(void)
 {
-	cl_uint n = 0;
-	cl_platform_id ps[8], p = NULL;
-	OK(clGetPlatformIDs(8, ps, &n));
-	for (cl_uint i = 0; i < n && i < 8; i++) {
-		char name[64] = "";
-		clGetPlatformInfo(ps[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
-		if (strcmp(name, "vgpud") == 0)
-			p = ps[i];
-	}
-	if (p == NULL) {
-		fprintf(stderr, "no vgpud platform\n");
-		return 1;
-	}
+	cl_platform_id p = vgpud_platform();
 	cl_device_id dev;
 	OK(clGetDeviceIDs(p, CL_DEVICE_TYPE_GPU, 1, &dev, NULL));
 	size_t pbs = 0;

@@ -106,18 +106,7 @@ static void run_task(cl_kernel k, cl_mem m, void *v, size_t n)
 
 static void setup(void)
 {
-	cl_uint n = 0;
-	cl_platform_id ps[8];
-	OK(clGetPlatformIDs(8, ps, &n));
-	for (cl_uint i = 0; i < n && i < 8; i++) {
-		char name[64] = "";
-		clGetPlatformInfo(ps[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
-		if (strcmp(name, "vgpud") == 0)
-			platform = ps[i];
-	}
-	CHECK(platform != NULL, "no vgpud platform among %u", n);
-	if (platform == NULL)
-		exit(1);
+	platform = vgpud_platform();
 	OK(clGetDeviceIDs(platform, CL_DEVICE_TYPE_GPU, 1, &dev, NULL));
 	cl_bool avail = CL_FALSE;
 	OK(clGetDeviceInfo(dev, CL_DEVICE_AVAILABLE, sizeof avail, &avail, NULL));

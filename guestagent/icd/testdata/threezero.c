@@ -51,18 +51,7 @@ static const char *source =
 
 static cl_device_id find_device(void)
 {
-	cl_uint n = 0;
-	cl_platform_id ps[8], p = NULL;
-	OK(clGetPlatformIDs(8, ps, &n));
-	for (cl_uint i = 0; i < n && i < 8; i++) {
-		char name[64] = "";
-		clGetPlatformInfo(ps[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
-		if (strcmp(name, "vgpud") == 0)
-			p = ps[i];
-	}
-	CHECK(p != NULL, "no vgpud platform among %u", n);
-	if (p == NULL)
-		exit(1);
+	cl_platform_id p = vgpud_platform();
 	char ver[64] = "";
 	OK(clGetPlatformInfo(p, CL_PLATFORM_VERSION, sizeof ver, ver, NULL));
 	CHECK(strncmp(ver, "OpenCL 3.0 ", 11) == 0, "platform version %s", ver);
