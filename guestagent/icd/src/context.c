@@ -362,8 +362,9 @@ cl_command_queue CL_API_CALL vgpu_clCreateCommandQueueWithProperties(cl_context 
 			*errcode_ret = err;
 		return NULL;
 	}
-	static const cl_queue_properties none[1] = {0};
-	return create_queue(context, device, bits, properties != NULL ? properties : none, errcode_ret);
+	/* NULL: CL_QUEUE_PROPERTIES_ARRAY returns nothing, as for
+	 * clCreateCommandQueue; an empty list returns {0}. */
+	return create_queue(context, device, bits, properties, errcode_ret);
 }
 
 void vgpu_queue_destroy(cl_command_queue q)

@@ -183,7 +183,9 @@ static cl_mem CL_API_CALL refuse_clCreatePipe(cl_context a0, cl_mem_flags a1, cl
 static cl_int CL_API_CALL refuse_clGetPipeInfo(cl_mem a0, cl_pipe_info a1, size_t a2, void *a3, size_t *a4)
 {
 	REFUSE(clGetPipeInfo, ABSENT);
-	return CL_INVALID_OPERATION;
+	/* No pipe can exist: what OpenCL 3.0 answers where pipes are not
+	 * supported (Khronos' consistency_pipes). */
+	return CL_INVALID_MEM_OBJECT;
 }
 
 static void *CL_API_CALL refuse_clSVMAlloc(cl_context a0, cl_svm_mem_flags a1, size_t a2, unsigned int a3)

@@ -496,16 +496,20 @@ static cl_int launch(cl_command_queue queue, cl_kernel kernel, cl_command_type t
 		err = CL_INVALID_WORK_DIMENSION;
 		goto out;
 	}
-	if (global == NULL) {
-		err = CL_INVALID_GLOBAL_WORK_SIZE;
+	/* OpenCL 2.1 and later: a NULL global size, or 0 in a dimension, is
+	 * a launch that runs nothing and completes once its wait list has,
+	 * as a marker does (with the launch's command type). */
+	int zero = global == NULL;
+	for (cl_uint d = 0; !zero && d < work_dim; d++)
+		zero = global[d] == 0;
+	if (zero) {
+		err = vgpu_clEnqueueMarkerWithWaitList(queue, nwait, wait, event);
+		if (err == CL_SUCCESS && event != NULL && *event != NULL)
+			(*event)->type = type;
 		goto out;
 	}
 	uint64_t items = 1;
 	for (cl_uint d = 0; d < work_dim; d++) {
-		if (global[d] == 0) {
-			err = CL_INVALID_GLOBAL_WORK_SIZE;
-			goto out;
-		}
 		items *= global[d];
 		/* The device runs at most 2^32 work items in one launch (a kernel
 		 * cannot be preempted); reported as a global size it cannot run. */

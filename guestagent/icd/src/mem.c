@@ -1183,7 +1183,10 @@ cl_int CL_API_CALL vgpu_clGetSupportedImageFormats(cl_context context, cl_mem_fl
 	if (ctx == NULL)
 		return CL_INVALID_CONTEXT;
 	PUT(ctx);
-	if (check_flags(flags) != CL_SUCCESS || (num_entries == 0 && formats != NULL))
+	/* CL_MEM_KERNEL_READ_AND_WRITE (2.0) asks for formats a kernel may
+	 * read and write: valid here only. */
+	if (check_flags(flags & ~(cl_mem_flags)CL_MEM_KERNEL_READ_AND_WRITE) != CL_SUCCESS ||
+	    (num_entries == 0 && formats != NULL))
 		return CL_INVALID_VALUE;
 	switch (type) {
 	case CL_MEM_OBJECT_IMAGE1D:

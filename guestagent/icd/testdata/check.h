@@ -44,9 +44,9 @@ static inline const char *check_file(const char *path)
 
 #define OK(call) CHECK_ERR(call, CL_SUCCESS)
 
-/* vgpud_platform returns the vgpud platform among the loader's, or ends
+/* need_vgpud_platform returns the vgpud platform among the loader's, or ends
  * the program (a failed check) when there is none. */
-static inline cl_platform_id vgpud_platform(void)
+static inline cl_platform_id need_vgpud_platform(void)
 {
 	cl_uint n = 0;
 	cl_platform_id ps[8], p = NULL;

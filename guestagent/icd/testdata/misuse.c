@@ -270,8 +270,16 @@ static void object_misuse(void)
 	OK(clSetKernelArg(k, 2, 16 * sizeof(int), NULL));
 	CHECK_ERR(clEnqueueNDRangeKernel(q, k, 0, NULL, &g, &l, 0, NULL, NULL), CL_INVALID_WORK_DIMENSION);
 	CHECK_ERR(clEnqueueNDRangeKernel(q, k, 4, NULL, &g, &l, 0, NULL, NULL), CL_INVALID_WORK_DIMENSION);
-	CHECK_ERR(clEnqueueNDRangeKernel(q, k, 1, NULL, NULL, &l, 0, NULL, NULL), CL_INVALID_GLOBAL_WORK_SIZE);
-	CHECK_ERR(clEnqueueNDRangeKernel(q, k, 1, NULL, &zero, NULL, 0, NULL, NULL), CL_INVALID_GLOBAL_WORK_SIZE);
+	/* OpenCL 2.1 and later: no global size, or a 0 in it, runs nothing
+	 * and completes as a marker does, with the launch's type. */
+	cl_event ze = NULL;
+	OK(clEnqueueNDRangeKernel(q, k, 1, NULL, NULL, &l, 0, NULL, NULL));
+	OK(clEnqueueNDRangeKernel(q, k, 1, NULL, &zero, NULL, 0, NULL, &ze));
+	OK(clWaitForEvents(1, &ze));
+	cl_command_type zt = 0;
+	OK(clGetEventInfo(ze, CL_EVENT_COMMAND_TYPE, sizeof zt, &zt, NULL));
+	CHECK(zt == CL_COMMAND_NDRANGE_KERNEL, "zero-sized launch's command type %#x", zt);
+	OK(clReleaseEvent(ze));
 	CHECK_ERR(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, &odd, 0, NULL, NULL), CL_INVALID_WORK_GROUP_SIZE);
 	CHECK_ERR(clEnqueueNDRangeKernel(q, k, 1, NULL, &big, &big, 0, NULL, NULL), CL_INVALID_WORK_ITEM_SIZE);
 	size_t off = SIZE_MAX - 8;

@@ -53,7 +53,7 @@ static cl_kernel kernel(cl_context ctx, cl_device_id dev, const char *src, const
 
 int main(void)
 {
-	cl_platform_id p = vgpud_platform();
+	cl_platform_id p = need_vgpud_platform();
 	cl_device_id dev;
 	OK(clGetDeviceIDs(p, CL_DEVICE_TYPE_GPU, 1, &dev, NULL));
 	size_t pbs = 0;

@@ -106,7 +106,7 @@ static void run_task(cl_kernel k, cl_mem m, void *v, size_t n)
 
 static void setup(void)
 {
-	platform = vgpud_platform();
+	platform = need_vgpud_platform();
 	OK(clGetDeviceIDs(platform, CL_DEVICE_TYPE_GPU, 1, &dev, NULL));
 	cl_bool avail = CL_FALSE;
 	OK(clGetDeviceInfo(dev, CL_DEVICE_AVAILABLE, sizeof avail, &avail, NULL));

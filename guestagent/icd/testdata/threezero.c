@@ -51,7 +51,7 @@ static const char *source =
 
 static cl_device_id find_device(void)
 {
-	cl_platform_id p = vgpud_platform();
+	cl_platform_id p = need_vgpud_platform();
 	char ver[64] = "";
 	OK(clGetPlatformInfo(p, CL_PLATFORM_VERSION, sizeof ver, ver, NULL));
 	CHECK(strncmp(ver, "OpenCL 3.0 ", 11) == 0, "platform version %s", ver);
@@ -91,11 +91,16 @@ static cl_command_queue queue_checks(cl_context ctx)
 	cl_uint size;
 	CHECK_ERR(clGetCommandQueueInfo(q, CL_QUEUE_SIZE, sizeof size, &size, NULL), CL_INVALID_COMMAND_QUEUE);
 
-	/* No list: a default queue, and an empty array. */
+	/* No list: a default queue, and no array; an empty list: {0}. */
 	cl_command_queue q0 = clCreateCommandQueueWithProperties(ctx, dev, NULL, &err);
 	CHECK(err == CL_SUCCESS, "no properties: %d", err);
 	OK(clGetCommandQueueInfo(q0, CL_QUEUE_PROPERTIES_ARRAY, 0, NULL, &n));
-	CHECK(n == sizeof(cl_queue_properties), "empty list: %zu bytes", n);
+	CHECK(n == 0, "no list: %zu bytes", n);
+	OK(clReleaseCommandQueue(q0));
+	cl_queue_properties empty[] = {0};
+	q0 = clCreateCommandQueueWithProperties(ctx, dev, empty, &err);
+	OK(clGetCommandQueueInfo(q0, CL_QUEUE_PROPERTIES_ARRAY, 0, NULL, &n));
+	CHECK(n == sizeof empty, "empty list: %zu bytes", n);
 	OK(clReleaseCommandQueue(q0));
 	cl_command_queue q1 = clCreateCommandQueue(ctx, dev, 0, &err);
 	OK(clGetCommandQueueInfo(q1, CL_QUEUE_PROPERTIES_ARRAY, 0, NULL, &n));
@@ -220,6 +225,14 @@ static void absent_checks(cl_context ctx, cl_command_queue q)
 	CHECK(clSVMAlloc(ctx, CL_MEM_READ_WRITE, 4096, 0) == NULL, "clSVMAlloc returned memory");
 	CHECK(clCreatePipe(ctx, CL_MEM_READ_WRITE, 4, 16, NULL, &err) == NULL && err == CL_INVALID_OPERATION,
 	      "clCreatePipe: %d", err);
+	cl_uint packet;
+	cl_mem notpipe = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64, NULL, &err);
+	CHECK_ERR(clGetPipeInfo(notpipe, CL_PIPE_PACKET_SIZE, sizeof packet, &packet, NULL), CL_INVALID_MEM_OBJECT);
+	clReleaseMemObject(notpipe);
+	cl_uint nfmt = 9;
+	OK(clGetSupportedImageFormats(ctx, CL_MEM_READ_WRITE | CL_MEM_KERNEL_READ_AND_WRITE, CL_MEM_OBJECT_IMAGE2D, 0,
+				      NULL, &nfmt));
+	CHECK(nfmt == 0, "%u read-write image formats", nfmt);
 	static const unsigned char il[] = {0x03, 0x02, 0x23, 0x07};
 	CHECK(clCreateProgramWithIL(ctx, il, sizeof il, &err) == NULL && err == CL_INVALID_OPERATION,
 	      "clCreateProgramWithIL: %d", err);
