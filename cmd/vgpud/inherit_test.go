@@ -212,21 +212,35 @@ func TestInheritedDescriptorsStayInVgpud(t *testing.T) {
 	if !strings.HasPrefix(w[2], "pipe:") || !strings.HasPrefix(w[3], "socket:") {
 		t.Errorf("worker %d: stderr %q, fd 3 %q; want the log pipe and the protocol socket", worker, w[2], w[3])
 	}
-	// An executor: /dev/null, the worker's stderr, its one socket, and
-	// what the runtime makes (no other pipe, no other socket).
+	// An executor: /dev/null, the worker's stderr, its one socket, the
+	// pipes of its standard-output capture (worker/child/kernelout: fd 1
+	// on a pipe it drains, and the drain's stop pipe), which no other
+	// process holds, and what the runtime makes (no other pipe, no
+	// other socket).
+	workerHolds := map[string]bool{}
+	for _, target := range w {
+		workerHolds[target] = true
+	}
 	for _, e := range execs {
 		x := fds("executor", e)
 		sockets := 0
+		own := map[string]bool{}
 		for fd, target := range x {
 			switch {
 			case strings.HasPrefix(target, "socket:"):
 				sockets++
-			case strings.HasPrefix(target, "pipe:") && (fd != 2 || target != w[2]):
-				t.Errorf("executor %d: fd %d -> %s, a pipe other than its stderr (the worker's %s)", e, fd, target, w[2])
+			case fd == 2 && target == w[2]:
+			case strings.HasPrefix(target, "pipe:") && workerHolds[target]:
+				t.Errorf("executor %d: fd %d -> %s, a pipe of its worker's other than its stderr (%s)", e, fd, target, w[2])
+			case strings.HasPrefix(target, "pipe:"):
+				own[target] = true
 			}
 		}
 		if sockets != 1 {
 			t.Errorf("executor %d holds %d sockets, want 1 (its end of the executor protocol)", e, sockets)
+		}
+		if !own[x[1]] || len(own) > 2 {
+			t.Errorf("executor %d: stdout %q and %d pipes of its own, want stdout on one of at most 2 (its output capture)", e, x[1], len(own))
 		}
 	}
 	if len(execs) == 0 {
