@@ -286,8 +286,11 @@ static cl_int check_queue_props(const cl_queue_properties *props, cl_command_que
 	return CL_SUCCESS;
 }
 
+/* create_queue makes a queue; props_err is the verdict on a property list
+ * (clCreateCommandQueueWithProperties), reported after the context and
+ * the device are checked, as clCreateCommandQueue checks its bits. */
 static cl_command_queue create_queue(cl_context context, cl_device_id device, cl_command_queue_properties properties,
-				     const cl_queue_properties *list, cl_int *errcode_ret)
+				     const cl_queue_properties *list, cl_int props_err, cl_int *errcode_ret)
 {
 	cl_int err = CL_SUCCESS;
 	cl_command_queue q = NULL;
@@ -300,8 +303,8 @@ static cl_command_queue create_queue(cl_context context, cl_device_id device, cl
 		err = CL_INVALID_DEVICE;
 		goto put;
 	}
-	if ((properties & ~(cl_command_queue_properties)QUEUE_PROPS) != 0) {
-		err = CL_INVALID_VALUE;
+	if (props_err != CL_SUCCESS || (properties & ~(cl_command_queue_properties)QUEUE_PROPS) != 0) {
+		err = props_err != CL_SUCCESS ? props_err : CL_INVALID_VALUE;
 		goto put;
 	}
 	ctx_lock(ctx);
@@ -339,7 +342,7 @@ cl_command_queue CL_API_CALL vgpu_clCreateCommandQueue(cl_context context, cl_de
 						       cl_command_queue_properties properties,
 						       cl_int *errcode_ret)
 {
-	return create_queue(context, device, properties, NULL, errcode_ret);
+	return create_queue(context, device, properties, NULL, CL_SUCCESS, errcode_ret);
 }
 
 cl_command_queue CL_API_CALL vgpu_clCreateCommandQueueWithProperties(cl_context context, cl_device_id device,
@@ -348,23 +351,9 @@ cl_command_queue CL_API_CALL vgpu_clCreateCommandQueueWithProperties(cl_context 
 {
 	cl_command_queue_properties bits;
 	cl_int err = check_queue_props(properties, &bits);
-	if (err != CL_SUCCESS) {
-		/* The context and device are checked first, as by
-		 * clCreateCommandQueue. */
-		cl_context ctx = GET(context, VGPU_CONTEXT);
-		if (ctx == NULL)
-			err = CL_INVALID_CONTEXT;
-		else if (!vgpu_device_valid(device) || device != ctx->dev)
-			err = CL_INVALID_DEVICE;
-		if (ctx != NULL)
-			PUT(ctx);
-		if (errcode_ret != NULL)
-			*errcode_ret = err;
-		return NULL;
-	}
 	/* NULL: CL_QUEUE_PROPERTIES_ARRAY returns nothing, as for
 	 * clCreateCommandQueue; an empty list returns {0}. */
-	return create_queue(context, device, bits, properties, errcode_ret);
+	return create_queue(context, device, bits, properties, err, errcode_ret);
 }
 
 void vgpu_queue_destroy(cl_command_queue q)

@@ -125,27 +125,35 @@ static cl_int create_device_buffer(cl_context ctx, uint32_t id, size_t size, cl_
 	return st == CL_OUT_OF_RESOURCES && !conn_ok(ctx) ? CL_OUT_OF_RESOURCES : CL_MEM_OBJECT_ALLOCATION_FAILURE;
 }
 
-/* The stand-in for a NULL buffer argument (kernel.c): the device ABI has
- * no null buffer, so such an argument names a small buffer of the
- * context's own, created on first use. 0 if it cannot be made. */
-uint32_t vgpu_null_buffer(cl_context ctx)
+/* own_buffer returns *slot, a daemon buffer of size bytes that belongs to
+ * the context itself (no cl_mem names it; it goes with the connection),
+ * creating it on first use. 0 if it cannot be made. */
+static uint32_t own_buffer(cl_context ctx, uint32_t *slot, size_t size)
 {
-	if (ctx->null_buffer != 0 || !conn_ok(ctx))
-		return ctx->null_buffer;
+	if (*slot != 0 || !conn_ok(ctx))
+		return *slot;
 	if (++ctx->next_buffer == 0)
 		++ctx->next_buffer;
 	uint32_t id = ctx->next_buffer;
-	cl_int err = create_device_buffer(ctx, id, 4096, CL_MEM_READ_WRITE);
-	if (err == CL_SUCCESS)
-		ctx->null_buffer = id;
-	return ctx->null_buffer;
+	if (create_device_buffer(ctx, id, size, CL_MEM_READ_WRITE) == CL_SUCCESS)
+		*slot = id;
+	return *slot;
+}
+
+/* The stand-in for a NULL buffer argument (kernel.c): the device ABI has
+ * no null buffer, so such an argument names a small buffer of the
+ * context's own. */
+uint32_t vgpu_null_buffer(cl_context ctx)
+{
+	return own_buffer(ctx, &ctx->null_buffer, 4096);
 }
 
 /* create_buffer is clCreateBuffer; with_props: made by
  * clCreateBufferWithProperties with an empty list (CL_MEM_PROPERTIES
- * returns {0} rather than nothing). */
-static cl_mem create_buffer(cl_context context, int with_props, cl_mem_flags flags, size_t size, void *host_ptr,
-			    cl_int *errcode_ret)
+ * returns {0} rather than nothing); props_err: that list's verdict,
+ * reported once the context is checked. */
+static cl_mem create_buffer(cl_context context, int with_props, cl_int props_err, cl_mem_flags flags, size_t size,
+			    void *host_ptr, cl_int *errcode_ret)
 {
 	cl_int err = CL_SUCCESS;
 	cl_mem m = NULL;
@@ -153,6 +161,10 @@ static cl_mem create_buffer(cl_context context, int with_props, cl_mem_flags fla
 	if (ctx == NULL) {
 		err = CL_INVALID_CONTEXT;
 		goto out;
+	}
+	if (props_err != CL_SUCCESS) {
+		err = props_err;
+		goto put;
 	}
 	if ((err = check_flags(flags)) != CL_SUCCESS)
 		goto put;
@@ -355,22 +367,14 @@ void vgpu_mem_destroy(cl_mem m)
 cl_mem CL_API_CALL vgpu_clCreateBuffer(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr,
 				       cl_int *errcode_ret)
 {
-	return create_buffer(context, 0, flags, size, host_ptr, errcode_ret);
+	return create_buffer(context, 0, CL_SUCCESS, flags, size, host_ptr, errcode_ret);
 }
 
-/* The context's printf buffer (kernel.c), a daemon buffer of its own like
- * the NULL stand-in, created on first use and freed with the connection.
- * 0 if it cannot be made. */
+/* The context's printf buffer (kernel.c), a buffer of its own like the
+ * NULL stand-in. */
 uint32_t vgpu_printf_buffer(cl_context ctx)
 {
-	if (ctx->printf_buffer != 0 || !conn_ok(ctx))
-		return ctx->printf_buffer;
-	if (++ctx->next_buffer == 0)
-		++ctx->next_buffer;
-	uint32_t id = ctx->next_buffer;
-	if (create_device_buffer(ctx, id, VGPU_PRINTF_HEADER_SIZE + VGPU_PRINTF_BYTES, CL_MEM_READ_WRITE) == CL_SUCCESS)
-		ctx->printf_buffer = id;
-	return ctx->printf_buffer;
+	return own_buffer(ctx, &ctx->printf_buffer, VGPU_PRINTF_HEADER_SIZE + VGPU_PRINTF_BYTES);
 }
 
 /* OpenCL 3.0 defines no buffer property of its own (they come with
@@ -380,15 +384,8 @@ cl_mem CL_API_CALL vgpu_clCreateBufferWithProperties(cl_context context, const c
 						     cl_mem_flags flags, size_t size, void *host_ptr,
 						     cl_int *errcode_ret)
 {
-	if (properties != NULL && properties[0] != 0) {
-		cl_context ctx = GET(context, VGPU_CONTEXT);
-		if (ctx != NULL)
-			PUT(ctx);
-		if (errcode_ret != NULL)
-			*errcode_ret = ctx == NULL ? CL_INVALID_CONTEXT : CL_INVALID_PROPERTY;
-		return NULL;
-	}
-	return create_buffer(context, properties != NULL, flags, size, host_ptr, errcode_ret);
+	cl_int err = properties != NULL && properties[0] != 0 ? CL_INVALID_PROPERTY : CL_SUCCESS;
+	return create_buffer(context, properties != NULL, err, flags, size, host_ptr, errcode_ret);
 }
 
 cl_int CL_API_CALL vgpu_clRetainMemObject(cl_mem memobj)
