@@ -285,7 +285,7 @@ func (in *Instance) moveBatch(views GuestViews, cp *abi.Copy, b *buffer, batch [
 			if !cp.ToDevice && in.stale() {
 				return errStale
 			}
-			lent, err := views.View(r.gpa, r.len, func(p []byte) error {
+			lent, err := views.View(r.gpa, r.len, !cp.ToDevice, func(p []byte) error {
 				if cp.ToDevice {
 					return in.queue.Write(b.mem, off, p)
 				}
@@ -468,7 +468,7 @@ const streamMin = directChunk / 2
 func streamSegments(mem GuestMemory, views GuestViews, segs []segment, p []byte, toDevice bool) error {
 	for _, s := range segs {
 		part := p[:s.len]
-		lent, err := views.View(s.gpa, s.len, func(g []byte) error {
+		lent, err := views.View(s.gpa, s.len, !toDevice, func(g []byte) error {
 			if toDevice {
 				bulkcopy.Stream(part, g)
 			} else {

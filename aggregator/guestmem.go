@@ -20,9 +20,11 @@ type GuestMemory interface {
 // contiguous run of guest RAM to or from the device in one transfer,
 // without a staging copy. View calls f with the mapping of [gpa, gpa+n)
 // and reports true, or reports false without calling f when it cannot
-// lend that range (the copy then stages it). f must not keep b, and runs
+// lend that range (the copy then stages it). write says f writes b (the
+// device's write to guest RAM, which a migration's write log must see).
+// f must not keep b, and runs
 // with the memory's remapping held off: it must not wait for the guest or
 // for another ring of the instance.
 type GuestViews interface {
-	View(gpa, n uint64, f func(b []byte) error) (ok bool, err error)
+	View(gpa, n uint64, write bool, f func(b []byte) error) (ok bool, err error)
 }

@@ -43,7 +43,7 @@ type sliceMemory struct {
 	views atomic.Bool
 }
 
-func (m *sliceMemory) View(gpa, n uint64, f func([]byte) error) (bool, error) {
+func (m *sliceMemory) View(gpa, n uint64, _ bool, f func([]byte) error) (bool, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if !m.views.Load() || m.check(gpa, int(n)) != nil {

@@ -87,6 +87,7 @@ type Map struct {
 	cache  *mapcache
 	closed bool
 	sealed bool // every file of spans was checked sealed against shrinking (View)
+	log    logPtr
 }
 
 // Update replaces the memory map with regions. Each region maps, shared
@@ -438,7 +439,10 @@ func (m *Map) copySpans(p []byte, gpa uint64, write bool) {
 // not one such mapping (foreign memory, a range across regions, outside
 // guest RAM): the caller copies with ReadAt or WriteAt instead, which
 // report what is wrong.
-func (m *Map) View(gpa, n uint64, f func(b []byte) error) (ok bool, err error) {
+//
+// write says whether f may write b: with the write log on (LogWrites),
+// the range is then recorded as written.
+func (m *Map) View(gpa, n uint64, write bool, f func(b []byte) error) (ok bool, err error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.closed || m.cache != nil || !m.sealed || n == 0 || gpa+(n-1) < gpa {
@@ -451,6 +455,9 @@ func (m *Map) View(gpa, n uint64, f func(b []byte) error) (ok bool, err error) {
 	sp := m.spans[i]
 	if gpa+n > sp.gpa+uint64(len(sp.mem)) {
 		return false, nil
+	}
+	if write {
+		m.logged(gpa, n)
 	}
 	return true, f(sp.mem[gpa-sp.gpa : gpa-sp.gpa+n : gpa-sp.gpa+n])
 }
@@ -486,11 +493,14 @@ func (m *Map) WriteAt(p []byte, gpa uint64) error {
 		if err := m.cache.access(p, gpa, true); err != nil {
 			return fmt.Errorf("write guest memory: %w", err)
 		}
+		m.logged(gpa, uint64(len(p)))
 		return nil
 	}
 	if err := m.check(gpa, uint64(len(p))); err != nil {
 		return fmt.Errorf("write guest memory: %w", err)
 	}
+	// Logged before the copy: a copy that faults part-way wrote some.
+	m.logged(gpa, uint64(len(p)))
 	if err := m.copyRange(p, gpa, true); err != nil {
 		return fmt.Errorf("write guest memory at %#x: %w", gpa, err)
 	}
@@ -510,6 +520,7 @@ func (m *Map) Store64(gpa uint64, v uint64) error {
 		if err := m.cache.store64(gpa, v); err != nil {
 			return fmt.Errorf("store guest memory: %w", err)
 		}
+		m.logged(gpa, 8)
 		return nil
 	}
 	if err := m.check(gpa, 8); err != nil {
@@ -524,6 +535,7 @@ func (m *Map) Store64(gpa uint64, v uint64) error {
 		return fmt.Errorf("store guest memory: %w", abi.Errorf(abi.StatusBadAddress, "%#x straddles regions", gpa))
 	}
 	ok := true
+	m.logged(gpa, 8)
 	if err := guarded(func() { ok = store64(s.mem[off:off+8], v) }); err != nil {
 		return fmt.Errorf("store guest memory at %#x: %w", gpa, err)
 	}

@@ -407,7 +407,7 @@ func TestViewLendsOneSealedRegion(t *testing.T) {
 	if err := m.Update([]Region{{GPA: 0x10000, Size: 8192, FD: fdA}, {GPA: 0x12000, Size: 8192, FD: fdB}}); err != nil {
 		t.Fatal(err)
 	}
-	ok, err := m.View(0x10100, 4096, func(b []byte) error {
+	ok, err := m.View(0x10100, 4096, true, func(b []byte) error {
 		if len(b) != 4096 || cap(b) != 4096 || !bytes.Equal(b, localA[0x100:0x1100]) {
 			t.Errorf("lent %d bytes (cap %d), not the region's", len(b), cap(b))
 		}
@@ -429,7 +429,7 @@ func TestViewLendsOneSealedRegion(t *testing.T) {
 		{"empty", 0x10000, 0},
 		{"wrapping", ^uint64(0) - 4, 16},
 	} {
-		if ok, err := m.View(r.gpa, r.n, func([]byte) error { t.Errorf("%s: f called", r.name); return nil }); ok || err != nil {
+		if ok, err := m.View(r.gpa, r.n, false, func([]byte) error { t.Errorf("%s: f called", r.name); return nil }); ok || err != nil {
 			t.Errorf("%s: View = %v, %v, want false, nil", r.name, ok, err)
 		}
 	}
@@ -439,7 +439,7 @@ func TestViewLendsOneSealedRegion(t *testing.T) {
 	if err := unsealed.update([]Region{{GPA: 0, Size: 8192, FD: fd}}, false); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := unsealed.View(0, 16, func([]byte) error { return nil }); ok {
+	if ok, _ := unsealed.View(0, 16, false, func([]byte) error { return nil }); ok {
 		t.Error("View lent RAM whose files were not checked sealed")
 	}
 }
