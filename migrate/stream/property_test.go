@@ -42,7 +42,7 @@ func genHandle(t *rapid.T) uint32 { return rapid.Uint32Min(1).Draw(t, "handle") 
 // genRecord draws one record a caller writes.
 func genRecord(t *rapid.T) Record {
 	// BufferData is drawn three times as often as the others.
-	switch rapid.IntRange(0, 10).Draw(t, "type") {
+	switch rapid.IntRange(0, 11).Draw(t, "type") {
 	case 0:
 		return &Instance{
 			ID:           rapid.StringN(1, -1, MaxInstanceID).Draw(t, "id"),
@@ -84,6 +84,10 @@ func genRecord(t *rapid.T) Record {
 		return &Context{ID: id, Destroyed: rapid.Bool().Draw(t, "destroyed"), Slots: rapid.Uint32().Draw(t, "slots"),
 			Ring: rapid.Uint64().Draw(t, "ring"), Compl: rapid.Uint64().Draw(t, "compl"),
 			Shadow: rapid.Uint64().Draw(t, "shadow"), MemLimit: rapid.Uint64().Draw(t, "mem_limit")}
+	case 11:
+		pages := rapid.IntRange(1, 3).Draw(t, "pages")
+		return &GuestPages{GPA: rapid.Uint64Range(0, 1<<40).Draw(t, "gfn") * GuestPageSize,
+			Data: rapid.SliceOfN(rapid.Byte(), pages*GuestPageSize, pages*GuestPageSize).Draw(t, "data")}
 	default: // 7
 		return &Ring{
 			Enabled: rapid.Bool().Draw(t, "enabled"), Slots: rapid.Uint32().Draw(t, "slots"),

@@ -219,6 +219,8 @@ func (r *Reader) decode(t Type, p []byte) (Record, error) {
 		return decodeRing(p)
 	case TypeContext:
 		return decodeContext(p)
+	case TypeGuestPages:
+		return decodeGuestPages(p)
 	case TypeEnd:
 		return decodeEnd(p)
 	}

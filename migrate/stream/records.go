@@ -194,6 +194,27 @@ type Context struct {
 	MemLimit  uint64
 }
 
+// GuestPages (1.2) carries guest RAM the device wrote while QEMU copied
+// the VM (docs/migration.md "The vGPU runs while QEMU copies the VM"):
+// Data is the content of the whole pages from guest-physical GPA on, as
+// the source read them with the VM stopped. Only a final round carries
+// it; the destination writes the pages into its guest RAM after QEMU has
+// loaded the VM and before the VM runs. The flag FlagSkippable is clear:
+// a reader of 1.1 refuses it rather than lose guest RAM.
+//
+//	off size field
+//	0   8    gpa, page-aligned
+//	8   4    pages: len(data) / 4096, 1..MaxChunk/4096
+//	12  4    reserved, 0
+//	16  ...  data
+type GuestPages struct {
+	GPA  uint64
+	Data []byte
+}
+
+// GuestPageSize is the unit of a GuestPages record.
+const GuestPageSize = 4096
+
 // End closes every stream (docs/migration.md "End"). A Writer writes it
 // in Close; a Reader checks its totals against what it read, returns it
 // last and then io.EOF.
@@ -241,6 +262,7 @@ func (*BufferFree) Type() Type  { return TypeBufferFree }
 func (*Ring) Type() Type        { return TypeRing }
 func (*End) Type() Type         { return TypeEnd }
 func (*Context) Type() Type     { return TypeContext }
+func (*GuestPages) Type() Type  { return TypeGuestPages }
 
 // Field checks, shared by Writer and Reader.
 
@@ -346,6 +368,18 @@ func (m *Context) check() error {
 	}
 	return nil
 }
+func (m *GuestPages) check() error {
+	switch n := len(m.Data); {
+	case m.GPA%GuestPageSize != 0:
+		return fmt.Errorf("guest pages at %#x: not page-aligned", m.GPA)
+	case n == 0 || n%GuestPageSize != 0 || n > MaxChunk:
+		return fmt.Errorf("guest pages of %d bytes: want 1 to %d whole pages", n, MaxChunk/GuestPageSize)
+	case m.GPA+uint64(n)-1 < m.GPA:
+		return fmt.Errorf("guest pages at %#x+%#x wrap", m.GPA, n)
+	}
+	return nil
+}
+
 func (*End) check() error { return nil }
 
 // Encoding.
@@ -660,6 +694,35 @@ func decodeContext(p []byte) (*Context, error) {
 	if err := d.done(); err != nil {
 		return nil, err
 	}
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// guestPagesFixed is GuestPages' payload before its data.
+const guestPagesFixed = 16
+
+func (m *GuestPages) appendPayload(b []byte) []byte {
+	b = le.AppendUint64(b, m.GPA)
+	b = le.AppendUint32(b, uint32(len(m.Data)/GuestPageSize))
+	b = le.AppendUint32(b, 0)
+	return append(b, m.Data...)
+}
+
+func decodeGuestPages(p []byte) (*GuestPages, error) {
+	d := newDecoder(p[:min(len(p), guestPagesFixed)])
+	m := &GuestPages{GPA: d.U64()}
+	pages := d.U32()
+	d.zero("reserved field", uint64(d.U32()))
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	data := p[guestPagesFixed:]
+	if uint64(len(data)) != uint64(pages)*GuestPageSize {
+		return nil, fmt.Errorf("%d pages in %d bytes", pages, len(data))
+	}
+	m.Data = bytes.Clone(data)
 	if err := m.check(); err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // "Versioning"). A Reader refuses any other Major and accepts any Minor.
 const (
 	Major = 1
-	Minor = 1
+	Minor = 2
 )
 
 // Magic opens the Header record's payload.
@@ -89,13 +89,15 @@ const (
 	TypeRing        Type = 9
 	TypeEnd         Type = 10
 	TypeContext     Type = 11 // 1.1
-	numTypes             = 12
+	TypeGuestPages  Type = 12 // 1.2
+	numTypes             = 13
 )
 
 var typeNames = [numTypes]string{
 	TypeHeader: "header", TypeInstance: "instance", TypeRound: "round", TypeProgram: "program",
 	TypeProgramFree: "program-free", TypeBuffer: "buffer", TypeBufferData: "buffer-data",
 	TypeBufferFree: "buffer-free", TypeRing: "ring", TypeEnd: "end", TypeContext: "context",
+	TypeGuestPages: "guest-pages",
 }
 
 func (t Type) String() string {
@@ -130,6 +132,8 @@ func (t Type) maxPayload() int {
 		return ringSize
 	case TypeContext:
 		return contextSize
+	case TypeGuestPages:
+		return guestPagesFixed + MaxChunk
 	case TypeEnd:
 		return endSize
 	}
@@ -137,8 +141,8 @@ func (t Type) maxPayload() int {
 }
 
 // Record is one record of a stream: *Header, *Instance, *Round, *Program,
-// *ProgramFree, *Buffer, *BufferData, *BufferFree, *Ring, *Context or
-// *End.
+// *ProgramFree, *Buffer, *BufferData, *BufferFree, *Ring, *Context,
+// *GuestPages or *End.
 type Record interface {
 	Type() Type
 	// check reports the first field out of range; the Writer and the

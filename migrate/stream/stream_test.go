@@ -70,6 +70,7 @@ func samples() []Record {
 		&Buffer{Handle: 5, Size: 64},
 		&Context{ID: 64, Destroyed: true},
 		&Context{},
+		&GuestPages{GPA: 0x7000, Data: random(2, 2*GuestPageSize)},
 	}
 }
 
@@ -152,8 +153,8 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("type %d: no sample or name", ty)
 		}
 	}
-	if got := Type(numTypes).String(); got != "type(12)" {
-		t.Errorf("Type(12).String() = %q", got)
+	if got := Type(numTypes).String(); got != "type(13)" {
+		t.Errorf("Type(13).String() = %q", got)
 	}
 
 	// All of them in one stream.
@@ -176,7 +177,7 @@ func TestLayout(t *testing.T) {
 		raw, _ := hex.DecodeString(p)
 		return hex.EncodeToString(le.AppendUint32(nil, crc32.Checksum(raw, castagnoli)))
 	}
-	hdrP := hex.EncodeToString([]byte(Magic)) + "0100" + "0100" + "00000000"
+	hdrP := hex.EncodeToString([]byte(Magic)) + "0100" + "0200" + "00000000"
 	roundP := "07000000" + "01000000"
 	endP := "0200000000000000" + "1800000000000000"
 	want := "0100" + "0000" + "10000000" + crc(hdrP) + "00000000" + hdrP +
@@ -200,10 +201,12 @@ func TestLayout(t *testing.T) {
 		{&BufferFree{Handle: 1}, handleSize},
 		{&Ring{}, ringSize},
 		{&Context{}, contextSize},
+		{&GuestPages{Data: make([]byte, GuestPageSize)}, guestPagesFixed + GuestPageSize},
 		{&End{}, endSize},
 	}
 	sizes := map[Type]int{TypeHeader: 16, TypeInstance: 41, TypeRound: 8, TypeProgram: 17, TypeProgramFree: 4,
-		TypeBuffer: 16, TypeBufferData: 21, TypeBufferFree: 4, TypeRing: 48, TypeContext: 48, TypeEnd: 16}
+		TypeBuffer: 16, TypeBufferData: 21, TypeBufferFree: 4, TypeRing: 48, TypeContext: 48, TypeEnd: 16,
+		TypeGuestPages: 16 + 4096}
 	for _, f := range fixed {
 		if got := len(f.rec.appendPayload(nil)); got != f.size || got != sizes[f.rec.Type()] {
 			t.Errorf("%v payload = %d bytes, want %d", f.rec.Type(), got, sizes[f.rec.Type()])
@@ -436,6 +439,13 @@ func TestReaderRejects(t *testing.T) {
 		{"context flags", payload(TypeContext, put32(4, 2)), ErrCorrupt},
 		{"context reserved", payload(TypeContext, put32(12, 1)), ErrCorrupt},
 		{"context id beyond 64", payload(TypeContext, put32(0, 65)), ErrCorrupt},
+		{"guest pages unaligned", payload(TypeGuestPages, put64(0, 0x7001)), ErrCorrupt},
+		{"guest pages wrap", payload(TypeGuestPages, put64(0, ^uint64(0)&^(GuestPageSize-1))), ErrCorrupt},
+		{"guest pages count over the data", payload(TypeGuestPages, put32(8, 3)), ErrCorrupt},
+		{"guest pages count 0", payload(TypeGuestPages, func(p []byte) []byte { return put32(8, 0)(p)[:guestPagesFixed] }), ErrCorrupt},
+		{"guest pages part of a page", payload(TypeGuestPages, func(p []byte) []byte { return p[:len(p)-1] }), ErrCorrupt},
+		{"guest pages reserved", payload(TypeGuestPages, put32(12, 1)), ErrCorrupt},
+		{"guest pages fixed fields short", payload(TypeGuestPages, func(p []byte) []byte { return p[:guestPagesFixed-1] }), ErrCorrupt},
 		{"context 0 destroyed", payload(TypeContext, func(p []byte) []byte { return put32(4, 1)(put32(0, 0)(p)) }), ErrCorrupt},
 		{"end longer", func() []byte {
 			rs := split(t, good)
@@ -615,6 +625,11 @@ func TestWriterRejects(t *testing.T) {
 		{"buffer-data past MaxBufferSize", &BufferData{Handle: 1, Offset: MaxBufferSize - 1, Data: []byte{1, 2}}},
 		{"buffer-data offset overflows", &BufferData{Handle: 1, Offset: ^uint64(0), Data: []byte{1, 2}}},
 		{"buffer-free handle 0", &BufferFree{}},
+		{"guest pages empty", &GuestPages{GPA: 0x1000}},
+		{"guest pages unaligned", &GuestPages{GPA: 0x1001, Data: make([]byte, GuestPageSize)}},
+		{"guest pages part of a page", &GuestPages{Data: make([]byte, GuestPageSize+1)}},
+		{"guest pages over MaxChunk", &GuestPages{Data: make([]byte, MaxChunk+GuestPageSize)}},
+		{"guest pages wrap", &GuestPages{GPA: ^uint64(0) &^ (GuestPageSize - 1), Data: make([]byte, 2*GuestPageSize)}},
 	}
 	for _, tt := range tests {
 		var buf bytes.Buffer
