@@ -4,7 +4,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-
 )
 
 // PageShift is the granule of the write log: a guest page.
