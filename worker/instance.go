@@ -61,6 +61,11 @@ type procInstance struct {
 
 	bellsLive bool // the relocation rang the last doorbell: ring again
 
+	// logging is the worker whose slot logSlot keeps the write log of
+	// the instance's guest RAM (GuestLog), nil while off.
+	logging *process
+	logSlot uint32
+
 	// lastBell is the guest's last doorbell (a tail) or kick (a shadow
 	// address, with kickBit set), replayed after a relocation; bellMu
 	// orders the doorbells and the replay.

@@ -29,6 +29,43 @@ type Migrator interface {
 	// the next round sends everything).
 	Freeze(ctx context.Context) error
 	Thaw(ctx context.Context, forget bool) error
+	// GuestLog turns the write log of the instance's guest RAM on or off
+	// (docs/migration.md "The vGPU runs while QEMU copies the VM"):
+	// while it is on, the final ExtractRound ends with the guest pages
+	// the worker wrote since, and turns it off; a Thaw turns it off too.
+	// ErrNoGuestLog: the instance's worker predates it.
+	GuestLog(ctx context.Context, on bool) error
+}
+
+// ErrNoGuestLog: the instance's worker (adopted from an earlier release
+// in an upgrade in place) keeps no write log of guest RAM.
+var ErrNoGuestLog = errors.New("the instance's worker keeps no write log of guest RAM (a worker of an earlier release)")
+
+// errLogLost: the instance moved to another worker, or its worker was
+// replaced, while its write log was on: what it wrote before is unknown.
+var errLogLost = errors.New("the instance changed workers while its guest RAM was logged: the log is lost")
+
+func (in *procInstance) GuestLog(ctx context.Context, on bool) error {
+	pr, slot, err := in.bound()
+	if err != nil {
+		return err
+	}
+	if pr.info.Features&wire.FeatureGuestLog == 0 {
+		if !on {
+			return nil
+		}
+		return ErrNoGuestLog
+	}
+	if _, err := pr.call(ctx, &wire.GuestLog{Slot: slot, On: on}); err != nil {
+		return fmt.Errorf("guest log: %w", err)
+	}
+	in.mu.Lock()
+	in.logging, in.logSlot = nil, 0
+	if on {
+		in.logging, in.logSlot = pr, slot
+	}
+	in.mu.Unlock()
+	return nil
 }
 
 var _ Migrator = (*procInstance)(nil)
@@ -46,6 +83,15 @@ func (in *procInstance) ExtractRound(ctx context.Context, final bool, w io.Write
 	pr, slot, err := in.bound()
 	if err != nil {
 		return wire.ExtractReply{}, err
+	}
+	if final {
+		in.mu.Lock()
+		logging, logSlot := in.logging, in.logSlot
+		in.logging = nil
+		in.mu.Unlock()
+		if logging != nil && (logging != pr || logSlot != slot) {
+			return wire.ExtractReply{}, fmt.Errorf("extract round: %w", errLogLost)
+		}
 	}
 	return in.extractFrom(ctx, pr, slot, final, w)
 }
@@ -130,6 +176,9 @@ func (in *procInstance) Thaw(ctx context.Context, forget bool) error {
 	if err != nil {
 		return err
 	}
+	in.mu.Lock()
+	in.logging = nil
+	in.mu.Unlock()
 	_, err = pr.call(ctx, &wire.Thaw{Slot: slot, Forget: forget})
 	return err
 }

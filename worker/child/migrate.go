@@ -20,12 +20,18 @@ func (s *server) extract(m *wire.Extract, fd int) ([]byte, error) {
 	f := os.NewFile(uintptr(fd), "extract")
 	defer f.Close()
 	var st aggregator.RoundStats
+	var guest uint64
 	err := s.withSlot(m.Slot, func(sl *slot) error {
 		bw := bufio.NewWriterSize(f, 256<<10)
 		w := stream.NewWriter(bw)
 		var err error
 		if st, err = sl.in.ExtractRound(s.ctx, streamSink{w}, m.Final); err != nil {
 			return err
+		}
+		if m.Final && sl.mem.Logging() {
+			if guest, err = sl.sendWritten(w); err != nil {
+				return err
+			}
 		}
 		if err := w.Close(); err != nil {
 			return err
@@ -36,7 +42,7 @@ func (s *server) extract(m *wire.Extract, fd int) ([]byte, error) {
 		return nil, err
 	}
 	r := wire.ExtractReply{Programs: uint32(st.Programs), ProgramsFreed: uint32(st.ProgramsFreed), Buffers: uint32(st.Buffers),
-		BuffersFreed: uint32(st.BuffersFreed), Redirty: uint32(st.Redirty), BufferBytes: st.BufferBytes}
+		BuffersFreed: uint32(st.BuffersFreed), Redirty: uint32(st.Redirty), BufferBytes: st.BufferBytes, GuestBytes: guest}
 	return r.EncodeBody(), nil
 }
 
@@ -104,6 +110,8 @@ func (s *server) inject(m *wire.Inject, fd int) error {
 				if err != nil {
 					in = sl.in
 				}
+			case *stream.GuestPages:
+				err = sl.arrive(rec)
 			case *stream.Ring:
 				err = in.InjectRing(s.ctx, aggregator.RingState{Enabled: rec.Enabled, Base: rec.Base, ComplBase: rec.ComplBase, Slots: rec.Slots,
 					Head: rec.Head, Tail: rec.Tail, Completed: rec.Completed, ErrStatus: rec.ErrStatus, ErrCount: rec.ErrCount})
@@ -115,4 +123,64 @@ func (s *server) inject(m *wire.Inject, fd int) error {
 			}
 		}
 	})
+}
+
+// sendWritten ends a final round with the guest pages the worker wrote
+// since its write log was turned on (wire.GuestLog), read now, with the
+// ring frozen and the VM stopped, as GuestPages records of contiguous
+// runs; the log goes off. It returns the bytes sent.
+func (sl *slot) sendWritten(w *stream.Writer) (uint64, error) {
+	pages := sl.mem.TakeWritten()
+	sl.mem.LogWrites(false)
+	var sent uint64
+	for len(pages) > 0 {
+		n := 1
+		for n < len(pages) && n < stream.MaxChunk/stream.GuestPageSize && pages[n] == pages[0]+uint64(n)*stream.GuestPageSize {
+			n++
+		}
+		data := make([]byte, n*stream.GuestPageSize)
+		if err := sl.mem.ReadAt(data, pages[0]); err != nil {
+			return sent, fmt.Errorf("guest pages written during the migration: %w", err)
+		}
+		if err := w.Write(&stream.GuestPages{GPA: pages[0], Data: data}); err != nil {
+			return sent, err
+		}
+		sent += uint64(len(data))
+		pages = pages[n:]
+	}
+	return sent, nil
+}
+
+// arrive holds an incoming GuestPages record's pages for the next Thaw.
+// Each must lie in the instance's guest RAM as mapped now; a page that
+// arrives twice keeps its last content, so what is held never exceeds
+// the guest's RAM.
+func (sl *slot) arrive(g *stream.GuestPages) error {
+	if err := sl.mem.Inside(g.GPA, uint64(len(g.Data))); err != nil {
+		return fmt.Errorf("guest pages at %#x: %w", g.GPA, err)
+	}
+	sl.arrivedMu.Lock()
+	defer sl.arrivedMu.Unlock()
+	if sl.arrived == nil {
+		sl.arrived = map[uint64][]byte{}
+	}
+	for off := 0; off < len(g.Data); off += stream.GuestPageSize {
+		sl.arrived[g.GPA+uint64(off)] = g.Data[off : off+stream.GuestPageSize]
+	}
+	return nil
+}
+
+// writeArrived writes the guest pages an incoming migration brought into
+// guest RAM (Thaw: QEMU has loaded the VM, which has not run yet) and
+// forgets them.
+func (sl *slot) writeArrived() error {
+	sl.arrivedMu.Lock()
+	defer sl.arrivedMu.Unlock()
+	for gpa, p := range sl.arrived {
+		if err := sl.mem.WriteAt(p, gpa); err != nil {
+			return fmt.Errorf("write the guest pages that migrated: %w", err)
+		}
+		delete(sl.arrived, gpa)
+	}
+	return nil
 }

@@ -85,6 +85,12 @@ type slot struct {
 	notify   int      // eventfd this worker signals
 	done     chan struct{}
 	applyMu  sync.Mutex // one reader of the page's doorbells at a time (apply)
+	// arrived holds the guest pages an incoming migration's final round
+	// brought (stream.GuestPages), by page address, until Thaw writes
+	// them into guest RAM: after QEMU has loaded the VM, which would
+	// otherwise overwrite them (docs/migration.md).
+	arrivedMu sync.Mutex
+	arrived   map[uint64][]byte
 }
 
 // Serve runs the worker protocol on conn until the main process hangs up
@@ -249,8 +255,14 @@ func (s *server) handle(m wire.Msg, fds []int) (abi.Status, string, []byte) {
 		fds = nil
 	case *wire.Freeze:
 		err = s.withSlot(m.Slot, func(sl *slot) error { return sl.in.Freeze(s.ctx) })
+	case *wire.GuestLog:
+		err = s.withSlot(m.Slot, func(sl *slot) error { sl.mem.LogWrites(m.On); return nil })
 	case *wire.Thaw:
 		err = s.withSlot(m.Slot, func(sl *slot) error {
+			if err := sl.writeArrived(); err != nil {
+				return err
+			}
+			sl.mem.LogWrites(false) // a migration ended: its log with it
 			if m.Forget {
 				if err := sl.in.ResetMigration(s.ctx); err != nil {
 					return err
@@ -307,7 +319,8 @@ func (s *server) helloed(h *wire.Hello) ([]byte, error) {
 	}
 	s.hello = h
 	info := g.Info()
-	r := wire.HelloReply{Name: info.Name, ComputeUnits: info.ComputeUnits, MaxWorkGroup: info.MaxWorkGroupSize, MaxAllocBytes: info.MaxAllocBytes}
+	r := wire.HelloReply{Name: info.Name, ComputeUnits: info.ComputeUnits, MaxWorkGroup: info.MaxWorkGroupSize, MaxAllocBytes: info.MaxAllocBytes,
+		Features: wire.Features}
 	return r.EncodeBody(), nil
 }
 

@@ -71,7 +71,8 @@ const (
 	TypeUnreserve   Type = 22 // worker -> main, one-way
 	TypeArena       Type = 23 // worker -> main; the Reply carries 1 fd
 	TypeTurnTaken   Type = 24 // worker -> main, one-way
-	numTypes             = 25
+	TypeGuestLog    Type = 25 // main -> worker; only to a worker with FeatureGuestLog
+	numTypes             = 26
 )
 
 var typeNames = [numTypes]string{
@@ -80,7 +81,7 @@ var typeNames = [numTypes]string{
 	TypeBudget: "budget", TypeStats: "stats", TypeTurn: "turn", TypeTurnRelease: "turn-release",
 	TypeExtract: "extract", TypeInject: "inject", TypeFreeze: "freeze", TypeThaw: "thaw", TypeParent: "parent",
 	TypeForeign: "foreign", TypeReserve: "reserve", TypeUnreserve: "unreserve", TypeArena: "arena",
-	TypeTurnTaken: "turn-taken",
+	TypeTurnTaken: "turn-taken", TypeGuestLog: "guest-log",
 }
 
 func (t Type) String() string {
@@ -197,6 +198,8 @@ func newMsg(t Type) Msg {
 		return &Freeze{}
 	case TypeThaw:
 		return &Thaw{}
+	case TypeGuestLog:
+		return &GuestLog{}
 	case TypeParent:
 		return &Parent{}
 	case TypeForeign:
@@ -282,13 +285,27 @@ func (h *Hello) decode(d *decoder) {
 	h.CacheBytes = d.nonNeg()
 }
 
-// HelloReply is the Body of Hello's Reply: the device the worker opened.
+// HelloReply is the Body of Hello's Reply: the device the worker opened,
+// and what the worker's release understands (Features, appended after
+// the first layout: a worker of an earlier release, adopted in an
+// upgrade in place, has none, and reads as 0).
 type HelloReply struct {
 	Name          string
 	ComputeUnits  uint32
 	MaxWorkGroup  uint64
 	MaxAllocBytes uint64
+	Features      uint32
 }
+
+// Worker features (HelloReply.Features).
+const (
+	// FeatureGuestLog: the worker takes GuestLog, writes GuestPages
+	// records in a final Extract while its log is on, and holds the
+	// GuestPages an Inject brings until the next Thaw.
+	FeatureGuestLog uint32 = 1 << 0
+	// Features is what this release's workers understand.
+	Features = FeatureGuestLog
+)
 
 // EncodeBody and DecodeHelloReply carry a HelloReply in a Reply's Body.
 func (h *HelloReply) EncodeBody() []byte {
@@ -297,6 +314,9 @@ func (h *HelloReply) EncodeBody() []byte {
 	e.U32(h.ComputeUnits)
 	e.U64(h.MaxWorkGroup)
 	e.U64(h.MaxAllocBytes)
+	if h.Features != 0 {
+		e.U32(h.Features)
+	}
 	return e.B
 }
 
@@ -308,6 +328,9 @@ func DecodeHelloReply(b []byte) (HelloReply, error) {
 	h.ComputeUnits = d.U32()
 	h.MaxWorkGroup = d.U64()
 	h.MaxAllocBytes = d.U64()
+	if d.Len() > 0 {
+		h.Features = d.U32()
+	}
 	return h, d.done("hello reply")
 }
 
@@ -686,6 +709,9 @@ type ExtractReply struct {
 	Buffers, BuffersFreed   uint32
 	Redirty                 uint32 // buffers written while being sent: sent again next round
 	BufferBytes             uint64 // bytes of buffer content
+	// GuestBytes: bytes of guest RAM in GuestPages records (a final
+	// round with the guest log on); appended only when not 0.
+	GuestBytes uint64
 }
 
 // EncodeBody encodes an ExtractReply as a Reply's Body.
@@ -695,6 +721,9 @@ func (r *ExtractReply) EncodeBody() []byte {
 		e.U32(v)
 	}
 	e.U64(r.BufferBytes)
+	if r.GuestBytes != 0 {
+		e.U64(r.GuestBytes)
+	}
 	return e.B
 }
 
@@ -706,7 +735,31 @@ func DecodeExtractReply(b []byte) (ExtractReply, error) {
 		*p = d.U32()
 	}
 	r.BufferBytes = d.U64()
+	if d.Len() > 0 {
+		r.GuestBytes = d.U64()
+	}
 	return r, d.done("extract reply")
+}
+
+// GuestLog turns the write log of the instance's guest RAM on (a fresh
+// one) or off (docs/migration.md "The vGPU runs while QEMU copies the
+// VM"): while it is on, a final Extract ends with GuestPages records of
+// every page the worker wrote since, read at that moment, and turns it
+// off. Sent only to a worker whose HelloReply has FeatureGuestLog.
+type GuestLog struct {
+	Slot uint32
+	On   bool
+}
+
+func (*GuestLog) Type() Type { return TypeGuestLog }
+func (*GuestLog) fds() int   { return 0 }
+func (m *GuestLog) encode(e *encoder) {
+	e.U32(m.Slot)
+	e.bool(m.On)
+}
+func (m *GuestLog) decode(d *decoder) {
+	m.Slot = d.U32()
+	m.On = d.bool()
 }
 
 // Inject applies migration stream records (no Header or End) read from

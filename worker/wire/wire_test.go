@@ -38,6 +38,8 @@ func samples() []Msg {
 		&Inject{Slot: 7},
 		&Freeze{Slot: 7},
 		&Thaw{Slot: 7, Forget: true},
+		&GuestLog{Slot: 7, On: true},
+		&GuestLog{Slot: 2},
 		&Parent{Arm: true},
 		&Foreign{Slot: 7, Domain: 12, Regions: []ForeignRegion{{GPA: 0, Size: 0xf0000000}, {GPA: 1 << 32, Size: 1 << 30}}},
 		&Reserve{Slot: 7, Bytes: 64 << 20},
@@ -80,17 +82,33 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestBodiesRoundTrip(t *testing.T) {
-	h := HelloReply{Name: "pthread-skylake", ComputeUnits: 2, MaxWorkGroup: 4096, MaxAllocBytes: 1 << 30}
-	if got, err := DecodeHelloReply(h.EncodeBody()); err != nil || got != h {
-		t.Errorf("HelloReply round trip = %+v, %v", got, err)
+	for _, h := range []HelloReply{
+		{Name: "pthread-skylake", ComputeUnits: 2, MaxWorkGroup: 4096, MaxAllocBytes: 1 << 30},
+		{Name: "pthread-skylake", ComputeUnits: 2, MaxWorkGroup: 4096, MaxAllocBytes: 1 << 30, Features: Features},
+	} {
+		if got, err := DecodeHelloReply(h.EncodeBody()); err != nil || got != h {
+			t.Errorf("HelloReply round trip = %+v, %v", got, err)
+		}
+	}
+	// A worker of an earlier release wrote the first layout: no features.
+	old := HelloReply{Name: "basic", Features: Features}
+	if got, err := DecodeHelloReply(old.EncodeBody()[:len(old.EncodeBody())-4]); err != nil || got.Features != 0 || got.Name != "basic" {
+		t.Errorf("HelloReply of an earlier worker = %+v, %v", got, err)
+	}
+	if _, err := DecodeHelloReply(append(old.EncodeBody(), 0)); !errors.Is(err, ErrProtocol) {
+		t.Errorf("HelloReply with a trailing byte = %v, want ErrProtocol", err)
 	}
 	s := StatsReply{Entries: 3, Bytes: 4, Budget: 5, Hits: 6, Misses: 7, Skipped: 8, Recorded: 9, Evictions: 10, BytesSaved: 11, DeviceNanos: 12, Instances: 2}
 	if got, err := DecodeStatsReply(s.EncodeBody()); err != nil || got != s {
 		t.Errorf("StatsReply round trip = %+v, %v", got, err)
 	}
-	x := ExtractReply{Programs: 1, ProgramsFreed: 2, Buffers: 3, BuffersFreed: 4, Redirty: 5, BufferBytes: 6 << 30}
-	if got, err := DecodeExtractReply(x.EncodeBody()); err != nil || got != x {
-		t.Errorf("ExtractReply round trip = %+v, %v", got, err)
+	for _, x := range []ExtractReply{
+		{Programs: 1, ProgramsFreed: 2, Buffers: 3, BuffersFreed: 4, Redirty: 5, BufferBytes: 6 << 30},
+		{Programs: 1, BufferBytes: 6 << 30, GuestBytes: 8192},
+	} {
+		if got, err := DecodeExtractReply(x.EncodeBody()); err != nil || got != x {
+			t.Errorf("ExtractReply round trip = %+v, %v", got, err)
+		}
 	}
 	for _, rr := range []ReserveReply{{}, {Relocate: true}} {
 		if got, err := DecodeReserveReply(rr.EncodeBody()); err != nil || got != rr {
