@@ -366,7 +366,8 @@ func (in *incoming) instance(ctx context.Context) error {
 	}
 	dev := in.d.Manager.Devices()[inst.Device()].Name
 	in.log.Info("incoming migration", "source device", ir.Device, "device", dev, "profile", ir.Profile)
-	return writeLine(in.conn, Reply{Step: "instance", Device: dev, KeepsDevice: in.d.Manager.KeepsDeviceOnMigration()})
+	return writeLine(in.conn, Reply{Step: "instance", Device: dev, KeepsDevice: in.d.Manager.KeepsDeviceOnMigration(),
+		GuestPages: in.d.Manager.KeepsDeviceOnMigration()})
 }
 
 // round applies one round's records through a pipe to the worker.
@@ -418,6 +419,13 @@ func (in *incoming) round(ctx context.Context) (uint32, error) {
 				}
 				cur = rec.(*stream.Context).ID
 			case stream.TypeProgram, stream.TypeProgramFree, stream.TypeBuffer, stream.TypeBufferData, stream.TypeBufferFree:
+			case stream.TypeGuestPages:
+				// The worker holds them until the commit's Thaw, after
+				// QEMU has loaded the VM, and checks each against the
+				// guest RAM its VMM mapped.
+				if !in.d.Manager.KeepsDeviceOnMigration() {
+					return fmt.Errorf("%w: guest pages for a vGPU that is plugged at commit", stream.ErrCorrupt)
+				}
 			default:
 				return fmt.Errorf("%w: a %v record inside a round", stream.ErrCorrupt, raw.Type)
 			}
@@ -502,6 +510,9 @@ func (in *incoming) commit(ctx context.Context, cmd Command) (Reply, error) {
 			return rep, err
 		}
 	}
+	// Thaw first writes the guest pages the final round brought (the
+	// device's writes while QEMU copied the VM): QEMU has loaded the VM,
+	// which has not run yet.
 	if err := in.mig.Thaw(ctx, true); err != nil {
 		return rep, err
 	}

@@ -27,6 +27,12 @@ type Reply struct {
 	// attached across QEMU's migration (vfio-user) rather than having it
 	// plugged at commit (mpqemu). Source and destination must agree.
 	KeepsDevice bool `json:"keeps_device,omitempty"`
+	// GuestPages (for "instance"): the destination takes stream 1.2's
+	// GuestPages records in the final round, writing them into guest RAM
+	// before the VM runs, so the source may keep the vGPU running while
+	// QEMU copies the VM (docs/migration.md). A destination of an earlier
+	// release leaves it out: the source then quiesces first.
+	GuestPages bool `json:"guest_pages,omitempty"`
 	// Applied is how long the destination took to apply the round.
 	AppliedNs int64 `json:"applied_ns,omitempty"`
 	// Commit timings (for "commit"): plugging the device into QEMU,

@@ -47,6 +47,11 @@ type Options struct {
 	// only once the guest is quiesced (the baseline of bench/migrate).
 	MaxRounds int
 	NoPrecopy bool
+	// QuiesceFirst quiesces the guest's programs before QEMU copies the
+	// VM even where the vGPU could keep running meanwhile (the baseline
+	// of bench/migrate; docs/migration.md "The vGPU runs while QEMU
+	// copies the VM").
+	QuiesceFirst bool
 	// Converged ends pre-copy early (0: DefaultConverged).
 	Converged uint64
 	// QEMUBandwidth caps QEMU's own migration of the VM, in bytes per
@@ -80,6 +85,7 @@ type RoundReport struct {
 	Buffers     uint32        `json:"buffers"`
 	Programs    uint32        `json:"programs"`
 	Redirty     uint32        `json:"redirty"`
+	GuestBytes  uint64        `json:"guest_bytes,omitempty"` // guest RAM the device wrote (a live final round)
 	Took        time.Duration `json:"took_ns"`
 	Applied     time.Duration `json:"applied_ns"` // on the destination
 }
@@ -94,6 +100,12 @@ type Report struct {
 	// InPlace: the vGPU stayed attached through QEMU's migration
 	// (vfio-user); nothing was unplugged or plugged.
 	InPlace bool `json:"in_place,omitempty"`
+	// Live: the vGPU kept running while QEMU copied the VM, for
+	// LiveCopy, before the stun; the final round carried GuestBytes of
+	// guest RAM the device wrote meanwhile.
+	Live       bool          `json:"live,omitempty"`
+	LiveCopy   time.Duration `json:"live_copy_ns,omitempty"`
+	GuestBytes uint64        `json:"guest_bytes,omitempty"`
 	// Phases of the GPU stun (the guest's programs cannot use the vGPU):
 	// Quiesce (draining them), then at once Final (the stop-and-copy
 	// round) and Unplug (device_del until the guest ejected it), QEMU (its
@@ -133,22 +145,30 @@ var ErrOutcomeUnknown = errors.New("migration outcome unknown: the destination d
 
 // outgoing is one migration being sent.
 type outgoing struct {
-	opts   Options
-	m      *mdev.Manager
-	inst   *mdev.Instance
-	mig    worker.Migrator
-	mon    *qmp.Monitor
-	conn   net.Conn
-	br     *bufio.Reader
-	cw     *countWriter
-	w      *stream.Writer
-	log    *slog.Logger
-	rep    Report
-	slot   int
-	frozen bool // the final round froze the ring
-	quiet  bool // the guest quiesced
-	gone   bool // the device was unplugged from the source QEMU
-	qemu   bool // QEMU's migration completed
+	opts  Options
+	m     *mdev.Manager
+	inst  *mdev.Instance
+	mig   worker.Migrator
+	mon   *qmp.Monitor
+	conn  net.Conn
+	br    *bufio.Reader
+	cw    *countWriter
+	w     *stream.Writer
+	log   *slog.Logger
+	rep   Report
+	slot  int
+	live  bool // the vGPU runs while QEMU copies the VM (live.go)
+	pages bool // the destination takes GuestPages records
+	// qemuStarted: QEMU's migration was started (live.go) and, unless
+	// qemu, may still be under way: a rollback cancels it. paused: the
+	// pause-before-switchover capability was set on the source QEMU.
+	qemuStarted bool
+	paused      bool
+	bandwidth   uint64 // QEMU's max-bandwidth for this migration
+	frozen      bool   // the final round froze the ring
+	quiet       bool   // the guest quiesced
+	gone        bool   // the device was unplugged from the source QEMU
+	qemu        bool   // QEMU's migration completed
 	// committed: "go" was sent; the VM is the destination's (or, if no
 	// answer came, nobody here can tell), never run again here.
 	committed bool
@@ -257,6 +277,11 @@ func (o *outgoing) run(ctx context.Context) error {
 	if err := o.precopy(ctx); err != nil {
 		return err
 	}
+	if ok, err := o.goLive(ctx, inPlace); err != nil {
+		return err
+	} else if ok {
+		return o.runLive(ctx)
+	}
 
 	o.phase("quiesce")
 	stunStart := time.Now()
@@ -343,6 +368,7 @@ func (o *outgoing) introduce() (inPlace bool, err error) {
 		return false, err
 	}
 	o.rep.To = rep.Device
+	o.pages = rep.GuestPages
 	// vfio-user keeps the vGPU attached through QEMU's migration; mpqemu
 	// unplugs it and the destination plugs one at commit. A VM cannot
 	// move from one kind to the other: its destination QEMU was started
@@ -417,21 +443,13 @@ func (o *outgoing) stopAndCopy(ctx context.Context, inPlace bool) error {
 // migrateQEMU runs QEMU's own migration of the VM to Options.URI, begun
 // at t, and waits for it to complete.
 func (o *outgoing) migrateQEMU(ctx context.Context, t time.Time) error {
-	bw := o.opts.QEMUBandwidth
-	if bw == 0 || bw > maxQEMUBandwidth {
-		bw = maxQEMUBandwidth
-	}
-	if err := o.mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": bw}); err != nil {
+	if err := o.mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": o.qemuBandwidth()}); err != nil {
 		return fmt.Errorf("QEMU migration bandwidth: %w", err)
 	}
 	if err := o.mon.Migrate(ctx, o.opts.URI); err != nil {
 		return err
 	}
-	qt := o.opts.QEMUTimeout
-	if qt <= 0 {
-		qt = 10 * time.Minute
-	}
-	mc, cancelM := context.WithTimeout(ctx, qt)
+	mc, cancelM := context.WithTimeout(ctx, o.qemuTimeout())
 	info, err := o.mon.WaitMigration(mc, 5*time.Millisecond)
 	cancelM()
 	if err != nil {
@@ -442,6 +460,23 @@ func (o *outgoing) migrateQEMU(ctx context.Context, t time.Time) error {
 	o.rep.QEMUDowntime = time.Duration(info.DowntimeMS) * time.Millisecond
 	o.rep.QEMUTotal = time.Duration(info.TotalTimeMS) * time.Millisecond
 	return nil
+}
+
+// qemuBandwidth is QEMU's max-bandwidth for this migration.
+func (o *outgoing) qemuBandwidth() uint64 {
+	bw := o.opts.QEMUBandwidth
+	if bw == 0 || bw > maxQEMUBandwidth {
+		bw = maxQEMUBandwidth
+	}
+	return bw
+}
+
+// qemuTimeout bounds QEMU's own migration.
+func (o *outgoing) qemuTimeout() time.Duration {
+	if o.opts.QEMUTimeout > 0 {
+		return o.opts.QEMUTimeout
+	}
+	return 10 * time.Minute
 }
 
 // commit tells the destination to take the VM, paused, with the vGPU
@@ -614,9 +649,9 @@ func (o *outgoing) round(ctx context.Context, n uint32, final bool) (RoundReport
 				continue
 			case stream.TypeProgram, stream.TypeProgramFree, stream.TypeBuffer, stream.TypeBufferData, stream.TypeBufferFree,
 				stream.TypeContext:
-			case stream.TypeRing:
+			case stream.TypeRing, stream.TypeGuestPages:
 				if !final {
-					return fmt.Errorf("the worker sent ring state in a pre-copy round")
+					return fmt.Errorf("the worker sent a %v record in a pre-copy round", raw.Type)
 				}
 			default:
 				return fmt.Errorf("the worker sent a %v record", raw.Type)
@@ -648,6 +683,8 @@ func (o *outgoing) round(ctx context.Context, n uint32, final bool) (RoundReport
 	rr.Buffers = res.st.Buffers
 	rr.Programs = res.st.Programs
 	rr.Redirty = res.st.Redirty
+	rr.GuestBytes = res.st.GuestBytes
+	o.rep.GuestBytes += rr.GuestBytes
 	rr.Took = time.Since(start)
 	rr.Applied = time.Duration(rep.AppliedNs)
 	o.rep.Rounds = append(o.rep.Rounds, rr)
@@ -671,6 +708,9 @@ func (o *outgoing) rollback(cause error) {
 	}
 	if o.mon == nil || o.mig == nil {
 		return
+	}
+	if o.qemuStarted || o.paused {
+		o.stopQEMU(ctx) // a live migration's QEMU side (live.go)
 	}
 	if o.qemu {
 		// QEMU handed the VM over but the destination could not take the

@@ -2,13 +2,21 @@ package tests
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/mdev/vfiouser"
+	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
 )
 
@@ -74,6 +82,12 @@ func TestMigrateVFIOUserInPlace(t *testing.T) {
 	if !rep.InPlace || rep.Unplug != 0 || rep.From == rep.To || !rep.Rounds[len(rep.Rounds)-1].Final {
 		t.Errorf("report %+v: want in place (no unplug), different devices, a final round", rep)
 	}
+	// The job kept computing while QEMU copied the VM: its completions
+	// and read-backs of those steps reached guest RAM that QEMU had
+	// copied, and only the final round's guest pages carry them.
+	if !rep.Live || rep.LiveCopy <= 0 || rep.GuestBytes == 0 {
+		t.Errorf("report %+v: want the vGPU running during QEMU's copy and guest pages in the final round", rep)
+	}
 	line, err := vmB.WaitLine(ctx, "ITERATE step ")
 	if err != nil || !strings.Contains(line, "cus=1") {
 		t.Fatalf("job did not go on on B's 1-CU device: %q %v\nconsole B:\n%s", line, err, console(vmB))
@@ -82,4 +96,143 @@ func TestMigrateVFIOUserInPlace(t *testing.T) {
 	if _, err := vmB.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
 		t.Fatalf("guest did not exit 0: %v\n%s", err, console(vmB))
 	}
+}
+
+// TestMigrateVFIOUserLiveRollsBack (issue 44): a migration whose vGPU
+// keeps running while QEMU copies the VM fails at each step of the new
+// path, and each time the VM keeps running on the source with its GPU
+// work intact, and the job's final result is right: QEMU's stream cut
+// while it copies the VM (the guest not yet quiesced), the destination
+// failing the final round (the source VM stopped before its switchover:
+// QEMU's migration is cancelled and the VM runs again), and the
+// destination failing the commit after QEMU moved the VM (it quits its
+// QEMU; the source runs its VM again). The source is a real vgpud; the
+// destination runs in the test, to fail at an exact step.
+func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	env := migrationSetup(t)
+	a := startVFIOUserDaemon(t, env, "pthread")
+	id := create(t, a, "vgpu-small")
+
+	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockDir, err := os.MkdirTemp("", "vd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockDir, Transport: vfiouser.Transport{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failAt atomic.Value
+	failAt.Store("")
+	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, env.TLSDir), StepTimeout: time.Minute,
+		InjectFault: func(step string) error {
+			if step == failAt.Load().(string) {
+				return fmt.Errorf("at %s", step)
+			}
+			return nil
+		}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- dst.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("destination Serve: %v", err)
+		}
+		m.Close()
+		dev.Close()
+	})
+	b := &daemon{RunDir: sockDir, MigrateAddr: ln.Addr().String()}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	const steps = 2000
+	app := fmt.Sprintf("vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,%d,-pace,15ms,-progress,50", steps)
+	vmA := startVFIOUserVM(ctx, t, env, a.InstanceBase(id), "", app)
+	if _, err := vmA.WaitLine(ctx, "ITERATE step 50/"); err != nil {
+		t.Fatalf("job did not start: %v\n%s", err, strings.Join(vmA.Lines(), "\n"))
+	}
+	for i, c := range []struct {
+		phase, failAt string
+		cutQEMU       bool // QEMU's own stream goes through a relay that cuts it
+		quiesced      bool // the guest was quiesced, so it resumes
+	}{
+		{phase: "qemu", cutQEMU: true},
+		{phase: "stop-and-copy", failAt: "final", quiesced: true},
+		{phase: "commit", failAt: "commit", quiesced: true},
+	} {
+		failAt.Store(c.failAt)
+		if _, err := m.Create(mdev.CreateRequest{UUID: id, Profile: "vgpu-small", Incoming: true}); err != nil {
+			t.Fatalf("attempt %d: create the awaiting instance: %v", i, err)
+		}
+		dir := t.TempDir()
+		target := filepath.Join(dir, fmt.Sprintf("attempt-%d.mig", i))
+		vmB := startVFIOUserVM(ctx, t, env, filepath.Join(sockDir, id), "unix:"+target, app)
+		uri := "unix:" + target
+		if c.cutQEMU {
+			uri = "unix:" + cutUnixRelay(t, target, filepath.Join(dir, "relay.mig"), 64<<20)
+		}
+		resumed := len(vmA.Lines())
+		rep, err := migrateVM(t, a, b, id, uri)
+		if err == nil || rep == nil || !rep.RolledBack || rep.Phase != c.phase || !rep.Live {
+			t.Fatalf("attempt %d: %v, report %+v; want a live migration rolled back in %s\nconsole:\n%s", i, err, rep, c.phase, strings.Join(vmA.Lines(), "\n"))
+		}
+		t.Logf("attempt %d failed in %s as injected and rolled back: %+v", i, c.phase, rep)
+		if c.quiesced {
+			line, err := vmA.WaitLine(ctx, "ITERATE resume")
+			if err != nil || !strings.Contains(line, "resumed") {
+				t.Fatalf("attempt %d: guest did not resume on the source: %q %v\n%s", i, line, err, strings.Join(vmA.Lines()[resumed:], "\n"))
+			}
+		}
+		if err := waitProgress(ctx, vmA); err != nil {
+			t.Fatalf("attempt %d: job stopped: %v\n%s", i, err, strings.Join(vmA.Lines(), "\n"))
+		}
+		for deadline := time.Now().Add(time.Minute); len(m.List()) > 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("attempt %d: the destination still has instance %s", i, m.List()[0].UUID())
+			}
+		}
+		vmB.Kill()
+	}
+	waitResult(ctx, t, vmA, steps)
+	if _, err := vmA.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
+		t.Fatalf("guest did not exit 0: %v\n%s", err, strings.Join(vmA.Lines(), "\n"))
+	}
+}
+
+// cutUnixRelay listens on path and forwards one connection to target,
+// closing both ends after n bytes from the client; it returns path.
+func cutUnixRelay(t *testing.T, target, path string, n int64) string {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		s, err := net.Dial("unix", target)
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		go io.Copy(c, s)
+		io.CopyN(s, c, n)
+	}()
+	return path
 }

@@ -25,6 +25,9 @@ var (
 	// ErrMigrationCancelled is wrapped, beside ErrMigrationFailed, by
 	// WaitMigration's error when the migration was cancelled.
 	ErrMigrationCancelled = errors.New("cancelled")
+	// ErrMigrationEnded is wrapped by WaitMigrationUntil's error when the
+	// migration completed before the state it waited for.
+	ErrMigrationEnded = errors.New("migration completed before the state waited for")
 )
 
 // QMP error classes QEMU 7.2 sends (QapiErrorClass).

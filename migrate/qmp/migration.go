@@ -225,3 +225,70 @@ func (m *Monitor) settleCompleted(ctx context.Context, info MigrationInfo, inter
 	}
 	return final, nil
 }
+
+// MigrateContinue runs "migrate-continue" {"state": state}: a source
+// paused in state (MigrationPreSwitchover, with the
+// pause-before-switchover capability) goes on to save the devices and
+// complete.
+func (m *Monitor) MigrateContinue(ctx context.Context, state MigrationStatus) error {
+	args := struct {
+		State MigrationStatus `json:"state"`
+	}{state}
+	return m.Execute(ctx, "migrate-continue", args, nil)
+}
+
+// MigrationParameters is query-migrate-parameters' answer, the members
+// the migration code sets and restores.
+type MigrationParameters struct {
+	// DowntimeLimitMS is the longest the VM may be stopped at the end,
+	// in milliseconds: QEMU switches over once what is left to send
+	// fits in it at the measured bandwidth.
+	DowntimeLimitMS int64 `json:"downtime-limit"`
+	// MaxBandwidth caps the migration, bytes per second.
+	MaxBandwidth int64 `json:"max-bandwidth"`
+}
+
+// QueryMigrateParameters runs "query-migrate-parameters".
+func (m *Monitor) QueryMigrateParameters(ctx context.Context) (MigrationParameters, error) {
+	var p MigrationParameters
+	err := m.Execute(ctx, "query-migrate-parameters", nil, &p)
+	return p, err
+}
+
+// WaitMigrationUntil waits until reached(info) holds for query-migrate's
+// answer, querying every interval (50ms if 0) and at once on each
+// MIGRATION event, and returns that answer. A migration that ends
+// (completed, failed, cancelled) before reached holds is an error
+// wrapping ErrMigrationFailed (and ErrMigrationCancelled), or
+// ErrMigrationEnded when it completed.
+func (m *Monitor) WaitMigrationUntil(ctx context.Context, interval time.Duration, reached func(MigrationInfo) bool) (MigrationInfo, error) {
+	if interval <= 0 {
+		interval = defaultMigrationPoll
+	}
+	for {
+		info, err := m.QueryMigrate(ctx)
+		if err != nil {
+			return info, err
+		}
+		if reached(info) {
+			return info, nil
+		}
+		switch info.Status {
+		case MigrationCompleted:
+			return info, fmt.Errorf("qmp migration: %w", ErrMigrationEnded)
+		case MigrationFailed:
+			return info, fmt.Errorf("qmp migration: %w: %s", ErrMigrationFailed, info.ErrorDesc)
+		case MigrationCancelled:
+			return info, fmt.Errorf("qmp migration: %w: %w", ErrMigrationFailed, ErrMigrationCancelled)
+		}
+		wctx, cancel := context.WithTimeout(ctx, interval)
+		_, err = m.WaitEvent(wctx, "MIGRATION", nil)
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return info, err
+		}
+		if err := ctx.Err(); err != nil {
+			return info, fmt.Errorf("qmp wait migration: %w", err)
+		}
+	}
+}

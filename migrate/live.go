@@ -1,0 +1,222 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vgpud/vgpud/migrate/qmp"
+	"github.com/vgpud/vgpud/worker"
+)
+
+// The vGPU runs while QEMU copies the VM (docs/migration.md): on
+// vfio-user, where the device stays in the VM, the worker logs its own
+// writes to guest RAM (which QEMU's dirty tracking cannot see), QEMU
+// copies the VM with the guest computing on its vGPU, the guest's
+// programs are quiesced only as QEMU's copy nears its end, QEMU stops
+// the VM before its switchover (pause-before-switchover), and the final
+// round carries the device state and the guest pages the device wrote;
+// the destination writes them after QEMU has loaded the VM.
+
+const (
+	// QEMU is held back (holdBandwidth) once what is left of its first
+	// copy of the VM would take it at most holdAhead at the fastest rate
+	// it went so far, or is at most holdMin bytes: the guest's programs
+	// must be quiesced while the VM runs, before QEMU can switch over
+	// (its first pass ends it: with nothing left in its dirty bitmap it
+	// switches over without looking again). Guest RAM that is zero
+	// costs QEMU a few bytes a page, so its pace through RAM is measured,
+	// not assumed.
+	holdAhead = 100 * time.Millisecond
+	holdMin   = 32 << 20
+	// holdWindow is the shortest time over which QEMU's pace is
+	// measured: over a few milliseconds it jitters several-fold.
+	holdWindow = 40 * time.Millisecond
+	// holdBandwidth is QEMU's max-bandwidth while the guest quiesces, in
+	// bytes per second: QEMU sends a tenth of it per 100 ms window, here
+	// one byte's worth, so about one page per window (a zero page too).
+	// Under 10 it would be 0 per window, which QEMU reads as no limit.
+	holdBandwidth = 16
+	// livePoll is how often query-migrate is asked while waiting.
+	livePoll = 2 * time.Millisecond
+)
+
+// holdPoint decides, from query-migrate's answers in turn, when QEMU's
+// copy is close enough to its end to hold it (holdAhead, holdMin).
+type holdPoint struct {
+	since    time.Time // the current window's start
+	sinceRem int64     // remaining bytes then
+	rate     float64   // the fastest bytes per second over a window
+}
+
+func (h *holdPoint) reached(i qmp.MigrationInfo, now time.Time) bool {
+	if i.Status == qmp.MigrationPreSwitchover {
+		return true
+	}
+	if i.Status != qmp.MigrationActive || i.RAM.Total <= 0 {
+		return false
+	}
+	switch dt := now.Sub(h.since); {
+	case h.since.IsZero() || i.RAM.Remaining > h.sinceRem:
+		h.since, h.sinceRem = now, i.RAM.Remaining
+	case dt >= holdWindow:
+		h.rate = max(h.rate, float64(h.sinceRem-i.RAM.Remaining)/dt.Seconds())
+		h.since, h.sinceRem = now, i.RAM.Remaining
+	}
+	return i.RAM.Remaining <= holdMin || float64(i.RAM.Remaining) <= h.rate*holdAhead.Seconds()
+}
+
+// errConvergedEarly: QEMU stopped the VM for its switchover before the
+// guest's programs were quiesced (it copied the VM's last bytes before
+// the hold took effect); they cannot quiesce in a stopped VM.
+var errConvergedEarly = errors.New("QEMU reached its switchover before the guest's programs quiesced")
+
+// goLive turns the worker's guest log on and reports true where this
+// migration keeps the vGPU running while QEMU copies the VM: the vGPU
+// stays attached (inPlace), QEMU is driven here over QMP (not by the
+// VM's manager), pre-copy ran, the destination takes guest pages and
+// the instance's worker keeps the log. Otherwise it reports false and
+// the guest is quiesced first.
+func (o *outgoing) goLive(ctx context.Context, inPlace bool) (bool, error) {
+	if !inPlace || o.opts.MoveVM != nil || o.opts.NoPrecopy || o.opts.QuiesceFirst {
+		return false, nil
+	}
+	if !o.pages {
+		o.log.Info("the destination takes no guest pages (an earlier release): quiescing the guest before QEMU copies the VM")
+		return false, nil
+	}
+	if err := o.mig.GuestLog(ctx, true); err != nil {
+		if errors.Is(err, worker.ErrNoGuestLog) {
+			o.log.Info("quiescing the guest before QEMU copies the VM", "why", err)
+			return false, nil
+		}
+		return false, err
+	}
+	o.live = true
+	o.rep.Live = true
+	return true, nil
+}
+
+// runLive is the end of run for a live migration (goLive).
+func (o *outgoing) runLive(ctx context.Context) error {
+	o.phase("qemu")
+	t := time.Now()
+	if err := o.startQEMU(ctx); err != nil {
+		return err
+	}
+	mc, cancelM := context.WithTimeout(ctx, o.qemuTimeout())
+	defer cancelM()
+	var hp holdPoint
+	info, err := o.mon.WaitMigrationUntil(mc, livePoll, func(i qmp.MigrationInfo) bool { return hp.reached(i, time.Now()) })
+	if err != nil {
+		return fmt.Errorf("QEMU migration: %w", err)
+	}
+	if info.Status != qmp.MigrationPreSwitchover {
+		if err := o.mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": holdBandwidth}); err != nil {
+			return fmt.Errorf("hold QEMU's migration: %w", err)
+		}
+		info, err = o.mon.QueryMigrate(ctx)
+		if err != nil {
+			return fmt.Errorf("QEMU migration: %w", err)
+		}
+	}
+	if info.Status == qmp.MigrationPreSwitchover {
+		return errConvergedEarly
+	}
+	o.log.Info("QEMU's copy held for the guest's quiesce", "remaining", info.RAM.Remaining, "rate", hp.rate)
+	o.rep.LiveCopy = time.Since(t)
+
+	o.phase("quiesce")
+	stunStart := time.Now()
+	if err := o.quiesce(ctx, stunStart); err != nil {
+		return err
+	}
+	if err := o.mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": o.bandwidth}); err != nil {
+		return fmt.Errorf("release QEMU's migration: %w", err)
+	}
+
+	o.phase("qemu")
+	tq := time.Now()
+	if _, err := o.mon.WaitMigrationUntil(mc, livePoll, func(i qmp.MigrationInfo) bool {
+		return i.Status == qmp.MigrationPreSwitchover
+	}); err != nil {
+		return fmt.Errorf("QEMU migration: %w", err)
+	}
+	o.rep.QEMU = time.Since(tq)
+
+	o.phase("stop-and-copy")
+	tf := time.Now()
+	o.frozen = true
+	err = o.finalRound(ctx)
+	o.rep.Final = time.Since(tf)
+	if err != nil {
+		return err
+	}
+
+	o.phase("qemu")
+	tc := time.Now()
+	if err := o.mon.MigrateContinue(ctx, qmp.MigrationPreSwitchover); err != nil {
+		return fmt.Errorf("QEMU migration: continue: %w", err)
+	}
+	info, err = o.mon.WaitMigration(mc, 5*time.Millisecond)
+	if err != nil {
+		return fmt.Errorf("QEMU migration: %w", err)
+	}
+	o.qemu = true
+	o.rep.QEMU += time.Since(tc)
+	o.rep.QEMUDowntime = time.Duration(info.DowntimeMS) * time.Millisecond
+	o.rep.QEMUTotal = time.Duration(info.TotalTimeMS) * time.Millisecond
+
+	o.phase("commit")
+	if err := o.commit(true); err != nil {
+		return err
+	}
+	o.committed = true
+	return o.sendGo(stunStart)
+}
+
+// startQEMU starts QEMU's migration of the VM to Options.URI with the
+// vGPU running: QEMU stops before its switchover and waits there
+// (pause-before-switchover) for the final round.
+func (o *outgoing) startQEMU(ctx context.Context) error {
+	o.bandwidth = o.qemuBandwidth()
+	if err := o.mon.MigrateSetCapabilities(ctx, map[string]bool{"pause-before-switchover": true}); err != nil {
+		return fmt.Errorf("QEMU's pause before switchover: %w", err)
+	}
+	o.paused = true
+	if err := o.mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": o.bandwidth}); err != nil {
+		return fmt.Errorf("QEMU migration bandwidth: %w", err)
+	}
+	o.qemuStarted = true
+	return o.mon.Migrate(ctx, o.opts.URI)
+}
+
+// stopQEMU is a live migration's rollback on the source QEMU: its
+// migration cancelled unless it completed, the VM running again, and the
+// capability and bandwidth it was started with undone, so that a later
+// migration of this VM does not stop before its switchover.
+func (o *outgoing) stopQEMU(ctx context.Context) {
+	if o.qemuStarted && !o.qemu {
+		if info, err := o.mon.QueryMigrate(ctx); err == nil && !info.Status.Done() {
+			if err := o.mon.MigrateCancel(ctx); err != nil {
+				o.log.Error("rollback: cancel QEMU's migration", "err", err)
+			}
+		}
+		if _, err := o.mon.WaitMigrationUntil(ctx, 10*time.Millisecond, func(i qmp.MigrationInfo) bool {
+			return i.Status.Done()
+		}); err != nil && !errors.Is(err, qmp.ErrMigrationFailed) && !errors.Is(err, qmp.ErrMigrationEnded) {
+			o.log.Error("rollback: QEMU's migration did not end", "err", err)
+		}
+		if st, err := o.mon.QueryStatus(ctx); err == nil && !st.Running {
+			if err := o.mon.Cont(ctx); err != nil {
+				o.log.Error("rollback: cont", "err", err)
+			}
+		}
+	}
+	if o.paused {
+		if err := o.mon.MigrateSetCapabilities(ctx, map[string]bool{"pause-before-switchover": false}); err != nil {
+			o.log.Warn("rollback: clear pause-before-switchover", "err", err)
+		}
+	}
+}
