@@ -89,14 +89,27 @@ type mode string
 const (
 	precopy  mode = "pre-copy"
 	stopCopy mode = "stop-and-copy"
+	// quiesceFirst is pre-copy with the guest quiesced before QEMU
+	// copies the VM (vgpuctl migrate -quiesce-first): on vfio-user the
+	// baseline of the vGPU running during QEMU's copy (issue 44).
+	quiesceFirst mode = "pre-copy, quiesce first"
 )
 
-// plan is the four migrations of one configuration: each mode once in
-// each direction (true: A -> B).
-var plan = []struct {
+// step is one migration of a plan (aToB: from A to B).
+type step struct {
 	m    mode
 	aToB bool
-}{{precopy, true}, {stopCopy, false}, {stopCopy, true}, {precopy, false}}
+}
+
+// planFor is the migrations of one configuration on a transport: each
+// mode once in each direction, alternating, so the VM ends where it
+// started; vfio-user adds the quiesce-first baseline.
+func planFor(transport string) []step {
+	if transport == vfioUserT {
+		return []step{{precopy, true}, {stopCopy, false}, {quiesceFirst, true}, {precopy, false}, {stopCopy, true}, {quiesceFirst, false}}
+	}
+	return []step{{precopy, true}, {stopCopy, false}, {stopCopy, true}, {precopy, false}}
+}
 
 // result is one migration's report.
 type result struct {
@@ -247,7 +260,7 @@ func (b *bench) measure(ctx context.Context, size uint64, rate string) ([]result
 		rewrite = 1
 	}
 	app := fmt.Sprintf("vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,1000000000,-migrations,%d,-pace,%s,-n,%d,-progress,10,-ballast,%d,-rewrite,%d",
-		len(plan), b.cfg.pace, b.cfg.n, size, rewrite)
+		len(planFor(b.transport)), b.cfg.pace, b.cfg.n, size, rewrite)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
 	vm, err := b.vm(ctx, b.a, id, "", app)
@@ -259,6 +272,7 @@ func (b *bench) measure(ctx context.Context, size uint64, rate string) ([]result
 		return nil, fmt.Errorf("the guest job did not start: %w\n%s", err, strings.Join(vm.Lines(), "\n"))
 	}
 	var out []result
+	plan := planFor(b.transport)
 	for i, p := range plan {
 		from, to := b.a, b.b
 		if !p.aToB {
@@ -270,8 +284,11 @@ func (b *bench) measure(ctx context.Context, size uint64, rate string) ([]result
 			return nil, err
 		}
 		var extra []string
-		if p.m == stopCopy {
+		switch p.m {
+		case stopCopy:
 			extra = append(extra, "-no-precopy")
+		case quiesceFirst:
+			extra = append(extra, "-quiesce-first")
 		}
 		rep, err := from.Migrate(ctx, id, to.MigrateAddr, uri, extra...)
 		if err != nil {

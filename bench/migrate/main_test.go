@@ -31,21 +31,26 @@ func TestParseFlags(t *testing.T) {
 // TestPlan: each mode runs once in each direction, and the VM ends where
 // it started.
 func TestPlan(t *testing.T) {
-	seen := map[mode]map[bool]int{}
-	onA := true
-	for _, p := range plan {
-		if p.aToB != onA {
-			t.Fatalf("plan moves from %v but the VM is on A=%v", p.aToB, onA)
+	for tr, modes := range map[string][]mode{mpqemuT: {precopy, stopCopy}, vfioUserT: {precopy, stopCopy, quiesceFirst}} {
+		seen := map[mode]map[bool]int{}
+		onA := true
+		for _, p := range planFor(tr) {
+			if p.aToB != onA {
+				t.Fatalf("%s: plan moves from %v but the VM is on A=%v", tr, p.aToB, onA)
+			}
+			onA = !onA
+			if seen[p.m] == nil {
+				seen[p.m] = map[bool]int{}
+			}
+			seen[p.m][p.aToB]++
 		}
-		onA = !onA
-		if seen[p.m] == nil {
-			seen[p.m] = map[bool]int{}
+		if !onA || len(seen) != len(modes) {
+			t.Errorf("%s: the VM ends on A=%v; modes %v", tr, onA, seen)
 		}
-		seen[p.m][p.aToB]++
-	}
-	for _, m := range []mode{precopy, stopCopy} {
-		if seen[m][true] != 1 || seen[m][false] != 1 {
-			t.Errorf("mode %s runs %v, want once each way", m, seen[m])
+		for _, m := range modes {
+			if seen[m][true] != 1 || seen[m][false] != 1 {
+				t.Errorf("%s: mode %s runs %v, want once each way", tr, m, seen[m])
+			}
 		}
 	}
 }

@@ -22,6 +22,7 @@ func migrateCmd(ctx context.Context, c *control.Client, args []string, w, stderr
 	fs.StringVar(&req.DeviceID, "device-id", "", "the vGPU's QEMU device id (default vgpu0)")
 	fs.IntVar(&req.MaxRounds, "rounds", 0, "most pre-copy rounds (default 5)")
 	fs.BoolVar(&req.NoPrecopy, "no-precopy", false, "copy the device state only once the guest is quiesced")
+	fs.BoolVar(&req.QuiesceFirst, "quiesce-first", false, "quiesce the guest before QEMU copies the VM, even where the vGPU could run meanwhile (vfio-user)")
 	fs.Uint64Var(&req.QEMUBandwidth, "qemu-bandwidth", 0, "cap QEMU's migration of the VM's RAM, MiB/s (default: no cap; the vGPU is unplugged meanwhile)")
 	fs.StringVar(&req.Libvirt, "libvirt", "", "the VM's libvirt domain: libvirt moves it (virsh migrate --live; vfio-user only), -uri is then its --migrateuri (optional)")
 	fs.StringVar(&req.LibvirtTo, "libvirt-to", "", "with -libvirt: the destination libvirtd's URI")

@@ -72,7 +72,7 @@ commands:
                                 what an allocation the device cannot hold does
                                 (with no policy: the current one)
   proposals [-window D] [-json] instances whose peak stayed below a smaller profile
-  migrate UUID -to HOST:PORT -uri QEMU-URI [-qmp PATH] [-device-id ID] [-rounds N] [-no-precopy] [-json]
+  migrate UUID -to HOST:PORT -uri QEMU-URI [-qmp PATH] [-device-id ID] [-rounds N] [-no-precopy] [-quiesce-first] [-json]
                                 move the instance and its running VM to the vgpud
                                 listening at HOST:PORT, whose QEMU waits with
                                 -incoming QEMU-URI (docs/migration.md)

@@ -24,6 +24,9 @@ type MigrateRequest struct {
 	DeviceID  string `json:"device_id,omitempty"`
 	MaxRounds int    `json:"max_rounds,omitempty"`
 	NoPrecopy bool   `json:"no_precopy,omitempty"`
+	// QuiesceFirst quiesces the guest before QEMU copies the VM even on
+	// vfio-user, where the vGPU may keep running meanwhile.
+	QuiesceFirst bool `json:"quiesce_first,omitempty"`
 	// QEMUBandwidth caps QEMU's migration of the VM, bytes/s (0: none).
 	QEMUBandwidth uint64 `json:"qemu_bandwidth,omitempty"`
 	// Libvirt, if set, is the VM's libvirt domain: libvirt moves it
@@ -57,7 +60,7 @@ func handleMigrate(mux *http.ServeMux, m *mdev.Manager, t *migrate.TLS, lv *libv
 		ctx, cancel := detachedContext(r, 30*time.Minute)
 		defer cancel()
 		opts := migrate.Options{To: req.To, URI: req.URI, QMP: req.QMP,
-			DeviceID: req.DeviceID, MaxRounds: req.MaxRounds, NoPrecopy: req.NoPrecopy, QEMUBandwidth: req.QEMUBandwidth, TLS: t}
+			DeviceID: req.DeviceID, MaxRounds: req.MaxRounds, NoPrecopy: req.NoPrecopy, QuiesceFirst: req.QuiesceFirst, QEMUBandwidth: req.QEMUBandwidth, TLS: t}
 		if req.Libvirt != "" {
 			if lv == nil {
 				replyUnavailable(w, ErrNoLibvirt)
