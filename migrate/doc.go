@@ -3,7 +3,11 @@
 // device state while the guest computes, quiesce through the guest agent,
 // stop-and-copy, QEMU's own migration driven over QMP, and the commit that
 // plugs the vGPU into the VM on the destination; any failure rolls back
-// to the source. Reattach uses the same QMP plumbing to give a running VM
+// to the source. Where the vGPU stays attached (vfio-user) it keeps
+// running while QEMU copies the VM (live.go): the worker logs its writes
+// to guest RAM, the guest quiesces as QEMU's copy nears its end, and the
+// final round, with the VM stopped before QEMU's switchover, carries the
+// pages the device wrote. Reattach uses the same QMP plumbing to give a running VM
 // its vGPU back after vgpud restarted (docs/operating.md). Plugging and
 // unplugging work over the small Monitor interface, which *qmp.Monitor
 // implements and migrate/libvirt implements through virsh (ReattachVia,

@@ -6,6 +6,8 @@
 // guestmem owns the mappings and their lifetime: an Update swaps in a new
 // memory map atomically and unmaps the old one once no access uses it.
 // It maps only the windows the transport announced, never a whole file,
-// and refuses maps larger than the host's memory (Limit). It
+// and refuses maps larger than the host's memory (Limit). While a
+// migration asks (LogWrites), it records which pages were written
+// through it (TakeWritten), since QEMU cannot see the device's writes. It
 // knows nothing of protocols, register semantics or commands.
 package guestmem
