@@ -20,38 +20,51 @@ import (
 // the destination writes them after QEMU has loaded the VM.
 
 const (
-	// QEMU is held back (holdBandwidth) once what is left of its first
-	// copy of the VM would take it at most holdAhead at the fastest rate
-	// it went so far, or is at most holdMin bytes: the guest's programs
-	// must be quiesced while the VM runs, before QEMU can switch over
-	// (its first pass ends it: with nothing left in its dirty bitmap it
-	// switches over without looking again). Guest RAM that is zero
-	// costs QEMU a few bytes a page, so its pace through RAM is measured,
-	// not assumed.
-	holdAhead = 100 * time.Millisecond
-	holdMin   = 32 << 20
-	// holdWindow is the shortest time over which QEMU's pace is
-	// measured: over a few milliseconds it jitters several-fold.
-	holdWindow = 40 * time.Millisecond
+	// liveDowntimeMS is QEMU's downtime-limit while the vGPU runs: QEMU
+	// switches over once what is left fits in the downtime limit at its
+	// measured bandwidth (at QEMU's default of 300 ms that came with 82
+	// MiB of 512 left, here, in the middle of its first pass), which
+	// would stop the VM before its guest's programs quiesced. At 1 ms it
+	// does not before the end of that pass. The limit the source QEMU
+	// had is restored once the guest has quiesced.
+	liveDowntimeMS = 1
 	// holdBandwidth is QEMU's max-bandwidth while the guest quiesces, in
 	// bytes per second: QEMU sends a tenth of it per 100 ms window, here
-	// one byte's worth, so about one page per window (a zero page too).
-	// Under 10 it would be 0 per window, which QEMU reads as no limit.
+	// one byte's worth, so about one page per window (a zero page too),
+	// and cannot reach its switchover meanwhile. Under 10 it would be 0
+	// per window, which QEMU reads as no limit.
 	holdBandwidth = 16
 	// livePoll is how often query-migrate is asked while waiting.
 	livePoll = 2 * time.Millisecond
 )
 
-// holdPoint decides, from query-migrate's answers in turn, when QEMU's
-// copy is close enough to its end to hold it (holdAhead, holdMin).
+// QEMU is held back (holdBandwidth) once what is left of its first copy
+// of the VM would take it at most holdAhead at the fastest pace it went
+// so far (over windows of holdWindow: over a few milliseconds it jitters
+// several-fold), or is at most holdMin bytes. At the end of that pass,
+// with what the guest dirtied meanwhile under 1 ms of its bandwidth,
+// QEMU would switch over; held, it cannot. Guest RAM that is zero costs
+// QEMU a few bytes a page, so its pace through RAM is measured, not
+// derived from its bandwidth.
+const (
+	holdAhead  = 100 * time.Millisecond
+	holdMin    = 32 << 20
+	holdWindow = 40 * time.Millisecond
+)
+
+// holdPoint decides, from query-migrate's answers in turn, when to hold
+// QEMU's copy.
 type holdPoint struct {
 	since    time.Time // the current window's start
 	sinceRem int64     // remaining bytes then
 	rate     float64   // the fastest bytes per second over a window
 }
 
+// reached reports whether QEMU's copy is close enough to the end of its
+// first pass to hold it, or already stopped before its switchover (the
+// caller then fails the migration: the guest can no longer quiesce).
 func (h *holdPoint) reached(i qmp.MigrationInfo, now time.Time) bool {
-	if i.Status == qmp.MigrationPreSwitchover {
+	if i.Status == qmp.MigrationPreSwitchover || (i.Status == qmp.MigrationActive && i.RAM.DirtySyncCount >= 2) {
 		return true
 	}
 	if i.Status != qmp.MigrationActive || i.RAM.Total <= 0 {
@@ -68,8 +81,10 @@ func (h *holdPoint) reached(i qmp.MigrationInfo, now time.Time) bool {
 }
 
 // errConvergedEarly: QEMU stopped the VM for its switchover before the
-// guest's programs were quiesced (it copied the VM's last bytes before
-// the hold took effect); they cannot quiesce in a stopped VM.
+// guest's programs were quiesced (its pace through RAM rose more than
+// holdAhead/livePoll-fold between two polls, and the guest dirtied less
+// than 1 ms of QEMU's bandwidth meanwhile); they cannot quiesce in a
+// stopped VM.
 var errConvergedEarly = errors.New("QEMU reached its switchover before the guest's programs quiesced")
 
 // goLive turns the worker's guest log on and reports true where this
@@ -124,7 +139,7 @@ func (o *outgoing) runLive(ctx context.Context) error {
 	if info.Status == qmp.MigrationPreSwitchover {
 		return errConvergedEarly
 	}
-	o.log.Info("QEMU's copy held for the guest's quiesce", "remaining", info.RAM.Remaining, "rate", hp.rate)
+	o.log.Info("QEMU's copy held for the guest's quiesce", "remaining", info.RAM.Remaining, "passes", info.RAM.DirtySyncCount, "pace", int64(hp.rate))
 	o.rep.LiveCopy = time.Since(t)
 
 	o.phase("quiesce")
@@ -132,9 +147,10 @@ func (o *outgoing) runLive(ctx context.Context) error {
 	if err := o.quiesce(ctx, stunStart); err != nil {
 		return err
 	}
-	if err := o.mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": o.bandwidth}); err != nil {
+	if err := o.mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": o.bandwidth, "downtime-limit": o.downtime}); err != nil {
 		return fmt.Errorf("release QEMU's migration: %w", err)
 	}
+	o.downtimeSet = false
 
 	o.phase("qemu")
 	tq := time.Now()
@@ -181,12 +197,18 @@ func (o *outgoing) runLive(ctx context.Context) error {
 // (pause-before-switchover) for the final round.
 func (o *outgoing) startQEMU(ctx context.Context) error {
 	o.bandwidth = o.qemuBandwidth()
+	params, err := o.mon.QueryMigrateParameters(ctx)
+	if err != nil {
+		return fmt.Errorf("QEMU's migration parameters: %w", err)
+	}
+	o.downtime = params.DowntimeLimitMS
 	if err := o.mon.MigrateSetCapabilities(ctx, map[string]bool{"pause-before-switchover": true}); err != nil {
 		return fmt.Errorf("QEMU's pause before switchover: %w", err)
 	}
 	o.paused = true
-	if err := o.mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": o.bandwidth}); err != nil {
-		return fmt.Errorf("QEMU migration bandwidth: %w", err)
+	o.downtimeSet = true
+	if err := o.mon.MigrateSetParameters(ctx, map[string]any{"max-bandwidth": o.bandwidth, "downtime-limit": liveDowntimeMS}); err != nil {
+		return fmt.Errorf("QEMU migration bandwidth and downtime: %w", err)
 	}
 	o.qemuStarted = true
 	return o.mon.Migrate(ctx, o.opts.URI)
@@ -217,6 +239,11 @@ func (o *outgoing) stopQEMU(ctx context.Context) {
 	if o.paused {
 		if err := o.mon.MigrateSetCapabilities(ctx, map[string]bool{"pause-before-switchover": false}); err != nil {
 			o.log.Warn("rollback: clear pause-before-switchover", "err", err)
+		}
+	}
+	if o.downtimeSet {
+		if err := o.mon.MigrateSetParameters(ctx, map[string]any{"downtime-limit": o.downtime}); err != nil {
+			o.log.Warn("rollback: restore QEMU's downtime limit", "err", err)
 		}
 	}
 }

@@ -165,6 +165,8 @@ type outgoing struct {
 	qemuStarted bool
 	paused      bool
 	bandwidth   uint64 // QEMU's max-bandwidth for this migration
+	downtime    int64  // the source QEMU's downtime-limit before it (ms)
+	downtimeSet bool   // the live path lowered it (restored by a rollback)
 	frozen      bool   // the final round froze the ring
 	quiet       bool   // the guest quiesced
 	gone        bool   // the device was unplugged from the source QEMU

@@ -18,6 +18,7 @@ import (
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
+	"github.com/vgpud/vgpud/migrate/qmp"
 )
 
 // startVFIOUserDaemon is startDaemon for a vgpud whose VMs attach by
@@ -205,6 +206,29 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 		}
 		vmB.Kill()
 	}
+	// The source QEMU is as it was before: no pause before a switchover
+	// (which would stop the next migration there), QEMU's default
+	// downtime limit back.
+	mon, err := qmp.Dial(ctx, a.InstanceBase(id)+".qmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var caps []struct {
+		Capability string `json:"capability"`
+		State      bool   `json:"state"`
+	}
+	if err := mon.Execute(ctx, "query-migrate-capabilities", nil, &caps); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range caps {
+		if c.Capability == "pause-before-switchover" && c.State {
+			t.Error("the rolled-back source QEMU still pauses before its switchover")
+		}
+	}
+	if p, err := mon.QueryMigrateParameters(ctx); err != nil || p.DowntimeLimitMS != 300 {
+		t.Errorf("the rolled-back source QEMU's parameters: %+v, %v; want QEMU's default downtime limit, 300 ms", p, err)
+	}
+	mon.Close()
 	waitResult(ctx, t, vmA, steps)
 	if _, err := vmA.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
 		t.Fatalf("guest did not exit 0: %v\n%s", err, strings.Join(vmA.Lines(), "\n"))
