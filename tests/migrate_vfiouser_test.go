@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,7 +104,9 @@ func TestMigrateVFIOUserInPlace(t *testing.T) {
 // keeps running while QEMU copies the VM fails at each step of the new
 // path, and each time the VM keeps running on the source with its GPU
 // work intact, and the job's final result is right: QEMU's stream cut
-// while it copies the VM (the guest not yet quiesced), the destination
+// while it copies the VM (the guest not yet quiesced), the daemons'
+// channel cut while QEMU copies the VM (the source finds out as it sends
+// the final round, the VM stopped before its switchover), the destination
 // failing the final round (the source VM stopped before its switchover:
 // QEMU's migration is cancelled and the VM runs again), and the
 // destination failing the commit after QEMU moved the VM (it quits its
@@ -167,9 +170,11 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 	for i, c := range []struct {
 		phase, failAt string
 		cutQEMU       bool // QEMU's own stream goes through a relay that cuts it
+		cutChannel    bool // the daemons' channel is cut while QEMU copies the VM
 		quiesced      bool // the guest was quiesced, so it resumes
 	}{
 		{phase: "qemu", cutQEMU: true},
+		{phase: "stop-and-copy", cutChannel: true, quiesced: true},
 		{phase: "stop-and-copy", failAt: "final", quiesced: true},
 		{phase: "commit", failAt: "commit", quiesced: true},
 	} {
@@ -181,11 +186,17 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 		target := filepath.Join(dir, fmt.Sprintf("attempt-%d.mig", i))
 		vmB := startVFIOUserVM(ctx, t, env, filepath.Join(sockDir, id), "unix:"+target, app)
 		uri := "unix:" + target
-		if c.cutQEMU {
-			uri = "unix:" + cutUnixRelay(t, target, filepath.Join(dir, "relay.mig"), 64<<20)
+		to := b
+		switch {
+		case c.cutQEMU:
+			uri = "unix:" + unixRelay(t, target, filepath.Join(dir, "relay.mig"), 64<<20, nil)
+		case c.cutChannel:
+			ch := newChannelRelay(t, b.MigrateAddr)
+			to = &daemon{RunDir: sockDir, MigrateAddr: ch.addr}
+			uri = "unix:" + unixRelay(t, target, filepath.Join(dir, "relay.mig"), -1, map[int64]func(){64 << 20: ch.cut})
 		}
 		resumed := len(vmA.Lines())
-		rep, err := migrateVM(t, a, b, id, uri)
+		rep, err := migrateVM(t, a, to, id, uri)
 		if err == nil || rep == nil || !rep.RolledBack || rep.Phase != c.phase || !rep.Live {
 			t.Fatalf("attempt %d: %v, report %+v; want a live migration rolled back in %s\nconsole:\n%s", i, err, rep, c.phase, strings.Join(vmA.Lines(), "\n"))
 		}
@@ -235,9 +246,10 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 	}
 }
 
-// cutUnixRelay listens on path and forwards one connection to target,
-// closing both ends after n bytes from the client; it returns path.
-func cutUnixRelay(t *testing.T, target, path string, n int64) string {
+// unixRelay listens on path and forwards one connection to target. It
+// closes both ends after n bytes from the client (n >= 0), and calls
+// at[k] once k bytes from the client have passed. It returns path.
+func unixRelay(t *testing.T, target, path string, n int64, at map[int64]func()) string {
 	t.Helper()
 	l, err := net.Listen("unix", path)
 	if err != nil {
@@ -256,7 +268,81 @@ func cutUnixRelay(t *testing.T, target, path string, n int64) string {
 		}
 		defer s.Close()
 		go io.Copy(c, s)
-		io.CopyN(s, c, n)
+		var passed int64
+		buf := make([]byte, 64<<10)
+		for n < 0 || passed < n {
+			want := int64(len(buf))
+			if n >= 0 {
+				want = min(want, n-passed)
+			}
+			k, err := c.Read(buf[:want])
+			if k > 0 {
+				if _, werr := s.Write(buf[:k]); werr != nil {
+					return
+				}
+				for mark, f := range at {
+					if passed < mark && passed+int64(k) >= mark {
+						f()
+					}
+				}
+				passed += int64(k)
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	return path
+}
+
+// channelRelay forwards one TCP connection to addr (the daemons' channel)
+// until cut.
+type channelRelay struct {
+	addr    string
+	mu      sync.Mutex
+	c, s    net.Conn
+	cutDone bool
+}
+
+func newChannelRelay(t *testing.T, addr string) *channelRelay {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	r := &channelRelay{addr: l.Addr().String()}
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", addr)
+		if err != nil {
+			c.Close()
+			return
+		}
+		r.mu.Lock()
+		r.c, r.s = c, s
+		cut := r.cutDone
+		r.mu.Unlock()
+		if cut {
+			r.cut()
+		}
+		go io.Copy(c, s)
+		io.Copy(s, c)
+	}()
+	return r
+}
+
+// cut closes both ends of the relayed connection (or the one to come).
+func (r *channelRelay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cutDone = true
+	for _, c := range []net.Conn{r.c, r.s} {
+		if c != nil {
+			c.Close()
+		}
+	}
 }

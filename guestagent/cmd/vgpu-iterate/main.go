@@ -732,7 +732,9 @@ func (r reporting) Quiesce(ctx context.Context) error {
 }
 
 func (r reporting) Resume(ctx context.Context, replugged bool) error {
+	start := time.Now()
 	err := r.h.Resume(ctx, replugged)
+	took := time.Since(start)
 	if err != nil {
 		fmt.Fprintf(r.out, "%sresume error (replugged %v): %v\n", Prefix, replugged, err)
 	} else {
@@ -740,7 +742,7 @@ func (r reporting) Resume(ctx context.Context, replugged bool) error {
 		if replugged {
 			r.migrated.Add(1)
 		}
-		fmt.Fprintf(r.out, "%sresumed replugged=%v device=%s cus=%d\n", Prefix, replugged, printable(in.Name), in.ComputeUnits)
+		fmt.Fprintf(r.out, "%sresumed replugged=%v device=%s cus=%d took=%s\n", Prefix, replugged, printable(in.Name), in.ComputeUnits, took.Round(time.Microsecond))
 	}
 	return err
 }
