@@ -216,34 +216,99 @@ func (o *outgoing) startQEMU(ctx context.Context) error {
 
 // stopQEMU is a live migration's rollback on the source QEMU: its
 // migration cancelled unless it completed, the VM running again, and the
-// capability and bandwidth it was started with undone, so that a later
-// migration of this VM does not stop before its switchover.
+// capability and downtime limit it was started with undone, so that a
+// later migration of this VM does not stop before its switchover.
 func (o *outgoing) stopQEMU(ctx context.Context) {
 	if o.qemuStarted && !o.qemu {
-		if info, err := o.mon.QueryMigrate(ctx); err == nil && !info.Status.Done() {
-			if err := o.mon.MigrateCancel(ctx); err != nil {
-				o.log.Error("rollback: cancel QEMU's migration", "err", err)
-			}
-		}
-		if _, err := o.mon.WaitMigrationUntil(ctx, 10*time.Millisecond, func(i qmp.MigrationInfo) bool {
-			return i.Status.Done()
-		}); err != nil && !errors.Is(err, qmp.ErrMigrationFailed) && !errors.Is(err, qmp.ErrMigrationEnded) {
-			o.log.Error("rollback: QEMU's migration did not end", "err", err)
-		}
-		if st, err := o.mon.QueryStatus(ctx); err == nil && !st.Running {
-			if err := o.mon.Cont(ctx); err != nil {
-				o.log.Error("rollback: cont", "err", err)
-			}
+		if err := cancelAndRun(ctx, o.mon); err != nil {
+			o.log.Error("rollback: QEMU's migration", "err", err)
 		}
 	}
-	if o.paused {
-		if err := o.mon.MigrateSetCapabilities(ctx, map[string]bool{"pause-before-switchover": false}); err != nil {
-			o.log.Warn("rollback: clear pause-before-switchover", "err", err)
-		}
-	}
+	var downtime any
 	if o.downtimeSet {
-		if err := o.mon.MigrateSetParameters(ctx, map[string]any{"downtime-limit": o.downtime}); err != nil {
-			o.log.Warn("rollback: restore QEMU's downtime limit", "err", err)
+		downtime = o.downtime
+	}
+	if err := restoreQEMU(ctx, o.mon, o.paused, downtime); err != nil {
+		o.log.Warn("rollback: QEMU's migration settings", "err", err)
+	}
+}
+
+// cancelAndRun cancels the source QEMU's migration unless it is over and
+// runs the VM if the cancel left it stopped (stopped before its
+// switchover).
+func cancelAndRun(ctx context.Context, mon *qmp.Monitor) error {
+	info, err := mon.QueryMigrate(ctx)
+	if err != nil {
+		return err
+	}
+	if info.Status != qmp.MigrationNone && !info.Status.Done() {
+		if err := mon.MigrateCancel(ctx); err != nil {
+			return fmt.Errorf("cancel: %w", err)
+		}
+		if _, err := mon.WaitMigrationUntil(ctx, 10*time.Millisecond, func(i qmp.MigrationInfo) bool { return i.Status.Done() }); err != nil {
+			return err
 		}
 	}
+	st, err := mon.QueryStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Status == qmp.RunStatePaused || st.Status == qmp.RunStateFinishMigrate {
+		if err := mon.Cont(ctx); err != nil {
+			return fmt.Errorf("cont: %w", err)
+		}
+	}
+	return nil
+}
+
+// restoreQEMU clears pause-before-switchover (if pause) and sets the
+// downtime limit back (if downtime is not nil).
+func restoreQEMU(ctx context.Context, mon *qmp.Monitor, pause bool, downtime any) error {
+	var errs []error
+	if pause {
+		errs = append(errs, mon.MigrateSetCapabilities(ctx, map[string]bool{"pause-before-switchover": false}))
+	}
+	if downtime != nil {
+		errs = append(errs, mon.MigrateSetParameters(ctx, map[string]any{"downtime-limit": downtime}))
+	}
+	return errors.Join(errs...)
+}
+
+// qemuDowntimeMS is QEMU's default downtime-limit: what a source QEMU is
+// given back when the limit it had before a live migration is not known
+// (AbandonLive).
+const qemuDowntimeMS = 300
+
+// AbandonLive ends a live migration that a vgpud which then died or
+// restarted left under way on a VM's QEMU (mon): one is recognized by
+// the pause-before-switchover capability, which only this path sets.
+// QEMU would otherwise go on copying the VM at a 1 ms downtime limit, or
+// keep the VM stopped before its switchover, forever; and the vGPU's
+// state went with the old daemon, so the migration cannot complete.
+// It cancels the migration unless it completed (then the destination
+// holds the VM: left alone), runs the VM if the cancel left it stopped,
+// and gives QEMU back its defaults (no pause, 300 ms). It reports whether
+// there was such a migration.
+func AbandonLive(ctx context.Context, mon *qmp.Monitor) (bool, error) {
+	caps, err := mon.QueryMigrateCapabilities(ctx)
+	if err != nil {
+		return false, fmt.Errorf("abandon a live migration: %w", err)
+	}
+	if !caps["pause-before-switchover"] {
+		return false, nil
+	}
+	info, err := mon.QueryMigrate(ctx)
+	if err != nil {
+		return true, fmt.Errorf("abandon a live migration: %w", err)
+	}
+	if info.Status == qmp.MigrationCompleted {
+		return true, nil
+	}
+	if err := cancelAndRun(ctx, mon); err != nil {
+		return true, fmt.Errorf("abandon a live migration: %w", err)
+	}
+	if err := restoreQEMU(ctx, mon, true, qemuDowntimeMS); err != nil {
+		return true, fmt.Errorf("abandon a live migration: %w", err)
+	}
+	return true, nil
 }

@@ -128,9 +128,12 @@ type ReattachReport struct {
 	Unplugged bool `json:"unplugged"`
 	// Programs is how many guest programs acknowledged the loss (0 with
 	// AgentErr set when the guest agent did not answer).
-	Programs uint32        `json:"programs"`
-	AgentErr string        `json:"agent_error,omitempty"`
-	Took     time.Duration `json:"took_ns"`
+	Programs uint32 `json:"programs"`
+	AgentErr string `json:"agent_error,omitempty"`
+	// AbandonedMigration: the old daemon had left a live migration of
+	// the VM under way, which was ended (AbandonLive).
+	AbandonedMigration bool          `json:"abandoned_migration,omitempty"`
+	Took               time.Duration `json:"took_ns"`
 }
 
 // Reattach gives a running VM its vGPU back after vgpud restarted (cleanly
@@ -149,9 +152,6 @@ func Reattach(ctx context.Context, m *mdev.Manager, id string, opts ReattachOpti
 	if err != nil {
 		return nil, fmt.Errorf("reattach: %w", err)
 	}
-	if inst.Attached() {
-		return nil, fmt.Errorf("reattach %s: %w", id, ErrAttached)
-	}
 	opts = opts.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
@@ -161,10 +161,23 @@ func Reattach(ctx context.Context, m *mdev.Manager, id string, opts ReattachOpti
 	}
 	mon, err := qmp.Dial(ctx, path)
 	if err != nil {
+		if inst.Attached() {
+			return nil, fmt.Errorf("reattach %s: %w", id, ErrAttached)
+		}
 		return nil, fmt.Errorf("reattach %s: the VM's monitor %s: %w", id, path, err)
 	}
 	defer mon.Close()
-	return ReattachVia(ctx, m, id, mon, opts)
+	// A live migration the old daemon left under way goes first, whether
+	// or not the VM's vGPU is still attached.
+	abandoned, err := AbandonLive(ctx, mon)
+	if err != nil {
+		return nil, fmt.Errorf("reattach %s: %w", id, err)
+	}
+	rep, err := ReattachVia(ctx, m, id, mon, opts)
+	if rep != nil {
+		rep.AbandonedMigration = abandoned
+	}
+	return rep, err
 }
 
 func (o ReattachOptions) withDefaults() ReattachOptions {

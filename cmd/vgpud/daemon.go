@@ -420,7 +420,7 @@ func reattachRunning(ctx context.Context, m *mdev.Manager, log *slog.Logger) (st
 				return
 			}
 			log.Info("reattached the VM's vGPU after a restart", "instance", in.UUID(), "slot", rep.Slot,
-				"took", rep.Took, "programs", rep.Programs, "agent_error", rep.AgentErr)
+				"took", rep.Took, "programs", rep.Programs, "agent_error", rep.AgentErr, "abandoned_migration", rep.AbandonedMigration)
 		}()
 	}
 	return func() {

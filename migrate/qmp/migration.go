@@ -292,3 +292,17 @@ func (m *Monitor) WaitMigrationUntil(ctx context.Context, interval time.Duration
 		}
 	}
 }
+
+// QueryMigrateCapabilities runs "query-migrate-capabilities": each
+// migration capability this QEMU has, by name, and whether it is on.
+func (m *Monitor) QueryMigrateCapabilities(ctx context.Context) (map[string]bool, error) {
+	var list []migrationCapability
+	if err := m.Execute(ctx, "query-migrate-capabilities", nil, &list); err != nil {
+		return nil, err
+	}
+	caps := make(map[string]bool, len(list))
+	for _, c := range list {
+		caps[c.Capability] = c.State
+	}
+	return caps, nil
+}

@@ -93,6 +93,12 @@ func TestTypedCalls(t *testing.T) {
 	s.Handle("query-status", func(json.RawMessage, []*os.File) (any, error) {
 		return json.RawMessage(`{"status": "inmigrate", "singlestep": false, "running": false}`), nil
 	})
+	s.Handle("query-migrate-parameters", func(json.RawMessage, []*os.File) (any, error) {
+		return json.RawMessage(`{"downtime-limit": 300, "max-bandwidth": 134217728, "multifd-channels": 2}`), nil
+	})
+	s.Handle("query-migrate-capabilities", func(json.RawMessage, []*os.File) (any, error) {
+		return json.RawMessage(`[{"capability": "events", "state": false}, {"capability": "pause-before-switchover", "state": true}]`), nil
+	})
 	s.Handle("query-migrate", func(json.RawMessage, []*os.File) (any, error) {
 		return json.RawMessage(`{"status": "completed", "total-time": 120, "downtime": 7, "setup-time": 2,
 			"expected-downtime": 300, "error-desc": "",
@@ -100,7 +106,7 @@ func TestTypedCalls(t *testing.T) {
 				"mbps": 12.5, "dirty-sync-count": 3, "duplicate": 16000}}`), nil
 	})
 	for _, name := range []string{"stop", "cont", "quit", "getfd", "closefd", "device_add", "device_del",
-		"migrate", "migrate-incoming", "migrate_cancel", "migrate-set-capabilities", "migrate-set-parameters"} {
+		"migrate", "migrate-incoming", "migrate_cancel", "migrate-set-capabilities", "migrate-set-parameters", "migrate-continue"} {
 		s.Handle(name, func(json.RawMessage, []*os.File) (any, error) { return nil, nil })
 	}
 
@@ -173,6 +179,33 @@ func TestTypedCalls(t *testing.T) {
 			wantArgs: `{"uri": "fd:mig0"}`,
 		},
 		{name: "MigrateCancel", call: func() error { return m.MigrateCancel(ctx) }, wantName: "migrate_cancel"},
+		{
+			name:     "MigrateContinue",
+			call:     func() error { return m.MigrateContinue(ctx, MigrationPreSwitchover) },
+			wantName: "migrate-continue", wantArgs: `{"state":"pre-switchover"}`,
+		},
+		{
+			name: "QueryMigrateParameters",
+			call: func() error {
+				p, err := m.QueryMigrateParameters(ctx)
+				if want := (MigrationParameters{DowntimeLimitMS: 300, MaxBandwidth: 128 << 20}); err == nil && p != want {
+					return fmt.Errorf("QueryMigrateParameters() = %+v, want %+v", p, want)
+				}
+				return err
+			},
+			wantName: "query-migrate-parameters",
+		},
+		{
+			name: "QueryMigrateCapabilities",
+			call: func() error {
+				c, err := m.QueryMigrateCapabilities(ctx)
+				if err == nil && (len(c) != 2 || c["events"] || !c["pause-before-switchover"]) {
+					return fmt.Errorf("QueryMigrateCapabilities() = %v", c)
+				}
+				return err
+			},
+			wantName: "query-migrate-capabilities",
+		},
 		{
 			name: "QueryMigrate",
 			call: func() error {
@@ -837,6 +870,51 @@ func TestDialErrors(t *testing.T) {
 			}
 			if m != nil {
 				m.Close()
+			}
+		})
+	}
+}
+
+// TestWaitMigrationUntil: it returns the first answer the predicate
+// holds for, and an error when the migration ends first: completed
+// (ErrMigrationEnded), failed or cancelled (ErrMigrationFailed).
+func TestWaitMigrationUntil(t *testing.T) {
+	second := func(i MigrationInfo) bool { return i.RAM.DirtySyncCount >= 2 }
+	tests := []struct {
+		name     string
+		statuses []string
+		wantErr  error
+		wantSync int64
+	}{
+		{name: "reached", statuses: []string{`{"status": "setup"}`, `{"status": "active", "ram": {"dirty-sync-count": 1}}`,
+			`{"status": "active", "ram": {"dirty-sync-count": 2}}`, `{"status": "active", "ram": {"dirty-sync-count": 3}}`}, wantSync: 2},
+		{name: "completed first", statuses: []string{`{"status": "active", "ram": {"dirty-sync-count": 1}}`, `{"status": "completed"}`},
+			wantErr: ErrMigrationEnded},
+		{name: "failed first", statuses: []string{`{"status": "failed", "error-desc": "x"}`}, wantErr: ErrMigrationFailed},
+		{name: "cancelled first", statuses: []string{`{"status": "cancelled"}`}, wantErr: ErrMigrationCancelled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, m := newPair(t)
+			ctx := testContext(t)
+			var mu sync.Mutex
+			n := 0
+			s.Handle("query-migrate", func(json.RawMessage, []*os.File) (any, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				i := min(n, len(tt.statuses)-1)
+				n++
+				return json.RawMessage(tt.statuses[i]), nil
+			})
+			info, err := m.WaitMigrationUntil(ctx, time.Millisecond, second)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Errorf("WaitMigrationUntil() = %+v, %v; want %v", info, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || info.RAM.DirtySyncCount != tt.wantSync {
+				t.Errorf("WaitMigrationUntil() = %+v, %v; want sync count %d", info, err, tt.wantSync)
 			}
 		})
 	}
