@@ -18,6 +18,7 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
+	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
 )
@@ -184,40 +185,8 @@ func TestMigrateRollsBack(t *testing.T) {
 	id := create(t, a, "vgpu-small")
 
 	// The destination: an in-process manager and migrate.Destination.
-	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	sockDir := t.TempDir()
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockDir, Transport: mpqemu.Transport{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var failAt atomic.Value
-	failAt.Store("")
-	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, env.TLSDir), StepTimeout: time.Minute,
-		InjectFault: func(step string) error {
-			if step == failAt.Load().(string) {
-				return fmt.Errorf("at %s", step)
-			}
-			return nil
-		}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- dst.Serve(sctx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("destination Serve: %v", err)
-		}
-		m.Close()
-		dev.Close()
-	})
-	b := &daemon{RunDir: sockDir, MigrateAddr: ln.Addr().String()}
+	m, b, failAt := faultyDestination(t, env, sockDir, mpqemu.Transport{})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
@@ -278,6 +247,47 @@ func TestMigrateRollsBack(t *testing.T) {
 	if _, err := vmA.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
 		t.Fatalf("guest did not exit 0: %v\n%s", err, strings.Join(vmA.Lines(), "\n"))
 	}
+}
+
+// faultyDestination is a destination in the test process, for fault
+// injection: a manager on transport with its sockets in sockDir, and a
+// migrate.Destination that fails at the step failAt names ("" none). b
+// is that destination as a daemon to migrate to.
+func faultyDestination(t *testing.T, env *migratetest.Env, sockDir string, tr transport.Socket) (m *mdev.Manager, b *daemon, failAt *atomic.Value) {
+	t.Helper()
+	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err = mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockDir, Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failAt = &atomic.Value{}
+	failAt.Store("")
+	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, env.TLSDir), StepTimeout: time.Minute,
+		InjectFault: func(step string) error {
+			if step == failAt.Load().(string) {
+				return fmt.Errorf("at %s", step)
+			}
+			return nil
+		}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- dst.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("destination Serve: %v", err)
+		}
+		m.Close()
+		dev.Close()
+	})
+	return m, &daemon{RunDir: sockDir, MigrateAddr: ln.Addr().String()}, failAt
 }
 
 // cutRelay forwards one connection to addr and closes both ends after n

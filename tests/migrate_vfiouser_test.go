@@ -9,15 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
-	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/migratetest"
 	"github.com/vgpud/vgpud/migrate/qmp"
 )
@@ -120,44 +117,12 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 	a := startVFIOUserDaemon(t, env, "pthread")
 	id := create(t, a, "vgpu-small")
 
-	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	sockDir, err := os.MkdirTemp("", "vd")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: sockDir, Transport: vfiouser.Transport{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var failAt atomic.Value
-	failAt.Store("")
-	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, env.TLSDir), StepTimeout: time.Minute,
-		InjectFault: func(step string) error {
-			if step == failAt.Load().(string) {
-				return fmt.Errorf("at %s", step)
-			}
-			return nil
-		}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- dst.Serve(sctx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("destination Serve: %v", err)
-		}
-		m.Close()
-		dev.Close()
-	})
-	b := &daemon{RunDir: sockDir, MigrateAddr: ln.Addr().String()}
+	m, b, failAt := faultyDestination(t, env, sockDir, vfiouser.Transport{})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()

@@ -175,31 +175,11 @@ func (m *Monitor) WaitMigration(ctx context.Context, interval time.Duration) (Mi
 	if interval <= 0 {
 		interval = defaultMigrationPoll
 	}
-	var info MigrationInfo
-	for {
-		next, err := m.QueryMigrate(ctx)
-		if err != nil {
-			return info, err
-		}
-		info = next
-		switch info.Status {
-		case MigrationCompleted:
-			return m.settleCompleted(ctx, info, min(interval, finishPoll))
-		case MigrationFailed:
-			return info, fmt.Errorf("qmp migration: %w: %s", ErrMigrationFailed, info.ErrorDesc)
-		case MigrationCancelled:
-			return info, fmt.Errorf("qmp migration: %w: %w", ErrMigrationFailed, ErrMigrationCancelled)
-		}
-		wctx, cancel := context.WithTimeout(ctx, interval)
-		_, err = m.WaitEvent(wctx, "MIGRATION", nil)
-		cancel()
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return info, err
-		}
-		if err := ctx.Err(); err != nil {
-			return info, fmt.Errorf("qmp wait migration: %w", err)
-		}
+	info, err := m.WaitMigrationUntil(ctx, interval, func(i MigrationInfo) bool { return i.Status == MigrationCompleted })
+	if err != nil {
+		return info, err
 	}
+	return m.settleCompleted(ctx, info, min(interval, finishPoll))
 }
 
 // settleCompleted waits for a completed migration's source to leave run
