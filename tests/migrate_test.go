@@ -294,7 +294,16 @@ func faultyDestination(t *testing.T, env *migratetest.Env, sockDir string, tr tr
 // bytes from the client.
 func cutRelay(t *testing.T, addr string, n int64) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return relay(t, "tcp", "127.0.0.1:0", addr, n, nil)
+}
+
+// relay listens on network address listen and forwards one connection to
+// target. It closes both ends after n bytes from the client (n >= 0), and
+// calls at[k] once k bytes from the client have passed. It returns the
+// address it listens on.
+func relay(t *testing.T, network, listen, target string, n int64, at map[int64]func()) string {
+	t.Helper()
+	l, err := net.Listen(network, listen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,13 +314,35 @@ func cutRelay(t *testing.T, addr string, n int64) string {
 			return
 		}
 		defer c.Close()
-		s, err := net.Dial("tcp", addr)
+		s, err := net.Dial(network, target)
 		if err != nil {
 			return
 		}
 		defer s.Close()
 		go io.Copy(c, s)
-		io.CopyN(s, c, n)
+		var passed int64
+		buf := make([]byte, 64<<10)
+		for n < 0 || passed < n {
+			want := int64(len(buf))
+			if n >= 0 {
+				want = min(want, n-passed)
+			}
+			k, err := c.Read(buf[:want])
+			if k > 0 {
+				if _, werr := s.Write(buf[:k]); werr != nil {
+					return
+				}
+				for mark, f := range at {
+					if passed < mark && passed+int64(k) >= mark {
+						f()
+					}
+				}
+				passed += int64(k)
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	return l.Addr().String()
 }

@@ -202,53 +202,12 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 	}
 }
 
-// unixRelay listens on path and forwards one connection to target. It
-// closes both ends after n bytes from the client (n >= 0), and calls
-// at[k] once k bytes from the client have passed. It returns path.
+// unixRelay listens on path and forwards one connection to target (a
+// relay, closing both ends after n bytes from the client when n >= 0,
+// calling at[k] once k bytes have passed). It returns path.
 func unixRelay(t *testing.T, target, path string, n int64, at map[int64]func()) string {
 	t.Helper()
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		s, err := net.Dial("unix", target)
-		if err != nil {
-			return
-		}
-		defer s.Close()
-		go io.Copy(c, s)
-		var passed int64
-		buf := make([]byte, 64<<10)
-		for n < 0 || passed < n {
-			want := int64(len(buf))
-			if n >= 0 {
-				want = min(want, n-passed)
-			}
-			k, err := c.Read(buf[:want])
-			if k > 0 {
-				if _, werr := s.Write(buf[:k]); werr != nil {
-					return
-				}
-				for mark, f := range at {
-					if passed < mark && passed+int64(k) >= mark {
-						f()
-					}
-				}
-				passed += int64(k)
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return path
+	return relay(t, "unix", path, target, n, at)
 }
 
 // channelRelay forwards one TCP connection to addr (the daemons' channel)
