@@ -372,7 +372,7 @@ func (in *incoming) instance(ctx context.Context) error {
 
 // round applies one round's records through a pipe to the worker.
 func (in *incoming) round(ctx context.Context) (uint32, error) {
-	start := time.Now()
+	var start time.Time // the round's first record: what came before is the source's time
 	pr, pw := io.Pipe()
 	errc := make(chan error, 1)
 	go func() {
@@ -389,6 +389,9 @@ func (in *incoming) round(ctx context.Context) (uint32, error) {
 			raw, err := in.r.NextRaw()
 			if err != nil {
 				return err
+			}
+			if start.IsZero() {
+				start = time.Now()
 			}
 			switch raw.Type {
 			case stream.TypeRound:

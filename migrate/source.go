@@ -87,7 +87,7 @@ type RoundReport struct {
 	Redirty     uint32        `json:"redirty"`
 	GuestBytes  uint64        `json:"guest_bytes,omitempty"` // guest RAM the device wrote (a live final round)
 	Took        time.Duration `json:"took_ns"`
-	Applied     time.Duration `json:"applied_ns"` // on the destination
+	Applied     time.Duration `json:"applied_ns"` // on the destination, from the round's first record
 }
 
 // Report is what a migration did, phase by phase.
