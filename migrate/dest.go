@@ -386,6 +386,9 @@ func (in *incoming) round(ctx context.Context) (uint32, error) {
 		cur := uint32(0) // the device context the records are of (0: the default ring)
 		for {
 			in.deadline()
+			if err := in.abortBetweenRecords(); err != nil {
+				return err
+			}
 			raw, err := in.r.NextRaw()
 			if err != nil {
 				return err
@@ -449,6 +452,27 @@ func (in *incoming) round(ctx context.Context) (uint32, error) {
 		return number, fmt.Errorf("%w: the final round carries no ring state", stream.ErrCorrupt)
 	}
 	return number, writeLine(in.conn, Reply{Step: "round", Round: number, AppliedNs: ns(time.Since(start))})
+}
+
+// abortBetweenRecords reads the source's abort where a record would
+// start: a source that rolls back while this side waits for a round's
+// records (a live migration's final round comes only after QEMU's copy)
+// sends its abort line there. A record's header starts with its type's
+// low byte, never '{'. It returns nil when a record follows.
+func (in *incoming) abortBetweenRecords() error {
+	b, err := in.br.Peek(1)
+	if err != nil || b[0] != '{' {
+		return nil // the stream reader reports what is wrong
+	}
+	var cmd Command
+	if err := readLine(in.br, &cmd); err != nil {
+		return fmt.Errorf("%w: a line where a record should start: %w", stream.ErrCorrupt, err)
+	}
+	if cmd.Do != "abort" {
+		return fmt.Errorf("%w: a %q command inside a round", stream.ErrCorrupt, cmd.Do)
+	}
+	in.log.Info("migration aborted by the source", "why", cmd.Why)
+	return fmt.Errorf("aborted by the source: %s", cmd.Why)
 }
 
 // commit plugs the vGPU into the migrated VM and resumes it and its guest

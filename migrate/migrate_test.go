@@ -197,6 +197,50 @@ func TestDestinationRefusesCorruptStream(t *testing.T) {
 	}
 }
 
+// TestDestinationTakesAbortBetweenRecords: a source that rolls back while
+// the destination waits for a round's records (a live migration's final
+// round waits for QEMU's copy) sends its abort line where a record would
+// start; the destination reads it as the abort it is, not as a corrupt
+// record, and discards the instance. A line other than an abort there is
+// corrupt.
+func TestDestinationTakesAbortBetweenRecords(t *testing.T) {
+	ca := migratetest.NewCA(t)
+	m, addr := destination(t, ca.HostDir(t))
+	for _, tt := range []struct{ line, want string }{
+		{`{"do":"abort","why":"QEMU failed"}` + "\n", "aborted by the source: QEMU failed"},
+		{`{"do":"commit"}` + "\n", "corrupt"},
+	} {
+		c := dial(t, addr, ca.HostDir(t))
+		r := bufio.NewReader(c)
+		w := stream.NewWriter(c)
+		if err := w.Write(&stream.Instance{ID: testID, Profile: "vgpu-small", MemBytes: 256 << 20}); err != nil {
+			t.Fatal(err)
+		}
+		if rep := reply(t, r); rep.Step != "instance" || rep.Error != "" {
+			t.Fatalf("instance step: %+v", rep)
+		}
+		if err := w.Write(&stream.Buffer{Handle: 1, Size: 4096}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte(tt.line)); err != nil {
+			t.Fatal(err)
+		}
+		if rep := reply(t, r); rep.Step != "round" || !strings.Contains(rep.Error, tt.want) {
+			t.Fatalf("%q inside a round: %+v, want an error containing %q", tt.line, rep, tt.want)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			if _, err := m.Get(testID); errors.Is(err, mdev.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the aborted migration's instance was not discarded")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.Close()
+	}
+}
+
 // TestDestinationRefusesOverQuota: a buffer larger than the profile
 // allows fails the first round, before the source would stop its guest.
 func TestDestinationRefusesOverQuota(t *testing.T) {

@@ -76,7 +76,9 @@ var (
 // Type identifies a record.
 type Type uint16
 
-// The record types (docs/migration.md "Records").
+// The record types (docs/migration.md "Records"). No type's low byte is
+// 0x7b ('{'): on the daemons' channel a source's abort line may stand
+// where a record starts (migrate's destination peeks for it).
 const (
 	TypeHeader      Type = 1
 	TypeInstance    Type = 2
