@@ -108,7 +108,6 @@ func (o *outgoing) goLive(ctx context.Context, inPlace bool) (bool, error) {
 		}
 		return false, err
 	}
-	o.live = true
 	o.rep.Live = true
 	return true, nil
 }
@@ -179,17 +178,9 @@ func (o *outgoing) runLive(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("QEMU migration: %w", err)
 	}
-	o.qemu = true
 	o.rep.QEMU += time.Since(tc)
-	o.rep.QEMUDowntime = time.Duration(info.DowntimeMS) * time.Millisecond
-	o.rep.QEMUTotal = time.Duration(info.TotalTimeMS) * time.Millisecond
-
-	o.phase("commit")
-	if err := o.commit(true); err != nil {
-		return err
-	}
-	o.committed = true
-	return o.sendGo(stunStart)
+	o.qemuCompleted(info)
+	return o.commitAndGo(true, stunStart)
 }
 
 // startQEMU starts QEMU's migration of the VM to Options.URI with the

@@ -157,7 +157,6 @@ type outgoing struct {
 	log   *slog.Logger
 	rep   Report
 	slot  int
-	live  bool // the vGPU runs while QEMU copies the VM (live.go)
 	pages bool // the destination takes GuestPages records
 	// qemuStarted: QEMU's migration was started (live.go) and, unless
 	// qemu, may still be under way: a rollback cancels it. paused: the
@@ -304,16 +303,7 @@ func (o *outgoing) run(ctx context.Context) error {
 	if err := o.migrateQEMU(ctx, t); err != nil {
 		return err
 	}
-
-	o.phase("commit")
-	if err := o.commit(inPlace); err != nil {
-		return err
-	}
-
-	// The destination holds the VM, paused, with the vGPU plugged. From
-	// "go" on the VM is the destination's: this side never runs it again.
-	o.committed = true
-	return o.sendGo(stunStart)
+	return o.commitAndGo(inPlace, stunStart)
 }
 
 // openMonitor connects to the source QEMU's monitor (o.mon), finds the
@@ -457,11 +447,30 @@ func (o *outgoing) migrateQEMU(ctx context.Context, t time.Time) error {
 	if err != nil {
 		return fmt.Errorf("QEMU migration: %w", err)
 	}
-	o.qemu = true
 	o.rep.QEMU = time.Since(t)
+	o.qemuCompleted(info)
+	return nil
+}
+
+// qemuCompleted records that QEMU's migration completed, with QEMU's own
+// figures from its last query-migrate.
+func (o *outgoing) qemuCompleted(info qmp.MigrationInfo) {
+	o.qemu = true
 	o.rep.QEMUDowntime = time.Duration(info.DowntimeMS) * time.Millisecond
 	o.rep.QEMUTotal = time.Duration(info.TotalTimeMS) * time.Millisecond
-	return nil
+}
+
+// commitAndGo commits the VM to the destination and tells it to run it:
+// the end of every migration that QEMU's migration driven here moved.
+func (o *outgoing) commitAndGo(inPlace bool, stunStart time.Time) error {
+	o.phase("commit")
+	if err := o.commit(inPlace); err != nil {
+		return err
+	}
+	// The destination holds the VM, paused, with the vGPU plugged. From
+	// "go" on the VM is the destination's: this side never runs it again.
+	o.committed = true
+	return o.sendGo(stunStart)
 }
 
 // qemuBandwidth is QEMU's max-bandwidth for this migration.

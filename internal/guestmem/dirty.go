@@ -3,7 +3,6 @@ package guestmem
 import (
 	"slices"
 	"sync"
-	"sync/atomic"
 )
 
 // PageShift is the granule of the write log: a guest page.
@@ -107,6 +106,3 @@ func (m *Map) Inside(gpa, n uint64) error {
 	}
 	return m.check(gpa, n)
 }
-
-// logPtr is the Map's write log, nil while off.
-type logPtr = atomic.Pointer[writeLog]

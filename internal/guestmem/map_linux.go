@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -86,8 +87,8 @@ type Map struct {
 	maps   [][]byte // the mappings backing spans, one per region
 	cache  *mapcache
 	closed bool
-	sealed bool // every file of spans was checked sealed against shrinking (View)
-	log    logPtr
+	sealed bool                     // every file of spans was checked sealed against shrinking (View)
+	log    atomic.Pointer[writeLog] // the write log, nil while off (LogWrites)
 }
 
 // Update replaces the memory map with regions. Each region maps, shared
