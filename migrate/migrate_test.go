@@ -156,22 +156,8 @@ func TestDestinationRefusesStrangers(t *testing.T) {
 func TestDestinationRefusesCorruptStream(t *testing.T) {
 	ca := migratetest.NewCA(t)
 	m, addr := destination(t, ca.HostDir(t))
-	c := dial(t, addr, ca.HostDir(t))
-	r := bufio.NewReader(c)
-	w := stream.NewWriter(c)
-	if err := w.Write(&stream.Instance{ID: testID, Profile: "vgpu-small", MemBytes: 256 << 20}); err != nil {
-		t.Fatal(err)
-	}
-	if rep := reply(t, r); rep.Step != "instance" || rep.Error != "" {
-		t.Fatalf("instance step: %+v", rep)
-	}
-	if _, err := m.Get(testID); err != nil {
-		t.Fatalf("no instance on the destination: %v", err)
-	}
 	// A valid buffer, then a record whose payload does not match its CRC.
-	if err := w.Write(&stream.Buffer{Handle: 1, Size: 4096}); err != nil {
-		t.Fatal(err)
-	}
+	c, r := startRound(t, m, addr, ca.HostDir(t))
 	bad := []byte{byte(stream.TypeBufferFree), 0, 0, 0, 4, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 1, 0, 0, 0}
 	if _, err := c.Write(bad); err != nil {
 		t.Fatal(err)
@@ -185,10 +171,39 @@ func TestDestinationRefusesCorruptStream(t *testing.T) {
 	if _, err := r.ReadByte(); err == nil {
 		t.Fatal("connection still open after a corrupt stream")
 	}
+	waitDiscarded(t, m)
+}
+
+// startRound opens a migration of testID to the destination at addr:
+// the Instance record (its reply checked, the instance made), then the
+// first round's first record, a valid Buffer.
+func startRound(t *testing.T, m *mdev.Manager, addr, tlsDir string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c := dial(t, addr, tlsDir)
+	r := bufio.NewReader(c)
+	w := stream.NewWriter(c)
+	if err := w.Write(&stream.Instance{ID: testID, Profile: "vgpu-small", MemBytes: 256 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if rep := reply(t, r); rep.Step != "instance" || rep.Error != "" {
+		t.Fatalf("instance step: %+v", rep)
+	}
+	if _, err := m.Get(testID); err != nil {
+		t.Fatalf("no instance on the destination: %v", err)
+	}
+	if err := w.Write(&stream.Buffer{Handle: 1, Size: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	return c, r
+}
+
+// waitDiscarded waits until the destination m has discarded the failed
+// migration's instance.
+func waitDiscarded(t *testing.T, m *mdev.Manager) {
+	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		_, err := m.Get(testID)
-		if errors.Is(err, mdev.ErrNotFound) {
-			break
+		if _, err := m.Get(testID); errors.Is(err, mdev.ErrNotFound) {
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the failed migration's instance was not discarded")
@@ -210,33 +225,14 @@ func TestDestinationTakesAbortBetweenRecords(t *testing.T) {
 		{`{"do":"abort","why":"QEMU failed"}` + "\n", "aborted by the source: QEMU failed"},
 		{`{"do":"commit"}` + "\n", "corrupt"},
 	} {
-		c := dial(t, addr, ca.HostDir(t))
-		r := bufio.NewReader(c)
-		w := stream.NewWriter(c)
-		if err := w.Write(&stream.Instance{ID: testID, Profile: "vgpu-small", MemBytes: 256 << 20}); err != nil {
-			t.Fatal(err)
-		}
-		if rep := reply(t, r); rep.Step != "instance" || rep.Error != "" {
-			t.Fatalf("instance step: %+v", rep)
-		}
-		if err := w.Write(&stream.Buffer{Handle: 1, Size: 4096}); err != nil {
-			t.Fatal(err)
-		}
+		c, r := startRound(t, m, addr, ca.HostDir(t))
 		if _, err := c.Write([]byte(tt.line)); err != nil {
 			t.Fatal(err)
 		}
 		if rep := reply(t, r); rep.Step != "round" || !strings.Contains(rep.Error, tt.want) {
 			t.Fatalf("%q inside a round: %+v, want an error containing %q", tt.line, rep, tt.want)
 		}
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			if _, err := m.Get(testID); errors.Is(err, mdev.ErrNotFound) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the aborted migration's instance was not discarded")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitDiscarded(t, m)
 		c.Close()
 	}
 }
