@@ -68,10 +68,7 @@ func TestGuestLogCarriesDeviceWrites(t *testing.T) {
 	pages := guestPagesOf(recs)
 	written := map[uint64][]byte{}
 	for _, g := range pages {
-		now := make([]byte, len(g.Data))
-		if err := vm.ReadRAM(g.GPA, now); err != nil {
-			t.Fatal(err)
-		}
+		now := ramAt(t, vm, g.GPA, len(g.Data))
 		if !bytes.Equal(now, g.Data) {
 			t.Errorf("guest pages at %#x: not guest RAM's content", g.GPA)
 		}
@@ -121,10 +118,7 @@ func TestGuestLogCarriesDeviceWrites(t *testing.T) {
 	}
 	injectRecords(ctx, t, dmig, pages)
 	for _, g := range pages {
-		now := make([]byte, len(g.Data))
-		if err := dvm.ReadRAM(g.GPA, now); err != nil {
-			t.Fatal(err)
-		}
+		now := ramAt(t, dvm, g.GPA, len(g.Data))
 		if bytes.Equal(now, g.Data) && !bytes.Equal(g.Data, make([]byte, len(g.Data))) {
 			t.Errorf("guest pages at %#x written before Thaw", g.GPA)
 		}
@@ -133,10 +127,7 @@ func TestGuestLogCarriesDeviceWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range pages {
-		now := make([]byte, len(g.Data))
-		if err := dvm.ReadRAM(g.GPA, now); err != nil {
-			t.Fatal(err)
-		}
+		now := ramAt(t, dvm, g.GPA, len(g.Data))
 		if !bytes.Equal(now, g.Data) {
 			t.Errorf("guest pages at %#x: not written at Thaw", g.GPA)
 		}
@@ -153,6 +144,16 @@ func TestGuestLogCarriesDeviceWrites(t *testing.T) {
 	if err := dmig.Thaw(ctx, true); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ramAt reads n bytes of vm's guest RAM at gpa.
+func ramAt(t *testing.T, vm interface{ ReadRAM(uint64, []byte) error }, gpa uint64, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if err := vm.ReadRAM(gpa, b); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // extractFinal runs a final extraction round of mig and returns its
