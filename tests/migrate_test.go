@@ -217,24 +217,7 @@ func TestMigrateRollsBack(t *testing.T) {
 			t.Fatalf("attempt %d: %v, report %+v; want a roll back in %s\nconsole:\n%s", i, err, rep, c.phase, strings.Join(vmA.Lines(), "\n"))
 		}
 		t.Logf("attempt %d failed in %s as injected and rolled back: %+v", i, c.phase, rep)
-		if c.quiesced {
-			line, err := vmA.WaitLine(ctx, "ITERATE resume")
-			if err != nil || !strings.Contains(line, "resumed") {
-				t.Fatalf("attempt %d: guest did not resume on the source: %q %v\n%s", i, line, err, strings.Join(vmA.Lines(), "\n"))
-			}
-		}
-		// The job goes on on the source.
-		if err := waitProgress(ctx, vmA); err != nil {
-			t.Fatalf("attempt %d: job stopped: %v\n%s", i, err, strings.Join(vmA.Lines(), "\n"))
-		}
-		// The destination keeps nothing (it discards the instance as it
-		// notices the failure, which may be after the source rolled back);
-		// once QEMU had moved the VM, it quit its copy.
-		for deadline := time.Now().Add(time.Minute); len(m.List()) > 0; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("attempt %d: the destination still has instance %s", i, m.List()[0].UUID())
-			}
-		}
+		goesOnAtSource(ctx, t, i, vmA, m, c.quiesced)
 		if c.phase == "commit" {
 			if err := vmB.Wait(); err != nil {
 				t.Logf("destination QEMU: %v", err)
@@ -246,6 +229,29 @@ func TestMigrateRollsBack(t *testing.T) {
 	waitResult(ctx, t, vmA, steps)
 	if _, err := vmA.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
 		t.Fatalf("guest did not exit 0: %v\n%s", err, strings.Join(vmA.Lines(), "\n"))
+	}
+}
+
+// goesOnAtSource checks what a migration attempt rolled back leaves: the
+// guest resumed on the source (if it was quiesced), its job going on
+// there, and the destination m keeping nothing (it discards the instance
+// as it notices the failure, which may be after the source rolled back;
+// once QEMU had moved the VM, it quit its copy).
+func goesOnAtSource(ctx context.Context, t *testing.T, attempt int, vm *qemuvm.VM, m *mdev.Manager, quiesced bool) {
+	t.Helper()
+	if quiesced {
+		line, err := vm.WaitLine(ctx, "ITERATE resume")
+		if err != nil || !strings.Contains(line, "resumed") {
+			t.Fatalf("attempt %d: guest did not resume on the source: %q %v\n%s", attempt, line, err, strings.Join(vm.Lines(), "\n"))
+		}
+	}
+	if err := waitProgress(ctx, vm); err != nil {
+		t.Fatalf("attempt %d: job stopped: %v\n%s", attempt, err, strings.Join(vm.Lines(), "\n"))
+	}
+	for deadline := time.Now().Add(time.Minute); len(m.List()) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("attempt %d: the destination still has instance %s", attempt, m.List()[0].UUID())
+		}
 	}
 }
 
