@@ -134,6 +134,10 @@ const (
 	// still answers Checkpoint and Reconfigure, with programs 0); from the
 	// host, it may send Checkpoint and Reconfigure.
 	FeatureReconfig = 1 << 4
+	// FeatureInPlace: from the guest, it understands Quiesce's flags
+	// (QuiesceInPlace) and restores the vGPU's PCI configuration before
+	// its programs resume; from the host, it may set QuiesceInPlace.
+	FeatureInPlace = 1 << 5
 )
 
 // Watch asks the host to send Completed once command Index (the ring's
@@ -209,18 +213,32 @@ type Stopping struct {
 // Quiesce asks the guest to quiesce its vGPU users before the host takes
 // the device's final state (docs/agent-channel.md "Migration"): every
 // program drains its in-flight commands, stops touching the device (unmaps
-// BAR0) and holds further calls until Resume. The guest answers Quiesced
-// with the same cookie.
+// BAR0, unless Flags has QuiesceInPlace) and holds further calls until
+// Resume. The guest answers Quiesced with the same cookie.
 //
 //	off size field
 //	0   8    cookie
 //	8   4    deadline_ms: how long the guest may take (0: the guest's default)
-//	12  4    reserved, 0
+//	12  4    flags, Quiesce* (0 to a guest without FeatureInPlace)
 type Quiesce struct {
 	Cookie     uint64
 	DeadlineMs uint32
-	_          uint32
+	Flags      uint32
 }
+
+// Quiesce flags.
+const (
+	// QuiesceInPlace: the vGPU stays at its PCI slot, at the addresses the
+	// guest kernel gave its BARs, through the migration (vfio-user in
+	// place): programs may keep BAR0 mapped while they hold their calls.
+	// The destination's VMM may come up with the device's PCI
+	// configuration reset; the guest's agent writes it back before the
+	// programs get Resume, and a program that still finds BAR0 dark
+	// reopens the device as without the flag.
+	QuiesceInPlace = 1 << 0
+
+	quiesceFlags = QuiesceInPlace
+)
 
 // MigrationStatus is the status of a Quiesced or Resumed answer.
 type MigrationStatus uint32
@@ -508,7 +526,7 @@ func (m *Stopping) put(b []byte) {
 	le.PutUint32(b[4:], 0)
 }
 func (*Quiesce) size() int      { return migrationSize }
-func (m *Quiesce) put(b []byte) { putMigration(b, m.Cookie, m.DeadlineMs, 0) }
+func (m *Quiesce) put(b []byte) { putMigration(b, m.Cookie, m.DeadlineMs, m.Flags) }
 func (*Quiesced) size() int     { return migrationSize }
 func (m *Quiesced) put(b []byte) {
 	putMigration(b, m.Cookie, uint32(m.Status), m.Programs)
@@ -792,10 +810,10 @@ func DecodePayload(t Type, p []byte) (Message, error) {
 		cookie, w0, w1 := le.Uint64(p[0:]), le.Uint32(p[8:]), le.Uint32(p[12:])
 		switch t {
 		case TypeQuiesce:
-			if w1 != 0 {
-				return nil, fmt.Errorf("quiesce: reserved %#x: %w", w1, ErrMalformed)
+			if w1&^quiesceFlags != 0 {
+				return nil, fmt.Errorf("quiesce: unknown flags %#x: %w", w1, ErrMalformed)
 			}
-			return &Quiesce{Cookie: cookie, DeadlineMs: w0}, nil
+			return &Quiesce{Cookie: cookie, DeadlineMs: w0, Flags: w1}, nil
 		case TypeQuiesced:
 			return &Quiesced{Cookie: cookie, Status: MigrationStatus(w0), Programs: w1}, nil
 		case TypeResume:

@@ -144,7 +144,8 @@ type Device struct {
 	// drains, and it is closed (and set to nil) when the device resumes,
 	// when a Suspend fails, or at Close.
 	gate      chan struct{}
-	suspended bool // Suspend completed; the registers are closed
+	suspended bool // Suspend completed; the registers are closed unless kept
+	kept      bool // SuspendMapped: suspended with the registers mapped
 	info      Info
 
 	mu       sync.Mutex

@@ -36,7 +36,15 @@ import (
 // wait for Resume, which moves them onto the new registers. Their
 // commands in flight are not drained: their rings move with the
 // instance's state (docs/migration.md), and complete on the destination.
-func (d *Device) Suspend(ctx context.Context) error {
+func (d *Device) Suspend(ctx context.Context) error { return d.suspend(ctx, false) }
+
+// SuspendMapped is Suspend for a migration that keeps the vGPU at its PCI
+// slot and BAR addresses (agentmsg.QuiesceInPlace: vfio-user in place): it
+// leaves the registers mapped, and the driver does not touch them until
+// ResumeMapped (or Resume with other registers, which unmaps these).
+func (d *Device) SuspendMapped(ctx context.Context) error { return d.suspend(ctx, true) }
+
+func (d *Device) suspend(ctx context.Context, keep bool) error {
 	d.migMu.Lock()
 	defer d.migMu.Unlock()
 	d.smu.Lock()
@@ -76,7 +84,7 @@ func (d *Device) Suspend(ctx context.Context) error {
 			return fail(err)
 		}
 	}
-	if c, ok := d.regs.(io.Closer); ok {
+	if c, ok := d.regs.(io.Closer); ok && !keep {
 		if err := c.Close(); err != nil {
 			// The device is idle and the driver will not touch these
 			// registers again: report, but stay suspended.
@@ -85,8 +93,9 @@ func (d *Device) Suspend(ctx context.Context) error {
 	}
 	d.smu.Lock()
 	d.suspended = true
+	d.kept = keep
 	d.smu.Unlock()
-	d.log.Debug("vgpu suspended", "commands", d.next)
+	d.log.Debug("vgpu suspended", "commands", d.next, "mapped", keep)
 	return nil
 }
 
@@ -158,6 +167,7 @@ func (d *Device) openGateLocked() {
 		d.gate = nil
 	}
 	d.suspended = false
+	d.kept = false
 }
 
 // Suspended reports whether Suspend has completed and Resume has not.
@@ -182,10 +192,37 @@ func (d *Device) Suspended() bool {
 //
 // If a check fails the device stays suspended (the caller may Resume again
 // with other registers, or Close) and regs are not closed.
+//
+// Registers kept mapped by SuspendMapped are closed once regs pass.
 func (d *Device) Resume(regs Registers) error {
 	d.migMu.Lock()
 	defer d.migMu.Unlock()
-	if err := d.resume(regs); err != nil {
+	return d.resumeOn(regs, false)
+}
+
+// ResumeMapped continues a device suspended by SuspendMapped on the
+// registers it kept, as Resume does. When BAR0 does not answer there (the
+// ID register does not read abi.IDMagic: the VMM has not mapped the BAR,
+// whose configuration was not restored) it returns an error wrapping
+// ErrNoDevice and the device stays suspended: the caller reopens the
+// device and calls Resume with the new registers. A device suspended by
+// Suspend gets an error wrapping ErrInvalid.
+func (d *Device) ResumeMapped() error {
+	d.migMu.Lock()
+	defer d.migMu.Unlock()
+	d.smu.Lock()
+	kept := d.suspended && d.kept
+	d.smu.Unlock()
+	if !kept {
+		return fmt.Errorf("resume mapped: the device was not suspended with its registers mapped: %w", ErrInvalid)
+	}
+	return d.resumeOn(d.regs, true)
+}
+
+// resumeOn resumes d on regs (same: the registers SuspendMapped kept)
+// and releases its device contexts. Caller holds migMu.
+func (d *Device) resumeOn(regs Registers, same bool) error {
+	if err := d.resume(regs, same); err != nil {
 		return err
 	}
 	// The contexts go on on the new registers (d's lock released: a
@@ -197,7 +234,7 @@ func (d *Device) Resume(regs Registers) error {
 	return nil
 }
 
-func (d *Device) resume(regs Registers) error {
+func (d *Device) resume(regs Registers, same bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -215,6 +252,12 @@ func (d *Device) resume(regs Registers) error {
 	}
 	if err := d.checkRestored(regs); err != nil {
 		return fmt.Errorf("resume: %w", err)
+	}
+	d.smu.Lock()
+	kept := d.kept
+	d.smu.Unlock()
+	if c, ok := d.regs.(io.Closer); ok && kept && !same {
+		c.Close() // the mapping SuspendMapped kept; regs replace it
 	}
 	d.regs = regs
 	d.lostAt = time.Time{}

@@ -29,11 +29,20 @@ type model struct {
 
 	closed  atomic.Bool
 	touched atomic.Bool // accessed after Close
+
+	// dark: the BAR is mapped but the VMM does not decode it (a
+	// destination whose PCI configuration was reset): reads return all
+	// ones, writes are lost and counted.
+	dark       atomic.Bool
+	darkWrites atomic.Int32
 }
 
 func (m *model) Read32(off uint32) uint32 {
 	if m.closed.Load() {
 		m.touched.Store(true)
+		return 0xffffffff
+	}
+	if m.dark.Load() {
 		return 0xffffffff
 	}
 	switch {
@@ -56,6 +65,10 @@ func (m *model) Read32(off uint32) uint32 {
 func (m *model) Write32(off, v uint32) {
 	if m.closed.Load() {
 		m.touched.Store(true)
+		return
+	}
+	if m.dark.Load() {
+		m.darkWrites.Add(1)
 		return
 	}
 	m.Registers.Write32(off, v)
@@ -202,6 +215,83 @@ func TestSuspendResume(t *testing.T) {
 	}
 	if err := d.Resume(m2); !errors.Is(err, driver.ErrInvalid) {
 		t.Errorf("Resume() of a running device = %v, want ErrInvalid", err)
+	}
+}
+
+// TestSuspendMapped: a device suspended for a migration in place keeps
+// its registers mapped and writes nothing to them while suspended;
+// ResumeMapped refuses while BAR0 is dark (the destination's PCI
+// configuration not restored yet) and leaves the device suspended, then
+// continues on the same registers once it answers; Resume with other
+// registers after SuspendMapped unmaps the kept ones.
+func TestSuspendMapped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, f, m := openModel(t, driver.Options{}, nil)
+	p, _, err := d.Build(fillSrc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := d.CreateBuffer(64 * 4)
+	if err := d.Launch(p, "fill", driver.Range1(64, 0), driver.BufferArg(b), driver.Uint32Arg(3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.ResumeMapped(); !errors.Is(err, driver.ErrInvalid) {
+		t.Errorf("ResumeMapped() of a running device = %v, want ErrInvalid", err)
+	}
+	if err := d.SuspendMapped(ctx); err != nil || !d.Suspended() {
+		t.Fatalf("SuspendMapped() = %v, suspended %v", err, d.Suspended())
+	}
+	if f.Launches != 1 {
+		t.Errorf("SuspendMapped left %d launches run, want the batched one drained", f.Launches)
+	}
+	if m.closed.Load() {
+		t.Fatalf("SuspendMapped closed the registers")
+	}
+
+	// The VM moved; the destination's VMM does not decode BAR0 yet.
+	m.dark.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- d.Launch(p, "fill", driver.Range1(64, 0), driver.BufferArg(b), driver.Uint32Arg(5)) }()
+	if err := d.ResumeMapped(); !errors.Is(err, driver.ErrNoDevice) || !d.Suspended() {
+		t.Fatalf("ResumeMapped() on a dark BAR = %v, suspended %v; want ErrNoDevice, still suspended", err, d.Suspended())
+	}
+	m.dark.Store(false) // the agent wrote the configuration back
+	if err := d.ResumeMapped(); err != nil {
+		t.Fatalf("ResumeMapped() = %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Launch held across the migration = %v", err)
+	}
+	if n := m.darkWrites.Load(); n != 0 {
+		t.Errorf("the driver wrote %d registers while BAR0 was dark", n)
+	}
+	if d.Suspended() || d.Regs() != m || m.closed.Load() {
+		t.Errorf("after ResumeMapped: suspended %v, same registers %v, closed %v", d.Suspended(), d.Regs() == m, m.closed.Load())
+	}
+	out := make([]byte, 64*4)
+	if err := d.Read(b, 0, out); err != nil || u32s(out)[1] != 6 {
+		t.Errorf("Read(b) after ResumeMapped = %v, out[1] %d; want 6 (the launch held across it)", err, u32s(out)[1])
+	}
+
+	// A BAR that stays dark: the program reopens and resumes on new
+	// registers, and the kept mapping goes.
+	if err := d.SuspendMapped(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.dark.Store(true)
+	if err := d.ResumeMapped(); !errors.Is(err, driver.ErrNoDevice) {
+		t.Fatalf("ResumeMapped() on a dark BAR = %v, want ErrNoDevice", err)
+	}
+	m2 := &model{Registers: f}
+	if err := d.Resume(m2); err != nil {
+		t.Fatalf("Resume() after SuspendMapped = %v", err)
+	}
+	if !m.closed.Load() || d.Regs() != m2 {
+		t.Errorf("Resume(other) after SuspendMapped: kept registers closed %v, new ones in use %v", m.closed.Load(), d.Regs() == m2)
+	}
+	if err := d.ResumeMapped(); !errors.Is(err, driver.ErrInvalid) {
+		t.Errorf("ResumeMapped() of a running device = %v, want ErrInvalid", err)
 	}
 }
 

@@ -148,69 +148,115 @@ const (
 // after a reset, unmapped, under a guest kernel that still has it at its
 // old addresses (docs/migration.md). Writing the addresses back makes the
 // VMM map the BARs where the guest expects them. A device whose BARs hold
-// the kernel's addresses is left alone.
+// the kernel's addresses is left alone. It is SaveConfig then Restore.
 func RestoreConfig(dir string) (bool, error) {
+	c, err := SaveConfig(dir)
+	if err != nil {
+		return false, err
+	}
+	return c.Restore()
+}
+
+// SavedConfig is what RestoreConfig writes back into a PCI function's
+// configuration space, computed beforehand (SaveConfig) so that the
+// write-back after a migration does only that: read the header, write the
+// words that differ (in a TCG guest every code path runs cold on the
+// destination's VMM, and the resume waits for it).
+type SavedConfig struct {
+	dir   string
+	words []configWord // the BAR dwords at the kernel's addresses
+	cmd   uint16       // the decoders those BARs need
+}
+
+// configWord is a BAR dword: val in the bits outside keep, which hold
+// what the function reports (its type bits).
+type configWord struct {
+	off       int64
+	val, keep uint32
+}
+
+// SaveConfig reads the kernel's resources for the PCI function dir and its
+// configuration header, and returns what Restore writes back.
+func SaveConfig(dir string) (*SavedConfig, error) {
 	res, err := os.ReadFile(filepath.Join(dir, "resource"))
 	if err != nil {
-		return false, fmt.Errorf("restore pci config %s: %w", dir, err)
+		return nil, fmt.Errorf("save pci config %s: %w", dir, err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "config"), os.O_RDWR, 0)
+	c := &SavedConfig{dir: dir}
+	lines := strings.Split(strings.TrimSpace(string(res)), "\n")
+	for i := 0; i < pciBARs && i < len(lines); i++ {
+		start, flags, ok := parseResource(lines[i])
+		if !ok || start == 0 {
+			continue
+		}
+		off := int64(cfgBAR0 + 4*i)
+		switch {
+		case flags&ioresourceIO != 0:
+			c.cmd |= cmdIO
+			c.words = append(c.words, configWord{off, uint32(start) &^ 0x3, 0x3})
+		case flags&ioresourceMem != 0:
+			c.cmd |= cmdMemory
+			c.words = append(c.words, configWord{off, uint32(start) &^ 0xf, 0xf})
+			if flags&ioresourceMem64 != 0 && i+1 < pciBARs {
+				i++
+				c.words = append(c.words, configWord{int64(cfgBAR0 + 4*i), uint32(start >> 32), 0})
+			}
+		}
+	}
+	return c, nil
+}
+
+// parseResource reads the start address and flags of a sysfs "resource"
+// line ("0x<start> 0x<end> 0x<flags>").
+func parseResource(line string) (start, flags uint64, ok bool) {
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		return 0, 0, false
+	}
+	var v [3]uint64
+	for i, s := range f {
+		n, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		v[i] = n
+	}
+	return v[0], v[2], true
+}
+
+// Restore writes the saved BARs back where the function's configuration
+// space no longer holds them, then turns on the decoders they need and bus
+// mastering; it reports whether it wrote anything.
+func (c *SavedConfig) Restore() (bool, error) {
+	f, err := os.OpenFile(filepath.Join(c.dir, "config"), os.O_RDWR, 0)
 	if err != nil {
-		return false, fmt.Errorf("restore pci config %s: %w", dir, err)
+		return false, fmt.Errorf("restore pci config %s: %w", c.dir, err)
 	}
 	defer f.Close()
 	hdr := make([]byte, cfgHeaderBytes)
 	if _, err := f.ReadAt(hdr, 0); err != nil {
-		return false, fmt.Errorf("restore pci config %s: read: %w", dir, err)
-	}
-	type write struct {
-		off int64
-		val uint32
-	}
-	var writes []write
-	var cmd uint16
-	lines := strings.Split(strings.TrimSpace(string(res)), "\n")
-	for i := 0; i < pciBARs && i < len(lines); i++ {
-		var start, end, flags uint64
-		if _, err := fmt.Sscanf(lines[i], "0x%x 0x%x 0x%x", &start, &end, &flags); err != nil || start == 0 {
-			continue
-		}
-		off := int64(cfgBAR0 + 4*i)
-		cur := le32(hdr[off:])
-		switch {
-		case flags&ioresourceIO != 0:
-			cmd |= cmdIO
-			if cur&^0x3 != uint32(start)&^0x3 {
-				writes = append(writes, write{off, uint32(start)&^0x3 | cur&0x3})
-			}
-		case flags&ioresourceMem != 0:
-			cmd |= cmdMemory
-			if cur&^0xf != uint32(start)&^0xf {
-				writes = append(writes, write{off, uint32(start)&^0xf | cur&0xf})
-			}
-			if flags&ioresourceMem64 != 0 && i+1 < pciBARs {
-				i++
-				hi := int64(cfgBAR0 + 4*i)
-				if le32(hdr[hi:]) != uint32(start>>32) {
-					writes = append(writes, write{hi, uint32(start >> 32)})
-				}
-			}
-		}
-	}
-	if len(writes) == 0 {
-		return false, nil
+		return false, fmt.Errorf("restore pci config %s: read: %w", c.dir, err)
 	}
 	buf := make([]byte, 4)
-	for _, w := range writes {
-		binary.LittleEndian.PutUint32(buf, w.val)
-		if _, err := f.WriteAt(buf, w.off); err != nil {
-			return false, fmt.Errorf("restore pci config %s: BAR at %#x: %w", dir, w.off, err)
+	wrote := false
+	for _, w := range c.words {
+		cur := le32(hdr[w.off:])
+		if cur&^w.keep == w.val {
+			continue
 		}
+		binary.LittleEndian.PutUint32(buf, w.val|cur&w.keep)
+		if _, err := f.WriteAt(buf, w.off); err != nil {
+			return false, fmt.Errorf("restore pci config %s: BAR at %#x: %w", c.dir, w.off, err)
+		}
+		wrote = true
 	}
-	c := binary.LittleEndian.Uint16(hdr[cfgCommand:]) | cmd | cmdBusMaster
-	binary.LittleEndian.PutUint16(buf, c)
+	if !wrote {
+		return false, nil
+	}
+	cmd := binary.LittleEndian.Uint16(hdr[cfgCommand:]) | c.cmd | cmdBusMaster
+	binary.LittleEndian.PutUint16(buf, cmd)
 	if _, err := f.WriteAt(buf[:2], cfgCommand); err != nil {
-		return false, fmt.Errorf("restore pci config %s: command: %w", dir, err)
+		return false, fmt.Errorf("restore pci config %s: command: %w", c.dir, err)
 	}
 	return true, nil
 }

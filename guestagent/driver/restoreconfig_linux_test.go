@@ -11,7 +11,9 @@ import (
 // TestRestoreConfig: a function whose configuration space came back from
 // reset (BARs and command zero, as QEMU 11.1's vfio-user-pci has it after a
 // migration) gets the kernel's addresses and its decoders back; one that
-// holds them is not written.
+// holds them is not written. A configuration saved before (SaveConfig,
+// what the agent does at an in-place Quiesce) restores the same, without
+// reading the resources again.
 func TestRestoreConfig(t *testing.T) {
 	// resource lines: start, end, flags. BAR0 32-bit memory, BAR1 I/O,
 	// BAR2-3 one 64-bit prefetchable memory BAR, the rest unused.
@@ -58,5 +60,42 @@ func TestRestoreConfig(t *testing.T) {
 	}
 	if st2, _ := os.Stat(cfg); !st2.ModTime().Equal(st.ModTime()) {
 		t.Errorf("a device that holds its BARs was written")
+	}
+
+	saved, err := SaveConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "resource")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, reset, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if did, err := saved.Restore(); err != nil || !did {
+		t.Fatalf("saved Restore(reset device) = %v, %v, want true, nil", did, err)
+	}
+	if got, _ := os.ReadFile(cfg); !bytes.Equal(got, want) {
+		t.Errorf("config after saved Restore:\n got % x\nwant % x", got[:0x40], want[:0x40])
+	}
+}
+
+func TestParseResource(t *testing.T) {
+	for _, c := range []struct {
+		line         string
+		start, flags uint64
+		ok           bool
+	}{
+		{"0x00000000fe000000 0x00000000fe000fff 0x0000000000040200", 0xfe000000, 0x40200, true},
+		{"0x0 0x0 0x0", 0, 0, true},
+		{"0xfe000000 0xfe000fff", 0, 0, false},
+		{"0xfe000000 0xfe000fff 0x200 0x1", 0, 0, false},
+		{"0xzz 0x0 0x0", 0, 0, false},
+		{"", 0, 0, false},
+	} {
+		start, flags, ok := parseResource(c.line)
+		if start != c.start || flags != c.flags || ok != c.ok {
+			t.Errorf("parseResource(%q) = %#x, %#x, %v; want %#x, %#x, %v", c.line, start, flags, ok, c.start, c.flags, c.ok)
+		}
 	}
 }
