@@ -572,7 +572,9 @@ func (in *incoming) run(ctx context.Context) (Reply, error) {
 			rt = 60 * time.Second
 		}
 		rctx, cancel := context.WithTimeout(ctx, rt)
-		n, err := a.Resume(rctx, true, rt)
+		// The guest's programs were quiesced on the source: the Resume
+		// follows our greeting without waiting for the agent's Hello.
+		n, err := a.ResumeArrived(rctx, rt)
 		cancel()
 		if err != nil {
 			// The vGPU is here and running: a guest program that did not

@@ -407,7 +407,7 @@ func (o *outgoing) quiesce(ctx context.Context, stunStart time.Time) error {
 	qc, cancelQ := context.WithTimeout(ctx, qt+5*time.Second)
 	var err error
 	o.quiet = true // from here on a rollback resumes the guest
-	o.rep.Programs, err = o.inst.Agent().Quiesce(qc, qt)
+	o.rep.Programs, err = o.inst.Agent().Quiesce(qc, qt, o.rep.InPlace)
 	cancelQ()
 	if err != nil {
 		return fmt.Errorf("quiesce the guest: %w", err)

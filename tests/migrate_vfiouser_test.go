@@ -87,7 +87,14 @@ func TestMigrateVFIOUserInPlace(t *testing.T) {
 	if !rep.Live || rep.LiveCopy <= 0 || rep.GuestBytes == 0 {
 		t.Errorf("report %+v: want the vGPU running during QEMU's copy and guest pages in the final round", rep)
 	}
-	line, err := vmB.WaitLine(ctx, "ITERATE step ")
+	// The program kept BAR0 mapped across the migration and found it
+	// answering at Resume: the agent wrote the PCI configuration QEMU did
+	// not carry back once, and the program did not reopen the device.
+	line, err := vmB.WaitLine(ctx, "ITERATE resumed ")
+	if err != nil || !strings.Contains(line, "kept-mapping=true") {
+		t.Errorf("program's resume %q (%v): want it on the BAR0 it kept mapped\nconsole B:\n%s", line, err, console(vmB))
+	}
+	line, err = vmB.WaitLine(ctx, "ITERATE step ")
 	if err != nil || !strings.Contains(line, "cus=1") {
 		t.Fatalf("job did not go on on B's 1-CU device: %q %v\nconsole B:\n%s", line, err, console(vmB))
 	}

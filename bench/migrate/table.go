@@ -162,7 +162,7 @@ func liveTable(cs []*cell) *table.Table {
 				ms(p.downtime), ms(over), ms(p.resume), met)
 		}
 	}
-	t.Note("ratio below 1 is the gain of running the vGPU during QEMU's copy. Guest resume: the guest's programs reopening the device on the destination, whose PCI configuration QEMU did not carry (docs/migration.md).")
+	t.Note("ratio below 1 is the gain of running the vGPU during QEMU's copy. Guest resume: from cont to the guest agent's answer; the agent writes back the PCI configuration QEMU did not carry, and the programs go on on the BAR0 they kept mapped (docs/migration.md).")
 	return t
 }
 

@@ -234,7 +234,9 @@ func (c *Client) serve(ctx context.Context, rwc io.ReadWriteCloser) error {
 
 // helloLocked is the Hello this client sends now. Caller holds mu.
 func (c *Client) helloLocked() *agentmsg.Hello {
-	features := uint32(agentmsg.FeatureWatch | agentmsg.FeatureHints)
+	// Every client reads Quiesce's flags; a handler that ignores
+	// QuiesceInPlace unmaps BAR0 and reopens the device, as without it.
+	features := uint32(agentmsg.FeatureWatch | agentmsg.FeatureHints | agentmsg.FeatureInPlace)
 	if c.opts.StatsEvery > 0 {
 		features |= agentmsg.FeatureStats
 	}

@@ -24,12 +24,13 @@ const (
 
 // MigrationHandler is what a guest program does when the host migrates the
 // VM (docs/agent-channel.md "Migration"). Quiesce drains the program's
-// in-flight vGPU commands, stops touching the device (unmaps BAR0) and
-// makes further calls wait; Resume waits for the device to be present
-// again, maps it and lets the calls continue. replugged says the device was
-// hot-unplugged and a new one (possibly another model) plugged at the same
-// slot; without it the migration was abandoned and the same device is still
-// there. Both must return when ctx ends (its deadline is the host's).
+// in-flight vGPU commands, stops touching the device (unmaps BAR0, or
+// keeps it mapped when InPlace(ctx)) and makes further calls wait; Resume
+// waits for the device to be present again, maps it and lets the calls
+// continue. replugged says the device was hot-unplugged and a new one
+// (possibly another model) plugged at the same slot; without it the
+// migration was abandoned and the same device is still there. Both must
+// return when ctx ends (its deadline is the host's).
 type MigrationHandler interface {
 	Quiesce(ctx context.Context) error
 	Resume(ctx context.Context, replugged bool) error
@@ -85,6 +86,19 @@ func (c *Client) setMigrator(m migrator) {
 	}
 }
 
+// inPlaceKey marks the context of a Quiesce that has QuiesceInPlace.
+type inPlaceKey struct{}
+
+// InPlace reports whether ctx is that of a MigrationHandler's Quiesce for
+// a migration that keeps the vGPU at its PCI slot and BAR addresses
+// (agentmsg.QuiesceInPlace): the handler may keep BAR0 mapped
+// (driver.Device.SuspendMapped), and on Resume find it answering again at
+// once (the agent restores the device's PCI configuration first).
+func InPlace(ctx context.Context) bool {
+	on, _ := ctx.Value(inPlaceKey{}).(bool)
+	return on
+}
+
 // handlerMigrator adapts a program's MigrationHandler.
 type handlerMigrator struct{ h MigrationHandler }
 
@@ -92,6 +106,9 @@ func (hm handlerMigrator) migrate(ctx context.Context, req agentmsg.Message) (ag
 	var err error
 	switch req := req.(type) {
 	case *agentmsg.Quiesce:
+		if req.Flags&agentmsg.QuiesceInPlace != 0 {
+			ctx = context.WithValue(ctx, inPlaceKey{}, true)
+		}
 		err = hm.h.Quiesce(ctx)
 	case *agentmsg.Resume:
 		if lh, ok := hm.h.(LostHandler); ok && req.Flags&agentmsg.ResumeLost != 0 {
@@ -203,7 +220,9 @@ func (c *Client) sendReady(ctx context.Context, m agentmsg.Message) error {
 }
 
 // DriverMigration is the MigrationHandler of a program that uses dev:
-// Quiesce is dev.Suspend; Resume calls reopen (driver.ReopenGuest in a
+// Quiesce is dev.Suspend, or dev.SuspendMapped for a migration in place
+// (InPlace); Resume continues on the kept registers when they answer
+// (dev.ResumeMapped), and otherwise calls reopen (driver.ReopenGuest in a
 // guest) for the device's registers, in both the replugged and the
 // abandoned case, and then dev.Resume. A Resume of a device that is not
 // suspended (its Quiesce failed, or never came) does nothing.
@@ -216,7 +235,12 @@ type driverMigration struct {
 	reopen func(ctx context.Context) (driver.Registers, error)
 }
 
-func (m driverMigration) Quiesce(ctx context.Context) error { return m.dev.Suspend(ctx) }
+func (m driverMigration) Quiesce(ctx context.Context) error {
+	if InPlace(ctx) {
+		return m.dev.SuspendMapped(ctx)
+	}
+	return m.dev.Suspend(ctx)
+}
 
 // Lost abandons the device (driver.Device.Abandon): its calls fail with
 // driver.ErrDeviceLost until the program opens the new one.
@@ -229,6 +253,15 @@ func (m driverMigration) Resume(ctx context.Context, _ bool) error {
 	if !m.dev.Suspended() {
 		return nil
 	}
+	err := m.dev.ResumeMapped()
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, driver.ErrInvalid) && !errors.Is(err, driver.ErrNoDevice) {
+		return err
+	}
+	// Suspended with BAR0 unmapped, or BAR0 dark where it was kept (the
+	// configuration was not restored): reopen the device.
 	regs, err := m.reopen(ctx)
 	if err != nil {
 		return err

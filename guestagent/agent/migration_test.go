@@ -316,13 +316,15 @@ func TestDriverMigration(t *testing.T) {
 	}
 	var reopens atomic.Int32
 	fail := atomic.Bool{}
+	dark := &atomic.Bool{}
 	reopen := func(ctx context.Context) (driver.Registers, error) {
 		reopens.Add(1)
 		if fail.Load() {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}
-		return newModel{f, "after"}, nil
+		dark.Store(false) // ReopenGuest writes the configuration back
+		return newModel{darkable{f, dark}, "after"}, nil
 	}
 	h := startFakeHost(t, filepath.Join(t.TempDir(), "host.sock"))
 	startClient(t, dialer(h.l.Addr().String()), DriverMigration(dev, reopen))
@@ -353,6 +355,47 @@ func TestDriverMigration(t *testing.T) {
 	if err := dev.Read(b, 0, got); err != nil || string(got) != "abcd" || dev.Info().Name != "after" {
 		t.Errorf("after migration: Read = %q, %v; device %q", got, err, dev.Info().Name)
 	}
+
+	// In place, BAR0 kept mapped and answering at Resume: no reopen.
+	regs := dev.Regs()
+	n := reopens.Load()
+	fc.send(&agentmsg.Quiesce{Cookie: 5, DeadlineMs: 1000, Flags: agentmsg.QuiesceInPlace})
+	if q := expect[*agentmsg.Quiesced](t, fc); q.Status != agentmsg.MigrationOK || !dev.Suspended() {
+		t.Fatalf("Quiesced = %+v, suspended %v", *q, dev.Suspended())
+	}
+	fc.send(&agentmsg.Resume{Cookie: 6, Flags: agentmsg.ResumeReplugged, DeadlineMs: 1000})
+	if r := expect[*agentmsg.Resumed](t, fc); r.Status != agentmsg.MigrationOK || dev.Suspended() {
+		t.Fatalf("Resumed = %+v, suspended %v", *r, dev.Suspended())
+	}
+	if reopens.Load() != n || dev.Regs() != regs {
+		t.Errorf("in-place resume reopened the device (%d reopens, same registers %v)", reopens.Load()-n, dev.Regs() == regs)
+	}
+	// In place, but BAR0 dark at Resume (nobody restored the
+	// configuration): the program reopens the device.
+	fc.send(&agentmsg.Quiesce{Cookie: 7, DeadlineMs: 1000, Flags: agentmsg.QuiesceInPlace})
+	expect[*agentmsg.Quiesced](t, fc)
+	dark.Store(true)
+	fc.send(&agentmsg.Resume{Cookie: 8, Flags: agentmsg.ResumeReplugged, DeadlineMs: 1000})
+	if r := expect[*agentmsg.Resumed](t, fc); r.Status != agentmsg.MigrationOK || dev.Suspended() {
+		t.Fatalf("Resumed over a dark BAR0 = %+v, suspended %v", *r, dev.Suspended())
+	}
+	if reopens.Load() != n+1 {
+		t.Errorf("resume over a dark BAR0: %d reopens, want 1", reopens.Load()-n)
+	}
+}
+
+// darkable passes registers through unless dark (a BAR the VMM does not
+// decode: reads return all ones).
+type darkable struct {
+	driver.Registers
+	dark *atomic.Bool
+}
+
+func (d darkable) Read32(off uint32) uint32 {
+	if d.dark.Load() {
+		return 0xffffffff
+	}
+	return d.Registers.Read32(off)
 }
 
 // relaySetup is a fake host, vgpu-agent's client and relay, and n relay
@@ -530,5 +573,131 @@ func TestResumeLostDispatch(t *testing.T) {
 	}
 	if got := fmt.Sprint(lr.calls, pr.calls); got != "[lost resume true] [resume true]" {
 		t.Errorf("calls %s, want [lost resume true] [resume true]", got)
+	}
+}
+
+// oldClient is a relay client of an earlier release: it announces
+// migration but not FeatureInPlace, answers every Quiesce and Resume OK
+// and records the Quiesce flags it was sent.
+type oldClient struct {
+	mu     sync.Mutex
+	flags  []uint32
+	resume int
+}
+
+func startOldClient(t *testing.T, path string) *oldClient {
+	t.Helper()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.Write(agentmsg.Marshal(&agentmsg.Hello{MinVersion: 1, MaxVersion: 1, Features: agentmsg.FeatureMigration, Ident: "old"}))
+	o := &oldClient{}
+	go func() {
+		rd := agentmsg.NewReader(c)
+		for {
+			m, err := rd.Read()
+			if err != nil {
+				return
+			}
+			switch m := m.(type) {
+			case *agentmsg.Quiesce:
+				o.mu.Lock()
+				o.flags = append(o.flags, m.Flags)
+				o.mu.Unlock()
+				c.Write(agentmsg.Marshal(&agentmsg.Quiesced{Cookie: m.Cookie, Status: agentmsg.MigrationOK, Programs: 1}))
+			case *agentmsg.Resume:
+				o.mu.Lock()
+				o.resume++
+				o.mu.Unlock()
+				c.Write(agentmsg.Marshal(&agentmsg.Resumed{Cookie: m.Cookie, Status: agentmsg.MigrationOK, Programs: 1}))
+			}
+		}
+	}()
+	return o
+}
+
+// eventRestorer records its Restore.
+type eventRestorer func(string)
+
+func (e eventRestorer) Restore() (bool, error) { e("restore"); return true, nil }
+
+// TestRelayInPlace: a Quiesce with QuiesceInPlace reaches the programs
+// that announced FeatureInPlace with the flag (their handlers see
+// InPlace) and programs of an earlier release without it; the relay saves
+// the vGPU's PCI configuration at the Quiesce and writes it back at the
+// Resume before any program is told, and does not after a Quiesce
+// without the flag or with a Resume that says the state was lost.
+func TestRelayInPlace(t *testing.T) {
+	var mu sync.Mutex
+	var events []string
+	event := func(e string) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}
+	h := funcHandler{
+		quiesce: func(ctx context.Context) error { event(fmt.Sprint("quiesce in place=", InPlace(ctx))); return nil },
+		resume:  func(context.Context, bool) error { event("resume"); return nil },
+	}
+	s := startRelaySetup(t, h)
+	old := startOldClient(t, s.relay.l.Addr().String())
+	for deadline := time.Now().Add(time.Minute); s.relay.migrationClients() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay has %d migration clients, want 2", s.relay.migrationClients())
+		}
+	}
+	s.relay.mu.Lock()
+	s.relay.saveConfig = func(string) (configRestorer, string, error) {
+		event("save")
+		return eventRestorer(event), "/sys/bus/pci/devices/0000:00:04.0", nil
+	}
+	s.relay.mu.Unlock()
+
+	for i, c := range []struct {
+		quiesce, resume uint32
+		want            []string
+	}{
+		{agentmsg.QuiesceInPlace, agentmsg.ResumeReplugged,
+			[]string{"quiesce in place=true", "restore", "resume"}},
+		{0, agentmsg.ResumeReplugged, []string{"quiesce in place=false", "resume"}},
+		{agentmsg.QuiesceInPlace, agentmsg.ResumeReplugged | agentmsg.ResumeLost, []string{"quiesce in place=true", "resume"}},
+	} {
+		mu.Lock()
+		events = nil
+		mu.Unlock()
+		cookie := uint64(10 * (i + 1))
+		s.up.send(&agentmsg.Quiesce{Cookie: cookie, DeadlineMs: 60_000, Flags: c.quiesce})
+		if q := expect[*agentmsg.Quiesced](t, s.up); q.Status != agentmsg.MigrationOK || q.Programs != 2 {
+			t.Errorf("case %d: Quiesced = %+v, want OK, 2 programs", i, *q)
+		}
+		s.up.send(&agentmsg.Resume{Cookie: cookie + 1, DeadlineMs: 60_000, Flags: c.resume})
+		if r := expect[*agentmsg.Resumed](t, s.up); r.Status != agentmsg.MigrationOK || r.Programs != 2 {
+			t.Errorf("case %d: Resumed = %+v, want OK, 2 programs", i, *r)
+		}
+		// The save runs beside the programs' quiesce, and always before
+		// the restore (which waits for it).
+		mu.Lock()
+		all := events
+		mu.Unlock()
+		var got []string
+		saves := 0
+		for _, e := range all {
+			if e == "save" {
+				saves++
+				continue
+			}
+			got = append(got, e)
+		}
+		inPlace := c.quiesce&agentmsg.QuiesceInPlace != 0
+		if fmt.Sprint(got) != fmt.Sprint(c.want) || (saves == 1) != inPlace || saves > 1 {
+			t.Errorf("case %d: events %q, want %q with one save only in place", i, all, c.want)
+		}
+	}
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	if fmt.Sprint(old.flags) != "[0 0 0]" || old.resume != 3 {
+		t.Errorf("the client of an earlier release got Quiesce flags %v and %d Resumes; want no flags, 3", old.flags, old.resume)
 	}
 }

@@ -42,6 +42,20 @@ type Relay struct {
 	closed bool
 	seq    uint64 // connections accepted
 
+	// inPlace is set by a Quiesce with QuiesceInPlace and taken by the
+	// next Resume, which writes back the vGPU's PCI configuration as the
+	// Quiesce found it (saved yields it once saved, nil if it could not
+	// be) before its programs get the Resume. pciDir is where the vGPU
+	// was last found. Guarded by mu.
+	inPlace bool
+	saved   chan configRestorer
+	pciDir  string
+	// saveConfig saves the vGPU's configuration, from its PCI function
+	// dir, or found first when dir is "" or no longer holds it
+	// (driver.FindPCI, driver.SaveConfig; tests replace it). It returns
+	// the directory it used. Guarded by mu.
+	saveConfig func(dir string) (configRestorer, string, error)
+
 	// declMu serialises computing the clients' declarations and sending
 	// them upstream; guarded by it, what was sent last (reconfig.go).
 	declMu   sync.Mutex
@@ -56,6 +70,7 @@ type relayConn struct {
 	// prefixes the relay's Hello when it has not been sent yet.
 	out       chan []byte
 	migration atomic.Bool // the program announced FeatureMigration
+	inPlace   atomic.Bool // the program announced FeatureInPlace
 	reconfig  atomic.Bool // the program announced FeatureReconfig
 	pid       uint32      // from SO_PEERCRED; 0: unknown
 	seq       uint64      // accept order, for a stable union of declarations
@@ -106,7 +121,16 @@ func NewRelay(up *Client, path string, log *slog.Logger) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	r := &Relay{up: up, l: l, log: log, conns: map[*relayConn]struct{}{}, ops: map[uint64]*relayOp{}}
+	r := &Relay{up: up, l: l, log: log, conns: map[*relayConn]struct{}{}, ops: map[uint64]*relayOp{},
+		saveConfig: saveVGPUConfig}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		// Once at start: finds the vGPU for the Quiesce and runs the
+		// saving code once, so that in a TCG guest it is no longer cold
+		// when a Quiesce needs it (the quiesce is part of the stun).
+		r.saveFor(nil)
+	}()
 	up.setMigrator(r)
 	up.setReconfig(r, false, nil)
 	return r, nil
@@ -207,6 +231,7 @@ func (r *Relay) serve(rc *relayConn) {
 					return
 				}
 				rc.migration.Store(m.Features&agentmsg.FeatureMigration != 0)
+				rc.inPlace.Store(m.Features&agentmsg.FeatureInPlace != 0)
 				if on := m.Features&agentmsg.FeatureReconfig != 0; rc.reconfig.Swap(on) != on {
 					r.updateDecls()
 				}
@@ -244,7 +269,8 @@ func (r *Relay) serve(rc *relayConn) {
 		greeted = true
 		v := uint16(agentmsg.Version)
 		return agentmsg.Append(buf, &agentmsg.Hello{MinVersion: v, MaxVersion: v,
-			Features: agentmsg.FeatureWatch | agentmsg.FeatureHints | agentmsg.FeatureMigration | agentmsg.FeatureReconfig, Ident: "vgpu-agent relay"})
+			Features: agentmsg.FeatureWatch | agentmsg.FeatureHints | agentmsg.FeatureMigration | agentmsg.FeatureReconfig |
+				agentmsg.FeatureInPlace, Ident: "vgpu-agent relay"})
 	}
 	var lastHints agentmsg.Hints
 	lastStops, _ := r.up.Stopping() // a program that connects later is not told
@@ -308,16 +334,18 @@ func (r *Relay) migrate(ctx context.Context, req agentmsg.Message) (agentmsg.Mig
 		left -= min(left/10, 500*time.Millisecond)
 		ms = uint32(max(left.Milliseconds(), 1))
 	}
+	r.inPlaceConfig(req)
 	r.mu.Lock()
 	r.cookie++
 	cookie := r.cookie
 	op := &relayOp{waiting: map[*relayConn]struct{}{}, done: make(chan struct{})}
-	var fwd agentmsg.Message
+	var fwd, plain agentmsg.Message // plain: for clients without FeatureInPlace
 	asked := func(rc *relayConn) bool { return rc.migration.Load() }
 	switch req := req.(type) {
 	case *agentmsg.Quiesce:
 		op.answer = agentmsg.TypeQuiesced
-		fwd = &agentmsg.Quiesce{Cookie: cookie, DeadlineMs: ms}
+		fwd = &agentmsg.Quiesce{Cookie: cookie, DeadlineMs: ms, Flags: req.Flags}
+		plain = &agentmsg.Quiesce{Cookie: cookie, DeadlineMs: ms}
 	case *agentmsg.Resume:
 		op.answer = agentmsg.TypeResumed
 		fwd = &agentmsg.Resume{Cookie: cookie, Flags: req.Flags, DeadlineMs: ms}
@@ -331,13 +359,20 @@ func (r *Relay) migrate(ctx context.Context, req agentmsg.Message) (agentmsg.Mig
 		r.mu.Unlock()
 		return agentmsg.MigrationFailed, 0
 	}
-	frame := agentmsg.Marshal(fwd)
+	frame, plainFrame := agentmsg.Marshal(fwd), []byte(nil)
+	if plain != nil {
+		plainFrame = agentmsg.Marshal(plain)
+	}
 	for rc := range r.conns {
 		if !asked(rc) {
 			continue
 		}
+		f := frame
+		if plainFrame != nil && !rc.inPlace.Load() {
+			f = plainFrame
+		}
 		select {
-		case rc.out <- frame:
+		case rc.out <- f:
 			op.waiting[rc] = struct{}{}
 		default: // its writer is stuck
 			op.failed++
@@ -368,6 +403,81 @@ func (r *Relay) migrate(ctx context.Context, req agentmsg.Message) (agentmsg.Mig
 	r.log.Debug("relay: request answered", "request", req.Type(), "status", status, "ok", ok, "refused", refused,
 		"failed", failed, "timeouts", timeouts, "late", late)
 	return status, uint32(ok)
+}
+
+// configRestorer writes a saved PCI configuration back
+// (driver.SavedConfig).
+type configRestorer interface {
+	Restore() (bool, error)
+}
+
+// inPlaceConfig keeps the vGPU's PCI configuration across a migration in
+// place: at a Quiesce with QuiesceInPlace it saves what to write back
+// (the kernel's addresses for the BARs, found while the VM still runs on
+// the source), and at the Resume that follows it writes that back before
+// any program is told, so that the programs find the BAR0 they kept mapped
+// answering. The destination's VMM may have come up with the
+// configuration reset (QEMU's vfio-user-pci carries none of it); when the
+// migration was abandoned nothing is written. Failures are logged: a
+// program that finds BAR0 dark reopens the device.
+func (r *Relay) inPlaceConfig(req agentmsg.Message) {
+	switch req := req.(type) {
+	case *agentmsg.Quiesce:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.inPlace, r.saved = req.Flags&agentmsg.QuiesceInPlace != 0 && !r.closed, nil
+		if r.inPlace {
+			// Saved while the programs drain, not before they are asked.
+			saved := make(chan configRestorer, 1)
+			r.saved = saved
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				r.saveFor(saved)
+			}()
+		}
+	case *agentmsg.Resume:
+		r.mu.Lock()
+		on, saved := r.inPlace, r.saved
+		r.inPlace, r.saved = false, nil
+		r.mu.Unlock()
+		if !on || req.Flags&agentmsg.ResumeLost != 0 {
+			return
+		}
+		c := <-saved
+		if c == nil {
+			return
+		}
+		start := time.Now()
+		did, err := c.Restore()
+		if err != nil {
+			r.log.Warn("relay: in-place migration: PCI configuration not restored; programs will reopen the device", "err", err)
+			return
+		}
+		r.log.Debug("relay: in-place migration: PCI configuration", "restored", did, "took", time.Since(start))
+	}
+}
+
+// saveFor saves the vGPU's configuration, where it was last found, and
+// sends it on out (if not nil; nil when it could not be saved).
+func (r *Relay) saveFor(out chan<- configRestorer) {
+	r.mu.Lock()
+	save, dir := r.saveConfig, r.pciDir
+	r.mu.Unlock()
+	c, dir, err := save(dir)
+	if err != nil {
+		if out != nil {
+			r.log.Warn("relay: in-place migration: the vGPU's configuration not saved; programs will reopen it", "err", err)
+		}
+		c = nil
+	} else {
+		r.mu.Lock()
+		r.pciDir = dir
+		r.mu.Unlock()
+	}
+	if out != nil {
+		out <- c
+	}
 }
 
 // answer records a client's Quiesced, Resumed, Checkpointed or

@@ -32,11 +32,17 @@ type answer struct {
 
 // Quiesce asks the guest to drain and stop using its vGPU
 // (docs/agent-channel.md "Migration") and waits for its answer, at most
-// until ctx ends; the guest is given deadline. It returns how many guest
-// programs quiesced.
-func (s *Server) Quiesce(ctx context.Context, deadline time.Duration) (uint32, error) {
+// until ctx ends; the guest is given deadline. inPlace says the vGPU stays
+// at its PCI slot and BAR addresses through the migration: a guest agent
+// that announced agentmsg.FeatureInPlace is told (QuiesceInPlace), and its
+// programs keep BAR0 mapped. It returns how many guest programs quiesced.
+func (s *Server) Quiesce(ctx context.Context, deadline time.Duration, inPlace bool) (uint32, error) {
 	return s.ask(ctx, agentmsg.TypeQuiesced, func(cookie uint64) agentmsg.Message {
-		return &agentmsg.Quiesce{Cookie: cookie, DeadlineMs: uint32(deadline.Milliseconds())}
+		var flags uint32
+		if inPlace && s.agentHas(agentmsg.FeatureInPlace) {
+			flags = agentmsg.QuiesceInPlace
+		}
+		return &agentmsg.Quiesce{Cookie: cookie, DeadlineMs: uint32(deadline.Milliseconds()), Flags: flags}
 	})
 }
 
@@ -51,6 +57,18 @@ func (s *Server) Resume(ctx context.Context, replugged bool, deadline time.Durat
 	}
 	return s.ask(ctx, agentmsg.TypeResumed, func(cookie uint64) agentmsg.Message {
 		return &agentmsg.Resume{Cookie: cookie, Flags: flags, DeadlineMs: uint32(deadline.Milliseconds())}
+	})
+}
+
+// ResumeArrived is Resume(replugged) for a VM that arrived here by a
+// migration with its guest's programs quiesced: on the channel QEMU
+// connected, the request follows this host's greeting at once, without
+// waiting for the agent's Hello, since the agent (which greeted the
+// source) reads it as soon as our Hello has reached it: the guest's resume
+// spares a round trip on the channel. With no connection yet it is Resume.
+func (s *Server) ResumeArrived(ctx context.Context, deadline time.Duration) (uint32, error) {
+	return s.askOn(ctx, agentmsg.TypeResumed, true, func(cookie uint64) agentmsg.Message {
+		return &agentmsg.Resume{Cookie: cookie, Flags: agentmsg.ResumeReplugged, DeadlineMs: uint32(deadline.Milliseconds())}
 	})
 }
 
@@ -102,8 +120,20 @@ func (s *Server) WaitAgent(ctx context.Context) error {
 }
 
 func (s *Server) ask(ctx context.Context, kind agentmsg.Type, msg func(cookie uint64) agentmsg.Message) (uint32, error) {
-	if err := s.WaitAgent(ctx); err != nil {
-		return 0, err
+	return s.askOn(ctx, kind, false, msg)
+}
+
+// askOn sends a request and waits for its answer; early, on a connection
+// that exists, it goes out after the greeting without waiting for the
+// agent's Hello (ResumeArrived).
+func (s *Server) askOn(ctx context.Context, kind agentmsg.Type, early bool, msg func(cookie uint64) agentmsg.Message) (uint32, error) {
+	s.mu.Lock()
+	early = early && s.cur != nil
+	s.mu.Unlock()
+	if !early {
+		if err := s.WaitAgent(ctx); err != nil {
+			return 0, err
+		}
 	}
 	s.mu.Lock()
 	if s.pending != nil {
@@ -126,8 +156,12 @@ func (s *Server) ask(ctx context.Context, kind agentmsg.Type, msg func(cookie ui
 	if c == nil {
 		return 0, ErrNoAgent
 	}
+	q := c.asks
+	if early {
+		q = c.early
+	}
 	select {
-	case c.asks <- m:
+	case q <- m:
 		c.kick()
 	default:
 		return 0, errors.New("agentchan: requests to the guest agent queued")

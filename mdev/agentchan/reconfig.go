@@ -102,9 +102,13 @@ func (s *Server) Reconfigure(ctx context.Context, now ReconfigLimits, aborted bo
 // Reconfigurable reports whether the connected agent announced
 // FeatureReconfig (some guest program registered for reconfiguration) in
 // its latest Hello.
-func (s *Server) Reconfigurable() bool {
+func (s *Server) Reconfigurable() bool { return s.agentHas(agentmsg.FeatureReconfig) }
+
+// agentHas reports whether the connected agent announced feature in its
+// latest Hello.
+func (s *Server) agentHas(feature uint32) bool {
 	s.mu.Lock()
 	c := s.cur
 	s.mu.Unlock()
-	return c != nil && c.hello.Load() && c.agentFeatures.Load()&agentmsg.FeatureReconfig != 0
+	return c != nil && c.hello.Load() && c.agentFeatures.Load()&feature != 0
 }

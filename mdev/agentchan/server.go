@@ -275,7 +275,8 @@ func (s *Server) startConn(nc *net.UnixConn, unread []byte, adopted bool) {
 		s.log.Warn("peer credentials", "err", err)
 	}
 	c := &conn{s: s, nc: nc, pid: pid, wake: make(chan struct{}, 1), done: make(chan struct{}), pongs: make(chan uint64, maxPongs),
-		asks: make(chan agentmsg.Message, 4), in: &frameReader{r: nc, unread: unread}, pause: make(chan struct{})}
+		asks: make(chan agentmsg.Message, 4), early: make(chan agentmsg.Message, 1),
+		in: &frameReader{r: nc, unread: unread}, pause: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed || s.paused {
 		// Paused: QEMU reconnects to whichever vgpud serves next.
@@ -372,6 +373,9 @@ type conn struct {
 	version atomic.Uint32
 	pongs   chan uint64
 	asks    chan agentmsg.Message // migration requests and Stopping to send (migrate.go)
+	// early carries a request sent right after the greeting, before the
+	// agent's Hello (Server.ResumeArrived).
+	early chan agentmsg.Message
 
 	// agentFeatures are the feature bits of the agent's latest Hello.
 	agentFeatures atomic.Uint32
@@ -502,6 +506,14 @@ func (c *conn) writeLoop() {
 		case <-c.wake:
 		case <-t.C:
 			hint = true
+		}
+		select {
+		case m := <-c.early: // our greeting went first
+			if !c.write(agentmsg.Marshal(m)) {
+				c.close()
+				return
+			}
+		default:
 		}
 		if !c.hello.Load() {
 			continue

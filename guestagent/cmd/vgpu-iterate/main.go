@@ -733,8 +733,12 @@ func (r reporting) Quiesce(ctx context.Context) error {
 
 func (r reporting) Resume(ctx context.Context, replugged bool) error {
 	start := time.Now()
+	before := r.d.Regs()
 	err := r.h.Resume(ctx, replugged)
 	took := time.Since(start)
+	// kept: the registers mapped before the migration serve after it (an
+	// in-place migration, no reopen).
+	kept := r.d.Regs() == before
 	if err != nil {
 		fmt.Fprintf(r.out, "%sresume error (replugged %v): %v\n", Prefix, replugged, err)
 	} else {
@@ -742,7 +746,7 @@ func (r reporting) Resume(ctx context.Context, replugged bool) error {
 		if replugged {
 			r.migrated.Add(1)
 		}
-		fmt.Fprintf(r.out, "%sresumed replugged=%v device=%s cus=%d took=%s\n", Prefix, replugged, printable(in.Name), in.ComputeUnits, took.Round(time.Microsecond))
+		fmt.Fprintf(r.out, "%sresumed replugged=%v kept-mapping=%v device=%s cus=%d took=%s\n", Prefix, replugged, kept, printable(in.Name), in.ComputeUnits, took.Round(time.Microsecond))
 	}
 	return err
 }

@@ -427,7 +427,7 @@ func TestRunMigratesThroughAgent(t *testing.T) {
 	args := []string{"-agent", "relay", "-agent-socket", sock, "-steps", "40", "-n", "128", "-pace", "2ms", "-progress", "5", "-staging", "0"}
 	wantOutput(t, runWithHost(t, args, out, hostErr),
 		"ITERATE quiesced\n",
-		"ITERATE resumed replugged=true device=Destination GPU cus=80 took=",
+		"ITERATE resumed replugged=true kept-mapping=false device=Destination GPU cus=80 took=",
 		"ITERATE step 40/40 device=Destination GPU cus=80 longest=",
 		fmt.Sprintf("ITERATE OK steps=40 sum=%016x\n", checksum(reference(1, 128, 40))),
 	)
