@@ -84,13 +84,20 @@ func (e *Env) StartVM(ctx context.Context, base, incoming, app string) (*qemuvm.
 // must exist: vgpuctl create -incoming), and it returns once the
 // monitor, where vgpud looks for the destination QEMU, answers.
 func (e *Env) StartVFIOUserVM(ctx context.Context, base, incoming, app string) (*qemuvm.VM, error) {
+	return e.StartVFIOUserGuest(ctx, base, incoming, qemuvm.Config{Kernel: e.Kernel.Vmlinuz, Initrd: e.Initrd, MemMiB: 512, Append: app})
+}
+
+// StartVFIOUserGuest is StartVFIOUserVM for another guest: cfg says what
+// boots (kernel, initramfs, disk, memory, command line) and this adds
+// the vGPU, the sockets, the console copy and QEMU 11.1's root. Both ends
+// of a migration must get the same cfg.
+func (e *Env) StartVFIOUserGuest(ctx context.Context, base, incoming string, cfg qemuvm.Config) (*qemuvm.VM, error) {
 	root, err := qemuvm.RepoVMMRoot()
 	if err != nil {
 		return nil, err
 	}
-	cfg := qemuvm.Config{Kernel: e.Kernel.Vmlinuz, Initrd: e.Initrd, MemMiB: 512, Append: app,
-		AgentSocket: base + ".agent.sock", QMPSocket: base + ".qmp", Incoming: incoming, SerialLog: e.SerialLog,
-		VFIOUser: []qemuvm.VFIOUserDevice{{ID: migrate.DefaultDeviceID, Socket: base + ".vfio-user.sock"}}}
+	cfg.AgentSocket, cfg.QMPSocket, cfg.Incoming, cfg.SerialLog = base+".agent.sock", base+".qmp", incoming, e.SerialLog
+	cfg.VFIOUser = []qemuvm.VFIOUserDevice{{ID: migrate.DefaultDeviceID, Socket: base + ".vfio-user.sock"}}
 	root.Apply(&cfg)
 	vm, err := qemuvm.Start(ctx, cfg)
 	if err != nil {

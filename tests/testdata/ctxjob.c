@@ -2,10 +2,14 @@
  * It makes a context, builds a vector addition and makes its buffers (through
  * vgpu-icdd, which gives the process a device context of its own), then
  * waits until N processes have got that far (files in DIR: a barrier, so
- * that N contexts live at once), computes c = a + k*b ten times and checks
- * the result. It prints "CTXJOB OK" or the first failure.
+ * that N contexts live at once), computes c = a + k*b ROUNDS times (ten by
+ * default; k changes every round, so a stale read-back shows) and checks
+ * each result. It prints "CTXJOB OK" or the first failure; with PACE_MS,
+ * it sleeps that long between rounds and prints "CTXJOB round R" on
+ * stderr every 25 rounds (TestMigrateVFIOUserICD migrates the VM
+ * meanwhile).
  *
- *   ctxjob DIR N */
+ *   ctxjob DIR N [ROUNDS PACE_MS] */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 
@@ -49,9 +53,10 @@ int main(int argc, char **argv)
 	cl_int err;
 	static float a[LEN], b[LEN], c[LEN];
 	char path[4096];
-	if (argc != 3)
-		return fprintf(stderr, "usage: ctxjob DIR N\n"), 2;
+	if (argc != 3 && argc != 5)
+		return fprintf(stderr, "usage: ctxjob DIR N [ROUNDS PACE_MS]\n"), 2;
 	int want = atoi(argv[2]);
+	int rounds = argc == 5 ? atoi(argv[3]) : 10, pace = argc == 5 ? atoi(argv[4]) : 0;
 	if ((err = clGetPlatformIDs(1, &plat, NULL)) != CL_SUCCESS)
 		return fail("platform", err);
 	if ((err = clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &dev, NULL)) != CL_SUCCESS)
@@ -89,8 +94,8 @@ int main(int argc, char **argv)
 		usleep(100000);
 	}
 
-	for (int r = 1; r <= 10; r++) {
-		float kk = (float)r;
+	for (int r = 1; r <= rounds; r++) {
+		float kk = (float)(r % 1000);
 		size_t n = LEN;
 		if ((err = clSetKernelArg(k, 0, sizeof da, &da)) || (err = clSetKernelArg(k, 1, sizeof db, &db)) ||
 		    (err = clSetKernelArg(k, 2, sizeof dc, &dc)) || (err = clSetKernelArg(k, 3, sizeof kk, &kk)))
@@ -104,6 +109,11 @@ int main(int argc, char **argv)
 				printf("CTXJOB FAIL c[%d] = %f, want %f (round %d)\n", i, c[i], a[i] + kk * b[i], r);
 				return 1;
 			}
+		if (pace > 0) {
+			if (r % 25 == 0)
+				fprintf(stderr, "CTXJOB round %d\n", r);
+			usleep(pace * 1000);
+		}
 	}
 	printf("CTXJOB OK\n");
 	return 0;
