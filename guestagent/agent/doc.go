@@ -9,7 +9,10 @@
 // vgpu-agent daemon owns it and relays to other guest programs over a
 // Unix socket (Relay) that speaks the same messages; a program uses the
 // same Client on either, opened with OpenPort (in-process, when it is the
-// only user) or DialRelay.
+// only user) or DialRelay. For a migration that keeps the vGPU in place
+// the Relay also saves the vGPU's PCI configuration at the Quiesce and
+// writes it back before its programs resume (through the driver's
+// SaveConfig; Linux's sysfs only).
 //
 // It knows the agent wire format and the driver's Blocker and SliceHints
 // types, and nothing of dom0.
