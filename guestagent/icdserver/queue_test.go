@@ -62,8 +62,8 @@ func queuedRun(t *testing.T, cl *client, arena []byte, launches int) int {
 // drains the client needed, and the daemon's poll window spares the
 // kicks: a daemon that looks at its queue for longer than the test runs
 // is kicked at most once per blocking request it answered (after which
-// it does not look), and one that never looks is kicked after each
-// sleep.
+// it does not look), and one that never looks finds nothing by looking
+// (every kick it gets follows a sleep, as for all three).
 func TestQueueCarriesRequests(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -113,8 +113,12 @@ func TestQueueCarriesRequests(t *testing.T) {
 				// request (the client needs a wake-up before it
 				// writes again): at most one kick each.
 				t.Errorf("%d kicks to a daemon that looks, after %d answered requests", cl.kicks, replied)
-			case tc.poll < 0 && cl.kicks == 0:
-				t.Errorf("no kick to a daemon that never looks")
+			case tc.poll < 0 && st.Polled != 0:
+				// Whether it is kicked depends on whether it reached
+				// its sleep before the client's next write (under load
+				// the client may always find it awake); that it never
+				// looked does not.
+				t.Errorf("a daemon that never looks found %d requests by looking", st.Polled)
 			}
 		})
 	}
