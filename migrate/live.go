@@ -45,9 +45,13 @@ const (
 // with what the guest dirtied meanwhile under 1 ms of its bandwidth,
 // QEMU would switch over; held, it cannot. Guest RAM that is zero costs
 // QEMU a few bytes a page, so its pace through RAM is measured, not
-// derived from its bandwidth.
+// derived from its bandwidth. What is left at the hold, QEMU copies after
+// the guest quiesced, inside the GPU stun: at 100 ms ahead that was
+// 206-276 ms of the stun, at 40 ms 112-161 ms (bench/migrate, 256 and
+// 16 MiB, low), with 20 polls still between the hold and the pass's end
+// at QEMU's fastest pace.
 const (
-	holdAhead  = 100 * time.Millisecond
+	holdAhead  = 40 * time.Millisecond
 	holdMin    = 32 << 20
 	holdWindow = 40 * time.Millisecond
 )

@@ -27,15 +27,15 @@ func TestHoldPoint(t *testing.T) {
 		{"little left", []qmp.MigrationInfo{active(holdMin, 1)}, []bool{true}},
 		{
 			// 10 MiB per 10 ms (1 GiB/s): measured over the 40 ms window,
-			// 100 ms ahead is 100 MiB.
+			// 40 ms ahead is 40 MiB.
 			"steady pace",
 			[]qmp.MigrationInfo{active(300<<20, 1), active(290<<20, 1), active(280<<20, 1), active(270<<20, 1),
-				active(260<<20, 1), active(150<<20, 1), active(100<<20, 1)},
+				active(260<<20, 1), active(45<<20, 1), active(40<<20, 1)},
 			[]bool{false, false, false, false, false, false, true},
 		},
 		{
-			// A poll's jump (40 MiB in 10 ms: 4 GiB/s, 400 MiB ahead) is
-			// averaged over its window (43 MiB in 40 ms: 107 MiB ahead).
+			// A poll's jump (40 MiB in 10 ms: 4 GiB/s, 160 MiB ahead) is
+			// averaged over its window (43 MiB in 40 ms: 43 MiB ahead).
 			"jitter",
 			[]qmp.MigrationInfo{active(300<<20, 1), active(260<<20, 1), active(259<<20, 1), active(258<<20, 1),
 				active(257<<20, 1)},
