@@ -249,7 +249,8 @@ func vfioUserCommandline(base string) string {
 // guest computes, quiesces the guest's programs, sends the final round,
 // has libvirt move the VM (virsh migrate --live --suspend, with the
 // domain's socket paths rewritten to B's run directory), and B runs it.
-// The job finishes on B with the guest's CPU reference.
+// The job finishes on B with the guest's CPU reference. Before that, an
+// attempt whose virsh migrate fails rolls back: the job goes on on A.
 func TestLibvirtVFIOUserMigrate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two libvirtd from the VMM root and migrates a QEMU 11.1 guest between them")
@@ -286,6 +287,26 @@ func TestLibvirtVFIOUserMigrate(t *testing.T) {
 
 	if out, err := b.Ctl(ctx, "create", "-incoming", "-uuid", id, "-profile", "vgpu-small"); err != nil {
 		t.Fatalf("create -incoming on B: %v: %s", err, out)
+	}
+	// First virsh migrate fails (no libvirtd at the destination URI),
+	// after the guest quiesced and the final round went to B: the
+	// attempt rolls back and the job goes on on A, on the BAR0 it kept
+	// mapped. B discarded its instance; it is created again.
+	bad := "qemu+unix:///system?socket=" + filepath.Join(t.TempDir(), "none.sock")
+	out, err = a.Ctl(ctx, "migrate", id, "-to", b.MigrateAddr, "-libvirt", dom.name, "-libvirt-to", bad,
+		"-uri", "tcp:127.0.0.1:"+freePort(t), "-dest-run-dir", b.RunDir)
+	if err == nil || !strings.Contains(out, "rolled back: the VM runs on the source") {
+		t.Fatalf("vgpuctl migrate -libvirt to a libvirtd that is not there: %v: %s", err, out)
+	}
+	t.Logf("failed attempt: %s", strings.TrimSpace(out))
+	if line, err := dom.console.WaitLine(ctx, "ITERATE resumed "); err != nil || !strings.Contains(line, "replugged=false kept-mapping=true") {
+		t.Fatalf("after the failed attempt the job resumed as %q (%v), want on the same device, BAR0 kept\n%s", line, err, dom.console)
+	}
+	if line, err := dom.console.WaitLine(ctx, "ITERATE step "); err != nil || !strings.Contains(line, "cus=2") {
+		t.Fatalf("after the failed attempt the job went on as %q (%v), want on A's 2-CU device\n%s", line, err, dom.console)
+	}
+	if out, err := b.Ctl(ctx, "create", "-incoming", "-uuid", id, "-profile", "vgpu-small"); err != nil {
+		t.Fatalf("create -incoming on B again: %v: %s", err, out)
 	}
 	out, err = a.Ctl(ctx, "migrate", id, "-to", b.MigrateAddr, "-libvirt", dom.name, "-libvirt-to", lvB.uri,
 		"-uri", "tcp:127.0.0.1:"+freePort(t), "-dest-run-dir", b.RunDir)
