@@ -68,27 +68,10 @@ check victim cat /tmp/ctx/victim.out
 // executors) compute at once, each correctly.
 func TestGuestContexts(t *testing.T) {
 	a := imagetest.RequireApps(t)
-	lib := builtICD(t)
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Fatalf("gcc: %v (scripts/install-deps.sh installs it)", err)
-	}
-	dir := t.TempDir()
-	job := filepath.Join(dir, "ctxjob")
-	if out, err := exec.Command(gcc, "-O2", "-Wall", "-o", job, "testdata/ctxjob.c", "-lOpenCL").CombinedOutput(); err != nil {
-		t.Fatalf("gcc ctxjob.c: %v\n%s", err, out)
-	}
-	check := filepath.Join(dir, "ctx-check")
-	if err := os.WriteFile(check, []byte(contextsCheck), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	initrd := imagetest.AppsInitramfs(t, a, []image.File{
-		{Src: lib, Dst: "/lib/vgpud/libvgpud-icd.so", Mode: 0o755},
-		{Src: check, Dst: image.BinDir + "/ctx-check", Mode: 0o755},
-		{Src: job, Dst: image.BinDir + "/ctxjob", Mode: 0o755},
+	initrd := ctxjobInitramfs(t, a, "ctx-check", contextsCheck, []image.File{
 		{Src: "testdata/ctx_victim.py", Dst: image.BinDir + "/ctx_victim.py", Mode: 0o644},
 		{Src: "testdata/ctx_attacker.py", Dst: image.BinDir + "/ctx_attacker.py", Mode: 0o644},
-	}, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd")
+	})
 
 	m := hostOn(t, mpqemu.Transport{})
 	inst := mustCreate(t, m, "vgpu-small")
@@ -158,4 +141,32 @@ func TestGuestContexts(t *testing.T) {
 			t.Logf("sixtyfour: %s", l)
 		}
 	}
+}
+
+// ctxjobInitramfs is the userland guest's initramfs for tests of device
+// contexts through the ICD: the vgpud ICD, vgpu-icdd (and progs), ctxjob
+// (testdata/ctxjob.c, built here) and the check script at
+// /vgpu/bin/<name>, with extra files.
+func ctxjobInitramfs(t *testing.T, a imagetest.Apps, name, script string, extra []image.File, progs ...string) string {
+	t.Helper()
+	lib := builtICD(t)
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Fatalf("gcc: %v (scripts/install-deps.sh installs it)", err)
+	}
+	dir := t.TempDir()
+	job := filepath.Join(dir, "ctxjob")
+	if out, err := exec.Command(gcc, "-O2", "-Wall", "-o", job, "testdata/ctxjob.c", "-lOpenCL").CombinedOutput(); err != nil {
+		t.Fatalf("gcc ctxjob.c: %v\n%s", err, out)
+	}
+	check := filepath.Join(dir, name)
+	if err := os.WriteFile(check, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := append([]image.File{
+		{Src: lib, Dst: "/lib/vgpud/libvgpud-icd.so", Mode: 0o755},
+		{Src: check, Dst: image.BinDir + "/" + name, Mode: 0o755},
+		{Src: job, Dst: image.BinDir + "/ctxjob", Mode: 0o755},
+	}, extra...)
+	return imagetest.AppsInitramfs(t, a, files, append([]string{"github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd"}, progs...)...)
 }

@@ -3,14 +3,11 @@ package tests
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vgpud/vgpud/guestagent/image"
 	"github.com/vgpud/vgpud/guestagent/image/imagetest"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 )
@@ -54,25 +51,7 @@ check two cat /tmp/ctx/two
 // both processes finish OK on B's device.
 func TestMigrateVFIOUserICD(t *testing.T) {
 	a := imagetest.RequireApps(t)
-	lib := builtICD(t)
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Fatalf("gcc: %v (scripts/install-deps.sh installs it)", err)
-	}
-	dir := t.TempDir()
-	job := filepath.Join(dir, "ctxjob")
-	if out, err := exec.Command(gcc, "-O2", "-Wall", "-o", job, "testdata/ctxjob.c", "-lOpenCL").CombinedOutput(); err != nil {
-		t.Fatalf("gcc ctxjob.c: %v\n%s", err, out)
-	}
-	check := filepath.Join(dir, "icd-migrate-check")
-	if err := os.WriteFile(check, []byte(icdMigrateCheck), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	initrd := imagetest.AppsInitramfs(t, a, []image.File{
-		{Src: lib, Dst: "/lib/vgpud/libvgpud-icd.so", Mode: 0o755},
-		{Src: check, Dst: image.BinDir + "/icd-migrate-check", Mode: 0o755},
-		{Src: job, Dst: image.BinDir + "/ctxjob", Mode: 0o755},
-	}, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd", "github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent")
+	initrd := ctxjobInitramfs(t, a, "icd-migrate-check", icdMigrateCheck, nil, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-agent")
 
 	env := migrationSetup(t)
 	da := startVFIOUserDaemon(t, env, "pthread")
