@@ -533,7 +533,7 @@ func (in *incoming) commit(ctx context.Context, cmd Command) (Reply, error) {
 		in.inst.HoldBackend(false)
 	}
 	if !cmd.InPlace {
-		if err := plug(ctx, in.mon, in.inst, cmd.DeviceID, cmd.Slot); err != nil {
+		if err := plug(ctx, in.mon, in.inst, cmd.DeviceID, cmd.Slot, in.d.Manager.KeepsDeviceOnMigration()); err != nil {
 			return rep, err
 		}
 	}

@@ -13,8 +13,11 @@ import (
 )
 
 // ProxyDriver is QEMU's device for a vGPU served over the multi-process
-// protocol.
-const ProxyDriver = "x-pci-proxy-dev"
+// protocol; VFIOUserDriver, over vfio-user (QEMU 10.1 and later).
+const (
+	ProxyDriver    = "x-pci-proxy-dev"
+	VFIOUserDriver = "vfio-user-pci"
+)
 
 // Monitor is what plugging and unplugging a vGPU needs of a VM's QEMU
 // monitor. *qmp.Monitor implements it over the VM's QMP socket; package
@@ -69,9 +72,22 @@ func DeviceSlot(ctx context.Context, mon Monitor, id string) (int, error) {
 	return 0, fmt.Errorf("device %q: %w", id, ErrNoDevice)
 }
 
-// plug connects a fresh socket to inst, hands it to QEMU (getfd) and
-// hot-plugs a proxy device on it at slot.
-func plug(ctx context.Context, mon Monitor, inst *mdev.Instance, id string, slot int) error {
+// plug hot-plugs inst's vGPU as QEMU device id at slot: with vfioUser
+// (a manager serving vfio-user), a vfio-user-pci device that QEMU
+// connects to the instance's socket; otherwise it connects a fresh socket
+// to inst, hands it to QEMU (getfd) and hot-plugs a proxy device on it.
+func plug(ctx context.Context, mon Monitor, inst *mdev.Instance, id string, slot int, vfioUser bool) error {
+	addr := fmt.Sprintf("0x%x", slot)
+	if vfioUser {
+		// QEMU connects to the instance's socket as it realizes the
+		// device.
+		err := mon.DeviceAdd(ctx, VFIOUserDriver, id, map[string]any{"addr": addr,
+			"socket": map[string]any{"type": "unix", "path": inst.Socket()}})
+		if err != nil {
+			return fmt.Errorf("plug %s: %w", id, err)
+		}
+		return nil
+	}
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: inst.Socket(), Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("plug %s: %w", id, err)
@@ -86,7 +102,7 @@ func plug(ctx context.Context, mon Monitor, inst *mdev.Instance, id string, slot
 	if err := mon.GetFD(ctx, fdname, f); err != nil {
 		return fmt.Errorf("plug %s: %w", id, err)
 	}
-	if err := mon.DeviceAdd(ctx, ProxyDriver, id, map[string]any{"fd": fdname, "addr": fmt.Sprintf("0x%x", slot)}); err != nil {
+	if err := mon.DeviceAdd(ctx, ProxyDriver, id, map[string]any{"fd": fdname, "addr": addr}); err != nil {
 		_ = mon.CloseFD(ctx, fdname)
 		return fmt.Errorf("plug %s: %w", id, err)
 	}
@@ -113,7 +129,7 @@ type ReattachOptions struct {
 	// QMP is the VM's monitor socket; "" means the instance's conventional
 	// path (mdev.Instance.QMPSocket).
 	QMP string
-	// DeviceID is the proxy device's QEMU id; "" means DefaultDeviceID.
+	// DeviceID is the vGPU's QEMU id; "" means DefaultDeviceID.
 	DeviceID string
 	// Timeout bounds the whole reattach (0: 2 minutes): the guest's
 	// ejecting the dead device and its agent's answer included.
@@ -137,10 +153,11 @@ type ReattachReport struct {
 }
 
 // Reattach gives a running VM its vGPU back after vgpud restarted (cleanly
-// or not): the VM's QEMU still has a proxy device on the old daemon's
-// dead socket. It removes that device (device_del; the guest ejects it),
-// plugs a fresh one on instance id's socket at the same PCI slot
-// (getfd + device_add), and tells the guest agent that the device came
+// or not): the VM's QEMU still has a proxy device (or, on vfio-user, a
+// vfio-user-pci device) on the old daemon's dead socket. It removes that
+// device (device_del; the guest ejects it), plugs a fresh one on instance
+// id's socket at the same PCI slot (getfd + device_add, or a device_add
+// that QEMU connects itself), and tells the guest agent that the device came
 // back without its state (agentmsg.ResumeLost): the device state lived in
 // the old daemon's workers and is gone, so the guest's programs open the
 // device anew and report what they lost. A guest without an agent gets
@@ -218,7 +235,7 @@ func ReattachVia(ctx context.Context, m *mdev.Manager, id string, mon Monitor, o
 	case !errors.Is(err, ErrNoDevice):
 		return rep, fmt.Errorf("reattach %s: %w", id, err)
 	}
-	if err := plug(ctx, mon, inst, opts.DeviceID, rep.Slot); err != nil {
+	if err := plug(ctx, mon, inst, opts.DeviceID, rep.Slot, m.KeepsDeviceOnMigration()); err != nil {
 		return rep, fmt.Errorf("reattach %s: %w", id, err)
 	}
 	if a := inst.Agent(); a != nil {
@@ -251,7 +268,7 @@ func Plug(ctx context.Context, m *mdev.Manager, id string, mon Monitor, slot int
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-	if err := plug(ctx, mon, inst, opts.DeviceID, slot); err != nil {
+	if err := plug(ctx, mon, inst, opts.DeviceID, slot, m.KeepsDeviceOnMigration()); err != nil {
 		return fmt.Errorf("plug %s: %w", id, err)
 	}
 	return nil

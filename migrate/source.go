@@ -755,5 +755,5 @@ func (o *outgoing) rollback(cause error) {
 
 // replug plugs the vGPU back into the source QEMU at its slot (rollback).
 func (o *outgoing) replug(ctx context.Context) error {
-	return plug(ctx, o.mon, o.inst, o.opts.DeviceID, o.slot)
+	return plug(ctx, o.mon, o.inst, o.opts.DeviceID, o.slot, o.m.KeepsDeviceOnMigration())
 }
