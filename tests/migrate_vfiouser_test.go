@@ -25,12 +25,20 @@ import (
 // paths must fit a Unix socket address).
 func startVFIOUserDaemon(t *testing.T, env *migratetest.Env, device string, flags ...string) *daemon {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "vu")
+	return runDaemon(t, env, device, shortDir(t, "vu"), append([]string{"-transport", "vfio-user"}, flags...)...)
+}
+
+// shortDir is a directory removed at the end of the test, with a path
+// short enough for the Unix sockets of the instances in it (t.TempDir's
+// can be too long).
+func shortDir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	return runDaemon(t, env, device, dir, append([]string{"-transport", "vfio-user"}, flags...)...)
+	return dir
 }
 
 // startVFIOUserVM is migratetest.Env.StartVFIOUserVM, killed at the end
@@ -125,11 +133,7 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 	a := startVFIOUserDaemon(t, env, "pthread")
 	id := create(t, a, "vgpu-small")
 
-	sockDir, err := os.MkdirTemp("", "vd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sockDir := shortDir(t, "vd")
 	m, b, failAt := faultyDestination(t, env, sockDir, vfiouser.Transport{})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
@@ -273,11 +277,7 @@ func TestMigrateVFIOUserSourceDies(t *testing.T) {
 	env := migrationSetup(t)
 	a := startVFIOUserDaemon(t, env, "pthread")
 	id := create(t, a, "vgpu-small")
-	sockDir, err := os.MkdirTemp("", "vd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sockDir := shortDir(t, "vd")
 	// The destination holds the final round until the source is dead.
 	reached, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
