@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -260,73 +259,30 @@ func (r *channelRelay) cut() {
 	}
 }
 
-// TestMigrateVFIOUserSourceDies (issue 44's fault table): the source vgpud
-// is killed in the middle of a live migration, at its worst moment: the
-// guest quiesced (its program holding BAR0 mapped) and the source QEMU
-// stopped before its switchover, waiting for the final round. A vgpud
-// restarted on the same run directory ends the migration QEMU was left
-// in (cancelled, the VM running again, QEMU's defaults back) and re-plugs
-// the vGPU (a vfio-user-pci device on the new daemon's socket, at the
-// same slot); the device state died with the old daemon's workers, so the
-// guest is told so (Resume with Lost), and its job starts again and
-// finishes with the CPU's result. QEMU survives throughout.
-func TestMigrateVFIOUserSourceDies(t *testing.T) {
+// TestVFIOUserRestartReplugs: vgpud on -transport vfio-user is killed
+// (no hand-over) while a guest on QEMU 11.1 computes. QEMU survives with
+// a dead vfio-user-pci device; the vgpud restarted on the same run
+// directory re-plugs the vGPU as a vfio-user-pci device at the same slot
+// (never a proxy device, which QEMU 11.1's monitor did not survive) and
+// tells the guest its device came back empty; the job starts again and
+// finishes with the CPU's result.
+func TestVFIOUserRestartReplugs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
 	env := migrationSetup(t)
 	a := startVFIOUserDaemon(t, env, "pthread")
 	id := create(t, a, "vgpu-small")
-	sockDir := shortDir(t, "vd")
-	// The destination holds the final round until the source is dead.
-	reached, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	m, b := hookedDestination(t, env, sockDir, vfiouser.Transport{}, func(step string) error {
-		if step != "final" {
-			return nil
-		}
-		close(reached)
-		<-release
-		return errors.New("the source died")
-	})
-	if _, err := m.Create(mdev.CreateRequest{UUID: id, Profile: "vgpu-small", Incoming: true}); err != nil {
-		t.Fatal(err)
-	}
-
-	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	const steps = 300
 	app := "vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,300,-pace,15ms,-progress,25,-recover,1"
-	vmA := startVFIOUserVM(ctx, t, env, a.InstanceBase(id), "", app)
-	console := func() string { return strings.Join(vmA.Lines(), "\n") }
-	if _, err := vmA.WaitLine(ctx, "ITERATE step 50/"); err != nil {
+	vm := startVFIOUserVM(ctx, t, env, a.InstanceBase(id), "", app)
+	console := func() string { return strings.Join(vm.Lines(), "\n") }
+	if _, err := vm.WaitLine(ctx, "ITERATE step 50/"); err != nil {
 		t.Fatalf("job did not start: %v\n%s", err, console())
 	}
-	target := filepath.Join(t.TempDir(), "to-b.mig")
-	vmB := startVFIOUserVM(ctx, t, env, filepath.Join(sockDir, id), "unix:"+target, app)
-	migrated := make(chan error, 1)
-	go func() {
-		_, err := a.Migrate(ctx, id, b.MigrateAddr, "unix:"+target)
-		migrated <- err
-	}()
-	select {
-	case <-reached:
-	case err := <-migrated:
-		t.Fatalf("the migration ended before its final round: %v\n%s", err, a.Logs())
-	case <-ctx.Done():
-		t.Fatalf("no final round: %v", ctx.Err())
-	}
-	if _, err := vmA.WaitLine(ctx, "ITERATE quiesced"); err != nil {
-		t.Fatalf("the guest did not quiesce: %v\n%s", err, console())
-	}
 	a.Kill()
-	once.Do(func() { close(release) })
-	if err := <-migrated; err == nil {
-		t.Fatalf("vgpuctl migrate succeeded with its vgpud killed")
-	}
-	vmB.Kill()
-
 	a2, err := migratetest.StartDaemonFlags(ctx, env.Bin, a.RunDir, "pthread", env.TLSDir, []string{"-transport", "vfio-user"}, "POCL_DEVICES=pthread basic")
 	if err != nil {
 		t.Fatalf("restart on the same run directory: %v", err)
@@ -337,25 +293,17 @@ func TestMigrateVFIOUserSourceDies(t *testing.T) {
 			t.Logf("restarted vgpud log:\n%s", a2.Logs())
 		}
 	})
-	if _, err := vmA.WaitLine(ctx, "ITERATE RECOVERED"); err != nil {
+	if _, err := vm.WaitLine(ctx, "ITERATE LOST"); err != nil {
+		t.Fatalf("the guest was not told its device state was lost: %v\n%s", err, console())
+	}
+	if _, err := vm.WaitLine(ctx, "ITERATE RECOVERED"); err != nil {
 		t.Fatalf("the guest did not reopen the re-plugged device: %v\n%s", err, console())
 	}
-	waitResult(ctx, t, vmA, steps)
-	if _, err := vmA.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
+	waitResult(ctx, t, vm, steps)
+	if _, err := vm.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
 		t.Fatalf("guest did not exit 0: %v\n%s", err, console())
 	}
-	if _, ok := logLine(a2.Logs(), `msg="reattached the VM's vGPU after a restart"`, "abandoned_migration=true"); !ok {
-		t.Errorf("the restarted vgpud did not log ending the migration and reattaching:\n%s", a2.Logs())
-	}
-	mon, err := qmp.Dial(ctx, a.InstanceBase(id)+".qmp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mon.Close()
-	if caps, err := mon.QueryMigrateCapabilities(ctx); err != nil || caps["pause-before-switchover"] {
-		t.Errorf("the source QEMU's capabilities after the restart: %v, %v; want no pause before its switchover", caps, err)
-	}
-	if p, err := mon.QueryMigrateParameters(ctx); err != nil || p.DowntimeLimitMS != 300 {
-		t.Errorf("the source QEMU's parameters after the restart: %+v, %v; want QEMU's default downtime limit", p, err)
+	if _, ok := logLine(a2.Logs(), `msg="reattached the VM's vGPU after a restart"`, `agent_error=""`); !ok {
+		t.Errorf("the restarted vgpud did not log the reattach:\n%s", a2.Logs())
 	}
 }
