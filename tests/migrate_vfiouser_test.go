@@ -282,27 +282,7 @@ func TestVFIOUserRestartReplugs(t *testing.T) {
 	if _, err := vm.WaitLine(ctx, "ITERATE step 50/"); err != nil {
 		t.Fatalf("job did not start: %v\n%s", err, console())
 	}
-	a.Kill()
-	a2, err := migratetest.StartDaemonFlags(ctx, env.Bin, a.RunDir, "pthread", env.TLSDir, []string{"-transport", "vfio-user"}, "POCL_DEVICES=pthread basic")
-	if err != nil {
-		t.Fatalf("restart on the same run directory: %v", err)
-	}
-	t.Cleanup(func() {
-		a2.Stop()
-		if t.Failed() {
-			t.Logf("restarted vgpud log:\n%s", a2.Logs())
-		}
-	})
-	if _, err := vm.WaitLine(ctx, "ITERATE LOST"); err != nil {
-		t.Fatalf("the guest was not told its device state was lost: %v\n%s", err, console())
-	}
-	if _, err := vm.WaitLine(ctx, "ITERATE RECOVERED"); err != nil {
-		t.Fatalf("the guest did not reopen the re-plugged device: %v\n%s", err, console())
-	}
-	waitResult(ctx, t, vm, steps)
-	if _, err := vm.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
-		t.Fatalf("guest did not exit 0: %v\n%s", err, console())
-	}
+	a2, _ := killAndRecover(ctx, t, env, a, vm, steps, "-transport", "vfio-user")
 	if _, ok := logLine(a2.Logs(), `msg="reattached the VM's vGPU after a restart"`, `agent_error=""`); !ok {
 		t.Errorf("the restarted vgpud did not log the reattach:\n%s", a2.Logs())
 	}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/migrate/migratetest"
 )
 
@@ -82,8 +83,29 @@ func TestGPUAcrossUpgradeAndCrash(t *testing.T) {
 	if n := strings.Count(console(), "ITERATE start"); n != 1 {
 		t.Errorf("the job started %d times across the upgrade, want once", n)
 	}
+	b, lost := killAndRecover(ctx, t, env, a, vm, steps)
+	if !strings.Contains(lost, "commands in flight were lost") {
+		t.Errorf("the loss report %q does not say what was lost", lost)
+	}
+	for _, l := range strings.Split(b.Logs(), "\n") {
+		if strings.Contains(l, "reattached the VM's vGPU") {
+			t.Logf("%s", l)
+			return
+		}
+	}
+	t.Errorf("the restarted vgpud did not log the reattach:\n%s", b.Logs())
+}
+
+// killAndRecover kills vgpud a and starts another on its run directory
+// (with flags; stopped at the end of the test), then waits for the
+// guest's job on vm to report the loss of its device state (the line it
+// returns), reopen the re-plugged device and finish its steps with the
+// CPU's result, and the guest to exit 0.
+func killAndRecover(ctx context.Context, t *testing.T, env *migratetest.Env, a *daemon, vm *qemuvm.VM, steps int, flags ...string) (*daemon, string) {
+	t.Helper()
+	console := func() string { return strings.Join(vm.Lines(), "\n") }
 	a.Kill()
-	b, err := migratetest.StartDaemon(ctx, env.Bin, a.RunDir, "pthread", env.TLSDir, "POCL_DEVICES=pthread basic")
+	b, err := migratetest.StartDaemonFlags(ctx, env.Bin, a.RunDir, "pthread", env.TLSDir, flags, "POCL_DEVICES=pthread basic")
 	if err != nil {
 		t.Fatalf("restart on the same run directory: %v", err)
 	}
@@ -97,9 +119,6 @@ func TestGPUAcrossUpgradeAndCrash(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the guest was not told its device state was lost: %v\n%s", err, console())
 	}
-	if !strings.Contains(lost, "commands in flight were lost") {
-		t.Errorf("the loss report %q does not say what was lost", lost)
-	}
 	if _, err := vm.WaitLine(ctx, "ITERATE RECOVERED"); err != nil {
 		t.Fatalf("the guest did not reopen the re-plugged device: %v\n%s", err, console())
 	}
@@ -107,13 +126,7 @@ func TestGPUAcrossUpgradeAndCrash(t *testing.T) {
 	if _, err := vm.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
 		t.Fatalf("guest did not exit 0: %v\n%s", err, console())
 	}
-	for _, l := range strings.Split(b.Logs(), "\n") {
-		if strings.Contains(l, "reattached the VM's vGPU") {
-			t.Logf("%s", l)
-			return
-		}
-	}
-	t.Errorf("the restarted vgpud did not log the reattach:\n%s", b.Logs())
+	return b, lost
 }
 
 // showInstance decodes vgpuctl show's JSON for instance id into v.
