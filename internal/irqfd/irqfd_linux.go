@@ -74,8 +74,9 @@ type Trigger struct {
 	done    chan struct{}
 
 	mu      sync.Mutex
-	closed  bool // Close was called
-	writing bool // the goroutine is in write(2)
+	closed  bool   // Close was called
+	writing bool   // the goroutine is in write(2)
+	drained uint64 // counts Close and Unblock read, written back at the end
 
 	written, dropped, failed atomic.Uint64
 }
@@ -123,8 +124,11 @@ func (t *Trigger) Stats() (written, dropped, failed uint64) {
 // must not. A write blocked on a full counter goes on once the counter
 // is read, so Close reads it once (without blocking) to let the
 // goroutine end; a peer that fills the counter again before the writer
-// retries keeps it blocked until the next read (Unblock). Close is
-// idempotent; a nil Trigger's Close does nothing.
+// retries keeps it blocked until the next read (Unblock). What those
+// reads took is added back to the counter when the goroutine ends, so a
+// pending interrupt stays pending even where the write was not blocked
+// after all (it had just returned). Close is idempotent; a nil Trigger's
+// Close does nothing.
 func (t *Trigger) Close() {
 	if t == nil {
 		return
@@ -148,9 +152,9 @@ func (t *Trigger) Close() {
 
 // Unblock reads the counter (without blocking) if the goroutine is
 // inside a write, which a write blocked on a full counter needs to go
-// on; the count read is lost (the eventfd's owner uses Unblock only when
-// no one waits for it: after Close). It does nothing once the goroutine
-// ended. A nil Trigger's Unblock does nothing.
+// on; the count read is added back when the goroutine ends (the
+// eventfd's owner uses Unblock only after Close). It does nothing once
+// the goroutine ended. A nil Trigger's Unblock does nothing.
 func (t *Trigger) Unblock() {
 	if t == nil {
 		return
@@ -166,9 +170,34 @@ func (t *Trigger) Unblock() {
 // a write, so the fd is open (the goroutine closes it only after it
 // cleared writing under t.mu).
 func (t *Trigger) unblockLocked() {
-	if _, err := Drain(t.fd); err != nil {
+	v, err := Drain(t.fd)
+	if err != nil {
 		t.log.Error("irqfd: read a full eventfd to unblock its writer", "err", err)
 	}
+	t.drained = min(t.drained+v, CounterMax) // no wrap: the counter holds at most CounterMax
+}
+
+// CounterMax is the largest value an eventfd's counter holds.
+const CounterMax = 0xfffffffffffffffe
+
+// restore writes back what Close and Unblock read from the counter, so
+// that reading it to unblock the writer does not lose a pending
+// interrupt. A counter the writer's own write refilled meanwhile makes
+// the write back fail with EAGAIN: the interrupt is pending anyway.
+func (t *Trigger) restore() {
+	t.mu.Lock()
+	v := t.drained
+	t.drained = 0
+	t.mu.Unlock()
+	if v == 0 {
+		return
+	}
+	if err := nonblock(t.fd); err != nil {
+		return
+	}
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], v)
+	unix.Write(t.fd, b[:]) // EAGAIN: the counter is not empty, the interrupt still pending
 }
 
 // Discard drops the signals not yet written. One being written may
@@ -185,6 +214,7 @@ func (t *Trigger) Done() <-chan struct{} { return t.done }
 func (t *Trigger) loop() {
 	defer close(t.done)
 	defer unix.Close(t.fd)
+	defer t.restore()
 	for {
 		select {
 		case <-t.stop:

@@ -3,6 +3,7 @@ package vfiouser_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"testing"
 	"time"
 
@@ -157,6 +158,17 @@ func TestINTxFullCounterDoesNotBlock(t *testing.T) {
 	}
 	if _, f := p.s.regs.INTx().Raised(); f != 0 {
 		t.Errorf("Raised() failures = %d, want 0 (a full counter is an interrupt pending)", f)
+	}
+	// A write may have been under way at Close, which then read the
+	// counter to let it end and the Trigger writes it back as it ends:
+	// wait for the counter to be readable, not for it to be now.
+	pfd := []unix.PollFd{{Fd: int32(efd), Events: unix.POLLIN}}
+	n, err := unix.Poll(pfd, int(irqfdtest.Patience.Milliseconds()))
+	for errors.Is(err, unix.EINTR) {
+		n, err = unix.Poll(pfd, int(irqfdtest.Patience.Milliseconds()))
+	}
+	if n != 1 || err != nil {
+		t.Fatalf("trigger counter not readable within %v: %d, %v", irqfdtest.Patience, n, err)
 	}
 	if _, err := unix.Read(efd, b[:]); err != nil || binary.NativeEndian.Uint64(b[:]) != irqfdtest.CounterMax {
 		t.Errorf("trigger counter = %#x, %v, want %#x: nothing added to a full counter", binary.NativeEndian.Uint64(b[:]), err, uint64(irqfdtest.CounterMax))
