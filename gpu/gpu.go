@@ -52,6 +52,29 @@ type Caps struct {
 	NativeVectorWidth    [7]uint32
 	EndianLittle         bool   // CL_DEVICE_ENDIAN_LITTLE
 	Extensions           string // CL_DEVICE_EXTENSIONS, as reported (space separated)
+	Images               ImageCaps
+}
+
+// ImageCaps are a device's image limits (CL_DEVICE_IMAGE_*), all zero
+// where it has no images (CL_DEVICE_IMAGE_SUPPORT false).
+type ImageCaps struct {
+	Supported    bool
+	Max2D        [2]uint64 // CL_DEVICE_IMAGE2D_MAX_WIDTH, _HEIGHT
+	Max3D        [3]uint64 // CL_DEVICE_IMAGE3D_MAX_WIDTH, _HEIGHT, _DEPTH
+	MaxArraySize uint64    // CL_DEVICE_IMAGE_MAX_ARRAY_SIZE
+	MaxReadArgs  uint64    // CL_DEVICE_MAX_READ_IMAGE_ARGS
+	MaxWriteArgs uint64    // CL_DEVICE_MAX_WRITE_IMAGE_ARGS
+	MaxSamplers  uint64    // CL_DEVICE_MAX_SAMPLERS
+	// Formats are those clGetSupportedImageFormats lists for 2D images
+	// a kernel may both read and write (CL_MEM_READ_WRITE).
+	Formats []ImageFormat
+}
+
+// ImageFormat is OpenCL's cl_image_format: a channel order and a channel
+// data type (CL_RGBA, CL_UNORM_INT8, ...).
+type ImageFormat struct {
+	Order    uint32
+	DataType uint32
 }
 
 // ExtensionList returns the names of c.Extensions.
@@ -227,11 +250,15 @@ type Kernel interface {
 	Release()
 }
 
-// Arg is one kernel argument: exactly one of Buffer, Scalar or Local is set.
+// Arg is one kernel argument: exactly one of Buffer, Scalar, Local or
+// Sampler is set. Image, with Buffer, makes the buffer an image argument
+// whose pixels it holds (Image).
 type Arg struct {
-	Buffer Buffer
-	Scalar []byte
-	Local  uint64 // bytes of __local memory
+	Buffer  Buffer
+	Image   *Image // with Buffer: an image argument
+	Scalar  []byte
+	Local   uint64 // bytes of __local memory
+	Sampler *Sampler
 }
 
 // NDRange is the index space of a launch. Local all zero lets the device

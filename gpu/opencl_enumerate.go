@@ -192,6 +192,9 @@ func deviceInfo(d C.cl_device_id) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	if caps.Images, err = imageCaps(d); err != nil {
+		return Info{}, err
+	}
 	info.Caps = caps
 	return info, nil
 }

@@ -29,7 +29,9 @@ const (
 	argBuffer
 	argLocal
 	argScalar
-	argUnsupported // images, samplers, pipes: never set from bytes
+	argImage       // an image type: set from a buffer and an Image (opencl_image.go)
+	argSampler     // sampler_t: set from a Sampler
+	argUnsupported // image buffers, pipes, events, queues: never set from bytes
 )
 
 // kernel is a Kernel: one cl_kernel of a program, with the kind and type
@@ -38,9 +40,10 @@ const (
 type kernel struct {
 	prog  *program
 	name  string
-	args  []argKind
-	types []string
-	k     C.cl_kernel
+	args   []argKind
+	types  []string
+	access []C.cl_kernel_arg_access_qualifier // CL_KERNEL_ARG_ACCESS_NONE where not an image
+	k      C.cl_kernel
 }
 
 // String names the kind, for error messages.
@@ -52,6 +55,10 @@ func (k argKind) String() string {
 		return "local size"
 	case argScalar:
 		return "scalar"
+	case argImage:
+		return "image"
+	case argSampler:
+		return "sampler"
 	case argUnsupported:
 		return "unsupported object"
 	}
@@ -97,7 +104,9 @@ func (k *kernel) describeArgs() error {
 	}
 	k.args = make([]argKind, n)
 	k.types = make([]string, n)
+	k.access = make([]C.cl_kernel_arg_access_qualifier, n)
 	for i := range k.args {
+		k.access[i] = C.CL_KERNEL_ARG_ACCESS_NONE
 		var aq C.cl_kernel_arg_address_qualifier
 		code := C.clGetKernelArgInfo(k.k, C.cl_uint(i), C.CL_KERNEL_ARG_ADDRESS_QUALIFIER, C.size_t(unsafe.Sizeof(aq)), unsafe.Pointer(&aq), nil)
 		if code == clKernelArgInfoNotAvailable {
@@ -111,6 +120,16 @@ func (k *kernel) describeArgs() error {
 			return err
 		}
 		k.types[i] = typ
+		if kind, ok := imageKind(typ); ok {
+			k.args[i] = kind
+			if kind == argImage {
+				code := C.clGetKernelArgInfo(k.k, C.cl_uint(i), C.CL_KERNEL_ARG_ACCESS_QUALIFIER, C.size_t(unsafe.Sizeof(k.access[i])), unsafe.Pointer(&k.access[i]), nil)
+				if err := clErr("clGetKernelArgInfo", code); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		switch {
 		case aq == C.CL_KERNEL_ARG_ADDRESS_LOCAL:
 			k.args[i] = argLocal
@@ -128,6 +147,22 @@ func (k *kernel) describeArgs() error {
 		}
 	}
 	return nil
+}
+
+// imageKind reports the kind of a parameter of image or sampler type
+// name: argImage for the image types Image describes, argSampler for
+// sampler_t, argUnsupported for image1d_buffer_t (an image made from a
+// buffer, which Image does not describe); false for other types.
+func imageKind(typ string) (argKind, bool) {
+	switch strings.TrimPrefix(strings.TrimPrefix(typ, "__"), "read_only ") {
+	case "image1d_t", "image1d_array_t", "image2d_t", "image2d_array_t", "image3d_t":
+		return argImage, true
+	case "sampler_t":
+		return argSampler, true
+	case "image1d_buffer_t":
+		return argUnsupported, true
+	}
+	return 0, false
 }
 
 // argString reads a string property of argument i of k.

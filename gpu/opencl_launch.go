@@ -63,7 +63,7 @@ import (
 func (q *queue) Launch(k Kernel, r NDRange, args []Arg) (time.Duration, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	kk, ev, err := q.startLocked(k, r, args)
+	kk, ev, tail, err := q.startLocked(k, r, args)
 	if err != nil {
 		return 0, err
 	}
@@ -72,7 +72,11 @@ func (q *queue) Launch(k Kernel, r NDRange, args []Arg) (time.Duration, error) {
 		op *C.char
 	)
 	if code := C.vg_finish(ev, &ns, &op); code != C.CL_SUCCESS {
+		waitTail(tail)
 		return 0, fmt.Errorf("launch %s: %w", kk.name, &CLError{Op: C.GoString(op), Code: int32(code)})
+	}
+	if err := waitTail(tail); err != nil {
+		return 0, fmt.Errorf("launch %s: %w", kk.name, err)
 	}
 	return time.Duration(min(uint64(ns), math.MaxInt64)), nil
 }
@@ -82,42 +86,49 @@ func (q *queue) Launch(k Kernel, r NDRange, args []Arg) (time.Duration, error) {
 func (q *queue) Enqueue(k Kernel, r NDRange, args []Arg) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	kk, ev, err := q.startLocked(k, r, args)
+	kk, ev, tail, err := q.startLocked(k, r, args)
 	if err != nil {
 		return err
 	}
-	q.enqueued = append(q.enqueued, enqueued{name: kk.name, ev: ev})
+	q.enqueued = append(q.enqueued, enqueued{name: kk.name, ev: ev, tail: tail})
 	return nil
 }
 
 // startLocked checks a launch, sets its arguments and enqueues it,
-// returning its event. Arguments are captured when the launch is
+// returning its event and, where it copies images back, the event of
+// the last copy (nil otherwise), which the caller waits for after the
+// kernel's. Arguments are captured when the launch is
 // enqueued (OpenCL 1.2 section 5.9.2), so the next launch may set them
 // anew. q.mu must be held.
-func (q *queue) startLocked(k Kernel, r NDRange, args []Arg) (*kernel, C.cl_event, error) {
+func (q *queue) startLocked(k Kernel, r NDRange, args []Arg) (*kernel, C.cl_event, C.cl_event, error) {
 	kk, ok := k.(*kernel)
 	if !ok || kk == nil {
-		return nil, nil, fmt.Errorf("launch: kernel %T is not an OpenCL kernel of this package: %w", k, ErrForeign)
+		return nil, nil, nil, fmt.Errorf("launch: kernel %T is not an OpenCL kernel of this package: %w", k, ErrForeign)
 	}
 	if err := checkRange(r); err != nil {
-		return nil, nil, fmt.Errorf("launch %s: %w", kk.name, err)
+		return nil, nil, nil, fmt.Errorf("launch %s: %w", kk.name, err)
 	}
 	if len(args) != len(kk.args) {
-		return nil, nil, fmt.Errorf("launch %s: %d arguments, kernel takes %d: %w", kk.name, len(args), len(kk.args), ErrInvalidLaunch)
+		return nil, nil, nil, fmt.Errorf("launch %s: %d arguments, kernel takes %d: %w", kk.name, len(args), len(kk.args), ErrInvalidLaunch)
 	}
 	if q.q == nil {
-		return nil, nil, q.closedErr("launch")
+		return nil, nil, nil, q.closedErr("launch")
 	}
 	if kk.prog.owner != q {
-		return nil, nil, fmt.Errorf("launch %s: kernel: %w", kk.name, ErrForeign)
+		return nil, nil, nil, fmt.Errorf("launch %s: kernel: %w", kk.name, ErrForeign)
 	}
 	if kk.k == nil {
-		return nil, nil, fmt.Errorf("launch %s: kernel: %w", kk.name, ErrClosed)
+		return nil, nil, nil, fmt.Errorf("launch %s: kernel: %w", kk.name, ErrClosed)
 	}
+	var li launchImages
+	defer li.release()
 	for i, a := range args {
-		if err := q.setArg(kk, i, a); err != nil {
-			return nil, nil, fmt.Errorf("launch %s: argument %d: %w", kk.name, i, err)
+		if err := q.setArg(kk, i, a, &li); err != nil {
+			return nil, nil, nil, fmt.Errorf("launch %s: argument %d: %w", kk.name, i, err)
 		}
+	}
+	if err := li.copyIn(q); err != nil {
+		return nil, nil, nil, fmt.Errorf("launch %s: %w", kk.name, err)
 	}
 	var local C.int
 	if r.Local != ([3]uint64{}) {
@@ -129,9 +140,18 @@ func (q *queue) startLocked(k Kernel, r NDRange, args []Arg) (*kernel, C.cl_even
 		C.size_t(r.Global[0]), C.size_t(r.Global[1]), C.size_t(r.Global[2]),
 		C.size_t(r.Local[0]), C.size_t(r.Local[1]), C.size_t(r.Local[2]), local, &ev)
 	if code != C.CL_SUCCESS {
-		return nil, nil, fmt.Errorf("launch %s: %w", kk.name, &CLError{Op: "clEnqueueNDRangeKernel", Code: int32(code)})
+		return nil, nil, nil, fmt.Errorf("launch %s: %w", kk.name, &CLError{Op: "clEnqueueNDRangeKernel", Code: int32(code)})
 	}
-	return kk, ev, nil
+	if err := li.copyBack(q); err != nil {
+		// The kernel is enqueued: wait for it, so that its event is not
+		// left behind, and report the launch failed.
+		var ns C.cl_ulong
+		var op *C.char
+		C.vg_finish(ev, &ns, &op)
+		waitTail(li.tail)
+		return nil, nil, nil, fmt.Errorf("launch %s: %w", kk.name, err)
+	}
+	return kk, ev, li.tail, nil
 }
 
 // Sync waits for the launches enqueued since the last Sync and returns
@@ -154,7 +174,12 @@ func (q *queue) Sync() []LaunchResult {
 			op *C.char
 		)
 		if code := C.vg_finish(e.ev, &ns, &op); code != C.CL_SUCCESS {
+			waitTail(e.tail)
 			out[i].Err = fmt.Errorf("launch %s: %w", e.name, &CLError{Op: C.GoString(op), Code: int32(code)})
+			continue
+		}
+		if err := waitTail(e.tail); err != nil {
+			out[i].Err = fmt.Errorf("launch %s: %w", e.name, err)
 			continue
 		}
 		out[i].Device = time.Duration(min(uint64(ns), math.MaxInt64))
@@ -189,26 +214,27 @@ func checkRange(r NDRange) error {
 	return nil
 }
 
-// setArg sets argument i of k. q.mu must be held.
-func (q *queue) setArg(k *kernel, i int, a Arg) error {
+// setArg sets argument i of k; an image or sampler argument's device
+// objects join li. q.mu must be held.
+func (q *queue) setArg(k *kernel, i int, a Arg, li *launchImages) error {
 	set := 0
-	if a.Buffer != nil {
-		set++
+	for _, isSet := range []bool{a.Buffer != nil, len(a.Scalar) > 0, a.Local > 0, a.Sampler != nil} {
+		if isSet {
+			set++
+		}
 	}
-	if len(a.Scalar) > 0 {
-		set++
-	}
-	if a.Local > 0 {
-		set++
-	}
-	if set != 1 {
-		return fmt.Errorf("%d of buffer, scalar and local set, want exactly one: %w", set, ErrInvalidLaunch)
+	if set != 1 || a.Image != nil && a.Buffer == nil {
+		return fmt.Errorf("%d of buffer, scalar, local and sampler set (image %t), want exactly one: %w", set, a.Image != nil, ErrInvalidLaunch)
 	}
 	want := k.args[i]
 	var got argKind
 	switch {
+	case a.Image != nil:
+		got = argImage
 	case a.Buffer != nil:
 		got = argBuffer
+	case a.Sampler != nil:
+		got = argSampler
 	case a.Local > 0:
 		got = argLocal
 	default:
@@ -222,6 +248,10 @@ func (q *queue) setArg(k *kernel, i int, a Arg) error {
 	}
 	var code C.cl_int
 	switch got {
+	case argImage:
+		return q.imageArg(k, i, a, li)
+	case argSampler:
+		return q.samplerArg(k, i, a, li)
 	case argBuffer:
 		b, err := q.checkBuffer("set argument", a.Buffer)
 		if err != nil {

@@ -31,10 +31,11 @@ type queue struct {
 
 var _ Pipeliner = (*queue)(nil)
 
-// enqueued is a launch Enqueue started: its kernel's name and event.
+// enqueued is a launch Enqueue started: its kernel's name and events.
 type enqueued struct {
 	name string
 	ev   C.cl_event
+	tail C.cl_event // the last image copy back, or nil (opencl_image.go)
 }
 
 // closedErr is the error of op on a closed queue.
@@ -53,6 +54,7 @@ func (q *queue) Close() error {
 		for _, e := range q.enqueued {
 			C.clWaitForEvents(1, &e.ev)
 			C.clReleaseEvent(e.ev)
+			waitTail(e.tail)
 		}
 		q.enqueued = nil
 		q.freeStagesLocked()

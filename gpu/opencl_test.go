@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -202,7 +203,7 @@ func TestOpen(t *testing.T) {
 			t.Errorf("Open(%q) = %v, want device %d", sel, err, idx)
 			continue
 		}
-		if got := d.Info(); got != infos[idx] {
+		if got := d.Info(); !reflect.DeepEqual(got, infos[idx]) {
 			t.Errorf("Open(%q).Info() = %+v, want %+v", sel, got, infos[idx])
 		}
 		if err := d.Close(); err != nil {
@@ -258,12 +259,12 @@ func TestPoCLDriversPresent(t *testing.T) {
 			t.Errorf("Open(%q) = %v", in.Name, err)
 			continue
 		}
-		if got := d.Info(); got != in {
+		if got := d.Info(); !reflect.DeepEqual(got, in) {
 			t.Errorf("Open(%q).Info() = %+v, want %+v", in.Name, got, in)
 		}
 		d.Close()
 		if strings.HasPrefix(in.Name, drv+"-") { // PoCL 3.1: the driver's name selects it
-			if d, err := Open(drv); err != nil || d.Info() != in {
+			if d, err := Open(drv); err != nil || !reflect.DeepEqual(d.Info(), in) {
 				t.Errorf("Open(%q) = %v, want device %d", drv, err, in.Index)
 			} else {
 				d.Close()

@@ -3,6 +3,7 @@ package gputest
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -137,7 +138,7 @@ func New(cfg Config) *Device {
 	if in.ComputeUnits == 0 {
 		in.ComputeUnits = def.ComputeUnits
 	}
-	if in.Caps == (gpu.Caps{}) {
+	if reflect.ValueOf(in.Caps).IsZero() {
 		in.Caps = def.Caps
 	}
 	if cfg.MemLimit == 0 {

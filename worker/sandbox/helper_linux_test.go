@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -619,7 +620,7 @@ func runKernelOn(index int, want gpu.Info) error {
 			got.GlobalMemBytes, got.MaxAllocBytes, want.GlobalMemBytes, testLimits.DataBytes)
 	}
 	got.GlobalMemBytes, got.MaxAllocBytes = want.GlobalMemBytes, want.MaxAllocBytes
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		return fmt.Errorf("device in the sandbox %+v, outside %+v", got, want)
 	}
 	q, err := dev.NewQueue()
