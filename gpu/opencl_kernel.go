@@ -38,8 +38,8 @@ const (
 // name of each parameter (fields other than k are immutable; k is guarded
 // by prog.owner.mu and nil once released).
 type kernel struct {
-	prog  *program
-	name  string
+	prog   *program
+	name   string
 	args   []argKind
 	types  []string
 	access []C.cl_kernel_arg_access_qualifier // CL_KERNEL_ARG_ACCESS_NONE where not an image

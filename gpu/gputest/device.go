@@ -590,9 +590,16 @@ func (q *queue) checkArg(p param, a gpu.Arg) error {
 		set++
 		got = kindLocal
 	}
+	if a.Sampler != nil {
+		set++
+		got = kindSampler
+	}
+	if a.Image != nil {
+		got = kindImage
+	}
 	switch {
-	case set != 1:
-		return fmt.Errorf("%d of buffer, scalar and local set, want exactly one: %w", set, gpu.ErrInvalidLaunch)
+	case set != 1 || a.Image != nil && a.Buffer == nil:
+		return fmt.Errorf("%d of buffer, scalar, local and sampler set (image %t), want exactly one: %w", set, a.Image != nil, gpu.ErrInvalidLaunch)
 	case p.kind == kindUnsupported:
 		return fmt.Errorf("parameter type %q cannot be set: %w", p.typ, gpu.ErrInvalidLaunch)
 	case p.kind != got:
@@ -600,6 +607,14 @@ func (q *queue) checkArg(p param, a gpu.Arg) error {
 	case got == kindBuffer:
 		_, err := q.checkBuffer("set argument", a.Buffer)
 		return err
+	case got == kindImage:
+		if _, err := a.Image.Region(); err != nil {
+			return err
+		}
+		_, err := q.checkBuffer("set argument", a.Buffer)
+		return err
+	case got == kindSampler:
+		return a.Sampler.Check()
 	case got == kindScalar && p.size != 0 && len(a.Scalar) != p.size:
 		return fmt.Errorf("scalar of %d bytes for a %q of %d: %w", len(a.Scalar), p.typ, p.size, gpu.ErrInvalidLaunch)
 	}

@@ -18,8 +18,11 @@
 // real device). It does not run the preprocessor: a kernel spelled
 // through a macro is not seen. A parameter is a buffer when it is a
 // __global or __constant pointer, __local memory when it is a __local
-// pointer, an object that cannot be set from bytes for images, samplers,
-// pipes, events and queues (as the real device reports them), and a
+// pointer, an image (a buffer with a gpu.Image whose type and extent it
+// checks, not its size: the fake knows no pixel sizes) for image1d_t,
+// image1d_array_t, image2d_t, image2d_array_t and image3d_t, a gpu.Sampler
+// (its modes checked) for sampler_t, an object that cannot be set from
+// bytes for image buffers, pipes, events and queues, and a
 // by-value scalar otherwise; a scalar of a built-in type (int, float4,
 // ...) must be passed with exactly its size (OpenCL's sizes: a 3-vector is
 // as large as a 4-vector). Launch

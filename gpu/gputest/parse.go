@@ -15,7 +15,9 @@ const (
 	kindScalar      kind = iota
 	kindBuffer           // __global or __constant pointer
 	kindLocal            // __local pointer: a size
-	kindUnsupported      // image, sampler, pipe, event, queue: never set from bytes
+	kindImage            // image1d_t ... image3d_t: a buffer and a gpu.Image
+	kindSampler          // sampler_t: a gpu.Sampler
+	kindUnsupported      // image1d_buffer_t, pipe, event, queue: never set from bytes
 )
 
 func (k kind) String() string {
@@ -24,6 +26,10 @@ func (k kind) String() string {
 		return "buffer"
 	case kindLocal:
 		return "local size"
+	case kindImage:
+		return "image"
+	case kindSampler:
+		return "sampler"
 	case kindUnsupported:
 		return "unsupported object"
 	}
@@ -355,6 +361,8 @@ var (
 	}
 	// forbiddenTypes may not be kernel parameters (OpenCL C 1.2 6.9.k).
 	forbiddenTypes = map[string]bool{"bool": true, "size_t": true, "ptrdiff_t": true, "intptr_t": true, "uintptr_t": true}
+	// imageTypes are the image parameter types gpu.Image describes.
+	imageTypes = map[string]bool{"image1d_t": true, "image1d_array_t": true, "image2d_t": true, "image2d_array_t": true, "image3d_t": true}
 	// objectTypes are matched in the type name, as the real device does.
 	objectTypes  = []string{"image", "sampler", "pipe", "event", "queue"}
 	scalarSizes  = map[string]int{"char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2, "int": 4, "uint": 4, "float": 4, "long": 8, "ulong": 8, "double": 8}
@@ -416,6 +424,10 @@ func classify(toks []string) (param, error) {
 		return param{}, fmt.Errorf("%q in the %s address space is not a pointer", p.typ, space)
 	case forbiddenTypes[p.typ]:
 		return param{}, fmt.Errorf("%q cannot be a kernel parameter", p.typ)
+	case imageTypes[p.typ]:
+		p.kind = kindImage
+	case p.typ == "sampler_t":
+		p.kind = kindSampler
 	default:
 		for _, o := range objectTypes {
 			if strings.Contains(p.typ, o) {

@@ -644,8 +644,29 @@ func (q *Queue) appendLaunch(e *enc, k gpu.Kernel, r gpu.NDRange, args []gpu.Arg
 			if err != nil {
 				return fmt.Errorf("argument %d: %w", i, err)
 			}
+			if im := a.Image; im != nil {
+				e.U8(argImage)
+				e.U32(h)
+				e.U32(im.Type)
+				e.U32(im.Order)
+				e.U32(im.DataType)
+				e.U64(im.Width)
+				e.U64(im.Height)
+				e.U64(im.Depth)
+				e.U64(im.ArraySize)
+				continue
+			}
 			e.U8(argBuffer)
 			e.U32(h)
+		case a.Sampler != nil:
+			e.U8(argSampler)
+			norm := uint8(0)
+			if a.Sampler.Normalized {
+				norm = 1
+			}
+			e.U8(norm)
+			e.U32(a.Sampler.Addressing)
+			e.U32(a.Sampler.Filter)
 		case a.Scalar != nil:
 			if len(a.Scalar) > math.MaxUint16 {
 				return fmt.Errorf("argument %d: scalar of %d bytes: %w", i, len(a.Scalar), gpu.ErrInvalidLaunch)

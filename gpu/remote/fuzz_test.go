@@ -45,6 +45,12 @@ func FuzzServe(f *testing.F) {
 	// A buffer on the arena, written, then released.
 	allocAt := appendFrame(nil, 2, uint8(OpAllocAt), append(append(ints(1), make([]byte, 8)...), 0, 16, 0, 0, 0, 0, 0, 0))
 	f.Add(bytes.Join([][]byte{q, allocAt, write, appendFrame(nil, 9, uint8(OpRelease), append(ints(1), 1, 2, 0, 0, 0))}, nil))
+	// A launch with an image argument and a sampler (argImage, argSampler).
+	img := append(append(ints(4), 1), make([]byte, 72)...)
+	img = append(img, 2, 0, argImage)
+	img = append(append(img, ints(2, 0x10F1, 0x10B5, 0x10D2)...), make([]byte, 32)...)
+	img = append(append(img, argSampler, 0), ints(0x1131, 0x1140)...)
+	f.Add(bytes.Join([][]byte{q, alloc, write, build, kern, appendFrame(nil, 6, uint8(OpLaunch), append(ints(1), img...))}, nil))
 	// The server's arena: 4 pages of memory the client would map too.
 	arena := make([]byte, 4*ArenaPage)
 	f.Fuzz(func(t *testing.T, in []byte) {

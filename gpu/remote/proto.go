@@ -82,11 +82,16 @@ const MaxBatch = 1024
 
 // NDRange: u8 dims, 3 x u64 offset, 3 x u64 global, 3 x u64 local. An
 // argument: u8 kind, then for argBuffer a buffer handle, for argScalar an
-// s16 of bytes, for argLocal a u64 size.
+// s16 of bytes, for argLocal a u64 size, for argImage a buffer handle and
+// the image (u32 type, order, data type, u64 width, height, depth, array
+// size), for argSampler u8 normalized (0 or 1), u32 addressing, u32
+// filter.
 const (
-	argBuffer = 1
-	argScalar = 2
-	argLocal  = 3
+	argBuffer  = 1
+	argScalar  = 2
+	argLocal   = 3
+	argImage   = 4
+	argSampler = 5
 )
 
 // What a Release names.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/gpu/gputest"
+	"github.com/vgpud/vgpud/gpu/imagetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -234,6 +235,29 @@ func TestServedPoCL(t *testing.T) {
 	out := make([]byte, n)
 	if err := q.Read(b, 0, out); err != nil || !bytes.Equal(in, out) {
 		t.Errorf("a %d-byte buffer read back differs (%v)", n, err)
+	}
+}
+
+// TestServedPoCLImages: image and sampler arguments cross the protocol
+// (argImage, argSampler) and compute on the real device as they do on it
+// directly (imagetest), one launch at a time and batched.
+func TestServedPoCLImages(t *testing.T) {
+	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
+	}
+	d := served(t, dev)
+	defer d.Close()
+	if !d.Info().Caps.Images.Supported {
+		t.Skipf("%s has no images", d.Info().Name)
+	}
+	for _, pipelined := range []bool{false, true} {
+		q, err := d.NewQueue()
+		if err != nil {
+			t.Fatal(err)
+		}
+		imagetest.Check(t, q, pipelined)
+		q.Close()
 	}
 }
 

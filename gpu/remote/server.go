@@ -642,6 +642,18 @@ func decodeLaunch(d *dec, buf func() (gpu.Buffer, error)) (kh uint32, r gpu.NDRa
 			args = append(args, gpu.Arg{Scalar: append([]byte{}, v...)})
 		case argLocal:
 			args = append(args, gpu.Arg{Local: d.U64()})
+		case argImage:
+			b, err := buf()
+			argErr = errors.Join(argErr, err)
+			im := &gpu.Image{Type: d.U32(), Order: d.U32(), DataType: d.U32()}
+			im.Width, im.Height, im.Depth, im.ArraySize = d.U64(), d.U64(), d.U64(), d.U64()
+			args = append(args, gpu.Arg{Buffer: b, Image: im})
+		case argSampler:
+			norm := d.U8()
+			if norm > 1 {
+				d.Fail("argument %d: sampler normalized %d", i, norm)
+			}
+			args = append(args, gpu.Arg{Sampler: &gpu.Sampler{Normalized: norm == 1, Addressing: d.U32(), Filter: d.U32()}})
 		default:
 			d.Fail("argument %d of an unknown kind", i)
 		}
