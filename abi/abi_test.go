@@ -201,6 +201,95 @@ func TestLaunchDescRoundTrip(t *testing.T) {
 	}
 }
 
+// testImageArg is an image argument: a 2D RGBA8 image in buffer 3.
+func testImageArg() KernelArg {
+	im := ImageDesc{Buffer: 3, Type: ImageType2D, Order: OrderRGBA, DataType: UnormInt8, Width: 640, Height: 480}
+	return KernelArg{Kind: ArgImage, Handle: 3, Image: im}
+}
+
+func TestLaunchDescImages(t *testing.T) {
+	arr := ImageDesc{Buffer: 4, Type: ImageType2DArray, Order: OrderR, DataType: Float, Width: 8, Height: 4, ArraySize: 3}
+	d := LaunchDesc{WorkDim: 2, GlobalSize: [3]uint64{640, 480}, Kernel: "blur", Args: []KernelArg{
+		testImageArg(),
+		{Kind: ArgSampler, Sampler: SamplerDesc{Normalized: true, Addressing: AddressClampToEdge, Filter: FilterLinear}},
+		{Kind: ArgScalar, Bytes: []byte{7}},
+		{Kind: ArgImage, Handle: 4, Image: arr},
+	}}
+	b, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Pin the layout: the first image descriptor follows the argument
+	// table, 8-byte aligned; the sampler is packed in its value.
+	table := LaunchHeaderSize + 4*ArgDescSize
+	if le.Uint32(b[LaunchHeaderSize:]) != ArgImage || le.Uint32(b[LaunchHeaderSize+4:]) != ImageDescSize ||
+		le.Uint64(b[LaunchHeaderSize+8:]) != uint64(table) {
+		t.Errorf("image argument = % x", b[LaunchHeaderSize:LaunchHeaderSize+16])
+	}
+	if v := le.Uint64(b[LaunchHeaderSize+ArgDescSize+8:]); v != 1<<32|uint64(FilterLinear)<<16|uint64(AddressClampToEdge) {
+		t.Errorf("sampler value = %#x", v)
+	}
+	for off, want := range map[int]uint64{0: 3 | uint64(ImageType2D)<<32, 8: uint64(OrderRGBA) | uint64(UnormInt8)<<32, 16: 640, 24: 480, 32: 0, 40: 0} {
+		if got := le.Uint64(b[table+off:]); got != want {
+			t.Errorf("image descriptor u64 at %d = %#x, want %#x", off, got, want)
+		}
+	}
+	got, err := UnmarshalLaunchDesc(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(d, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	if h, ok := got.Args[3].BufferHandle(); !ok || h != 4 || arr.Bytes() != 8*4*3*4 {
+		t.Errorf("BufferHandle = %d, %t; Bytes = %d", h, ok, arr.Bytes())
+	}
+	for name, mod := range map[string]func(b []byte){
+		"image type unknown":   func(b []byte) { le.PutUint32(b[table+4:], 0x10F6) },
+		"image order unknown":  func(b []byte) { le.PutUint32(b[table+8:], 0x10C0) },
+		"packed type, RGBA":    func(b []byte) { le.PutUint32(b[table+12:], UnormShort565) },
+		"image buffer 0":       func(b []byte) { le.PutUint32(b[table:], 0) },
+		"image width 0":        func(b []byte) { le.PutUint64(b[table+16:], 0) },
+		"image too wide":       func(b []byte) { le.PutUint64(b[table+16:], MaxImageExtent+1) },
+		"2D image with depth":  func(b []byte) { le.PutUint64(b[table+32:], 2) },
+		"image size 40":        func(b []byte) { le.PutUint32(b[LaunchHeaderSize+4:], 40) },
+		"image misaligned":     func(b []byte) { le.PutUint64(b[LaunchHeaderSize+8:], uint64(table+4)) },
+		"image in the table":   func(b []byte) { le.PutUint64(b[LaunchHeaderSize+8:], LaunchHeaderSize) },
+		"image beyond":         func(b []byte) { le.PutUint64(b[LaunchHeaderSize+8:], uint64(len(b)-40)) },
+		"sampler reserved bit": func(b []byte) { b[LaunchHeaderSize+ArgDescSize+8+5] = 1 },
+		"sampler addressing":   func(b []byte) { le.PutUint16(b[LaunchHeaderSize+ArgDescSize+8:], 0x1135) },
+		"sampler filter":       func(b []byte) { le.PutUint16(b[LaunchHeaderSize+ArgDescSize+10:], 0x1142) },
+		"sampler with a size":  func(b []byte) { le.PutUint32(b[LaunchHeaderSize+ArgDescSize+4:], 4) },
+	} {
+		bb := append([]byte(nil), b...)
+		mod(bb)
+		if _, err := UnmarshalLaunchDesc(bb); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: UnmarshalLaunchDesc = %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+func TestPixelSize(t *testing.T) {
+	for _, c := range []struct {
+		f    ImageFormat
+		size uint64
+		ok   bool
+	}{
+		{ImageFormat{OrderRGBA, UnormInt8}, 4, true}, {ImageFormat{OrderR, Float}, 4, true}, {ImageFormat{OrderRG, HalfFloat}, 4, true},
+		{ImageFormat{OrderRGBA, Float}, 16, true}, {ImageFormat{OrderRGB, UnormShort565}, 2, true}, {ImageFormat{OrderRGBx, UnormInt101010}, 4, true},
+		{ImageFormat{OrderRGB, UnormInt8}, 0, false}, {ImageFormat{OrderRGBA, UnormShort555}, 0, false}, {ImageFormat{0x10BD, UnormInt8}, 0, false},
+	} {
+		if size, ok := c.f.PixelSize(); ok != c.ok || ok && size != c.size {
+			t.Errorf("%#x/%#x: PixelSize = %d, %t, want %d, %t", c.f.Order, c.f.DataType, size, ok, c.size, c.ok)
+		}
+	}
+	for _, f := range PortableImageFormats {
+		if _, ok := f.PixelSize(); !ok {
+			t.Errorf("portable format %#x/%#x has no pixel size", f.Order, f.DataType)
+		}
+	}
+}
+
 func TestLaunchDescRejects(t *testing.T) {
 	good := LaunchDesc{WorkDim: 1, GlobalSize: [3]uint64{64}, Kernel: "k"}
 	tests := []struct {

@@ -2,14 +2,23 @@ package abi
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
 // Sizes and limits of the device-information blob (docs/ABI.md
 // "Device-information blob", ABI 1.4).
 const (
-	// DeviceInfoVersion is the blob's version field.
-	DeviceInfoVersion = 1
+	// DeviceInfoVersion is the blob's version field in 1.4; the blob of
+	// DeviceInfoVersionImages (1.8) adds the image section, written
+	// only to a guest that asks for it.
+	DeviceInfoVersion       = 1
+	DeviceInfoVersionImages = 2
+	// ImageInfoFixedSize is the fixed part of the image section
+	// (ImageInfo); 8 bytes per format follow it.
+	ImageInfoFixedSize = 80
+	// MaxImageFormats bounds the image section's formats.
+	MaxImageFormats = 128
 	// DeviceInfoFixedSize is the fixed part (DeviceInfoRecord); the
 	// extension list follows it.
 	DeviceInfoFixedSize = 200
@@ -66,32 +75,35 @@ func PassThroughExtension(name string) bool {
 //
 //	off size field
 //	0   4    sg_count: entries in the first scatter-gather table (1..256)
-//	4   4    reserved, 0
+//	4   4    version: the blob version wanted; 0 (reserved before 1.8) or
+//	         DeviceInfoVersion: 1; DeviceInfoVersionImages: 2 (1.8)
 //	8   8    length: room in bytes (nonzero; the data entries must add up to it)
 //	16  8    sg_gpa: guest-physical address of the first table (16-byte aligned)
 type DeviceInfoQuery struct {
 	SGCount uint32
-	_       uint32
+	Version uint32
 	Length  uint64
 	SGAddr  uint64
 }
+
+// BlobVersion is the blob version q asks for.
+func (q *DeviceInfoQuery) BlobVersion() uint32 { return max(q.Version, DeviceInfoVersion) }
 
 // Op is OpDeviceInfo.
 func (*DeviceInfoQuery) Op() Opcode { return OpDeviceInfo }
 
 // fields walks the layout above.
 func (q *DeviceInfoQuery) fields(f fieldCodec) fieldCodec {
-	return f.u32(&q.SGCount).reserved32().u64(&q.Length).u64(&q.SGAddr)
+	return f.u32(&q.SGCount).u32(&q.Version).u64(&q.Length).u64(&q.SGAddr)
 }
 
-// check reports the first field out of range, the reserved word (f.rsv)
-// among them.
-func (q *DeviceInfoQuery) check(f fieldCodec) error {
+// check reports the first field out of range.
+func (q *DeviceInfoQuery) check(fieldCodec) error {
 	switch {
 	case q.SGCount == 0 || q.SGCount > PageSize/SGEntrySize:
 		return fmt.Errorf("sg_count %d: %w", q.SGCount, ErrMalformed)
-	case f.rsv != 0:
-		return fmt.Errorf("reserved word %#x: %w", f.rsv, ErrMalformed)
+	case q.Version > DeviceInfoVersionImages:
+		return fmt.Errorf("blob version %d: %w", q.Version, ErrMalformed)
 	case q.Length == 0:
 		return fmt.Errorf("length 0: %w", ErrMalformed)
 	case q.SGAddr%SGEntrySize != 0:
@@ -201,11 +213,138 @@ type DeviceInfo struct {
 	// [A-Za-z0-9_], distinct; on the wire they are joined by single
 	// spaces.
 	Extensions []string
+	// Version is 0 for the 1.4 blob (DeviceInfoVersion encodes it too;
+	// UnmarshalDeviceInfo leaves it 0), DeviceInfoVersionImages for the
+	// 1.8 blob, which adds Images.
+	Version uint32
+	Images  ImageInfo
+}
+
+// ImageInfo is the image section of a DeviceInfoVersionImages blob
+// (docs/ABI.md "Images"), at the first 8-byte boundary after the
+// extension list.
+//
+//	off size field
+//	0   4    image_support (0 or 1; 0: every other field 0)
+//	4   4    format_count (0..MaxImageFormats)
+//	8   16   max_plane: image2d_max_width, _height
+//	24  24   max_volume: image3d_max_width, _height, _depth
+//	48  8    image_max_array_size
+//	56  8    max_read_image_args
+//	64  8    max_write_image_args
+//	72  8    max_samplers
+//	80  8*n  formats {u32 channel order, u32 channel data type}, distinct,
+//	         each one of PortableImageFormats
+type ImageInfo struct {
+	Supported    bool
+	MaxPlane     [2]uint64
+	MaxVolume    [3]uint64
+	MaxArraySize uint64
+	MaxReadArgs  uint64
+	MaxWriteArgs uint64
+	MaxSamplers  uint64
+	Formats      []ImageFormat
 }
 
 // Size is the encoded size of d in bytes.
 func (d *DeviceInfo) Size() uint64 {
-	return DeviceInfoFixedSize + uint64(len(strings.Join(d.Extensions, " ")))
+	n := DeviceInfoFixedSize + uint64(len(strings.Join(d.Extensions, " ")))
+	if d.Version == DeviceInfoVersionImages {
+		n = (n+7)&^7 + ImageInfoFixedSize + ImageFormatSize*uint64(len(d.Images.Formats))
+	}
+	return n
+}
+
+// ImageInfoRecord is the fixed part of the image section (ImageInfo's
+// layout above); format_count ImageFormat records follow it.
+type ImageInfoRecord struct {
+	ImageSupport uint32
+	FormatCount  uint32
+	MaxPlane     [2]uint64
+	MaxVolume    [3]uint64
+	MaxArraySize uint64
+	MaxReadArgs  uint64
+	MaxWriteArgs uint64
+	MaxSamplers  uint64
+}
+
+// Marshal writes r into b (at least ImageInfoFixedSize bytes).
+func (r *ImageInfoRecord) Marshal(b []byte) {
+	_ = b[ImageInfoFixedSize-1]
+	le.PutUint32(b[0:], r.ImageSupport)
+	le.PutUint32(b[4:], r.FormatCount)
+	for i, v := range r.u64s() {
+		le.PutUint64(b[8+8*i:], *v)
+	}
+}
+
+// u64s lists the u64 fields in wire order, from offset 8.
+func (r *ImageInfoRecord) u64s() []*uint64 {
+	return []*uint64{&r.MaxPlane[0], &r.MaxPlane[1], &r.MaxVolume[0], &r.MaxVolume[1], &r.MaxVolume[2],
+		&r.MaxArraySize, &r.MaxReadArgs, &r.MaxWriteArgs, &r.MaxSamplers}
+}
+
+// record is im's fixed part.
+func (im *ImageInfo) record() ImageInfoRecord {
+	r := ImageInfoRecord{FormatCount: uint32(len(im.Formats)), MaxPlane: im.MaxPlane, MaxVolume: im.MaxVolume,
+		MaxArraySize: im.MaxArraySize, MaxReadArgs: im.MaxReadArgs, MaxWriteArgs: im.MaxWriteArgs, MaxSamplers: im.MaxSamplers}
+	if im.Supported {
+		r.ImageSupport = 1
+	}
+	return r
+}
+
+// check reports an image section that cannot be represented.
+func (im *ImageInfo) check() error {
+	if len(im.Formats) > MaxImageFormats {
+		return fmt.Errorf("device info: %d image formats: %w", len(im.Formats), ErrMalformed)
+	}
+	if !im.Supported {
+		r := im.record()
+		if len(im.Formats) > 0 || slices.ContainsFunc(r.u64s(), func(v *uint64) bool { return *v != 0 }) {
+			return fmt.Errorf("device info: image limits without image support: %w", ErrMalformed)
+		}
+		return nil
+	}
+	for i, f := range im.Formats {
+		if !PortableImageFormat(f) || slices.Contains(im.Formats[:i], f) {
+			return fmt.Errorf("device info: image format %#x/%#x: %w", f.Order, f.DataType, ErrMalformed)
+		}
+	}
+	return nil
+}
+
+// marshal writes the section into b (ImageInfoFixedSize + ImageFormatSize
+// per format).
+func (im *ImageInfo) marshal(b []byte) {
+	r := im.record()
+	r.Marshal(b)
+	for i := range im.Formats {
+		im.Formats[i].Marshal(b[ImageInfoFixedSize+ImageFormatSize*i:])
+	}
+}
+
+// unmarshalImageInfo decodes and checks the section at the start of b,
+// returning its size.
+func unmarshalImageInfo(b []byte) (ImageInfo, uint64, error) {
+	if len(b) < ImageInfoFixedSize {
+		return ImageInfo{}, 0, fmt.Errorf("device info: image section in %d bytes: %w", len(b), ErrMalformed)
+	}
+	r := ImageInfoRecord{ImageSupport: le.Uint32(b[0:]), FormatCount: le.Uint32(b[4:])}
+	n := uint64(r.FormatCount)
+	if r.ImageSupport > 1 || n > MaxImageFormats || ImageInfoFixedSize+ImageFormatSize*n > uint64(len(b)) {
+		return ImageInfo{}, 0, fmt.Errorf("device info: image support %d, %d formats in %d bytes: %w", r.ImageSupport, n, len(b), ErrMalformed)
+	}
+	for i, v := range r.u64s() {
+		*v = le.Uint64(b[8+8*i:])
+	}
+	im := ImageInfo{Supported: r.ImageSupport == 1, MaxPlane: r.MaxPlane, MaxVolume: r.MaxVolume, MaxArraySize: r.MaxArraySize,
+		MaxReadArgs: r.MaxReadArgs, MaxWriteArgs: r.MaxWriteArgs, MaxSamplers: r.MaxSamplers}
+	for i := range n {
+		o := ImageInfoFixedSize + ImageFormatSize*i
+		im.Formats = append(im.Formats, ImageFormat{le.Uint32(b[o:]), le.Uint32(b[o+4:])})
+	}
+	return im, ImageInfoFixedSize + ImageFormatSize*n, im.check()
 }
 
 // Marshal encodes d. It fails if d cannot be represented: an extension
@@ -223,7 +362,21 @@ func (d *DeviceInfo) Marshal() ([]byte, error) {
 	if DeviceInfoFixedSize+len(ext) > MaxDeviceInfoLen {
 		return nil, fmt.Errorf("device info: %d bytes of extensions: %w", len(ext), ErrMalformed)
 	}
-	r := DeviceInfoRecord{Version: DeviceInfoVersion, MaxWorkItemSizes: d.MaxWorkItemSizes,
+	ver := uint32(DeviceInfoVersion)
+	switch d.Version {
+	case 0, DeviceInfoVersion:
+	case DeviceInfoVersionImages:
+		ver = d.Version
+		if err := d.Images.check(); err != nil {
+			return nil, err
+		}
+		if d.Size() > MaxDeviceInfoLen {
+			return nil, fmt.Errorf("device info: %d bytes: %w", d.Size(), ErrMalformed)
+		}
+	default:
+		return nil, fmt.Errorf("device info: version %d: %w", d.Version, ErrMalformed)
+	}
+	r := DeviceInfoRecord{Version: ver, MaxWorkItemSizes: d.MaxWorkItemSizes,
 		LocalMemSize: d.LocalMemSize, MaxConstantBufferSize: d.MaxConstantBufferSize, MaxConstantArgs: d.MaxConstantArgs,
 		MaxParameterSize: d.MaxParameterSize, MemBaseAddrAlign: d.MemBaseAddrAlign, MinDataTypeAlignSize: d.MinDataTypeAlignSize,
 		MaxClockFrequency: d.MaxClockFrequency, AddressBits: d.AddressBits, SingleFPConfig: d.SingleFPConfig,
@@ -233,9 +386,12 @@ func (d *DeviceInfo) Marshal() ([]byte, error) {
 	if d.EndianLittle {
 		r.EndianLittle = 1
 	}
-	b := make([]byte, DeviceInfoFixedSize+len(ext))
+	b := make([]byte, d.Size())
 	r.Marshal(b)
 	copy(b[DeviceInfoFixedSize:], ext)
+	if ver == DeviceInfoVersionImages {
+		d.Images.marshal(b[(DeviceInfoFixedSize+len(ext)+7)&^7:])
+	}
 	return b, nil
 }
 
@@ -252,7 +408,7 @@ func UnmarshalDeviceInfo(b []byte) (DeviceInfo, error) {
 	}
 	ver, res, endian, n := le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[192:]), uint64(le.Uint32(b[196:]))
 	switch {
-	case ver != DeviceInfoVersion:
+	case ver != DeviceInfoVersion && ver != DeviceInfoVersionImages:
 		return DeviceInfo{}, fmt.Errorf("device info: version %d: %w", ver, ErrMalformed)
 	case res != 0:
 		return DeviceInfo{}, fmt.Errorf("device info: reserved word %#x: %w", res, ErrMalformed)
@@ -279,6 +435,21 @@ func UnmarshalDeviceInfo(b []byte) (DeviceInfo, error) {
 		DoubleFPConfig: r.DoubleFPConfig, HalfFPConfig: r.HalfFPConfig, ProfilingTimerResolution: r.ProfilingTimerResolution,
 		PrintfBufferSize: r.PrintfBufferSize, PreferredVectorWidth: r.PreferredVectorWidth, NativeVectorWidth: r.NativeVectorWidth,
 		EndianLittle: endian == 1}
+	if ver == DeviceInfoVersionImages {
+		d.Version = ver
+		at := (DeviceInfoFixedSize + n + 7) &^ 7
+		if at > uint64(len(b)) || !allZero(b[DeviceInfoFixedSize+n:at]) {
+			return DeviceInfo{}, fmt.Errorf("device info: no image section in %d bytes, or padding before it not zero: %w", len(b), ErrMalformed)
+		}
+		im, size, err := unmarshalImageInfo(b[at:])
+		if err != nil {
+			return DeviceInfo{}, err
+		}
+		if at+size > MaxDeviceInfoLen {
+			return DeviceInfo{}, fmt.Errorf("device info: %d bytes: %w", at+size, ErrMalformed)
+		}
+		d.Images = im
+	}
 	if n > 0 {
 		list := string(b[DeviceInfoFixedSize : DeviceInfoFixedSize+n])
 		d.Extensions = strings.Split(list, " ")

@@ -21,6 +21,84 @@ func testDeviceInfo() DeviceInfo {
 	}
 }
 
+// testImageInfo is testDeviceInfo with the image section (1.8).
+func testImageInfo() DeviceInfo {
+	d := testDeviceInfo()
+	d.Version = DeviceInfoVersionImages
+	d.Images = ImageInfo{Supported: true, MaxPlane: [2]uint64{16384, 8192}, MaxVolume: [3]uint64{2048, 1024, 512},
+		MaxArraySize: 2048, MaxReadArgs: 128, MaxWriteArgs: 64, MaxSamplers: 16,
+		Formats: []ImageFormat{{OrderRGBA, UnormInt8}, {OrderR, Float}, {OrderBGRA, UnormInt8}}}
+	return d
+}
+
+func TestDeviceInfoImagesRoundTrip(t *testing.T) {
+	d := testImageInfo()
+	b, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The section starts at the first 8-byte boundary after the list.
+	at := (DeviceInfoFixedSize + len("cl_khr_fp64 cl_khr_byte_addressable_store") + 7) &^ 7
+	if len(b) != at+ImageInfoFixedSize+3*8 || uint64(len(b)) != d.Size() || le.Uint32(b[0:]) != DeviceInfoVersionImages {
+		t.Fatalf("Marshal() = %d bytes, version %d; Size() %d, want %d", len(b), le.Uint32(b), d.Size(), at+ImageInfoFixedSize+24)
+	}
+	for off, want := range map[int]uint64{8: 16384, 16: 8192, 24: 2048, 32: 1024, 40: 512, 48: 2048, 56: 128, 64: 64, 72: 16} {
+		if got := le.Uint64(b[at+off:]); got != want {
+			t.Errorf("image section u64 at %d = %d, want %d", off, got, want)
+		}
+	}
+	for off, want := range map[int]uint32{0: 1, 4: 3, 80: OrderRGBA, 84: UnormInt8, 88: OrderR, 92: Float, 96: OrderBGRA} {
+		if got := le.Uint32(b[at+off:]); got != want {
+			t.Errorf("image section u32 at %d = %#x, want %#x", off, got, want)
+		}
+	}
+	got, err := UnmarshalDeviceInfo(append(b, make([]byte, 64)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(d, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	none := testDeviceInfo()
+	none.Version = DeviceInfoVersionImages
+	nb, err := none.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := UnmarshalDeviceInfo(nb); err != nil || got.Images.Supported || got.Version != DeviceInfoVersionImages {
+		t.Errorf("a device without images: %+v, %v", got, err)
+	}
+	for name, mod := range map[string]func(*DeviceInfo){
+		"limits without support":  func(d *DeviceInfo) { d.Images.Supported = false; d.Images.Formats = nil },
+		"formats without support": func(d *DeviceInfo) { d.Images = ImageInfo{Formats: d.Images.Formats} },
+		"format not portable":     func(d *DeviceInfo) { d.Images.Formats[0] = ImageFormat{OrderARGB, UnormInt8} },
+		"format twice":            func(d *DeviceInfo) { d.Images.Formats[2] = d.Images.Formats[0] },
+		"too many formats":        func(d *DeviceInfo) { d.Images.Formats = make([]ImageFormat, MaxImageFormats+1) },
+		"version 3":               func(d *DeviceInfo) { d.Version = 3 },
+	} {
+		d := testImageInfo()
+		mod(&d)
+		if _, err := d.Marshal(); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: Marshal() = %v, want ErrMalformed", name, err)
+		}
+	}
+	for name, mod := range map[string]func(b []byte){
+		"support 2":              func(b []byte) { le.PutUint32(b[at:], 2) },
+		"formats beyond":         func(b []byte) { le.PutUint32(b[at+4:], 4) },
+		"format not portable":    func(b []byte) { le.PutUint32(b[at+80:], OrderARGB) },
+		"limits without support": func(b []byte) { le.PutUint32(b[at:], 0); le.PutUint32(b[at+4:], 0) },
+	} {
+		bb := append([]byte(nil), b...)
+		mod(bb)
+		if _, err := UnmarshalDeviceInfo(bb); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: UnmarshalDeviceInfo = %v, want ErrMalformed", name, err)
+		}
+	}
+	if _, err := UnmarshalDeviceInfo(b[:at+ImageInfoFixedSize-1]); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a cut image section: UnmarshalDeviceInfo = %v, want ErrMalformed", err)
+	}
+}
+
 func TestDeviceInfoRoundTrip(t *testing.T) {
 	d := testDeviceInfo()
 	b, err := d.Marshal()
@@ -136,11 +214,18 @@ func TestDeviceInfoQueryLayout(t *testing.T) {
 			t.Errorf("%s: DecodePayload = %v, want StatusInvalidArgument", name, err)
 		}
 	}
+	for v := range uint32(3) {
+		c := NewCommand(&DeviceInfoQuery{SGCount: 1, Length: 16, Version: v}, 0, 0)
+		q, err := DecodeAs[*DeviceInfoQuery](&c)
+		if err != nil || q.BlobVersion() != max(v, 1) {
+			t.Errorf("version %d: DecodeAs = %+v, %v", v, q, err)
+		}
+	}
 	for _, off := range []int{4, 24, 47} {
 		c := NewCommand(&DeviceInfoQuery{SGCount: 1, Length: 16}, 0, 0)
-		c.Payload[off] = 1
+		c.Payload[off] = 3
 		if _, err := DecodePayload(&c); StatusOf(err) != StatusInvalidArgument {
-			t.Errorf("reserved payload byte %d: DecodePayload = %v, want StatusInvalidArgument", off, err)
+			t.Errorf("payload byte %d = 3: DecodePayload = %v, want StatusInvalidArgument", off, err)
 		}
 	}
 }

@@ -45,6 +45,9 @@ func FuzzLaunchDesc(f *testing.F) {
 		Args: []KernelArg{{Kind: ArgBuffer, Handle: 1}, {Kind: ArgScalar, Bytes: make([]byte, 12)}, {Kind: ArgLocal, Local: 64}}}
 	b, _ := d.Marshal()
 	f.Add(b)
+	d.Args = append(d.Args, testImageArg(), KernelArg{Kind: ArgSampler, Sampler: SamplerDesc{true, AddressRepeat, FilterLinear}})
+	b, _ = d.Marshal()
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := UnmarshalLaunchDesc(b)
 		if err != nil {
@@ -115,6 +118,9 @@ func FuzzDeviceInfo(f *testing.F) {
 	b, _ := d.Marshal()
 	f.Add(b)
 	f.Add(b[:DeviceInfoFixedSize])
+	id := testImageInfo()
+	ib, _ := id.Marshal()
+	f.Add(ib)
 	empty := DeviceInfo{}
 	eb, _ := empty.Marshal()
 	f.Add(eb)

@@ -2,6 +2,7 @@ package abi
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 )
 
@@ -173,6 +174,11 @@ const (
 	ArgBuffer uint32 = 0 // value = buffer handle
 	ArgScalar uint32 = 1 // size bytes; value holds them when size <= 8, else value = offset in the descriptor
 	ArgLocal  uint32 = 2 // size = bytes of __local memory; value 0
+	// ArgImage (1.8): size = ImageDescSize; value = offset in the
+	// descriptor of the image descriptor (8-byte aligned).
+	ArgImage uint32 = 3
+	// ArgSampler (1.8): size 0; value = the sampler (SamplerDesc).
+	ArgSampler uint32 = 4
 )
 
 // LaunchHeaderSize and ArgDescSize are the fixed parts of a launch descriptor.
@@ -204,10 +210,24 @@ type LaunchDesc struct {
 
 // KernelArg is one decoded launch argument.
 type KernelArg struct {
-	Kind   uint32
-	Handle uint32 // ArgBuffer
-	Bytes  []byte // ArgScalar
-	Local  uint32 // ArgLocal
+	Kind    uint32
+	Handle  uint32 // ArgBuffer; ArgImage: Image.Buffer
+	Bytes   []byte // ArgScalar
+	Local   uint32 // ArgLocal
+	Image   ImageDesc
+	Sampler SamplerDesc
+}
+
+// BufferHandle returns the buffer an argument names: an ArgBuffer's, or
+// the buffer holding an ArgImage's pixels.
+func (a *KernelArg) BufferHandle() (uint32, bool) {
+	switch a.Kind {
+	case ArgBuffer:
+		return a.Handle, true
+	case ArgImage:
+		return a.Image.Buffer, true
+	}
+	return 0, false
 }
 
 // Marshal encodes d, placing scalars larger than 8 bytes after the argument
@@ -253,6 +273,16 @@ func (d *LaunchDesc) Marshal() ([]byte, error) {
 			}
 		case ArgLocal:
 			le.PutUint32(b[o+4:], a.Local)
+		case ArgImage:
+			le.PutUint32(b[o+4:], ImageDescSize)
+			for len(b)%8 != 0 {
+				b = append(b, 0)
+			}
+			le.PutUint64(b[o+8:], uint64(len(b)))
+			b = append(b, make([]byte, ImageDescSize)...)
+			a.Image.Marshal(b[len(b)-ImageDescSize:])
+		case ArgSampler:
+			le.PutUint64(b[o+8:], a.Sampler.value())
 		default:
 			return nil, fmt.Errorf("launch: argument %d kind %d: %w", i, a.Kind, ErrMalformed)
 		}
@@ -347,6 +377,22 @@ func UnmarshalLaunchDesc(b []byte) (LaunchDesc, error) {
 				return d, fmt.Errorf("launch descriptor: argument %d: local size %d value %d: %w", i, size, val, ErrMalformed)
 			}
 			a.Local = size
+		case ArgImage:
+			if size != ImageDescSize || val%8 != 0 || val < uint64(LaunchHeaderSize+ArgDescSize*int(nargs)) ||
+				val > uint64(len(b)) || uint64(len(b))-val < ImageDescSize {
+				return d, fmt.Errorf("launch descriptor: argument %d: image descriptor of %d bytes at %d in %d: %w", i, size, val, len(b), ErrMalformed)
+			}
+			im, err := unmarshalImageDesc(b[val : val+ImageDescSize])
+			if err != nil {
+				return d, fmt.Errorf("launch descriptor: argument %d: %w", i, err)
+			}
+			a.Image, a.Handle = im, im.Buffer
+		case ArgSampler:
+			s, err := unpackSampler(val)
+			if err != nil || size != 0 {
+				return d, fmt.Errorf("launch descriptor: argument %d: sampler of size %d: %w", i, size, cmp.Or(err, ErrMalformed))
+			}
+			a.Sampler = s
 		default:
 			return d, fmt.Errorf("launch descriptor: argument %d: kind %d: %w", i, kind, ErrMalformed)
 		}

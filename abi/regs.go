@@ -5,7 +5,7 @@ package abi
 // whose major version differs from the one it was built for.
 const (
 	VersionMajor = 1
-	VersionMinor = 7
+	VersionMinor = 8
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -126,8 +126,14 @@ const (
 	// printed, with a header saying how much and whether it could
 	// capture it at all.
 	FeaturePrintf = 1 << 4
+	// FeatureImages (1.8): images and samplers (docs/ABI.md "Images"): a
+	// launch takes image (ArgImage) and sampler (ArgSampler) arguments,
+	// and device-info answers a query for DeviceInfoVersionImages with
+	// the image section, which says whether the physical device has
+	// images, its limits and formats.
+	FeatureImages = 1 << 5
 	// Features is what this version's RegFeatures reads.
-	Features = FeatureINTx | FeatureKick | FeatureContexts | FeatureNotify | FeaturePrintf
+	Features = FeatureINTx | FeatureKick | FeatureContexts | FeatureNotify | FeaturePrintf | FeatureImages
 )
 
 // Poll word values (1.6, FeatureNotify).

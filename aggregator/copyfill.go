@@ -60,17 +60,76 @@ func (in *Instance) deviceInfo(_ *abi.Command, q *abi.DeviceInfoQuery) (uint64, 
 	if err != nil {
 		return 0, err
 	}
-	size := uint64(len(in.devInfo))
+	blob := in.devInfo.of(q.BlobVersion())
+	size := uint64(len(blob))
 	if size > q.Length {
 		return size, nil
 	}
 	if in.stale() {
 		return 0, errStale
 	}
-	if err := scatterPrefix(in.mem, segs, in.devInfo); err != nil {
+	if err := scatterPrefix(in.mem, segs, blob); err != nil {
 		return 0, fmt.Errorf("device info: %w", err)
 	}
 	return size, nil
+}
+
+// deviceInfoBlobs are an instance's device-information blobs, one per
+// version a guest may ask for (abi.DeviceInfoQuery.BlobVersion), fixed
+// at creation (the device and MaxWorkGroup do not change under an
+// instance).
+type deviceInfoBlobs struct {
+	plain  []byte // abi.DeviceInfoVersion
+	images []byte // abi.DeviceInfoVersionImages
+	// imageInfo is the image section: what the instance's launches may
+	// use.
+	imageInfo abi.ImageInfo
+}
+
+// of returns the blob of version v (checked by the query's decoding).
+func (b *deviceInfoBlobs) of(v uint32) []byte {
+	if v == abi.DeviceInfoVersionImages {
+		return b.images
+	}
+	return b.plain
+}
+
+// makeDeviceInfo encodes both blobs of an instance on a device.
+func makeDeviceInfo(info gpu.Info, maxWorkGroup uint32) (deviceInfoBlobs, error) {
+	var b deviceInfoBlobs
+	d := deviceInfoOf(info, maxWorkGroup)
+	var err error
+	if b.plain, err = d.Marshal(); err != nil {
+		return b, err
+	}
+	b.imageInfo = imageInfoOf(info.Caps.Images)
+	d.Version, d.Images = abi.DeviceInfoVersionImages, b.imageInfo
+	b.images, err = d.Marshal()
+	return b, err
+}
+
+// imageInfoOf is the image section of a device with caps (docs/ABI.md
+// "Images"): of its formats those in abi.PortableImageFormats, in that
+// list's order (so a migration to another device model finds them
+// there), its sizes at most abi.MaxImageExtent. A device without images,
+// or without one portable format, has none.
+func imageInfoOf(c gpu.ImageCaps) abi.ImageInfo {
+	var im abi.ImageInfo
+	for _, f := range abi.PortableImageFormats {
+		if slices.Contains(c.Formats, gpu.ImageFormat{Order: f.Order, DataType: f.DataType}) {
+			im.Formats = append(im.Formats, f)
+		}
+	}
+	if !c.Supported || len(im.Formats) == 0 {
+		return abi.ImageInfo{}
+	}
+	ext := func(v uint64) uint64 { return min(v, abi.MaxImageExtent) }
+	im.Supported = true
+	im.MaxPlane = [2]uint64{ext(c.Max2D[0]), ext(c.Max2D[1])}
+	im.MaxVolume = [3]uint64{ext(c.Max3D[0]), ext(c.Max3D[1]), ext(c.Max3D[2])}
+	im.MaxArraySize = ext(c.MaxArraySize)
+	im.MaxReadArgs, im.MaxWriteArgs, im.MaxSamplers = c.MaxReadArgs, c.MaxWriteArgs, c.MaxSamplers
+	return im
 }
 
 // deviceInfoOf makes the device-information blob of an instance on a

@@ -736,20 +736,9 @@ func (in *Instance) launch(c *abi.Command, l *abi.Launch) (uint64, error) {
 	if k.NumArgs() != len(d.Args) {
 		return 0, abi.Errorf(abi.StatusInvalidArgument, "kernel %q takes %d arguments, got %d", d.Kernel, k.NumArgs(), len(d.Args))
 	}
-	args := make([]gpu.Arg, len(d.Args))
-	for i, a := range d.Args {
-		switch a.Kind {
-		case abi.ArgBuffer:
-			b, ok := in.state.buffers[a.Handle]
-			if !ok {
-				return 0, abi.Errorf(abi.StatusNotFound, "argument %d: buffer %d", i, a.Handle)
-			}
-			args[i].Buffer = b.mem
-		case abi.ArgScalar:
-			args[i].Scalar = a.Bytes
-		case abi.ArgLocal:
-			args[i].Local = uint64(a.Local)
-		}
+	args, err := in.launchArgs(d.Args)
+	if err != nil {
+		return 0, err
 	}
 	var pt *printing
 	if l.Printf != 0 {
@@ -806,6 +795,73 @@ func (in *Instance) launch(c *abi.Command, l *abi.Launch) (uint64, error) {
 	return dur, nil
 }
 
+// launchArgs turns a launch descriptor's arguments into the device's,
+// checking every buffer handle and image (docs/ABI.md "Images").
+func (in *Instance) launchArgs(desc []abi.KernelArg) ([]gpu.Arg, error) {
+	args := make([]gpu.Arg, len(desc))
+	for i, a := range desc {
+		switch a.Kind {
+		case abi.ArgBuffer, abi.ArgImage:
+			b, ok := in.state.buffers[a.Handle]
+			if !ok {
+				return nil, abi.Errorf(abi.StatusNotFound, "argument %d: buffer %d", i, a.Handle)
+			}
+			args[i].Buffer = b.mem
+			if a.Kind == abi.ArgImage {
+				im, err := in.imageArg(&a.Image, b)
+				if err != nil {
+					return nil, fmt.Errorf("argument %d: %w", i, err)
+				}
+				args[i].Image = im
+			}
+		case abi.ArgScalar:
+			args[i].Scalar = a.Bytes
+		case abi.ArgLocal:
+			args[i].Local = uint64(a.Local)
+		case abi.ArgSampler:
+			if !in.devInfo.imageInfo.Supported {
+				return nil, abi.Errorf(abi.StatusInvalidArgument, "argument %d: a sampler on a device without images", i)
+			}
+			args[i].Sampler = &gpu.Sampler{Normalized: a.Sampler.Normalized, Addressing: a.Sampler.Addressing, Filter: a.Sampler.Filter}
+		}
+	}
+	return args, nil
+}
+
+// imageArg checks an image argument against the device's image section
+// (its format offered, its extent within the limits) and against the
+// buffer that holds it, and returns the device's description of it.
+func (in *Instance) imageArg(d *abi.ImageDesc, b *buffer) (*gpu.Image, error) {
+	lim := &in.devInfo.imageInfo
+	if !lim.Supported {
+		return nil, abi.Errorf(abi.StatusInvalidArgument, "an image on a device without images")
+	}
+	if !slices.Contains(lim.Formats, d.Format()) {
+		return nil, abi.Errorf(abi.StatusInvalidArgument, "image format %#x/%#x not offered", d.Order, d.DataType)
+	}
+	r := d.Region()
+	var max [3]uint64
+	switch d.Type {
+	case abi.ImageType1D, abi.ImageType2D:
+		max = [3]uint64{lim.MaxPlane[0], lim.MaxPlane[1], 1}
+	case abi.ImageType1DArray:
+		max = [3]uint64{lim.MaxPlane[0], lim.MaxArraySize, 1}
+	case abi.ImageType2DArray:
+		max = [3]uint64{lim.MaxPlane[0], lim.MaxPlane[1], lim.MaxArraySize}
+	case abi.ImageType3D:
+		max = lim.MaxVolume
+	}
+	for i := range r {
+		if r[i] > max[i] {
+			return nil, abi.Errorf(abi.StatusInvalidArgument, "image of %dx%dx%d over the device's %dx%dx%d", r[0], r[1], r[2], max[0], max[1], max[2])
+		}
+	}
+	if n := d.Bytes(); n > b.size {
+		return nil, abi.Errorf(abi.StatusInvalidArgument, "image of %d bytes in buffer %d of %d", n, d.Buffer, b.size)
+	}
+	return &gpu.Image{Type: d.Type, Order: d.Order, DataType: d.DataType, Width: d.Width, Height: d.Height, Depth: d.Depth, ArraySize: d.ArraySize}, nil
+}
+
 func (in *Instance) fence(_ *abi.Command, f *abi.Fence) (uint64, error) {
 	// Commands run in ring order, so all earlier work is done here.
 	if in.stale() {
@@ -819,12 +875,14 @@ func (in *Instance) fence(_ *abi.Command, f *abi.Fence) (uint64, error) {
 
 // touchWritten marks the buffers a launch may write: those its kernel's
 // signature does not declare const (every buffer argument when the
-// signature is not known for certain).
+// signature is not known for certain), and every image's.
 func (in *Instance) touchWritten(pr *program, d *abi.LaunchDesc) {
 	kern, known := pr.reuseInfo().Kernel(d.Kernel)
 	known = known && len(kern.Args) == len(d.Args)
 	for i, a := range d.Args {
-		if a.Kind == abi.ArgBuffer && (!known || kern.Args[i] == reuse.ArgOut) {
+		// An image's kernel may write it whatever the signature says
+		// of its access: the device copies it back.
+		if a.Kind == abi.ArgImage || a.Kind == abi.ArgBuffer && (!known || kern.Args[i] == reuse.ArgOut) {
 			in.touch(in.state.buffers[a.Handle])
 		}
 	}

@@ -100,9 +100,7 @@ type Instance struct {
 	mem     GuestMemory
 	queue   gpu.Queue
 	limits  Limits // fixed at creation but for the quota below
-	// devInfo is the device-information blob, fixed at creation (the
-	// device and MaxWorkGroup do not change under an instance).
-	devInfo []byte
+	devInfo deviceInfoBlobs
 	// memBytes and maxAlloc are the live quota (SetProfile); progBytes the
 	// live program quota (SetProgramBytes).
 	memBytes, maxAlloc, progBytes atomic.Uint64
@@ -199,8 +197,7 @@ func (d *Device) NewInstance(cfg InstanceConfig) (*Instance, error) {
 		lim.ComputeUnits = d.info.ComputeUnits
 	}
 
-	di := deviceInfoOf(d.info, lim.MaxWorkGroup)
-	devInfo, err := di.Marshal()
+	devInfo, err := makeDeviceInfo(d.info, lim.MaxWorkGroup)
 	if err != nil {
 		return nil, fmt.Errorf("new instance %s: device info: %w", cfg.ID, err)
 	}
@@ -233,7 +230,7 @@ func (d *Device) NewInstance(cfg InstanceConfig) (*Instance, error) {
 
 // newInstance builds an instance (not started) on queue q: a vGPU's
 // default context, or one of its device contexts (context.go).
-func (d *Device) newInstance(cfg InstanceConfig, lim Limits, devInfo []byte, q gpu.Queue, log *slog.Logger) *Instance {
+func (d *Device) newInstance(cfg InstanceConfig, lim Limits, devInfo deviceInfoBlobs, q gpu.Queue, log *slog.Logger) *Instance {
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &Instance{
 		id:          cfg.ID,

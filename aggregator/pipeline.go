@@ -62,10 +62,11 @@ func (in *Instance) pipelines() bool {
 // syncLaunches for what a failure undoes.)
 func (in *Instance) reuseQuiet(d *abi.LaunchDesc) bool {
 	for _, a := range d.Args {
-		if a.Kind != abi.ArgBuffer {
+		h, ok := a.BufferHandle()
+		if !ok {
 			continue
 		}
-		b := in.state.buffers[a.Handle] // checked by the caller
+		b := in.state.buffers[h] // checked by the caller
 		if b.host != nil || b.fill != nil || b.producer != nil {
 			return false
 		}

@@ -324,8 +324,8 @@ func (in *Instance) reuseBefore(c *abi.Command, pr *program, d *abi.LaunchDesc, 
 	rl.dom = in.reuseDomain()
 	rl.bufs = make([]*buffer, len(d.Args))
 	for i, a := range d.Args {
-		if a.Kind == abi.ArgBuffer {
-			rl.bufs[i] = in.state.buffers[a.Handle] // checked by the caller
+		if h, ok := a.BufferHandle(); ok {
+			rl.bufs[i] = in.state.buffers[h] // checked by the caller
 		}
 	}
 	if rl.dom == nil {
@@ -355,7 +355,7 @@ func (in *Instance) reuseBefore(c *abi.Command, pr *program, d *abi.LaunchDesc, 
 		if b == nil {
 			continue
 		}
-		if !known || kern.Args[i] == reuse.ArgOut {
+		if !known || kern.Args[i] == reuse.ArgOut || d.Args[i].Kind == abi.ArgImage {
 			if f := firstArg(rl.bufs, b); f == i || !containsArg(rl.written, rl.bufs, b) {
 				rl.written = append(rl.written, f)
 			}
@@ -375,6 +375,9 @@ func (in *Instance) reuseBefore(c *abi.Command, pr *program, d *abi.LaunchDesc, 
 			rl.eligible = rl.eligible && b.known && kern.Args[i] != reuse.ArgScalar && kern.Args[i] != reuse.ArgLocal
 			lazy = lazy || b.lazy != nil
 			rl.record = rl.record || b.repeat
+		default:
+			// Images and samplers: reuse declines the launch (docs/reuse.md).
+			rl.eligible = false
 		}
 	}
 	if !rl.eligible {

@@ -41,10 +41,16 @@ func sliceable(source, options string) bool {
 // sliceDim is the dimension a launch is cut along (the outermost) and the
 // granularity of a cut: the local size there, or 1 when the device picks
 // the local size and no argument is __local memory. ok is false when the
-// range cannot be cut.
+// range cannot be cut, or an argument is an image.
 func sliceDim(r gpu.NDRange, args []gpu.Arg) (dim int, unit uint64, ok bool) {
 	if r.Dims < 1 || r.Dims > 3 {
 		return 0, 0, false
+	}
+	for _, a := range args {
+		if a.Image != nil {
+			// Each slice would copy the whole image in and out.
+			return 0, 0, false
+		}
 	}
 	dim = r.Dims - 1
 	unit = r.Local[dim]

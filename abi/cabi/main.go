@@ -323,6 +323,15 @@ func wireTypes() []wireType {
 		{"vgpu_device_info", "the fixed part of the device-information blob (docs/ABI.md \"Device-information blob\", 1.4); extensions_len bytes of extension list follow it.",
 			reflect.TypeFor[abi.DeviceInfoRecord](), abi.DeviceInfoFixedSize,
 			record(abi.DeviceInfoFixedSize, (*abi.DeviceInfoRecord).Marshal)},
+		{"vgpu_image_desc", "an image argument's descriptor in a launch descriptor (docs/ABI.md \"Images\", 1.8).",
+			reflect.TypeFor[abi.ImageDesc](), abi.ImageDescSize,
+			record(abi.ImageDescSize, (*abi.ImageDesc).Marshal)},
+		{"vgpu_image_info", "the fixed part of the device-information blob's image section (docs/ABI.md \"Images\", 1.8); format_count vgpu_image_format records follow it.",
+			reflect.TypeFor[abi.ImageInfoRecord](), abi.ImageInfoFixedSize,
+			record(abi.ImageInfoFixedSize, (*abi.ImageInfoRecord).Marshal)},
+		{"vgpu_image_format", "an image format record of the image section (1.8).",
+			reflect.TypeFor[abi.ImageFormat](), abi.ImageFormatSize,
+			record(abi.ImageFormatSize, (*abi.ImageFormat).Marshal)},
 	}
 }
 

@@ -79,6 +79,21 @@ func Float32Arg(v float32) Arg { return Uint32Arg(math.Float32bits(v)) }
 // LocalArg passes n bytes of __local memory.
 func LocalArg(n uint32) Arg { return Arg{a: abi.KernelArg{Kind: abi.ArgLocal, Local: n}} }
 
+// ImageArg passes buffer b as an image (an image1d_t ... image3d_t
+// parameter) of the type, format and extent im gives; b holds the
+// image's pixels packed (docs/ABI.md "Images"), and im.Buffer is set to
+// b. The device must announce abi.FeatureImages and offer the format
+// (Device.ImageInfo).
+func ImageArg(b Buffer, im abi.ImageDesc) Arg {
+	im.Buffer = b.Handle
+	return Arg{a: abi.KernelArg{Kind: abi.ArgImage, Handle: b.Handle, Image: im}, gen: b.gen}
+}
+
+// SamplerArg passes a sampler (a sampler_t parameter).
+func SamplerArg(s abi.SamplerDesc) Arg {
+	return Arg{a: abi.KernelArg{Kind: abi.ArgSampler, Sampler: s}}
+}
+
 // tablesFor is the number of scatter-gather table pages n entries need:
 // every table but the last holds 255 entries and a chain entry.
 func tablesFor(n int) int {
@@ -465,10 +480,13 @@ func (d *Device) launch(p Program, kernel string, r NDRange, flags uint16, print
 		return fmt.Errorf("launch %s: %w", kernel, err)
 	}
 	for i, a := range args {
-		if a.a.Kind == abi.ArgBuffer {
-			if err := d.stale("buffer", a.a.Handle, a.gen); err != nil {
+		if h, ok := a.a.BufferHandle(); ok {
+			if err := d.stale("buffer", h, a.gen); err != nil {
 				return fmt.Errorf("launch %s: argument %d: %w", kernel, i, err)
 			}
+		}
+		if (a.a.Kind == abi.ArgImage || a.a.Kind == abi.ArgSampler) && d.info.Features&abi.FeatureImages == 0 {
+			return fmt.Errorf("launch %s: argument %d: an image or sampler on a device without abi.FeatureImages: %w", kernel, i, ErrInvalid)
 		}
 	}
 	if printf.Handle != 0 {

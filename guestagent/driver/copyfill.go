@@ -125,7 +125,8 @@ func (d *Device) blobQuery(room, minSize uint64, query func(sgCount uint32, sgAd
 }
 
 // DeviceInfo returns the OpenCL device properties of the vGPU (the
-// device-info command), waiting for every earlier command. The blob
+// device-info command), with the image section where the device
+// announces abi.FeatureImages, waiting for every earlier command. The blob
 // always fits the one page of room it offers. The values may change
 // across a live migration to another device model: ask again after one
 // (docs/ABI.md "device-info").
@@ -139,8 +140,13 @@ func (d *Device) DeviceInfo() (abi.DeviceInfo, error) {
 		return abi.DeviceInfo{}, err
 	}
 	const room = abi.MaxDeviceInfoLen
+	// A device with images answers with their section when asked.
+	var version uint32
+	if d.info.Features&abi.FeatureImages != 0 {
+		version = abi.DeviceInfoVersionImages
+	}
 	blob, size, err := d.blobQuery(room, abi.DeviceInfoFixedSize, func(count uint32, sgAddr uint64) abi.Payload {
-		return &abi.DeviceInfoQuery{SGCount: count, Length: room, SGAddr: sgAddr}
+		return &abi.DeviceInfoQuery{SGCount: count, Version: version, Length: room, SGAddr: sgAddr}
 	})
 	switch {
 	case err != nil:
@@ -154,6 +160,9 @@ func (d *Device) DeviceInfo() (abi.DeviceInfo, error) {
 	}
 	if uint64(len(blob)) != info.Size() {
 		return abi.DeviceInfo{}, fmt.Errorf("device info: device reported %d bytes for a blob of %d: %w", len(blob), info.Size(), ErrProtocol)
+	}
+	if info.Version != version {
+		return abi.DeviceInfo{}, fmt.Errorf("device info: device wrote a blob of version %d, asked for %d: %w", max(info.Version, 1), max(version, 1), ErrProtocol)
 	}
 	return info, nil
 }

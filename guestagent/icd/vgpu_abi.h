@@ -48,6 +48,9 @@
 
 /* abi/devinfo.go */
 #define VGPU_DEVICE_INFO_VERSION             1 /* abi.DeviceInfoVersion */
+#define VGPU_DEVICE_INFO_VERSION_IMAGES      2 /* abi.DeviceInfoVersionImages */
+#define VGPU_IMAGE_INFO_FIXED_SIZE           80 /* abi.ImageInfoFixedSize */
+#define VGPU_MAX_IMAGE_FORMATS               128 /* abi.MaxImageFormats */
 #define VGPU_DEVICE_INFO_FIXED_SIZE          200 /* abi.DeviceInfoFixedSize */
 #define VGPU_MAX_DEVICE_INFO_LEN             4096 /* abi.MaxDeviceInfoLen */
 
@@ -59,6 +62,56 @@
 #define VGPU_VEC_DOUBLE                      5 /* abi.VecDouble */
 #define VGPU_VEC_HALF                        6 /* abi.VecHalf */
 #define VGPU_NUM_VEC_WIDTHS                  7 /* abi.NumVecWidths */
+
+/* abi/image.go */
+#define VGPU_IMAGE_TYPE2_D                   0x10F1 /* abi.ImageType2D */
+#define VGPU_IMAGE_TYPE3_D                   0x10F2 /* abi.ImageType3D */
+#define VGPU_IMAGE_TYPE2_D_ARRAY             0x10F3 /* abi.ImageType2DArray */
+#define VGPU_IMAGE_TYPE1_D                   0x10F4 /* abi.ImageType1D */
+#define VGPU_IMAGE_TYPE1_D_ARRAY             0x10F5 /* abi.ImageType1DArray */
+
+#define VGPU_IMAGE_DESC_SIZE                 48 /* abi.ImageDescSize */
+
+#define VGPU_MAX_IMAGE_EXTENT                0x00010000 /* abi.MaxImageExtent */
+
+#define VGPU_IMAGE_FORMAT_SIZE               8 /* abi.ImageFormatSize */
+
+#define VGPU_ORDER_R                         0x10B0 /* abi.OrderR */
+#define VGPU_ORDER_A                         0x10B1 /* abi.OrderA */
+#define VGPU_ORDER_RG                        0x10B2 /* abi.OrderRG */
+#define VGPU_ORDER_RA                        0x10B3 /* abi.OrderRA */
+#define VGPU_ORDER_RGB                       0x10B4 /* abi.OrderRGB */
+#define VGPU_ORDER_RGBA                      0x10B5 /* abi.OrderRGBA */
+#define VGPU_ORDER_BGRA                      0x10B6 /* abi.OrderBGRA */
+#define VGPU_ORDER_ARGB                      0x10B7 /* abi.OrderARGB */
+#define VGPU_ORDER_INTENSITY                 0x10B8 /* abi.OrderIntensity */
+#define VGPU_ORDER_LUMINANCE                 0x10B9 /* abi.OrderLuminance */
+#define VGPU_ORDER_RX                        0x10BA /* abi.OrderRx */
+#define VGPU_ORDER_R_GX                      0x10BB /* abi.OrderRGx */
+#define VGPU_ORDER_RG_BX                     0x10BC /* abi.OrderRGBx */
+#define VGPU_SNORM_INT8                      0x10D0 /* abi.SnormInt8 */
+#define VGPU_SNORM_INT16                     0x10D1 /* abi.SnormInt16 */
+#define VGPU_UNORM_INT8                      0x10D2 /* abi.UnormInt8 */
+#define VGPU_UNORM_INT16                     0x10D3 /* abi.UnormInt16 */
+#define VGPU_UNORM_SHORT565                  0x10D4 /* abi.UnormShort565 */
+#define VGPU_UNORM_SHORT555                  0x10D5 /* abi.UnormShort555 */
+#define VGPU_UNORM_INT101010                 0x10D6 /* abi.UnormInt101010 */
+#define VGPU_SIGNED_INT8                     0x10D7 /* abi.SignedInt8 */
+#define VGPU_SIGNED_INT16                    0x10D8 /* abi.SignedInt16 */
+#define VGPU_SIGNED_INT32                    0x10D9 /* abi.SignedInt32 */
+#define VGPU_UNSIGNED_INT8                   0x10DA /* abi.UnsignedInt8 */
+#define VGPU_UNSIGNED_INT16                  0x10DB /* abi.UnsignedInt16 */
+#define VGPU_UNSIGNED_INT32                  0x10DC /* abi.UnsignedInt32 */
+#define VGPU_HALF_FLOAT                      0x10DD /* abi.HalfFloat */
+#define VGPU_FLOAT                           0x10DE /* abi.Float */
+
+#define VGPU_ADDRESS_NONE                    0x1130 /* abi.AddressNone */
+#define VGPU_ADDRESS_CLAMP_TO_EDGE           0x1131 /* abi.AddressClampToEdge */
+#define VGPU_ADDRESS_CLAMP                   0x1132 /* abi.AddressClamp */
+#define VGPU_ADDRESS_REPEAT                  0x1133 /* abi.AddressRepeat */
+#define VGPU_ADDRESS_MIRRORED_REPEAT         0x1134 /* abi.AddressMirroredRepeat */
+#define VGPU_FILTER_NEAREST                  0x1140 /* abi.FilterNearest */
+#define VGPU_FILTER_LINEAR                   0x1141 /* abi.FilterLinear */
 
 /* abi/proginfo.go */
 #define VGPU_PROGRAM_INFO_HEADER_SIZE        16 /* abi.ProgramInfoHeaderSize */
@@ -95,14 +148,16 @@
 #define VGPU_ARG_BUFFER                      0 /* abi.ArgBuffer */
 #define VGPU_ARG_SCALAR                      1 /* abi.ArgScalar */
 #define VGPU_ARG_LOCAL                       2 /* abi.ArgLocal */
+#define VGPU_ARG_IMAGE                       3 /* abi.ArgImage */
+#define VGPU_ARG_SAMPLER                     4 /* abi.ArgSampler */
 
 #define VGPU_LAUNCH_HEADER_SIZE              144 /* abi.LaunchHeaderSize */
 #define VGPU_ARG_DESC_SIZE                   16 /* abi.ArgDescSize */
 
 /* abi/regs.go */
 #define VGPU_VERSION_MAJOR                   1 /* abi.VersionMajor */
-#define VGPU_VERSION_MINOR                   7 /* abi.VersionMinor */
-#define VGPU_VERSION                         0x00010007 /* abi.Version */
+#define VGPU_VERSION_MINOR                   8 /* abi.VersionMinor */
+#define VGPU_VERSION                         0x00010008 /* abi.Version */
 
 #define VGPU_VENDOR_ID                       0x7667 /* abi.VendorID */
 #define VGPU_DEVICE_ID                       0x0001 /* abi.DeviceID */
@@ -165,7 +220,8 @@
 #define VGPU_FEATURE_CONTEXTS                0x04 /* abi.FeatureContexts */
 #define VGPU_FEATURE_NOTIFY                  0x08 /* abi.FeatureNotify */
 #define VGPU_FEATURE_PRINTF                  0x10 /* abi.FeaturePrintf */
-#define VGPU_FEATURES                        0x1F /* abi.Features */
+#define VGPU_FEATURE_IMAGES                  0x20 /* abi.FeatureImages */
+#define VGPU_FEATURES                        0x3F /* abi.Features */
 
 #define VGPU_POLL_WORD_IDLE                  0 /* abi.PollWordIdle */
 #define VGPU_POLL_WORD_POLLING               1 /* abi.PollWordPolling */
@@ -499,14 +555,14 @@ _Static_assert(offsetof(struct vgpu_arg_info, name) == 80, "vgpu_arg_info.name o
 /* abi.DeviceInfoQuery: the payload of device-info (1.4). */
 struct vgpu_cmd_device_info {
 	uint32_t sg_count;
-	uint32_t reserved4;
+	uint32_t version;
 	uint64_t length;
 	uint64_t sg_addr;
 	uint8_t reserved24[24];
 };
 _Static_assert(sizeof(struct vgpu_cmd_device_info) == 48, "vgpu_cmd_device_info size");
 _Static_assert(offsetof(struct vgpu_cmd_device_info, sg_count) == 0, "vgpu_cmd_device_info.sg_count offset");
-_Static_assert(offsetof(struct vgpu_cmd_device_info, reserved4) == 4, "vgpu_cmd_device_info.reserved4 offset");
+_Static_assert(offsetof(struct vgpu_cmd_device_info, version) == 4, "vgpu_cmd_device_info.version offset");
 _Static_assert(offsetof(struct vgpu_cmd_device_info, length) == 8, "vgpu_cmd_device_info.length offset");
 _Static_assert(offsetof(struct vgpu_cmd_device_info, sg_addr) == 16, "vgpu_cmd_device_info.sg_addr offset");
 _Static_assert(offsetof(struct vgpu_cmd_device_info, reserved24) == 24, "vgpu_cmd_device_info.reserved24 offset");
@@ -566,5 +622,56 @@ _Static_assert(offsetof(struct vgpu_device_info, preferred_vector_width) == 136,
 _Static_assert(offsetof(struct vgpu_device_info, native_vector_width) == 164, "vgpu_device_info.native_vector_width offset");
 _Static_assert(offsetof(struct vgpu_device_info, endian_little) == 192, "vgpu_device_info.endian_little offset");
 _Static_assert(offsetof(struct vgpu_device_info, extensions_len) == 196, "vgpu_device_info.extensions_len offset");
+
+/* abi.ImageDesc: an image argument's descriptor in a launch descriptor (docs/ABI.md "Images", 1.8). */
+struct vgpu_image_desc {
+	uint32_t buffer;
+	uint32_t type;
+	uint32_t order;
+	uint32_t data_type;
+	uint64_t width;
+	uint64_t height;
+	uint64_t depth;
+	uint64_t array_size;
+};
+_Static_assert(sizeof(struct vgpu_image_desc) == 48, "vgpu_image_desc size");
+_Static_assert(offsetof(struct vgpu_image_desc, buffer) == 0, "vgpu_image_desc.buffer offset");
+_Static_assert(offsetof(struct vgpu_image_desc, type) == 4, "vgpu_image_desc.type offset");
+_Static_assert(offsetof(struct vgpu_image_desc, order) == 8, "vgpu_image_desc.order offset");
+_Static_assert(offsetof(struct vgpu_image_desc, data_type) == 12, "vgpu_image_desc.data_type offset");
+_Static_assert(offsetof(struct vgpu_image_desc, width) == 16, "vgpu_image_desc.width offset");
+_Static_assert(offsetof(struct vgpu_image_desc, height) == 24, "vgpu_image_desc.height offset");
+_Static_assert(offsetof(struct vgpu_image_desc, depth) == 32, "vgpu_image_desc.depth offset");
+_Static_assert(offsetof(struct vgpu_image_desc, array_size) == 40, "vgpu_image_desc.array_size offset");
+
+/* abi.ImageInfoRecord: the fixed part of the device-information blob's image section (docs/ABI.md "Images", 1.8); format_count vgpu_image_format records follow it. */
+struct vgpu_image_info {
+	uint32_t image_support;
+	uint32_t format_count;
+	uint64_t max_plane[2];
+	uint64_t max_volume[3];
+	uint64_t max_array_size;
+	uint64_t max_read_args;
+	uint64_t max_write_args;
+	uint64_t max_samplers;
+};
+_Static_assert(sizeof(struct vgpu_image_info) == 80, "vgpu_image_info size");
+_Static_assert(offsetof(struct vgpu_image_info, image_support) == 0, "vgpu_image_info.image_support offset");
+_Static_assert(offsetof(struct vgpu_image_info, format_count) == 4, "vgpu_image_info.format_count offset");
+_Static_assert(offsetof(struct vgpu_image_info, max_plane) == 8, "vgpu_image_info.max_plane offset");
+_Static_assert(offsetof(struct vgpu_image_info, max_volume) == 24, "vgpu_image_info.max_volume offset");
+_Static_assert(offsetof(struct vgpu_image_info, max_array_size) == 48, "vgpu_image_info.max_array_size offset");
+_Static_assert(offsetof(struct vgpu_image_info, max_read_args) == 56, "vgpu_image_info.max_read_args offset");
+_Static_assert(offsetof(struct vgpu_image_info, max_write_args) == 64, "vgpu_image_info.max_write_args offset");
+_Static_assert(offsetof(struct vgpu_image_info, max_samplers) == 72, "vgpu_image_info.max_samplers offset");
+
+/* abi.ImageFormat: an image format record of the image section (1.8). */
+struct vgpu_image_format {
+	uint32_t order;
+	uint32_t data_type;
+};
+_Static_assert(sizeof(struct vgpu_image_format) == 8, "vgpu_image_format size");
+_Static_assert(offsetof(struct vgpu_image_format, order) == 0, "vgpu_image_format.order offset");
+_Static_assert(offsetof(struct vgpu_image_format, data_type) == 4, "vgpu_image_format.data_type offset");
 
 #endif /* VGPU_ABI_H */

@@ -1,0 +1,100 @@
+package aggregator
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/gpu/imagetest"
+)
+
+// TestImageLaunch: a kernel with image and sampler arguments runs through
+// the ring on the real device and writes its output image's buffer; the
+// image section of device-info says what it may use; a bad image (a
+// format not offered, an extent over the device's, more bytes than its
+// buffer, a buffer that does not exist) fails only its own launch.
+func TestImageLaunch(t *testing.T) {
+	d, _ := newDevice(t)
+	g := newTestGuest(t, d, "images", 1<<20)
+
+	cmd, read := g.deviceInfoCmd(abi.PageSize)
+	le := binary.LittleEndian
+	cmd.Payload[4] = abi.DeviceInfoVersionImages
+	g.mustOK(g.run(cmd)...)
+	info, err := abi.UnmarshalDeviceInfo(read())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rgba8 := abi.ImageFormat{Order: abi.OrderRGBA, DataType: abi.UnormInt8}
+	if info.Version != abi.DeviceInfoVersionImages || !info.Images.Supported || !slices.Contains(info.Images.Formats, rgba8) {
+		t.Fatalf("device-info's image section = %+v (version %d), want images with RGBA UNORM_INT8", info.Images, info.Version)
+	}
+	for _, f := range info.Images.Formats {
+		if !abi.PortableImageFormat(f) {
+			t.Errorf("format %#x/%#x offered, not portable", f.Order, f.DataType)
+		}
+	}
+
+	const w, h = 8, 4
+	px := make([]byte, w*h*4)
+	for i := range px {
+		px[i] = byte(i)
+	}
+	build, _ := g.build(1, imagetest.Source, 0)
+	g.mustOK(g.run(
+		abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: w * h * 4}, 0, 0),
+		abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: w * h * 4}, 0, 0),
+		g.upload(1, px), build)...)
+	img := func(buf uint32, f abi.ImageFormat, width, height uint64) abi.KernelArg {
+		return abi.KernelArg{Kind: abi.ArgImage, Handle: buf, Image: abi.ImageDesc{Buffer: buf, Type: abi.ImageType2D,
+			Order: f.Order, DataType: f.DataType, Width: width, Height: height}}
+	}
+	sampler := abi.KernelArg{Kind: abi.ArgSampler, Sampler: abi.SamplerDesc{Addressing: abi.AddressClampToEdge, Filter: abi.FilterNearest}}
+	k := abi.KernelArg{Kind: abi.ArgScalar, Bytes: le.AppendUint32(nil, math.Float32bits(2))}
+	brighten := func(in, out abi.KernelArg) abi.LaunchDesc {
+		return abi.LaunchDesc{WorkDim: 2, GlobalSize: [3]uint64{w, h}, Kernel: "brighten", Args: []abi.KernelArg{in, out, sampler, k}}
+	}
+	good := brighten(img(1, rgba8, w, h), img(2, rgba8, w, h))
+	dl, got := g.download(2, len(px))
+	g.mustOK(g.run(g.launch(1, good), dl)...)
+	want := make([]byte, len(px))
+	for i, v := range px {
+		want[i] = byte(min(2*int(v), 255))
+	}
+	if !bytes.Equal(got(), want) {
+		t.Errorf("brighten through the ring: %v, want %v", got(), want)
+	}
+
+	wide := uint64(abi.MaxImageExtent)
+	if info.Images.MaxPlane[0] < abi.MaxImageExtent {
+		wide = info.Images.MaxPlane[0] + 1
+	}
+	argb := abi.ImageFormat{Order: abi.OrderARGB, DataType: abi.UnormInt8}
+	for _, c := range []struct {
+		name string
+		d    abi.LaunchDesc
+		want abi.Status
+	}{
+		{"format not offered", brighten(img(1, argb, w, h), img(2, rgba8, w, h)), abi.StatusInvalidArgument},
+		{"wider than the device's", brighten(img(1, rgba8, wide, 1), img(2, rgba8, w, h)), abi.StatusInvalidArgument},
+		{"more bytes than its buffer", brighten(img(1, rgba8, w, h+1), img(2, rgba8, w, h)), abi.StatusInvalidArgument},
+		{"no such buffer", brighten(img(1, rgba8, w, h), img(9, rgba8, w, h)), abi.StatusNotFound},
+		{"a sampler for an image", brighten(sampler, img(2, rgba8, w, h)), abi.StatusLaunchFailed},
+	} {
+		if rec := g.run(g.launch(1, c.d))[0]; rec.Status != c.want {
+			t.Errorf("%s: status %v, want %v", c.name, rec.Status, c.want)
+		}
+	}
+	// The failures changed nothing and the instance goes on.
+	px2 := slices.Clone(px)
+	px2[0] = 100
+	dl, got = g.download(2, len(px))
+	g.mustOK(g.run(g.upload(1, px2), g.launch(1, good), dl)...)
+	want[0] = 200
+	if !bytes.Equal(got(), want) {
+		t.Errorf("brighten after the refusals: %v, want %v", got(), want)
+	}
+}
