@@ -230,8 +230,12 @@ func (d *ImageDesc) Marshal(b []byte) {
 	le.PutUint64(b[40:], d.ArraySize)
 }
 
-// unmarshalImageDesc decodes and checks an image descriptor.
-func unmarshalImageDesc(b []byte) (ImageDesc, error) {
+// UnmarshalImageDesc decodes and checks an image descriptor of
+// ImageDescSize bytes.
+func UnmarshalImageDesc(b []byte) (ImageDesc, error) {
+	if len(b) < ImageDescSize {
+		return ImageDesc{}, fmt.Errorf("image descriptor of %d bytes: %w", len(b), ErrMalformed)
+	}
 	d := ImageDesc{Buffer: le.Uint32(b[0:]), Type: le.Uint32(b[4:]), Order: le.Uint32(b[8:]), DataType: le.Uint32(b[12:]),
 		Width: le.Uint64(b[16:]), Height: le.Uint64(b[24:]), Depth: le.Uint64(b[32:]), ArraySize: le.Uint64(b[40:])}
 	return d, d.check()
@@ -257,8 +261,8 @@ type SamplerDesc struct {
 	Filter     uint32
 }
 
-// value packs s.
-func (s SamplerDesc) value() uint64 {
+// Value packs s.
+func (s SamplerDesc) Value() uint64 {
 	v := uint64(s.Addressing&0xffff) | uint64(s.Filter&0xffff)<<16
 	if s.Normalized {
 		v |= 1 << 32
@@ -266,8 +270,8 @@ func (s SamplerDesc) value() uint64 {
 	return v
 }
 
-// unpackSampler decodes and checks a sampler argument's value.
-func unpackSampler(v uint64) (SamplerDesc, error) {
+// UnpackSampler decodes and checks a sampler argument's value.
+func UnpackSampler(v uint64) (SamplerDesc, error) {
 	s := SamplerDesc{Addressing: uint32(v & 0xffff), Filter: uint32(v >> 16 & 0xffff), Normalized: v>>32&1 == 1}
 	switch {
 	case v>>33 != 0:

@@ -282,7 +282,7 @@ func (d *LaunchDesc) Marshal() ([]byte, error) {
 			b = append(b, make([]byte, ImageDescSize)...)
 			a.Image.Marshal(b[len(b)-ImageDescSize:])
 		case ArgSampler:
-			le.PutUint64(b[o+8:], a.Sampler.value())
+			le.PutUint64(b[o+8:], a.Sampler.Value())
 		default:
 			return nil, fmt.Errorf("launch: argument %d kind %d: %w", i, a.Kind, ErrMalformed)
 		}
@@ -382,13 +382,13 @@ func UnmarshalLaunchDesc(b []byte) (LaunchDesc, error) {
 				val > uint64(len(b)) || uint64(len(b))-val < ImageDescSize {
 				return d, fmt.Errorf("launch descriptor: argument %d: image descriptor of %d bytes at %d in %d: %w", i, size, val, len(b), ErrMalformed)
 			}
-			im, err := unmarshalImageDesc(b[val : val+ImageDescSize])
+			im, err := UnmarshalImageDesc(b[val : val+ImageDescSize])
 			if err != nil {
 				return d, fmt.Errorf("launch descriptor: argument %d: %w", i, err)
 			}
 			a.Image, a.Handle = im, im.Buffer
 		case ArgSampler:
-			s, err := unpackSampler(val)
+			s, err := UnpackSampler(val)
 			if err != nil || size != 0 {
 				return d, fmt.Errorf("launch descriptor: argument %d: sampler of size %d: %w", i, size, cmp.Or(err, ErrMalformed))
 			}

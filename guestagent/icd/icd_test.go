@@ -502,7 +502,9 @@ func runAgainst(t *testing.T, exe, icdDir, sock string, args ...string) {
 // with its exact errors, and a daemon that dies) and testdata/threezero.c
 // (the OpenCL 3.0 entries: queues and buffers with properties, OpenCL C
 // 3.0, cloned kernels, context destructor callbacks, the answers for
-// absent features) and testdata/printf.c (kernels that print, against a
+// absent features), testdata/images.c (images and samplers: every
+// transfer, copy, fill and map, kernels with image and sampler
+// arguments) and testdata/printf.c (kernels that print, against a
 // vGPU whose kernels run in sandboxed executors: what they print reaches
 // the program's standard output, each launch's whole and in queue order,
 // before a wait on its event or clFinish returns; a launch that prints
@@ -531,6 +533,9 @@ func TestDaemon(t *testing.T) {
 			})
 			t.Run("opencl30", func(t *testing.T) {
 				runAgainst(t, buildProgram(t, gcc, "testdata/threezero.c", c.flags...), icdDir, sock, t.TempDir())
+			})
+			t.Run("images", func(t *testing.T) {
+				runAgainst(t, buildProgram(t, gcc, "testdata/images.c", c.flags...), icdDir, sock, t.TempDir())
 			})
 			t.Run("printf", func(t *testing.T) {
 				cmd := exec.Command(buildProgram(t, gcc, "testdata/printf.c", c.flags...))

@@ -546,6 +546,14 @@ func validateLaunch(v *Launch) error {
 			if a.Size == 0 || a.Value != 0 {
 				return Errorf(ErrMalformed, "argument %d: local of %d bytes, value %d", i, a.Size, a.Value)
 			}
+		case abi.ArgImage:
+			if _, err := v.Image(a); err != nil {
+				return Errorf(ErrMalformed, "argument %d: %v", i, err)
+			}
+		case abi.ArgSampler:
+			if _, err := abi.UnpackSampler(a.Value); err != nil || a.Size != 0 {
+				return Errorf(ErrMalformed, "argument %d: sampler %#x of size %d", i, a.Value, a.Size)
+			}
 		default:
 			return Errorf(ErrMalformed, "argument %d: kind %d", i, a.Kind)
 		}
@@ -592,6 +600,15 @@ func (l *Launch) KernelArgs() ([]LaunchArg, uint32) {
 	}
 	n := len(l.Args) - 1
 	return l.Args[:n], uint32(l.Args[n].Value)
+}
+
+// Image decodes image argument a (kind abi.ArgImage): its descriptor in
+// the scalar area, whose buffer is the client's buffer id.
+func (l *Launch) Image(a LaunchArg) (abi.ImageDesc, error) {
+	if a.Size != abi.ImageDescSize || a.Value > uint64(len(l.Scalars)) || uint64(len(l.Scalars))-a.Value < abi.ImageDescSize {
+		return abi.ImageDesc{}, fmt.Errorf("image descriptor of %d bytes at %d outside the %d-byte scalar area", a.Size, a.Value, len(l.Scalars))
+	}
+	return abi.UnmarshalImageDesc(l.Scalars[a.Value : a.Value+abi.ImageDescSize])
 }
 
 // ScalarBytes returns the bytes of scalar argument a (kind abi.ArgScalar)

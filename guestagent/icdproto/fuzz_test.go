@@ -16,6 +16,11 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	il, err := Marshal(OpLaunch, 8, imageLaunch(f))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(il)
 	f.Add([]byte{})
 	f.Add(make([]byte, HeaderSize))
 	f.Fuzz(func(t *testing.T, b []byte) {

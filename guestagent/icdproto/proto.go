@@ -14,10 +14,13 @@ var le = binary.LittleEndian
 // and a daemon answers a Hello of any version from MinVersion to Version
 // with the client's. Version 2 adds the submission queue (OpQueue,
 // OpKick, OpDrain; queue.go); version 3 adds printf buffers on launches
-// (LaunchPrintf). A client that meets an older daemon (an Error of
-// ErrVersion) dials again and says the version before.
+// (LaunchPrintf); version 4 adds image and sampler arguments (abi 1.8,
+// kinds abi.ArgImage and abi.ArgSampler) and answers DeviceInfo with the
+// device's version-2 blob, with its image section, where it has one. A
+// client that meets an older daemon (an Error of ErrVersion) dials again
+// and says the version before.
 const (
-	Version    = 3
+	Version    = 4
 	MinVersion = 1
 )
 
@@ -337,9 +340,10 @@ type LaunchHead struct {
 }
 
 // LaunchArg is one argument entry, as abi's launch argument entry except
-// that an abi.ArgBuffer's value is the client's buffer id and an
+// that an abi.ArgBuffer's value is the client's buffer id, an
 // abi.ArgScalar of more than 8 bytes gives the offset of its bytes in the
-// scalar area.
+// scalar area, and an abi.ArgImage (version 4) gives the offset there of
+// its abi.ImageDesc, whose buffer is the client's buffer id.
 type LaunchArg struct {
 	Kind  uint32
 	Size  uint32

@@ -314,3 +314,55 @@ func TestLaunchPrintfEntry(t *testing.T) {
 		t.Errorf("%d entries without LaunchPrintf: %v, want ErrMalformed", len(full.Args), err)
 	}
 }
+
+// imageLaunch is a launch with an image argument (its descriptor in the
+// scalar area, naming the client's buffer 9) and a sampler (version 4).
+func imageLaunch(t testing.TB) *Launch {
+	l := launch()
+	im := abi.ImageDesc{Buffer: 9, Type: abi.ImageType2D, Order: abi.OrderRGBA, DataType: abi.UnormInt8, Width: 64, Height: 32}
+	at := len(l.Scalars)
+	l.Scalars = append(l.Scalars, make([]byte, abi.ImageDescSize)...)
+	im.Marshal(l.Scalars[at:])
+	s := abi.SamplerDesc{Normalized: true, Addressing: abi.AddressRepeat, Filter: abi.FilterLinear}
+	l.Args = append(l.Args, LaunchArg{Kind: abi.ArgImage, Size: abi.ImageDescSize, Value: uint64(at)},
+		LaunchArg{Kind: abi.ArgSampler, Value: s.Value()})
+	l.NumArgs = uint32(len(l.Args))
+	return l
+}
+
+func TestLaunchImages(t *testing.T) {
+	l := imageLaunch(t)
+	b := mustMarshal(t, OpLaunch, l)
+	_, body, err := Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := body.(*Launch)
+	im, err := got.Image(got.Args[4])
+	if err != nil || im.Buffer != 9 || im.Width != 64 || im.Bytes() != 64*32*4 {
+		t.Errorf("Image = %+v, %v", im, err)
+	}
+	if s, err := abi.UnpackSampler(got.Args[5].Value); err != nil || !s.Normalized || s.Filter != abi.FilterLinear {
+		t.Errorf("sampler = %+v, %v", s, err)
+	}
+	arg := func(i int) int { return HeaderSize + LaunchHeadSize + LaunchArgSize*i }
+	area := arg(len(l.Args))
+	patch := func(off int, v ...byte) []byte {
+		c := append([]byte(nil), b...)
+		copy(c[off:], v)
+		return c
+	}
+	for name, bad := range map[string][]byte{
+		"image size 40":         patch(arg(4)+4, 40),
+		"image beyond the area": patch(arg(4)+8, byte(len(l.Scalars)-40)),
+		"image type unknown":    patch(area+24+4, 0xf6),
+		"image height 0":        patch(area+24+24, 0),
+		"sampler filter":        patch(arg(5)+8+2, 0x42),
+		"sampler reserved bit":  patch(arg(5)+8+5, 1),
+		"sampler with a size":   patch(arg(5)+4, 4),
+	} {
+		if _, body, err := Unmarshal(bad); err == nil || body != nil || CodeOf(err) != ErrMalformed {
+			t.Errorf("%s: Unmarshal = %v, %v; want a malformed error", name, body, err)
+		}
+	}
+}

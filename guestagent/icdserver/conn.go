@@ -372,7 +372,7 @@ func (c *conn) doDeviceInfo(v *icdproto.DeviceInfo) (any, error) {
 	if minor(dev) < 4 {
 		return &icdproto.DeviceInfoReply{Status: uint32(abi.StatusInvalidOpcode)}, nil
 	}
-	blob, err := dev.deviceInfo()
+	blob, err := dev.deviceInfo(c.version >= 4)
 	if err != nil {
 		lost(dev, err)
 		return &icdproto.DeviceInfoReply{Status: uint32(statusOf(err))}, nil
@@ -841,6 +841,24 @@ func (c *conn) doLaunch(v *icdproto.Launch) error {
 			args[i] = driver.BytesArg(v.ScalarBytes(a))
 		case abi.ArgLocal:
 			args[i] = driver.LocalArg(a.Size)
+		case abi.ArgImage, abi.ArgSampler:
+			if c.version < 4 {
+				return icdproto.Errorf(icdproto.ErrVersion, "argument %d: an image or sampler in protocol version %d", i, c.version)
+			}
+			if a.Kind == abi.ArgSampler {
+				s, _ := abi.UnpackSampler(a.Value) // validated
+				args[i] = driver.SamplerArg(s)
+				continue
+			}
+			im, _ := v.Image(a) // validated
+			b, err := c.buffer(im.Buffer)
+			if err != nil {
+				return fmt.Errorf("argument %d: image: %w", i, err)
+			}
+			if b.dev != o.dev {
+				return icdproto.Errorf(icdproto.ErrMalformed, "argument %d: image buffer %d is on device %d, the program on %d", i, im.Buffer, b.dev.index, o.dev.index)
+			}
+			args[i] = driver.ImageArg(b.b, im)
 		}
 	}
 	var printf driver.Buffer

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/icdproto"
 )
@@ -119,9 +120,9 @@ type device struct {
 	reviveFailed bool
 
 	infoMu sync.Mutex
-	// Guarded by infoMu: the device-information blob, read once and kept
+	// Guarded by infoMu: the device information, read once and kept
 	// while the driver reports the device it was read from (infoOf).
-	info   []byte
+	info   *abi.DeviceInfo
 	infoOf driver.Info
 
 	// A client's device context (parent nil: a vGPU's shared ring): the
@@ -144,28 +145,29 @@ type device struct {
 	sharedLog bool
 }
 
-// deviceInfo returns the abi device-information blob of dev: the one it
-// kept, unless the driver now reports another device (a migration to
-// another model, a new profile), else a fresh one. Failures are not kept.
-func (dev *device) deviceInfo() ([]byte, error) {
+// deviceInfo returns the abi device-information blob of dev, of version
+// 2 (with the image section, where the device has one) if images and
+// else of version 1: from what it kept, unless the driver now reports
+// another device (a migration to another model, a new profile), else
+// fresh. Failures are not kept.
+func (dev *device) deviceInfo(images bool) ([]byte, error) {
 	dev.infoMu.Lock()
 	defer dev.infoMu.Unlock()
 	in := dev.d.Info()
-	if dev.info != nil && dev.infoOf == in {
-		return dev.info, nil
+	if dev.info == nil || dev.infoOf != in {
+		info, err := dev.d.DeviceInfo()
+		if err != nil {
+			return nil, err
+		}
+		// Keyed by the Info from before the command: a migration
+		// meanwhile makes the next call ask again.
+		dev.info, dev.infoOf = &info, in
 	}
-	info, err := dev.d.DeviceInfo()
-	if err != nil {
-		return nil, err
+	info := *dev.info
+	if !images {
+		info.Version, info.Images = 0, abi.ImageInfo{}
 	}
-	blob, err := info.Marshal()
-	if err != nil {
-		return nil, err
-	}
-	// Keyed by the Info from before the command: a migration meanwhile
-	// makes the next call ask again.
-	dev.info, dev.infoOf = blob, in
-	return blob, nil
+	return info.Marshal()
 }
 
 // sleeping marks a blocking wait asleep on dev's completions (asleep

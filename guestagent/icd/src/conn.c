@@ -466,6 +466,18 @@ int vgpu_hello(int fd, uint8_t *buf, long *n)
 	return hello_version(fd, VGPU_ICDP_MIN_VERSION, buf, n) == 0 ? 0 : -1;
 }
 
+int vgpu_hello_newest(int *fd, int timeout_s, uint8_t *buf, long *n)
+{
+	int hr = hello_version(*fd, VGPU_ICDP_VERSION, buf, n);
+	if (hr != -2)
+		return hr == 0 ? 0 : -1;
+	/* An older daemon answered an Error and closed: dial again and say
+	 * the oldest version. */
+	close(*fd);
+	*fd = vgpu_dial(timeout_s);
+	return *fd < 0 ? -1 : vgpu_hello(*fd, buf, n);
+}
+
 static void copy_name(const uint8_t *src, size_t len, char *out)
 {
 	memcpy(out, src, len);

@@ -90,6 +90,10 @@ struct devinfo {
 	int state; /* 0: not asked yet; 1: f and ext hold the blob; -1: the device gives none */
 	struct vgpu_device_info f;
 	char ext[MAX_EXTENSIONS + sizeof " " ICD_EXTENSIONS]; /* the device's list, then ICD_EXTENSIONS */
+	/* A version-2 blob's image section (abi 1.8); images.image_support
+	 * 0 without one. */
+	struct vgpu_image_info images;
+	struct vgpu_image_format formats[VGPU_MAX_IMAGE_FORMATS];
 };
 
 /* One per entry of vgpu_devices' list, guarded by info_mu. A device's
@@ -110,8 +114,30 @@ static int info_decode(const uint8_t *b, uint64_t n, struct devinfo *di)
 	if (n < sizeof f || n > VGPU_MAX_DEVICE_INFO_LEN)
 		return -1;
 	memcpy(&f, b, sizeof f);
-	if (f.version != VGPU_DEVICE_INFO_VERSION || f.reserved4 != 0 || f.endian_little > 1 ||
-	    f.extensions_len != n - sizeof f)
+	if ((f.version != VGPU_DEVICE_INFO_VERSION && f.version != VGPU_DEVICE_INFO_VERSION_IMAGES) ||
+	    f.reserved4 != 0 || f.endian_little > 1 || f.extensions_len > n - sizeof f)
+		return -1;
+	uint64_t end = sizeof f + f.extensions_len;
+	if (f.version == VGPU_DEVICE_INFO_VERSION_IMAGES) {
+		/* The image section, at the next multiple of 8 (padding 0),
+		 * checked as abi.UnmarshalDeviceInfo checks it. */
+		uint64_t at = (end + 7) & ~(uint64_t)7;
+		struct vgpu_image_info ii;
+		if (at + sizeof ii > n)
+			return -1;
+		for (uint64_t i = end; i < at; i++)
+			if (b[i] != 0)
+				return -1;
+		memcpy(&ii, b + at, sizeof ii);
+		if (ii.image_support > 1 || ii.format_count > VGPU_MAX_IMAGE_FORMATS ||
+		    at + sizeof ii + ii.format_count * sizeof di->formats[0] != n ||
+		    (ii.image_support == 0 && ii.format_count != 0))
+			return -1;
+		memcpy(di->formats, b + at + sizeof ii, ii.format_count * sizeof di->formats[0]);
+		di->images = ii;
+		end = n;
+	}
+	if (end != n)
 		return -1;
 	const char *e = (const char *)b + sizeof f;
 	for (uint32_t i = 0; i < f.extensions_len; i++) {
@@ -136,7 +162,9 @@ static void info_fetch(struct _cl_device_id *list, cl_uint n)
 		return;
 	uint8_t *buf = malloc(VGPU_ICDP_MAX_MESSAGE);
 	long hn;
-	if (buf == NULL || vgpu_hello(fd, buf, &hn) != 0)
+	/* The newest version: a daemon of protocol 4 gives the image
+	 * section. */
+	if (buf == NULL || vgpu_hello_newest(&fd, INFO_TIMEOUT_S, buf, &hn) != 0)
 		goto out;
 	for (cl_uint i = 0; i < n; i++) {
 		if (infos[i].state != 0 || !list[i].daemon || (list[i].version & 0xffff) < 4)
@@ -169,7 +197,8 @@ static void info_fetch(struct _cl_device_id *list, cl_uint n)
 	}
 out:
 	free(buf);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 }
 
 /* device_info returns d's device information, asking vgpu-icdd the first
@@ -277,6 +306,16 @@ static const cl_name_version c_versions[] = {
 	{CL_MAKE_VERSION(3, 0, 0), "OpenCL C"},
 };
 
+const struct vgpu_image_info *vgpu_device_images(const struct _cl_device_id *d, const struct vgpu_image_format **formats)
+{
+	const struct devinfo *di = device_info(d);
+	if (di == NULL || di->images.image_support != 1 || di->images.format_count == 0)
+		return NULL;
+	if (formats != NULL)
+		*formats = di->formats;
+	return &di->images;
+}
+
 int vgpu_device_has_fp64(const struct _cl_device_id *d)
 {
 	const struct devinfo *di = device_info(d);
@@ -284,16 +323,20 @@ int vgpu_device_has_fp64(const struct _cl_device_id *d)
 }
 
 /* c_features answers CL_DEVICE_OPENCL_C_FEATURES: __opencl_c_int64,
- * which every full-profile device has, and __opencl_c_fp64 where the
- * device reports double precision. Nothing else is claimed: the other
- * features (images, pipes, generic address space, the stronger atomics)
- * are absent from the vGPU or not reported by the ABI, and a program may
- * move to another device model on migration. */
-static cl_int c_features(const struct vgpu_device_info *f, size_t size, void *value, size_t *size_ret)
+ * which every full-profile device has, __opencl_c_fp64 where the device
+ * reports double precision, and __opencl_c_images where it has images
+ * (abi 1.8). Nothing else is claimed: the other features (3D image
+ * writes, read-write images, pipes, generic address space, the stronger
+ * atomics) are absent from the vGPU or not reported by the ABI, and a
+ * program may move to another device model on migration. */
+static cl_int c_features(const struct vgpu_device_info *f, int images, size_t size, void *value, size_t *size_ret)
 {
-	cl_name_version nv[2] = {{CL_MAKE_VERSION(3, 0, 0), "__opencl_c_int64"},
-				 {CL_MAKE_VERSION(3, 0, 0), "__opencl_c_fp64"}};
-	size_t n = f != NULL && f->double_fp_config != 0 ? 2 : 1;
+	cl_name_version nv[3] = {{CL_MAKE_VERSION(3, 0, 0), "__opencl_c_int64"}};
+	size_t n = 1;
+	if (f != NULL && f->double_fp_config != 0)
+		nv[n++] = (cl_name_version){CL_MAKE_VERSION(3, 0, 0), "__opencl_c_fp64"};
+	if (images)
+		nv[n++] = (cl_name_version){CL_MAKE_VERSION(3, 0, 0), "__opencl_c_images"};
 	return vgpu_info(nv, n * sizeof nv[0], size, value, size_ret);
 }
 
@@ -307,6 +350,7 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 	 * and the conservative answers below. */
 	const struct devinfo *di = device_info(d);
 	const struct vgpu_device_info *f = di != NULL ? &di->f : NULL;
+	const struct vgpu_image_info *ii = vgpu_device_images(d, NULL);
 	union {
 		cl_uint u;
 		cl_ulong ul;
@@ -355,7 +399,8 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 		break;
 	case CL_DEVICE_OPENCL_C_ALL_VERSIONS:
 		return vgpu_info(c_versions, sizeof c_versions, param_value_size, param_value, param_value_size_ret);
-	case CL_DEVICE_OPENCL_C_FEATURES: return c_features(f, param_value_size, param_value, param_value_size_ret);
+	case CL_DEVICE_OPENCL_C_FEATURES:
+		return c_features(f, ii != NULL, param_value_size, param_value, param_value_size_ret);
 	case CL_DEVICE_EXTENSIONS: s = di != NULL ? di->ext : DEVICE_EXTENSIONS; break;
 	case CL_DEVICE_EXTENSIONS_WITH_VERSION:
 		/* The ABI carries names only: each is reported at 1.0.0, the
@@ -483,21 +528,23 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 		UINT(f != NULL ? (cl_uint)f->min_data_type_align_size : MIN_DATA_TYPE_ALIGN);
 		break;
 
-	/* Images and samplers: not supported. */
-	case CL_DEVICE_IMAGE_SUPPORT: BOOL(CL_FALSE); break;
-	case CL_DEVICE_MAX_READ_IMAGE_ARGS:
-	case CL_DEVICE_MAX_WRITE_IMAGE_ARGS:
-	case CL_DEVICE_MAX_SAMPLERS:
+	/* Images and samplers (abi 1.8): the device's image section, all 0
+	 * without one. Read-write images (OpenCL 2.0) and images made from
+	 * buffers are not offered. */
+	case CL_DEVICE_IMAGE_SUPPORT: BOOL(ii != NULL ? CL_TRUE : CL_FALSE); break;
+	case CL_DEVICE_MAX_READ_IMAGE_ARGS: UINT(ii != NULL ? (cl_uint)ii->max_read_args : 0); break;
+	case CL_DEVICE_MAX_WRITE_IMAGE_ARGS: UINT(ii != NULL ? (cl_uint)ii->max_write_args : 0); break;
+	case CL_DEVICE_MAX_SAMPLERS: UINT(ii != NULL ? (cl_uint)ii->max_samplers : 0); break;
 	case CL_DEVICE_MAX_READ_WRITE_IMAGE_ARGS:
 	case CL_DEVICE_IMAGE_PITCH_ALIGNMENT:
 	case CL_DEVICE_IMAGE_BASE_ADDRESS_ALIGNMENT: UINT(0); break;
-	case CL_DEVICE_IMAGE2D_MAX_WIDTH:
-	case CL_DEVICE_IMAGE2D_MAX_HEIGHT:
-	case CL_DEVICE_IMAGE3D_MAX_WIDTH:
-	case CL_DEVICE_IMAGE3D_MAX_HEIGHT:
-	case CL_DEVICE_IMAGE3D_MAX_DEPTH:
-	case CL_DEVICE_IMAGE_MAX_BUFFER_SIZE:
-	case CL_DEVICE_IMAGE_MAX_ARRAY_SIZE: SIZE(0); break;
+	case CL_DEVICE_IMAGE2D_MAX_WIDTH: SIZE(ii != NULL ? (size_t)ii->max_plane[0] : 0); break;
+	case CL_DEVICE_IMAGE2D_MAX_HEIGHT: SIZE(ii != NULL ? (size_t)ii->max_plane[1] : 0); break;
+	case CL_DEVICE_IMAGE3D_MAX_WIDTH: SIZE(ii != NULL ? (size_t)ii->max_volume[0] : 0); break;
+	case CL_DEVICE_IMAGE3D_MAX_HEIGHT: SIZE(ii != NULL ? (size_t)ii->max_volume[1] : 0); break;
+	case CL_DEVICE_IMAGE3D_MAX_DEPTH: SIZE(ii != NULL ? (size_t)ii->max_volume[2] : 0); break;
+	case CL_DEVICE_IMAGE_MAX_BUFFER_SIZE: SIZE(0); break;
+	case CL_DEVICE_IMAGE_MAX_ARRAY_SIZE: SIZE(ii != NULL ? (size_t)ii->max_array_size : 0); break;
 
 	/* Partitioning: a vGPU is a root device that cannot be partitioned. */
 	case CL_DEVICE_PARENT_DEVICE: v.dev = NULL; n = sizeof v.dev; break;

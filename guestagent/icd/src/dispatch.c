@@ -235,15 +235,6 @@ static cl_int CL_API_CALL refuse_clEnqueueSVMUnmap(cl_command_queue a0, void *a1
 	return CL_INVALID_OPERATION;
 }
 
-static cl_sampler CL_API_CALL refuse_clCreateSamplerWithProperties(cl_context a0,
-	const cl_sampler_properties *a1, cl_int *errcode_ret)
-{
-	REFUSE(clCreateSamplerWithProperties, ABSENT);
-	if (errcode_ret != NULL)
-		*errcode_ret = CL_INVALID_OPERATION;
-	return NULL;
-}
-
 static cl_int CL_API_CALL refuse_clSetKernelArgSVMPointer(cl_kernel a0, cl_uint a1, const void *a2)
 {
 	REFUSE(clSetKernelArgSVMPointer, ABSENT);
@@ -318,15 +309,6 @@ static cl_int CL_API_CALL refuse_clSetProgramSpecializationConstant(cl_program a
 {
 	REFUSE(clSetProgramSpecializationConstant, ABSENT);
 	return CL_INVALID_OPERATION;
-}
-
-static cl_mem CL_API_CALL refuse_clCreateImageWithProperties(cl_context a0, const cl_mem_properties *a1,
-	cl_mem_flags a2, const cl_image_format *a3, const cl_image_desc *a4, void *a5, cl_int *errcode_ret)
-{
-	REFUSE(clCreateImageWithProperties, ABSENT);
-	if (errcode_ret != NULL)
-		*errcode_ret = CL_INVALID_OPERATION;
-	return NULL;
 }
 
 struct _cl_icd_dispatch vgpu_dispatch = {	/* OpenCL 1.0 */
@@ -483,7 +465,7 @@ struct _cl_icd_dispatch vgpu_dispatch = {	/* OpenCL 1.0 */
 	.clEnqueueSVMMemFill = refuse_clEnqueueSVMMemFill,
 	.clEnqueueSVMMap = refuse_clEnqueueSVMMap,
 	.clEnqueueSVMUnmap = refuse_clEnqueueSVMUnmap,
-	.clCreateSamplerWithProperties = refuse_clCreateSamplerWithProperties,
+	.clCreateSamplerWithProperties = vgpu_clCreateSamplerWithProperties,
 	.clSetKernelArgSVMPointer = refuse_clSetKernelArgSVMPointer,
 	.clSetKernelExecInfo = refuse_clSetKernelExecInfo,
 
@@ -505,6 +487,6 @@ struct _cl_icd_dispatch vgpu_dispatch = {	/* OpenCL 1.0 */
 
 	/* OpenCL 3.0 */
 	.clCreateBufferWithProperties = vgpu_clCreateBufferWithProperties,
-	.clCreateImageWithProperties = refuse_clCreateImageWithProperties,
+	.clCreateImageWithProperties = vgpu_clCreateImageWithProperties,
 	.clSetContextDestructorCallback = vgpu_clSetContextDestructorCallback,
 };

@@ -123,6 +123,7 @@ enum vgpu_kind {
 	VGPU_PROGRAM,
 	VGPU_KERNEL,
 	VGPU_EVENT,
+	VGPU_SAMPLER,
 };
 
 struct vgpu_obj {
@@ -254,7 +255,8 @@ struct _cl_command_queue {
 	struct _cl_command_queue *next;          /* in ctx->queues */
 };
 
-/* A mapping of a buffer (clEnqueueMapBuffer). */
+/* A mapping of a buffer (clEnqueueMapBuffer) or of an image's region
+ * (clEnqueueMapImage: rect set, its rows at ptr with the pitches given). */
 struct vgpu_map {
 	struct vgpu_map *next;
 	void *ptr;
@@ -262,6 +264,20 @@ struct vgpu_map {
 	cl_map_flags flags;
 	struct vgpu_range r; /* where the mapping lives in the arena (len 0 when not there) */
 	struct vgpu_hostmem *hm; /* else its own host memory (NULL with USE_HOST_PTR) */
+	int rect;
+	size_t origin[3], region[3]; /* in pixels */
+	size_t row_pitch, slice_pitch;
+};
+
+/* An image (image.c): its pixels live packed in the buffer of its
+ * _cl_mem, rows of width pixels without padding (docs/ABI.md "Images"). */
+struct vgpu_image {
+	cl_mem_object_type type;
+	cl_image_format format;
+	cl_image_desc desc; /* as created; pitches are the host's (0 without a host pointer) */
+	size_t elem;        /* bytes per pixel */
+	size_t extent[3];   /* width, rows (height or layers of a 1D array), slices (depth or layers) */
+	size_t row, slice;  /* the packed pitches in the buffer */
 };
 
 struct vgpu_memcb {
@@ -283,6 +299,19 @@ struct _cl_mem {
 	struct vgpu_map *maps;
 	struct vgpu_memcb *dtors;
 	int with_props; /* made by clCreateBufferWithProperties with an empty list */
+	struct vgpu_image *image; /* an image's description (&image_of); NULL for a buffer */
+	struct vgpu_image image_of;
+};
+
+/* A sampler (image.c): its properties, which a launch passes by value. */
+struct _cl_sampler {
+	struct vgpu_obj obj;
+	cl_context ctx;
+	cl_bool normalized;
+	cl_addressing_mode addressing;
+	cl_filter_mode filter;
+	cl_sampler_properties props[7]; /* as given to clCreateSamplerWithProperties, 0-terminated */
+	size_t nprops;                  /* its entries, the 0 included; 0 when none was given */
 };
 
 /* What the program-information blob says of one kernel. */
@@ -331,8 +360,8 @@ struct vgpu_karg {
 	int set;
 	uint32_t kind; /* VGPU_ARG_* */
 	uint32_t size;
-	cl_mem mem; /* a buffer argument (no reference: OpenCL's clSetKernelArg does not retain) */
-	uint8_t bytes[VGPU_MAX_SCALAR];
+	cl_mem mem; /* a buffer or image argument (no reference: OpenCL's clSetKernelArg does not retain) */
+	uint8_t bytes[VGPU_MAX_SCALAR]; /* a scalar's; a sampler's packed value (8 bytes) */
 };
 
 struct _cl_kernel {
@@ -463,6 +492,9 @@ long vgpu_call_fd(int fd, const void *msg, size_t len, uint8_t *buf);
 /* Hello on such a connection: 0 with the reply (at least its head) in buf
  * and its length in *n, or -1. */
 int vgpu_hello(int fd, uint8_t *buf, long *n);
+/* Hello at the newest version, else (an older daemon) on a new connection
+ * in *fd at the oldest: 0 as vgpu_hello, or -1 (*fd may then be -1). */
+int vgpu_hello_newest(int *fd, int timeout_s, uint8_t *buf, long *n);
 void ctx_lock(cl_context ctx);
 void ctx_unlock(cl_context ctx);
 void ctx_wait(cl_context ctx); /* on ctx->cv; only at depth 1 */
@@ -540,6 +572,41 @@ uint32_t vgpu_printf_buffer(cl_context ctx);
 int vgpu_printf_ok(const struct _cl_device_id *dev);
 void vgpu_printout(const uint8_t *b, uint64_t n);
 
+/* ---- mem.c's enqueue helpers, shared with image.c ------------------ */
+
+/* An enqueue in progress: the queue, its context, locked. */
+struct enq {
+	cl_command_queue q;
+	cl_context ctx;
+};
+cl_int enq_begin(struct enq *e, cl_command_queue queue, cl_uint nwait, const cl_event *wait);
+cl_int enq_end(struct enq *e, cl_int err);
+/* A memory object of the queue's context, with a reference: a buffer
+ * (get_mem), an image (get_image), either (get_any_mem). */
+cl_int get_mem(struct enq *e, cl_mem h, cl_mem *out);
+cl_int get_image(struct enq *e, cl_mem h, cl_mem *out);
+cl_int get_any_mem(struct enq *e, cl_mem h, cl_mem *out);
+cl_int enq_marker(struct enq *e, cl_command_type type, cl_uint nwait, const cl_event *wait, int blocking,
+		  cl_event *event);
+/* A staged transfer of nseg pieces between the application's memory and
+ * m (to m when write); each piece set with xfer_seg. */
+struct _cl_event *new_xfer(cl_context ctx, cl_command_queue q, cl_command_type type, cl_mem m, int write,
+			   size_t nseg);
+void xfer_seg(struct _cl_event *ev, size_t i, uint64_t dev_off, const void *host, uint64_t len);
+cl_int mem_check_flags(cl_mem_flags f);
+cl_mem mem_create(cl_context context, int with_props, cl_int props_err, cl_mem_flags flags, size_t size,
+		  void *host_ptr, cl_int *errcode_ret);
+/* image.c: the write that an unmap of an image mapping sends. */
+cl_int vgpu_image_unmap(struct enq *e, cl_mem m, struct vgpu_map *map, cl_uint nwait, const cl_event *wait,
+			cl_event *event);
+/* image.c: a launch's image descriptor, its buffer the daemon's id. */
+void vgpu_image_desc(const struct _cl_mem *m, struct vgpu_image_desc *d);
+/* device.c: the device's image section and formats, NULL without images. */
+const struct vgpu_image_info *vgpu_device_images(const struct _cl_device_id *d, const struct vgpu_image_format **formats);
+/* Images' parameter types (image.c): 1 for an image type a launch
+ * carries, 2 for sampler_t, 0 otherwise. */
+int vgpu_image_type_name(const char *type_name);
+
 /* Destructors, by kind (obj.c calls them). */
 void vgpu_context_destroy(cl_context ctx);
 void vgpu_queue_destroy(cl_command_queue q);
@@ -547,6 +614,7 @@ void vgpu_mem_destroy(cl_mem m);
 void vgpu_program_destroy(cl_program p);
 void vgpu_kernel_destroy(cl_kernel k);
 void vgpu_event_destroy(cl_event e);
+void vgpu_sampler_destroy(cl_sampler s);
 
 /* Errors of the daemon's statuses. */
 cl_int vgpu_status_error(uint32_t status, cl_command_type type);
@@ -584,7 +652,8 @@ char *vgpu_strndup(const char *s, size_t n);
 	X(clGetEventProfilingInfo) X(clSetEventCallback) X(clCreateUserEvent) X(clSetUserEventStatus)        \
 	X(clEnqueueMarker) X(clEnqueueWaitForEvents) X(clEnqueueBarrier) X(clEnqueueMarkerWithWaitList)      \
 	X(clEnqueueBarrierWithWaitList) X(clCreateCommandQueueWithProperties) X(clSetContextDestructorCallback) \
-	X(clCreateBufferWithProperties) X(clCloneKernel)
+	X(clCreateBufferWithProperties) X(clCloneKernel) X(clCreateSamplerWithProperties)                    \
+	X(clCreateImageWithProperties)
 VGPU_ENTRIES(VGPU_ENTRY)
 
 #endif /* VGPUD_ICD_H */

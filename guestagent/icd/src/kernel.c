@@ -262,6 +262,45 @@ cl_int CL_API_CALL vgpu_clReleaseKernel(cl_kernel kernel)
 	return vgpu_release(kernel, VGPU_KERNEL, CL_INVALID_KERNEL, vgpu_put_locked);
 }
 
+/* set_image_arg sets an image argument (a cl_mem that is an image of the
+ * context) or, sampler, a sampler argument (a cl_sampler of the context,
+ * kept by value: its properties packed as the ABI carries them). */
+static cl_int set_image_arg(cl_context ctx, struct vgpu_karg *a, int sampler, size_t arg_size, const void *arg_value)
+{
+	if (sampler) {
+		if (arg_size != sizeof(cl_sampler))
+			return CL_INVALID_ARG_SIZE;
+		cl_sampler s = arg_value != NULL ? GET(*(const cl_sampler *)arg_value, VGPU_SAMPLER) : NULL;
+		if (s == NULL || s->ctx != ctx) {
+			if (s != NULL)
+				PUT(s);
+			return CL_INVALID_SAMPLER;
+		}
+		uint64_t v = (uint64_t)(s->addressing & 0xffff) | (uint64_t)(s->filter & 0xffff) << 16 |
+			     (uint64_t)(s->normalized ? 1 : 0) << 32;
+		PUT(s);
+		a->kind = VGPU_ARG_SAMPLER;
+		a->size = 0;
+		a->mem = NULL;
+		memcpy(a->bytes, &v, sizeof v);
+		a->set = 1;
+		return CL_SUCCESS;
+	}
+	if (arg_size != sizeof(cl_mem))
+		return CL_INVALID_ARG_SIZE;
+	cl_mem m = arg_value != NULL ? GET(*(const cl_mem *)arg_value, VGPU_MEM) : NULL;
+	cl_int err = m == NULL || m->ctx != ctx || m->image == NULL ? CL_INVALID_MEM_OBJECT : CL_SUCCESS;
+	if (m != NULL)
+		PUT(m);
+	if (err != CL_SUCCESS)
+		return err;
+	a->kind = VGPU_ARG_IMAGE;
+	a->size = VGPU_IMAGE_DESC_SIZE;
+	a->mem = *(const cl_mem *)arg_value;
+	a->set = 1;
+	return CL_SUCCESS;
+}
+
 cl_int CL_API_CALL vgpu_clSetKernelArg(cl_kernel kernel, cl_uint arg_index, size_t arg_size, const void *arg_value)
 {
 	ENTER_OBJ(cl_kernel, k, kernel, VGPU_KERNEL, CL_INVALID_KERNEL);
@@ -272,6 +311,11 @@ cl_int CL_API_CALL vgpu_clSetKernelArg(cl_kernel kernel, cl_uint arg_index, size
 	}
 	const struct vgpu_karg_info *ai = &k->ki->args[arg_index];
 	struct vgpu_karg *a = &k->args[arg_index];
+	int image = vgpu_image_type_name(ai->type_name);
+	if (image != 0) {
+		err = set_image_arg(ctx, a, image == 2, arg_size, arg_value);
+		goto out;
+	}
 	switch (ai->address) {
 	case VGPU_ARG_ADDRESS_GLOBAL:
 	case VGPU_ARG_ADDRESS_CONSTANT: {
@@ -282,7 +326,7 @@ cl_int CL_API_CALL vgpu_clSetKernelArg(cl_kernel kernel, cl_uint arg_index, size
 		cl_mem m = arg_value != NULL ? *(const cl_mem *)arg_value : NULL;
 		if (m != NULL) {
 			cl_mem g = GET(m, VGPU_MEM);
-			if (g == NULL || g->ctx != ctx)
+			if (g == NULL || g->ctx != ctx || g->image != NULL)
 				err = CL_INVALID_MEM_OBJECT;
 			if (g != NULL)
 				PUT(g);
@@ -559,7 +603,24 @@ static cl_int launch(cl_command_queue queue, cl_kernel kernel, cl_command_type t
 	cl_uint nmems = 0;
 	for (cl_uint i = 0; i < ki->num_args; i++) {
 		const struct vgpu_karg *a = &k->args[i];
-		if (a->kind == VGPU_ARG_BUFFER) {
+		if (a->kind == VGPU_ARG_IMAGE || a->kind == VGPU_ARG_SAMPLER) {
+			if (ctx->proto < 4) {
+				err = CL_INVALID_OPERATION; /* a daemon of before images */
+				goto out;
+			}
+		}
+		if (a->kind == VGPU_ARG_IMAGE) {
+			cl_mem m = GET(a->mem, VGPU_MEM);
+			if (m == NULL || m->ctx != ctx || m->image == NULL) {
+				if (m != NULL)
+					PUT(m);
+				err = CL_INVALID_KERNEL_ARGS; /* released since */
+				goto out;
+			}
+			mems[nmems++] = m;
+			scalars = (scalars + 7) & ~(size_t)7;
+			scalars += VGPU_IMAGE_DESC_SIZE;
+		} else if (a->kind == VGPU_ARG_BUFFER) {
 			if (a->mem == NULL) {
 				if (vgpu_null_buffer(ctx) == 0) {
 					err = CL_OUT_OF_RESOURCES;
@@ -636,6 +697,20 @@ static cl_int launch(cl_command_queue queue, cl_kernel kernel, cl_command_type t
 		case VGPU_ARG_LOCAL:
 			args[i].size = a->size;
 			args[i].value = 0;
+			break;
+		case VGPU_ARG_IMAGE: {
+			struct vgpu_image_desc d;
+			vgpu_image_desc(mems[mi++], &d);
+			at = (at + 7) & ~(size_t)7;
+			memcpy(area + at, &d, sizeof d);
+			args[i].size = sizeof d;
+			args[i].value = at;
+			at += sizeof d;
+			break;
+		}
+		case VGPU_ARG_SAMPLER:
+			args[i].size = 0;
+			memcpy(&args[i].value, a->bytes, sizeof args[i].value);
 			break;
 		default:
 			args[i].size = a->size;

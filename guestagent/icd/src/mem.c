@@ -46,7 +46,7 @@ static int one_bit_at_most(cl_mem_flags f)
 	return (f & (f - 1)) == 0;
 }
 
-static cl_int check_flags(cl_mem_flags f)
+cl_int mem_check_flags(cl_mem_flags f)
 {
 	if ((f & ~(cl_mem_flags)ALL_FLAGS) != 0 || !one_bit_at_most(f & ACCESS_FLAGS) ||
 	    !one_bit_at_most(f & HOSTACC_FLAGS) ||
@@ -66,8 +66,8 @@ void vgpu_hostmem_put(struct vgpu_hostmem *h)
 /* new_xfer: a command event for a transfer of nsegs pieces (xfer_seg
  * fills them), staged through the arena when it is sent; the buffer is
  * kept alive until then. */
-static struct _cl_event *new_xfer(cl_context ctx, cl_command_queue q, cl_command_type type, cl_mem m, int write,
-				  size_t nsegs)
+struct _cl_event *new_xfer(cl_context ctx, cl_command_queue q, cl_command_type type, cl_mem m, int write,
+			   size_t nsegs)
 {
 	struct _cl_event *ev = vgpu_event_new(ctx, q, type);
 	if (ev == NULL)
@@ -86,7 +86,7 @@ static struct _cl_event *new_xfer(cl_context ctx, cl_command_queue q, cl_command
 	return ev;
 }
 
-static void xfer_seg(struct _cl_event *ev, size_t i, uint64_t dev_off, const void *host, uint64_t len)
+void xfer_seg(struct _cl_event *ev, size_t i, uint64_t dev_off, const void *host, uint64_t len)
 {
 	ev->xfer->segs[i] = (struct vgpu_seg){.dev_off = dev_off, .host = (uint8_t *)host, .len = len};
 	ev->xfer->left += len;
@@ -148,12 +148,13 @@ uint32_t vgpu_null_buffer(cl_context ctx)
 	return own_buffer(ctx, &ctx->null_buffer, 4096);
 }
 
-/* create_buffer is clCreateBuffer; with_props: made by
+/* mem_create is clCreateBuffer; with_props: made by
  * clCreateBufferWithProperties with an empty list (CL_MEM_PROPERTIES
  * returns {0} rather than nothing); props_err: that list's verdict,
- * reported once the context is checked. */
-static cl_mem create_buffer(cl_context context, int with_props, cl_int props_err, cl_mem_flags flags, size_t size,
-			    void *host_ptr, cl_int *errcode_ret)
+ * reported once the context is checked. image.c makes an image's buffer
+ * with it. */
+cl_mem mem_create(cl_context context, int with_props, cl_int props_err, cl_mem_flags flags, size_t size,
+		  void *host_ptr, cl_int *errcode_ret)
 {
 	cl_int err = CL_SUCCESS;
 	cl_mem m = NULL;
@@ -166,7 +167,7 @@ static cl_mem create_buffer(cl_context context, int with_props, cl_int props_err
 		err = props_err;
 		goto put;
 	}
-	if ((err = check_flags(flags)) != CL_SUCCESS)
+	if ((err = mem_check_flags(flags)) != CL_SUCCESS)
 		goto put;
 	if (size == 0 || size > ctx->dev->max_alloc) {
 		err = CL_INVALID_BUFFER_SIZE;
@@ -254,11 +255,11 @@ cl_mem CL_API_CALL vgpu_clCreateSubBuffer(cl_mem buffer, cl_mem_flags flags, cl_
 		err = CL_INVALID_MEM_OBJECT;
 		goto out;
 	}
-	if (m->parent != NULL) {
+	if (m->parent != NULL || m->image != NULL) {
 		err = CL_INVALID_MEM_OBJECT;
 		goto put;
 	}
-	if ((err = check_flags(flags)) != CL_SUCCESS)
+	if ((err = mem_check_flags(flags)) != CL_SUCCESS)
 		goto put;
 	if ((flags & HOSTPTR_FLAGS) != 0 ||
 	    ((m->flags & CL_MEM_WRITE_ONLY) && (flags & (CL_MEM_READ_WRITE | CL_MEM_READ_ONLY))) ||
@@ -367,7 +368,7 @@ void vgpu_mem_destroy(cl_mem m)
 cl_mem CL_API_CALL vgpu_clCreateBuffer(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr,
 				       cl_int *errcode_ret)
 {
-	return create_buffer(context, 0, CL_SUCCESS, flags, size, host_ptr, errcode_ret);
+	return mem_create(context, 0, CL_SUCCESS, flags, size, host_ptr, errcode_ret);
 }
 
 /* The context's printf buffer (kernel.c), a buffer of its own like the
@@ -385,7 +386,7 @@ cl_mem CL_API_CALL vgpu_clCreateBufferWithProperties(cl_context context, const c
 						     cl_int *errcode_ret)
 {
 	cl_int err = properties != NULL && properties[0] != 0 ? CL_INVALID_PROPERTY : CL_SUCCESS;
-	return create_buffer(context, properties != NULL, err, flags, size, host_ptr, errcode_ret);
+	return mem_create(context, properties != NULL, err, flags, size, host_ptr, errcode_ret);
 }
 
 cl_int CL_API_CALL vgpu_clRetainMemObject(cl_mem memobj)
@@ -448,7 +449,7 @@ cl_int CL_API_CALL vgpu_clGetMemObjectInfo(cl_mem memobj, cl_mem_info param_name
 	size_t n;
 	cl_int err = CL_SUCCESS;
 	switch (param_name) {
-	case CL_MEM_TYPE: v.t = CL_MEM_OBJECT_BUFFER; n = sizeof v.t; break;
+	case CL_MEM_TYPE: v.t = m->image != NULL ? m->image->type : CL_MEM_OBJECT_BUFFER; n = sizeof v.t; break;
 	case CL_MEM_FLAGS: v.f = m->flags; n = sizeof v.f; break;
 	case CL_MEM_SIZE: v.sz = m->size; n = sizeof v.sz; break;
 	case CL_MEM_HOST_PTR: v.p = m->host_ptr; n = sizeof v.p; break;
@@ -477,13 +478,7 @@ cl_int CL_API_CALL vgpu_clGetMemObjectInfo(cl_mem memobj, cl_mem_info param_name
 
 /* ---- Transfers ------------------------------------------------------ */
 
-/* An enqueue in progress: the queue, its context, locked. */
-struct enq {
-	cl_command_queue q;
-	cl_context ctx;
-};
-
-static cl_int enq_begin(struct enq *e, cl_command_queue queue, cl_uint nwait, const cl_event *wait)
+cl_int enq_begin(struct enq *e, cl_command_queue queue, cl_uint nwait, const cl_event *wait)
 {
 	e->q = GET(queue, VGPU_QUEUE);
 	if (e->q == NULL)
@@ -496,7 +491,7 @@ static cl_int enq_begin(struct enq *e, cl_command_queue queue, cl_uint nwait, co
 	return err;
 }
 
-static cl_int enq_end(struct enq *e, cl_int err)
+cl_int enq_end(struct enq *e, cl_int err)
 {
 	if (e->q == NULL)
 		return err;
@@ -506,18 +501,38 @@ static cl_int enq_end(struct enq *e, cl_int err)
 	return err;
 }
 
-/* get_mem: a buffer of the queue's context, with a reference. */
-static cl_int get_mem(struct enq *e, cl_mem h, cl_mem *out)
+/* get_mem_of: a memory object of the queue's context, with a reference:
+ * a buffer (want 0), an image (1) or either (2). */
+static cl_int get_mem_of(struct enq *e, cl_mem h, cl_mem *out, int want)
 {
 	*out = GET(h, VGPU_MEM);
 	if (*out == NULL)
 		return CL_INVALID_MEM_OBJECT;
-	if ((*out)->ctx != e->ctx) {
+	cl_int err = CL_SUCCESS;
+	if ((*out)->ctx != e->ctx)
+		err = CL_INVALID_CONTEXT;
+	else if (want != 2 && ((*out)->image != NULL) != (want == 1))
+		err = CL_INVALID_MEM_OBJECT;
+	if (err != CL_SUCCESS) {
 		PUT(*out);
 		*out = NULL;
-		return CL_INVALID_CONTEXT;
 	}
-	return CL_SUCCESS;
+	return err;
+}
+
+cl_int get_mem(struct enq *e, cl_mem h, cl_mem *out)
+{
+	return get_mem_of(e, h, out, 0);
+}
+
+cl_int get_image(struct enq *e, cl_mem h, cl_mem *out)
+{
+	return get_mem_of(e, h, out, 1);
+}
+
+cl_int get_any_mem(struct enq *e, cl_mem h, cl_mem *out)
+{
+	return get_mem_of(e, h, out, 2);
 }
 
 static int out_of(const struct _cl_mem *m, size_t off, size_t n)
@@ -557,7 +572,7 @@ static void *body(struct _cl_event *ev)
 }
 
 /* A marker standing for a command that moves no data. */
-static cl_int enq_marker(struct enq *e, cl_command_type type, cl_uint nwait, const cl_event *wait, int blocking,
+cl_int enq_marker(struct enq *e, cl_command_type type, cl_uint nwait, const cl_event *wait, int blocking,
 			 cl_event *event)
 {
 	struct _cl_event *ev =
@@ -1053,7 +1068,7 @@ cl_int CL_API_CALL vgpu_clEnqueueUnmapMemObject(cl_command_queue queue, cl_mem m
 	cl_mem m = NULL;
 	cl_int err = enq_begin(&e, queue, num_events, wait_list);
 	if (err == CL_SUCCESS)
-		err = get_mem(&e, memobj, &m);
+		err = get_any_mem(&e, memobj, &m);
 	struct vgpu_map *map = NULL, **pp = NULL;
 	if (err == CL_SUCCESS) {
 		for (pp = &m->maps; *pp != NULL; pp = &(*pp)->next)
@@ -1066,7 +1081,9 @@ cl_int CL_API_CALL vgpu_clEnqueueUnmapMemObject(cl_command_queue queue, cl_mem m
 	if (err != CL_SUCCESS)
 		goto out;
 	int written = (map->flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION)) != 0;
-	if (written) {
+	if (written && map->rect) {
+		err = vgpu_image_unmap(&e, m, map, num_events, wait_list, event);
+	} else if (written) {
 		/* From the arena range itself, freed when the write completes;
 		 * else staged from the mapping's memory (host memory of its own,
 		 * kept until the write has read it, or the application's with
@@ -1118,7 +1135,7 @@ cl_int CL_API_CALL vgpu_clEnqueueMigrateMemObjects(cl_command_queue queue, cl_ui
 		err = CL_INVALID_VALUE;
 	for (cl_uint i = 0; err == CL_SUCCESS && i < num_mem_objects; i++) {
 		cl_mem m;
-		err = get_mem(&e, mem_objects[i], &m);
+		err = get_any_mem(&e, mem_objects[i], &m);
 		if (err == CL_SUCCESS)
 			PUT(m);
 	}
@@ -1126,182 +1143,4 @@ cl_int CL_API_CALL vgpu_clEnqueueMigrateMemObjects(cl_command_queue queue, cl_ui
 	if (err == CL_SUCCESS)
 		err = enq_marker(&e, CL_COMMAND_MIGRATE_MEM_OBJECTS, num_events, wait_list, 0, event);
 	return enq_end(&e, err);
-}
-
-/* ---- Images and samplers: not supported ----------------------------- */
-
-static cl_int no_images(cl_context context)
-{
-	cl_context ctx = GET(context, VGPU_CONTEXT);
-	if (ctx == NULL)
-		return CL_INVALID_CONTEXT;
-	PUT(ctx);
-	/* "CL_INVALID_OPERATION if there are no devices in context that
-	 * support images". */
-	return CL_INVALID_OPERATION;
-}
-
-cl_mem CL_API_CALL vgpu_clCreateImage(cl_context context, cl_mem_flags flags, const cl_image_format *format,
-				      const cl_image_desc *desc, void *host_ptr, cl_int *errcode_ret)
-{
-	(void)flags, (void)format, (void)desc, (void)host_ptr;
-	cl_int err = no_images(context);
-	if (errcode_ret != NULL)
-		*errcode_ret = err;
-	return NULL;
-}
-
-cl_mem CL_API_CALL vgpu_clCreateImage2D(cl_context context, cl_mem_flags flags, const cl_image_format *format,
-					size_t w, size_t h, size_t pitch, void *host_ptr, cl_int *errcode_ret)
-{
-	(void)flags, (void)format, (void)w, (void)h, (void)pitch, (void)host_ptr;
-	cl_int err = no_images(context);
-	if (errcode_ret != NULL)
-		*errcode_ret = err;
-	return NULL;
-}
-
-cl_mem CL_API_CALL vgpu_clCreateImage3D(cl_context context, cl_mem_flags flags, const cl_image_format *format,
-					size_t w, size_t h, size_t d, size_t rp, size_t sp, void *host_ptr,
-					cl_int *errcode_ret)
-{
-	(void)flags, (void)format, (void)w, (void)h, (void)d, (void)rp, (void)sp, (void)host_ptr;
-	cl_int err = no_images(context);
-	if (errcode_ret != NULL)
-		*errcode_ret = err;
-	return NULL;
-}
-
-cl_int CL_API_CALL vgpu_clGetSupportedImageFormats(cl_context context, cl_mem_flags flags,
-						   cl_mem_object_type type, cl_uint num_entries,
-						   cl_image_format *formats, cl_uint *num_formats)
-{
-	cl_context ctx = GET(context, VGPU_CONTEXT);
-	if (ctx == NULL)
-		return CL_INVALID_CONTEXT;
-	PUT(ctx);
-	/* CL_MEM_KERNEL_READ_AND_WRITE (2.0) asks for formats a kernel may
-	 * read and write: valid here only. */
-	if (check_flags(flags & ~(cl_mem_flags)CL_MEM_KERNEL_READ_AND_WRITE) != CL_SUCCESS ||
-	    (num_entries == 0 && formats != NULL))
-		return CL_INVALID_VALUE;
-	switch (type) {
-	case CL_MEM_OBJECT_IMAGE1D:
-	case CL_MEM_OBJECT_IMAGE1D_BUFFER:
-	case CL_MEM_OBJECT_IMAGE1D_ARRAY:
-	case CL_MEM_OBJECT_IMAGE2D:
-	case CL_MEM_OBJECT_IMAGE2D_ARRAY:
-	case CL_MEM_OBJECT_IMAGE3D: break;
-	default: return CL_INVALID_VALUE;
-	}
-	if (num_formats != NULL)
-		*num_formats = 0;
-	return CL_SUCCESS;
-}
-
-/* No image can exist, so no handle is an image. */
-cl_int CL_API_CALL vgpu_clGetImageInfo(cl_mem image, cl_image_info param, size_t size, void *value, size_t *ret)
-{
-	(void)image, (void)param, (void)size, (void)value, (void)ret;
-	return CL_INVALID_MEM_OBJECT;
-}
-
-static cl_int no_image_queue(cl_command_queue queue)
-{
-	cl_command_queue q = GET(queue, VGPU_QUEUE);
-	if (q == NULL)
-		return CL_INVALID_COMMAND_QUEUE;
-	PUT(q);
-	return CL_INVALID_MEM_OBJECT;
-}
-
-cl_int CL_API_CALL vgpu_clEnqueueReadImage(cl_command_queue queue, cl_mem image, cl_bool blocking,
-					   const size_t *origin, const size_t *region, size_t rp, size_t sp, void *ptr,
-					   cl_uint n, const cl_event *wl, cl_event *ev)
-{
-	(void)image, (void)blocking, (void)origin, (void)region, (void)rp, (void)sp, (void)ptr, (void)n, (void)wl,
-		(void)ev;
-	return no_image_queue(queue);
-}
-
-cl_int CL_API_CALL vgpu_clEnqueueWriteImage(cl_command_queue queue, cl_mem image, cl_bool blocking,
-					    const size_t *origin, const size_t *region, size_t rp, size_t sp,
-					    const void *ptr, cl_uint n, const cl_event *wl, cl_event *ev)
-{
-	(void)image, (void)blocking, (void)origin, (void)region, (void)rp, (void)sp, (void)ptr, (void)n, (void)wl,
-		(void)ev;
-	return no_image_queue(queue);
-}
-
-cl_int CL_API_CALL vgpu_clEnqueueCopyImage(cl_command_queue queue, cl_mem src, cl_mem dst, const size_t *so,
-					   const size_t *dor, const size_t *region, cl_uint n, const cl_event *wl,
-					   cl_event *ev)
-{
-	(void)src, (void)dst, (void)so, (void)dor, (void)region, (void)n, (void)wl, (void)ev;
-	return no_image_queue(queue);
-}
-
-cl_int CL_API_CALL vgpu_clEnqueueCopyImageToBuffer(cl_command_queue queue, cl_mem src, cl_mem dst,
-						   const size_t *so, const size_t *region, size_t doff, cl_uint n,
-						   const cl_event *wl, cl_event *ev)
-{
-	(void)src, (void)dst, (void)so, (void)region, (void)doff, (void)n, (void)wl, (void)ev;
-	return no_image_queue(queue);
-}
-
-cl_int CL_API_CALL vgpu_clEnqueueCopyBufferToImage(cl_command_queue queue, cl_mem src, cl_mem dst, size_t soff,
-						   const size_t *dor, const size_t *region, cl_uint n,
-						   const cl_event *wl, cl_event *ev)
-{
-	(void)src, (void)dst, (void)soff, (void)dor, (void)region, (void)n, (void)wl, (void)ev;
-	return no_image_queue(queue);
-}
-
-void *CL_API_CALL vgpu_clEnqueueMapImage(cl_command_queue queue, cl_mem image, cl_bool blocking, cl_map_flags flags,
-					 const size_t *origin, const size_t *region, size_t *rp, size_t *sp,
-					 cl_uint n, const cl_event *wl, cl_event *ev, cl_int *errcode_ret)
-{
-	(void)image, (void)blocking, (void)flags, (void)origin, (void)region, (void)rp, (void)sp, (void)n, (void)wl,
-		(void)ev;
-	cl_int err = no_image_queue(queue);
-	if (errcode_ret != NULL)
-		*errcode_ret = err;
-	return NULL;
-}
-
-cl_int CL_API_CALL vgpu_clEnqueueFillImage(cl_command_queue queue, cl_mem image, const void *color,
-					   const size_t *origin, const size_t *region, cl_uint n, const cl_event *wl,
-					   cl_event *ev)
-{
-	(void)image, (void)color, (void)origin, (void)region, (void)n, (void)wl, (void)ev;
-	return no_image_queue(queue);
-}
-
-cl_sampler CL_API_CALL vgpu_clCreateSampler(cl_context context, cl_bool normalized, cl_addressing_mode am,
-					    cl_filter_mode fm, cl_int *errcode_ret)
-{
-	(void)normalized, (void)am, (void)fm;
-	cl_int err = no_images(context);
-	if (errcode_ret != NULL)
-		*errcode_ret = err;
-	return NULL;
-}
-
-/* No sampler can exist. */
-cl_int CL_API_CALL vgpu_clRetainSampler(cl_sampler s)
-{
-	(void)s;
-	return CL_INVALID_SAMPLER;
-}
-
-cl_int CL_API_CALL vgpu_clReleaseSampler(cl_sampler s)
-{
-	(void)s;
-	return CL_INVALID_SAMPLER;
-}
-
-cl_int CL_API_CALL vgpu_clGetSamplerInfo(cl_sampler s, cl_sampler_info p, size_t size, void *v, size_t *r)
-{
-	(void)s, (void)p, (void)size, (void)v, (void)r;
-	return CL_INVALID_SAMPLER;
 }

@@ -181,6 +181,7 @@ void vgpu_put(struct vgpu_obj *o)
 	case VGPU_PROGRAM: vgpu_program_destroy((cl_program)o); break;
 	case VGPU_KERNEL: vgpu_kernel_destroy((cl_kernel)o); break;
 	case VGPU_EVENT: vgpu_event_destroy((cl_event)o); break;
+	case VGPU_SAMPLER: vgpu_sampler_destroy((cl_sampler)o); break;
 	}
 }
 
@@ -210,6 +211,7 @@ void vgpu_put_locked(struct vgpu_obj *o)
 	case VGPU_PROGRAM: ctx = ((cl_program)o)->ctx; break;
 	case VGPU_KERNEL: ctx = ((cl_kernel)o)->ctx; break;
 	case VGPU_EVENT: ctx = ((cl_event)o)->ctx; break;
+	case VGPU_SAMPLER: ctx = ((cl_sampler)o)->ctx; break;
 	}
 	if (ctx == NULL) { /* a context has no context to lock */
 		vgpu_put(o);

@@ -420,8 +420,8 @@ static void set_log_msg(cl_program p, const char *icd, const char *msg)
  * device model it may migrate to. __opencl_c_int64 stays; so does
  * __opencl_c_fp64 where the device reports doubles. Harmless before
  * OpenCL C 3.0, where none is defined. __IMAGE_SUPPORT__ is the compiler's
- * "images are supported" in every version, which CL_DEVICE_IMAGE_SUPPORT
- * says they are not. The lines end with "#line 1" (ABI 1.7's source rules
+ * "images are supported" in every version: it and __opencl_c_images stay
+ * where CL_DEVICE_IMAGE_SUPPORT says they are (abi 1.8). The lines end with "#line 1" (ABI 1.7's source rules
  * take it), after the -D lines too, so __LINE__ counts the program's own
  * lines; a device older than 1.7 gets neither (the -D lines then move
  * __LINE__, as they always did). */
@@ -444,8 +444,13 @@ static void undef_absent_features(struct sbuf *b, const struct _cl_device_id *de
 {
 	if (!takes_line(dev))
 		return;
-	for (size_t i = 0; i < sizeof absent_features / sizeof absent_features[0]; i++)
-		sb_printf(b, "#undef %s\n", absent_features[i]);
+	int images = vgpu_device_images(dev, NULL) != NULL;
+	for (size_t i = 0; i < sizeof absent_features / sizeof absent_features[0]; i++) {
+		const char *m = absent_features[i];
+		if (images && (strcmp(m, "__opencl_c_images") == 0 || strcmp(m, "__IMAGE_SUPPORT__") == 0))
+			continue; /* abi 1.8: the device says it has images */
+		sb_printf(b, "#undef %s\n", m);
+	}
 	if (!vgpu_device_has_fp64(dev))
 		sb_str(b, "#undef __opencl_c_fp64\n");
 }

@@ -204,16 +204,70 @@ static void object_misuse(void)
 	cl_mem rosub = clCreateSubBuffer(rdonly, CL_MEM_HOST_WRITE_ONLY, CL_BUFFER_CREATE_TYPE_REGION, &r2, &err);
 	CHECK(rosub == NULL && err == CL_INVALID_VALUE, "host-read-only parent, host-write-only sub-buffer: %d", err);
 
-	/* Images and samplers: none. */
+	/* Images and samplers (the vGPU on PoCL has them): malformed use. */
 	cl_image_format fmt = {CL_RGBA, CL_UNORM_INT8};
 	cl_image_desc desc = {.image_type = CL_MEM_OBJECT_IMAGE2D, .image_width = 4, .image_height = 4};
-	CHECK_NULL(clCreateImage(ctx, 0, &fmt, &desc, NULL, &e_), CL_INVALID_OPERATION);
-	CHECK_NULL(clCreateImage2D(ctx, 0, &fmt, 4, 4, 0, NULL, &e_), CL_INVALID_OPERATION);
-	CHECK_NULL(clCreateSampler(ctx, CL_FALSE, CL_ADDRESS_NONE, CL_FILTER_NEAREST, &e_), CL_INVALID_OPERATION);
+	cl_image_format argb = {CL_ARGB, CL_UNORM_INT8}, bad = {0x1234, CL_UNORM_INT8};
+	CHECK_NULL(clCreateImage(ctx, 0, &argb, &desc, NULL, &e_), CL_IMAGE_FORMAT_NOT_SUPPORTED);
+	CHECK_NULL(clCreateImage(ctx, 0, &bad, &desc, NULL, &e_), CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
+	CHECK_NULL(clCreateImage(ctx, 0, NULL, &desc, NULL, &e_), CL_INVALID_IMAGE_FORMAT_DESCRIPTOR);
+	CHECK_NULL(clCreateImage(ctx, 0, &fmt, NULL, NULL, &e_), CL_INVALID_IMAGE_DESCRIPTOR);
+	cl_image_desc wide = desc, pitched = desc, frombuf = desc, flat = desc;
+	wide.image_width = (size_t)1 << 40;
+	pitched.image_row_pitch = 64; /* a pitch without a host pointer */
+	frombuf.image_type = CL_MEM_OBJECT_IMAGE1D_BUFFER;
+	frombuf.buffer = m;
+	flat.image_height = 0;
+	CHECK_NULL(clCreateImage(ctx, 0, &fmt, &wide, NULL, &e_), CL_INVALID_IMAGE_SIZE);
+	CHECK_NULL(clCreateImage(ctx, 0, &fmt, &flat, NULL, &e_), CL_INVALID_IMAGE_SIZE);
+	CHECK_NULL(clCreateImage(ctx, 0, &fmt, &pitched, NULL, &e_), CL_INVALID_IMAGE_DESCRIPTOR);
+	CHECK_NULL(clCreateImage(ctx, 0, &fmt, &frombuf, NULL, &e_), CL_INVALID_IMAGE_DESCRIPTOR);
+	CHECK_NULL(clCreateImage(ctx, CL_MEM_COPY_HOST_PTR, &fmt, &desc, NULL, &e_), CL_INVALID_HOST_PTR);
+	uint8_t px[4 * 4 * 4] = {0};
+	pitched.image_row_pitch = 15; /* less than a row, not a multiple of a pixel */
+	CHECK_NULL(clCreateImage(ctx, CL_MEM_COPY_HOST_PTR, &fmt, &pitched, px, &e_), CL_INVALID_IMAGE_DESCRIPTOR);
+	CHECK_NULL(clCreateSampler(ctx, CL_FALSE, CL_ADDRESS_REPEAT, CL_FILTER_NEAREST, &e_), CL_INVALID_VALUE);
+	CHECK_NULL(clCreateSampler(ctx, 7, CL_ADDRESS_NONE, CL_FILTER_NEAREST, &e_), CL_INVALID_VALUE);
+	CHECK_NULL(clCreateSampler(ctx, CL_FALSE, CL_ADDRESS_NONE, 0x1142, &e_), CL_INVALID_VALUE);
+	CHECK_NULL(clCreateSampler(NULL, CL_FALSE, CL_ADDRESS_NONE, CL_FILTER_NEAREST, &e_), CL_INVALID_CONTEXT);
 	cl_uint nf = 99;
-	OK(clGetSupportedImageFormats(ctx, 0, CL_MEM_OBJECT_IMAGE2D, 0, NULL, &nf));
-	CHECK(nf == 0, "%u image formats", nf);
+	OK(clGetSupportedImageFormats(ctx, 0, CL_MEM_OBJECT_IMAGE1D_BUFFER, 0, NULL, &nf));
+	CHECK(nf == 0, "%u formats of images made from buffers", nf);
+	CHECK_ERR(clGetSupportedImageFormats(ctx, 0, CL_MEM_OBJECT_BUFFER, 0, NULL, &nf), CL_INVALID_VALUE);
 	CHECK_ERR(clGetImageInfo(m, CL_IMAGE_WIDTH, sizeof nf, &nf, NULL), CL_INVALID_MEM_OBJECT);
+	cl_mem img = clCreateImage(ctx, 0, &fmt, &desc, NULL, &err);
+	CHECK(img != NULL && err == CL_SUCCESS, "clCreateImage: %d", err);
+	/* An image is no buffer and a buffer no image. */
+	size_t o3[3] = {0, 0, 0}, r3[3] = {4, 4, 1}, big3[3] = {5, 4, 1}, deep3[3] = {4, 4, 2};
+	CHECK_ERR(clEnqueueReadBuffer(q, img, CL_TRUE, 0, 4, px, 0, NULL, NULL), CL_INVALID_MEM_OBJECT);
+	CHECK_ERR(clEnqueueReadImage(q, m, CL_TRUE, o3, r3, 0, 0, px, 0, NULL, NULL), CL_INVALID_MEM_OBJECT);
+	CHECK_NULL(clCreateSubBuffer(img, 0, CL_BUFFER_CREATE_TYPE_REGION, &r2, &e_), CL_INVALID_MEM_OBJECT);
+	CHECK_ERR(clEnqueueReadImage(q, img, CL_TRUE, o3, big3, 0, 0, px, 0, NULL, NULL), CL_INVALID_VALUE);
+	CHECK_ERR(clEnqueueReadImage(q, img, CL_TRUE, o3, deep3, 0, 0, px, 0, NULL, NULL), CL_INVALID_VALUE);
+	CHECK_ERR(clEnqueueReadImage(q, img, CL_TRUE, o3, r3, 8, 0, px, 0, NULL, NULL), CL_INVALID_VALUE);
+	CHECK_ERR(clEnqueueReadImage(q, img, CL_TRUE, NULL, r3, 0, 0, px, 0, NULL, NULL), CL_INVALID_VALUE);
+	size_t rp;
+	CHECK(clEnqueueMapImage(q, img, CL_TRUE, CL_MAP_READ, o3, r3, NULL, NULL, 0, NULL, NULL, &err) == NULL &&
+		      err == CL_INVALID_VALUE,
+	      "a map without a row pitch: %d", err);
+	CHECK(clEnqueueMapImage(q, img, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE_INVALIDATE_REGION, o3, r3, &rp, NULL, 0,
+				NULL, NULL, &err) == NULL &&
+		      err == CL_INVALID_VALUE,
+	      "a map read and invalidating: %d", err);
+	cl_image_format r8 = {CL_R, CL_UNORM_INT8};
+	cl_mem img8 = clCreateImage(ctx, 0, &r8, &desc, NULL, &err);
+	CHECK_ERR(clEnqueueCopyImage(q, img, img8, o3, o3, r3, 0, NULL, NULL), CL_IMAGE_FORMAT_MISMATCH);
+	size_t o1[3] = {1, 1, 0}, r2x2[3] = {2, 2, 1};
+	CHECK_ERR(clEnqueueCopyImage(q, img, img, o3, o1, r2x2, 0, NULL, NULL), CL_MEM_COPY_OVERLAP);
+	CHECK_ERR(clEnqueueCopyImageToBuffer(q, img, m, o3, r3, 4000, 0, NULL, NULL), CL_INVALID_VALUE);
+	CHECK_ERR(clEnqueueFillImage(q, img, NULL, o3, r3, 0, NULL, NULL), CL_INVALID_VALUE);
+	cl_sampler smp = clCreateSampler(ctx, CL_TRUE, CL_ADDRESS_REPEAT, CL_FILTER_LINEAR, &err);
+	CHECK(smp != NULL && err == CL_SUCCESS, "clCreateSampler: %d", err);
+	CHECK_ERR(clGetSamplerInfo((cl_sampler)m, CL_SAMPLER_REFERENCE_COUNT, sizeof nf, &nf, NULL), CL_INVALID_SAMPLER);
+	CHECK_ERR(clGetSamplerInfo(smp, 0x7777, sizeof nf, &nf, NULL), CL_INVALID_VALUE);
+	CHECK_ERR(clReleaseSampler(smp), CL_SUCCESS);
+	clReleaseMemObject(img8);
+	clReleaseMemObject(img);
 
 	/* Programs. */
 	CHECK_NULL(clCreateProgramWithSource(ctx, 0, &src, NULL, &e_), CL_INVALID_VALUE);
