@@ -35,7 +35,8 @@
 # chroots), apt, dpkg-deb and mkfs.ext4 (e2fsprogs). No network in the guest.
 set -euo pipefail
 
-# The applications issue 11 runs in the guest, and a shell.
+# The applications issue 11 runs in the guest, ffmpeg for its OpenCL
+# filters (issue 45), and a shell.
 packages=(
 	ocl-icd-libopencl1
 	clinfo
@@ -46,6 +47,7 @@ packages=(
 	hashcat
 	hashcat-data
 	clblast-utils
+	ffmpeg
 	busybox-static
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/qemuvm"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
+	"github.com/vgpud/vgpud/tests/ffmpegcheck"
 )
 
 // icdLib is the guest ICD that `make icd` builds (docs/icd.md).
@@ -47,6 +49,7 @@ check clinfo-user user clinfo
 check vadd-user user python3 /vgpu/bin/vadd.py
 check sleep-user user python3 /vgpu/bin/icd_sleep.py
 check printf-user user python3 /vgpu/bin/icd_printf.py
+for f in /vgpu/bin/ffmpeg-*.sh; do check "$(basename "$f" .sh)" user sh "$f"; done
 `
 
 // icdVadd is a pyopencl program: a vector addition on the first platform,
@@ -64,8 +67,11 @@ const icdPrintf = "testdata/icd_printf.py"
 
 // TestGuestICD boots the userland guest with a vGPU, the vgpud ICD and
 // vgpu-icdd, and checks that Debian's clinfo lists the vGPU with the
-// profile's limits, as root and as an unprivileged user, and that an
-// unmodified pyopencl program computes correctly through it as that user.
+// profile's limits, as root and as an unprivileged user, that an
+// unmodified pyopencl program computes correctly through it as that user,
+// and that Debian's ffmpeg's four OpenCL filters give, as that user, the
+// frames the host's ffmpeg gives on PoCL directly (issue 45: OpenCL
+// images).
 // On both transports: on QEMU 11.1 over vfio-user this is the Debian
 // userland (1 GiB of RAM, a disk) of make demo's third VM.
 func TestGuestICD(t *testing.T) {
@@ -90,12 +96,15 @@ func guestICD(t *testing.T, a imagetest.Apps, lib string, m *mdev.Manager) {
 		image.File{Src: icdVadd, Dst: image.BinDir + "/vadd.py", Mode: 0o644},
 		image.File{Src: icdSleep, Dst: image.BinDir + "/icd_sleep.py", Mode: 0o644},
 		image.File{Src: icdPrintf, Dst: image.BinDir + "/icd_printf.py", Mode: 0o644})
+	files = append(files, ffmpegScripts(t, dir)...)
+	reference := ffmpegReference(t)
 	initrd := imagetest.AppsInitramfs(t, a, files, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd")
 
 	out, codes, console := runAppsGuest(t, a, initrd, inst, imagetest.AppsBinDir+"/icd-check")
 	if strings.HasSuffix(inst.Socket(), vfiouser.Transport{}.Suffix()) {
 		checkICDDInterrupts(t, console)
 	}
+	checkGuestFFmpeg(t, out, codes, reference)
 	for _, name := range []string{"clinfo-root", "clinfo-user", "vadd-user", "sleep-user", "printf-user"} {
 		if _, ok := codes[name]; !ok {
 			t.Fatalf("check %s did not finish; console:\n%s", name, console)
@@ -146,6 +155,69 @@ func guestICD(t *testing.T, a imagetest.Apps, lib string, m *mdev.Manager) {
 	t.Logf("pyopencl as nobody: %s", strings.TrimSpace(out["vadd-user"]))
 	if !strings.Contains(out["vadd-user"], "VADD OK platform=vgpud") {
 		t.Errorf("pyopencl vector addition as nobody: output:\n%s", out["vadd-user"])
+	}
+}
+
+// ffmpegScripts writes, for each of ffmpeg's OpenCL filters, a shell
+// script that runs Debian's ffmpeg on it (ffmpegcheck.Args), for the
+// guest check to run as nobody.
+func ffmpegScripts(t *testing.T, dir string) []image.File {
+	t.Helper()
+	var files []image.File
+	for _, f := range ffmpegcheck.Filters {
+		name := "ffmpeg-" + ffmpegcheck.Name(f)
+		p := filepath.Join(dir, name+".sh")
+		if err := os.WriteFile(p, []byte("exec ffmpeg "+ffmpegcheck.ShellArgs(f)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, image.File{Src: p, Dst: image.BinDir + "/" + name + ".sh", Mode: 0o644})
+	}
+	return files
+}
+
+// ffmpegReference runs each filter with the host's ffmpeg on the host's
+// PoCL directly (the same Debian release's ffmpeg as the guest's): the
+// frames the guest must produce through the vGPU.
+func ffmpegReference(t *testing.T) map[string][]string {
+	t.Helper()
+	ffmpeg, err := exec.LookPath("ffmpeg")
+	if err != nil {
+		t.Fatal("ffmpeg not installed on the host (scripts/install-deps.sh installs it): it gives the reference frames")
+	}
+	vendors := t.TempDir()
+	b, err := os.ReadFile("/etc/OpenCL/vendors/pocl.icd")
+	if err != nil {
+		t.Fatalf("PoCL's ICD: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(vendors, "pocl.icd"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ref := map[string][]string{}
+	for _, f := range ffmpegcheck.Filters {
+		md5s, err := ffmpegcheck.OnPoCL(ffmpeg, f, vendors)
+		if err != nil || len(md5s) != ffmpegcheck.Frames {
+			t.Fatalf("the reference on PoCL: %d frames, %v", len(md5s), err)
+		}
+		ref["ffmpeg-"+ffmpegcheck.Name(f)] = md5s
+	}
+	return ref
+}
+
+// checkGuestFFmpeg: each filter ran in the guest as nobody through the
+// vGPU, and its frames are the host's on PoCL directly, byte for byte.
+func checkGuestFFmpeg(t *testing.T, out map[string]string, codes map[string]int, reference map[string][]string) {
+	t.Helper()
+	for name, want := range reference {
+		code, ok := codes[name]
+		got := ffmpegcheck.FrameMD5s(out[name])
+		switch {
+		case !ok:
+			t.Errorf("%s did not finish in the guest", name)
+		case code != 0:
+			t.Errorf("%s in the guest: exit %d; output:\n%s", name, code, out[name])
+		case !slices.Equal(got, want):
+			t.Errorf("%s in the guest: frames\n%s\nwant (PoCL directly on the host)\n%s", name, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -44,12 +45,17 @@ func ShellArgs(filter string) string {
 	return strings.Join(q, " ")
 }
 
-// FrameMD5s are the frame lines of ffmpeg's framemd5 output (its comment
-// lines, which name the version, dropped).
+// frameLine is a frame of ffmpeg's framemd5 output: stream, dts, pts,
+// duration, size, MD5.
+var frameLine = regexp.MustCompile(`^\d+,\s*-?\d+,\s*-?\d+,\s*\d+,\s*\d+,\s*[0-9a-f]{32}$`)
+
+// FrameMD5s are the frame lines of ffmpeg's framemd5 output: its comment
+// lines (which name the version) and anything else in out (a guest's
+// console lines) dropped.
 func FrameMD5s(out string) []string {
 	var lines []string
 	for _, l := range strings.Split(out, "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+		if l = strings.TrimSpace(l); frameLine.MatchString(l) {
 			lines = append(lines, l)
 		}
 	}
