@@ -2,12 +2,14 @@ package aggregator
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"math"
 	"slices"
 	"testing"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/gpu/imagetest"
 )
 
@@ -96,5 +98,79 @@ func TestImageLaunch(t *testing.T) {
 	want[0] = 200
 	if !bytes.Equal(got(), want) {
 		t.Errorf("brighten after the refusals: %v, want %v", got(), want)
+	}
+}
+
+// TestImageMigratesAcrossDevices: an image a kernel wrote on one device
+// moves with a live migration to an instance on another device (PoCL with
+// host-backed buffers to PoCL with plain ones, two device models to the
+// aggregator) as the buffer it is, and the destination's kernels read it
+// and write images on: images need no migration code of their own.
+func TestImageMigratesAcrossDevices(t *testing.T) {
+	d, _ := newDevice(t)
+	plain, err := gpu.OpenPlain("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2 := newDeviceOn(t, plain)
+	g := newTestGuest(t, d, "src", 1<<20)
+
+	const w, h = 8, 4
+	px := make([]byte, w*h*4)
+	for i := range px {
+		px[i] = byte(i)
+	}
+	rgba8 := abi.ImageFormat{Order: abi.OrderRGBA, DataType: abi.UnormInt8}
+	img := func(buf uint32) abi.KernelArg {
+		return abi.KernelArg{Kind: abi.ArgImage, Handle: buf, Image: abi.ImageDesc{Buffer: buf, Type: abi.ImageType2D,
+			Order: rgba8.Order, DataType: rgba8.DataType, Width: w, Height: h}}
+	}
+	le := binary.LittleEndian
+	brighten := func(in, out uint32) abi.LaunchDesc {
+		return abi.LaunchDesc{WorkDim: 2, GlobalSize: [3]uint64{w, h}, Kernel: "brighten", Args: []abi.KernelArg{img(in), img(out),
+			{Kind: abi.ArgSampler, Sampler: abi.SamplerDesc{Addressing: abi.AddressClampToEdge, Filter: abi.FilterNearest}},
+			{Kind: abi.ArgScalar, Bytes: le.AppendUint32(nil, math.Float32bits(2))}}}
+	}
+	build, _ := g.build(1, imagetest.Source, 0)
+	g.mustOK(g.run(build,
+		abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: w * h * 4}, 0, 0),
+		abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: w * h * 4}, 0, 0),
+		abi.NewCommand(&abi.BufferCreate{Handle: 3, Size: w * h * 4}, 0, 0),
+		g.upload(1, px), g.launch(1, brighten(1, 2)))...)
+
+	ctx := context.Background()
+	if err := g.in.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The next launch reads the image the source wrote: it runs on the
+	// destination.
+	dl, read := g.download(3, len(px))
+	first := g.submit(g.launch(1, brighten(2, 3)), dl)
+	rec := newRecSink()
+	if _, err := g.in.ExtractRound(ctx, rec, true); err != nil {
+		t.Fatal(err)
+	}
+	mem := &sliceMemory{ram: bytes.Clone(g.mem.ram)}
+	bell := newBroadcast()
+	dst, err := d2.NewInstance(InstanceConfig{ID: "dst", Profile: "test", MemBytes: 1 << 20, Memory: mem,
+		Notify: func(uint32) { bell.ring() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if err := dst.PrepareInject(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.replay(t, dst)
+	dst.Thaw()
+	g2 := &testGuest{t: t, mem: mem, in: dst, tail: first + 2, bell: bell, rb: ringBase, cb: complBase}
+	g2.mustOK(g2.wait(first), g2.wait(first+1))
+	g.mem = mem
+	want := make([]byte, len(px))
+	for i, v := range px {
+		want[i] = byte(min(4*int(v), 255))
+	}
+	if got := read(); !bytes.Equal(got, want) {
+		t.Errorf("after the migration: %v, want %v", got, want)
 	}
 }
