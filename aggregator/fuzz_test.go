@@ -47,8 +47,8 @@ const (
 
 // fzSources are the programs a fuzzed guest builds by pointing at their
 // sg entries (fzSrcTable + 16*i). Every kernel touches only byte 0 of its
-// buffers, so that any launch geometry and any buffer are safe on the real
-// device too (TestCommandsOnDevice).
+// buffers (or only pixels inside its images), so that any launch geometry
+// and any buffer are safe on the real device too (TestCommandsOnDevice).
 var fzSources = []string{
 	// 0: one kernel per argument kind.
 	`typedef struct { int a, b; } pair;
@@ -73,6 +73,14 @@ __kernel void pairk(__global uchar *o, pair p) { if (get_global_id(0) == 0) o[0]
 `,
 	// 4: builds, without kernels.
 	`int helper(int x) { return x + 1; }
+`,
+	// 5: images and a sampler (ABI 1.8); writes only inside its image,
+	// whatever the geometry.
+	`__kernel void brighten(__read_only image2d_t in, __write_only image2d_t out, sampler_t s, float k) {
+	int2 p = (int2)(get_global_id(0), get_global_id(1));
+	if (p.x < get_image_width(out) && p.y < get_image_height(out))
+		write_imagef(out, p, read_imagef(in, s, p) * k);
+}
 `,
 }
 
@@ -679,6 +687,26 @@ func fuzzSeeds() []fuzzSeed {
 		b.launch(ok, 2, 0, "sized", grid(1, [3]uint64{16}, [3]uint64{}), fzBuf(2))
 		b.copy(ok, true, 1, 0, seq(16), 1) // a partial upload
 		b.launch(ok, 1, 0, "copy1", one, fzBuf(2), fzBuf(1))
+	})
+	add("images", 0, func(b *seedBuilder) {
+		img := func(buf, order, width uint32) abi.KernelArg {
+			return abi.KernelArg{Kind: abi.ArgImage, Handle: buf, Image: abi.ImageDesc{Buffer: buf, Type: abi.ImageType2D,
+				Order: order, DataType: abi.UnormInt8, Width: uint64(width), Height: 4}}
+		}
+		smp := abi.KernelArg{Kind: abi.ArgSampler, Sampler: abi.SamplerDesc{Addressing: abi.AddressClampToEdge, Filter: abi.FilterNearest}}
+		two := fzScalar(0x40000000, 4)
+		g := grid(2, [3]uint64{8, 4}, [3]uint64{})
+		b.create(ok, 1, 128)
+		b.create(ok, 2, 128)
+		b.copy(ok, true, 1, 0, seq(128), 1)
+		b.build(ok, 1, 5, "", 0)
+		b.launch(ok, 1, 0, "brighten", g, img(1, abi.OrderRGBA, 8), img(2, abi.OrderRGBA, 8), smp, two)
+		b.launch(abi.StatusInvalidArgument, 1, 0, "brighten", g, img(1, abi.OrderRGBA, 9), img(2, abi.OrderRGBA, 8), smp, two)
+		b.launch(abi.StatusInvalidArgument, 1, 0, "brighten", g, img(1, abi.OrderRG, 8), img(2, abi.OrderRGBA, 8), smp, two)
+		b.launch(abi.StatusNotFound, 1, 0, "brighten", g, img(1, abi.OrderRGBA, 8), img(3, abi.OrderRGBA, 8), smp, two)
+		b.launch(abi.StatusLaunchFailed, 1, 0, "brighten", g, smp, img(2, abi.OrderRGBA, 8), smp, two)
+		b.launch(abi.StatusLaunchFailed, 1, 0, "brighten", g, img(1, abi.OrderRGBA, 8), img(2, abi.OrderRGBA, 8), fzBuf(1), two)
+		b.copy(ok, false, 2, 0, make([]byte, 128), 1)
 	})
 	add("build failures", 0, func(b *seedBuilder) {
 		b.build(abi.StatusBuildFailed, 1, 2, "", 256)

@@ -42,7 +42,30 @@ var defaultInfo = gpu.Info{
 		// What PoCL lists, images and SPIR included: device-info must
 		// pass on only the kernel-language extensions.
 		Extensions: "cl_khr_byte_addressable_store cl_khr_global_int32_base_atomics  cl_khr_3d_image_writes cl_khr_spir cl_khr_int64_base_atomics cl_khr_fp64",
+		// PoCL 3.1's images: its limits, and its read-write 2D formats
+		// (CL_R and CL_RGBA with every channel type, CL_BGRA and CL_ARGB
+		// with some; no CL_RG).
+		Images: pocl31Images(),
 	},
+}
+
+// pocl31Images is what PoCL 3.1 reports of images on this project's
+// machines (gpu.TestImages' device).
+func pocl31Images() gpu.ImageCaps {
+	c := gpu.ImageCaps{Supported: true, Max2D: [2]uint64{16384, 16384}, Max3D: [3]uint64{2048, 2048, 2048},
+		MaxArraySize: 2048, MaxReadArgs: 128, MaxWriteArgs: 128, MaxSamplers: 16}
+	types := []uint32{0x10D0, 0x10D1, 0x10D2, 0x10D3, 0x10D7, 0x10D8, 0x10D9, 0x10DA, 0x10DB, 0x10DC, 0x10DD, 0x10DE}
+	for _, order := range []uint32{0x10B1, 0x10B0, 0x10B5} { // CL_A, CL_R, CL_RGBA
+		for _, t := range types {
+			c.Formats = append(c.Formats, gpu.ImageFormat{Order: order, DataType: t})
+		}
+	}
+	for _, order := range []uint32{0x10B7, 0x10B6} { // CL_ARGB, CL_BGRA
+		for _, t := range []uint32{0x10D0, 0x10D2, 0x10D7, 0x10DA} {
+			c.Formats = append(c.Formats, gpu.ImageFormat{Order: order, DataType: t})
+		}
+	}
+	return c
 }
 
 // Operations a Config.Fault hook is asked about.
