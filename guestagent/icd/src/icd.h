@@ -418,6 +418,8 @@ struct vgpu_hostmem {
 	unsigned refs;
 };
 void vgpu_hostmem_put(struct vgpu_hostmem *h);
+/* A mapping's host memory of len bytes (refs 1), or NULL. */
+struct vgpu_hostmem *vgpu_hostmem_new(size_t len);
 
 struct vgpu_evcb {
 	struct vgpu_evcb *next;
@@ -594,8 +596,26 @@ struct _cl_event *new_xfer(cl_context ctx, cl_command_queue q, cl_command_type t
 			   size_t nseg);
 void xfer_seg(struct _cl_event *ev, size_t i, uint64_t dev_off, const void *host, uint64_t len);
 cl_int mem_check_flags(cl_mem_flags f);
+cl_int map_check(const struct _cl_mem *m, cl_map_flags flags);
 cl_mem mem_create(cl_context context, int with_props, cl_int props_err, cl_mem_flags flags, size_t size,
 		  void *host_ptr, cl_int *errcode_ret);
+/* One side of a copy or fill by rows: a buffer's bytes from base, with
+ * row and slice strides. */
+struct vgpu_side {
+	cl_mem m;
+	size_t base, row, slice;
+};
+/* A command event whose message is one request (op, one bytes with its
+ * header) per row of region (rowlen bytes, rows by slices), made by req,
+ * or fewer where the rows lie contiguous on every side (d may be NULL);
+ * only the last request carries the event's id. */
+cl_int vgpu_rows_cmd(struct enq *e, cl_command_type type, uint16_t op, size_t one, const struct vgpu_side *s,
+		     const struct vgpu_side *d, size_t rowlen, const size_t *region,
+		     void (*req)(void *body, const struct vgpu_side *s, const struct vgpu_side *d, size_t so, size_t dof,
+				 size_t len, uint64_t event, const void *arg),
+		     const void *arg, cl_uint n, const cl_event *wl, cl_event *event);
+cl_int vgpu_copy_rows(struct enq *e, cl_command_type type, const struct vgpu_side *s, const struct vgpu_side *d,
+		      size_t rowlen, const size_t *region, cl_uint n, const cl_event *wl, cl_event *event);
 /* image.c: the write that an unmap of an image mapping sends. */
 cl_int vgpu_image_unmap(struct enq *e, cl_mem m, struct vgpu_map *map, cl_uint nwait, const cl_event *wait,
 			cl_event *event);

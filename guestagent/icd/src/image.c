@@ -18,7 +18,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 /* ---- Formats -------------------------------------------------------- */
 
@@ -481,82 +480,12 @@ cl_int CL_API_CALL vgpu_clEnqueueWriteImage(cl_command_queue queue, cl_mem image
 
 /* ---- Copies and fills ----------------------------------------------- */
 
-/* One side of a copy: a buffer's bytes from base, with row and slice
- * strides. */
-struct side {
-	cl_mem m;
-	size_t base, row, slice;
-};
-
-static struct side image_side(cl_mem m, const size_t *origin)
+static struct vgpu_side image_side(cl_mem m, const size_t *origin)
 {
-	return (struct side){m, image_off(m->image, origin, 0, 0), m->image->row, m->image->slice};
+	return (struct vgpu_side){m, image_off(m->image, origin, 0, 0), m->image->row, m->image->slice};
 }
 
-/* rows_cmd makes a command event whose message is one request per row of
- * region (rowlen bytes, rows by slices), made by req, or fewer where the
- * rows lie contiguous on every side: req gets the byte offsets of the
- * piece on each side and its length. Only the last request carries the
- * event's id (the daemon runs them in order). */
-static cl_int rows_cmd(struct enq *e, cl_command_type type, uint16_t op, size_t one, const struct side *s,
-		       const struct side *d, size_t rowlen, const size_t *region,
-		       void (*req)(void *body, const struct side *s, const struct side *d, size_t so, size_t dof,
-				   size_t len, uint64_t event, const void *arg),
-		       const void *arg, cl_uint n, const cl_event *wl, cl_event *event)
-{
-	int whole_rows = s->row == rowlen && (d == NULL || d->row == rowlen);
-	int whole = whole_rows && s->slice == rowlen * region[1] && (d == NULL || d->slice == rowlen * region[1]);
-	size_t count = whole ? 1 : whole_rows ? region[2] : region[1] * region[2];
-	if (count > (1u << 20))
-		return CL_OUT_OF_RESOURCES;
-	struct _cl_event *ev = vgpu_event_new(e->ctx, e->q, type);
-	uint8_t *msg = ev != NULL ? calloc(count, one) : NULL;
-	cl_mem *mems = ev != NULL ? calloc(2, sizeof *mems) : NULL;
-	if (msg == NULL || mems == NULL) {
-		free(msg);
-		free(mems);
-		if (ev != NULL)
-			vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);
-		return CL_OUT_OF_HOST_MEMORY;
-	}
-	ev->msg = msg;
-	ev->msg_len = count * one;
-	ev->mems = mems;
-	IREF(s->m);
-	ev->mems[ev->nmems++] = s->m;
-	if (d != NULL) {
-		IREF(d->m);
-		ev->mems[ev->nmems++] = d->m;
-	}
-	size_t len = whole ? rowlen * region[1] * region[2] : whole_rows ? rowlen * region[1] : rowlen;
-	size_t i = 0;
-	for (size_t z = 0; z < region[2] && i < count; z++) {
-		for (size_t y = 0; y < region[1] && i < count; y++, i++) {
-			uint8_t *p = msg + i * one;
-			conn_hdr(e->ctx, p, op, one);
-			size_t so = s->base + z * s->slice + y * s->row;
-			size_t dof = d != NULL ? d->base + z * d->slice + y * d->row : 0;
-			/* The last request completes the event. */
-			req(p + sizeof(struct vgpu_icdp_header), s, d, so, dof, len, i + 1 == count ? ev->id : 0, arg);
-			if (whole_rows) {
-				i++;
-				break; /* one request per slice */
-			}
-		}
-	}
-	return vgpu_submit(ev, n, wl, 0, event);
-}
-
-static void copy_req(void *body, const struct side *s, const struct side *d, size_t so, size_t dof, size_t len,
-		     uint64_t event, const void *arg)
-{
-	(void)arg;
-	struct vgpu_icdp_copy *c = body;
-	*c = (struct vgpu_icdp_copy){
-		.src = s->m->id, .dst = d->m->id, .src_offset = so, .dst_offset = dof, .length = len, .event = event};
-}
-
-static void fill_req(void *body, const struct side *s, const struct side *d, size_t so, size_t dof, size_t len,
+static void fill_req(void *body, const struct vgpu_side *s, const struct vgpu_side *d, size_t so, size_t dof, size_t len,
 		     uint64_t event, const void *arg)
 {
 	(void)d, (void)dof;
@@ -564,14 +493,6 @@ static void fill_req(void *body, const struct side *s, const struct side *d, siz
 	*f = (struct vgpu_icdp_fill){.buffer = s->m->id, .pattern_len = (uint32_t)s->m->image->elem, .offset = so,
 				     .length = len, .event = event};
 	memcpy(f->pattern, arg, s->m->image->elem);
-}
-
-/* copy runs a copy between two sides of region (rowlen bytes a row). */
-static cl_int copy(struct enq *e, cl_command_type type, const struct side *s, const struct side *d, size_t rowlen,
-		   const size_t *region, cl_uint n, const cl_event *wl, cl_event *event)
-{
-	return rows_cmd(e, type, VGPU_ICDP_OP_COPY, sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_copy), s,
-			d, rowlen, region, copy_req, NULL, n, wl, event);
 }
 
 /* overlap reports whether two regions of one image overlap. */
@@ -603,8 +524,8 @@ cl_int CL_API_CALL vgpu_clEnqueueCopyImage(cl_command_queue queue, cl_mem src, c
 	if (err == CL_SUCCESS && s == d && overlap(so, dor, region))
 		err = CL_MEM_COPY_OVERLAP;
 	if (err == CL_SUCCESS) {
-		struct side a = image_side(s, so), b = image_side(d, dor);
-		err = copy(&e, CL_COMMAND_COPY_IMAGE, &a, &b, region[0] * s->image->elem, region, n, wl, event);
+		struct vgpu_side a = image_side(s, so), b = image_side(d, dor);
+		err = vgpu_copy_rows(&e, CL_COMMAND_COPY_IMAGE, &a, &b, region[0] * s->image->elem, region, n, wl, event);
 	}
 	if (s != NULL)
 		PUT(s);
@@ -635,10 +556,10 @@ static cl_int image_buffer(cl_command_queue queue, cl_mem image, cl_mem buffer, 
 			err = CL_INVALID_VALUE;
 	}
 	if (err == CL_SUCCESS) {
-		struct side is = image_side(im, origin);
-		struct side bs = {b, b->origin + off, rowlen, rowlen * region[1]};
-		err = to_buffer ? copy(&e, CL_COMMAND_COPY_IMAGE_TO_BUFFER, &is, &bs, rowlen, region, n, wl, event)
-				: copy(&e, CL_COMMAND_COPY_BUFFER_TO_IMAGE, &bs, &is, rowlen, region, n, wl, event);
+		struct vgpu_side is = image_side(im, origin);
+		struct vgpu_side bs = {b, b->origin + off, rowlen, rowlen * region[1]};
+		err = to_buffer ? vgpu_copy_rows(&e, CL_COMMAND_COPY_IMAGE_TO_BUFFER, &is, &bs, rowlen, region, n, wl, event)
+				: vgpu_copy_rows(&e, CL_COMMAND_COPY_BUFFER_TO_IMAGE, &bs, &is, rowlen, region, n, wl, event);
 	}
 	if (im != NULL)
 		PUT(im);
@@ -776,8 +697,8 @@ cl_int CL_API_CALL vgpu_clEnqueueFillImage(cl_command_queue queue, cl_mem image,
 		 * bytes: a fill pattern. */
 		uint8_t px[16] = {0};
 		pack_color(&m->image->format, color, px);
-		struct side s = image_side(m, origin);
-		err = rows_cmd(&e, CL_COMMAND_FILL_IMAGE, VGPU_ICDP_OP_FILL,
+		struct vgpu_side s = image_side(m, origin);
+		err = vgpu_rows_cmd(&e, CL_COMMAND_FILL_IMAGE, VGPU_ICDP_OP_FILL,
 			       sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_fill), &s, NULL,
 			       region[0] * m->image->elem, region, fill_req, px, n, wl, event);
 	}
@@ -803,7 +724,6 @@ void *CL_API_CALL vgpu_clEnqueueMapImage(cl_command_queue queue, cl_mem image, c
 	cl_mem m = NULL;
 	void *ptr = NULL;
 	struct vgpu_map *map = NULL;
-	const cl_map_flags all = CL_MAP_READ | CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION;
 	cl_int err = enq_begin(&e, queue, n, wl);
 	if (err == CL_SUCCESS)
 		err = get_image(&e, image, &m);
@@ -811,16 +731,11 @@ void *CL_API_CALL vgpu_clEnqueueMapImage(cl_command_queue queue, cl_mem image, c
 		cl_mem_object_type t = m->image->type;
 		int need_slice = t == CL_MEM_OBJECT_IMAGE3D || t == CL_MEM_OBJECT_IMAGE2D_ARRAY ||
 				 t == CL_MEM_OBJECT_IMAGE1D_ARRAY;
-		if (!region_ok(m->image, origin, region) || rp == NULL || (need_slice && sp == NULL) ||
-		    (flags & ~all) != 0 ||
-		    ((flags & CL_MAP_WRITE_INVALIDATE_REGION) && (flags & (CL_MAP_READ | CL_MAP_WRITE))))
+		if (!region_ok(m->image, origin, region) || rp == NULL || (need_slice && sp == NULL))
 			err = CL_INVALID_VALUE;
 	}
-	if (err == CL_SUCCESS &&
-	    (((flags & CL_MAP_READ) && (m->flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS))) ||
-	     ((flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION)) &&
-	      (m->flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS)))))
-		err = CL_INVALID_OPERATION;
+	if (err == CL_SUCCESS)
+		err = map_check(m, flags);
 	if (err == CL_SUCCESS && (map = calloc(1, sizeof *map)) == NULL)
 		err = CL_OUT_OF_HOST_MEMORY;
 	if (err != CL_SUCCESS)
@@ -839,17 +754,12 @@ void *CL_API_CALL vgpu_clEnqueueMapImage(cl_command_queue queue, cl_mem image, c
 		map->ptr = (uint8_t *)m->host_ptr + origin[2] * map->slice_pitch + origin[1] * map->row_pitch +
 			   origin[0] * im->elem;
 	} else {
-		size_t size = rowlen * region[1] * region[2];
-		void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED || (map->hm = calloc(1, sizeof *map->hm)) == NULL) {
-			if (p != MAP_FAILED)
-				munmap(p, size);
+		if ((map->hm = vgpu_hostmem_new(rowlen * region[1] * region[2])) == NULL) {
 			free(map);
 			err = CL_OUT_OF_HOST_MEMORY;
 			goto out;
 		}
-		*map->hm = (struct vgpu_hostmem){.p = p, .len = size, .refs = 1};
-		map->ptr = p;
+		map->ptr = map->hm->p;
 		map->row_pitch = rowlen;
 		map->slice_pitch = rowlen * region[1];
 	}

@@ -55,6 +55,34 @@ cl_int mem_check_flags(cl_mem_flags f)
 	return CL_SUCCESS;
 }
 
+struct vgpu_hostmem *vgpu_hostmem_new(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct vgpu_hostmem *h = p != MAP_FAILED ? calloc(1, sizeof *h) : NULL;
+	if (h == NULL) {
+		if (p != MAP_FAILED)
+			munmap(p, len);
+		return NULL;
+	}
+	*h = (struct vgpu_hostmem){.p = p, .len = len, .refs = 1};
+	return h;
+}
+
+/* map_check checks a mapping's flags against m's: CL_INVALID_VALUE for
+ * unknown or contradictory flags, CL_INVALID_OPERATION where m's host
+ * access forbids the read or write they ask for. */
+cl_int map_check(const struct _cl_mem *m, cl_map_flags flags)
+{
+	const cl_map_flags all = CL_MAP_READ | CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION;
+	if ((flags & ~all) != 0 || ((flags & CL_MAP_WRITE_INVALIDATE_REGION) && (flags & (CL_MAP_READ | CL_MAP_WRITE))))
+		return CL_INVALID_VALUE;
+	if (((flags & CL_MAP_READ) && (m->flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS))) ||
+	    ((flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION)) &&
+	     (m->flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS))))
+		return CL_INVALID_OPERATION;
+	return CL_SUCCESS;
+}
+
 void vgpu_hostmem_put(struct vgpu_hostmem *h)
 {
 	if (--h->refs > 0)
@@ -762,6 +790,80 @@ cl_int CL_API_CALL vgpu_clEnqueueFillBuffer(cl_command_queue queue, cl_mem buffe
 	return enq_end(&e, err);
 }
 
+/* ---- Rows ----------------------------------------------------------- */
+
+/* vgpu_rows_cmd makes a command event whose message is one request per row of
+ * region (rowlen bytes, rows by slices), made by req, or fewer where the
+ * rows lie contiguous on every side: req gets the byte offsets of the
+ * piece on each side and its length. Only the last request carries the
+ * event's id (the daemon runs them in order). */
+cl_int vgpu_rows_cmd(struct enq *e, cl_command_type type, uint16_t op, size_t one, const struct vgpu_side *s,
+		       const struct vgpu_side *d, size_t rowlen, const size_t *region,
+		       void (*req)(void *body, const struct vgpu_side *s, const struct vgpu_side *d, size_t so, size_t dof,
+				   size_t len, uint64_t event, const void *arg),
+		       const void *arg, cl_uint n, const cl_event *wl, cl_event *event)
+{
+	int whole_rows = s->row == rowlen && (d == NULL || d->row == rowlen);
+	int whole = whole_rows && s->slice == rowlen * region[1] && (d == NULL || d->slice == rowlen * region[1]);
+	size_t count = whole ? 1 : whole_rows ? region[2] : region[1] * region[2];
+	if (count > (1u << 20))
+		return CL_OUT_OF_RESOURCES;
+	struct _cl_event *ev = vgpu_event_new(e->ctx, e->q, type);
+	uint8_t *msg = ev != NULL ? calloc(count, one) : NULL;
+	cl_mem *mems = ev != NULL ? calloc(2, sizeof *mems) : NULL;
+	if (msg == NULL || mems == NULL) {
+		free(msg);
+		free(mems);
+		if (ev != NULL)
+			vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);
+		return CL_OUT_OF_HOST_MEMORY;
+	}
+	ev->msg = msg;
+	ev->msg_len = count * one;
+	ev->mems = mems;
+	IREF(s->m);
+	ev->mems[ev->nmems++] = s->m;
+	if (d != NULL) {
+		IREF(d->m);
+		ev->mems[ev->nmems++] = d->m;
+	}
+	size_t len = whole ? rowlen * region[1] * region[2] : whole_rows ? rowlen * region[1] : rowlen;
+	size_t i = 0;
+	for (size_t z = 0; z < region[2] && i < count; z++) {
+		for (size_t y = 0; y < region[1] && i < count; y++, i++) {
+			uint8_t *p = msg + i * one;
+			conn_hdr(e->ctx, p, op, one);
+			size_t so = s->base + z * s->slice + y * s->row;
+			size_t dof = d != NULL ? d->base + z * d->slice + y * d->row : 0;
+			/* The last request completes the event. */
+			req(p + sizeof(struct vgpu_icdp_header), s, d, so, dof, len, i + 1 == count ? ev->id : 0, arg);
+			if (whole_rows) {
+				i++;
+				break; /* one request per slice */
+			}
+		}
+	}
+	return vgpu_submit(ev, n, wl, 0, event);
+}
+
+static void copy_req(void *body, const struct vgpu_side *s, const struct vgpu_side *d, size_t so, size_t dof, size_t len,
+		     uint64_t event, const void *arg)
+{
+	(void)arg;
+	struct vgpu_icdp_copy *c = body;
+	*c = (struct vgpu_icdp_copy){
+		.src = s->m->id, .dst = d->m->id, .src_offset = so, .dst_offset = dof, .length = len, .event = event};
+}
+
+/* vgpu_copy_rows copies region (rowlen bytes a row) from one side to the
+ * other: one request per row, or fewer where rows are contiguous. */
+cl_int vgpu_copy_rows(struct enq *e, cl_command_type type, const struct vgpu_side *s, const struct vgpu_side *d,
+		      size_t rowlen, const size_t *region, cl_uint n, const cl_event *wl, cl_event *event)
+{
+	return vgpu_rows_cmd(e, type, VGPU_ICDP_OP_COPY, sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_copy),
+			     s, d, rowlen, region, copy_req, NULL, n, wl, event);
+}
+
 /* ---- Rectangles ----------------------------------------------------- */
 
 /* rect_check applies clEnqueue*BufferRect's rules to one side: pitches
@@ -794,12 +896,13 @@ static size_t rect_off(const size_t *origin, size_t row_pitch, size_t slice_pitc
 	return (origin[2] + z) * slice_pitch + (origin[1] + y) * row_pitch + origin[0];
 }
 
-/* The rows of a rectangle travel one request each, in one event. A read
- * or write is a staged transfer whose pieces are the rows (a chunk holds
- * as many rows as fit, a row longer than a chunk is split). A copy's
- * requests are concatenated in the event's message (send_now sends them
- * one by one); only the last carries the event id, and the daemon runs
- * them in order. */
+/* The rows of a rectangle travel in one event. A read or write is a
+ * staged transfer whose pieces are the rows (a chunk holds as many rows as
+ * fit, a row longer than a chunk is split). A copy is a request per row
+ * (vgpu_copy_rows: one per slice, or one in all, where rows lie contiguous
+ * on both sides), concatenated in the event's message (send_now sends
+ * them one by one); only the last carries the event id, and the daemon
+ * runs them in order. */
 cl_int CL_API_CALL vgpu_clEnqueueReadBufferRect(cl_command_queue queue, cl_mem buffer, cl_bool blocking,
 						const size_t *buffer_origin, const size_t *host_origin,
 						const size_t *region, size_t buffer_row_pitch,
@@ -871,40 +974,9 @@ static cl_int rect(cl_command_queue queue, cl_mem buffer, cl_mem dst_buffer, cl_
 		err = vgpu_submit(ev, num_events, wait_list, blocking, event);
 		goto out;
 	}
-	size_t one = sizeof(struct vgpu_icdp_header) + sizeof(struct vgpu_icdp_copy);
-	ev = vgpu_event_new(e.ctx, e.q, type);
-	uint8_t *msg = ev != NULL ? calloc(rows, one) : NULL;
-	cl_mem *mems = ev != NULL ? calloc(2, sizeof *mems) : NULL;
-	if (msg == NULL || mems == NULL) {
-		free(msg);
-		free(mems);
-		if (ev != NULL)
-			vgpu_event_done(ev, CL_OUT_OF_HOST_MEMORY, NULL);
-		err = CL_OUT_OF_HOST_MEMORY;
-		goto out;
-	}
-	ev->msg = msg;
-	ev->msg_len = rows * one;
-	ev->mems = mems;
-	IREF(m);
-	ev->mems[ev->nmems++] = m;
-	IREF(d);
-	ev->mems[ev->nmems++] = d;
-	size_t i = 0;
-	for (size_t z = 0; z < region[2]; z++) {
-		for (size_t y = 0; y < region[1]; y++, i++) {
-			uint8_t *p = msg + i * one;
-			conn_hdr(e.ctx, p, VGPU_ICDP_OP_COPY, one);
-			struct vgpu_icdp_copy *c = (void *)(p + sizeof(struct vgpu_icdp_header));
-			c->src = m->id;
-			c->dst = d->id;
-			c->src_offset = m->origin + rect_off(bo, brp, bsp, y, z);
-			c->dst_offset = d->origin + rect_off(ho, hrp, hsp, y, z);
-			c->length = region[0];
-			c->event = i + 1 == rows ? ev->id : 0;
-		}
-	}
-	err = vgpu_submit(ev, num_events, wait_list, blocking, event);
+	struct vgpu_side s = {m, m->origin + rect_off(bo, brp, bsp, 0, 0), brp, bsp};
+	struct vgpu_side dd = {d, d->origin + rect_off(ho, hrp, hsp, 0, 0), hrp, hsp};
+	err = vgpu_copy_rows(&e, type, &s, &dd, region[0], region, num_events, wait_list, event);
 out:
 	if (m != NULL)
 		PUT(m);
@@ -958,8 +1030,6 @@ cl_int CL_API_CALL vgpu_clEnqueueCopyBufferRect(cl_command_queue queue, cl_mem s
 
 /* ---- Maps ----------------------------------------------------------- */
 
-#define MAP_FLAGS (CL_MAP_READ | CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION)
-
 void *CL_API_CALL vgpu_clEnqueueMapBuffer(cl_command_queue queue, cl_mem buffer, cl_bool blocking,
 					  cl_map_flags flags, size_t offset, size_t size, cl_uint num_events,
 					  const cl_event *wait_list, cl_event *event, cl_int *errcode_ret)
@@ -970,14 +1040,10 @@ void *CL_API_CALL vgpu_clEnqueueMapBuffer(cl_command_queue queue, cl_mem buffer,
 	cl_int err = enq_begin(&e, queue, num_events, wait_list);
 	if (err == CL_SUCCESS)
 		err = get_mem(&e, buffer, &m);
-	if (err == CL_SUCCESS &&
-	    (size == 0 || out_of(m, offset, size) || (flags & ~(cl_map_flags)MAP_FLAGS) != 0 ||
-	     ((flags & CL_MAP_WRITE_INVALIDATE_REGION) && (flags & (CL_MAP_READ | CL_MAP_WRITE)))))
+	if (err == CL_SUCCESS && (size == 0 || out_of(m, offset, size)))
 		err = CL_INVALID_VALUE;
-	if (err == CL_SUCCESS && (((flags & CL_MAP_READ) && (m->flags & (CL_MEM_HOST_WRITE_ONLY | CL_MEM_HOST_NO_ACCESS))) ||
-				  ((flags & (CL_MAP_WRITE | CL_MAP_WRITE_INVALIDATE_REGION)) &&
-				   (m->flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_NO_ACCESS)))))
-		err = CL_INVALID_OPERATION;
+	if (err == CL_SUCCESS)
+		err = map_check(m, flags);
 	struct vgpu_map *map = NULL;
 	if (err == CL_SUCCESS && (map = calloc(1, sizeof *map)) == NULL)
 		err = CL_OUT_OF_HOST_MEMORY;
@@ -1005,16 +1071,12 @@ void *CL_API_CALL vgpu_clEnqueueMapBuffer(cl_command_queue queue, cl_mem buffer,
 			e.ctx->arena_mapped += map->r.len;
 			map->ptr = arena_ptr(e.ctx, &map->r);
 		} else if (conn_ok(e.ctx)) {
-			void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-			if (p == MAP_FAILED || (map->hm = calloc(1, sizeof *map->hm)) == NULL) {
-				if (p != MAP_FAILED)
-					munmap(p, size);
+			if ((map->hm = vgpu_hostmem_new(size)) == NULL) {
 				free(map);
 				err = CL_OUT_OF_HOST_MEMORY;
 				goto out;
 			}
-			*map->hm = (struct vgpu_hostmem){.p = p, .len = size, .refs = 1};
-			map->ptr = p;
+			map->ptr = map->hm->p;
 		} else {
 			free(map);
 			err = CL_OUT_OF_RESOURCES;
