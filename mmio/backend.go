@@ -29,6 +29,13 @@ type RingConfig struct {
 	PollWord uint64
 }
 
+// Featured is implemented by a Backend that offers less than this
+// release's abi.Features (a worker of an earlier release, adopted in an
+// upgrade in place): RegFeatures reads what ABIFeatures returns.
+type Featured interface {
+	ABIFeatures() uint32
+}
+
 // Backend is the device behind the register file: the aggregator's
 // per-instance state. Every method must return promptly: they run on the
 // transport's thread while a vCPU waits for the access to complete.

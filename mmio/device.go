@@ -122,6 +122,9 @@ func (d *Device) read32Locked(off uint32) uint32 {
 	case abi.RegVersion:
 		return abi.Version
 	case abi.RegFeatures:
+		if f, ok := d.b.(Featured); ok {
+			return f.ABIFeatures() & abi.Features
+		}
 		return abi.Features
 	case abi.RegStatus:
 		var s uint32

@@ -270,6 +270,22 @@ func (in *procInstance) bound() (*process, uint32, error) {
 	return in.proc, in.slot, nil
 }
 
+// ABIFeatures is abi.Features less what the instance's worker does not
+// understand (mmio.Featured): a worker of an earlier release, adopted in
+// an upgrade in place, without wire.FeatureImages takes neither image
+// arguments nor device-info version 2, so the guest is not told of
+// images. It never waits: with no worker bound (a relocation, a lost
+// worker) it reports this release's, which every worker it starts has.
+func (in *procInstance) ABIFeatures() uint32 {
+	in.mu.Lock()
+	pr := in.proc
+	in.mu.Unlock()
+	if pr != nil && pr.info.Features&wire.FeatureImages == 0 {
+		return abi.Features &^ abi.FeatureImages
+	}
+	return abi.Features
+}
+
 // lose is called by the reaper of pr: the instance's device context is
 // gone with its worker.
 func (in *procInstance) lose(pr *process, why string) {

@@ -17,7 +17,9 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
+	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/worker/child"
+	"github.com/vgpud/vgpud/worker/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -215,5 +217,31 @@ func TestFreshWorkerGetsNoStaleDoorbell(t *testing.T) {
 	}
 	if err := in.Close(); err != nil {
 		t.Errorf("Close = %v", err)
+	}
+}
+
+// TestOldWorkerHidesImages: a worker whose HelloReply lacks
+// wire.FeatureImages (one of an earlier release, adopted in an upgrade in
+// place) keeps abi.FeatureImages out of the instance's RegFeatures, so
+// that its guest never sends it image arguments or asks for device-info
+// version 2; a worker of this release lets the register say it.
+func TestOldWorkerHidesImages(t *testing.T) {
+	dev := liarDevice
+	dev.Name = "liar-device-0"            // what honest-index opens as device 0
+	p := liarPool(t, "honest-index", dev) // answers Hello without features
+	defer p.Close()
+	be, err := p.Create(InstanceConfig{ID: "old", Domain: "instance:old",
+		Limits: Limits{MemBytes: 1 << 20, BuildTimeout: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	want := uint32(abi.Features &^ abi.FeatureImages)
+	if got := mmio.New(be).ReadBAR(abi.RegFeatures, 4); got != uint64(want) {
+		t.Errorf("RegFeatures with a worker of an earlier release = %#x, want %#x", got, want)
+	}
+	now := &procInstance{proc: &process{info: wire.HelloReply{Features: wire.Features}}}
+	if got := now.ABIFeatures(); got != abi.Features {
+		t.Errorf("ABIFeatures with a worker of this release = %#x, want %#x", got, abi.Features)
 	}
 }

@@ -303,8 +303,12 @@ const (
 	// records in a final Extract while its log is on, and holds the
 	// GuestPages an Inject brings until the next Thaw.
 	FeatureGuestLog uint32 = 1 << 0
+	// FeatureImages: the worker's instances take abi 1.8's image and
+	// sampler arguments and device-info version 2 (abi.FeatureImages),
+	// which the main process announces to the guest only then.
+	FeatureImages uint32 = 1 << 1
 	// Features is what this release's workers understand.
-	Features = FeatureGuestLog
+	Features = FeatureGuestLog | FeatureImages
 )
 
 // EncodeBody and DecodeHelloReply carry a HelloReply in a Reply's Body.
