@@ -64,6 +64,14 @@ func open(selector string, hostBacked bool) (Device, error) {
 	if err := clErr("clCreateContext", C.vg_create_context(e.platform, e.id, &d.ctx)); err != nil {
 		return nil, fmt.Errorf("open %s: %w", e.info.Name, err)
 	}
+	// The image formats, from the device's own context: enumerate made
+	// none for the devices not picked.
+	if d.info.Caps.Images.Supported {
+		if d.info.Caps.Images.Formats, err = imageFormats(d.ctx); err != nil {
+			C.clReleaseContext(d.ctx)
+			return nil, fmt.Errorf("open %s: %w", e.info.Name, err)
+		}
+	}
 	d.hostBacked = hostBacked && probeHostBacked(d)
 	return d, nil
 }

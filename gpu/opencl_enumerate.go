@@ -30,6 +30,11 @@ func Devices() ([]Info, error) {
 	infos := make([]Info, len(es))
 	for i, e := range es {
 		infos[i] = e.info
+		if e.info.Caps.Images.Supported {
+			if infos[i].Caps.Images.Formats, err = probeFormats(e.id); err != nil {
+				return nil, fmt.Errorf("device %s: %w", e.info.Name, err)
+			}
+		}
 	}
 	return infos, nil
 }

@@ -87,8 +87,8 @@ type launchImage struct {
 // maxImageFormats bounds the formats read from a device.
 const maxImageFormats = 512
 
-// imageCaps reads a device's image limits and the formats of 2D images
-// a kernel may read and write, which needs a context of its own.
+// imageCaps reads a device's image limits; the formats, which need a
+// context, are imageFormats' (Devices and Open fill them in).
 func imageCaps(d C.cl_device_id) (ImageCaps, error) {
 	var c ImageCaps
 	var support C.cl_bool
@@ -127,28 +127,42 @@ func imageCaps(d C.cl_device_id) (ImageCaps, error) {
 		}
 		*q.dst = uint64(u64)
 	}
+	c.Supported = true
+	return c, nil
+}
+
+// imageFormats lists the formats of 2D images a kernel may read and
+// write (CL_MEM_READ_WRITE) in context ctx, of one device.
+func imageFormats(ctx C.cl_context) ([]ImageFormat, error) {
+	var n C.cl_uint
+	if err := clErr("clGetSupportedImageFormats", C.vg_formats(ctx, 0, nil, &n)); err != nil {
+		return nil, err
+	}
+	n = min(n, maxImageFormats)
+	if n == 0 {
+		return nil, nil
+	}
+	fs := make([]C.cl_image_format, n)
+	if err := clErr("clGetSupportedImageFormats", C.vg_formats(ctx, n, &fs[0], nil)); err != nil {
+		return nil, err
+	}
+	out := make([]ImageFormat, 0, n)
+	for _, f := range fs {
+		out = append(out, ImageFormat{Order: uint32(f.image_channel_order), DataType: uint32(f.image_channel_data_type)})
+	}
+	return out, nil
+}
+
+// probeFormats is imageFormats of device d in a context of its own, for
+// Devices, which has none (Open asks its device's context instead).
+func probeFormats(d C.cl_device_id) ([]ImageFormat, error) {
 	var code C.cl_int
 	ctx := C.vg_probe_context(d, &code)
 	if err := clErr("clCreateContext", code); err != nil {
-		return ImageCaps{}, fmt.Errorf("image formats: %w", err)
+		return nil, fmt.Errorf("image formats: %w", err)
 	}
 	defer C.clReleaseContext(ctx)
-	var n C.cl_uint
-	if err := clErr("clGetSupportedImageFormats", C.vg_formats(ctx, 0, nil, &n)); err != nil {
-		return ImageCaps{}, err
-	}
-	n = min(n, maxImageFormats)
-	if n > 0 {
-		fs := make([]C.cl_image_format, n)
-		if err := clErr("clGetSupportedImageFormats", C.vg_formats(ctx, n, &fs[0], nil)); err != nil {
-			return ImageCaps{}, err
-		}
-		for _, f := range fs {
-			c.Formats = append(c.Formats, ImageFormat{Order: uint32(f.image_channel_order), DataType: uint32(f.image_channel_data_type)})
-		}
-	}
-	c.Supported = true
-	return c, nil
+	return imageFormats(ctx)
 }
 
 // imageArg makes the device image for image argument a of launch li and
