@@ -185,11 +185,7 @@ func ffmpegReference(t *testing.T) map[string][]string {
 		t.Fatal("ffmpeg not installed on the host (scripts/install-deps.sh installs it): it gives the reference frames")
 	}
 	vendors := t.TempDir()
-	b, err := os.ReadFile("/etc/OpenCL/vendors/pocl.icd")
-	if err != nil {
-		t.Fatalf("PoCL's ICD: %v", err)
-	}
-	if err := os.WriteFile(filepath.Join(vendors, "pocl.icd"), b, 0o644); err != nil {
+	if err := ffmpegcheck.PoCLVendors(vendors); err != nil {
 		t.Fatal(err)
 	}
 	ref := map[string][]string{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -89,6 +90,19 @@ func Env(extra ...string) []string {
 		}
 	}
 	return append(env, extra...)
+}
+
+// PoCLICD is where Debian's pocl-opencl-icd puts its loader file.
+const PoCLICD = "/etc/OpenCL/vendors/pocl.icd"
+
+// PoCLVendors writes into dir a copy of PoCLICD, so that an
+// OCL_ICD_VENDORS naming dir shows the loader PoCL alone.
+func PoCLVendors(dir string) error {
+	b, err := os.ReadFile(PoCLICD)
+	if err != nil {
+		return fmt.Errorf("PoCL's ICD is not installed (make deps installs pocl-opencl-icd): %w", err)
+	}
+	return os.WriteFile(filepath.Join(dir, "pocl.icd"), b, 0o644)
 }
 
 // OnPoCL runs filter with only PoCL's ICD visible (vendors, a directory

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -23,12 +22,7 @@ func TestFFmpegOpenCLFilters(t *testing.T) {
 	if err != nil {
 		t.Fatal("ffmpeg not installed (scripts/install-deps.sh installs it)")
 	}
-	pocl := "/etc/OpenCL/vendors/pocl.icd"
-	if _, err := os.Stat(pocl); err != nil {
-		t.Fatalf("PoCL's ICD is not installed (make deps installs pocl-opencl-icd): %v", err)
-	}
-	poclDir := t.TempDir()
-	copyInto(t, pocl, poclDir)
+	poclDir := poclVendors(t)
 	icdDir := buildICD(t)
 	sock := startICDHost(t)
 	for _, f := range ffmpegcheck.Filters {

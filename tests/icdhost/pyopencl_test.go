@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vgpud/vgpud/tests/ffmpegcheck"
 )
 
 // pyopenclExamples holds pyopencl's own tests (Debian's
@@ -19,6 +21,17 @@ const pyopenclExamples = "/usr/share/doc/python-pyopencl-doc/examples"
 // python3-pytest are installed for (a python3 earlier on PATH, pyenv's
 // say, has neither).
 const debianPython = "/usr/bin/python3"
+
+// poclVendors returns a new directory holding only PoCL's ICD file, for
+// OCL_ICD_VENDORS: the device used directly.
+func poclVendors(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := ffmpegcheck.PoCLVendors(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 // copyInto copies the file src into dir, under the same name.
 func copyInto(t *testing.T, src, dir string) {
@@ -51,17 +64,12 @@ func TestPyopenclClrandom(t *testing.T) {
 	if out, err := exec.Command(debianPython, "-c", "import pyopencl, pytest").CombinedOutput(); err != nil {
 		t.Fatalf("%s cannot import pyopencl and pytest (python3-pyopencl, python3-pytest; scripts/install-deps.sh installs them): %v\n%s", debianPython, err, out)
 	}
-	pocl := "/etc/OpenCL/vendors/pocl.icd"
-	if _, err := os.Stat(pocl); err != nil {
-		t.Fatalf("PoCL's ICD is not installed (make deps installs pocl-opencl-icd): %v", err)
-	}
 	icdDir := buildICD(t)
 	sock := startICDHost(t)
 
 	work := t.TempDir()
 	copyInto(t, test, work)
-	poclDir := t.TempDir()
-	copyInto(t, pocl, poclDir)
+	poclDir := poclVendors(t)
 
 	direct := runPytest(t, work, "pocl", poclDir, "")
 	through := runPytest(t, work, "icd", icdDir, sock)
@@ -133,16 +141,11 @@ func TestPyopenclImages(t *testing.T) {
 	if _, err := os.Stat(test); err != nil {
 		t.Fatalf("pyopencl's tests are not installed (python-pyopencl-doc; scripts/install-deps.sh installs it): %v", err)
 	}
-	pocl := "/etc/OpenCL/vendors/pocl.icd"
-	if _, err := os.Stat(pocl); err != nil {
-		t.Fatalf("PoCL's ICD is not installed (make deps installs pocl-opencl-icd): %v", err)
-	}
 	icdDir := buildICD(t)
 	sock := startICDHost(t)
 	work := t.TempDir()
 	copyInto(t, test, work)
-	poclDir := t.TempDir()
-	copyInto(t, pocl, poclDir)
+	poclDir := poclVendors(t)
 	args := []string{"-k", "image", "test_wrapper.py"}
 	direct := runPytest(t, work, "pocl", poclDir, "", args...)
 	through := runPytest(t, work, "icd", icdDir, sock, args...)
