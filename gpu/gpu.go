@@ -53,6 +53,9 @@ type Caps struct {
 	EndianLittle         bool   // CL_DEVICE_ENDIAN_LITTLE
 	Extensions           string // CL_DEVICE_EXTENSIONS, as reported (space separated)
 	Images               ImageCaps
+	// IL: the device builds SPIR-V modules of every version in
+	// ILVersions (CL_DEVICE_IL_VERSION lists them): a queue's BuildIL.
+	IL bool
 }
 
 // ImageCaps are a device's image limits (CL_DEVICE_IMAGE_*), all zero
@@ -115,6 +118,14 @@ type Queue interface {
 	// measured by profiling events.
 	Launch(k Kernel, r NDRange, args []Arg) (time.Duration, error)
 	Close() error
+}
+
+// ILBuilder is implemented by a Queue that can build programs from SPIR-V
+// modules (clCreateProgramWithIL): BuildIL is Build for a module, checked
+// first by CheckIL. Where the device cannot (Caps.IL false) it returns an
+// error for which errors.Is(err, ErrUnsupported).
+type ILBuilder interface {
+	BuildIL(module []byte, options string) (Program, string, error)
 }
 
 // Pipeliner is implemented by a Queue that can take launches without

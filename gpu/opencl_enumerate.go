@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -200,8 +201,29 @@ func deviceInfo(d C.cl_device_id) (Info, error) {
 	if caps.Images, err = imageCaps(d); err != nil {
 		return Info{}, err
 	}
+	caps.IL = takesIL(d)
 	info.Caps = caps
 	return info, nil
+}
+
+// clDeviceILVersion is CL_DEVICE_IL_VERSION (OpenCL 2.1).
+const clDeviceILVersion = 0x105B
+
+// takesIL reports whether d lists every version of ILVersions in
+// CL_DEVICE_IL_VERSION. A device of OpenCL before 2.1 refuses the query
+// (PoCL 3.1) or answers nothing: false.
+func takesIL(d C.cl_device_id) bool {
+	v, err := deviceString(d, clDeviceILVersion)
+	if err != nil {
+		return false
+	}
+	have := strings.Fields(v)
+	for _, want := range ILVersions {
+		if !slices.Contains(have, want) {
+			return false
+		}
+	}
+	return true
 }
 
 // clDeviceHalfFPConfig is CL_DEVICE_HALF_FP_CONFIG, defined in cl_ext.h.

@@ -105,6 +105,9 @@ func (k *kernel) describeArgs() error {
 	k.args = make([]argKind, n)
 	k.types = make([]string, n)
 	k.access = make([]C.cl_kernel_arg_access_qualifier, n)
+	if k.prog.il != nil {
+		return k.describeILArgs()
+	}
 	for i := range k.args {
 		k.access[i] = C.CL_KERNEL_ARG_ACCESS_NONE
 		var aq C.cl_kernel_arg_address_qualifier
@@ -144,6 +147,65 @@ func (k *kernel) describeArgs() error {
 			k.args[i] = argUnsupported
 		default:
 			k.args[i] = argScalar
+		}
+	}
+	return nil
+}
+
+// describeILArgs fills k.args, k.types and k.access from the parameters
+// the kernel's SPIR-V module declares (CheckIL). Where the device gives an
+// argument's address qualifier too, the two must agree: a module the
+// device reads otherwise than CheckIL does is refused.
+func (k *kernel) describeILArgs() error {
+	params, ok := k.prog.il.Kernels[k.name]
+	if !ok || len(params) != len(k.args) {
+		return fmt.Errorf("the SPIR-V module declares %d parameters, the device %d: %w", len(params), len(k.args), ErrInvalidLaunch)
+	}
+	for i, prm := range params {
+		k.types[i] = prm.Type
+		k.access[i] = C.CL_KERNEL_ARG_ACCESS_NONE
+		switch prm.Kind {
+		case ILScalar:
+			k.args[i] = argScalar
+		case ILBuffer:
+			k.args[i] = argBuffer
+		case ILLocal:
+			k.args[i] = argLocal
+		case ILImage:
+			k.args[i] = argImage
+			k.access[i] = map[ILAccess]C.cl_kernel_arg_access_qualifier{
+				ILReadOnly:  C.CL_KERNEL_ARG_ACCESS_READ_ONLY,
+				ILWriteOnly: C.CL_KERNEL_ARG_ACCESS_WRITE_ONLY,
+				ILReadWrite: C.CL_KERNEL_ARG_ACCESS_READ_WRITE,
+			}[prm.Access]
+		case ILSampler:
+			k.args[i] = argSampler
+		default:
+			k.args[i] = argUnsupported
+		}
+		var aq C.cl_kernel_arg_address_qualifier
+		code := C.clGetKernelArgInfo(k.k, C.cl_uint(i), C.CL_KERNEL_ARG_ADDRESS_QUALIFIER, C.size_t(unsafe.Sizeof(aq)), unsafe.Pointer(&aq), nil)
+		if code == clKernelArgInfoNotAvailable {
+			continue
+		}
+		if err := clErr("clGetKernelArgInfo", code); err != nil {
+			return err
+		}
+		var want bool
+		switch k.args[i] {
+		case argBuffer:
+			want = aq == C.CL_KERNEL_ARG_ADDRESS_GLOBAL || aq == C.CL_KERNEL_ARG_ADDRESS_CONSTANT
+		case argLocal:
+			want = aq == C.CL_KERNEL_ARG_ADDRESS_LOCAL
+		case argImage:
+			want = aq == C.CL_KERNEL_ARG_ADDRESS_GLOBAL
+		case argScalar, argSampler:
+			want = aq == C.CL_KERNEL_ARG_ADDRESS_PRIVATE
+		default:
+			want = true // never set
+		}
+		if !want {
+			return fmt.Errorf("parameter %d of type %q: the device reads address qualifier %#x: %w", i, prm.Type, uint32(aq), ErrInvalidLaunch)
 		}
 	}
 	return nil

@@ -11,6 +11,16 @@ static cl_int vg_create_program(cl_context c, const char *src, size_t len, cl_pr
 	return err;
 }
 
+// clCreateProgramWithIL is OpenCL 2.1's; the headers declare it only for a
+// target of 2.1 or later, and the ICD loader exports it.
+extern cl_program clCreateProgramWithIL(cl_context, const void *, size_t, cl_int *);
+
+static cl_int vg_create_program_il(cl_context c, const void *il, size_t len, cl_program *out) {
+	cl_int err = CL_SUCCESS;
+	*out = clCreateProgramWithIL(c, il, len, &err);
+	return err;
+}
+
 static cl_int vg_build(cl_program p, cl_device_id d, const char *opts) {
 	return clBuildProgram(p, 1, &d, opts, NULL, NULL);
 }
@@ -31,6 +41,7 @@ type program struct {
 	names   []string
 	prog    C.cl_program
 	kernels map[string]*kernel
+	il      *ILModule // the parameters a SPIR-V module declares; nil for source
 }
 
 // Build screens source (CheckSourceFor), compiles it for the queue's
@@ -46,22 +57,59 @@ func (q *queue) Build(source, options string) (Program, string, error) {
 	if source == "" {
 		return nil, "", fmt.Errorf("build: empty source: %w", ErrBuildFailed)
 	}
+	src := (*C.char)(C.CBytes([]byte(source)))
+	defer C.free(unsafe.Pointer(src))
+	return q.build("clCreateProgramWithSource", options, nil, func(p *C.cl_program) C.cl_int {
+		return C.vg_create_program(q.dev.ctx, src, C.size_t(len(source)), p)
+	})
+}
+
+// BuildIL checks module (CheckIL, at most MaxILLen bytes) and options
+// (as Build's), then compiles the module for the queue's device with
+// options and returns the program and the build log. A launch's arguments
+// are checked against the parameters the module declares (and, where the
+// device also gives argument information, against that too). A device
+// without Caps.IL returns an error for which errors.Is(err,
+// ErrUnsupported).
+func (q *queue) BuildIL(module []byte, options string) (Program, string, error) {
+	if !q.dev.info.Caps.IL {
+		return nil, "", fmt.Errorf("build: SPIR-V on %s: %w", q.dev.info.Name, ErrUnsupported)
+	}
+	m, err := CheckIL(module, MaxILLen)
+	if err == nil {
+		err = checkOptions(options)
+	}
+	if err != nil {
+		return nil, err.Error(), err
+	}
+	il := C.CBytes(module)
+	defer C.free(il)
+	return q.build("clCreateProgramWithIL", options, m, func(p *C.cl_program) C.cl_int {
+		return C.vg_create_program_il(q.dev.ctx, il, C.size_t(len(module)), p)
+	})
+}
+
+// build makes a program with create (named op in errors) and builds it
+// with options; il is the module's parameters for a program made from
+// SPIR-V, nil for one made from source.
+func (q *queue) build(op, options string, il *ILModule, create func(*C.cl_program) C.cl_int) (Program, string, error) {
 	// Argument info lets Launch check that each argument is of the kind
 	// the kernel expects, so a scalar can never be taken for a cl_mem.
 	opts := C.CString(options + " -cl-kernel-arg-info")
 	defer C.free(unsafe.Pointer(opts))
-	src := (*C.char)(C.CBytes([]byte(source)))
-	defer C.free(unsafe.Pointer(src))
 
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.q == nil {
 		return nil, "", q.closedErr("build")
 	}
-	p := &program{owner: q, kernels: make(map[string]*kernel)}
-	if err := clErr("clCreateProgramWithSource", C.vg_create_program(q.dev.ctx, src, C.size_t(len(source)), &p.prog)); err != nil {
+	// create writes to a variable of its own: cgo's pointer check would
+	// take a pointer to a field of program, passed on, for the whole of it.
+	var prog C.cl_program
+	if err := clErr(op, create(&prog)); err != nil {
 		return nil, "", fmt.Errorf("build: %w", err)
 	}
+	p := &program{owner: q, kernels: make(map[string]*kernel), il: il, prog: prog}
 	code := C.vg_build(p.prog, q.dev.id, opts)
 	log := q.buildLog(p.prog)
 	if err := clErr("clBuildProgram", code); err != nil {

@@ -44,6 +44,7 @@ mkdir -p "$out"
 # name package run-pattern ("" runs every test)
 suites=(
 	"gpu ./gpu"
+	"remote ./gpu/remote ^TestServedPoCL(Images|IL)$"
 	"sandbox ./worker/sandbox"
 	"mdev ./mdev ^(TestIsolationAttacks|TestWorkerKilledMidLaunch|TestUnsealedGuestRAMRefused|TestCompilerCachePerDomain|TestSuiteOverHarness|TestHostileGuestDoesNotDisturbNeighbour|TestKernelCannotReachGuestRAM)$"
 	"reuse ./bench/reuse ^TestDefaultConfigServesRepeats$"

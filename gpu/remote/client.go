@@ -546,23 +546,38 @@ func (q *Queue) Fill(b gpu.Buffer, off, n uint64, pattern []byte) error {
 
 // Build compiles source in the executor.
 func (q *Queue) Build(source, options string) (gpu.Program, string, error) {
-	if err := errors.Join(checkString("program source", source, MaxFrame-64), checkString("build options", options, MaxFrame-64)); err != nil {
+	return q.build(OpBuild, "program source", source, options)
+}
+
+// BuildIL builds a program from a SPIR-V module in the executor, which
+// checks it (gpu.CheckIL). A device without SPIR-V (Info().Caps.IL false)
+// is not asked: the error is gpu.ErrUnsupported.
+func (q *Queue) BuildIL(module []byte, options string) (gpu.Program, string, error) {
+	if !q.d.info.Caps.IL {
+		return nil, "", fmt.Errorf("build: SPIR-V on %s: %w", q.d.info.Name, gpu.ErrUnsupported)
+	}
+	return q.build(OpBuildIL, "SPIR-V module", string(module), options)
+}
+
+// build sends OpBuild or OpBuildIL (op) with src, named what in errors.
+func (q *Queue) build(op Op, what, src, options string) (gpu.Program, string, error) {
+	if err := errors.Join(checkString(what, src, MaxFrame-64), checkString("build options", options, MaxFrame-64)); err != nil {
 		return nil, "", err
 	}
 	if q.closed.Load() {
 		return nil, "", fmt.Errorf("queue: %w", gpu.ErrClosed)
 	}
 	e := q.body()
-	e.s32(source)
+	e.s32(src)
 	e.s32(options)
-	body, log, err := q.d.callLog(OpBuild, e.B)
+	body, log, err := q.d.callLog(op, e.B)
 	if err != nil {
 		return nil, log, err
 	}
 	r := newDec(body)
 	h, log := r.U32(), r.s32()
 	if err := r.done(); err != nil || h == 0 {
-		return nil, "", q.d.broken(OpBuild, errors.Join(err, fmt.Errorf("%w: program handle %d", ErrProtocol, h)))
+		return nil, "", q.d.broken(op, errors.Join(err, fmt.Errorf("%w: program handle %d", ErrProtocol, h)))
 	}
 	return &Program{q: q, h: h}, log, nil
 }

@@ -72,6 +72,9 @@ const (
 	// body after q -> u64 ns, u64 dropped, data (the rest, at most max
 	// bytes).
 	OpLaunchPrinting Op = 18
+	// OpBuildIL builds a program from a SPIR-V module (gpu.ILBuilder):
+	// q, s32 module, s32 options -> p, s32 log, as OpBuild.
+	OpBuildIL Op = 19
 )
 
 // MaxPrintout bounds the output one OpLaunchPrinting reply carries.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/gpu/gputest"
+	"github.com/vgpud/vgpud/gpu/iltest"
 	"github.com/vgpud/vgpud/gpu/imagetest"
 )
 
@@ -259,6 +260,24 @@ func TestServedPoCLImages(t *testing.T) {
 		imagetest.Check(t, q, pipelined)
 		q.Close()
 	}
+}
+
+// TestServedPoCLIL: a SPIR-V module crosses the protocol (OpBuildIL) and
+// builds and runs on the real device as on it directly (iltest); on a
+// device without SPIR-V the client refuses without asking.
+func TestServedPoCLIL(t *testing.T) {
+	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatalf("gpu.Open: %v (install pocl-opencl-icd)", err)
+	}
+	d := served(t, dev)
+	defer d.Close()
+	q, err := d.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	iltest.Check(t, q, d.Info().Caps)
 }
 
 // TestExecutorGone: when the executor's end closes, a call in progress

@@ -201,7 +201,7 @@ func (s *server) dispatch(f frame) {
 		s.reply(f.seq, nil, fmt.Errorf("%w: op %d on queue %d, which does not exist", ErrProtocol, f.code, qh), "")
 		return
 	}
-	if Op(f.code) != OpBuild && Op(f.code) != OpCloseQueue && sq.busy.Load() == 0 {
+	if Op(f.code) != OpBuild && Op(f.code) != OpBuildIL && Op(f.code) != OpCloseQueue && sq.busy.Load() == 0 {
 		s.answer(qh, sq, f)
 		return
 	}
@@ -317,8 +317,8 @@ func (s *server) queueOp(h uint32, sq *squeue, f frame) ([]byte, string, error) 
 		return r.copy()
 	case OpFill:
 		return r.fill()
-	case OpBuild:
-		return r.build()
+	case OpBuild, OpBuildIL:
+		return r.build(op)
 	case OpKernel, OpKernelNames, OpProgramInfo:
 		return r.programOp(op)
 	case OpLaunch:
@@ -477,12 +477,25 @@ func (r *queueReq) fill() ([]byte, string, error) {
 
 // build answers OpBuild with the program's handle and the build log; a
 // failed build's log goes with its error.
-func (r *queueReq) build() ([]byte, string, error) {
+func (r *queueReq) build(op Op) ([]byte, string, error) {
 	src, opts := r.d.s32(), r.d.s32()
 	if err := r.d.done(); err != nil {
 		return nil, "", err
 	}
-	p, log, err := r.q.Build(src, opts)
+	var (
+		p   gpu.Program
+		log string
+		err error
+	)
+	if op == OpBuildIL {
+		ilb, ok := r.q.(gpu.ILBuilder)
+		if !ok {
+			return nil, "", fmt.Errorf("build: SPIR-V: %w", gpu.ErrUnsupported)
+		}
+		p, log, err = ilb.BuildIL([]byte(src), opts)
+	} else {
+		p, log, err = r.q.Build(src, opts)
+	}
 	if err != nil {
 		return nil, log, err
 	}
