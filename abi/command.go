@@ -67,8 +67,12 @@ const (
 	// FlagNondeterministic on OpLaunch or OpProgramBuild tells the device the
 	// kernel's results must never be memoized or reused.
 	FlagNondeterministic uint16 = 1 << 0
+	// FlagIL on OpProgramBuild (1.9, FeatureIL): the source is a SPIR-V
+	// module of version 1.0 to 1.2, not OpenCL C (docs/ABI.md "SPIR-V").
+	// It is refused on any other opcode.
+	FlagIL uint16 = 1 << 1
 	// FlagsMask is the set of defined flag bits; others must be zero.
-	FlagsMask = FlagNondeterministic
+	FlagsMask = FlagNondeterministic | FlagIL
 )
 
 // Command is one 64-byte ring slot (docs/ABI.md "Command slot").

@@ -14,6 +14,12 @@ const (
 	// only to a guest that asks for it.
 	DeviceInfoVersion       = 1
 	DeviceInfoVersionImages = 2
+	// DeviceInfoVersionIL (1.9) is version 2 with the fixed part's word
+	// at offset 4 the il word (DeviceILSPIRV), 0 in earlier versions.
+	DeviceInfoVersionIL = 3
+	// DeviceILSPIRV, in the il word: the device builds SPIR-V modules of
+	// versions 1.0 to 1.2 (program-build with FlagIL). Other bits are 0.
+	DeviceILSPIRV = 1 << 0
 	// ImageInfoFixedSize is the fixed part of the image section
 	// (ImageInfo); 8 bytes per format follow it.
 	ImageInfoFixedSize = 80
@@ -76,7 +82,8 @@ func PassThroughExtension(name string) bool {
 //	off size field
 //	0   4    sg_count: entries in the first scatter-gather table (1..256)
 //	4   4    version: the blob version wanted; 0 (reserved before 1.8) or
-//	         DeviceInfoVersion: 1; DeviceInfoVersionImages: 2 (1.8)
+//	         DeviceInfoVersion: 1; DeviceInfoVersionImages: 2 (1.8);
+//	         DeviceInfoVersionIL: 3 (1.9)
 //	8   8    length: room in bytes (nonzero; the data entries must add up to it)
 //	16  8    sg_gpa: guest-physical address of the first table (16-byte aligned)
 type DeviceInfoQuery struct {
@@ -102,7 +109,7 @@ func (q *DeviceInfoQuery) check(fieldCodec) error {
 	switch {
 	case q.SGCount == 0 || q.SGCount > PageSize/SGEntrySize:
 		return fmt.Errorf("sg_count %d: %w", q.SGCount, ErrMalformed)
-	case q.Version > DeviceInfoVersionImages:
+	case q.Version > DeviceInfoVersionIL:
 		return fmt.Errorf("blob version %d: %w", q.Version, ErrMalformed)
 	case q.Length == 0:
 		return fmt.Errorf("length 0: %w", ErrMalformed)
@@ -118,7 +125,7 @@ func (q *DeviceInfoQuery) check(fieldCodec) error {
 //
 //	off size field
 //	0   4    version, DeviceInfoVersion
-//	4   4    reserved, 0
+//	4   4    il: DeviceIL* bits in version 3; 0 before
 //	8   24   max_work_item_sizes[3]
 //	32  8    local_mem_size
 //	40  8    max_constant_buffer_size
@@ -139,7 +146,7 @@ func (q *DeviceInfoQuery) check(fieldCodec) error {
 //	196 4    extensions_len
 type DeviceInfoRecord struct {
 	Version                  uint32
-	_                        uint32
+	IL                       uint32
 	MaxWorkItemSizes         [3]uint64
 	LocalMemSize             uint64
 	MaxConstantBufferSize    uint64
@@ -164,7 +171,7 @@ type DeviceInfoRecord struct {
 func (r *DeviceInfoRecord) Marshal(b []byte) {
 	_ = b[DeviceInfoFixedSize-1]
 	le.PutUint32(b[0:], r.Version)
-	le.PutUint32(b[4:], 0)
+	le.PutUint32(b[4:], r.IL)
 	for i, v := range r.MaxWorkItemSizes {
 		le.PutUint64(b[8+8*i:], v)
 	}
@@ -215,9 +222,12 @@ type DeviceInfo struct {
 	Extensions []string
 	// Version is 0 for the 1.4 blob (DeviceInfoVersion encodes it too;
 	// UnmarshalDeviceInfo leaves it 0), DeviceInfoVersionImages for the
-	// 1.8 blob, which adds Images.
+	// 1.8 blob, which adds Images, DeviceInfoVersionIL for the 1.9 blob,
+	// which adds IL.
 	Version uint32
 	Images  ImageInfo
+	// IL is the il word's DeviceIL* bits (version 3 only).
+	IL uint32
 }
 
 // ImageInfo is the image section of a DeviceInfoVersionImages blob
@@ -249,7 +259,7 @@ type ImageInfo struct {
 // Size is the encoded size of d in bytes.
 func (d *DeviceInfo) Size() uint64 {
 	n := DeviceInfoFixedSize + uint64(len(strings.Join(d.Extensions, " ")))
-	if d.Version == DeviceInfoVersionImages {
+	if d.Version >= DeviceInfoVersionImages {
 		n = (n+7)&^7 + ImageInfoFixedSize + ImageFormatSize*uint64(len(d.Images.Formats))
 	}
 	return n
@@ -365,8 +375,11 @@ func (d *DeviceInfo) Marshal() ([]byte, error) {
 	ver := uint32(DeviceInfoVersion)
 	switch d.Version {
 	case 0, DeviceInfoVersion:
-	case DeviceInfoVersionImages:
+	case DeviceInfoVersionImages, DeviceInfoVersionIL:
 		ver = d.Version
+		if d.IL&^DeviceILSPIRV != 0 || d.IL != 0 && ver != DeviceInfoVersionIL {
+			return nil, fmt.Errorf("device info: il %#x in version %d: %w", d.IL, ver, ErrMalformed)
+		}
 		if err := d.Images.check(); err != nil {
 			return nil, err
 		}
@@ -382,14 +395,14 @@ func (d *DeviceInfo) Marshal() ([]byte, error) {
 		MaxClockFrequency: d.MaxClockFrequency, AddressBits: d.AddressBits, SingleFPConfig: d.SingleFPConfig,
 		DoubleFPConfig: d.DoubleFPConfig, HalfFPConfig: d.HalfFPConfig, ProfilingTimerResolution: d.ProfilingTimerResolution,
 		PrintfBufferSize: d.PrintfBufferSize, PreferredVectorWidth: d.PreferredVectorWidth, NativeVectorWidth: d.NativeVectorWidth,
-		ExtensionsLen: uint32(len(ext))}
+		ExtensionsLen: uint32(len(ext)), IL: d.IL}
 	if d.EndianLittle {
 		r.EndianLittle = 1
 	}
 	b := make([]byte, d.Size())
 	r.Marshal(b)
 	copy(b[DeviceInfoFixedSize:], ext)
-	if ver == DeviceInfoVersionImages {
+	if ver >= DeviceInfoVersionImages {
 		d.Images.marshal(b[(DeviceInfoFixedSize+len(ext)+7)&^7:])
 	}
 	return b, nil
@@ -398,8 +411,8 @@ func (d *DeviceInfo) Marshal() ([]byte, error) {
 // UnmarshalDeviceInfo decodes and validates a device-information blob. b
 // may be longer than the blob (the room the guest gave); only
 // DeviceInfoFixedSize + extensions_len bytes are read. It fails on a
-// version other than DeviceInfoVersion, a nonzero reserved word, an
-// endian_little other than 0 or 1, a blob over MaxDeviceInfoLen bytes or
+// version other than 1 to 3, a nonzero il word before version 3 or one
+// with bits other than DeviceILSPIRV, an endian_little other than 0 or 1, a blob over MaxDeviceInfoLen bytes or
 // beyond b, and an extension list that is not distinct names of
 // [A-Za-z0-9_] joined by single spaces.
 func UnmarshalDeviceInfo(b []byte) (DeviceInfo, error) {
@@ -408,10 +421,12 @@ func UnmarshalDeviceInfo(b []byte) (DeviceInfo, error) {
 	}
 	ver, res, endian, n := le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[192:]), uint64(le.Uint32(b[196:]))
 	switch {
-	case ver != DeviceInfoVersion && ver != DeviceInfoVersionImages:
+	case ver < DeviceInfoVersion || ver > DeviceInfoVersionIL:
 		return DeviceInfo{}, fmt.Errorf("device info: version %d: %w", ver, ErrMalformed)
-	case res != 0:
+	case ver < DeviceInfoVersionIL && res != 0:
 		return DeviceInfo{}, fmt.Errorf("device info: reserved word %#x: %w", res, ErrMalformed)
+	case res&^DeviceILSPIRV != 0:
+		return DeviceInfo{}, fmt.Errorf("device info: il word %#x: %w", res, ErrMalformed)
 	case endian > 1:
 		return DeviceInfo{}, fmt.Errorf("device info: endian_little %d: %w", endian, ErrMalformed)
 	case n > MaxDeviceInfoLen-DeviceInfoFixedSize || DeviceInfoFixedSize+n > uint64(len(b)):
@@ -435,8 +450,8 @@ func UnmarshalDeviceInfo(b []byte) (DeviceInfo, error) {
 		DoubleFPConfig: r.DoubleFPConfig, HalfFPConfig: r.HalfFPConfig, ProfilingTimerResolution: r.ProfilingTimerResolution,
 		PrintfBufferSize: r.PrintfBufferSize, PreferredVectorWidth: r.PreferredVectorWidth, NativeVectorWidth: r.NativeVectorWidth,
 		EndianLittle: endian == 1}
-	if ver == DeviceInfoVersionImages {
-		d.Version = ver
+	if ver >= DeviceInfoVersionImages {
+		d.Version, d.IL = ver, res
 		at := (DeviceInfoFixedSize + n + 7) &^ 7
 		if at > uint64(len(b)) || !allZero(b[DeviceInfoFixedSize+n:at]) {
 			return DeviceInfo{}, fmt.Errorf("device info: no image section in %d bytes, or padding before it not zero: %w", len(b), ErrMalformed)

@@ -74,7 +74,8 @@ func TestDeviceInfoImagesRoundTrip(t *testing.T) {
 		"format not portable":     func(d *DeviceInfo) { d.Images.Formats[0] = ImageFormat{OrderARGB, UnormInt8} },
 		"format twice":            func(d *DeviceInfo) { d.Images.Formats[2] = d.Images.Formats[0] },
 		"too many formats":        func(d *DeviceInfo) { d.Images.Formats = make([]ImageFormat, MaxImageFormats+1) },
-		"version 3":               func(d *DeviceInfo) { d.Version = 3 },
+		"version 4":               func(d *DeviceInfo) { d.Version = 4 },
+		"il in version 2":         func(d *DeviceInfo) { d.IL = DeviceILSPIRV },
 	} {
 		d := testImageInfo()
 		mod(&d)
@@ -96,6 +97,54 @@ func TestDeviceInfoImagesRoundTrip(t *testing.T) {
 	}
 	if _, err := UnmarshalDeviceInfo(b[:at+ImageInfoFixedSize-1]); !errors.Is(err, ErrMalformed) {
 		t.Errorf("a cut image section: UnmarshalDeviceInfo = %v, want ErrMalformed", err)
+	}
+}
+
+// TestDeviceInfoILRoundTrip: the 1.9 blob is the 1.8 one with the il
+// word at offset 4; earlier versions keep it 0, and a bit not defined is
+// refused both ways.
+func TestDeviceInfoILRoundTrip(t *testing.T) {
+	d := testImageInfo()
+	v2, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Version, d.IL = DeviceInfoVersionIL, DeviceILSPIRV
+	b, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if le.Uint32(b[0:]) != DeviceInfoVersionIL || le.Uint32(b[4:]) != DeviceILSPIRV || string(b[8:]) != string(v2[8:]) {
+		t.Fatalf("version 3 blob: version %d, il %#x; the rest differs from version 2's: %v", le.Uint32(b), le.Uint32(b[4:]), string(b[8:]) != string(v2[8:]))
+	}
+	got, err := UnmarshalDeviceInfo(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(d, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	d.IL = 0
+	if b0, err := d.Marshal(); err != nil || le.Uint32(b0[4:]) != 0 {
+		t.Errorf("version 3 without SPIR-V: il %#x, %v", le.Uint32(b0[4:]), err)
+	}
+	d.IL = 2
+	if _, err := d.Marshal(); !errors.Is(err, ErrMalformed) {
+		t.Errorf("il bit 1: Marshal = %v, want ErrMalformed", err)
+	}
+	for name, mod := range map[string]func(b []byte){
+		"il bit 1":        func(b []byte) { le.PutUint32(b[4:], 2) },
+		"il in version 2": func(b []byte) { le.PutUint32(b[0:], DeviceInfoVersionImages) },
+		"version 4":       func(b []byte) { le.PutUint32(b[0:], 4) },
+	} {
+		bb := append([]byte(nil), b...)
+		mod(bb)
+		if _, err := UnmarshalDeviceInfo(bb); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: UnmarshalDeviceInfo = %v, want ErrMalformed", name, err)
+		}
+	}
+	if err := (&DeviceInfoQuery{SGCount: 1, Version: DeviceInfoVersionIL + 1, Length: 1}).check(fieldCodec{}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a query for version 4: %v, want ErrMalformed", err)
 	}
 }
 
@@ -214,7 +263,7 @@ func TestDeviceInfoQueryLayout(t *testing.T) {
 			t.Errorf("%s: DecodePayload = %v, want StatusInvalidArgument", name, err)
 		}
 	}
-	for v := range uint32(3) {
+	for v := range uint32(4) {
 		c := NewCommand(&DeviceInfoQuery{SGCount: 1, Length: 16, Version: v}, 0, 0)
 		q, err := DecodeAs[*DeviceInfoQuery](&c)
 		if err != nil || q.BlobVersion() != max(v, 1) {
@@ -223,9 +272,9 @@ func TestDeviceInfoQueryLayout(t *testing.T) {
 	}
 	for _, off := range []int{4, 24, 47} {
 		c := NewCommand(&DeviceInfoQuery{SGCount: 1, Length: 16}, 0, 0)
-		c.Payload[off] = 3
+		c.Payload[off] = 4
 		if _, err := DecodePayload(&c); StatusOf(err) != StatusInvalidArgument {
-			t.Errorf("payload byte %d = 3: DecodePayload = %v, want StatusInvalidArgument", off, err)
+			t.Errorf("payload byte %d = 4: DecodePayload = %v, want StatusInvalidArgument", off, err)
 		}
 	}
 }

@@ -5,7 +5,7 @@ package abi
 // whose major version differs from the one it was built for.
 const (
 	VersionMajor = 1
-	VersionMinor = 8
+	VersionMinor = 9
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -132,8 +132,13 @@ const (
 	// the image section, which says whether the physical device has
 	// images, its limits and formats.
 	FeatureImages = 1 << 5
+	// FeatureIL (1.9): SPIR-V modules (docs/ABI.md "SPIR-V"): a
+	// program-build with FlagIL builds its source as a SPIR-V module, and
+	// device-info answers a query for DeviceInfoVersionIL with the
+	// blob whose il word says whether the physical device takes SPIR-V.
+	FeatureIL = 1 << 6
 	// Features is what this version's RegFeatures reads.
-	Features = FeatureINTx | FeatureKick | FeatureContexts | FeatureNotify | FeaturePrintf | FeatureImages
+	Features = FeatureINTx | FeatureKick | FeatureContexts | FeatureNotify | FeaturePrintf | FeatureImages | FeatureIL
 )
 
 // Poll word values (1.6, FeatureNotify).

@@ -81,6 +81,7 @@ func (in *Instance) deviceInfo(_ *abi.Command, q *abi.DeviceInfoQuery) (uint64, 
 type deviceInfoBlobs struct {
 	plain  []byte // abi.DeviceInfoVersion
 	images []byte // abi.DeviceInfoVersionImages
+	il     []byte // abi.DeviceInfoVersionIL
 	// imageInfo is the image section: what the instance's launches may
 	// use.
 	imageInfo abi.ImageInfo
@@ -88,13 +89,16 @@ type deviceInfoBlobs struct {
 
 // of returns the blob of version v (checked by the query's decoding).
 func (b *deviceInfoBlobs) of(v uint32) []byte {
-	if v == abi.DeviceInfoVersionImages {
+	switch v {
+	case abi.DeviceInfoVersionImages:
 		return b.images
+	case abi.DeviceInfoVersionIL:
+		return b.il
 	}
 	return b.plain
 }
 
-// makeDeviceInfo encodes both blobs of an instance on a device.
+// makeDeviceInfo encodes the blobs of an instance on a device.
 func makeDeviceInfo(info gpu.Info, maxWorkGroup uint32) (deviceInfoBlobs, error) {
 	var b deviceInfoBlobs
 	d := deviceInfoOf(info, maxWorkGroup)
@@ -104,7 +108,14 @@ func makeDeviceInfo(info gpu.Info, maxWorkGroup uint32) (deviceInfoBlobs, error)
 	}
 	b.imageInfo = imageInfoOf(info.Caps.Images)
 	d.Version, d.Images = abi.DeviceInfoVersionImages, b.imageInfo
-	b.images, err = d.Marshal()
+	if b.images, err = d.Marshal(); err != nil {
+		return b, err
+	}
+	d.Version = abi.DeviceInfoVersionIL
+	if info.Caps.IL {
+		d.IL = abi.DeviceILSPIRV
+	}
+	b.il, err = d.Marshal()
 	return b, err
 }
 

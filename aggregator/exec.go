@@ -95,6 +95,9 @@ func (in *Instance) execute(c *abi.Command) (uint64, error) {
 	if c.Flags&abi.FlagNondeterministic != 0 && c.Opcode != abi.OpLaunch && c.Opcode != abi.OpProgramBuild {
 		return 0, abi.Errorf(abi.StatusInvalidArgument, "flag nondeterministic on %v", c.Opcode)
 	}
+	if c.Flags&abi.FlagIL != 0 && c.Opcode != abi.OpProgramBuild {
+		return 0, abi.Errorf(abi.StatusInvalidArgument, "flag il on %v", c.Opcode)
+	}
 	if in.lost.Load() {
 		return 0, abi.Errorf(abi.StatusDeviceLost, "context %d lost its device state", in.ctxID)
 	}
@@ -657,7 +660,7 @@ func (in *Instance) buildProgram(h uint32, flags uint16, src, opts []byte) (stri
 		}
 		defer done()
 	}
-	prog, log, err := in.queue.Build(string(src), string(opts))
+	prog, log, err := in.compile(flags, src, opts)
 	if err != nil {
 		if log == "" {
 			log = err.Error() // a rejected source has no compiler log: say why
@@ -686,6 +689,22 @@ func (in *Instance) buildProgram(h uint32, flags uint16, src, opts []byte) (stri
 		warned: strings.Contains(strings.ToLower(log), "warning"),
 	}
 	return "", nil
+}
+
+// compile builds src as OpenCL C, or as a SPIR-V module where flags has
+// abi.FlagIL (docs/ABI.md "SPIR-V"): the queue's device checks the module
+// (gpu.CheckIL) before its compiler sees it. A device that builds no
+// SPIR-V fails the build, the log saying so.
+func (in *Instance) compile(flags uint16, src, opts []byte) (gpu.Program, string, error) {
+	if flags&abi.FlagIL == 0 {
+		return in.queue.Build(string(src), string(opts))
+	}
+	ilb, ok := in.queue.(gpu.ILBuilder)
+	if !ok || !in.dev.info.Caps.IL {
+		err := fmt.Errorf("%s builds no SPIR-V: %w", in.dev.info.Name, gpu.ErrBuildFailed)
+		return nil, err.Error(), err
+	}
+	return ilb.BuildIL(src, string(opts))
 }
 
 // chargeProgram counts n bytes of programs against the instance's program

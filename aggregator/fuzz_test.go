@@ -737,6 +737,10 @@ func fuzzSeeds() []fuzzSeed {
 		binary.LittleEndian.PutUint16(slot[0:], 99)
 		b.raw(abi.StatusInvalidOpcode, slot)
 		b.cmd(abi.StatusInvalidArgument, &abi.Nop{}, abi.FlagNondeterministic)
+		b.cmd(abi.StatusInvalidArgument, &abi.Nop{}, abi.FlagIL)
+		// OpenCL C as a SPIR-V module: refused before any compiler sees
+		// it, or by a device that takes no SPIR-V, alike.
+		b.cmd(abi.StatusBuildFailed, &abi.ProgramBuild{Handle: 7, SrcCount: 1, SrcLen: uint64(len(fzSources[0])), SrcSGAddr: fzSrcTable}, abi.FlagIL)
 		b.create(ok, 1, 4096)
 		b.create(abi.StatusExists, 1, 4096)
 		b.create(abi.StatusQuotaExceeded, 2, fzQuota+1)

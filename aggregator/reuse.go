@@ -309,9 +309,13 @@ type reuseLaunch struct {
 // programInfo parses the program's signatures once.
 func (p *program) reuseInfo() *reuse.Program {
 	if p.info == nil {
-		p.info = reuse.ParseProgram(p.source, p.options)
-		if p.warned {
+		switch {
+		case p.flags&abi.FlagIL != 0:
+			p.info = &reuse.Program{Uncertain: "a SPIR-V module: no OpenCL C to read its signatures from"}
+		case p.warned:
 			p.info = &reuse.Program{Uncertain: "the build log has warnings"}
+		default:
+			p.info = reuse.ParseProgram(p.source, p.options)
 		}
 		p.digest = reuse.ProgramDigest(p.source, p.options)
 	}

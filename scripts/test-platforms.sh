@@ -45,6 +45,7 @@ mkdir -p "$out"
 suites=(
 	"gpu ./gpu"
 	"remote ./gpu/remote ^TestServedPoCL(Images|IL)$"
+	"aggregator ./aggregator ^(TestILBuild|TestImageLaunch)$"
 	"sandbox ./worker/sandbox"
 	"mdev ./mdev ^(TestIsolationAttacks|TestWorkerKilledMidLaunch|TestUnsealedGuestRAMRefused|TestCompilerCachePerDomain|TestSuiteOverHarness|TestHostileGuestDoesNotDisturbNeighbour|TestKernelCannotReachGuestRAM)$"
 	"reuse ./bench/reuse ^TestDefaultConfigServesRepeats$"

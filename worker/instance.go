@@ -274,16 +274,25 @@ func (in *procInstance) bound() (*process, uint32, error) {
 // understand (mmio.Featured): a worker of an earlier release, adopted in
 // an upgrade in place, without wire.FeatureImages takes neither image
 // arguments nor device-info version 2, so the guest is not told of
-// images. It never waits: with no worker bound (a relocation, a lost
-// worker) it reports this release's, which every worker it starts has.
+// images; without wire.FeatureIL it takes no SPIR-V, so the guest is not
+// told of that. It never waits: with no worker bound (a relocation, a
+// lost worker) it reports this release's, which every worker it starts
+// has.
 func (in *procInstance) ABIFeatures() uint32 {
 	in.mu.Lock()
 	pr := in.proc
 	in.mu.Unlock()
-	if pr != nil && pr.info.Features&wire.FeatureImages == 0 {
-		return abi.Features &^ abi.FeatureImages
+	f := uint32(abi.Features)
+	if pr == nil {
+		return f
 	}
-	return abi.Features
+	if pr.info.Features&wire.FeatureImages == 0 {
+		f &^= abi.FeatureImages
+	}
+	if pr.info.Features&wire.FeatureIL == 0 {
+		f &^= abi.FeatureIL
+	}
+	return f
 }
 
 // lose is called by the reaper of pr: the instance's device context is

@@ -37,7 +37,8 @@
 #define VGPU_NUM_OPCODES                     15 /* abi.NumOpcodes */
 
 #define VGPU_FLAG_NONDETERMINISTIC           0x01 /* abi.FlagNondeterministic */
-#define VGPU_FLAGS_MASK                      0x01 /* abi.FlagsMask */
+#define VGPU_FLAG_IL                         0x02 /* abi.FlagIL */
+#define VGPU_FLAGS_MASK                      0x03 /* abi.FlagsMask */
 
 #define VGPU_BUFFER_READ_ONLY                0x01 /* abi.BufferReadOnly */
 #define VGPU_BUFFER_WRITE_ONLY               0x02 /* abi.BufferWriteOnly */
@@ -49,6 +50,8 @@
 /* abi/devinfo.go */
 #define VGPU_DEVICE_INFO_VERSION             1 /* abi.DeviceInfoVersion */
 #define VGPU_DEVICE_INFO_VERSION_IMAGES      2 /* abi.DeviceInfoVersionImages */
+#define VGPU_DEVICE_INFO_VERSION_IL          3 /* abi.DeviceInfoVersionIL */
+#define VGPU_DEVICE_ILSPIRV                  0x01 /* abi.DeviceILSPIRV */
 #define VGPU_IMAGE_INFO_FIXED_SIZE           80 /* abi.ImageInfoFixedSize */
 #define VGPU_MAX_IMAGE_FORMATS               128 /* abi.MaxImageFormats */
 #define VGPU_DEVICE_INFO_FIXED_SIZE          200 /* abi.DeviceInfoFixedSize */
@@ -156,8 +159,8 @@
 
 /* abi/regs.go */
 #define VGPU_VERSION_MAJOR                   1 /* abi.VersionMajor */
-#define VGPU_VERSION_MINOR                   8 /* abi.VersionMinor */
-#define VGPU_VERSION                         0x00010008 /* abi.Version */
+#define VGPU_VERSION_MINOR                   9 /* abi.VersionMinor */
+#define VGPU_VERSION                         0x00010009 /* abi.Version */
 
 #define VGPU_VENDOR_ID                       0x7667 /* abi.VendorID */
 #define VGPU_DEVICE_ID                       0x0001 /* abi.DeviceID */
@@ -221,7 +224,8 @@
 #define VGPU_FEATURE_NOTIFY                  0x08 /* abi.FeatureNotify */
 #define VGPU_FEATURE_PRINTF                  0x10 /* abi.FeaturePrintf */
 #define VGPU_FEATURE_IMAGES                  0x20 /* abi.FeatureImages */
-#define VGPU_FEATURES                        0x3F /* abi.Features */
+#define VGPU_FEATURE_IL                      0x40 /* abi.FeatureIL */
+#define VGPU_FEATURES                        0x7F /* abi.Features */
 
 #define VGPU_POLL_WORD_IDLE                  0 /* abi.PollWordIdle */
 #define VGPU_POLL_WORD_POLLING               1 /* abi.PollWordPolling */
@@ -581,7 +585,7 @@ _Static_assert(offsetof(struct vgpu_printf_header, flags) == 12, "vgpu_printf_he
 /* abi.DeviceInfoRecord: the fixed part of the device-information blob (docs/ABI.md "Device-information blob", 1.4); extensions_len bytes of extension list follow it. */
 struct vgpu_device_info {
 	uint32_t version;
-	uint32_t reserved4;
+	uint32_t il;
 	uint64_t max_work_item_sizes[3];
 	uint64_t local_mem_size;
 	uint64_t max_constant_buffer_size;
@@ -603,7 +607,7 @@ struct vgpu_device_info {
 };
 _Static_assert(sizeof(struct vgpu_device_info) == 200, "vgpu_device_info size");
 _Static_assert(offsetof(struct vgpu_device_info, version) == 0, "vgpu_device_info.version offset");
-_Static_assert(offsetof(struct vgpu_device_info, reserved4) == 4, "vgpu_device_info.reserved4 offset");
+_Static_assert(offsetof(struct vgpu_device_info, il) == 4, "vgpu_device_info.il offset");
 _Static_assert(offsetof(struct vgpu_device_info, max_work_item_sizes) == 8, "vgpu_device_info.max_work_item_sizes offset");
 _Static_assert(offsetof(struct vgpu_device_info, local_mem_size) == 32, "vgpu_device_info.local_mem_size offset");
 _Static_assert(offsetof(struct vgpu_device_info, max_constant_buffer_size) == 40, "vgpu_device_info.max_constant_buffer_size offset");

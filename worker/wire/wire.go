@@ -307,8 +307,12 @@ const (
 	// sampler arguments and device-info version 2 (abi.FeatureImages),
 	// which the main process announces to the guest only then.
 	FeatureImages uint32 = 1 << 1
+	// FeatureIL: the worker's instances take abi 1.9's program-build
+	// with FlagIL and device-info version 3 (abi.FeatureIL), which the
+	// main process announces to the guest only then.
+	FeatureIL uint32 = 1 << 2
 	// Features is what this release's workers understand.
-	Features = FeatureGuestLog | FeatureImages
+	Features = FeatureGuestLog | FeatureImages | FeatureIL
 )
 
 // EncodeBody and DecodeHelloReply carry a HelloReply in a Reply's Body.
