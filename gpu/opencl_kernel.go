@@ -14,6 +14,7 @@ static cl_int vg_create_kernel(cl_program p, const char *name, cl_kernel *out) {
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -273,6 +274,9 @@ func (p *program) Info() ([]KernelInfo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("program info: %w", err)
 		}
+		if p.il != nil {
+			ki.fromIL(p.il.Kernels[ki.Name])
+		}
 		infos = append(infos, ki)
 	}
 	slices.SortFunc(infos, func(a, b KernelInfo) int { return strings.Compare(a.Name, b.Name) })
@@ -345,6 +349,10 @@ func kernelInfo(k C.cl_kernel, dev C.cl_device_id) (KernelInfo, error) {
 			v, err := infoString(func(n C.size_t, v unsafe.Pointer, ret *C.size_t) C.cl_int {
 				return C.clGetKernelArgInfo(k, C.cl_uint(i), s.param, n, v, ret)
 			})
+			var ce *CLError
+			if errors.As(err, &ce) && ce.Code == clKernelArgInfoNotAvailable {
+				continue // a SPIR-V module's (rusticl): fromIL fills the type in
+			}
 			if err != nil {
 				return ki, fmt.Errorf("kernel %q argument %d: clGetKernelArgInfo: %w", name, i, err)
 			}
@@ -352,6 +360,42 @@ func kernelInfo(k C.cl_kernel, dev C.cl_device_id) (KernelInfo, error) {
 		}
 	}
 	return ki, nil
+}
+
+// fromIL fills in what the device did not give of a SPIR-V kernel's
+// parameters from those its module declares (CheckIL): the type names and,
+// where the device gave no argument information at all, the qualifiers.
+// A parameter count that differs leaves ki as the device gave it.
+func (ki *KernelInfo) fromIL(params []ILParam) {
+	if len(params) != len(ki.Args) {
+		return
+	}
+	for i, prm := range params {
+		a := &ki.Args[i]
+		if a.TypeName == "" {
+			t := strings.TrimPrefix(strings.TrimPrefix(prm.Type, "__local "), "__constant ")
+			a.TypeName = t
+		}
+		if a.AddressQualifier != 0 {
+			continue
+		}
+		a.AccessQualifier = C.CL_KERNEL_ARG_ACCESS_NONE
+		switch prm.Kind {
+		case ILBuffer:
+			a.AddressQualifier = C.CL_KERNEL_ARG_ADDRESS_GLOBAL
+			if strings.HasPrefix(prm.Type, "__constant ") {
+				a.AddressQualifier = C.CL_KERNEL_ARG_ADDRESS_CONSTANT
+			}
+		case ILLocal:
+			a.AddressQualifier = C.CL_KERNEL_ARG_ADDRESS_LOCAL
+		case ILImage:
+			a.AddressQualifier = C.CL_KERNEL_ARG_ADDRESS_GLOBAL
+			a.AccessQualifier = map[ILAccess]uint32{ILReadOnly: C.CL_KERNEL_ARG_ACCESS_READ_ONLY,
+				ILWriteOnly: C.CL_KERNEL_ARG_ACCESS_WRITE_ONLY, ILReadWrite: C.CL_KERNEL_ARG_ACCESS_READ_WRITE}[prm.Access]
+		default:
+			a.AddressQualifier = C.CL_KERNEL_ARG_ADDRESS_PRIVATE
+		}
+	}
 }
 
 // Name is the kernel's function name.

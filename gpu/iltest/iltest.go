@@ -68,6 +68,16 @@ func Check(t *testing.T, q gpu.Queue, caps gpu.Caps) {
 	if _, err := q.Launch(k, r, []gpu.Arg{{Buffer: b}, {Scalar: f32s(2.5)}}); err != nil {
 		t.Fatalf("Launch(scale) = %v", err)
 	}
+	// The kernel's information names its parameters' types and address
+	// qualifiers, from the module where the device gives none (rusticl).
+	info, err := p.Info()
+	if err != nil || len(info) != 1 || len(info[0].Args) != 2 {
+		t.Fatalf("Info(scale) = %+v, %v; want one kernel of two parameters", info, err)
+	}
+	if a := info[0].Args; a[0].TypeName != "float*" || a[0].AddressQualifier != clAddressGlobal ||
+		a[1].TypeName != "float" || a[1].AddressQualifier != clAddressPrivate {
+		t.Errorf("Info(scale) parameters = %+v, want float* global and float private", a)
+	}
 	got := make([]byte, 16)
 	if err := q.Read(b, 0, got); err != nil {
 		t.Fatal(err)
@@ -107,6 +117,12 @@ func Check(t *testing.T, q gpu.Queue, caps gpu.Caps) {
 		}
 	}
 }
+
+// OpenCL's CL_KERNEL_ARG_ADDRESS_GLOBAL and _PRIVATE.
+const (
+	clAddressGlobal  = 0x119B
+	clAddressPrivate = 0x119E
+)
 
 func withWord(module []byte, i int, v uint32) []byte {
 	b := slices.Clone(module)

@@ -367,7 +367,17 @@ func (d *Device) Build(source, options string) (Program, string, error) {
 	return d.BuildFlags(source, options, 0)
 }
 
-// BuildFlags is Build with command flags (abi.FlagNondeterministic).
+// BuildIL builds a SPIR-V module (abi.FlagIL, docs/ABI.md "SPIR-V")
+// with options and waits for the result, as Build. The device must
+// announce abi.FeatureIL; whether its physical device takes SPIR-V is
+// DeviceInfo's IL (abi.DeviceILSPIRV): where it does not, the build fails
+// with abi.StatusBuildFailed.
+func (d *Device) BuildIL(module []byte, options string) (Program, string, error) {
+	return d.BuildFlags(string(module), options, abi.FlagIL)
+}
+
+// BuildFlags is Build with command flags (abi.FlagNondeterministic,
+// abi.FlagIL).
 func (d *Device) BuildFlags(source, options string, flags uint16) (Program, string, error) {
 	if flags&^abi.FlagsMask != 0 {
 		return Program{}, "", fmt.Errorf("build: flags %#x: %w", flags, ErrInvalid)
@@ -376,6 +386,9 @@ func (d *Device) BuildFlags(source, options string, flags uint16) (Program, stri
 	defer d.mu.Unlock()
 	if err := d.check(); err != nil {
 		return Program{}, "", err
+	}
+	if flags&abi.FlagIL != 0 && d.info.Features&abi.FeatureIL == 0 {
+		return Program{}, "", fmt.Errorf("build: a SPIR-V module on a device without abi.FeatureIL: %w", ErrInvalid)
 	}
 	if len(source) == 0 || len(source) > abi.MaxSourceLen || len(options) > abi.MaxOptionsLen {
 		return Program{}, "", fmt.Errorf("build: source of %d bytes, options of %d: %w", len(source), len(options), ErrInvalid)
@@ -468,7 +481,7 @@ func (d *Device) launch(p Program, kernel string, r NDRange, flags uint16, print
 	if err != nil {
 		return fmt.Errorf("launch %s: %w", kernel, err)
 	}
-	if r.Dims < 1 || r.Dims > 3 || p.Handle == 0 || flags&^abi.FlagsMask != 0 {
+	if r.Dims < 1 || r.Dims > 3 || p.Handle == 0 || flags&^abi.FlagNondeterministic != 0 {
 		return fmt.Errorf("launch %s: %d dimensions, program %d, flags %#x: %w", kernel, r.Dims, p.Handle, flags, ErrInvalid)
 	}
 	d.mu.Lock()

@@ -140,9 +140,13 @@ func (d *Device) DeviceInfo() (abi.DeviceInfo, error) {
 		return abi.DeviceInfo{}, err
 	}
 	const room = abi.MaxDeviceInfoLen
-	// A device with images answers with their section when asked.
+	// A device with images answers with their section when asked, one
+	// with SPIR-V with the il word too.
 	var version uint32
-	if d.info.Features&abi.FeatureImages != 0 {
+	switch {
+	case d.info.Features&abi.FeatureIL != 0:
+		version = abi.DeviceInfoVersionIL
+	case d.info.Features&abi.FeatureImages != 0:
 		version = abi.DeviceInfoVersionImages
 	}
 	blob, size, err := d.blobQuery(room, abi.DeviceInfoFixedSize, func(count uint32, sgAddr uint64) abi.Payload {

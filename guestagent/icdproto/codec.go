@@ -486,7 +486,7 @@ func validateLaunch(v *Launch) error {
 	if err := nonzero("program", uint64(v.Program)); err != nil {
 		return err
 	}
-	if v.Flags&^(uint32(abi.FlagsMask)|LaunchPrintf) != 0 {
+	if v.Flags&^(uint32(abi.FlagNondeterministic)|LaunchPrintf) != 0 {
 		return Errorf(ErrReserved, "launch flags %#x", v.Flags)
 	}
 	if v.Flags&LaunchPrintf != 0 {

@@ -16,11 +16,13 @@ var le = binary.LittleEndian
 // OpKick, OpDrain; queue.go); version 3 adds printf buffers on launches
 // (LaunchPrintf); version 4 adds image and sampler arguments (abi 1.8,
 // kinds abi.ArgImage and abi.ArgSampler) and answers DeviceInfo with the
-// device's version-2 blob, with its image section, where it has one. A
-// client that meets an older daemon (an Error of ErrVersion) dials again
-// and says the version before.
+// device's version-2 blob, with its image section, where it has one;
+// version 5 adds SPIR-V modules (abi 1.9: Build with abi.FlagIL) and
+// answers DeviceInfo with the device's version-3 blob, whose il word says
+// whether the device takes them. A client that meets an older daemon (an
+// Error of ErrVersion) dials again and says the version before.
 const (
-	Version    = 4
+	Version    = 5
 	MinVersion = 1
 )
 
@@ -287,7 +289,7 @@ type Build struct {
 	Device     uint32
 	Program    uint32
 	Arena      uint32
-	Flags      uint32 // abi.FlagNondeterministic
+	Flags      uint32 // abi.FlagNondeterministic; abi.FlagIL (version 5): the source is a SPIR-V module
 	SrcOffset  uint64
 	SrcLen     uint32 // 1..abi.MaxSourceLen
 	OptsLen    uint32 // 0..abi.MaxOptionsLen

@@ -372,7 +372,7 @@ func (c *conn) doDeviceInfo(v *icdproto.DeviceInfo) (any, error) {
 	if minor(dev) < 4 {
 		return &icdproto.DeviceInfoReply{Status: uint32(abi.StatusInvalidOpcode)}, nil
 	}
-	blob, err := dev.deviceInfo(c.version >= 4)
+	blob, err := dev.deviceInfo(c.version)
 	if err != nil {
 		lost(dev, err)
 		return &icdproto.DeviceInfoReply{Status: uint32(statusOf(err))}, nil
@@ -740,6 +740,9 @@ func (c *conn) doBuild(v *icdproto.Build) (any, error) {
 	out, err := c.arenaRange(v.Arena, v.OutOffset, v.OutCap)
 	if err != nil {
 		return nil, err
+	}
+	if v.Flags&uint32(abi.FlagIL) != 0 && c.version < 5 {
+		return nil, icdproto.Errorf(icdproto.ErrVersion, "a SPIR-V module in protocol version %d", c.version)
 	}
 	c.used[dev] = true
 	// string() copies: the client may change the arena meanwhile.

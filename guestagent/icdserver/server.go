@@ -145,12 +145,13 @@ type device struct {
 	sharedLog bool
 }
 
-// deviceInfo returns the abi device-information blob of dev, of version
-// 2 (with the image section, where the device has one) if images and
-// else of version 1: from what it kept, unless the driver now reports
-// another device (a migration to another model, a new profile), else
-// fresh. Failures are not kept.
-func (dev *device) deviceInfo(images bool) ([]byte, error) {
+// deviceInfo returns the abi device-information blob of dev for a client
+// of protocol version proto: of version 3 (the image section and the il
+// word, where the device has them) from protocol 5, of version 2 (the
+// image section) from 4, else of version 1; from what it kept, unless
+// the driver now reports another device (a migration to another model, a
+// new profile), else fresh. Failures are not kept.
+func (dev *device) deviceInfo(proto uint32) ([]byte, error) {
 	dev.infoMu.Lock()
 	defer dev.infoMu.Unlock()
 	in := dev.d.Info()
@@ -164,8 +165,11 @@ func (dev *device) deviceInfo(images bool) ([]byte, error) {
 		dev.info, dev.infoOf = &info, in
 	}
 	info := *dev.info
-	if !images {
-		info.Version, info.Images = 0, abi.ImageInfo{}
+	switch {
+	case proto < 4 || info.Version < abi.DeviceInfoVersionImages:
+		info.Version, info.Images, info.IL = 0, abi.ImageInfo{}, 0
+	case proto < 5 || info.Version < abi.DeviceInfoVersionIL:
+		info.Version, info.IL = abi.DeviceInfoVersionImages, 0
 	}
 	return info.Marshal()
 }
