@@ -30,17 +30,26 @@ func TestILTestdataAssembles(t *testing.T) {
 	if err != nil {
 		t.Skip("spirv-as not installed (spirv-tools): the committed modules are not reassembled")
 	}
-	for _, name := range []string{"scale", "kinds"} {
-		out := filepath.Join(t.TempDir(), name+".spv")
-		if b, err := exec.Command(as, "--target-env", "spv1.0", filepath.Join("iltest", "testdata", name+".spvasm"), "-o", out).CombinedOutput(); err != nil {
-			t.Fatalf("spirv-as %s: %v\n%s", name, err, b)
+	// Every module of the repository: these tests' and the worker
+	// self-test's (worker/child/selftest.spv).
+	for _, base := range []string{"iltest/testdata/scale", "iltest/testdata/kinds", "../worker/child/selftest"} {
+		out := filepath.Join(t.TempDir(), filepath.Base(base)+".spv")
+		if b, err := exec.Command(as, "--target-env", "spv1.0", base+".spvasm", "-o", out).CombinedOutput(); err != nil {
+			t.Fatalf("spirv-as %s: %v\n%s", base, err, b)
 		}
 		got, err := os.ReadFile(out)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, readSPV(t, name)) {
-			t.Errorf("testdata/%s.spv is not testdata/%s.spvasm assembled: reassemble it", name, name)
+		want, err := os.ReadFile(base + ".spv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s.spv is not %s.spvasm assembled: reassemble it", base, base)
+		}
+		if _, err := CheckIL(want, MaxILLen); err != nil {
+			t.Errorf("%s.spv: CheckIL = %v", base, err)
 		}
 	}
 }

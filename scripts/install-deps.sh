@@ -8,15 +8,17 @@
 # make test-deb boots a Debian root to install the packages in; pyopencl,
 # its own tests and pytest (python3-pyopencl, python-pyopencl-doc,
 # python3-pytest), which tests/icdhost runs on PoCL and through the ICD,
-# and ffmpeg, whose OpenCL filters tests/icdhost and the guest test run
-# on PoCL directly for the reference frames.
+# ffmpeg, whose OpenCL filters tests/icdhost and the guest test run
+# on PoCL directly for the reference frames, and spirv-tools, whose
+# spirv-as checks that the committed SPIR-V test modules are their
+# sources assembled.
 # Idempotent; needs root (or sudo) only when something is missing.
 # Another apt-get or dpkg holding the lock is waited for (up to 10 minutes),
 # not an error.
 set -euo pipefail
 
 pkgs=(qemu-system-x86 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo gcc libvirt-daemon-system libvirt-clients libxen-dev debootstrap systemd-container
-	python3-pyopencl python-pyopencl-doc python3-pytest ffmpeg)
+	python3-pyopencl python-pyopencl-doc python3-pytest ffmpeg spirv-tools)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,9 +6,14 @@
 #   pocl6    PoCL 6.0 (trixie), in the VMM root (scripts/vmm-root.sh)
 #   rusticl  Mesa's rusticl on llvmpipe (trixie), in the VMM root
 #
-# and for each the packages: gpu (all its tests), worker/sandbox (all: the
-# confinement tests), mdev's isolation attacks and the vGPU suite through
-# the QEMU-less harness, and bench/reuse's mechanism test. A platform is
+# and for each the packages: gpu (all its tests), an executor's image and
+# SPIR-V tests (gpu/remote), the aggregator's SPIR-V and image launches
+# through the ring, worker/sandbox (all: the confinement tests), the
+# sandbox diagnosis's self-test (worker: a SPIR-V build in a confined
+# worker, where PoCL 6 runs llvm-spirv), the ICD's SPIR-V program
+# (tests/icdhost, with the ICD and testdata/il.c built here), mdev's
+# isolation attacks and the vGPU suite through the QEMU-less harness, and
+# bench/reuse's mechanism test. A platform is
 # chosen by its environment: OCL_ICD_VENDORS names its one .icd file (the
 # ICD loader then loads no other), and RUSTICL_ENABLE=llvmpipe turns on
 # rusticl's CPU device; worker.Pool passes both on to the workers.
@@ -47,6 +52,8 @@ suites=(
 	"remote ./gpu/remote ^TestServedPoCL(Images|IL)$"
 	"aggregator ./aggregator ^(TestILBuild|TestImageLaunch)$"
 	"sandbox ./worker/sandbox"
+	"worker ./worker ^TestDiagnose$"
+	"icd ./tests/icdhost ^TestICDSPIRV$"
 	"mdev ./mdev ^(TestIsolationAttacks|TestWorkerKilledMidLaunch|TestUnsealedGuestRAMRefused|TestCompilerCachePerDomain|TestSuiteOverHarness|TestHostileGuestDoesNotDisturbNeighbour|TestKernelCannotReachGuestRAM)$"
 	"reuse ./bench/reuse ^TestDefaultConfigServesRepeats$"
 )
@@ -54,6 +61,15 @@ for s in "${suites[@]}"; do
 	read -r name pkg _ <<<"$s"
 	$GO test -c -o "$out/$name.test" "$pkg"
 done
+
+# The ICD and its SPIR-V test program, built here: the root has no C
+# compiler (tests/icdhost's TestICDSPIRV takes them from the environment).
+make -s icd
+mkdir -p "$out/icd"
+cp build/icd/libvgpud-icd.so "$out/icd/"
+echo "$repo/$out/icd/libvgpud-icd.so" >"$out/icd/vgpud.icd"
+gcc -std=c11 -Wall -Werror -Iguestagent/icd/testdata -o "$out/il" guestagent/icd/testdata/il.c -lOpenCL
+export VGPUD_TEST_ICD_DIR=$repo/$out/icd VGPUD_TEST_IL_PROGRAM=$repo/$out/il
 
 # platform where expected-platform-name env...
 platforms=(

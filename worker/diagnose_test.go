@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/worker/sandbox"
 )
 
@@ -29,6 +30,22 @@ func TestDiagnose(t *testing.T) {
 		t.Fatalf("the kernel did not run with the derived policy: %+v\nstderr: %s", d.SelfTest, d.Stderr)
 	}
 	t.Logf("derived policy: %d denials: %v", len(d.Denials), d.Denials)
+	// Where the device takes SPIR-V, the self-test built its kernel from
+	// a module too (PoCL 6 runs llvm-spirv for it: make test-platforms).
+	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	takesIL := dev.Info().Caps.IL
+	dev.Close()
+	if d.SelfTest.IL != takesIL {
+		t.Errorf("self-test built from SPIR-V: %v; the device takes SPIR-V: %v", d.SelfTest.IL, takesIL)
+	}
+	if !slices.Contains(full.Read, "/usr/share/pocl") {
+		// make test-platforms: rusticl's policy holds no PoCL headers.
+		t.Logf("the platform is not PoCL: the checks of PoCL's chmod and headers do not apply")
+		return
+	}
 	// PoCL changes its built kernels' modes; the filter refuses chmod.
 	if !slices.ContainsFunc(d.Denials, func(x sandbox.Denial) bool { return x.Kind == "syscall" && x.Syscall == "chmod" }) {
 		t.Errorf("the diagnosis does not name the refused chmod: %v", d.Denials)

@@ -118,7 +118,11 @@ func printDiagnosis(out io.Writer, platforms []sandbox.Platform, perr error, pol
 	st := d.SelfTest
 	switch {
 	case d.OK():
-		w("kernel: ran right on %s in a confined worker", st.Device)
+		built := "from OpenCL C"
+		if st.IL {
+			built = "from OpenCL C and from SPIR-V"
+		}
+		w("kernel: ran right on %s in a confined worker, built %s", st.Device, built)
 	case st.Step == "":
 		w("kernel: the worker printed no result (%s)", d.Exit)
 	default:

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/internal/syncbuf"
 )
 
@@ -504,7 +505,11 @@ func runAgainst(t *testing.T, exe, icdDir, sock string, args ...string) {
 // 3.0, cloned kernels, context destructor callbacks, the answers for
 // absent features), testdata/images.c (images and samplers: every
 // transfer, copy, fill and map, kernels with image and sampler
-// arguments) and testdata/printf.c (kernels that print, against a
+// arguments), testdata/il.c (SPIR-V programs: what the device reports,
+// and on a device that takes SPIR-V, building, running, CL_PROGRAM_IL,
+// binaries and refusals; on PoCL 3.1 the refusal, make test-platforms
+// runs the rest on PoCL 6 and rusticl) and testdata/printf.c (kernels
+// that print, against a
 // vGPU whose kernels run in sandboxed executors: what they print reaches
 // the program's standard output, each launch's whole and in queue order,
 // before a wait on its event or clFinish returns; a launch that prints
@@ -516,6 +521,7 @@ func TestDaemon(t *testing.T) {
 	gcc := needToolchain(t)
 	sock := startHost(t)
 	san := canSanitize(t, gcc)
+	il := ilExpected(t)
 	for _, c := range []struct {
 		name  string
 		flags []string
@@ -537,6 +543,9 @@ func TestDaemon(t *testing.T) {
 			t.Run("images", func(t *testing.T) {
 				runAgainst(t, buildProgram(t, gcc, "testdata/images.c", c.flags...), icdDir, sock, t.TempDir())
 			})
+			t.Run("il", func(t *testing.T) {
+				runAgainst(t, buildProgram(t, gcc, "testdata/il.c", c.flags...), icdDir, sock, "../../gpu/iltest/testdata/scale.spv", il)
+			})
 			t.Run("printf", func(t *testing.T) {
 				cmd := exec.Command(buildProgram(t, gcc, "testdata/printf.c", c.flags...))
 				cmd.Env = append(env(icdDir, filepath.Join(t.TempDir(), "no-sysfs")), "VGPUD_ICD_SOCKET="+sock)
@@ -549,6 +558,22 @@ func TestDaemon(t *testing.T) {
 			})
 		})
 	}
+}
+
+// ilExpected is testdata/il.c's second argument for the device
+// tests/icdhost serves ($VGPUD_TEST_DEVICE): "il" where it builds SPIR-V
+// (gpu.Caps.IL), else "none".
+func ilExpected(t *testing.T) string {
+	t.Helper()
+	d, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
+	if err != nil {
+		t.Fatalf("gpu.Open: %v", err)
+	}
+	defer d.Close()
+	if d.Info().Caps.IL {
+		return "il"
+	}
+	return "none"
 }
 
 // checkPrintout checks testdata/printf.c's standard output and error.

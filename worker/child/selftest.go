@@ -1,6 +1,7 @@
 package child
 
 import (
+	_ "embed"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -21,8 +22,12 @@ type SelfTest struct {
 	// Device is the opened device's name.
 	Device string `json:"device,omitempty"`
 	// Step is the last step begun: open, queue, build, alloc, write,
-	// launch, read, check, done.
+	// launch, read, check, then on a device that takes SPIR-V build-il
+	// and the same again, done.
 	Step string `json:"step"`
+	// IL: the device takes SPIR-V, and the kernel built from a module
+	// ran right too.
+	IL bool `json:"il,omitempty"`
 	// Err is the step's error; "" when every step passed.
 	Err string `json:"err,omitempty"`
 	// BuildLog is the compiler's log when the build failed.
@@ -31,6 +36,13 @@ type SelfTest struct {
 
 // selfTestN is the self-test's vector length.
 const selfTestN = 4096
+
+// selfTestModule is selfTestSource's kernel as a SPIR-V module
+// (selftest.spvasm), which the self-test builds too where the device takes
+// SPIR-V.
+//
+//go:embed selftest.spv
+var selfTestModule []byte
 
 const selfTestSource = `__kernel void saxpy(__global const float *x, __global float *y, const float a) {
 	size_t i = get_global_id(0);
@@ -72,20 +84,45 @@ func selfTest(selector string) (st SelfTest) {
 		return fail(err)
 	}
 	defer prog.Release()
+	if err := saxpy(q, prog, &st); err != nil {
+		return fail(err)
+	}
+	if ilb, ok := q.(gpu.ILBuilder); ok && dev.Info().Caps.IL {
+		// A SPIR-V build may run other programs of the runtime's
+		// (PoCL 6: llvm-spirv): the sandbox must allow them too.
+		st.Step = "build-il"
+		prog, log, err := ilb.BuildIL(selfTestModule, "")
+		if err != nil {
+			st.BuildLog = log
+			return fail(err)
+		}
+		defer prog.Release()
+		if err := saxpy(q, prog, &st); err != nil {
+			return fail(err)
+		}
+		st.IL = true
+	}
+	st.Step = "done"
+	return st
+}
+
+// saxpy runs prog's saxpy on q over selfTestN elements and checks them,
+// naming the step it is at in st.
+func saxpy(q gpu.Queue, prog gpu.Program, st *SelfTest) error {
 	k, err := prog.Kernel("saxpy")
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer k.Release()
 	st.Step = "alloc"
 	x, err := q.Alloc(4 * selfTestN)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer x.Release()
 	y, err := q.Alloc(4 * selfTestN)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer y.Release()
 	st.Step = "write"
@@ -95,30 +132,29 @@ func selfTest(selector string) (st SelfTest) {
 		binary.LittleEndian.PutUint32(ys[4*i:], math.Float32bits(float32(3*i+1)))
 	}
 	if err := q.Write(x, 0, xs); err != nil {
-		return fail(err)
+		return err
 	}
 	if err := q.Write(y, 0, ys); err != nil {
-		return fail(err)
+		return err
 	}
 	st.Step = "launch"
 	a := make([]byte, 4)
 	binary.LittleEndian.PutUint32(a, math.Float32bits(2))
 	r := gpu.NDRange{Dims: 1, Global: [3]uint64{selfTestN, 1, 1}}
 	if _, err := q.Launch(k, r, []gpu.Arg{{Buffer: x}, {Buffer: y}, {Scalar: a}}); err != nil {
-		return fail(err)
+		return err
 	}
 	st.Step = "read"
 	got := make([]byte, 4*selfTestN)
 	if err := q.Read(y, 0, got); err != nil {
-		return fail(err)
+		return err
 	}
 	st.Step = "check"
 	for i := range selfTestN {
 		v := math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:]))
 		if want := float32(2*i) + float32(3*i+1); v != want {
-			return fail(fmt.Errorf("y[%d] = %v, want %v", i, v, want))
+			return fmt.Errorf("y[%d] = %v, want %v", i, v, want)
 		}
 	}
-	st.Step = "done"
-	return st
+	return nil
 }

@@ -282,7 +282,6 @@ func confinedChecks() map[string]func() error {
 		// Process creation: only threads, and the linker's spawn.
 		"fork":           func() error { return rawClone(uintptr(unix.SIGCHLD)) },
 		"fork syscall":   func() error { return rawClone(0) },
-		"vfork syscall":  func() error { return errnoOf(unix.RawSyscall(unix.SYS_VFORK, 0, 0, 0)) },
 		"clone3 process": clone3Process,
 		"start threads":  startThreads,
 		"clone shared, no thread": func() error {

@@ -108,8 +108,10 @@ var vendorNeeds = map[string]struct {
 		// host bridge.
 		read: []string{"/usr/share/pocl", "/sys/bus/pci/devices/0000:00:00.0/vendor"},
 		// PoCL 3.1 links every kernel into a shared object by running GNU
-		// ld (through clang's driver) in a child process.
-		exec: []string{"/usr/bin/ld"},
+		// ld (through clang's driver) in a child process; PoCL 6 turns a
+		// SPIR-V module into LLVM bitcode by running llvm-spirv (of its
+		// LLVM's version) likewise (issue 45, docs/sandbox.md).
+		exec: []string{"/usr/bin/ld", "/usr/bin/llvm-spirv-[0-9]*"},
 	},
 	VendorNVIDIA: {
 		devices: []string{"/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",

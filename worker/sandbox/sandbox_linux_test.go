@@ -298,7 +298,6 @@ func TestConfinedWorker(t *testing.T) {
 		{"set data limit", eperm},
 		{"fork", eperm},
 		{"fork syscall", eperm},
-		{"vfork syscall", eperm},
 		{"clone3 process", unix.ENOSYS.Error()}, // seccomp answers clone3 with ENOSYS
 		{"start threads", ok},
 		{"clone shared, no thread", eperm},

@@ -42,8 +42,10 @@ var allowed = []string{
 	"epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2",
 	"poll", "ppoll", "select", "pselect6", "eventfd", "eventfd2",
 	"futex", "futex_waitv", "nanosleep", "clock_nanosleep", "sched_yield", "restart_syscall",
-	// Threads and the linker's process (clone is below, with its flags).
-	"execve", "wait4", "waitid", "exit", "exit_group",
+	// Threads and the linker's process (clone is below, with its flags);
+	// vfork is clone with exactly cloneSpawn's flags, which PoCL 6 starts
+	// llvm-spirv with for a SPIR-V build.
+	"execve", "vfork", "wait4", "waitid", "exit", "exit_group",
 	"set_tid_address", "set_robust_list", "get_robust_list", "rseq", "arch_prctl",
 	// Signals (sending them is below).
 	"rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "rt_sigpending", "rt_sigsuspend", "rt_sigtimedwait", "sigaltstack",

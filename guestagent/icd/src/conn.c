@@ -469,13 +469,15 @@ int vgpu_hello(int fd, uint8_t *buf, long *n)
 int vgpu_hello_newest(int *fd, int timeout_s, uint8_t *buf, long *n)
 {
 	int hr = hello_version(*fd, VGPU_ICDP_VERSION, buf, n);
-	if (hr != -2)
-		return hr == 0 ? 0 : -1;
-	/* An older daemon answered an Error and closed: dial again and say
-	 * the oldest version. */
-	close(*fd);
-	*fd = vgpu_dial(timeout_s);
-	return *fd < 0 ? -1 : vgpu_hello(*fd, buf, n);
+	for (uint32_t v = VGPU_ICDP_VERSION - 1; hr == -2 && v >= VGPU_ICDP_MIN_VERSION; v--) {
+		/* An older daemon answered an Error and closed: dial again and
+		 * say the version before (a daemon of protocol 4 still gives
+		 * the image section). */
+		close(*fd);
+		*fd = vgpu_dial(timeout_s);
+		hr = *fd < 0 ? -1 : hello_version(*fd, v, buf, n);
+	}
+	return hr == 0 ? 0 : -1;
 }
 
 static void copy_name(const uint8_t *src, size_t len, char *out)

@@ -80,8 +80,14 @@ cl_int CL_API_CALL vgpu_clCreateSubDevices(cl_device_id in_device, const cl_devi
 
 /* ---- Device information (abi 1.4 device-info, through vgpu-icdd) ---- */
 
-/* What the ICD itself implements, listed after the device's extensions. */
+/* What the ICD itself implements, listed after the device's extensions;
+ * cl_khr_il_program too where the device takes SPIR-V (abi 1.9). */
 #define ICD_EXTENSIONS "cl_khr_icd"
+#define IL_EXTENSION "cl_khr_il_program"
+
+/* The SPIR-V versions a device with abi.DeviceILSPIRV builds
+ * (gpu.ILVersions). */
+#define IL_VERSIONS "SPIR-V_1.0 SPIR-V_1.1 SPIR-V_1.2"
 
 /* The extension list of a blob, at most this long. */
 #define MAX_EXTENSIONS (VGPU_MAX_DEVICE_INFO_LEN - VGPU_DEVICE_INFO_FIXED_SIZE)
@@ -89,7 +95,7 @@ cl_int CL_API_CALL vgpu_clCreateSubDevices(cl_device_id in_device, const cl_devi
 struct devinfo {
 	int state; /* 0: not asked yet; 1: f and ext hold the blob; -1: the device gives none */
 	struct vgpu_device_info f;
-	char ext[MAX_EXTENSIONS + sizeof " " ICD_EXTENSIONS]; /* the device's list, then ICD_EXTENSIONS */
+	char ext[MAX_EXTENSIONS + sizeof " " ICD_EXTENSIONS " " IL_EXTENSION]; /* the device's list, then ours */
 	/* A version-2 blob's image section (abi 1.8); images.image_support
 	 * 0 without one. */
 	struct vgpu_image_info images;
@@ -114,11 +120,12 @@ static int info_decode(const uint8_t *b, uint64_t n, struct devinfo *di)
 	if (n < sizeof f || n > VGPU_MAX_DEVICE_INFO_LEN)
 		return -1;
 	memcpy(&f, b, sizeof f);
-	if ((f.version != VGPU_DEVICE_INFO_VERSION && f.version != VGPU_DEVICE_INFO_VERSION_IMAGES) ||
-	    f.reserved4 != 0 || f.endian_little > 1 || f.extensions_len > n - sizeof f)
+	if (f.version < VGPU_DEVICE_INFO_VERSION || f.version > VGPU_DEVICE_INFO_VERSION_IL ||
+	    (f.version < VGPU_DEVICE_INFO_VERSION_IL && f.il != 0) || (f.il & ~(uint32_t)VGPU_DEVICE_ILSPIRV) != 0 ||
+	    f.endian_little > 1 || f.extensions_len > n - sizeof f)
 		return -1;
 	uint64_t end = sizeof f + f.extensions_len;
-	if (f.version == VGPU_DEVICE_INFO_VERSION_IMAGES) {
+	if (f.version >= VGPU_DEVICE_INFO_VERSION_IMAGES) {
 		/* The image section, at the next multiple of 8 (padding 0),
 		 * checked as abi.UnmarshalDeviceInfo checks it. */
 		uint64_t at = (end + 7) & ~(uint64_t)7;
@@ -148,8 +155,8 @@ static int info_decode(const uint8_t *b, uint64_t n, struct devinfo *di)
 	}
 	di->f = f;
 	memcpy(di->ext, e, f.extensions_len);
-	snprintf(di->ext + f.extensions_len, sizeof di->ext - f.extensions_len, "%s%s", f.extensions_len ? " " : "",
-		 ICD_EXTENSIONS);
+	snprintf(di->ext + f.extensions_len, sizeof di->ext - f.extensions_len, "%s%s%s", f.extensions_len ? " " : "",
+		 ICD_EXTENSIONS, f.il & VGPU_DEVICE_ILSPIRV ? " " IL_EXTENSION : "");
 	return 0;
 }
 
@@ -163,7 +170,7 @@ static void info_fetch(struct _cl_device_id *list, cl_uint n)
 	uint8_t *buf = malloc(VGPU_ICDP_MAX_MESSAGE);
 	long hn;
 	/* The newest version: a daemon of protocol 4 gives the image
-	 * section. */
+	 * section, of protocol 5 the il word. */
 	if (buf == NULL || vgpu_hello_newest(&fd, INFO_TIMEOUT_S, buf, &hn) != 0)
 		goto out;
 	for (cl_uint i = 0; i < n; i++) {
@@ -294,6 +301,25 @@ static cl_int name_versions(const char *list, cl_version ver, size_t size, void 
 	return err;
 }
 
+/* il_versions answers CL_DEVICE_ILS_WITH_VERSION for a device that takes
+ * SPIR-V: one entry per version of IL_VERSIONS. */
+static cl_int il_versions(size_t size, void *value, size_t *size_ret)
+{
+	static const cl_name_version nv[] = {
+		{CL_MAKE_VERSION(1, 0, 0), "SPIR-V"},
+		{CL_MAKE_VERSION(1, 1, 0), "SPIR-V"},
+		{CL_MAKE_VERSION(1, 2, 0), "SPIR-V"},
+	};
+	return vgpu_info(nv, sizeof nv, size, value, size_ret);
+}
+
+int vgpu_device_il(const struct _cl_device_id *d)
+{
+	const struct devinfo *di = device_info(d);
+	return di != NULL && di->f.version >= VGPU_DEVICE_INFO_VERSION_IL && (di->f.il & VGPU_DEVICE_ILSPIRV) != 0 &&
+	       (d->features & VGPU_FEATURE_IL) != 0;
+}
+
 /* The OpenCL C versions the device compiles: 1.0 to 1.2, and 3.0 (whose
  * optional features are those of CL_DEVICE_OPENCL_C_FEATURES). The
  * program's -cl-std reaches the physical compiler unchanged (gpu.Source
@@ -408,9 +434,14 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 		return name_versions(di != NULL ? di->ext : DEVICE_EXTENSIONS, CL_MAKE_VERSION(1, 0, 0),
 				     param_value_size, param_value, param_value_size_ret);
 	case CL_DEVICE_BUILT_IN_KERNELS: s = ""; break;
-	case CL_DEVICE_BUILT_IN_KERNELS_WITH_VERSION:
-	case CL_DEVICE_ILS_WITH_VERSION: n = 0; break;
-	case CL_DEVICE_IL_VERSION: s = ""; break;
+	case CL_DEVICE_BUILT_IN_KERNELS_WITH_VERSION: n = 0; break;
+	case CL_DEVICE_ILS_WITH_VERSION:
+		if (!vgpu_device_il(d)) {
+			n = 0;
+			break;
+		}
+		return il_versions(param_value_size, param_value, param_value_size_ret);
+	case CL_DEVICE_IL_VERSION: s = vgpu_device_il(d) ? IL_VERSIONS : ""; break;
 	case CL_DEVICE_PLATFORM: v.platform = &vgpu_platform; n = sizeof v.platform; break;
 	case CL_DEVICE_AVAILABLE: BOOL(d->daemon ? CL_TRUE : CL_FALSE); break;
 	case CL_DEVICE_COMPILER_AVAILABLE: BOOL(CL_TRUE); break;

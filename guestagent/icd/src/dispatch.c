@@ -6,8 +6,8 @@
  * platform.c and device.c), declared in icd.h with the table's own types.
  * An entry of an optional OpenCL 3.0 feature the device reports absent
  * (shared virtual memory, pipes, device-side queues, intermediate
- * languages, sub-groups, host timers, program-scope global variables,
- * images) or of an extension it does not report (GL and EGL sharing,
+ * languages where the device takes none, sub-groups, host timers,
+ * program-scope global variables, images) or of an extension it does not report (GL and EGL sharing,
  * cl_ext_device_fission, cl_khr_subgroups) is never left NULL (the loader
  * would call through it) and never pretends to work: it returns
  * CL_INVALID_OPERATION (or NULL with *errcode_ret = CL_INVALID_OPERATION),
@@ -255,14 +255,6 @@ static cl_int CL_API_CALL refuse_clGetKernelSubGroupInfoKHR(cl_kernel a0, cl_dev
 	return CL_INVALID_OPERATION;
 }
 
-static cl_program CL_API_CALL refuse_clCreateProgramWithIL(cl_context a0, const void *a1, size_t a2,
-	cl_int *errcode_ret)
-{
-	REFUSE(clCreateProgramWithIL, ABSENT);
-	if (errcode_ret != NULL)
-		*errcode_ret = CL_INVALID_OPERATION;
-	return NULL;
-}
 
 static cl_int CL_API_CALL refuse_clEnqueueSVMMigrateMem(cl_command_queue a0, cl_uint a1, const void **a2,
 	const size_t *a3, cl_mem_migration_flags a4, cl_uint a5, const cl_event *a6, cl_event *a7)
@@ -474,7 +466,7 @@ struct _cl_icd_dispatch vgpu_dispatch = {	/* OpenCL 1.0 */
 
 	/* OpenCL 2.1 */
 	.clCloneKernel = vgpu_clCloneKernel,
-	.clCreateProgramWithIL = refuse_clCreateProgramWithIL,
+	.clCreateProgramWithIL = vgpu_clCreateProgramWithIL,
 	.clEnqueueSVMMigrateMem = refuse_clEnqueueSVMMigrateMem,
 	.clGetDeviceAndHostTimer = refuse_clGetDeviceAndHostTimer,
 	.clGetHostTimer = refuse_clGetHostTimer,

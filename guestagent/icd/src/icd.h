@@ -335,7 +335,8 @@ struct vgpu_kinfo {
 struct _cl_program {
 	struct vgpu_obj obj;
 	cl_context ctx;
-	char *source; /* as given, NUL-terminated; NULL for a binary */
+	char *source; /* as given, NUL-terminated; NULL for a binary; a SPIR-V module's bytes where il */
+	int il;       /* made from a SPIR-V module (clCreateProgramWithIL): source and built_src hold it */
 	size_t source_len;
 	int from_binary;
 	char *built_src; /* what the device compiles: includes inlined (a binary's source) */
@@ -623,6 +624,10 @@ cl_int vgpu_image_unmap(struct enq *e, cl_mem m, struct vgpu_map *map, cl_uint n
 void vgpu_image_desc(const struct _cl_mem *m, struct vgpu_image_desc *d);
 /* device.c: the device's image section and formats, NULL without images. */
 const struct vgpu_image_info *vgpu_device_images(const struct _cl_device_id *d, const struct vgpu_image_format **formats);
+/* vgpu_device_il: whether d builds SPIR-V modules of versions 1.0 to 1.2
+ * (abi 1.9: its device-information blob's il word, through vgpu-icdd of
+ * protocol 5). */
+int vgpu_device_il(const struct _cl_device_id *d);
 /* Images' parameter types (image.c): 1 for an image type a launch
  * carries, 2 for sampler_t, 0 otherwise. */
 int vgpu_image_type_name(const char *type_name);
@@ -673,7 +678,7 @@ char *vgpu_strndup(const char *s, size_t n);
 	X(clEnqueueMarker) X(clEnqueueWaitForEvents) X(clEnqueueBarrier) X(clEnqueueMarkerWithWaitList)      \
 	X(clEnqueueBarrierWithWaitList) X(clCreateCommandQueueWithProperties) X(clSetContextDestructorCallback) \
 	X(clCreateBufferWithProperties) X(clCloneKernel) X(clCreateSamplerWithProperties)                    \
-	X(clCreateImageWithProperties)
+	X(clCreateImageWithProperties) X(clCreateProgramWithIL)
 VGPU_ENTRIES(VGPU_ENTRY)
 
 #endif /* VGPUD_ICD_H */

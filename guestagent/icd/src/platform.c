@@ -113,11 +113,15 @@ VGPU_EXPORT cl_int CL_API_CALL clGetPlatformInfo(cl_platform_id platform, cl_pla
 	return vgpu_clGetPlatformInfo(platform, param_name, param_value_size, param_value, param_value_size_ret);
 }
 
-/* The one extension function: the ICD entry point itself. */
+/* The extension functions: the ICD entry point itself, and
+ * cl_khr_il_program's clCreateProgramWithILKHR (clCreateProgramWithIL of
+ * OpenCL 2.1, for applications that ask by the extension's name). */
 static void *extension_function(const char *name)
 {
 	if (name != NULL && strcmp(name, "clIcdGetPlatformIDsKHR") == 0)
 		return (void *)clIcdGetPlatformIDsKHR;
+	if (name != NULL && strcmp(name, "clCreateProgramWithILKHR") == 0)
+		return (void *)vgpu_clCreateProgramWithIL;
 	return NULL;
 }
 

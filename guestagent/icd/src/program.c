@@ -120,10 +120,60 @@ out:
 	return p;
 }
 
+/* clCreateProgramWithIL (OpenCL 2.1, cl_khr_il_program): a SPIR-V module,
+ * kept as given; the device checks it when the program is built
+ * (docs/ABI.md "SPIR-V"). Only the header's magic is looked at here, for
+ * CL_INVALID_VALUE; a device that takes no SPIR-V (PoCL 3.1, a daemon
+ * older than protocol 5) gives CL_INVALID_OPERATION, as OpenCL does for a
+ * context with no device that supports IL. */
+cl_program CL_API_CALL vgpu_clCreateProgramWithIL(cl_context context, const void *il, size_t length,
+						  cl_int *errcode_ret)
+{
+	cl_int err = CL_SUCCESS;
+	cl_program p = NULL;
+	cl_context ctx = GET(context, VGPU_CONTEXT);
+	if (ctx == NULL) {
+		err = CL_INVALID_CONTEXT;
+		goto out;
+	}
+	if (il == NULL || length == 0) {
+		err = CL_INVALID_VALUE;
+		goto put;
+	}
+	if (!vgpu_device_il(ctx->dev)) {
+		err = CL_INVALID_OPERATION;
+		goto put;
+	}
+	uint32_t magic = 0;
+	if (length >= sizeof magic)
+		memcpy(&magic, il, sizeof magic);
+	if (length < 20 || length % 4 != 0 || magic != 0x07230203u) {
+		err = CL_INVALID_VALUE;
+		goto put;
+	}
+	char *m = vgpu_strndup(il, length);
+	if (m == NULL || (p = new_program(ctx)) == NULL) {
+		free(m);
+		err = CL_OUT_OF_HOST_MEMORY;
+		goto put;
+	}
+	p->il = 1;
+	p->source = m;
+	p->source_len = length;
+	vgpu_obj_publish(&p->obj);
+put:
+	PUT(ctx);
+out:
+	if (errcode_ret != NULL)
+		*errcode_ret = err;
+	return p;
+}
+
 /* The binary blob: magic, version, options length, source length, (from
- * version 2) the program's binary type and a reserved word, then the
- * options and the source (not NUL-terminated). Version 1, without the
- * type, is an executable. */
+ * version 2) the program's binary type and a flags word (BIN_IL: the
+ * source is a SPIR-V module; other bits 0), then the options and the
+ * source (not NUL-terminated). Version 1, without the type, is an
+ * executable. */
 struct binhdr {
 	char magic[8];
 	uint32_t version;
@@ -134,11 +184,13 @@ struct binhdr {
 struct binhdr2 {
 	struct binhdr h;
 	uint32_t type; /* CL_PROGRAM_BINARY_TYPE_{EXECUTABLE,COMPILED_OBJECT,LIBRARY} */
-	uint32_t reserved;
+	uint32_t flags;
 };
 
+#define BIN_IL 1u
+
 static int parse_binary(const unsigned char *bin, size_t len, char **src, size_t *src_len, char **opts,
-			cl_program_binary_type *type)
+			cl_program_binary_type *type, int *il)
 {
 	struct binhdr2 h2 = {.type = CL_PROGRAM_BINARY_TYPE_EXECUTABLE};
 	struct binhdr h;
@@ -154,11 +206,12 @@ static int parse_binary(const unsigned char *bin, size_t len, char **src, size_t
 	}
 	if (memcmp(h.magic, BIN_MAGIC, 8) != 0 || (h.version != 1 && h.version != BIN_VERSION) ||
 	    h.opts_len > VGPU_MAX_OPTIONS_LEN || h.src_len > VGPU_MAX_SOURCE_LEN || len != hl + h.opts_len + h.src_len ||
-	    h2.reserved != 0 ||
+	    (h2.flags & ~BIN_IL) != 0 || ((h2.flags & BIN_IL) != 0 && h2.type != CL_PROGRAM_BINARY_TYPE_EXECUTABLE) ||
 	    (h2.type != CL_PROGRAM_BINARY_TYPE_EXECUTABLE && h2.type != CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT &&
 	     h2.type != CL_PROGRAM_BINARY_TYPE_LIBRARY))
 		return -1;
 	*type = h2.type;
+	*il = (h2.flags & BIN_IL) != 0;
 	*opts = vgpu_strndup((const char *)bin + hl, h.opts_len);
 	*src = vgpu_strndup((const char *)bin + hl + h.opts_len, (size_t)h.src_len);
 	*src_len = (size_t)h.src_len;
@@ -208,11 +261,13 @@ cl_program CL_API_CALL vgpu_clCreateProgramWithBinary(cl_context context, cl_uin
 	char *src = NULL, *opts = NULL;
 	size_t src_len = 0;
 	cl_program_binary_type type = CL_PROGRAM_BINARY_TYPE_EXECUTABLE;
+	int il = 0;
 	for (cl_uint i = 0; i < num_devices; i++) {
 		char *s, *o;
 		size_t sl;
 		cl_program_binary_type t;
-		int r = parse_binary(binaries[i], lengths[i], &s, &sl, &o, &t);
+		int sil = 0;
+		int r = parse_binary(binaries[i], lengths[i], &s, &sl, &o, &t, &sil);
 		if (binary_status != NULL)
 			binary_status[i] = r == 0 ? CL_SUCCESS : CL_INVALID_BINARY;
 		if (r == -2)
@@ -224,6 +279,7 @@ cl_program CL_API_CALL vgpu_clCreateProgramWithBinary(cl_context context, cl_uin
 			opts = o;
 			src_len = sl;
 			type = t;
+			il = sil;
 		} else if (r == 0) {
 			free(s);
 			free(o);
@@ -237,6 +293,7 @@ cl_program CL_API_CALL vgpu_clCreateProgramWithBinary(cl_context context, cl_uin
 		goto put;
 	}
 	p->from_binary = 1;
+	p->il = il;
 	p->built_src = src;
 	p->built_len = src_len;
 	p->built_opts = opts;
@@ -498,6 +555,7 @@ static cl_int device_build(cl_program p, const char *icdlog)
 		       .opts_offset = r.off + p->built_len,
 		       .out_offset = r.off + p->built_len + olen,
 		       .out_cap = LOG_CAP + INFO_CAP,
+		       .flags = p->il ? VGPU_FLAG_IL : 0,
 	       }};
 	conn_hdr(ctx, &m, VGPU_ICDP_OP_BUILD, sizeof m);
 	struct vgpu_icdp_build_reply br;
@@ -599,7 +657,18 @@ cl_int CL_API_CALL vgpu_clBuildProgram(cl_program program, cl_uint num_devices, 
 		p->options = strdup(options != NULL ? options : "");
 		struct expand x = {.o = &o, .line_ok = takes_line(ctx->dev)};
 		sb_add(&x.log, "", 0);
-		if (!p->from_binary) {
+		if (p->il && !p->from_binary) {
+			/* A module goes to the device as it is, with the options
+			 * for the device (nothing to expand or define). */
+			sb_add(&x.out, p->source, p->source_len);
+			free(p->built_src);
+			free(p->built_opts);
+			p->built_src = x.out.p;
+			p->built_len = x.out.len;
+			p->built_opts = o.dev.p;
+			o.dev.p = NULL;
+			x.out.p = NULL;
+		} else if (!p->from_binary) {
 			undef_absent_features(&x.out, ctx->dev);
 			sb_add(&x.out, o.defs.p, o.defs.len); /* -D and -U, before the source */
 			if (takes_line(ctx->dev))
@@ -650,7 +719,7 @@ cl_int CL_API_CALL vgpu_clCompileProgram(cl_program program, cl_uint num_devices
 				  (num_headers == 0 && (headers != NULL || header_names != NULL)) ||
 				  (num_headers != 0 && (headers == NULL || header_names == NULL))))
 		err = CL_INVALID_VALUE;
-	if (err == CL_SUCCESS && (p->nkernel_objs > 0 || p->source == NULL))
+	if (err == CL_SUCCESS && (p->nkernel_objs > 0 || p->source == NULL || p->il))
 		err = CL_INVALID_OPERATION;
 	struct header *hs = NULL;
 	if (err == CL_SUCCESS && num_headers > 0 && (hs = calloc(num_headers, sizeof *hs)) == NULL)
@@ -837,7 +906,7 @@ static size_t binary_size(const struct _cl_program *p)
 
 static void write_binary(const struct _cl_program *p, unsigned char *out)
 {
-	struct binhdr2 h = {.type = (uint32_t)p->bintype};
+	struct binhdr2 h = {.type = (uint32_t)p->bintype, .flags = p->il ? BIN_IL : 0};
 	memcpy(h.h.magic, BIN_MAGIC, 8);
 	const char *o = p->built_opts != NULL ? p->built_opts : "";
 	h.h.version = BIN_VERSION;
@@ -877,8 +946,11 @@ cl_int CL_API_CALL vgpu_clGetProgramInfo(cl_program program, cl_program_info par
 		err = vgpu_info(&v, sizeof v.d, param_value_size, param_value, param_value_size_ret);
 		break;
 	case CL_PROGRAM_SOURCE:
-		/* A program from a binary returns the source the binary carries. */
-		if (p->source != NULL)
+		/* A program from a binary returns the source the binary carries;
+		 * one from IL an empty string. */
+		if (p->il)
+			err = vgpu_info_str("", param_value_size, param_value, param_value_size_ret);
+		else if (p->source != NULL)
 			err = vgpu_info(p->source, p->source_len + 1, param_value_size, param_value,
 					param_value_size_ret);
 		else if (p->built_src != NULL)
@@ -919,8 +991,12 @@ cl_int CL_API_CALL vgpu_clGetProgramInfo(cl_program program, cl_program_info par
 		}
 		break;
 	case CL_PROGRAM_IL:
-		/* Made from source or a binary, never from IL: nothing. */
-		err = vgpu_info(NULL, 0, param_value_size, param_value, param_value_size_ret);
+		/* The module as given; nothing for a program made from source or
+		 * a binary. */
+		if (p->il && p->source != NULL)
+			err = vgpu_info(p->source, p->source_len, param_value_size, param_value, param_value_size_ret);
+		else
+			err = vgpu_info(NULL, 0, param_value_size, param_value, param_value_size_ret);
 		break;
 	case CL_PROGRAM_SCOPE_GLOBAL_CTORS_PRESENT:
 	case CL_PROGRAM_SCOPE_GLOBAL_DTORS_PRESENT: {
