@@ -32,7 +32,7 @@ func TestILTestdataAssembles(t *testing.T) {
 	}
 	// Every module of the repository: these tests' and the worker
 	// self-test's (worker/child/selftest.spv).
-	for _, base := range []string{"iltest/testdata/scale", "iltest/testdata/kinds", "../worker/child/selftest"} {
+	for _, base := range []string{"iltest/testdata/scale", "iltest/testdata/kinds", "iltest/testdata/spec", "../worker/child/selftest"} {
 		out := filepath.Join(t.TempDir(), filepath.Base(base)+".spv")
 		if b, err := exec.Command(as, "--target-env", "spv1.0", base+".spvasm", "-o", out).CombinedOutput(); err != nil {
 			t.Fatalf("spirv-as %s: %v\n%s", base, err, b)

@@ -40,7 +40,20 @@
 #                  lists below; "ALL" = everything `<bin> --list` prints)
 #   EXCLUDE_<bin>  shell globs of sub-tests to leave out (NOTRUN "excluded");
 #                  default only for test_basic, below; EXCLUDE_test_basic= runs all
+#   ARGS_<bin>     options given to the binary before the sub-test's name;
+#                  default only for test_spirv_new: --spirv-binaries-path
+#                  $CTS_DIR/spirv_new/spirv_bin (its modules, assembled by
+#                  spirv_new/spirv_asm/assemble_spirv.py -o that dir)
 #   NICE           nice level for the tests             (default 10)
+#   IN_ROOT        a VMM root (scripts/vmm-root.sh, e.g. build/vmm-root): every
+#                  OpenCL process (icdhost, the tests, clinfo) runs in it by
+#                  scripts/vmm-run.sh, with $WORK and this repository bound, so
+#                  that the platform is the root's (PoCL 6, rusticl: SPIR-V)
+#   PLATFORM_ENV   the environment that picks the direct platform (and the
+#                  one icdhost serves): default OCL_ICD_VENDORS naming the
+#                  host's pocl.icd (a copy), in a root the root's pocl.icd;
+#                  for rusticl "OCL_ICD_VENDORS=/etc/OpenCL/vendors/rusticl.icd
+#                  RUSTICL_ENABLE=llvmpipe"
 # `cts.sh --table-only` rebuilds table.md from an earlier run's results.tsv
 # and logs without running anything.
 # Each sub-test runs in its own process (so a crash or hang costs one sub-test).
@@ -71,7 +84,9 @@ declare -A DIRS=(
   [test_computeinfo]=computeinfo [test_events]=events [test_printf]=printf
   [test_compiler]=compiler [test_buffers]=buffers [test_api]=api
   [test_basic]=basic [test_image_streams]=images/kernel_read_write
-  [test_cl_get_info]=images/clGetInfo
+  [test_cl_get_info]=images/clGetInfo [test_cl_copy_images]=images/clCopyImage
+  [test_cl_fill_images]=images/clFillImage [test_cl_read_write_images]=images/clReadWriteImage
+  [test_spirv_new]=spirv_new
 )
 
 # Frozen default sub-test selections (set after the first run so that reruns
@@ -80,6 +95,9 @@ declare -A DIRS=(
 : "${BUDGET_test_buffers:=480}" "${BUDGET_test_api:=480}" "${BUDGET_test_basic:=1200}"
 : "${BUDGET_test_cl_get_info:=120}" "${BUDGET_test_image_streams:=180}"
 : "${SUBTESTS_test_computeinfo:=ALL}"
+: "${ARGS_test_spirv_new=--spirv-binaries-path $CTS_DIR/spirv_new/spirv_bin}"
+: "${SUBTESTS_test_spirv_new:=ALL}" "${BUDGET_test_spirv_new:=2400}"
+: "${SUBTESTS_test_cl_copy_images:=ALL}" "${SUBTESTS_test_cl_fill_images:=ALL}" "${SUBTESTS_test_cl_read_write_images:=ALL}"
 # Sub-tests left out (shell globs); they show as NOTRUN "excluded".  These
 # each ran past 90 s directly on PoCL (2-core machine) in the first run.
 : "${EXCLUDE_test_basic=astype async_copy_* async_strided_copy_* async_work_group_copy_fence_* prefetch}"
@@ -95,14 +113,27 @@ declare -A DIRS=(
 [ -f "$ICD_DIR/vgpud.icd" ] || { echo "no $ICD_DIR/vgpud.icd (ICD_DIR)" >&2; exit 2; }
 [ -x "$ICDHOST" ] || { echo "no executable $ICDHOST (ICDHOST)" >&2; exit 2; }
 mkdir -p "$RESULTS" "$RUN" "$POCL_VENDORS"
-[ -f /etc/OpenCL/vendors/pocl.icd ] || { echo "no /etc/OpenCL/vendors/pocl.icd" >&2; exit 2; }
-cp /etc/OpenCL/vendors/pocl.icd "$POCL_VENDORS/pocl.icd"
+IN_ROOT=${IN_ROOT:-}
+# ROOTRUN runs a command in the VMM root where IN_ROOT is set (every
+# process of vmm-run.sh execs the next: the command keeps its pid).
+ROOTRUN=()
+[ -n "$IN_ROOT" ] && ROOTRUN=(env VMM_RUN_BINDS="$WORK:$REPO" "$REPO/scripts/vmm-run.sh" "$(cd "$IN_ROOT" && pwd -P)" --)
+# inroot CMD...: CMD, through ROOTRUN.
+inroot() { "${ROOTRUN[@]}" "$@"; }
+if [ -n "$IN_ROOT" ]; then
+  PLATFORM_ENV=${PLATFORM_ENV:-OCL_ICD_VENDORS=/etc/OpenCL/vendors/pocl.icd}
+else
+  [ -f /etc/OpenCL/vendors/pocl.icd ] || { echo "no /etc/OpenCL/vendors/pocl.icd" >&2; exit 2; }
+  cp /etc/OpenCL/vendors/pocl.icd "$POCL_VENDORS/pocl.icd"
+  PLATFORM_ENV=${PLATFORM_ENV:-OCL_ICD_VENDORS=$POCL_VENDORS}
+fi
+read -r -a PENV <<<"$PLATFORM_ENV"
 
 ICDHOST_PID=
 start_icdhost() {
   rm -f "$SOCK" "$RUN/icdhost.in"
   mkfifo "$RUN/icdhost.in"
-  "$ICDHOST" -socket "$SOCK" -profile "$PROFILE" <"$RUN/icdhost.in" \
+  inroot env "${PENV[@]}" "$ICDHOST" -socket "$SOCK" -profile "$PROFILE" <"$RUN/icdhost.in" \
      >"$RUN/icdhost.out" 2>>"$RESULTS/icdhost.stderr" &
   ICDHOST_PID=$!
   exec 9>"$RUN/icdhost.in"            # hold its stdin open; closing it stops it
@@ -134,7 +165,9 @@ trap 'exit 130' INT TERM
 run_one() {
   local mode=$1 bin=$2 name=$3 dir=$CTS_DIR/${DIRS[$2]}
   local json=$RUN/r.json out=$RUN/out status rc t0 t1 secs err
-  local -a envs
+  local -a envs extra
+  local argvar=ARGS_$bin
+  read -r -a extra <<<"${!argvar:-}"
   if [ "$mode" = vgpud ]; then
     if ! kill -0 "$ICDHOST_PID" 2>/dev/null; then
       echo "##### icdhost (pid $ICDHOST_PID) is gone before $bin $name: restarting" | tee -a "$RESULTS/$bin.vgpud.log" >&2
@@ -144,15 +177,15 @@ run_one() {
     fi
     envs=(OCL_ICD_VENDORS="$ICD_DIR" VGPUD_ICD_SOCKET="$SOCK" CL_DEVICE_TYPE=gpu)
   else
-    envs=(OCL_ICD_VENDORS="$POCL_VENDORS" CL_DEVICE_TYPE=cpu)
+    envs=("${PENV[@]}" CL_DEVICE_TYPE=cpu)
   fi
   rm -f "$json"
   local hostlines=0
   [ "$mode" = vgpud ] && hostlines=$(wc -l <"$RESULTS/icdhost.stderr" 2>/dev/null || echo 0)
   local at; at=$(date -u +%T)
   t0=$(date +%s.%N)
-  ( cd "$dir" && exec env "${envs[@]}" CL_CONFORMANCE_RESULTS_FILENAME="$json" \
-      timeout -k 5 "$SUB_TIMEOUT" nice -n "$NICE" "./$bin" "$name" ) >"$out" 2>&1 </dev/null
+  ( cd "$dir" && exec timeout -k 5 "$SUB_TIMEOUT" nice -n "$NICE" "${ROOTRUN[@]}" env "${envs[@]}" \
+      CL_CONFORMANCE_RESULTS_FILENAME="$json" "./$bin" "${extra[@]}" "$name" ) >"$out" 2>&1 </dev/null
   rc=$?
   t1=$(date +%s.%N)
   secs=$(echo "$t1 - $t0" | bc)
@@ -181,8 +214,8 @@ case " $MODES " in *" vgpud "*) start_icdhost || exit 1 ;; esac
 # a one-line record of what the vgpud device says it is
 { echo "# date: $(date -u +%FT%TZ)"; echo "# ICD_DIR=$ICD_DIR ICDHOST=$ICDHOST PROFILE=$PROFILE SUB_TIMEOUT=$SUB_TIMEOUT";
   for m in $MODES; do
-    if [ "$m" = vgpud ]; then v=(OCL_ICD_VENDORS="$ICD_DIR" VGPUD_ICD_SOCKET="$SOCK"); else v=(OCL_ICD_VENDORS="$POCL_VENDORS"); fi
-    echo "# $m: $(env "${v[@]}" timeout 60 clinfo 2>/dev/null | grep -E '^  (Platform Version|Device Version|Device Type)' | sed 's/  */ /g' | tr '\n' ';')"
+    if [ "$m" = vgpud ]; then v=(OCL_ICD_VENDORS="$ICD_DIR" VGPUD_ICD_SOCKET="$SOCK"); else v=("${PENV[@]}"); fi
+    echo "# $m: $(timeout 60 "${ROOTRUN[@]}" env "${v[@]}" clinfo 2>/dev/null | grep -E '^  (Platform Version|Device Version|Device Type)' | sed 's/  */ /g' | tr '\n' ';')"
   done; } >"$RESULTS/run-info.txt"
 
 for bin in $BINARIES; do
@@ -191,7 +224,7 @@ for bin in $BINARIES; do
     echo "$bin: not built ($dir/$bin)" >&2
     printf '%s\t-\tmissing\n' "$bin" >>"$RESULTS/selection.tsv"; continue
   fi
-  all=$(cd "$dir" && "./$bin" --list 2>/dev/null | sed 's/^[[:space:]]*//' | grep -v '^$')
+  all=$(cd "$dir" && "${ROOTRUN[@]}" env "${PENV[@]}" "./$bin" --list 2>/dev/null | sed 's/^[[:space:]]*//' | grep -v '^$')
   var=SUBTESTS_$bin; sel=${!var:-ALL}
   [ "$sel" = ALL ] && sel=$all
   exvar=EXCLUDE_$bin; excl=${!exvar:-}

@@ -544,7 +544,7 @@ func TestDaemon(t *testing.T) {
 				runAgainst(t, buildProgram(t, gcc, "testdata/images.c", c.flags...), icdDir, sock, t.TempDir())
 			})
 			t.Run("il", func(t *testing.T) {
-				runAgainst(t, buildProgram(t, gcc, "testdata/il.c", c.flags...), icdDir, sock, "../../gpu/iltest/testdata/scale.spv", il)
+				runAgainst(t, buildProgram(t, gcc, "testdata/il.c", c.flags...), icdDir, sock, "../../gpu/iltest/testdata", il)
 			})
 			t.Run("printf", func(t *testing.T) {
 				cmd := exec.Command(buildProgram(t, gcc, "testdata/printf.c", c.flags...))

@@ -45,11 +45,11 @@ func TestICDSPIRV(t *testing.T) {
 		}
 	}
 	sock := startICDHost(t)
-	module, err := filepath.Abs("../../gpu/iltest/testdata/scale.spv")
+	modules, err := filepath.Abs("../../gpu/iltest/testdata")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(prog, module, want)
+	cmd := exec.Command(prog, modules, want)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OCL_ICD_") && !strings.HasPrefix(kv, "OPENCL_VENDOR_PATH=") && !strings.HasPrefix(kv, "VGPUD_ICD_") {
 			cmd.Env = append(cmd.Env, kv)

@@ -296,12 +296,6 @@ static cl_int CL_API_CALL refuse_clSetProgramReleaseCallback(cl_program a0,
 	return CL_INVALID_OPERATION;
 }
 
-static cl_int CL_API_CALL refuse_clSetProgramSpecializationConstant(cl_program a0, cl_uint a1, size_t a2,
-	const void *a3)
-{
-	REFUSE(clSetProgramSpecializationConstant, ABSENT);
-	return CL_INVALID_OPERATION;
-}
 
 struct _cl_icd_dispatch vgpu_dispatch = {	/* OpenCL 1.0 */
 	.clGetPlatformIDs = vgpu_clGetPlatformIDs,
@@ -475,7 +469,7 @@ struct _cl_icd_dispatch vgpu_dispatch = {	/* OpenCL 1.0 */
 
 	/* OpenCL 2.2 */
 	.clSetProgramReleaseCallback = refuse_clSetProgramReleaseCallback,
-	.clSetProgramSpecializationConstant = refuse_clSetProgramSpecializationConstant,
+	.clSetProgramSpecializationConstant = vgpu_clSetProgramSpecializationConstant,
 
 	/* OpenCL 3.0 */
 	.clCreateBufferWithProperties = vgpu_clCreateBufferWithProperties,

@@ -332,11 +332,20 @@ struct vgpu_kinfo {
 	struct vgpu_karg_info *args;
 };
 
+/* A specialization constant of a SPIR-V program: its SpecId and value. */
+struct vgpu_spec {
+	uint32_t id;
+	uint32_t size;
+	uint64_t value;
+};
+
 struct _cl_program {
 	struct vgpu_obj obj;
 	cl_context ctx;
 	char *source; /* as given, NUL-terminated; NULL for a binary; a SPIR-V module's bytes where il */
 	int il;       /* made from a SPIR-V module (clCreateProgramWithIL): source and built_src hold it */
+	struct vgpu_spec *specs; /* specialization constants set (clSetProgramSpecializationConstant) */
+	cl_uint nspecs;
 	size_t source_len;
 	int from_binary;
 	char *built_src; /* what the device compiles: includes inlined (a binary's source) */
@@ -678,7 +687,7 @@ char *vgpu_strndup(const char *s, size_t n);
 	X(clEnqueueMarker) X(clEnqueueWaitForEvents) X(clEnqueueBarrier) X(clEnqueueMarkerWithWaitList)      \
 	X(clEnqueueBarrierWithWaitList) X(clCreateCommandQueueWithProperties) X(clSetContextDestructorCallback) \
 	X(clCreateBufferWithProperties) X(clCloneKernel) X(clCreateSamplerWithProperties)                    \
-	X(clCreateImageWithProperties) X(clCreateProgramWithIL)
+	X(clCreateImageWithProperties) X(clCreateProgramWithIL) X(clSetProgramSpecializationConstant)
 VGPU_ENTRIES(VGPU_ENTRY)
 
 #endif /* VGPUD_ICD_H */

@@ -43,14 +43,44 @@ int vgpu_printf_ok(const struct _cl_device_id *dev)
 	return dev->daemon && (dev->features & VGPU_FEATURE_PRINTF) != 0;
 }
 
+/* spirv_prints reports whether a SPIR-V module (len bytes) calls
+ * OpenCL.std's printf: an OpExtInst (12) of instruction 184 on the set an
+ * OpExtInstImport (11) named "OpenCL.std" gave. A module that is cut or
+ * malformed is read as far as it goes (the device refuses it anyway). */
+static int spirv_prints(const char *m, size_t len)
+{
+	size_t n = len / 4;
+	uint32_t std = 0;
+	for (size_t i = 5; i < n;) {
+		uint32_t w0;
+		memcpy(&w0, m + 4 * i, 4);
+		size_t wc = w0 >> 16;
+		uint32_t op = w0 & 0xffff;
+		if (wc == 0 || wc > n - i)
+			return 0;
+		uint32_t a[4] = {0};
+		memcpy(a, m + 4 * (i + 1), 4 * (wc - 1 < 4 ? wc - 1 : 4));
+		if (op == 11 && wc >= 3 && 4 * (wc - 2) >= sizeof "OpenCL.std" &&
+		    memcmp(m + 4 * (i + 2), "OpenCL.std", sizeof "OpenCL.std") == 0)
+			std = a[0];
+		if (op == 12 && wc >= 5 && std != 0 && a[2] == std && a[3] == 184)
+			return 1;
+		i += wc;
+	}
+	return 0;
+}
+
 /* prints reports whether p's source calls printf (textually: a false
- * positive costs a read of the printf buffer, never output). Cached per
- * built source. ctx locked. */
+ * positive costs a read of the printf buffer, never output; a SPIR-V
+ * module's by its instructions). Cached per built source. ctx locked. */
 static int prints(struct _cl_program *p)
 {
 	if (p->printf_src != p->built_src) {
 		p->printf_src = p->built_src;
-		p->prints = p->built_src != NULL && strstr(p->built_src, "printf") != NULL;
+		if (p->il)
+			p->prints = p->built_src != NULL && spirv_prints(p->built_src, p->built_len);
+		else
+			p->prints = p->built_src != NULL && strstr(p->built_src, "printf") != NULL;
 	}
 	return p->prints;
 }

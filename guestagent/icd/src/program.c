@@ -68,6 +68,7 @@ void vgpu_program_destroy(cl_program p)
 	ctx_unlock(ctx);
 	free_kernels(p);
 	free(p->source);
+	free(p->specs);
 	free(p->built_src);
 	free(p->built_opts);
 	free(p->options);
@@ -169,6 +170,135 @@ out:
 	return p;
 }
 
+/* ---- Specialization constants (SPIR-V) ------------------------------ */
+
+/* spv_word reads word i of module m. */
+static uint32_t spv_word(const char *m, size_t i)
+{
+	uint32_t w;
+	memcpy(&w, m + 4 * i, 4);
+	return w;
+}
+
+/* spec_find finds specialization constant spec_id of module m (len
+ * bytes): the word index of its OpSpecConstantTrue (48), OpSpecConstantFalse
+ * (49) or OpSpecConstant (50) and its size in bytes (1 for a boolean, as
+ * OpenCL asks: a cl_uchar). 0, or -1 where the module has none of that
+ * SpecId (or an instruction runs past the end). */
+static int spec_find(const char *m, size_t len, uint32_t spec_id, size_t *at, uint32_t *size)
+{
+	size_t n = len / 4;
+	uint32_t target = 0;
+	for (size_t i = 5; i < n && target == 0;) {
+		uint32_t w0 = spv_word(m, i), wc = w0 >> 16;
+		if (wc == 0 || wc > n - i)
+			return -1;
+		/* OpDecorate (71) target SpecId (1) id */
+		if ((w0 & 0xffff) == 71 && wc == 4 && spv_word(m, i + 2) == 1 && spv_word(m, i + 3) == spec_id)
+			target = spv_word(m, i + 1);
+		i += wc;
+	}
+	if (target == 0)
+		return -1;
+	size_t def = 0;
+	uint32_t type = 0;
+	for (size_t i = 5; i < n;) {
+		uint32_t w0 = spv_word(m, i), wc = w0 >> 16, op = w0 & 0xffff;
+		if (wc == 0 || wc > n - i)
+			return -1;
+		if ((op == 48 || op == 49 || op == 50) && wc >= 3 && spv_word(m, i + 2) == target) {
+			def = i;
+			type = spv_word(m, i + 1);
+		}
+		i += wc;
+	}
+	if (def == 0)
+		return -1;
+	uint32_t op = spv_word(m, def) & 0xffff;
+	if (op != 50) {
+		*at = def;
+		*size = 1;
+		return 0;
+	}
+	for (size_t i = 5; i < n;) {
+		uint32_t w0 = spv_word(m, i), wc = w0 >> 16, top = w0 & 0xffff;
+		/* OpTypeInt (21) and OpTypeFloat (22): result id, width */
+		if ((top == 21 || top == 22) && wc >= 3 && spv_word(m, i + 1) == type) {
+			uint32_t width = spv_word(m, i + 2);
+			uint32_t words = width <= 32 ? 1 : 2;
+			if ((width != 8 && width != 16 && width != 32 && width != 64) || (spv_word(m, def) >> 16) != 3 + words)
+				return -1;
+			*at = def;
+			*size = width / 8;
+			return 0;
+		}
+		i += wc;
+	}
+	return -1;
+}
+
+cl_int CL_API_CALL vgpu_clSetProgramSpecializationConstant(cl_program program, cl_uint spec_id, size_t spec_size,
+							   const void *spec_value)
+{
+	ENTER_OBJ(cl_program, p, program, VGPU_PROGRAM, CL_INVALID_PROGRAM);
+	cl_int err = CL_SUCCESS;
+	size_t at;
+	uint32_t size;
+	if (!p->il || p->source == NULL) {
+		err = CL_INVALID_PROGRAM;
+	} else if (spec_find(p->source, p->source_len, spec_id, &at, &size) != 0) {
+		err = CL_INVALID_SPEC_ID;
+	} else if (spec_value == NULL || spec_size != size) {
+		err = CL_INVALID_VALUE;
+	} else {
+		uint64_t v = 0;
+		memcpy(&v, spec_value, spec_size);
+		cl_uint i = 0;
+		while (i < p->nspecs && p->specs[i].id != spec_id)
+			i++;
+		if (i == p->nspecs) {
+			struct vgpu_spec *s = realloc(p->specs, (p->nspecs + 1) * sizeof *s);
+			if (s == NULL) {
+				err = CL_OUT_OF_HOST_MEMORY;
+				goto out;
+			}
+			p->specs = s;
+			p->nspecs++;
+		}
+		p->specs[i] = (struct vgpu_spec){.id = spec_id, .size = size, .value = v};
+	}
+out:
+	PUT(p);
+	LEAVE(ctx);
+	return err;
+}
+
+/* specialize writes the values of p's specialization constants into m, a
+ * copy of p's module (len bytes): a boolean's opcode becomes
+ * OpSpecConstantTrue or False, another's literal its value (zero-extended:
+ * OpenCL's integers have no signedness), so that the device, which takes
+ * no values, builds with them as the constants' defaults. */
+static void specialize(const struct _cl_program *p, char *m, size_t len)
+{
+	for (cl_uint i = 0; i < p->nspecs; i++) {
+		size_t at;
+		uint32_t size;
+		if (spec_find(m, len, p->specs[i].id, &at, &size) != 0 || size != p->specs[i].size)
+			continue; /* checked when it was set */
+		uint32_t w0 = spv_word(m, at);
+		uint64_t v = p->specs[i].value;
+		if ((w0 & 0xffff) != 50) {
+			w0 = (w0 & 0xffff0000u) | (v != 0 ? 48u : 49u);
+			memcpy(m + 4 * at, &w0, 4);
+			continue;
+		}
+		uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
+		memcpy(m + 4 * (at + 3), &lo, 4);
+		if (size == 8)
+			memcpy(m + 4 * (at + 4), &hi, 4);
+	}
+}
+
 /* The binary blob: magic, version, options length, source length, (from
  * version 2) the program's binary type and a flags word (BIN_IL: the
  * source is a SPIR-V module; other bits 0), then the options and the
@@ -206,7 +336,7 @@ static int parse_binary(const unsigned char *bin, size_t len, char **src, size_t
 	}
 	if (memcmp(h.magic, BIN_MAGIC, 8) != 0 || (h.version != 1 && h.version != BIN_VERSION) ||
 	    h.opts_len > VGPU_MAX_OPTIONS_LEN || h.src_len > VGPU_MAX_SOURCE_LEN || len != hl + h.opts_len + h.src_len ||
-	    (h2.flags & ~BIN_IL) != 0 || ((h2.flags & BIN_IL) != 0 && h2.type != CL_PROGRAM_BINARY_TYPE_EXECUTABLE) ||
+	    (h2.flags & ~BIN_IL) != 0 ||
 	    (h2.type != CL_PROGRAM_BINARY_TYPE_EXECUTABLE && h2.type != CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT &&
 	     h2.type != CL_PROGRAM_BINARY_TYPE_LIBRARY))
 		return -1;
@@ -659,8 +789,11 @@ cl_int CL_API_CALL vgpu_clBuildProgram(cl_program program, cl_uint num_devices, 
 		sb_add(&x.log, "", 0);
 		if (p->il && !p->from_binary) {
 			/* A module goes to the device as it is, with the options
-			 * for the device (nothing to expand or define). */
+			 * for the device (nothing to expand or define) and the
+			 * values of its specialization constants written in. */
 			sb_add(&x.out, p->source, p->source_len);
+			if (!x.out.oom)
+				specialize(p, x.out.p, x.out.len);
 			free(p->built_src);
 			free(p->built_opts);
 			p->built_src = x.out.p;
@@ -719,7 +852,7 @@ cl_int CL_API_CALL vgpu_clCompileProgram(cl_program program, cl_uint num_devices
 				  (num_headers == 0 && (headers != NULL || header_names != NULL)) ||
 				  (num_headers != 0 && (headers == NULL || header_names == NULL))))
 		err = CL_INVALID_VALUE;
-	if (err == CL_SUCCESS && (p->nkernel_objs > 0 || p->source == NULL || p->il))
+	if (err == CL_SUCCESS && (p->nkernel_objs > 0 || p->source == NULL))
 		err = CL_INVALID_OPERATION;
 	struct header *hs = NULL;
 	if (err == CL_SUCCESS && num_headers > 0 && (hs = calloc(num_headers, sizeof *hs)) == NULL)
@@ -738,6 +871,33 @@ cl_int CL_API_CALL vgpu_clCompileProgram(cl_program program, cl_uint num_devices
 	struct opts o;
 	if (err == CL_SUCCESS && parse_opts(options, &o, 0) != 0) {
 		err = refuse_options(p, &o, "compile", CL_INVALID_COMPILER_OPTIONS);
+	} else if (err == CL_SUCCESS && p->il) {
+		/* A SPIR-V module is kept as the compiled object, its
+		 * specialization constants written in; the link builds it
+		 * (headers are for source). */
+		char *m = vgpu_strndup(p->source, p->source_len);
+		char *opts = strdup(options != NULL ? options : "");
+		if (m == NULL || opts == NULL) {
+			free(m);
+			free(opts);
+			err = CL_OUT_OF_HOST_MEMORY;
+		} else {
+			specialize(p, m, p->source_len);
+			drop_device_program(p);
+			free_kernels(p);
+			free(p->built_src);
+			free(p->built_opts);
+			free(p->options);
+			p->built_src = m;
+			p->built_len = p->source_len;
+			p->built_opts = o.dev.p;
+			o.dev.p = NULL;
+			p->options = opts;
+			set_log(p, "", NULL, 0);
+			p->status = CL_BUILD_SUCCESS;
+			p->bintype = CL_PROGRAM_BINARY_TYPE_COMPILED_OBJECT;
+		}
+		opts_free(&o);
 	} else if (err == CL_SUCCESS) {
 		struct expand x = {.o = &o, .hdrs = hs, .nhdrs = num_headers, .line_ok = takes_line(ctx->dev)};
 		sb_add(&x.log, "", 0);
@@ -816,6 +976,7 @@ cl_program CL_API_CALL vgpu_clLinkProgram(cl_context context, cl_uint num_device
 	ENTER(ctx);
 	struct sbuf src = {0}, devopts = {0};
 	sb_add(&devopts, lo.dev.p, lo.dev.len);
+	cl_uint il_inputs = 0;
 	for (cl_uint i = 0; i < num_inputs && err == CL_SUCCESS; i++) {
 		cl_program in = GET(inputs[i], VGPU_PROGRAM);
 		if (in == NULL) {
@@ -835,12 +996,19 @@ cl_program CL_API_CALL vgpu_clLinkProgram(cl_context context, cl_uint num_device
 			PUT(in);
 			break;
 		}
-		/* A unit's -D and -U are in its source, around it (a binary of
-		 * an older ICD kept them in its options: turned into lines here). */
-		sb_add(&src, io.defs.p, io.defs.len);
-		sb_add(&src, in->built_src, in->built_len);
-		sb_str(&src, "\n");
-		sb_add(&src, io.undefs.p, io.undefs.len);
+		if (in->il) {
+			/* A SPIR-V module links alone: it is built as it is. */
+			il_inputs++;
+			sb_add(&src, in->built_src, in->built_len);
+		} else {
+			/* A unit's -D and -U are in its source, around it (a binary
+			 * of an older ICD kept them in its options: turned into lines
+			 * here). */
+			sb_add(&src, io.defs.p, io.defs.len);
+			sb_add(&src, in->built_src, in->built_len);
+			sb_str(&src, "\n");
+			sb_add(&src, io.undefs.p, io.undefs.len);
+		}
 		const char *w = io.dev.p;
 		int quoted;
 		char *word;
@@ -860,8 +1028,17 @@ cl_program CL_API_CALL vgpu_clLinkProgram(cl_context context, cl_uint num_device
 		p->built_len = src.len;
 		p->built_opts = devopts.p != NULL ? devopts.p : strdup("");
 		p->options = strdup(options != NULL ? options : "");
+		p->il = il_inputs > 0;
 		src.p = devopts.p = NULL;
-		if (lo.create_library) {
+		if (il_inputs > 0 && num_inputs > 1) {
+			/* The device builds one module per program: no SPIR-V
+			 * linker in between. */
+			set_log_msg(p, "", il_inputs == num_inputs
+						  ? "vgpud ICD: linking SPIR-V modules together is not supported: link one, or build each\n"
+						  : "vgpud ICD: SPIR-V modules and OpenCL C cannot be linked together\n");
+			p->status = CL_BUILD_ERROR;
+			err = CL_LINK_PROGRAM_FAILURE;
+		} else if (lo.create_library) {
 			p->status = CL_BUILD_SUCCESS;
 			p->bintype = CL_PROGRAM_BINARY_TYPE_LIBRARY;
 			set_log(p, "", NULL, 0);
