@@ -1,6 +1,8 @@
 package aggregator
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"math"
 	"os"
@@ -387,4 +389,40 @@ func floatBytes(f []float32) []byte {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
 	}
 	return b
+}
+
+// migratePending live-migrates g's instance to a new one on d in a single
+// round (Freeze, cmds submitted behind the freeze, ExtractRound, the
+// destination injected from the records and thawed on a copy of guest
+// RAM), waits for cmds to complete there, and points g at the
+// destination's RAM, where their results are.
+func migratePending(t *testing.T, g *testGuest, d *Device, cmds ...abi.Command) {
+	t.Helper()
+	ctx := context.Background()
+	if err := g.in.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := g.submit(cmds...)
+	rec := newRecSink()
+	if _, err := g.in.ExtractRound(ctx, rec, true); err != nil {
+		t.Fatal(err)
+	}
+	mem := &sliceMemory{ram: bytes.Clone(g.mem.ram)}
+	bell := newBroadcast()
+	dst, err := d.NewInstance(InstanceConfig{ID: "dst", Profile: "test", MemBytes: 1 << 20, Memory: mem,
+		Notify: func(uint32) { bell.ring() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dst.Close() })
+	if err := dst.PrepareInject(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.replay(t, dst)
+	dst.Thaw()
+	g2 := &testGuest{t: t, mem: mem, in: dst, tail: first + uint32(len(cmds)), bell: bell, rb: ringBase, cb: complBase}
+	for i := range cmds {
+		g2.mustOK(g2.wait(first + uint32(i)))
+	}
+	g.mem = mem
 }

@@ -1,8 +1,6 @@
 package aggregator
 
 import (
-	"bytes"
-	"context"
 	"encoding/binary"
 	"math"
 	"slices"
@@ -91,33 +89,8 @@ func TestILBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d2 := newDeviceOn(t, plain)
-	ctx := context.Background()
-	if err := g.in.Freeze(ctx); err != nil {
-		t.Fatal(err)
-	}
 	dl, got = g.download(1, 16)
-	first := g.submit(g.launch(1, scale), dl)
-	rec := newRecSink()
-	if _, err := g.in.ExtractRound(ctx, rec, true); err != nil {
-		t.Fatal(err)
-	}
-	mem := &sliceMemory{ram: bytes.Clone(g.mem.ram)}
-	bell := newBroadcast()
-	dst, err := d2.NewInstance(InstanceConfig{ID: "dst", Profile: "test", MemBytes: 1 << 20, Memory: mem,
-		Notify: func(uint32) { bell.ring() }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	if err := dst.PrepareInject(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rec.replay(t, dst)
-	dst.Thaw()
-	g2 := &testGuest{t: t, mem: mem, in: dst, tail: first + 2, bell: bell, rb: ringBase, cb: complBase}
-	g2.mustOK(g2.wait(first), g2.wait(first+1))
-	g.mem = mem
+	migratePending(t, g, newDeviceOn(t, plain), g.launch(1, scale), dl)
 	if v := floats(got()); !slices.Equal(v, []float32{4, 8, 12, 16}) {
 		t.Errorf("scale after the migration: %v, want [4 8 12 16]", v)
 	}

@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"math"
 	"slices"
@@ -138,34 +137,10 @@ func TestImageMigratesAcrossDevices(t *testing.T) {
 		abi.NewCommand(&abi.BufferCreate{Handle: 3, Size: w * h * 4}, 0, 0),
 		g.upload(1, px), g.launch(1, brighten(1, 2)))...)
 
-	ctx := context.Background()
-	if err := g.in.Freeze(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// The next launch reads the image the source wrote: it runs on the
 	// destination.
 	dl, read := g.download(3, len(px))
-	first := g.submit(g.launch(1, brighten(2, 3)), dl)
-	rec := newRecSink()
-	if _, err := g.in.ExtractRound(ctx, rec, true); err != nil {
-		t.Fatal(err)
-	}
-	mem := &sliceMemory{ram: bytes.Clone(g.mem.ram)}
-	bell := newBroadcast()
-	dst, err := d2.NewInstance(InstanceConfig{ID: "dst", Profile: "test", MemBytes: 1 << 20, Memory: mem,
-		Notify: func(uint32) { bell.ring() }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	if err := dst.PrepareInject(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rec.replay(t, dst)
-	dst.Thaw()
-	g2 := &testGuest{t: t, mem: mem, in: dst, tail: first + 2, bell: bell, rb: ringBase, cb: complBase}
-	g2.mustOK(g2.wait(first), g2.wait(first+1))
-	g.mem = mem
+	migratePending(t, g, d2, g.launch(1, brighten(2, 3)), dl)
 	want := make([]byte, len(px))
 	for i, v := range px {
 		want[i] = byte(min(4*int(v), 255))

@@ -77,31 +77,32 @@ func selfTest(selector string) (st SelfTest) {
 		return fail(err)
 	}
 	defer q.Close()
-	st.Step = "build"
-	prog, log, err := q.Build(selfTestSource, "")
-	if err != nil {
-		st.BuildLog = log
-		return fail(err)
-	}
-	defer prog.Release()
-	if err := saxpy(q, prog, &st); err != nil {
-		return fail(err)
-	}
+	builds := []struct {
+		step  string
+		build func() (gpu.Program, string, error)
+	}{{"build", func() (gpu.Program, string, error) { return q.Build(selfTestSource, "") }}}
 	if ilb, ok := q.(gpu.ILBuilder); ok && dev.Info().Caps.IL {
 		// A SPIR-V build may run other programs of the runtime's
 		// (PoCL 6: llvm-spirv): the sandbox must allow them too.
-		st.Step = "build-il"
-		prog, log, err := ilb.BuildIL(selfTestModule, "")
+		builds = append(builds, struct {
+			step  string
+			build func() (gpu.Program, string, error)
+		}{"build-il", func() (gpu.Program, string, error) { return ilb.BuildIL(selfTestModule, "") }})
+	}
+	for _, b := range builds {
+		st.Step = b.step
+		prog, log, err := b.build()
 		if err != nil {
 			st.BuildLog = log
 			return fail(err)
 		}
-		defer prog.Release()
-		if err := saxpy(q, prog, &st); err != nil {
+		err = saxpy(q, prog, &st)
+		prog.Release()
+		if err != nil {
 			return fail(err)
 		}
-		st.IL = true
 	}
+	st.IL = len(builds) > 1
 	st.Step = "done"
 	return st
 }
