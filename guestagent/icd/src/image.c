@@ -99,8 +99,16 @@ cl_int CL_API_CALL vgpu_clGetSupportedImageFormats(cl_context context, cl_mem_fl
 	case CL_MEM_OBJECT_IMAGE1D_ARRAY:
 	case CL_MEM_OBJECT_IMAGE2D:
 	case CL_MEM_OBJECT_IMAGE2D_ARRAY:
-	case CL_MEM_OBJECT_IMAGE3D:
 		n = ii != NULL && (flags & CL_MEM_KERNEL_READ_AND_WRITE) == 0 ? ii->format_count : 0;
+		break;
+	case CL_MEM_OBJECT_IMAGE3D:
+		/* No cl_khr_3d_image_writes: 3D formats only for kernels that
+		 * read (CL_MEM_READ_ONLY; flags 0 are CL_MEM_READ_WRITE), as
+		 * OpenCL 3.0 asks of a device without 3D image writes. */
+		n = ii != NULL && (flags & (CL_MEM_KERNEL_READ_AND_WRITE | CL_MEM_WRITE_ONLY)) == 0 &&
+				(flags & CL_MEM_READ_ONLY) != 0
+			    ? ii->format_count
+			    : 0;
 		break;
 	case CL_MEM_OBJECT_IMAGE1D_BUFFER: break; /* images made from buffers: none */
 	default: return CL_INVALID_VALUE;
@@ -211,6 +219,8 @@ static cl_int check_image(const struct _cl_device_id *dev, cl_mem_flags flags, c
 	if (format == NULL || channels(format->image_channel_order) == 0 ||
 	    channel_size(format->image_channel_data_type) == 0)
 		return CL_INVALID_IMAGE_FORMAT_DESCRIPTOR;
+	if (desc != NULL && desc->buffer != NULL && desc->image_type == CL_MEM_OBJECT_IMAGE2D)
+		return CL_INVALID_OPERATION; /* no cl_khr_image2d_from_buffer */
 	if (desc == NULL || desc->num_mip_levels != 0 || desc->num_samples != 0 || desc->buffer != NULL ||
 	    !extent_of(desc, im->extent))
 		return CL_INVALID_IMAGE_DESCRIPTOR;
@@ -240,7 +250,9 @@ static cl_int check_image(const struct _cl_device_id *dev, cl_mem_flags flags, c
 	return CL_SUCCESS;
 }
 
-static cl_mem create_image(cl_context context, cl_mem_flags flags, const cl_image_format *format,
+/* create_image makes an image; with_props: by clCreateImageWithProperties
+ * with a list (CL_MEM_PROPERTIES then answers it, empty). */
+static cl_mem create_image(cl_context context, int with_props, cl_mem_flags flags, const cl_image_format *format,
 			   const cl_image_desc *desc, void *host_ptr, cl_int *errcode_ret)
 {
 	cl_mem m = NULL;
@@ -250,7 +262,7 @@ static cl_mem create_image(cl_context context, cl_mem_flags flags, const cl_imag
 	if (err == CL_SUCCESS && im.slice * im.extent[2] > ctx->dev->max_alloc)
 		err = CL_INVALID_IMAGE_SIZE;
 	if (err == CL_SUCCESS)
-		m = mem_create(context, 0, CL_SUCCESS, flags & ~(cl_mem_flags)(CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR),
+		m = mem_create(context, with_props, CL_SUCCESS, flags & ~(cl_mem_flags)(CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR),
 			       im.slice * im.extent[2], NULL, &err);
 	if (m != NULL) {
 		ctx_lock(ctx);
@@ -277,7 +289,7 @@ static cl_mem create_image(cl_context context, cl_mem_flags flags, const cl_imag
 cl_mem CL_API_CALL vgpu_clCreateImage(cl_context context, cl_mem_flags flags, const cl_image_format *format,
 				      const cl_image_desc *desc, void *host_ptr, cl_int *errcode_ret)
 {
-	return create_image(context, flags, format, desc, host_ptr, errcode_ret);
+	return create_image(context, 0, flags, format, desc, host_ptr, errcode_ret);
 }
 
 cl_mem CL_API_CALL vgpu_clCreateImageWithProperties(cl_context context, const cl_mem_properties *properties,
@@ -290,7 +302,7 @@ cl_mem CL_API_CALL vgpu_clCreateImageWithProperties(cl_context context, const cl
 			*errcode_ret = CL_INVALID_PROPERTY;
 		return NULL;
 	}
-	return create_image(context, flags, format, desc, host_ptr, errcode_ret);
+	return create_image(context, properties != NULL, flags, format, desc, host_ptr, errcode_ret);
 }
 
 cl_mem CL_API_CALL vgpu_clCreateImage2D(cl_context context, cl_mem_flags flags, const cl_image_format *format,
@@ -298,7 +310,7 @@ cl_mem CL_API_CALL vgpu_clCreateImage2D(cl_context context, cl_mem_flags flags, 
 {
 	cl_image_desc d = {.image_type = CL_MEM_OBJECT_IMAGE2D, .image_width = w, .image_height = h,
 			   .image_row_pitch = pitch};
-	return create_image(context, flags, format, &d, host_ptr, errcode_ret);
+	return create_image(context, 0, flags, format, &d, host_ptr, errcode_ret);
 }
 
 cl_mem CL_API_CALL vgpu_clCreateImage3D(cl_context context, cl_mem_flags flags, const cl_image_format *format,
@@ -307,7 +319,7 @@ cl_mem CL_API_CALL vgpu_clCreateImage3D(cl_context context, cl_mem_flags flags, 
 {
 	cl_image_desc d = {.image_type = CL_MEM_OBJECT_IMAGE3D, .image_width = w, .image_height = h,
 			   .image_depth = depth, .image_row_pitch = rp, .image_slice_pitch = sp};
-	return create_image(context, flags, format, &d, host_ptr, errcode_ret);
+	return create_image(context, 0, flags, format, &d, host_ptr, errcode_ret);
 }
 
 cl_int CL_API_CALL vgpu_clGetImageInfo(cl_mem image, cl_image_info param, size_t size, void *value, size_t *ret)

@@ -244,7 +244,9 @@ cl_int CL_API_CALL vgpu_clSetProgramSpecializationConstant(cl_program program, c
 	cl_int err = CL_SUCCESS;
 	size_t at;
 	uint32_t size;
-	if (!p->il || p->source == NULL) {
+	if (!vgpu_device_il(ctx->dev)) {
+		err = CL_INVALID_OPERATION; /* as OpenCL 3.0 asks where no device takes IL */
+	} else if (!p->il || p->source == NULL) {
 		err = CL_INVALID_PROGRAM;
 	} else if (spec_find(p->source, p->source_len, spec_id, &at, &size) != 0) {
 		err = CL_INVALID_SPEC_ID;

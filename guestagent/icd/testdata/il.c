@@ -204,6 +204,11 @@ int main(int argc, char **argv)
 		CHECK(nv_size == 0, "%zu bytes of ILs with version", nv_size);
 		cl_program p = clCreateProgramWithIL(ctx, il, n, &err);
 		CHECK(p == NULL && err == CL_INVALID_OPERATION, "clCreateProgramWithIL on a device without SPIR-V: %d", err);
+		const char *src = "__kernel void f(void) {}\n";
+		cl_program ps = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
+		cl_uint v = 1;
+		CHECK_ERR(clSetProgramSpecializationConstant(ps, 3, sizeof v, &v), CL_INVALID_OPERATION);
+		clReleaseProgram(ps);
 		clReleaseContext(ctx);
 		free(il);
 		free(spec);

@@ -105,6 +105,33 @@ static void formats(void)
 				 f[j].image_channel_data_type == need[i].image_channel_data_type;
 		CHECK(found, "format %#x/%#x not listed", need[i].image_channel_order, need[i].image_channel_data_type);
 	}
+	/* No cl_khr_3d_image_writes: no 3D formats for kernels that write. */
+	cl_uint n3;
+	OK(clGetSupportedImageFormats(ctx, CL_MEM_WRITE_ONLY, CL_MEM_OBJECT_IMAGE3D, 0, NULL, &n3));
+	CHECK(n3 == 0, "%u 3D formats for writing without cl_khr_3d_image_writes", n3);
+	OK(clGetSupportedImageFormats(ctx, CL_MEM_READ_WRITE, CL_MEM_OBJECT_IMAGE3D, 0, NULL, &n3));
+	CHECK(n3 == 0, "%u 3D formats for reading and writing without cl_khr_3d_image_writes", n3);
+	/* No cl_khr_image2d_from_buffer: CL_INVALID_OPERATION, as 3.0 asks. */
+	cl_int err;
+	cl_mem buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 64 * 64 * 4, NULL, &err);
+	cl_image_desc d = {.image_type = CL_MEM_OBJECT_IMAGE2D, .image_width = 64, .image_height = 64, .buffer = buf};
+	cl_image_format rgba = {CL_RGBA, CL_UNORM_INT8};
+	CHECK(clCreateImage(ctx, CL_MEM_READ_ONLY, &rgba, &d, NULL, &err) == NULL && err == CL_INVALID_OPERATION,
+	      "a 2D image from a buffer: %d", err);
+	clReleaseMemObject(buf);
+	/* An image made with (an empty list of) properties reports it. */
+	d.buffer = NULL;
+	cl_mem_properties none[] = {0};
+	cl_mem im = clCreateImageWithProperties(ctx, none, CL_MEM_READ_WRITE, &rgba, &d, NULL, &err);
+	OK(err);
+	size_t psize = 1;
+	OK(clGetMemObjectInfo(im, CL_MEM_PROPERTIES, 0, NULL, &psize));
+	CHECK(psize == sizeof(cl_mem_properties), "CL_MEM_PROPERTIES of an image made with properties: %zu bytes", psize);
+	clReleaseMemObject(im);
+	im = clCreateImage(ctx, CL_MEM_READ_WRITE, &rgba, &d, NULL, &err);
+	OK(clGetMemObjectInfo(im, CL_MEM_PROPERTIES, 0, NULL, &psize));
+	CHECK(psize == 0, "CL_MEM_PROPERTIES of an image made without: %zu bytes", psize);
+	clReleaseMemObject(im);
 }
 
 #define W 13
