@@ -207,7 +207,9 @@ func TestReadMsgRejects(t *testing.T) {
 			if !errors.Is(err, mpqemu.ErrProtocol) {
 				t.Errorf("ReadMsg() = %v, %v, want ErrProtocol", m.Cmd, err)
 			}
-			if after := openFDs(t); after != before {
+			// More open afterwards is a leak; fewer is the runtime or
+			// an earlier test's cleanup closing one meanwhile.
+			if after := openFDs(t); after > before {
 				t.Errorf("open fds: %d after, %d before: received fds leaked", after, before)
 			}
 		})
