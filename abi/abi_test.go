@@ -245,7 +245,7 @@ func TestLaunchDescImages(t *testing.T) {
 		t.Errorf("BufferHandle = %d, %t; Bytes = %d", h, ok, arr.Bytes())
 	}
 	for name, mod := range map[string]func(b []byte){
-		"image type unknown":   func(b []byte) { le.PutUint32(b[table+4:], 0x10F6) },
+		"image type unknown":   func(b []byte) { le.PutUint32(b[table+4:], 0x10F7) },
 		"image order unknown":  func(b []byte) { le.PutUint32(b[table+8:], 0x10C0) },
 		"packed type, RGBA":    func(b []byte) { le.PutUint32(b[table+12:], UnormShort565) },
 		"image buffer 0":       func(b []byte) { le.PutUint32(b[table:], 0) },
@@ -265,6 +265,34 @@ func TestLaunchDescImages(t *testing.T) {
 		mod(bb)
 		if _, err := UnmarshalLaunchDesc(bb); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: UnmarshalLaunchDesc = %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+// TestImageBufferDesc: an image made from a buffer (1.10) is 1D, its
+// width bounded by MaxImageBufferExtent rather than MaxImageExtent.
+func TestImageBufferDesc(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		d    ImageDesc
+		ok   bool
+	}{
+		{"wide", ImageDesc{Buffer: 1, Type: ImageType1DBuffer, Order: OrderRGBA, DataType: Float, Width: MaxImageBufferExtent}, true},
+		{"narrow, unused 1s", ImageDesc{Buffer: 1, Type: ImageType1DBuffer, Order: OrderR, DataType: UnormInt8, Width: 1, Height: 1, Depth: 1, ArraySize: 1}, true},
+		{"too wide", ImageDesc{Buffer: 1, Type: ImageType1DBuffer, Order: OrderR, DataType: UnormInt8, Width: MaxImageBufferExtent + 1}, false},
+		{"width 0", ImageDesc{Buffer: 1, Type: ImageType1DBuffer, Order: OrderR, DataType: UnormInt8}, false},
+		{"with height", ImageDesc{Buffer: 1, Type: ImageType1DBuffer, Order: OrderR, DataType: UnormInt8, Width: 4, Height: 2}, false},
+		{"with layers", ImageDesc{Buffer: 1, Type: ImageType1DBuffer, Order: OrderR, DataType: UnormInt8, Width: 4, ArraySize: 2}, false},
+		{"1D as wide", ImageDesc{Buffer: 1, Type: ImageType1D, Order: OrderR, DataType: UnormInt8, Width: MaxImageExtent + 1}, false},
+	} {
+		b := make([]byte, ImageDescSize)
+		c.d.Marshal(b)
+		got, err := UnmarshalImageDesc(b)
+		if (err == nil) != c.ok || c.ok && got != c.d {
+			t.Errorf("%s: UnmarshalImageDesc = %+v, %v; want ok %t", c.name, got, err, c.ok)
+		}
+		if c.ok && (got.Region() != [3]uint64{c.d.Width, 1, 1} || got.Bytes() != c.d.Width*map[uint32]uint64{Float: 16, UnormInt8: 1}[c.d.DataType]) {
+			t.Errorf("%s: Region %v, Bytes %d", c.name, got.Region(), got.Bytes())
 		}
 	}
 }

@@ -17,6 +17,13 @@ const (
 	// DeviceInfoVersionIL (1.9) is version 2 with the fixed part's word
 	// at offset 4 the il word (DeviceILSPIRV), 0 in earlier versions.
 	DeviceInfoVersionIL = 3
+	// DeviceInfoVersionImageBuffers (1.10) is version 3 with the image
+	// section followed by its buffer part (ImageInfo's MaxBufferSize
+	// and BufferFormats).
+	DeviceInfoVersionImageBuffers = 4
+	// ImageBufferInfoFixedSize is the fixed part of the buffer part; 8
+	// bytes per format follow it.
+	ImageBufferInfoFixedSize = 16
 	// DeviceILSPIRV, in the il word: the device builds SPIR-V modules of
 	// versions 1.0 to 1.2 (program-build with FlagIL). Other bits are 0.
 	DeviceILSPIRV = 1 << 0
@@ -83,7 +90,7 @@ func PassThroughExtension(name string) bool {
 //	0   4    sg_count: entries in the first scatter-gather table (1..256)
 //	4   4    version: the blob version wanted; 0 (reserved before 1.8) or
 //	         DeviceInfoVersion: 1; DeviceInfoVersionImages: 2 (1.8);
-//	         DeviceInfoVersionIL: 3 (1.9)
+//	         DeviceInfoVersionIL: 3 (1.9); DeviceInfoVersionImageBuffers: 4 (1.10)
 //	8   8    length: room in bytes (nonzero; the data entries must add up to it)
 //	16  8    sg_gpa: guest-physical address of the first table (16-byte aligned)
 type DeviceInfoQuery struct {
@@ -109,7 +116,7 @@ func (q *DeviceInfoQuery) check(fieldCodec) error {
 	switch {
 	case q.SGCount == 0 || q.SGCount > PageSize/SGEntrySize:
 		return fmt.Errorf("sg_count %d: %w", q.SGCount, ErrMalformed)
-	case q.Version > DeviceInfoVersionIL:
+	case q.Version > DeviceInfoVersionImageBuffers:
 		return fmt.Errorf("blob version %d: %w", q.Version, ErrMalformed)
 	case q.Length == 0:
 		return fmt.Errorf("length 0: %w", ErrMalformed)
@@ -125,7 +132,7 @@ func (q *DeviceInfoQuery) check(fieldCodec) error {
 //
 //	off size field
 //	0   4    version, DeviceInfoVersion
-//	4   4    il: DeviceIL* bits in version 3; 0 before
+//	4   4    il: DeviceIL* bits from version 3; 0 before
 //	8   24   max_work_item_sizes[3]
 //	32  8    local_mem_size
 //	40  8    max_constant_buffer_size
@@ -223,10 +230,11 @@ type DeviceInfo struct {
 	// Version is 0 for the 1.4 blob (DeviceInfoVersion encodes it too;
 	// UnmarshalDeviceInfo leaves it 0), DeviceInfoVersionImages for the
 	// 1.8 blob, which adds Images, DeviceInfoVersionIL for the 1.9 blob,
-	// which adds IL.
+	// which adds IL, DeviceInfoVersionImageBuffers for the 1.10 blob,
+	// which adds the image section's buffer part.
 	Version uint32
 	Images  ImageInfo
-	// IL is the il word's DeviceIL* bits (version 3 only).
+	// IL is the il word's DeviceIL* bits (from version 3).
 	IL uint32
 }
 
@@ -245,6 +253,17 @@ type DeviceInfo struct {
 //	72  8    max_samplers
 //	80  8*n  formats {u32 channel order, u32 channel data type}, distinct,
 //	         each one of PortableImageFormats
+//
+// In a DeviceInfoVersionImageBuffers blob the buffer part follows, at
+// offset 80+8n, for images made from buffers (ImageType1DBuffer):
+//
+//	off size field
+//	0   8    max_buffer_size: image_max_buffer_size in pixels
+//	         (0..MaxImageBufferExtent; 0: no images made from buffers)
+//	8   4    buffer_format_count (0..MaxImageFormats; 0 iff
+//	         max_buffer_size is 0)
+//	12  4    0
+//	16  8*m  formats of such images, as above
 type ImageInfo struct {
 	Supported    bool
 	MaxPlane     [2]uint64
@@ -254,6 +273,10 @@ type ImageInfo struct {
 	MaxWriteArgs uint64
 	MaxSamplers  uint64
 	Formats      []ImageFormat
+	// MaxBufferSize and BufferFormats are the buffer part (version 4):
+	// images made from buffers, none where MaxBufferSize is 0.
+	MaxBufferSize uint64
+	BufferFormats []ImageFormat
 }
 
 // Size is the encoded size of d in bytes.
@@ -261,6 +284,9 @@ func (d *DeviceInfo) Size() uint64 {
 	n := DeviceInfoFixedSize + uint64(len(strings.Join(d.Extensions, " ")))
 	if d.Version >= DeviceInfoVersionImages {
 		n = (n+7)&^7 + ImageInfoFixedSize + ImageFormatSize*uint64(len(d.Images.Formats))
+	}
+	if d.Version >= DeviceInfoVersionImageBuffers {
+		n += ImageBufferInfoFixedSize + ImageFormatSize*uint64(len(d.Images.BufferFormats))
 	}
 	return n
 }
@@ -288,6 +314,23 @@ func (r *ImageInfoRecord) Marshal(b []byte) {
 	}
 }
 
+// ImageBufferInfoRecord is the fixed part of the image section's
+// buffer part (ImageInfo's layout); buffer_format_count ImageFormat
+// records follow it.
+type ImageBufferInfoRecord struct {
+	MaxBufferSize     uint64
+	BufferFormatCount uint32
+	Reserved          uint32
+}
+
+// Marshal writes r into b (at least ImageBufferInfoFixedSize bytes).
+func (r *ImageBufferInfoRecord) Marshal(b []byte) {
+	_ = b[ImageBufferInfoFixedSize-1]
+	le.PutUint64(b[0:], r.MaxBufferSize)
+	le.PutUint32(b[8:], r.BufferFormatCount)
+	le.PutUint32(b[12:], r.Reserved)
+}
+
 // u64s lists the u64 fields in wire order, from offset 8.
 func (r *ImageInfoRecord) u64s() []*uint64 {
 	return []*uint64{&r.MaxPlane[0], &r.MaxPlane[1], &r.MaxVolume[0], &r.MaxVolume[1], &r.MaxVolume[2],
@@ -304,39 +347,56 @@ func (im *ImageInfo) record() ImageInfoRecord {
 	return r
 }
 
-// check reports an image section that cannot be represented.
-func (im *ImageInfo) check() error {
-	if len(im.Formats) > MaxImageFormats {
-		return fmt.Errorf("device info: %d image formats: %w", len(im.Formats), ErrMalformed)
+// check reports an image section that cannot be represented; the
+// buffer part only where buffers (a version-4 blob) is true, which must
+// otherwise be empty.
+func (im *ImageInfo) check(buffers bool) error {
+	if len(im.Formats) > MaxImageFormats || len(im.BufferFormats) > MaxImageFormats {
+		return fmt.Errorf("device info: %d image formats, %d for images from buffers: %w", len(im.Formats), len(im.BufferFormats), ErrMalformed)
+	}
+	if (im.MaxBufferSize == 0) != (len(im.BufferFormats) == 0) || im.MaxBufferSize > MaxImageBufferExtent ||
+		!buffers && im.MaxBufferSize != 0 {
+		return fmt.Errorf("device info: images from buffers of %d pixels in %d formats: %w", im.MaxBufferSize, len(im.BufferFormats), ErrMalformed)
 	}
 	if !im.Supported {
 		r := im.record()
-		if len(im.Formats) > 0 || slices.ContainsFunc(r.u64s(), func(v *uint64) bool { return *v != 0 }) {
+		if len(im.Formats) > 0 || im.MaxBufferSize != 0 || slices.ContainsFunc(r.u64s(), func(v *uint64) bool { return *v != 0 }) {
 			return fmt.Errorf("device info: image limits without image support: %w", ErrMalformed)
 		}
 		return nil
 	}
-	for i, f := range im.Formats {
-		if !PortableImageFormat(f) || slices.Contains(im.Formats[:i], f) {
-			return fmt.Errorf("device info: image format %#x/%#x: %w", f.Order, f.DataType, ErrMalformed)
+	for _, fs := range [][]ImageFormat{im.Formats, im.BufferFormats} {
+		for i, f := range fs {
+			if !PortableImageFormat(f) || slices.Contains(fs[:i], f) {
+				return fmt.Errorf("device info: image format %#x/%#x: %w", f.Order, f.DataType, ErrMalformed)
+			}
 		}
 	}
 	return nil
 }
 
 // marshal writes the section into b (ImageInfoFixedSize + ImageFormatSize
-// per format).
-func (im *ImageInfo) marshal(b []byte) {
+// per format), and where buffers the buffer part after it.
+func (im *ImageInfo) marshal(b []byte, buffers bool) {
 	r := im.record()
 	r.Marshal(b)
 	for i := range im.Formats {
 		im.Formats[i].Marshal(b[ImageInfoFixedSize+ImageFormatSize*i:])
 	}
+	if !buffers {
+		return
+	}
+	b = b[ImageInfoFixedSize+ImageFormatSize*len(im.Formats):]
+	br := ImageBufferInfoRecord{MaxBufferSize: im.MaxBufferSize, BufferFormatCount: uint32(len(im.BufferFormats))}
+	br.Marshal(b)
+	for i := range im.BufferFormats {
+		im.BufferFormats[i].Marshal(b[ImageBufferInfoFixedSize+ImageFormatSize*i:])
+	}
 }
 
 // unmarshalImageInfo decodes and checks the section at the start of b,
-// returning its size.
-func unmarshalImageInfo(b []byte) (ImageInfo, uint64, error) {
+// with its buffer part where buffers, returning its size.
+func unmarshalImageInfo(b []byte, buffers bool) (ImageInfo, uint64, error) {
 	if len(b) < ImageInfoFixedSize {
 		return ImageInfo{}, 0, fmt.Errorf("device info: image section in %d bytes: %w", len(b), ErrMalformed)
 	}
@@ -350,11 +410,32 @@ func unmarshalImageInfo(b []byte) (ImageInfo, uint64, error) {
 	}
 	im := ImageInfo{Supported: r.ImageSupport == 1, MaxPlane: r.MaxPlane, MaxVolume: r.MaxVolume, MaxArraySize: r.MaxArraySize,
 		MaxReadArgs: r.MaxReadArgs, MaxWriteArgs: r.MaxWriteArgs, MaxSamplers: r.MaxSamplers}
-	for i := range n {
-		o := ImageInfoFixedSize + ImageFormatSize*i
-		im.Formats = append(im.Formats, ImageFormat{le.Uint32(b[o:]), le.Uint32(b[o+4:])})
+	im.Formats = unmarshalFormats(b[ImageInfoFixedSize:], n)
+	size := ImageInfoFixedSize + ImageFormatSize*n
+	if buffers {
+		p := b[size:]
+		if len(p) < ImageBufferInfoFixedSize {
+			return ImageInfo{}, 0, fmt.Errorf("device info: image buffer part in %d bytes: %w", len(p), ErrMalformed)
+		}
+		m := uint64(le.Uint32(p[8:]))
+		if m > MaxImageFormats || le.Uint32(p[12:]) != 0 || ImageBufferInfoFixedSize+ImageFormatSize*m > uint64(len(p)) {
+			return ImageInfo{}, 0, fmt.Errorf("device info: image buffer part of %d formats in %d bytes: %w", m, len(p), ErrMalformed)
+		}
+		im.MaxBufferSize = le.Uint64(p[0:])
+		im.BufferFormats = unmarshalFormats(p[ImageBufferInfoFixedSize:], m)
+		size += ImageBufferInfoFixedSize + ImageFormatSize*m
 	}
-	return im, ImageInfoFixedSize + ImageFormatSize*n, im.check()
+	return im, size, im.check(buffers)
+}
+
+// unmarshalFormats decodes n format records from b, which holds them.
+func unmarshalFormats(b []byte, n uint64) []ImageFormat {
+	var fs []ImageFormat
+	for i := range n {
+		o := ImageFormatSize * i
+		fs = append(fs, ImageFormat{le.Uint32(b[o:]), le.Uint32(b[o+4:])})
+	}
+	return fs
 }
 
 // Marshal encodes d. It fails if d cannot be represented: an extension
@@ -375,12 +456,12 @@ func (d *DeviceInfo) Marshal() ([]byte, error) {
 	ver := uint32(DeviceInfoVersion)
 	switch d.Version {
 	case 0, DeviceInfoVersion:
-	case DeviceInfoVersionImages, DeviceInfoVersionIL:
+	case DeviceInfoVersionImages, DeviceInfoVersionIL, DeviceInfoVersionImageBuffers:
 		ver = d.Version
-		if d.IL&^DeviceILSPIRV != 0 || d.IL != 0 && ver != DeviceInfoVersionIL {
+		if d.IL&^DeviceILSPIRV != 0 || d.IL != 0 && ver < DeviceInfoVersionIL {
 			return nil, fmt.Errorf("device info: il %#x in version %d: %w", d.IL, ver, ErrMalformed)
 		}
-		if err := d.Images.check(); err != nil {
+		if err := d.Images.check(ver >= DeviceInfoVersionImageBuffers); err != nil {
 			return nil, err
 		}
 		if d.Size() > MaxDeviceInfoLen {
@@ -403,7 +484,7 @@ func (d *DeviceInfo) Marshal() ([]byte, error) {
 	r.Marshal(b)
 	copy(b[DeviceInfoFixedSize:], ext)
 	if ver >= DeviceInfoVersionImages {
-		d.Images.marshal(b[(DeviceInfoFixedSize+len(ext)+7)&^7:])
+		d.Images.marshal(b[(DeviceInfoFixedSize+len(ext)+7)&^7:], ver >= DeviceInfoVersionImageBuffers)
 	}
 	return b, nil
 }
@@ -411,7 +492,7 @@ func (d *DeviceInfo) Marshal() ([]byte, error) {
 // UnmarshalDeviceInfo decodes and validates a device-information blob. b
 // may be longer than the blob (the room the guest gave); only
 // DeviceInfoFixedSize + extensions_len bytes are read. It fails on a
-// version other than 1 to 3, a nonzero il word before version 3 or one
+// version other than 1 to 4, a nonzero il word before version 3 or one
 // with bits other than DeviceILSPIRV, an endian_little other than 0 or 1, a blob over MaxDeviceInfoLen bytes or
 // beyond b, and an extension list that is not distinct names of
 // [A-Za-z0-9_] joined by single spaces.
@@ -421,7 +502,7 @@ func UnmarshalDeviceInfo(b []byte) (DeviceInfo, error) {
 	}
 	ver, res, endian, n := le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[192:]), uint64(le.Uint32(b[196:]))
 	switch {
-	case ver < DeviceInfoVersion || ver > DeviceInfoVersionIL:
+	case ver < DeviceInfoVersion || ver > DeviceInfoVersionImageBuffers:
 		return DeviceInfo{}, fmt.Errorf("device info: version %d: %w", ver, ErrMalformed)
 	case ver < DeviceInfoVersionIL && res != 0:
 		return DeviceInfo{}, fmt.Errorf("device info: reserved word %#x: %w", res, ErrMalformed)
@@ -456,7 +537,7 @@ func UnmarshalDeviceInfo(b []byte) (DeviceInfo, error) {
 		if at > uint64(len(b)) || !allZero(b[DeviceInfoFixedSize+n:at]) {
 			return DeviceInfo{}, fmt.Errorf("device info: no image section in %d bytes, or padding before it not zero: %w", len(b), ErrMalformed)
 		}
-		im, size, err := unmarshalImageInfo(b[at:])
+		im, size, err := unmarshalImageInfo(b[at:], ver >= DeviceInfoVersionImageBuffers)
 		if err != nil {
 			return DeviceInfo{}, err
 		}

@@ -2,6 +2,7 @@ package abi
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,8 +75,11 @@ func TestDeviceInfoImagesRoundTrip(t *testing.T) {
 		"format not portable":     func(d *DeviceInfo) { d.Images.Formats[0] = ImageFormat{OrderARGB, UnormInt8} },
 		"format twice":            func(d *DeviceInfo) { d.Images.Formats[2] = d.Images.Formats[0] },
 		"too many formats":        func(d *DeviceInfo) { d.Images.Formats = make([]ImageFormat, MaxImageFormats+1) },
-		"version 4":               func(d *DeviceInfo) { d.Version = 4 },
-		"il in version 2":         func(d *DeviceInfo) { d.IL = DeviceILSPIRV },
+		"version 5":               func(d *DeviceInfo) { d.Version = 5 },
+		"buffer part in version 2": func(d *DeviceInfo) {
+			d.Images.MaxBufferSize, d.Images.BufferFormats = 65536, d.Images.Formats[:1]
+		},
+		"il in version 2": func(d *DeviceInfo) { d.IL = DeviceILSPIRV },
 	} {
 		d := testImageInfo()
 		mod(&d)
@@ -135,7 +139,7 @@ func TestDeviceInfoILRoundTrip(t *testing.T) {
 	for name, mod := range map[string]func(b []byte){
 		"il bit 1":        func(b []byte) { le.PutUint32(b[4:], 2) },
 		"il in version 2": func(b []byte) { le.PutUint32(b[0:], DeviceInfoVersionImages) },
-		"version 4":       func(b []byte) { le.PutUint32(b[0:], 4) },
+		"version 5":       func(b []byte) { le.PutUint32(b[0:], 5) },
 	} {
 		bb := append([]byte(nil), b...)
 		mod(bb)
@@ -143,8 +147,80 @@ func TestDeviceInfoILRoundTrip(t *testing.T) {
 			t.Errorf("%s: UnmarshalDeviceInfo = %v, want ErrMalformed", name, err)
 		}
 	}
-	if err := (&DeviceInfoQuery{SGCount: 1, Version: DeviceInfoVersionIL + 1, Length: 1}).check(fieldCodec{}); !errors.Is(err, ErrMalformed) {
-		t.Errorf("a query for version 4: %v, want ErrMalformed", err)
+	if err := (&DeviceInfoQuery{SGCount: 1, Version: DeviceInfoVersionImageBuffers + 1, Length: 1}).check(fieldCodec{}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a query for version 5: %v, want ErrMalformed", err)
+	}
+}
+
+// TestDeviceInfoImageBuffersRoundTrip: the 1.10 blob is the 1.9 one with
+// the buffer part after the image section's formats; its limit and
+// formats are checked both ways.
+func TestDeviceInfoImageBuffersRoundTrip(t *testing.T) {
+	d := testImageInfo()
+	d.Version, d.IL = DeviceInfoVersionIL, DeviceILSPIRV
+	v3, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Version = DeviceInfoVersionImageBuffers
+	d.Images.MaxBufferSize = 1 << 20
+	d.Images.BufferFormats = []ImageFormat{{OrderRGBA, Float}, {OrderR, UnsignedInt8}}
+	b, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := len(v3)
+	if len(b) != at+ImageBufferInfoFixedSize+2*ImageFormatSize || uint64(len(b)) != d.Size() || string(b[4:at]) != string(v3[4:]) {
+		t.Fatalf("version 4 blob: %d bytes, Size() %d, want version 3's %d and the buffer part", len(b), d.Size(), at)
+	}
+	if le.Uint64(b[at:]) != 1<<20 || le.Uint32(b[at+8:]) != 2 || le.Uint32(b[at+12:]) != 0 ||
+		le.Uint32(b[at+16:]) != OrderRGBA || le.Uint32(b[at+20:]) != Float || le.Uint32(b[at+24:]) != OrderR {
+		t.Errorf("buffer part % x", b[at:])
+	}
+	got, err := UnmarshalDeviceInfo(append(b, make([]byte, 32)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(d, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	none := d
+	none.Images.MaxBufferSize, none.Images.BufferFormats = 0, nil
+	if nb, err := none.Marshal(); err != nil || len(nb) != at+ImageBufferInfoFixedSize {
+		t.Errorf("no images from buffers: %d bytes, %v", len(nb), err)
+	}
+	for name, mod := range map[string]func(*DeviceInfo){
+		"size without formats": func(d *DeviceInfo) { d.Images.BufferFormats = nil },
+		"formats without size": func(d *DeviceInfo) { d.Images.MaxBufferSize = 0 },
+		"too wide":             func(d *DeviceInfo) { d.Images.MaxBufferSize = MaxImageBufferExtent + 1 },
+		"format not portable":  func(d *DeviceInfo) { d.Images.BufferFormats[1] = ImageFormat{OrderARGB, UnormInt8} },
+		"format twice":         func(d *DeviceInfo) { d.Images.BufferFormats[1] = d.Images.BufferFormats[0] },
+		"without images": func(d *DeviceInfo) {
+			d.Images = ImageInfo{MaxBufferSize: 1, BufferFormats: d.Images.BufferFormats[:1]}
+		},
+	} {
+		d := d
+		d.Images.BufferFormats = slices.Clone(d.Images.BufferFormats)
+		mod(&d)
+		if _, err := d.Marshal(); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: Marshal() = %v, want ErrMalformed", name, err)
+		}
+	}
+	for name, mod := range map[string]func(b []byte){
+		"formats beyond": func(b []byte) { le.PutUint32(b[at+8:], 3) },
+		"reserved word":  func(b []byte) { le.PutUint32(b[at+12:], 1) },
+		"too wide":       func(b []byte) { le.PutUint64(b[at:], MaxImageBufferExtent+1) },
+		"no size":        func(b []byte) { le.PutUint64(b[at:], 0) },
+		"not portable":   func(b []byte) { le.PutUint32(b[at+16:], OrderARGB) },
+	} {
+		bb := append([]byte(nil), b...)
+		mod(bb)
+		if _, err := UnmarshalDeviceInfo(bb[:len(b)]); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: UnmarshalDeviceInfo = %v, want ErrMalformed", name, err)
+		}
+	}
+	if _, err := UnmarshalDeviceInfo(b[:at+ImageBufferInfoFixedSize-1]); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a cut buffer part: UnmarshalDeviceInfo = %v, want ErrMalformed", err)
 	}
 }
 
@@ -263,7 +339,7 @@ func TestDeviceInfoQueryLayout(t *testing.T) {
 			t.Errorf("%s: DecodePayload = %v, want StatusInvalidArgument", name, err)
 		}
 	}
-	for v := range uint32(4) {
+	for v := range uint32(5) {
 		c := NewCommand(&DeviceInfoQuery{SGCount: 1, Length: 16, Version: v}, 0, 0)
 		q, err := DecodeAs[*DeviceInfoQuery](&c)
 		if err != nil || q.BlobVersion() != max(v, 1) {
@@ -272,9 +348,9 @@ func TestDeviceInfoQueryLayout(t *testing.T) {
 	}
 	for _, off := range []int{4, 24, 47} {
 		c := NewCommand(&DeviceInfoQuery{SGCount: 1, Length: 16}, 0, 0)
-		c.Payload[off] = 4
+		c.Payload[off] = 5
 		if _, err := DecodePayload(&c); StatusOf(err) != StatusInvalidArgument {
-			t.Errorf("payload byte %d = 4: DecodePayload = %v, want StatusInvalidArgument", off, err)
+			t.Errorf("payload byte %d = 5: DecodePayload = %v, want StatusInvalidArgument", off, err)
 		}
 	}
 }

@@ -121,6 +121,9 @@ func FuzzDeviceInfo(f *testing.F) {
 	id := testImageInfo()
 	ib, _ := id.Marshal()
 	f.Add(ib)
+	id.Version, id.Images.MaxBufferSize, id.Images.BufferFormats = DeviceInfoVersionImageBuffers, 65536, id.Images.Formats[:2]
+	bb, _ := id.Marshal()
+	f.Add(bb)
 	empty := DeviceInfo{}
 	eb, _ := empty.Marshal()
 	f.Add(eb)

@@ -21,6 +21,12 @@ const (
 	ImageType2DArray uint32 = 0x10F3
 	ImageType1D      uint32 = 0x10F4
 	ImageType1DArray uint32 = 0x10F5
+	// ImageType1DBuffer (1.10, FeatureImageBuffers) is OpenCL's image
+	// made from a buffer (CL_MEM_OBJECT_IMAGE1D_BUFFER): a 1D image
+	// whose pixels are the named buffer's first bytes, as every image's
+	// are; its width is bounded by the image section's max_buffer_size
+	// instead of the plane's width.
+	ImageType1DBuffer uint32 = 0x10F6
 )
 
 // ImageDescSize is the size of an image descriptor in a launch descriptor.
@@ -31,6 +37,10 @@ const ImageDescSize = 48
 // image's size in bytes never overflows.
 const MaxImageExtent = 1 << 16
 
+// MaxImageBufferExtent bounds the width of an image made from a buffer
+// (ImageType1DBuffer) likewise: at most 2 GiB of 16-byte pixels.
+const MaxImageBufferExtent = 1 << 27
+
 // ImageDesc describes an image argument (docs/ABI.md "Images").
 //
 //	off size field
@@ -38,7 +48,7 @@ const MaxImageExtent = 1 << 16
 //	4   4    image type (ImageType*)
 //	8   4    channel order (OpenCL's CL_R, CL_RGBA, ...)
 //	12  4    channel data type (OpenCL's CL_UNORM_INT8, ...)
-//	16  8    width (1..MaxImageExtent)
+//	16  8    width (1..MaxImageExtent; ImageType1DBuffer 1..MaxImageBufferExtent)
 //	24  8    height: 1D types 0 or 1, else 1..MaxImageExtent
 //	32  8    depth: 3D 1..MaxImageExtent, else 0 or 1
 //	40  8    array_size: array types 1..MaxImageExtent, else 0 or 1
@@ -166,7 +176,7 @@ func PortableImageFormat(f ImageFormat) bool { return slices.Contains(PortableIm
 // at least 1.
 func (d *ImageDesc) Region() [3]uint64 {
 	switch d.Type {
-	case ImageType1D:
+	case ImageType1D, ImageType1DBuffer:
 		return [3]uint64{d.Width, 1, 1}
 	case ImageType1DArray:
 		return [3]uint64{d.Width, d.ArraySize, 1}
@@ -191,9 +201,13 @@ func (d *ImageDesc) check() error {
 	ext := func(v uint64) bool { return v >= 1 && v <= MaxImageExtent }
 	unused := func(v uint64) bool { return v <= 1 }
 	var ok bool
+	width := ext(d.Width)
 	switch d.Type {
 	case ImageType1D:
 		ok = unused(d.Height) && unused(d.Depth) && unused(d.ArraySize)
+	case ImageType1DBuffer:
+		ok = unused(d.Height) && unused(d.Depth) && unused(d.ArraySize)
+		width = d.Width >= 1 && d.Width <= MaxImageBufferExtent
 	case ImageType1DArray:
 		ok = unused(d.Height) && unused(d.Depth) && ext(d.ArraySize)
 	case ImageType2D:
@@ -208,7 +222,7 @@ func (d *ImageDesc) check() error {
 	switch {
 	case d.Buffer == 0:
 		return fmt.Errorf("image in buffer 0: %w", ErrMalformed)
-	case !ok || !ext(d.Width):
+	case !ok || !width:
 		return fmt.Errorf("image of type %#x, %dx%dx%d, %d layers: %w", d.Type, d.Width, d.Height, d.Depth, d.ArraySize, ErrMalformed)
 	}
 	if _, known := d.Format().PixelSize(); !known {

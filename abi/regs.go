@@ -5,7 +5,7 @@ package abi
 // whose major version differs from the one it was built for.
 const (
 	VersionMajor = 1
-	VersionMinor = 9
+	VersionMinor = 10
 	Version      = VersionMajor<<16 | VersionMinor
 )
 
@@ -137,8 +137,16 @@ const (
 	// device-info answers a query for DeviceInfoVersionIL with the
 	// blob whose il word says whether the physical device takes SPIR-V.
 	FeatureIL = 1 << 6
+	// FeatureImageBuffers (1.10): images made from buffers (docs/ABI.md
+	// "Images made from buffers"): a launch takes image arguments of
+	// ImageType1DBuffer, and device-info answers a query for
+	// DeviceInfoVersionImageBuffers with the blob whose image section
+	// ends in the buffer part (the width limit and the formats of such
+	// images).
+	FeatureImageBuffers = 1 << 7
 	// Features is what this version's RegFeatures reads.
-	Features = FeatureINTx | FeatureKick | FeatureContexts | FeatureNotify | FeaturePrintf | FeatureImages | FeatureIL
+	Features = FeatureINTx | FeatureKick | FeatureContexts | FeatureNotify | FeaturePrintf | FeatureImages | FeatureIL |
+		FeatureImageBuffers
 )
 
 // Poll word values (1.6, FeatureNotify).

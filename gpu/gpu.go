@@ -71,6 +71,11 @@ type ImageCaps struct {
 	// Formats are those clGetSupportedImageFormats lists for 2D images
 	// a kernel may both read and write (CL_MEM_READ_WRITE).
 	Formats []ImageFormat
+	// MaxBufferSize is CL_DEVICE_IMAGE_MAX_BUFFER_SIZE (pixels of an
+	// image made from a buffer), BufferFormats the formats it lists
+	// for such images (CL_MEM_OBJECT_IMAGE1D_BUFFER, CL_MEM_READ_WRITE).
+	MaxBufferSize uint64
+	BufferFormats []ImageFormat
 }
 
 // ImageFormat is OpenCL's cl_image_format: a channel order and a channel

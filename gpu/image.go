@@ -13,8 +13,12 @@ import "fmt"
 // buffer into it, runs the kernel and copies it back where the kernel
 // may write it (docs/architecture.md "Images").
 //
+// An image made from a buffer (ImageType1DBuffer, a kernel's
+// image1d_buffer_t) is the buffer itself to such a device: it makes its
+// image on the buffer, without a copy either way.
+//
 // The values are OpenCL's: Type a CL_MEM_OBJECT_IMAGE* (1D, 1D array, 2D,
-// 2D array or 3D; not an image made from a buffer), Order a channel order
+// 2D array, 3D or 1D buffer), Order a channel order
 // (CL_R, CL_RGBA, ...), DataType a channel data type (CL_UNORM_INT8,
 // CL_FLOAT, ...). Unused sizes (Height of a 1D image, Depth of a 2D one,
 // ArraySize of a type that is not an array) are 0 or 1.
@@ -35,6 +39,9 @@ const (
 	ImageType2DArray = 0x10F3
 	ImageType1D      = 0x10F4
 	ImageType1DArray = 0x10F5
+	// ImageType1DBuffer is an image made from a buffer: a 1D image on
+	// the buffer's first bytes (CL_MEM_OBJECT_IMAGE1D_BUFFER).
+	ImageType1DBuffer = 0x10F6
 )
 
 // Region returns the image's extent as OpenCL's origin-relative region
@@ -44,7 +51,7 @@ func (im *Image) Region() ([3]uint64, error) {
 	one := func(v uint64) bool { return v <= 1 }
 	var r [3]uint64
 	switch im.Type {
-	case ImageType1D:
+	case ImageType1D, ImageType1DBuffer:
 		r = [3]uint64{im.Width, 1, 1}
 		if !one(im.Height) || !one(im.Depth) || !one(im.ArraySize) {
 			return r, fmt.Errorf("1D image with height %d, depth %d, array size %d: %w", im.Height, im.Depth, im.ArraySize, ErrInvalidArgument)

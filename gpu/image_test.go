@@ -35,7 +35,7 @@ func TestImages(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				imagetest.Check(t, q, pipelined)
+				imagetest.Check(t, q, caps, pipelined)
 				if err := q.Close(); err != nil {
 					t.Error(err)
 				}

@@ -67,7 +67,7 @@ func open(selector string, hostBacked bool) (Device, error) {
 	// The image formats, from the device's own context: enumerate made
 	// none for the devices not picked.
 	if d.info.Caps.Images.Supported {
-		if d.info.Caps.Images.Formats, err = imageFormats(d.ctx); err != nil {
+		if err = imageFormats(d.ctx, &d.info.Caps.Images); err != nil {
 			C.clReleaseContext(d.ctx)
 			return nil, fmt.Errorf("open %s: %w", e.info.Name, err)
 		}

@@ -32,7 +32,7 @@ func Devices() ([]Info, error) {
 	for i, e := range es {
 		infos[i] = e.info
 		if e.info.Caps.Images.Supported {
-			if infos[i].Caps.Images.Formats, err = probeFormats(e.id); err != nil {
+			if err = probeFormats(e.id, &infos[i].Caps.Images); err != nil {
 				return nil, fmt.Errorf("device %s: %w", e.info.Name, err)
 			}
 		}

@@ -5,9 +5,10 @@ package gpu
 /*
 #include "opencl_cgo.h"
 
-// vg_image makes an image of the given type, format and extent.
+// vg_image makes an image of the given type, format and extent; one made
+// from a buffer (CL_MEM_OBJECT_IMAGE1D_BUFFER) on buf.
 static cl_int vg_image(cl_context ctx, cl_uint type, cl_uint order, cl_uint dtype,
-		size_t w, size_t h, size_t d, size_t layers, cl_mem *out) {
+		size_t w, size_t h, size_t d, size_t layers, cl_mem buf, cl_mem *out) {
 	cl_image_format f = {order, dtype};
 	cl_image_desc desc = {0};
 	desc.image_type = type;
@@ -15,6 +16,7 @@ static cl_int vg_image(cl_context ctx, cl_uint type, cl_uint order, cl_uint dtyp
 	desc.image_height = h;
 	desc.image_depth = d;
 	desc.image_array_size = layers;
+	desc.buffer = buf;
 	cl_int err = CL_SUCCESS;
 	*out = clCreateImage(ctx, CL_MEM_READ_WRITE, &f, &desc, NULL, &err);
 	return err;
@@ -50,8 +52,8 @@ static cl_int vg_set_sampler_arg(cl_kernel k, cl_uint i, cl_sampler s) {
 	return clSetKernelArg(k, i, sizeof(cl_sampler), &s);
 }
 
-static cl_int vg_formats(cl_context ctx, cl_uint cap, cl_image_format *out, cl_uint *n) {
-	return clGetSupportedImageFormats(ctx, CL_MEM_READ_WRITE, CL_MEM_OBJECT_IMAGE2D, cap, out, n);
+static cl_int vg_formats(cl_context ctx, cl_mem_object_type type, cl_uint cap, cl_image_format *out, cl_uint *n) {
+	return clGetSupportedImageFormats(ctx, CL_MEM_READ_WRITE, type, cap, out, n);
 }
 
 static cl_context vg_probe_context(cl_device_id d, cl_int *err) {
@@ -81,6 +83,7 @@ type launchImage struct {
 	buf    *buffer
 	img    C.cl_mem
 	region [3]uint64
+	onBuf  bool // made on the buffer (ImageType1DBuffer): no copies
 	back   bool // the kernel may write it: copy it back
 }
 
@@ -112,6 +115,7 @@ func imageCaps(d C.cl_device_id) (ImageCaps, error) {
 		{C.CL_DEVICE_MAX_READ_IMAGE_ARGS, 4, &c.MaxReadArgs},
 		{C.CL_DEVICE_MAX_WRITE_IMAGE_ARGS, 4, &c.MaxWriteArgs},
 		{C.CL_DEVICE_MAX_SAMPLERS, 4, &c.MaxSamplers},
+		{C.CL_DEVICE_IMAGE_MAX_BUFFER_SIZE, unsafe.Sizeof(C.size_t(0)), &c.MaxBufferSize},
 	} {
 		var u32 C.cl_uint
 		var u64 C.cl_ulong
@@ -131,11 +135,25 @@ func imageCaps(d C.cl_device_id) (ImageCaps, error) {
 	return c, nil
 }
 
-// imageFormats lists the formats of 2D images a kernel may read and
-// write (CL_MEM_READ_WRITE) in context ctx, of one device.
-func imageFormats(ctx C.cl_context) ([]ImageFormat, error) {
+// imageFormats fills in c's formats from context ctx, of one device: of
+// 2D images and of images made from buffers a kernel may read and write.
+func imageFormats(ctx C.cl_context, c *ImageCaps) error {
+	var err error
+	if c.Formats, err = formatsOf(ctx, C.CL_MEM_OBJECT_IMAGE2D); err != nil {
+		return err
+	}
+	if c.MaxBufferSize == 0 {
+		return nil
+	}
+	c.BufferFormats, err = formatsOf(ctx, C.CL_MEM_OBJECT_IMAGE1D_BUFFER)
+	return err
+}
+
+// formatsOf lists the formats of images of type typ a kernel may read
+// and write (CL_MEM_READ_WRITE) in context ctx.
+func formatsOf(ctx C.cl_context, typ C.cl_mem_object_type) ([]ImageFormat, error) {
 	var n C.cl_uint
-	if err := clErr("clGetSupportedImageFormats", C.vg_formats(ctx, 0, nil, &n)); err != nil {
+	if err := clErr("clGetSupportedImageFormats", C.vg_formats(ctx, typ, 0, nil, &n)); err != nil {
 		return nil, err
 	}
 	n = min(n, maxImageFormats)
@@ -143,7 +161,7 @@ func imageFormats(ctx C.cl_context) ([]ImageFormat, error) {
 		return nil, nil
 	}
 	fs := make([]C.cl_image_format, n)
-	if err := clErr("clGetSupportedImageFormats", C.vg_formats(ctx, n, &fs[0], nil)); err != nil {
+	if err := clErr("clGetSupportedImageFormats", C.vg_formats(ctx, typ, n, &fs[0], nil)); err != nil {
 		return nil, err
 	}
 	out := make([]ImageFormat, 0, n)
@@ -155,19 +173,20 @@ func imageFormats(ctx C.cl_context) ([]ImageFormat, error) {
 
 // probeFormats is imageFormats of device d in a context of its own, for
 // Devices, which has none (Open asks its device's context instead).
-func probeFormats(d C.cl_device_id) ([]ImageFormat, error) {
+func probeFormats(d C.cl_device_id, c *ImageCaps) error {
 	var code C.cl_int
 	ctx := C.vg_probe_context(d, &code)
 	if err := clErr("clCreateContext", code); err != nil {
-		return nil, fmt.Errorf("image formats: %w", err)
+		return fmt.Errorf("image formats: %w", err)
 	}
 	defer C.clReleaseContext(ctx)
-	return imageFormats(ctx)
+	return imageFormats(ctx, c)
 }
 
 // imageArg makes the device image for image argument a of launch li and
-// sets it as argument i of k. The buffer must hold the packed image.
-// q.mu must be held.
+// sets it as argument i of k. The buffer must hold the packed image. An
+// image made from a buffer is made on the buffer, the others are copied
+// in and out. q.mu must be held.
 func (q *queue) imageArg(k *kernel, i int, a Arg, li *launchImages) error {
 	b, err := q.checkBuffer("image argument", a.Buffer)
 	if err != nil {
@@ -177,9 +196,13 @@ func (q *queue) imageArg(k *kernel, i int, a Arg, li *launchImages) error {
 	if err != nil {
 		return err
 	}
-	var img C.cl_mem
+	var img, on C.cl_mem
+	onBuf := a.Image.Type == ImageType1DBuffer
+	if onBuf {
+		on = b.mem
+	}
 	if err := clErr("clCreateImage", C.vg_image(q.dev.ctx, C.cl_uint(a.Image.Type), C.cl_uint(a.Image.Order), C.cl_uint(a.Image.DataType),
-		C.size_t(a.Image.Width), C.size_t(a.Image.Height), C.size_t(a.Image.Depth), C.size_t(a.Image.ArraySize), &img)); err != nil {
+		C.size_t(a.Image.Width), C.size_t(a.Image.Height), C.size_t(a.Image.Depth), C.size_t(a.Image.ArraySize), on, &img)); err != nil {
 		return fmt.Errorf("image %dx%dx%d: %w", r[0], r[1], r[2], err)
 	}
 	var elem C.size_t
@@ -191,7 +214,8 @@ func (q *queue) imageArg(k *kernel, i int, a Arg, li *launchImages) error {
 		C.clReleaseMemObject(img)
 		return fmt.Errorf("image %dx%dx%d of %d-byte pixels in a %d-byte buffer: %w", r[0], r[1], r[2], elem, b.size, ErrOutOfRange)
 	}
-	li.images = append(li.images, launchImage{buf: b, img: img, region: r, back: k.access[i] != C.CL_KERNEL_ARG_ACCESS_READ_ONLY})
+	li.images = append(li.images, launchImage{buf: b, img: img, region: r, onBuf: onBuf,
+		back: !onBuf && k.access[i] != C.CL_KERNEL_ARG_ACCESS_READ_ONLY})
 	return clErr("clSetKernelArg", C.vg_set_image_arg(k.k, C.cl_uint(i), img))
 }
 
@@ -230,6 +254,9 @@ func (q *queue) samplerArg(k *kernel, i int, a Arg, li *launchImages) error {
 // ahead of the kernel. q.mu must be held.
 func (li *launchImages) copyIn(q *queue) error {
 	for _, im := range li.images {
+		if im.onBuf {
+			continue
+		}
 		if err := clErr("clEnqueueCopyBufferToImage", C.vg_image_copy(q.q, im.buf.mem, im.img, 1,
 			C.size_t(im.region[0]), C.size_t(im.region[1]), C.size_t(im.region[2]), nil)); err != nil {
 			return fmt.Errorf("image argument: %w", err)

@@ -31,8 +31,9 @@ const (
 	argLocal
 	argScalar
 	argImage       // an image type: set from a buffer and an Image (opencl_image.go)
+	argImageBuffer // image1d_buffer_t: set from a buffer and an Image of ImageType1DBuffer
 	argSampler     // sampler_t: set from a Sampler
-	argUnsupported // image buffers, pipes, events, queues: never set from bytes
+	argUnsupported // pipes, events, queues: never set from bytes
 )
 
 // kernel is a Kernel: one cl_kernel of a program, with the kind and type
@@ -58,6 +59,8 @@ func (k argKind) String() string {
 		return "scalar"
 	case argImage:
 		return "image"
+	case argImageBuffer:
+		return "image made from a buffer"
 	case argSampler:
 		return "sampler"
 	case argUnsupported:
@@ -126,7 +129,7 @@ func (k *kernel) describeArgs() error {
 		k.types[i] = typ
 		if kind, ok := imageKind(typ); ok {
 			k.args[i] = kind
-			if kind == argImage {
+			if kind == argImage || kind == argImageBuffer {
 				code := C.clGetKernelArgInfo(k.k, C.cl_uint(i), C.CL_KERNEL_ARG_ACCESS_QUALIFIER, C.size_t(unsafe.Sizeof(k.access[i])), unsafe.Pointer(&k.access[i]), nil)
 				if err := clErr("clGetKernelArgInfo", code); err != nil {
 					return err
@@ -172,8 +175,11 @@ func (k *kernel) describeILArgs() error {
 			k.args[i] = argBuffer
 		case ILLocal:
 			k.args[i] = argLocal
-		case ILImage:
+		case ILImage, ILImageBuffer:
 			k.args[i] = argImage
+			if prm.Kind == ILImageBuffer {
+				k.args[i] = argImageBuffer
+			}
 			k.access[i] = map[ILAccess]C.cl_kernel_arg_access_qualifier{
 				ILReadOnly:  C.CL_KERNEL_ARG_ACCESS_READ_ONLY,
 				ILWriteOnly: C.CL_KERNEL_ARG_ACCESS_WRITE_ONLY,
@@ -198,7 +204,7 @@ func (k *kernel) describeILArgs() error {
 			want = aq == C.CL_KERNEL_ARG_ADDRESS_GLOBAL || aq == C.CL_KERNEL_ARG_ADDRESS_CONSTANT
 		case argLocal:
 			want = aq == C.CL_KERNEL_ARG_ADDRESS_LOCAL
-		case argImage:
+		case argImage, argImageBuffer:
 			want = aq == C.CL_KERNEL_ARG_ADDRESS_GLOBAL
 		case argScalar, argSampler:
 			want = aq == C.CL_KERNEL_ARG_ADDRESS_PRIVATE
@@ -214,8 +220,8 @@ func (k *kernel) describeILArgs() error {
 
 // imageKind reports the kind of a parameter of image or sampler type
 // name: argImage for the image types Image describes, argSampler for
-// sampler_t, argUnsupported for image1d_buffer_t (an image made from a
-// buffer, which Image does not describe); false for other types.
+// sampler_t, argImageBuffer for image1d_buffer_t (an image made from a
+// buffer); false for other types.
 func imageKind(typ string) (argKind, bool) {
 	switch strings.TrimPrefix(strings.TrimPrefix(typ, "__"), "read_only ") {
 	case "image1d_t", "image1d_array_t", "image2d_t", "image2d_array_t", "image3d_t":
@@ -223,7 +229,7 @@ func imageKind(typ string) (argKind, bool) {
 	case "sampler_t":
 		return argSampler, true
 	case "image1d_buffer_t":
-		return argUnsupported, true
+		return argImageBuffer, true
 	}
 	return 0, false
 }
@@ -388,7 +394,7 @@ func (ki *KernelInfo) fromIL(params []ILParam) {
 			}
 		case ILLocal:
 			a.AddressQualifier = C.CL_KERNEL_ARG_ADDRESS_LOCAL
-		case ILImage:
+		case ILImage, ILImageBuffer:
 			a.AddressQualifier = C.CL_KERNEL_ARG_ADDRESS_GLOBAL
 			a.AccessQualifier = map[ILAccess]uint32{ILReadOnly: C.CL_KERNEL_ARG_ACCESS_READ_ONLY,
 				ILWriteOnly: C.CL_KERNEL_ARG_ACCESS_WRITE_ONLY, ILReadWrite: C.CL_KERNEL_ARG_ACCESS_READ_WRITE}[prm.Access]

@@ -229,6 +229,8 @@ func (q *queue) setArg(k *kernel, i int, a Arg, li *launchImages) error {
 	want := k.args[i]
 	var got argKind
 	switch {
+	case a.Image != nil && a.Image.Type == ImageType1DBuffer:
+		got = argImageBuffer
 	case a.Image != nil:
 		got = argImage
 	case a.Buffer != nil:
@@ -248,7 +250,7 @@ func (q *queue) setArg(k *kernel, i int, a Arg, li *launchImages) error {
 	}
 	var code C.cl_int
 	switch got {
-	case argImage:
+	case argImage, argImageBuffer:
 		return q.imageArg(k, i, a, li)
 	case argSampler:
 		return q.samplerArg(k, i, a, li)

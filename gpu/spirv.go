@@ -104,7 +104,8 @@ const (
 	ILLocal                         // a __local pointer: a size
 	ILImage                         // a 1D, 2D or 3D image, arrayed or not
 	ILSampler                       // sampler_t
-	ILUnsupported                   // image buffers, pipes, events, queues
+	ILUnsupported                   // pipes, events, queues, other image dimensions
+	ILImageBuffer                   // an image made from a buffer (Dim Buffer)
 )
 
 // ILAccess is an image parameter's access qualifier.
@@ -343,8 +344,10 @@ func (p *ilParser) param(t uint32) (ILParam, error) {
 		switch ty.args[1] {
 		case spvDim1D, spvDim2D, spvDim3D:
 			prm.Kind = ILImage
+		case spvDimBuffer:
+			prm.Kind = ILImageBuffer
 		default:
-			prm.Kind = ILUnsupported // image buffers and other dimensions
+			prm.Kind = ILUnsupported // cubes, rectangles, subpass data
 		}
 		if len(ty.args) > 7 {
 			switch ty.args[7] {

@@ -170,7 +170,7 @@ func FuzzCheckIL(f *testing.F) {
 		}
 		for name, params := range m.Kernels {
 			for i, p := range params {
-				if p.Kind < ILScalar || p.Kind > ILUnsupported || p.Type == "" {
+				if p.Kind < ILScalar || p.Kind > ILImageBuffer || p.Type == "" {
 					t.Fatalf("kernel %q parameter %d: %+v", name, i, p)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/vgpud/vgpud/gpu"
@@ -32,6 +33,10 @@ __kernel void layers(__read_only image2d_array_t in, __global float *o) {
 __kernel void fill3d(__write_only image3d_t out) {
 	int4 p = (int4)(get_global_id(0), get_global_id(1), get_global_id(2), 0);
 	write_imageui(out, p, (uint4)(p.x + 10 * p.y + 100 * p.z, 0, 0, 0));
+}
+__kernel void twice1db(__read_only image1d_buffer_t in, __write_only image1d_buffer_t out) {
+	int x = get_global_id(0);
+	write_imagef(out, x, read_imagef(in, x) * 2.0f);
 }
 `
 
@@ -65,11 +70,13 @@ func launch(t testing.TB, q gpu.Queue, pipelined bool, k gpu.Kernel, r gpu.NDRan
 	}
 }
 
-// Check runs Source's kernels on q and compares what they wrote with
-// what OpenCL defines, and that an image too large for its buffer, an
-// unknown type or sampler mode, and an image where a buffer is wanted
-// are refused.
-func Check(t *testing.T, q gpu.Queue, pipelined bool) {
+// Check runs Source's kernels on q, a queue of a device with caps, and
+// compares what they wrote with what OpenCL defines, and that an image
+// too large for its buffer, an unknown type or sampler mode, an image
+// where a buffer is wanted and an image made from a buffer where another
+// image is wanted (and the other way round) are refused. Images made
+// from buffers are checked where caps offers them in CL_R CL_FLOAT.
+func Check(t *testing.T, q gpu.Queue, caps gpu.ImageCaps, pipelined bool) {
 	t.Helper()
 	p, log, err := q.Build(Source, "")
 	if err != nil {
@@ -192,7 +199,9 @@ func Check(t *testing.T, q gpu.Queue, pipelined bool) {
 	big.Height = h + 1
 	bad := map[string][]gpu.Arg{
 		"image beyond its buffer": {{Buffer: in, Image: &big}, {Buffer: out, Image: &rgba8}, {Sampler: nearest}, {Scalar: k}},
-		"unknown image type":      {{Buffer: in, Image: &gpu.Image{Type: 0x10F6, Order: clRGBA, DataType: clUnormInt8, Width: 4}}, {Buffer: out, Image: &rgba8}, {Sampler: nearest}, {Scalar: k}},
+		"unknown image type":      {{Buffer: in, Image: &gpu.Image{Type: 0x10F7, Order: clRGBA, DataType: clUnormInt8, Width: 4}}, {Buffer: out, Image: &rgba8}, {Sampler: nearest}, {Scalar: k}},
+		"image made from a buffer": {{Buffer: in, Image: &gpu.Image{Type: gpu.ImageType1DBuffer, Order: clRGBA, DataType: clUnormInt8, Width: 4}},
+			{Buffer: out, Image: &rgba8}, {Sampler: nearest}, {Scalar: k}},
 		"unknown addressing mode": {{Buffer: in, Image: &rgba8}, {Buffer: out, Image: &rgba8}, {Sampler: &gpu.Sampler{Addressing: 0x1135, Filter: gpu.FilterNearest}}, {Scalar: k}},
 		"buffer for an image":     {{Buffer: in}, {Buffer: out, Image: &rgba8}, {Sampler: nearest}, {Scalar: k}},
 		"image for a sampler":     {{Buffer: in, Image: &rgba8}, {Buffer: out, Image: &rgba8}, {Buffer: in, Image: &rgba8}, {Scalar: k}},
@@ -204,5 +213,65 @@ func Check(t *testing.T, q gpu.Queue, pipelined bool) {
 	}
 	if err := q.Read(out, 0, got); err != nil || !bytes.Equal(got, want) {
 		t.Errorf("a refused launch changed its output image: %v, %v", got, err)
+	}
+	if caps.MaxBufferSize >= 64 && slices.Contains(caps.BufferFormats, gpu.ImageFormat{Order: clR, DataType: clFloat}) {
+		checkImageBuffers(t, q, pipelined, kernel("twice1db"))
+	} else {
+		t.Logf("no images made from buffers in CL_R CL_FLOAT (%d pixels, formats %v): not checked", caps.MaxBufferSize, caps.BufferFormats)
+	}
+}
+
+// checkImageBuffers runs twice1db on images made from buffers: the
+// kernel reads and writes the buffers themselves, so a write to the input
+// buffer between launches is what the next launch reads.
+func checkImageBuffers(t *testing.T, q gpu.Queue, pipelined bool, k gpu.Kernel) {
+	t.Helper()
+	const n = 64
+	in, err := q.Alloc(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Release()
+	out, err := q.Alloc(4*n + 16) // larger than the image: the rest stays
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Release()
+	if err := q.Write(out, 4*n, []byte("0123456789abcdef")); err != nil {
+		t.Fatal(err)
+	}
+	im := gpu.Image{Type: gpu.ImageType1DBuffer, Order: clR, DataType: clFloat, Width: n}
+	for round := range 2 {
+		var fl []byte
+		for i := range n {
+			fl = binary.LittleEndian.AppendUint32(fl, math.Float32bits(float32(i+100*round)))
+		}
+		if err := q.Write(in, 0, fl); err != nil {
+			t.Fatal(err)
+		}
+		launch(t, q, pipelined, k, gpu.NDRange{Dims: 1, Global: [3]uint64{n, 1, 1}}, []gpu.Arg{{Buffer: in, Image: &im}, {Buffer: out, Image: &im}})
+		res := make([]byte, 4*n+16)
+		if err := q.Read(out, 0, res); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if v := math.Float32frombits(binary.LittleEndian.Uint32(res[4*i:])); v != float32(2*(i+100*round)) {
+				t.Fatalf("twice1db, round %d: pixel %d = %v, want %d", round, i, v, 2*(i+100*round))
+			}
+		}
+		if string(res[4*n:]) != "0123456789abcdef" {
+			t.Errorf("twice1db wrote past its image: %q", res[4*n:])
+		}
+	}
+	plane := gpu.Image{Type: gpu.ImageType1D, Order: clR, DataType: clFloat, Width: n}
+	small := im
+	small.Width = n + 1
+	for what, args := range map[string][]gpu.Arg{
+		"a 1D image for image1d_buffer_t": {{Buffer: in, Image: &plane}, {Buffer: out, Image: &im}},
+		"an image beyond its buffer":      {{Buffer: in, Image: &small}, {Buffer: out, Image: &im}},
+	} {
+		if _, err := q.Launch(k, gpu.NDRange{Dims: 1, Global: [3]uint64{n, 1, 1}}, args); err == nil {
+			t.Errorf("launch with %s: no error", what)
+		}
 	}
 }

@@ -257,7 +257,7 @@ func TestServedPoCLImages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		imagetest.Check(t, q, pipelined)
+		imagetest.Check(t, q, d.Info().Caps.Images, pipelined)
 		q.Close()
 	}
 }

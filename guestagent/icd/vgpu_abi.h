@@ -51,6 +51,8 @@
 #define VGPU_DEVICE_INFO_VERSION             1 /* abi.DeviceInfoVersion */
 #define VGPU_DEVICE_INFO_VERSION_IMAGES      2 /* abi.DeviceInfoVersionImages */
 #define VGPU_DEVICE_INFO_VERSION_IL          3 /* abi.DeviceInfoVersionIL */
+#define VGPU_DEVICE_INFO_VERSION_IMAGE_BUFFERS 4 /* abi.DeviceInfoVersionImageBuffers */
+#define VGPU_IMAGE_BUFFER_INFO_FIXED_SIZE    16 /* abi.ImageBufferInfoFixedSize */
 #define VGPU_DEVICE_ILSPIRV                  0x01 /* abi.DeviceILSPIRV */
 #define VGPU_IMAGE_INFO_FIXED_SIZE           80 /* abi.ImageInfoFixedSize */
 #define VGPU_MAX_IMAGE_FORMATS               128 /* abi.MaxImageFormats */
@@ -72,10 +74,13 @@
 #define VGPU_IMAGE_TYPE2_D_ARRAY             0x10F3 /* abi.ImageType2DArray */
 #define VGPU_IMAGE_TYPE1_D                   0x10F4 /* abi.ImageType1D */
 #define VGPU_IMAGE_TYPE1_D_ARRAY             0x10F5 /* abi.ImageType1DArray */
+#define VGPU_IMAGE_TYPE1_D_BUFFER            0x10F6 /* abi.ImageType1DBuffer */
 
 #define VGPU_IMAGE_DESC_SIZE                 48 /* abi.ImageDescSize */
 
 #define VGPU_MAX_IMAGE_EXTENT                0x00010000 /* abi.MaxImageExtent */
+
+#define VGPU_MAX_IMAGE_BUFFER_EXTENT         0x08000000 /* abi.MaxImageBufferExtent */
 
 #define VGPU_IMAGE_FORMAT_SIZE               8 /* abi.ImageFormatSize */
 
@@ -159,8 +164,8 @@
 
 /* abi/regs.go */
 #define VGPU_VERSION_MAJOR                   1 /* abi.VersionMajor */
-#define VGPU_VERSION_MINOR                   9 /* abi.VersionMinor */
-#define VGPU_VERSION                         0x00010009 /* abi.Version */
+#define VGPU_VERSION_MINOR                   10 /* abi.VersionMinor */
+#define VGPU_VERSION                         0x0001000A /* abi.Version */
 
 #define VGPU_VENDOR_ID                       0x7667 /* abi.VendorID */
 #define VGPU_DEVICE_ID                       0x0001 /* abi.DeviceID */
@@ -225,7 +230,8 @@
 #define VGPU_FEATURE_PRINTF                  0x10 /* abi.FeaturePrintf */
 #define VGPU_FEATURE_IMAGES                  0x20 /* abi.FeatureImages */
 #define VGPU_FEATURE_IL                      0x40 /* abi.FeatureIL */
-#define VGPU_FEATURES                        0x7F /* abi.Features */
+#define VGPU_FEATURE_IMAGE_BUFFERS           0x80 /* abi.FeatureImageBuffers */
+#define VGPU_FEATURES                        0xFF /* abi.Features */
 
 #define VGPU_POLL_WORD_IDLE                  0 /* abi.PollWordIdle */
 #define VGPU_POLL_WORD_POLLING               1 /* abi.PollWordPolling */
@@ -668,6 +674,17 @@ _Static_assert(offsetof(struct vgpu_image_info, max_array_size) == 48, "vgpu_ima
 _Static_assert(offsetof(struct vgpu_image_info, max_read_args) == 56, "vgpu_image_info.max_read_args offset");
 _Static_assert(offsetof(struct vgpu_image_info, max_write_args) == 64, "vgpu_image_info.max_write_args offset");
 _Static_assert(offsetof(struct vgpu_image_info, max_samplers) == 72, "vgpu_image_info.max_samplers offset");
+
+/* abi.ImageBufferInfoRecord: the fixed part of the image section's buffer part (docs/ABI.md "Images made from buffers", 1.10), after the section's formats; buffer_format_count vgpu_image_format records follow it. */
+struct vgpu_image_buffer_info {
+	uint64_t max_buffer_size;
+	uint32_t buffer_format_count;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct vgpu_image_buffer_info) == 16, "vgpu_image_buffer_info size");
+_Static_assert(offsetof(struct vgpu_image_buffer_info, max_buffer_size) == 0, "vgpu_image_buffer_info.max_buffer_size offset");
+_Static_assert(offsetof(struct vgpu_image_buffer_info, buffer_format_count) == 8, "vgpu_image_buffer_info.buffer_format_count offset");
+_Static_assert(offsetof(struct vgpu_image_buffer_info, reserved) == 12, "vgpu_image_buffer_info.reserved offset");
 
 /* abi.ImageFormat: an image format record of the image section (1.8). */
 struct vgpu_image_format {
