@@ -82,8 +82,9 @@ type deviceInfoBlobs struct {
 	plain  []byte // abi.DeviceInfoVersion
 	images []byte // abi.DeviceInfoVersionImages
 	il     []byte // abi.DeviceInfoVersionIL
-	// imageInfo is the image section: what the instance's launches may
-	// use.
+	imbuf  []byte // abi.DeviceInfoVersionImageBuffers
+	// imageInfo is the image section with its buffer part: what the
+	// instance's launches may use.
 	imageInfo abi.ImageInfo
 }
 
@@ -94,6 +95,8 @@ func (b *deviceInfoBlobs) of(v uint32) []byte {
 		return b.images
 	case abi.DeviceInfoVersionIL:
 		return b.il
+	case abi.DeviceInfoVersionImageBuffers:
+		return b.imbuf
 	}
 	return b.plain
 }
@@ -107,7 +110,9 @@ func makeDeviceInfo(info gpu.Info, maxWorkGroup uint32) (deviceInfoBlobs, error)
 		return b, err
 	}
 	b.imageInfo = imageInfoOf(info.Caps.Images)
+	// Versions 2 and 3 have no buffer part.
 	d.Version, d.Images = abi.DeviceInfoVersionImages, b.imageInfo
+	d.Images.MaxBufferSize, d.Images.BufferFormats = 0, nil
 	if b.images, err = d.Marshal(); err != nil {
 		return b, err
 	}
@@ -115,15 +120,20 @@ func makeDeviceInfo(info gpu.Info, maxWorkGroup uint32) (deviceInfoBlobs, error)
 	if info.Caps.IL {
 		d.IL = abi.DeviceILSPIRV
 	}
-	b.il, err = d.Marshal()
+	if b.il, err = d.Marshal(); err != nil {
+		return b, err
+	}
+	d.Version, d.Images = abi.DeviceInfoVersionImageBuffers, b.imageInfo
+	b.imbuf, err = d.Marshal()
 	return b, err
 }
 
 // imageInfoOf is the image section of a device with caps (docs/ABI.md
 // "Images"): of its formats those in abi.PortableImageFormats, in that
 // list's order (so a migration to another device model finds them
-// there), its sizes at most abi.MaxImageExtent. A device without images,
-// or without one portable format, has none.
+// there), its sizes at most abi.MaxImageExtent; images made from
+// buffers likewise, of at most abi.MaxImageBufferExtent pixels. A device
+// without images, or without one portable format, has none.
 func imageInfoOf(c gpu.ImageCaps) abi.ImageInfo {
 	var im abi.ImageInfo
 	for _, f := range abi.PortableImageFormats {
@@ -140,6 +150,14 @@ func imageInfoOf(c gpu.ImageCaps) abi.ImageInfo {
 	im.MaxVolume = [3]uint64{ext(c.Max3D[0]), ext(c.Max3D[1]), ext(c.Max3D[2])}
 	im.MaxArraySize = ext(c.MaxArraySize)
 	im.MaxReadArgs, im.MaxWriteArgs, im.MaxSamplers = c.MaxReadArgs, c.MaxWriteArgs, c.MaxSamplers
+	for _, f := range abi.PortableImageFormats {
+		if c.MaxBufferSize > 0 && slices.Contains(c.BufferFormats, gpu.ImageFormat{Order: f.Order, DataType: f.DataType}) {
+			im.BufferFormats = append(im.BufferFormats, f)
+		}
+	}
+	if len(im.BufferFormats) > 0 {
+		im.MaxBufferSize = min(c.MaxBufferSize, abi.MaxImageBufferExtent)
+	}
 	return im
 }
 

@@ -313,14 +313,14 @@ func TestDeviceInfoCommand(t *testing.T) {
 	flagged := q(count, abi.PageSize, table)
 	flagged.Flags = abi.FlagNondeterministic
 	reserved := q(count, abi.PageSize, table)
-	reserved.Payload[4] = 4 // a blob version no device knows
+	reserved.Payload[4] = 5 // a blob version no device knows
 	for _, tt := range []struct {
 		name string
 		c    abi.Command
 		want abi.Status
 	}{
 		{"nondeterministic flag", flagged, abi.StatusInvalidArgument},
-		{"blob version 4", reserved, abi.StatusInvalidArgument},
+		{"blob version 5", reserved, abi.StatusInvalidArgument},
 		{"length 0", q(count, 0, table), abi.StatusInvalidArgument},
 		{"list shorter than length", q(count, 2*abi.PageSize, table), abi.StatusInvalidArgument},
 		{"table outside RAM", q(1, abi.PageSize, ramSize+abi.PageSize), abi.StatusBadAddress},

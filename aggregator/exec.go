@@ -855,12 +855,18 @@ func (in *Instance) imageArg(d *abi.ImageDesc, b *buffer) (*gpu.Image, error) {
 	if !lim.Supported {
 		return nil, abi.Errorf(abi.StatusInvalidArgument, "an image on a device without images")
 	}
-	if !slices.Contains(lim.Formats, d.Format()) {
-		return nil, abi.Errorf(abi.StatusInvalidArgument, "image format %#x/%#x not offered", d.Order, d.DataType)
+	formats := lim.Formats
+	if d.Type == abi.ImageType1DBuffer {
+		formats = lim.BufferFormats
+	}
+	if !slices.Contains(formats, d.Format()) {
+		return nil, abi.Errorf(abi.StatusInvalidArgument, "image format %#x/%#x not offered for images of type %#x", d.Order, d.DataType, d.Type)
 	}
 	r := d.Region()
 	var max [3]uint64
 	switch d.Type {
+	case abi.ImageType1DBuffer:
+		max = [3]uint64{lim.MaxBufferSize, 1, 1}
 	case abi.ImageType1D, abi.ImageType2D:
 		max = [3]uint64{lim.MaxPlane[0], lim.MaxPlane[1], 1}
 	case abi.ImageType1DArray:

@@ -100,6 +100,92 @@ func TestImageLaunch(t *testing.T) {
 	}
 }
 
+// TestImageBufferLaunch: device-info version 4 offers images made from
+// buffers (the buffer part; versions 2 and 3 keep it out); a kernel
+// with image1d_buffer_t parameters reads and writes the buffers
+// themselves through the ring; a bad one (a format not offered there,
+// wider than max_buffer_size or its buffer, for an image2d_t parameter)
+// fails only its own launch.
+func TestImageBufferLaunch(t *testing.T) {
+	d, _ := newDevice(t)
+	g := newTestGuest(t, d, "imbuf", 1<<20)
+	cmd, read := g.deviceInfoCmd(abi.PageSize)
+	cmd.Payload[4] = abi.DeviceInfoVersionImageBuffers
+	g.mustOK(g.run(cmd)...)
+	info, err := abi.UnmarshalDeviceInfo(read())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rf := abi.ImageFormat{Order: abi.OrderR, DataType: abi.Float}
+	if info.Version != abi.DeviceInfoVersionImageBuffers || info.Images.MaxBufferSize < 65536 || !slices.Contains(info.Images.BufferFormats, rf) {
+		t.Fatalf("device-info version %d: images from buffers of %d pixels in %v, want at least OpenCL's 65536 with R FLOAT",
+			info.Version, info.Images.MaxBufferSize, info.Images.BufferFormats)
+	}
+	cmd, read = g.deviceInfoCmd(abi.PageSize)
+	cmd.Payload[4] = abi.DeviceInfoVersionIL
+	g.mustOK(g.run(cmd)...)
+	if v3, err := abi.UnmarshalDeviceInfo(read()); err != nil || v3.Images.MaxBufferSize != 0 || v3.Images.BufferFormats != nil {
+		t.Errorf("device-info version 3: %+v, %v; want no buffer part", v3.Images, err)
+	}
+
+	const n = 32
+	le := binary.LittleEndian
+	var fl []byte
+	for i := range n {
+		fl = le.AppendUint32(fl, math.Float32bits(float32(i)))
+	}
+	build, _ := g.build(1, imagetest.Source, 0)
+	g.mustOK(g.run(
+		abi.NewCommand(&abi.BufferCreate{Handle: 1, Size: 4 * n}, 0, 0),
+		abi.NewCommand(&abi.BufferCreate{Handle: 2, Size: 4 * n}, 0, 0),
+		g.upload(1, fl), build)...)
+	img := func(buf uint32, typ uint32, f abi.ImageFormat, width uint64) abi.KernelArg {
+		return abi.KernelArg{Kind: abi.ArgImage, Handle: buf, Image: abi.ImageDesc{Buffer: buf, Type: typ,
+			Order: f.Order, DataType: f.DataType, Width: width}}
+	}
+	twice := func(in, out abi.KernelArg) abi.LaunchDesc {
+		return abi.LaunchDesc{WorkDim: 1, GlobalSize: [3]uint64{n}, Kernel: "twice1db", Args: []abi.KernelArg{in, out}}
+	}
+	good := twice(img(1, abi.ImageType1DBuffer, rf, n), img(2, abi.ImageType1DBuffer, rf, n))
+	dl, got := g.download(2, 4*n)
+	g.mustOK(g.run(g.launch(1, good), dl)...)
+	for i := range n {
+		if v := math.Float32frombits(le.Uint32(got()[4*i:])); v != float32(2*i) {
+			t.Fatalf("twice1db through the ring: pixel %d = %v, want %d", i, v, 2*i)
+		}
+	}
+	var other abi.ImageFormat
+	for _, f := range abi.PortableImageFormats {
+		if !slices.Contains(info.Images.BufferFormats, f) {
+			other = f
+		}
+	}
+	for _, c := range []struct {
+		name string
+		d    abi.LaunchDesc
+		want abi.Status
+	}{
+		{"wider than its buffer", twice(img(1, abi.ImageType1DBuffer, rf, n+1), img(2, abi.ImageType1DBuffer, rf, n)), abi.StatusInvalidArgument},
+		{"wider than max_buffer_size", twice(img(1, abi.ImageType1DBuffer, rf, info.Images.MaxBufferSize+1), img(2, abi.ImageType1DBuffer, rf, n)), abi.StatusInvalidArgument},
+		{"a 1D image for image1d_buffer_t", twice(img(1, abi.ImageType1D, rf, n), img(2, abi.ImageType1DBuffer, rf, n)), abi.StatusLaunchFailed},
+	} {
+		if rec := g.run(g.launch(1, c.d))[0]; rec.Status != c.want {
+			t.Errorf("%s: status %v, want %v", c.name, rec.Status, c.want)
+		}
+	}
+	if other != (abi.ImageFormat{}) {
+		if rec := g.run(g.launch(1, twice(img(1, abi.ImageType1DBuffer, other, 4), img(2, abi.ImageType1DBuffer, rf, n))))[0]; rec.Status != abi.StatusInvalidArgument {
+			t.Errorf("format %v not offered for images from buffers: status %v", other, rec.Status)
+		}
+	}
+	// The failures changed nothing and the instance goes on.
+	dl, got = g.download(2, 4*n)
+	g.mustOK(g.run(g.launch(1, good), dl)...)
+	if v := math.Float32frombits(le.Uint32(got()[4*(n-1):])); v != 2*(n-1) {
+		t.Errorf("twice1db after the refusals: last pixel %v", v)
+	}
+}
+
 // TestImageMigratesAcrossDevices: an image a kernel wrote on one device
 // moves with a live migration to an instance on another device (PoCL with
 // host-backed buffers to PoCL with plain ones, two device models to the

@@ -275,7 +275,8 @@ func (in *procInstance) bound() (*process, uint32, error) {
 // an upgrade in place, without wire.FeatureImages takes neither image
 // arguments nor device-info version 2, so the guest is not told of
 // images; without wire.FeatureIL it takes no SPIR-V, so the guest is not
-// told of that. It never waits: with no worker bound (a relocation, a
+// told of that, nor of images made from buffers without
+// wire.FeatureImageBuffers. It never waits: with no worker bound (a relocation, a
 // lost worker) it reports this release's, which every worker it starts
 // has.
 func (in *procInstance) ABIFeatures() uint32 {
@@ -291,6 +292,9 @@ func (in *procInstance) ABIFeatures() uint32 {
 	}
 	if pr.info.Features&wire.FeatureIL == 0 {
 		f &^= abi.FeatureIL
+	}
+	if pr.info.Features&wire.FeatureImageBuffers == 0 {
+		f &^= abi.FeatureImageBuffers
 	}
 	return f
 }

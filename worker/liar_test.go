@@ -225,8 +225,9 @@ func TestFreshWorkerGetsNoStaleDoorbell(t *testing.T) {
 // adopted in an upgrade in place) keeps abi.FeatureImages and
 // abi.FeatureIL out of the instance's RegFeatures, so that its guest
 // never sends it image arguments or SPIR-V or asks for device-info
-// version 2 or 3; a worker of 1.8's release hides only SPIR-V; a worker
-// of this release lets the register say both.
+// version 2 or 3; a worker of 1.8's release hides SPIR-V and images made
+// from buffers, one of 1.9's only the latter; a worker of this release
+// lets the register say all.
 func TestOldWorkerHidesImages(t *testing.T) {
 	dev := liarDevice
 	dev.Name = "liar-device-0"            // what honest-index opens as device 0
@@ -238,13 +239,17 @@ func TestOldWorkerHidesImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer be.Close()
-	want := uint32(abi.Features &^ abi.FeatureImages &^ abi.FeatureIL)
+	want := uint32(abi.Features &^ abi.FeatureImages &^ abi.FeatureIL &^ abi.FeatureImageBuffers)
 	if got := mmio.New(be).ReadBAR(abi.RegFeatures, 4); got != uint64(want) {
 		t.Errorf("RegFeatures with a worker of an earlier release = %#x, want %#x", got, want)
 	}
 	v18 := &procInstance{proc: &process{info: wire.HelloReply{Features: wire.FeatureGuestLog | wire.FeatureImages}}}
-	if got, want := v18.ABIFeatures(), uint32(abi.Features&^abi.FeatureIL); got != want {
+	if got, want := v18.ABIFeatures(), uint32(abi.Features&^abi.FeatureIL&^abi.FeatureImageBuffers); got != want {
 		t.Errorf("ABIFeatures with a worker of 1.8's release = %#x, want %#x", got, want)
+	}
+	v19 := &procInstance{proc: &process{info: wire.HelloReply{Features: wire.FeatureGuestLog | wire.FeatureImages | wire.FeatureIL}}}
+	if got, want := v19.ABIFeatures(), uint32(abi.Features&^abi.FeatureImageBuffers); got != want {
+		t.Errorf("ABIFeatures with a worker of 1.9's release = %#x, want %#x", got, want)
 	}
 	now := &procInstance{proc: &process{info: wire.HelloReply{Features: wire.Features}}}
 	if got := now.ABIFeatures(); got != abi.Features {

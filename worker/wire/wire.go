@@ -311,8 +311,13 @@ const (
 	// with FlagIL and device-info version 3 (abi.FeatureIL), which the
 	// main process announces to the guest only then.
 	FeatureIL uint32 = 1 << 2
+	// FeatureImageBuffers: the worker's instances take abi 1.10's images
+	// made from buffers and device-info version 4
+	// (abi.FeatureImageBuffers), which the main process announces to
+	// the guest only then.
+	FeatureImageBuffers uint32 = 1 << 3
 	// Features is what this release's workers understand.
-	Features = FeatureGuestLog | FeatureImages | FeatureIL
+	Features = FeatureGuestLog | FeatureImages | FeatureIL | FeatureImageBuffers
 )
 
 // EncodeBody and DecodeHelloReply carry a HelloReply in a Reply's Body.
