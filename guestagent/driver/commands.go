@@ -83,7 +83,9 @@ func LocalArg(n uint32) Arg { return Arg{a: abi.KernelArg{Kind: abi.ArgLocal, Lo
 // parameter) of the type, format and extent im gives; b holds the
 // image's pixels packed (docs/ABI.md "Images"), and im.Buffer is set to
 // b. The device must announce abi.FeatureImages and offer the format
-// (Device.ImageInfo).
+// (Device.ImageInfo); for an image made from a buffer
+// (abi.ImageType1DBuffer, an image1d_buffer_t parameter)
+// abi.FeatureImageBuffers and the format among the buffer part's.
 func ImageArg(b Buffer, im abi.ImageDesc) Arg {
 	im.Buffer = b.Handle
 	return Arg{a: abi.KernelArg{Kind: abi.ArgImage, Handle: b.Handle, Image: im}, gen: b.gen}
@@ -500,6 +502,9 @@ func (d *Device) launch(p Program, kernel string, r NDRange, flags uint16, print
 		}
 		if (a.a.Kind == abi.ArgImage || a.a.Kind == abi.ArgSampler) && d.info.Features&abi.FeatureImages == 0 {
 			return fmt.Errorf("launch %s: argument %d: an image or sampler on a device without abi.FeatureImages: %w", kernel, i, ErrInvalid)
+		}
+		if a.a.Kind == abi.ArgImage && a.a.Image.Type == abi.ImageType1DBuffer && d.info.Features&abi.FeatureImageBuffers == 0 {
+			return fmt.Errorf("launch %s: argument %d: an image made from a buffer on a device without abi.FeatureImageBuffers: %w", kernel, i, ErrInvalid)
 		}
 	}
 	if printf.Handle != 0 {

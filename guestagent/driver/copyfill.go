@@ -141,9 +141,12 @@ func (d *Device) DeviceInfo() (abi.DeviceInfo, error) {
 	}
 	const room = abi.MaxDeviceInfoLen
 	// A device with images answers with their section when asked, one
-	// with SPIR-V with the il word too.
+	// with SPIR-V with the il word too, one with images made from
+	// buffers with the section's buffer part too.
 	var version uint32
 	switch {
+	case d.info.Features&abi.FeatureImageBuffers != 0:
+		version = abi.DeviceInfoVersionImageBuffers
 	case d.info.Features&abi.FeatureIL != 0:
 		version = abi.DeviceInfoVersionIL
 	case d.info.Features&abi.FeatureImages != 0:

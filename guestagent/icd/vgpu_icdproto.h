@@ -18,7 +18,7 @@
 #endif
 
 /* guestagent/icdproto/proto.go */
-#define VGPU_ICDP_VERSION                    5 /* icdproto.Version */
+#define VGPU_ICDP_VERSION                    6 /* icdproto.Version */
 #define VGPU_ICDP_MIN_VERSION                1 /* icdproto.MinVersion */
 
 #define VGPU_ICDP_LAUNCH_PRINTF              0x00010000 /* icdproto.LaunchPrintf */

@@ -19,10 +19,13 @@ var le = binary.LittleEndian
 // device's version-2 blob, with its image section, where it has one;
 // version 5 adds SPIR-V modules (abi 1.9: Build with abi.FlagIL) and
 // answers DeviceInfo with the device's version-3 blob, whose il word says
-// whether the device takes them. A client that meets an older daemon (an
-// Error of ErrVersion) dials again and says the version before.
+// whether the device takes them; version 6 adds images made from buffers
+// (abi 1.10: image arguments of abi.ImageType1DBuffer) and answers
+// DeviceInfo with the device's version-4 blob, whose image section ends
+// in the buffer part. A client that meets an older daemon (an Error of
+// ErrVersion) dials again and says the version before.
 const (
-	Version    = 5
+	Version    = 6
 	MinVersion = 1
 )
 

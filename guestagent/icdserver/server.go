@@ -146,7 +146,8 @@ type device struct {
 }
 
 // deviceInfo returns the abi device-information blob of dev for a client
-// of protocol version proto: of version 3 (the image section and the il
+// of protocol version proto: of version 4 (the image section with its
+// buffer part) from protocol 6, of version 3 (the image section and the il
 // word, where the device has them) from protocol 5, of version 2 (the
 // image section) from 4, else of version 1; from what it kept, unless
 // the driver now reports another device (a migration to another model, a
@@ -170,6 +171,10 @@ func (dev *device) deviceInfo(proto uint32) ([]byte, error) {
 		info.Version, info.Images, info.IL = 0, abi.ImageInfo{}, 0
 	case proto < 5 || info.Version < abi.DeviceInfoVersionIL:
 		info.Version, info.IL = abi.DeviceInfoVersionImages, 0
+		info.Images.MaxBufferSize, info.Images.BufferFormats = 0, nil
+	case proto < 6 || info.Version < abi.DeviceInfoVersionImageBuffers:
+		info.Version = abi.DeviceInfoVersionIL
+		info.Images.MaxBufferSize, info.Images.BufferFormats = 0, nil
 	}
 	return info.Marshal()
 }
