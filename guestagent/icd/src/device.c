@@ -100,6 +100,10 @@ struct devinfo {
 	 * 0 without one. */
 	struct vgpu_image_info images;
 	struct vgpu_image_format formats[VGPU_MAX_IMAGE_FORMATS];
+	/* A version-4 blob's buffer part (abi 1.10): images made from
+	 * buffers; max_buffer_size 0 without them. */
+	struct vgpu_image_buffer_info ibuf;
+	struct vgpu_image_format bformats[VGPU_MAX_IMAGE_FORMATS];
 };
 
 /* One per entry of vgpu_devices' list, guarded by info_mu. A device's
@@ -120,7 +124,7 @@ static int info_decode(const uint8_t *b, uint64_t n, struct devinfo *di)
 	if (n < sizeof f || n > VGPU_MAX_DEVICE_INFO_LEN)
 		return -1;
 	memcpy(&f, b, sizeof f);
-	if (f.version < VGPU_DEVICE_INFO_VERSION || f.version > VGPU_DEVICE_INFO_VERSION_IL ||
+	if (f.version < VGPU_DEVICE_INFO_VERSION || f.version > VGPU_DEVICE_INFO_VERSION_IMAGE_BUFFERS ||
 	    (f.version < VGPU_DEVICE_INFO_VERSION_IL && f.il != 0) || (f.il & ~(uint32_t)VGPU_DEVICE_ILSPIRV) != 0 ||
 	    f.endian_little > 1 || f.extensions_len > n - sizeof f)
 		return -1;
@@ -137,12 +141,28 @@ static int info_decode(const uint8_t *b, uint64_t n, struct devinfo *di)
 				return -1;
 		memcpy(&ii, b + at, sizeof ii);
 		if (ii.image_support > 1 || ii.format_count > VGPU_MAX_IMAGE_FORMATS ||
-		    at + sizeof ii + ii.format_count * sizeof di->formats[0] != n ||
+		    at + sizeof ii + ii.format_count * sizeof di->formats[0] > n ||
 		    (ii.image_support == 0 && ii.format_count != 0))
 			return -1;
 		memcpy(di->formats, b + at + sizeof ii, ii.format_count * sizeof di->formats[0]);
 		di->images = ii;
-		end = n;
+		end = at + sizeof ii + ii.format_count * sizeof di->formats[0];
+	}
+	if (f.version >= VGPU_DEVICE_INFO_VERSION_IMAGE_BUFFERS) {
+		/* The buffer part, right after the section's formats. */
+		struct vgpu_image_buffer_info bi;
+		if (end + sizeof bi > n)
+			return -1;
+		memcpy(&bi, b + end, sizeof bi);
+		if (bi.buffer_format_count > VGPU_MAX_IMAGE_FORMATS || bi.reserved != 0 ||
+		    bi.max_buffer_size > VGPU_MAX_IMAGE_BUFFER_EXTENT ||
+		    (bi.max_buffer_size == 0) != (bi.buffer_format_count == 0) ||
+		    (di->images.image_support == 0 && bi.max_buffer_size != 0) ||
+		    end + sizeof bi + bi.buffer_format_count * sizeof di->bformats[0] > n)
+			return -1;
+		memcpy(di->bformats, b + end + sizeof bi, bi.buffer_format_count * sizeof di->bformats[0]);
+		di->ibuf = bi;
+		end += sizeof bi + bi.buffer_format_count * sizeof di->bformats[0];
 	}
 	if (end != n)
 		return -1;
@@ -340,6 +360,17 @@ const struct vgpu_image_info *vgpu_device_images(const struct _cl_device_id *d, 
 	if (formats != NULL)
 		*formats = di->formats;
 	return &di->images;
+}
+
+uint64_t vgpu_device_image_buffers(const struct _cl_device_id *d, const struct vgpu_image_format **formats,
+				   uint32_t *count)
+{
+	const struct devinfo *di = device_info(d);
+	if (di == NULL || di->images.image_support != 1 || di->ibuf.max_buffer_size == 0)
+		return 0;
+	*formats = di->bformats;
+	*count = di->ibuf.buffer_format_count;
+	return di->ibuf.max_buffer_size;
 }
 
 int vgpu_device_has_fp64(const struct _cl_device_id *d)
@@ -560,8 +591,9 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 		break;
 
 	/* Images and samplers (abi 1.8): the device's image section, all 0
-	 * without one. Read-write images (OpenCL 2.0) and images made from
-	 * buffers are not offered. */
+	 * without one; images made from buffers (abi 1.10) where its buffer
+	 * part offers them. Read-write images (OpenCL 2.0) and 2D images
+	 * made from buffers are not offered. */
 	case CL_DEVICE_IMAGE_SUPPORT: BOOL(ii != NULL ? CL_TRUE : CL_FALSE); break;
 	case CL_DEVICE_MAX_READ_IMAGE_ARGS: UINT(ii != NULL ? (cl_uint)ii->max_read_args : 0); break;
 	case CL_DEVICE_MAX_WRITE_IMAGE_ARGS: UINT(ii != NULL ? (cl_uint)ii->max_write_args : 0); break;
@@ -574,7 +606,12 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 	case CL_DEVICE_IMAGE3D_MAX_WIDTH: SIZE(ii != NULL ? (size_t)ii->max_volume[0] : 0); break;
 	case CL_DEVICE_IMAGE3D_MAX_HEIGHT: SIZE(ii != NULL ? (size_t)ii->max_volume[1] : 0); break;
 	case CL_DEVICE_IMAGE3D_MAX_DEPTH: SIZE(ii != NULL ? (size_t)ii->max_volume[2] : 0); break;
-	case CL_DEVICE_IMAGE_MAX_BUFFER_SIZE: SIZE(0); break;
+	case CL_DEVICE_IMAGE_MAX_BUFFER_SIZE: {
+		const struct vgpu_image_format *bf;
+		uint32_t nbf = 0;
+		SIZE(ii != NULL ? (size_t)vgpu_device_image_buffers(d, &bf, &nbf) : 0);
+		break;
+	}
 	case CL_DEVICE_IMAGE_MAX_ARRAY_SIZE: SIZE(ii != NULL ? (size_t)ii->max_array_size : 0); break;
 
 	/* Partitioning: a vGPU is a root device that cannot be partitioned. */

@@ -606,6 +606,12 @@ struct _cl_event *new_xfer(cl_context ctx, cl_command_queue q, cl_command_type t
 			   size_t nseg);
 void xfer_seg(struct _cl_event *ev, size_t i, uint64_t dev_off, const void *host, uint64_t len);
 cl_int mem_check_flags(cl_mem_flags f);
+/* mem.c: a memory object on buffer m (which it holds an iref of) at
+ * origin, of size bytes: a sub-buffer, or an image made from a buffer
+ * once the caller sets its image. Its flags inherit m's as OpenCL says
+ * for both; NULL with *err set (CL_INVALID_VALUE for flags m forbids).
+ * Not yet published. */
+cl_mem vgpu_mem_derive(cl_mem m, cl_mem_flags flags, size_t origin, size_t size, cl_int *err);
 cl_int map_check(const struct _cl_mem *m, cl_map_flags flags);
 cl_mem mem_create(cl_context context, int with_props, cl_int props_err, cl_mem_flags flags, size_t size,
 		  void *host_ptr, cl_int *errcode_ret);
@@ -633,13 +639,19 @@ cl_int vgpu_image_unmap(struct enq *e, cl_mem m, struct vgpu_map *map, cl_uint n
 void vgpu_image_desc(const struct _cl_mem *m, struct vgpu_image_desc *d);
 /* device.c: the device's image section and formats, NULL without images. */
 const struct vgpu_image_info *vgpu_device_images(const struct _cl_device_id *d, const struct vgpu_image_format **formats);
+/* device.c: the widest image made from a buffer (pixels) and the formats
+ * of such images (version-4 blob, abi 1.10); 0 without them. */
+uint64_t vgpu_device_image_buffers(const struct _cl_device_id *d, const struct vgpu_image_format **formats,
+				   uint32_t *count);
 /* vgpu_device_il: whether d builds SPIR-V modules of versions 1.0 to 1.2
  * (abi 1.9: its device-information blob's il word, through vgpu-icdd of
  * protocol 5). */
 int vgpu_device_il(const struct _cl_device_id *d);
-/* Images' parameter types (image.c): 1 for an image type a launch
- * carries, 2 for sampler_t, 0 otherwise. */
+/* Images' parameter types (image.c): VGPU_PARAM_IMAGE for an image type
+ * other than image1d_buffer_t (VGPU_PARAM_IMAGE_BUFFER), VGPU_PARAM_SAMPLER
+ * for sampler_t, 0 otherwise. */
 int vgpu_image_type_name(const char *type_name);
+enum { VGPU_PARAM_IMAGE = 1, VGPU_PARAM_SAMPLER = 2, VGPU_PARAM_IMAGE_BUFFER = 3 };
 
 /* Destructors, by kind (obj.c calls them). */
 void vgpu_context_destroy(cl_context ctx);

@@ -12,7 +12,13 @@
  * by value; the device makes its own image objects for the kernel. The
  * formats and limits are those of the device's image section (abi 1.8);
  * a device without one has no images, and every entry here answers as
- * OpenCL says for a context whose devices have none. */
+ * OpenCL says for a context whose devices have none.
+ *
+ * An image made from a buffer (CL_MEM_OBJECT_IMAGE1D_BUFFER, abi 1.10)
+ * is a 1D image whose _cl_mem names the buffer's daemon buffer, as a
+ * sub-buffer at origin 0 does: the pixels are the buffer's first bytes,
+ * so what one writes the other reads, with no copy anywhere. Its formats
+ * and width limit are the image section's buffer part. */
 #define _GNU_SOURCE
 #include "icd.h"
 
@@ -56,13 +62,26 @@ static size_t channel_size(cl_channel_type t)
 	return 0;
 }
 
-/* The device's formats: those of its image section (every one of
- * abi.PortableImageFormats, a channel order of 1, 2 or 4 channels). */
-static int format_offered(const struct _cl_device_id *d, const cl_image_format *f)
+/* formats_of is the device's formats for images of type t: those of
+ * its image section (every one of abi.PortableImageFormats, a channel
+ * order of 1, 2 or 4 channels), or of its buffer part for images made
+ * from buffers; 0 formats without them. */
+static uint32_t formats_of(const struct _cl_device_id *d, cl_mem_object_type t, const struct vgpu_image_format **fs)
+{
+	const struct vgpu_image_info *ii = vgpu_device_images(d, fs);
+	if (ii == NULL)
+		return 0;
+	uint32_t n = 0;
+	if (t == CL_MEM_OBJECT_IMAGE1D_BUFFER)
+		return vgpu_device_image_buffers(d, fs, &n) != 0 ? n : 0;
+	return ii->format_count;
+}
+
+static int format_offered(const struct _cl_device_id *d, cl_mem_object_type t, const cl_image_format *f)
 {
 	const struct vgpu_image_format *fs;
-	const struct vgpu_image_info *ii = vgpu_device_images(d, &fs);
-	for (uint32_t i = 0; ii != NULL && i < ii->format_count; i++)
+	uint32_t n = formats_of(d, t, &fs);
+	for (uint32_t i = 0; i < n; i++)
 		if (fs[i].order == f->image_channel_order && fs[i].data_type == f->image_channel_data_type)
 			return 1;
 	return 0;
@@ -74,8 +93,10 @@ int vgpu_image_type_name(const char *t)
 					     "image3d_t"};
 	for (size_t i = 0; i < sizeof images / sizeof images[0]; i++)
 		if (strcmp(t, images[i]) == 0)
-			return 1;
-	return strcmp(t, "sampler_t") == 0 ? 2 : 0;
+			return VGPU_PARAM_IMAGE;
+	if (strcmp(t, "image1d_buffer_t") == 0)
+		return VGPU_PARAM_IMAGE_BUFFER;
+	return strcmp(t, "sampler_t") == 0 ? VGPU_PARAM_SAMPLER : 0;
 }
 
 cl_int CL_API_CALL vgpu_clGetSupportedImageFormats(cl_context context, cl_mem_flags flags,
@@ -86,7 +107,7 @@ cl_int CL_API_CALL vgpu_clGetSupportedImageFormats(cl_context context, cl_mem_fl
 	if (ctx == NULL)
 		return CL_INVALID_CONTEXT;
 	const struct vgpu_image_format *fs;
-	const struct vgpu_image_info *ii = vgpu_device_images(ctx->dev, &fs);
+	uint32_t nfs = formats_of(ctx->dev, type, &fs);
 	PUT(ctx);
 	/* CL_MEM_KERNEL_READ_AND_WRITE (2.0) asks for formats of read-write
 	 * image parameters, which the vGPU does not offer: none. */
@@ -99,18 +120,17 @@ cl_int CL_API_CALL vgpu_clGetSupportedImageFormats(cl_context context, cl_mem_fl
 	case CL_MEM_OBJECT_IMAGE1D_ARRAY:
 	case CL_MEM_OBJECT_IMAGE2D:
 	case CL_MEM_OBJECT_IMAGE2D_ARRAY:
-		n = ii != NULL && (flags & CL_MEM_KERNEL_READ_AND_WRITE) == 0 ? ii->format_count : 0;
+	case CL_MEM_OBJECT_IMAGE1D_BUFFER:
+		n = (flags & CL_MEM_KERNEL_READ_AND_WRITE) == 0 ? nfs : 0;
 		break;
 	case CL_MEM_OBJECT_IMAGE3D:
 		/* No cl_khr_3d_image_writes: 3D formats only for kernels that
 		 * read (CL_MEM_READ_ONLY; flags 0 are CL_MEM_READ_WRITE), as
 		 * OpenCL 3.0 asks of a device without 3D image writes. */
-		n = ii != NULL && (flags & (CL_MEM_KERNEL_READ_AND_WRITE | CL_MEM_WRITE_ONLY)) == 0 &&
-				(flags & CL_MEM_READ_ONLY) != 0
-			    ? ii->format_count
+		n = (flags & (CL_MEM_KERNEL_READ_AND_WRITE | CL_MEM_WRITE_ONLY)) == 0 && (flags & CL_MEM_READ_ONLY) != 0
+			    ? nfs
 			    : 0;
 		break;
-	case CL_MEM_OBJECT_IMAGE1D_BUFFER: break; /* images made from buffers: none */
 	default: return CL_INVALID_VALUE;
 	}
 	for (cl_uint i = 0; formats != NULL && i < n && i < num_entries; i++)
@@ -127,7 +147,8 @@ cl_int CL_API_CALL vgpu_clGetSupportedImageFormats(cl_context context, cl_mem_fl
 static int extent_of(const cl_image_desc *d, size_t ext[3])
 {
 	switch (d->image_type) {
-	case CL_MEM_OBJECT_IMAGE1D: ext[0] = d->image_width, ext[1] = 1, ext[2] = 1; break;
+	case CL_MEM_OBJECT_IMAGE1D:
+	case CL_MEM_OBJECT_IMAGE1D_BUFFER: ext[0] = d->image_width, ext[1] = 1, ext[2] = 1; break;
 	case CL_MEM_OBJECT_IMAGE1D_ARRAY: ext[0] = d->image_width, ext[1] = d->image_array_size, ext[2] = 1; break;
 	case CL_MEM_OBJECT_IMAGE2D: ext[0] = d->image_width, ext[1] = d->image_height, ext[2] = 1; break;
 	case CL_MEM_OBJECT_IMAGE2D_ARRAY:
@@ -139,11 +160,16 @@ static int extent_of(const cl_image_desc *d, size_t ext[3])
 	return 1;
 }
 
-/* within_limits checks an extent against the device's image section. */
-static int within_limits(const struct vgpu_image_info *ii, cl_mem_object_type t, const size_t ext[3])
+/* within_limits checks an extent against the device's image section
+ * (images made from buffers: its buffer part's max_buffer_size). */
+static int within_limits(const struct _cl_device_id *dev, const struct vgpu_image_info *ii, cl_mem_object_type t,
+			 const size_t ext[3])
 {
 	uint64_t max[3] = {ii->max_plane[0], ii->max_plane[1], 1};
+	const struct vgpu_image_format *fs;
+	uint32_t nfs;
 	switch (t) {
+	case CL_MEM_OBJECT_IMAGE1D_BUFFER: max[0] = vgpu_device_image_buffers(dev, &fs, &nfs); break;
 	case CL_MEM_OBJECT_IMAGE1D_ARRAY: max[1] = ii->max_array_size; break;
 	case CL_MEM_OBJECT_IMAGE2D_ARRAY: max[2] = ii->max_array_size; break;
 	case CL_MEM_OBJECT_IMAGE3D: memcpy(max, ii->max_volume, sizeof max); break;
@@ -205,9 +231,11 @@ static cl_int upload(cl_context ctx, cl_mem m, const uint8_t *host, size_t hrow,
 }
 
 /* check_image validates a creation: format, description, limits, host
- * pointer and pitches; it fills im. CL_SUCCESS or the error. */
+ * pointer and pitches; it fills im. buf is the buffer an image is made
+ * from (desc->buffer, a buffer of the context), else NULL. CL_SUCCESS or
+ * the error. */
 static cl_int check_image(const struct _cl_device_id *dev, cl_mem_flags flags, const cl_image_format *format,
-			  const cl_image_desc *desc, void *host_ptr, struct vgpu_image *im)
+			  const cl_image_desc *desc, const struct _cl_mem *buf, void *host_ptr, struct vgpu_image *im)
 {
 	const struct vgpu_image_format *fs;
 	const struct vgpu_image_info *ii = vgpu_device_images(dev, &fs);
@@ -221,12 +249,19 @@ static cl_int check_image(const struct _cl_device_id *dev, cl_mem_flags flags, c
 		return CL_INVALID_IMAGE_FORMAT_DESCRIPTOR;
 	if (desc != NULL && desc->buffer != NULL && desc->image_type == CL_MEM_OBJECT_IMAGE2D)
 		return CL_INVALID_OPERATION; /* no cl_khr_image2d_from_buffer */
-	if (desc == NULL || desc->num_mip_levels != 0 || desc->num_samples != 0 || desc->buffer != NULL ||
+	int from_buffer = desc != NULL && desc->image_type == CL_MEM_OBJECT_IMAGE1D_BUFFER;
+	/* An image made from a buffer starts at the daemon buffer's first
+	 * byte (an image descriptor has no offset): not on a sub-buffer
+	 * that starts further in. */
+	if (desc == NULL || desc->num_mip_levels != 0 || desc->num_samples != 0 ||
+	    (desc->buffer != NULL) != from_buffer || (from_buffer && (buf == NULL || buf->origin != 0)) ||
 	    !extent_of(desc, im->extent))
 		return CL_INVALID_IMAGE_DESCRIPTOR;
-	if (!within_limits(ii, desc->image_type, im->extent))
+	if (from_buffer && (flags & (CL_MEM_USE_HOST_PTR | CL_MEM_ALLOC_HOST_PTR | CL_MEM_COPY_HOST_PTR)) != 0)
+		return CL_INVALID_VALUE; /* inherited from the buffer, never given */
+	if (!within_limits(dev, ii, desc->image_type, im->extent))
 		return CL_INVALID_IMAGE_SIZE;
-	if (!format_offered(dev, format))
+	if (!format_offered(dev, desc->image_type, format))
 		return CL_IMAGE_FORMAT_NOT_SUPPORTED;
 	if ((host_ptr == NULL) != ((flags & (CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR)) == 0))
 		return CL_INVALID_HOST_PTR;
@@ -238,6 +273,8 @@ static cl_int check_image(const struct _cl_device_id *dev, cl_mem_flags flags, c
 	im->elem = channels(format->image_channel_order) * channel_size(format->image_channel_data_type);
 	im->row = im->extent[0] * im->elem;
 	im->slice = im->row * im->extent[1];
+	if (from_buffer && im->row > buf->size)
+		return CL_INVALID_IMAGE_SIZE;
 	if (host_ptr != NULL) {
 		size_t row, slice;
 		if ((desc->image_row_pitch != 0 && desc->image_row_pitch % im->elem != 0) ||
@@ -258,13 +295,32 @@ static cl_mem create_image(cl_context context, int with_props, cl_mem_flags flag
 	cl_mem m = NULL;
 	struct vgpu_image im = {0};
 	cl_context ctx = GET(context, VGPU_CONTEXT);
-	cl_int err = ctx == NULL ? CL_INVALID_CONTEXT : check_image(ctx->dev, flags, format, desc, host_ptr, &im);
+	/* The buffer an image is made from: one of this context's, not an
+	 * image. */
+	cl_mem buf = ctx != NULL && desc != NULL && desc->buffer != NULL ? GET(desc->buffer, VGPU_MEM) : NULL;
+	if (buf != NULL && (buf->ctx != ctx || buf->image != NULL)) {
+		PUT(buf);
+		buf = NULL;
+	}
+	cl_int err = ctx == NULL ? CL_INVALID_CONTEXT : check_image(ctx->dev, flags, format, desc, buf, host_ptr, &im);
 	if (err == CL_SUCCESS && im.slice * im.extent[2] > ctx->dev->max_alloc)
 		err = CL_INVALID_IMAGE_SIZE;
-	if (err == CL_SUCCESS)
+	if (err == CL_SUCCESS && buf != NULL) {
+		/* Made on the buffer's daemon buffer, as a sub-buffer is. */
+		m = vgpu_mem_derive(buf, flags, 0, im.row, &err);
+		if (m != NULL) {
+			m->with_props = with_props;
+			m->image_of = im;
+			m->image = &m->image_of;
+			vgpu_obj_publish(&m->obj);
+		}
+	} else if (err == CL_SUCCESS) {
 		m = mem_create(context, with_props, CL_SUCCESS, flags & ~(cl_mem_flags)(CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR),
 			       im.slice * im.extent[2], NULL, &err);
-	if (m != NULL) {
+	}
+	if (buf != NULL)
+		PUT(buf);
+	if (m != NULL && m->parent == NULL) {
 		ctx_lock(ctx);
 		m->image_of = im;
 		m->image = &m->image_of;
@@ -360,7 +416,7 @@ cl_int CL_API_CALL vgpu_clGetImageInfo(cl_mem image, cl_image_info param, size_t
 		v.sz = t == CL_MEM_OBJECT_IMAGE1D_ARRAY ? im->extent[1] : t == CL_MEM_OBJECT_IMAGE2D_ARRAY ? im->extent[2] : 0;
 		n = sizeof v.sz;
 		break;
-	case CL_IMAGE_BUFFER: v.m = NULL; n = sizeof v.m; break;
+	case CL_IMAGE_BUFFER: v.m = t == CL_MEM_OBJECT_IMAGE1D_BUFFER ? m->parent : NULL; n = sizeof v.m; break;
 	case CL_IMAGE_NUM_MIP_LEVELS:
 	case CL_IMAGE_NUM_SAMPLES: v.u = 0; n = sizeof v.u; break;
 	default: err = CL_INVALID_VALUE; break;

@@ -295,9 +295,9 @@ cl_int CL_API_CALL vgpu_clReleaseKernel(cl_kernel kernel)
 /* set_image_arg sets an image argument (a cl_mem that is an image of the
  * context) or, sampler, a sampler argument (a cl_sampler of the context,
  * kept by value: its properties packed as the ABI carries them). */
-static cl_int set_image_arg(cl_context ctx, struct vgpu_karg *a, int sampler, size_t arg_size, const void *arg_value)
+static cl_int set_image_arg(cl_context ctx, struct vgpu_karg *a, int param, size_t arg_size, const void *arg_value)
 {
-	if (sampler) {
+	if (param == VGPU_PARAM_SAMPLER) {
 		if (arg_size != sizeof(cl_sampler))
 			return CL_INVALID_ARG_SIZE;
 		cl_sampler s = arg_value != NULL ? GET(*(const cl_sampler *)arg_value, VGPU_SAMPLER) : NULL;
@@ -320,6 +320,10 @@ static cl_int set_image_arg(cl_context ctx, struct vgpu_karg *a, int sampler, si
 		return CL_INVALID_ARG_SIZE;
 	cl_mem m = arg_value != NULL ? GET(*(const cl_mem *)arg_value, VGPU_MEM) : NULL;
 	cl_int err = m == NULL || m->ctx != ctx || m->image == NULL ? CL_INVALID_MEM_OBJECT : CL_SUCCESS;
+	/* An image1d_buffer_t takes an image made from a buffer, and only
+	 * it: the device makes the one on the buffer, the others apart. */
+	if (err == CL_SUCCESS && (m->image->type == CL_MEM_OBJECT_IMAGE1D_BUFFER) != (param == VGPU_PARAM_IMAGE_BUFFER))
+		err = CL_INVALID_ARG_VALUE;
 	if (m != NULL)
 		PUT(m);
 	if (err != CL_SUCCESS)
@@ -343,7 +347,7 @@ cl_int CL_API_CALL vgpu_clSetKernelArg(cl_kernel kernel, cl_uint arg_index, size
 	struct vgpu_karg *a = &k->args[arg_index];
 	int image = vgpu_image_type_name(ai->type_name);
 	if (image != 0) {
-		err = set_image_arg(ctx, a, image == 2, arg_size, arg_value);
+		err = set_image_arg(ctx, a, image, arg_size, arg_value);
 		goto out;
 	}
 	switch (ai->address) {

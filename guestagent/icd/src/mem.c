@@ -273,6 +273,50 @@ out:
 	return m;
 }
 
+/* derived_flags checks the flags of an object made on buffer m (a
+ * sub-buffer, an image made from a buffer) and fills in what it inherits:
+ * access and host access when not given, and the host pointer flags,
+ * which it may not give. CL_SUCCESS or CL_INVALID_VALUE. */
+static cl_int derived_flags(cl_mem m, cl_mem_flags *flags)
+{
+	cl_mem_flags f = *flags;
+	if ((f & HOSTPTR_FLAGS) != 0 ||
+	    ((m->flags & CL_MEM_WRITE_ONLY) && (f & (CL_MEM_READ_WRITE | CL_MEM_READ_ONLY))) ||
+	    ((m->flags & CL_MEM_READ_ONLY) && (f & (CL_MEM_READ_WRITE | CL_MEM_WRITE_ONLY))) ||
+	    ((m->flags & CL_MEM_HOST_WRITE_ONLY) && (f & CL_MEM_HOST_READ_ONLY)) ||
+	    ((m->flags & CL_MEM_HOST_READ_ONLY) && (f & CL_MEM_HOST_WRITE_ONLY)) ||
+	    ((m->flags & CL_MEM_HOST_NO_ACCESS) && (f & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_WRITE_ONLY))))
+		return CL_INVALID_VALUE;
+	if ((f & ACCESS_FLAGS) == 0)
+		f |= m->flags & ACCESS_FLAGS;
+	if ((f & HOSTACC_FLAGS) == 0)
+		f |= m->flags & HOSTACC_FLAGS;
+	*flags = f | (m->flags & HOSTPTR_FLAGS);
+	return CL_SUCCESS;
+}
+
+cl_mem vgpu_mem_derive(cl_mem m, cl_mem_flags flags, size_t origin, size_t size, cl_int *err)
+{
+	if ((*err = mem_check_flags(flags)) != CL_SUCCESS || (*err = derived_flags(m, &flags)) != CL_SUCCESS)
+		return NULL;
+	cl_mem s = calloc(1, sizeof *s);
+	if (s == NULL) {
+		*err = CL_OUT_OF_HOST_MEMORY;
+		return NULL;
+	}
+	vgpu_obj_init(&s->obj, VGPU_MEM);
+	s->ctx = m->ctx;
+	IREF(s->ctx);
+	s->flags = flags;
+	s->size = size;
+	s->host_ptr = m->host_ptr != NULL ? (char *)m->host_ptr + origin : NULL;
+	s->id = m->id;
+	s->parent = m;
+	IREF(m);
+	s->origin = origin;
+	return s;
+}
+
 cl_mem CL_API_CALL vgpu_clCreateSubBuffer(cl_mem buffer, cl_mem_flags flags, cl_buffer_create_type create_type,
 					  const void *info, cl_int *errcode_ret)
 {
@@ -287,17 +331,9 @@ cl_mem CL_API_CALL vgpu_clCreateSubBuffer(cl_mem buffer, cl_mem_flags flags, cl_
 		err = CL_INVALID_MEM_OBJECT;
 		goto put;
 	}
-	if ((err = mem_check_flags(flags)) != CL_SUCCESS)
+	cl_mem_flags derived = flags;
+	if ((err = mem_check_flags(flags)) != CL_SUCCESS || (err = derived_flags(m, &derived)) != CL_SUCCESS)
 		goto put;
-	if ((flags & HOSTPTR_FLAGS) != 0 ||
-	    ((m->flags & CL_MEM_WRITE_ONLY) && (flags & (CL_MEM_READ_WRITE | CL_MEM_READ_ONLY))) ||
-	    ((m->flags & CL_MEM_READ_ONLY) && (flags & (CL_MEM_READ_WRITE | CL_MEM_WRITE_ONLY))) ||
-	    ((m->flags & CL_MEM_HOST_WRITE_ONLY) && (flags & CL_MEM_HOST_READ_ONLY)) ||
-	    ((m->flags & CL_MEM_HOST_READ_ONLY) && (flags & CL_MEM_HOST_WRITE_ONLY)) ||
-	    ((m->flags & CL_MEM_HOST_NO_ACCESS) && (flags & (CL_MEM_HOST_READ_ONLY | CL_MEM_HOST_WRITE_ONLY)))) {
-		err = CL_INVALID_VALUE;
-		goto put;
-	}
 	if (create_type != CL_BUFFER_CREATE_TYPE_REGION || info == NULL) {
 		err = CL_INVALID_VALUE;
 		goto put;
@@ -315,28 +351,8 @@ cl_mem CL_API_CALL vgpu_clCreateSubBuffer(cl_mem buffer, cl_mem_flags flags, cl_
 		err = CL_MISALIGNED_SUB_BUFFER_OFFSET;
 		goto put;
 	}
-	if ((s = calloc(1, sizeof *s)) == NULL) {
-		err = CL_OUT_OF_HOST_MEMORY;
-		goto put;
-	}
-	vgpu_obj_init(&s->obj, VGPU_MEM);
-	s->ctx = m->ctx;
-	IREF(s->ctx);
-	/* Inherited: access and host access when not given, and the host
-	 * pointer flags. */
-	if ((flags & ACCESS_FLAGS) == 0)
-		flags |= m->flags & ACCESS_FLAGS;
-	if ((flags & HOSTACC_FLAGS) == 0)
-		flags |= m->flags & HOSTACC_FLAGS;
-	flags |= m->flags & HOSTPTR_FLAGS;
-	s->flags = flags;
-	s->size = reg->size;
-	s->host_ptr = m->host_ptr != NULL ? (char *)m->host_ptr + reg->origin : NULL;
-	s->id = m->id;
-	s->parent = m;
-	IREF(m);
-	s->origin = reg->origin;
-	vgpu_obj_publish(&s->obj);
+	if ((s = vgpu_mem_derive(m, flags, reg->origin, reg->size, &err)) != NULL)
+		vgpu_obj_publish(&s->obj);
 put:
 	PUT(m);
 out:

@@ -44,10 +44,16 @@ static const char *source =
 	"		for (int x = 0; x < 3; x++)\n"
 	"			s += read_imagef(a, near, (int4)(x, y, z, 0)).x + read_imagef(v, near, (int4)(x, y, z, 0)).x;\n"
 	"	o[z] = s;\n"
+	"}\n"
+	"__kernel void twice1db(__read_only image1d_buffer_t in, __write_only image1d_buffer_t out) {\n"
+	"	int x = get_global_id(0);\n"
+	"	write_imagef(out, x, read_imagef(in, x) * 2.0f);\n"
 	"}\n";
 
 static cl_context ctx;
 static cl_command_queue q;
+
+static void from_buffers(cl_device_id d, cl_program p, cl_kernel k2d);
 
 /* image_of makes an image of fmt from host memory (or none), checking it. */
 static cl_mem image_of(cl_mem_flags flags, cl_image_format fmt, cl_image_desc desc, void *host)
@@ -355,6 +361,8 @@ static void kernels(cl_device_id d)
 	OK(clEnqueueReadImage(q, hh, CL_TRUE, (size_t[3]){7, 3, 0}, (size_t[3]){1, 1, 1}, 0, 0, hv, 0, NULL, NULL));
 	CHECK(hv[0] == 0x3c00 && hv[1] == 0xc100, "half fill: %#x %#x", hv[0], hv[1]);
 
+	from_buffers(d, p, k);
+
 	clReleaseMemObject(hh);
 	clReleaseMemObject(sums);
 	clReleaseMemObject(arr);
@@ -369,6 +377,122 @@ static void kernels(cl_device_id d)
 	clReleaseKernel(inv);
 	clReleaseKernel(ls);
 	clReleaseProgram(p);
+}
+
+/* from_buffers: images made from buffers (CL_MEM_OBJECT_IMAGE1D_BUFFER)
+ * share their buffer's memory: a kernel's writes to the image are the
+ * buffer's bytes, a buffer write is what the image reads. */
+static void from_buffers(cl_device_id d, cl_program p, cl_kernel k2d)
+{
+	size_t maxbuf = 0;
+	OK(clGetDeviceInfo(d, CL_DEVICE_IMAGE_MAX_BUFFER_SIZE, sizeof maxbuf, &maxbuf, NULL));
+	CHECK(maxbuf >= 65536, "CL_DEVICE_IMAGE_MAX_BUFFER_SIZE %zu, under OpenCL's 65536", maxbuf);
+	cl_image_format f[128];
+	cl_uint nf = 0;
+	OK(clGetSupportedImageFormats(ctx, CL_MEM_READ_WRITE, CL_MEM_OBJECT_IMAGE1D_BUFFER, 128, f, &nf));
+	int rfloat = 0, rgba8 = 0;
+	for (cl_uint i = 0; i < nf && i < 128; i++) {
+		rfloat |= f[i].image_channel_order == CL_R && f[i].image_channel_data_type == CL_FLOAT;
+		rgba8 |= f[i].image_channel_order == CL_RGBA && f[i].image_channel_data_type == CL_UNORM_INT8;
+	}
+	CHECK(rfloat && rgba8, "%u formats of images made from buffers, without R FLOAT or RGBA UNORM_INT8", nf);
+
+	enum { N = 64 };
+	float src[N], got[N];
+	for (int i = 0; i < N; i++)
+		src[i] = (float)i;
+	cl_int err;
+	cl_mem a = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof src, src, &err);
+	OK(err);
+	cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof src + 16, NULL, &err);
+	OK(err);
+	cl_image_format rf = {CL_R, CL_FLOAT};
+	cl_image_desc da = {.image_type = CL_MEM_OBJECT_IMAGE1D_BUFFER, .image_width = N, .buffer = a};
+	cl_image_desc db = da;
+	db.buffer = b;
+	cl_mem ia = image_of(0, rf, da, NULL), ib = image_of(CL_MEM_WRITE_ONLY, rf, db, NULL);
+	cl_mem m = NULL, assoc = NULL;
+	cl_mem_object_type t = 0;
+	cl_mem_flags fl = 0;
+	size_t w = 0, sz = 0, off = 9;
+	OK(clGetImageInfo(ia, CL_IMAGE_BUFFER, sizeof m, &m, NULL));
+	OK(clGetImageInfo(ia, CL_IMAGE_WIDTH, sizeof w, &w, NULL));
+	OK(clGetMemObjectInfo(ia, CL_MEM_TYPE, sizeof t, &t, NULL));
+	OK(clGetMemObjectInfo(ia, CL_MEM_FLAGS, sizeof fl, &fl, NULL));
+	OK(clGetMemObjectInfo(ia, CL_MEM_SIZE, sizeof sz, &sz, NULL));
+	OK(clGetMemObjectInfo(ia, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof assoc, &assoc, NULL));
+	OK(clGetMemObjectInfo(ia, CL_MEM_OFFSET, sizeof off, &off, NULL));
+	CHECK(m == a && assoc == a && w == N && t == CL_MEM_OBJECT_IMAGE1D_BUFFER && sz == sizeof src && off == 0 &&
+		      fl == (CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR),
+	      "image from a buffer: buffer %p (want %p), associated %p, width %zu, type %#x, size %zu, offset %zu, "
+	      "flags %#llx (inherited)",
+	      (void *)m, (void *)a, (void *)assoc, w, t, sz, off, (unsigned long long)fl);
+	/* The buffer may go first: the image keeps it. */
+	clReleaseMemObject(a);
+
+	cl_kernel k = clCreateKernel(p, "twice1db", &err);
+	OK(err);
+	OK(clSetKernelArg(k, 0, sizeof ia, &ia));
+	OK(clSetKernelArg(k, 1, sizeof ib, &ib));
+	size_t n = N, o[3] = {0, 0, 0}, all[3] = {N, 1, 1};
+	OK(clEnqueueNDRangeKernel(q, k, 1, NULL, &n, NULL, 0, NULL, NULL));
+	OK(clEnqueueReadBuffer(q, b, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL));
+	int bad = 0;
+	for (int i = 0; i < N; i++)
+		bad += got[i] != 2.0f * (float)i;
+	CHECK(bad == 0, "twice1db, read from the buffer: %d pixels wrong (got[3] %g)", bad, got[3]);
+	/* A write to the buffer is what the image reads. */
+	OK(clEnqueueWriteBuffer(q, b, CL_TRUE, 0, sizeof src, src, 0, NULL, NULL));
+	OK(clEnqueueReadImage(q, ib, CL_TRUE, o, all, 0, 0, got, 0, NULL, NULL));
+	CHECK(memcmp(got, src, sizeof src) == 0, "image read after a buffer write: got[5] %g", got[5]);
+
+	/* Each kind to its own parameter type. */
+	cl_image_desc d1 = {.image_type = CL_MEM_OBJECT_IMAGE1D, .image_width = N};
+	cl_mem plain1d = image_of(0, rf, d1, NULL);
+	CHECK_ERR(clSetKernelArg(k, 0, sizeof plain1d, &plain1d), CL_INVALID_ARG_VALUE);
+	CHECK_ERR(clSetKernelArg(k2d, 0, sizeof ia, &ia), CL_INVALID_ARG_VALUE);
+
+	/* Refusals. */
+	cl_image_desc wide = db, nobuf = db, onimage = db, onsub = db;
+	wide.image_width = N + 5; /* more than b's bytes */
+	nobuf.buffer = NULL;
+	onimage.buffer = ia;
+	cl_buffer_region r = {128, 64};
+	cl_mem sub = clCreateSubBuffer(b, 0, CL_BUFFER_CREATE_TYPE_REGION, &r, &err);
+	OK(err);
+	onsub.buffer = sub;
+	onsub.image_width = 4;
+	cl_mem ro = clCreateBuffer(ctx, CL_MEM_READ_ONLY, sizeof src, NULL, &err);
+	cl_image_desc dro = db;
+	dro.buffer = ro;
+	struct {
+		const char *what;
+		cl_mem_flags flags;
+		const cl_image_desc *desc;
+		void *host;
+		cl_int want;
+	} refusals[] = {
+		{"wider than its buffer", 0, &wide, NULL, CL_INVALID_IMAGE_SIZE},
+		{"no buffer", 0, &nobuf, NULL, CL_INVALID_IMAGE_DESCRIPTOR},
+		{"on an image", 0, &onimage, NULL, CL_INVALID_IMAGE_DESCRIPTOR},
+		{"on a sub-buffer at 128", 0, &onsub, NULL, CL_INVALID_IMAGE_DESCRIPTOR},
+		{"with CL_MEM_USE_HOST_PTR", CL_MEM_USE_HOST_PTR, &db, src, CL_INVALID_VALUE},
+		{"write-only on a read-only buffer", CL_MEM_WRITE_ONLY, &dro, NULL, CL_INVALID_VALUE},
+	};
+	for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+		err = 1;
+		cl_mem im = clCreateImage(ctx, refusals[i].flags, &rf, refusals[i].desc, refusals[i].host, &err);
+		CHECK(im == NULL && err == refusals[i].want, "image from a buffer %s: %p, %d, want %d", refusals[i].what,
+		      (void *)im, err, refusals[i].want);
+	}
+
+	clReleaseMemObject(ro);
+	clReleaseMemObject(sub);
+	clReleaseMemObject(plain1d);
+	clReleaseKernel(k);
+	clReleaseMemObject(ia);
+	clReleaseMemObject(ib);
+	clReleaseMemObject(b);
 }
 
 int main(void)

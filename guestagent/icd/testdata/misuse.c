@@ -216,11 +216,11 @@ static void object_misuse(void)
 	wide.image_width = (size_t)1 << 40;
 	pitched.image_row_pitch = 64; /* a pitch without a host pointer */
 	frombuf.image_type = CL_MEM_OBJECT_IMAGE1D_BUFFER;
-	frombuf.buffer = m;
 	flat.image_height = 0;
 	CHECK_NULL(clCreateImage(ctx, 0, &fmt, &wide, NULL, &e_), CL_INVALID_IMAGE_SIZE);
 	CHECK_NULL(clCreateImage(ctx, 0, &fmt, &flat, NULL, &e_), CL_INVALID_IMAGE_SIZE);
 	CHECK_NULL(clCreateImage(ctx, 0, &fmt, &pitched, NULL, &e_), CL_INVALID_IMAGE_DESCRIPTOR);
+	/* frombuf: an image made from a buffer that names none. */
 	CHECK_NULL(clCreateImage(ctx, 0, &fmt, &frombuf, NULL, &e_), CL_INVALID_IMAGE_DESCRIPTOR);
 	CHECK_NULL(clCreateImage(ctx, CL_MEM_COPY_HOST_PTR, &fmt, &desc, NULL, &e_), CL_INVALID_HOST_PTR);
 	uint8_t px[4 * 4 * 4] = {0};
@@ -231,8 +231,8 @@ static void object_misuse(void)
 	CHECK_NULL(clCreateSampler(ctx, CL_FALSE, CL_ADDRESS_NONE, 0x1142, &e_), CL_INVALID_VALUE);
 	CHECK_NULL(clCreateSampler(NULL, CL_FALSE, CL_ADDRESS_NONE, CL_FILTER_NEAREST, &e_), CL_INVALID_CONTEXT);
 	cl_uint nf = 99;
-	OK(clGetSupportedImageFormats(ctx, 0, CL_MEM_OBJECT_IMAGE1D_BUFFER, 0, NULL, &nf));
-	CHECK(nf == 0, "%u formats of images made from buffers", nf);
+	OK(clGetSupportedImageFormats(ctx, CL_MEM_KERNEL_READ_AND_WRITE, CL_MEM_OBJECT_IMAGE1D_BUFFER, 0, NULL, &nf));
+	CHECK(nf == 0, "%u formats of read-write images made from buffers", nf);
 	CHECK_ERR(clGetSupportedImageFormats(ctx, 0, CL_MEM_OBJECT_BUFFER, 0, NULL, &nf), CL_INVALID_VALUE);
 	CHECK_ERR(clGetImageInfo(m, CL_IMAGE_WIDTH, sizeof nf, &nf, NULL), CL_INVALID_MEM_OBJECT);
 	cl_mem img = clCreateImage(ctx, 0, &fmt, &desc, NULL, &err);
