@@ -65,6 +65,8 @@ func pocl31Images() gpu.ImageCaps {
 			c.Formats = append(c.Formats, gpu.ImageFormat{Order: order, DataType: t})
 		}
 	}
+	// Images made from buffers: the same formats, up to 2^28 pixels.
+	c.MaxBufferSize, c.BufferFormats = 1<<28, slices.Clone(c.Formats)
 	return c
 }
 

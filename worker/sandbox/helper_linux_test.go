@@ -620,14 +620,15 @@ func runKernelOn(index int, want gpu.Info) error {
 	}
 	got.GlobalMemBytes, got.MaxAllocBytes = want.GlobalMemBytes, want.MaxAllocBytes
 	// PoCL sizes its largest images from its memory too: 8192 pixels
-	// wide inside, 16384 outside.
+	// wide inside, 16384 outside; images made from buffers 2^25 pixels
+	// inside, 2^28 outside.
 	gi, wi := &got.Caps.Images, &want.Caps.Images
 	for i := range gi.Max2D {
-		if gi.Max2D[i] > wi.Max2D[i] {
-			return fmt.Errorf("images in the sandbox up to %v, outside %v", gi.Max2D, wi.Max2D)
+		if gi.Max2D[i] > wi.Max2D[i] || gi.MaxBufferSize > wi.MaxBufferSize {
+			return fmt.Errorf("images in the sandbox up to %v, from buffers %d; outside %v, %d", gi.Max2D, gi.MaxBufferSize, wi.Max2D, wi.MaxBufferSize)
 		}
 	}
-	gi.Max2D = wi.Max2D
+	gi.Max2D, gi.MaxBufferSize = wi.Max2D, wi.MaxBufferSize
 	if !reflect.DeepEqual(got, want) {
 		return fmt.Errorf("device in the sandbox %+v, outside %+v", got, want)
 	}
