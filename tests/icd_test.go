@@ -49,6 +49,7 @@ check clinfo-user user clinfo
 check vadd-user user python3 /vgpu/bin/vadd.py
 check sleep-user user python3 /vgpu/bin/icd_sleep.py
 check printf-user user python3 /vgpu/bin/icd_printf.py
+check imbuf-user user python3 /vgpu/bin/icd_imbuf.py
 for f in /vgpu/bin/ffmpeg-*.sh; do check "$(basename "$f" .sh)" user sh "$f"; done
 `
 
@@ -64,6 +65,10 @@ const icdSleep = "testdata/icd_sleep.py"
 // icdPrintf is a pyopencl program whose kernel prints: the output must
 // reach the program's standard output (docs/icd.md "printf").
 const icdPrintf = "testdata/icd_printf.py"
+
+// icdImbuf is a pyopencl program whose kernel takes images made from
+// buffers (image1d_buffer_t): their bytes are the buffers' (ABI 1.10).
+const icdImbuf = "testdata/icd_imbuf.py"
 
 // TestGuestICD boots the userland guest with a vGPU, the vgpud ICD and
 // vgpu-icdd, and checks that Debian's clinfo lists the vGPU with the
@@ -95,7 +100,8 @@ func guestICD(t *testing.T, a imagetest.Apps, lib string, m *mdev.Manager) {
 	files = append(files, image.File{Src: check, Dst: image.BinDir + "/icd-check", Mode: 0o755},
 		image.File{Src: icdVadd, Dst: image.BinDir + "/vadd.py", Mode: 0o644},
 		image.File{Src: icdSleep, Dst: image.BinDir + "/icd_sleep.py", Mode: 0o644},
-		image.File{Src: icdPrintf, Dst: image.BinDir + "/icd_printf.py", Mode: 0o644})
+		image.File{Src: icdPrintf, Dst: image.BinDir + "/icd_printf.py", Mode: 0o644},
+		image.File{Src: icdImbuf, Dst: image.BinDir + "/icd_imbuf.py", Mode: 0o644})
 	files = append(files, ffmpegScripts(t, dir)...)
 	reference := ffmpegReference(t)
 	initrd := imagetest.AppsInitramfs(t, a, files, "github.com/vgpud/vgpud/guestagent/cmd/vgpu-icdd")
@@ -105,7 +111,7 @@ func guestICD(t *testing.T, a imagetest.Apps, lib string, m *mdev.Manager) {
 		checkICDDInterrupts(t, console)
 	}
 	checkGuestFFmpeg(t, out, codes, reference)
-	for _, name := range []string{"clinfo-root", "clinfo-user", "vadd-user", "sleep-user", "printf-user"} {
+	for _, name := range []string{"clinfo-root", "clinfo-user", "vadd-user", "sleep-user", "printf-user", "imbuf-user"} {
 		if _, ok := codes[name]; !ok {
 			t.Fatalf("check %s did not finish; console:\n%s", name, console)
 		}
@@ -125,6 +131,9 @@ func guestICD(t *testing.T, a imagetest.Apps, lib string, m *mdev.Manager) {
 				t.Errorf("%s: output does not match %s:\n%s", name, want, text)
 			}
 		}
+	}
+	if !strings.Contains(out["imbuf-user"], "IMBUF OK") {
+		t.Errorf("pyopencl on images made from buffers: output:\n%s", out["imbuf-user"])
 	}
 	if !strings.Contains(out["sleep-user"], "SLEEP OK") {
 		t.Errorf("pyopencl kernels waited for past the polling window: output:\n%s", out["sleep-user"])
