@@ -431,6 +431,7 @@ func (m *Manager) Start() error {
 		l := in.listener
 		in.mu.Unlock()
 		if a.conn != nil {
+			pid := m.vmPID(in, a.conn) // 0 when unknown: the agent channel then takes any peer
 			if c, aerr := m.transport.Adopt(a.conn, a.extra, in.Endpoint()); aerr != nil {
 				// Adopt closed what it was given: the VM sees a hang-up
 				// and its vGPU stays to be re-attached.
@@ -438,7 +439,7 @@ func (m *Manager) Start() error {
 			} else {
 				done := make(chan struct{})
 				in.mu.Lock()
-				in.conn, in.connDone = c, done
+				in.conn, in.connDone, in.connPID = c, done, pid
 				in.mu.Unlock()
 				m.wg.Add(1)
 				go func() {

@@ -79,6 +79,7 @@ type Instance struct {
 	limits   worker.Limits     // what the device state was last given
 	conn     transport.Session // the attached VM's, nil when none
 	connDone chan struct{}     // closed when conn's Serve returns
+	connPID  int               // the PID that connected conn, 0 when unknown
 	socket   string
 	listener *net.UnixListener
 	closed   bool
@@ -244,6 +245,23 @@ func (i *Instance) Endpoint() transport.Device {
 // for it to end (a VM that just exited may not have been noticed yet)
 // and then refuses s with ErrAttached.
 func (i *Instance) Attach(ctx context.Context, s transport.Session) error {
+	return i.attach(ctx, s, 0)
+}
+
+// VMPID returns the PID of the process whose connection the instance
+// serves (its QEMU), 0 when none is attached or it is not known.
+func (i *Instance) VMPID() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.conn == nil {
+		return 0
+	}
+	return i.connPID
+}
+
+// attach is Attach of a session whose connection pid made, 0 when not
+// known.
+func (i *Instance) attach(ctx context.Context, s transport.Session, pid int) error {
 	// A VM that just exited may not have been noticed yet (its hang-up is
 	// read asynchronously): give the old connection a moment to end before
 	// calling the new one a second VM on the same vGPU.
@@ -270,10 +288,10 @@ func (i *Instance) Attach(ctx context.Context, s transport.Session) error {
 		return fmt.Errorf("instance %s: %w", i.uuid, aggregator.ErrClosed)
 	}
 	done := make(chan struct{})
-	i.conn, i.connDone = s, done
+	i.conn, i.connDone, i.connPID = s, done, pid
 	i.mu.Unlock()
 
-	i.log.Info("vm attached", "transport", fmt.Sprintf("%T", s))
+	i.log.Info("vm attached", "transport", fmt.Sprintf("%T", s), "peer_pid", pid)
 	return i.serve(ctx, s, done)
 }
 
@@ -300,7 +318,7 @@ func (i *Instance) serve(ctx context.Context, c transport.Session, done chan str
 		break
 	}
 	i.mu.Lock()
-	i.conn, i.connDone = nil, nil
+	i.conn, i.connDone, i.connPID = nil, nil, 0
 	i.mu.Unlock()
 	close(done)
 	i.log.Info("vm detached", "err", err)

@@ -488,6 +488,7 @@ func (m *Manager) agentConfig(inst *Instance) agentchan.Config {
 		},
 		Logger:        inst.log,
 		OnAcceptRetry: func() { m.acceptRetries.Add(1) },
+		Peer:          inst.VMPID,
 	}
 }
 
@@ -500,6 +501,21 @@ func (m *Manager) serveAgent(inst *Instance, a *agentchan.Server) {
 			inst.log.Error("agent channel", "err", err)
 		}
 	}()
+}
+
+// vmPID returns the PID of the VM process that made c, an instance
+// socket's connection, where the transport's VMs dial it themselves
+// (vfio-user); 0 where another process dials and passes the socket on
+// (mpqemu), or the credentials cannot be read.
+func (m *Manager) vmPID(inst *Instance, c *net.UnixConn) int {
+	if v, ok := m.transport.(interface{ ConnectedByVM() bool }); !ok || !v.ConnectedByVM() {
+		return 0
+	}
+	pid, err := accept.PeerPID(c)
+	if err != nil {
+		inst.log.Warn("vm connection: peer credentials", "err", err)
+	}
+	return pid
 }
 
 // MaxInstanceConns bounds the connections an instance socket holds at
@@ -528,11 +544,12 @@ func (m *Manager) acceptLoop(inst *Instance, l *net.UnixListener) {
 			c.Close()
 			continue
 		}
+		pid := m.vmPID(inst, c)
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
 			defer limit.Release()
-			if err := inst.Attach(m.ctx, m.transport.NewSession(c, inst.Endpoint())); err != nil && !errors.Is(err, context.Canceled) {
+			if err := inst.attach(m.ctx, m.transport.NewSession(c, inst.Endpoint()), pid); err != nil && !errors.Is(err, context.Canceled) {
 				inst.log.Warn("vm connection ended", "err", err)
 			}
 		}()

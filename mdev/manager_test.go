@@ -182,6 +182,38 @@ func TestSuiteOverHarness(t *testing.T) {
 	if !inst.Attached() {
 		t.Errorf("Attached() = false during a session")
 	}
+	// mpqemu's socket is dialed by whoever starts QEMU and passed on:
+	// the VM's process is not known from it.
+	if got := inst.VMPID(); got != 0 {
+		t.Errorf("VMPID() = %d during an mpqemu session, want 0", got)
+	}
+}
+
+// vmDialedTransport is mpqemu whose VMs dial their sockets themselves,
+// as vfio-user's do.
+type vmDialedTransport struct{ mpqemu.Transport }
+
+func (vmDialedTransport) ConnectedByVM() bool { return true }
+
+// TestVMPID: on a transport whose VMs dial the instance socket
+// themselves, the instance knows the attached VM's process (its agent
+// channel then takes only that process's connection), and forgets it
+// when the VM detaches.
+func TestVMPID(t *testing.T) {
+	m := startManager(t, Config{Devices: []gpu.Device{openGPU(t)}, SocketDir: t.TempDir(), Transport: vmDialedTransport{}})
+	inst := mustCreate(t, m, CreateRequest{Profile: "vgpu-small"})
+	vm := attach(t, inst)
+	openDriver(t, vm)
+	if got := inst.VMPID(); got != os.Getpid() {
+		t.Errorf("VMPID() = %d during a session, want %d (the test dialed)", got, os.Getpid())
+	}
+	vm.Close()
+	for inst.Attached() { // its hang-up is noticed asynchronously
+		time.Sleep(time.Millisecond)
+	}
+	if got := inst.VMPID(); got != 0 {
+		t.Errorf("VMPID() = %d after the VM left, want 0", got)
+	}
 }
 
 // TestHostileGuestDoesNotDisturbNeighbour runs the hostile guest and a

@@ -5,7 +5,8 @@
 // backoff from 5 ms doubling to 1 s, and reports each one, so that one
 // "too many open files" never stops a socket for good. It knows nothing of
 // what is accepted. Limit bounds the connections a listener has open at
-// once, closing those over it as soon as they are accepted.
+// once, closing those over it as soon as they are accepted; PeerPID says
+// which process connected.
 package accept
 
 import (

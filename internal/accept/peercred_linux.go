@@ -1,4 +1,4 @@
-package agentchan
+package accept
 
 import (
 	"fmt"
@@ -7,8 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// peerPID returns the PID of the process that connected nc.
-func peerPID(nc *net.UnixConn) (int, error) {
+// PeerPID returns the PID of the process that connected nc (SO_PEERCRED:
+// the process that called connect, even if it passed the socket on).
+func PeerPID(nc *net.UnixConn) (int, error) {
 	raw, err := nc.SyscallConn()
 	if err != nil {
 		return 0, fmt.Errorf("peer pid: %w", err)

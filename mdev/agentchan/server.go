@@ -59,6 +59,12 @@ type Config struct {
 	// (the server survives them, accept.Retry), for counters that outlive
 	// the server.
 	OnAcceptRetry func()
+	// Peer, if set, returns the PID of the VM process attached to the
+	// instance (its QEMU), 0 when none is. While one is, a connection
+	// from any other process is refused: a QEMU left running after a
+	// migration (paused, its chardev reconnecting) must not take the
+	// channel from the VM that runs the guest now.
+	Peer func() int
 }
 
 // Stats count a server's traffic.
@@ -68,6 +74,7 @@ type Stats struct {
 	Wakeups     atomic.Uint64 // Completed messages sent
 	Hints       atomic.Uint64 // Hints messages sent
 	Malformed   atomic.Uint64 // connections dropped for a bad frame
+	Refused     atomic.Uint64 // connections from a process other than the attached VM (Config.Peer)
 }
 
 // GuestStats is the last GuestStats message and when it arrived.
@@ -96,6 +103,7 @@ type Server struct {
 	gstats  GuestStats
 	haveGS  bool
 	peerPID int
+	refused int      // the last PID refused (Config.Peer), logged once
 	pending *request // the migration request waiting for its answer (migrate.go)
 	cookie  uint64
 	helloed chan struct{} // closed (and replaced) when a peer's Hello arrives
@@ -270,18 +278,32 @@ func (s *Server) start(nc *net.UnixConn) { s.startConn(nc, nil, false) }
 // startConn starts serving nc; adopted, it was handed over by an earlier
 // vgpud, which had read unread of a frame begun on it.
 func (s *Server) startConn(nc *net.UnixConn, unread []byte, adopted bool) {
-	pid, err := peerPID(nc)
+	pid, err := accept.PeerPID(nc)
 	if err != nil {
 		s.log.Warn("peer credentials", "err", err)
 	}
 	c := &conn{s: s, nc: nc, pid: pid, wake: make(chan struct{}, 1), done: make(chan struct{}), pongs: make(chan uint64, maxPongs),
 		asks: make(chan agentmsg.Message, 4), early: make(chan agentmsg.Message, 1),
 		in: &frameReader{r: nc, unread: unread}, pause: make(chan struct{})}
+	want := s.attachedPeer() // before s.mu: it takes the instance's lock
 	s.mu.Lock()
 	if s.closed || s.paused {
 		// Paused: QEMU reconnects to whichever vgpud serves next.
 		s.mu.Unlock()
 		nc.Close()
+		return
+	}
+	if !adopted && want != 0 && pid != want {
+		first := s.refused != pid
+		s.refused = pid
+		s.mu.Unlock()
+		s.stats.Refused.Add(1) // before the close the peer sees
+		nc.Close()
+		lvl := slog.LevelDebug
+		if first {
+			lvl = slog.LevelWarn
+		}
+		s.log.Log(context.Background(), lvl, "agent channel: refused a process other than the attached VM", "peer_pid", pid, "vm_pid", want)
 		return
 	}
 	old := s.cur
@@ -296,6 +318,14 @@ func (s *Server) startConn(nc *net.UnixConn, unread []byte, adopted bool) {
 	s.stats.Connections.Add(1)
 	s.log.Info("agent channel connected", "peer_pid", pid)
 	c.run()
+}
+
+// attachedPeer is Config.Peer's answer, 0 without one.
+func (s *Server) attachedPeer() int {
+	if s.cfg.Peer == nil {
+		return 0
+	}
+	return s.cfg.Peer()
 }
 
 // run starts the connection's reader and writer.

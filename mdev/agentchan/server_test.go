@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -353,5 +354,51 @@ func TestCloseIdempotent(t *testing.T) {
 	}
 	if _, err := p.r.Read(); err == nil {
 		t.Errorf("connection open after Close")
+	}
+}
+
+// TestOnlyAttachedVMPeer: with Config.Peer naming the attached VM's
+// process, a connection from another process (a QEMU left paused after a
+// migration, its chardev reconnecting) is refused and leaves the current
+// connection in place; from the attached VM it is served; with no VM
+// attached (0) any process is.
+func TestOnlyAttachedVMPeer(t *testing.T) {
+	var vm atomic.Int64
+	vm.Store(int64(os.Getpid() + 1)) // some other process is attached
+	s, done := serve(t, Config{Peer: func() int { return int(vm.Load()) }})
+	stranger := dial(t, s)
+	if _, err := stranger.r.Read(); err == nil {
+		t.Fatal("a process other than the attached VM was served")
+	}
+	if got := s.Stats().Refused.Load(); got != 1 || s.Connected() {
+		t.Fatalf("Refused = %d, connected %t; want 1, false", got, s.Connected())
+	}
+
+	vm.Store(int64(os.Getpid())) // this process is the VM
+	p := dial(t, s)
+	p.hello()
+	p.send(&agentmsg.Watch{Index: 0})
+	if s.PeerPID() != os.Getpid() {
+		t.Errorf("PeerPID = %d, want %d", s.PeerPID(), os.Getpid())
+	}
+
+	vm.Store(int64(os.Getpid() + 1)) // another VM now: this one is a stranger
+	again := dial(t, s)
+	if _, err := again.r.Read(); err == nil {
+		t.Fatal("a second connection of a process not attached was served")
+	}
+	// The connection served before stays: it is woken as before.
+	done.Store(1)
+	s.Notify(0)
+	p.wantCompleted(1)
+	if got := s.Stats().Refused.Load(); got != 2 {
+		t.Errorf("Refused = %d, want 2", got)
+	}
+
+	vm.Store(0) // no VM attached: any process
+	free := dial(t, s)
+	free.hello()
+	if got := s.Stats().Connections.Load(); got != 2 {
+		t.Errorf("Connections = %d, want 2", got)
 	}
 }

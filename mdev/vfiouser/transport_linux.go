@@ -29,6 +29,13 @@ func (Transport) Name() string { return "vfio-user" }
 // (docs/migration.md).
 func (Transport) KeepsDeviceOnMigration() bool { return true }
 
+// ConnectedByVM is true: QEMU's vfio-user-pci dials the instance socket
+// itself, so the connection's peer (SO_PEERCRED) is the VM's QEMU, the
+// only process whose agent channel connection the instance takes
+// (agentchan.Config.Peer). An mpqemu proxy's socket is dialed by whoever
+// starts QEMU and passed to it.
+func (Transport) ConnectedByVM() bool { return true }
+
 // Suffix is ".vfio-user.sock".
 func (Transport) Suffix() string { return ".vfio-user.sock" }
 
