@@ -314,6 +314,12 @@ func (r *ImageInfoRecord) Marshal(b []byte) {
 	}
 }
 
+// u64s lists the u64 fields in wire order, from offset 8.
+func (r *ImageInfoRecord) u64s() []*uint64 {
+	return []*uint64{&r.MaxPlane[0], &r.MaxPlane[1], &r.MaxVolume[0], &r.MaxVolume[1], &r.MaxVolume[2],
+		&r.MaxArraySize, &r.MaxReadArgs, &r.MaxWriteArgs, &r.MaxSamplers}
+}
+
 // ImageBufferInfoRecord is the fixed part of the image section's
 // buffer part (ImageInfo's layout); buffer_format_count ImageFormat
 // records follow it.
@@ -329,12 +335,6 @@ func (r *ImageBufferInfoRecord) Marshal(b []byte) {
 	le.PutUint64(b[0:], r.MaxBufferSize)
 	le.PutUint32(b[8:], r.BufferFormatCount)
 	le.PutUint32(b[12:], r.Reserved)
-}
-
-// u64s lists the u64 fields in wire order, from offset 8.
-func (r *ImageInfoRecord) u64s() []*uint64 {
-	return []*uint64{&r.MaxPlane[0], &r.MaxPlane[1], &r.MaxVolume[0], &r.MaxVolume[1], &r.MaxVolume[2],
-		&r.MaxArraySize, &r.MaxReadArgs, &r.MaxWriteArgs, &r.MaxSamplers}
 }
 
 // record is im's fixed part.

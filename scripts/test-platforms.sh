@@ -50,7 +50,7 @@ mkdir -p "$out"
 suites=(
 	"gpu ./gpu"
 	"remote ./gpu/remote ^TestServedPoCL(Images|IL)$"
-	"aggregator ./aggregator ^(TestILBuild|TestImageLaunch)$"
+	"aggregator ./aggregator ^(TestILBuild|TestImageLaunch|TestImageBufferLaunch)$"
 	"sandbox ./worker/sandbox"
 	"worker ./worker ^TestDiagnose$"
 	"icd ./tests/icdhost ^TestICDSPIRV$"
