@@ -109,7 +109,7 @@ run() {
 	repo=$(pwd)
 	out=${GPU_CHECK_OUT:-$dir/report}
 	timeout=${GPU_CHECK_STEP_TIMEOUT:-150}
-	steps=${GPU_CHECK_STEPS:-platform gpu diagnose sandbox suite attacks contexts stream copypath bench datapath icd}
+	steps=${GPU_CHECK_STEPS:-platform gpu diagnose sandbox suite attacks contexts images stream copypath bench datapath icd}
 	mkdir -p "$out"
 	export LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	local report=$out/report.txt
@@ -188,6 +188,7 @@ run() {
 	step suite mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^TestSuiteOverHarness$' -test.timeout=140s
 	step attacks mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^TestIsolationAttacks$' -test.timeout=140s
 	step contexts mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^(TestContextsIsolateProcesses|TestContextHangEndsAlone|TestContextsInTheWorker|TestPolledDoorbellsNeedNoWakeups|TestIdleWorkerSleeps|TestPollingWorkerNeedsNoDoorbells|TestFirstTurnOnAFreeDeviceNeedsNoRequest)$' -test.timeout=140s
+	step images aggregator "$dir/bin/aggregator.test" -test.count=1 -test.v -test.run '^(TestImageLaunch|TestImageBufferLaunch|TestILBuild)$' -test.timeout=140s
 	step stream gpu "$dir/bin/gpu.test" -test.run '^$' -test.bench '^BenchmarkStream$' -test.benchtime 8x
 	step copypath aggregator "$dir/bin/aggregator.test" -test.run '^$' -test.bench '^BenchmarkStreamedCopy$' -test.benchtime 20x
 	step bench . "$dir/bin/isolation" -ops 500 -runs 3
