@@ -5,7 +5,9 @@
 // the client side of a `-chardev socket,...,reconnect=1` backing a
 // `virtserialport`, so QEMU finds vgpud again after vgpud restarts, and the
 // guest agent sees its port close and reopens it. One connection is served
-// at a time; a new one replaces the old (it is QEMU reconnecting).
+// at a time; a new one replaces the old (it is QEMU reconnecting), unless
+// the caller names the attached VM's process (Config.Peer) and the new
+// one is another's: a QEMU left over from a migration is refused.
 //
 // The aggregator's worker calls Notify after each completion record; Notify
 // only loads and swaps atomics and does a non-blocking send, so a slow or
