@@ -279,6 +279,26 @@ type ImageInfo struct {
 	BufferFormats []ImageFormat
 }
 
+// As returns d as the blob of version v (DeviceInfoVersion up to
+// DeviceInfoVersionImageBuffers; 0 is DeviceInfoVersion) carries it: its
+// Version v (0 for the 1.4 blob), and what the versions before v lack
+// cleared (the image section before 2, the il word before 3, the
+// section's buffer part before 4), so that one DeviceInfo of the newest
+// version marshals as any.
+func (d DeviceInfo) As(v uint32) DeviceInfo {
+	if v < DeviceInfoVersionImageBuffers {
+		d.Images.MaxBufferSize, d.Images.BufferFormats = 0, nil
+	}
+	if v < DeviceInfoVersionIL {
+		d.IL = 0
+	}
+	if v < DeviceInfoVersionImages {
+		d.Images, v = ImageInfo{}, 0
+	}
+	d.Version = v
+	return d
+}
+
 // Size is the encoded size of d in bytes.
 func (d *DeviceInfo) Size() uint64 {
 	n := DeviceInfoFixedSize + uint64(len(strings.Join(d.Extensions, " ")))

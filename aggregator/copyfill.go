@@ -79,53 +79,35 @@ func (in *Instance) deviceInfo(_ *abi.Command, q *abi.DeviceInfoQuery) (uint64, 
 // at creation (the device and MaxWorkGroup do not change under an
 // instance).
 type deviceInfoBlobs struct {
-	plain  []byte // abi.DeviceInfoVersion
-	images []byte // abi.DeviceInfoVersionImages
-	il     []byte // abi.DeviceInfoVersionIL
-	imbuf  []byte // abi.DeviceInfoVersionImageBuffers
+	// byVersion[v] is the blob of version v, abi.DeviceInfoVersion to
+	// abi.DeviceInfoVersionImageBuffers.
+	byVersion [abi.DeviceInfoVersionImageBuffers + 1][]byte
 	// imageInfo is the image section with its buffer part: what the
 	// instance's launches may use.
 	imageInfo abi.ImageInfo
 }
 
 // of returns the blob of version v (checked by the query's decoding).
-func (b *deviceInfoBlobs) of(v uint32) []byte {
-	switch v {
-	case abi.DeviceInfoVersionImages:
-		return b.images
-	case abi.DeviceInfoVersionIL:
-		return b.il
-	case abi.DeviceInfoVersionImageBuffers:
-		return b.imbuf
-	}
-	return b.plain
-}
+func (b *deviceInfoBlobs) of(v uint32) []byte { return b.byVersion[v] }
 
-// makeDeviceInfo encodes the blobs of an instance on a device.
+// makeDeviceInfo encodes the blobs of an instance on a device: the newest
+// version's information, as each version carries it.
 func makeDeviceInfo(info gpu.Info, maxWorkGroup uint32) (deviceInfoBlobs, error) {
 	var b deviceInfoBlobs
 	d := deviceInfoOf(info, maxWorkGroup)
-	var err error
-	if b.plain, err = d.Marshal(); err != nil {
-		return b, err
-	}
 	b.imageInfo = imageInfoOf(info.Caps.Images)
-	// Versions 2 and 3 have no buffer part.
-	d.Version, d.Images = abi.DeviceInfoVersionImages, b.imageInfo
-	d.Images.MaxBufferSize, d.Images.BufferFormats = 0, nil
-	if b.images, err = d.Marshal(); err != nil {
-		return b, err
-	}
-	d.Version = abi.DeviceInfoVersionIL
+	d.Images = b.imageInfo
 	if info.Caps.IL {
 		d.IL = abi.DeviceILSPIRV
 	}
-	if b.il, err = d.Marshal(); err != nil {
-		return b, err
+	for v := uint32(abi.DeviceInfoVersion); v <= abi.DeviceInfoVersionImageBuffers; v++ {
+		var err error
+		dv := d.As(v)
+		if b.byVersion[v], err = dv.Marshal(); err != nil {
+			return b, err
+		}
 	}
-	d.Version, d.Images = abi.DeviceInfoVersionImageBuffers, b.imageInfo
-	b.imbuf, err = d.Marshal()
-	return b, err
+	return b, nil
 }
 
 // imageInfoOf is the image section of a device with caps (docs/ABI.md

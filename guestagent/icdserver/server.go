@@ -165,17 +165,16 @@ func (dev *device) deviceInfo(proto uint32) ([]byte, error) {
 		// meanwhile makes the next call ask again.
 		dev.info, dev.infoOf = &info, in
 	}
-	info := *dev.info
+	newest := uint32(abi.DeviceInfoVersionImageBuffers)
 	switch {
-	case proto < 4 || info.Version < abi.DeviceInfoVersionImages:
-		info.Version, info.Images, info.IL = 0, abi.ImageInfo{}, 0
-	case proto < 5 || info.Version < abi.DeviceInfoVersionIL:
-		info.Version, info.IL = abi.DeviceInfoVersionImages, 0
-		info.Images.MaxBufferSize, info.Images.BufferFormats = 0, nil
-	case proto < 6 || info.Version < abi.DeviceInfoVersionImageBuffers:
-		info.Version = abi.DeviceInfoVersionIL
-		info.Images.MaxBufferSize, info.Images.BufferFormats = 0, nil
+	case proto < 4:
+		newest = abi.DeviceInfoVersion
+	case proto < 5:
+		newest = abi.DeviceInfoVersionImages
+	case proto < 6:
+		newest = abi.DeviceInfoVersionIL
 	}
+	info := dev.info.As(min(dev.info.Version, newest))
 	return info.Marshal()
 }
 
