@@ -79,7 +79,7 @@ type Instance struct {
 	limits   worker.Limits     // what the device state was last given
 	conn     transport.Session // the attached VM's, nil when none
 	connDone chan struct{}     // closed when conn's Serve returns
-	connPID  int               // the PID that connected conn, 0 when unknown
+	connPID  int               // the PID that connected conn, 0 when unknown or conn is nil
 	socket   string
 	listener *net.UnixListener
 	closed   bool
@@ -253,9 +253,6 @@ func (i *Instance) Attach(ctx context.Context, s transport.Session) error {
 func (i *Instance) VMPID() int {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	if i.conn == nil {
-		return 0
-	}
 	return i.connPID
 }
 

@@ -282,28 +282,18 @@ func (s *Server) startConn(nc *net.UnixConn, unread []byte, adopted bool) {
 	if err != nil {
 		s.log.Warn("peer credentials", "err", err)
 	}
+	if want := s.attachedPeer(); !adopted && want != 0 && pid != want {
+		s.refuse(nc, pid, want)
+		return
+	}
 	c := &conn{s: s, nc: nc, pid: pid, wake: make(chan struct{}, 1), done: make(chan struct{}), pongs: make(chan uint64, maxPongs),
 		asks: make(chan agentmsg.Message, 4), early: make(chan agentmsg.Message, 1),
 		in: &frameReader{r: nc, unread: unread}, pause: make(chan struct{})}
-	want := s.attachedPeer() // before s.mu: it takes the instance's lock
 	s.mu.Lock()
 	if s.closed || s.paused {
 		// Paused: QEMU reconnects to whichever vgpud serves next.
 		s.mu.Unlock()
 		nc.Close()
-		return
-	}
-	if !adopted && want != 0 && pid != want {
-		first := s.refused != pid
-		s.refused = pid
-		s.mu.Unlock()
-		s.stats.Refused.Add(1) // before the close the peer sees
-		nc.Close()
-		lvl := slog.LevelDebug
-		if first {
-			lvl = slog.LevelWarn
-		}
-		s.log.Log(context.Background(), lvl, "agent channel: refused a process other than the attached VM", "peer_pid", pid, "vm_pid", want)
 		return
 	}
 	old := s.cur
@@ -320,7 +310,24 @@ func (s *Server) startConn(nc *net.UnixConn, unread []byte, adopted bool) {
 	c.run()
 }
 
-// attachedPeer is Config.Peer's answer, 0 without one.
+// refuse closes nc, made by process pid while the attached VM is want's
+// (Config.Peer), and logs it: at warning level the first time for pid.
+func (s *Server) refuse(nc *net.UnixConn, pid, want int) {
+	s.mu.Lock()
+	first := s.refused != pid
+	s.refused = pid
+	s.mu.Unlock()
+	s.stats.Refused.Add(1) // before the close the peer sees
+	nc.Close()
+	lvl := slog.LevelDebug
+	if first {
+		lvl = slog.LevelWarn
+	}
+	s.log.Log(context.Background(), lvl, "agent channel: refused a process other than the attached VM", "peer_pid", pid, "vm_pid", want)
+}
+
+// attachedPeer is Config.Peer's answer, 0 without one. It is asked
+// without s.mu: it takes the instance's lock.
 func (s *Server) attachedPeer() int {
 	if s.cfg.Peer == nil {
 		return 0
