@@ -368,8 +368,10 @@ uint64_t vgpu_device_image_buffers(const struct _cl_device_id *d, const struct v
 	const struct devinfo *di = device_info(d);
 	if (di == NULL || di->images.image_support != 1 || di->ibuf.max_buffer_size == 0)
 		return 0;
-	*formats = di->bformats;
-	*count = di->ibuf.buffer_format_count;
+	if (formats != NULL)
+		*formats = di->bformats;
+	if (count != NULL)
+		*count = di->ibuf.buffer_format_count;
 	return di->ibuf.max_buffer_size;
 }
 
@@ -606,12 +608,7 @@ cl_int CL_API_CALL vgpu_clGetDeviceInfo(cl_device_id device, cl_device_info para
 	case CL_DEVICE_IMAGE3D_MAX_WIDTH: SIZE(ii != NULL ? (size_t)ii->max_volume[0] : 0); break;
 	case CL_DEVICE_IMAGE3D_MAX_HEIGHT: SIZE(ii != NULL ? (size_t)ii->max_volume[1] : 0); break;
 	case CL_DEVICE_IMAGE3D_MAX_DEPTH: SIZE(ii != NULL ? (size_t)ii->max_volume[2] : 0); break;
-	case CL_DEVICE_IMAGE_MAX_BUFFER_SIZE: {
-		const struct vgpu_image_format *bf;
-		uint32_t nbf = 0;
-		SIZE(ii != NULL ? (size_t)vgpu_device_image_buffers(d, &bf, &nbf) : 0);
-		break;
-	}
+	case CL_DEVICE_IMAGE_MAX_BUFFER_SIZE: SIZE(ii != NULL ? (size_t)vgpu_device_image_buffers(d, NULL, NULL) : 0); break;
 	case CL_DEVICE_IMAGE_MAX_ARRAY_SIZE: SIZE(ii != NULL ? (size_t)ii->max_array_size : 0); break;
 
 	/* Partitioning: a vGPU is a root device that cannot be partitioned. */

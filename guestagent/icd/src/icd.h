@@ -639,8 +639,9 @@ cl_int vgpu_image_unmap(struct enq *e, cl_mem m, struct vgpu_map *map, cl_uint n
 void vgpu_image_desc(const struct _cl_mem *m, struct vgpu_image_desc *d);
 /* device.c: the device's image section and formats, NULL without images. */
 const struct vgpu_image_info *vgpu_device_images(const struct _cl_device_id *d, const struct vgpu_image_format **formats);
-/* device.c: the widest image made from a buffer (pixels) and the formats
- * of such images (version-4 blob, abi 1.10); 0 without them. */
+/* device.c: the widest image made from a buffer (pixels) and, where
+ * formats and count are not NULL, the formats of such images (version-4
+ * blob, abi 1.10); 0 without them. */
 uint64_t vgpu_device_image_buffers(const struct _cl_device_id *d, const struct vgpu_image_format **formats,
 				   uint32_t *count);
 /* vgpu_device_il: whether d builds SPIR-V modules of versions 1.0 to 1.2

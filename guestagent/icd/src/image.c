@@ -71,10 +71,11 @@ static uint32_t formats_of(const struct _cl_device_id *d, cl_mem_object_type t, 
 	const struct vgpu_image_info *ii = vgpu_device_images(d, fs);
 	if (ii == NULL)
 		return 0;
-	uint32_t n = 0;
-	if (t == CL_MEM_OBJECT_IMAGE1D_BUFFER)
-		return vgpu_device_image_buffers(d, fs, &n) != 0 ? n : 0;
-	return ii->format_count;
+	if (t != CL_MEM_OBJECT_IMAGE1D_BUFFER)
+		return ii->format_count;
+	uint32_t n = 0; /* stays 0 without images made from buffers */
+	vgpu_device_image_buffers(d, fs, &n);
+	return n;
 }
 
 static int format_offered(const struct _cl_device_id *d, cl_mem_object_type t, const cl_image_format *f)
@@ -166,10 +167,8 @@ static int within_limits(const struct _cl_device_id *dev, const struct vgpu_imag
 			 const size_t ext[3])
 {
 	uint64_t max[3] = {ii->max_plane[0], ii->max_plane[1], 1};
-	const struct vgpu_image_format *fs;
-	uint32_t nfs;
 	switch (t) {
-	case CL_MEM_OBJECT_IMAGE1D_BUFFER: max[0] = vgpu_device_image_buffers(dev, &fs, &nfs); break;
+	case CL_MEM_OBJECT_IMAGE1D_BUFFER: max[0] = vgpu_device_image_buffers(dev, NULL, NULL); break;
 	case CL_MEM_OBJECT_IMAGE1D_ARRAY: max[1] = ii->max_array_size; break;
 	case CL_MEM_OBJECT_IMAGE2D_ARRAY: max[2] = ii->max_array_size; break;
 	case CL_MEM_OBJECT_IMAGE3D: memcpy(max, ii->max_volume, sizeof max); break;
