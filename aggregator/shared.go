@@ -154,6 +154,23 @@ type Shared struct {
 	RingShadow   atomic.Uint64
 	RingPollWord atomic.Uint64
 	ShadowTails  atomic.Uint64
+	// Kicks a worker takes itself (wire.Kicks, docs/worker.md "Kicks
+	// straight to the worker"): where the transport backs abi.RegRingKick
+	// with an eventfd (vfio-user's ioeventfd), the main process hands the
+	// worker that eventfd and each signal of it is a kick that never
+	// passes through the register file. KickShadow is the tail shadow's
+	// address as the guest last programmed it (RegTailShadowLo/Hi, 0
+	// after a reset), written by the main process: the worker reads the
+	// tail at that address as for a kick published in Shadow. A worker
+	// that writes it misdirects only its own instance's kicks (it maps
+	// that guest's RAM anyway); the main process never reads guest RAM
+	// at it. DirectKicks counts the signals the worker took so;
+	// RelayedKicks, those the main process took while no worker could
+	// (a relocation's freeze, a lost worker, a worker of an earlier
+	// release). Appended last.
+	KickShadow   atomic.Uint64
+	DirectKicks  atomic.Uint64
+	RelayedKicks atomic.Uint64
 }
 
 // TurnOffer's states, below the offer's number.

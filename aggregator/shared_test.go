@@ -29,6 +29,12 @@ func TestSharedLayout(t *testing.T) {
 		{"Kernels", unsafe.Offsetof(s.Kernels), unsafe.Offsetof(s.ProgramBytes) + 8},
 		{"KernelLimit", unsafe.Offsetof(s.KernelLimit), unsafe.Offsetof(s.Pipelined) + 8},
 		{"BuildLimit", unsafe.Offsetof(s.BuildLimit), unsafe.Offsetof(s.Pipelined) + 16},
+		// docs/worker.md's table, from the ring shadow on.
+		{"RingShadow", unsafe.Offsetof(s.RingShadow), 1368},
+		{"KickShadow", unsafe.Offsetof(s.KickShadow), 1392},
+		{"DirectKicks", unsafe.Offsetof(s.DirectKicks), 1400},
+		{"RelayedKicks", unsafe.Offsetof(s.RelayedKicks), 1408},
+		{"size", uintptr(SharedSize), 1416},
 	} {
 		if f.got != f.want {
 			t.Errorf("offset of %s = %d, want %d", f.name, f.got, f.want)

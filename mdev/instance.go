@@ -157,6 +157,20 @@ func (i *Instance) LiveContexts() uint32 {
 // MemUsed returns the device memory the instance holds, in bytes.
 func (i *Instance) MemUsed() uint64 { return i.be.Shared().MemUsed.Load() }
 
+// KickStats counts the guest's kicks on its transport's kick eventfd
+// (vfio-user's ioeventfd, docs/worker.md "Kicks straight to the
+// worker"): Direct, those the instance's worker read itself; Relayed,
+// those vgpud's main process applied while no worker could (a
+// relocation's freeze, a lost worker). Kicks the transport watches
+// itself (an in-process instance) are counted in neither.
+type KickStats struct{ Direct, Relayed uint64 }
+
+// Kicks returns the instance's kick counters.
+func (i *Instance) Kicks() KickStats {
+	sh := i.be.Shared()
+	return KickStats{Direct: sh.DirectKicks.Load(), Relayed: sh.RelayedKicks.Load()}
+}
+
 // ProgramBytes returns the bytes of programs the instance holds.
 func (i *Instance) ProgramBytes() uint64 { return i.be.Shared().ProgramBytes.Load() }
 

@@ -77,3 +77,20 @@ type Backend interface {
 	// AckError clears the latched error.
 	AckError()
 }
+
+// KickTaker is a Backend that can read a transport's kick eventfd itself
+// (abi.RegRingKick backed by an ioeventfd: vfio-user's REGION_IO_FDS):
+// each signal of it is a kick that never passes through the register
+// file, taken where the ring runs (a worker process) with no hop through
+// vgpud's main process. The register file tells it the tail shadow's
+// address each time the guest programs it, and 0 at a reset.
+type KickTaker interface {
+	// TakeKicks makes fd the kick eventfd the backend reads from now on
+	// (a copy: the caller keeps fd); -1 lets go of the last one. An
+	// error says the backend cannot: the transport then watches fd and
+	// writes abi.RegRingKick itself.
+	TakeKicks(fd int) error
+	// TailShadow is the tail shadow's address as the guest programmed it
+	// (RegTailShadowLo/Hi).
+	TailShadow(addr uint64)
+}

@@ -1,6 +1,8 @@
 package mmio
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/vgpud/vgpud/abi"
@@ -88,11 +90,37 @@ func (d *Device) resetLocked() {
 	if d.hold {
 		d.irq.reset()
 		d.ringBase, d.complBase, d.slots, d.tail, d.shadow, d.pollWord = 0, 0, 0, 0, 0, 0
+		d.publishShadow()
 		return
 	}
 	d.b.Reset()
 	d.irq.reset()
 	d.ringBase, d.complBase, d.slots, d.tail, d.shadow, d.pollWord = 0, 0, 0, 0, 0, 0
+	d.publishShadow()
+}
+
+// publishShadow tells a backend that reads the kick eventfd itself
+// (KickTaker) the tail shadow's address.
+func (d *Device) publishShadow() {
+	if kt, ok := d.b.(KickTaker); ok {
+		kt.TailShadow(d.shadow)
+	}
+}
+
+// TakeKicks hands the transport's kick eventfd (abi.RegRingKick backed
+// by an ioeventfd) to the backend, if it is a KickTaker that can read it
+// itself; fd stays the caller's. fd -1 lets go of the last one. An error
+// (errors.ErrUnsupported where the backend is no KickTaker) says the
+// caller must watch fd and write abi.RegRingKick on each signal.
+func (d *Device) TakeKicks(fd int) error {
+	kt, ok := d.b.(KickTaker)
+	if !ok {
+		if fd < 0 {
+			return nil
+		}
+		return fmt.Errorf("kick eventfd: the backend reads none: %w", errors.ErrUnsupported)
+	}
+	return kt.TakeKicks(fd)
 }
 
 // goodAccess reports whether an access is a naturally aligned 4-byte
@@ -259,8 +287,10 @@ func (d *Device) write32Locked(off, v uint32) {
 		}
 	case abi.RegTailShadowLo:
 		d.shadow = d.shadow&^0xffffffff | uint64(v)
+		d.publishShadow()
 	case abi.RegTailShadowHi:
 		d.shadow = d.shadow&0xffffffff | uint64(v)<<32
+		d.publishShadow()
 	case abi.RegPollWordLo:
 		d.pollWord = d.pollWord&^0xffffffff | uint64(v)
 	case abi.RegPollWordHi:

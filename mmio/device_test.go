@@ -2,6 +2,7 @@ package mmio
 
 import (
 	"encoding/binary"
+	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -353,5 +354,48 @@ func TestContextKick(t *testing.T) {
 	f.limits.Contexts = 1000
 	if got := d.ReadBAR(abi.RegMaxContexts, 4); got != abi.MaxContexts {
 		t.Errorf("RegMaxContexts = %d for a backend offering 1000, want %d", got, abi.MaxContexts)
+	}
+}
+
+// kickTaker is a fakeBackend that reads a kick eventfd itself
+// (KickTaker): it records what the register file tells it.
+type kickTaker struct {
+	fakeBackend
+	fds     []int
+	shadows []uint64
+}
+
+func (k *kickTaker) TakeKicks(fd int) error { k.fds = append(k.fds, fd); return nil }
+func (k *kickTaker) TailShadow(a uint64)    { k.shadows = append(k.shadows, a) }
+
+// TestTakeKicks: a backend that reads the kick eventfd itself is handed
+// it and told the tail shadow's address at every write of its halves and
+// at a reset (0); one that cannot is refused with ErrUnsupported (the
+// transport then watches the eventfd), and letting go of none is no error.
+func TestTakeKicks(t *testing.T) {
+	k := &kickTaker{}
+	d := New(k)
+	if err := d.TakeKicks(7); err != nil {
+		t.Fatal(err)
+	}
+	d.WriteBAR(abi.RegTailShadowLo, 4, 0x2345_6ffc)
+	d.WriteBAR(abi.RegTailShadowHi, 4, 0x1)
+	d.Reset()
+	if err := d.TakeKicks(-1); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int{7, -1}, k.fds); diff != "" {
+		t.Errorf("fds handed (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]uint64{0x2345_6ffc, 0x1_2345_6ffc, 0}, k.shadows); diff != "" {
+		t.Errorf("shadows told (-want +got):\n%s", diff)
+	}
+
+	plain, _ := newTestDevice(t)
+	if err := plain.TakeKicks(7); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("TakeKicks on a backend that reads none = %v, want ErrUnsupported", err)
+	}
+	if err := plain.TakeKicks(-1); err != nil {
+		t.Errorf("TakeKicks(-1) on a backend that reads none = %v", err)
 	}
 }

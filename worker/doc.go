@@ -39,8 +39,14 @@
 // Config.InProcess runs the instances in this process instead: no
 // isolation at all and no ledger, for benchmark baselines only.
 //
+// A transport's kick ioeventfd (vfio-user) is read by the instance's
+// worker itself, or by this process while no worker can (kicks.go,
+// docs/worker.md "Kicks straight to the worker").
+//
 // Lock order: a scheduler's (it calls the pool's Preempter holding it),
 // then Pool.mu, then procInstance.bellMu, then procInstance.mu, then
 // process.mu, then a ledger's; none is held while waiting for a worker's
-// reply, nor while calling a scheduler.
+// reply, nor while calling a scheduler. procInstance.kickMu comes before
+// all of them and is the one lock held while waiting for a worker's reply
+// (Kicks, StopKicks): no reply and no kick waits on it.
 package worker

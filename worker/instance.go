@@ -74,6 +74,17 @@ type procInstance struct {
 	// ctxPending: the device contexts kicked while the instance was being
 	// moved (bit id-1), rung again on the worker it lands on.
 	ctxPending atomic.Uint64
+
+	// The transport's kick eventfd (kicks.go); kickMu orders who reads
+	// it: the worker kickAt (its slot kickSlot), or this process's
+	// watcher kickW. kickShadow is the tail shadow's address as the
+	// guest programmed it (trusted: written by the register file only).
+	kickMu     sync.Mutex
+	kickFD     int
+	kickAt     *process
+	kickSlot   uint32
+	kickW      *irqfd.Watcher
+	kickShadow atomic.Uint64
 }
 
 // In procInstance.lastBell: kickBit marks a kick, bellBit any doorbell
@@ -86,7 +97,7 @@ const (
 var _ Backend = (*procInstance)(nil)
 
 func newProcInstance(p *Pool, cfg InstanceConfig) (*procInstance, error) {
-	in := &procInstance{pool: p, cfg: cfg, limits: cfg.Limits, reuse: cfg.Reuse, pageFD: -1, bellFD: -1}
+	in := &procInstance{pool: p, cfg: cfg, limits: cfg.Limits, reuse: cfg.Reuse, pageFD: -1, bellFD: -1, kickFD: -1}
 	var err error
 	defer func() {
 		if err != nil {
@@ -225,6 +236,7 @@ func (in *procInstance) attach() error {
 		return err
 	}
 	in.publishLimits(lim)
+	in.sh.KickShadow.Store(in.kickShadow.Load()) // the worker's Add cleared the page
 	in.mu.Lock()
 	in.proc, in.slot, in.lost, in.why = pr, slot, false, ""
 	regions := in.regions
@@ -242,6 +254,7 @@ func (in *procInstance) attach() error {
 			return err
 		}
 	}
+	in.routeKicks()
 	return nil
 }
 
@@ -314,6 +327,7 @@ func (in *procInstance) lose(pr *process, why string) {
 	in.sh.Enabled.Store(0)
 	in.sh.Latch(abi.StatusDeviceLost)
 	in.pool.log.Warn("instance lost its device context", "instance", in.cfg.ID, "reason", why)
+	in.routeKicks()
 	if in.cfg.Notify != nil {
 		in.cfg.Notify(in.sh.Done.Load() - 1) // a guest waiting is woken to look
 	}
@@ -707,6 +721,7 @@ func (in *procInstance) Close() error {
 	pr, slot, dev := in.proc, in.slot, in.cfg.Device
 	in.proc = nil
 	in.mu.Unlock()
+	in.dropKicks()
 	defer in.pool.mem[dev].Forget(in.cfg.ID)
 	var err error
 	if pr != nil {

@@ -197,6 +197,7 @@ func (m *reallocation) begin(cancel context.CancelFunc) error {
 		in.mu.Lock()
 		in.moving, in.stopMove, in.view, in.bellsLive = nil, nil, ringView{}, false
 		in.mu.Unlock()
+		in.routeKicks()
 		close(moving)
 	})
 	return nil
@@ -227,6 +228,7 @@ func (m *reallocation) startTarget(context.Context) error {
 func (m *reallocation) precopy(ctx context.Context) error {
 	in := m.in
 	in.setBellsLive(true)
+	in.routeKicks()
 	m.pre.Grow(int(min(in.pool.mem[m.from].Held(in.cfg.ID)+in.sh.ProgramBytes.Load(), 1<<34)) + 1<<20)
 	if _, err := in.extractFrom(ctx, m.pr, m.slot, false, &m.pre); err != nil {
 		return fmt.Errorf("pre-copy: %w", err)
@@ -245,6 +247,7 @@ func (m *reallocation) freeze(ctx context.Context) error {
 	in.bellMu.Lock()
 	in.setBellsLive(false)
 	in.bellMu.Unlock()
+	in.routeKicks() // this process takes the kicks the worker took: recorded, replayed where the state lands
 	if err := in.freezeOn(ctx, m.pr, m.slot); err != nil {
 		in.liveBells()
 		return fmt.Errorf("freeze: %w", err)
@@ -421,6 +424,7 @@ func (in *procInstance) loseDevice(why string) {
 	in.mu.Unlock()
 	in.sh.Enabled.Store(0)
 	in.sh.Latch(abi.StatusDeviceLost)
+	in.routeKicks()
 	if in.cfg.Notify != nil {
 		in.cfg.Notify(in.sh.Done.Load() - 1)
 	}
@@ -485,11 +489,13 @@ func (in *procInstance) leave(pr *process, slot uint32, keep bool) error {
 // page again, and rings the last doorbell recorded meanwhile.
 func (in *procInstance) liveBells() error {
 	in.bellMu.Lock()
-	defer in.bellMu.Unlock()
 	in.mu.Lock()
 	in.bellsLive, in.view = true, ringView{}
 	in.mu.Unlock()
-	return in.replayBell()
+	err := in.replayBell()
+	in.bellMu.Unlock()
+	in.routeKicks() // outside bellMu: this process's watcher, which routeKicks stops, takes it
+	return err
 }
 
 // replayBell rings the guest's last doorbell again on the instance's new

@@ -20,11 +20,25 @@ import (
 // is closed when the test ends.
 func attachedVM(t *testing.T) (*mdev.Manager, *mdev.Instance, *vfiousertest.Client) {
 	t.Helper()
+	return attachedVMWith(t, mdev.Config{Devices: []gpu.Device{openDevice(t)}})
+}
+
+// openDevice opens the host's OpenCL device, closed when the test ends.
+func openDevice(t *testing.T) gpu.Device {
+	t.Helper()
 	dev, err := gpu.Open("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+// attachedVMWith is attachedVM with the manager configured by cfg (its
+// devices among it; the socket directory, transport and logger are set
+// here).
+func attachedVMWith(t *testing.T, cfg mdev.Config) (*mdev.Manager, *mdev.Instance, *vfiousertest.Client) {
+	t.Helper()
 	// A short directory: t.TempDir's path can make the instance
 	// socket's name longer than a Unix socket address holds.
 	dir, err := os.MkdirTemp("", "vu")
@@ -32,8 +46,8 @@ func attachedVM(t *testing.T) (*mdev.Manager, *mdev.Instance, *vfiousertest.Clie
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	m, err := mdev.NewManager(mdev.Config{Devices: []gpu.Device{dev}, SocketDir: dir, Transport: vfiouser.Transport{},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg.SocketDir, cfg.Transport, cfg.Logger = dir, vfiouser.Transport{}, slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := mdev.NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,8 @@ type Session struct {
 	unmaskW  *irqfd.Watcher
 	kickFD   int // the ioeventfd behind abi.RegRingKick; -1 until asked for
 	kickW    *irqfd.Watcher
-	errFD    int // the ERR index's eventfd (QEMU's error notifier), never signalled; -1
+	kickDev  bool // the device's backend reads kickFD itself (mmio.Device.TakeKicks)
+	errFD    int  // the ERR index's eventfd (QEMU's error notifier), never signalled; -1
 }
 
 var (
@@ -143,12 +144,15 @@ func (s *Session) Close() error {
 func (s *Session) releaseIRQ() {
 	s.dev.Regs.INTx().ClearSink(s)
 	s.irqMu.Lock()
-	kw, uw, intx := s.kickW, s.unmaskW, s.intx
+	kw, uw, intx, kickDev := s.kickW, s.unmaskW, s.intx, s.kickDev
 	fds := []int{s.unmaskFD, s.kickFD, s.errFD}
-	s.kickW, s.unmaskW, s.intx = nil, nil, nil
+	s.kickW, s.unmaskW, s.intx, s.kickDev = nil, nil, nil, false
 	s.unmaskFD, s.kickFD, s.errFD = -1, -1, -1
 	s.irqMu.Unlock()
 	intx.Close()
+	if kickDev {
+		_ = s.dev.Regs.TakeKicks(-1)
+	}
 	// The watchers call into the register file holding no Session lock;
 	// they are stopped before the fds they poll are closed.
 	kw.Stop()
@@ -457,8 +461,10 @@ func (s *Session) regionIOFDs(m Msg) (unix.Errno, error) {
 	return 0, s.reply(m, []int{fd}, full.Marshal())
 }
 
-// kickFd returns the kick ioeventfd, making it and its watcher at the
-// first call. Each signal is a write of abi.RegRingKick.
+// kickFd returns the kick ioeventfd, making it at the first call. Each
+// signal is a write of abi.RegRingKick: the device's backend reads it
+// where it can (a worker process: the kick never passes through this
+// process), else a watcher here writes the register.
 func (s *Session) kickFd() (int, error) {
 	s.irqMu.Lock()
 	defer s.irqMu.Unlock()
@@ -471,6 +477,12 @@ func (s *Session) kickFd() (int, error) {
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return -1, err
+	}
+	if err := s.dev.Regs.TakeKicks(fd); err == nil {
+		s.kickFD, s.kickDev = fd, true
+		return fd, nil
+	} else if !errors.Is(err, errors.ErrUnsupported) {
+		s.log.Warn("vfio-user: the device does not read its kick ioeventfd: kicks go through the register file", "err", err)
 	}
 	w, err := irqfd.Watch(fd, func() { s.dev.Regs.WriteBAR(abi.RegRingKick, 4, 1) }, s.log)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/internal/guestmem"
+	"github.com/vgpud/vgpud/internal/irqfd"
 	"github.com/vgpud/vgpud/reuse"
 	"github.com/vgpud/vgpud/worker/sandbox"
 	"github.com/vgpud/vgpud/worker/wire"
@@ -85,6 +86,12 @@ type slot struct {
 	notify   int      // eventfd this worker signals
 	done     chan struct{}
 	applyMu  sync.Mutex // one reader of the page's doorbells at a time (apply)
+	log      *slog.Logger
+	// The kick eventfd the worker reads itself (kicks.go), nil if none;
+	// kicksClosed once the slot is being removed.
+	kickMu      sync.Mutex
+	kickW       *irqfd.Watcher
+	kicksClosed bool
 	// arrived holds the guest pages an incoming migration's final round
 	// brought (stream.GuestPages), by page address, until Thaw writes
 	// them into guest RAM: after QEMU has loaded the VM, which would
@@ -257,6 +264,16 @@ func (s *server) handle(m wire.Msg, fds []int) (abi.Status, string, []byte) {
 		err = s.withSlot(m.Slot, func(sl *slot) error { return sl.in.Freeze(s.ctx) })
 	case *wire.GuestLog:
 		err = s.withSlot(m.Slot, func(sl *slot) error { sl.mem.LogWrites(m.On); return nil })
+	case *wire.Kicks:
+		fd := fds[0]
+		fds = nil
+		taken := false
+		err = s.withSlot(m.Slot, func(sl *slot) error { taken = true; return sl.takeKicks(fd) })
+		if !taken {
+			unix.Close(fd)
+		}
+	case *wire.StopKicks:
+		err = s.withSlot(m.Slot, func(sl *slot) error { sl.stopKicks(false); return nil })
 	case *wire.Thaw:
 		err = s.withSlot(m.Slot, func(sl *slot) error {
 			if err := sl.writeArrived(); err != nil {
@@ -352,7 +369,8 @@ func (s *server) add(m *wire.Add, fds []int) (err error) {
 		unix.Munmap(page)
 		return err
 	}
-	sl := &slot{id: m.ID, mem: &guestmem.Map{Foreign: s.opts.Foreign}, page: page, notify: notifyFD, done: make(chan struct{})}
+	sl := &slot{id: m.ID, mem: &guestmem.Map{Foreign: s.opts.Foreign}, page: page, notify: notifyFD, done: make(chan struct{}),
+		log: s.log.With("instance", m.ID)}
 	sl.doorbell = os.NewFile(uintptr(bellFD), "doorbell")
 	bellFD = -1
 	device := int(s.hello.Device)
@@ -449,8 +467,9 @@ func (sl *slot) apply() {
 	}
 }
 
-// close frees the instance (after its doorbell loop ends).
+// close frees the instance (after its doorbell and kick loops end).
 func (sl *slot) close() error {
+	sl.stopKicks(true)
 	sl.doorbell.Close()
 	<-sl.done
 	err := sl.in.Close()

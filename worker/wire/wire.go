@@ -72,7 +72,9 @@ const (
 	TypeArena       Type = 23 // worker -> main; the Reply carries 1 fd
 	TypeTurnTaken   Type = 24 // worker -> main, one-way
 	TypeGuestLog    Type = 25 // main -> worker; only to a worker with FeatureGuestLog
-	numTypes             = 26
+	TypeKicks       Type = 26 // main -> worker, 1 fd; only to a worker with FeatureKicks
+	TypeStopKicks   Type = 27 // main -> worker; only to a worker with FeatureKicks
+	numTypes             = 28
 )
 
 var typeNames = [numTypes]string{
@@ -81,7 +83,7 @@ var typeNames = [numTypes]string{
 	TypeBudget: "budget", TypeStats: "stats", TypeTurn: "turn", TypeTurnRelease: "turn-release",
 	TypeExtract: "extract", TypeInject: "inject", TypeFreeze: "freeze", TypeThaw: "thaw", TypeParent: "parent",
 	TypeForeign: "foreign", TypeReserve: "reserve", TypeUnreserve: "unreserve", TypeArena: "arena",
-	TypeTurnTaken: "turn-taken", TypeGuestLog: "guest-log",
+	TypeTurnTaken: "turn-taken", TypeGuestLog: "guest-log", TypeKicks: "kicks", TypeStopKicks: "stop-kicks",
 }
 
 func (t Type) String() string {
@@ -200,6 +202,10 @@ func newMsg(t Type) Msg {
 		return &Thaw{}
 	case TypeGuestLog:
 		return &GuestLog{}
+	case TypeKicks:
+		return &Kicks{}
+	case TypeStopKicks:
+		return &StopKicks{}
 	case TypeParent:
 		return &Parent{}
 	case TypeForeign:
@@ -316,8 +322,11 @@ const (
 	// (abi.FeatureImageBuffers), which the main process announces to
 	// the guest only then.
 	FeatureImageBuffers uint32 = 1 << 3
+	// FeatureKicks: the worker takes Kicks and StopKicks, reading a
+	// transport's kick eventfd itself.
+	FeatureKicks uint32 = 1 << 4
 	// Features is what this release's workers understand.
-	Features = FeatureGuestLog | FeatureImages | FeatureIL | FeatureImageBuffers
+	Features = FeatureGuestLog | FeatureImages | FeatureIL | FeatureImageBuffers | FeatureKicks
 )
 
 // EncodeBody and DecodeHelloReply carry a HelloReply in a Reply's Body.
@@ -774,6 +783,30 @@ func (m *GuestLog) decode(d *decoder) {
 	m.Slot = d.U32()
 	m.On = d.bool()
 }
+
+// Kicks makes the message's fd, an eventfd that a transport signals for
+// each write of abi.RegRingKick (vfio-user's ioeventfd), the kick
+// eventfd the worker reads for the instance in Slot, in place of the
+// last one: each signal is a kick whose tail shadow is the instance
+// page's KickShadow (docs/worker.md "Kicks straight to the worker").
+// Sent only to a worker whose HelloReply has FeatureKicks.
+type Kicks struct{ Slot uint32 }
+
+func (*Kicks) Type() Type          { return TypeKicks }
+func (*Kicks) fds() int            { return 1 }
+func (m *Kicks) encode(e *encoder) { e.U32(m.Slot) }
+func (m *Kicks) decode(d *decoder) { m.Slot = d.U32() }
+
+// StopKicks makes the worker stop reading the instance's kick eventfd
+// and close its copy; the Reply comes after the last kick it read was
+// applied, so the main process may take the next ones itself. Stopping
+// an instance that reads none is no error.
+type StopKicks struct{ Slot uint32 }
+
+func (*StopKicks) Type() Type          { return TypeStopKicks }
+func (*StopKicks) fds() int            { return 0 }
+func (m *StopKicks) encode(e *encoder) { e.U32(m.Slot) }
+func (m *StopKicks) decode(d *decoder) { m.Slot = d.U32() }
 
 // Inject applies migration stream records (no Header or End) read from
 // the message's fd, a pipe, until its end, to the instance in Slot, which

@@ -41,6 +41,8 @@ func samples() []Msg {
 		&Thaw{Slot: 7, Forget: true},
 		&GuestLog{Slot: 7, On: true},
 		&GuestLog{Slot: 2},
+		&Kicks{Slot: 7},
+		&StopKicks{Slot: 9},
 		&Parent{Arm: true},
 		&Foreign{Slot: 7, Domain: 12, Regions: []ForeignRegion{{GPA: 0, Size: 0xf0000000}, {GPA: 1 << 32, Size: 1 << 30}}},
 		&Reserve{Slot: 7, Bytes: 64 << 20},
@@ -154,6 +156,8 @@ func TestUnmarshalRejects(t *testing.T) {
 			le.PutUint32(b[8:], uint32(len(b)-HeaderSize))
 			return b
 		}(), 3},
+		{"kicks without its eventfd", Marshal(1, &Kicks{Slot: 1}), 0},
+		{"stop-kicks with an fd", Marshal(1, &StopKicks{Slot: 1}), 1},
 		{"memory with fewer fds", Marshal(1, &Memory{Slot: 1, Regions: []Region{{Size: 4096}, {Size: 4096}}}), 1},
 		{"too many regions", func() []byte {
 			e := encoder{codec.Writer{B: make([]byte, HeaderSize)}}
