@@ -116,7 +116,9 @@ func TestMigrateVFIOUserInPlace(t *testing.T) {
 // keeps running while QEMU copies the VM fails at each step of the new
 // path, and each time the VM keeps running on the source with its GPU
 // work intact, and the job's final result is right: QEMU's stream cut
-// while it copies the VM (the guest not yet quiesced), the daemons'
+// while it copies the VM (the guest not yet quiesced), an operator
+// cancelling QEMU's migration then (migrate_cancel on a monitor of the
+// operator's own), the daemons'
 // channel cut while QEMU copies the VM (the source finds out as it sends
 // the final round, the VM stopped before its switchover), the destination
 // failing the final round (the source VM stopped before its switchover:
@@ -139,7 +141,15 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 	defer cancel()
 	const steps = 2000
 	app := fmt.Sprintf("vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,%d,-pace,15ms,-progress,50", steps)
-	vmA := startVFIOUserVM(ctx, t, env, a.InstanceBase(id), "", app)
+	// The source QEMU has a second monitor, the operator's: vgpud holds
+	// the first while it migrates the VM.
+	opQMP := filepath.Join(shortDir(t, "op"), "op.qmp")
+	vmA, err := env.StartVFIOUserGuest(ctx, a.InstanceBase(id), "", qemuvm.Config{Kernel: env.Kernel.Vmlinuz, Initrd: env.Initrd, MemMiB: 512,
+		Append: app, ExtraArgs: []string{"-qmp", "unix:" + opQMP + ",server=on,wait=off"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(vmA.Kill)
 	if _, err := vmA.WaitLine(ctx, "ITERATE step 50/"); err != nil {
 		t.Fatalf("job did not start: %v\n%s", err, strings.Join(vmA.Lines(), "\n"))
 	}
@@ -147,9 +157,11 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 		phase, failAt string
 		cutQEMU       bool // QEMU's own stream goes through a relay that cuts it
 		cutChannel    bool // the daemons' channel is cut while QEMU copies the VM
+		cancel        bool // an operator cancels QEMU's migration while QEMU copies the VM
 		quiesced      bool // the guest was quiesced, so it resumes
 	}{
 		{phase: "qemu", cutQEMU: true},
+		{phase: "qemu", cancel: true},
 		{phase: "stop-and-copy", cutChannel: true, quiesced: true},
 		{phase: "stop-and-copy", failAt: "final", quiesced: true},
 		{phase: "commit", failAt: "commit", quiesced: true},
@@ -171,7 +183,12 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 			to = &daemon{RunDir: sockDir, MigrateAddr: ch.addr}
 			uri = "unix:" + unixRelay(t, target, filepath.Join(dir, "relay.mig"), -1, map[int64]func(){64 << 20: ch.cut})
 		}
+		var op sync.WaitGroup
+		if c.cancel {
+			op.Go(func() { cancelWhenCopying(ctx, t, opQMP) })
+		}
 		rep, err := migrateVM(t, a, to, id, uri)
+		op.Wait()
 		if err == nil || rep == nil || !rep.RolledBack || rep.Phase != c.phase || !rep.Live {
 			t.Fatalf("attempt %d: %v, report %+v; want a live migration rolled back in %s\nconsole:\n%s", i, err, rep, c.phase, strings.Join(vmA.Lines(), "\n"))
 		}
@@ -196,6 +213,40 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 	waitResult(ctx, t, vmA, steps)
 	if _, err := vmA.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
 		t.Fatalf("guest did not exit 0: %v\n%s", err, strings.Join(vmA.Lines(), "\n"))
+	}
+}
+
+// cancelWhenCopying is an operator cancelling a migration on the source
+// QEMU's monitor at path (QMP migrate_cancel) as soon as QEMU copies the
+// VM.
+func cancelWhenCopying(ctx context.Context, t *testing.T, path string) {
+	t.Helper()
+	mon, err := qmp.Dial(ctx, path)
+	if err != nil {
+		t.Errorf("the operator's monitor: %v", err)
+		return
+	}
+	defer mon.Close()
+	// The last attempt's end (failed, cancelled) reads until this one
+	// starts: look for active alone.
+	for {
+		info, err := mon.QueryMigrate(ctx)
+		if err != nil {
+			t.Errorf("waiting for QEMU to copy the VM: %v", err)
+			return
+		}
+		if info.Status == qmp.MigrationActive {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Errorf("QEMU never copied the VM: %v", ctx.Err())
+			return
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	if err := mon.MigrateCancel(ctx); err != nil {
+		t.Errorf("migrate_cancel: %v", err)
 	}
 }
 
