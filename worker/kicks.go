@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/aggregator"
 	"github.com/vgpud/vgpud/internal/irqfd"
 	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/worker/wire"
@@ -47,6 +48,10 @@ func (in *procInstance) TakeKicks(fd int) error {
 	}
 	in.kickMu.Lock()
 	defer in.kickMu.Unlock()
+	if nfd >= 0 && in.isClosed() {
+		unix.Close(nfd)
+		return aggregator.ErrClosed
+	}
 	in.stopKicksLocked()
 	if in.kickFD >= 0 {
 		unix.Close(in.kickFD)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/gpu"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/mdev"
@@ -23,7 +24,8 @@ import (
 // worker never polls here, so every command is kicked. Through a
 // relocation (the main process takes the kicks while the ring is frozen,
 // and hands them to the new worker after) and a worker's crash (the
-// fresh worker takes them) the guest's round trips stay correct, and the
+// fresh worker takes them; meanwhile the main process, and a kick then
+// reads the device lost) the guest's round trips stay correct, and the
 // kicks go straight to the worker again afterwards.
 func TestKicksGoStraightToTheWorker(t *testing.T) {
 	for _, tc := range []struct {
@@ -75,6 +77,18 @@ func TestKicksGoStraightToTheWorker(t *testing.T) {
 			}
 			for !inst.Lost() { // the reaper marks it
 				time.Sleep(time.Millisecond)
+			}
+			// With no worker, the main process takes the kicks (each one
+			// latches what any doorbell would: the device is lost).
+			k0 = inst.Kicks()
+			if err := c.Kick(); err != nil {
+				t.Fatal(err)
+			}
+			for inst.Kicks().Relayed == k0.Relayed {
+				time.Sleep(time.Millisecond)
+			}
+			if st, _ := inst.Error(); st != abi.StatusDeviceLost {
+				t.Errorf("a kick while the worker is gone: error %v, want %v", st, abi.StatusDeviceLost)
 			}
 			if err := d.Reopen(); err != nil {
 				t.Fatalf("reopen after the worker's crash: %v", err)
