@@ -33,7 +33,9 @@
 #              streamed through pinned pieces of each geometry (issue 42)
 #   copypath   package aggregator's BenchmarkStreamedCopy: an 8 MiB copy of
 #              scattered guest RAM through the aggregator on the device,
-#              the cost around the stream (not yet run on a GPU)
+#              the cost around the stream (not yet run on a GPU), with a
+#              CPU profile in copypath.pprof (self-contained: read it
+#              where Go is, go tool pprof -top copypath.pprof)
 #   bench      bench/isolation: per-command latency and the matmul job,
 #              through vgpud vs in-process vs directly on the platform
 #   contexts   device contexts on the GPU (mdev TestContextsInTheWorker: a
@@ -190,7 +192,8 @@ run() {
 	step contexts mdev "$dir/bin/mdev.test" -test.count=1 -test.v -test.run '^(TestContextsIsolateProcesses|TestContextHangEndsAlone|TestContextsInTheWorker|TestPolledDoorbellsNeedNoWakeups|TestIdleWorkerSleeps|TestPollingWorkerNeedsNoDoorbells|TestFirstTurnOnAFreeDeviceNeedsNoRequest)$' -test.timeout=140s
 	step images aggregator "$dir/bin/aggregator.test" -test.count=1 -test.v -test.run '^(TestImageLaunch|TestImageBufferLaunch|TestILBuild)$' -test.timeout=140s
 	step stream gpu "$dir/bin/gpu.test" -test.run '^$' -test.bench '^BenchmarkStream$' -test.benchtime 8x
-	step copypath aggregator "$dir/bin/aggregator.test" -test.run '^$' -test.bench '^BenchmarkStreamedCopy$' -test.benchtime 20x
+	step copypath aggregator "$dir/bin/aggregator.test" -test.run '^$' -test.bench '^BenchmarkStreamedCopy$' -test.benchtime 200x \
+		-test.cpuprofile "$out/copypath.pprof"
 	step bench . "$dir/bin/isolation" -ops 500 -runs 3
 	step datapath . "$dir/bin/isolation" -sections ladder,bandwidth -ops 500
 	step icd . "$dir/bin/apps" -sections small -small-guest=false -prebuilt "$dir/bin" -icd "$dir/lib/libvgpud-icd.so" \
