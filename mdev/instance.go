@@ -163,7 +163,10 @@ func (i *Instance) MemUsed() uint64 { return i.be.Shared().MemUsed.Load() }
 // those vgpud's main process applied while no worker could (a
 // relocation's freeze, a lost worker). Kicks the transport watches
 // itself (an in-process instance) are counted in neither.
-type KickStats struct{ Direct, Relayed uint64 }
+type KickStats struct {
+	Direct  uint64 `json:"direct"`
+	Relayed uint64 `json:"relayed"`
+}
 
 // Kicks returns the instance's kick counters.
 func (i *Instance) Kicks() KickStats {

@@ -49,6 +49,7 @@ var (
 	instTaken     = desc("instance_turns_taken_total", "Device turns taken from a free turn parked at the instance, without a request (of instance_turns_total).", instLabels...)
 	instShare     = desc("instance_share", "Weight under the fixed-share policy.", instLabels...)
 	instDoorbells = desc("instance_doorbells_total", "Doorbell writes by the guest.", instLabels...)
+	instKicks     = desc("instance_kicks_total", "Signals of the kick ioeventfd (vfio-user), by who read them: the instance's worker (direct) or vgpud's main process while no worker could (relayed).", append(instLabels, "route")...)
 	instMemUsed   = desc("instance_memory_used_bytes", "Device memory held by the instance.", instLabels...)
 	instMemQuota  = desc("instance_memory_quota_bytes", "Device memory quota of the instance.", instLabels...)
 	instAttached  = desc("instance_attached", "1 while a VM is attached.", instLabels...)
@@ -89,7 +90,7 @@ func NewCollector(m *mdev.Manager) *Collector { return &Collector{m: m} }
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{devInfo, devPolicy, devBusy, devTurns, devInstances, devMemCap, devMemUsed, devShortage, instMoves, instSuspended,
 		instCommands, instErrors, instBytes, instLaunches, instKernel, instDevice, instWait, instTurns,
-		instSlices, instTaken, instShare, instDoorbells, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, instFeature, placePolicy, workers, workerExits, acceptRetries, connsRefused,
+		instSlices, instTaken, instShare, instDoorbells, instKicks, instMemUsed, instMemQuota, instAttached, instLost, instProgBytes, instFeature, placePolicy, workers, workerExits, acceptRetries, connsRefused,
 		instReuse, instReuseBytes, instReuseDevice, instReuseEvicted,
 		domReuse, domEntries, domBytes, domBudget, domUsers, domEvicted, domSavedBytes} {
 		ch <- d
@@ -168,6 +169,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(instSlices, float64(sc.Slices))
 		counter(instTaken, float64(sc.Taken))
 		counter(instDoorbells, float64(st.Doorbells.Load()))
+		kicks := in.Kicks()
+		counter(instKicks, float64(kicks.Direct), "direct")
+		counter(instKicks, float64(kicks.Relayed), "relayed")
 		gauge(instShare, float64(sc.Share))
 		gauge(instMemUsed, float64(in.MemUsed()))
 		gauge(instProgBytes, float64(in.ProgramBytes()))

@@ -52,6 +52,7 @@ type Stats struct {
 	Commands     uint64            `json:"commands"`
 	Errors       uint64            `json:"errors"`
 	Doorbells    uint64            `json:"doorbells"`
+	Kicks        mdev.KickStats    `json:"kicks"`
 	Launches     uint64            `json:"launches"`
 	KernelNanos  uint64            `json:"kernel_ns"`
 	BytesToDev   uint64            `json:"bytes_to_device"`
@@ -65,6 +66,7 @@ func infoOf(in *mdev.Instance) InstanceInfo {
 		Commands:     s.Commands.Load(),
 		Errors:       s.Errors.Load(),
 		Doorbells:    s.Doorbells.Load(),
+		Kicks:        in.Kicks(),
 		Launches:     s.Launches.Load(),
 		KernelNanos:  s.KernelNanos.Load(),
 		BytesToDev:   s.BytesToDev.Load(),
