@@ -25,6 +25,7 @@ type Host struct {
 	Dir string // temporary directory: instance sockets, guest images
 
 	vfioUser bool // Mode.VFIOUser
+	posted   bool // Mode.Posted
 }
 
 // Start opens the device named by selector (gpu.Open) and a manager on it,
@@ -51,6 +52,10 @@ type Mode struct {
 	// VFIOUser serves the instances over vfio-user (vgpud's default
 	// transport) instead of mpqemu; Host.Dial then attaches its VMs so.
 	VFIOUser bool
+	// Posted: those VMs post their BAR writes and take no kick
+	// ioeventfd, as QEMU 11.1's vfio-user-pci (vfiousertest.QEMU101);
+	// else they kick on the ioeventfd, as a client that wires it would.
+	Posted bool
 }
 
 // StartMode is Start with the instances run as mode says.
@@ -77,7 +82,7 @@ func StartMode(selector, prefix string, mode Mode) (*Host, error) {
 		dev.Close()
 		return nil, err
 	}
-	return &Host{Dev: dev, Mgr: mgr, Dir: dir, vfioUser: mode.VFIOUser}, nil
+	return &Host{Dev: dev, Mgr: mgr, Dir: dir, vfioUser: mode.VFIOUser, posted: mode.Posted}, nil
 }
 
 // Close stops the manager, closes the device and removes the directory.

@@ -107,8 +107,9 @@ type config struct {
 	// (driver.Options.NoNotify, as before ABI 1.6)
 	noNotify bool
 	// vfioUser: the instances are served over vfio-user and the guests
-	// kick on its ioeventfd (-transport vfio-user).
-	vfioUser bool
+	// kick on its ioeventfd (-transport vfio-user), or, posted, post
+	// their BAR writes and kick with one (-transport vfio-user-posted).
+	vfioUser, posted bool
 }
 
 var sections = []string{"command", "matmul", "context", "ladder", "bandwidth"}
@@ -127,7 +128,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	sizes := fs.String("bwsizes", defaultBWSizes, "bandwidth table: transfer sizes (bytes, K, M or G suffix)")
 	fs.DurationVar(&cfg.poll, "poll-window", 0, "the workers' poll window (0: vgpud's default; negative: never poll)")
 	fs.BoolVar(&cfg.noNotify, "no-notify", false, "the guests ring every doorbell: no poll word tells them when the worker polls (as before ABI 1.6)")
-	transportName := fs.String("transport", "mpqemu", "how the harness guests reach vgpud: mpqemu (QEMU 7.2's x-pci-proxy-dev: every BAR access, the kick too, a round trip) or vfio-user (vgpud's default transport, the kick on its ioeventfd as QEMU 11.1 under KVM wires it)")
+	transportName := fs.String("transport", "mpqemu", "how the harness guests reach vgpud: mpqemu (QEMU 7.2's x-pci-proxy-dev: every BAR access, the kick too, a round trip), vfio-user (vgpud's default transport, the kick on its ioeventfd, as a client that wires it under KVM would) or vfio-user-posted (vfio-user as QEMU 11.1's vfio-user-pci is: no ioeventfd, every BAR write posted, the kick too)")
 	fs.BoolVar(&cfg.requestTurns, "request-every-turn", false, "the workers ask for every device turn; none is parked at an idle instance (as before issue 42)")
 	fs.IntVar(&cfg.bwReps, "bwreps", 30, "bandwidth table: the most transfers of a size each way per path (fewer for large sizes)")
 	fs.StringVar(&cfg.bwGuest, "bwguest", bwGuestDMA, "bandwidth table: where the guest's data lies: dma (its DMA memory, handed to the device in place) or staged (copied through the driver's staging pool)")
@@ -142,8 +143,10 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	case "mpqemu":
 	case "vfio-user":
 		cfg.vfioUser = true
+	case "vfio-user-posted":
+		cfg.vfioUser, cfg.posted = true, true
 	default:
-		return fmt.Errorf("-transport %q: want mpqemu or vfio-user", *transportName)
+		return fmt.Errorf("-transport %q: want mpqemu, vfio-user or vfio-user-posted", *transportName)
 	}
 	if cfg.bwGuest != bwGuestDMA && cfg.bwGuest != bwGuestStaged {
 		return fmt.Errorf("-bwguest %q: want %s or %s", cfg.bwGuest, bwGuestDMA, bwGuestStaged)
@@ -169,7 +172,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		ms.host.PollWindow = cfg.poll
 		ms.host.RequestEveryTurn = cfg.requestTurns
 		ms.noNotify = cfg.noNotify
-		ms.host.VFIOUser = cfg.vfioUser
+		ms.host.VFIOUser, ms.host.Posted = cfg.vfioUser, cfg.posted
 		m, err := newMode(cfg.device, ms)
 		if err != nil {
 			return err
