@@ -16,17 +16,7 @@ import (
 // it in the instance page as the register file publishes a write of
 // abi.RegRingKick, with the tail shadow's address the guest programmed.
 func TestOldWorkerKicksRelayed(t *testing.T) {
-	dev := liarDevice
-	dev.Name = "liar-device-0"
-	p := liarPool(t, "honest-index", dev) // answers Hello without features
-	defer p.Close()
-	be, err := p.Create(InstanceConfig{ID: "old", Domain: "instance:old",
-		Limits: Limits{MemBytes: 1 << 20, BuildTimeout: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
-	in := be.(*procInstance)
+	in := oldReleaseInstance(t)
 	efd := irqfdtest.Eventfd(t, unix.EFD_NONBLOCK)
 	in.TailShadow(0x2000)
 	if err := in.TakeKicks(efd); err != nil {

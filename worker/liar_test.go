@@ -220,6 +220,25 @@ func TestFreshWorkerGetsNoStaleDoorbell(t *testing.T) {
 	}
 }
 
+// oldReleaseInstance is an instance on a worker of an earlier release:
+// one whose HelloReply has no features (and that answers any request it
+// does not know with success, reading nothing). Both are closed when the
+// test ends.
+func oldReleaseInstance(t *testing.T) *procInstance {
+	t.Helper()
+	dev := liarDevice
+	dev.Name = "liar-device-0"            // what honest-index opens as device 0
+	p := liarPool(t, "honest-index", dev) // answers Hello without features
+	t.Cleanup(func() { p.Close() })
+	be, err := p.Create(InstanceConfig{ID: "old", Domain: "instance:old",
+		Limits: Limits{MemBytes: 1 << 20, BuildTimeout: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	return be.(*procInstance)
+}
+
 // TestOldWorkerHidesImages: a worker whose HelloReply lacks
 // wire.FeatureImages and wire.FeatureIL (one of an earlier release,
 // adopted in an upgrade in place) keeps abi.FeatureImages and
@@ -229,16 +248,7 @@ func TestFreshWorkerGetsNoStaleDoorbell(t *testing.T) {
 // from buffers, one of 1.9's only the latter; a worker of this release
 // lets the register say all.
 func TestOldWorkerHidesImages(t *testing.T) {
-	dev := liarDevice
-	dev.Name = "liar-device-0"            // what honest-index opens as device 0
-	p := liarPool(t, "honest-index", dev) // answers Hello without features
-	defer p.Close()
-	be, err := p.Create(InstanceConfig{ID: "old", Domain: "instance:old",
-		Limits: Limits{MemBytes: 1 << 20, BuildTimeout: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	be := oldReleaseInstance(t)
 	want := uint32(abi.Features &^ abi.FeatureImages &^ abi.FeatureIL &^ abi.FeatureImageBuffers)
 	if got := mmio.New(be).ReadBAR(abi.RegFeatures, 4); got != uint64(want) {
 		t.Errorf("RegFeatures with a worker of an earlier release = %#x, want %#x", got, want)
