@@ -391,6 +391,11 @@ func (m *Manager) Create(req CreateRequest) (_ *Instance, err error) {
 			return nil, fmt.Errorf("create %s: %w", id, err)
 		}
 	}
+	// The window's first sample is the instance's counters as it starts
+	// (an adopted one's go on from the old process's), so that a young
+	// instance's features span its life, not only the time since the
+	// sampler's last tick.
+	inst.window.add(inst.Counters())
 	m.instances[id] = inst
 	m.rebalanceReuseLocked()
 	log.Info("instance created", "device", dev, "socket", inst.socket, "domain", inst.be.Domain(), "name", req.Name)
