@@ -721,7 +721,7 @@ func (in *procInstance) Close() error {
 	pr, slot, dev := in.proc, in.slot, in.cfg.Device
 	in.proc = nil
 	in.mu.Unlock()
-	in.dropKicks()
+	_ = in.TakeKicks(-1) // every reader stopped, this process's copy closed
 	defer in.pool.mem[dev].Forget(in.cfg.ID)
 	var err error
 	if pr != nil {

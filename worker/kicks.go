@@ -141,15 +141,3 @@ func (in *procInstance) kickedHere() {
 		in.LatchError(abi.StatusOf(err))
 	}
 }
-
-// dropKicks stops every reader of the kick eventfd and closes this
-// process's copy (Close).
-func (in *procInstance) dropKicks() {
-	in.kickMu.Lock()
-	defer in.kickMu.Unlock()
-	in.stopKicksLocked()
-	if in.kickFD >= 0 {
-		unix.Close(in.kickFD)
-		in.kickFD = -1
-	}
-}
