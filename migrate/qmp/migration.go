@@ -240,16 +240,20 @@ func (m *Monitor) QueryMigrateParameters(ctx context.Context) (MigrationParamete
 // MIGRATION event, and returns that answer. A migration that ends
 // (completed, failed, cancelled) before reached holds is an error
 // wrapping ErrMigrationFailed (and ErrMigrationCancelled), or
-// ErrMigrationEnded when it completed.
+// ErrMigrationEnded when it completed. With any error it returns the last
+// answer it got (zero if none), so a caller whose ctx ends still learns
+// where the migration was.
 func (m *Monitor) WaitMigrationUntil(ctx context.Context, interval time.Duration, reached func(MigrationInfo) bool) (MigrationInfo, error) {
 	if interval <= 0 {
 		interval = defaultMigrationPoll
 	}
+	var last MigrationInfo
 	for {
 		info, err := m.QueryMigrate(ctx)
 		if err != nil {
-			return info, err
+			return last, err
 		}
+		last = info
 		if reached(info) {
 			return info, nil
 		}

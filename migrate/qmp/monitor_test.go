@@ -767,11 +767,13 @@ func TestWaitMigration(t *testing.T) {
 			s, m := newPair(t)
 			ctx := testContext(t)
 			interval := time.Hour // only MIGRATION events make it query again
+			var deadline *expiringContext
 			if tt.name == "deadline" {
+				// The deadline passes when the second query arrives: the
+				// first answer is in by then, whatever the machine's load.
 				interval = 5 * time.Millisecond
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
-				defer cancel()
+				deadline = newExpiringContext(ctx)
+				ctx = deadline
 			}
 			var mu sync.Mutex
 			queries := 0
@@ -780,6 +782,9 @@ func TestWaitMigration(t *testing.T) {
 				defer mu.Unlock()
 				i := min(queries, len(tt.statuses)-1)
 				queries++
+				if deadline != nil && queries == 2 {
+					deadline.expire()
+				}
 				if i < len(tt.statuses)-1 {
 					var st struct{ Status string }
 					json.Unmarshal([]byte(tt.statuses[i+1]), &st)
@@ -822,6 +827,31 @@ func TestWaitMigration(t *testing.T) {
 				t.Errorf("WaitMigration() info (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// expiringContext is a context whose deadline passes when the test says,
+// not after a wall-clock time a loaded machine may overrun.
+type expiringContext struct {
+	context.Context
+	done chan struct{}
+	once sync.Once
+}
+
+func newExpiringContext(parent context.Context) *expiringContext {
+	return &expiringContext{Context: parent, done: make(chan struct{})}
+}
+
+func (c *expiringContext) expire() { c.once.Do(func() { close(c.done) }) }
+
+func (c *expiringContext) Done() <-chan struct{} { return c.done }
+
+func (c *expiringContext) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }
 
