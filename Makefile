@@ -94,11 +94,26 @@ $(ICD)/libvgpud-icd.so: $(ICD_SRCS) $(ICD_HDRS)
 # Every test runs: a skipped test fails `make test` (scripts/testsummary),
 # since the targets above install all that the tests need; ALLOW_SKIP=1
 # lets a developer without some of it see the rest pass.
+#
+# The migration and libvirt tests (MIGRATE_TESTS, about 8.5 minutes of
+# real-QEMU guests on a quiet 2-core machine) are make test-migrate's, so
+# that make test stays within 20 minutes on 2 cores; .ci/run runs both.
+MIGRATE_TESTS := ^(TestLibvirt|TestLibvirtVFIOUser|TestLibvirtVFIOUserMigrate|TestMigrateAcrossDeviceModels|TestMigrateRollsBack|TestMigrateVFIOUserICD|TestMigrateVFIOUserInPlace|TestMigrateVFIOUserLiveRollsBack|TestVFIOUserRestartReplugs)$$
+
 test: deps kernel guest-apps icd vmm-root
 	$(GO) vet ./...
 	@mkdir -p build
-	$(GO) test $(TESTFLAGS) -json ./... > build/test.json; rc=$$?; \
+	$(GO) test $(TESTFLAGS) -skip '$(MIGRATE_TESTS)' -json ./... > build/test.json; rc=$$?; \
 		$(GO) run ./scripts/testsummary $(if $(ALLOW_SKIP),,-no-skips) build/test.json && exit $$rc
+
+# Live migration (vgpuctl migrate over both transports, libvirt's virsh
+# migrate, rollbacks) and vgpud's restart under a vfio-user VM, in real
+# QEMU guests: tests/ MIGRATE_TESTS.
+.PHONY: test-migrate
+test-migrate: deps kernel guest-apps icd vmm-root
+	@mkdir -p build
+	$(GO) test $(TESTFLAGS) -run '$(MIGRATE_TESTS)' -json ./tests/ > build/test-migrate.json; rc=$$?; \
+		$(GO) run ./scripts/testsummary $(if $(ALLOW_SKIP),,-no-skips) build/test-migrate.json && exit $$rc
 
 # Every application of issue 11 (pyopencl's tests, clpeak, hashcat, a
 # CLBlast tuner) in two guests at once through the ICD: many minutes.
