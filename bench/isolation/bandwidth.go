@@ -22,8 +22,10 @@ import (
 // upload (memory -> device buffer) and download (device buffer -> memory)
 // of each -bwsizes size, directly on a gpu.Queue of this process (one
 // blocking clEnqueueWriteBuffer / clEnqueueReadBuffer of the whole size)
-// and through vgpud on each ladder rung, the paths rotating repetition by
-// repetition. Through vgpud the bytes are, with -bwguest dma (the
+// and through vgpud on each ladder rung: first with the paths rotating
+// repetition by repetition (each transfer finds its guest's worker
+// asleep), then each path's repetitions back to back (a stream of copies,
+// the worker still polling). Through vgpud the bytes are, with -bwguest dma (the
 // default), in the guest's DMA memory, where an application's data lies
 // when it maps a buffer and the driver hands the device those pages
 // (driver.Device.WriteFrom then Finish; driver.Device.ReadInto); with
@@ -176,13 +178,22 @@ func (c bwCount) add(o bwCount) bwCount {
 // bwDirs are the table's directions, in its row order.
 var bwDirs = []string{"upload", "download"}
 
-// bwResult is one size's measurements: per direction and path (0 is
-// direct, i the rung i-1) the transfer times, per direction and rung the
-// counters summed over its transfers, and how many downloads were checked.
+// bwOrders are the orders in which a size's transfers are measured, in
+// the table's row order: rotating, each path's transfer pair after the
+// other paths' (a guest's worker has slept since its last command, so the
+// pair pays the kick that wakes it); back-to-back, each path's pairs one
+// after the other (the worker is still in its poll window, issue 42 item
+// 2's busy worker, and a stream of copies finds it awake).
+var bwOrders = []string{"rotating", "back-to-back"}
+
+// bwResult is one size's measurements: per order, direction and path (0
+// is direct, i the rung i-1) the transfer times, per order, direction and
+// rung the counters summed over its transfers, and how many downloads were
+// checked.
 type bwResult struct {
 	reps   int
-	times  [2][][]time.Duration
-	counts [2][]bwCount
+	times  [2][2][][]time.Duration
+	counts [2][2][]bwCount
 	checks int
 }
 
@@ -238,61 +249,95 @@ func stamp(p []byte, v uint64) {
 	}
 }
 
-// measureSize moves s.size bytes up and down each path reps times, the
-// paths rotating (which goes first moves by one each repetition). Each
-// upload and the download after it are timed on their own; the download
-// is then compared byte for byte with what was uploaded.
+// measureSize moves s.size bytes up and down each path reps times in
+// each of bwOrders. Rotating: the paths take turns (which goes first
+// moves by one each repetition), each upload stamped anew and each
+// download compared byte for byte with it. Back-to-back: each path in
+// turn moves its reps pairs with nothing in between, its data stamped
+// once before and its last download compared after. Each upload and the
+// download after it are timed on their own.
 func measureSize(ctx context.Context, d *direct, guests []*bwGuest, s *bwSize, reps int, src, dst []byte, dma bool) (*bwResult, error) {
 	n := 1 + len(guests)
 	r := &bwResult{reps: reps}
-	for dir := range bwDirs {
-		r.times[dir] = make([][]time.Duration, n)
-		r.counts[dir] = make([]bwCount, len(guests))
+	for order := range bwOrders {
+		for dir := range bwDirs {
+			r.times[order][dir] = make([][]time.Duration, n)
+			r.counts[order][dir] = make([]bwCount, len(guests))
+		}
 	}
 	src, dst = src[:s.size], dst[:s.size]
+	m := bwMeasure{r: r, d: d, guests: guests, s: s, src: src, dst: dst, dma: dma}
 	for rep := range reps {
 		for k := range n {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
 			i := (rep + k) % n
-			stamp(src, uint64(rep*n+i+1))
-			clear(dst)
-			var up, down func() error
-			if i == 0 {
-				up = func() error { return d.q.Write(s.direct, 0, src) }
-				down = func() error { return d.q.Read(s.direct, 0, dst) }
-			} else {
-				up, down = guestTransfers(guests[i-1], s.bufs[i-1], src, dst, dma)
+			if err := m.pairs(ctx, 0, i, uint64(rep*n+i+1), 1); err != nil {
+				return nil, fmt.Errorf("repetition %d: %w", rep, err)
 			}
-			for dir, f := range []func() error{up, down} {
-				var before bwCount
-				if i > 0 {
-					before = guests[i-1].count()
-				}
-				start := time.Now()
-				if err := f(); err != nil {
-					return nil, fmt.Errorf("%s, path %d: %w", bwDirs[dir], i, err)
-				}
-				r.times[dir][i] = append(r.times[dir][i], time.Since(start))
-				if i > 0 {
-					r.counts[dir][i-1] = r.counts[dir][i-1].add(guests[i-1].count().sub(before))
-				}
-			}
-			if i > 0 && dma {
-				copy(dst, guests[i-1].dst.Buf[:s.size]) // untimed: to compare
-			}
-			if !bytes.Equal(dst, src) {
-				at := 0
-				for at < len(dst) && dst[at] == src[at] {
-					at++
-				}
-				return nil, fmt.Errorf("path %d, repetition %d: the %d bytes downloaded differ from those uploaded at byte %d", i, rep, s.size, at)
-			}
-			r.checks++
+		}
+	}
+	for i := range n {
+		if err := m.pairs(ctx, 1, i, uint64(reps*n+i+1), reps); err != nil {
+			return nil, fmt.Errorf("back to back: %w", err)
 		}
 	}
 	return r, nil
+}
+
+// bwMeasure is what measureSize's transfers share.
+type bwMeasure struct {
+	r        *bwResult
+	d        *direct
+	guests   []*bwGuest
+	s        *bwSize
+	src, dst []byte
+	dma      bool
+}
+
+// pairs stamps the data with v, moves it up and down path i count times
+// in a row, timing each transfer into the order's columns, and compares
+// the last download with the upload.
+func (m *bwMeasure) pairs(ctx context.Context, order, i int, v uint64, count int) error {
+	stamp(m.src, v)
+	clear(m.dst)
+	var up, down func() error
+	if i == 0 {
+		up = func() error { return m.d.q.Write(m.s.direct, 0, m.src) }
+		down = func() error { return m.d.q.Read(m.s.direct, 0, m.dst) }
+	} else {
+		up, down = guestTransfers(m.guests[i-1], m.s.bufs[i-1], m.src, m.dst, m.dma)
+	}
+	for range count {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for dir, f := range []func() error{up, down} {
+			var before bwCount
+			if i > 0 {
+				before = m.guests[i-1].count()
+			}
+			start := time.Now()
+			if err := f(); err != nil {
+				return fmt.Errorf("%s, path %d: %w", bwDirs[dir], i, err)
+			}
+			m.r.times[order][dir][i] = append(m.r.times[order][dir][i], time.Since(start))
+			if i > 0 {
+				c := &m.r.counts[order][dir][i-1]
+				*c = c.add(m.guests[i-1].count().sub(before))
+			}
+		}
+	}
+	if i > 0 && m.dma {
+		copy(m.dst, m.guests[i-1].dst.Buf[:m.s.size]) // untimed: to compare
+	}
+	if !bytes.Equal(m.dst, m.src) {
+		at := 0
+		for at < len(m.dst) && m.dst[at] == m.src[at] {
+			at++
+		}
+		return fmt.Errorf("path %d: the %d bytes downloaded differ from those uploaded at byte %d", i, m.s.size, at)
+	}
+	m.r.checks++
+	return nil
 }
 
 // guestTransfers returns g's upload of src into b and download of b into
@@ -376,7 +421,7 @@ func bandwidthTable(ctx context.Context, cfg config, modes []*mode) (*table.Tabl
 }
 
 func newBandwidthTable(cfg config, guests []*bwGuest) *table.Table {
-	header := []string{"size", "direction", "reps", "direct MB/s"}
+	header := []string{"size", "direction", "order", "reps", "direct MB/s"}
 	for _, g := range guests {
 		header = append(header, g.name+" MB/s")
 	}
@@ -386,47 +431,57 @@ func newBandwidthTable(cfg config, guests []*bwGuest) *table.Table {
 	header = append(header, "commands", "doorbells", "rung by rung", "turns by rung")
 	return &table.Table{
 		Title: fmt.Sprintf("Copy bandwidth: one contiguous upload or download of each size, directly and through vgpud, "+
-			"median of the reps (at most %d, fewer past %d MiB moved), paths rotating", cfg.bwReps, bwBudget>>20),
+			"median of the reps (at most %d, fewer past %d MiB moved), paths rotating and back to back", cfg.bwReps, bwBudget>>20),
 		Header: header,
 	}
 }
 
-// addBandwidthRows adds r's two rows. The profile columns are per
-// transfer; the commands must be the same on every rung (the driver
-// decides them), and the instance must have executed what the driver
-// submitted.
+// addBandwidthRows adds r's rows, a direction in an order each.
 func addBandwidthRows(t *table.Table, guests []*bwGuest, size uint64, r *bwResult) error {
-	for dir, name := range bwDirs {
-		med := make([]time.Duration, len(r.times[dir]))
-		row := []string{sizeName(size), name, strconv.Itoa(r.reps)}
-		for i, ts := range r.times[dir] {
-			med[i] = max(stats.Median(ts), 1)
-			row = append(row, figure(float64(size)/med[i].Seconds()/1e6))
-		}
-		for i := 1; i < len(med); i++ {
-			row = append(row, figure(100*float64(med[0])/float64(med[i]))+"%")
-		}
-		cs := r.counts[dir]
-		reps := uint64(r.reps)
-		var turns, rung []string
-		for i, c := range cs {
-			if c.commands != cs[0].commands || c.doorbells != cs[0].doorbells {
-				return fmt.Errorf("%s: %d ring commands and %d doorbells on %s, %d and %d on %s", name, c.commands, c.doorbells, guests[i].name, cs[0].commands, cs[0].doorbells, guests[0].name)
+	for order := range bwOrders {
+		for dir := range bwDirs {
+			if err := addBandwidthRow(t, guests, size, r, order, dir); err != nil {
+				return err
 			}
-			if c.commands != c.driver {
-				return fmt.Errorf("%s on %s: the instance executed %d commands, the driver submitted %d", name, guests[i].name, c.commands, c.driver)
-			}
-			turns = append(turns, perTransfer(c.turns, reps))
-			rung = append(rung, perTransfer(c.rung, reps))
 		}
-		commands := perTransfer(cs[0].commands, reps)
-		if name == "upload" {
-			// Finish's fence (driver.Device.Finish) is one command of each.
-			commands = perTransfer(cs[0].commands-reps, reps) + "+1"
-		}
-		row = append(row, commands, perTransfer(cs[0].doorbells, reps), strings.Join(rung, "/"), strings.Join(turns, "/"))
-		t.Add(row...)
 	}
+	return nil
+}
+
+// addBandwidthRow adds one row. The profile columns are per transfer; the
+// commands must be the same on every rung (the driver decides them), and
+// the instance must have executed what the driver submitted.
+func addBandwidthRow(t *table.Table, guests []*bwGuest, size uint64, r *bwResult, order, dir int) error {
+	name := bwDirs[dir]
+	med := make([]time.Duration, len(r.times[order][dir]))
+	row := []string{sizeName(size), name, bwOrders[order], strconv.Itoa(r.reps)}
+	for i, ts := range r.times[order][dir] {
+		med[i] = max(stats.Median(ts), 1)
+		row = append(row, figure(float64(size)/med[i].Seconds()/1e6))
+	}
+	for i := 1; i < len(med); i++ {
+		row = append(row, figure(100*float64(med[0])/float64(med[i]))+"%")
+	}
+	cs := r.counts[order][dir]
+	reps := uint64(r.reps)
+	var turns, rung []string
+	for i, c := range cs {
+		if c.commands != cs[0].commands || c.doorbells != cs[0].doorbells {
+			return fmt.Errorf("%s: %d ring commands and %d doorbells on %s, %d and %d on %s", name, c.commands, c.doorbells, guests[i].name, cs[0].commands, cs[0].doorbells, guests[0].name)
+		}
+		if c.commands != c.driver {
+			return fmt.Errorf("%s on %s: the instance executed %d commands, the driver submitted %d", name, guests[i].name, c.commands, c.driver)
+		}
+		turns = append(turns, perTransfer(c.turns, reps))
+		rung = append(rung, perTransfer(c.rung, reps))
+	}
+	commands := perTransfer(cs[0].commands, reps)
+	if name == "upload" {
+		// Finish's fence (driver.Device.Finish) is one command of each.
+		commands = perTransfer(cs[0].commands-reps, reps) + "+1"
+	}
+	row = append(row, commands, perTransfer(cs[0].doorbells, reps), strings.Join(rung, "/"), strings.Join(turns, "/"))
+	t.Add(row...)
 	return nil
 }
 
@@ -468,8 +523,11 @@ func bandwidthNotes(t *table.Table, checks int, dma bool) {
 	t.Note("  loop saying in the guest's poll word that it polled: ABI 1.6; plus one before a wait that sleeps after a skip); turns by rung: device turns the scheduler granted the instance per")
 	t.Note("  transfer (mdev.Instance.Sched), in-process/worker/kernels/worker/executor: 0 where batches moved in place, else one")
 	t.Note("  per batch, fewer in a worker, whose kept turn is renewed while no other instance waits (aggregator/turns.go)")
-	t.Note("data: every download compared byte for byte with the upload before it on the same path, each upload stamped anew")
-	t.Note("  (%d transfer pairs checked, all equal)", checks)
+	t.Note("order: rotating, each path's upload and download after the other paths' (a guest's worker has slept since, and its")
+	t.Note("  kick wakes it: a lone copy); back-to-back, each path's pairs in a row (a stream of copies: the worker polls between")
+	t.Note("  them for its poll window, worker.DefaultPollWindow, and the driver skips the kick)")
+	t.Note("data: rotating, every download compared byte for byte with the upload before it on the same path, each upload")
+	t.Note("  stamped anew; back-to-back, each path's last download (%d checks, all equal)", checks)
 }
 
 // sizeList is sizes as sizeName writes them, comma-separated.

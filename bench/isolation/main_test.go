@@ -202,19 +202,25 @@ func testRunBandwidth(t *testing.T, transport string) {
 			rows = append(rows, f)
 		}
 	}
-	want := [][2]string{{"4KiB", "upload"}, {"4KiB", "download"}, {"64KiB", "upload"}, {"64KiB", "download"}}
+	var want [][3]string
+	for _, size := range []string{"4KiB", "64KiB"} {
+		for _, order := range []string{"rotating", "back-to-back"} {
+			want = append(want, [3]string{size, "upload", order}, [3]string{size, "download", order})
+		}
+	}
 	if len(rows) != len(want) {
 		t.Fatalf("bandwidth table has %d rows, want %d:\n%s", len(rows), len(want), out.String())
 	}
 	for i, f := range rows {
-		// size direction reps, 4 rates, 3 percentages, commands doorbells rung turns
-		if len(f) != 14 {
-			t.Errorf("row %q: %d cells, want 14", f, len(f))
+		// size direction order reps, 4 rates, 3 percentages, commands doorbells rung turns
+		if len(f) != 15 {
+			t.Errorf("row %q: %d cells, want 15", f, len(f))
 			continue
 		}
-		if f[0] != want[i][0] || f[1] != want[i][1] || f[2] != "2" {
-			t.Errorf("row %d is %q, want %s %s with 2 reps", i, f, want[i][0], want[i][1])
+		if f[0] != want[i][0] || f[1] != want[i][1] || f[2] != want[i][2] || f[3] != "2" {
+			t.Errorf("row %d is %q, want %s %s %s with 2 reps", i, f, want[i][0], want[i][1], want[i][2])
 		}
+		f = append(f[:2], f[3:]...) // the cells below as before the order column
 		for _, c := range f[3:7] {
 			if v, err := strconv.ParseFloat(c, 64); err != nil || v <= 0 {
 				t.Errorf("row %q: rate %q is not a positive MB/s", f, c)
@@ -238,9 +244,10 @@ func testRunBandwidth(t *testing.T, transport string) {
 			t.Errorf("row %q: turns %q, want one per rung", f, f[13])
 		}
 	}
-	// 2 sizes x 4 paths (direct, 3 rungs) x 2 repetitions
-	if !strings.Contains(out.String(), "(16 transfer pairs checked, all equal)") {
-		t.Errorf("bandwidth table does not say that it checked 16 downloads:\n%s", out.String())
+	// 2 sizes x 4 paths (direct, 3 rungs) x (2 rotating repetitions + the
+	// last back-to-back one)
+	if !strings.Contains(out.String(), "(24 checks, all equal)") {
+		t.Errorf("bandwidth table does not say that it checked 24 downloads:\n%s", out.String())
 	}
 }
 
