@@ -36,7 +36,8 @@
 //     1 MiB, 16 MiB, 256 MiB) directly (one blocking clEnqueueWriteBuffer
 //     or clEnqueueReadBuffer on a gpu.Queue of this process) and through
 //     vgpud on each ladder rung (driver.Device.Write then Finish, Read),
-//     the paths rotating, as MB/s and % of direct, with what one transfer
+//     the paths rotating (a lone copy) and then back to back (a stream of
+//     copies), as MB/s and % of direct, with what one transfer
 //     became (ring commands, doorbells, device turns) and every download
 //     checked byte for byte against its upload (bandwidth.go);
 //   - context: what making a device context costs, from the OpenContext
