@@ -36,6 +36,11 @@
 // ReleaseOn says when the runtime let go of it (its destructor callback).
 // OpenPlain opens a device without them, as an application has it.
 //
+// Thread stacks (threads_linux.go): GuardRuntimeThreads sets the guard
+// region below the stacks of the threads the OpenCL runtime makes from
+// then on (PoCL's work-item threads), so that a kernel's private arrays
+// overflowing its stack fault instead of storing into a mapping below.
+//
 // Streams (opencl_stream.go): a queue of a device whose buffers are device
 // memory (a GPU's) is a Streamer: on its first stream it makes
 // StreamPieces pieces of CL_MEM_ALLOC_HOST_PTR memory (pinned host memory

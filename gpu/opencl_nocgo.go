@@ -18,3 +18,7 @@ func Open(selector string) (Device, error) {
 
 // OpenPlain reports ErrNoPlatform, as Devices does.
 func OpenPlain(selector string) (Device, error) { return Open(selector) }
+
+// GuardRuntimeThreads does nothing: without cgo no OpenCL runtime runs in
+// this process.
+func GuardRuntimeThreads(uint64) error { return nil }

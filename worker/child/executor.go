@@ -127,6 +127,7 @@ func executorMain() int {
 		defer out.Close()
 		opts.Output = out
 	}
+	guardRuntimeStacks(log)
 	dev, err := gpu.Open(strconv.Itoa(index))
 	if err != nil {
 		log.Error("open device", "err", err)

@@ -95,6 +95,7 @@ func Main() int {
 	} else {
 		log.Debug("sandboxed", "uid", rep.UID, "landlock_abi", rep.LandlockABI, "seccomp", rep.Seccomp, "weak", rep.Weak)
 	}
+	guardRuntimeStacks(log) // where kernels run in the worker (no executors)
 	if sel, ok := os.LookupEnv(EnvSelfTest); ok {
 		return runSelfTest(sel, os.Stdout)
 	}
@@ -126,6 +127,22 @@ func Main() int {
 		return 1
 	}
 	return 0
+}
+
+// runtimeStackGuard is the guard region below each stack of the OpenCL
+// runtime's threads in a worker or executor (gpu.GuardRuntimeThreads):
+// address space only. A kernel's private arrays live on those stacks; one
+// that passes its stack by up to this much faults there, and its process
+// ends (the context is lost), rather than storing into a mapping below.
+const runtimeStackGuard = 1 << 30
+
+// guardRuntimeStacks gives the runtime's threads made from now on
+// runtimeStackGuard. If it cannot, the process goes on with glibc's
+// one-page guard, and says so.
+func guardRuntimeStacks(log *slog.Logger) {
+	if err := gpu.GuardRuntimeThreads(runtimeStackGuard); err != nil {
+		log.Warn("the OpenCL runtime's threads keep a one-page stack guard", "err", err.Error())
+	}
 }
 
 // logLevel is the level EnvLog names (info when none).
