@@ -42,7 +42,7 @@ func TestGuardRuntimeThreads(t *testing.T) {
 		cmd.Env = append(os.Environ(), "VGPUD_GPU_GUARD_CHILD=1")
 		out, err := cmd.CombinedOutput()
 		if err == nil && strings.Contains(string(out), "--- SKIP: TestGuardRuntimeThreads") {
-			t.Skipf("the child skipped:\n%s", out)
+			t.Skip("the child found no device of PoCL's pthread driver")
 		}
 		var guards int
 		for _, line := range strings.Split(string(out), "\n") {
