@@ -95,25 +95,53 @@ $(ICD)/libvgpud-icd.so: $(ICD_SRCS) $(ICD_HDRS)
 # since the targets above install all that the tests need; ALLOW_SKIP=1
 # lets a developer without some of it see the rest pass.
 #
-# The migration and libvirt tests (MIGRATE_TESTS, about 8.5 minutes of
-# real-QEMU guests on a quiet 2-core machine) are make test-migrate's, so
-# that make test stays within 20 minutes on 2 cores; .ci/run runs both.
+# make test stays within 20 minutes on 2 cores (the tests package alone
+# took 20 of them on the 2026-12-01 host), so three suites have targets
+# of their own, and .ci/run runs all four:
+# - make test-migrate: live migration and libvirt in real QEMU guests
+#   (MIGRATE_TESTS of tests/, about 8.5 minutes on a quiet 2-core machine);
+# - make test-icd: the guest ICD (guestagent/icd's C tests, the host ICD
+#   tests of tests/icdhost, and ICD_TESTS of tests/, the ICD and device
+#   contexts in real QEMU guests; about 10 minutes);
+# - make test-bench: every bench/ program's tiny run (about 4.5 minutes).
 MIGRATE_TESTS := ^(TestLibvirt|TestLibvirtVFIOUser|TestLibvirtVFIOUserMigrate|TestMigrateAcrossDeviceModels|TestMigrateRollsBack|TestMigrateVFIOUserICD|TestMigrateVFIOUserInPlace|TestMigrateVFIOUserLiveRollsBack|TestVFIOUserRestartReplugs)$$
+ICD_TESTS := ^(TestGuestICD|TestGuestContexts)$$
+ICD_PKGS := ./guestagent/icd ./tests/icdhost
+TEST_PKGS = $(shell $(GO) list ./... | grep -v -e '/bench/' -e '/guestagent/icd$$' -e '/tests/icdhost$$')
+
+# summarize: scripts/testsummary over a JSON file, exiting with the
+# status of the go test that wrote it (rc).
+summarize = $(GO) run ./scripts/testsummary $(if $(ALLOW_SKIP),,-no-skips) $(1) && exit $$rc
 
 test: deps kernel guest-apps icd vmm-root
 	$(GO) vet ./...
 	@mkdir -p build
-	$(GO) test $(TESTFLAGS) -skip '$(MIGRATE_TESTS)' -json ./... > build/test.json; rc=$$?; \
-		$(GO) run ./scripts/testsummary $(if $(ALLOW_SKIP),,-no-skips) build/test.json && exit $$rc
+	$(GO) test $(TESTFLAGS) -skip '$(MIGRATE_TESTS)|$(ICD_TESTS)' -json $(TEST_PKGS) > build/test.json; rc=$$?; \
+		$(call summarize,build/test.json)
 
 # Live migration (vgpuctl migrate over both transports, libvirt's virsh
 # migrate, rollbacks) and vgpud's restart under a vfio-user VM, in real
 # QEMU guests: tests/ MIGRATE_TESTS.
-.PHONY: test-migrate
+.PHONY: test-migrate test-icd test-bench
 test-migrate: deps kernel guest-apps icd vmm-root
 	@mkdir -p build
 	$(GO) test $(TESTFLAGS) -run '$(MIGRATE_TESTS)' -json ./tests/ > build/test-migrate.json; rc=$$?; \
-		$(GO) run ./scripts/testsummary $(if $(ALLOW_SKIP),,-no-skips) build/test-migrate.json && exit $$rc
+		$(call summarize,build/test-migrate.json)
+
+# The guest ICD: its C tests and the host ICD's, then the ICD and device
+# contexts in real QEMU guests.
+test-icd: deps kernel guest-apps icd vmm-root
+	@mkdir -p build
+	$(GO) test $(TESTFLAGS) -json $(ICD_PKGS) > build/test-icd.json; rc=$$?; \
+		$(call summarize,build/test-icd.json)
+	$(GO) test $(TESTFLAGS) -run '$(ICD_TESTS)' -json ./tests/ > build/test-icd-guests.json; rc=$$?; \
+		$(call summarize,build/test-icd-guests.json)
+
+# The benchmark programs, each run tiny (bench/README.md has their tables).
+test-bench: deps kernel guest-apps icd vmm-root
+	@mkdir -p build
+	$(GO) test $(TESTFLAGS) -json ./bench/... > build/test-bench.json; rc=$$?; \
+		$(call summarize,build/test-bench.json)
 
 # Every application of issue 11 (pyopencl's tests, clpeak, hashcat, a
 # CLBlast tuner) in two guests at once through the ICD: many minutes.
