@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -317,10 +318,47 @@ func (r *channelRelay) cut() {
 // (never a proxy device, which QEMU 11.1's monitor did not survive) and
 // tells the guest its device came back empty; the job starts again and
 // finishes with the CPU's result.
+//
+// QEMU 11.1.3 itself sometimes aborts when its vfio-user server is killed
+// (qemuAbort; docs/operating.md "After a crash or restart"): that is
+// QEMU's bug, not the reattach under test, so the scenario runs in a
+// child process of this test binary and gets a second attempt when, and
+// only when, the first ended with QEMU's abort. Any other failure, or
+// the abort twice, fails the test.
 func TestVFIOUserRestartReplugs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
+	if os.Getenv(envReplugAttempt) == "1" {
+		testVFIOUserRestartReplugs(t)
+		return
+	}
+	for attempt := 1; ; attempt++ {
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestVFIOUserRestartReplugs$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), envReplugAttempt+"=1")
+		out, err := cmd.CombinedOutput()
+		switch {
+		case err == nil && strings.Contains(string(out), "--- SKIP: TestVFIOUserRestartReplugs"):
+			t.Skipf("the attempt skipped:\n%s", out)
+		case err == nil:
+			return
+		case attempt == 1 && strings.Contains(string(out), qemuAbort):
+			t.Logf("attempt 1: QEMU aborted when vgpud was killed (%s); once more. Its output:\n%s", qemuAbort, out)
+		default:
+			t.Fatalf("attempt %d: %v\n%s", attempt, err, out)
+		}
+	}
+}
+
+// envReplugAttempt set to 1 makes TestVFIOUserRestartReplugs run its
+// scenario (in the child process it starts).
+const envReplugAttempt = "VGPUD_TEST_REPLUG_ATTEMPT"
+
+// qemuAbort is what QEMU 11.1.3 prints when it aborts on its vfio-user
+// server's death.
+const qemuAbort = "error_setv: Assertion `*errp == NULL' failed"
+
+func testVFIOUserRestartReplugs(t *testing.T) {
 	env := migrationSetup(t)
 	a := startVFIOUserDaemon(t, env, "pthread")
 	id := create(t, a, "vgpu-small")
