@@ -26,10 +26,11 @@ func TestAbandonLive(t *testing.T) {
 		status    string // query-migrate's status before the cancel
 		runState  string // query-status after it
 		ended     bool
+		stopped   bool // the migration holds the VM stopped: wait for the agent channel first
 		wantCmds  []string
 		forbidden []string
 	}{
-		{name: "stopped before its switchover", pause: true, status: "pre-switchover", runState: "finish-migrate", ended: true,
+		{name: "stopped before its switchover", pause: true, status: "pre-switchover", runState: "finish-migrate", ended: true, stopped: true,
 			wantCmds: []string{"migrate_cancel", "cont", "migrate-set-capabilities", "migrate-set-parameters"}},
 		{name: "copying", pause: true, status: "active", runState: "running", ended: true,
 			wantCmds: []string{"migrate_cancel", "migrate-set-capabilities", "migrate-set-parameters"}, forbidden: []string{"cont"}},
@@ -70,9 +71,24 @@ func TestAbandonLive(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer mon.Close()
-			ended, err := migrate.AbandonLive(ctx, mon)
+			// What QEMU had been told when the VM's agent channel was
+			// waited for: nothing that lets the VM run yet.
+			var before []string
+			waited := 0
+			ended, err := migrate.AbandonLive(ctx, mon, func(context.Context) {
+				waited++
+				before = names(q.Commands())
+			})
 			if err != nil || ended != tt.ended {
 				t.Fatalf("AbandonLive = %v, %v; want %v", ended, err, tt.ended)
+			}
+			if want := tt.stopped; (waited == 1) != want || waited > 1 {
+				t.Errorf("waited for the agent channel %d times; want it once only for a VM the migration holds stopped (%v)", waited, want)
+			}
+			for _, c := range []string{"migrate_cancel", "cont"} {
+				if slices.Contains(before, c) {
+					t.Errorf("QEMU was told %s before the wait for the agent channel (%v): the VM may have run first", c, before)
+				}
 			}
 			cmds := names(q.Commands())
 			for _, c := range tt.wantCmds {

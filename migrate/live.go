@@ -284,7 +284,13 @@ const qemuDowntimeMS = 300
 // holds the VM: left alone), runs the VM if the cancel left it stopped,
 // and gives QEMU back its defaults (no pause, 300 ms). It reports whether
 // there was such a migration.
-func AbandonLive(ctx context.Context, mon *qmp.Monitor) (bool, error) {
+//
+// beforeRun, if not nil, is called when the migration holds the VM
+// stopped, before anything lets it run (QEMU runs it again itself as the
+// migration is cancelled): the caller waits there for the VM's agent
+// channel to have reconnected (see Reattach). It bounds its own wait;
+// the VM runs whatever it found.
+func AbandonLive(ctx context.Context, mon *qmp.Monitor, beforeRun func(context.Context)) (bool, error) {
 	caps, err := mon.QueryMigrateCapabilities(ctx)
 	if err != nil {
 		return false, fmt.Errorf("abandon a live migration: %w", err)
@@ -298,6 +304,15 @@ func AbandonLive(ctx context.Context, mon *qmp.Monitor) (bool, error) {
 	}
 	if info.Status == qmp.MigrationCompleted {
 		return true, nil
+	}
+	if beforeRun != nil {
+		st, err := mon.QueryStatus(ctx)
+		if err != nil {
+			return true, fmt.Errorf("abandon a live migration: %w", err)
+		}
+		if st.Status != qmp.RunStateRunning {
+			beforeRun(ctx)
+		}
 	}
 	if err := cancelAndRun(ctx, mon); err != nil {
 		return true, fmt.Errorf("abandon a live migration: %w", err)

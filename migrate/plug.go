@@ -186,7 +186,7 @@ func Reattach(ctx context.Context, m *mdev.Manager, id string, opts ReattachOpti
 	defer mon.Close()
 	// A live migration the old daemon left under way goes first, whether
 	// or not the VM's vGPU is still attached.
-	abandoned, err := AbandonLive(ctx, mon)
+	abandoned, err := AbandonLive(ctx, mon, agentReconnected(inst))
 	if err != nil {
 		return nil, fmt.Errorf("reattach %s: %w", id, err)
 	}
@@ -196,6 +196,35 @@ func Reattach(ctx context.Context, m *mdev.Manager, id string, opts ReattachOpti
 	}
 	return rep, err
 }
+
+// agentReconnected returns what Reattach waits on before it lets a VM
+// that a dead daemon's live migration left stopped run again: the VM's
+// agent channel connected to this daemon (nil: the instance has none).
+//
+// QEMU 11.1's virtio-serial takes its chardev's handlers away while the
+// VM is stopped, so it never hears that the old daemon's end of the
+// agent channel closed. If the VM then runs and the guest writes on its
+// port before the chardev has reconnected (QEMU tries once a second), the
+// write fails and QEMU throttles the port for good: the reconnection
+// does not clear it, and nothing the guest agent says reaches vgpud
+// again (its Hello included). Connected before the VM runs, the guest's
+// writes go to the new connection. docs/migration.md "Failures roll
+// back" has the QEMU trace.
+func agentReconnected(inst *mdev.Instance) func(context.Context) {
+	a := inst.Agent()
+	if a == nil {
+		return nil
+	}
+	return func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, agentReconnectWait)
+		defer cancel()
+		_ = a.WaitConnected(ctx) // none by then: the VM runs all the same
+	}
+}
+
+// agentReconnectWait bounds agentReconnected's wait: QEMU's agent chardev
+// reconnects once a second (qemuvm's reconnect-ms).
+const agentReconnectWait = 5 * time.Second
 
 func (o ReattachOptions) withDefaults() ReattachOptions {
 	if o.DeviceID == "" {

@@ -107,6 +107,7 @@ type Server struct {
 	pending *request // the migration request waiting for its answer (migrate.go)
 	cookie  uint64
 	helloed chan struct{} // closed (and replaced) when a peer's Hello arrives
+	joined  chan struct{} // closed (and replaced) when a peer connects
 
 	// declared is the guest's last Resources (reconfig.go); nil: none yet.
 	declared []Declaration
@@ -158,7 +159,7 @@ func newServer(cfg Config, l *net.UnixListener) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{cfg: cfg, log: log.With("channel", "agent"), l: l, helloed: make(chan struct{})}
+	return &Server{cfg: cfg, log: log.With("channel", "agent"), l: l, helloed: make(chan struct{}), joined: make(chan struct{})}
 }
 
 // Path returns the socket path.
@@ -172,6 +173,24 @@ func (s *Server) Connected() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cur != nil
+}
+
+// WaitConnected waits until a peer (QEMU) is connected: ErrNoAgent with
+// ctx's error if none is by the time ctx ends.
+func (s *Server) WaitConnected(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		c, ch := s.cur, s.joined
+		s.mu.Unlock()
+		if c != nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: no connection: %w", ErrNoAgent, ctx.Err())
+		}
+	}
 }
 
 // PeerPID returns the PID of the connected QEMU, or 0.
@@ -298,6 +317,8 @@ func (s *Server) startConn(nc *net.UnixConn, unread []byte, adopted bool) {
 	}
 	old := s.cur
 	s.cur, s.peerPID = c, pid
+	close(s.joined)
+	s.joined = make(chan struct{})
 	s.mu.Unlock()
 	if old != nil {
 		old.close()

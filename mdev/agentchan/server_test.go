@@ -402,3 +402,25 @@ func TestOnlyAttachedVMPeer(t *testing.T) {
 		t.Errorf("Connections = %d, want 2", got)
 	}
 }
+
+// TestWaitConnected: a wait for QEMU's connection ends when it connects,
+// whether it was there before or comes during the wait, and reports
+// ErrNoAgent when its context ends first.
+func TestWaitConnected(t *testing.T) {
+	s, _ := serve(t, Config{})
+	short, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel()
+	if err := s.WaitConnected(short); !errors.Is(err, ErrNoAgent) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitConnected with no peer = %v, want ErrNoAgent and the deadline", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- s.WaitConnected(t.Context()) }()
+	p := dial(t, s)
+	if err := <-waited; err != nil {
+		t.Fatalf("WaitConnected across a connection = %v", err)
+	}
+	if err := s.WaitConnected(t.Context()); err != nil {
+		t.Fatalf("WaitConnected while connected = %v", err)
+	}
+	p.hello() // the connection is served, not only accepted
+}
