@@ -267,6 +267,22 @@ func goesOnAtSource(ctx context.Context, t *testing.T, attempt int, vm *qemuvm.V
 // is that destination as a daemon to migrate to.
 func faultyDestination(t *testing.T, env *migratetest.Env, sockDir string, tr transport.Socket) (m *mdev.Manager, b *daemon, failAt *atomic.Value) {
 	t.Helper()
+	failAt = &atomic.Value{}
+	failAt.Store("")
+	m, b = hookedDestination(t, env, sockDir, tr, func(step string) error {
+		if step == failAt.Load().(string) {
+			return fmt.Errorf("at %s", step)
+		}
+		return nil
+	})
+	return m, b, failAt
+}
+
+// hookedDestination is faultyDestination with inject called at each
+// step of each incoming migration (migrate.Destination.InjectFault): an
+// error fails the migration there.
+func hookedDestination(t *testing.T, env *migratetest.Env, sockDir string, tr transport.Socket, inject func(step string) error) (m *mdev.Manager, b *daemon) {
+	t.Helper()
 	dev, err := gpu.Open(os.Getenv("VGPUD_TEST_DEVICE"))
 	if err != nil {
 		t.Fatal(err)
@@ -275,15 +291,7 @@ func faultyDestination(t *testing.T, env *migratetest.Env, sockDir string, tr tr
 	if err != nil {
 		t.Fatal(err)
 	}
-	failAt = &atomic.Value{}
-	failAt.Store("")
-	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, env.TLSDir), StepTimeout: time.Minute,
-		InjectFault: func(step string) error {
-			if step == failAt.Load().(string) {
-				return fmt.Errorf("at %s", step)
-			}
-			return nil
-		}}
+	dst := &migrate.Destination{Manager: m, TLS: migratetest.Load(t, env.TLSDir), StepTimeout: time.Minute, InjectFault: inject}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +307,7 @@ func faultyDestination(t *testing.T, env *migratetest.Env, sockDir string, tr tr
 		m.Close()
 		dev.Close()
 	})
-	return m, &daemon{RunDir: sockDir, MigrateAddr: ln.Addr().String()}, failAt
+	return m, &daemon{RunDir: sockDir, MigrateAddr: ln.Addr().String()}
 }
 
 // cutRelay forwards one connection to addr and closes both ends after n
