@@ -254,9 +254,18 @@ func goesOnAtSource(ctx context.Context, t *testing.T, attempt int, vm *qemuvm.V
 	if err := waitProgress(ctx, vm); err != nil {
 		t.Fatalf("attempt %d: job stopped: %v\n%s", attempt, err, strings.Join(vm.Lines(), "\n"))
 	}
+	destinationForgets(t, m, fmt.Sprintf("attempt %d", attempt))
+}
+
+// destinationForgets waits until the destination m keeps no instance
+// (it discards the one it was receiving as it notices the failure, which
+// may be after the source has gone on); when, e.g. "attempt 2", names the
+// moment in the failure.
+func destinationForgets(t *testing.T, m *mdev.Manager, when string) {
+	t.Helper()
 	for deadline := time.Now().Add(time.Minute); len(m.List()) > 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("attempt %d: the destination still has instance %s", attempt, m.List()[0].UUID())
+			t.Fatalf("%s: the destination still has instance %s", when, m.List()[0].UUID())
 		}
 	}
 }

@@ -199,20 +199,7 @@ func TestMigrateVFIOUserLiveRollsBack(t *testing.T) {
 		goesOnAtSource(ctx, t, i, vmA, m, c.quiesced)
 		vmB.Kill()
 	}
-	// The source QEMU is as it was before: no pause before a switchover
-	// (which would stop the next migration there), QEMU's default
-	// downtime limit back.
-	mon, err := qmp.Dial(ctx, a.InstanceBase(id)+".qmp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if caps, err := mon.QueryMigrateCapabilities(ctx); err != nil || caps["pause-before-switchover"] {
-		t.Errorf("the rolled-back source QEMU's capabilities: %v, %v; want no pause before its switchover", caps, err)
-	}
-	if p, err := mon.QueryMigrateParameters(ctx); err != nil || p.DowntimeLimitMS != 300 {
-		t.Errorf("the rolled-back source QEMU's parameters: %+v, %v; want QEMU's default downtime limit, 300 ms", p, err)
-	}
-	mon.Close()
+	sourceQEMUAsBefore(ctx, t, a.InstanceBase(id)+".qmp", "rolled back")
 	waitResult(ctx, t, vmA, steps)
 	if _, err := vmA.WaitLine(ctx, "VGPU-INIT exit=0"); err != nil {
 		t.Fatalf("guest did not exit 0: %v\n%s", err, strings.Join(vmA.Lines(), "\n"))
@@ -484,20 +471,25 @@ func testSourceDies(t *testing.T, at string) {
 		t.Errorf("the restarted vgpud did not log a reattach that abandoned QEMU's migration:\n%s", a2.Logs())
 	}
 	t.Logf("restarted: %s", line)
-	mon, err := qmp.Dial(ctx, a.InstanceBase(id)+".qmp")
+	sourceQEMUAsBefore(ctx, t, a.InstanceBase(id)+".qmp", "reattached")
+	destinationForgets(t, m, "after the source's death")
+}
+
+// sourceQEMUAsBefore checks that the source QEMU whose monitor is at
+// path (how, e.g. "rolled back", says what happened to it) is as it was
+// before a live migration: no pause before a switchover (which would
+// stop the next migration there), QEMU's default downtime limit back.
+func sourceQEMUAsBefore(ctx context.Context, t *testing.T, path, how string) {
+	t.Helper()
+	mon, err := qmp.Dial(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mon.Close()
 	if caps, err := mon.QueryMigrateCapabilities(ctx); err != nil || caps["pause-before-switchover"] {
-		t.Errorf("the source QEMU's capabilities after the reattach: %v, %v; want no pause before its switchover", caps, err)
+		t.Errorf("the %s source QEMU's capabilities: %v, %v; want no pause before its switchover", how, caps, err)
 	}
 	if p, err := mon.QueryMigrateParameters(ctx); err != nil || p.DowntimeLimitMS != 300 {
-		t.Errorf("the source QEMU's parameters after the reattach: %+v, %v; want QEMU's default downtime limit, 300 ms", p, err)
-	}
-	for deadline := time.Now().Add(time.Minute); len(m.List()) > 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the destination still has instance %s", m.List()[0].UUID())
-		}
+		t.Errorf("the %s source QEMU's parameters: %+v, %v; want QEMU's default downtime limit, 300 ms", how, p, err)
 	}
 }
