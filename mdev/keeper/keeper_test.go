@@ -1,0 +1,267 @@
+package keeper
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) {
+	EnterRole()
+	goleak.VerifyTestMain(m)
+}
+
+// pair is a connected stream socket pair: vm plays QEMU's end, daemon
+// vgpud's.
+func pair(t *testing.T) (vm, daemon *net.UnixConn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "pair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c.(*net.UnixConn)
+	}
+	return conn(fds[0]), conn(fds[1])
+}
+
+func start(t *testing.T) *Keeper {
+	t.Helper()
+	k, err := Start(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return k
+}
+
+// readEnd reads vm until its end, as QEMU's client does, and returns the
+// error that ended it (io.EOF for an orderly end). failAfter only bounds
+// a broken test.
+func readEnd(t *testing.T, vm *net.UnixConn) error {
+	t.Helper()
+	vm.SetReadDeadline(time.Now().Add(time.Minute))
+	buf := make([]byte, 4096)
+	for {
+		if _, err := vm.Read(buf); err != nil {
+			return err
+		}
+	}
+}
+
+// waitHeld waits until the keeper process has c's socket open.
+func waitHeld(t *testing.T, k *Keeper, c *net.UnixConn) {
+	t.Helper()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	raw.Control(func(fd uintptr) { err = unix.Fstat(int(fd), &st) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("socket:[%d]", st.Ino)
+	dir := fmt.Sprintf("/proc/%d/fd/", k.PID())
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if l, _ := os.Readlink(dir + e.Name()); l == want {
+				return
+			}
+		}
+	}
+	t.Fatalf("the keeper never held %s", want)
+}
+
+// The kernel behaviour the keeper exists for: a daemon's socket closed
+// with bytes unread gives the VM a reset, not an end of file.
+func TestUnreadBytesResetWithoutKeeper(t *testing.T) {
+	vm, daemon := pair(t)
+	if _, err := vm.Write(make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	daemon.Close()
+	if err := readEnd(t, vm); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("VM read %v, want ECONNRESET", err)
+	}
+}
+
+// The daemon dies (its copy and the control socket close) with the VM's
+// bytes unread while the VM goes on writing until it reads its end of
+// file: the VM reads an end of file, never a reset, then and after the
+// keeper has gone.
+func TestDaemonDeathEndsInOrder(t *testing.T) {
+	vm, daemon := pair(t)
+	k := start(t)
+	if id := k.Keep(daemon); id == 0 {
+		t.Fatal("Keep returned 0")
+	}
+	if _, err := vm.Write(make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	wrote := make(chan struct{})
+	go func() { // the VM's register writes, until it has read the end
+		defer close(wrote)
+		for !stop.Load() {
+			if _, err := vm.Write(make([]byte, 512)); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
+	ended := make(chan error, 1)
+	go func() { // the VM's reader, as QEMU's IO thread
+		err := readEnd(t, vm)
+		stop.Store(true) // QEMU sends nothing once it has read the end
+		ended <- err
+	}()
+	daemon.Close()
+	if err := k.Close(); err != nil { // the last hold on the control socket
+		t.Fatal(err)
+	}
+	err := <-ended
+	<-wrote
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("VM read %v, want an end of file", err)
+	}
+	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the keeper ended the VM read %v, want an end of file", err)
+	}
+}
+
+// A connection another process still holds (the new vgpud of an upgrade
+// in place) is closed, not ended: the VM reads nothing until that process
+// lets go too.
+func TestConnectionServedElsewhereIsOnlyClosed(t *testing.T) {
+	vm, daemon := pair(t)
+	f, err := daemon.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := exec.Command("sleep", "60")
+	holder.ExtraFiles = []*os.File{f}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	k := start(t)
+	k.Keep(daemon)
+	daemon.Close()
+	if err := k.Close(); err != nil { // returns once the keeper has released and exited
+		t.Fatal(err)
+	}
+	vm.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := vm.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("VM read %d, %v with its connection still served: want nothing to read", n, err)
+	}
+	holder.Process.Kill()
+	holder.Wait()
+	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
+		t.Fatalf("VM read %v once nobody served it, want an end of file", err)
+	}
+}
+
+// Drop lets a connection go while the keeper runs: the daemon's own
+// close is then the VM's end of file.
+func TestDropLetsGo(t *testing.T) {
+	vm, daemon := pair(t)
+	k := start(t)
+	id := k.Keep(daemon)
+	waitHeld(t, k, daemon) // it has named itself before it serves
+	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", k.PID())); err != nil || string(comm) != "vgpud-keeper\n" {
+		t.Errorf("the keeper's process name: %q, %v; want vgpud-keeper (pgrep -x, ps)", comm, err)
+	}
+	k.Drop(id)
+	daemon.Close()
+	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
+		t.Fatalf("VM read %v, want an end of file", err)
+	}
+	var nilKeeper *Keeper
+	if id := nilKeeper.Keep(daemon); id != 0 {
+		t.Fatalf("a nil keeper kept %#x", id)
+	}
+	nilKeeper.Drop(1)
+	if err := nilKeeper.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SIGTERM (systemd stopping the unit's processes) releases at once.
+func TestSignalReleases(t *testing.T) {
+	vm, daemon := pair(t)
+	k := start(t)
+	k.Keep(daemon)
+	waitHeld(t, k, daemon) // its signal handler is in place before it serves
+	if _, err := vm.Write(make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	daemon.Close()
+	if err := unix.Kill(k.PID(), unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
+		t.Fatalf("VM read %v, want an end of file", err)
+	}
+	<-k.done
+}
+
+// Malformed control messages are refused one by one: the keeper keeps
+// what it held and goes on.
+func TestBadControlMessagesAreRefused(t *testing.T) {
+	vm, daemon := pair(t)
+	_, other := pair(t)
+	k := start(t)
+	k.Keep(daemon)
+	of, err := other.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer of.Close()
+	rights := unix.UnixRights(int(of.Fd()))
+	bad := []struct {
+		msg, oob []byte
+	}{
+		{[]byte{1, 2, 3}, nil},
+		{Msg{Op: 9, ID: 5}.Encode(), nil},
+		{Msg{Op: OpKeep, ID: 0}.Encode(), rights},
+		{Msg{Op: OpKeep, ID: 7}.Encode(), nil},
+		{Msg{Op: OpDrop, ID: 7}.Encode(), rights},
+		{append(Msg{Op: OpDrop, ID: 7}.Encode(), 0), nil},
+	}
+	for _, b := range bad {
+		k.mu.Lock()
+		err := unix.Sendmsg(k.ctl, b.msg, b.oob, nil, unix.MSG_NOSIGNAL)
+		k.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	daemon.Close()
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
+		t.Fatalf("VM read %v, want an end of file", err)
+	}
+}

@@ -1,0 +1,229 @@
+package keeper
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A released connection is drained until the VMM sends nothing for
+// drainQuiet (it stops once it has read the end of file: QEMU's client
+// then shuts its socket down and sends no more), or it closes its end,
+// or drainMax has passed. Under systemd the restart of vgpud waits for
+// the keeper to exit, so these stay short.
+const (
+	drainQuiet = 250 * time.Millisecond
+	drainMax   = 2 * time.Second
+)
+
+// procName is the keeper's process name (comm: at most 15 bytes).
+var procName = []byte("vgpud-keeper\x00")
+
+// Main runs the keeper process and returns its exit code: it keeps what
+// it is given on the control socket (fd 3) until the socket ends or a
+// SIGTERM or SIGINT, then releases everything.
+func Main() int {
+	// Its name in ps and pgrep (it was started as /proc/self/exe).
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&procName[0])), 0, 0, 0)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "connection-keeper", "pid", os.Getpid())
+	daemon, _ := strconv.Atoi(os.Getenv(envDaemon))
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
+	go func() {
+		s := <-sigs
+		log.Info("told to stop: releasing", "signal", s.String())
+		// The control loop reads an end of file and releases.
+		_ = unix.Shutdown(controlFD, unix.SHUT_RD)
+	}()
+	held, err := serve(controlFD, log)
+	if err != nil {
+		log.Error("control socket", "err", err.Error())
+	}
+	release(held, daemon, log)
+	return 0
+}
+
+// serve applies control messages from fd until it ends, and returns what
+// is held then. A bad message is logged and its descriptors closed; it
+// does not end the keeper (which would release connections vgpud
+// serves).
+func serve(fd int, log *slog.Logger) (map[ID]int, error) {
+	held := map[ID]int{}
+	buf := make([]byte, MsgSize+1)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for {
+		n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return held, err
+		}
+		fds := parseRights(oob[:oobn])
+		if n == 0 && len(fds) == 0 {
+			return held, nil // every daemon's end is closed, or we were told to stop
+		}
+		m, err := Decode(buf[:n])
+		if err == nil && flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+			err = fmt.Errorf("%w: truncated", ErrMsg)
+		}
+		if err == nil && (m.Op == OpKeep) != (len(fds) == 1) {
+			err = fmt.Errorf("%w: op %d with %d descriptors", ErrMsg, m.Op, len(fds))
+		}
+		if err == nil && m.Op == OpKeep {
+			if _, dup := held[m.ID]; dup {
+				err = fmt.Errorf("%w: id %#x kept already", ErrMsg, m.ID)
+			}
+		}
+		if err != nil {
+			log.Error("control message refused", "err", err.Error())
+			closeAll(fds)
+			continue
+		}
+		switch m.Op {
+		case OpKeep:
+			held[m.ID] = fds[0]
+		case OpDrop:
+			if c, ok := held[m.ID]; ok {
+				unix.Close(c)
+				delete(held, m.ID)
+			}
+		}
+	}
+}
+
+// parseRights returns the descriptors an SCM_RIGHTS message carried.
+func parseRights(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if r, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, r...)
+		}
+	}
+	return fds
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// release lets go of every held connection: one another process still
+// holds (an upgrade's new vgpud) is closed, any other ends in order.
+func release(held map[ID]int, daemon int, log *slog.Logger) {
+	if len(held) == 0 {
+		return
+	}
+	elsewhere := heldElsewhere(held, daemon)
+	var wg sync.WaitGroup
+	for id, fd := range held {
+		if elsewhere[fd] {
+			unix.Close(fd)
+			log.Info("connection served elsewhere: closed", "id", fmt.Sprintf("%#x", id))
+			continue
+		}
+		wg.Go(func() {
+			drained, err := endInOrder(fd)
+			attrs := []any{"id", fmt.Sprintf("%#x", id), "drained_bytes", drained}
+			if err != nil {
+				attrs = append(attrs, "err", err.Error())
+			}
+			log.Info("connection ended in order", attrs...)
+		})
+	}
+	wg.Wait()
+}
+
+// endInOrder shuts fd for writing, so that the VMM reads an end of file,
+// reads what it had sent and sends until it falls quiet or closes, and
+// closes fd with nothing unread (no reset for the VMM).
+func endInOrder(fd int) (int, error) {
+	defer unix.Close(fd)
+	if err := unix.Shutdown(fd, unix.SHUT_WR); err != nil {
+		return 0, fmt.Errorf("shutdown: %w", err)
+	}
+	buf := make([]byte, 64<<10)
+	total := 0
+	end := time.Now().Add(drainMax)
+	for {
+		wait := min(drainQuiet, time.Until(end))
+		if wait <= 0 {
+			return total, fmt.Errorf("still sending after %v", drainMax)
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, int(wait.Milliseconds())+1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return total, fmt.Errorf("poll: %w", err)
+		}
+		if n == 0 {
+			return total, nil // quiet
+		}
+		r, err := unix.Read(fd, buf)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if err != nil {
+			return total, fmt.Errorf("read: %w", err)
+		}
+		if r == 0 {
+			return total, nil // the VMM closed its end
+		}
+		total += r
+	}
+}
+
+// heldElsewhere says which of the held descriptors' sockets some process
+// other than the keeper and its daemon has open, from /proc/*/fd. A
+// process whose descriptors cannot be read (another user's, without the
+// privilege to look) counts as not holding them.
+func heldElsewhere(held map[ID]int, daemon int) map[int]bool {
+	byInode := map[string]int{}
+	for _, fd := range held {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil {
+			byInode[fmt.Sprintf("socket:[%d]", st.Ino)] = fd
+		}
+	}
+	out := map[int]bool{}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	self := os.Getpid()
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == self || pid == daemon {
+			continue
+		}
+		dir := "/proc/" + p.Name() + "/fd/"
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			link, err := os.Readlink(dir + e.Name())
+			if err != nil {
+				continue
+			}
+			if fd, ok := byInode[link]; ok {
+				out[fd] = true
+			}
+		}
+	}
+	return out
+}
