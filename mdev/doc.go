@@ -17,6 +17,10 @@
 // programs through the agent channel when they registered; the ledger and
 // the moves themselves are the worker pool's (docs/overcommit.md).
 //
+// A VM's connection is handed to the connection keeper (mdev/keeper,
+// Config.Keeper) for as long as its session lasts, so that it ends in
+// order if vgpud dies.
+//
 // Lock order: Manager.mu, then Instance.mu. Neither is held while calling
 // into a transport or the aggregator.
 package mdev

@@ -441,9 +441,11 @@ func (m *Manager) Start() error {
 				in.mu.Lock()
 				in.conn, in.connDone, in.connPID = c, done, pid
 				in.mu.Unlock()
+				kept := m.keeper.Keep(a.conn)
 				m.wg.Add(1)
 				go func() {
 					defer m.wg.Done()
+					defer m.keeper.Drop(kept)
 					if err := in.serve(m.ctx, c, done); err != nil && !errors.Is(err, context.Canceled) {
 						in.log.Warn("vm connection ended", "err", err)
 					}

@@ -21,6 +21,7 @@ import (
 	"github.com/vgpud/vgpud/handover"
 	"github.com/vgpud/vgpud/internal/accept"
 	"github.com/vgpud/vgpud/mdev/agentchan"
+	"github.com/vgpud/vgpud/mdev/keeper"
 	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mmio"
 	"github.com/vgpud/vgpud/reuse"
@@ -52,7 +53,11 @@ type Config struct {
 	// Transports that own their event loop (Xen's) attach through
 	// Instance.Attach instead.
 	Transport transport.Socket
-	Logger    *slog.Logger
+	// Keeper, if set, holds a duplicate of each VM connection while its
+	// session lasts, so that the VM's connection ends in order if vgpud
+	// dies (package keeper). The manager does not close it.
+	Keeper *keeper.Keeper
+	Logger *slog.Logger
 	// Reuse configures result reuse (docs/reuse.md); the zero value turns
 	// it on with a private domain per instance.
 	Reuse ReuseConfig
@@ -111,6 +116,7 @@ type Manager struct {
 	socketDir   string
 	socketGroup int
 	transport   transport.Socket
+	keeper      *keeper.Keeper // nil: none
 	log         *slog.Logger
 	onChange    func()
 	// place is the placement policy and model; guarded by mu.
@@ -171,6 +177,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		profiles:  make(map[string]Profile),
 		socketDir: cfg.SocketDir, socketGroup: cfg.SocketGroup,
 		transport: cfg.Transport,
+		keeper:    cfg.Keeper,
 		onChange:  cfg.OnChange,
 		log:       log,
 		instances: make(map[string]*Instance),
@@ -551,9 +558,11 @@ func (m *Manager) acceptLoop(inst *Instance, l *net.UnixListener) {
 		}
 		pid := m.vmPID(inst, c)
 		m.wg.Add(1)
+		kept := m.keeper.Keep(c)
 		go func() {
 			defer m.wg.Done()
 			defer limit.Release()
+			defer m.keeper.Drop(kept) // the session has closed its connection
 			if err := inst.attach(m.ctx, m.transport.NewSession(c, inst.Endpoint()), pid); err != nil && !errors.Is(err, context.Canceled) {
 				inst.log.Warn("vm connection ended", "err", err)
 			}

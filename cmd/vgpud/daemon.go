@@ -15,6 +15,7 @@ import (
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/definitions"
+	"github.com/vgpud/vgpud/mdev/keeper"
 	"github.com/vgpud/vgpud/mdev/runstate"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/libvirt"
@@ -115,6 +116,17 @@ func (d *daemon) newManager() error {
 		d.in.failIf(err)
 		return err
 	}
+	// The VMs' connections end in order however this process ends
+	// (package keeper): started before the manager accepts or adopts
+	// any, ended after it.
+	var kp *keeper.Keeper
+	if d.s.transport != nil {
+		if kp, err = keeper.Start(d.log); err != nil {
+			d.in.failIf(err)
+			return err
+		}
+		d.onClose("connection keeper", func(context.Context) error { return kp.Close() })
+	}
 	var adopt *mdev.Adoption
 	if d.in != nil {
 		adopt = &mdev.Adoption{State: d.in.st, FDs: d.in.tab}
@@ -128,6 +140,7 @@ func (d *daemon) newManager() error {
 		// the instances it creates.
 		SocketGroup: d.s.socketGID,
 		Transport:   d.s.transport,
+		Keeper:      kp,
 		Logger:      d.log,
 		Reuse:       d.s.Reuse,
 		WorkerDir:   d.s.WorkerDir,

@@ -13,13 +13,16 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/vgpud/vgpud/mdev/keeper"
 	"github.com/vgpud/vgpud/worker/child"
 	"github.com/vgpud/vgpud/worker/sandbox"
 )
 
 func main() {
-	// A worker or executor of the pool this program runs.
+	// A worker or executor of the pool this program runs, or its
+	// connection keeper.
 	child.EnterRole()
+	keeper.EnterRole()
 	// Before anything else, and before any exec: what vgpud inherited
 	// without close-on-exec must not reach workers and executors (issue
 	// 40, item 5; its own inherited descriptors, an upgrade's handover,

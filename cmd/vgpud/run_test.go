@@ -13,12 +13,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/vgpud/vgpud/mdev/control"
+	"github.com/vgpud/vgpud/mdev/keeper"
 	"github.com/vgpud/vgpud/worker/child"
 )
 
 func TestMain(m *testing.M) {
-	child.EnterRole() // a worker or executor of this test binary's pool
-	runMainIfAsked()  // a test's vgpud (inherit_test.go)
+	child.EnterRole()  // a worker or executor of this test binary's pool
+	keeper.EnterRole() // a test's vgpud's connection keeper
+	runMainIfAsked()   // a test's vgpud (inherit_test.go)
 	goleak.VerifyTestMain(m)
 }
 
