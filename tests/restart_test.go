@@ -119,6 +119,7 @@ func killAndRecover(ctx context.Context, t *testing.T, env *migratetest.Env, a *
 	if err != nil {
 		t.Fatalf("the guest was not told its device state was lost: %v\n%s", err, console())
 	}
+	keeperEndedInOrder(ctx, t, a)
 	if _, err := vm.WaitLine(ctx, "ITERATE RECOVERED"); err != nil {
 		t.Fatalf("the guest did not reopen the re-plugged device: %v\n%s", err, console())
 	}
@@ -127,6 +128,29 @@ func killAndRecover(ctx context.Context, t *testing.T, env *migratetest.Env, a *
 		t.Fatalf("guest did not exit 0: %v\n%s", err, console())
 	}
 	return b, lost
+}
+
+// keeperEndedInOrder waits until the killed daemon d's connection keeper
+// (package mdev/keeper) says it ended the VM's connection in order: shut
+// for writing, drained, closed with nothing unread, so that the VMM read
+// an end of file rather than a reset (which QEMU 11.1.3's vfio-user
+// client aborts on). Its log shares d's log file.
+func keeperEndedInOrder(ctx context.Context, t *testing.T, d *daemon) {
+	t.Helper()
+	const want = `"msg":"connection ended in order","component":"connection-keeper"`
+	for {
+		logs := d.Logs()
+		if i := strings.Index(logs, want); i >= 0 {
+			line, _, _ := strings.Cut(logs[i:], "\n")
+			t.Logf("the killed vgpud's connection keeper: {%s", line)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the killed vgpud's connection keeper never logged %s:\n%s", want, d.Logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // showInstance decodes vgpuctl show's JSON for instance id into v.

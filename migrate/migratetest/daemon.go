@@ -54,7 +54,7 @@ func StartDaemon(ctx context.Context, bin, runDir, device, tlsDir string, env ..
 // StartDaemonFlags is StartDaemon with more vgpud flags (e.g. -libvirt
 // URI).
 func StartDaemonFlags(ctx context.Context, bin, runDir, device, tlsDir string, flags []string, env ...string) (*Daemon, error) {
-	d := &Daemon{RunDir: runDir, bin: bin, logPath: filepath.Join(runDir, "vgpud.log"), done: make(chan error, 1)}
+	d := &Daemon{RunDir: runDir, bin: bin, done: make(chan error, 1)}
 	cmd := exec.Command(filepath.Join(bin, "vgpud"), append([]string{"-run-dir", runDir, "-device", device, "-metrics-addr", "",
 		"-migrate-tls", tlsDir, "-migrate-listen", "127.0.0.1:0", "-log-level", "info"}, flags...)...)
 	cmd.Env = append(os.Environ(), env...)
@@ -62,10 +62,14 @@ func StartDaemonFlags(ctx context.Context, bin, runDir, device, tlsDir string, f
 	if err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(d.logPath)
+	// A file of its own per start: a daemon restarted on the same run
+	// directory must not write over what the killed one's connection
+	// keeper, which shares its log, still writes.
+	logf, err := os.CreateTemp(runDir, "vgpud-*.log")
 	if err != nil {
 		return nil, err
 	}
+	d.logPath = logf.Name()
 	cmd.Stderr = logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
