@@ -129,14 +129,15 @@ func release(held map[ID]int, daemon int, log *slog.Logger) {
 	elsewhere := heldElsewhere(held, daemon)
 	var wg sync.WaitGroup
 	for id, fd := range held {
+		who := []any{"id", fmt.Sprintf("%#x", id), "socket", socketName(fd)}
 		if elsewhere[fd] {
 			unix.Close(fd)
-			log.Info("connection served elsewhere: closed", "id", fmt.Sprintf("%#x", id))
+			log.Info("connection served elsewhere: closed", who...)
 			continue
 		}
 		wg.Go(func() {
 			drained, err := endInOrder(fd)
-			attrs := []any{"id", fmt.Sprintf("%#x", id), "drained_bytes", drained}
+			attrs := append(who, "drained_bytes", drained)
 			if err != nil {
 				attrs = append(attrs, "err", err.Error())
 			}
@@ -144,6 +145,17 @@ func release(held map[ID]int, daemon int, log *slog.Logger) {
 		})
 	}
 	wg.Wait()
+}
+
+// socketName is the path of the socket fd was accepted on (the
+// instance's: it names the VM's vGPU), or "".
+func socketName(fd int) string {
+	if sa, err := unix.Getsockname(fd); err == nil {
+		if u, ok := sa.(*unix.SockaddrUnix); ok {
+			return u.Name
+		}
+	}
+	return ""
 }
 
 // endInOrder shuts fd for writing, so that the VMM reads an end of file,
