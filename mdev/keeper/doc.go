@@ -19,6 +19,9 @@
 // writing (the VMM reads its end of file), drained of what the VMM had
 // sent and sends until it falls quiet, then closed with nothing unread.
 //
+// A keeper process that ends while vgpud runs is started again and handed
+// every connection kept then (Keeper's supervisor).
+//
 // It owns the control protocol (msg.go, docs/keeper.md: a datagram per
 // Keep or Drop, the connection's descriptor passed with Keep), the client
 // (Keeper: Start, Keep, Drop, Close) and the process (Main, EnterRole).

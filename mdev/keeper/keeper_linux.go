@@ -42,16 +42,27 @@ func EnterRole() {
 
 // Keeper is vgpud's side of a keeper process. Its methods may be called
 // on a nil *Keeper, which keeps nothing.
+//
+// A keeper process that ends while vgpud runs (killed by hand, a crash)
+// is started again and handed every connection kept then; the VMs lose
+// the orderly end only in between.
 type Keeper struct {
-	ctl    int // our end of the control socket; -1 once closed
-	mu     sync.Mutex
 	prefix uint64
 	next   atomic.Uint64
-	pid    int
-	done   chan struct{} // closed when the process has been reaped
-	failed atomic.Bool   // a send failed once (logged once)
 	log    *slog.Logger
+	stop   chan struct{} // closed by Close: no more restarts
+	ended  chan struct{} // closed when the supervisor has reaped the last process
+
+	mu      sync.Mutex
+	ctl     int // our end of the current process's control socket; -1 when none
+	pid     int
+	kept    map[ID]syscall.Conn // what a restarted process must be handed
+	failed  bool                // a send failed since the last start (logged once)
+	closing bool
 }
+
+// restartDelay paces the starts of a keeper that keeps ending.
+const restartDelay = time.Second
 
 // Start starts a keeper process: this program again, with Role as its
 // first argument. It is not killed with its parent: outliving vgpud is
@@ -60,6 +71,17 @@ func Start(log *slog.Logger) (*Keeper, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	k := &Keeper{prefix: uint64(os.Getpid()) << 32, log: log, stop: make(chan struct{}), ended: make(chan struct{}), ctl: -1, kept: map[ID]syscall.Conn{}}
+	cmd, err := k.spawn()
+	if err != nil {
+		return nil, err
+	}
+	go k.supervise(cmd)
+	return k, nil
+}
+
+// spawn starts a keeper process and makes it the current one.
+func (k *Keeper) spawn() (*exec.Cmd, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("connection keeper: control socket: %w", err)
@@ -76,45 +98,91 @@ func Start(log *slog.Logger) (*Keeper, error) {
 		unix.Close(fds[0])
 		return nil, fmt.Errorf("connection keeper: start: %w", err)
 	}
-	k := &Keeper{ctl: fds[0], prefix: uint64(os.Getpid()) << 32, pid: cmd.Process.Pid, done: make(chan struct{}), log: log}
-	go func() {
-		defer close(k.done)
-		if err := cmd.Wait(); err != nil {
-			log.Warn("connection keeper ended", "pid", k.pid, "err", err.Error())
-		}
-	}()
-	log.Info("connection keeper started", "pid", k.pid)
-	return k, nil
+	k.mu.Lock()
+	k.ctl, k.pid, k.failed = fds[0], cmd.Process.Pid, false
+	k.mu.Unlock()
+	k.log.Info("connection keeper started", "pid", cmd.Process.Pid)
+	return cmd, nil
 }
 
-// PID is the keeper process's.
-func (k *Keeper) PID() int { return k.pid }
+// supervise reaps each keeper process and, unless Close ended it, starts
+// another and hands it what is kept.
+func (k *Keeper) supervise(cmd *exec.Cmd) {
+	defer close(k.ended)
+	for {
+		err := cmd.Wait()
+		k.mu.Lock()
+		unix.Close(k.ctl)
+		k.ctl = -1
+		closing := k.closing
+		k.mu.Unlock()
+		if closing {
+			return
+		}
+		k.log.Error("connection keeper ended while vgpud runs: starting another", "pid", cmd.Process.Pid, "err", fmt.Sprint(err))
+		for {
+			select {
+			case <-k.stop:
+				return
+			case <-time.After(restartDelay):
+			}
+			if cmd, err = k.spawn(); err == nil {
+				break
+			}
+			k.log.Error("connection keeper", "err", err.Error())
+		}
+		k.mu.Lock()
+		for id, c := range k.kept {
+			k.sendKeepLocked(id, c)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// PID is the current keeper process's (0 between a process's end and
+// the next's start).
+func (k *Keeper) PID() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ctl < 0 {
+		return 0
+	}
+	return k.pid
+}
 
 // Keep hands the keeper a duplicate of c's descriptor and returns the ID
-// to drop it by. On a nil Keeper, or if the keeper is gone (logged once),
-// it returns 0 and keeps nothing: the connection works as before, only
-// without the orderly end.
+// to drop it by. On a nil Keeper it returns 0 and keeps nothing. If the
+// keeper cannot be told (logged), the connection works as before, only
+// without the orderly end until a restarted keeper is handed it.
 func (k *Keeper) Keep(c syscall.Conn) ID {
 	if k == nil {
 		return 0
 	}
+	id := ID(k.prefix | k.next.Add(1)&0xFFFFFFFF)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closing {
+		return 0
+	}
+	k.kept[id] = c
+	k.sendKeepLocked(id, c)
+	return id
+}
+
+func (k *Keeper) sendKeepLocked(id ID, c syscall.Conn) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		k.sendFailed(err)
-		return 0
+		return // not a connection with a descriptor: nothing to keep
 	}
-	id := ID(k.prefix | k.next.Add(1)&0xFFFFFFFF)
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
-		serr = k.send(Msg{Op: OpKeep, ID: id}, unix.UnixRights(int(fd)))
+		serr = k.sendLocked(Msg{Op: OpKeep, ID: id}, unix.UnixRights(int(fd)))
 	}); err != nil {
-		serr = err
+		return // closed already: its session has ended, its Drop is coming
 	}
 	if serr != nil {
-		k.sendFailed(serr)
-		return 0
+		k.sendFailedLocked(serr)
 	}
-	return id
 }
 
 // Drop tells the keeper to close what it keeps under id (0: nothing).
@@ -123,45 +191,55 @@ func (k *Keeper) Drop(id ID) {
 	if k == nil || id == 0 {
 		return
 	}
-	if err := k.send(Msg{Op: OpDrop, ID: id}, nil); err != nil {
-		k.sendFailed(err)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.kept, id)
+	if err := k.sendLocked(Msg{Op: OpDrop, ID: id}, nil); err != nil {
+		k.sendFailedLocked(err)
 	}
 }
 
-func (k *Keeper) send(m Msg, oob []byte) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+func (k *Keeper) sendLocked(m Msg, oob []byte) error {
 	if k.ctl < 0 {
-		return errors.New("closed")
+		return errors.New("no keeper process")
 	}
 	return unix.Sendmsg(k.ctl, m.Encode(), oob, nil, unix.MSG_NOSIGNAL)
 }
 
-func (k *Keeper) sendFailed(err error) {
-	if k.failed.CompareAndSwap(false, true) {
-		k.log.Error("connection keeper unreachable: VM connections no longer end in order if vgpud dies", "pid", k.pid, "err", err.Error())
+func (k *Keeper) sendFailedLocked(err error) {
+	if !k.failed {
+		k.failed = true
+		k.log.Error("connection keeper unreachable: VM connections end in order again once it is restarted", "pid", k.pid, "err", err.Error())
 	}
 }
 
-// Close ends this daemon's hold on the keeper: once no process holds its
-// control socket, it releases what it keeps and exits. Close waits for
-// that (bounded; then it kills it) when this process is its parent.
+// Close ends this daemon's hold on the keeper: the process, once no
+// process holds its control socket, releases what it keeps and exits.
+// Close waits for that (bounded; then it kills it).
 func (k *Keeper) Close() error {
 	if k == nil {
 		return nil
 	}
 	k.mu.Lock()
+	if k.closing {
+		k.mu.Unlock()
+		<-k.ended
+		return nil
+	}
+	k.closing = true
+	close(k.stop)
 	if k.ctl >= 0 {
 		unix.Close(k.ctl)
 		k.ctl = -1
 	}
+	pid := k.pid
 	k.mu.Unlock()
 	select {
-	case <-k.done:
+	case <-k.ended:
 		return nil
 	case <-time.After(closeWait):
-		_ = unix.Kill(k.pid, unix.SIGKILL)
-		<-k.done
-		return fmt.Errorf("connection keeper %d did not end within %v: killed", k.pid, closeWait)
+		_ = unix.Kill(pid, unix.SIGKILL)
+		<-k.ended
+		return fmt.Errorf("connection keeper %d did not end within %v: killed", pid, closeWait)
 	}
 }

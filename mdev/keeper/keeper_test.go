@@ -80,8 +80,8 @@ func waitHeld(t *testing.T, k *Keeper, c *net.UnixConn) {
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf("socket:[%d]", st.Ino)
-	dir := fmt.Sprintf("/proc/%d/fd/", k.PID())
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		dir := fmt.Sprintf("/proc/%d/fd/", k.PID())
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
 			if l, _ := os.Readlink(dir + e.Name()); l == want {
@@ -223,7 +223,40 @@ func TestSignalReleases(t *testing.T) {
 	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
 		t.Fatalf("VM read %v, want an end of file", err)
 	}
-	<-k.done
+}
+
+// A keeper that ends while its daemon runs (here a SIGTERM to it alone)
+// leaves the connections the daemon still serves alone, and is started
+// again with them: the daemon's later death still ends them in order.
+func TestKeeperEndedWhileDaemonRunsIsRestarted(t *testing.T) {
+	vm, daemon := pair(t)
+	k := start(t)
+	k.Keep(daemon)
+	waitHeld(t, k, daemon)
+	first := k.PID()
+	if err := unix.Kill(first, unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); k.PID() == first || k.PID() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the keeper was not started again")
+		}
+	}
+	waitHeld(t, k, daemon)
+	vm.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := vm.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("VM read %d, %v while its daemon serves it: want nothing to read", n, err)
+	}
+	if _, err := vm.Write(make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	daemon.Close()
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
+		t.Fatalf("VM read %v, want an end of file", err)
+	}
 }
 
 // Malformed control messages are refused one by one: the keeper keeps

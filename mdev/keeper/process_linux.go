@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -36,8 +37,10 @@ func Main() int {
 	daemon, _ := strconv.Atoi(os.Getenv(envDaemon))
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
+	var signalled atomic.Bool
 	go func() {
 		s := <-sigs
+		signalled.Store(true)
 		log.Info("told to stop: releasing", "signal", s.String())
 		// The control loop reads an end of file and releases.
 		_ = unix.Shutdown(controlFD, unix.SHUT_RD)
@@ -45,6 +48,11 @@ func Main() int {
 	held, err := serve(controlFD, log)
 	if err != nil {
 		log.Error("control socket", "err", err.Error())
+	}
+	// Told to stop, the keeper cannot know its daemon is gone: what the
+	// daemon still has open it serves, and is left alone.
+	if signalled.Load() {
+		daemon = 0
 	}
 	release(held, daemon, log)
 	return 0
@@ -200,7 +208,7 @@ func endInOrder(fd int) (int, error) {
 }
 
 // heldElsewhere says which of the held descriptors' sockets some process
-// other than the keeper and its daemon has open, from /proc/*/fd. A
+// other than the keeper and its daemon (0: none left out) has open, from /proc/*/fd. A
 // process whose descriptors cannot be read (another user's, without the
 // privilege to look) counts as not holding them.
 func heldElsewhere(held map[ID]int, daemon int) map[int]bool {
