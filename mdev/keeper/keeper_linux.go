@@ -92,6 +92,9 @@ func (k *Keeper) spawn() (*exec.Cmd, error) {
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
 	cmd.Stderr = os.Stderr
 	cmd.Env = append(os.Environ(), envDaemon+"="+strconv.Itoa(os.Getpid()))
+	// A process group of its own: a terminal's Ctrl-C is for vgpud, whose
+	// end the keeper learns from its control socket.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	theirs.Close()
 	if err != nil {
