@@ -144,7 +144,12 @@ say "VM computing on $uuid: $(grep -m1 'ITERATE step' "$work/vm.log")"
 
 # Upgrades in place: each newer package's postinst reloads the service.
 pid1=$(inside systemctl show -p MainPID --value vgpud.service)
+# vgpud's children: its workers and its connection keeper (docs/operating.md
+# "The connection keeper"), which ends with the process that started it.
+keeper1=$(inside pgrep -P "$pid1" -x vgpud-keeper || true)
+[[ -n $keeper1 ]] || fail "no connection keeper under vgpud ($pid1)"
 workers1=$(inside pgrep -P "$pid1" -d, || true)
+workers1=$(tr , '\n' <<<"$workers1" | grep -vx "$keeper1" | paste -sd, || true)
 [[ -n $workers1 ]] || fail "no worker process under vgpud ($pid1) for the instance"
 first=$pid1
 for i in $(seq "$upgrades"); do
@@ -160,6 +165,10 @@ for i in $(seq "$upgrades"); do
 	for w in ${workers1//,/ }; do
 		inside test -e "/proc/$w" || fail "worker $w did not survive upgrade $i"
 	done
+	# One keeper, the new process's: the old one's saw the VM's connection
+	# open in the new vgpud, closed its copy and exited.
+	inside timeout 30 bash -c "until k=\$(pgrep -P $pid2 -x vgpud-keeper) && [[ \$(pgrep -x vgpud-keeper -d,) == \$k ]]; do sleep 0.1; done" ||
+		fail "connection keepers after upgrade $i: $(inside pgrep -a -x vgpud-keeper); want the new vgpud's ($pid2) alone"
 	[[ $(inside dpkg-query -W -f='${Version}' vgpud) == *+test$i ]] || fail "dpkg does not list version +test$i"
 	pid1=$pid2
 done
@@ -193,6 +202,7 @@ check "dpkg --purge vgpud" inside dpkg --purge vgpud
 inside test ! -e /lib/systemd/system/vgpud.service || fail "the unit is left after purge"
 inside test ! -e /etc/vgpud/config.json || fail "the config is left after purge"
 if inside pgrep -x vgpud >/dev/null; then fail "a vgpud process is left after purge"; fi
+if inside pgrep -x vgpud-keeper >/dev/null; then fail "a connection keeper is left after purge"; fi
 say "vgpud: stopped, purged"
 
 # --- vgpud-guest ---
