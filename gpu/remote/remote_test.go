@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,30 +18,14 @@ import (
 	"github.com/vgpud/vgpud/gpu/gputest"
 	"github.com/vgpud/vgpud/gpu/iltest"
 	"github.com/vgpud/vgpud/gpu/imagetest"
+	"github.com/vgpud/vgpud/internal/sockpairtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // socketPair returns the two ends of a Unix stream socket pair, closed at
 // the test's end.
-func socketPair(t testing.TB) (*net.UnixConn, *net.UnixConn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "socketpair")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c.(*net.UnixConn)
-	}
-	return conn(fds[0]), conn(fds[1])
-}
+func socketPair(t testing.TB) (*net.UnixConn, *net.UnixConn) { return sockpairtest.Stream(t) }
 
 // served returns a client Device over a socket pair to Serve(dev), which
 // ends when the client closes; the test waits for it.

@@ -15,6 +15,8 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/internal/sockpairtest"
 )
 
 func TestMain(m *testing.M) {
@@ -24,24 +26,7 @@ func TestMain(m *testing.M) {
 
 // pair is a connected stream socket pair: vm plays QEMU's end, daemon
 // vgpud's.
-func pair(t *testing.T) (vm, daemon *net.UnixConn) {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "pair")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c.(*net.UnixConn)
-	}
-	return conn(fds[0]), conn(fds[1])
-}
+func pair(t *testing.T) (vm, daemon *net.UnixConn) { return sockpairtest.Stream(t) }
 
 func start(t *testing.T) *Keeper {
 	t.Helper()
@@ -64,6 +49,15 @@ func readEnd(t *testing.T, vm *net.UnixConn) error {
 		if _, err := vm.Read(buf); err != nil {
 			return err
 		}
+	}
+}
+
+// wantEnd fails t unless vm's reads end with an end of file (when says
+// at what point).
+func wantEnd(t *testing.T, vm *net.UnixConn, when string) {
+	t.Helper()
+	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
+		t.Fatalf("%s the VM read %v, want an end of file", when, err)
 	}
 }
 
@@ -144,9 +138,7 @@ func TestDaemonDeathEndsInOrder(t *testing.T) {
 	if !errors.Is(err, io.EOF) {
 		t.Fatalf("VM read %v, want an end of file", err)
 	}
-	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
-		t.Fatalf("after the keeper ended the VM read %v, want an end of file", err)
-	}
+	wantEnd(t, vm, "after the keeper ended")
 }
 
 // A connection another process still holds (the new vgpud of an upgrade
@@ -177,9 +169,7 @@ func TestConnectionServedElsewhereIsOnlyClosed(t *testing.T) {
 	}
 	holder.Process.Kill()
 	holder.Wait()
-	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
-		t.Fatalf("VM read %v once nobody served it, want an end of file", err)
-	}
+	wantEnd(t, vm, "once nobody served it")
 }
 
 // Drop lets a connection go while the keeper runs: the daemon's own
@@ -194,9 +184,7 @@ func TestDropLetsGo(t *testing.T) {
 	}
 	k.Drop(id)
 	daemon.Close()
-	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
-		t.Fatalf("VM read %v, want an end of file", err)
-	}
+	wantEnd(t, vm, "at the end")
 	var nilKeeper *Keeper
 	if id := nilKeeper.Keep(daemon); id != 0 {
 		t.Fatalf("a nil keeper kept %#x", id)
@@ -220,9 +208,7 @@ func TestSignalReleases(t *testing.T) {
 	if err := unix.Kill(k.PID(), unix.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
-		t.Fatalf("VM read %v, want an end of file", err)
-	}
+	wantEnd(t, vm, "at the end")
 }
 
 // A keeper that ends while its daemon runs (here a SIGTERM to it alone)
@@ -254,9 +240,7 @@ func TestKeeperEndedWhileDaemonRunsIsRestarted(t *testing.T) {
 	if err := k.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
-		t.Fatalf("VM read %v, want an end of file", err)
-	}
+	wantEnd(t, vm, "at the end")
 }
 
 // Malformed control messages are refused one by one: the keeper keeps
@@ -294,7 +278,5 @@ func TestBadControlMessagesAreRefused(t *testing.T) {
 	if err := k.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := readEnd(t, vm); !errors.Is(err, io.EOF) {
-		t.Fatalf("VM read %v, want an end of file", err)
-	}
+	wantEnd(t, vm, "at the end")
 }
