@@ -102,7 +102,14 @@ func (k *Keeper) spawn() (*exec.Cmd, error) {
 		return nil, fmt.Errorf("connection keeper: start: %w", err)
 	}
 	k.mu.Lock()
-	k.ctl, k.pid, k.failed = fds[0], cmd.Process.Pid, false
+	k.pid, k.failed = cmd.Process.Pid, false
+	if k.closing {
+		// Close ran while this one started: it ends at once, keeping
+		// nothing, and the supervisor reaps it.
+		unix.Close(fds[0])
+	} else {
+		k.ctl = fds[0]
+	}
 	k.mu.Unlock()
 	k.log.Info("connection keeper started", "pid", cmd.Process.Pid)
 	return cmd, nil
@@ -136,6 +143,9 @@ func (k *Keeper) supervise(cmd *exec.Cmd) {
 		}
 		k.mu.Lock()
 		for id, c := range k.kept {
+			if k.closing {
+				break
+			}
 			k.sendKeepLocked(id, c)
 		}
 		k.mu.Unlock()
@@ -235,12 +245,14 @@ func (k *Keeper) Close() error {
 		unix.Close(k.ctl)
 		k.ctl = -1
 	}
-	pid := k.pid
 	k.mu.Unlock()
 	select {
 	case <-k.ended:
 		return nil
 	case <-time.After(closeWait):
+		k.mu.Lock()
+		pid := k.pid
+		k.mu.Unlock()
 		_ = unix.Kill(pid, unix.SIGKILL)
 		<-k.ended
 		return fmt.Errorf("connection keeper %d did not end within %v: killed", pid, closeWait)
