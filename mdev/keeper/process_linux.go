@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/internal/scmrights"
 )
 
 // A released connection is drained until the VMM sends nothing for
@@ -74,11 +76,14 @@ func serve(fd int, log *slog.Logger) (map[ID]int, error) {
 		if err != nil {
 			return held, err
 		}
-		fds := parseRights(oob[:oobn])
-		if n == 0 && len(fds) == 0 {
+		fds, perr := scmrights.Parse(oob[:oobn])
+		if n == 0 && len(fds) == 0 && perr == nil {
 			return held, nil // every daemon's end is closed, or we were told to stop
 		}
 		m, err := Decode(buf[:n])
+		if err == nil && perr != nil {
+			err = fmt.Errorf("%w: %v", ErrMsg, perr)
+		}
 		if err == nil && flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 			err = fmt.Errorf("%w: truncated", ErrMsg)
 		}
@@ -92,7 +97,7 @@ func serve(fd int, log *slog.Logger) (map[ID]int, error) {
 		}
 		if err != nil {
 			log.Error("control message refused", "err", err.Error())
-			closeAll(fds)
+			scmrights.Close(fds)
 			continue
 		}
 		switch m.Op {
@@ -104,27 +109,6 @@ func serve(fd int, log *slog.Logger) (map[ID]int, error) {
 				delete(held, m.ID)
 			}
 		}
-	}
-}
-
-// parseRights returns the descriptors an SCM_RIGHTS message carried.
-func parseRights(oob []byte) []int {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var fds []int
-	for _, m := range msgs {
-		if r, err := unix.ParseUnixRights(&m); err == nil {
-			fds = append(fds, r...)
-		}
-	}
-	return fds
-}
-
-func closeAll(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
 	}
 }
 
