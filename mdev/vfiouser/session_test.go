@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/internal/guestmem"
+	"github.com/vgpud/vgpud/internal/sockpairtest"
 	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mdev/transport/transporttest"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
@@ -44,23 +44,7 @@ type served struct {
 	done chan error
 }
 
-func socketPair(t *testing.T) (a, b *net.UnixConn) {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "pair")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	return conn(fds[0]), conn(fds[1])
-}
+func socketPair(t *testing.T) (a, b *net.UnixConn) { return sockpairtest.Stream(t) }
 
 func serve(t *testing.T, conn *net.UnixConn) *served {
 	t.Helper()
