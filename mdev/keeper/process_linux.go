@@ -9,10 +9,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpud/vgpud/internal/procname"
 	"github.com/vgpud/vgpud/internal/scmrights"
 )
 
@@ -26,15 +26,11 @@ const (
 	drainMax   = 2 * time.Second
 )
 
-// procName is the keeper's process name (comm: at most 15 bytes).
-var procName = []byte("vgpud-keeper\x00")
-
 // Main runs the keeper process and returns its exit code: it keeps what
 // it is given on the control socket (fd 3) until the socket ends or a
 // SIGTERM or SIGINT, then releases everything.
 func Main() int {
-	// Its name in ps and pgrep (it was started as /proc/self/exe).
-	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&procName[0])), 0, 0, 0)
+	procname.Set("vgpud-keeper") // it was started as /proc/self/exe
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "connection-keeper", "pid", os.Getpid())
 	daemon, _ := strconv.Atoi(os.Getenv(envDaemon))
 	sigs := make(chan os.Signal, 1)

@@ -12,6 +12,8 @@ import (
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/internal/procname"
 )
 
 // envConfined carries, as JSON, the Report of a worker's first image to
@@ -126,7 +128,7 @@ func confined(r Report, rep string) (Report, error) {
 	// The process's name is the file it was executed by, "exe" of
 	// /proc/self/exe: give it its argv[0] for ps and top (init runs on
 	// the main thread, whose name is the process's).
-	setProcessName(filepath.Base(os.Args[0]))
+	procname.Set(filepath.Base(os.Args[0]))
 	// Load the local time zone now: the worker's log lines carry local
 	// times, and a failure to read it is better met here than mid-run.
 	_, _ = time.Now().Zone()

@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package procname
 
 import (
 	"unsafe"
@@ -8,10 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// setProcessName names the calling thread (the kernel cuts the name to 15
-// bytes); on a process's main thread that names the process. It is
+// Set names the calling thread (the kernel cuts the name to 15 bytes); on
+// a process's main thread that names the process (ps, pgrep -x). It is
 // cosmetic, so a failure is ignored.
-func setProcessName(name string) {
+func Set(name string) {
 	p, err := unix.BytePtrFromString(name)
 	if err != nil {
 		return
