@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,11 +17,6 @@ import (
 // Role is the first argument that makes vgpud's binary (or a test binary
 // whose TestMain calls EnterRole) the keeper.
 const Role = "vgpud-connection-keeper"
-
-// envDaemon carries the PID of the vgpud that started the keeper: its
-// descriptors are not "another process's" when the keeper releases (it
-// may be exiting as the keeper looks).
-const envDaemon = "VGPUD_KEEPER_DAEMON"
 
 // controlFD is the keeper's end of the control socket.
 const controlFD = 3
@@ -50,15 +44,14 @@ type Keeper struct {
 	prefix uint64
 	next   atomic.Uint64
 	log    *slog.Logger
-	stop   chan struct{} // closed by Close: no more restarts
+	stop   chan struct{} // closed by Close (under mu): no more restarts, no more Keeps
 	ended  chan struct{} // closed when the supervisor has reaped the last process
 
-	mu      sync.Mutex
-	ctl     int // our end of the current process's control socket; -1 when none
-	pid     int
-	kept    map[ID]syscall.Conn // what a restarted process must be handed
-	failed  bool                // a send failed since the last start (logged once)
-	closing bool
+	mu     sync.Mutex
+	ctl    int // our end of the current process's control socket; -1 when none
+	pid    int
+	kept   map[ID]syscall.Conn // what a restarted process must be handed
+	failed bool                // a send failed since the last start (logged once)
 }
 
 // restartDelay paces the starts of a keeper that keeps ending.
@@ -91,7 +84,6 @@ func (k *Keeper) spawn() (*exec.Cmd, error) {
 	cmd.Args[0] = os.Args[0]
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
 	cmd.Stderr = os.Stderr
-	cmd.Env = append(os.Environ(), envDaemon+"="+strconv.Itoa(os.Getpid()))
 	// A process group of its own: a terminal's Ctrl-C is for vgpud, whose
 	// end the keeper learns from its control socket.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -103,7 +95,7 @@ func (k *Keeper) spawn() (*exec.Cmd, error) {
 	}
 	k.mu.Lock()
 	k.pid, k.failed = cmd.Process.Pid, false
-	if k.closing {
+	if k.closingLocked() {
 		// Close ran while this one started: it ends at once, keeping
 		// nothing, and the supervisor reaps it.
 		unix.Close(fds[0])
@@ -122,9 +114,11 @@ func (k *Keeper) supervise(cmd *exec.Cmd) {
 	for {
 		err := cmd.Wait()
 		k.mu.Lock()
-		unix.Close(k.ctl)
-		k.ctl = -1
-		closing := k.closing
+		if k.ctl >= 0 {
+			unix.Close(k.ctl)
+			k.ctl = -1
+		}
+		closing := k.closingLocked()
 		k.mu.Unlock()
 		if closing {
 			return
@@ -143,7 +137,7 @@ func (k *Keeper) supervise(cmd *exec.Cmd) {
 		}
 		k.mu.Lock()
 		for id, c := range k.kept {
-			if k.closing {
+			if k.closingLocked() {
 				break
 			}
 			k.sendKeepLocked(id, c)
@@ -174,7 +168,7 @@ func (k *Keeper) Keep(c syscall.Conn) ID {
 	id := ID(k.prefix | k.next.Add(1)&0xFFFFFFFF)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.closing {
+	if k.closingLocked() {
 		return 0
 	}
 	k.kept[id] = c
@@ -212,6 +206,16 @@ func (k *Keeper) Drop(id ID) {
 	}
 }
 
+// closingLocked says whether Close has begun.
+func (k *Keeper) closingLocked() bool {
+	select {
+	case <-k.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 func (k *Keeper) sendLocked(m Msg, oob []byte) error {
 	if k.ctl < 0 {
 		return errors.New("no keeper process")
@@ -234,12 +238,11 @@ func (k *Keeper) Close() error {
 		return nil
 	}
 	k.mu.Lock()
-	if k.closing {
+	if k.closingLocked() {
 		k.mu.Unlock()
 		<-k.ended
 		return nil
 	}
-	k.closing = true
 	close(k.stop)
 	if k.ctl >= 0 {
 		unix.Close(k.ctl)

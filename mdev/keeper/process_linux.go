@@ -32,7 +32,10 @@ const (
 func Main() int {
 	procname.Set("vgpud-keeper") // it was started as /proc/self/exe
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "connection-keeper", "pid", os.Getpid())
-	daemon, _ := strconv.Atoi(os.Getenv(envDaemon))
+	// Its parent is the vgpud that started it, read before that vgpud
+	// may be gone (its descriptors are its own, not "another process's",
+	// while it exits).
+	daemon := os.Getppid()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 	var signalled atomic.Bool
