@@ -137,17 +137,15 @@ func killAndRecover(ctx context.Context, t *testing.T, env *migratetest.Env, a *
 // client aborts on). Its log shares d's log file.
 func keeperEndedInOrder(ctx context.Context, t *testing.T, d *daemon) {
 	t.Helper()
-	const want = `"msg":"connection ended in order","component":"connection-keeper"`
+	parts := []string{`"msg":"connection ended in order"`, `"component":"connection-keeper"`}
 	for {
-		logs := d.Logs()
-		if i := strings.Index(logs, want); i >= 0 {
-			line, _, _ := strings.Cut(logs[i:], "\n")
-			t.Logf("the killed vgpud's connection keeper: {%s", line)
+		if line, ok := logLine(d.Logs(), parts...); ok {
+			t.Logf("the killed vgpud's connection keeper: %s", line)
 			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the killed vgpud's connection keeper never logged %s:\n%s", want, d.Logs())
+			t.Fatalf("the killed vgpud's connection keeper never logged %s:\n%s", parts, d.Logs())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
