@@ -54,22 +54,33 @@ type keepDir struct {
 
 func (k *keepDir) TempDir() string { return k.dir }
 
+// sharedDirs are the directories sharedInitramfs made; TestMain removes
+// them once every test has run.
+var sharedDirs struct {
+	sync.Mutex
+	dirs []string
+}
+
 // sharedInitramfs builds, for the package's tests to share, an initramfs
-// with progs in a directory named after prefix that outlives the test.
+// with progs in a directory named after prefix that outlives the test
+// (and is removed at the end of the package's run).
 func sharedInitramfs(t *testing.T, k imagetest.Kernel, prefix string, progs ...string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sharedDirs.Lock()
+	sharedDirs.dirs = append(sharedDirs.dirs, dir)
+	sharedDirs.Unlock()
 	return imagetest.Initramfs(&keepDir{TB: t, dir: dir}, k, progs...)
 }
 
 func TestMain(m *testing.M) {
 	child.EnterRole() // a worker or executor of this test binary's pool
 	code := m.Run()
-	if guestRD != "" {
-		os.RemoveAll(strings.TrimSuffix(guestRD, "/initramfs.cpio"))
+	for _, dir := range sharedDirs.dirs {
+		os.RemoveAll(dir)
 	}
 	if migrationDir != "" {
 		os.RemoveAll(migrationDir)

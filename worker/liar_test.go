@@ -27,7 +27,12 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(envPreemptTree); role != "" {
 		os.Exit(preemptTree(role))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if liarPath != "" {
+			os.RemoveAll(filepath.Dir(liarPath)) // liar's build, shared by the tests
+		}
+		os.Exit(code)
+	}))
 }
 
 var (
