@@ -38,6 +38,9 @@ func readHeader(conn *net.UnixConn, hdr, oob []byte, maxFDs int, resume func(err
 	n := 0
 	for n < len(hdr) {
 		k, oobn, flags, _, err := conn.ReadMsgUnix(hdr[n:], oob)
+		if k < 0 {
+			k = 0 // a failed read (a deadline among them) can say -1
+		}
 		if oobn > 0 {
 			got, perr := Parse(oob[:oobn])
 			fds = append(fds, got...)
