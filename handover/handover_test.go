@@ -46,6 +46,25 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestRoundTripSessionState: a VM connection whose transport keeps state
+// (vfio-user) has its descriptors in Extra and its state in Session,
+// kept byte for byte.
+func TestRoundTripSessionState(t *testing.T) {
+	st := sample()
+	st.Instances[0].QEMU = &QEMU{Conn: 10, IRQ: None, Resample: None, Extra: []FD{12, 13}, Session: json.RawMessage(`{"versioned":true,"intx":0,"kick":1}`)}
+	b, err := Encode(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b, 14)
+	if err != nil {
+		t.Fatalf("Decode(Encode(st)) = %v", err)
+	}
+	if q := got.Instances[0].QEMU; len(q.Extra) != 2 || q.Extra[1] != 13 || string(q.Session) != `{"versioned":true,"intx":0,"kick":1}` {
+		t.Errorf("decoded VM connection %+v", q)
+	}
+}
+
 func TestDecodeRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -62,6 +81,13 @@ func TestDecodeRefuses(t *testing.T) {
 		{"negative fd", func(s *State) { s.Workers[0].Conn = -2 }, 12, "descriptor -2"},
 		{"too few fds", func(s *State) {}, 3, "descriptor"},
 		{"no pid", func(s *State) { s.Workers[0].PID = 0 }, 12, "pid 0"},
+		{"extra fd twice", func(s *State) { s.Instances[0].QEMU.Extra = []FD{9} }, 12, "named twice"},
+		{"extra beside an irqfd", func(s *State) {
+			q := s.Instances[0].QEMU
+			q.IRQ, q.Extra = 11, []FD{}
+			q.Resample, q.Extra = None, []FD{12}
+		}, 13, "beside an irqfd"},
+		{"too many extra", func(s *State) { s.Instances[0].QEMU.Extra = make([]FD, MaxExtra+1) }, 12, "extra descriptors"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := sample()

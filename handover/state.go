@@ -121,12 +121,23 @@ type Region struct {
 	FD     FD     `json:"fd"`
 }
 
-// QEMU is an attached x-pci-proxy-dev connection.
+// QEMU is an attached VM connection (its transport's session:
+// transport.Handover). An mpqemu session (x-pci-proxy-dev) has its irqfd
+// and resample eventfd in IRQ and Resample and nothing else, as every
+// release wrote it. A transport that keeps state of its own (vfio-user)
+// has its descriptors in Extra and its state in Session, which names
+// them by their index in Extra; IRQ and Resample are then None.
 type QEMU struct {
-	Conn     FD `json:"conn"`
-	IRQ      FD `json:"irq"`
-	Resample FD `json:"resample"`
+	Conn     FD              `json:"conn"`
+	IRQ      FD              `json:"irq"`
+	Resample FD              `json:"resample"`
+	Extra    []FD            `json:"extra,omitempty"`
+	Session  json.RawMessage `json:"session,omitempty"`
 }
+
+// MaxExtra bounds QEMU.Extra: a vfio-user session's DMA windows and
+// interrupt fds.
+const MaxExtra = 256
 
 // Agent is an instance's guest agent channel.
 type Agent struct {
@@ -277,6 +288,14 @@ func (st *State) check(nfds int) error {
 			}
 			if err := use(what+" resample fd", q.Resample, true); err != nil {
 				return err
+			}
+			if len(q.Extra) > MaxExtra || (len(q.Extra) > 0 && (q.IRQ != None || q.Resample != None)) {
+				return fmt.Errorf("%s: %d extra descriptors (at most %d, and none beside an irqfd)", what, len(q.Extra), MaxExtra)
+			}
+			for _, fd := range q.Extra {
+				if err := use(what+" qemu extra", fd, false); err != nil {
+					return err
+				}
 			}
 		}
 		if a := in.Agent; a != nil {

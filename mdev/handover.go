@@ -2,6 +2,7 @@ package mdev
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -272,26 +273,13 @@ func (i *Instance) export(tab *handover.Table, h *handover.Instance) error {
 		if !ok {
 			return fmt.Errorf("vm connection: %T: %w", c, ErrNotPausable)
 		}
-		conn, extra, ferr := pc.HandoverFDs()
+		ho, ferr := pc.Handover()
 		if ferr != nil {
 			return fmt.Errorf("vm connection: %w", ferr)
 		}
-		if len(extra) != 0 && len(extra) != 2 {
-			return fmt.Errorf("vm connection: %d extra fds, the handover state holds 0 or 2", len(extra))
+		if h.QEMU, err = exportQEMU(tab, ho); err != nil {
+			return fmt.Errorf("vm connection: %w", err)
 		}
-		q := &handover.QEMU{IRQ: handover.None, Resample: handover.None}
-		if q.Conn, err = tab.Add(conn); err != nil {
-			return err
-		}
-		if len(extra) == 2 {
-			if q.IRQ, err = tab.Add(extra[0]); err != nil {
-				return err
-			}
-			if q.Resample, err = tab.Add(extra[1]); err != nil {
-				return err
-			}
-		}
-		h.QEMU = q
 	}
 	if a := i.agent.Load(); a != nil {
 		ah := a.Handover()
@@ -307,6 +295,40 @@ func (i *Instance) export(tab *handover.Table, h *handover.Instance) error {
 		h.Agent = ag
 	}
 	return nil
+}
+
+// exportQEMU describes a paused VM connection for the handover state. A
+// session with no state of its own and no extra fds or two (mpqemu's
+// irqfd and resample eventfd) is written as every release wrote it, so
+// that an earlier release can adopt it (a roll back); any other with
+// Extra and Session.
+func exportQEMU(tab *handover.Table, ho transport.Handover) (*handover.QEMU, error) {
+	q := &handover.QEMU{IRQ: handover.None, Resample: handover.None}
+	var err error
+	if q.Conn, err = tab.Add(ho.Conn); err != nil {
+		return nil, err
+	}
+	if len(ho.State) == 0 && len(ho.Extra) == 2 {
+		if q.IRQ, err = tab.Add(ho.Extra[0]); err != nil {
+			return nil, err
+		}
+		if q.Resample, err = tab.Add(ho.Extra[1]); err != nil {
+			return nil, err
+		}
+		return q, nil
+	}
+	if len(ho.Extra) > handover.MaxExtra {
+		return nil, fmt.Errorf("%d extra fds, the handover state holds %d", len(ho.Extra), handover.MaxExtra)
+	}
+	for _, fd := range ho.Extra {
+		i, err := tab.Add(fd)
+		if err != nil {
+			return nil, err
+		}
+		q.Extra = append(q.Extra, i)
+	}
+	q.Session = ho.State
+	return q, nil
 }
 
 // unixListener makes a listener of a descriptor handed over.
@@ -351,9 +373,10 @@ func unixConn(fd int, name string) (*net.UnixConn, error) {
 // adoptedInstance is what Start runs for an instance handed over.
 type adoptedInstance struct {
 	in    *Instance
-	fresh bool          // its sockets are new ones, already served
-	conn  *net.UnixConn // the VM's connection, nil when none was attached
-	extra []int         // its transport's extra fds (mpqemu: irqfd, resample)
+	fresh bool            // its sockets are new ones, already served
+	conn  *net.UnixConn   // the VM's connection, nil when none was attached
+	extra []int           // its transport's extra fds (mpqemu: irqfd, resample)
+	state json.RawMessage // its transport's state of the session (vfio-user)
 }
 
 // adoptLocked gives a new instance what the old process handed over for
@@ -375,6 +398,10 @@ func (m *Manager) adoptLocked(inst *Instance, h handover.Instance) error {
 		if irq, res := tab.Take(h.QEMU.IRQ), tab.Take(h.QEMU.Resample); irq >= 0 || res >= 0 {
 			a.extra = []int{irq, res}
 		}
+		for _, fd := range h.QEMU.Extra {
+			a.extra = append(a.extra, tab.Take(fd))
+		}
+		a.state = h.QEMU.Session
 	}
 	m.adopted = append(m.adopted, a)
 	if m.socketDir == "" {
@@ -432,7 +459,7 @@ func (m *Manager) Start() error {
 		in.mu.Unlock()
 		if a.conn != nil {
 			pid := m.vmPID(in, a.conn) // 0 when unknown: the agent channel then takes any peer
-			if c, aerr := m.transport.Adopt(a.conn, a.extra, in.Endpoint()); aerr != nil {
+			if c, aerr := m.transport.Adopt(a.conn, a.extra, a.state, in.Endpoint()); aerr != nil {
 				// Adopt closed what it was given: the VM sees a hang-up
 				// and its vGPU stays to be re-attached.
 				err = errors.Join(err, fmt.Errorf("instance %s: %w", in.uuid, aerr))

@@ -305,17 +305,19 @@ func (c *Conn) FDs() (conn, irq, resample int, err error) {
 	return conn, c.irq.FD(), c.resampleFD, nil
 }
 
-// HandoverFDs is FDs as transport.Pausable wants it: extra holds the
-// irqfd and the resample eventfd, or nothing when QEMU sent none.
-func (c *Conn) HandoverFDs() (conn int, extra []int, err error) {
+// Handover is FDs as transport.Pausable wants it: Extra holds the irqfd
+// and the resample eventfd, or nothing when QEMU sent none; mpqemu keeps
+// no other state of a session.
+func (c *Conn) Handover() (transport.Handover, error) {
 	conn, irq, res, err := c.FDs()
 	if err != nil {
-		return -1, nil, err
+		return transport.Handover{}, err
 	}
+	h := transport.Handover{Conn: conn}
 	if irq >= 0 && res >= 0 {
-		extra = []int{irq, res}
+		h.Extra = []int{irq, res}
 	}
-	return conn, extra, nil
+	return h, nil
 }
 
 // AdoptIRQ takes the irqfd and resample eventfd an earlier vgpud had

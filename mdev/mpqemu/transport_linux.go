@@ -1,6 +1,7 @@
 package mpqemu
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 
@@ -32,16 +33,21 @@ func (Transport) NewSession(conn *net.UnixConn, dev transport.Device) transport.
 
 // Adopt returns a Conn serving dev on a connection an earlier vgpud
 // handed over; extra is the irqfd and the resample eventfd, or nothing.
-func (Transport) Adopt(conn *net.UnixConn, extra []int, dev transport.Device) (transport.Session, error) {
-	switch len(extra) {
-	case 0:
-	case 2:
-	default:
+// An mpqemu session has no state of its own to adopt.
+func (Transport) Adopt(conn *net.UnixConn, extra []int, state json.RawMessage, dev transport.Device) (transport.Session, error) {
+	var bad error
+	switch {
+	case len(state) != 0:
+		bad = fmt.Errorf("mpqemu: adopt: a session state of %d bytes, mpqemu keeps none", len(state))
+	case len(extra) != 0 && len(extra) != 2:
+		bad = fmt.Errorf("mpqemu: adopt: %d extra fds, want 0 or 2 (irqfd, resample)", len(extra))
+	}
+	if bad != nil {
 		for _, fd := range extra {
 			unix.Close(fd)
 		}
 		conn.Close()
-		return nil, fmt.Errorf("mpqemu: adopt: %d extra fds, want 0 or 2 (irqfd, resample)", len(extra))
+		return nil, bad
 	}
 	c := NewConn(conn, dev.Regs, dev.Config, dev.Memory, dev.Log)
 	if len(extra) == 2 {

@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/internal/scmrights"
+	"github.com/vgpud/vgpud/mdev/transport"
 )
 
 // oobSize is room for one SCM_RIGHTS message of MaxFDs fds. A peer that
@@ -40,7 +39,7 @@ func NewWire(conn *net.UnixConn) *Wire {
 // messages yields io.EOF; malformed input yields an error wrapping
 // ErrProtocol.
 func (w *Wire) Read() (Msg, error) {
-	fds, err := scmrights.ReadHeader(w.conn, w.hdr[:], w.oob, MaxFDs, w.finishPaused, protoErr)
+	fds, err := scmrights.ReadHeader(w.conn, w.hdr[:], w.oob, MaxFDs, transport.FinishPaused(w.conn), protoErr)
 	if err != nil {
 		return Msg{}, err
 	}
@@ -53,7 +52,7 @@ func (w *Wire) Read() (Msg, error) {
 		return fail(err)
 	}
 	p := w.payload[:size]
-	if _, err := io.ReadFull(noDeadline{w.conn}, p); err != nil {
+	if _, err := io.ReadFull(transport.NoDeadline{Conn: w.conn}, p); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
@@ -63,33 +62,6 @@ func (w *Wire) Read() (Msg, error) {
 		return fail(protoErr("%v: %d fds", c, len(fds)))
 	}
 	return Msg{Cmd: c, Payload: p, FDs: fds}, nil
-}
-
-// finishPaused: a pause (Conn.Pause) between the bytes of one message's
-// header finishes the header: the expired deadline is cleared and the read
-// goes on. (The payload reads through a pause too: noDeadline.)
-func (w *Wire) finishPaused(err error) bool {
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		return false
-	}
-	w.conn.SetReadDeadline(time.Time{})
-	return true
-}
-
-// noDeadline reads the rest of a message whatever its deadline: a pause
-// never splits a message.
-type noDeadline struct{ c *net.UnixConn }
-
-func (r noDeadline) Read(p []byte) (int, error) {
-	n, err := r.c.Read(p)
-	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-		r.c.SetReadDeadline(time.Time{})
-		return r.c.Read(p)
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		err = nil
-	}
-	return n, err
 }
 
 // Write sends one message with a single sendmsg (write when it has no

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -77,16 +78,27 @@ type Session interface {
 
 // Pausable is a session that can stop between two messages and go on
 // later, and hand its connection to another process: an upgrade in place
-// (docs/upgrade.md) passes conn and the extra fds (for mpqemu: the irqfd
-// and the resample eventfd) to the new vgpud, whose Socket.Adopt serves
-// them. A session that is not Pausable blocks an upgrade in place.
+// (docs/upgrade.md) passes what Handover returns to the new vgpud, whose
+// Socket.Adopt serves it. A session that is not Pausable blocks an
+// upgrade in place.
 type Pausable interface {
 	Session
 	Pause()
 	Resume()
-	// HandoverFDs returns the connection's fd and the extra fds, still
-	// owned by the session.
-	HandoverFDs() (conn int, extra []int, err error)
+	// Handover describes the paused session; its descriptors are still
+	// the session's.
+	Handover() (Handover, error)
+}
+
+// Handover is what a paused session hands to a new vgpud: its connection,
+// the transport's other descriptors (mpqemu: the irqfd and the resample
+// eventfd; vfio-user: the DMA windows' and the interrupts' fds), and the
+// transport's own state of the session, which names those descriptors by
+// their index in Extra (nil when the transport keeps none: mpqemu).
+type Handover struct {
+	Conn  int
+	Extra []int
+	State json.RawMessage
 }
 
 // Socket is a transport whose VMs connect to a Unix socket per instance
@@ -100,6 +112,8 @@ type Socket interface {
 	// NewSession returns a session serving dev on conn; it owns conn.
 	NewSession(conn *net.UnixConn, dev Device) Session
 	// Adopt returns a session serving dev on a connection a previous
-	// vgpud handed over (Pausable.HandoverFDs); it owns conn and extra.
-	Adopt(conn *net.UnixConn, extra []int, dev Device) (Session, error)
+	// vgpud handed over (Pausable.Handover: its Extra and State); it owns
+	// conn and extra, and closes them when it fails. The state came from
+	// another process: Adopt checks it as it would a peer's message.
+	Adopt(conn *net.UnixConn, extra []int, state json.RawMessage, dev Device) (Session, error)
 }

@@ -8,10 +8,15 @@
 // ReadMsg/WriteMsg on a Wire) is the wire format and nothing else; package
 // vfiousertest reuses it to play the client. Session serves one
 // connection, net/http style, as a transport.Session; Transport is the
-// transport.Socket mdev listens for. vfiouser knows nothing of register
-// semantics or commands (mmio and the aggregator own them).
+// transport.Socket mdev listens for. A Session pauses between two
+// messages and describes itself for an upgrade in place (Handover); a new
+// process's Transport.Adopt checks that description as it would a
+// client's messages (handover_linux.go). vfiouser knows nothing of
+// register semantics or commands (mmio and the aggregator own them), nor
+// of how a handover travels (package handover, mdev).
 //
 // docs/vfio-user.md lists the messages as implemented, what differs from
 // the specification, and what ran here (a client written from the
-// specification) and what did not (QEMU 10.1: Debian 12 has 7.2).
+// specification, and QEMU 11.1.3 from the VMM root) and what did not
+// (QEMU 10.1).
 package vfiouser

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -39,6 +41,26 @@ type dmaWindow struct {
 	fd                 int // -1: not mappable, not given to the device
 }
 
+// check says why w cannot join the windows in: EINVAL for flags or a
+// geometry DMA_MAP refuses, ENOSPC for one window too many, EEXIST for
+// an overlap; 0 when it can.
+func (w dmaWindow) check(in []dmaWindow) unix.Errno {
+	switch {
+	case w.flags&^(DMAFlagRead|DMAFlagWrite) != 0:
+		return unix.EINVAL
+	case w.size == 0, w.addr%PageSize != 0, w.size%PageSize != 0, w.offset%PageSize != 0, w.addr+w.size < w.addr, w.offset+w.size < w.offset:
+		return unix.EINVAL
+	case len(in) >= MaxDMAMaps:
+		return unix.ENOSPC
+	}
+	for _, o := range in {
+		if w.addr < o.addr+o.size && o.addr < w.addr+w.size {
+			return unix.EEXIST
+		}
+	}
+	return 0
+}
+
 // Session serves one vfio-user connection for one vGPU instance.
 //
 // Serve's goroutine alone reads the connection and owns the DMA windows.
@@ -55,6 +77,7 @@ type Session struct {
 	out  [RegionAccessSize + 8]byte // the reply payload of a register access
 
 	serving   atomic.Bool
+	pausing   atomic.Bool // Pause was called (an upgrade in place: handover_linux.go)
 	closed    atomic.Bool
 	closeOnce sync.Once
 
@@ -110,6 +133,10 @@ func (s *Session) Serve(ctx context.Context) (err error) {
 		if !stop() {
 			<-done
 		}
+		if errors.Is(err, transport.ErrPaused) {
+			s.parked()
+			return
+		}
 		s.Close()
 		// A SET_IRQS or IO_FDS request that was being handled while Close
 		// ran may have installed an fd or a watcher after Close released
@@ -118,9 +145,15 @@ func (s *Session) Serve(ctx context.Context) (err error) {
 		s.releaseDMA()
 	}()
 	for {
+		if s.pausing.Load() {
+			s.conn.SetReadDeadline(time.Unix(1, 0))
+		}
 		err := s.serveOne()
 		if err == nil {
 			continue
+		}
+		if s.pausing.Load() && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !s.closed.Load() {
+			return transport.ErrPaused
 		}
 		return transport.ServeEnd(ctx, &s.closed, err, ErrProtocol, s.log, "vfio-user")
 	}
@@ -301,20 +334,13 @@ func (s *Session) dmaMap(m Msg) (unix.Errno, error) {
 		scmrights.Close(m.FDs)
 		return e, nil
 	}
-	switch {
-	case err != nil, len(m.FDs) > 1, d.Flags&^(DMAFlagRead|DMAFlagWrite) != 0:
+	if err != nil || len(m.FDs) > 1 {
 		return refuse(unix.EINVAL)
-	case d.Size == 0, d.Addr%PageSize != 0, d.Size%PageSize != 0, d.Offset%PageSize != 0, d.Addr+d.Size < d.Addr, d.Offset+d.Size < d.Offset:
-		return refuse(unix.EINVAL)
-	case len(s.dma) >= MaxDMAMaps:
-		return refuse(unix.ENOSPC)
-	}
-	for _, w := range s.dma {
-		if d.Addr < w.addr+w.size && w.addr < d.Addr+d.Size {
-			return refuse(unix.EEXIST)
-		}
 	}
 	w := dmaWindow{addr: d.Addr, size: d.Size, offset: d.Offset, flags: d.Flags, fd: -1}
+	if e := w.check(s.dma); e != 0 {
+		return refuse(e)
+	}
 	if len(m.FDs) == 1 {
 		if w.flags == DMAFlagRead|DMAFlagWrite {
 			w.fd = m.FDs[0]
@@ -478,20 +504,34 @@ func (s *Session) kickFd() (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	if err := s.dev.Regs.TakeKicks(fd); err == nil {
-		s.kickFD, s.kickDev = fd, true
-		return fd, nil
-	} else if !errors.Is(err, errors.ErrUnsupported) {
-		s.log.Warn("vfio-user: the device does not read its kick ioeventfd: kicks go through the register file", "err", err)
-	}
-	w, err := irqfd.Watch(fd, func() { s.dev.Regs.WriteBAR(abi.RegRingKick, 4, 1) }, s.log)
-	if err != nil {
+	if err := s.readKicksLocked(fd); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}
-	s.kickFD, s.kickW = fd, w
+	s.kickFD = fd
 	return fd, nil
 }
+
+// readKicksLocked routes the signals of fd, the kick ioeventfd, to the
+// device's backend where it reads them itself, else to a watcher here
+// that writes the register. irqMu is held.
+func (s *Session) readKicksLocked(fd int) error {
+	if err := s.dev.Regs.TakeKicks(fd); err == nil {
+		s.kickDev = true
+		return nil
+	} else if !errors.Is(err, errors.ErrUnsupported) {
+		s.log.Warn("vfio-user: the device does not read its kick ioeventfd: kicks go through the register file", "err", err)
+	}
+	w, err := irqfd.Watch(fd, s.kickWrite, s.log)
+	if err != nil {
+		return err
+	}
+	s.kickW = w
+	return nil
+}
+
+// kickWrite applies one kick as the register write it stands for.
+func (s *Session) kickWrite() { s.dev.Regs.WriteBAR(abi.RegRingKick, 4, 1) }
 
 func (s *Session) irqInfo(m Msg) (unix.Errno, error) {
 	in, err := UnmarshalInfo(m.Cmd, m.Payload)

@@ -1,10 +1,7 @@
 package vfiouser
 
 import (
-	"errors"
 	"net"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/mdev/transport"
 )
@@ -15,10 +12,6 @@ import (
 type Transport struct{}
 
 var _ transport.Socket = Transport{}
-
-// ErrNoHandover is returned by Adopt: a vfio-user session is not handed
-// to a new vgpud in an upgrade in place.
-var ErrNoHandover = errors.New("vfio-user sessions cannot be handed over (upgrade in place is mpqemu only)")
 
 // Name is "vfio-user".
 func (Transport) Name() string { return "vfio-user" }
@@ -42,14 +35,4 @@ func (Transport) Suffix() string { return ".vfio-user.sock" }
 // NewSession returns a Session serving dev on conn.
 func (Transport) NewSession(conn *net.UnixConn, dev transport.Device) transport.Session {
 	return NewSession(conn, dev)
-}
-
-// Adopt refuses: Session is not transport.Pausable, so no vgpud hands
-// one over; what it is given is closed.
-func (Transport) Adopt(conn *net.UnixConn, extra []int, _ transport.Device) (transport.Session, error) {
-	conn.Close()
-	for _, fd := range extra {
-		unix.Close(fd)
-	}
-	return nil, ErrNoHandover
 }

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/internal/scmrights"
+	"github.com/vgpud/vgpud/mdev/transport"
 )
 
 // oobSize is room for one SCM_RIGHTS message of MaxFDs fds; a peer that
@@ -45,7 +46,8 @@ func NewWire(conn *net.UnixConn) *Wire {
 // A peer that hangs up between messages yields io.EOF; malformed framing
 // an error wrapping ErrProtocol.
 func (w *Wire) Read() (Msg, error) {
-	fds, err := scmrights.ReadHeader(w.conn, w.hdr[:], w.oob, MaxFDs, nil, protoErr)
+	// A pause (Session.Pause) never splits a message: see transport.NoDeadline.
+	fds, err := scmrights.ReadHeader(w.conn, w.hdr[:], w.oob, MaxFDs, transport.FinishPaused(w.conn), protoErr)
 	if err != nil {
 		return Msg{}, err
 	}
@@ -58,7 +60,7 @@ func (w *Wire) Read() (Msg, error) {
 		return fail(err)
 	}
 	p := w.payload[:h.Size-HeaderSize]
-	if _, err := io.ReadFull(w.conn, p); err != nil {
+	if _, err := io.ReadFull(transport.NoDeadline{Conn: w.conn}, p); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
