@@ -104,7 +104,7 @@ $(ICD)/libvgpud-icd.so: $(ICD_SRCS) $(ICD_HDRS)
 #   tests of tests/icdhost, and ICD_TESTS of tests/, the ICD and device
 #   contexts in real QEMU guests; about 10 minutes);
 # - make test-bench: every bench/ program's tiny run (about 4.5 minutes).
-MIGRATE_TESTS := ^(TestLibvirt|TestLibvirtVFIOUser|TestLibvirtVFIOUserMigrate|TestMigrateAcrossDeviceModels|TestMigrateRollsBack|TestMigrateVFIOUserICD|TestMigrateVFIOUserInPlace|TestMigrateVFIOUserLiveRollsBack|TestMigrateVFIOUserSourceDies|TestVFIOUserRestartReplugs)$$
+MIGRATE_TESTS := ^(TestLibvirt|TestLibvirtVFIOUser|TestLibvirtVFIOUserMigrate|TestMigrateAcrossDeviceModels|TestMigrateRollsBack|TestMigrateVFIOUserICD|TestMigrateVFIOUserInPlace|TestMigrateVFIOUserLiveRollsBack|TestMigrateVFIOUserSourceDies|TestVFIOUserRestartReplugs|TestVFIOUserUpgradesInARowUnderLoad)$$
 ICD_TESTS := ^(TestGuestICD|TestGuestContexts)$$
 ICD_PKGS := ./guestagent/icd ./tests/icdhost
 TEST_PKGS = $(shell $(GO) list ./... | grep -v -e '/bench/' -e '/guestagent/icd$$' -e '/tests/icdhost$$')

@@ -197,6 +197,23 @@ func TestUpgradesInARowUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots QEMU")
 	}
+	upgradesInARow(t, false)
+}
+
+// TestVFIOUserUpgradesInARowUnderLoad is TestUpgradesInARowUnderLoad on
+// QEMU 11.1 over vfio-user: each upgrade hands the paused vfio-user
+// session over (its DMA windows, interrupt eventfds and mask: package
+// vfiouser's Handover), and QEMU, which is not told, goes on.
+func TestVFIOUserUpgradesInARowUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	upgradesInARow(t, true)
+}
+
+// upgradesInARow is TestUpgradesInARowUnderLoad, with the VM on QEMU 11.1
+// over vfio-user when vfioUser is set, else on QEMU 7.2 over mpqemu.
+func upgradesInARow(t *testing.T, vfioUser bool) {
 	const upgrades = 20
 	env := migrationSetup(t)
 	// This process becomes the reaper of every vgpud that an upgrade
@@ -216,7 +233,14 @@ func TestUpgradesInARowUnderLoad(t *testing.T) {
 	})
 	// Each upgrade's answer comes once its probation passed
 	// (docs/upgrade.md): a short one, and steps for 20 of them.
-	a := runDaemon(t, env, "pthread", t.TempDir(), "-upgrade-probation", "200ms")
+	start, suffix, sock := startVM, ".sock", "mpqemu"
+	var a *daemon
+	if vfioUser {
+		start, suffix, sock = startVFIOUserVM, ".vfio-user.sock", "vfio-user"
+		a = startVFIOUserDaemon(t, env, "pthread", "-upgrade-probation", "200ms")
+	} else {
+		a = runDaemon(t, env, "pthread", t.TempDir(), "-upgrade-probation", "200ms")
+	}
 	id := create(t, a, "vgpu-small")
 	loadCPUs(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
@@ -225,11 +249,11 @@ func TestUpgradesInARowUnderLoad(t *testing.T) {
 	// The job runs on a device context (ABI 1.5), which lives in the
 	// worker: the upgrades must leave it, and its executor, computing.
 	app := fmt.Sprintf("vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,%d,-pace,10ms,-progress,10,-context,1", steps)
-	vm := startVM(ctx, t, env, a.InstanceBase(id), "", app)
+	vm := start(ctx, t, env, a.InstanceBase(id), "", app)
 	if _, err := vm.WaitLine(ctx, "ITERATE step 10/"); err != nil {
 		t.Fatalf("job did not start: %v\n%s", err, console(vm))
 	}
-	socks := []string{a.InstanceBase(id) + ".sock", a.InstanceBase(id) + ".agent.sock"}
+	socks := []string{a.InstanceBase(id) + suffix, a.InstanceBase(id) + ".agent.sock"}
 	inodes := func() ([]uint64, error) {
 		var out []uint64
 		for _, p := range socks {
@@ -247,7 +271,7 @@ func TestUpgradesInARowUnderLoad(t *testing.T) {
 	}
 	worker = workerPID(ctx, t, a, id)
 	first := a.PID()
-	start := time.Now()
+	began := time.Now()
 	for i := range upgrades {
 		// The guest computed since the last upgrade.
 		if err := waitProgress(ctx, vm); err != nil {
@@ -289,12 +313,12 @@ func TestUpgradesInARowUnderLoad(t *testing.T) {
 				t.Fatalf("upgrade %d: the guest saw an error: %q\n%s", i, l, console(vm))
 			}
 		}
-		t.Logf("upgrade %d: vgpud %d -> %d at guest step %d", i, old, cur, lastStep(vm))
+		t.Logf("upgrade %d (%s): vgpud %d -> %d at guest step %d", i, sock, old, cur, lastStep(vm))
 	}
-	upgraded := time.Since(start)
+	upgraded := time.Since(began)
 	waitResult(ctx, t, vm, steps)
 	t.Logf("%d upgrades in %v; the job ended %v later", upgrades, upgraded.Round(time.Millisecond),
-		(time.Since(start) - upgraded).Round(time.Millisecond))
+		(time.Since(began) - upgraded).Round(time.Millisecond))
 	if !strings.Contains(console(vm), "context=1") {
 		t.Errorf("the job did not run on device context 1:\n%s", console(vm))
 	}
