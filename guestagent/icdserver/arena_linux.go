@@ -60,28 +60,6 @@ func unmapArena(b []byte) error {
 	return nil
 }
 
-// closeFDs closes received file descriptors the daemon does not keep.
-func closeFDs(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
-}
-
-// parseFDs extracts the file descriptors of SCM_RIGHTS messages in oob.
-func parseFDs(oob []byte) []int {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var fds []int
-	for _, m := range msgs {
-		if f, err := unix.ParseUnixRights(&m); err == nil {
-			fds = append(fds, f...)
-		}
-	}
-	return fds
-}
-
 // peerCred returns the pid, uid and gid of the process that connected c
 // (SO_PEERCRED), or -1s when it cannot tell.
 func peerCred(c *net.UnixConn) (pid, uid, gid int) {

@@ -15,6 +15,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/icdproto"
+	"github.com/vgpud/vgpud/internal/scmrights"
 )
 
 // bufObj and progObj are a connection's objects: the device handle behind
@@ -159,23 +160,28 @@ func (c *conn) serve() {
 		if c.queue != nil {
 			c.queue.Awake()
 		}
-		fds := parseFDs(oob[:oobn])
+		fds, perr := scmrights.Parse(oob[:oobn])
 		if err != nil {
-			closeFDs(fds)
+			scmrights.Close(fds)
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				c.log.Warn("icd read", "err", err)
 			}
 			return
 		}
 		c.s.queues.socket.Add(1)
+		if perr != nil {
+			scmrights.Close(fds)
+			c.fail(0, icdproto.Errorf(icdproto.ErrMalformed, "%v", perr))
+			return
+		}
 		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-			closeFDs(fds)
+			scmrights.Close(fds)
 			c.fail(0, icdproto.Errorf(icdproto.ErrMalformed, "message longer than %d bytes or with too many file descriptors", icdproto.MaxMessage))
 			return
 		}
 		h, body, err := icdproto.Unmarshal(buf[:n])
 		if err != nil {
-			closeFDs(fds)
+			scmrights.Close(fds)
 			c.fail(h.ID, err)
 			return
 		}
@@ -237,14 +243,14 @@ func (c *conn) fail(id uint64, err error) {
 // unanswered request) or a protocol error. It owns fds.
 func (c *conn) handle(h icdproto.Header, body any, fds []int) (any, error) {
 	if h.Op != icdproto.OpAttach && h.Op != icdproto.OpQueue && len(fds) > 0 {
-		closeFDs(fds)
+		scmrights.Close(fds)
 		return nil, icdproto.Errorf(icdproto.ErrMalformed, "%v carries %d file descriptors", h.Op, len(fds))
 	}
 	if h.Op.IsReply() || h.Op == icdproto.OpError {
 		return nil, icdproto.Errorf(icdproto.ErrUnknownOp, "%v is not a request", h.Op)
 	}
 	if !c.hello && h.Op != icdproto.OpHello {
-		closeFDs(fds)
+		scmrights.Close(fds)
 		return nil, icdproto.Errorf(icdproto.ErrVersion, "%v before hello", h.Op)
 	}
 	switch v := body.(type) {
@@ -328,7 +334,7 @@ func (c *conn) doHello(v *icdproto.Hello) (any, error) {
 }
 
 func (c *conn) doAttach(v *icdproto.Attach, fds []int) (any, error) {
-	defer closeFDs(fds)
+	defer scmrights.Close(fds)
 	if _, ok := c.arenas[v.Arena]; ok {
 		return nil, icdproto.Errorf(icdproto.ErrDuplicate, "arena %d", v.Arena)
 	}

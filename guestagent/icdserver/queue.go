@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/guestagent/icdproto"
+	"github.com/vgpud/vgpud/internal/scmrights"
 )
 
 // The submission queue (protocol version 2, issue 43; docs/icd-protocol.md
@@ -67,7 +68,7 @@ type queuePoller struct {
 
 // doQueue attaches the connection's submission queue.
 func (c *conn) doQueue(v *icdproto.Queue, fds []int) (any, error) {
-	defer closeFDs(fds)
+	defer scmrights.Close(fds)
 	if c.version < 2 {
 		return nil, icdproto.Errorf(icdproto.ErrUnknownOp, "queue in protocol version %d", c.version)
 	}
