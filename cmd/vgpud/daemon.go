@@ -19,6 +19,7 @@ import (
 	"github.com/vgpud/vgpud/mdev/runstate"
 	"github.com/vgpud/vgpud/migrate"
 	"github.com/vgpud/vgpud/migrate/libvirt"
+	"github.com/vgpud/vgpud/worker/sandbox"
 )
 
 // build makes the daemon, step by step; a step that leaves something to
@@ -27,13 +28,21 @@ import (
 // old vgpud hands over: a failure before the commit is reported to the
 // old one, which goes on serving, and this process exits (incoming.fail).
 func (d *daemon) build(ctx context.Context) (err error) {
+	// What does not depend on the state an upgrade hands over is done
+	// before this process asks for it: the old vgpud pauses its guests
+	// when asked (docs/upgrade.md "The pause"). A failure here ends this
+	// process before it asked, and the old one goes on serving.
+	ignorePipeIfInheriting()
+	if err := d.openDevices(); err != nil {
+		return err
+	}
+	if !d.s.UnsafeInProcess {
+		sandbox.Probe() // what the worker pool asks: probed once, remembered
+	}
 	if d.in, err = receiveHandover(d.log); err != nil {
 		return err
 	}
 	if err := d.openRunDir(); err != nil {
-		return err
-	}
-	if err := d.openDevices(); err != nil {
 		return err
 	}
 	if err := d.newManager(); err != nil {

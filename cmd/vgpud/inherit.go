@@ -148,6 +148,15 @@ func (in *incoming) probationOver() <-chan struct{} {
 	return in.over
 }
 
+// ignorePipeIfInheriting makes a write to a closed pipe fail rather than
+// kill this process when it was started by an upgrade in place: the old
+// process's standard output may be a pipe whose reader went with it.
+func ignorePipeIfInheriting() {
+	if os.Getenv(EnvHandover) != "" {
+		signal.Ignore(syscall.SIGPIPE)
+	}
+}
+
 // receiveHandover greets the old process on the channel named by
 // EnvHandover and receives its State.
 func receiveHandover(log *slog.Logger) (*incoming, error) {
@@ -155,10 +164,8 @@ func receiveHandover(log *slog.Logger) (*incoming, error) {
 	if v == "" {
 		return nil, nil
 	}
+	ignorePipeIfInheriting()
 	os.Unsetenv(EnvHandover)
-	// The old process's standard output may be a pipe whose reader went
-	// with it: a write must fail, not kill this process.
-	signal.Ignore(syscall.SIGPIPE)
 	fd, err := strconv.Atoi(v)
 	if err != nil || fd < 3 {
 		return nil, fmt.Errorf("%s=%q: not a descriptor", EnvHandover, v)

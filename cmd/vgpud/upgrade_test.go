@@ -447,6 +447,9 @@ func TestUpgradeProbation(t *testing.T) {
 	if pid := v.lockPID(); pid != newPID {
 		t.Errorf("the lock file names pid %d, want the new vgpud's %d", pid, newPID)
 	}
+	if !devicesOpenedBeforeTheState(v.log()) {
+		t.Errorf("the new vgpud opened its devices after it asked for the state, inside the guests' pause:\n%s", v.log())
+	}
 	if err := g.step(); err != nil {
 		t.Fatalf("computing on the new vgpud: %v", err)
 	}
@@ -455,6 +458,16 @@ func TestUpgradeProbation(t *testing.T) {
 	if err != nil || shown.WorkerPID != workerPID || !shown.Attached {
 		t.Fatalf("on the new vgpud: %+v, %v; want worker %d attached", shown, err, workerPID)
 	}
+}
+
+// devicesOpenedBeforeTheState reports whether, in a log of upgrades, the
+// last new vgpud opened its devices before it received the old one's
+// state (no device opened after that): the old vgpud pauses its guests
+// when the new one asks for the state, and what does not need the state
+// must not lengthen that pause.
+func devicesOpenedBeforeTheState(log string) bool {
+	i := strings.LastIndex(log, "upgrade: state received")
+	return i >= 0 && !strings.Contains(log[i:], "device opened")
 }
 
 // TestUpgradeProbationStop: a stop of the daemon while an upgrade is on
