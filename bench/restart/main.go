@@ -14,10 +14,11 @@
 // guest) in the window of ten steps that holds the upgrade, against the
 // longest step of windows without one in the same run.
 //
-//	go run ./bench/restart [-runs 3]
+//	go run ./bench/restart [-runs 3] [-transport mpqemu|vfio-user]
 //
-// It needs the guest kernel (make kernel), QEMU with x-pci-proxy-dev and
-// PoCL; it builds vgpud, vgpuctl and the guest image itself.
+// It needs the guest kernel (make kernel), QEMU with x-pci-proxy-dev (or,
+// with -transport vfio-user, QEMU 11.1 from the VMM root: make vmm-root)
+// and PoCL; it builds vgpud, vgpuctl and the guest image itself.
 package main
 
 import (
@@ -52,9 +53,10 @@ const app = "vgpu.run=vgpu-agent vgpu.args=/bin/vgpu-iterate,-steps,1000000000,-
 
 type env struct {
 	*migratetest.Env
-	runDir string
-	d      *migratetest.Daemon
-	id     string
+	runDir   string
+	vfioUser bool // -transport vfio-user: QEMU 11.1's vfio-user-pci
+	d        *migratetest.Daemon
+	id       string
 }
 
 // sample is one run's figures.
@@ -82,18 +84,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("restart", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	runs := fs.Int("runs", 3, "kills (and VM restarts) to measure")
+	tr := fs.String("transport", "mpqemu", "how the guest's QEMU reaches vgpud: mpqemu (QEMU 7.2's x-pci-proxy-dev) or vfio-user (QEMU 11.1's vfio-user-pci)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *runs < 1 || fs.NArg() > 0 {
-		return errors.New("usage: restart [-runs N], N >= 1")
+	if *runs < 1 || fs.NArg() > 0 || (*tr != "mpqemu" && *tr != "vfio-user") {
+		return errors.New("usage: restart [-runs N] [-transport mpqemu|vfio-user], N >= 1")
 	}
-	dir, err := os.MkdirTemp("", "vgpud-bench-restart-")
+	// A short directory: the instance sockets' paths must fit a Unix
+	// socket address.
+	dir, err := os.MkdirTemp("", "vbr-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	e := &env{runDir: filepath.Join(dir, "run")}
+	e := &env{runDir: filepath.Join(dir, "run"), vfioUser: *tr == "vfio-user"}
 	if err := e.setup(ctx, dir); err != nil {
 		return err
 	}
@@ -107,7 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "bench/restart: run %d: %+v\n", i, s)
 		samples = append(samples, s)
 	}
-	printTable(ctx, stdout, samples)
+	printTable(ctx, stdout, *tr, samples)
 	return nil
 }
 
@@ -130,7 +135,11 @@ func (e *env) setup(ctx context.Context, dir string) error {
 func (e *env) start(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	d, err := migratetest.StartDaemon(sctx, e.Bin, e.runDir, "pthread", e.TLSDir)
+	var flags []string
+	if e.vfioUser {
+		flags = []string{"-transport", "vfio-user"}
+	}
+	d, err := migratetest.StartDaemonFlags(sctx, e.Bin, e.runDir, "pthread", e.TLSDir, flags)
 	if err != nil {
 		return err
 	}
@@ -140,6 +149,9 @@ func (e *env) start(ctx context.Context) error {
 
 // boot starts the guest job on the instance.
 func (e *env) boot(ctx context.Context) (*qemuvm.VM, error) {
+	if e.vfioUser {
+		return e.StartVFIOUserVM(ctx, e.d.InstanceBase(e.id), "", app)
+	}
 	return e.StartVM(ctx, e.d.InstanceBase(e.id), "", app)
 }
 
@@ -246,12 +258,12 @@ func (e *env) once(ctx context.Context) (sample, error) {
 	return s, nil
 }
 
-func printTable(ctx context.Context, w io.Writer, ss []sample) {
+func printTable(ctx context.Context, w io.Writer, transport string, ss []sample) {
 	commit := "unknown"
 	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short", "HEAD").Output(); err == nil {
 		commit = strings.TrimSpace(string(out))
 	}
-	fmt.Fprintf(w, "bench/restart: commit %s, %d CPUs, TCG guest (512 MiB), PoCL pthread, %d runs (median)\n", commit, runtime.NumCPU(), len(ss))
+	fmt.Fprintf(w, "bench/restart: commit %s, %d CPUs, TCG guest (512 MiB), transport %s, PoCL pthread, %d runs (median)\n", commit, runtime.NumCPU(), transport, len(ss))
 	col := func(f func(sample) time.Duration) time.Duration {
 		var d []time.Duration
 		for _, s := range ss {

@@ -20,11 +20,11 @@ func TestTookRE(t *testing.T) {
 
 func TestPrintTable(t *testing.T) {
 	var out bytes.Buffer
-	printTable(t.Context(), &out, []sample{
+	printTable(t.Context(), &out, "vfio-user", []sample{
 		{ready: time.Second, reattach: time.Second, outage: 3 * time.Second, baseline: 12 * time.Second},
 		{ready: time.Second, reattach: time.Second, outage: 5 * time.Second, baseline: 10 * time.Second},
 	})
-	for _, want := range []string{"0.364x", "4000 ms", "11000 ms"} {
+	for _, want := range []string{"0.364x", "4000 ms", "11000 ms", "transport vfio-user"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
