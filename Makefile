@@ -98,8 +98,9 @@ $(ICD)/libvgpud-icd.so: $(ICD_SRCS) $(ICD_HDRS)
 # make test stays within 20 minutes on 2 cores (the tests package alone
 # took 20 of them on the 2026-12-01 host), so three suites have targets
 # of their own, and .ci/run runs all four:
-# - make test-migrate: live migration and libvirt in real QEMU guests
-#   (MIGRATE_TESTS of tests/, about 8.5 minutes on a quiet 2-core machine);
+# - make test-migrate: live migration, libvirt, and a restart and 20
+#   upgrades in place on QEMU 11.1 over vfio-user, in real QEMU guests
+#   (MIGRATE_TESTS of tests/, about 9.5 minutes on a quiet 2-core machine);
 # - make test-icd: the guest ICD (guestagent/icd's C tests, the host ICD
 #   tests of tests/icdhost, and ICD_TESTS of tests/, the ICD and device
 #   contexts in real QEMU guests; about 10 minutes);
