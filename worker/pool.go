@@ -224,15 +224,7 @@ func NewPool(cfg Config) (*Pool, error) {
 		if cfg.Sandbox != nil {
 			p.policy = *cfg.Sandbox
 		} else {
-			p.policy = sandbox.DefaultPolicy("")
-			platforms, err := sandbox.FindPlatforms(sandbox.Host{})
-			if err != nil {
-				p.log.Warn("worker sandbox: no OpenCL platform found to derive the policy from: workers get the base policy", "err", err)
-			}
-			for _, pl := range platforms {
-				p.log.Info("worker sandbox platform", "vendor", pl.Vendor, "icd", pl.ICD, "library", pl.Library,
-					"libraries", len(pl.Libraries), "dirs", pl.Dirs, "devices", pl.Devices, "missing", pl.Missing)
-			}
+			p.policy = DeriveSandbox(p.log)
 		}
 		rep := sandbox.Probe()
 		p.pidNS = slices.Contains(rep.Namespaces, "pid")
@@ -246,6 +238,25 @@ func NewPool(cfg Config) (*Pool, error) {
 			"landlock_abi", rep.LandlockABI, "seccomp", rep.Seccomp)
 	}
 	return p, nil
+}
+
+// DeriveSandbox is the workers' sandbox policy derived from the OpenCL
+// platforms this host has (sandbox.DefaultPolicy), each platform logged
+// on log: what NewPool uses when Config.Sandbox is nil. It reads the
+// platforms' files (tens of milliseconds), so a caller in a hurry later,
+// an upgrade's new process among them, derives it beforehand and passes
+// it in.
+func DeriveSandbox(log *slog.Logger) sandbox.Policy {
+	pol := sandbox.DefaultPolicy("")
+	platforms, err := sandbox.FindPlatforms(sandbox.Host{})
+	if err != nil {
+		log.Warn("worker sandbox: no OpenCL platform found to derive the policy from: workers get the base policy", "err", err)
+	}
+	for _, pl := range platforms {
+		log.Info("worker sandbox platform", "vendor", pl.Vendor, "icd", pl.ICD, "library", pl.Library,
+			"libraries", len(pl.Libraries), "dirs", pl.Dirs, "devices", pl.Devices, "missing", pl.Missing)
+	}
+	return pol
 }
 
 // Sched returns physical device i's scheduler.

@@ -37,6 +37,7 @@ func (d *daemon) build(ctx context.Context) (err error) {
 		return err
 	}
 	if !d.s.UnsafeInProcess {
+		d.sandbox = d.s.Sandbox.derive(d.log)
 		sandbox.Probe() // what the worker pool asks: probed once, remembered
 	}
 	if d.in, err = receiveHandover(d.log); err != nil {
@@ -153,7 +154,7 @@ func (d *daemon) newManager() error {
 		Logger:      d.log,
 		Reuse:       d.s.Reuse,
 		WorkerDir:   d.s.WorkerDir,
-		Sandbox:     d.s.Sandbox.policy(),
+		Sandbox:     d.sandbox,
 		InProcess:   d.s.UnsafeInProcess,
 		PollWindow:  d.s.pollWindow,
 		OnChange:    d.store.Changed,

@@ -22,6 +22,7 @@ import (
 	"github.com/vgpud/vgpud/mdev/definitions"
 	"github.com/vgpud/vgpud/mdev/runstate"
 	"github.com/vgpud/vgpud/migrate/libvirt"
+	"github.com/vgpud/vgpud/worker/sandbox"
 )
 
 // run is the daemon. It prints "vgpud ready control=PATH" on stdout once
@@ -87,6 +88,7 @@ type daemon struct {
 	haveState bool
 	store     *runstate.Store
 	devs      []gpu.Device
+	sandbox   *sandbox.Policy // the workers' sandbox, derived before an upgrade's pause; nil in-process
 	m         *mdev.Manager
 	// startErr is what starting the adopted instances and workers
 	// returned after an upgrade (mdev.Manager.Start): the health check's.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -44,13 +45,25 @@ func (c SandboxConfig) policy() *sandbox.Policy {
 	if c.empty() {
 		return nil
 	}
-	p := sandbox.DefaultPolicy("")
+	p := c.add(sandbox.DefaultPolicy(""))
+	return &p
+}
+
+// derive is the workers' policy, derived from the host's platforms
+// (logged on log) with c's additions.
+func (c SandboxConfig) derive(log *slog.Logger) *sandbox.Policy {
+	p := c.add(worker.DeriveSandbox(log))
+	return &p
+}
+
+// add is p with c's additions.
+func (c SandboxConfig) add(p sandbox.Policy) sandbox.Policy {
 	p.Read = append(p.Read, c.Read...)
 	p.ReadExec = append(p.ReadExec, c.ReadExec...)
 	p.Devices = append(p.Devices, c.Devices...)
 	p.Syscalls = append(p.Syscalls, c.Syscalls...)
 	p.SharedMemory = p.SharedMemory || c.SharedMemory
-	return &p
+	return p
 }
 
 // diagnoseTimeout bounds a diagnosis: one small kernel, built and run by a

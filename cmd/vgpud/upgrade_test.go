@@ -447,8 +447,10 @@ func TestUpgradeProbation(t *testing.T) {
 	if pid := v.lockPID(); pid != newPID {
 		t.Errorf("the lock file names pid %d, want the new vgpud's %d", pid, newPID)
 	}
-	if !devicesOpenedBeforeTheState(v.log()) {
-		t.Errorf("the new vgpud opened its devices after it asked for the state, inside the guests' pause:\n%s", v.log())
+	if !preparedBeforeTheState(v.log()) {
+		t.Errorf("the new vgpud opened its devices or derived its sandbox after it asked for the state, inside the guests' pause:\n%s", v.log())
+	} else if !strings.Contains(v.log(), "worker sandbox platform") {
+		t.Errorf("no vgpud logged its sandbox's platforms:\n%s", v.log())
 	}
 	if err := g.step(); err != nil {
 		t.Fatalf("computing on the new vgpud: %v", err)
@@ -460,14 +462,15 @@ func TestUpgradeProbation(t *testing.T) {
 	}
 }
 
-// devicesOpenedBeforeTheState reports whether, in a log of upgrades, the
-// last new vgpud opened its devices before it received the old one's
-// state (no device opened after that): the old vgpud pauses its guests
-// when the new one asks for the state, and what does not need the state
-// must not lengthen that pause.
-func devicesOpenedBeforeTheState(log string) bool {
+// preparedBeforeTheState reports whether, in a log of upgrades, the last
+// new vgpud opened its devices and derived its workers' sandbox from the
+// host's platforms before it received the old one's state (neither is
+// logged after that): the old vgpud pauses its guests when the new one
+// asks for the state, and what does not need the state must not
+// lengthen that pause.
+func preparedBeforeTheState(log string) bool {
 	i := strings.LastIndex(log, "upgrade: state received")
-	return i >= 0 && !strings.Contains(log[i:], "device opened")
+	return i >= 0 && !strings.Contains(log[i:], "device opened") && !strings.Contains(log[i:], "worker sandbox platform")
 }
 
 // TestUpgradeProbationStop: a stop of the daemon while an upgrade is on
