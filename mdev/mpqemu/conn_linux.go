@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -58,7 +56,7 @@ type Conn struct {
 	wire *Wire
 
 	serving   atomic.Bool
-	pausing   atomic.Bool
+	pause     *transport.Pauser // an upgrade in place
 	closed    atomic.Bool
 	closeOnce sync.Once
 
@@ -79,7 +77,7 @@ func NewConn(conn *net.UnixConn, dev *mmio.Device, cs *mmio.ConfigSpace, mem Mem
 		log = slog.Default()
 	}
 	cs.SetINTx(dev.INTx())
-	return &Conn{conn: conn, dev: dev, cs: cs, mem: mem, log: log, wire: NewWire(conn), resampleFD: -1}
+	return &Conn{conn: conn, dev: dev, cs: cs, mem: mem, log: log, wire: NewWire(conn), pause: transport.NewPauser(conn), resampleFD: -1}
 }
 
 // Serve handles messages until the peer hangs up (nil), ctx ends
@@ -107,14 +105,12 @@ func (c *Conn) Serve(ctx context.Context) (err error) {
 		c.Close()
 	}()
 	for {
-		if c.pausing.Load() {
-			c.conn.SetReadDeadline(time.Unix(1, 0))
-		}
+		c.pause.Next()
 		err := c.serveOne()
 		if err == nil {
 			continue
 		}
-		if c.pausing.Load() && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !c.closed.Load() {
+		if c.pause.Paused(ctx, &c.closed, err) {
 			return ErrPaused
 		}
 		return transport.ServeEnd(ctx, &c.closed, err, ErrProtocol, c.log, "mpqemu")
@@ -275,16 +271,10 @@ func startResampler(fd int, x *mmio.INTx, log *slog.Logger) (*irqfd.Watcher, err
 // Pause makes Serve return ErrPaused before it reads the next message
 // (an upgrade in place: docs/upgrade.md); the message then waits in the
 // socket for whoever serves it next. Resume undoes it.
-func (c *Conn) Pause() {
-	c.pausing.Store(true)
-	c.conn.SetReadDeadline(time.Unix(1, 0))
-}
+func (c *Conn) Pause() { c.pause.Pause() }
 
 // Resume clears a Pause; call Serve again.
-func (c *Conn) Resume() {
-	c.pausing.Store(false)
-	c.conn.SetReadDeadline(time.Time{})
-}
+func (c *Conn) Resume() { c.pause.Resume() }
 
 // FDs returns the descriptors of a paused Conn, still its own: the
 // connection, the irqfd and the resample eventfd (-1 when QEMU sent none).

@@ -7,8 +7,9 @@
 // its own connection or event loop until the VM goes away, as a Session.
 //
 // transport owns only these types, ServeEnd, the one ending of a socket
-// session's Serve its transports share, and the readers that keep an
-// upgrade's pause from splitting a message (pause.go). It knows nothing of any protocol (the
+// session's Serve its transports share, and an upgrade's pause of a
+// socket session (Pauser, and the readers that keep it from splitting a
+// message: pause.go). It knows nothing of any protocol (the
 // transports import it, never the reverse) and nothing of instances,
 // profiles or workers (mdev). Register semantics stay in mmio.
 package transport

@@ -1,9 +1,11 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,6 +17,44 @@ import (
 // reads of the rest of a message go through FinishPaused (the header)
 // and NoDeadline (the payload), which clear the deadline and read on;
 // Serve sets it again before the next message.
+
+// Pauser is a socket session's pause on its connection: Pause and Resume
+// for transport.Pausable, Next before each message a Serve loop reads,
+// Paused to tell the pause from a failure once a read failed.
+type Pauser struct {
+	conn    *net.UnixConn
+	pausing atomic.Bool
+}
+
+// NewPauser returns the pause of a session on conn.
+func NewPauser(conn *net.UnixConn) *Pauser { return &Pauser{conn: conn} }
+
+// Pause makes the next message's read fail: a deadline in the past.
+func (p *Pauser) Pause() {
+	p.pausing.Store(true)
+	p.conn.SetReadDeadline(time.Unix(1, 0))
+}
+
+// Resume clears a Pause.
+func (p *Pauser) Resume() {
+	p.pausing.Store(false)
+	p.conn.SetReadDeadline(time.Time{})
+}
+
+// Next sets the deadline again before the next message: a message's reads
+// (FinishPaused, NoDeadline) cleared it.
+func (p *Pauser) Next() {
+	if p.pausing.Load() {
+		p.conn.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// Paused reports whether err, a read's failure, is the pause's, not the
+// session's end: a deadline while pausing, ctx live and the session not
+// closed.
+func (p *Pauser) Paused(ctx context.Context, closed *atomic.Bool, err error) bool {
+	return p.pausing.Load() && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !closed.Load()
+}
 
 // FinishPaused is a header reader's resume function
 // (scmrights.ReadHeader): a pause between the bytes of one message's

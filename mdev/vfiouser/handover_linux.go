@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -55,16 +54,12 @@ type dmaState struct {
 // Pause makes Serve return transport.ErrPaused before it reads the next
 // message; the message waits in the socket for whoever serves next.
 // Resume undoes it.
-func (s *Session) Pause() {
-	s.pausing.Store(true)
-	s.conn.SetReadDeadline(time.Unix(1, 0))
-}
+func (s *Session) Pause() { s.pause.Pause() }
 
 // Resume clears a Pause: the eventfd watchers the pause stopped run
 // again; call Serve again.
 func (s *Session) Resume() {
-	s.pausing.Store(false)
-	s.conn.SetReadDeadline(time.Time{})
+	s.pause.Resume()
 	s.irqMu.Lock()
 	unmaskFD, kickFD := s.unmaskFD, -1
 	if !s.kickDev {

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -77,7 +75,7 @@ type Session struct {
 	out  [RegionAccessSize + 8]byte // the reply payload of a register access
 
 	serving   atomic.Bool
-	pausing   atomic.Bool // Pause was called (an upgrade in place: handover_linux.go)
+	pause     *transport.Pauser // an upgrade in place
 	closed    atomic.Bool
 	closeOnce sync.Once
 
@@ -109,7 +107,7 @@ func NewSession(conn *net.UnixConn, dev transport.Device) *Session {
 		log = slog.Default()
 	}
 	dev.Config.SetINTx(dev.Regs.INTx())
-	return &Session{conn: conn, dev: dev, log: log, wire: NewWire(conn), unmaskFD: -1, kickFD: -1, errFD: -1}
+	return &Session{conn: conn, dev: dev, log: log, wire: NewWire(conn), pause: transport.NewPauser(conn), unmaskFD: -1, kickFD: -1, errFD: -1}
 }
 
 // Serve handles messages until the client hangs up (nil), ctx ends
@@ -145,14 +143,12 @@ func (s *Session) Serve(ctx context.Context) (err error) {
 		s.releaseDMA()
 	}()
 	for {
-		if s.pausing.Load() {
-			s.conn.SetReadDeadline(time.Unix(1, 0))
-		}
+		s.pause.Next()
 		err := s.serveOne()
 		if err == nil {
 			continue
 		}
-		if s.pausing.Load() && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !s.closed.Load() {
+		if s.pause.Paused(ctx, &s.closed, err) {
 			return transport.ErrPaused
 		}
 		return transport.ServeEnd(ctx, &s.closed, err, ErrProtocol, s.log, "vfio-user")
