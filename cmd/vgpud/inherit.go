@@ -164,8 +164,7 @@ func receiveHandover(log *slog.Logger) (*incoming, error) {
 	if v == "" {
 		return nil, nil
 	}
-	ignorePipeIfInheriting()
-	os.Unsetenv(EnvHandover)
+	os.Unsetenv(EnvHandover) // build ignored SIGPIPE while it was set
 	fd, err := strconv.Atoi(v)
 	if err != nil || fd < 3 {
 		return nil, fmt.Errorf("%s=%q: not a descriptor", EnvHandover, v)
