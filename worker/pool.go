@@ -243,11 +243,10 @@ func NewPool(cfg Config) (*Pool, error) {
 // DeriveSandbox is the workers' sandbox policy derived from the OpenCL
 // platforms this host has (sandbox.DefaultPolicy), each platform logged
 // on log: what NewPool uses when Config.Sandbox is nil. It reads the
-// platforms' files (tens of milliseconds), so a caller in a hurry later,
+// platforms' files once (tens of milliseconds), so a caller in a hurry later,
 // an upgrade's new process among them, derives it beforehand and passes
 // it in.
 func DeriveSandbox(log *slog.Logger) sandbox.Policy {
-	pol := sandbox.DefaultPolicy("")
 	platforms, err := sandbox.FindPlatforms(sandbox.Host{})
 	if err != nil {
 		log.Warn("worker sandbox: no OpenCL platform found to derive the policy from: workers get the base policy", "err", err)
@@ -256,7 +255,7 @@ func DeriveSandbox(log *slog.Logger) sandbox.Policy {
 		log.Info("worker sandbox platform", "vendor", pl.Vendor, "icd", pl.ICD, "library", pl.Library,
 			"libraries", len(pl.Libraries), "dirs", pl.Dirs, "devices", pl.Devices, "missing", pl.Missing)
 	}
-	return pol
+	return sandbox.PolicyFor("", platforms, err)
 }
 
 // Sched returns physical device i's scheduler.

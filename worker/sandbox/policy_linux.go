@@ -15,8 +15,16 @@ import (
 // nodes. With no platform found it is BasePolicy: the worker will fail to
 // find one too, and says so.
 func DefaultPolicy(writeDir string) Policy {
+	ps, err := FindPlatforms(Host{})
+	return PolicyFor(writeDir, ps, err)
+}
+
+// PolicyFor is DefaultPolicy from platforms the caller found already
+// (ps and err: what FindPlatforms(Host{}) returned), for a caller that
+// also reports them, so that they are looked up once.
+func PolicyFor(writeDir string, ps []Platform, err error) Policy {
 	p := BasePolicy(writeDir)
-	if ps, err := FindPlatforms(Host{}); err == nil {
+	if err == nil {
 		p = PlatformPolicy(writeDir, ps)
 	}
 	// The worker is this program run again in its view: the libraries

@@ -10,6 +10,9 @@ import (
 // DefaultPolicy is an empty policy: there is no sandbox here.
 func DefaultPolicy(writeDir string) Policy { return Policy{Private: writeDir} }
 
+// PolicyFor is DefaultPolicy: the platforms change nothing here.
+func PolicyFor(writeDir string, _ []Platform, _ error) Policy { return DefaultPolicy(writeDir) }
+
 // EnterProbe does nothing: there is no probe here.
 func EnterProbe() {}
 
