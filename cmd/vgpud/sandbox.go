@@ -35,20 +35,6 @@ type SandboxConfig struct {
 	SharedMemory bool `json:"shared_memory,omitempty"`
 }
 
-func (c SandboxConfig) empty() bool {
-	return len(c.Read)+len(c.ReadExec)+len(c.Devices)+len(c.Syscalls) == 0 && !c.SharedMemory
-}
-
-// policy is the derived policy with c's additions; nil when c adds
-// nothing (the pool derives the policy itself).
-func (c SandboxConfig) policy() *sandbox.Policy {
-	if c.empty() {
-		return nil
-	}
-	p := c.add(sandbox.DefaultPolicy(""))
-	return &p
-}
-
 // derive is the workers' policy, derived from the host's platforms
 // (logged on log) with c's additions.
 func (c SandboxConfig) derive(log *slog.Logger) *sandbox.Policy {
@@ -76,14 +62,10 @@ const diagnoseTimeout = 10 * time.Minute
 // not run right.
 func diagnoseSandbox(ctx context.Context, cfg Config, sel string, jsonOut bool, out io.Writer) error {
 	platforms, perr := sandbox.FindPlatforms(sandbox.Host{})
-	pol := cfg.Sandbox.policy()
-	if pol == nil {
-		p := sandbox.DefaultPolicy("")
-		pol = &p
-	}
+	pol := cfg.Sandbox.add(sandbox.PolicyFor("", platforms, perr))
 	ctx, cancel := context.WithTimeout(ctx, diagnoseTimeout)
 	defer cancel()
-	d, err := worker.Diagnose(ctx, worker.DiagnoseConfig{Policy: *pol, Device: sel, Dir: cfg.WorkerDir})
+	d, err := worker.Diagnose(ctx, worker.DiagnoseConfig{Policy: pol, Device: sel, Dir: cfg.WorkerDir})
 	if jsonOut {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -91,11 +73,11 @@ func diagnoseSandbox(ctx context.Context, cfg Config, sel string, jsonOut bool, 
 			Platforms []sandbox.Platform `json:"platforms"`
 			Policy    sandbox.Policy     `json:"policy"`
 			Diagnosis worker.Diagnosis   `json:"diagnosis"`
-		}{platforms, *pol, d}); e != nil {
+		}{platforms, pol, d}); e != nil {
 			return e
 		}
 	} else {
-		printDiagnosis(out, platforms, perr, *pol, d)
+		printDiagnosis(out, platforms, perr, pol, d)
 	}
 	switch {
 	case err != nil:
