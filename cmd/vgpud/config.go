@@ -20,6 +20,7 @@ import (
 	"github.com/vgpud/vgpud/internal/cliargs"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/definitions"
+	"github.com/vgpud/vgpud/mdev/keeper"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
@@ -353,6 +354,20 @@ func (c *commandLine) override(cfg *Config) {
 }
 
 // socketTransport is the transport the instance sockets speak.
+// keeperFarewells are the connection keeper's farewells (keeper.Farewell)
+// by name: vfio-user's answers the requests QEMU sent after vgpud died,
+// which QEMU would otherwise wait 5 s for with its big lock held
+// (docs/keeper.md).
+var keeperFarewells = map[string]keeper.Farewell{"vfio-user": vfiouser.RefuseWaiting}
+
+// keeperFarewell names the farewell for t's connections ("": none).
+func keeperFarewell(t transport.Socket) string {
+	if _, ok := t.(vfiouser.Transport); ok {
+		return "vfio-user"
+	}
+	return ""
+}
+
 func socketTransport(name string) (transport.Socket, error) {
 	switch name {
 	case "", "mpqemu":

@@ -131,7 +131,7 @@ func (d *daemon) newManager() error {
 	// any, ended after it.
 	var kp *keeper.Keeper
 	if d.s.transport != nil {
-		if kp, err = keeper.Start(d.log); err != nil {
+		if kp, err = keeper.Start(d.log, keeperFarewell(d.s.transport)); err != nil {
 			d.in.failIf(err)
 			return err
 		}

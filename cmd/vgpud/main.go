@@ -22,7 +22,7 @@ func main() {
 	// A worker or executor of the pool this program runs, or its
 	// connection keeper.
 	child.EnterRole()
-	keeper.EnterRole()
+	keeper.EnterRole(keeperFarewells)
 	// Before anything else, and before any exec: what vgpud inherited
 	// without close-on-exec must not reach workers and executors (issue
 	// 40, item 5; its own inherited descriptors, an upgrade's handover,

@@ -18,9 +18,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	child.EnterRole()  // a worker or executor of this test binary's pool
-	keeper.EnterRole() // a test's vgpud's connection keeper
-	runMainIfAsked()   // a test's vgpud (inherit_test.go)
+	child.EnterRole()                 // a worker or executor of this test binary's pool
+	keeper.EnterRole(keeperFarewells) // a test's vgpud's connection keeper
+	runMainIfAsked()                  // a test's vgpud (inherit_test.go)
 	goleak.VerifyTestMain(m)
 }
 

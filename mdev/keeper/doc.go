@@ -18,6 +18,10 @@
 // in place, which adopted it) is only closed; any other is shut for
 // writing (the VMM reads its end of file), drained of what the VMM had
 // sent and sends until it falls quiet, then closed with nothing unread.
+// Before that, the keeper's Farewell, if it was started with one, has
+// the last word: vfio-user's answers the requests QEMU is waiting on, so
+// that no vCPU waits out QEMU's reply timeout (docs/keeper.md
+// "Farewells").
 //
 // A keeper process that ends while vgpud runs is started again and handed
 // every connection kept then (Keeper's supervisor).
@@ -26,5 +30,6 @@
 // Keep or Drop, the connection's descriptor passed with Keep), the client
 // (Keeper: Start, Keep, Drop, Close) and the process (Main, EnterRole).
 // It knows nothing of instances, transports or QEMU: mdev tells it which
-// connections to keep and when to let one go.
+// connections to keep and when to let one go, and vgpud's main gives its
+// process the farewells by name (cmd/vgpud keeperFarewells).
 package keeper

@@ -25,12 +25,26 @@ const controlFD = 3
 // releases run at once and each ends within drainMax.
 const closeWait = 10 * time.Second
 
+// A Farewell has the last word on a connection the keeper releases,
+// before the end of file: it answers what the VMM is waiting for on fd
+// (the requests vgpud never read, which nobody else will answer now),
+// and returns how many it answered. The keeper then shuts fd for writing
+// and drains it as for any connection. vfio-user's
+// (vfiouser.RefuseWaiting) keeps QEMU from waiting out its reply timeout
+// with its big lock held (docs/keeper.md "Farewells").
+type Farewell func(fd int) (answered int, err error)
+
 // EnterRole runs this process as the keeper, and exits, if its command
 // line says so; otherwise it returns. vgpud's main calls it first thing,
-// as do the TestMains of packages that start a keeper.
-func EnterRole() {
+// as do the TestMains of packages that start a keeper. farewells are the
+// farewells Start may name, by name.
+func EnterRole(farewells map[string]Farewell) {
 	if len(os.Args) >= 2 && os.Args[1] == Role {
-		os.Exit(Main())
+		name := ""
+		if len(os.Args) >= 3 {
+			name = os.Args[2]
+		}
+		os.Exit(Main(name, farewells[name]))
 	}
 }
 
@@ -41,11 +55,12 @@ func EnterRole() {
 // is started again and handed every connection kept then; the VMs lose
 // the orderly end only in between.
 type Keeper struct {
-	prefix uint64
-	next   atomic.Uint64
-	log    *slog.Logger
-	stop   chan struct{} // closed by Close (under mu): no more restarts, no more Keeps
-	ended  chan struct{} // closed when the supervisor has reaped the last process
+	farewell string // the farewell the keeper process is started with ("": none)
+	prefix   uint64
+	next     atomic.Uint64
+	log      *slog.Logger
+	stop     chan struct{} // closed by Close (under mu): no more restarts, no more Keeps
+	ended    chan struct{} // closed when the supervisor has reaped the last process
 
 	mu     sync.Mutex
 	ctl    int // our end of the current process's control socket; -1 when none
@@ -58,13 +73,14 @@ type Keeper struct {
 const restartDelay = time.Second
 
 // Start starts a keeper process: this program again, with Role as its
-// first argument. It is not killed with its parent: outliving vgpud is
-// its purpose.
-func Start(log *slog.Logger) (*Keeper, error) {
+// first argument and farewell (the name of one of the Farewells its
+// EnterRole knows; "": none) as its second. It is not killed with its
+// parent: outliving vgpud is its purpose.
+func Start(log *slog.Logger, farewell string) (*Keeper, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	k := &Keeper{prefix: uint64(os.Getpid()) << 32, log: log, stop: make(chan struct{}), ended: make(chan struct{}), ctl: -1, kept: map[ID]syscall.Conn{}}
+	k := &Keeper{farewell: farewell, prefix: uint64(os.Getpid()) << 32, log: log, stop: make(chan struct{}), ended: make(chan struct{}), ctl: -1, kept: map[ID]syscall.Conn{}}
 	cmd, err := k.spawn()
 	if err != nil {
 		return nil, err
@@ -80,7 +96,7 @@ func (k *Keeper) spawn() (*exec.Cmd, error) {
 		return nil, fmt.Errorf("connection keeper: control socket: %w", err)
 	}
 	theirs := os.NewFile(uintptr(fds[1]), "keeper-control")
-	cmd := exec.Command("/proc/self/exe", Role)
+	cmd := exec.Command("/proc/self/exe", Role, k.farewell)
 	cmd.Args[0] = os.Args[0]
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
 	cmd.Stderr = os.Stderr

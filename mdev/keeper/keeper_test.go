@@ -17,10 +17,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/internal/sockpairtest"
+	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
 
 func TestMain(m *testing.M) {
-	EnterRole()
+	EnterRole(map[string]Farewell{"test": testFarewell, "vfio-user": vfiouser.RefuseWaiting})
 	goleak.VerifyTestMain(m)
 }
 
@@ -28,9 +29,25 @@ func TestMain(m *testing.M) {
 // vgpud's.
 func pair(t *testing.T) (vm, daemon *net.UnixConn) { return sockpairtest.Stream(t) }
 
-func start(t *testing.T) *Keeper {
+// testFarewell answers what is waiting with "answered N" (N: the bytes
+// it read), as a protocol's farewell answers the requests waiting.
+func testFarewell(fd int) (int, error) {
+	buf := make([]byte, 64<<10)
+	n, err := unix.Read(fd, buf)
+	if err != nil {
+		return 0, err
+	}
+	_, err = unix.Write(fd, fmt.Appendf(nil, "answered %d", n))
+	return 1, err
+}
+
+func start(t *testing.T) *Keeper { return startWith(t, "") }
+
+// startWith starts a keeper whose process has the farewell named (one
+// TestMain's EnterRole knows, or not).
+func startWith(t *testing.T, farewell string) *Keeper {
 	t.Helper()
-	k, err := Start(slog.New(slog.DiscardHandler))
+	k, err := Start(slog.New(slog.DiscardHandler), farewell)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +156,70 @@ func TestDaemonDeathEndsInOrder(t *testing.T) {
 		t.Fatalf("VM read %v, want an end of file", err)
 	}
 	wantEnd(t, vm, "after the keeper ended")
+}
+
+// With a farewell, the VM reads its answer to what it sent after the
+// daemon died, then the end of file; a name the keeper does not know
+// ends the connection as without one.
+func TestFarewellAnswersBeforeTheEnd(t *testing.T) {
+	for _, tc := range []struct{ farewell, want string }{
+		{"test", "answered 7"},
+		{"no-such-farewell", ""},
+	} {
+		t.Run(tc.farewell, func(t *testing.T) {
+			vm, daemon := pair(t)
+			k := startWith(t, tc.farewell)
+			k.Keep(daemon)
+			waitHeld(t, k, daemon)
+			daemon.Close()
+			if _, err := vm.Write([]byte("request")); err != nil {
+				t.Fatal(err)
+			}
+			if err := k.Close(); err != nil {
+				t.Fatal(err)
+			}
+			vm.SetReadDeadline(time.Now().Add(time.Minute))
+			got, err := io.ReadAll(vm)
+			if err != nil {
+				t.Fatalf("VM read %q, then %v; want an end of file", got, err)
+			}
+			if string(got) != tc.want {
+				t.Fatalf("VM read %q before the end of file, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// vfio-user's farewell, in the keeper process, as QEMU meets it after
+// vgpud died: the BAR read it sent (which the dead vgpud never read) is
+// answered with an error, its next write fails at once, and it reads the
+// end of file: no request is left waiting for QEMU's 5 s timeout.
+func TestVFIOUserFarewell(t *testing.T) {
+	vm, daemon := pair(t)
+	k := startWith(t, "vfio-user")
+	k.Keep(daemon)
+	waitHeld(t, k, daemon)
+	daemon.Close()
+	req := make([]byte, vfiouser.HeaderSize+16)
+	vfiouser.Header{ID: 7, Cmd: vfiouser.CmdRegionRead, Size: uint32(len(req))}.Put(req)
+	if _, err := vm.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vm.Write(req); !errors.Is(err, syscall.EPIPE) {
+		t.Errorf("the VM's request after the keeper's farewell: %v, want EPIPE", err)
+	}
+	vm.SetReadDeadline(time.Now().Add(time.Minute))
+	got, err := io.ReadAll(vm)
+	if err != nil {
+		t.Fatalf("VM read %x, then %v; want an end of file", got, err)
+	}
+	want := vfiouser.Header{ID: 7, Cmd: vfiouser.CmdRegionRead, Size: vfiouser.HeaderSize, Flags: vfiouser.TypeReply | vfiouser.FlagError, Error: uint32(vfiouser.FarewellErrno)}
+	if len(got) != vfiouser.HeaderSize || vfiouser.ParseHeader(got) != want {
+		t.Fatalf("VM read %x before the end of file, want the error reply %+v", got, want)
+	}
 }
 
 // A connection another process still holds (the new vgpud of an upgrade

@@ -28,10 +28,15 @@ const (
 
 // Main runs the keeper process and returns its exit code: it keeps what
 // it is given on the control socket (fd 3) until the socket ends or a
-// SIGTERM or SIGINT, then releases everything.
-func Main() int {
+// SIGTERM or SIGINT, then releases everything, each connection after
+// farewell (nil: none; name is what Start asked for, logged when it names
+// none this binary knows).
+func Main(name string, farewell Farewell) int {
 	procname.Set("vgpud-keeper") // it was started as /proc/self/exe
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "connection-keeper", "pid", os.Getpid())
+	if name != "" && farewell == nil {
+		log.Error("no such farewell: connections end with an end of file alone", "farewell", name)
+	}
 	// Its parent is the vgpud that started it, read before that vgpud
 	// may be gone (its descriptors are its own, not "another process's",
 	// while it exits).
@@ -55,7 +60,7 @@ func Main() int {
 	if signalled.Load() {
 		daemon = 0
 	}
-	release(held, daemon, log)
+	release(held, daemon, farewell, log)
 	return 0
 }
 
@@ -112,8 +117,9 @@ func serve(fd int, log *slog.Logger) (map[ID]int, error) {
 }
 
 // release lets go of every held connection: one another process still
-// holds (an upgrade's new vgpud) is closed, any other ends in order.
-func release(held map[ID]int, daemon int, log *slog.Logger) {
+// holds (an upgrade's new vgpud) is closed, any other ends in order,
+// after farewell (if any) answered what its VMM waits for.
+func release(held map[ID]int, daemon int, farewell Farewell, log *slog.Logger) {
 	if len(held) == 0 {
 		return
 	}
@@ -127,6 +133,13 @@ func release(held map[ID]int, daemon int, log *slog.Logger) {
 			continue
 		}
 		wg.Go(func() {
+			if farewell != nil {
+				answered, err := farewell(fd)
+				who = append(who, "answered", answered)
+				if err != nil {
+					who = append(who, "farewell_err", err.Error())
+				}
+			}
 			drained, err := endInOrder(fd)
 			attrs := append(who, "drained_bytes", drained)
 			if err != nil {

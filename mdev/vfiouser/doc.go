@@ -11,7 +11,9 @@
 // transport.Socket mdev listens for. A Session pauses between two
 // messages and describes itself for an upgrade in place (Handover); a new
 // process's Transport.Adopt checks that description as it would a
-// client's messages (handover_linux.go). vfiouser knows nothing of
+// client's messages (handover_linux.go). When vgpud is gone, the
+// connection keeper answers the requests the client still waits on
+// (RefuseWaiting, farewell_linux.go). vfiouser knows nothing of
 // register semantics or commands (mmio and the aggregator own them), nor
 // of how a handover travels (package handover, mdev).
 //
