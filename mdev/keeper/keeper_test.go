@@ -222,6 +222,36 @@ func TestVFIOUserFarewell(t *testing.T) {
 	}
 }
 
+// The two keepers of an upgrade in place hold the same connection; when
+// both their vgpuds end at once (the new one killed as the old one's
+// probation ends), one ends it in order: the VM reads an end of file,
+// never a reset (each keeper used to see the other holding it and only
+// close it, and QEMU 11.1 aborted on the reset).
+func TestTwoKeepersReleasingAtOnce(t *testing.T) {
+	for range 5 {
+		vm, daemon := pair(t)
+		old, upgraded := start(t), start(t)
+		old.Keep(daemon)
+		upgraded.Keep(daemon)
+		waitHeld(t, old, daemon)
+		waitHeld(t, upgraded, daemon)
+		if _, err := vm.Write(make([]byte, 64<<10)); err != nil { // unread
+			t.Fatal(err)
+		}
+		daemon.Close()
+		errs := make(chan error, 2)
+		for _, k := range []*Keeper{old, upgraded} {
+			go func() { errs <- k.Close() }()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantEnd(t, vm, "both keepers released at once:")
+	}
+}
+
 // A connection another process still holds (the new vgpud of an upgrade
 // in place) is closed, not ended: the VM reads nothing until that process
 // lets go too.

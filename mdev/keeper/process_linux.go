@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -203,10 +204,20 @@ func endInOrder(fd int) (int, error) {
 	}
 }
 
-// heldElsewhere says which of the held descriptors' sockets some process
-// other than the keeper and its daemon (0: none left out) has open, from /proc/*/fd. A
-// process whose descriptors cannot be read (another user's, without the
-// privilege to look) counts as not holding them.
+// heldElsewhere says which of the held descriptors' sockets another
+// process serves or will end in order, from /proc/*/fd: a process other
+// than this keeper and its daemon (0: none left out) that is not a
+// keeper and not exiting, or another keeper with a lower PID. A process whose
+// descriptors cannot be read (another user's, without the privilege to
+// look) counts as not holding them.
+//
+// Keepers do not count as serving: the two keepers of an upgrade in
+// place both hold a connection until the old vgpud exits, and when that
+// vgpud and the new one end at once (the new one dies as the old one's
+// probation ends), each keeper found the other holding it and only
+// closed it; the last close, with the VMM's bytes unread, reset the
+// connection and QEMU 11.1 aborted. Of keepers alone the lowest PID ends
+// it, the others close their copies; an exiting process serves nothing.
 func heldElsewhere(held map[ID]int, daemon int) map[int]bool {
 	byInode := map[string]int{}
 	for _, fd := range held {
@@ -231,15 +242,62 @@ func heldElsewhere(held map[ID]int, daemon int) map[int]bool {
 		if err != nil {
 			continue
 		}
+		var holds []int
 		for _, e := range ents {
 			link, err := os.Readlink(dir + e.Name())
 			if err != nil {
 				continue
 			}
 			if fd, ok := byInode[link]; ok {
-				out[fd] = true
+				holds = append(holds, fd)
 			}
+		}
+		if len(holds) == 0 || exiting(pid) || (isKeeper(pid) && pid > self) {
+			continue
+		}
+		for _, fd := range holds {
+			out[fd] = true
 		}
 	}
 	return out
+}
+
+// pfExiting is the kernel's PF_EXITING task flag (include/linux/sched.h),
+// set as a process begins to exit, before its descriptors are closed.
+const pfExiting = 0x4
+
+// exiting says whether process pid is exiting or has exited (a zombie):
+// the vgpud of an upgrade whose probation just ended, or one killed at
+// the same time, does not serve what it still holds.
+func exiting(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true // gone
+	}
+	// pid (comm) state ppid pgrp session tty_nr tpgid flags ...: comm may
+	// hold anything, so fields count from its last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 7 {
+		return false
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return true
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
+}
+
+// isKeeper says whether process pid is a connection keeper (its command
+// line's first argument is Role).
+func isKeeper(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(b), "\x00")
+	return len(args) >= 2 && args[1] == Role
 }
