@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,6 +26,7 @@ import (
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
 	"github.com/vgpud/vgpud/mdev/runstate"
+	"github.com/vgpud/vgpud/mdev/vfiouser/vfiousertest"
 )
 
 // TestUpgradeRefusedWhenNotItsTurn: an upgrade does not start while
@@ -254,7 +256,6 @@ func reapPID(pid int, d time.Duration) {
 // every counter. The buffer lives in the worker: its content is the
 // instance's device state.
 type guestJob struct {
-	vm    *mpqemutest.VM
 	d     *driver.Device
 	p     driver.Program
 	b     driver.Buffer
@@ -284,12 +285,38 @@ func openGuest(t *testing.T, socket string, opts driver.Options) (*mpqemutest.VM
 	return vm, d
 }
 
-// startGuestJob starts a guest job on the instance socket: its program
+// openVFIOUserGuest attaches a harness VM to an instance's vfio-user
+// socket, as QEMU 11.1's vfio-user-pci does, and opens the guest driver on
+// it.
+func openVFIOUserGuest(t *testing.T, socket string, opts driver.Options) *driver.Device {
+	t.Helper()
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := vfiousertest.New(conn, 64<<20)
+	if err != nil {
+		t.Fatalf("vfio-user attach: %v", err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	d, err := driver.Open(cl, cl, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// startGuestJob starts a guest job on the instance socket (mpqemu's or
+// vfio-user's): its program
 // built, its counters written.
 func startGuestJob(t *testing.T, socket string) *guestJob {
 	t.Helper()
 	g := &guestJob{}
-	g.vm, g.d = openGuest(t, socket, driver.Options{Timeout: time.Minute})
+	if strings.HasSuffix(socket, ".vfio-user.sock") {
+		g.d = openVFIOUserGuest(t, socket, driver.Options{Timeout: time.Minute, Kick: true})
+	} else {
+		_, g.d = openGuest(t, socket, driver.Options{Timeout: time.Minute})
+	}
 	var (
 		blog string
 		err  error
@@ -364,14 +391,25 @@ func (g *guestJob) check() error {
 // instance, device state and connection. Before the probation (run with
 // -upgrade.probation=0) the old vgpud exits at the commit and the guest's
 // vGPU is gone with the new one.
-func TestUpgradeProbation(t *testing.T) {
+func TestUpgradeProbation(t *testing.T) { upgradeProbationRounds(t) }
+
+// TestVFIOUserUpgradeProbation is TestUpgradeProbation on vfio-user (a
+// harness client as QEMU 11.1's): the old vgpud resumes the sessions it
+// paused and handed over (their watchers, the kick ioeventfd), and the
+// new one's connection keeper leaves the connections it held to the old
+// vgpud that serves them again.
+func TestVFIOUserUpgradeProbation(t *testing.T) {
+	upgradeProbationRounds(t, "-transport", "vfio-user")
+}
+
+func upgradeProbationRounds(t *testing.T, args ...string) {
 	if testing.Short() {
 		t.Skip("starts vgpud and a worker many times")
 	}
 	// The new vgpud is the old one's child; once the old one exits, it
 	// and the workers are this process's (reaped here).
 	defer becomeSubreaper(t)()
-	v := startTestVgpud(t, "-upgrade-probation", *upgradeProbation)
+	v := startTestVgpud(t, append([]string{"-upgrade-probation", *upgradeProbation}, args...)...)
 	oldPID := v.cmd.Process.Pid
 	var newPID, workerPID int
 	oldWaited := false
@@ -391,6 +429,9 @@ func TestUpgradeProbation(t *testing.T) {
 	c := control.NewClient(v.sock)
 	info, g, worker := startComputingGuest(ctx, t, c)
 	workerPID = worker
+	if slices.Contains(args, "vfio-user") != strings.HasSuffix(info.Socket, ".vfio-user.sock") {
+		t.Fatalf("vgpud %q serves the instance on %s", args, info.Socket)
+	}
 	faults := []string{"ready", "serving", "health"}
 	for i := range *upgradeRounds {
 		fault := faults[i%len(faults)]
