@@ -71,7 +71,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -134,23 +133,8 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	fs.BoolVar(&cfg.requestTurns, "request-every-turn", false, "the workers ask for every device turn; none is parked at an idle instance (as before issue 42)")
 	fs.IntVar(&cfg.bwReps, "bwreps", 30, "bandwidth table: the most transfers of a size each way per path (fewer for large sizes)")
 	fs.StringVar(&cfg.bwGuest, "bwguest", bwGuestDMA, "bandwidth table: where the guest's data lies: dma (its DMA memory, handed to the device in place) or staged (copied through the driver's staging pool)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the harness guests and their drivers, the direct queues, the in-process mode's vGPU; not the worker and executor processes) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			return err
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			f.Close()
-		}()
 	}
 	var err error
 	if cfg.sects, err = table.ParseSections(*list, sections); err != nil {
