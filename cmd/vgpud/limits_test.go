@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpud/vgpud/internal/fdtest"
 	"github.com/vgpud/vgpud/mdev"
 	"github.com/vgpud/vgpud/mdev/control"
 	"github.com/vgpud/vgpud/migrate"
@@ -62,16 +63,6 @@ func waitClosed(t *testing.T, closed <-chan int, n int, what string) map[int]boo
 		}
 	}
 	return got
-}
-
-// openFDs is the number of this process's open file descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }
 
 // testMetrics serves /metrics within lim on a loopback port until the
@@ -177,7 +168,7 @@ func TestDaemonSurvivesFlood(t *testing.T) {
 	}
 	migAddr := ready["migrate"]
 	metricsAddr := strings.TrimSuffix(strings.TrimPrefix(ready["metrics"], "http://"), "/metrics")
-	before := openFDs(t)
+	before := fdtest.Open(t)
 	nMetrics, nMig := 3*metricsLimits.MaxConns, 3*migrate.DefaultMaxConns
 	_, mclosed := floodConns(t, "tcp", metricsAddr, nMetrics)
 	_, gclosed := floodConns(t, "tcp", migAddr, nMig)
@@ -186,7 +177,7 @@ func TestDaemonSurvivesFlood(t *testing.T) {
 	// This process holds both ends: the flood's client ends, the
 	// daemon's server ends (at most the limits) and a few of its own.
 	const slack = 16
-	if got, most := openFDs(t)-before, nMetrics+nMig+metricsLimits.MaxConns+migrate.DefaultMaxConns+slack; got > most {
+	if got, most := fdtest.Open(t)-before, nMetrics+nMig+metricsLimits.MaxConns+migrate.DefaultMaxConns+slack; got > most {
 		t.Errorf("%d more descriptors open during the flood, want at most %d", got, most)
 	}
 	info, err := ctl.Create(ctx, mdev.CreateRequest{Profile: "vgpu-small"})

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/abi"
+	"github.com/vgpud/vgpud/internal/fdtest"
 	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
@@ -235,7 +236,7 @@ func TestServeEnds(t *testing.T) {
 // TestFDsClosed counts this process's open fds around a whole session,
 // including irqfd replacement and memory remaps.
 func TestFDsClosed(t *testing.T) {
-	before := openFDs(t)
+	before := fdtest.Open(t)
 	func() {
 		vm, stop, err := mpqemutest.Attach(mmio.New(&transporttest.FakeBackend{}), mmio.NewConfigSpace(), &guestmem.Map{}, ramBytes)
 		if err != nil {
@@ -253,7 +254,7 @@ func TestFDsClosed(t *testing.T) {
 			t.Errorf("Serve() = %v, want nil", err)
 		}
 	}()
-	if after := openFDs(t); after != before {
+	if after := fdtest.Open(t); after != before {
 		t.Errorf("open fds = %d after session, %d before", after, before)
 	}
 }
@@ -299,7 +300,7 @@ func TestMalformed(t *testing.T) {
 			bad := serve(t, context.Background(), devSide)
 			bad.cs.Write(mmio.CfgBAR0, 4, mpqemutest.BAR0Addr)
 			bad.cs.Write(mmio.CfgCommand, 2, mmio.CmdMemorySpace)
-			before := openFDs(t)
+			before := fdtest.Open(t)
 			var err error
 			if tt.withFD {
 				fd := memfd(t, 4096)
@@ -323,7 +324,7 @@ func TestMalformed(t *testing.T) {
 			if !tt.wantReply && len(all) != 0 {
 				t.Errorf("reply = %x, want none", all)
 			}
-			if after := openFDs(t); after > before {
+			if after := fdtest.Open(t); after > before {
 				t.Errorf("open fds = %d after, %d before", after, before)
 			}
 			// The other connections keep working.

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"net"
-	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpud/vgpud/internal/fdtest"
 	"github.com/vgpud/vgpud/internal/guestmem"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mdev/mpqemu/mpqemutest"
@@ -152,15 +152,6 @@ func TestPartialHeader(t *testing.T) {
 	}
 }
 
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatalf("ReadDir: %v", err)
-	}
-	return len(ents)
-}
-
 func TestReadMsgRejects(t *testing.T) {
 	fd := memfd(t, 4096)
 	hdr := func(cmd, size uint64) []byte {
@@ -193,7 +184,7 @@ func TestReadMsgRejects(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, b := pipe(t)
-			before := openFDs(t)
+			before := fdtest.Open(t)
 			var err error
 			if len(tt.fds) > 0 {
 				_, _, err = a.WriteMsgUnix(tt.raw, unix.UnixRights(tt.fds...), nil)
@@ -209,7 +200,7 @@ func TestReadMsgRejects(t *testing.T) {
 			}
 			// More open afterwards is a leak; fewer is the runtime or
 			// an earlier test's cleanup closing one meanwhile.
-			if after := openFDs(t); after > before {
+			if after := fdtest.Open(t); after > before {
 				t.Errorf("open fds: %d after, %d before: received fds leaked", after, before)
 			}
 		})

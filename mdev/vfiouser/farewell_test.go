@@ -4,12 +4,12 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vgpud/vgpud/internal/fdtest"
 	"github.com/vgpud/vgpud/internal/sockpairtest"
 	"github.com/vgpud/vgpud/mdev/vfiouser"
 )
@@ -55,15 +55,6 @@ func farewellReplies(t *testing.T, client *net.UnixConn, fd int) []vfiouser.Head
 	return hs
 }
 
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 // Every request that waits for a reply gets an error reply with its ID
 // and command; a posted write, a reply and a message whose rest never
 // comes get none; the descriptors that came with the requests are
@@ -90,12 +81,12 @@ func TestRefuseWaiting(t *testing.T) {
 	if _, err := client.Write(partial); err != nil {
 		t.Fatal(err)
 	}
-	before := openFDs(t)
+	before := fdtest.Open(t)
 	answered, err := vfiouser.RefuseWaiting(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after := openFDs(t); after != before {
+	if after := fdtest.Open(t); after != before {
 		t.Errorf("%d descriptors open after the farewell, %d before: the DMA_MAP's memfd was kept", after, before)
 	}
 	hs := farewellReplies(t, client, fd)
