@@ -111,11 +111,12 @@ func appendErrorReply(b []byte, h Header) []byte {
 // that reads nothing is left to its end of file.
 const farewellWriteFor = time.Second
 
-// writeAll writes b to fd, waiting for room at most farewellWriteFor.
+// writeAll writes b to fd, waiting for room at most farewellWriteFor. A
+// client gone meanwhile is EPIPE, never a signal.
 func writeAll(fd int, b []byte) error {
 	deadline := time.Now().Add(farewellWriteFor)
 	for len(b) > 0 {
-		n, err := unix.Write(fd, b)
+		n, err := unix.SendmsgN(fd, b, nil, nil, unix.MSG_NOSIGNAL)
 		switch {
 		case err == unix.EINTR:
 			continue

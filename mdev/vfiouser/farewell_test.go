@@ -146,6 +146,20 @@ func TestRefuseWaitingEndsTheClientsSends(t *testing.T) {
 	}
 }
 
+// A client gone before its answer: the farewell reports the failed write
+// (EPIPE), and no signal ends the process.
+func TestRefuseWaitingClientGone(t *testing.T) {
+	client, server := sockpairtest.Stream(t)
+	fd := serverFD(t, server)
+	if _, err := client.Write(msg(vfiouser.Header{ID: 1, Cmd: vfiouser.CmdRegionRead}, make([]byte, 16))); err != nil {
+		t.Fatal(err)
+	}
+	client.Close()
+	if _, err := vfiouser.RefuseWaiting(fd); !errors.Is(err, unix.EPIPE) {
+		t.Fatalf("RefuseWaiting to a closed client: %v, want EPIPE", err)
+	}
+}
+
 // Nothing waiting: nothing answered.
 func TestRefuseWaitingNothing(t *testing.T) {
 	client, server := sockpairtest.Stream(t)
