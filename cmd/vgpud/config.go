@@ -353,11 +353,10 @@ func (c *commandLine) override(cfg *Config) {
 	}
 }
 
-// socketTransport is the transport the instance sockets speak.
 // keeperFarewells are the connection keeper's farewells (keeper.Farewell)
-// by name: vfio-user's answers the requests QEMU sent after vgpud died,
-// which QEMU would otherwise wait 5 s for with its big lock held
-// (docs/keeper.md).
+// by name: vfio-user's answers the requests vgpud never read, which
+// QEMU would otherwise wait 5 s for with its big lock held
+// (docs/keeper.md "Farewells").
 var keeperFarewells = map[string]keeper.Farewell{"vfio-user": vfiouser.RefuseWaiting}
 
 // keeperFarewell names the farewell for t's connections ("": none).
@@ -368,6 +367,7 @@ func keeperFarewell(t transport.Socket) string {
 	return ""
 }
 
+// socketTransport is the transport the instance sockets speak.
 func socketTransport(name string) (transport.Socket, error) {
 	switch name {
 	case "", "mpqemu":

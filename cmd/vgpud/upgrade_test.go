@@ -307,8 +307,7 @@ func openVFIOUserGuest(t *testing.T, socket string, opts driver.Options) *driver
 }
 
 // startGuestJob starts a guest job on the instance socket (mpqemu's or
-// vfio-user's): its program
-// built, its counters written.
+// vfio-user's): its program built, its counters written.
 func startGuestJob(t *testing.T, socket string) *guestJob {
 	t.Helper()
 	g := &guestJob{}
