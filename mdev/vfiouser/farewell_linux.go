@@ -3,6 +3,9 @@ package vfiouser
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -41,99 +44,61 @@ const FarewellErrno = unix.ENODEV
 // messages carried. Posted writes and replies get no answer, nor does a
 // message the client had not finished sending (it cannot now: its write
 // fails). It returns how many requests it answered. It stops at the
-// first header that does not frame a message (Header.Check): what
-// follows is not trusted to be messages.
+// first message Wire.Read refuses: what follows is not trusted to be
+// messages.
 //
-// fd may be non-blocking (a duplicate of a Go connection's) or blocking.
-// It is the connection keeper's Farewell for vfio-user connections.
+// fd stays the caller's (it is read through a duplicate). It is the
+// connection keeper's Farewell for vfio-user connections.
 func RefuseWaiting(fd int) (answered int, err error) {
 	if err := unix.Shutdown(fd, unix.SHUT_RD); err != nil {
 		return 0, fmt.Errorf("farewell: shutdown: %w", err)
 	}
-	var (
-		in  []byte // bytes read and not yet a whole message
-		out []byte // the error replies
-		oob = make([]byte, unix.CmsgSpace(MaxFDs*4))
-		buf = make([]byte, 64<<10)
-	)
+	conn, err := dupConn(fd)
+	if err != nil {
+		return 0, fmt.Errorf("farewell: %w", err)
+	}
+	defer conn.Close()
+	// A client that reads nothing is left to its end of file.
+	conn.SetWriteDeadline(time.Now().Add(farewellWriteFor))
+	w := NewWire(conn)
 	for {
-		n, oobn, _, _, rerr := unix.Recvmsg(fd, buf, oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
-		if rerr == unix.EINTR {
-			continue
-		}
-		if oobn > 0 {
-			fds, _ := scmrights.Parse(oob[:oobn])
-			scmrights.Close(fds)
-		}
-		// The queue's end: 0 bytes once it is empty (shut for reading),
-		// EAGAIN where a kernel says so instead.
-		if rerr == unix.EAGAIN || (rerr == nil && n == 0) {
-			break
-		}
-		if rerr != nil {
-			err = fmt.Errorf("farewell: read: %w", rerr)
-			break
-		}
-		in = append(in, buf[:n]...)
-		for len(in) >= HeaderSize {
-			h := ParseHeader(in)
-			if err = h.Check(); err != nil {
-				err = fmt.Errorf("farewell: %w", err)
-				break
-			}
-			if uint32(len(in)) < h.Size {
-				break
-			}
-			in = in[h.Size:]
-			if h.Type() == TypeCommand && h.Flags&FlagNoReply == 0 {
-				out = appendErrorReply(out, h)
-				answered++
-			}
+		m, err := w.Read()
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return answered, nil // the queue's end, or a message never finished
 		}
 		if err != nil {
-			break
+			return answered, fmt.Errorf("farewell: %w", err)
 		}
+		scmrights.Close(m.FDs)
+		if m.Type() != TypeCommand || m.Flags&FlagNoReply != 0 {
+			continue
+		}
+		if err := w.Write(Header{ID: m.ID, Cmd: m.Cmd, Flags: TypeReply | FlagError, Error: uint32(FarewellErrno)}, nil); err != nil {
+			return answered, fmt.Errorf("farewell: %w", err)
+		}
+		answered++
 	}
-	if werr := writeAll(fd, out); werr != nil {
-		return answered, errors.Join(err, fmt.Errorf("farewell: %w", werr))
-	}
-	return answered, err
 }
 
-// appendErrorReply appends the error reply to request h.
-func appendErrorReply(b []byte, h Header) []byte {
-	var r [HeaderSize]byte
-	Header{ID: h.ID, Cmd: h.Cmd, Size: HeaderSize, Flags: TypeReply | FlagError, Error: uint32(FarewellErrno)}.Put(r[:])
-	return append(b, r[:]...)
-}
-
-// farewellWriteFor bounds the wait for room for the replies: a client
-// that reads nothing is left to its end of file.
+// farewellWriteFor bounds the wait for room for the replies.
 const farewellWriteFor = time.Second
 
-// writeAll writes b to fd, waiting for room at most farewellWriteFor. A
-// client gone meanwhile is EPIPE, never a signal.
-func writeAll(fd int, b []byte) error {
-	deadline := time.Now().Add(farewellWriteFor)
-	for len(b) > 0 {
-		n, err := unix.SendmsgN(fd, b, nil, nil, unix.MSG_NOSIGNAL)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			left := time.Until(deadline)
-			if left <= 0 {
-				return fmt.Errorf("write: %d bytes of replies left: %w", len(b), unix.ETIMEDOUT)
-			}
-			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-			if _, err := unix.Poll(pfd, int(left.Milliseconds())+1); err != nil && err != unix.EINTR {
-				return fmt.Errorf("poll: %w", err)
-			}
-			continue
-		case err != nil:
-			return fmt.Errorf("write: %w", err)
-		}
-		b = b[n:]
+// dupConn is a connection on a duplicate of fd; fd stays the caller's.
+func dupConn(fd int) (*net.UnixConn, error) {
+	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	f := os.NewFile(uintptr(d), "vfio-user")
+	defer f.Close()
+	c, err := net.FileConn(f) // a duplicate of its own
+	if err != nil {
+		return nil, err
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("fd %d is not a Unix socket", fd)
+	}
+	return uc, nil
 }
