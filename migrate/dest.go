@@ -559,7 +559,9 @@ func (in *incoming) run(ctx context.Context) (Reply, error) {
 	if err != nil {
 		return rep, err
 	}
+	var ran time.Time // when this vgpud ran the VM (cont); zero if it was running
 	if !st.Running {
+		ran = time.Now()
 		if err := in.mon.Cont(ctx); err != nil {
 			return rep, err
 		}
@@ -584,6 +586,14 @@ func (in *incoming) run(ctx context.Context) (Reply, error) {
 		rep.Programs = n
 	}
 	rep.ResumeNs = ns(time.Since(resumed))
-	in.log.Info("incoming migration committed", "cont", time.Duration(rep.PlugNs), "resume", time.Duration(rep.ResumeNs))
+	if a := in.inst.Agent(); a != nil && !ran.IsZero() {
+		// The agent's Hello after the VM ran: the guest's first answer,
+		// which asks nothing of the vGPU.
+		if h := a.LastHello(); h.After(ran) {
+			rep.HelloNs = ns(max(h.Sub(resumed), 0))
+		}
+	}
+	in.log.Info("incoming migration committed", "cont", time.Duration(rep.PlugNs), "resume", time.Duration(rep.ResumeNs),
+		"guest_hello", time.Duration(rep.HelloNs))
 	return rep, nil
 }

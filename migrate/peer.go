@@ -37,8 +37,13 @@ type Reply struct {
 	AppliedNs int64 `json:"applied_ns,omitempty"`
 	// Commit timings (for "commit"): plugging the device into QEMU,
 	// resuming the VM, the guest's agent answering Resume.
-	PlugNs   int64  `json:"plug_ns,omitempty"`
-	ResumeNs int64  `json:"resume_ns,omitempty"`
+	PlugNs   int64 `json:"plug_ns,omitempty"`
+	ResumeNs int64 `json:"resume_ns,omitempty"`
+	// HelloNs (for "go"): from the VM's cont to the guest agent's first
+	// message here (its Hello), the guest's first answer of any kind
+	// after the switchover; 0 when this vgpud did not run the VM or the
+	// agent had said Hello before.
+	HelloNs  int64  `json:"hello_ns,omitempty"`
 	Programs uint32 `json:"programs,omitempty"`
 }
 

@@ -117,6 +117,12 @@ type Report struct {
 	QEMU    time.Duration `json:"qemu_ns"`
 	Plug    time.Duration `json:"plug_ns"`
 	Resume  time.Duration `json:"resume_ns"`
+	// GuestHello is, within Resume, when the guest first answered after
+	// the VM ran on the destination: its agent's Hello, which asks nothing
+	// of the vGPU (the guest's and QEMU's own resume, the baseline of
+	// Resume); 0 where not measured (the VM's manager ran it, or the agent
+	// had said Hello before).
+	GuestHello time.Duration `json:"guest_hello_ns,omitempty"`
 	// Stun is from the Quiesce request to the guest's Resumed: no guest
 	// command is served in between.
 	Stun time.Duration `json:"stun_ns"`
@@ -523,6 +529,7 @@ func (o *outgoing) sendGo(stunStart time.Time) error {
 	}
 	o.rep.Plug += time.Duration(rep.PlugNs)
 	o.rep.Resume = time.Duration(rep.ResumeNs)
+	o.rep.GuestHello = time.Duration(rep.HelloNs)
 	o.rep.Stun = time.Since(stunStart)
 	o.rep.StreamBytes = o.cw.n
 	o.rep.Phase = ""

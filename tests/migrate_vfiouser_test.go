@@ -96,6 +96,11 @@ func TestMigrateVFIOUserInPlace(t *testing.T) {
 	if !rep.Live || rep.LiveCopy <= 0 || rep.GuestBytes == 0 {
 		t.Errorf("report %+v: want the vGPU running during QEMU's copy and guest pages in the final round", rep)
 	}
+	// The destination ran the VM and timed the guest's first answer (its
+	// agent's Hello), within the resume it answered after.
+	if rep.GuestHello <= 0 || rep.GuestHello > rep.Resume {
+		t.Errorf("report %+v: want the guest agent's Hello timed within the resume", rep)
+	}
 	// The program kept BAR0 mapped across the migration and found it
 	// answering at Resume: the agent wrote the PCI configuration QEMU did
 	// not carry back once, and the program did not reopen the device.

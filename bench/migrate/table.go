@@ -26,6 +26,8 @@ type cell struct {
 // phases are a migration's durations.
 type phases struct {
 	quiesce, final, unplug, qemu, plug, resume, stun, downtime, total, liveCopy time.Duration
+	// hello: within resume, the guest's first answer (its agent's Hello).
+	hello time.Duration
 }
 
 func (p *phases) add(r *migrate.Report) {
@@ -39,11 +41,12 @@ func (p *phases) add(r *migrate.Report) {
 	p.downtime += r.QEMUDowntime
 	p.total += r.Total
 	p.liveCopy += r.LiveCopy
+	p.hello += r.GuestHello
 }
 
 func (p phases) div(n int) phases {
 	d := time.Duration(max(n, 1))
-	return phases{p.quiesce / d, p.final / d, p.unplug / d, p.qemu / d, p.plug / d, p.resume / d, p.stun / d, p.downtime / d, p.total / d, p.liveCopy / d}
+	return phases{p.quiesce / d, p.final / d, p.unplug / d, p.qemu / d, p.plug / d, p.resume / d, p.stun / d, p.downtime / d, p.total / d, p.liveCopy / d, p.hello / d}
 }
 
 // vgpud is the part of the stun that is vgpud's own: quiescing (the agent
@@ -142,7 +145,8 @@ func liveTable(cs []*cell) *table.Table {
 	t := &table.Table{
 		Title: "Table 3: vfio-user, the vGPU running while QEMU copies the VM against quiescing first (same VM, same run)",
 		Header: []string{"device memory, dirty rate", "stun, vGPU running", "stun, quiesce first", "ratio",
-			"QEMU downtime", "stun - downtime", "of which guest resume", "goal: stun - downtime <= 100 ms"},
+			"QEMU downtime", "stun - downtime", "of which guest resume", "goal: stun - downtime <= 100 ms",
+			"guest's first answer", "resume - first answer", "goal: resume - first answer <= 20 ms"},
 	}
 	for _, c := range cs {
 		if c.tr != vfioUserT || c.mode != precopy {
@@ -158,11 +162,19 @@ func liveTable(cs []*cell) *table.Table {
 			if over <= 100*time.Millisecond {
 				met = "yes"
 			}
+			first, beyond, metResume := "-", "-", "-"
+			if p.hello > 0 {
+				first, beyond, metResume = ms(p.hello), ms(p.resume-p.hello), "no"
+				if p.resume-p.hello <= 20*time.Millisecond {
+					metResume = "yes"
+				}
+			}
 			t.Add(fmt.Sprintf("%d MiB, %s", c.size>>20, c.rate), ms(p.stun), ms(q.stun), ratio(p.stun, q.stun),
-				ms(p.downtime), ms(over), ms(p.resume), met)
+				ms(p.downtime), ms(over), ms(p.resume), met, first, beyond, metResume)
 		}
 	}
 	t.Note("ratio below 1 is the gain of running the vGPU during QEMU's copy. Guest resume: from cont to the guest agent's answer; the agent writes back the PCI configuration QEMU did not carry, and the programs go on on the BAR0 they kept mapped (docs/migration.md).")
+	t.Note("Guest's first answer: from cont to the guest agent's Hello on the destination, which asks nothing of the vGPU: what any guest takes to run again after QEMU's switchover (QEMU's own, and the guest's). The goal of issue 44: the resume within 20 ms of it. A dash: not measured (a destination of an earlier release).")
 	return t
 }
 

@@ -199,6 +199,7 @@ func (s *Server) answer(kind agentmsg.Type, cookie uint64, st agentmsg.Migration
 // helloFrom wakes WaitAgent callers.
 func (s *Server) helloFrom(*conn) {
 	s.mu.Lock()
+	s.lastHello = time.Now()
 	close(s.helloed)
 	s.helloed = make(chan struct{})
 	s.mu.Unlock()

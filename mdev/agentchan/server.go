@@ -108,6 +108,8 @@ type Server struct {
 	cookie  uint64
 	helloed chan struct{} // closed (and replaced) when a peer's Hello arrives
 	joined  chan struct{} // closed (and replaced) when a peer connects
+	// lastHello is when the last Hello arrived (LastHello).
+	lastHello time.Time
 
 	// declared is the guest's last Resources (reconfig.go); nil: none yet.
 	declared []Declaration
@@ -173,6 +175,13 @@ func (s *Server) Connected() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cur != nil
+}
+
+// LastHello is when an agent last said Hello on the channel (zero: never).
+func (s *Server) LastHello() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastHello
 }
 
 // WaitConnected waits until a peer (QEMU) is connected: ErrNoAgent with
