@@ -712,6 +712,31 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
+// settle waits for the lines printAfter is still writing.
+func (l *lockedWriter) settle() {
+	l.mu.Lock()
+	l.mu.Unlock() //nolint:staticcheck // an empty critical section: waits for the writer
+}
+
+// printAfter prints a line of the migration handler so that it does not
+// hold up the handler's answer: on a lockedWriter the lock is taken now,
+// so no line of the job comes before it, and the line is written while
+// the answer goes to the host. Under TCG a line on the serial console
+// costs tens of milliseconds (a trap per byte), which the host measured
+// as part of the GPU stun when the handler printed before it returned.
+func printAfter(w io.Writer, format string, args ...any) {
+	l, ok := w.(*lockedWriter)
+	if !ok {
+		fmt.Fprintf(w, format, args...)
+		return
+	}
+	l.mu.Lock()
+	go func() {
+		defer l.mu.Unlock()
+		fmt.Fprintf(l.w, format, args...)
+	}()
+}
+
 // reporting prints what the migration handler did (for the host test's
 // log; the lines do not start with "ITERATE OK" or "ITERATE FAIL").
 type reporting struct {
@@ -724,9 +749,9 @@ type reporting struct {
 func (r reporting) Quiesce(ctx context.Context) error {
 	err := r.h.Quiesce(ctx)
 	if err != nil {
-		fmt.Fprintf(r.out, "%squiesce error: %v\n", Prefix, err)
+		printAfter(r.out, "%squiesce error: %v\n", Prefix, err)
 	} else {
-		fmt.Fprintf(r.out, "%squiesced\n", Prefix)
+		printAfter(r.out, "%squiesced\n", Prefix)
 	}
 	return err
 }
@@ -740,13 +765,13 @@ func (r reporting) Resume(ctx context.Context, replugged bool) error {
 	// in-place migration, no reopen).
 	kept := r.d.Regs() == before
 	if err != nil {
-		fmt.Fprintf(r.out, "%sresume error (replugged %v): %v\n", Prefix, replugged, err)
+		printAfter(r.out, "%sresume error (replugged %v): %v\n", Prefix, replugged, err)
 	} else {
 		in := r.d.Info()
 		if replugged {
 			r.migrated.Add(1)
 		}
-		fmt.Fprintf(r.out, "%sresumed replugged=%v kept-mapping=%v device=%s cus=%d took=%s\n", Prefix, replugged, kept, printable(in.Name), in.ComputeUnits, took.Round(time.Microsecond))
+		printAfter(r.out, "%sresumed replugged=%v kept-mapping=%v device=%s cus=%d took=%s\n", Prefix, replugged, kept, printable(in.Name), in.ComputeUnits, took.Round(time.Microsecond))
 	}
 	return err
 }
@@ -828,6 +853,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	s := newSession(o, stdout, stderr)
 	defer s.close()
+	defer s.out.settle() // after the agent stopped: no line printed after run returns
 	if err := s.open(); err != nil {
 		return s.fail(err)
 	}

@@ -803,3 +803,58 @@ func TestRunReconfiguresThroughAgent(t *testing.T) {
 		fmt.Sprintf("ITERATE OK steps=40 sum=%016x\n", checksum(reference(1, 128, 40))),
 	)
 }
+
+// blockedWriter holds each write until it is given a token.
+type blockedWriter struct {
+	tokens chan struct{}
+	buf    bytes.Buffer
+}
+
+func (w *blockedWriter) Write(b []byte) (int, error) {
+	<-w.tokens
+	return w.buf.Write(b)
+}
+
+// TestHandlerLinesDoNotHoldTheAnswer: the migration handler's report
+// line is written after the handler returned (the host measures until the
+// answer that follows the return: a line on a TCG guest's serial console
+// cost tens of milliseconds of the GPU stun), and still before any line
+// the job prints after it.
+func TestHandlerLinesDoNotHoldTheAnswer(t *testing.T) {
+	d, _ := openFake(t, nil)
+	bw := &blockedWriter{tokens: make(chan struct{}, 3)}
+	out := &lockedWriter{w: bw}
+	r := reporting{h: okHandler{}, d: d, out: out, migrated: new(atomic.Int32)}
+	// Each returns while its line cannot be written yet (had it waited for
+	// the write, it would never return: the bound only turns that hang
+	// into a failure).
+	returns := func(name string, f func() error) {
+		done := make(chan error, 1)
+		go func() { done <- f() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%s waited for its report line to be written", name)
+		}
+	}
+	returns("Quiesce", func() error { return r.Quiesce(context.Background()) })
+	bw.tokens <- struct{}{}
+	out.settle()
+	returns("Resume", func() error { return r.Resume(context.Background(), true) })
+	job := make(chan struct{})
+	go func() {
+		fmt.Fprintf(out, "%sstep 5/9\n", Prefix)
+		close(job)
+	}()
+	bw.tokens <- struct{}{}
+	bw.tokens <- struct{}{}
+	<-job
+	out.settle()
+	lines := strings.Split(strings.TrimSpace(bw.buf.String()), "\n")
+	if len(lines) != 3 || lines[0] != Prefix+"quiesced" || !strings.HasPrefix(lines[1], Prefix+"resumed replugged=true") || lines[2] != Prefix+"step 5/9" {
+		t.Errorf("lines %q: want quiesced, resumed, then the job's step", lines)
+	}
+}
