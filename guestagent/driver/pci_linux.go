@@ -130,13 +130,12 @@ const (
 // Configuration space offsets and command register bits RestoreConfig
 // writes (PCI 3.0, 6.2.2 and 6.2.5).
 const (
-	cfgCommand     = 0x04
-	cfgBAR0        = 0x10
-	cmdIO          = 1 << 0
-	cmdMemory      = 1 << 1
-	cmdBusMaster   = 1 << 2
-	pciBARs        = 6
-	cfgHeaderBytes = 0x40
+	cfgCommand   = 0x04
+	cfgBAR0      = 0x10
+	cmdIO        = 1 << 0
+	cmdMemory    = 1 << 1
+	cmdBusMaster = 1 << 2
+	pciBARs      = 6
 )
 
 // RestoreConfig writes the BARs of the PCI function dir (a sysfs device
@@ -233,14 +232,17 @@ func (c *SavedConfig) Restore() (bool, error) {
 		return false, fmt.Errorf("restore pci config %s: %w", c.dir, err)
 	}
 	defer f.Close()
-	hdr := make([]byte, cfgHeaderBytes)
-	if _, err := f.ReadAt(hdr, 0); err != nil {
-		return false, fmt.Errorf("restore pci config %s: read: %w", c.dir, err)
-	}
+	// Only the words written back are read, each on its own: every config
+	// access traps to the VMM (and QEMU's vfio-user-pci may ask vgpud), in
+	// a guest whose paths run cold right after a migration, so reading the
+	// whole header cost most of the write-back.
 	buf := make([]byte, 4)
 	wrote := false
 	for _, w := range c.words {
-		cur := le32(hdr[w.off:])
+		if _, err := f.ReadAt(buf, w.off); err != nil {
+			return false, fmt.Errorf("restore pci config %s: read BAR at %#x: %w", c.dir, w.off, err)
+		}
+		cur := le32(buf)
 		if cur&^w.keep == w.val {
 			continue
 		}
@@ -253,7 +255,10 @@ func (c *SavedConfig) Restore() (bool, error) {
 	if !wrote {
 		return false, nil
 	}
-	cmd := binary.LittleEndian.Uint16(hdr[cfgCommand:]) | c.cmd | cmdBusMaster
+	if _, err := f.ReadAt(buf[:2], cfgCommand); err != nil {
+		return false, fmt.Errorf("restore pci config %s: read command: %w", c.dir, err)
+	}
+	cmd := binary.LittleEndian.Uint16(buf) | c.cmd | cmdBusMaster
 	binary.LittleEndian.PutUint16(buf, cmd)
 	if _, err := f.WriteAt(buf[:2], cfgCommand); err != nil {
 		return false, fmt.Errorf("restore pci config %s: command: %w", c.dir, err)
