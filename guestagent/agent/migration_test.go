@@ -622,6 +622,7 @@ func startOldClient(t *testing.T, path string) *oldClient {
 type eventRestorer func(string)
 
 func (e eventRestorer) Restore() (bool, error) { e("restore"); return true, nil }
+func (e eventRestorer) Close() error           { e("close"); return nil }
 
 // TestRelayInPlace: a Quiesce with QuiesceInPlace reaches the programs
 // that announced FeatureInPlace with the flag (their handlers see
@@ -684,8 +685,11 @@ func TestRelayInPlace(t *testing.T) {
 		var got []string
 		saves := 0
 		for _, e := range all {
-			if e == "save" {
+			switch e {
+			case "save":
 				saves++
+				continue
+			case "close": // asynchronous: counted at the end
 				continue
 			}
 			got = append(got, e)
@@ -694,6 +698,20 @@ func TestRelayInPlace(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(c.want) || (saves == 1) != inPlace || saves > 1 {
 			t.Errorf("case %d: events %q, want %q with one save only in place", i, all, c.want)
 		}
+	}
+	// The configuration saved for the Resume that said the state was lost
+	// was closed, not restored, and no other was (Close waits for it).
+	s.relay.Close()
+	mu.Lock()
+	closes := 0
+	for _, e := range events {
+		if e == "close" {
+			closes++
+		}
+	}
+	mu.Unlock()
+	if closes != 1 {
+		t.Errorf("%d saved configurations closed unrestored, want 1 (events of the last case: %q)", closes, events)
 	}
 	old.mu.Lock()
 	defer old.mu.Unlock()

@@ -196,6 +196,8 @@ func (r *Relay) Close() error {
 	for rc := range r.conns {
 		rc.c.Close()
 	}
+	r.discardLocked(r.saved)
+	r.inPlace, r.saved = false, nil
 	r.mu.Unlock()
 	err := r.l.Close()
 	r.wg.Wait()
@@ -409,6 +411,7 @@ func (r *Relay) migrate(ctx context.Context, req agentmsg.Message) (agentmsg.Mig
 // (driver.SavedConfig).
 type configRestorer interface {
 	Restore() (bool, error)
+	Close() error // for one not restored (Restore closes itself)
 }
 
 // inPlaceConfig keeps the vGPU's PCI configuration across a migration in
@@ -425,6 +428,7 @@ func (r *Relay) inPlaceConfig(req agentmsg.Message) {
 	case *agentmsg.Quiesce:
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		r.discardLocked(r.saved) // a Quiesce again: the last one's was not restored
 		r.inPlace, r.saved = req.Flags&agentmsg.QuiesceInPlace != 0 && !r.closed, nil
 		if r.inPlace {
 			// Saved while the programs drain, not before they are asked.
@@ -440,10 +444,12 @@ func (r *Relay) inPlaceConfig(req agentmsg.Message) {
 		r.mu.Lock()
 		on, saved := r.inPlace, r.saved
 		r.inPlace, r.saved = false, nil
-		r.mu.Unlock()
 		if !on || req.Flags&agentmsg.ResumeLost != 0 {
+			r.discardLocked(saved)
+			r.mu.Unlock()
 			return
 		}
+		r.mu.Unlock()
 		c := <-saved
 		if c == nil {
 			return
@@ -456,6 +462,21 @@ func (r *Relay) inPlaceConfig(req agentmsg.Message) {
 		}
 		r.log.Debug("relay: in-place migration: PCI configuration", "restored", did, "took", time.Since(start))
 	}
+}
+
+// discardLocked closes the configuration saved gets (nil: none) once it is
+// saved, for one that will not be restored. Caller holds mu.
+func (r *Relay) discardLocked(saved chan configRestorer) {
+	if saved == nil {
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		if c := <-saved; c != nil {
+			c.Close()
+		}
+	}()
 }
 
 // saveFor saves the vGPU's configuration, where it was last found, and

@@ -165,6 +165,11 @@ type SavedConfig struct {
 	dir   string
 	words []configWord // the BAR dwords at the kernel's addresses
 	cmd   uint16       // the decoders those BARs need
+	// f is the function's configuration space, opened by SaveConfig so
+	// that Restore, right after a migration, walks no sysfs path: in a
+	// guest whose paths run cold on the destination (TCG) the open was
+	// most of the write-back. Restore or Close closes it.
+	f *os.File
 }
 
 // configWord is a BAR dword: val in the bits outside keep, which hold
@@ -202,7 +207,21 @@ func SaveConfig(dir string) (*SavedConfig, error) {
 			}
 		}
 	}
+	if c.f, err = os.OpenFile(filepath.Join(dir, "config"), os.O_RDWR, 0); err != nil {
+		return nil, fmt.Errorf("save pci config %s: %w", dir, err)
+	}
 	return c, nil
+}
+
+// Close releases what SaveConfig holds, for a configuration that will not
+// be restored. Restore closes it itself.
+func (c *SavedConfig) Close() error {
+	if c.f == nil {
+		return nil
+	}
+	f := c.f
+	c.f = nil
+	return f.Close()
 }
 
 // parseResource reads the start address and flags of a sysfs "resource"
@@ -225,11 +244,16 @@ func parseResource(line string) (start, flags uint64, ok bool) {
 
 // Restore writes the saved BARs back where the function's configuration
 // space no longer holds them, then turns on the decoders they need and bus
-// mastering; it reports whether it wrote anything.
+// mastering; it reports whether it wrote anything. It uses, and closes,
+// the configuration space SaveConfig opened; called again, it opens it.
 func (c *SavedConfig) Restore() (bool, error) {
-	f, err := os.OpenFile(filepath.Join(c.dir, "config"), os.O_RDWR, 0)
-	if err != nil {
-		return false, fmt.Errorf("restore pci config %s: %w", c.dir, err)
+	f := c.f
+	c.f = nil
+	if f == nil {
+		var err error
+		if f, err = os.OpenFile(filepath.Join(c.dir, "config"), os.O_RDWR, 0); err != nil {
+			return false, fmt.Errorf("restore pci config %s: %w", c.dir, err)
+		}
 	}
 	defer f.Close()
 	// Only the words written back are read, each on its own: every config

@@ -111,14 +111,14 @@ func TestRestoreReadsOnlyItsWords(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "resource"), []byte(resource), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	saved, err := SaveConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	reset := make([]byte, 0x18) // up to BAR1, the 64-bit BAR0's high word
 	binary.LittleEndian.PutUint32(reset[0x10:], 0xc)
 	cfg := filepath.Join(dir, "config")
 	if err := os.WriteFile(cfg, reset, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved, err := SaveConfig(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if did, err := saved.Restore(); err != nil || !did {
@@ -130,5 +130,54 @@ func TestRestoreReadsOnlyItsWords(t *testing.T) {
 	binary.LittleEndian.PutUint16(want[0x04:], cmdMemory|cmdBusMaster)
 	if got, _ := os.ReadFile(cfg); !bytes.Equal(got, want) {
 		t.Errorf("config after Restore:\n got % x\nwant % x", got, want)
+	}
+}
+
+// TestRestoreWalksNoPath: Restore writes through the configuration space
+// SaveConfig opened, so after a migration it walks no sysfs path (the
+// file is moved away here: a Restore that opened it by name would fail);
+// a second Restore opens it by name again, and Close releases a saved
+// configuration that is not restored.
+func TestRestoreWalksNoPath(t *testing.T) {
+	const resource = "0x00000000fe000000 0x00000000fe000fff 0x0000000000040200\n"
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "resource"), []byte(resource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config")
+	if err := os.WriteFile(cfg, make([]byte, 0x40), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved, err := SaveConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(t.TempDir(), "config")
+	if err := os.Rename(cfg, moved); err != nil {
+		t.Fatal(err)
+	}
+	if did, err := saved.Restore(); err != nil || !did {
+		t.Fatalf("Restore() = %v, %v, want true, nil (through the file SaveConfig opened)", did, err)
+	}
+	if got, _ := os.ReadFile(moved); binary.LittleEndian.Uint32(got[0x10:]) != 0xfe000000 {
+		t.Errorf("BAR0 %#x after Restore, want 0xfe000000", binary.LittleEndian.Uint32(got[0x10:]))
+	}
+	if _, err := saved.Restore(); err == nil {
+		t.Errorf("a second Restore with the configuration gone succeeded: it did not open it by name")
+	}
+
+	other, err := SaveConfig(t.TempDir())
+	if err == nil {
+		t.Errorf("SaveConfig of a directory without resources = %v, want an error", other)
+	}
+	if err := os.Rename(moved, cfg); err != nil {
+		t.Fatal(err)
+	}
+	unused, err := SaveConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unused.Close(); err != nil || unused.Close() != nil {
+		t.Errorf("Close of a saved configuration: %v, want nil (twice)", err)
 	}
 }
