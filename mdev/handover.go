@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/handover"
+	"github.com/vgpud/vgpud/internal/scmrights"
 	"github.com/vgpud/vgpud/mdev/agentchan"
 	"github.com/vgpud/vgpud/mdev/transport"
 	"github.com/vgpud/vgpud/mmio"
@@ -356,18 +357,7 @@ func unixConn(fd int, name string) (*net.UnixConn, error) {
 	if fd < 0 {
 		return nil, fmt.Errorf("%s: no descriptor", name)
 	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	c, err := net.FileConn(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		c.Close()
-		return nil, fmt.Errorf("%s: %T is not a unix socket", name, c)
-	}
-	return uc, nil
+	return scmrights.UnixConn(fd, name)
 }
 
 // adoptedInstance is what Start runs for an instance handed over.

@@ -2,7 +2,8 @@
 // (SCM_RIGHTS control messages) for the protocols that carry them: QEMU's
 // multi-process protocol, vfio-user, the worker protocol, the connection
 // keeper's control socket and the guest ICD protocol. It owns only the
-// parsing of control data and the closing of what arrived; each protocol
+// parsing of control data, the closing of what arrived and making a
+// connection of a socket that arrived (UnixConn); each protocol
 // decides which message may carry how many fds. It imports no other vgpud
 // package, so guest programs may use it too.
 package scmrights

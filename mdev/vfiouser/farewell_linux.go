@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -89,16 +88,5 @@ func dupConn(fd int) (*net.UnixConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(d), "vfio-user")
-	defer f.Close()
-	c, err := net.FileConn(f) // a duplicate of its own
-	if err != nil {
-		return nil, err
-	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		c.Close()
-		return nil, fmt.Errorf("fd %d is not a Unix socket", fd)
-	}
-	return uc, nil
+	return scmrights.UnixConn(d, "vfio-user")
 }

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/internal/guestmem"
+	"github.com/vgpud/vgpud/internal/scmrights"
 	"github.com/vgpud/vgpud/mdev/mpqemu"
 	"github.com/vgpud/vgpud/mmio"
 )
@@ -22,32 +22,17 @@ func Pipe() (vmSide, devSide *net.UnixConn, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}
-	a, err := fileConn(fds[0], "mpqemu-vm")
+	a, err := scmrights.UnixConn(fds[0], "mpqemu-vm")
 	if err != nil {
 		unix.Close(fds[1])
 		return nil, nil, err
 	}
-	b, err := fileConn(fds[1], "mpqemu-dev")
+	b, err := scmrights.UnixConn(fds[1], "mpqemu-dev")
 	if err != nil {
 		a.Close()
 		return nil, nil, err
 	}
 	return a, b, nil
-}
-
-func fileConn(fd int, name string) (*net.UnixConn, error) {
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close() // FileConn dups it
-	c, err := net.FileConn(f)
-	if err != nil {
-		return nil, fmt.Errorf("socket %s: %w", name, err)
-	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		c.Close()
-		return nil, fmt.Errorf("socket %s: not a unix conn", name)
-	}
-	return uc, nil
 }
 
 // Attach serves dev, cs and mem with an mpqemu.Conn on one end of a
