@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vgpud/vgpud/internal/pollbudget"
 )
 
 // Poll-then-block on the executor socket (issue 42).
@@ -22,44 +24,13 @@ import (
 // peer it waits for runs; after the window it sleeps as before, so an
 // idle executor costs no CPU.
 //
-// The window is spent only where it pays, by the rule of icdserver's
-// waits: a connection whose last pollMisses polls all ran out (a peer
-// whose requests come further apart than the window) sleeps at once, and
-// polls again only on every pollProbe-th read that finds nothing, so that
-// it notices when the requests come close together again. An ICD's
-// launch-then-read steps reach a context's executor about 400 us apart
-// against its 200 us window, so every poll missed: the rule took the
+// The window is spent only where it pays (internal/pollbudget, the rule
+// vgpu-icdd's waits follow too): after pollbudget.Misses polls in a row
+// that ran out (a peer whose requests come further apart than the window)
+// a read sleeps at once, and every pollbudget.Probe-th polls again. An
+// ICD's launch-then-read steps reach a context's executor about 400 us
+// apart against its 200 us window, so every poll missed: the rule took the
 // executor from 45 % to 39 % of a CPU there (a 2-CPU host, docs/worker.md).
-
-const (
-	// pollMisses polls in a row that ran out stop the polling.
-	pollMisses = 2
-	// pollProbe: while stopped, every pollProbe-th read that finds
-	// nothing at once polls.
-	pollProbe = 16
-)
-
-// pollBudget decides which reads poll. Its methods are called by one
-// reader at a time; the fields are atomic so that a reader racing
-// another (net.Conn allows it) cannot tear them.
-type pollBudget struct {
-	misses atomic.Uint32 // polls in a row that ran out
-	waits  atomic.Uint32 // reads since the polling stopped
-}
-
-// look reports whether a read that found nothing at once polls.
-func (b *pollBudget) look() bool {
-	if b.misses.Load() < pollMisses {
-		return true
-	}
-	return b.waits.Add(1)%pollProbe == 0
-}
-
-// found records a poll that found its data.
-func (b *pollBudget) found() { b.misses.Store(0); b.waits.Store(0) }
-
-// ranOut records a poll that ran out of its window.
-func (b *pollBudget) ranOut() { b.misses.Add(1) }
 
 // PollingConn is a connection whose reads poll for a window before they
 // block.
@@ -68,7 +39,7 @@ type PollingConn struct {
 	raw    syscall.RawConn
 	window time.Duration
 	closed atomic.Bool // a poll in progress stops looking
-	budget pollBudget
+	budget pollbudget.Budget
 	// Reads counts the reads that found data; Slept, those that had to
 	// sleep in the kernel for it (the wake-ups the polling did not save).
 	// Missed counts the polls that ran out of the window, Skipped the
@@ -110,7 +81,7 @@ func (c *PollingConn) Read(p []byte) (int, error) {
 			n, rerr = unix.Read(int(fd), p)
 			if !errors.Is(rerr, unix.EAGAIN) {
 				if !deadline.IsZero() && !slept {
-					c.budget.found() // the poll paid
+					c.budget.Paid() // the poll paid
 				}
 				return true
 			}
@@ -120,13 +91,13 @@ func (c *PollingConn) Read(p []byte) (int, error) {
 			}
 			now := time.Now()
 			if deadline.IsZero() {
-				if !c.budget.look() {
+				if !c.budget.Look() {
 					c.Skipped.Add(1)
 					return false
 				}
 				deadline = now.Add(c.window)
 			} else if !now.Before(deadline) {
-				c.budget.ranOut()
+				c.budget.RanOut()
 				c.Missed.Add(1)
 				return false
 			}

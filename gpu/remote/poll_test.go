@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vgpud/vgpud/gpu/gputest"
+	"github.com/vgpud/vgpud/internal/pollbudget"
 )
 
 // TestPollingConnSavesWakeups (issue 42) is the mechanism test of the
@@ -212,48 +213,12 @@ func TestLargeBodiesComeFromThePool(t *testing.T) {
 	}
 }
 
-// TestPollBudget: two polls in a row that run out stop the polling; then
-// every pollProbe-th read that finds nothing polls again, and a poll that
-// pays starts over.
-func TestPollBudget(t *testing.T) {
-	var b pollBudget
-	var got []bool
-	for range 2 {
-		got = append(got, b.look())
-		b.ranOut()
-	}
-	for k := 1; k <= 2*pollProbe; k++ {
-		look := b.look()
-		if look != (k%pollProbe == 0) {
-			t.Fatalf("read %d after the polling stopped: look %v", k, look)
-		}
-		if look {
-			b.ranOut()
-		}
-	}
-	if got[0] != true || got[1] != true {
-		t.Fatalf("the first two reads look %v, want both", got)
-	}
-	for k := 1; k < pollProbe; k++ {
-		b.look()
-	}
-	if !b.look() {
-		t.Fatal("the probe after the stopped reads does not look")
-	}
-	b.found()
-	for k := range pollMisses {
-		if !b.look() {
-			t.Fatalf("read %d after a poll paid: not looking", k)
-		}
-	}
-}
-
 // TestPollingConnStopsWhereItMisses (issue 42) is the mechanism test of
 // the budget on a real socket: a peer that writes only once the reader
 // has given up looking (each message sent after the read's Missed or
-// Skipped moved, so no poll can find it) gets pollMisses polls that run
-// out, then reads that sleep at once but for every pollProbe-th, which
-// polls again. Without the rule every read polls for its window: an
+// Skipped moved, so no poll can find it) gets pollbudget.Misses polls
+// that run out, then reads that sleep at once but for every
+// pollbudget.Probe-th, which polls again. Without the rule every read polls for its window: an
 // executor whose requests come further apart than it spent its CPU on
 // looking.
 func TestPollingConnStopsWhereItMisses(t *testing.T) {
@@ -262,7 +227,7 @@ func TestPollingConnStopsWhereItMisses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 2 + 2*pollProbe
+	const n = 2 + 2*pollbudget.Probe
 	got := make(chan error, 1)
 	go func() {
 		buf := make([]byte, 8)
@@ -288,8 +253,8 @@ func TestPollingConnStopsWhereItMisses(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	if m, s := r.Missed.Load(), r.Skipped.Load(); m != pollMisses+2 || s != n-pollMisses-2 {
-		t.Errorf("%d polls ran out and %d reads slept at once, want %d and %d", m, s, pollMisses+2, n-pollMisses-2)
+	if m, s := r.Missed.Load(), r.Skipped.Load(); m != pollbudget.Misses+2 || s != n-pollbudget.Misses-2 {
+		t.Errorf("%d polls ran out and %d reads slept at once, want %d and %d", m, s, pollbudget.Misses+2, n-pollbudget.Misses-2)
 	}
 	r.Close()
 }

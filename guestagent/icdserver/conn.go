@@ -15,6 +15,7 @@ import (
 	"github.com/vgpud/vgpud/abi"
 	"github.com/vgpud/vgpud/guestagent/driver"
 	"github.com/vgpud/vgpud/guestagent/icdproto"
+	"github.com/vgpud/vgpud/internal/pollbudget"
 	"github.com/vgpud/vgpud/internal/scmrights"
 )
 
@@ -83,7 +84,7 @@ type conn struct {
 	version  uint32                // the protocol version of the Hello
 	queue    *icdproto.QueueReader // the submission queue, if attached
 	queueMap []byte
-	qpoll    queuePoller
+	qpoll    pollbudget.Budget // the submission queue's looks (queue.go)
 	arenas   map[uint32][]byte
 	buffers  map[uint32]bufObj
 	programs map[uint32]progObj
@@ -94,7 +95,7 @@ type conn struct {
 	wake chan struct{}
 	// poller says whether a blocking wait looks for its completions
 	// before it sleeps (waitpoll.go).
-	poller waitPoller
+	poller pollbudget.Budget
 
 	mu       sync.Mutex // taken in driver callbacks: after driver.Device's mutex
 	events   map[uint64]*event

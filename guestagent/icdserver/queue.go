@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vgpud/vgpud/guestagent/icdproto"
+	"github.com/vgpud/vgpud/internal/pollbudget"
 	"github.com/vgpud/vgpud/internal/scmrights"
 )
 
@@ -35,8 +36,8 @@ const (
 	// before the daemon sleeps: a client's turn-around between calls
 	// (its result check, the next call's arguments).
 	DefaultQueuePoll = 50 * time.Microsecond
-	queuePollMisses  = 2
-	queuePollProbe   = 16
+	queuePollMisses  = pollbudget.Misses
+	queuePollProbe   = pollbudget.Probe
 )
 
 // QueueStats counts how the Server's connections sent their requests:
@@ -57,13 +58,6 @@ func (s *Server) QueueStats() QueueStats {
 	q := &s.queues
 	return QueueStats{Queued: q.queued.Load(), Socket: q.socket.Load(), Kicks: q.kicks.Load(),
 		Sleeps: q.sleeps.Load(), Polled: q.polled.Load()}
-}
-
-// queuePoller is a connection's record of its queue windows, owned by its
-// goroutine.
-type queuePoller struct {
-	misses int
-	sleeps uint64
 }
 
 // doQueue attaches the connection's submission queue.
@@ -161,11 +155,8 @@ func (c *conn) pollQueue() bool {
 		window = DefaultQueuePoll
 	}
 	p := &c.qpoll
-	if p.misses >= queuePollMisses {
-		p.sleeps++
-		if p.sleeps%queuePollProbe != 0 {
-			return false
-		}
+	if !p.Look() {
+		return false
 	}
 	deadline := time.Now().Add(window)
 	for {
@@ -177,13 +168,13 @@ func (c *conn) pollQueue() bool {
 				return false
 			}
 			if c.queue.Pending() {
-				p.misses, p.sleeps = 0, 0
+				p.Paid()
 				c.s.queues.polled.Add(1)
 				return true
 			}
 		}
 		if !time.Now().Before(deadline) {
-			p.misses++
+			p.RanOut()
 			return false
 		}
 		select {

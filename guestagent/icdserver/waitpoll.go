@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/vgpud/vgpud/internal/pollbudget"
 )
 
 // Waits that look for themselves (issue 43).
@@ -33,9 +35,9 @@ var waitPollWindow = 250 * time.Microsecond
 
 const (
 	// waitPollMisses polled waits in a row that ran out stop the looking.
-	waitPollMisses = 2
+	waitPollMisses = pollbudget.Misses
 	// waitPollProbe: while stopped, every waitPollProbe-th wait looks.
-	waitPollProbe = 16
+	waitPollProbe = pollbudget.Probe
 )
 
 // WaitStats counts how the Server's blocking waits ended: answered by the
@@ -60,35 +62,25 @@ func (s *Server) WaitStats() WaitStats {
 		Interrupts: s.waits.interrupts.Load()}
 }
 
-// waitPoller is a connection's record of its polled waits, owned by its
-// goroutine.
-type waitPoller struct {
-	misses int    // polled waits in a row that ran out
-	waits  uint64 // waits since the looking stopped
-}
-
 // pollWait reaps the devices c used, looking again at once, until check
 // holds (true) or the window passes (false), unless the connection's
 // recent waits were too long to look for.
 func (c *conn) pollWait(check func() bool) bool {
 	p := &c.poller
-	if p.misses >= waitPollMisses {
-		p.waits++
-		if p.waits%waitPollProbe != 0 {
-			c.s.waits.slept.Add(1)
-			return false
-		}
+	if !p.Look() {
+		c.s.waits.slept.Add(1)
+		return false
 	}
 	deadline := time.Now().Add(waitPollWindow)
 	for {
 		c.reap()
 		if check() {
-			p.misses, p.waits = 0, 0
+			p.Paid()
 			c.s.waits.polled.Add(1)
 			return true
 		}
 		if !time.Now().Before(deadline) {
-			p.misses++
+			p.RanOut()
 			c.s.waits.missed.Add(1)
 			return false
 		}
